@@ -1,0 +1,112 @@
+"""Block-level numpy models of the datapath components, built on :mod:`sim.golden`.
+
+Each model states, bit for bit, what the matching component in :mod:`rtl` produces:
+
+* :func:`systolic_array` -- :class:`rtl.systolic.SystolicArray`: C tiles from reduction steps.
+* :func:`operand_beats` / :func:`buffer_read` -- :class:`rtl.buffer.TransposableBuffer`: how a
+  stored tile is streamed in, and what the array reads from it.
+* :class:`TileCommand` / :func:`datapath` -- :class:`rtl.datapath.GemmDatapath`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from . import golden
+
+__all__ = ["systolic_array", "operand_beats", "buffer_read", "TileCommand", "datapath"]
+
+
+def systolic_array(steps, rows: int, cols: int) -> list[np.ndarray]:
+    """Tiles produced by the systolic array for a sequence of reduction steps.
+
+    ``steps`` is an iterable of ``(a_col, b_row, first, last)`` (int8 vectors of length
+    ``rows`` and ``cols``). ``first`` clears the accumulators before adding the step's outer
+    product; ``last`` emits the sums (int32, rows x cols) after adding it.
+    """
+    acc = np.zeros((rows, cols), dtype=np.int64)
+    tiles = []
+    for a_col, b_row, first, last in steps:
+        if first:
+            acc[:] = 0
+        acc += np.outer(np.asarray(a_col, np.int64), np.asarray(b_row, np.int64))
+        if last:
+            # The hardware accumulator is 32 bits and wraps; within MAX_K steps it never does.
+            tiles.append(acc.astype(np.int64).astype(np.uint32).view(np.int32).copy())
+    return tiles
+
+
+def operand_beats(stored: np.ndarray, lanes: int, k_major: bool) -> list[np.ndarray]:
+    """The beats that write one stored operand tile into a transposable buffer.
+
+    The tile is sent row-major, ``lanes`` int8 values per beat.
+
+    ``k_major``: the stored tile is ``k x lanes`` (e.g. A when ``transpose_a``; B when not
+    ``transpose_b``): one beat per stored row.
+
+    Otherwise the stored tile is ``lanes x k`` (A when not ``transpose_a``; B when
+    ``transpose_b``): each stored row is split into ``ceil(k / lanes)`` beats, the last one
+    padded with zeros.
+    """
+    stored = np.asarray(stored, dtype=np.int8)
+    if k_major:
+        if stored.ndim != 2 or stored.shape[1] != lanes:
+            raise ValueError(f"stored must be k x {lanes}, not {stored.shape}")
+        return [row.copy() for row in stored]
+    if stored.ndim != 2 or stored.shape[0] != lanes:
+        raise ValueError(f"stored must be {lanes} x k, not {stored.shape}")
+    k = stored.shape[1]
+    chunks = -(-k // lanes)
+    padded = np.zeros((lanes, chunks * lanes), dtype=np.int8)
+    padded[:, :k] = stored
+    return [padded[r, c * lanes:(c + 1) * lanes].copy()
+            for r in range(lanes) for c in range(chunks)]
+
+
+def buffer_read(stored: np.ndarray, k_major: bool) -> np.ndarray:
+    """What the array reads from a buffer holding ``stored``: row ``k`` is step ``k``'s vector."""
+    return np.asarray(stored, dtype=np.int8) if k_major else np.asarray(stored, np.int8).T
+
+
+@dataclass
+class TileCommand:
+    """One tile GEMM for :class:`rtl.datapath.GemmDatapath`.
+
+    ``a`` is the stored A tile (``rows x k``, or ``k x rows`` with ``transpose_a``); ``b`` the
+    stored B tile (``k x cols``, or ``cols x k`` with ``transpose_b``). ``clear`` starts a new
+    accumulation; ``emit`` sends the C tile out, rescaled by ``row_exp``/``col_exp`` (int8
+    vectors) unless ``raw``.
+    """
+
+    a: np.ndarray
+    b: np.ndarray
+    transpose_a: bool = False
+    transpose_b: bool = False
+    clear: bool = True
+    emit: bool = True
+    raw: bool = False
+    row_exp: np.ndarray = field(default=None)
+    col_exp: np.ndarray = field(default=None)
+
+    @property
+    def k(self) -> int:
+        return self.a.shape[0] if self.transpose_a else self.a.shape[1]
+
+
+def datapath(commands, rows: int, cols: int) -> list[np.ndarray]:
+    """The C tiles (as uint32 words: float32 bits, or int32 when ``raw``) for each emit."""
+    acc = np.zeros((rows, cols), dtype=np.int32)
+    out = []
+    for cmd in commands:
+        part = golden.gemm(cmd.a, cmd.b, cmd.transpose_a, cmd.transpose_b)
+        acc = part if cmd.clear else (acc.astype(np.int64) + part).astype(np.int32)
+        if cmd.emit:
+            if cmd.raw:
+                out.append(acc.view(np.uint32).copy())
+            else:
+                re = np.zeros(rows, np.int8) if cmd.row_exp is None else cmd.row_exp
+                ce = np.zeros(cols, np.int8) if cmd.col_exp is None else cmd.col_exp
+                out.append(golden.float32_bits(golden.rescale(acc, re, ce)).copy())
+    return out

@@ -1,0 +1,130 @@
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from rtl.systolic import SystolicArray
+from sim import golden, models
+from sim.harness import run
+
+
+def simulate(rows, cols, schedule):
+    """``schedule``: per cycle, ``None`` (bubble) or ``(a_col, b_row, first, last)``.
+
+    Returns the tiles seen on ``o_stream`` (rows checked to arrive in order) and asserts the
+    output protocol: rows 0..R-1 of a tile on consecutive cycles, ``last`` on row R-1.
+    """
+    dut = SystolicArray(rows, cols)
+    tiles, current = [], []
+    n_emit = sum(1 for s in schedule if s is not None and s[3])
+    done = {"cycles": 0}
+
+    async def bench(ctx):
+        for step in schedule:
+            if step is None:
+                ctx.set(dut.i_stream.valid, 0)
+            else:
+                a, b, first, last = step
+                ctx.set(dut.i_stream.valid, 1)
+                ctx.set(dut.i_stream.payload,
+                        {"a": [int(x) for x in a], "b": [int(x) for x in b],
+                         "first": first, "last": last})
+            await ctx.tick()
+        ctx.set(dut.i_stream.valid, 0)
+
+    async def monitor(ctx):
+        cycles = 0
+        while len(tiles) < n_emit:
+            _, _, valid, p = await ctx.tick().sample(dut.o_stream.valid, dut.o_stream.payload)
+            cycles += 1
+            assert cycles < len(schedule) + dut.latency + rows + 10, "array output hung"
+            if valid:
+                assert p.row == len(current), "rows out of order"
+                current.append([int(x) for x in p.data])
+                assert p.last == (len(current) == rows)
+                if p.last:
+                    tiles.append(np.array(current, dtype=np.int32))
+                    current.clear()
+        done["cycles"] = cycles
+
+    run(dut, bench, monitor, deadline_cycles=len(schedule) + 4 * (rows + cols) + 50)
+    assert len(tiles) == n_emit, f"expected {n_emit} tiles, got {len(tiles)}"
+    return tiles
+
+
+def random_schedule(rng, rows, cols, ks, *, bubbles=0.0, accumulate=(), interval=None):
+    """Tiles of reduction lengths ``ks`` (tile t continues tile t-1 if t in ``accumulate``)."""
+    interval = interval if interval is not None else rows + cols - 1
+    schedule, last_emit = [], -10**9
+    extreme = rng.random() < 0.3
+    for t, k in enumerate(ks):
+        emit = t == len(ks) - 1 or (t + 1) not in accumulate
+        for s in range(k):
+            while rng.random() < bubbles:
+                schedule.append(None)
+            if extreme:
+                a = np.full(rows, -128, np.int8)
+                b = np.full(cols, -128, np.int8)
+            else:
+                a = rng.integers(-128, 128, rows).astype(np.int8)
+                b = rng.integers(-128, 128, cols).astype(np.int8)
+            first = s == 0 and t not in accumulate
+            last = s == k - 1 and emit
+            if last:
+                while len(schedule) - last_emit < interval:
+                    schedule.append(None)
+                last_emit = len(schedule)
+            schedule.append((a, b, first, last))
+    return schedule
+
+
+def check(rows, cols, schedule):
+    want = models.systolic_array([s for s in schedule if s is not None], rows, cols)
+    got = simulate(rows, cols, schedule)
+    for t, (g, w) in enumerate(zip(got, want)):
+        np.testing.assert_array_equal(g, w, err_msg=f"tile {t}")
+
+
+@pytest.mark.parametrize("rows,cols", [(1, 1), (2, 3), (3, 2), (4, 4), (8, 8), (16, 16)])
+def test_back_to_back_tiles(rows, cols):
+    rng = np.random.default_rng(rows * 100 + cols)
+    # K = 1 tiles at the minimum emit interval, then longer ones, with no gaps between them.
+    ks = [1, 1, rows + cols, 5, 2 * (rows + cols)]
+    check(rows, cols, random_schedule(rng, rows, cols, ks))
+
+
+def test_extremes_all_minus_128_longest_sum():
+    rows, cols, k = 2, 3, 300
+    a = np.full((rows, k), -128, np.int8)
+    b = np.full((k, cols), -128, np.int8)
+    steps = [(a[:, s], b[s, :], s == 0, s == k - 1) for s in range(k)]
+    (tile,) = simulate(rows, cols, steps)
+    np.testing.assert_array_equal(tile, golden.gemm(a, b))
+    assert tile[0, 0] == 300 * 16384
+
+
+def test_zeros_and_accumulation_across_tiles():
+    rows, cols = 3, 4
+    rng = np.random.default_rng(7)
+    check(rows, cols, random_schedule(rng, rows, cols, [4, 3, 6], accumulate={1, 2}))
+    zeros = [(np.zeros(rows, np.int8), np.zeros(cols, np.int8), True, True)]
+    (tile,) = simulate(rows, cols, zeros)
+    assert not tile.any()
+
+
+@settings(max_examples=20, deadline=None)
+@given(rows=st.integers(1, 5), cols=st.integers(1, 5), seed=st.integers(0, 2**32 - 1),
+       ks=st.lists(st.integers(1, 12), min_size=1, max_size=4),
+       bubbles=st.sampled_from([0.0, 0.3]), data=st.data())
+def test_random_shapes(rows, cols, seed, ks, bubbles, data):
+    accumulate = {t for t in range(1, len(ks)) if data.draw(st.booleans())}
+    rng = np.random.default_rng(seed)
+    check(rows, cols, random_schedule(rng, rows, cols, ks, bubbles=bubbles,
+                                      accumulate=accumulate))
+
+
+def test_bad_shape():
+    with pytest.raises(ValueError, match="rows"):
+        SystolicArray(0, 4)
+    with pytest.raises(ValueError, match="cols"):
+        SystolicArray(4, True)
