@@ -1,0 +1,166 @@
+"""Transposable operand buffer: written row-major, read by the array as the tile or its transpose."""
+
+from amaranth import Module, Mux, Signal, signed
+from amaranth.lib import data, memory, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+__all__ = ["TransposableBuffer", "buffer_command_layout"]
+
+
+def buffer_command_layout(depth: int) -> data.StructLayout:
+    """Payload of :attr:`TransposableBuffer.w_cmd`: where and how the next tile is written."""
+    return data.StructLayout({
+        "slot":    1,
+        "k":       range(depth + 1),
+        "k_major": 1,
+    })
+
+
+class TransposableBuffer(wiring.Component):
+    """Double-buffered on-chip operand store with run-time transposition.
+
+    The buffer holds operand tiles for the systolic array. The array reads one vector of
+    ``lanes`` int8 values per reduction step ``k``. A tile arrives row-major, ``lanes`` values a
+    beat, in either of two forms, chosen per tile by ``w_cmd.k_major``:
+
+    * ``k_major = 1``: the stored tile is ``k x lanes``; each beat is the vector for one step
+      (A stored transposed, as for ``transpose_a``; B as stored, K x N).
+    * ``k_major = 0``: the stored tile is ``lanes x k``; each beat holds ``lanes`` consecutive
+      steps of one lane, rows padded to a multiple of ``lanes`` (A as stored, M x K; B stored
+      transposed, as for ``transpose_b``). This is the transposing case.
+
+    Both forms are written at one beat per cycle with no conflicts: element ``(lane, k)`` lives
+    in bank ``(lane + k) mod lanes`` at address ``k``, so a step's vector, and a run of ``lanes``
+    steps of one lane, each touch every bank once. A rotation on each side undoes the skew.
+    There are two slots: the next tile is written while the array reads the current one.
+
+    The numpy model is :func:`sim.models.operand_beats` (what is written) and
+    :func:`sim.models.buffer_read` (what is read).
+
+    Parameters
+    ----------
+    lanes : int
+        Vector width (array rows for the A buffer, columns for the B buffer).
+    depth : int
+        Largest ``k`` of a tile. Each bank is ``2 * ceil(depth / lanes) * lanes`` bytes: one
+        BRAM18 per bank at ``depth = 1024``.
+
+    Members
+    -------
+    w_cmd : In(stream.Signature(buffer_command_layout(depth)))
+        Accepted only when the previous tile write has finished. ``k = 0`` writes nothing.
+    w_stream : In(stream.Signature(data.ArrayLayout(signed(8), lanes)))
+    w_done : Out(1)
+        Pulses for one cycle when the last beat of a tile has been written.
+    r_en, r_slot, r_k : In
+        Read step ``r_k`` of the tile in ``r_slot``. The steps of one tile must be read in
+        order 0, 1, 2, ... (idle cycles in between are allowed).
+    r_valid, r_data : Out
+        The vector read :attr:`READ_LATENCY` (2) cycles after ``r_en``.
+    """
+
+    READ_LATENCY = 2
+
+    def __init__(self, lanes: int, depth: int):
+        if not isinstance(lanes, int) or isinstance(lanes, bool) or lanes < 1:
+            raise ValueError(f"lanes must be a positive integer, not {lanes!r}")
+        if not isinstance(depth, int) or isinstance(depth, bool) or not 1 <= depth <= 65535:
+            raise ValueError(f"depth must be an integer in [1, 65535], not {depth!r}")
+        self.lanes = lanes
+        self.depth = depth
+        self.slot_depth = -(-depth // lanes) * lanes
+        vector = data.ArrayLayout(signed(8), lanes)
+        super().__init__({
+            "w_cmd": In(stream.Signature(buffer_command_layout(depth))),
+            "w_stream": In(stream.Signature(vector)),
+            "w_done": Out(1),
+            "r_en": In(1),
+            "r_slot": In(1),
+            "r_k": In(range(depth)),
+            "r_valid": Out(1),
+            "r_data": Out(vector),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        L, D = self.lanes, self.slot_depth
+
+        banks = []
+        for b in range(L):
+            bank = memory.Memory(shape=signed(8), depth=2 * D, init=[])
+            m.submodules[f"bank{b}"] = bank
+            banks.append((bank.write_port(), bank.read_port()))
+
+        # ---- write side -------------------------------------------------------------------
+        busy = Signal()
+        slot = Signal()
+        k = Signal(range(self.depth + 1))
+        k_major = Signal()
+        pos = Signal(range(D + L))    # step of this beat (k-major) or of its first value
+        rot = Signal(range(L))        # beat value x goes to bank (x + rot) mod L
+
+        m.d.comb += [
+            self.w_cmd.ready.eq(~busy),
+            self.w_stream.ready.eq(busy),
+        ]
+        m.d.sync += self.w_done.eq(0)
+        with m.If(self.w_cmd.valid & ~busy):
+            cmd = self.w_cmd.payload
+            m.d.sync += [slot.eq(cmd.slot), k.eq(cmd.k), k_major.eq(cmd.k_major),
+                         pos.eq(0), rot.eq(0)]
+            with m.If(cmd.k == 0):
+                m.d.sync += self.w_done.eq(1)
+            with m.Else():
+                m.d.sync += busy.eq(1)
+
+        beat = Signal()
+        m.d.comb += beat.eq(busy & self.w_stream.valid)
+        rot_next = Mux(rot == L - 1, 0, rot + 1)
+        with m.If(beat):
+            with m.If(k_major):
+                m.d.sync += [pos.eq(pos + 1), rot.eq(rot_next)]
+                with m.If(pos == k - 1):
+                    m.d.sync += [busy.eq(0), self.w_done.eq(1)]
+            with m.Else():
+                with m.If(pos + L >= k):       # last beat of this lane's row
+                    m.d.sync += [pos.eq(0), rot.eq(rot_next)]
+                    with m.If(rot == L - 1):
+                        m.d.sync += [busy.eq(0), self.w_done.eq(1)]
+                with m.Else():
+                    m.d.sync += pos.eq(pos + L)
+
+        slot_base = Mux(slot, D, 0)
+        for b, (wp, _) in enumerate(banks):
+            offset = Signal(range(L), name=f"w_offset{b}")   # (b - rot) mod L
+            value = Signal(signed(8), name=f"w_value{b}")
+            with m.Switch(rot):
+                for v in range(L):
+                    with m.Case(v):
+                        m.d.comb += [offset.eq((b - v) % L),
+                                     value.eq(self.w_stream.payload[(b - v) % L])]
+            m.d.comb += [
+                wp.en.eq(beat),
+                wp.addr.eq(slot_base + pos + Mux(k_major, 0, offset)),
+                wp.data.eq(value),
+            ]
+
+        # ---- read side --------------------------------------------------------------------
+        r_rot = Signal(range(L))      # rotation of the step after the last one read
+        rot_now = Signal(range(L))
+        m.d.comb += rot_now.eq(Mux(self.r_k == 0, 0, r_rot))
+        with m.If(self.r_en):
+            m.d.sync += r_rot.eq(Mux(rot_now == L - 1, 0, rot_now + 1))
+        rot_d = Signal(range(L))
+        en_d = Signal()
+        m.d.sync += [rot_d.eq(rot_now), en_d.eq(self.r_en),
+                     self.r_valid.eq(en_d)]
+        r_base = Mux(self.r_slot, D, 0)
+        for _, rp in banks:
+            m.d.comb += rp.addr.eq(r_base + self.r_k)
+        for i in range(L):
+            # lane i of step k is in bank (i + k) mod L
+            with m.Switch(rot_d):
+                for v in range(L):
+                    with m.Case(v):
+                        m.d.sync += self.r_data[i].eq(banks[(i + v) % L][1].data)
+        return m

@@ -1,0 +1,253 @@
+"""The tile GEMM datapath: operand buffers -> systolic array -> rescaler, between streams."""
+
+from amaranth import Array, Module, Mux, Signal, signed, unsigned
+from amaranth.lib import data, fifo, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from .buffer import TransposableBuffer
+from .rescale import EXP_WIDTH, Rescaler, rescale_output_layout
+from .systolic import SystolicArray
+
+__all__ = ["GemmDatapath", "command_layout"]
+
+
+def command_layout(rows: int, cols: int) -> data.StructLayout:
+    """Payload of :attr:`GemmDatapath.cmd`: one tile GEMM."""
+    return data.StructLayout({
+        "k":           unsigned(16),   # reduction length of this tile, 1..depth
+        "transpose_a": 1,              # A arrives as k x rows (else rows x k)
+        "transpose_b": 1,              # B arrives as cols x k (else k x cols)
+        "clear":       1,              # start a new accumulation (else add to the last one)
+        "emit":        1,              # send the C tile out after this command
+        "raw":         1,              # send int32 sums instead of rescaled float32
+        "row_exp":     data.ArrayLayout(signed(8), rows),
+        "col_exp":     data.ArrayLayout(signed(8), cols),
+    })
+
+
+class GemmDatapath(wiring.Component):
+    """One tile GEMM per command: ``C = op(A) op(B)`` (+ the previous sums), from streams.
+
+    A command on :attr:`cmd` names a tile of reduction length ``k``. Its A tile then arrives on
+    :attr:`a_stream` and its B tile on :attr:`b_stream`, each row-major as stored, ``rows`` /
+    ``cols`` int8 values a beat (see :class:`rtl.buffer.TransposableBuffer` for the two forms;
+    ``transpose_a`` / ``transpose_b`` choose them). When the command has ``emit`` set, the C
+    tile leaves :attr:`o_stream` one row per beat, ``last`` on the final row: float32 bits of
+    ``C * 2**(row_exp[m] + col_exp[n])`` as :func:`sim.golden.rescale`, or raw int32.
+
+    Tiles are double-buffered: the next command's operands load while the array computes, and
+    the array starts a tile in the cycle after the previous one ends, so in steady state it
+    does ``rows * cols`` MACs every cycle. The numpy model is :func:`sim.models.datapath`.
+
+    A command with ``k = 0`` or ``k > depth`` is dropped and sets :attr:`error` (sticky).
+
+    Parameters
+    ----------
+    rows, cols : int
+        Systolic array shape.
+    depth : int
+        Largest ``k`` of one command (operand buffer depth per slot).
+    out_rows : int
+        Depth of the output FIFO in C rows (at least ``rows``). Tiles reserve their rows in
+        it before they start, so a stalled :attr:`o_stream` never loses data.
+
+    Members
+    -------
+    cmd : In(stream.Signature(command_layout(rows, cols)))
+    a_stream : In(stream.Signature(data.ArrayLayout(signed(8), rows)))
+    b_stream : In(stream.Signature(data.ArrayLayout(signed(8), cols)))
+    o_stream : Out(stream.Signature(rescale_output_layout(cols)))
+    error : Out(1)
+    busy : Out(1)
+        A command is loading, computing or has results not yet out.
+    step : Out(1)
+        The array takes a reduction step this cycle (``rows * cols`` useful MACs).
+
+    Latency and throughput
+    ----------------------
+    A tile of ``k`` steps occupies the array for ``k`` cycles (plus idle cycles only when an
+    emitting tile follows another within ``rows + cols - 1`` cycles, or the output FIFO is
+    full). Its first C row leaves :attr:`fill_latency` cycles after its last step starts.
+    """
+
+    def __init__(self, rows: int, cols: int, depth: int = 512, out_rows: int | None = None):
+        self.array = SystolicArray(rows, cols)  # validates rows and cols
+        self.a_buf = TransposableBuffer(rows, depth)  # validates depth
+        self.b_buf = TransposableBuffer(cols, depth)
+        self.rescaler = Rescaler(cols)
+        out_rows = 2 * rows if out_rows is None else out_rows
+        if not isinstance(out_rows, int) or out_rows < rows:
+            raise ValueError(f"out_rows must be an integer >= rows ({rows}), not {out_rows!r}")
+        self.rows, self.cols, self.depth, self.out_rows = rows, cols, depth, out_rows
+        super().__init__({
+            "cmd": In(stream.Signature(command_layout(rows, cols))),
+            "a_stream": In(stream.Signature(data.ArrayLayout(signed(8), rows))),
+            "b_stream": In(stream.Signature(data.ArrayLayout(signed(8), cols))),
+            "o_stream": Out(stream.Signature(rescale_output_layout(cols))),
+            "error": Out(1),
+            "busy": Out(1),
+            "step": Out(1),
+        })
+
+    @property
+    def fill_latency(self) -> int:
+        """Cycles from issuing a tile's last step to its first C row on :attr:`o_stream`."""
+        return (TransposableBuffer.READ_LATENCY + self.array.latency + 1
+                + Rescaler.LATENCY + 1)
+
+    def elaborate(self, platform):
+        m = Module()
+        R, C = self.rows, self.cols
+        m.submodules.array = array = self.array
+        m.submodules.a_buf = a_buf = self.a_buf
+        m.submodules.b_buf = b_buf = self.b_buf
+        m.submodules.rescaler = rescaler = self.rescaler
+        info_layout = data.StructLayout({
+            "row_exp": data.ArrayLayout(signed(8), R),
+            "col_exp": data.ArrayLayout(signed(8), C),
+            "raw": 1,
+        })
+        m.submodules.info_fifo = info_fifo = fifo.SyncFIFOBuffered(
+            width=info_layout.size, depth=max(2, self.out_rows // R))
+        m.submodules.out_fifo = out_fifo = fifo.SyncFIFOBuffered(
+            width=rescale_output_layout(C).size, depth=self.out_rows)
+
+        # ---- per-slot command registers ---------------------------------------------------
+        slot_layout = data.StructLayout({
+            "k": unsigned(16), "clear": 1, "emit": 1, "info": info_layout})
+        slots = Array(Signal(slot_layout, name=f"slot{s}") for s in range(2))
+        full = Array(Signal(name=f"full{s}") for s in range(2))
+
+        # ---- loader: command -> both buffers ----------------------------------------------
+        wr = Signal()
+        loading = Signal()
+        a_done = Signal()
+        b_done = Signal()
+        cmd = self.cmd.payload
+        bad = (cmd.k == 0) | (cmd.k > self.depth)
+        wiring.connect(m, wiring.flipped(self.a_stream), a_buf.w_stream)
+        wiring.connect(m, wiring.flipped(self.b_stream), b_buf.w_stream)
+        m.d.comb += [
+            a_buf.w_cmd.payload.slot.eq(wr),
+            a_buf.w_cmd.payload.k.eq(cmd.k),
+            a_buf.w_cmd.payload.k_major.eq(cmd.transpose_a),
+            b_buf.w_cmd.payload.slot.eq(wr),
+            b_buf.w_cmd.payload.k.eq(cmd.k),
+            b_buf.w_cmd.payload.k_major.eq(~cmd.transpose_b),
+        ]
+        with m.If(~loading & ~full[wr]):
+            m.d.comb += self.cmd.ready.eq(1)
+            with m.If(self.cmd.valid):
+                with m.If(bad):
+                    m.d.sync += self.error.eq(1)
+                with m.Else():
+                    m.d.comb += [a_buf.w_cmd.valid.eq(1), b_buf.w_cmd.valid.eq(1)]
+                    m.d.sync += [
+                        loading.eq(1), a_done.eq(0), b_done.eq(0),
+                        slots[wr].k.eq(cmd.k), slots[wr].clear.eq(cmd.clear),
+                        slots[wr].emit.eq(cmd.emit), slots[wr].info.raw.eq(cmd.raw),
+                        slots[wr].info.row_exp.eq(cmd.row_exp),
+                        slots[wr].info.col_exp.eq(cmd.col_exp),
+                    ]
+        a_fin = a_done | a_buf.w_done
+        b_fin = b_done | b_buf.w_done
+        with m.If(loading):
+            m.d.sync += [a_done.eq(a_fin), b_done.eq(b_fin)]
+            with m.If(a_fin & b_fin):
+                m.d.sync += [loading.eq(0), full[wr].eq(1), wr.eq(~wr)]
+
+        # ---- compute sequencer: buffers -> array ------------------------------------------
+        rd = Signal()                     # slot being read (when active) or next to read
+        active = Signal()
+        kk = Signal(unsigned(16))
+        cur = slots[rd]
+        finishing = active & (kk == cur.k - 1)
+        nxt = Signal()
+        m.d.comb += nxt.eq(Mux(finishing, ~rd, rd))
+        cand = slots[nxt]
+
+        # Emitting tiles keep rows + cols - 1 cycles between their last steps (the array's
+        # result registers are read out meanwhile) and reserve their rows in the output FIFO.
+        interval = array.min_emit_interval
+        since = Signal(range(interval + 2), init=interval + 1)
+        since_next = Signal.like(since)
+        emit_last = finishing & cur.emit
+        m.d.comb += since_next.eq(Mux(emit_last, 1, Mux(since > interval, since, since + 1)))
+        m.d.sync += since.eq(since_next)
+
+        credits = Signal(range(self.out_rows + 1), init=self.out_rows)
+        released = Signal()
+        m.d.comb += released.eq(self.o_stream.valid & self.o_stream.ready)
+
+        can_start = Signal()
+        m.d.comb += can_start.eq(full[nxt] & (
+            ~cand.emit | ((credits >= R) & (since_next + cand.k > interval))))
+        start = Signal()
+        m.d.comb += start.eq(can_start & (~active | finishing))
+
+        with m.If(finishing):
+            m.d.sync += [full[rd].eq(0), rd.eq(~rd)]
+        with m.If(start):
+            m.d.sync += [active.eq(1), kk.eq(0)]
+        with m.Elif(finishing | ~active):
+            m.d.sync += active.eq(0)
+        with m.Else():
+            m.d.sync += kk.eq(kk + 1)
+
+        reserve = start & cand.emit
+        m.d.sync += credits.eq(credits - Mux(reserve, R, 0) + released)
+        m.d.comb += [
+            info_fifo.w_en.eq(reserve),
+            info_fifo.w_data.eq(cand.info),
+        ]
+        # info_fifo cannot overflow: each entry holds R credits of out_rows.
+
+        m.d.comb += [
+            a_buf.r_en.eq(active), a_buf.r_slot.eq(rd), a_buf.r_k.eq(kk),
+            b_buf.r_en.eq(active), b_buf.r_slot.eq(rd), b_buf.r_k.eq(kk),
+            self.step.eq(array.i_stream.valid),
+        ]
+        # Flags travel beside the buffer read latency.
+        first = Signal()
+        last = Signal()
+        m.d.comb += [first.eq(active & cur.clear & (kk == 0)), last.eq(emit_last)]
+        for _ in range(TransposableBuffer.READ_LATENCY):
+            first_d, last_d = Signal(), Signal()
+            m.d.sync += [first_d.eq(first), last_d.eq(last)]
+            first, last = first_d, last_d
+        m.d.comb += [
+            array.i_stream.valid.eq(a_buf.r_valid),
+            array.i_stream.payload.a.eq(a_buf.r_data),
+            array.i_stream.payload.b.eq(b_buf.r_data),
+            array.i_stream.payload.first.eq(first),
+            array.i_stream.payload.last.eq(last),
+        ]
+
+        # ---- array -> rescaler -> output FIFO ---------------------------------------------
+        info = data.View(info_layout, info_fifo.r_data)
+        res = array.o_stream.payload
+        row_exp = Array(info.row_exp[i] for i in range(R))[res.row]
+        m.d.comb += [
+            rescaler.i_stream.valid.eq(array.o_stream.valid),
+            rescaler.i_stream.payload.acc.eq(res.data),
+            rescaler.i_stream.payload.raw.eq(info.raw),
+            rescaler.i_stream.payload.last.eq(res.last),
+            info_fifo.r_en.eq(array.o_stream.valid & res.last),
+        ]
+        for j in range(C):
+            m.d.comb += rescaler.i_stream.payload.exp[j].eq(
+                row_exp.as_signed() + info.col_exp[j].as_signed())
+        assert EXP_WIDTH >= 9
+        # The rescaler never stalls here: the rows were reserved in the output FIFO.
+        m.d.comb += [
+            rescaler.o_stream.ready.eq(out_fifo.w_rdy),
+            out_fifo.w_en.eq(rescaler.o_stream.valid),
+            out_fifo.w_data.eq(rescaler.o_stream.payload),
+            self.o_stream.valid.eq(out_fifo.r_rdy),
+            self.o_stream.payload.eq(out_fifo.r_data),
+            out_fifo.r_en.eq(self.o_stream.ready),
+        ]
+
+        m.d.comb += self.busy.eq(loading | full[0] | full[1] | active
+                                 | (credits != self.out_rows))
+        return m

@@ -1,0 +1,155 @@
+import random
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from rtl.datapath import GemmDatapath
+from sim import models
+from sim.harness import run, stream_recv, stream_send
+
+
+def command_payload(cmd, rows, cols):
+    re = np.zeros(rows, np.int8) if cmd.row_exp is None else cmd.row_exp
+    ce = np.zeros(cols, np.int8) if cmd.col_exp is None else cmd.col_exp
+    return {"k": cmd.k, "transpose_a": cmd.transpose_a, "transpose_b": cmd.transpose_b,
+            "clear": cmd.clear, "emit": cmd.emit, "raw": cmd.raw,
+            "row_exp": [int(x) for x in re], "col_exp": [int(x) for x in ce]}
+
+
+def simulate(rows, cols, commands, *, depth=None, seed=0, stall=0.3, extra_cmds=()):
+    """Drive the datapath with random stalls on every stream; return (tiles, cycles, steps)."""
+    depth = depth or max(c.k for c in commands)
+    dut = GemmDatapath(rows, cols, depth=depth)
+    rng = random.Random(seed)
+    n_out = sum(rows for c in commands if c.emit)
+    rows_out = []
+    stats = {"steps": 0, "cycles": 0}
+
+    def beats(cmd, which):
+        if which == "a":
+            return models.operand_beats(cmd.a, rows, k_major=cmd.transpose_a)
+        return models.operand_beats(cmd.b, cols, k_major=not cmd.transpose_b)
+
+    async def commander(ctx):
+        payloads = [command_payload(c, rows, cols) for c in commands]
+        await stream_send(ctx, dut.cmd, list(extra_cmds) + payloads, rng=rng, stall=stall)
+
+    def feeder(which, stream):
+        async def feed(ctx):
+            for c in commands:
+                data = [[int(x) for x in v] for v in beats(c, which)]
+                await stream_send(ctx, stream, data, rng=rng, stall=stall)
+        return feed
+
+    async def sink(ctx):
+        rows_out.extend(await stream_recv(
+            ctx, dut.o_stream, n_out, rng=rng, stall=stall,
+            convert=lambda p: ([int(w) for w in p.data], int(p.last))))
+
+    async def counter(ctx):
+        while len(rows_out) < n_out:
+            _, _, step, error = await ctx.tick().sample(dut.step, dut.error)
+            stats["steps"] += step
+            stats["error"] = error
+            stats["cycles"] += 1
+
+    total = sum(c.k * max(rows, cols) for c in commands)
+    run(dut, commander, feeder("a", dut.a_stream), feeder("b", dut.b_stream), sink, counter,
+        deadline_cycles=int(total * (4 if stall else 2)) + 200 * len(commands) + 500)
+    assert len(rows_out) == n_out, f"got {len(rows_out)} of {n_out} C rows: lost or hung"
+    tiles = []
+    for t in range(len(rows_out) // rows):
+        chunk = rows_out[t * rows:(t + 1) * rows]
+        assert [last for _, last in chunk] == [0] * (rows - 1) + [1]
+        tiles.append(np.array([words for words, _ in chunk], dtype=np.uint32))
+    return tiles, stats, dut
+
+
+def random_command(rng, rows, cols, k, *, ta, tb, clear=True, emit=True, raw=False,
+                   exp_range=(-128, 127), extreme=False):
+    def op(shape):
+        if extreme:
+            return np.full(shape, -128, np.int8)
+        return rng.integers(-128, 128, shape).astype(np.int8)
+    return models.TileCommand(
+        a=op((k, rows) if ta else (rows, k)), b=op((cols, k) if tb else (k, cols)),
+        transpose_a=ta, transpose_b=tb, clear=clear, emit=emit, raw=raw,
+        row_exp=rng.integers(*exp_range, rows, endpoint=True).astype(np.int8),
+        col_exp=rng.integers(*exp_range, cols, endpoint=True).astype(np.int8))
+
+
+def check(rows, cols, commands, **kw):
+    tiles, stats, _ = simulate(rows, cols, commands, **kw)
+    want = models.datapath(commands, rows, cols)
+    assert len(tiles) == len(want)
+    for t, (g, w) in enumerate(zip(tiles, want)):
+        np.testing.assert_array_equal(g, w, err_msg=f"tile {t}")
+    return stats
+
+
+@pytest.mark.parametrize("rows,cols", [(1, 1), (2, 3), (4, 4), (8, 8), (16, 16)])
+def test_all_transposes(rows, cols):
+    # The three training GEMMs: forward (A, B), backward-data (A^T), weight-gradient (B^T),
+    # plus A^T B^T; K = 1 and a K that is not a multiple of the lane count.
+    rng = np.random.default_rng(rows * 31 + cols)
+    cmds = [random_command(rng, rows, cols, k, ta=ta, tb=tb, exp_range=(-4, 4))
+            for k, ta, tb in [(5, False, False), (1, True, False), (7, False, True),
+                              (rows + 2, True, True)]]
+    check(rows, cols, cmds)
+
+
+def test_raw_output_extremes_and_accumulation():
+    rows, cols = 2, 3
+    rng = np.random.default_rng(3)
+    cmds = [random_command(rng, rows, cols, 9, ta=False, tb=False, extreme=True, raw=True),
+            random_command(rng, rows, cols, 4, ta=True, tb=False, emit=False),
+            random_command(rng, rows, cols, 6, ta=False, tb=True, clear=False, raw=True),
+            random_command(rng, rows, cols, 3, ta=False, tb=False,
+                           exp_range=(-128, 127))]
+    check(rows, cols, cmds)
+
+
+def test_bad_command_sets_error_and_is_dropped():
+    rows, cols = 2, 2
+    rng = np.random.default_rng(4)
+    cmds = [random_command(rng, rows, cols, 3, ta=False, tb=False)]
+    bad = [command_payload(cmds[0], rows, cols) | {"k": 0},
+           command_payload(cmds[0], rows, cols) | {"k": 4}]   # depth is 3
+    tiles, stats, dut = simulate(rows, cols, cmds, extra_cmds=bad)
+    assert stats["error"] == 1
+    np.testing.assert_array_equal(tiles[0], models.datapath(cmds, rows, cols)[0])
+
+
+def test_full_throughput_without_stalls():
+    # Back-to-back tiles with k >= the array's fill: the array steps every cycle but the
+    # first tile's load and the last tile's drain.
+    rows, cols, k, n = 4, 4, 32, 6
+    rng = np.random.default_rng(5)
+    cmds = [random_command(rng, rows, cols, k, ta=t % 2 == 1, tb=False) for t in range(n)]
+    stats = check(rows, cols, cmds, stall=0.0)
+    assert stats["steps"] == n * k
+    assert stats["error"] == 0
+
+
+@settings(max_examples=15, deadline=None)
+@given(rows=st.integers(1, 4), cols=st.integers(1, 4), seed=st.integers(0, 2**32 - 1),
+       data=st.data())
+def test_random(rows, cols, seed, data):
+    rng = np.random.default_rng(seed)
+    n = data.draw(st.integers(1, 4))
+    cmds = []
+    for t in range(n):
+        cmds.append(random_command(
+            rng, rows, cols, data.draw(st.integers(1, 10)),
+            ta=data.draw(st.booleans()), tb=data.draw(st.booleans()),
+            clear=t == 0 or data.draw(st.booleans()),
+            emit=t == n - 1 or data.draw(st.booleans()),
+            raw=data.draw(st.booleans())))
+    check(rows, cols, cmds, seed=seed, stall=data.draw(st.sampled_from([0.0, 0.2, 0.5])))
+
+
+def test_bad_parameters():
+    with pytest.raises(ValueError, match="out_rows"):
+        GemmDatapath(4, 4, out_rows=3)
