@@ -58,21 +58,27 @@ class ProcessingElement(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        prod = Signal(signed(16))
-        acc = Signal(signed(32))
+        # Data registers have no reset (only the flags do): a reset would keep the operand,
+        # product and accumulator registers out of the DSP slice.
+        a = Signal(signed(8), reset_less=True)
+        b = Signal(signed(8), reset_less=True)
+        prod = Signal(signed(16), reset_less=True)
+        acc = Signal(signed(32), reset_less=True)
+        result = Signal(signed(32), reset_less=True)
         clear = Signal()
         capture = Signal()
         capture_d = Signal()
         m.d.sync += [
-            self.a_o.eq(self.a_i), self.b_o.eq(self.b_i),
+            a.eq(self.a_i), b.eq(self.b_i),
             self.first_o.eq(self.first_i), self.last_o.eq(self.last_i),
-            prod.eq(self.a_o * self.b_o),
+            prod.eq(a * b),
             clear.eq(self.first_o), capture.eq(self.last_o),
             acc.eq(Mux(clear, 0, acc) + prod),
             capture_d.eq(capture),
         ]
         with m.If(capture_d):
-            m.d.sync += self.result.eq(acc)
+            m.d.sync += result.eq(acc)
+        m.d.comb += [self.a_o.eq(a), self.b_o.eq(b), self.result.eq(result)]
         return m
 
 
