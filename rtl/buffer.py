@@ -1,4 +1,4 @@
-"""Transposable operand buffer: written row-major, read by the array as the tile or its transpose."""
+"""Transposable operand buffer: written row-major, read as the tile or as its transpose."""
 
 from amaranth import Module, Mux, Signal, signed
 from amaranth.lib import data, memory, stream, wiring

@@ -34,6 +34,23 @@ def make(kind: str, **params):
     return COMPONENTS[kind](**params)
 
 
+def _ports(component) -> dict:
+    ports = {}
+    for path, member, value in component.signature.flatten(component):
+        value = Value.cast(value)
+        if isinstance(value, Signal):
+            direction = PortDirection.Input if member.flow == In else PortDirection.Output
+            ports["__".join(map(str, path))] = (value, direction)
+    return ports
+
+
+def to_rtlil(component, name: str) -> str:
+    """RTLIL for a ``wiring.Component`` (what Yosys synthesizes from; see :func:`to_verilog`)."""
+    rtlil_text, _ = rtlil.convert_fragment(Fragment.get(component, None), _ports(component),
+                                           name, emit_src=False)
+    return rtlil_text
+
+
 def to_verilog(component, name: str) -> str:
     """Verilog for a ``wiring.Component``, its signature members as ports.
 
@@ -41,15 +58,7 @@ def to_verilog(component, name: str) -> str:
     of an always-ready stream) are not ports, and combinational logic is written as
     re-evaluated once at time zero in simulation (see below).
     """
-    ports = {}
-    for path, member, value in component.signature.flatten(component):
-        value = Value.cast(value)
-        if isinstance(value, Signal):
-            direction = PortDirection.Input if member.flow == In else PortDirection.Output
-            ports["__".join(map(str, path))] = (value, direction)
-    fragment = Fragment.get(component, None)
-    rtlil_text, _ = rtlil.convert_fragment(fragment, ports, name, emit_src=False)
-    text = _convert_rtlil_text(rtlil_text)
+    text = _convert_rtlil_text(to_rtlil(component, name))
     # Yosys makes every ``always @*`` block sensitive to a register initialised to 0, so that
     # it runs at time zero; Icarus applies the initialiser before the blocks wait on it, and a
     # block whose inputs never change then stays X. Toggling the register once at #0 fixes it.
@@ -67,8 +76,10 @@ def _source_digest() -> str:
 
 
 def generate_verilog(kind: str, out_dir: str | Path, *, name: str | None = None,
-                     **params) -> Path:
+                     fmt: str = "v", **params) -> Path:
     """Write ``<out_dir>/<name>.v`` for component ``kind``; reuse it if nothing changed.
+
+    ``fmt="il"`` writes RTLIL (``<name>.il``) instead, for Yosys.
 
     The cache key is a digest of the RTL sources and the parameters, stored beside the file.
     Returns the path of the Verilog file.
@@ -76,13 +87,15 @@ def generate_verilog(kind: str, out_dir: str | Path, *, name: str | None = None,
     name = name or f"gemm_{kind}"
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    path = out_dir / f"{name}.v"
-    stamp = out_dir / f"{name}.digest"
+    if fmt not in ("v", "il"):
+        raise ValueError(f"fmt must be 'v' or 'il', not {fmt!r}")
+    path = out_dir / f"{name}.{fmt}"
+    stamp = out_dir / f"{name}.{fmt}.digest"
     key = json.dumps({"src": _source_digest(), "kind": kind, "params": params, "name": name},
                      sort_keys=True)
     if path.exists() and stamp.exists() and stamp.read_text() == key:
         return path
     component = make(kind, **params)
-    path.write_text(to_verilog(component, name))
+    path.write_text(to_verilog(component, name) if fmt == "v" else to_rtlil(component, name))
     stamp.write_text(key)
     return path

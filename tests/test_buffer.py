@@ -65,7 +65,7 @@ def simulate(lanes, depth, tiles, *, seed=0, stall=0.3):
 
 def check(lanes, depth, tiles, **kw):
     got = simulate(lanes, depth, tiles, **kw)
-    for t, ((stored, k_major), g) in enumerate(zip(tiles, got)):
+    for t, ((stored, k_major), g) in enumerate(zip(tiles, got, strict=True)):
         np.testing.assert_array_equal(g, models.buffer_read(stored, k_major), err_msg=f"tile {t}")
 
 

