@@ -4,11 +4,12 @@
     python build.py [--rows R] [--cols C] [--depth D] [--family xc7|xcup ...]
                     [--synth yosys|none] [--out DIR]
 
-Writes ``DIR/gemm_datapath.v`` (the tile GEMM datapath: operand buffers, systolic array,
-rescaler) and ``DIR/gemm_array.v`` (the array alone), then, with ``--synth yosys`` (the
-default), runs Yosys ``synth_xilinx`` on both for each family and writes ``DIR/report.json``
-and ``DIR/report.md``. Generation is cached by a digest of the RTL sources and parameters.
-Bad arguments exit with status 2.
+Writes, for each family, ``DIR/gemm_datapath_<family>.v`` (the tile GEMM datapath: operand
+buffers, systolic array, rescaler) and ``DIR/gemm_array_<family>.v`` (the array alone): on xc7
+one MAC per DSP48E1 (inferred), on xcup two MACs per instantiated DSP48E2. With
+``--synth yosys`` (the default) it then runs Yosys ``synth_xilinx`` on both and writes
+``DIR/report.json`` and ``DIR/report.md``. Generation is cached by a digest of the RTL sources
+and parameters. Bad arguments exit with status 2.
 """
 
 from __future__ import annotations
@@ -62,15 +63,18 @@ def main(argv=None) -> int:
 
     out = args.out or ROOT / "build" / f"datapath_{args.rows}x{args.cols}"
     params = {"rows": args.rows, "cols": args.cols, "depth": args.depth}
-    files = {
-        "datapath": generate_verilog("datapath", out, name="gemm_datapath", **params),
-        "array": generate_verilog("array", out, name="gemm_array", **params),
-    }
-    netlists = {kind: generate_verilog(kind, out, name=f"gemm_{kind}", fmt="il", **params)
-                for kind in files}
-    for kind, path in files.items():
-        print(f"wrote {path.relative_to(Path.cwd()) if path.is_relative_to(Path.cwd()) else path}"
-              f"  ({kind})")
+    files, netlists = {}, {}
+    for family in args.family:
+        for kind in ("datapath", "array"):
+            name = f"gemm_{kind}_{family}"
+            files[kind, family] = generate_verilog(kind, out, name=name, family=family,
+                                                   **params)
+            if args.synth == "yosys":
+                netlists[kind, family] = generate_verilog(kind, out, name=name, fmt="il",
+                                                          family=family, **params)
+            path = files[kind, family]
+            shown = path.relative_to(Path.cwd()) if path.is_relative_to(Path.cwd()) else path
+            print(f"wrote {shown}  ({kind}, {family})")
     if args.synth == "none":
         return 0
 
@@ -86,7 +90,7 @@ def main(argv=None) -> int:
         for kind in ("array", "datapath"):
             t0 = time.monotonic()
             print(f"synthesizing {kind} for {family} ...", file=sys.stderr, flush=True)
-            res = synthesize(netlists[kind], f"gemm_{kind}", family)
+            res = synthesize(netlists[kind, family], f"gemm_{kind}_{family}", family)
             report["estimates"].append({"block": kind, "family": family, "resources": res,
                                         "seconds": round(time.monotonic() - t0, 1)})
             lines.append(f"| {kind} | {family} | {res['LUT']} | {res['FF']} | {res['DSP']} | "

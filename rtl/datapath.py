@@ -47,6 +47,9 @@ class GemmDatapath(wiring.Component):
         Systolic array shape.
     depth : int
         Largest ``k`` of one command (operand buffer depth per slot).
+    packing, primitive :
+        Passed to :class:`rtl.systolic.SystolicArray`: 2 packs two MACs per DSP48E2
+        (UltraScale+); ``primitive`` instantiates the ``DSP48E2`` for synthesis.
     out_rows : int
         Depth of the output FIFO in C rows (at least ``rows``). Tiles reserve their rows in
         it before they start, so a stalled :attr:`o_stream` never loses data.
@@ -70,8 +73,10 @@ class GemmDatapath(wiring.Component):
     full). Its first C row leaves :attr:`fill_latency` cycles after its last step starts.
     """
 
-    def __init__(self, rows: int, cols: int, depth: int = 512, out_rows: int | None = None):
-        self.array = SystolicArray(rows, cols)  # validates rows and cols
+    def __init__(self, rows: int, cols: int, depth: int = 512, out_rows: int | None = None,
+                 *, packing: int = 1, primitive: bool = False):
+        # validates rows, cols, packing
+        self.array = SystolicArray(rows, cols, packing=packing, primitive=primitive)
         self.a_buf = TransposableBuffer(rows, depth)  # validates depth
         self.b_buf = TransposableBuffer(cols, depth)
         self.rescaler = Rescaler(cols)

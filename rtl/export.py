@@ -16,7 +16,7 @@ from amaranth.lib.wiring import In
 from .datapath import GemmDatapath
 from .systolic import SystolicArray
 
-__all__ = ["COMPONENTS", "make", "generate_verilog"]
+__all__ = ["COMPONENTS", "FAMILY_DSP", "make", "generate_verilog", "to_verilog", "to_rtlil"]
 
 #: Components that can be generated on their own, by name.
 COMPONENTS = {
@@ -25,12 +25,29 @@ COMPONENTS = {
 }
 
 
+#: How each device family maps MACs onto DSP slices.
+FAMILY_DSP = {
+    "xc7": {"packing": 1, "primitive": False},
+    "xcup": {"packing": 2, "primitive": True},
+}
+
+
 def make(kind: str, **params):
-    """Construct the component ``kind`` ("datapath" or "array") with ``params``."""
+    """Construct the component ``kind`` ("datapath" or "array") with ``params``.
+
+    ``family`` (``"xc7"`` or ``"xcup"``) in ``params`` picks the DSP mapping: one MAC per
+    DSP48E1 by inference on xc7, two per instantiated DSP48E2 on xcup.
+    """
+    family = params.pop("family", None)
+    if family is not None:
+        if family not in FAMILY_DSP:
+            raise ValueError(f"family must be one of {sorted(FAMILY_DSP)}, not {family!r}")
+        params = {**params, **FAMILY_DSP[family]}
     if kind not in COMPONENTS:
         raise ValueError(f"kind must be one of {sorted(COMPONENTS)}, not {kind!r}")
     if kind == "array":
-        params = {k: v for k, v in params.items() if k in ("rows", "cols")}
+        params = {k: v for k, v in params.items()
+                  if k in ("rows", "cols", "packing", "primitive")}
     return COMPONENTS[kind](**params)
 
 

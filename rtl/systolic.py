@@ -1,10 +1,19 @@
 """Output-stationary systolic int8 GEMM array with exact int32 accumulation."""
 
-from amaranth import Array, Module, Mux, Signal, signed
+from amaranth import Array, Cat, Module, Mux, Signal, signed
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-__all__ = ["ProcessingElement", "SystolicArray", "array_input_layout", "array_output_layout"]
+from .dsp import SHIFT, PackedMac
+
+__all__ = ["ProcessingElement", "PackedPair", "SystolicArray", "array_input_layout",
+           "array_output_layout", "unpack_pair"]
+
+#: Width of the low-field wrap count: w_lo * 2**18 is needed modulo 2**32.
+LO_WRAP_BITS = 32 - SHIFT
+
+#: What a :class:`PackedPair` captures at the end of a tile.
+PAIR_RESULT = data.StructLayout({"p": signed(48), "w_lo": LO_WRAP_BITS, "w_top": 2})
 
 
 def array_input_layout(rows: int, cols: int) -> data.StructLayout:
@@ -82,15 +91,121 @@ class ProcessingElement(wiring.Component):
         return m
 
 
+class PackedPair(wiring.Component):
+    """Two vertically adjacent MAC cells in one DSP48E2 (:class:`rtl.dsp.PackedMac`).
+
+    Rows ``2q`` (``hi``) and ``2q + 1`` (``lo``) of a column share the operand ``b``. The slice
+    holds ``P = S_hi * 2**18 + S_lo`` in 48 bits, which alone cannot tell the two sums apart once
+    ``|S_lo|`` reaches ``2**17`` (eight steps at worst). The fabric therefore counts, each
+    cycle, how often the low 18-bit field and the whole 48-bit ``P`` wrapped: a sum moves by at
+    most ``2**14`` (resp. ``2**32``) a step, so a wrap shows as the field's top two bits going
+    ``01 -> 10`` (up) or ``10 -> 01`` (down). With the counts captured beside ``P``,
+    :func:`unpack_pair` recovers both int32 sums exactly for any ``K <= MAX_K``.
+
+    Members
+    -------
+    hi_i, lo_i, first_i, last_i, b_i : In
+    hi_o, lo_o, first_o, last_o, b_o : Out
+        Operands and flags, passed on one cycle later as in :class:`ProcessingElement`.
+    result : Out(pair_result_layout)
+        The captured ``P`` and wrap counts; valid 6 cycles after ``last_i``.
+    """
+
+    hi_i: In(signed(8))
+    lo_i: In(signed(8))
+    b_i: In(signed(8))
+    first_i: In(1)
+    last_i: In(1)
+    hi_o: Out(signed(8))
+    lo_o: Out(signed(8))
+    b_o: Out(signed(8))
+    first_o: Out(1)
+    last_o: Out(1)
+    result: Out(PAIR_RESULT)
+
+    def __init__(self, *, primitive: bool = False):
+        self.primitive = primitive
+        super().__init__()
+
+    def elaborate(self, platform):
+        m = Module()
+        hi = Signal(signed(8), reset_less=True)
+        lo = Signal(signed(8), reset_less=True)
+        b = Signal(signed(8), reset_less=True)
+        m.d.sync += [hi.eq(self.hi_i), lo.eq(self.lo_i), b.eq(self.b_i),
+                     self.first_o.eq(self.first_i), self.last_o.eq(self.last_i)]
+        m.d.comb += [self.hi_o.eq(hi), self.lo_o.eq(lo), self.b_o.eq(b)]
+
+        m.submodules.mac = mac = PackedMac(primitive=self.primitive)
+        m.d.comb += [mac.hi.eq(hi), mac.lo.eq(lo), mac.b.eq(b)]
+
+        def delay(sig, n):
+            for _ in range(n):
+                r = Signal()
+                m.d.sync += r.eq(sig)
+                sig = r
+            return sig
+
+        m.d.comb += mac.clear.eq(delay(self.first_o, PackedMac.CLEAR_DELAY))
+        loaded = delay(self.first_o, PackedMac.LATENCY)   # P this cycle was a load
+        final = delay(self.last_o, PackedMac.LATENCY)     # P this cycle is the tile's sum
+
+        p = mac.p
+        low_prev = Signal(2, reset_less=True)
+        top_prev = Signal(2, reset_less=True)
+        m.d.sync += [low_prev.eq(p[SHIFT - 2:SHIFT]), top_prev.eq(p[46:48])]
+
+        def wraps(prev, now):
+            return Mux((prev == 0b01) & (now == 0b10), 1,
+                       Mux((prev == 0b10) & (now == 0b01), -1, 0))
+
+        w_lo = Signal(LO_WRAP_BITS, reset_less=True)
+        w_top = Signal(2, reset_less=True)
+        w_lo_next = Signal.like(w_lo)
+        w_top_next = Signal.like(w_top)
+        m.d.comb += [
+            w_lo_next.eq(Mux(loaded, 0, w_lo + wraps(low_prev, p[SHIFT - 2:SHIFT]))),
+            w_top_next.eq(Mux(loaded, 0, w_top + wraps(top_prev, p[46:48]))),
+        ]
+        m.d.sync += [w_lo.eq(w_lo_next), w_top.eq(w_top_next)]
+        result = Signal(PAIR_RESULT, reset_less=True)
+        with m.If(final):
+            m.d.sync += [result.p.eq(p), result.w_lo.eq(w_lo_next),
+                         result.w_top.eq(w_top_next)]
+        m.d.comb += self.result.eq(result)
+        return m
+
+
+def unpack_pair(m, result):
+    """Combinational logic: the two int32 sums ``(S_hi, S_lo)`` from a captured pair result.
+
+    ``S_lo = sext(P[17:0]) + w_lo * 2**18`` and ``S_hi = (P + w_top * 2**48 - S_lo) / 2**18``,
+    both modulo ``2**32`` (exact, since both sums fit in int32).
+    """
+    p = result.p
+    s_lo = Signal(signed(32))
+    s_hi = Signal(signed(32))
+    upper = Signal(LO_WRAP_BITS)
+    m.d.comb += [
+        upper.eq(result.w_lo - p[SHIFT - 1]),
+        s_lo.eq(Cat(p[:SHIFT], upper)),
+    ]
+    wide = Signal(50)
+    m.d.comb += [
+        wide.eq(Cat(p, p[47], p[47]) + (result.w_top << 48) - s_lo),
+        s_hi.eq(wide[SHIFT:SHIFT + 32]),
+    ]
+    return s_hi, s_lo
+
+
 class SystolicArray(wiring.Component):
     """``rows`` x ``cols`` output-stationary systolic array of int8 MACs.
 
     Each cycle the array takes one reduction step of a tile GEMM ``C += op(A)[:, k] op(B)[k, :]``
     (a column of ``rows`` int8 values and a row of ``cols`` int8 values). Inputs are skewed
-    internally (row ``i`` is delayed ``i`` cycles, column ``j`` by ``j``) so PE ``(i, j)`` sees
-    step ``k`` at cycle ``k + i + j``. Every signal is registered between PEs, so no path is
-    longer than one PE, whatever the array size. A cycle without ``i_stream.valid`` is a bubble:
-    it adds zero.
+    internally so PE ``(i, j)`` sees step ``k`` at cycle ``k + i + j`` (``k + i // 2 + j`` when
+    packed). Every signal is registered between PEs, so no path is longer than one PE, whatever
+    the array size. A cycle without ``i_stream.valid`` is a bubble: it adds zero.
 
     A step with ``first`` clears the accumulators; a step with ``last`` ends the tile: the
     sums are captured and streamed out of :attr:`o_stream` one row per cycle, while the next
@@ -101,6 +216,13 @@ class SystolicArray(wiring.Component):
     ----------
     rows, cols : int
         Array shape (any >= 1, not necessarily square).
+    packing : 1 or 2
+        MACs per DSP slice. 1: one :class:`ProcessingElement` per MAC (Yosys packs it into a
+        DSP48E1 with the accumulator). 2: rows are paired into :class:`PackedPair` cells, two
+        MACs per DSP48E2 (UltraScale+); an odd last row is paired with zeros.
+    primitive : bool
+        With ``packing=2``, instantiate Xilinx ``DSP48E2`` primitives (for synthesis) instead
+        of their behavioural model (for simulation).
 
     Members
     -------
@@ -110,15 +232,20 @@ class SystolicArray(wiring.Component):
     Latency and throughput
     ----------------------
     One MAC per PE per cycle in steady state. Row 0 of a tile leaves :attr:`o_stream`
-    :attr:`latency` = ``rows + cols + 3`` cycles after the step with ``last`` was accepted; row
-    ``r`` follows ``r`` cycles later.
+    :attr:`latency` cycles after the step with ``last`` was accepted (``rows + cols + 3``;
+    ``ceil(rows / 2) + cols + 7`` packed); row ``r`` follows ``r`` cycles later.
     """
 
-    def __init__(self, rows: int, cols: int):
+    def __init__(self, rows: int, cols: int, *, packing: int = 1, primitive: bool = False):
         for name, v in (("rows", rows), ("cols", cols)):
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
                 raise ValueError(f"{name} must be a positive integer, not {v!r}")
+        if packing not in (1, 2):
+            raise ValueError(f"packing must be 1 or 2, not {packing!r}")
+        if primitive and packing != 2:
+            raise ValueError("primitive=True needs packing=2 (DSP48E2 instances)")
         self.rows, self.cols = rows, cols
+        self.packing, self.primitive = packing, bool(primitive)
         super().__init__({
             "i_stream": In(stream.Signature(array_input_layout(rows, cols), always_ready=True)),
             "o_stream": Out(stream.Signature(array_output_layout(rows, cols),
@@ -126,17 +253,28 @@ class SystolicArray(wiring.Component):
         })
 
     @property
+    def pair_rows(self) -> int:
+        return -(-self.rows // 2)
+
+    @property
     def latency(self) -> int:
         """Cycles from accepting a ``last`` step to row 0 of the tile on :attr:`o_stream`."""
+        if self.packing == 2:
+            return self.pair_rows + self.cols + 7
         return self.rows + self.cols + 3
 
     @property
     def min_emit_interval(self) -> int:
         """Least number of cycles between two steps with ``last``.
 
-        Row ``r`` of the result registers is read ``rows + cols + 2 + r`` cycles after its
-        ``last`` step and overwritten ``3 + r + j`` cycles after the next one.
+        Unpacked, row ``r`` of the result registers is read ``rows + cols + 2 + r`` cycles
+        after its ``last`` step and overwritten ``3 + r + j`` cycles after the next one. Packed,
+        pair ``q`` is read ``Q + cols + 4 + 2q`` cycles after and overwritten ``6 + q + j``
+        cycles after the next (``Q = ceil(rows / 2)``), and a read-out takes ``2Q`` cycles.
         """
+        if self.packing == 2:
+            q = self.pair_rows
+            return max(2 * q, 2 * q + self.cols - 2)
         return self.rows + self.cols - 1
 
     def elaborate(self, platform):
@@ -145,7 +283,6 @@ class SystolicArray(wiring.Component):
         inp = self.i_stream.payload
         valid = self.i_stream.valid
 
-        # Skew the inputs: row i (and its flags) waits i cycles, column j waits j cycles.
         def delayed(sig, n, name):
             for s in range(n):
                 r = Signal.like(sig, name=f"{name}_skew{s}")
@@ -153,45 +290,108 @@ class SystolicArray(wiring.Component):
                 sig = r
             return sig
 
-        a_edge = [delayed(Mux(valid, inp.a[i], 0), i, f"a{i}") for i in range(R)]
-        first_edge = [delayed(valid & inp.first, i, f"first{i}") for i in range(R)]
-        last_edge = [delayed(valid & inp.last, i, f"last{i}") for i in range(R)]
+        # Skew the inputs: a row of cells (and its flags) waits its index, column j waits j.
+        n_rows = R if self.packing == 1 else self.pair_rows
+        a_in = [Mux(valid, inp.a[i], 0) for i in range(R)]
         b_edge = [delayed(Mux(valid, inp.b[j], 0), j, f"b{j}") for j in range(C)]
+        first_edge = [delayed(valid & inp.first, i, f"first{i}") for i in range(n_rows)]
+        last_edge = [delayed(valid & inp.last, i, f"last{i}") for i in range(n_rows)]
+        out = self.o_stream.payload
 
-        pes = [[ProcessingElement() for _ in range(C)] for _ in range(R)]
-        for i in range(R):
+        if self.packing == 1:
+            a_edge = [delayed(a_in[i], i, f"a{i}") for i in range(R)]
+            cells = [[ProcessingElement() for _ in range(C)] for _ in range(R)]
+            rows_of = [{"a": a_edge[i]} for i in range(R)]
+            ports = [("a", "a_i", "a_o")]
+        else:
+            hi_edge = [delayed(a_in[2 * q], q, f"hi{q}") for q in range(n_rows)]
+            lo_edge = [delayed(a_in[2 * q + 1] if 2 * q + 1 < R else 0, q, f"lo{q}")
+                       for q in range(n_rows)]
+            cells = [[PackedPair(primitive=self.primitive) for _ in range(C)]
+                     for _ in range(n_rows)]
+            rows_of = [{"hi": hi_edge[q], "lo": lo_edge[q]} for q in range(n_rows)]
+            ports = [("hi", "hi_i", "hi_o"), ("lo", "lo_i", "lo_o")]
+        ports += [("first", "first_i", "first_o"), ("last", "last_i", "last_o")]
+        for i in range(n_rows):
+            rows_of[i].update(first=first_edge[i], last=last_edge[i])
             for j in range(C):
-                pe = pes[i][j]
-                m.submodules[f"pe_{i}_{j}"] = pe
-                if j == 0:
-                    m.d.comb += [pe.a_i.eq(a_edge[i]), pe.first_i.eq(first_edge[i]),
-                                 pe.last_i.eq(last_edge[i])]
-                else:
-                    left = pes[i][j - 1]
-                    m.d.comb += [pe.a_i.eq(left.a_o), pe.first_i.eq(left.first_o),
-                                 pe.last_i.eq(left.last_o)]
-                m.d.comb += pe.b_i.eq(b_edge[j] if i == 0 else pes[i - 1][j].b_o)
+                cell = cells[i][j]
+                m.submodules[f"pe_{i}_{j}"] = cell
+                for key, port_i, port_o in ports:
+                    src = rows_of[i][key] if j == 0 else getattr(cells[i][j - 1], port_o)
+                    m.d.comb += getattr(cell, port_i).eq(src)
+                m.d.comb += cell.b_i.eq(b_edge[j] if i == 0 else cells[i - 1][j].b_o)
 
-        # Read-out: once PE (R-1, C-1) has captured, read one row per cycle for R cycles.
-        start = delayed(valid & inp.last, R + C + 2, "readout")
-        row = Signal(range(R))
+        if self.packing == 1:
+            # Once cell (R-1, C-1) has captured, read one row per cycle for R cycles.
+            start = delayed(valid & inp.last, R + C + 2, "readout")
+            row = Signal(range(R))
+            reading = Signal()
+            with m.If(start):
+                if R > 1:
+                    m.d.sync += [reading.eq(1), row.eq(1)]
+            with m.Elif(reading):
+                m.d.sync += row.eq(row + 1)
+                with m.If(row == R - 1):
+                    m.d.sync += reading.eq(0)
+            sel = Signal(range(R))
+            m.d.comb += sel.eq(Mux(start, 0, row))
+            m.d.sync += [
+                self.o_stream.valid.eq(start | reading),
+                out.row.eq(sel),
+                out.last.eq(sel == R - 1),
+            ]
+            for j in range(C):
+                column = Array(cells[i][j].result for i in range(R))
+                m.d.sync += out.data[j].eq(column[sel])
+            return m
+
+        # Packed: read pair q on cycle 2q after the last pair captured (stage A), unpack it
+        # (stage B), then send its high row and, the cycle after, its low row (stage C).
+        Q = n_rows
+        start = delayed(valid & inp.last, Q + C + 4, "readout")
+        slot = Signal(range(2 * Q))          # read-out cycle within the tile
         reading = Signal()
         with m.If(start):
-            if R > 1:
-                m.d.sync += [reading.eq(1), row.eq(1)]
+            m.d.sync += [reading.eq(2 * Q > 1), slot.eq(1)]
         with m.Elif(reading):
-            m.d.sync += row.eq(row + 1)
-            with m.If(row == R - 1):
+            m.d.sync += slot.eq(slot + 1)
+            with m.If(slot == 2 * Q - 1):
                 m.d.sync += reading.eq(0)
-        sel = Signal(range(R))
-        m.d.comb += sel.eq(Mux(start, 0, row))
-        out = self.o_stream.payload
-        m.d.sync += [
-            self.o_stream.valid.eq(start | reading),
-            out.row.eq(sel),
-            out.last.eq(sel == R - 1),
-        ]
+        cur = Signal(range(2 * Q))
+        m.d.comb += cur.eq(Mux(start, 0, slot))
+        a_valid = Signal()
+        a_pair = Signal(range(Q))
+        b_valid = Signal()
+        b_pair = Signal(range(Q))
+        m.d.sync += [a_valid.eq((start | reading) & ~cur[0]), a_pair.eq(cur >> 1),
+                     b_valid.eq(a_valid), b_pair.eq(a_pair)]
+        picked = [Signal(PAIR_RESULT, name=f"picked{j}", reset_less=True) for j in range(C)]
+        high = [Signal(signed(32), name=f"high{j}", reset_less=True) for j in range(C)]
+        low = [Signal(signed(32), name=f"low{j}", reset_less=True) for j in range(C)]
         for j in range(C):
-            column = Array(pes[i][j].result for i in range(R))
-            m.d.sync += out.data[j].eq(column[sel])
+            column = Array(cells[q][j].result for q in range(Q))
+            with m.If(~cur[0]):   # sample each pair once, on its even slot
+                m.d.sync += picked[j].eq(column[cur >> 1])
+            s_hi, s_lo = unpack_pair(m, picked[j])
+            m.d.sync += [high[j].eq(s_hi), low[j].eq(s_lo)]
+        low_pending = Signal()
+        low_row = Signal(range(R + 1))
+        m.d.sync += [self.o_stream.valid.eq(0), low_pending.eq(0)]
+        with m.If(b_valid):
+            m.d.sync += [
+                self.o_stream.valid.eq(1),
+                out.row.eq(b_pair * 2),
+                out.last.eq(b_pair * 2 == R - 1),
+                low_pending.eq(b_pair * 2 + 1 < R),
+                low_row.eq(b_pair * 2 + 1),
+            ]
+            m.d.sync += [out.data[j].eq(high[j]) for j in range(C)]
+        with m.Elif(low_pending):
+            m.d.sync += [
+                self.o_stream.valid.eq(1),
+                out.row.eq(low_row),
+                out.last.eq(low_row == R - 1),
+            ]
+            m.d.sync += [out.data[j].eq(low[j]) for j in range(C)]
         return m

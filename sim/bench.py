@@ -38,30 +38,41 @@ def resources(sizes, families, work_dir: Path) -> list[dict]:
     from rtl.export import generate_verilog
 
     rows_out = []
+    variants = {"xc7": [("xc7", {})],
+                "xcup": [("xcup", {"packing": 1, "primitive": False}), ("xcup", {})]}
     for rows, cols in sizes:
-        name = f"gemm_array_{rows}x{cols}"
-        verilog = generate_verilog("array", work_dir, name=name, fmt="il", rows=rows, cols=cols)
         for family in families:
-            t0 = time.monotonic()
-            res = synthesize(verilog, name, family)
-            macs = rows * cols
-            rows_out.append({
-                "component": "array", "rows": rows, "cols": cols, "family": family,
-                "macs": macs, "resources": res,
-                "per_mac": {k: round(res[k] / macs, 2) for k in ("LUT", "FF", "DSP", "CARRY")},
-                "seconds": round(time.monotonic() - t0, 1),
-            })
-            print(f"  synthesized {rows}x{cols} for {family} in {rows_out[-1]['seconds']} s",
-                  file=sys.stderr)
+            for target, override in variants[family]:
+                params = {"family": family} if not override else override
+                mapping = ("1 MAC/DSP48E1, inferred" if family == "xc7" else
+                           "1 MAC/DSP48E2, inferred" if override else
+                           "2 MACs/DSP48E2, instantiated")
+                name = f"gemm_array_{rows}x{cols}_{family}_{'p' if not override else 'i'}"
+                netlist = generate_verilog("array", work_dir, name=name, fmt="il",
+                                           rows=rows, cols=cols, **params)
+                t0 = time.monotonic()
+                res = synthesize(netlist, name, target)
+                macs = rows * cols
+                rows_out.append({
+                    "component": "array", "rows": rows, "cols": cols, "family": family,
+                    "mapping": mapping, "macs": macs, "resources": res,
+                    "per_mac": {k: round(res[k] / macs, 2)
+                                for k in ("LUT", "FF", "DSP", "CARRY")},
+                    "seconds": round(time.monotonic() - t0, 1),
+                })
+                print(f"  synthesized {rows}x{cols} for {family} ({mapping}) in "
+                      f"{rows_out[-1]['seconds']} s", file=sys.stderr)
     return rows_out
 
 
 def resources_table(results) -> str:
-    lines = ["| array | family | LUT | FF | DSP | CARRY | BRAM36 | LUT/MAC | FF/MAC | DSP/MAC |",
-             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    lines = ["| array | family | DSP mapping | LUT | FF | DSP | CARRY | BRAM36 | LUT/MAC | FF/MAC "
+             "| DSP/MAC |",
+             "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in results:
         res, pm = r["resources"], r["per_mac"]
-        lines.append(f"| {r['rows']}x{r['cols']} | {r['family']} | {res['LUT']} | {res['FF']} | "
+        lines.append(f"| {r['rows']}x{r['cols']} | {r['family']} | {r['mapping']} | "
+                     f"{res['LUT']} | {res['FF']} | "
                      f"{res['DSP']} | {res['CARRY']} | {res['BRAM36']:g} | {pm['LUT']} | "
                      f"{pm['FF']} | {pm['DSP']} |")
     return "\n".join(lines)

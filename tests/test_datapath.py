@@ -18,10 +18,10 @@ def command_payload(cmd, rows, cols):
             "row_exp": [int(x) for x in re], "col_exp": [int(x) for x in ce]}
 
 
-def simulate(rows, cols, commands, *, depth=None, seed=0, stall=0.3, extra_cmds=()):
+def simulate(rows, cols, commands, *, depth=None, seed=0, stall=0.3, extra_cmds=(), packing=1):
     """Drive the datapath with random stalls on every stream; return (tiles, cycles, steps)."""
     depth = depth or max(c.k for c in commands)
-    dut = GemmDatapath(rows, cols, depth=depth)
+    dut = GemmDatapath(rows, cols, depth=depth, packing=packing)
     rng = random.Random(seed)
     n_out = sum(rows for c in commands if c.emit)
     rows_out = []
@@ -89,15 +89,16 @@ def check(rows, cols, commands, **kw):
     return stats
 
 
-@pytest.mark.parametrize("rows,cols", [(1, 1), (2, 3), (4, 4), (8, 8), (16, 16)])
-def test_all_transposes(rows, cols):
+@pytest.mark.parametrize("rows,cols,packing", [(1, 1, 1), (2, 3, 1), (4, 4, 1), (8, 8, 1),
+                                                (16, 16, 1), (3, 2, 2), (8, 8, 2), (16, 16, 2)])
+def test_all_transposes(rows, cols, packing):
     # The three training GEMMs: forward (A, B), backward-data (A^T), weight-gradient (B^T),
     # plus A^T B^T; K = 1 and a K that is not a multiple of the lane count.
     rng = np.random.default_rng(rows * 31 + cols)
     cmds = [random_command(rng, rows, cols, k, ta=ta, tb=tb, exp_range=(-4, 4))
             for k, ta, tb in [(5, False, False), (1, True, False), (7, False, True),
                               (rows + 2, True, True)]]
-    check(rows, cols, cmds)
+    check(rows, cols, cmds, packing=packing)
 
 
 def test_raw_output_extremes_and_accumulation():
@@ -147,7 +148,8 @@ def test_random(rows, cols, seed, data):
             clear=t == 0 or data.draw(st.booleans()),
             emit=t == n - 1 or data.draw(st.booleans()),
             raw=data.draw(st.booleans())))
-    check(rows, cols, cmds, seed=seed, stall=data.draw(st.sampled_from([0.0, 0.2, 0.5])))
+    check(rows, cols, cmds, seed=seed, stall=data.draw(st.sampled_from([0.0, 0.2, 0.5])),
+          packing=data.draw(st.sampled_from([1, 2])))
 
 
 def test_bad_parameters():

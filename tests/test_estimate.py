@@ -28,6 +28,14 @@ def test_small_array_on_xc7_accumulates_in_dsps(tmp_path):
     assert res["LUT"] / 6 <= 30
 
 
+def test_small_packed_array_on_xcup_uses_half_a_dsp_per_mac(tmp_path):
+    # rows 3 -> pairs (0, 1) and (2, zero): 2 DSP48E2 per column.
+    netlist = generate_verilog("array", tmp_path, name="arr", fmt="il", rows=3, cols=2,
+                               family="xcup")
+    res = synthesize(netlist, "arr", "xcup")
+    assert res["DSP"] == 4
+
+
 def test_synthesize_rejects_unknown_family(tmp_path):
     with pytest.raises(ValueError, match="family"):
         synthesize(tmp_path / "x.il", "x", "ice40")
@@ -42,9 +50,11 @@ def test_build_generates_verilog(tmp_path):
     proc = run_build("--rows", "2", "--cols", "3", "--depth", "16", "--synth", "none",
                      "--out", str(tmp_path))
     assert proc.returncode == 0, proc.stderr
-    text = (tmp_path / "gemm_datapath.v").read_text()
-    assert "module gemm_datapath(" in text
-    assert "module gemm_array(" in (tmp_path / "gemm_array.v").read_text()
+    for family in ("xc7", "xcup"):
+        text = (tmp_path / f"gemm_datapath_{family}.v").read_text()
+        assert f"module gemm_datapath_{family}(" in text
+        assert ("DSP48E2 " in text) == (family == "xcup")
+        assert f"module gemm_array_{family}(" in (tmp_path / f"gemm_array_{family}.v").read_text()
 
 
 @pytest.mark.parametrize("args,message", [

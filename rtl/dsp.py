@@ -1,0 +1,126 @@
+"""The DSP48E2 subset used to pack two int8 MACs into one UltraScale+ DSP slice.
+
+:class:`PackedMac` computes, one step per cycle,
+
+    P <- (clear ? 0 : P) + (hi * 2**18 + lo) * b          (48-bit, wrapping)
+
+for int8 ``hi``, ``lo`` and ``b``: two products sharing the operand ``b``, the low one in
+``P[17:0]`` and the high one above it, as in Xilinx WP486. The pre-adder forms
+``hi * 2**18 + lo`` (27 bits), the 27x18 multiplier the packed product, and the post-adder
+accumulates with the clear done by the Z multiplexer (OPMODE), so nothing but the slice is
+used. Separating the two sums again, for any number of steps, is
+:class:`rtl.systolic.PackedPair`'s job.
+
+With ``primitive=True`` the component instantiates a ``DSP48E2`` (for UltraScale+
+synthesis); otherwise it is a cycle-accurate model of the same configuration, which is what
+the simulators run. The model follows UG579 for the configuration below; the instance itself
+can only be simulated with Xilinx's UNISIM library, which is not available here.
+
+Configuration: ``AREG=1, DREG=1, ADREG=1, BREG=2, MREG=1, PREG=1, OPMODEREG=1``,
+``AMULTSEL="AD"``, ``INMODE=0b00100`` (``AD = D + A2``), ``ALUMODE=0``, ``OPMODE =
+0b00_010_01_01`` (accumulate) or ``0b00_000_01_01`` (load).
+
+Latency: ``P`` reflects a step 4 cycles after its operands are presented; ``clear`` is
+presented 2 cycles after them (it goes to the registered OPMODE).
+"""
+
+from amaranth import ClockSignal, Const, Instance, Module, Mux, Signal, signed
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out
+
+__all__ = ["PackedMac", "SHIFT", "OPMODE_ACCUMULATE", "OPMODE_LOAD"]
+
+#: Position of the high product in ``P``.
+SHIFT = 18
+#: W=0, Z=P, Y=M, X=M: P + M.
+OPMODE_ACCUMULATE = 0b00_010_01_01
+#: W=0, Z=0, Y=M, X=M: M.
+OPMODE_LOAD = 0b00_000_01_01
+
+
+class PackedMac(wiring.Component):
+    """Two int8 multiply-accumulates sharing one operand, in one DSP48E2 (see module doc).
+
+    Parameters
+    ----------
+    primitive : bool
+        Instantiate the Xilinx ``DSP48E2`` primitive instead of the behavioural model.
+
+    Members
+    -------
+    hi, lo, b : In(signed(8))
+        Operands of one step.
+    clear : In(1)
+        Load instead of accumulate; presented 2 cycles after the step's operands.
+    p : Out(signed(48))
+        The accumulator, 4 cycles after the step's operands.
+    """
+
+    hi: In(signed(8))
+    lo: In(signed(8))
+    b: In(signed(8))
+    clear: In(1)
+    p: Out(signed(48))
+
+    LATENCY = 4
+    CLEAR_DELAY = 2
+
+    def __init__(self, *, primitive: bool = False):
+        self.primitive = bool(primitive)
+        super().__init__()
+
+    def elaborate(self, platform):
+        m = Module()
+        a_port = Signal(signed(30))
+        d_port = Signal(signed(27))
+        b_port = Signal(signed(18))
+        opmode = Signal(9)
+        m.d.comb += [
+            a_port.eq(self.hi << SHIFT),
+            d_port.eq(self.lo),
+            b_port.eq(self.b),
+            opmode.eq(Mux(self.clear, OPMODE_LOAD, OPMODE_ACCUMULATE)),
+        ]
+        if self.primitive:
+            m.submodules.dsp = Instance(
+                "DSP48E2",
+                p_AMULTSEL="AD", p_BMULTSEL="B", p_PREADDINSEL="A", p_USE_MULT="MULTIPLY",
+                p_USE_SIMD="ONE48", p_A_INPUT="DIRECT", p_B_INPUT="DIRECT",
+                p_AREG=1, p_ACASCREG=1, p_BREG=2, p_BCASCREG=2, p_DREG=1, p_ADREG=1,
+                p_MREG=1, p_PREG=1, p_CREG=0, p_OPMODEREG=1, p_ALUMODEREG=0,
+                p_INMODEREG=0, p_CARRYINREG=0, p_CARRYINSELREG=0,
+                i_CLK=ClockSignal("sync"), i_A=a_port, i_B=b_port, i_D=d_port,
+                i_C=Const(0, 48), i_INMODE=Const(0b00100, 5), i_OPMODE=opmode,
+                i_ALUMODE=Const(0, 4), i_CARRYIN=0, i_CARRYINSEL=Const(0, 3),
+                i_CEA1=0, i_CEA2=1, i_CEB1=1, i_CEB2=1, i_CED=1, i_CEAD=1, i_CEM=1, i_CEP=1,
+                i_CEC=0, i_CECTRL=1, i_CEINMODE=0, i_CEALUMODE=0, i_CECARRYIN=0,
+                i_RSTA=0, i_RSTB=0, i_RSTC=0, i_RSTD=0, i_RSTM=0, i_RSTP=0, i_RSTCTRL=0,
+                i_RSTINMODE=0, i_RSTALUMODE=0, i_RSTALLCARRYIN=0,
+                i_ACIN=Const(0, 30), i_BCIN=Const(0, 18), i_PCIN=Const(0, 48),
+                i_CARRYCASCIN=0, i_MULTSIGNIN=0,
+                o_P=self.p,
+            )
+            return m
+
+        # Behavioural model of the configuration above. Data registers have no reset, like
+        # the slice's (RST* tied low).
+        a2 = Signal(signed(30), reset_less=True)
+        d = Signal(signed(27), reset_less=True)
+        b1 = Signal(signed(18), reset_less=True)
+        b2 = Signal(signed(18), reset_less=True)
+        ad = Signal(signed(27), reset_less=True)
+        mreg = Signal(signed(45), reset_less=True)
+        opmode_r = Signal(9, reset_less=True)
+        preg = Signal(signed(48), reset_less=True)
+        z = Mux(opmode_r[4:7] == 0b010, preg, 0)
+        m.d.sync += [
+            a2.eq(a_port), d.eq(d_port), b1.eq(b_port),
+            b2.eq(b1), ad.eq(a2[:27].as_signed() + d),
+            mreg.eq(ad * b2),
+            opmode_r.eq(opmode),
+            preg.eq(z + mreg),
+        ]
+        m.d.comb += self.p.eq(preg)
+        return m
+
+
