@@ -27,7 +27,7 @@ COMPONENTS = {
 
 #: How each device family maps MACs onto DSP slices.
 FAMILY_DSP = {
-    "xc7": {"packing": 1, "primitive": False},
+    "xc7": {"packing": 1, "primitive": True},
     "xcup": {"packing": 2, "primitive": True},
 }
 

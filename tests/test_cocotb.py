@@ -6,22 +6,27 @@ from pathlib import Path
 import pytest
 
 from rtl.export import generate_verilog
-from sim.cocotb_runner import available, run_cocotb
+from sim.cocotb_runner import available, run_cocotb, xilinx_cell_models
 
 ROOT = Path(__file__).resolve().parent.parent
 BUILD = ROOT / "build" / "cocotb"
 
 
 @pytest.mark.parametrize("simulator", ["icarus", "verilator"])
-@pytest.mark.parametrize("rows,cols,depth,seed,packing", [
-    (4, 4, 12, 1, 1), (2, 3, 7, 2, 1), (8, 8, 20, 3, 1), (5, 4, 12, 4, 2)])
-def test_datapath(simulator, rows, cols, depth, seed, packing):
-    # packing=2 simulates the two-MACs-per-DSP48E2 array with the slice's behavioural model.
+@pytest.mark.parametrize("rows,cols,depth,seed,packing,primitive", [
+    (4, 4, 12, 1, 1, False), (2, 3, 7, 2, 1, False), (8, 8, 20, 3, 1, False),
+    (5, 4, 12, 4, 2, False), (6, 3, 10, 5, 1, True)])
+def test_datapath(simulator, rows, cols, depth, seed, packing, primitive):
+    # packing=2 simulates the two-MACs-per-DSP48E2 array with the slice's behavioural model;
+    # primitive=True simulates the xc7 build netlist (LUT6/MUXF7/MUXF8 read-out multiplexers)
+    # with Yosys' models of those primitives.
     if not available(simulator):
         pytest.fail(f"{simulator} is not installed: run scripts/bootstrap.sh")
-    name = f"gemm_datapath_{rows}x{cols}_d{depth}_p{packing}"
-    verilog = generate_verilog("datapath", BUILD / "rtl", name=name,
-                               rows=rows, cols=cols, depth=depth, packing=packing)
+    name = f"gemm_datapath_{rows}x{cols}_d{depth}_p{packing}{'x' if primitive else ''}"
+    verilog = generate_verilog("datapath", BUILD / "rtl", name=name, rows=rows, cols=cols,
+                               depth=depth, packing=packing, primitive=primitive)
+    if primitive:
+        verilog = [verilog, xilinx_cell_models()]
     env = {"DP_ROWS": str(rows), "DP_COLS": str(cols), "DP_DEPTH": str(depth),
            "DP_SEED": str(seed), "DP_TILES": "6", "DP_STALL": "0.3",
            "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}

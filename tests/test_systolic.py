@@ -165,5 +165,3 @@ def test_bad_shape():
         SystolicArray(4, True)
     with pytest.raises(ValueError, match="packing"):
         SystolicArray(4, 4, packing=3)
-    with pytest.raises(ValueError, match="primitive"):
-        SystolicArray(4, 4, primitive=True)

@@ -1,0 +1,79 @@
+"""Wide multiplexers built from Xilinx LUT6 / MUXF7 / MUXF8 primitives.
+
+A LUT6 is a 4:1 multiplexer (four data inputs, two select inputs) and a slice's MUXF7 and
+MUXF8 combine two and four of them, so a 16:1 multiplexer costs 4 LUTs per bit. Vivado finds
+this mapping by itself; Yosys' ABC mapping of the same RTL spends about twice as many LUTs, so
+the read-out multiplexers of the systolic array, the largest LUT consumer, are instantiated
+directly when the array is built for Xilinx (``primitive=True``). The simulators run the
+plain-RTL version (``primitive=False``); the primitive netlist is checked against it with
+Icarus and Yosys' simulation models of LUT6/MUXF7/MUXF8 (``tests/test_xilinx.py``).
+"""
+
+from amaranth import Array, Const, Instance, Module, Signal, Value
+
+__all__ = ["LUT6_MUX4_INIT", "select"]
+
+
+def _mux4_init() -> int:
+    init = 0
+    for index in range(64):
+        data = [(index >> b) & 1 for b in range(4)]      # I0..I3
+        sel = (index >> 4) & 3                            # I4 (LSB), I5
+        init |= data[sel] << index
+    return init
+
+
+#: LUT6 contents for ``O = (I0, I1, I2, I3)[I5:I4]``.
+LUT6_MUX4_INIT = _mux4_init()
+
+
+def select(m: Module, inputs, sel, *, primitive: bool, name: str) -> Signal:
+    """``inputs[sel]`` as a new signal, from primitives when ``primitive``.
+
+    ``inputs`` are values of one width; ``sel`` an unsigned value wide enough to index them.
+    Beyond 16 inputs, the 16:1 primitive groups are combined by an ordinary multiplexer.
+    """
+    inputs = [Value.cast(v) for v in inputs]
+    width = len(inputs[0])
+    out = Signal(width, name=name)
+    if not primitive or len(inputs) == 1:
+        m.d.comb += out.eq(Array(inputs)[sel])
+        return out
+    sel = Value.cast(sel)
+    n = len(inputs)
+    size = 4 if n <= 4 else 8 if n <= 8 else 16       # inputs per primitive group
+    n_groups = -(-n // size)
+    padded = inputs + [Const(0, width)] * (size * n_groups - n)
+    sel_bits = [sel[b] if b < len(sel) else Const(0, 1) for b in range(4)]
+    group_outs = []
+    for g in range(n_groups):
+        group = Signal(width, name=f"{name}_g{g}")
+        group_outs.append(group)
+        for bit in range(width):
+            prefix = f"{name}_g{g}_b{bit}"
+            level = []
+            for q in range(size // 4):
+                o = Signal(name=f"{prefix}_lut{q}")
+                data = [padded[size * g + 4 * q + i][bit] for i in range(4)]
+                m.submodules[f"{prefix}_lut{q}"] = Instance(
+                    "LUT6", p_INIT=Const(LUT6_MUX4_INIT, 64),
+                    i_I0=data[0], i_I1=data[1], i_I2=data[2], i_I3=data[3],
+                    i_I4=sel_bits[0], i_I5=sel_bits[1], o_O=o)
+                level.append(o)
+            for prim, s_bit in (("MUXF7", sel_bits[2]), ("MUXF8", sel_bits[3])):
+                if len(level) == 1:
+                    break
+                nxt = []
+                for h in range(len(level) // 2):
+                    o = Signal(name=f"{prefix}_{prim.lower()}_{h}")
+                    m.submodules[f"{prefix}_{prim.lower()}_{h}"] = Instance(
+                        prim, i_I0=level[2 * h], i_I1=level[2 * h + 1], i_S=s_bit, o_O=o)
+                    nxt.append(o)
+                level = nxt
+            m.d.comb += group[bit].eq(level[0])
+    shift = size.bit_length() - 1
+    if n_groups == 1:
+        m.d.comb += out.eq(group_outs[0])
+    else:
+        m.d.comb += out.eq(Array(group_outs)[sel[shift:]])
+    return out
