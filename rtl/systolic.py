@@ -10,7 +10,7 @@ from .xilinx import select
 __all__ = ["ProcessingElement", "PackedPair", "SystolicArray", "array_input_layout",
            "array_output_layout", "unpack_pair"]
 
-#: Width of the low-field wrap count: w_lo * 2**18 is needed modulo 2**32.
+#: Width of ``w_lo = S_lo[31:18]``.
 LO_WRAP_BITS = 32 - SHIFT
 
 #: What a :class:`PackedPair` captures at the end of a tile.
@@ -97,11 +97,12 @@ class PackedPair(wiring.Component):
 
     Rows ``2q`` (``hi``) and ``2q + 1`` (``lo``) of a column share the operand ``b``. The slice
     holds ``P = S_hi * 2**18 + S_lo`` in 48 bits, which alone cannot tell the two sums apart once
-    ``|S_lo|`` reaches ``2**17`` (eight steps at worst). The fabric therefore counts, each
-    cycle, how often the low 18-bit field and the whole 48-bit ``P`` wrapped: a sum moves by at
-    most ``2**14`` (resp. ``2**32``) a step, so a wrap shows as the field's top two bits going
-    ``01 -> 10`` (up) or ``10 -> 01`` (down). With the counts captured beside ``P``,
-    :func:`unpack_pair` recovers both int32 sums exactly for any ``K <= MAX_K``.
+    ``|S_lo|`` reaches ``2**17`` (eight steps at worst). So the fabric keeps the bits the slice
+    lacks: ``w_lo = S_lo[31:18]`` and ``w_top = P_true[49:48]``. A sum moves by at most
+    ``2**14`` (resp. ``2**33``) a step, so it crosses a multiple of ``2**18`` (resp. ``2**48``)
+    exactly when the field's top two bits go ``11 -> 00`` (up, +1) or ``00 -> 11`` (down, -1);
+    a load counts as a move from zero. With both captured beside ``P``, :func:`unpack_pair`
+    recovers the two int32 sums exactly for any ``K <= MAX_K`` with one subtraction.
 
     Members
     -------
@@ -109,7 +110,7 @@ class PackedPair(wiring.Component):
     hi_o, lo_o, first_o, last_o, b_o : Out
         Operands and flags, passed on one cycle later as in :class:`ProcessingElement`.
     result : Out(PAIR_RESULT)
-        The captured ``P`` and wrap counts; valid 7 cycles after ``last_i``.
+        The captured ``P`` and high bits; valid 7 cycles after ``last_i``.
     """
 
     hi_i: In(signed(8))
@@ -156,19 +157,22 @@ class PackedPair(wiring.Component):
         top_prev = Signal(2, reset_less=True)
         m.d.sync += [low_prev.eq(p[SHIFT - 2:SHIFT]), top_prev.eq(p[46:48])]
 
-        def wraps(prev, now):
-            return Mux((prev == 0b01) & (now == 0b10), 1,
-                       Mux((prev == 0b10) & (now == 0b01), -1, 0))
+        def crossing(prev, now):
+            return Mux((prev == 0b11) & (now == 0b00), 1,
+                       Mux((prev == 0b00) & (now == 0b11), -1, 0))
 
-        # The wrap steps are registered before they are counted, so each counter bit is one
-        # LUT in front of the carry chain. A load (the loaded product cannot wrap) clears the
-        # step and the count through the flip-flops' synchronous resets, at the edge after
-        # the previous tile's count was captured. P is captured on the tile's last cycle, the
-        # count one cycle later.
+        # The crossings are registered before they are counted, so each counter bit is one
+        # LUT in front of the carry chain; a load resets the counts (a flip-flop reset pin)
+        # and counts as a move from zero. P is captured on the tile's last cycle, the counts,
+        # which lag by one cycle, on the next.
         d_lo = Signal(2, reset_less=True)
         d_top = Signal(2, reset_less=True)
         final_d = Signal()
-        m.d.sync += final_d.eq(final)
+        m.d.sync += [
+            d_lo.eq(crossing(Mux(loaded, 0, low_prev), p[SHIFT - 2:SHIFT])),
+            d_top.eq(crossing(Mux(loaded, 0, top_prev), p[46:48])),
+            final_d.eq(final),
+        ]
         w_lo = Signal(LO_WRAP_BITS, reset_less=True)
         w_top = Signal(2, reset_less=True)
         w_lo_step = Signal.like(w_lo)
@@ -176,11 +180,9 @@ class PackedPair(wiring.Component):
         m.d.comb += [w_lo_step.eq(w_lo + d_lo.as_signed()),
                      w_top_step.eq(w_top + d_top.as_signed())]
         with m.If(loaded):
-            m.d.sync += [d_lo.eq(0), d_top.eq(0), w_lo.eq(0), w_top.eq(0)]
+            m.d.sync += [w_lo.eq(0), w_top.eq(0)]
         with m.Else():
-            m.d.sync += [d_lo.eq(wraps(low_prev, p[SHIFT - 2:SHIFT])),
-                         d_top.eq(wraps(top_prev, p[46:48])),
-                         w_lo.eq(w_lo_step), w_top.eq(w_top_step)]
+            m.d.sync += [w_lo.eq(w_lo_step), w_top.eq(w_top_step)]
         result = Signal(PAIR_RESULT, reset_less=True)
         with m.If(final):
             m.d.sync += result.p.eq(p)
@@ -190,24 +192,25 @@ class PackedPair(wiring.Component):
         return m
 
 
-def unpack_pair(m, result):
-    """Combinational logic: the two int32 sums ``(S_hi, S_lo)`` from a captured pair result.
+def unpack_pair(m, result, low, *, name="unpack"):
+    """Combinational logic: one of the two int32 sums of a captured pair result.
 
-    ``S_lo = sext(P[17:0]) + w_lo * 2**18`` and ``S_hi = (P + w_top * 2**48 - S_lo) / 2**18``,
-    both modulo ``2**32`` (exact, since both sums fit in int32). ``S_lo`` keeps ``P[17:0]`` as
-    its low bits, so the division is exact bit-slicing: ``S_hi = sext(P[47:18]) +
-    w_top * 2**30 - (S_lo >> 18)``.
+    ``S_lo = {w_lo, P[17:0]}`` and, since ``P_true = S_hi * 2**18 + S_lo`` with ``P_true[49:0] =
+    {w_top, P}`` and the low 18 bits of both terms equal, ``S_hi = {w_top, P[47:18]} -
+    sext(w_lo)`` (all modulo ``2**32``; exact, since both sums fit in int32). Both go through
+    one subtractor whose operands ``low`` selects: the result is ``S_lo`` when ``low`` is set,
+    else ``S_hi``.
     """
     p = result.p
-    s_lo = Signal(signed(32))
-    s_hi = Signal(signed(32))
-    upper = Signal(LO_WRAP_BITS)         # S_lo[31:18]
+    x = Signal(32, name=f"{name}_x")
+    y = Signal(signed(32), name=f"{name}_y")
+    value = Signal(signed(32), name=name)
     m.d.comb += [
-        upper.eq(result.w_lo - p[SHIFT - 1]),
-        s_lo.eq(Cat(p[:SHIFT], upper)),
-        s_hi.eq(p[SHIFT:].as_signed() + (result.w_top << 30) - upper.as_signed()),
+        x.eq(Mux(low, Cat(p[:SHIFT], result.w_lo), Cat(p[SHIFT:], result.w_top))),
+        y.eq(Mux(low, 0, result.w_lo.as_signed())),
+        value.eq(x - y),
     ]
-    return s_hi, s_lo
+    return value
 
 
 class SystolicArray(wiring.Component):
@@ -246,7 +249,7 @@ class SystolicArray(wiring.Component):
     ----------------------
     One MAC per PE per cycle in steady state. Row 0 of a tile leaves :attr:`o_stream`
     :attr:`latency` cycles after the step with ``last`` was accepted (``rows + cols + 3``;
-    ``ceil(rows / 2) + cols + 8`` packed); row ``r`` follows ``r`` cycles later.
+    ``ceil(rows / 2) + cols + 7`` packed); row ``r`` follows ``r`` cycles later.
     """
 
     def __init__(self, rows: int, cols: int, *, packing: int = 1, primitive: bool = False):
@@ -271,7 +274,7 @@ class SystolicArray(wiring.Component):
     def latency(self) -> int:
         """Cycles from accepting a ``last`` step to row 0 of the tile on :attr:`o_stream`."""
         if self.packing == 2:
-            return self.pair_rows + self.cols + 8
+            return self.pair_rows + self.cols + 7
         return self.rows + self.cols + 3
 
     @property
@@ -358,8 +361,9 @@ class SystolicArray(wiring.Component):
                 m.d.sync += out.data[j].eq(picked)
             return m
 
-        # Packed: read pair q on cycle 2q after the last pair captured (stage A), unpack it
-        # (stage B), then send its high row and, the cycle after, its low row (stage C).
+        # Packed: read pair q on cycle 2q after the last pair captured (stage A); unpack its
+        # high row on the next cycle and its low row on the one after, with one subtractor
+        # per column (stage B, the output register).
         Q = n_rows
         start = delayed(valid & inp.last, Q + C + 5, "readout")
         slot = Signal(range(2 * Q))          # read-out cycle within the tile
@@ -372,39 +376,24 @@ class SystolicArray(wiring.Component):
                 m.d.sync += reading.eq(0)
         cur = Signal(range(2 * Q))
         m.d.comb += cur.eq(Mux(start, 0, slot))
-        a_valid = Signal()
-        a_pair = Signal(range(Q))
-        b_valid = Signal()
-        b_pair = Signal(range(Q))
-        m.d.sync += [a_valid.eq((start | reading) & ~cur[0]), a_pair.eq(cur >> 1),
-                     b_valid.eq(a_valid), b_pair.eq(a_pair)]
-        picked = [Signal(PAIR_RESULT, name=f"picked{j}", reset_less=True) for j in range(C)]
-        high = [Signal(signed(32), name=f"high{j}", reset_less=True) for j in range(C)]
-        low = [Signal(signed(32), name=f"low{j}", reset_less=True) for j in range(C)]
+        hi_phase = Signal()
+        lo_phase = Signal()
+        pair = Signal(range(Q))
+        with m.If((start | reading) & ~cur[0]):
+            m.d.sync += pair.eq(cur >> 1)
+        m.d.sync += [hi_phase.eq((start | reading) & ~cur[0]),
+                     lo_phase.eq(hi_phase & (pair * 2 + 1 < R))]
         for j in range(C):
             column = select(m, [cells[q][j].result for q in range(Q)], cur >> 1,
                             primitive=self.primitive, name=f"readout{j}")
+            picked = Signal(PAIR_RESULT, name=f"picked{j}", reset_less=True)
             with m.If(~cur[0]):   # sample each pair once, on its even slot
-                m.d.sync += picked[j].eq(column)
-            s_hi, s_lo = unpack_pair(m, picked[j])
-            m.d.sync += [high[j].eq(s_hi), low[j].eq(s_lo)]
-        low_pending = Signal()
-        low_row = Signal(range(R + 1))
-        m.d.sync += [self.o_stream.valid.eq(0), low_pending.eq(0)]
-        with m.If(b_valid):
-            m.d.sync += [
-                self.o_stream.valid.eq(1),
-                out.row.eq(b_pair * 2),
-                out.last.eq(b_pair * 2 == R - 1),
-                low_pending.eq(b_pair * 2 + 1 < R),
-                low_row.eq(b_pair * 2 + 1),
-            ]
-            m.d.sync += [out.data[j].eq(high[j]) for j in range(C)]
-        with m.Elif(low_pending):
-            m.d.sync += [
-                self.o_stream.valid.eq(1),
-                out.row.eq(low_row),
-                out.last.eq(low_row == R - 1),
-            ]
-            m.d.sync += [out.data[j].eq(low[j]) for j in range(C)]
+                m.d.sync += picked.eq(column)
+            m.d.sync += out.data[j].eq(unpack_pair(m, picked, lo_phase, name=f"unpack{j}"))
+        row = Mux(lo_phase, pair * 2 + 1, pair * 2)
+        m.d.sync += [
+            self.o_stream.valid.eq(hi_phase | lo_phase),
+            out.row.eq(row),
+            out.last.eq(row == R - 1),
+        ]
         return m
