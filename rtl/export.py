@@ -13,6 +13,7 @@ from amaranth.back.verilog import _convert_rtlil_text  # no public way to pass -
 from amaranth.hdl._ir import PortDirection
 from amaranth.lib.wiring import In
 
+from .csr import RegisterBlock
 from .datapath import GemmDatapath
 from .systolic import SystolicArray
 
@@ -22,6 +23,7 @@ __all__ = ["COMPONENTS", "FAMILY_DSP", "make", "generate_verilog", "to_verilog",
 COMPONENTS = {
     "datapath": GemmDatapath,
     "array": SystolicArray,
+    "csr": RegisterBlock,
 }
 
 
@@ -48,6 +50,8 @@ def make(kind: str, **params):
     if kind == "array":
         params = {k: v for k, v in params.items()
                   if k in ("rows", "cols", "packing", "primitive")}
+    if kind == "csr":
+        params = {k: v for k, v in params.items() if k == "addr_width"}
     return COMPONENTS[kind](**params)
 
 

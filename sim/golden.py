@@ -23,7 +23,8 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["MAX_K", "EXP_MIN", "EXP_MAX", "gemm", "rescale", "rescale_bits", "float32_bits"]
+__all__ = ["MAX_K", "EXP_MIN", "EXP_MAX", "gemm", "rescale", "rescale_bits", "float32_bits",
+           "exponent_vector"]
 
 #: Largest reduction length for which an int8 x int8 -> int32 dot product cannot overflow.
 MAX_K = (2**31 - 1) // (128 * 128)  # 131071
@@ -86,7 +87,12 @@ def gemm(a: np.ndarray, b: np.ndarray, transpose_a: bool = False,
     return (op_a.astype(np.int64) @ op_b.astype(np.int64)).astype(np.int32)
 
 
-def _exp_vector(name: str, e, length: int, axis: str) -> np.ndarray:
+def exponent_vector(name: str, e, length: int, axis: str) -> np.ndarray:
+    """``e`` (an int8 scalar or a length-``length`` int8 vector) as an int64 vector.
+
+    Raises ``TypeError`` / ``ValueError`` naming ``name``; ``axis`` ("row" or "column") is
+    used in the message.
+    """
     if isinstance(e, (bool, np.bool_)):
         raise TypeError(f"{name} must be an int8 scalar or vector, not a bool")
     if isinstance(e, (int, np.integer)):
@@ -135,8 +141,8 @@ def rescale(acc: np.ndarray, row_exp=0, col_exp=0) -> np.ndarray:
     if acc.ndim != 2:
         raise ValueError(f"acc must be a 2-D matrix, not an array of shape {acc.shape}")
     m, n = acc.shape
-    re = _exp_vector("row_exp", row_exp, m, "row")
-    ce = _exp_vector("col_exp", col_exp, n, "column")
+    re = exponent_vector("row_exp", row_exp, m, "row")
+    ce = exponent_vector("col_exp", col_exp, n, "column")
     with np.errstate(over="ignore"):
         return np.float32(np.float64(acc) * np.exp2(re[:, None] + ce[None, :]))
 

@@ -1,0 +1,242 @@
+"""The accelerator's register map, described once.
+
+Everything else is derived from :data:`REGISTERS`: the AXI4-Lite register block in
+:mod:`rtl.csr`, the driver's offsets and field helpers (this module, used by
+:class:`firmware.Device`), and the register table in the README
+(``python -m firmware.regmap`` prints it; a test keeps the README in sync).
+
+This module is plain Python on purpose: the board-side driver imports it without Amaranth.
+
+Access kinds
+------------
+``ro``   read-only, driven by the hardware.
+``rw``   read-write, holds what the host wrote.
+``w1p``  write-1-pulse: writing 1 to a bit makes a one-cycle pulse; reads as 0.
+``w1c``  write-1-clear: a bit set by the hardware stays set until the host writes 1 to it.
+
+Descriptors: the host writes one GEMM into the ``DESC_*`` registers and writes
+``CTRL.ENQUEUE``; the engine copies the staged descriptor into its queue (so the staging
+registers may be rewritten at once) and runs queued descriptors in order.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import IntEnum
+
+__all__ = ["Field", "Register", "REGISTERS", "ErrorCode", "MAGIC", "VERSION", "by_name",
+           "offset", "field_value", "pack", "markdown_table"]
+
+#: ``ID`` register contents: ASCII "BFP8".
+MAGIC = 0x42465038
+#: Register map version (major << 16 | minor): changes when the map does.
+VERSION = 0x0001_0000
+
+
+@dataclass(frozen=True)
+class Field:
+    name: str
+    lsb: int
+    width: int
+    doc: str
+
+    @property
+    def mask(self) -> int:
+        return ((1 << self.width) - 1) << self.lsb
+
+
+@dataclass(frozen=True)
+class Register:
+    name: str
+    offset: int
+    access: str
+    doc: str
+    fields: tuple[Field, ...] = field(default_factory=tuple)
+
+    def field(self, name: str) -> Field:
+        for f in self.fields:
+            if f.name == name:
+                return f
+        raise KeyError(f"register {self.name} has no field {name!r}")
+
+
+def _reg(name, offset, access, doc, *fields):
+    return Register(name, offset, access, doc, tuple(Field(*f) for f in fields))
+
+
+class ErrorCode(IntEnum):
+    """``STATUS.ERROR_CODE`` values: why the engine stopped."""
+
+    NONE = 0
+    ZERO_DIMENSION = 1       # M, N or K is zero
+    K_TOO_LARGE = 2          # K beyond the exact int32 accumulation limit
+    MISALIGNED = 3           # an address or stride is not a multiple of the bus width
+    OUT_OF_WINDOW = 4        # a transfer would leave [WINDOW_BASE, WINDOW_LIMIT)
+    BAD_STRIDE = 5           # a row stride shorter than the row
+    READ_ERROR = 6           # SLVERR/DECERR on a read
+    WRITE_ERROR = 7          # SLVERR/DECERR on a write
+    QUEUE_OVERFLOW = 8       # ENQUEUE while the queue was full
+
+    @property
+    def meaning(self) -> str:
+        return _ERROR_MEANINGS[self]
+
+
+_ERROR_MEANINGS = {
+    ErrorCode.NONE: "no error",
+    ErrorCode.ZERO_DIMENSION: "a dimension (M, N or K) is zero",
+    ErrorCode.K_TOO_LARGE: "K exceeds the exact int32 accumulation limit",
+    ErrorCode.MISALIGNED: "an address or row stride is not aligned to the bus width",
+    ErrorCode.OUT_OF_WINDOW: "an access would fall outside the programmed address window",
+    ErrorCode.BAD_STRIDE: "a row stride is shorter than the row it steps over",
+    ErrorCode.READ_ERROR: "the memory answered a read with SLVERR or DECERR",
+    ErrorCode.WRITE_ERROR: "the memory answered a write with SLVERR or DECERR",
+    ErrorCode.QUEUE_OVERFLOW: "a descriptor was enqueued while the queue was full",
+}
+
+
+def _addr(prefix, offset, what):
+    return [
+        _reg(f"{prefix}_LO", offset, "rw", f"{what}, bits 31..0 (byte address)"),
+        _reg(f"{prefix}_HI", offset + 4, "rw", f"{what}, bits 63..32"),
+    ]
+
+
+def _counter(prefix, offset, what):
+    return [
+        _reg(f"{prefix}_LO", offset, "ro", f"{what}, bits 31..0 (reading LO latches HI)"),
+        _reg(f"{prefix}_HI", offset + 4, "ro", f"{what}, bits 63..32 (as latched)"),
+    ]
+
+
+_IRQ_FIELDS = (("DONE", 0, 1, "a descriptor finished"),
+               ("ERROR", 1, 1, "the engine stopped on an error"))
+
+REGISTERS: tuple[Register, ...] = tuple([
+    _reg("ID", 0x000, "ro", "Identification: 0x42465038 (\"BFP8\")"),
+    _reg("VERSION", 0x004, "ro", "Register map version (major << 16 | minor)"),
+    _reg("CONFIG_ARRAY", 0x008, "ro", "Systolic array shape",
+         ("ROWS", 0, 16, "array rows"), ("COLS", 16, 16, "array columns")),
+    _reg("CONFIG_BUFFER", 0x00C, "ro", "On-chip buffers",
+         ("DEPTH", 0, 16, "largest K of one tile"),
+         ("QUEUE", 16, 8, "descriptor queue depth"),
+         ("PACKING", 24, 4, "MACs per DSP slice")),
+    _reg("CONFIG_BUS", 0x010, "ro", "Memory bus",
+         ("DATA_WIDTH", 0, 16, "AXI data width in bits"),
+         ("ADDR_WIDTH", 16, 8, "AXI address width in bits")),
+    _reg("CTRL", 0x020, "w1p", "Control pulses",
+         ("ENQUEUE", 0, 1, "copy the staged descriptor into the queue (starts the engine)"),
+         ("SOFT_RESET", 1, 1, "abort everything, drain the bus, return to idle"),
+         ("CLEAR_COUNTERS", 2, 1, "zero the performance counters")),
+    _reg("STATUS", 0x024, "ro", "Engine state",
+         ("BUSY", 0, 1, "a descriptor is running or queued"),
+         ("ERROR", 1, 1, "stopped on an error (cleared by SOFT_RESET)"),
+         ("QUEUE_FULL", 2, 1, "ENQUEUE would overflow"),
+         ("QUEUE_LEVEL", 8, 8, "descriptors queued, the running one included"),
+         ("ERROR_CODE", 16, 8, "an ErrorCode")),
+    _reg("IRQ_ENABLE", 0x028, "rw", "Interrupt enables", *_IRQ_FIELDS),
+    _reg("IRQ_STATUS", 0x02C, "w1c", "Interrupt causes (write 1 to clear)", *_IRQ_FIELDS),
+    _reg("DONE_COUNT", 0x030, "ro", "Descriptors finished since reset (wraps)"),
+    *_addr("WINDOW_BASE", 0x040, "Lowest address the DMA may touch"),
+    *_addr("WINDOW_LIMIT", 0x048, "One past the highest address the DMA may touch"),
+    *_counter("CYCLES", 0x060, "Clock cycles since the counters were cleared"),
+    *_counter("BUSY_CYCLES", 0x068, "Cycles with STATUS.BUSY set"),
+    *_counter("ACTIVE_CYCLES", 0x070, "Cycles the array did useful MACs"),
+    *_counter("STALL_CYCLES", 0x078, "Busy cycles the array waited for the DMA"),
+    *_counter("MACS", 0x080, "Useful multiply-accumulates"),
+    _reg("DESC_M", 0x100, "rw", "Rows of C (1..65535)", ("VALUE", 0, 16, "")),
+    _reg("DESC_N", 0x104, "rw", "Columns of C (1..65535)", ("VALUE", 0, 16, "")),
+    _reg("DESC_K", 0x108, "rw", "Reduction length (1..65535)", ("VALUE", 0, 16, "")),
+    _reg("DESC_FLAGS", 0x10C, "rw", "Descriptor options",
+         ("TRANSPOSE_A", 0, 1, "A is stored K x M"),
+         ("TRANSPOSE_B", 1, 1, "B is stored N x K"),
+         ("RAW", 2, 1, "write int32 sums instead of rescaled float32"),
+         ("ROW_EXP_VECTOR", 3, 1, "row exponents are an int8 vector at DESC_ROW_EXP_ADDR"),
+         ("COL_EXP_VECTOR", 4, 1, "column exponents are an int8 vector at DESC_COL_EXP_ADDR"),
+         ("ROW_EXP", 8, 8, "scalar row exponent (int8) when not ROW_EXP_VECTOR"),
+         ("COL_EXP", 16, 8, "scalar column exponent (int8) when not COL_EXP_VECTOR")),
+    *_addr("DESC_A_ADDR", 0x110, "Address of A"),
+    _reg("DESC_A_STRIDE", 0x118, "rw", "Bytes between rows of A as stored"),
+    *_addr("DESC_B_ADDR", 0x120, "Address of B"),
+    _reg("DESC_B_STRIDE", 0x128, "rw", "Bytes between rows of B as stored"),
+    *_addr("DESC_C_ADDR", 0x130, "Address of C"),
+    _reg("DESC_C_STRIDE", 0x138, "rw", "Bytes between rows of C"),
+    *_addr("DESC_ROW_EXP_ADDR", 0x140, "Address of the M row exponents (int8)"),
+    *_addr("DESC_COL_EXP_ADDR", 0x148, "Address of the N column exponents (int8)"),
+])
+
+_BY_NAME = {r.name: r for r in REGISTERS}
+
+#: Bytes of address space the register block decodes.
+SIZE = 0x200
+
+
+def by_name(name: str) -> Register:
+    try:
+        return _BY_NAME[name]
+    except KeyError:
+        raise KeyError(f"no register named {name!r}") from None
+
+
+def offset(name: str) -> int:
+    """Byte offset of register ``name``."""
+    return by_name(name).offset
+
+
+def field_value(register: str, name: str, word: int) -> int:
+    """Extract field ``name`` of ``register`` from a 32-bit ``word``."""
+    f = by_name(register).field(name)
+    return (word >> f.lsb) & ((1 << f.width) - 1)
+
+
+def pack(register: str, **fields: int) -> int:
+    """A 32-bit word for ``register`` with the given field values (others zero).
+
+    Raises ``ValueError`` if a value does not fit its field (negative values are taken as
+    two's complement of the field width).
+    """
+    reg = by_name(register)
+    word = 0
+    for name, value in fields.items():
+        f = reg.field(name)
+        if not -(1 << (f.width - 1)) <= value < (1 << f.width):
+            raise ValueError(f"{register}.{name}={value} does not fit in {f.width} bits")
+        word |= (value & ((1 << f.width) - 1)) << f.lsb
+    return word
+
+
+def _check() -> None:
+    seen = {}
+    for r in REGISTERS:
+        if r.offset % 4 or not 0 <= r.offset < SIZE:
+            raise AssertionError(f"{r.name}: bad offset {r.offset:#x}")
+        if r.offset in seen:
+            raise AssertionError(f"{r.name} and {seen[r.offset]} share offset {r.offset:#x}")
+        seen[r.offset] = r.name
+        if r.access not in ("ro", "rw", "w1p", "w1c"):
+            raise AssertionError(f"{r.name}: unknown access {r.access!r}")
+        used = 0
+        for f in r.fields:
+            if f.lsb + f.width > 32 or used & f.mask:
+                raise AssertionError(f"{r.name}.{f.name} overlaps or leaves the word")
+            used |= f.mask
+
+
+_check()
+
+
+def markdown_table() -> str:
+    """The register table for the README."""
+    lines = ["| offset | register | access | fields | description |",
+             "|---:|---|---|---|---|"]
+    for r in REGISTERS:
+        fields = "<br>".join(
+            f"`[{f.lsb + f.width - 1}:{f.lsb}]` {f.name}" if f.width > 1 else
+            f"`[{f.lsb}]` {f.name}" for f in r.fields)
+        doc = r.doc.replace("|", "\\|")
+        lines.append(f"| `0x{r.offset:03X}` | `{r.name}` | {r.access} | {fields} | {doc} |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    print(markdown_table())

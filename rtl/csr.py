@@ -1,0 +1,144 @@
+"""AXI4-Lite register block generated from :data:`firmware.regmap.REGISTERS`."""
+
+from amaranth import Module, Signal
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out
+
+from firmware import regmap
+
+__all__ = ["AXI4LiteSignature", "RegisterBlock", "RESP_OKAY", "RESP_SLVERR"]
+
+RESP_OKAY = 0b00
+RESP_SLVERR = 0b10
+
+
+class AXI4LiteSignature(wiring.Signature):
+    """AXI4-Lite, from the manager's side (a subordinate uses it flipped)."""
+
+    def __init__(self, addr_width: int, data_width: int = 32):
+        if data_width not in (32, 64):
+            raise ValueError(f"data_width must be 32 or 64, not {data_width!r}")
+        self.addr_width, self.data_width = addr_width, data_width
+        super().__init__({
+            "awaddr": Out(addr_width), "awprot": Out(3), "awvalid": Out(1), "awready": In(1),
+            "wdata": Out(data_width), "wstrb": Out(data_width // 8), "wvalid": Out(1),
+            "wready": In(1),
+            "bresp": In(2), "bvalid": In(1), "bready": Out(1),
+            "araddr": Out(addr_width), "arprot": Out(3), "arvalid": Out(1), "arready": In(1),
+            "rdata": In(data_width), "rresp": In(2), "rvalid": In(1), "rready": Out(1),
+        })
+
+
+def _port(name: str) -> str:
+    return name.lower()
+
+
+def _is_latched_pair(reg) -> bool:
+    """A read-only ``X_LO`` with a read-only ``X_HI``: reading LO latches HI."""
+    if reg.access != "ro" or not reg.name.endswith("_LO"):
+        return False
+    try:
+        hi = regmap.by_name(reg.name[:-3] + "_HI")
+    except KeyError:
+        return False
+    return hi.access == "ro"
+
+
+class RegisterBlock(wiring.Component):
+    """The accelerator's control registers behind an AXI4-Lite subordinate port.
+
+    One port per register, named after it in lower case: ``ro`` registers are inputs (the
+    hardware's value); ``rw`` registers are outputs (the host's value, reset to 0, byte
+    strobes honoured); ``w1p`` registers are outputs that pulse for one cycle with the bits
+    written as 1; ``w1c`` registers take a ``<name>_set`` input whose 1 bits set them and are
+    outputs of their current value. Reading ``X_LO`` of a read-only 64-bit pair latches
+    ``X_HI``, so the host reads a consistent 64-bit counter.
+
+    Unmapped addresses and writes to read-only registers answer SLVERR. One transaction of
+    each direction is in flight at a time; a write completes 2 cycles after its address and
+    data are both valid, a read 1 cycle after its address.
+
+    Members
+    -------
+    bus : In(AXI4LiteSignature(addr_width))
+    <register> : In(32) / Out(32)
+    <register>_set : In(32)  (w1c only)
+    """
+
+    def __init__(self, addr_width: int = 12):
+        if not isinstance(addr_width, int) or (1 << addr_width) < regmap.SIZE:
+            raise ValueError(f"addr_width must cover {regmap.SIZE:#x} bytes, not {addr_width!r}")
+        self.addr_width = addr_width
+        members = {"bus": In(AXI4LiteSignature(addr_width))}
+        for reg in regmap.REGISTERS:
+            name = _port(reg.name)
+            if reg.access == "ro":
+                members[name] = In(32)
+            else:
+                members[name] = Out(32)
+            if reg.access == "w1c":
+                members[f"{name}_set"] = In(32)
+        super().__init__(members)
+
+    def elaborate(self, platform):
+        m = Module()
+        bus = self.bus
+
+        # ---- writes -----------------------------------------------------------------------
+        for reg in regmap.REGISTERS:
+            port = getattr(self, _port(reg.name))
+            if reg.access == "w1p":
+                m.d.sync += port.eq(0)
+            if reg.access == "w1c":
+                m.d.sync += port.eq(port | getattr(self, f"{_port(reg.name)}_set"))
+
+        waddr = bus.awaddr[2:]
+        take_write = Signal()
+        m.d.comb += take_write.eq(bus.awvalid & bus.wvalid & ~bus.bvalid)
+        m.d.comb += [bus.awready.eq(take_write), bus.wready.eq(take_write)]
+        with m.If(bus.bvalid & bus.bready):
+            m.d.sync += bus.bvalid.eq(0)
+        with m.If(take_write):
+            m.d.sync += [bus.bvalid.eq(1), bus.bresp.eq(RESP_SLVERR)]
+            with m.Switch(waddr):
+                for reg in regmap.REGISTERS:
+                    if reg.access == "ro":
+                        continue
+                    port = getattr(self, _port(reg.name))
+                    with m.Case(reg.offset >> 2):
+                        m.d.sync += bus.bresp.eq(RESP_OKAY)
+                        if reg.access == "rw":
+                            for byte in range(4):
+                                with m.If(bus.wstrb[byte]):
+                                    m.d.sync += port[8 * byte:8 * byte + 8].eq(
+                                        bus.wdata[8 * byte:8 * byte + 8])
+                        elif reg.access == "w1p":
+                            m.d.sync += port.eq(bus.wdata)
+                        else:  # w1c: a set in this cycle wins over the clear
+                            set_ = getattr(self, f"{_port(reg.name)}_set")
+                            m.d.sync += port.eq((port & ~bus.wdata) | set_)
+
+        # ---- reads ------------------------------------------------------------------------
+        raddr = bus.araddr[2:]
+        m.d.comb += bus.arready.eq(~bus.rvalid)
+        with m.If(bus.rvalid & bus.rready):
+            m.d.sync += bus.rvalid.eq(0)
+        latched = {}
+        for reg in regmap.REGISTERS:
+            if _is_latched_pair(reg):
+                hi = regmap.by_name(reg.name[:-3] + "_HI")
+                latched[hi.name] = Signal(32, name=f"{_port(hi.name)}_latched")
+        with m.If(bus.arvalid & ~bus.rvalid):
+            m.d.sync += [bus.rvalid.eq(1), bus.rdata.eq(0), bus.rresp.eq(RESP_SLVERR)]
+            with m.Switch(raddr):
+                for reg in regmap.REGISTERS:
+                    with m.Case(reg.offset >> 2):
+                        port = getattr(self, _port(reg.name))
+                        value = latched.get(reg.name, port)
+                        m.d.sync += bus.rresp.eq(RESP_OKAY)
+                        if reg.access != "w1p":
+                            m.d.sync += bus.rdata.eq(value)
+                        if _is_latched_pair(reg):
+                            hi = regmap.by_name(reg.name[:-3] + "_HI")
+                            m.d.sync += latched[hi.name].eq(getattr(self, _port(hi.name)))
+        return m

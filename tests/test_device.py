@@ -1,0 +1,62 @@
+import numpy as np
+import pytest
+
+from firmware import AcceleratorError, Device
+from firmware.regmap import ErrorCode
+from sim import golden
+
+
+@pytest.mark.parametrize("ta,tb", [(False, False), (True, False), (False, True), (True, True)])
+def test_golden_backend_matches_the_golden_models(ta, tb):
+    rng = np.random.default_rng(1)
+    m, k, n = 5, 7, 3
+    a = rng.integers(-128, 128, (k, m) if ta else (m, k)).astype(np.int8)
+    b = rng.integers(-128, 128, (n, k) if tb else (k, n)).astype(np.int8)
+    re = rng.integers(-128, 128, m).astype(np.int8)
+    dev = Device("golden", rows=4, cols=4)
+    c = dev.gemm(a, b, transpose_a=ta, transpose_b=tb, row_exp=re, col_exp=-3)
+    want = golden.rescale(golden.gemm(a, b, ta, tb), re, -3)
+    np.testing.assert_array_equal(c.view(np.uint32), want.view(np.uint32))
+    raw = dev.gemm(a, b, transpose_a=ta, transpose_b=tb, out="int32")
+    np.testing.assert_array_equal(raw, golden.gemm(a, b, ta, tb))
+    assert dev.stats["macs"] == m * n * k
+
+
+@pytest.mark.parametrize("kwargs,exc,name", [
+    ({"backend": "fpga"}, ValueError, "backend"),
+    ({"rows": 0}, ValueError, "rows"),
+    ({"data_width": 100}, ValueError, "data_width"),
+])
+def test_bad_device_arguments(kwargs, exc, name):
+    with pytest.raises(exc, match=name):
+        Device(**kwargs)
+
+
+@pytest.mark.parametrize("backend", ["rtl", "pynq"])
+def test_unbuilt_backends_say_so(backend):
+    with pytest.raises(NotImplementedError, match="DMA engine"):
+        Device(backend)
+
+
+def test_bad_gemm_arguments():
+    dev = Device()
+    a = np.zeros((2, 3), np.int8)
+    b = np.zeros((3, 4), np.int8)
+    with pytest.raises(TypeError, match="b"):
+        dev.gemm(a, b.astype(np.float32))
+    with pytest.raises(ValueError, match="inner"):
+        dev.gemm(a, b, transpose_a=True)
+    with pytest.raises(TypeError, match="transpose_b"):
+        dev.gemm(a, b, transpose_b="yes")
+    with pytest.raises(ValueError, match="out"):
+        dev.gemm(a, b, out="float16")
+    with pytest.raises(ValueError, match="col_exp"):
+        dev.gemm(a, b, col_exp=np.zeros(3, np.int8), out="int32")
+    with pytest.raises(ValueError, match="at most"):
+        dev.gemm(np.zeros((1, 70000), np.int8), np.zeros((70000, 1), np.int8))
+
+
+def test_accelerator_error_names_the_code():
+    err = AcceleratorError(int(ErrorCode.OUT_OF_WINDOW))
+    assert err.code is ErrorCode.OUT_OF_WINDOW
+    assert "OUT_OF_WINDOW" in str(err) and "window" in str(err)
