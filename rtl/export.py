@@ -15,6 +15,7 @@ from amaranth.lib.wiring import In
 
 from .csr import RegisterBlock
 from .datapath import GemmDatapath
+from .dma import DmaReader
 from .systolic import SystolicArray
 
 __all__ = ["COMPONENTS", "FAMILY_DSP", "make", "generate_verilog", "to_verilog", "to_rtlil"]
@@ -24,6 +25,7 @@ COMPONENTS = {
     "datapath": GemmDatapath,
     "array": SystolicArray,
     "csr": RegisterBlock,
+    "dma_reader": DmaReader,
 }
 
 

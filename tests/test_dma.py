@@ -1,0 +1,36 @@
+"""The AXI4 DMA read master under cocotb with cocotbext-axi's RAM model."""
+
+import os
+from pathlib import Path
+
+import pytest
+
+from rtl.dma import DmaReader
+from rtl.export import generate_verilog
+from sim.cocotb_runner import available, run_cocotb
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.mark.parametrize("simulator,data_width,burst", [
+    ("icarus", 128, 16), ("icarus", 64, 4), ("verilator", 512, 16)])
+def test_dma_reader(simulator, data_width, burst):
+    if not available(simulator):
+        pytest.fail(f"{simulator} is not installed: run scripts/bootstrap.sh")
+    build = ROOT / "build" / "cocotb"
+    name = f"dma_reader_{data_width}_{burst}"
+    verilog = generate_verilog("dma_reader", build / "rtl", name=name, data_width=data_width,
+                               addr_width=32, burst_beats=burst, outstanding=3)
+    env = {"PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+           "DMA_DATA_WIDTH": str(data_width), "DMA_ADDR_WIDTH": "32", "DMA_SEED": str(burst)}
+    tests, failed = run_cocotb(simulator, verilog, name, "sim.cocotb_dma",
+                               build / f"{simulator}_{name}", env)
+    assert tests == 2 and failed == 0, f"{failed} of {tests} cocotb tests failed"
+
+
+@pytest.mark.parametrize("kwargs,name", [
+    ({"data_width": 100}, "data_width"), ({"addr_width": 48}, "addr_width"),
+    ({"burst_beats": 300}, "burst_beats"), ({"outstanding": 0}, "outstanding")])
+def test_bad_parameters(kwargs, name):
+    with pytest.raises(ValueError, match=name):
+        DmaReader(**kwargs)
