@@ -4,7 +4,8 @@ from amaranth import Module, Mux, Signal
 from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-__all__ = ["AXI4ReadSignature", "DmaReader", "read_command_layout"]
+__all__ = ["AXI4ReadSignature", "AXI4WriteSignature", "DmaReader", "DmaWriter",
+           "read_command_layout"]
 
 BURST_INCR = 0b01
 RESP_OKAY = 0b00
@@ -21,6 +22,42 @@ class AXI4ReadSignature(wiring.Signature):
             "rid": In(1), "rdata": In(data_width), "rresp": In(2), "rlast": In(1), "rvalid": In(1),
             "rready": Out(1),
         })
+
+
+class AXI4WriteSignature(wiring.Signature):
+    """The write half of AXI4 (AW, W and B channels), from the manager's side."""
+
+    def __init__(self, addr_width: int, data_width: int):
+        super().__init__({
+            "awid": Out(1), "awaddr": Out(addr_width), "awlen": Out(8), "awsize": Out(3),
+            "awburst": Out(2), "awcache": Out(4), "awprot": Out(3), "awvalid": Out(1),
+            "awready": In(1),
+            "wdata": Out(data_width), "wstrb": Out(data_width // 8), "wlast": Out(1),
+            "wvalid": Out(1), "wready": In(1),
+            "bid": In(1), "bresp": In(2), "bvalid": In(1), "bready": Out(1),
+        })
+
+
+def _check_params(data_width, addr_width, burst_beats, outstanding):
+    if data_width not in (64, 128, 256, 512):
+        raise ValueError(f"data_width must be 64, 128, 256 or 512, not {data_width!r}")
+    if addr_width not in (32, 40, 64):
+        raise ValueError(f"addr_width must be 32, 40 or 64, not {addr_width!r}")
+    if not isinstance(burst_beats, int) or not 1 <= burst_beats <= 256:
+        raise ValueError(f"burst_beats must be in 1..256, not {burst_beats!r}")
+    if not isinstance(outstanding, int) or outstanding < 1:
+        raise ValueError(f"outstanding must be a positive integer, not {outstanding!r}")
+
+
+def _burst_splitter(m, addr, remaining, burst_beats, shift):
+    """Length of the next burst: at most ``burst_beats``, the rest, and the way to 4 KB."""
+    to_boundary = Signal(range(4096 // (1 << shift) + 1))
+    m.d.comb += to_boundary.eq((4096 - addr[:12]) >> shift)
+    limit = Signal(range(4096 // (1 << shift) + burst_beats + 1))
+    m.d.comb += limit.eq(Mux(to_boundary < burst_beats, to_boundary, burst_beats))
+    n = Signal(range(burst_beats + 1))
+    m.d.comb += n.eq(Mux(remaining < limit, remaining, limit))
+    return n
 
 
 def read_command_layout(addr_width: int) -> data.StructLayout:
@@ -61,14 +98,7 @@ class DmaReader(wiring.Component):
 
     def __init__(self, data_width: int = 128, addr_width: int = 32, *, burst_beats: int = 16,
                  outstanding: int = 4):
-        if data_width not in (64, 128, 256, 512):
-            raise ValueError(f"data_width must be 64, 128, 256 or 512, not {data_width!r}")
-        if addr_width not in (32, 40, 64):
-            raise ValueError(f"addr_width must be 32, 40 or 64, not {addr_width!r}")
-        if not isinstance(burst_beats, int) or not 1 <= burst_beats <= 256:
-            raise ValueError(f"burst_beats must be in 1..256, not {burst_beats!r}")
-        if not isinstance(outstanding, int) or outstanding < 1:
-            raise ValueError(f"outstanding must be a positive integer, not {outstanding!r}")
+        _check_params(data_width, addr_width, burst_beats, outstanding)
         self.data_width, self.addr_width = data_width, addr_width
         self.burst_beats, self.outstanding = burst_beats, outstanding
         super().__init__({
@@ -95,12 +125,7 @@ class DmaReader(wiring.Component):
         addr = Signal(self.addr_width)
         remaining = Signal(24)
         credits = Signal(range(depth + 1), init=depth)
-        to_boundary = Signal(range(4096 // bpb + 1))
-        m.d.comb += to_boundary.eq((4096 - addr[:12]) >> shift)
-        n = Signal(range(self.burst_beats + 1))
-        limit = Signal(range(4096 // bpb + self.burst_beats + 1))
-        m.d.comb += limit.eq(Mux(to_boundary < self.burst_beats, to_boundary, self.burst_beats))
-        m.d.comb += n.eq(Mux(remaining < limit, remaining, limit))
+        n = _burst_splitter(m, addr, remaining, self.burst_beats, shift)
 
         cmd = self.cmd.payload
         m.d.comb += self.cmd.ready.eq(~active & len_fifo.w_rdy)
@@ -149,4 +174,94 @@ class DmaReader(wiring.Component):
             data_fifo.r_en.eq(self.o_stream.ready),
             self.busy.eq(active | len_fifo.r_rdy | data_fifo.r_rdy),
         ]
+        return m
+
+
+class DmaWriter(wiring.Component):
+    """Writes a stream of bus words to memory, one run of words per command.
+
+    Each command names a byte address (aligned to the bus width) and a number of words; that
+    many words are taken from :attr:`i_stream` and written in INCR bursts of at most
+    ``burst_beats`` words that do not cross a 4 KB boundary, with up to ``outstanding`` bursts
+    awaiting their write response. Every response is checked: SLVERR or DECERR sets
+    :attr:`error` (sticky until reset). :attr:`done` pulses when the last response of a command
+    has arrived, i.e. when its data is in memory.
+
+    Members
+    -------
+    cmd : In(stream.Signature(read_command_layout(addr_width)))
+    i_stream : In(stream.Signature(data_width))
+    bus : Out(AXI4WriteSignature(addr_width, data_width))
+    error, busy, done : Out(1)
+    """
+
+    def __init__(self, data_width: int = 128, addr_width: int = 32, *, burst_beats: int = 16,
+                 outstanding: int = 4):
+        _check_params(data_width, addr_width, burst_beats, outstanding)
+        self.data_width, self.addr_width = data_width, addr_width
+        self.burst_beats, self.outstanding = burst_beats, outstanding
+        super().__init__({
+            "cmd": In(stream.Signature(read_command_layout(addr_width))),
+            "i_stream": In(stream.Signature(data_width)),
+            "bus": Out(AXI4WriteSignature(addr_width, data_width)),
+            "error": Out(1),
+            "busy": Out(1),
+            "done": Out(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        bus = self.bus
+        shift = (self.data_width // 8).bit_length() - 1
+        # Burst lengths for the W side, and "ends a command" flags for the B side.
+        m.submodules.w_fifo = w_fifo = fifo.SyncFIFO(width=9, depth=self.outstanding)
+        m.submodules.b_fifo = b_fifo = fifo.SyncFIFO(width=1, depth=self.outstanding)
+
+        active = Signal()
+        addr = Signal(self.addr_width)
+        remaining = Signal(24)
+        n = _burst_splitter(m, addr, remaining, self.burst_beats, shift)
+
+        cmd = self.cmd.payload
+        m.d.comb += self.cmd.ready.eq(~active)
+        with m.If(self.cmd.valid & ~active & (cmd.beats != 0)):
+            m.d.sync += [active.eq(1), addr.eq(cmd.addr >> shift << shift),
+                         remaining.eq(cmd.beats)]
+
+        issued = Signal()
+        m.d.comb += [
+            bus.awid.eq(0), bus.awaddr.eq(addr), bus.awlen.eq(n - 1), bus.awsize.eq(shift),
+            bus.awburst.eq(BURST_INCR), bus.awcache.eq(0b0011), bus.awprot.eq(0),
+            issued.eq(bus.awvalid & bus.awready),
+            w_fifo.w_en.eq(issued), w_fifo.w_data.eq(n),
+            b_fifo.w_en.eq(issued), b_fifo.w_data.eq(remaining == n),
+        ]
+        # A burst is announced only when both queues have room; awvalid then stays up.
+        with m.If(issued):
+            m.d.sync += [bus.awvalid.eq(0), addr.eq(addr + (n << shift)),
+                         remaining.eq(remaining - n)]
+            with m.If(remaining == n):
+                m.d.sync += active.eq(0)
+        with m.Elif(active & ~bus.awvalid & w_fifo.w_rdy & b_fifo.w_rdy):
+            m.d.sync += bus.awvalid.eq(1)
+
+        count = Signal(9)
+        wlast = Signal()
+        m.d.comb += [
+            wlast.eq(count == w_fifo.r_data - 1),
+            bus.wdata.eq(self.i_stream.payload),
+            bus.wstrb.eq(-1),
+            bus.wlast.eq(wlast),
+            bus.wvalid.eq(self.i_stream.valid & w_fifo.r_rdy),
+            self.i_stream.ready.eq(bus.wready & w_fifo.r_rdy),
+            w_fifo.r_en.eq(bus.wvalid & bus.wready & wlast),
+        ]
+        with m.If(bus.wvalid & bus.wready):
+            m.d.sync += count.eq(Mux(wlast, 0, count + 1))
+
+        m.d.comb += [bus.bready.eq(1), b_fifo.r_en.eq(bus.bvalid)]
+        m.d.sync += self.done.eq(bus.bvalid & b_fifo.r_data)
+        with m.If(bus.bvalid & (bus.bresp != RESP_OKAY)):
+            m.d.sync += self.error.eq(1)
+        m.d.comb += self.busy.eq(active | b_fifo.r_rdy)
         return m

@@ -15,7 +15,7 @@ from amaranth.lib.wiring import In
 
 from .csr import RegisterBlock
 from .datapath import GemmDatapath
-from .dma import DmaReader
+from .dma import DmaReader, DmaWriter
 from .systolic import SystolicArray
 
 __all__ = ["COMPONENTS", "FAMILY_DSP", "make", "generate_verilog", "to_verilog", "to_rtlil"]
@@ -26,6 +26,7 @@ COMPONENTS = {
     "array": SystolicArray,
     "csr": RegisterBlock,
     "dma_reader": DmaReader,
+    "dma_writer": DmaWriter,
 }
 
 

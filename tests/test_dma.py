@@ -5,24 +5,27 @@ from pathlib import Path
 
 import pytest
 
-from rtl.dma import DmaReader
+from rtl.dma import DmaReader, DmaWriter
 from rtl.export import generate_verilog
 from sim.cocotb_runner import available, run_cocotb
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
+@pytest.mark.parametrize("kind", ["reader", "writer"])
 @pytest.mark.parametrize("simulator,data_width,burst", [
     ("icarus", 128, 16), ("icarus", 64, 4), ("verilator", 512, 16)])
-def test_dma_reader(simulator, data_width, burst):
+def test_dma(kind, simulator, data_width, burst):
     if not available(simulator):
         pytest.fail(f"{simulator} is not installed: run scripts/bootstrap.sh")
     build = ROOT / "build" / "cocotb"
-    name = f"dma_reader_{data_width}_{burst}"
-    verilog = generate_verilog("dma_reader", build / "rtl", name=name, data_width=data_width,
+    name = f"dma_{kind}_{data_width}_{burst}"
+    verilog = generate_verilog(f"dma_{kind}", build / "rtl", name=name, data_width=data_width,
                                addr_width=32, burst_beats=burst, outstanding=3)
     env = {"PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
-           "DMA_DATA_WIDTH": str(data_width), "DMA_ADDR_WIDTH": "32", "DMA_SEED": str(burst)}
+           "DMA_DATA_WIDTH": str(data_width), "DMA_ADDR_WIDTH": "32", "DMA_SEED": str(burst),
+           "COCOTB_TEST_FILTER": "random_reads|bus_error" if kind == "reader" else
+                                 "random_writes|write_error"}
     tests, failed = run_cocotb(simulator, verilog, name, "sim.cocotb_dma",
                                build / f"{simulator}_{name}", env)
     assert tests == 2 and failed == 0, f"{failed} of {tests} cocotb tests failed"
@@ -32,5 +35,6 @@ def test_dma_reader(simulator, data_width, burst):
     ({"data_width": 100}, "data_width"), ({"addr_width": 48}, "addr_width"),
     ({"burst_beats": 300}, "burst_beats"), ({"outstanding": 0}, "outstanding")])
 def test_bad_parameters(kwargs, name):
-    with pytest.raises(ValueError, match=name):
-        DmaReader(**kwargs)
+    for cls in (DmaReader, DmaWriter):
+        with pytest.raises(ValueError, match=name):
+            cls(**kwargs)
