@@ -7,10 +7,10 @@ from amaranth.lib.wiring import In, Out
 __all__ = ["TransposableBuffer", "buffer_command_layout"]
 
 
-def buffer_command_layout(depth: int) -> data.StructLayout:
+def buffer_command_layout(depth: int, slots: int = 2) -> data.StructLayout:
     """Payload of :attr:`TransposableBuffer.w_cmd`: where and how the next tile is written."""
     return data.StructLayout({
-        "slot":    1,
+        "slot":    range(slots),
         "k":       range(depth + 1),
         "k_major": 1,
     })
@@ -32,7 +32,8 @@ class TransposableBuffer(wiring.Component):
     Both forms are written at one beat per cycle with no conflicts: element ``(lane, k)`` lives
     in bank ``(lane + k) mod lanes`` at address ``k``, so a step's vector, and a run of ``lanes``
     steps of one lane, each touch every bank once. A rotation on each side undoes the skew.
-    There are two slots: the next tile is written while the array reads the current one.
+    The buffer has ``slots`` tile slots: the next tile is written while the array reads
+    another, and a tile can stay in its slot to be read by several commands (operand reuse).
 
     The numpy model is :func:`sim.models.operand_beats` (what is written) and
     :func:`sim.models.buffer_read` (what is read).
@@ -42,8 +43,11 @@ class TransposableBuffer(wiring.Component):
     lanes : int
         Vector width (array rows for the A buffer, columns for the B buffer).
     depth : int
-        Largest ``k`` of a tile. Each bank is ``2 * ceil(depth / lanes) * lanes`` bytes: one
-        BRAM18 per bank at ``depth = 1024``.
+        Largest ``k`` of a tile.
+    slots : int
+        Tile slots (at least 2). Each bank holds ``slots`` times ``depth`` rounded up to a
+        multiple of ``lanes`` and then to a power of two: one BRAM18 per bank for 2 slots of
+        1024.
 
     Members
     -------
@@ -61,21 +65,25 @@ class TransposableBuffer(wiring.Component):
 
     READ_LATENCY = 2
 
-    def __init__(self, lanes: int, depth: int):
+    def __init__(self, lanes: int, depth: int, slots: int = 2):
         if not isinstance(lanes, int) or isinstance(lanes, bool) or lanes < 1:
             raise ValueError(f"lanes must be a positive integer, not {lanes!r}")
         if not isinstance(depth, int) or isinstance(depth, bool) or not 1 <= depth <= 65535:
             raise ValueError(f"depth must be an integer in [1, 65535], not {depth!r}")
+        if not isinstance(slots, int) or isinstance(slots, bool) or slots < 2:
+            raise ValueError(f"slots must be an integer >= 2, not {slots!r}")
         self.lanes = lanes
         self.depth = depth
-        self.slot_depth = -(-depth // lanes) * lanes
+        self.slots = slots
+        padded = -(-depth // lanes) * lanes
+        self.slot_depth = 1 << (padded - 1).bit_length()   # slot base = slot << log2(depth)
         vector = data.ArrayLayout(signed(8), lanes)
         super().__init__({
-            "w_cmd": In(stream.Signature(buffer_command_layout(depth))),
+            "w_cmd": In(stream.Signature(buffer_command_layout(depth, slots))),
             "w_stream": In(stream.Signature(vector)),
             "w_done": Out(1),
             "r_en": In(1),
-            "r_slot": In(1),
+            "r_slot": In(range(slots)),
             "r_k": In(range(depth)),
             "r_valid": Out(1),
             "r_data": Out(vector),
@@ -87,13 +95,13 @@ class TransposableBuffer(wiring.Component):
 
         banks = []
         for b in range(L):
-            bank = memory.Memory(shape=signed(8), depth=2 * D, init=[])
+            bank = memory.Memory(shape=signed(8), depth=self.slots * D, init=[])
             m.submodules[f"bank{b}"] = bank
             banks.append((bank.write_port(), bank.read_port()))
 
         # ---- write side -------------------------------------------------------------------
         busy = Signal()
-        slot = Signal()
+        slot = Signal(range(self.slots))
         k = Signal(range(self.depth + 1))
         k_major = Signal()
         pos = Signal(range(D + L))    # step of this beat (k-major) or of its first value
@@ -129,7 +137,7 @@ class TransposableBuffer(wiring.Component):
                 with m.Else():
                     m.d.sync += pos.eq(pos + L)
 
-        slot_base = Mux(slot, D, 0)
+        slot_base = slot * D          # D is a power of two: a shift
         for b, (wp, _) in enumerate(banks):
             offset = Signal(range(L), name=f"w_offset{b}")   # (b - rot) mod L
             value = Signal(signed(8), name=f"w_value{b}")
@@ -154,7 +162,7 @@ class TransposableBuffer(wiring.Component):
         en_d = Signal()
         m.d.sync += [rot_d.eq(rot_now), en_d.eq(self.r_en),
                      self.r_valid.eq(en_d)]
-        r_base = Mux(self.r_slot, D, 0)
+        r_base = self.r_slot * D
         for _, rp in banks:
             m.d.comb += rp.addr.eq(r_base + self.r_k)
         for i in range(L):

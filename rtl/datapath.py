@@ -11,10 +11,14 @@ from .systolic import SystolicArray
 __all__ = ["GemmDatapath", "command_layout"]
 
 
-def command_layout(rows: int, cols: int) -> data.StructLayout:
+def command_layout(rows: int, cols: int, slots: int = 2) -> data.StructLayout:
     """Payload of :attr:`GemmDatapath.cmd`: one tile GEMM."""
     return data.StructLayout({
         "k":           unsigned(16),   # reduction length of this tile, 1..depth
+        "a_slot":      range(slots),   # A buffer slot the tile is read from
+        "b_slot":      range(slots),   # B buffer slot
+        "load_a":      1,              # the A tile arrives on a_stream (else: reuse the slot)
+        "load_b":      1,              # the B tile arrives on b_stream
         "transpose_a": 1,              # A arrives as k x rows (else rows x k)
         "transpose_b": 1,              # B arrives as cols x k (else k x cols)
         "clear":       1,              # start a new accumulation (else add to the last one)
@@ -35,9 +39,13 @@ class GemmDatapath(wiring.Component):
     tile leaves :attr:`o_stream` one row per beat, ``last`` on the final row: float32 bits of
     ``C * 2**(row_exp[m] + col_exp[n])`` as :func:`sim.golden.rescale`, or raw int32.
 
-    Tiles are double-buffered: the next command's operands load while the array computes, and
-    the array starts a tile in the cycle after the previous one ends, so in steady state it
-    does ``rows * cols`` MACs every cycle. The numpy model is :func:`sim.models.datapath`.
+    Each buffer has ``slots`` tile slots; a command names the slot of each operand and whether
+    that operand arrives with it (``load_a`` / ``load_b``) or the tile already in the slot is
+    reused — so a block of C tiles can be computed from a few A and B tiles loaded once. A
+    slot is reloaded only after every earlier command reading it has finished. The next
+    command's operands load while the array computes, and the array starts a tile in the cycle
+    after the previous one ends, so in steady state it does ``rows * cols`` MACs every cycle.
+    The numpy model is :func:`sim.models.datapath`.
 
     A command with ``k = 0`` or ``k > depth`` is dropped and sets :attr:`error` (sticky).
 
@@ -47,6 +55,8 @@ class GemmDatapath(wiring.Component):
         Systolic array shape.
     depth : int
         Largest ``k`` of one command (operand buffer depth per slot).
+    slots : int
+        Tile slots per operand buffer (at least 2).
     packing, primitive :
         Passed to :class:`rtl.systolic.SystolicArray`: 2 packs two MACs per DSP48E2
         (UltraScale+); ``primitive`` instantiates the ``DSP48E2`` for synthesis.
@@ -74,18 +84,19 @@ class GemmDatapath(wiring.Component):
     """
 
     def __init__(self, rows: int, cols: int, depth: int = 512, out_rows: int | None = None,
-                 *, packing: int = 1, primitive: bool = False):
+                 *, slots: int = 2, packing: int = 1, primitive: bool = False):
         # validates rows, cols, packing
         self.array = SystolicArray(rows, cols, packing=packing, primitive=primitive)
-        self.a_buf = TransposableBuffer(rows, depth)  # validates depth
-        self.b_buf = TransposableBuffer(cols, depth)
+        self.a_buf = TransposableBuffer(rows, depth, slots)  # validates depth and slots
+        self.b_buf = TransposableBuffer(cols, depth, slots)
         self.rescaler = Rescaler(cols)
         out_rows = 2 * rows if out_rows is None else out_rows
         if not isinstance(out_rows, int) or out_rows < rows:
             raise ValueError(f"out_rows must be an integer >= rows ({rows}), not {out_rows!r}")
         self.rows, self.cols, self.depth, self.out_rows = rows, cols, depth, out_rows
+        self.slots = slots
         super().__init__({
-            "cmd": In(stream.Signature(command_layout(rows, cols))),
+            "cmd": In(stream.Signature(command_layout(rows, cols, slots))),
             "a_stream": In(stream.Signature(data.ArrayLayout(signed(8), rows))),
             "b_stream": In(stream.Signature(data.ArrayLayout(signed(8), cols))),
             "o_stream": Out(stream.Signature(rescale_output_layout(cols))),
@@ -117,60 +128,72 @@ class GemmDatapath(wiring.Component):
         m.submodules.out_fifo = out_fifo = fifo.SyncFIFOBuffered(
             width=rescale_output_layout(C).size, depth=self.out_rows)
 
-        # ---- per-slot command registers ---------------------------------------------------
-        slot_layout = data.StructLayout({
-            "k": unsigned(16), "clear": 1, "emit": 1, "info": info_layout})
-        slots = Array(Signal(slot_layout, name=f"slot{s}") for s in range(2))
-        full = Array(Signal(name=f"full{s}") for s in range(2))
+        # ---- jobs: loaded commands waiting for, or in, the array --------------------------
+        job_layout = data.StructLayout({
+            "k": unsigned(16), "clear": 1, "emit": 1, "info": info_layout,
+            "a_slot": range(self.slots), "b_slot": range(self.slots)})
+        m.submodules.jobs = jobs = fifo.SyncFIFO(width=job_layout.size, depth=2)
+        head = data.View(job_layout, jobs.r_data)
+        cur = Signal(job_layout)
+        active = Signal()
+        kk = Signal(unsigned(16))
+        finishing = active & (kk == cur.k - 1)
 
-        # ---- loader: command -> both buffers ----------------------------------------------
-        wr = Signal()
+        # Readers of each slot, queued or running: a slot is reloaded only once they are done.
+        pend_a = [Signal(range(8), name=f"pend_a{s}") for s in range(self.slots)]
+        pend_b = [Signal(range(8), name=f"pend_b{s}") for s in range(self.slots)]
+
+        # ---- loader: command -> buffers ---------------------------------------------------
         loading = Signal()
         a_done = Signal()
         b_done = Signal()
+        job = Signal(job_layout)
         cmd = self.cmd.payload
         bad = (cmd.k == 0) | (cmd.k > self.depth)
+        hazard = ((cmd.load_a & (Array(pend_a)[cmd.a_slot] != 0))
+                  | (cmd.load_b & (Array(pend_b)[cmd.b_slot] != 0)))
         wiring.connect(m, wiring.flipped(self.a_stream), a_buf.w_stream)
         wiring.connect(m, wiring.flipped(self.b_stream), b_buf.w_stream)
         m.d.comb += [
-            a_buf.w_cmd.payload.slot.eq(wr),
+            a_buf.w_cmd.payload.slot.eq(cmd.a_slot),
             a_buf.w_cmd.payload.k.eq(cmd.k),
             a_buf.w_cmd.payload.k_major.eq(cmd.transpose_a),
-            b_buf.w_cmd.payload.slot.eq(wr),
+            b_buf.w_cmd.payload.slot.eq(cmd.b_slot),
             b_buf.w_cmd.payload.k.eq(cmd.k),
             b_buf.w_cmd.payload.k_major.eq(~cmd.transpose_b),
         ]
-        with m.If(~loading & ~full[wr]):
+        accept = Signal()
+        # The job queue only drains while the loader works, so room now is room later.
+        with m.If(~loading & jobs.w_rdy & (bad | ~hazard)):
             m.d.comb += self.cmd.ready.eq(1)
             with m.If(self.cmd.valid):
                 with m.If(bad):
                     m.d.sync += self.error.eq(1)
                 with m.Else():
-                    m.d.comb += [a_buf.w_cmd.valid.eq(1), b_buf.w_cmd.valid.eq(1)]
+                    m.d.comb += [accept.eq(1),
+                                 a_buf.w_cmd.valid.eq(cmd.load_a),
+                                 b_buf.w_cmd.valid.eq(cmd.load_b)]
                     m.d.sync += [
-                        loading.eq(1), a_done.eq(0), b_done.eq(0),
-                        slots[wr].k.eq(cmd.k), slots[wr].clear.eq(cmd.clear),
-                        slots[wr].emit.eq(cmd.emit), slots[wr].info.raw.eq(cmd.raw),
-                        slots[wr].info.row_exp.eq(cmd.row_exp),
-                        slots[wr].info.col_exp.eq(cmd.col_exp),
+                        loading.eq(1), a_done.eq(~cmd.load_a), b_done.eq(~cmd.load_b),
+                        job.k.eq(cmd.k), job.clear.eq(cmd.clear), job.emit.eq(cmd.emit),
+                        job.a_slot.eq(cmd.a_slot), job.b_slot.eq(cmd.b_slot),
+                        job.info.raw.eq(cmd.raw), job.info.row_exp.eq(cmd.row_exp),
+                        job.info.col_exp.eq(cmd.col_exp),
                     ]
         a_fin = a_done | a_buf.w_done
         b_fin = b_done | b_buf.w_done
         with m.If(loading):
             m.d.sync += [a_done.eq(a_fin), b_done.eq(b_fin)]
             with m.If(a_fin & b_fin):
-                m.d.sync += [loading.eq(0), full[wr].eq(1), wr.eq(~wr)]
+                m.d.comb += [jobs.w_en.eq(1), jobs.w_data.eq(job)]
+                m.d.sync += loading.eq(0)
+        for s_, (pa, pb) in enumerate(zip(pend_a, pend_b, strict=True)):
+            m.d.sync += [
+                pa.eq(pa + (accept & (cmd.a_slot == s_)) - (finishing & (cur.a_slot == s_))),
+                pb.eq(pb + (accept & (cmd.b_slot == s_)) - (finishing & (cur.b_slot == s_))),
+            ]
 
         # ---- compute sequencer: buffers -> array ------------------------------------------
-        rd = Signal()                     # slot being read (when active) or next to read
-        active = Signal()
-        kk = Signal(unsigned(16))
-        cur = slots[rd]
-        finishing = active & (kk == cur.k - 1)
-        nxt = Signal()
-        m.d.comb += nxt.eq(Mux(finishing, ~rd, rd))
-        cand = slots[nxt]
-
         # Emitting tiles keep rows + cols - 1 cycles between their last steps (the array's
         # result registers are read out meanwhile) and reserve their rows in the output FIFO.
         interval = array.min_emit_interval
@@ -185,31 +208,30 @@ class GemmDatapath(wiring.Component):
         m.d.comb += released.eq(self.o_stream.valid & self.o_stream.ready)
 
         can_start = Signal()
-        m.d.comb += can_start.eq(full[nxt] & (
-            ~cand.emit | ((credits >= R) & (since_next + cand.k > interval))))
+        m.d.comb += can_start.eq(jobs.r_rdy & (
+            ~head.emit | ((credits >= R) & (since_next + head.k > interval))))
         start = Signal()
         m.d.comb += start.eq(can_start & (~active | finishing))
 
-        with m.If(finishing):
-            m.d.sync += [full[rd].eq(0), rd.eq(~rd)]
         with m.If(start):
-            m.d.sync += [active.eq(1), kk.eq(0)]
+            m.d.comb += jobs.r_en.eq(1)
+            m.d.sync += [active.eq(1), kk.eq(0), cur.eq(head)]
         with m.Elif(finishing | ~active):
             m.d.sync += active.eq(0)
         with m.Else():
             m.d.sync += kk.eq(kk + 1)
 
-        reserve = start & cand.emit
+        reserve = start & head.emit
         m.d.sync += credits.eq(credits - Mux(reserve, R, 0) + released)
         m.d.comb += [
             info_fifo.w_en.eq(reserve),
-            info_fifo.w_data.eq(cand.info),
+            info_fifo.w_data.eq(head.info),
         ]
         # info_fifo cannot overflow: each entry holds R credits of out_rows.
 
         m.d.comb += [
-            a_buf.r_en.eq(active), a_buf.r_slot.eq(rd), a_buf.r_k.eq(kk),
-            b_buf.r_en.eq(active), b_buf.r_slot.eq(rd), b_buf.r_k.eq(kk),
+            a_buf.r_en.eq(active), a_buf.r_slot.eq(cur.a_slot), a_buf.r_k.eq(kk),
+            b_buf.r_en.eq(active), b_buf.r_slot.eq(cur.b_slot), b_buf.r_k.eq(kk),
             self.step.eq(array.i_stream.valid),
         ]
         # Flags travel beside the buffer read latency.
@@ -252,6 +274,5 @@ class GemmDatapath(wiring.Component):
             out_fifo.r_en.eq(self.o_stream.ready),
         ]
 
-        m.d.comb += self.busy.eq(loading | full[0] | full[1] | active
-                                 | (credits != self.out_rows))
+        m.d.comb += self.busy.eq(loading | jobs.r_rdy | active | (credits != self.out_rows))
         return m

@@ -94,9 +94,7 @@ def _run_datapath(rows, cols, k, tiles, packing=1):
     got = []
 
     async def cmd(ctx):
-        await stream_send(ctx, dut.cmd, [
-            {"k": k, "transpose_a": 0, "transpose_b": 0, "clear": 1, "emit": 1, "raw": 0,
-             "row_exp": [0] * rows, "col_exp": [0] * cols} for _ in cmds])
+        await stream_send(ctx, dut.cmd, [c.fields(t, rows, cols) for t, c in enumerate(cmds)])
 
     def feed(stream, which, lanes, k_major):
         async def process(ctx):

@@ -102,11 +102,8 @@ async def random_tile_gemms(dut):
     cmd_layout = command_layout(rows, cols)
     a_layout = data.ArrayLayout(signed(8), rows)
     b_layout = data.ArrayLayout(signed(8), cols)
-    cmd_beats = [cmd_layout.const({
-        "k": c.k, "transpose_a": c.transpose_a, "transpose_b": c.transpose_b,
-        "clear": c.clear, "emit": c.emit, "raw": c.raw,
-        "row_exp": [int(x) for x in c.row_exp], "col_exp": [int(x) for x in c.col_exp],
-    }).as_bits() for c in cmds]
+    cmd_beats = [cmd_layout.const(c.fields(t, rows, cols)).as_bits()
+                 for t, c in enumerate(cmds)]
     a_beats = [a_layout.const([int(x) for x in v]).as_bits() for c in cmds
                for v in models.operand_beats(c.a, rows, k_major=c.transpose_a)]
     b_beats = [b_layout.const([int(x) for x in v]).as_bits() for c in cmds

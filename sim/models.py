@@ -89,18 +89,54 @@ class TileCommand:
     raw: bool = False
     row_exp: np.ndarray = field(default=None)
     col_exp: np.ndarray = field(default=None)
+    #: Buffer slots; ``None`` alternates 0, 1, 0, ... with the command's index.
+    a_slot: int | None = None
+    b_slot: int | None = None
+    #: Whether the operand is sent; if not, the slot's tile is reused (``a``/``b`` are then
+    #: ignored by the hardware, and the model reads the slot).
+    load_a: bool = True
+    load_b: bool = True
 
     @property
     def k(self) -> int:
-        return self.a.shape[0] if self.transpose_a else self.a.shape[1]
+        if self.a is not None:
+            return self.a.shape[0] if self.transpose_a else self.a.shape[1]
+        return self.b.shape[1] if self.transpose_b else self.b.shape[0]
+
+    def slots(self, index: int) -> tuple[int, int]:
+        return (index % 2 if self.a_slot is None else self.a_slot,
+                index % 2 if self.b_slot is None else self.b_slot)
+
+    def fields(self, index: int, rows: int, cols: int) -> dict:
+        """The command's payload for :func:`rtl.datapath.command_layout`."""
+        a_slot, b_slot = self.slots(index)
+        re = np.zeros(rows, np.int8) if self.row_exp is None else self.row_exp
+        ce = np.zeros(cols, np.int8) if self.col_exp is None else self.col_exp
+        return {"k": self.k, "a_slot": a_slot, "b_slot": b_slot,
+                "load_a": self.load_a, "load_b": self.load_b,
+                "transpose_a": self.transpose_a, "transpose_b": self.transpose_b,
+                "clear": self.clear, "emit": self.emit, "raw": self.raw,
+                "row_exp": [int(x) for x in re], "col_exp": [int(x) for x in ce]}
 
 
 def datapath(commands, rows: int, cols: int) -> list[np.ndarray]:
-    """The C tiles (as uint32 words: float32 bits, or int32 when ``raw``) for each emit."""
+    """The C tiles (as uint32 words: float32 bits, or int32 when ``raw``) for each emit.
+
+    Tracks the buffer slots: a loaded tile is stored as the array reads it (step-major), and a
+    command that reuses a slot reads its first ``k`` steps.
+    """
     acc = np.zeros((rows, cols), dtype=np.int32)
+    slot_a, slot_b = {}, {}
     out = []
-    for cmd in commands:
-        part = golden.gemm(cmd.a, cmd.b, cmd.transpose_a, cmd.transpose_b)
+    for index, cmd in enumerate(commands):
+        a_slot, b_slot = cmd.slots(index)
+        if cmd.load_a:
+            slot_a[a_slot] = buffer_read(cmd.a, cmd.transpose_a)
+        if cmd.load_b:
+            slot_b[b_slot] = buffer_read(cmd.b, not cmd.transpose_b)
+        op_a = np.ascontiguousarray(slot_a[a_slot][:cmd.k].T)   # rows x k
+        op_b = np.ascontiguousarray(slot_b[b_slot][:cmd.k])     # k x cols
+        part = golden.gemm(op_a, op_b)
         acc = part if cmd.clear else (acc.astype(np.int64) + part).astype(np.int32)
         if cmd.emit:
             if cmd.raw:

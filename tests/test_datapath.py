@@ -10,18 +10,11 @@ from sim import models
 from sim.harness import run, stream_recv, stream_send
 
 
-def command_payload(cmd, rows, cols):
-    re = np.zeros(rows, np.int8) if cmd.row_exp is None else cmd.row_exp
-    ce = np.zeros(cols, np.int8) if cmd.col_exp is None else cmd.col_exp
-    return {"k": cmd.k, "transpose_a": cmd.transpose_a, "transpose_b": cmd.transpose_b,
-            "clear": cmd.clear, "emit": cmd.emit, "raw": cmd.raw,
-            "row_exp": [int(x) for x in re], "col_exp": [int(x) for x in ce]}
-
-
-def simulate(rows, cols, commands, *, depth=None, seed=0, stall=0.3, extra_cmds=(), packing=1):
+def simulate(rows, cols, commands, *, depth=None, seed=0, stall=0.3, extra_cmds=(), packing=1,
+             slots=2):
     """Drive the datapath with random stalls on every stream; return (tiles, cycles, steps)."""
     depth = depth or max(c.k for c in commands)
-    dut = GemmDatapath(rows, cols, depth=depth, packing=packing)
+    dut = GemmDatapath(rows, cols, depth=depth, packing=packing, slots=slots)
     rng = random.Random(seed)
     n_out = sum(rows for c in commands if c.emit)
     rows_out = []
@@ -29,11 +22,13 @@ def simulate(rows, cols, commands, *, depth=None, seed=0, stall=0.3, extra_cmds=
 
     def beats(cmd, which):
         if which == "a":
-            return models.operand_beats(cmd.a, rows, k_major=cmd.transpose_a)
-        return models.operand_beats(cmd.b, cols, k_major=not cmd.transpose_b)
+            return models.operand_beats(cmd.a, rows, k_major=cmd.transpose_a) \
+                if cmd.load_a else []
+        return models.operand_beats(cmd.b, cols, k_major=not cmd.transpose_b) \
+            if cmd.load_b else []
 
     async def commander(ctx):
-        payloads = [command_payload(c, rows, cols) for c in commands]
+        payloads = [c.fields(t, rows, cols) for t, c in enumerate(commands)]
         await stream_send(ctx, dut.cmd, list(extra_cmds) + payloads, rng=rng, stall=stall)
 
     def feeder(which, stream):
@@ -116,8 +111,8 @@ def test_bad_command_sets_error_and_is_dropped():
     rows, cols = 2, 2
     rng = np.random.default_rng(4)
     cmds = [random_command(rng, rows, cols, 3, ta=False, tb=False)]
-    bad = [command_payload(cmds[0], rows, cols) | {"k": 0},
-           command_payload(cmds[0], rows, cols) | {"k": 4}]   # depth is 3
+    bad = [cmds[0].fields(0, rows, cols) | {"k": 0},
+           cmds[0].fields(0, rows, cols) | {"k": 4}]   # depth is 3
     tiles, stats, dut = simulate(rows, cols, cmds, extra_cmds=bad)
     assert stats["error"] == 1
     np.testing.assert_array_equal(tiles[0], models.datapath(cmds, rows, cols)[0])
@@ -132,6 +127,37 @@ def test_full_throughput_without_stalls():
     stats = check(rows, cols, cmds, stall=0.0)
     assert stats["steps"] == n * k
     assert stats["error"] == 0
+
+
+def test_operand_reuse_across_slots():
+    # A blocked GEMM as the engine will issue it: two A tiles and two B tiles stay in their
+    # slots and are combined four ways; one command reuses only part of a longer tile.
+    rows, cols, k = 3, 2, 6
+    rng = np.random.default_rng(11)
+    a = [rng.integers(-128, 128, (rows, k)).astype(np.int8) for _ in range(2)]
+    b = [rng.integers(-128, 128, (cols, k)).astype(np.int8) for _ in range(2)]
+    cmds = []
+    for i in range(2):
+        for j in range(2):
+            cmds.append(models.TileCommand(
+                a=a[i], b=b[j], transpose_b=True, a_slot=i, b_slot=2 + j,
+                load_a=j == 0, load_b=i == 0, raw=True))
+    cmds.append(models.TileCommand(a=a[1][:, :4], b=b[0][:, :4], transpose_b=True,
+                                   a_slot=1, b_slot=2, load_a=False, load_b=False, raw=True))
+    check(rows, cols, cmds, slots=4)
+    want = a[1][:, :4].astype(np.int32) @ b[0][:, :4].T.astype(np.int32)
+    assert models.datapath(cmds, rows, cols)[-1].view(np.int32).tolist() == want.tolist()
+
+
+def test_reloading_a_slot_waits_for_its_readers():
+    # Slot 0 of A is reloaded while earlier commands that read it may still be queued.
+    rows, cols = 2, 2
+    rng = np.random.default_rng(12)
+    cmds = []
+    for t in range(5):
+        cmds.append(random_command(rng, rows, cols, 5, ta=False, tb=False, raw=True))
+        cmds[-1].a_slot, cmds[-1].b_slot = 0, t % 2
+    check(rows, cols, cmds, stall=0.0)
 
 
 @settings(max_examples=15, deadline=None)
