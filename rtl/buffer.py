@@ -52,10 +52,11 @@ class TransposableBuffer(wiring.Component):
     Members
     -------
     w_cmd : In(stream.Signature(buffer_command_layout(depth)))
-        Accepted only when the previous tile write has finished. ``k = 0`` writes nothing.
+        Accepted when no tile is being written, or in the cycle of its last beat. ``k = 0``
+        writes nothing.
     w_stream : In(stream.Signature(data.ArrayLayout(signed(8), lanes)))
     w_done : Out(1)
-        Pulses for one cycle when the last beat of a tile has been written.
+        High in the cycle the last beat of a tile is accepted (the cycle after, for ``k = 0``).
     r_en, r_slot, r_k : In
         Read step ``r_k`` of the tile in ``r_slot``. The steps of one tile must be read in
         order 0, 1, 2, ... (idle cycles in between are allowed).
@@ -107,35 +108,38 @@ class TransposableBuffer(wiring.Component):
         pos = Signal(range(D + L))    # step of this beat (k-major) or of its first value
         rot = Signal(range(L))        # beat value x goes to bank (x + rot) mod L
 
-        m.d.comb += [
-            self.w_cmd.ready.eq(~busy),
-            self.w_stream.ready.eq(busy),
-        ]
-        m.d.sync += self.w_done.eq(0)
-        with m.If(self.w_cmd.valid & ~busy):
-            cmd = self.w_cmd.payload
-            m.d.sync += [slot.eq(cmd.slot), k.eq(cmd.k), k_major.eq(cmd.k_major),
-                         pos.eq(0), rot.eq(0)]
-            with m.If(cmd.k == 0):
-                m.d.sync += self.w_done.eq(1)
-            with m.Else():
-                m.d.sync += busy.eq(1)
-
         beat = Signal()
-        m.d.comb += beat.eq(busy & self.w_stream.valid)
+        finished = Signal()           # this beat is the tile's last
+        m.d.comb += [
+            beat.eq(busy & self.w_stream.valid),
+            finished.eq(beat & Mux(k_major, pos == k - 1, (pos + L >= k) & (rot == L - 1))),
+            self.w_stream.ready.eq(busy),
+            # The next command is taken in the cycle of the last beat: no gap between tiles.
+            self.w_cmd.ready.eq(~busy | finished),
+        ]
         rot_next = Mux(rot == L - 1, 0, rot + 1)
         with m.If(beat):
             with m.If(k_major):
                 m.d.sync += [pos.eq(pos + 1), rot.eq(rot_next)]
-                with m.If(pos == k - 1):
-                    m.d.sync += [busy.eq(0), self.w_done.eq(1)]
             with m.Else():
                 with m.If(pos + L >= k):       # last beat of this lane's row
                     m.d.sync += [pos.eq(0), rot.eq(rot_next)]
-                    with m.If(rot == L - 1):
-                        m.d.sync += [busy.eq(0), self.w_done.eq(1)]
                 with m.Else():
                     m.d.sync += pos.eq(pos + L)
+        with m.If(finished):
+            m.d.sync += busy.eq(0)
+
+        cmd = self.w_cmd.payload
+        take = Signal()
+        empty_done = Signal()         # a k = 0 command, reported a cycle later
+        m.d.comb += [
+            take.eq(self.w_cmd.valid & self.w_cmd.ready),
+            self.w_done.eq(finished | empty_done),
+        ]
+        m.d.sync += empty_done.eq(take & (cmd.k == 0))
+        with m.If(take):
+            m.d.sync += [slot.eq(cmd.slot), k.eq(cmd.k), k_major.eq(cmd.k_major),
+                         pos.eq(0), rot.eq(0), busy.eq(cmd.k != 0)]
 
         slot_base = slot * D          # D is a power of two: a shift
         for b, (wp, _) in enumerate(banks):

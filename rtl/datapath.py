@@ -163,8 +163,17 @@ class GemmDatapath(wiring.Component):
             b_buf.w_cmd.payload.k_major.eq(~cmd.transpose_b),
         ]
         accept = Signal()
-        # The job queue only drains while the loader works, so room now is room later.
-        with m.If(~loading & jobs.w_rdy & (bad | ~hazard)):
+        finish = Signal()          # both tiles of the loading command are in (or skipped)
+        a_fin = a_done | a_buf.w_done
+        b_fin = b_done | b_buf.w_done
+        m.d.comb += finish.eq(loading & a_fin & b_fin & jobs.w_rdy)
+        with m.If(loading):
+            m.d.sync += [a_done.eq(a_fin), b_done.eq(b_fin)]
+        with m.If(finish):
+            m.d.comb += [jobs.w_en.eq(1), jobs.w_data.eq(job)]
+            m.d.sync += loading.eq(0)
+        # The next command is taken in the cycle the previous one's last beats arrive.
+        with m.If((~loading | finish) & (bad | ~hazard)):
             m.d.comb += self.cmd.ready.eq(1)
             with m.If(self.cmd.valid):
                 with m.If(bad):
@@ -180,13 +189,6 @@ class GemmDatapath(wiring.Component):
                         job.info.raw.eq(cmd.raw), job.info.row_exp.eq(cmd.row_exp),
                         job.info.col_exp.eq(cmd.col_exp),
                     ]
-        a_fin = a_done | a_buf.w_done
-        b_fin = b_done | b_buf.w_done
-        with m.If(loading):
-            m.d.sync += [a_done.eq(a_fin), b_done.eq(b_fin)]
-            with m.If(a_fin & b_fin):
-                m.d.comb += [jobs.w_en.eq(1), jobs.w_data.eq(job)]
-                m.d.sync += loading.eq(0)
         for s_, (pa, pb) in enumerate(zip(pend_a, pend_b, strict=True)):
             m.d.sync += [
                 pa.eq(pa + (accept & (cmd.a_slot == s_)) - (finishing & (cur.a_slot == s_))),

@@ -32,10 +32,12 @@ def simulate(lanes, depth, tiles, *, seed=0, stall=0.3):
             ctx.set(dut.w_cmd.valid, 0)
             beats = [[int(x) for x in v] for v in models.operand_beats(stored, lanes, k_major)]
             await stream_send(ctx, dut.w_stream, beats, rng=rng, stall=stall)
-            while not ctx.get(dut.w_done):
-                await ctx.tick()
-            await ctx.tick()
-            count["written"] += 1
+
+    async def done_counter(ctx):
+        # w_done is high in the cycle a tile's last beat is accepted.
+        while count["written"] < len(tiles):
+            _, _, done = await ctx.tick().sample(dut.w_done)
+            count["written"] += done
 
     async def reader(ctx):
         for t, (stored, k_major) in enumerate(tiles):
@@ -58,7 +60,7 @@ def simulate(lanes, depth, tiles, *, seed=0, stall=0.3):
             results.append(np.array(got, dtype=np.int8))
 
     total = sum(s.size for s, _ in tiles)
-    run(dut, writer, reader, deadline_cycles=20 * total + 400)
+    run(dut, writer, reader, done_counter, deadline_cycles=20 * total + 400)
     assert len(results) == len(tiles)
     return results
 
