@@ -1,7 +1,7 @@
 """The tile GEMM datapath: operand buffers -> systolic array -> rescaler, between streams."""
 
 from amaranth import Array, Module, Mux, Signal, signed, unsigned
-from amaranth.lib import data, fifo, stream, wiring
+from amaranth.lib import data, fifo, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from .buffer import TransposableBuffer
@@ -11,7 +11,8 @@ from .systolic import SystolicArray
 __all__ = ["GemmDatapath", "command_layout"]
 
 
-def command_layout(rows: int, cols: int, slots: int = 2) -> data.StructLayout:
+def command_layout(rows: int, cols: int, slots: int = 2,
+                   acc_slots: int = 2) -> data.StructLayout:
     """Payload of :attr:`GemmDatapath.cmd`: one tile GEMM."""
     return data.StructLayout({
         "k":           unsigned(16),   # reduction length of this tile, 1..depth
@@ -23,6 +24,9 @@ def command_layout(rows: int, cols: int, slots: int = 2) -> data.StructLayout:
         "transpose_b": 1,              # B arrives as cols x k (else k x cols)
         "clear":       1,              # start a new accumulation (else add to the last one)
         "emit":        1,              # send the C tile out after this command
+        "store":       1,              # keep the C tile in accumulation slot acc_slot
+        "add":         1,              # add accumulation slot acc_slot to the C tile first
+        "acc_slot":    range(acc_slots),
         "raw":         1,              # send int32 sums instead of rescaled float32
         "row_exp":     data.ArrayLayout(signed(8), rows),
         "col_exp":     data.ArrayLayout(signed(8), cols),
@@ -47,6 +51,11 @@ class GemmDatapath(wiring.Component):
     after the previous one ends, so in steady state it does ``rows * cols`` MACs every cycle.
     The numpy model is :func:`sim.models.datapath`.
 
+    Partial sums across K chunks, for several C tiles in turn: a command with ``store`` keeps
+    its C tile in accumulation slot ``acc_slot`` (int32, on chip) instead of or besides
+    emitting it, and one with ``add`` adds that slot's sums to its tile first — so the engine
+    can interleave a block of C tiles over K chunks.
+
     A command with ``k = 0`` or ``k > depth`` is dropped and sets :attr:`error` (sticky).
 
     Parameters
@@ -57,6 +66,8 @@ class GemmDatapath(wiring.Component):
         Largest ``k`` of one command (operand buffer depth per slot).
     slots : int
         Tile slots per operand buffer (at least 2).
+    acc_slots : int
+        C tiles the accumulation buffer holds (``acc_slots * rows`` rows of ``cols`` int32).
     packing, primitive :
         Passed to :class:`rtl.systolic.SystolicArray`: 2 packs two MACs per DSP48E2
         (UltraScale+); ``primitive`` instantiates the ``DSP48E2`` for synthesis.
@@ -84,7 +95,8 @@ class GemmDatapath(wiring.Component):
     """
 
     def __init__(self, rows: int, cols: int, depth: int = 512, out_rows: int | None = None,
-                 *, slots: int = 2, packing: int = 1, primitive: bool = False):
+                 *, slots: int = 2, acc_slots: int = 2, packing: int = 1,
+                 primitive: bool = False):
         # validates rows, cols, packing
         self.array = SystolicArray(rows, cols, packing=packing, primitive=primitive)
         self.a_buf = TransposableBuffer(rows, depth, slots)  # validates depth and slots
@@ -94,9 +106,11 @@ class GemmDatapath(wiring.Component):
         if not isinstance(out_rows, int) or out_rows < rows:
             raise ValueError(f"out_rows must be an integer >= rows ({rows}), not {out_rows!r}")
         self.rows, self.cols, self.depth, self.out_rows = rows, cols, depth, out_rows
-        self.slots = slots
+        if not isinstance(acc_slots, int) or isinstance(acc_slots, bool) or acc_slots < 1:
+            raise ValueError(f"acc_slots must be a positive integer, not {acc_slots!r}")
+        self.slots, self.acc_slots = slots, acc_slots
         super().__init__({
-            "cmd": In(stream.Signature(command_layout(rows, cols, slots))),
+            "cmd": In(stream.Signature(command_layout(rows, cols, slots, acc_slots))),
             "a_stream": In(stream.Signature(data.ArrayLayout(signed(8), rows))),
             "b_stream": In(stream.Signature(data.ArrayLayout(signed(8), cols))),
             "o_stream": Out(stream.Signature(rescale_output_layout(cols))),
@@ -108,7 +122,7 @@ class GemmDatapath(wiring.Component):
     @property
     def fill_latency(self) -> int:
         """Cycles from issuing a tile's last step to its first C row on :attr:`o_stream`."""
-        return (TransposableBuffer.READ_LATENCY + self.array.latency + 1
+        return (TransposableBuffer.READ_LATENCY + self.array.latency + 2
                 + Rescaler.LATENCY + 1)
 
     def elaborate(self, platform):
@@ -122,15 +136,16 @@ class GemmDatapath(wiring.Component):
             "row_exp": data.ArrayLayout(signed(8), R),
             "col_exp": data.ArrayLayout(signed(8), C),
             "raw": 1,
+            "emit": 1, "store": 1, "add": 1, "acc_slot": range(self.acc_slots),
         })
         m.submodules.info_fifo = info_fifo = fifo.SyncFIFOBuffered(
-            width=info_layout.size, depth=max(2, self.out_rows // R))
+            width=info_layout.size, depth=4)
         m.submodules.out_fifo = out_fifo = fifo.SyncFIFOBuffered(
             width=rescale_output_layout(C).size, depth=self.out_rows)
 
         # ---- jobs: loaded commands waiting for, or in, the array --------------------------
         job_layout = data.StructLayout({
-            "k": unsigned(16), "clear": 1, "emit": 1, "info": info_layout,
+            "k": unsigned(16), "clear": 1, "readout": 1, "info": info_layout,
             "a_slot": range(self.slots), "b_slot": range(self.slots)})
         m.submodules.jobs = jobs = fifo.SyncFIFO(width=job_layout.size, depth=2)
         head = data.View(job_layout, jobs.r_data)
@@ -184,7 +199,10 @@ class GemmDatapath(wiring.Component):
                                  b_buf.w_cmd.valid.eq(cmd.load_b)]
                     m.d.sync += [
                         loading.eq(1), a_done.eq(~cmd.load_a), b_done.eq(~cmd.load_b),
-                        job.k.eq(cmd.k), job.clear.eq(cmd.clear), job.emit.eq(cmd.emit),
+                        job.k.eq(cmd.k), job.clear.eq(cmd.clear),
+                        job.readout.eq(cmd.emit | cmd.store),
+                        job.info.emit.eq(cmd.emit), job.info.store.eq(cmd.store),
+                        job.info.add.eq(cmd.add), job.info.acc_slot.eq(cmd.acc_slot),
                         job.a_slot.eq(cmd.a_slot), job.b_slot.eq(cmd.b_slot),
                         job.info.raw.eq(cmd.raw), job.info.row_exp.eq(cmd.row_exp),
                         job.info.col_exp.eq(cmd.col_exp),
@@ -196,12 +214,13 @@ class GemmDatapath(wiring.Component):
             ]
 
         # ---- compute sequencer: buffers -> array ------------------------------------------
-        # Emitting tiles keep rows + cols - 1 cycles between their last steps (the array's
-        # result registers are read out meanwhile) and reserve their rows in the output FIFO.
+        # Tiles read out of the array (emitted or stored) keep min_emit_interval cycles between
+        # their last steps (the array's result registers are read out meanwhile); emitted
+        # tiles also reserve their rows in the output FIFO.
         interval = array.min_emit_interval
         since = Signal(range(interval + 2), init=interval + 1)
         since_next = Signal.like(since)
-        emit_last = finishing & cur.emit
+        emit_last = finishing & cur.readout
         m.d.comb += since_next.eq(Mux(emit_last, 1, Mux(since > interval, since, since + 1)))
         m.d.sync += since.eq(since_next)
 
@@ -211,7 +230,8 @@ class GemmDatapath(wiring.Component):
 
         can_start = Signal()
         m.d.comb += can_start.eq(jobs.r_rdy & (
-            ~head.emit | ((credits >= R) & (since_next + head.k > interval))))
+            ~head.readout | (info_fifo.w_rdy & (~head.info.emit | (credits >= R))
+                             & (since_next + head.k > interval))))
         start = Signal()
         m.d.comb += start.eq(can_start & (~active | finishing))
 
@@ -223,13 +243,12 @@ class GemmDatapath(wiring.Component):
         with m.Else():
             m.d.sync += kk.eq(kk + 1)
 
-        reserve = start & head.emit
+        reserve = start & head.readout & head.info.emit
         m.d.sync += credits.eq(credits - Mux(reserve, R, 0) + released)
         m.d.comb += [
-            info_fifo.w_en.eq(reserve),
+            info_fifo.w_en.eq(start & head.readout),
             info_fifo.w_data.eq(head.info),
         ]
-        # info_fifo cannot overflow: each entry holds R credits of out_rows.
 
         m.d.comb += [
             a_buf.r_en.eq(active), a_buf.r_slot.eq(cur.a_slot), a_buf.r_k.eq(kk),
@@ -252,20 +271,45 @@ class GemmDatapath(wiring.Component):
             array.i_stream.payload.last.eq(last),
         ]
 
-        # ---- array -> rescaler -> output FIFO ---------------------------------------------
+        # ---- array -> accumulation buffer -> rescaler -> output FIFO ------------------------
+        # Each row read out of the array is registered while its partial sums are read from
+        # the accumulation buffer; the next cycle the sum is stored back and/or rescaled.
         info = data.View(info_layout, info_fifo.r_data)
         res = array.o_stream.payload
-        row_exp = Array(info.row_exp[i] for i in range(R))[res.row]
+        row_layout = data.ArrayLayout(signed(32), C)
+        m.submodules.acc_mem = acc_mem = memory.Memory(
+            shape=row_layout, depth=self.acc_slots * R, init=[])
+        acc_rd = acc_mem.read_port()
+        acc_wr = acc_mem.write_port()
+        x_valid = Signal()
+        x_row = Signal(range(R))
+        x_last = Signal()
+        x_data = Signal(row_layout)
+        x_info = Signal(info_layout)
+        m.d.sync += [x_valid.eq(array.o_stream.valid), x_row.eq(res.row), x_last.eq(res.last),
+                     x_data.eq(res.data), x_info.eq(info)]
         m.d.comb += [
-            rescaler.i_stream.valid.eq(array.o_stream.valid),
-            rescaler.i_stream.payload.acc.eq(res.data),
-            rescaler.i_stream.payload.raw.eq(info.raw),
-            rescaler.i_stream.payload.last.eq(res.last),
+            acc_rd.addr.eq(info.acc_slot * R + res.row),
             info_fifo.r_en.eq(array.o_stream.valid & res.last),
+        ]
+        total = Signal(row_layout)
+        for j in range(C):
+            m.d.comb += total[j].eq(x_data[j] + Mux(x_info.add, acc_rd.data[j], 0))
+        m.d.comb += [
+            acc_wr.en.eq(x_valid & x_info.store),
+            acc_wr.addr.eq(x_info.acc_slot * R + x_row),
+            acc_wr.data.eq(total),
+        ]
+        row_exp = Array(x_info.row_exp[i] for i in range(R))[x_row]
+        m.d.comb += [
+            rescaler.i_stream.valid.eq(x_valid & x_info.emit),
+            rescaler.i_stream.payload.acc.eq(total),
+            rescaler.i_stream.payload.raw.eq(x_info.raw),
+            rescaler.i_stream.payload.last.eq(x_last),
         ]
         for j in range(C):
             m.d.comb += rescaler.i_stream.payload.exp[j].eq(
-                row_exp.as_signed() + info.col_exp[j].as_signed())
+                row_exp.as_signed() + x_info.col_exp[j].as_signed())
         # The rescaler never stalls here: the rows were reserved in the output FIFO.
         m.d.comb += [
             rescaler.o_stream.ready.eq(out_fifo.w_rdy),

@@ -96,6 +96,10 @@ class TileCommand:
     #: ignored by the hardware, and the model reads the slot).
     load_a: bool = True
     load_b: bool = True
+    #: Accumulation buffer: keep the C tile in ``acc_slot`` / add that slot's sums first.
+    store: bool = False
+    add: bool = False
+    acc_slot: int = 0
 
     @property
     def k(self) -> int:
@@ -116,7 +120,12 @@ class TileCommand:
                 "load_a": self.load_a, "load_b": self.load_b,
                 "transpose_a": self.transpose_a, "transpose_b": self.transpose_b,
                 "clear": self.clear, "emit": self.emit, "raw": self.raw,
+                "store": self.store, "add": self.add, "acc_slot": self.acc_slot,
                 "row_exp": [int(x) for x in re], "col_exp": [int(x) for x in ce]}
+
+
+def _wrap32(x: np.ndarray) -> np.ndarray:
+    return x.astype(np.int64).astype(np.uint32).view(np.int32)
 
 
 def datapath(commands, rows: int, cols: int) -> list[np.ndarray]:
@@ -126,7 +135,7 @@ def datapath(commands, rows: int, cols: int) -> list[np.ndarray]:
     command that reuses a slot reads its first ``k`` steps.
     """
     acc = np.zeros((rows, cols), dtype=np.int32)
-    slot_a, slot_b = {}, {}
+    slot_a, slot_b, partial = {}, {}, {}
     out = []
     for index, cmd in enumerate(commands):
         a_slot, b_slot = cmd.slots(index)
@@ -137,12 +146,17 @@ def datapath(commands, rows: int, cols: int) -> list[np.ndarray]:
         op_a = np.ascontiguousarray(slot_a[a_slot][:cmd.k].T)   # rows x k
         op_b = np.ascontiguousarray(slot_b[b_slot][:cmd.k])     # k x cols
         part = golden.gemm(op_a, op_b)
-        acc = part if cmd.clear else (acc.astype(np.int64) + part).astype(np.int32)
+        acc = part if cmd.clear else _wrap32(acc.astype(np.int64) + part)
+        total = acc
+        if (cmd.emit or cmd.store) and cmd.add:
+            total = _wrap32(acc.astype(np.int64) + partial[cmd.acc_slot])
+        if cmd.store:
+            partial[cmd.acc_slot] = total.copy()
         if cmd.emit:
             if cmd.raw:
-                out.append(acc.view(np.uint32).copy())
+                out.append(total.view(np.uint32).copy())
             else:
                 re = np.zeros(rows, np.int8) if cmd.row_exp is None else cmd.row_exp
                 ce = np.zeros(cols, np.int8) if cmd.col_exp is None else cmd.col_exp
-                out.append(golden.float32_bits(golden.rescale(acc, re, ce)).copy())
+                out.append(golden.float32_bits(golden.rescale(total, re, ce)).copy())
     return out

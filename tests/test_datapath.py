@@ -6,15 +6,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rtl.datapath import GemmDatapath
-from sim import models
+from sim import golden, models
 from sim.harness import run, stream_recv, stream_send
 
 
 def simulate(rows, cols, commands, *, depth=None, seed=0, stall=0.3, extra_cmds=(), packing=1,
-             slots=2):
+             slots=2, acc_slots=2):
     """Drive the datapath with random stalls on every stream; return (tiles, cycles, steps)."""
     depth = depth or max(c.k for c in commands)
-    dut = GemmDatapath(rows, cols, depth=depth, packing=packing, slots=slots)
+    dut = GemmDatapath(rows, cols, depth=depth, packing=packing, slots=slots,
+                       acc_slots=acc_slots)
     rng = random.Random(seed)
     n_out = sum(rows for c in commands if c.emit)
     rows_out = []
@@ -149,6 +150,30 @@ def test_operand_reuse_across_slots():
     assert models.datapath(cmds, rows, cols)[-1].view(np.int32).tolist() == want.tolist()
 
 
+def test_blocked_gemm_over_k_chunks_with_partial_sums():
+    # C (2 x 2 tiles) = A (2 tiles) . B (2 tiles) over 3 K chunks, the four C tiles
+    # interleaved: partial sums go to accumulation slots 0..3 and come back for the next chunk.
+    rows, cols, kc, chunks = 2, 3, 4, 3
+    rng = np.random.default_rng(13)
+    a = rng.integers(-128, 128, (2 * rows, kc * chunks)).astype(np.int8)
+    b = rng.integers(-128, 128, (kc * chunks, 2 * cols)).astype(np.int8)
+    cmds = []
+    for c in range(chunks):
+        for i in range(2):
+            for j in range(2):
+                cmds.append(models.TileCommand(
+                    a=a[i * rows:(i + 1) * rows, c * kc:(c + 1) * kc],
+                    b=b[c * kc:(c + 1) * kc, j * cols:(j + 1) * cols],
+                    a_slot=i, b_slot=2 + j, load_a=j == 0, load_b=i == 0,
+                    store=c < chunks - 1, emit=c == chunks - 1, add=c > 0,
+                    acc_slot=2 * i + j, raw=True))
+    tiles, _, _ = simulate(rows, cols, cmds, slots=4, acc_slots=4, stall=0.2)
+    full = golden.gemm(a, b)
+    for t, (i, j) in enumerate([(0, 0), (0, 1), (1, 0), (1, 1)]):
+        np.testing.assert_array_equal(
+            tiles[t].view(np.int32), full[i * rows:(i + 1) * rows, j * cols:(j + 1) * cols])
+
+
 def test_reloading_a_slot_waits_for_its_readers():
     # Slot 0 of A is reloaded while earlier commands that read it may still be queued.
     rows, cols = 2, 2
@@ -174,6 +199,9 @@ def test_random(rows, cols, seed, data):
             clear=t == 0 or data.draw(st.booleans()),
             emit=t == n - 1 or data.draw(st.booleans()),
             raw=data.draw(st.booleans())))
+        cmds[-1].store = data.draw(st.booleans())
+        cmds[-1].add = any(c.store for c in cmds[:-1]) and data.draw(st.booleans())
+        cmds[-1].acc_slot = 0
     check(rows, cols, cmds, seed=seed, stall=data.draw(st.sampled_from([0.0, 0.2, 0.5])),
           packing=data.draw(st.sampled_from([1, 2])))
 
