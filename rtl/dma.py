@@ -60,12 +60,27 @@ def _burst_splitter(m, addr, remaining, burst_beats, shift):
     return n
 
 
+class _DmaMaster(wiring.Component):
+    """What the two DMA masters share: parameters, their checks, the command port."""
+
+    def __init__(self, data_width, addr_width, burst_beats, outstanding, members):
+        _check_params(data_width, addr_width, burst_beats, outstanding)
+        self.data_width, self.addr_width = data_width, addr_width
+        self.burst_beats, self.outstanding = burst_beats, outstanding
+        super().__init__({
+            "cmd": In(stream.Signature(read_command_layout(addr_width))),
+            **members,
+            "error": Out(1),
+            "busy": Out(1),
+        })
+
+
 def read_command_layout(addr_width: int) -> data.StructLayout:
     """Payload of :attr:`DmaReader.cmd`: a run of bus words starting at ``addr``."""
     return data.StructLayout({"addr": addr_width, "beats": 24})
 
 
-class DmaReader(wiring.Component):
+class DmaReader(_DmaMaster):
     """Reads runs of bus words from memory and streams them out, in order.
 
     Each command names a byte address (aligned to the bus width; the low bits are ignored) and
@@ -98,16 +113,10 @@ class DmaReader(wiring.Component):
 
     def __init__(self, data_width: int = 128, addr_width: int = 32, *, burst_beats: int = 16,
                  outstanding: int = 4):
-        _check_params(data_width, addr_width, burst_beats, outstanding)
-        self.data_width, self.addr_width = data_width, addr_width
-        self.burst_beats, self.outstanding = burst_beats, outstanding
-        super().__init__({
-            "cmd": In(stream.Signature(read_command_layout(addr_width))),
+        super().__init__(data_width, addr_width, burst_beats, outstanding, {
             "o_stream": Out(stream.Signature(data.StructLayout(
                 {"data": data_width, "last": 1}))),
             "bus": Out(AXI4ReadSignature(addr_width, data_width)),
-            "error": Out(1),
-            "busy": Out(1),
         })
 
     def elaborate(self, platform):
@@ -177,7 +186,7 @@ class DmaReader(wiring.Component):
         return m
 
 
-class DmaWriter(wiring.Component):
+class DmaWriter(_DmaMaster):
     """Writes a stream of bus words to memory, one run of words per command.
 
     Each command names a byte address (aligned to the bus width) and a number of words; that
@@ -197,15 +206,9 @@ class DmaWriter(wiring.Component):
 
     def __init__(self, data_width: int = 128, addr_width: int = 32, *, burst_beats: int = 16,
                  outstanding: int = 4):
-        _check_params(data_width, addr_width, burst_beats, outstanding)
-        self.data_width, self.addr_width = data_width, addr_width
-        self.burst_beats, self.outstanding = burst_beats, outstanding
-        super().__init__({
-            "cmd": In(stream.Signature(read_command_layout(addr_width))),
+        super().__init__(data_width, addr_width, burst_beats, outstanding, {
             "i_stream": In(stream.Signature(data_width)),
             "bus": Out(AXI4WriteSignature(addr_width, data_width)),
-            "error": Out(1),
-            "busy": Out(1),
             "done": Out(1),
         })
 

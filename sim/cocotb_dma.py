@@ -31,23 +31,29 @@ def pauses(seed, p):
         yield rng.random() < p
 
 
-async def setup(dut, seed):
+async def _start(dut, bus, ram_class, seed, level):
+    """Clock, reset, and a RAM model on ``bus`` with random pauses on every channel."""
     cocotb.start_soon(Clock(dut.clk, 10, unit="ns").start())
     dut.cmd__valid.value = 0
-    dut.o_stream__ready.value = 0
     dut.rst.value = 1
-    bus = AxiReadBus.from_prefix(dut, "bus_")
-    for channel in (bus.ar, bus.r):     # absent optional signals (IDs, user...) are None here
+    for channel in vars(bus).values():   # absent optional signals (IDs, user...) are None
         for name in [n for n, v in vars(channel).items() if v is None]:
             delattr(channel, name)
-    ram = FaultyRam(bus, dut.clk, dut.rst, size=0x10000)
-    ram.log.setLevel(logging.WARNING)
-    ram.ar_channel.set_pause_generator(pauses(seed, 0.3))
-    ram.r_channel.set_pause_generator(pauses(seed + 1, 0.3))
+    ram = ram_class(bus, dut.clk, dut.rst, size=0x10000)
+    ram.log.setLevel(level)
+    channels = [c for c in ("ar", "r", "aw", "w", "b") if hasattr(ram, f"{c}_channel")]
+    for i, c in enumerate(channels):
+        getattr(ram, f"{c}_channel").set_pause_generator(pauses(seed + i, 0.3))
     await ClockCycles(dut.clk, 3)
     dut.rst.value = 0
     await ClockCycles(dut.clk, 2)
     return ram
+
+
+async def setup(dut, seed):
+    dut.o_stream__ready.value = 0
+    return await _start(dut, AxiReadBus.from_prefix(dut, "bus_"), FaultyRam, seed,
+                        logging.WARNING)
 
 
 async def send_commands(dut, commands, rng):
@@ -130,23 +136,9 @@ class FaultyRamWrite(AxiRamWrite):
 
 
 async def setup_writer(dut, seed):
-    cocotb.start_soon(Clock(dut.clk, 10, unit="ns").start())
-    dut.cmd__valid.value = 0
     dut.i_stream__valid.value = 0
-    dut.rst.value = 1
-    bus = AxiWriteBus.from_prefix(dut, "bus_")
-    for channel in (bus.aw, bus.w, bus.b):
-        for name in [n for n, v in vars(channel).items() if v is None]:
-            delattr(channel, name)
-    ram = FaultyRamWrite(bus, dut.clk, dut.rst, size=0x10000)
-    ram.log.setLevel(logging.ERROR)
-    ram.aw_channel.set_pause_generator(pauses(seed, 0.3))
-    ram.w_channel.set_pause_generator(pauses(seed + 1, 0.3))
-    ram.b_channel.set_pause_generator(pauses(seed + 2, 0.3))
-    await ClockCycles(dut.clk, 3)
-    dut.rst.value = 0
-    await ClockCycles(dut.clk, 2)
-    return ram
+    return await _start(dut, AxiWriteBus.from_prefix(dut, "bus_"), FaultyRamWrite, seed,
+                        logging.ERROR)
 
 
 async def send_words(dut, words, rng):
