@@ -15,11 +15,12 @@ import numpy as np
 from amaranth import signed
 from amaranth.lib import data
 from cocotb.clock import Clock
-from cocotb.triggers import ClockCycles, ReadOnly, RisingEdge
+from cocotb.triggers import ClockCycles
 
 from rtl.datapath import command_layout
 from rtl.rescale import rescale_output_layout
 from sim import models
+from sim.cocotb_streams import receive, send
 
 
 def _env(name, default):
@@ -47,39 +48,6 @@ def random_commands(rng, rows, cols, depth, n):
             row_exp=rng.integers(-exp_span - 1, exp_span + 1, rows).astype(np.int8),
             col_exp=rng.integers(-exp_span - 1, exp_span + 1, cols).astype(np.int8)))
     return cmds
-
-
-async def send(dut, prefix, beats, rng, stall):
-    valid = getattr(dut, f"{prefix}__valid")
-    ready = getattr(dut, f"{prefix}__ready")
-    payload = getattr(dut, f"{prefix}__payload")
-    for beat in beats:
-        while rng.random() < stall:
-            valid.value = 0
-            await RisingEdge(dut.clk)
-        payload.value = beat
-        valid.value = 1
-        while True:
-            await ReadOnly()
-            accepted = str(ready.value) == "1"  # X/Z (before reset settles) is not ready
-            await RisingEdge(dut.clk)
-            if accepted:
-                break
-    valid.value = 0
-
-
-async def receive(dut, count, rng, stall, layout):
-    words = []
-    while len(words) < count:
-        take = rng.random() >= stall
-        dut.o_stream__ready.value = int(take)
-        await ReadOnly()
-        if take and str(dut.o_stream__valid.value) == "1":
-            beat = layout.from_bits(int(dut.o_stream__payload.value))
-            words.append(([int(w) for w in beat.data], int(beat.last)))
-        await RisingEdge(dut.clk)
-    dut.o_stream__ready.value = 0
-    return words
 
 
 @cocotb.test(timeout_time=int(os.environ.get("DP_TIMEOUT_US", "2000")), timeout_unit="us")
@@ -113,8 +81,10 @@ async def random_tile_gemms(dut):
     cocotb.start_soon(send(dut, "a_stream", a_beats, random.Random(seed + 2), stall))
     cocotb.start_soon(send(dut, "b_stream", b_beats, random.Random(seed + 3), stall))
     want = models.datapath(cmds, rows, cols)
-    got = await cocotb.start_soon(
-        receive(dut, rows * len(want), prng, stall, rescale_output_layout(cols)))
+    out_layout = rescale_output_layout(cols)
+    got = [out_layout.from_bits(word) for word in await cocotb.start_soon(
+        receive(dut, "o_stream", rows * len(want), prng, stall))]
+    got = [([int(w) for w in beat.data], int(beat.last)) for beat in got]
 
     for t, tile in enumerate(want):
         chunk = got[t * rows:(t + 1) * rows]

@@ -15,6 +15,8 @@ from cocotb.clock import Clock
 from cocotb.triggers import ClockCycles, ReadOnly, RisingEdge
 from cocotbext.axi import AxiRamRead, AxiRamWrite, AxiReadBus, AxiWriteBus
 
+from sim.cocotb_streams import receive, send
+
 BAD = range(0xF000, 0x10000)
 
 
@@ -56,34 +58,14 @@ async def setup(dut, seed):
                         logging.WARNING)
 
 
-async def send_commands(dut, commands, rng):
-    for addr, beats in commands:
-        while rng.random() < 0.3:
-            dut.cmd__valid.value = 0
-            await RisingEdge(dut.clk)
-        dut.cmd__payload.value = addr | (beats << int(os.environ["DMA_ADDR_WIDTH"]))
-        dut.cmd__valid.value = 1
-        while True:
-            await ReadOnly()
-            ok = str(dut.cmd__ready.value) == "1"
-            await RisingEdge(dut.clk)
-            if ok:
-                break
-    dut.cmd__valid.value = 0
+def send_commands(dut, commands, rng):
+    shift = int(os.environ["DMA_ADDR_WIDTH"])
+    return send(dut, "cmd", [addr | (beats << shift) for addr, beats in commands], rng, 0.3)
 
 
-async def receive(dut, count, rng, width):
-    beats = []
-    while len(beats) < count:
-        take = rng.random() >= 0.3
-        dut.o_stream__ready.value = int(take)
-        await ReadOnly()
-        if take and str(dut.o_stream__valid.value) == "1":
-            v = int(dut.o_stream__payload.value)
-            beats.append((v & ((1 << width) - 1), v >> width))
-        await RisingEdge(dut.clk)
-    dut.o_stream__ready.value = 0
-    return beats
+async def receive_words(dut, count, rng, width):
+    words = await receive(dut, "o_stream", count, rng, 0.3)
+    return [(v & ((1 << width) - 1), v >> width) for v in words]
 
 
 @cocotb.test(timeout_time=2, timeout_unit="ms")
@@ -102,7 +84,7 @@ async def random_reads(dut):
         commands.append((start, beats))
     cocotb.start_soon(send_commands(dut, commands, random.Random(seed + 7)))
     total = sum(b for _, b in commands)
-    got = await receive(dut, total, random.Random(seed + 9), width)
+    got = await receive_words(dut, total, random.Random(seed + 9), width)
     i = 0
     for addr, beats in commands:
         for n in range(beats):
@@ -123,7 +105,7 @@ async def bus_error_is_reported_and_does_not_hang(dut):
     await setup(dut, 3)
     commands = [(BAD.start - 2 * (width // 8), 5), (0, 3)]
     cocotb.start_soon(send_commands(dut, commands, random.Random(4)))
-    got = await receive(dut, 8, random.Random(5), width)
+    got = await receive_words(dut, 8, random.Random(5), width)
     assert [last for _, last in got] == [0, 0, 0, 0, 1, 0, 0, 1]
     assert str(dut.error.value) == "1"
 
@@ -141,20 +123,8 @@ async def setup_writer(dut, seed):
                         logging.ERROR)
 
 
-async def send_words(dut, words, rng):
-    for word in words:
-        while rng.random() < 0.3:
-            dut.i_stream__valid.value = 0
-            await RisingEdge(dut.clk)
-        dut.i_stream__payload.value = word
-        dut.i_stream__valid.value = 1
-        while True:
-            await ReadOnly()
-            ok = str(dut.i_stream__ready.value) == "1"
-            await RisingEdge(dut.clk)
-            if ok:
-                break
-    dut.i_stream__valid.value = 0
+def send_words(dut, words, rng):
+    return send(dut, "i_stream", words, rng, 0.3)
 
 
 async def count_done(dut, n):
