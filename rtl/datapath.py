@@ -4,6 +4,7 @@ from amaranth import Array, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, fifo, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from ._util import delay
 from .buffer import TransposableBuffer
 from .rescale import Rescaler, rescale_output_layout
 from .systolic import SystolicArray
@@ -259,10 +260,8 @@ class GemmDatapath(wiring.Component):
         first = Signal()
         last = Signal()
         m.d.comb += [first.eq(active & cur.clear & (kk == 0)), last.eq(emit_last)]
-        for _ in range(TransposableBuffer.READ_LATENCY):
-            first_d, last_d = Signal(), Signal()
-            m.d.sync += [first_d.eq(first), last_d.eq(last)]
-            first, last = first_d, last_d
+        first = delay(m, first, TransposableBuffer.READ_LATENCY, "first")
+        last = delay(m, last, TransposableBuffer.READ_LATENCY, "last")
         m.d.comb += [
             array.i_stream.valid.eq(a_buf.r_valid),
             array.i_stream.payload.a.eq(a_buf.r_data),

@@ -4,6 +4,7 @@ from amaranth import Cat, Module, Mux, Signal, signed
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from ._util import delay
 from .dsp import SHIFT, PackedMac
 from .xilinx import select
 
@@ -141,16 +142,9 @@ class PackedPair(wiring.Component):
         m.submodules.mac = mac = PackedMac(primitive=self.primitive)
         m.d.comb += [mac.hi.eq(hi), mac.lo.eq(lo), mac.b.eq(b)]
 
-        def delay(sig, n):
-            for _ in range(n):
-                r = Signal()
-                m.d.sync += r.eq(sig)
-                sig = r
-            return sig
-
-        m.d.comb += mac.clear.eq(delay(self.first_o, PackedMac.CLEAR_DELAY))
-        loaded = delay(self.first_o, PackedMac.LATENCY)   # P this cycle was a load
-        final = delay(self.last_o, PackedMac.LATENCY)     # P this cycle is the tile's sum
+        m.d.comb += mac.clear.eq(delay(m, self.first_o, PackedMac.CLEAR_DELAY, "clear"))
+        loaded = delay(m, self.first_o, PackedMac.LATENCY, "loaded")  # P was a load
+        final = delay(m, self.last_o, PackedMac.LATENCY, "final")     # P is the tile's sum
 
         p = mac.p
         low_prev = Signal(2, reset_less=True)
@@ -297,29 +291,22 @@ class SystolicArray(wiring.Component):
         inp = self.i_stream.payload
         valid = self.i_stream.valid
 
-        def delayed(sig, n, name):
-            for s in range(n):
-                r = Signal.like(sig, name=f"{name}_skew{s}")
-                m.d.sync += r.eq(sig)
-                sig = r
-            return sig
-
         # Skew the inputs: a row of cells (and its flags) waits its index, column j waits j.
         n_rows = R if self.packing == 1 else self.pair_rows
         a_in = [Mux(valid, inp.a[i], 0) for i in range(R)]
-        b_edge = [delayed(Mux(valid, inp.b[j], 0), j, f"b{j}") for j in range(C)]
-        first_edge = [delayed(valid & inp.first, i, f"first{i}") for i in range(n_rows)]
-        last_edge = [delayed(valid & inp.last, i, f"last{i}") for i in range(n_rows)]
+        b_edge = [delay(m, Mux(valid, inp.b[j], 0), j, f"b{j}") for j in range(C)]
+        first_edge = [delay(m, valid & inp.first, i, f"first{i}") for i in range(n_rows)]
+        last_edge = [delay(m, valid & inp.last, i, f"last{i}") for i in range(n_rows)]
         out = self.o_stream.payload
 
         if self.packing == 1:
-            a_edge = [delayed(a_in[i], i, f"a{i}") for i in range(R)]
+            a_edge = [delay(m, a_in[i], i, f"a{i}") for i in range(R)]
             cells = [[ProcessingElement() for _ in range(C)] for _ in range(R)]
             rows_of = [{"a": a_edge[i]} for i in range(R)]
             ports = [("a", "a_i", "a_o")]
         else:
-            hi_edge = [delayed(a_in[2 * q], q, f"hi{q}") for q in range(n_rows)]
-            lo_edge = [delayed(a_in[2 * q + 1] if 2 * q + 1 < R else 0, q, f"lo{q}")
+            hi_edge = [delay(m, a_in[2 * q], q, f"hi{q}") for q in range(n_rows)]
+            lo_edge = [delay(m, a_in[2 * q + 1] if 2 * q + 1 < R else 0, q, f"lo{q}")
                        for q in range(n_rows)]
             cells = [[PackedPair(primitive=self.primitive) for _ in range(C)]
                      for _ in range(n_rows)]
@@ -338,7 +325,7 @@ class SystolicArray(wiring.Component):
 
         if self.packing == 1:
             # Once cell (R-1, C-1) has captured, read one row per cycle for R cycles.
-            start = delayed(valid & inp.last, R + C + 2, "readout")
+            start = delay(m, valid & inp.last, R + C + 2, "readout")
             row = Signal(range(R))
             reading = Signal()
             with m.If(start):
@@ -365,7 +352,7 @@ class SystolicArray(wiring.Component):
         # high row on the next cycle and its low row on the one after, with one subtractor
         # per column (stage B, the output register).
         Q = n_rows
-        start = delayed(valid & inp.last, Q + C + 5, "readout")
+        start = delay(m, valid & inp.last, Q + C + 5, "readout")
         slot = Signal(range(2 * Q))          # read-out cycle within the tile
         reading = Signal()
         with m.If(start):
