@@ -33,15 +33,15 @@ def _port(name: str) -> str:
     return name.lower()
 
 
-def _is_latched_pair(reg) -> bool:
-    """A read-only ``X_LO`` with a read-only ``X_HI``: reading LO latches HI."""
+def _latched_pair(reg) -> str | None:
+    """For a read-only ``X_LO`` with a read-only ``X_HI`` (reading LO latches HI): ``X_HI``."""
     if reg.access != "ro" or not reg.name.endswith("_LO"):
-        return False
+        return None
     try:
         hi = regmap.by_name(reg.name[:-3] + "_HI")
     except KeyError:
-        return False
-    return hi.access == "ro"
+        return None
+    return hi.name if hi.access == "ro" else None
 
 
 class RegisterBlock(wiring.Component):
@@ -123,22 +123,23 @@ class RegisterBlock(wiring.Component):
         m.d.comb += bus.arready.eq(~bus.rvalid)
         with m.If(bus.rvalid & bus.rready):
             m.d.sync += bus.rvalid.eq(0)
-        latched = {}
+        # Reading X_LO of a read-only pair copies X_HI into a register that X_HI then reads.
+        latched = {}              # LO name -> (HI name, latch register)
         for reg in regmap.REGISTERS:
-            if _is_latched_pair(reg):
-                hi = regmap.by_name(reg.name[:-3] + "_HI")
-                latched[hi.name] = Signal(32, name=f"{_port(hi.name)}_latched")
+            hi = _latched_pair(reg)
+            if hi is not None:
+                latched[reg.name] = (hi, Signal(32, name=f"{_port(hi)}_latched"))
+        latch_of_hi = {hi: latch for hi, latch in latched.values()}
         with m.If(bus.arvalid & ~bus.rvalid):
             m.d.sync += [bus.rvalid.eq(1), bus.rdata.eq(0), bus.rresp.eq(RESP_SLVERR)]
             with m.Switch(raddr):
                 for reg in regmap.REGISTERS:
                     with m.Case(reg.offset >> 2):
                         port = getattr(self, _port(reg.name))
-                        value = latched.get(reg.name, port)
                         m.d.sync += bus.rresp.eq(RESP_OKAY)
                         if reg.access != "w1p":
-                            m.d.sync += bus.rdata.eq(value)
-                        if _is_latched_pair(reg):
-                            hi = regmap.by_name(reg.name[:-3] + "_HI")
-                            m.d.sync += latched[hi.name].eq(getattr(self, _port(hi.name)))
+                            m.d.sync += bus.rdata.eq(latch_of_hi.get(reg.name, port))
+                        if reg.name in latched:
+                            hi, latch = latched[reg.name]
+                            m.d.sync += latch.eq(getattr(self, _port(hi)))
         return m

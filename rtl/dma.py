@@ -5,7 +5,7 @@ from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 __all__ = ["AXI4ReadSignature", "AXI4WriteSignature", "DmaReader", "DmaWriter",
-           "read_command_layout"]
+           "dma_command_layout"]
 
 BURST_INCR = 0b01
 RESP_OKAY = 0b00
@@ -68,15 +68,15 @@ class _DmaMaster(wiring.Component):
         self.data_width, self.addr_width = data_width, addr_width
         self.burst_beats, self.outstanding = burst_beats, outstanding
         super().__init__({
-            "cmd": In(stream.Signature(read_command_layout(addr_width))),
+            "cmd": In(stream.Signature(dma_command_layout(addr_width))),
             **members,
             "error": Out(1),
             "busy": Out(1),
         })
 
 
-def read_command_layout(addr_width: int) -> data.StructLayout:
-    """Payload of :attr:`DmaReader.cmd`: a run of bus words starting at ``addr``."""
+def dma_command_layout(addr_width: int) -> data.StructLayout:
+    """Payload of the DMA masters' ``cmd``: a run of bus words starting at ``addr``."""
     return data.StructLayout({"addr": addr_width, "beats": 24})
 
 
@@ -105,7 +105,7 @@ class DmaReader(_DmaMaster):
 
     Members
     -------
-    cmd : In(stream.Signature(read_command_layout(addr_width)))
+    cmd : In(stream.Signature(dma_command_layout(addr_width)))
     o_stream : Out(stream.Signature({"data": data_width, "last": 1}))
     bus : Out(AXI4ReadSignature(addr_width, data_width))
     error, busy : Out(1)
@@ -198,7 +198,7 @@ class DmaWriter(_DmaMaster):
 
     Members
     -------
-    cmd : In(stream.Signature(read_command_layout(addr_width)))
+    cmd : In(stream.Signature(dma_command_layout(addr_width)))
     i_stream : In(stream.Signature(data_width))
     bus : Out(AXI4WriteSignature(addr_width, data_width))
     error, busy, done : Out(1)
