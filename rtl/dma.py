@@ -5,7 +5,7 @@ from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 __all__ = ["AXI4ReadSignature", "AXI4WriteSignature", "DmaReader", "DmaWriter",
-           "dma_command_layout"]
+           "dma_command_layout", "dma_write_layout"]
 
 BURST_INCR = 0b01
 RESP_OKAY = 0b00
@@ -72,12 +72,18 @@ class _DmaMaster(wiring.Component):
             **members,
             "error": Out(1),
             "busy": Out(1),
+            "abort": In(1),
         })
 
 
 def dma_command_layout(addr_width: int) -> data.StructLayout:
     """Payload of the DMA masters' ``cmd``: a run of bus words starting at ``addr``."""
     return data.StructLayout({"addr": addr_width, "beats": 24})
+
+
+def dma_write_layout(data_width: int) -> data.StructLayout:
+    """Payload of :attr:`DmaWriter.i_stream`: a bus word and its byte strobes."""
+    return data.StructLayout({"data": data_width, "strb": data_width // 8})
 
 
 class DmaReader(_DmaMaster):
@@ -94,6 +100,14 @@ class DmaReader(_DmaMaster):
     A read answered with SLVERR or DECERR sets :attr:`error` (sticky until reset); the words
     are still delivered, so nothing downstream hangs.
 
+    :attr:`abort` stops it issuing further bursts (a request already raised is still
+    completed, as AXI requires) and refuses commands; the bursts in flight still arrive.
+    :attr:`busy` falls once nothing is in flight or buffered; reset the reader then.
+
+    Latency and throughput: one burst address per cycle, the next command taken in the cycle
+    the previous one's last burst is issued, so even one-word commands keep the bus busy when
+    ``outstanding`` covers the memory latency.
+
     Parameters
     ----------
     data_width : {64, 128, 256, 512}
@@ -109,6 +123,7 @@ class DmaReader(_DmaMaster):
     o_stream : Out(stream.Signature({"data": data_width, "last": 1}))
     bus : Out(AXI4ReadSignature(addr_width, data_width))
     error, busy : Out(1)
+    abort : In(1)
     """
 
     def __init__(self, data_width: int = 128, addr_width: int = 32, *, burst_beats: int = 16,
@@ -127,7 +142,9 @@ class DmaReader(_DmaMaster):
         depth = self.burst_beats * self.outstanding
         m.submodules.data_fifo = data_fifo = fifo.SyncFIFOBuffered(
             width=self.data_width + 1, depth=depth)
-        m.submodules.len_fifo = len_fifo = fifo.SyncFIFO(width=24, depth=4)
+        # Lengths of the commands whose words are still to arrive (one-word commands can
+        # fill the whole data FIFO).
+        m.submodules.len_fifo = len_fifo = fifo.SyncFIFO(width=24, depth=depth)
 
         # ---- address side -----------------------------------------------------------------
         active = Signal()
@@ -136,28 +153,38 @@ class DmaReader(_DmaMaster):
         credits = Signal(range(depth + 1), init=depth)
         n = _burst_splitter(m, addr, remaining, self.burst_beats, shift)
 
-        cmd = self.cmd.payload
-        m.d.comb += self.cmd.ready.eq(~active & len_fifo.w_rdy)
-        with m.If(self.cmd.valid & self.cmd.ready & (cmd.beats != 0)):
-            m.d.sync += [active.eq(1), addr.eq(cmd.addr >> shift << shift),
-                         remaining.eq(cmd.beats)]
-        m.d.comb += [len_fifo.w_en.eq(self.cmd.valid & self.cmd.ready & (cmd.beats != 0)),
-                     len_fifo.w_data.eq(cmd.beats)]
-
+        # arvalid is combinational: once raised it stays up until accepted (credits only grow
+        # meanwhile, and an abort waits for a raised request to be taken).
         issued = Signal()
+        ar_wait = Signal()
+        last_burst = Signal()
         m.d.comb += [
+            bus.arvalid.eq(active & (credits >= n) & (~self.abort | ar_wait)),
             bus.arid.eq(0), bus.araddr.eq(addr), bus.arlen.eq(n - 1), bus.arsize.eq(shift),
             bus.arburst.eq(BURST_INCR), bus.arcache.eq(0b0011), bus.arprot.eq(0),
             issued.eq(bus.arvalid & bus.arready),
+            last_burst.eq(remaining == n),
         ]
-        # arvalid, once raised, stays up until accepted (credits only grow meanwhile).
+        m.d.sync += ar_wait.eq(bus.arvalid & ~bus.arready)
         with m.If(issued):
-            m.d.sync += [bus.arvalid.eq(0), addr.eq(addr + (n << shift)),
-                         remaining.eq(remaining - n)]
-            with m.If(remaining == n):
+            m.d.sync += [addr.eq(addr + (n << shift)), remaining.eq(remaining - n)]
+            with m.If(last_burst):
                 m.d.sync += active.eq(0)
-        with m.Elif(active & ~bus.arvalid & (credits >= n)):
-            m.d.sync += bus.arvalid.eq(1)
+        with m.If(self.abort & ~bus.arvalid):
+            m.d.sync += active.eq(0)
+
+        # The next command is taken in the cycle its predecessor's last burst is issued.
+        cmd = self.cmd.payload
+        take = Signal()
+        m.d.comb += [
+            self.cmd.ready.eq((~active | (issued & last_burst)) & len_fifo.w_rdy & ~self.abort),
+            take.eq(self.cmd.valid & self.cmd.ready & (cmd.beats != 0)),
+            len_fifo.w_en.eq(take),
+            len_fifo.w_data.eq(cmd.beats),
+        ]
+        with m.If(take):
+            m.d.sync += [active.eq(1), addr.eq(cmd.addr >> shift << shift),
+                         remaining.eq(cmd.beats)]
 
         popped = Signal()
         m.d.comb += popped.eq(self.o_stream.valid & self.o_stream.ready)
@@ -181,7 +208,7 @@ class DmaReader(_DmaMaster):
             self.o_stream.payload.data.eq(data_fifo.r_data[:self.data_width]),
             self.o_stream.payload.last.eq(data_fifo.r_data[self.data_width]),
             data_fifo.r_en.eq(self.o_stream.ready),
-            self.busy.eq(active | len_fifo.r_rdy | data_fifo.r_rdy),
+            self.busy.eq(active | (credits != depth)),
         ]
         return m
 
@@ -194,20 +221,25 @@ class DmaWriter(_DmaMaster):
     ``burst_beats`` words that do not cross a 4 KB boundary, with up to ``outstanding`` bursts
     awaiting their write response. Every response is checked: SLVERR or DECERR sets
     :attr:`error` (sticky until reset). :attr:`done` pulses when the last response of a command
-    has arrived, i.e. when its data is in memory.
+    has arrived, i.e. when its data is in memory. Each word carries its byte strobes.
+
+    :attr:`abort` stops it announcing further bursts and refuses commands; the words owed for
+    bursts already announced are sent with every strobe low (memory unchanged) and their
+    responses awaited. :attr:`busy` falls once nothing is outstanding; reset the writer then.
 
     Members
     -------
     cmd : In(stream.Signature(dma_command_layout(addr_width)))
-    i_stream : In(stream.Signature(data_width))
+    i_stream : In(stream.Signature(dma_write_layout(data_width)))
     bus : Out(AXI4WriteSignature(addr_width, data_width))
     error, busy, done : Out(1)
+    abort : In(1)
     """
 
     def __init__(self, data_width: int = 128, addr_width: int = 32, *, burst_beats: int = 16,
                  outstanding: int = 4):
         super().__init__(data_width, addr_width, burst_beats, outstanding, {
-            "i_stream": In(stream.Signature(data_width)),
+            "i_stream": In(stream.Signature(dma_write_layout(data_width))),
             "bus": Out(AXI4WriteSignature(addr_width, data_width)),
             "done": Out(1),
         })
@@ -225,37 +257,43 @@ class DmaWriter(_DmaMaster):
         remaining = Signal(24)
         n = _burst_splitter(m, addr, remaining, self.burst_beats, shift)
 
-        cmd = self.cmd.payload
-        m.d.comb += self.cmd.ready.eq(~active)
-        with m.If(self.cmd.valid & ~active & (cmd.beats != 0)):
-            m.d.sync += [active.eq(1), addr.eq(cmd.addr >> shift << shift),
-                         remaining.eq(cmd.beats)]
-
+        # A burst is announced only when both queues have room; awvalid (combinational) then
+        # stays up until accepted, an abort included.
         issued = Signal()
+        aw_wait = Signal()
+        last_burst = Signal()
         m.d.comb += [
+            bus.awvalid.eq(active & w_fifo.w_rdy & b_fifo.w_rdy & (~self.abort | aw_wait)),
             bus.awid.eq(0), bus.awaddr.eq(addr), bus.awlen.eq(n - 1), bus.awsize.eq(shift),
             bus.awburst.eq(BURST_INCR), bus.awcache.eq(0b0011), bus.awprot.eq(0),
             issued.eq(bus.awvalid & bus.awready),
+            last_burst.eq(remaining == n),
             w_fifo.w_en.eq(issued), w_fifo.w_data.eq(n),
-            b_fifo.w_en.eq(issued), b_fifo.w_data.eq(remaining == n),
+            b_fifo.w_en.eq(issued), b_fifo.w_data.eq(last_burst),
         ]
-        # A burst is announced only when both queues have room; awvalid then stays up.
+        m.d.sync += aw_wait.eq(bus.awvalid & ~bus.awready)
         with m.If(issued):
-            m.d.sync += [bus.awvalid.eq(0), addr.eq(addr + (n << shift)),
-                         remaining.eq(remaining - n)]
-            with m.If(remaining == n):
+            m.d.sync += [addr.eq(addr + (n << shift)), remaining.eq(remaining - n)]
+            with m.If(last_burst):
                 m.d.sync += active.eq(0)
-        with m.Elif(active & ~bus.awvalid & w_fifo.w_rdy & b_fifo.w_rdy):
-            m.d.sync += bus.awvalid.eq(1)
+        with m.If(self.abort & ~bus.awvalid):
+            m.d.sync += active.eq(0)
 
+        cmd = self.cmd.payload
+        m.d.comb += self.cmd.ready.eq((~active | (issued & last_burst)) & ~self.abort)
+        with m.If(self.cmd.valid & self.cmd.ready & (cmd.beats != 0)):
+            m.d.sync += [active.eq(1), addr.eq(cmd.addr >> shift << shift),
+                         remaining.eq(cmd.beats)]
+
+        # W beats owed for announced bursts are sent with all strobes low during an abort.
         count = Signal(9)
         wlast = Signal()
         m.d.comb += [
             wlast.eq(count == w_fifo.r_data - 1),
-            bus.wdata.eq(self.i_stream.payload),
-            bus.wstrb.eq(-1),
+            bus.wdata.eq(self.i_stream.payload.data),
+            bus.wstrb.eq(Mux(self.abort, 0, self.i_stream.payload.strb)),
             bus.wlast.eq(wlast),
-            bus.wvalid.eq(self.i_stream.valid & w_fifo.r_rdy),
+            bus.wvalid.eq((self.i_stream.valid | self.abort) & w_fifo.r_rdy),
             self.i_stream.ready.eq(bus.wready & w_fifo.r_rdy),
             w_fifo.r_en.eq(bus.wvalid & bus.wready & wlast),
         ]
@@ -266,5 +304,5 @@ class DmaWriter(_DmaMaster):
         m.d.sync += self.done.eq(bus.bvalid & b_fifo.r_data)
         with m.If(bus.bvalid & (bus.bresp != RESP_OKAY)):
             m.d.sync += self.error.eq(1)
-        m.d.comb += self.busy.eq(active | b_fifo.r_rdy)
+        m.d.comb += self.busy.eq(active | b_fifo.r_rdy | w_fifo.r_rdy)
         return m

@@ -37,6 +37,7 @@ async def _start(dut, bus, ram_class, seed, level):
     """Clock, reset, and a RAM model on ``bus`` with random pauses on every channel."""
     cocotb.start_soon(Clock(dut.clk, 10, unit="ns").start())
     dut.cmd__valid.value = 0
+    dut.abort.value = 0
     dut.rst.value = 1
     for channel in vars(bus).values():   # absent optional signals (IDs, user...) are None
         for name in [n for n, v in vars(channel).items() if v is None]:
@@ -153,8 +154,11 @@ async def random_writes(dut):
     for addr, beats in commands:
         for n in range(beats):
             word = rng.getrandbits(width)
-            words.append(word)
-            expected[addr + n * bpb:addr + (n + 1) * bpb] = word.to_bytes(bpb, "little")
+            strb = rng.choice([(1 << bpb) - 1, rng.getrandbits(bpb)])
+            words.append(word | strb << width)     # payload: data, then strobes above it
+            for i, byte in enumerate(word.to_bytes(bpb, "little")):
+                if strb >> i & 1:
+                    expected[addr + n * bpb + i] = byte
     cocotb.start_soon(send_commands(dut, commands, random.Random(seed + 3)))
     cocotb.start_soon(send_words(dut, words, random.Random(seed + 4)))
     await count_done(dut, len(commands))
@@ -170,6 +174,7 @@ async def write_error_is_reported(dut):
     await setup_writer(dut, 5)
     commands = [(BAD.start - width // 8, 3), (0x100, 2)]
     cocotb.start_soon(send_commands(dut, commands, random.Random(6)))
-    cocotb.start_soon(send_words(dut, list(range(1, 6)), random.Random(7)))
+    strobes = ((1 << width // 8) - 1) << width
+    cocotb.start_soon(send_words(dut, [w | strobes for w in range(1, 6)], random.Random(7)))
     await count_done(dut, 2)
     assert str(dut.error.value) == "1"
