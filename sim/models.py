@@ -6,6 +6,7 @@ Each model states, bit for bit, what the matching component in :mod:`rtl` produc
 * :func:`operand_beats` / :func:`buffer_read` -- :class:`rtl.buffer.TransposableBuffer`: how a
   stored tile is streamed in, and what the array reads from it.
 * :class:`TileCommand` / :func:`datapath` -- :class:`rtl.datapath.GemmDatapath`.
+* :class:`GearboxJob` / :func:`gearbox` -- :class:`rtl.gearbox.Gearbox`.
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ import numpy as np
 
 from . import golden
 
-__all__ = ["systolic_array", "operand_beats", "buffer_read", "TileCommand", "datapath"]
+__all__ = ["systolic_array", "operand_beats", "buffer_read", "TileCommand", "datapath",
+           "GearboxJob", "gearbox"]
 
 
 def systolic_array(steps, rows: int, cols: int) -> list[np.ndarray]:
@@ -159,4 +161,42 @@ def datapath(commands, rows: int, cols: int) -> list[np.ndarray]:
                 re = np.zeros(rows, np.int8) if cmd.row_exp is None else cmd.row_exp
                 ce = np.zeros(cols, np.int8) if cmd.col_exp is None else cmd.col_exp
                 out.append(golden.float32_bits(golden.rescale(total, re, ce)).copy())
+    return out
+
+
+@dataclass
+class GearboxJob:
+    """``nrows`` runs of ``nwords`` bus words, each cut into ``nbeats`` vectors, then
+    ``nzero`` rows of zero vectors (see :func:`gearbox`)."""
+
+    nwords: int
+    nbeats: int
+    valid: int
+    sel: int = 0
+    tag: int = 0
+    nrows: int = 1
+    nzero: int = 0
+
+
+def gearbox(words, jobs, data_width: int, lanes: int) -> list[tuple[np.ndarray, int]]:
+    """The vectors :class:`rtl.gearbox.Gearbox` makes: ``(int8 vector, tag)`` per beat.
+
+    ``words`` are the bus words (integers, byte 0 in the low bits) in order; each job takes the
+    next ``nwords`` of them. The job's byte run starts ``sel * lanes`` bytes into its first
+    word; vector ``b`` holds run bytes ``b * lanes ...``, each kept only below ``valid``.
+    A job repeats that for ``nrows`` rows, then adds ``nzero * nbeats`` zero vectors.
+    """
+    bpw = data_width // 8
+    words = list(words)
+    out = []
+    for job in jobs:
+        for _ in range(job.nrows):
+            chunk, words = words[:job.nwords], words[job.nwords:]
+            run = b"".join(int(w).to_bytes(bpw, "little") for w in chunk)
+            run = run[job.sel * lanes:] if lanes <= bpw else run
+            run = np.frombuffer(run.ljust(job.nbeats * lanes, b"\0"), np.int8)
+            run = run[:job.nbeats * lanes].copy()
+            run[job.valid:] = 0
+            out += [(run[b * lanes:(b + 1) * lanes].copy(), job.tag) for b in range(job.nbeats)]
+        out += [(np.zeros(lanes, np.int8), job.tag) for _ in range(job.nzero * job.nbeats)]
     return out

@@ -1,0 +1,135 @@
+"""Bus words -> operand vectors: the read side's width converter, with edge zero-padding."""
+
+from amaranth import Array, Cat, Module, Mux, Signal, signed, unsigned
+from amaranth.lib import data, fifo, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+__all__ = ["Gearbox", "gearbox_job_layout"]
+
+
+def gearbox_job_layout(data_width: int, lanes: int, tag_width: int = 1) -> data.StructLayout:
+    """One run of bus words to turn into ``nbeats`` vectors of ``lanes`` bytes."""
+    bus_bytes = data_width // 8
+    return data.StructLayout({
+        "nrows": unsigned(16),     # runs of words (rows) taken from i_stream
+        "nzero": unsigned(16),     # rows of zeros after them (no words taken)
+        "nwords": unsigned(16),    # bus words of each row (0: all zeros)
+        "nbeats": unsigned(16),    # vectors made of each row (>= 1)
+        "valid": unsigned(17),     # bytes of each row that are data; the rest read as 0
+        "sel": range(max(2, bus_bytes // lanes)),  # first vector's position in the first word
+        "tag": unsigned(tag_width),  # passed through to every vector of the job
+    })
+
+
+class Gearbox(wiring.Component):
+    """Cuts bus words into ``lanes``-byte vectors, one job (a tile's rows) at a time.
+
+    A job is ``nrows`` rows read from memory followed by ``nzero`` rows of zeros. A row read
+    takes ``nwords`` words from :attr:`i_stream` and makes ``nbeats`` vectors of the byte run
+    they hold, starting ``sel * lanes`` bytes into the first word; byte ``i`` of the run is
+    kept when ``i < valid`` and reads as 0 otherwise (so columns beyond the matrix edge, and
+    the padding of a lane run, are zeros). A zero row makes ``nbeats`` zero vectors and takes
+    no word (rows beyond the matrix edge). ``lanes`` and the bus width are powers of two; when
+    ``lanes`` exceeds the bus width a vector gathers several words.
+
+    The numpy model is :func:`sim.models.gearbox`.
+
+    Latency and throughput: combinational from a word to its first vector; one vector per
+    cycle while ``lanes <= bus bytes``, else one word per cycle. Jobs follow each other without
+    idle cycles.
+
+    Members
+    -------
+    jobs : In(stream.Signature(gearbox_job_layout(data_width, lanes, tag_width)))
+    i_stream : In(stream.Signature(data_width))
+    o_stream : Out(stream.Signature({"data": ArrayLayout(signed(8), lanes), "tag": tag_width}))
+    """
+
+    def __init__(self, data_width: int, lanes: int, tag_width: int = 1, job_depth: int = 4):
+        if data_width not in (64, 128, 256, 512):
+            raise ValueError(f"data_width must be 64, 128, 256 or 512, not {data_width!r}")
+        if not isinstance(lanes, int) or lanes < 1 or lanes & (lanes - 1):
+            raise ValueError(f"lanes must be a power of two, not {lanes!r}")
+        self.data_width, self.lanes, self.tag_width = data_width, lanes, tag_width
+        self.job_depth = job_depth
+        super().__init__({
+            "jobs": In(stream.Signature(gearbox_job_layout(data_width, lanes, tag_width))),
+            "i_stream": In(stream.Signature(data_width)),
+            "o_stream": Out(stream.Signature(data.StructLayout({
+                "data": data.ArrayLayout(signed(8), lanes), "tag": tag_width}))),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        W, bpw = self.lanes, self.data_width // 8
+        layout = gearbox_job_layout(self.data_width, W, self.tag_width)
+        m.submodules.queue = queue = fifo.SyncFIFOBuffered(width=layout.size,
+                                                           depth=self.job_depth)
+        m.d.comb += [queue.w_data.eq(self.jobs.payload), queue.w_en.eq(self.jobs.valid),
+                     self.jobs.ready.eq(queue.w_rdy)]
+        head = data.View(layout, queue.r_data)
+        beat = Signal(16)
+        row = Signal(17)
+        last_beat = Signal()       # of the row
+        last_row = Signal()
+        fire = Signal()
+        out = self.o_stream
+        m.d.comb += [last_beat.eq(beat == head.nbeats - 1),
+                     last_row.eq(row == head.nrows + head.nzero - 1),
+                     fire.eq(out.valid & out.ready),
+                     out.payload.tag.eq(head.tag)]
+        reading = Signal()         # the row comes from memory (else zeros)
+        valid_bytes = Signal(17)
+        m.d.comb += [reading.eq(row < head.nrows), valid_bytes.eq(Mux(reading, head.valid, 0))]
+        nwords = Signal(16)
+        m.d.comb += nwords.eq(Mux(reading, head.nwords, 0))
+        lanes_log2 = W.bit_length() - 1
+        first_byte = Signal(17 + 16)
+        m.d.comb += first_byte.eq(beat << lanes_log2)
+        word = self.i_stream.payload
+
+        vector = Signal(8 * W)
+        if W <= bpw:
+            ratio = bpw // W
+            pos = Signal(range(ratio))
+            m.d.comb += pos.eq((head.sel + beat)[:max(1, ratio.bit_length() - 1)]
+                               if ratio > 1 else 0)
+            needs_word = nwords != 0
+            m.d.comb += [
+                out.valid.eq(queue.r_rdy & (~needs_word | self.i_stream.valid)),
+                vector.eq(Mux(needs_word,
+                              Array(word[8 * W * i:8 * W * (i + 1)] for i in range(ratio))[pos],
+                              0)),
+                self.i_stream.ready.eq(fire & needs_word & ((pos == ratio - 1) | last_beat)),
+            ]
+        else:
+            ratio = W // bpw
+            held = [Signal(self.data_width, name=f"held{i}") for i in range(ratio - 1)]
+            got = Signal(range(ratio))
+            used = Signal(16)          # words of this job taken by earlier vectors
+            left = Signal(16)
+            need = Signal(range(ratio + 1))
+            m.d.comb += [left.eq(nwords - used),
+                         need.eq(Mux(left < ratio, left, ratio))]
+            collecting = queue.r_rdy & (need != 0) & (got < need - 1)
+            m.d.comb += [
+                out.valid.eq(queue.r_rdy & ((need == 0)
+                                            | ((got == need - 1) & self.i_stream.valid))),
+                self.i_stream.ready.eq(collecting | (fire & (need != 0))),
+                vector.eq(Cat(*(Mux(j < need - 1, held[j] if j < ratio - 1 else 0,
+                                    Mux(j == need - 1, word, 0))
+                                for j in range(ratio)))),
+            ]
+            with m.If(collecting & self.i_stream.valid):
+                m.d.sync += [Array(held)[got].eq(word), got.eq(got + 1)]
+            with m.If(fire):
+                m.d.sync += [got.eq(0), used.eq(Mux(last_beat, 0, used + need))]
+        for t in range(W):
+            m.d.comb += out.payload.data[t].eq(
+                Mux(first_byte + t < valid_bytes, vector[8 * t:8 * t + 8], 0))
+        with m.If(fire):
+            m.d.sync += beat.eq(Mux(last_beat, 0, beat + 1))
+            with m.If(last_beat):
+                m.d.sync += row.eq(Mux(last_row, 0, row + 1))
+        m.d.comb += queue.r_en.eq(fire & last_beat & last_row)
+        return m
