@@ -11,9 +11,17 @@ The result always equals ``sim.golden.rescale(sim.golden.gemm(...), row_exp, col
 raw int32 GEMM with ``out="int32"``) bit for bit. Backends:
 
 * ``"golden"``: numpy only, instant; ``stats`` has the MAC count (no cycles: nothing is timed).
-* ``"rtl"`` and ``"pynq"``: the register-level driver over the simulated accelerator and over a
-  board. Not available yet: they need the DMA engine (the accelerator issue); asking for them
-  raises ``NotImplementedError`` saying so.
+* ``"rtl"``: the generated Verilog of the whole accelerator (:class:`rtl.accelerator.Accelerator`)
+  as a native Verilator model with an AXI memory model (:mod:`sim.native`), cycle-accurate,
+  driven by the register-level :class:`firmware.driver.Driver`. The model is compiled once per
+  configuration and cached. ``stats`` has the hardware's counters.
+* ``"pynq"``: the same driver over a board, through the ``pynq`` package (``MMIO`` and
+  ``allocate``); see :mod:`firmware.pynq_backend`.
+
+Backend options (keyword arguments of :class:`Device`): ``depth``, ``block``, ``packing``
+(hardware configuration, ``rtl``); ``latency`` (memory read latency in cycles, default 32),
+``pause`` (probability of a random pause on each AXI channel per cycle), ``memory`` (bytes),
+``seed`` (``rtl``); ``bitfile``, ``ip_name`` (``pynq``).
 """
 
 from __future__ import annotations
@@ -22,7 +30,7 @@ import numpy as np
 
 from sim import golden
 
-from .regmap import ErrorCode
+from .driver import AcceleratorError, Driver
 
 __all__ = ["Device", "AcceleratorError", "BACKENDS", "MAX_DIM"]
 
@@ -32,13 +40,51 @@ BACKENDS = ("golden", "rtl", "pynq")
 MAX_DIM = 65535
 
 
-class AcceleratorError(RuntimeError):
-    """The accelerator stopped with an error code (``STATUS.ERROR_CODE``)."""
+class _Buffer:
+    def __init__(self, addr, array):
+        self.addr, self.array = addr, array
 
-    def __init__(self, code: int):
-        self.code = ErrorCode(code)
-        super().__init__(f"accelerator error {int(self.code)} ({self.code.name}): "
-                         f"{self.code.meaning}")
+    def flush(self):
+        pass
+
+    def invalidate(self):
+        pass
+
+
+class _SimMemory:
+    """Buffers carved out of the simulated memory, 4 KB aligned, freed together."""
+
+    BASE = 0x1000
+
+    def __init__(self, sim):
+        self.sim, self.next = sim, self.BASE
+
+    def buffer(self, nbytes):
+        addr = self.next
+        end = addr + nbytes
+        if end > self.sim.size:
+            self.release()
+            raise ValueError(f"the operands need more than the simulated memory "
+                             f"({self.sim.size} bytes); pass a larger memory= to Device")
+        self.next = -(-end // 4096) * 4096
+        return _Buffer(addr, self.sim.memory[addr:end])
+
+    def release(self):
+        self.next = self.BASE
+
+
+class _SimRegs:
+    def __init__(self, sim):
+        self.sim = sim
+
+    def read32(self, offset):
+        return self.sim.read32(offset)
+
+    def write32(self, offset, value):
+        self.sim.write32(offset, value)
+
+    def wait(self, cycles):
+        self.sim.step(cycles)
 
 
 class Device:
@@ -51,10 +97,12 @@ class Device:
         Systolic array shape (used by the ``rtl`` backend; checked everywhere).
     data_width : {64, 128, 256, 512}
         Memory bus width in bits.
+    **options
+        Backend options (see the module documentation).
     """
 
     def __init__(self, backend: str = "golden", *, rows: int = 8, cols: int = 8,
-                 data_width: int = 128):
+                 data_width: int = 128, **options):
         if not isinstance(backend, str) or backend not in BACKENDS:
             raise ValueError(f"backend must be one of {BACKENDS}, not {backend!r}")
         for name, v in (("rows", rows), ("cols", cols)):
@@ -62,12 +110,28 @@ class Device:
                 raise ValueError(f"{name} must be a positive integer, not {v!r}")
         if data_width not in (64, 128, 256, 512):
             raise ValueError(f"data_width must be 64, 128, 256 or 512, not {data_width!r}")
-        if backend != "golden":
-            raise NotImplementedError(
-                f"the {backend!r} backend needs the accelerator's DMA engine, which is not "
-                "built yet; use backend='golden'")
         self.backend, self.rows, self.cols, self.data_width = backend, rows, cols, data_width
         self.stats: dict = {}
+        self.driver = None
+        if backend == "rtl":
+            allowed = {"depth", "block", "packing", "latency", "pause", "memory", "seed"}
+            unknown = set(options) - allowed
+            if unknown:
+                raise TypeError(f"unknown option(s) for the rtl backend: {sorted(unknown)}; "
+                                f"valid: {sorted(allowed)}")
+            from sim.native import NativeSim
+            self.sim = NativeSim(rows=rows, cols=cols, data_width=data_width, **options)
+            self.driver = Driver(_SimRegs(self.sim), _SimMemory(self.sim))
+        elif backend == "pynq":
+            from .pynq_backend import connect
+            self.driver = connect(**options)
+            info = self.driver.info
+            if (info.rows, info.cols, info.data_width) != (rows, cols, data_width):
+                raise ValueError(f"the board has a {info.rows}x{info.cols} array on a "
+                                 f"{info.data_width}-bit bus, not {rows}x{cols} on "
+                                 f"{data_width} bits")
+        elif options:
+            raise TypeError(f"the golden backend takes no options, not {sorted(options)}")
 
     def gemm(self, a: np.ndarray, b: np.ndarray, *, transpose_a: bool = False,
              transpose_b: bool = False, row_exp=0, col_exp=0, out: str = "float32"):
@@ -95,7 +159,16 @@ class Device:
         # Exponents are checked in both output modes, so a bad call fails the same way.
         golden.exponent_vector("row_exp", row_exp, m, "row")
         golden.exponent_vector("col_exp", col_exp, n, "column")
-        result = acc if out == "int32" else golden.rescale(acc, row_exp, col_exp)
         self.stats = {"backend": self.backend, "m": m, "n": n, "k": k, "macs": m * n * k,
                       "cycles": None, "utilization": None, "dma_stall_cycles": None}
+        if self.driver is None:
+            return acc if out == "int32" else golden.rescale(acc, row_exp, col_exp)
+        result, counters = self.driver.gemm(
+            np.asarray(a), np.asarray(b), transpose_a=transpose_a, transpose_b=transpose_b,
+            row_exp=row_exp, col_exp=col_exp, raw=out == "int32")
+        cycles = counters["busy_cycles"]
+        self.stats.update(
+            cycles=cycles, active_cycles=counters["active_cycles"],
+            dma_stall_cycles=counters["stall_cycles"],
+            utilization=m * n * k / (self.rows * self.cols * cycles) if cycles else None)
         return result

@@ -30,7 +30,7 @@ __all__ = ["Field", "Register", "REGISTERS", "ErrorCode", "MAGIC", "VERSION", "b
 #: ``ID`` register contents: ASCII "BFP8".
 MAGIC = 0x42465038
 #: Register map version (major << 16 | minor): changes when the map does.
-VERSION = 0x0001_0000
+VERSION = 0x0001_0001
 
 
 @dataclass(frozen=True)
@@ -76,6 +76,7 @@ class ErrorCode(IntEnum):
     READ_ERROR = 6           # SLVERR/DECERR on a read
     WRITE_ERROR = 7          # SLVERR/DECERR on a write
     QUEUE_OVERFLOW = 8       # ENQUEUE while the queue was full
+    DIMENSION_TOO_LARGE = 9  # M or N above 65535
 
     @property
     def meaning(self) -> str:
@@ -92,6 +93,7 @@ _ERROR_MEANINGS = {
     ErrorCode.READ_ERROR: "the memory answered a read with SLVERR or DECERR",
     ErrorCode.WRITE_ERROR: "the memory answered a write with SLVERR or DECERR",
     ErrorCode.QUEUE_OVERFLOW: "a descriptor was enqueued while the queue was full",
+    ErrorCode.DIMENSION_TOO_LARGE: "M or N exceeds 65535",
 }
 
 
@@ -144,9 +146,9 @@ REGISTERS: tuple[Register, ...] = tuple([
     *_counter("ACTIVE_CYCLES", 0x070, "Cycles the array did useful MACs"),
     *_counter("STALL_CYCLES", 0x078, "Busy cycles the array waited for the DMA"),
     *_counter("MACS", 0x080, "Useful multiply-accumulates"),
-    _reg("DESC_M", 0x100, "rw", "Rows of C (1..65535)", ("VALUE", 0, 16, "")),
-    _reg("DESC_N", 0x104, "rw", "Columns of C (1..65535)", ("VALUE", 0, 16, "")),
-    _reg("DESC_K", 0x108, "rw", "Reduction length (1..65535)", ("VALUE", 0, 16, "")),
+    _reg("DESC_M", 0x100, "rw", "Rows of C (1..65535)"),
+    _reg("DESC_N", 0x104, "rw", "Columns of C (1..65535)"),
+    _reg("DESC_K", 0x108, "rw", "Reduction length (1..65535)"),
     _reg("DESC_FLAGS", 0x10C, "rw", "Descriptor options",
          ("TRANSPOSE_A", 0, 1, "A is stored K x M"),
          ("TRANSPOSE_B", 1, 1, "B is stored N x K"),

@@ -1,0 +1,239 @@
+"""The accelerator top: register block, descriptor queue, engine and AXI4 DMA masters."""
+
+from amaranth import Module, ResetInserter, Signal
+from amaranth.lib import fifo, wiring
+from amaranth.lib.wiring import In, Out
+
+from firmware import regmap
+from firmware.regmap import ErrorCode
+
+from .csr import AXI4LiteSignature, RegisterBlock
+from .dma import AXI4ReadSignature, AXI4WriteSignature, DmaReader, DmaWriter
+from .engine import GemmEngine, descriptor_layout
+
+__all__ = ["Accelerator"]
+
+
+class Accelerator(wiring.Component):
+    """The int8 GEMM accelerator a host drives through :data:`firmware.regmap.REGISTERS`.
+
+    The host stages a descriptor in the ``DESC_*`` registers and writes ``CTRL.ENQUEUE``; the
+    descriptor is copied into a queue of ``queue`` entries and run by :class:`GemmEngine` in
+    order. The engine reads A, B and exponent vectors and writes C through one AXI4 manager
+    (read half :attr:`mem_r`, write half :attr:`mem_w`), never outside
+    ``[WINDOW_BASE, WINDOW_LIMIT)``.
+
+    Errors stop the engine with ``STATUS.ERROR`` and a code: a rejected descriptor (nothing
+    touched), SLVERR/DECERR on a read or a write, or an ENQUEUE into a full queue. After a bus
+    error the engine aborts: it stops issuing, completes the bursts in flight (writes with no
+    strobes), and resets its datapath. ``CTRL.SOFT_RESET`` does the same from any state,
+    empties the queue and clears the error, so the engine works again afterwards.
+
+    :attr:`irq` is high while an enabled ``IRQ_STATUS`` bit is set.
+
+    Parameters
+    ----------
+    rows, cols, depth, block, packing, primitive :
+        As :class:`rtl.engine.GemmEngine`.
+    data_width, addr_width : int
+        AXI4 manager data width (64/128/256/512) and address width (32/40/64).
+    queue : int
+        Descriptor queue depth.
+    burst_beats, outstanding : int
+        DMA bursts (see :class:`rtl.dma.DmaReader`).
+
+    Members
+    -------
+    ctrl : In(AXI4LiteSignature(12))
+    mem_r : Out(AXI4ReadSignature(addr_width, data_width))
+    mem_w : Out(AXI4WriteSignature(addr_width, data_width))
+    irq : Out(1)
+    """
+
+    def __init__(self, rows: int = 8, cols: int = 8, *, depth: int = 512,
+                 data_width: int = 128, addr_width: int = 32, queue: int = 4, block: int = 4,
+                 packing: int = 1, primitive: bool = False, burst_beats: int = 16,
+                 outstanding: int = 8):
+        if not isinstance(queue, int) or not 1 <= queue <= 255:
+            raise ValueError(f"queue must be an integer in 1..255, not {queue!r}")
+        self.engine = GemmEngine(rows, cols, depth=depth, data_width=data_width,
+                                 addr_width=addr_width, block=block, packing=packing,
+                                 primitive=primitive)
+        self.reader = DmaReader(data_width, addr_width, burst_beats=burst_beats,
+                                outstanding=outstanding)
+        self.writer = DmaWriter(data_width, addr_width, burst_beats=burst_beats,
+                                outstanding=outstanding)
+        self.csr = RegisterBlock(12)
+        self.rows, self.cols, self.depth, self.queue = rows, cols, depth, queue
+        self.data_width, self.addr_width, self.packing = data_width, addr_width, packing
+        super().__init__({
+            "ctrl": In(AXI4LiteSignature(12)),
+            "mem_r": Out(AXI4ReadSignature(addr_width, data_width)),
+            "mem_w": Out(AXI4WriteSignature(addr_width, data_width)),
+            "irq": Out(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        core_rst = Signal()
+        dma_rst = Signal()
+        queue_rst = Signal()
+        m.submodules.csr = csr = self.csr
+        m.submodules.engine = eng = ResetInserter(core_rst)(self.engine)
+        m.submodules.reader = rd = ResetInserter(dma_rst)(self.reader)
+        m.submodules.writer = wr = ResetInserter(dma_rst)(self.writer)
+        engine, reader, writer = self.engine, self.reader, self.writer
+        del eng, rd, wr
+        wiring.connect(m, wiring.flipped(self.ctrl), csr.bus)
+        wiring.connect(m, reader.bus, wiring.flipped(self.mem_r))
+        wiring.connect(m, writer.bus, wiring.flipped(self.mem_w))
+
+        def field(reg, name):
+            f = regmap.by_name(reg).field(name)
+            return getattr(csr, reg.lower())[f.lsb:f.lsb + f.width]
+
+        def pack(reg, **values):
+            port = getattr(csr, reg.lower())
+            return [port[regmap.by_name(reg).field(k).lsb:][:regmap.by_name(reg).field(k).width]
+                    .eq(v) for k, v in values.items()]
+
+        # ---- identification and configuration ---------------------------------------------
+        m.d.comb += [
+            csr.id.eq(regmap.MAGIC), csr.version.eq(regmap.VERSION),
+            *pack("CONFIG_ARRAY", ROWS=self.rows, COLS=self.cols),
+            *pack("CONFIG_BUFFER", DEPTH=self.depth, QUEUE=self.queue, PACKING=self.packing),
+            *pack("CONFIG_BUS", DATA_WIDTH=self.data_width, ADDR_WIDTH=self.addr_width),
+        ]
+
+        # ---- descriptor queue -------------------------------------------------------------
+        layout = descriptor_layout()
+        m.submodules.queue = q = ResetInserter(queue_rst)(
+            fifo.SyncFIFOBuffered(width=layout.size, depth=self.queue))
+        staged = Signal(layout)
+
+        def addr(name):
+            return (getattr(csr, f"{name}_hi"), getattr(csr, f"{name}_lo"))
+
+        for name in ("a_addr", "b_addr", "c_addr", "row_exp_addr", "col_exp_addr"):
+            hi, lo = addr(f"desc_{name}")
+            m.d.comb += getattr(staged, name).eq(hi << 32 | lo)
+        m.d.comb += [
+            staged.m.eq(csr.desc_m), staged.n.eq(csr.desc_n), staged.k.eq(csr.desc_k),
+            staged.transpose_a.eq(field("DESC_FLAGS", "TRANSPOSE_A")),
+            staged.transpose_b.eq(field("DESC_FLAGS", "TRANSPOSE_B")),
+            staged.raw.eq(field("DESC_FLAGS", "RAW")),
+            staged.row_vec.eq(field("DESC_FLAGS", "ROW_EXP_VECTOR")),
+            staged.col_vec.eq(field("DESC_FLAGS", "COL_EXP_VECTOR")),
+            staged.row_exp.eq(field("DESC_FLAGS", "ROW_EXP")),
+            staged.col_exp.eq(field("DESC_FLAGS", "COL_EXP")),
+            staged.a_stride.eq(csr.desc_a_stride), staged.b_stride.eq(csr.desc_b_stride),
+            staged.c_stride.eq(csr.desc_c_stride),
+            q.w_data.eq(staged),
+        ]
+        enqueue = field("CTRL", "ENQUEUE")
+        soft_reset = field("CTRL", "SOFT_RESET")
+
+        # ---- control ----------------------------------------------------------------------
+        error_code = Signal(8)
+        running = Signal()          # the engine holds a descriptor
+        aborting = Signal()
+        halted = Signal()
+        clear_after = Signal()      # the abort was a soft reset: clear the error and queue
+        drained = Signal()
+        m.d.comb += [
+            engine.window_base.eq(csr.window_base_hi << 32 | csr.window_base_lo),
+            engine.window_limit.eq(csr.window_limit_hi << 32 | csr.window_limit_lo),
+            engine.desc.eq(q.r_data),
+            drained.eq(~reader.busy & ~writer.busy & ~reader.bus.arvalid
+                       & ~writer.bus.awvalid),
+        ]
+        can_start = q.r_rdy & ~engine.busy & ~running & ~aborting & ~halted
+        m.d.comb += [engine.start.eq(can_start), q.r_en.eq(can_start),
+                     q.w_en.eq(enqueue & ~aborting & q.w_rdy)]
+        with m.If(can_start):
+            m.d.sync += running.eq(1)
+        with m.If(engine.done):
+            m.d.sync += running.eq(0)
+
+        irq_done = Signal()
+        irq_error = Signal()
+        bus_error = reader.error | writer.error
+        with m.If(aborting):
+            m.d.comb += [core_rst.eq(1), reader.abort.eq(1), writer.abort.eq(1),
+                         queue_rst.eq(clear_after)]
+            with m.If(drained):
+                m.d.comb += dma_rst.eq(1)
+                m.d.sync += [aborting.eq(0), running.eq(0)]
+                with m.If(clear_after):
+                    m.d.sync += [halted.eq(0), error_code.eq(0)]
+                with m.Else():
+                    m.d.sync += halted.eq(1)
+        with m.Elif(soft_reset):
+            m.d.sync += [aborting.eq(1), clear_after.eq(1)]
+        with m.Elif(halted):
+            m.d.comb += core_rst.eq(1)
+        with m.Elif(bus_error | engine.fail | (enqueue & ~q.w_rdy)):
+            m.d.comb += irq_error.eq(1)
+            with m.If(reader.error):
+                m.d.sync += error_code.eq(int(ErrorCode.READ_ERROR))
+            with m.Elif(writer.error):
+                m.d.sync += error_code.eq(int(ErrorCode.WRITE_ERROR))
+            with m.Elif(engine.fail):
+                m.d.sync += error_code.eq(engine.code)
+            with m.Else():
+                m.d.sync += error_code.eq(int(ErrorCode.QUEUE_OVERFLOW))
+            m.d.sync += [aborting.eq(1), clear_after.eq(0)]
+        m.d.comb += irq_done.eq(engine.done & ~aborting & ~halted)
+
+        # ---- engine <-> DMA ---------------------------------------------------------------
+        m.d.comb += [
+            reader.cmd.payload.eq(engine.rd_cmd.payload),
+            reader.cmd.valid.eq(engine.rd_cmd.valid & ~aborting),
+            engine.rd_cmd.ready.eq(reader.cmd.ready & ~aborting),
+            engine.rd_data.payload.eq(reader.o_stream.payload),
+            engine.rd_data.valid.eq(reader.o_stream.valid & ~aborting),
+            reader.o_stream.ready.eq(engine.rd_data.ready | aborting),
+            writer.cmd.payload.eq(engine.wr_cmd.payload),
+            writer.cmd.valid.eq(engine.wr_cmd.valid & ~aborting),
+            engine.wr_cmd.ready.eq(writer.cmd.ready & ~aborting),
+            writer.i_stream.payload.eq(engine.wr_data.payload),
+            writer.i_stream.valid.eq(engine.wr_data.valid & ~aborting),
+            engine.wr_data.ready.eq(writer.i_stream.ready & ~aborting),
+            engine.wr_done.eq(writer.done),
+        ]
+
+        # ---- status, interrupts, counters -------------------------------------------------
+        busy = Signal()
+        m.d.comb += busy.eq((q.level != 0) | running | engine.busy | aborting)
+        level = Signal(8)
+        m.d.comb += level.eq(q.level + running)
+        m.d.comb += [
+            *pack("STATUS", BUSY=busy, ERROR=halted | (error_code != 0), QUEUE_FULL=~q.w_rdy,
+                  QUEUE_LEVEL=level, ERROR_CODE=error_code),
+            csr.irq_status_set.eq(irq_done | (irq_error << 1)),
+            self.irq.eq((csr.irq_status & csr.irq_enable)[:2] != 0),
+        ]
+        done_count = Signal(32)
+        with m.If(irq_done):
+            m.d.sync += done_count.eq(done_count + 1)
+        m.d.comb += csr.done_count.eq(done_count)
+
+        counters = {
+            "cycles": 1, "busy_cycles": busy, "active_cycles": engine.step,
+            "stall_cycles": busy & ~engine.step & engine.wait_dma,
+        }
+        clear = field("CTRL", "CLEAR_COUNTERS")
+        for name, inc in counters.items():
+            count = Signal(64, name=name)
+            m.d.sync += count.eq(count + inc)
+            with m.If(clear):
+                m.d.sync += count.eq(0)
+            m.d.comb += [getattr(csr, f"{name}_lo").eq(count[:32]),
+                         getattr(csr, f"{name}_hi").eq(count[32:])]
+        macs = Signal(64)
+        with m.If(clear):
+            m.d.sync += macs.eq(0)
+        with m.Elif(irq_done):
+            m.d.sync += macs.eq(macs + engine.macs)
+        m.d.comb += [csr.macs_lo.eq(macs[:32]), csr.macs_hi.eq(macs[32:])]
+        return m
