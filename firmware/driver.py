@@ -127,6 +127,49 @@ class Driver:
         buf.flush()
         return buf, stride
 
+    # -- descriptors -------------------------------------------------------------------------
+    def set_window(self, base: int, limit: int) -> None:
+        """Let the DMA touch only ``[base, limit)``."""
+        self.write64("WINDOW_BASE", base)
+        self.write64("WINDOW_LIMIT", limit)
+
+    def submit(self, desc: dict) -> None:
+        """Stage one descriptor and enqueue it.
+
+        ``desc`` has ``m, n, k``, ``flags`` (a dict of ``DESC_FLAGS`` fields), and
+        ``a_addr, a_stride, b_addr, b_stride, c_addr, c_stride, row_exp_addr,
+        col_exp_addr`` (missing addresses and strides are 0).
+        """
+        for name in ("m", "n", "k"):
+            self.write(f"DESC_{name.upper()}", desc[name])
+        self.write("DESC_FLAGS", pack("DESC_FLAGS", **desc.get("flags", {})))
+        for name in ("a", "b", "c"):
+            self.write64(f"DESC_{name.upper()}_ADDR", desc.get(f"{name}_addr", 0))
+            self.write(f"DESC_{name.upper()}_STRIDE", desc.get(f"{name}_stride", 0))
+        self.write64("DESC_ROW_EXP_ADDR", desc.get("row_exp_addr", 0))
+        self.write64("DESC_COL_EXP_ADDR", desc.get("col_exp_addr", 0))
+        self.write("CTRL", pack("CTRL", ENQUEUE=1))
+
+    def counters(self) -> dict:
+        return {name.lower(): self.read64(name) for name in (
+            "CYCLES", "BUSY_CYCLES", "ACTIVE_CYCLES", "STALL_CYCLES", "MACS")}
+
+    def run(self, *descs: dict, max_cycles: int = 1 << 26) -> dict:
+        """Run descriptors (queued back to back) to completion; returns the counters.
+
+        On an error code: soft-resets the engine (so it works again) and raises
+        :class:`AcceleratorError`. Raises ``TimeoutError`` if the engine is still busy after
+        ``max_cycles``.
+        """
+        self.write("CTRL", pack("CTRL", CLEAR_COUNTERS=1))
+        for desc in descs:
+            self.submit(desc)
+        st = self.wait_idle(max(4, max_cycles // self.poll_cycles))
+        if st["error"]:
+            self.soft_reset()
+            raise AcceleratorError(st["error_code"])
+        return self.counters()
+
     # -- one GEMM ----------------------------------------------------------------------------
     def gemm(self, a: np.ndarray, b: np.ndarray, *, transpose_a: bool, transpose_b: bool,
              row_exp, col_exp, raw: bool) -> tuple[np.ndarray, dict]:
@@ -155,31 +198,13 @@ class Driver:
                     exp_addr[name] = buf.addr
             lo = min(x.addr for x in buffers)
             hi = max(x.addr + x.array.size for x in buffers)
-            self.write64("WINDOW_BASE", lo)
-            self.write64("WINDOW_LIMIT", _round_up(hi, self.bytes_per_word))
-            self.write("DESC_M", m)
-            self.write("DESC_N", n)
-            self.write("DESC_K", k)
-            self.write("DESC_FLAGS", pack("DESC_FLAGS", **flags))
-            self.write64("DESC_A_ADDR", a_buf.addr)
-            self.write("DESC_A_STRIDE", a_stride)
-            self.write64("DESC_B_ADDR", b_buf.addr)
-            self.write("DESC_B_STRIDE", b_stride)
-            self.write64("DESC_C_ADDR", c_buf.addr)
-            self.write("DESC_C_STRIDE", c_stride)
-            self.write64("DESC_ROW_EXP_ADDR", exp_addr["ROW"])
-            self.write64("DESC_COL_EXP_ADDR", exp_addr["COL"])
-            self.write("CTRL", pack("CTRL", CLEAR_COUNTERS=1))
-            self.write("CTRL", pack("CTRL", ENQUEUE=1))
+            self.set_window(lo, _round_up(hi, self.bytes_per_word))
             tiles = (-(-m // self.info.rows)) * (-(-n // self.info.cols))
-            budget = 64 + 20 * (tiles * (k + 256) + m * n // 4) // self.poll_cycles
-            st = self.wait_idle(budget)
-            if st["error"]:
-                code = st["error_code"]
-                self.soft_reset()
-                raise AcceleratorError(code)
-            counters = {name.lower(): self.read64(name) for name in (
-                "CYCLES", "BUSY_CYCLES", "ACTIVE_CYCLES", "STALL_CYCLES", "MACS")}
+            counters = self.run(dict(
+                m=m, n=n, k=k, flags=flags, a_addr=a_buf.addr, a_stride=a_stride,
+                b_addr=b_buf.addr, b_stride=b_stride, c_addr=c_buf.addr, c_stride=c_stride,
+                row_exp_addr=exp_addr["ROW"], col_exp_addr=exp_addr["COL"]),
+                max_cycles=64 * 256 + 20 * (tiles * (k + 256) + m * n // 4))
             c_buf.invalidate()
             rows = c_buf.array[:m * c_stride].reshape(m, c_stride)[:, :4 * n]
             c = rows.copy().view(np.int32 if raw else np.float32).reshape(m, n)

@@ -160,11 +160,13 @@ class Accelerator(wiring.Component):
         bus_error = reader.error | writer.error
         with m.If(aborting):
             m.d.comb += [core_rst.eq(1), reader.abort.eq(1), writer.abort.eq(1),
-                         queue_rst.eq(clear_after)]
+                         queue_rst.eq(clear_after | soft_reset)]
+            with m.If(soft_reset):             # a soft reset during an abort on an error
+                m.d.sync += clear_after.eq(1)
             with m.If(drained):
                 m.d.comb += dma_rst.eq(1)
                 m.d.sync += [aborting.eq(0), running.eq(0)]
-                with m.If(clear_after):
+                with m.If(clear_after | soft_reset):
                     m.d.sync += [halted.eq(0), error_code.eq(0)]
                 with m.Else():
                     m.d.sync += halted.eq(1)
@@ -204,7 +206,7 @@ class Accelerator(wiring.Component):
 
         # ---- status, interrupts, counters -------------------------------------------------
         busy = Signal()
-        m.d.comb += busy.eq((q.level != 0) | running | engine.busy | aborting)
+        m.d.comb += busy.eq(((q.level != 0) & ~halted) | running | engine.busy | aborting)
         level = Signal(8)
         m.d.comb += level.eq(q.level + running)
         m.d.comb += [

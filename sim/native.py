@@ -116,7 +116,8 @@ class NativeSim:
                 ("sim_set_error_range", None, [ctypes.c_void_p, ctypes.c_uint64,
                                                ctypes.c_uint64]),
                 ("sim_set_timing", None, [ctypes.c_void_p, ctypes.c_uint, ctypes.c_double]),
-                ("sim_outstanding", ctypes.c_uint64, [ctypes.c_void_p])):
+                ("sim_outstanding", ctypes.c_uint64, [ctypes.c_void_p]),
+                ("sim_beats", ctypes.c_uint64, [ctypes.c_void_p, ctypes.c_int])):
             fn = getattr(lib, name)
             fn.restype, fn.argtypes = res, args
         self._lib = lib
@@ -146,6 +147,16 @@ class NativeSim:
     def violations(self) -> int:
         """AXI protocol violations the memory model saw (4 KB crossings, wlast, size)."""
         return self._lib.sim_violations(self._h)
+
+    @property
+    def read_beats(self) -> int:
+        """Data beats read from memory so far."""
+        return self._lib.sim_beats(self._h, 0)
+
+    @property
+    def write_beats(self) -> int:
+        """Data beats written to memory so far (strobes or not)."""
+        return self._lib.sim_beats(self._h, 1)
 
     @property
     def irq(self) -> bool:

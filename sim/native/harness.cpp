@@ -257,6 +257,10 @@ void sim_set_timing(void *h, unsigned latency, double pause) {
     Sim *s = static_cast<Sim *>(h);
     s->latency = latency; s->pause = pause;
 }
+uint64_t sim_beats(void *h, int writes) {
+    Sim *s = static_cast<Sim *>(h);
+    return writes ? s->write_beats : s->read_beats;
+}
 uint64_t sim_outstanding(void *h) {
     Sim *s = static_cast<Sim *>(h);
     return s->reads.size() + s->writes.size() + s->responses.size();

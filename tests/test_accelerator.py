@@ -1,0 +1,235 @@
+"""The whole accelerator (Verilog, natively simulated with an AXI memory model) through the
+register-level driver: bit-exact GEMMs, every error path, queued descriptors, soft reset."""
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from firmware import Device
+from firmware.device import AcceleratorError
+from firmware.regmap import ErrorCode, pack
+from sim import golden
+
+# (rows, cols, data_width): lanes below, equal to and above the bus width; C rows narrower
+# and wider than a bus word.
+CONFIGS = [(8, 8, 128), (4, 16, 64), (8, 8, 512)]
+
+
+@pytest.fixture(scope="module", params=CONFIGS, ids=lambda c: "x".join(map(str, c)))
+def dev(request):
+    rows, cols, width = request.param
+    device = Device("rtl", rows=rows, cols=cols, data_width=width, latency=32, pause=0.2,
+                    seed=7)
+    yield device
+    assert device.sim.violations == 0, "AXI protocol violations"
+
+
+def _operands(rng, m, n, k, ta, tb, extremes=False):
+    lo, hi = (-128, 127) if not extremes else (-128, -127)
+    a = rng.integers(lo, hi + 1, (k, m) if ta else (m, k), dtype=np.int8)
+    b = rng.integers(-128, 128, (n, k) if tb else (k, n), dtype=np.int8)
+    return a, b
+
+
+def _check(dev, a, b, ta, tb, row_exp, col_exp, out):
+    got = dev.gemm(a, b, transpose_a=ta, transpose_b=tb, row_exp=row_exp, col_exp=col_exp,
+                   out=out)
+    acc = golden.gemm(a, b, ta, tb)
+    if out == "int32":
+        np.testing.assert_array_equal(got, acc)
+    else:
+        want = golden.rescale(acc, row_exp, col_exp)
+        np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+
+
+dims = st.one_of(st.integers(1, 20), st.integers(21, 80))
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(m=dims, n=dims, k=st.one_of(st.integers(1, 40), st.integers(500, 1100)),
+       ta=st.booleans(), tb=st.booleans(), out=st.sampled_from(["float32", "int32"]),
+       exps=st.sampled_from(["scalar", "vector", "extreme"]), seed=st.integers(0, 2**16),
+       extremes=st.booleans())
+def test_gemm_matches_golden(dev, m, n, k, ta, tb, out, exps, seed, extremes):
+    rng = np.random.default_rng(seed)
+    a, b = _operands(rng, m, n, k, ta, tb, extremes)
+    if exps == "scalar":
+        row_exp, col_exp = int(rng.integers(-128, 128)), int(rng.integers(-128, 128))
+    elif exps == "vector":
+        row_exp = rng.integers(-40, 40, m).astype(np.int8)
+        col_exp = rng.integers(-40, 40, n).astype(np.int8)
+    else:
+        row_exp = rng.choice(np.array([-128, 127, 0], np.int8), m)
+        col_exp = rng.choice(np.array([-128, 127, -1], np.int8), n)
+    _check(dev, a, b, ta, tb, row_exp, col_exp, out)
+
+
+def test_three_training_gemms(dev):
+    """Forward, backward-data (A transposed) and weight-gradient (B transposed) of one layer."""
+    rng = np.random.default_rng(3)
+    batch, fan_in, fan_out = 24, 70, 18
+    x = rng.integers(-128, 128, (batch, fan_in), dtype=np.int8)
+    w = rng.integers(-128, 128, (fan_in, fan_out), dtype=np.int8)
+    dy = rng.integers(-128, 128, (batch, fan_out), dtype=np.int8)
+    _check(dev, x, w, False, False, 0, 0, "int32")           # y = x W
+    _check(dev, dy, w, False, True, 0, 0, "int32")           # dx = dy W^T
+    _check(dev, x, dy, True, False, 0, 0, "int32")           # dW = x^T dy
+
+
+def _layout(dev, base, rows, cols, stride, data):
+    mem = dev.sim.memory
+    view = mem[base:base + rows * stride].reshape(rows, stride)
+    view[:, :cols] = data.view(np.uint8).reshape(rows, cols)
+
+
+def test_wide_strides_and_queued_descriptors(dev):
+    """Rows further apart than their length, and four descriptors queued back to back."""
+    drv, rng = dev.driver, np.random.default_rng(11)
+    bpw = drv.bytes_per_word
+    jobs = []
+    base = 0x10000
+    for i in range(4):
+        m, n, k = 9 + i, 13, 21 + 3 * i
+        a = rng.integers(-128, 128, (m, k), dtype=np.int8)
+        b = rng.integers(-128, 128, (k, n), dtype=np.int8)
+        sa, sb, sc = 3 * bpw * 2, 2 * bpw * 3, 4 * bpw * 2
+        a_addr, b_addr, c_addr = base, base + 0x4000, base + 0x8000
+        _layout(dev, a_addr, m, k, sa, a)
+        _layout(dev, b_addr, k, n, sb, b)
+        dev.sim.memory[c_addr:c_addr + m * sc] = 0xEE
+        jobs.append((dict(m=m, n=n, k=k, flags={"RAW": 1}, a_addr=a_addr, a_stride=sa,
+                          b_addr=b_addr, b_stride=sb, c_addr=c_addr, c_stride=sc),
+                     golden.gemm(a, b), c_addr, sc))
+        base += 0x10000
+    drv.set_window(0x10000, base)
+    done_before = drv.read("DONE_COUNT")
+    counters = drv.run(*[j[0] for j in jobs])
+    assert drv.read("DONE_COUNT") - done_before == 4
+    assert counters["macs"] == sum(j[0]["m"] * j[0]["n"] * j[0]["k"] for j in jobs)
+    for desc, want, c_addr, sc in jobs:
+        m, n = desc["m"], desc["n"]
+        rows = dev.sim.memory[c_addr:c_addr + m * sc].reshape(m, sc)
+        np.testing.assert_array_equal(rows[:, :4 * n].copy().view(np.int32), want)
+        assert np.all(rows[:, 4 * n:] == 0xEE), "bytes beyond column N were written"
+
+
+def _good_desc(dev):
+    """A small valid descriptor in the window [0x100000, 0x200000) and its expected C."""
+    rng = np.random.default_rng(5)
+    bpw = dev.driver.bytes_per_word
+    m, n, k = 5, 7, 9
+    a = rng.integers(-128, 128, (m, k), dtype=np.int8)
+    b = rng.integers(-128, 128, (k, n), dtype=np.int8)
+    sa, sb, sc = (-(-x // bpw) * bpw for x in (k, n, 4 * n))
+    _layout(dev, 0x100000, m, k, sa, a)
+    _layout(dev, 0x104000, k, n, sb, b)
+    desc = dict(m=m, n=n, k=k, flags={"RAW": 1}, a_addr=0x100000, a_stride=sa,
+                b_addr=0x104000, b_stride=sb, c_addr=0x108000, c_stride=sc)
+    return desc, golden.gemm(a, b)
+
+
+def _c(dev, desc):
+    m, n, sc = desc["m"], desc["n"], desc["c_stride"]
+    mem = dev.sim.memory[desc["c_addr"]:desc["c_addr"] + m * sc]
+    return mem.reshape(m, sc)[:, :4 * n].copy().view(np.int32)
+
+
+BAD = [
+    ("zero M", dict(m=0), ErrorCode.ZERO_DIMENSION),
+    ("zero K", dict(k=0), ErrorCode.ZERO_DIMENSION),
+    ("M too large", dict(m=70000), ErrorCode.DIMENSION_TOO_LARGE),
+    ("K too large", dict(k=65536), ErrorCode.K_TOO_LARGE),
+    ("misaligned A", dict(a_addr=0x100001), ErrorCode.MISALIGNED),
+    ("misaligned stride", dict(b_stride=24), ErrorCode.MISALIGNED),
+    ("stride shorter than a row", dict(c_stride=0), ErrorCode.BAD_STRIDE),
+    ("A below the window", dict(a_addr=0x0F0000), ErrorCode.OUT_OF_WINDOW),
+    ("C beyond the window", dict(c_addr=0x1FFFC0), ErrorCode.OUT_OF_WINDOW),
+    ("exponents beyond the window", dict(flags={"RAW": 1, "ROW_EXP_VECTOR": 1},
+                                         row_exp_addr=0x300000), ErrorCode.OUT_OF_WINDOW),
+]
+
+
+@pytest.mark.parametrize("what,change,code", BAD, ids=[b[0] for b in BAD])
+def test_rejected_descriptor_touches_nothing(dev, what, change, code):
+    desc, want = _good_desc(dev)
+    drv, sim = dev.driver, dev.sim
+    drv.set_window(0x100000, 0x200000)
+    if what == "misaligned stride" and drv.bytes_per_word == 8:
+        change = dict(b_stride=12)
+    reads, writes = sim.read_beats, sim.write_beats
+    with pytest.raises(AcceleratorError) as info:
+        drv.run({**desc, **change})
+    assert info.value.code == code
+    assert (sim.read_beats, sim.write_beats) == (reads, writes), "memory was touched"
+    assert drv.status() == {"busy": 0, "error": 0, "queue_full": 0, "queue_level": 0,
+                            "error_code": 0}
+    drv.run(desc)                                   # the same engine works again
+    np.testing.assert_array_equal(_c(dev, desc), want)
+
+
+@pytest.mark.parametrize("where", ["read", "write"])
+def test_bus_error_stops_cleanly(dev, where):
+    desc, want = _good_desc(dev)
+    drv, sim = dev.driver, dev.sim
+    drv.set_window(0x100000, 0x200000)
+    lo = desc["b_addr"] if where == "read" else desc["c_addr"]
+    sim.set_error_range(lo, lo + 64)
+    try:
+        with pytest.raises(AcceleratorError) as info:
+            drv.run(desc)
+    finally:
+        sim.set_error_range(0, 0)
+    assert info.value.code == (ErrorCode.READ_ERROR if where == "read"
+                               else ErrorCode.WRITE_ERROR)
+    assert sim.outstanding == 0
+    drv.run(desc)
+    np.testing.assert_array_equal(_c(dev, desc), want)
+
+
+def test_soft_reset_mid_run_and_queue_overflow(dev):
+    drv, sim = dev.driver, dev.sim
+    desc, want = _good_desc(dev)
+    big = dict(desc, m=64, n=64, k=600, a_stride=1024, b_stride=1024, c_stride=256)
+    drv.set_window(0x100000, 0x200000)
+    drv.submit(big)
+    sim.step(700)                                   # mid-burst, mid-tile
+    assert drv.status()["busy"]
+    drv.soft_reset()
+    assert sim.outstanding == 0
+    assert drv.status()["queue_level"] == 0
+    drv.run(desc)
+    np.testing.assert_array_equal(_c(dev, desc), want)
+    # one running + a full queue, then one more
+    for _ in range(drv.info.queue + 1):
+        drv.submit(big)
+    drv.submit(big)
+    st = drv.wait_idle(10_000)
+    assert st["error"] and st["error_code"] == ErrorCode.QUEUE_OVERFLOW
+    drv.soft_reset()
+    drv.run(desc)
+    np.testing.assert_array_equal(_c(dev, desc), want)
+
+
+def test_interrupt_and_identification(dev):
+    drv = dev.driver
+    assert (drv.info.rows, drv.info.cols) == (dev.rows, dev.cols)
+    assert drv.info.data_width == dev.data_width
+    desc, _ = _good_desc(dev)
+    drv.set_window(0x100000, 0x200000)
+    drv.write("IRQ_STATUS", 3)
+    drv.write("IRQ_ENABLE", pack("IRQ_ENABLE", DONE=1))
+    drv.run(desc)
+    dev.sim.step(2)
+    assert dev.sim.irq
+    drv.write("IRQ_STATUS", pack("IRQ_STATUS", DONE=1))
+    dev.sim.step(2)
+    assert not dev.sim.irq
+    drv.write("IRQ_ENABLE", 0)
+
+
+def test_device_options_are_checked():
+    with pytest.raises(TypeError, match="unknown option"):
+        Device("rtl", rows=8, cols=8, speed=3)
+    with pytest.raises(TypeError, match="golden backend takes no options"):
+        Device("golden", latency=3)
