@@ -46,7 +46,8 @@ def _check(dev, a, b, ta, tb, row_exp, col_exp, out):
 dims = st.one_of(st.integers(1, 20), st.integers(21, 80))
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=25, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(m=dims, n=dims, k=st.one_of(st.integers(1, 40), st.integers(500, 1100)),
        ta=st.booleans(), tb=st.booleans(), out=st.sampled_from(["float32", "int32"]),
        exps=st.sampled_from(["scalar", "vector", "extreme"]), seed=st.integers(0, 2**16),

@@ -45,7 +45,8 @@ def check(data_width, lanes, jobs, seed):
     async def feed_jobs(ctx):
         await stream_send(ctx, dut.jobs, [
             {"nwords": j.nwords, "nbeats": j.nbeats, "valid": j.valid, "sel": j.sel,
-             "tag": j.tag, "nrows": j.nrows, "nzero": j.nzero} for j in jobs], rng=random.Random(seed + 1), stall=0.3)
+             "tag": j.tag, "nrows": j.nrows, "nzero": j.nzero} for j in jobs],
+            rng=random.Random(seed + 1), stall=0.3)
 
     async def feed_words(ctx):
         await stream_send(ctx, dut.i_stream, words, rng=random.Random(seed + 2), stall=0.3)
