@@ -4,6 +4,11 @@
                                    xcup at 8x8 and 16x16: LUT, FF, DSP, BRAM and per MAC.
 ``python -m sim.bench cycles``     Cycle counts of tile GEMMs in the Amaranth simulator against
                                    the ideal, single tiles and back-to-back streams.
+``python -m sim.bench utilization`` PE utilisation of whole GEMMs on the accelerator (native
+                                   Verilator model, memory latency 32 cycles) at several bus
+                                   widths: the three GEMMs of a training step at M = N = 8x
+                                   and K = 16x the array, MNIST logistic regression; and the
+                                   simulator's speed.
 
 Each prints a Markdown table and writes JSON (``--out``).
 """
@@ -18,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["resources", "cycles", "main"]
+__all__ = ["resources", "cycles", "utilization", "main"]
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -176,6 +181,62 @@ def cycles_table(results) -> str:
     return "\n".join(lines)
 
 
+#: The GEMMs of one training step of a layer y = x W (x: batch x in, W: in x out), as
+#: (name, M, N, K, transpose_a, transpose_b) with operands stored as the layer keeps them.
+def _training_gemms(batch, fan_in, fan_out):
+    return [("forward y = x W", batch, fan_out, fan_in, False, False),
+            ("backward-data dx = dy W^T", batch, fan_in, fan_out, False, True),
+            ("weight-gradient dW = x^T dy", fan_in, fan_out, batch, True, False)]
+
+
+def utilization(sizes, widths, latency=32) -> list[dict]:
+    from firmware import Device
+
+    out = []
+    for (rows, cols), width in ((s, w) for s in sizes for w in widths):
+        t0 = time.monotonic()
+        dev = Device("rtl", rows=rows, cols=cols, data_width=width, latency=latency)
+        print(f"  built {rows}x{cols} at {width} bits in {time.monotonic() - t0:.0f} s",
+              file=sys.stderr)
+        d = max(rows, cols)
+        cases = [("square", *g) for g in (
+            ("forward", 8 * d, 8 * d, 16 * d, False, False),
+            ("A transposed", 8 * d, 8 * d, 16 * d, True, False),
+            ("B transposed", 8 * d, 8 * d, 16 * d, False, True),
+            ("both transposed", 8 * d, 8 * d, 16 * d, True, True))]
+        cases += [("mnist-logreg", *g) for g in _training_gemms(128, 784, 10)]
+        rng = np.random.default_rng(0)
+        for group, name, m, n, k, ta, tb in cases:
+            a = rng.integers(-128, 128, (k, m) if ta else (m, k), dtype=np.int8)
+            b = rng.integers(-128, 128, (n, k) if tb else (k, n), dtype=np.int8)
+            t1 = time.monotonic()
+            c = dev.gemm(a, b, transpose_a=ta, transpose_b=tb, out="int32")
+            wall = time.monotonic() - t1
+            from sim import golden
+            if not np.array_equal(c, golden.gemm(a, b, ta, tb)):
+                raise AssertionError(f"{name}: the accelerator's result differs from golden")
+            st = dev.stats
+            out.append({"rows": rows, "cols": cols, "data_width": width, "latency": latency,
+                        "group": group, "gemm": name, "m": m, "n": n, "k": k,
+                        "transpose_a": ta, "transpose_b": tb, "cycles": st["cycles"],
+                        "active_cycles": st["active_cycles"],
+                        "dma_stall_cycles": st["dma_stall_cycles"],
+                        "utilization": round(st["utilization"], 4),
+                        "sim_cycles_per_second": round(st["cycles"] / wall)})
+    return out
+
+
+def utilization_table(results) -> str:
+    lines = ["| array | bus | GEMM | M x N x K | cycles | PE utilisation | DMA stall cycles "
+             "| simulated cycles/s |", "|---|---:|---|---|---:|---:|---:|---:|"]
+    for r in results:
+        lines.append(f"| {r['rows']}x{r['cols']} | {r['data_width']} | {r['group']}: "
+                     f"{r['gemm']} | {r['m']}x{r['n']}x{r['k']} | {r['cycles']} | "
+                     f"{100 * r['utilization']:.1f}% | {r['dma_stall_cycles']} | "
+                     f"{r['sim_cycles_per_second']:,} |")
+    return "\n".join(lines)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m sim.bench", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -190,9 +251,24 @@ def main(argv=None) -> int:
     p.add_argument("--tiles", type=int, default=8)
     p.add_argument("--packing", type=int, nargs="+", choices=[1, 2], default=[1, 2])
     p.add_argument("--out", type=Path, default=ROOT / "results" / "cycles.json")
+    p = sub.add_parser("utilization", help="PE utilisation of whole GEMMs on the accelerator")
+    p.add_argument("--sizes", type=_size, nargs="+", default=[(8, 8), (16, 16)])
+    p.add_argument("--widths", type=int, nargs="+", choices=[64, 128, 256, 512],
+                   default=[64, 128, 512])
+    p.add_argument("--latency", type=int, default=32)
+    p.add_argument("--out", type=Path, default=ROOT / "results" / "utilization.json")
     args = parser.parse_args(argv)
 
-    if args.what == "resources":
+    if args.what == "utilization":
+        for rows, cols in args.sizes:
+            if rows & (rows - 1) or cols & (cols - 1) or min(rows, cols) < 2:
+                parser.error(f"--sizes: the accelerator needs powers of two >= 2, "
+                             f"not {rows}x{cols}")
+        if args.latency < 1:
+            parser.error("--latency must be positive")
+        results = utilization(args.sizes, args.widths, args.latency)
+        table = utilization_table(results)
+    elif args.what == "resources":
         results = resources(args.sizes, args.families, ROOT / "build" / "bench")
         table = resources_table(results)
     else:
