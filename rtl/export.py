@@ -13,6 +13,7 @@ from amaranth.back.verilog import _convert_rtlil_text  # no public way to pass -
 from amaranth.hdl._ir import PortDirection
 from amaranth.lib.wiring import In
 
+from .accelerator import Accelerator
 from .csr import RegisterBlock
 from .datapath import GemmDatapath
 from .dma import DmaReader, DmaWriter
@@ -22,6 +23,7 @@ __all__ = ["COMPONENTS", "FAMILY_DSP", "make", "generate_verilog", "to_verilog",
 
 #: Components that can be generated on their own, by name.
 COMPONENTS = {
+    "accelerator": Accelerator,
     "datapath": GemmDatapath,
     "array": SystolicArray,
     "csr": RegisterBlock,
@@ -38,7 +40,7 @@ FAMILY_DSP = {
 
 
 def make(kind: str, **params):
-    """Construct the component ``kind`` ("datapath" or "array") with ``params``.
+    """Construct the component ``kind`` (a key of :data:`COMPONENTS`) with ``params``.
 
     ``family`` (``"xc7"`` or ``"xcup"``) in ``params`` picks the DSP mapping: one MAC per
     DSP48E1 by inference on xc7, two per instantiated DSP48E2 on xcup.
