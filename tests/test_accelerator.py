@@ -234,3 +234,54 @@ def test_device_options_are_checked():
         Device("rtl", rows=8, cols=8, speed=3)
     with pytest.raises(TypeError, match="golden backend takes no options"):
         Device("golden", latency=3)
+
+
+def test_pynq_backend_over_the_simulated_board(monkeypatch):
+    """The pynq layer is thin: run it over a stand-in ``pynq`` module whose MMIO and
+    ``allocate`` reach the simulated accelerator, and check a GEMM."""
+    import sys
+    import types
+
+    from sim.native import NativeSim
+
+    sim = NativeSim(rows=8, cols=8, data_width=128, latency=32)
+    fake = types.ModuleType("pynq")
+    state = {"next": 0x4000}
+
+    class MMIO:
+        def __init__(self, base, length):
+            assert base == 0x4000_0000 and length >= 0x150
+
+        def read(self, offset):
+            sim.step(64)                    # time passes on the board while the ARM polls
+            return sim.read32(offset)
+
+        def write(self, offset, value):
+            sim.write32(offset, value)
+
+    class Buffer(np.ndarray):
+        def flush(self):
+            pass
+
+        def invalidate(self):
+            pass
+
+        def freebuffer(self):
+            pass
+
+    def allocate(shape, dtype):
+        addr = state["next"]
+        state["next"] += -(-shape[0] // 4096) * 4096
+        buf = sim.memory[addr:addr + shape[0]].view(Buffer)
+        buf.device_address = addr
+        return buf
+
+    fake.MMIO, fake.allocate = MMIO, allocate
+    monkeypatch.setitem(sys.modules, "pynq", fake)
+    dev = Device("pynq", rows=8, cols=8, data_width=128, base_addr=0x4000_0000)
+    rng = np.random.default_rng(9)
+    a = rng.integers(-128, 128, (30, 19), dtype=np.int8)
+    b = rng.integers(-128, 128, (12, 19), dtype=np.int8)
+    _check(dev, a, b, False, True, np.arange(30, dtype=np.int8) - 15, 3, "float32")
+    with pytest.raises(ValueError, match="8x8 array"):
+        Device("pynq", rows=16, cols=16, data_width=128, base_addr=0x4000_0000)
