@@ -69,7 +69,7 @@ class ErrorCode(IntEnum):
 
     NONE = 0
     ZERO_DIMENSION = 1       # M, N or K is zero
-    K_TOO_LARGE = 2          # K beyond the exact int32 accumulation limit
+    K_TOO_LARGE = 2          # K above 65535
     MISALIGNED = 3           # an address or stride is not a multiple of the bus width
     OUT_OF_WINDOW = 4        # a transfer would leave [WINDOW_BASE, WINDOW_LIMIT)
     BAD_STRIDE = 5           # a row stride shorter than the row
@@ -86,7 +86,7 @@ class ErrorCode(IntEnum):
 _ERROR_MEANINGS = {
     ErrorCode.NONE: "no error",
     ErrorCode.ZERO_DIMENSION: "a dimension (M, N or K) is zero",
-    ErrorCode.K_TOO_LARGE: "K exceeds the exact int32 accumulation limit",
+    ErrorCode.K_TOO_LARGE: "K exceeds 65535 (a descriptor's limit; sums stay exact to 131071)",
     ErrorCode.MISALIGNED: "an address or row stride is not aligned to the bus width",
     ErrorCode.OUT_OF_WINDOW: "an access would fall outside the programmed address window",
     ErrorCode.BAD_STRIDE: "a row stride is shorter than the row it steps over",

@@ -14,6 +14,7 @@ from amaranth.hdl._ir import PortDirection
 from amaranth.lib.wiring import In
 
 from .accelerator import Accelerator
+from .axis import StreamCore
 from .csr import RegisterBlock
 from .datapath import GemmDatapath
 from .dma import DmaReader, DmaWriter
@@ -25,6 +26,7 @@ __all__ = ["COMPONENTS", "FAMILY_DSP", "make", "generate_verilog", "to_verilog",
 COMPONENTS = {
     "accelerator": Accelerator,
     "datapath": GemmDatapath,
+    "stream_core": StreamCore,
     "array": SystolicArray,
     "csr": RegisterBlock,
     "dma_reader": DmaReader,
