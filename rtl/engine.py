@@ -208,6 +208,14 @@ class GemmEngine(wiring.Component):
                                                                depth=max(4, BL * BL))
         row_bytes = 4 * C
         words_per_row = max(1, row_bytes // bpw)
+
+        def row_words(n0):
+            """Bus words of a C row holding columns of the matrix: none beyond them."""
+            if row_bytes <= bpw:
+                return 1
+            left = d.n - n0
+            cols_in = Mux(left < C, left, C)
+            return ((cols_in << 2) + bpw - 1) >> wlog
         writes_issued = Signal(32)
         writes_done = Signal(32)
 
@@ -223,7 +231,7 @@ class GemmEngine(wiring.Component):
                          wc_setup.eq(1), wc_row.eq(0)]
         row_in = (wc.m0 + wc_row) < d.m
         m.d.comb += [self.wr_cmd.payload.addr.eq(wc_addr),
-                     self.wr_cmd.payload.beats.eq(words_per_row),
+                     self.wr_cmd.payload.beats.eq(row_words(wc.n0)),
                      self.wr_cmd.valid.eq(wc_setup & row_in)]
         with m.If(wc_setup & (~row_in | self.wr_cmd.ready)):
             m.d.sync += [wc_row.eq(wc_row + 1), wc_addr.eq(wc_addr + d.c_stride)]
@@ -258,7 +266,7 @@ class GemmEngine(wiring.Component):
                 m.d.comb += wdata.strb[t].eq((t >= off) & (((t - off) >> 2) < n_valid)
                                              & (t < off + row_bytes))
         wd_in = (wd.m0 + wd_row) < d.m
-        row_end = wd_word == words_per_row - 1
+        row_end = wd_word == row_words(wd.n0) - 1
         m.d.comb += [
             self.wr_data.valid.eq(wq_data.r_rdy & dp.o_stream.valid & wd_in),
             dp.o_stream.ready.eq(wq_data.r_rdy & (~wd_in | (self.wr_data.ready & row_end))),

@@ -115,6 +115,31 @@ def test_wide_strides_and_queued_descriptors(dev):
         assert np.all(rows[:, 4 * n:] == 0xEE), "bytes beyond column N were written"
 
 
+def test_writes_stop_at_column_n(dev):
+    """No write burst reaches past the last bus word holding column N - 1 (the memory model
+    answers SLVERR to anything touching the bytes just after it)."""
+    drv, sim = dev.driver, dev.sim
+    bpw = drv.bytes_per_word
+    rng = np.random.default_rng(2)
+    m, n, k = 3, 9, 5
+    a = rng.integers(-128, 128, (m, k), dtype=np.int8)
+    b = rng.integers(-128, 128, (k, n), dtype=np.int8)
+    sa = sb = -(-max(k, n) // bpw) * bpw
+    sc = -(-4 * n // bpw) * bpw
+    _layout(dev, 0x100000, m, k, sa, a)
+    _layout(dev, 0x104000, k, n, sb, b)
+    c_addr = 0x110000 - m * sc                      # C's last row ends at 0x110000
+    desc = dict(m=m, n=n, k=k, flags={"RAW": 1}, a_addr=0x100000, a_stride=sa,
+                b_addr=0x104000, b_stride=sb, c_addr=c_addr, c_stride=sc)
+    drv.set_window(0x100000, 0x110000)
+    sim.set_error_range(0x110000, 0x110000 + 4096)
+    try:
+        drv.run(desc)
+    finally:
+        sim.set_error_range(0, 0)
+    np.testing.assert_array_equal(_c(dev, desc), golden.gemm(a, b))
+
+
 def _good_desc(dev):
     """A small valid descriptor in the window [0x100000, 0x200000) and its expected C."""
     rng = np.random.default_rng(5)
