@@ -1,0 +1,85 @@
+"""Block floating point quantiser: int8 mantissas with one power-of-two exponent per block.
+
+For a block ``x`` with ``e = floor(log2(max|x|))`` — taken from the IEEE exponent with
+``numpy.frexp``, exact for every float, where a ratio of logarithms is off by one just below
+powers of two — and ``F = bits - 2 - e``::
+
+    q = clamp(floor(x * 2**F + u), -2**(bits-1), 2**(bits-1) - 1)
+    x ~ q * 2**exp,   exp = e - (bits - 2) = -F
+
+with ``u = 0.5`` (round to nearest) or ``u ~ U[0, 1)`` drawn from a seeded
+``numpy.random.Generator`` (stochastic rounding, unbiased inside the range). ``exp`` is an
+int8 in the form :meth:`firmware.Device.gemm` takes as ``row_exp`` / ``col_exp``. An all-zero
+block gives zeros and exponent 0, never NaN. Blocks are the whole tensor (``axis=None``) or
+the slices along one axis (``axis=0``: one exponent per sample / row; ``axis=1``: per column
+or channel).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["quantize", "dequantize", "block_exponent", "ROUNDING"]
+
+ROUNDING = ("nearest", "stochastic")
+
+
+def block_exponent(maxabs: np.ndarray) -> np.ndarray:
+    """``floor(log2(maxabs))`` exactly (0 where ``maxabs`` is 0)."""
+    _, e = np.frexp(np.asarray(maxabs, np.float64))
+    return np.where(np.asarray(maxabs) > 0, e - 1, 0).astype(np.int64)
+
+
+def _check(x, bits, axis, rounding, rng):
+    if not isinstance(x, np.ndarray) or x.dtype.kind != "f":
+        raise TypeError(f"x must be a floating-point numpy array, not "
+                        f"{getattr(x, 'dtype', type(x).__name__)}")
+    if not np.all(np.isfinite(x)):
+        raise ValueError("x must be finite (it has inf or NaN)")
+    if not isinstance(bits, int) or isinstance(bits, bool) or not 2 <= bits <= 8:
+        raise ValueError(f"bits must be an integer in [2, 8], not {bits!r}")
+    if axis is not None and (not isinstance(axis, int) or not -x.ndim <= axis < x.ndim):
+        raise ValueError(f"axis must be None or an axis of x (ndim {x.ndim}), not {axis!r}")
+    if rounding not in ROUNDING:
+        raise ValueError(f"rounding must be one of {ROUNDING}, not {rounding!r}")
+    if rounding == "stochastic" and not isinstance(rng, np.random.Generator):
+        raise TypeError("stochastic rounding needs rng, a numpy.random.Generator")
+
+
+def quantize(x: np.ndarray, *, bits: int = 8, axis: int | None = None,
+             rounding: str = "nearest", rng: np.random.Generator | None = None):
+    """``(q, exp)``: int8 mantissas shaped like ``x`` and the blocks' exponents.
+
+    ``exp`` is an int8 scalar (``axis=None``) or a vector of length ``x.shape[axis]``.
+    """
+    _check(x, bits, axis, rounding, rng)
+    x64 = np.asarray(x, np.float64)
+    if axis is None:
+        maxabs = np.max(np.abs(x64)) if x64.size else 0.0
+        shape = ()
+    else:
+        axis = axis % x.ndim
+        others = tuple(i for i in range(x.ndim) if i != axis)
+        maxabs = np.max(np.abs(x64), axis=others) if x64.size else np.zeros(x.shape[axis])
+        shape = [1] * x.ndim
+        shape[axis] = x.shape[axis]
+    e = block_exponent(maxabs)
+    exp = np.clip(e - (bits - 2), -128, 127)        # below 2**-128 everything rounds to 0
+    exp = np.where(np.asarray(maxabs) > 0, exp, 0)
+    scale = np.exp2(-exp.astype(np.float64)).reshape(shape)
+    u = 0.5 if rounding == "nearest" else rng.random(x.shape)
+    lo, hi = -(1 << (bits - 1)), (1 << (bits - 1)) - 1
+    q = np.clip(np.floor(x64 * scale + u), lo, hi).astype(np.int8)
+    exp = exp.astype(np.int8)
+    return q, (exp[()] if axis is None else exp)
+
+
+def dequantize(q: np.ndarray, exp, axis: int | None = None) -> np.ndarray:
+    """``q * 2**exp`` as float32 (``exp`` per block along ``axis``, as :func:`quantize`)."""
+    q = np.asarray(q)
+    exp = np.asarray(exp, np.float64)
+    if axis is not None:
+        shape = [1] * q.ndim
+        shape[axis % q.ndim] = -1
+        exp = exp.reshape(shape)
+    return (q.astype(np.float64) * np.exp2(exp)).astype(np.float32)
