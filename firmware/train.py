@@ -1,0 +1,357 @@
+"""Training on the accelerator: the Python API and ``python -m firmware.train``.
+
+```
+python -m firmware.train --task {digits-mlp,digits-cnn,mnist-logreg,rf-anomaly}
+       --precision {fp32,int8} [--swa] --backend {golden,rtl,pynq} [--rows R --cols C]
+       --epochs N --seed S [--out results.json] [--checkpoint DIR] [--resume]
+```
+
+``fp32`` trains in float32 numpy with float32 SGD (the reference). ``int8`` runs every GEMM of
+training — forward, backward-data, weight-gradient — on a :class:`firmware.Device` in 8-bit
+block floating point with stochastic rounding (see :mod:`firmware.nn`), with float32 master
+weights; with ``--swa`` it is SWALP: 8-bit weights, gradients and momentum, the SWALP
+learning-rate schedule, and weights averaged once per epoch over the last quarter of the
+epochs, evaluated with the average.
+
+Every random draw comes from generators seeded by ``--seed`` (data order, initialisation,
+rounding), and a checkpoint saves their states, so ``--resume`` reaches the same weights bit
+for bit as an uninterrupted run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pickle
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from . import data, nn
+from .optim import SGD, SWA, swalp_lr
+
+__all__ = ["TASKS", "TrainConfig", "build", "fit", "evaluate", "run", "main"]
+
+
+@dataclass
+class Task:
+    name: str
+    load: callable
+    make: callable            # rng -> Network
+    loss: str                 # "xent" or "mse"
+    metric: str               # "accuracy" or "f1"
+    lr: float
+    batch: int
+
+
+def _mlp(rng):
+    return nn.Network([nn.Linear(64, 64, rng), nn.ReLU(), nn.Linear(64, 10, rng)])
+
+
+def _cnn(rng):
+    return nn.Network([nn.Conv2d(1, 8, 3, rng, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+                       nn.Conv2d(8, 16, 3, rng, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+                       nn.Flatten(), nn.Linear(64, 10, rng)])
+
+
+def _logreg(rng):
+    return nn.Network([nn.Linear(784, 10, rng)])
+
+
+def _autoencoder(rng):
+    return nn.Network([nn.Linear(32, 16, rng), nn.ReLU(), nn.Linear(16, 8, rng), nn.ReLU(),
+                       nn.Linear(8, 16, rng), nn.ReLU(), nn.Linear(16, 32, rng)])
+
+
+TASKS = {
+    "digits-mlp": Task("digits-mlp", data.digits, _mlp, "xent", "accuracy", 0.05, 32),
+    "digits-cnn": Task("digits-cnn", lambda: data.digits(image=True), _cnn, "xent",
+                       "accuracy", 0.05, 32),
+    "mnist-logreg": Task("mnist-logreg", data.mnist, _logreg, "xent", "accuracy", 0.05, 64),
+    "rf-anomaly": Task("rf-anomaly", data.rf_anomaly, _autoencoder, "mse", "f1", 0.05, 32),
+}
+
+
+@dataclass
+class TrainConfig:
+    task: str = "digits-mlp"
+    precision: str = "fp32"
+    swa: bool = False
+    epochs: int = 10
+    seed: int = 0
+    batch: int | None = None
+    lr: float | None = None
+    momentum: float = 0.9
+    weight_decay: float = 5e-4
+    extra: dict = field(default_factory=dict)
+
+    def check(self):
+        if self.task not in TASKS:
+            raise ValueError(f"task must be one of {sorted(TASKS)}, not {self.task!r}")
+        if self.precision not in ("fp32", "int8"):
+            raise ValueError(f"precision must be 'fp32' or 'int8', not {self.precision!r}")
+        if not isinstance(self.epochs, int) or self.epochs < 1:
+            raise ValueError(f"epochs must be a positive integer, not {self.epochs!r}")
+        if self.batch is not None and self.batch < 1:
+            raise ValueError(f"batch must be positive, not {self.batch!r}")
+
+
+def _loss(kind, out, y, x):
+    return nn.softmax_cross_entropy(out, y) if kind == "xent" else nn.mse(out, x)
+
+
+def evaluate(net, eng, task: Task, x, y, threshold=None, batch: int = 256) -> dict:
+    """The task's metric on ``(x, y)``: accuracy, or F1 of anomaly detection by threshold
+    on the per-window reconstruction error."""
+    outs = [net.forward(x[i:i + batch], eng) for i in range(0, len(x), batch)]
+    out = np.concatenate(outs)
+    if task.metric == "accuracy":
+        return {"accuracy": float(np.mean(out.argmax(axis=1) == y))}
+    err = np.mean((out - x) ** 2, axis=1)
+    if threshold is None:
+        return {"errors": err}
+    pred = err > threshold
+    tp = int(np.sum(pred & (y == 1)))
+    fp = int(np.sum(pred & (y == 0)))
+    fn = int(np.sum(~pred & (y == 1)))
+    f1 = 2 * tp / (2 * tp + fp + fn) if tp else 0.0
+    return {"f1": float(f1), "threshold": float(threshold)}
+
+
+class Run:
+    """The state of one training run (everything a checkpoint holds)."""
+
+    def __init__(self, cfg: TrainConfig, device):
+        cfg.check()
+        self.cfg, self.task = cfg, TASKS[cfg.task]
+        self.data = self.task.load()
+        s = cfg.seed
+        self.rng_data = np.random.default_rng([s, 0])
+        self.net = self.task.make(np.random.default_rng([s, 1]))
+        self.eng = nn.Engine(cfg.precision, device if cfg.precision == "int8" else None,
+                             rng=np.random.default_rng([s, 2]))
+        # evaluation rounds to nearest and leaves the training's random streams alone
+        self.eval_eng = nn.Engine(cfg.precision, self.eng.device, rounding="nearest")
+        self.lr0 = cfg.lr or self.task.lr
+        self.opt = SGD(self.net.parameters(), lr=self.lr0, momentum=cfg.momentum,
+                       weight_decay=cfg.weight_decay,
+                       weights="int8" if cfg.swa and cfg.precision == "int8" else "fp32",
+                       rng=np.random.default_rng([s, 3]))
+        self.swa_start = max(1, int(round(0.75 * cfg.epochs))) if cfg.swa else None
+        self.swa = SWA(self.net.parameters()) if cfg.swa else None
+        self.epoch = 0
+        self.history = []
+
+    # -- checkpoints -------------------------------------------------------------------------
+    def state(self) -> dict:
+        return {"config": self.cfg.__dict__, "epoch": self.epoch, "history": self.history,
+                "net": self.net.state(), "opt": self.opt.state(),
+                "swa": self.swa.state() if self.swa else None,
+                "rng": [g.bit_generator.state for g in (self.rng_data, self.eng.rng,
+                                                        self.opt.rng)],
+                "engine": {"gemms": self.eng.gemms, "cycles": self.eng.cycles}}
+
+    def load(self, state: dict) -> None:
+        if state["config"] != self.cfg.__dict__:
+            raise ValueError("the checkpoint was written by a run with a different "
+                             f"configuration: {state['config']}")
+        self.epoch, self.history = state["epoch"], state["history"]
+        self.net.load_state(state["net"])
+        self.opt.load_state(state["opt"])
+        if self.swa:
+            self.swa.load_state(state["swa"])
+        for g, s in zip((self.rng_data, self.eng.rng, self.opt.rng), state["rng"],
+                        strict=True):
+            g.bit_generator.state = s
+        self.eng.gemms, self.eng.cycles = state["engine"]["gemms"], state["engine"]["cycles"]
+
+    def save(self, directory: Path) -> Path:
+        directory.mkdir(parents=True, exist_ok=True)
+        path = directory / "checkpoint.pkl"
+        tmp = directory / f".checkpoint.pkl.tmp{os.getpid()}"
+        with open(tmp, "wb") as f:
+            pickle.dump(self.state(), f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)                      # atomic: old or new, never half
+        return path
+
+    # -- training ----------------------------------------------------------------------------
+    def lr(self) -> float:
+        if self.swa is None:
+            return self.lr0
+        return swalp_lr(self.epoch, self.lr0, self.swa_start, self.lr0 / 10)
+
+    def train_epoch(self, progress=None) -> float:
+        x, y = self.data[0], self.data[1]
+        batch = self.cfg.batch or self.task.batch
+        order = self.rng_data.permutation(len(x))
+        self.opt.lr = self.lr()
+        losses = []
+        steps = -(-len(x) // batch)
+        for i in range(steps):
+            idx = order[i * batch:(i + 1) * batch]
+            out = self.net.forward(x[idx], self.eng)
+            loss, grad = _loss(self.task.loss, out, y[idx], x[idx])
+            self.net.backward(grad, self.eng)
+            self.opt.step(self.net.gradients())
+            losses.append(loss)
+            if progress:
+                progress(i + 1, steps, loss)
+        self.epoch += 1
+        if self.swa is not None and self.epoch >= self.swa_start:
+            self.swa.update(self.net.parameters())
+        return float(np.mean(losses))
+
+    def metric(self) -> dict:
+        """The test metric, with the averaged weights when SWA has started."""
+        saved = None
+        if self.swa is not None and self.swa.count:
+            saved = self.net.state()
+            self.net.load_state(self.swa.averaged())
+        try:
+            xtr, _, xte, yte = self.data
+            threshold = None
+            if self.task.metric == "f1":   # 95th percentile of the normal training error
+                errs = evaluate(self.net, self.eval_eng, self.task, xtr[:1000],
+                                None)["errors"]
+                threshold = float(np.percentile(errs, 95))
+            return evaluate(self.net, self.eval_eng, self.task, xte, yte, threshold)
+        finally:
+            if saved is not None:
+                self.net.load_state(saved)
+
+
+def build(cfg: TrainConfig, backend: str = "golden", rows: int = 8, cols: int = 8,
+          **device_options) -> Run:
+    from .device import Device
+    device = (Device(backend, rows=rows, cols=cols, **device_options)
+              if cfg.precision == "int8" else None)
+    return Run(cfg, device)
+
+
+def fit(net, x, y, *, loss: str = "xent", epochs: int = 10, batch: int = 32,
+        lr: float = 0.05, momentum: float = 0.9, weight_decay: float = 5e-4,
+        precision: str = "fp32", device=None, seed: int = 0) -> nn.Engine:
+    """Train ``net`` on numpy arrays (``loss`` "xent" with integer labels ``y``, or "mse"
+    against ``y`` as targets). Returns the engine (its ``gemms`` and ``cycles``)."""
+    eng = nn.Engine(precision, device, rng=np.random.default_rng([seed, 2]))
+    opt = SGD(net.parameters(), lr=lr, momentum=momentum, weight_decay=weight_decay,
+              rng=np.random.default_rng([seed, 3]))
+    order_rng = np.random.default_rng([seed, 0])
+    for _ in range(epochs):
+        order = order_rng.permutation(len(x))
+        for i in range(0, len(x), batch):
+            idx = order[i:i + batch]
+            out = net.forward(x[idx], eng)
+            _, grad = (nn.softmax_cross_entropy(out, y[idx]) if loss == "xent"
+                       else nn.mse(out, y[idx]))
+            net.backward(grad, eng)
+            opt.step(net.gradients())
+    return eng
+
+
+def _bar(epoch, epochs):
+    def show(i, n, loss):
+        width = 30
+        done = int(width * i / n)
+        sys.stderr.write(f"\repoch {epoch}/{epochs} [{'#' * done}{'.' * (width - done)}] "
+                         f"{i}/{n} loss {loss:.4f}")
+        if i == n:
+            sys.stderr.write("\n")
+        sys.stderr.flush()
+    return show
+
+
+def run(cfg: TrainConfig, *, backend="golden", rows=8, cols=8, checkpoint=None,
+        resume=False, quiet=False, stop_after: int | None = None, **device_options) -> dict:
+    """Train as the command line does; returns the results dictionary.
+
+    ``stop_after`` ends the call after that many epochs (as if interrupted; resume later)."""
+    r = build(cfg, backend, rows, cols, **device_options)
+    ckpt = Path(checkpoint) if checkpoint else None
+    if resume:
+        if ckpt is None or not (ckpt / "checkpoint.pkl").exists():
+            raise FileNotFoundError(f"no checkpoint to resume in {ckpt}")
+        with open(ckpt / "checkpoint.pkl", "rb") as f:
+            r.load(pickle.load(f))
+    t0 = time.monotonic()
+    last = cfg.epochs if stop_after is None else min(cfg.epochs, r.epoch + stop_after)
+    while r.epoch < last:
+        loss = r.train_epoch(None if quiet else _bar(r.epoch + 1, cfg.epochs))
+        metric = r.metric()
+        r.history.append({"epoch": r.epoch, "loss": loss, "lr": r.opt.lr,
+                          r.task.metric: metric[r.task.metric]})
+        if not quiet:
+            print(f"epoch {r.epoch}: loss {loss:.4f}  {r.task.metric} "
+                  f"{metric[r.task.metric]:.4f}", file=sys.stderr)
+        if ckpt:
+            r.save(ckpt)
+    final = r.history[-1]
+    return {"task": cfg.task, "precision": cfg.precision, "swa": cfg.swa,
+            "backend": backend if cfg.precision == "int8" else "numpy",
+            "seed": cfg.seed, "epochs": cfg.epochs, "metric": r.task.metric,
+            "test_metric": final[r.task.metric], "history": r.history,
+            "accelerator_cycles": r.eng.cycles + r.eval_eng.cycles,
+            "gemms": r.eng.gemms + r.eval_eng.gemms,
+            "array": [rows, cols], "seconds": round(time.monotonic() - t0, 2),
+            "weights_digest": _digest(r.net)}
+
+
+def _digest(net) -> str:
+    import hashlib
+    h = hashlib.sha256()
+    for name, p in net.parameters():
+        h.update(name.encode())
+        h.update(np.ascontiguousarray(p).tobytes())
+    return h.hexdigest()[:16]
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m firmware.train", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--task", choices=sorted(TASKS), required=True)
+    p.add_argument("--precision", choices=["fp32", "int8"], default="int8")
+    p.add_argument("--swa", action="store_true", help="SWALP: 8-bit weights and averaging")
+    p.add_argument("--backend", choices=["golden", "rtl", "pynq"], default="golden")
+    p.add_argument("--rows", type=int, default=8)
+    p.add_argument("--cols", type=int, default=8)
+    p.add_argument("--epochs", type=int, required=True)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--batch", type=int)
+    p.add_argument("--lr", type=float)
+    p.add_argument("--out", type=Path)
+    p.add_argument("--checkpoint", type=Path)
+    p.add_argument("--resume", action="store_true")
+    args = p.parse_args(argv)
+    if args.epochs < 1:
+        p.error("--epochs must be at least 1")
+    if args.batch is not None and args.batch < 1:
+        p.error("--batch must be at least 1")
+    if args.lr is not None and args.lr <= 0:
+        p.error("--lr must be positive")
+    if args.resume and args.checkpoint is None:
+        p.error("--resume needs --checkpoint DIR")
+    if args.swa and args.precision != "int8":
+        p.error("--swa is SWALP, an int8 method: use it with --precision int8")
+    cfg = TrainConfig(task=args.task, precision=args.precision, swa=args.swa,
+                      epochs=args.epochs, seed=args.seed, batch=args.batch, lr=args.lr)
+    try:
+        result = run(cfg, backend=args.backend, rows=args.rows, cols=args.cols,
+                     checkpoint=args.checkpoint, resume=args.resume)
+    except (ValueError, FileNotFoundError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(json.dumps({k: v for k, v in result.items() if k != "history"}, indent=2))
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(result, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
