@@ -10,8 +10,9 @@ python -m firmware.train --task {digits-mlp,digits-cnn,mnist-logreg,rf-anomaly}
 training — forward, backward-data, weight-gradient — on a :class:`firmware.Device` in 8-bit
 block floating point with stochastic rounding (see :mod:`firmware.nn`), with float32 master
 weights; with ``--swa`` it is SWALP: 8-bit weights, gradients and momentum, the SWALP
-learning-rate schedule, and weights averaged once per epoch over the last quarter of the
-epochs, evaluated with the average.
+learning-rate schedule, and weights averaged once per epoch (``--swa-every iteration``: every
+step) over the last quarter of the epochs, evaluated with the average. ``--weights`` picks
+float32 master weights or 8-bit weights, gradients and momentum independently of ``--swa``.
 
 Every random draw comes from generators seeded by ``--seed`` (data order, initialisation,
 rounding), and a checkpoint saves their states, so ``--resume`` reaches the same weights bit
@@ -87,6 +88,10 @@ class TrainConfig:
     lr: float | None = None
     momentum: float = 0.9
     weight_decay: float = 5e-4
+    #: "fp32" master weights or "int8" weights, gradients and momentum (None: int8 with SWA)
+    weights: str | None = None
+    #: SWA averaging "epoch" (once per epoch) or "iteration" (every step), once started
+    swa_every: str = "epoch"
     extra: dict = field(default_factory=dict)
 
     def check(self):
@@ -98,6 +103,11 @@ class TrainConfig:
             raise ValueError(f"epochs must be a positive integer, not {self.epochs!r}")
         if self.batch is not None and self.batch < 1:
             raise ValueError(f"batch must be positive, not {self.batch!r}")
+        if self.weights not in (None, "fp32", "int8"):
+            raise ValueError(f"weights must be 'fp32' or 'int8', not {self.weights!r}")
+        if self.swa_every not in ("epoch", "iteration"):
+            raise ValueError(f"swa_every must be 'epoch' or 'iteration', not "
+                             f"{self.swa_every!r}")
 
 
 def _loss(kind, out, y, x):
@@ -139,7 +149,8 @@ class Run:
         self.lr0 = cfg.lr or self.task.lr
         self.opt = SGD(self.net.parameters(), lr=self.lr0, momentum=cfg.momentum,
                        weight_decay=cfg.weight_decay,
-                       weights="int8" if cfg.swa and cfg.precision == "int8" else "fp32",
+                       weights=cfg.weights or ("int8" if cfg.swa and cfg.precision == "int8"
+                                               else "fp32"),
                        rng=np.random.default_rng([s, 3]))
         self.swa_start = max(1, int(round(0.75 * cfg.epochs))) if cfg.swa else None
         self.swa = SWA(self.net.parameters()) if cfg.swa else None
@@ -199,11 +210,15 @@ class Run:
             loss, grad = _loss(self.task.loss, out, y[idx], x[idx])
             self.net.backward(grad, self.eng)
             self.opt.step(self.net.gradients())
+            if (self.swa is not None and self.cfg.swa_every == "iteration"
+                    and self.epoch + 1 >= self.swa_start):
+                self.swa.update(self.net.parameters())
             losses.append(loss)
             if progress:
                 progress(i + 1, steps, loss)
         self.epoch += 1
-        if self.swa is not None and self.epoch >= self.swa_start:
+        if (self.swa is not None and self.cfg.swa_every == "epoch"
+                and self.epoch >= self.swa_start):
             self.swa.update(self.net.parameters())
         return float(np.mean(losses))
 
@@ -317,6 +332,9 @@ def main(argv=None) -> int:
     p.add_argument("--task", choices=sorted(TASKS), required=True)
     p.add_argument("--precision", choices=["fp32", "int8"], default="int8")
     p.add_argument("--swa", action="store_true", help="SWALP: 8-bit weights and averaging")
+    p.add_argument("--weights", choices=["fp32", "int8"],
+                   help="master weights (default: int8 with --swa, else fp32)")
+    p.add_argument("--swa-every", choices=["epoch", "iteration"], default="epoch")
     p.add_argument("--backend", choices=["golden", "rtl", "pynq"], default="golden")
     p.add_argument("--rows", type=int, default=8)
     p.add_argument("--cols", type=int, default=8)
@@ -338,8 +356,11 @@ def main(argv=None) -> int:
         p.error("--resume needs --checkpoint DIR")
     if args.swa and args.precision != "int8":
         p.error("--swa is SWALP, an int8 method: use it with --precision int8")
+    if args.weights == "int8" and args.precision != "int8":
+        p.error("--weights int8 needs --precision int8")
     cfg = TrainConfig(task=args.task, precision=args.precision, swa=args.swa,
-                      epochs=args.epochs, seed=args.seed, batch=args.batch, lr=args.lr)
+                      epochs=args.epochs, seed=args.seed, batch=args.batch, lr=args.lr,
+                      weights=args.weights, swa_every=args.swa_every)
     try:
         result = run(cfg, backend=args.backend, rows=args.rows, cols=args.cols,
                      checkpoint=args.checkpoint, resume=args.resume)

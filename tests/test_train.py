@@ -121,6 +121,24 @@ def test_checkpoint_resume_is_bit_identical(tmp_path):
         run(TrainConfig(epochs=5, **cfg), quiet=True, checkpoint=ck, resume=True)
 
 
+def test_swa_every_iteration_and_8bit_weights_without_swa():
+    from firmware import train
+    counts = {}
+    for every in ("epoch", "iteration"):
+        r = train.build(TrainConfig(task="mnist-logreg", precision="int8", swa=True, epochs=4,
+                                    swa_every=every))
+        for _ in range(4):
+            r.train_epoch()
+        counts[every] = r.swa.count
+    steps = -(-len(r.data[0]) // 64)
+    assert counts == {"epoch": 2, "iteration": 2 * steps}     # epochs 3 and 4 averaged
+    c = run(TrainConfig(task="mnist-logreg", precision="int8", weights="int8", epochs=1),
+            quiet=True)
+    assert 0.5 < c["test_metric"] <= 1
+    with pytest.raises(ValueError, match="swa_every"):
+        run(TrainConfig(task="mnist-logreg", swa_every="step"), quiet=True)
+
+
 def test_command_line(tmp_path, capsys):
     out = tmp_path / "r.json"
     assert main(["--task", "rf-anomaly", "--precision", "int8", "--epochs", "2",
