@@ -32,10 +32,14 @@ def test_bad_device_arguments(kwargs, exc, name):
         Device(**kwargs)
 
 
-@pytest.mark.parametrize("backend", ["rtl", "pynq"])
-def test_unbuilt_backends_say_so(backend):
-    with pytest.raises(NotImplementedError, match="DMA engine"):
-        Device(backend)
+def test_pynq_backend_off_the_board_says_what_it_needs():
+    with pytest.raises(RuntimeError, match="'pynq' package"):
+        Device("pynq")
+
+
+def test_rtl_backend_rejects_shapes_the_hardware_does_not_have():
+    with pytest.raises(ValueError, match="rows must be a power of two"):
+        Device("rtl", rows=6, cols=8)
 
 
 def test_bad_gemm_arguments():
