@@ -69,9 +69,10 @@ class GemmDatapath(wiring.Component):
         Tile slots per operand buffer (at least 2).
     acc_slots : int
         C tiles the accumulation buffer holds (``acc_slots * rows`` rows of ``cols`` int32).
-    packing, primitive :
+    packing, primitive, dsp_rows :
         Passed to :class:`rtl.systolic.SystolicArray`: 2 packs two MACs per DSP48E2
-        (UltraScale+); ``primitive`` instantiates the ``DSP48E2`` for synthesis.
+        (UltraScale+); ``primitive`` instantiates the ``DSP48E2`` for synthesis; rows from
+        ``dsp_rows`` on multiply in LUTs.
     out_rows : int
         Depth of the output FIFO in C rows (at least ``rows``). Tiles reserve their rows in
         it before they start, so a stalled :attr:`o_stream` never loses data.
@@ -97,9 +98,10 @@ class GemmDatapath(wiring.Component):
 
     def __init__(self, rows: int, cols: int, depth: int = 512, out_rows: int | None = None,
                  *, slots: int = 2, acc_slots: int = 2, packing: int = 1,
-                 primitive: bool = False):
-        # validates rows, cols, packing
-        self.array = SystolicArray(rows, cols, packing=packing, primitive=primitive)
+                 primitive: bool = False, dsp_rows: int | None = None):
+        # validates rows, cols, packing, dsp_rows
+        self.array = SystolicArray(rows, cols, packing=packing, primitive=primitive,
+                                   dsp_rows=dsp_rows)
         self.a_buf = TransposableBuffer(rows, depth, slots)  # validates depth and slots
         self.b_buf = TransposableBuffer(cols, depth, slots)
         self.rescaler = Rescaler(cols)

@@ -62,7 +62,7 @@ class GemmEngine(wiring.Component):
         AXI bus.
     block : int
         C tiles per block side (buffer slots ``2 * block``, accumulation slots ``block**2``).
-    packing, primitive :
+    packing, primitive, dsp_rows :
         Passed to :class:`rtl.datapath.GemmDatapath`.
 
     Members
@@ -86,7 +86,7 @@ class GemmEngine(wiring.Component):
 
     def __init__(self, rows: int = 8, cols: int = 8, *, depth: int = 512,
                  data_width: int = 128, addr_width: int = 32, block: int = 4,
-                 packing: int = 1, primitive: bool = False):
+                 packing: int = 1, primitive: bool = False, dsp_rows: int | None = None):
         for name, v in (("rows", rows), ("cols", cols)):
             if not isinstance(v, int) or v < 2 or v & (v - 1) or v > 256:
                 raise ValueError(f"{name} must be a power of two in 2..256, not {v!r}")
@@ -104,7 +104,7 @@ class GemmEngine(wiring.Component):
         self.data_width, self.addr_width = data_width, addr_width
         self.datapath = GemmDatapath(rows, cols, depth, slots=max(2, 2 * block),
                                      acc_slots=block * block, packing=packing,
-                                     primitive=primitive)
+                                     primitive=primitive, dsp_rows=dsp_rows)
         super().__init__({
             "start": In(1),
             "desc": In(descriptor_layout()),

@@ -37,6 +37,15 @@ def array_output_layout(rows: int, cols: int) -> data.StructLayout:
     })
 
 
+def _shift_add_product(a, b):
+    """``a * b`` for signed 8-bit ``a``, ``b`` as partial products: bit 7 of ``b`` weighs -128."""
+    terms = [Mux(b[i], a.as_signed() << i, 0) for i in range(7)]
+    total = -Mux(b[7], a.as_signed() << 7, 0)
+    for t in terms:
+        total = total + t
+    return total
+
+
 class ProcessingElement(wiring.Component):
     """One multiply-accumulate cell: ``acc = (first ? 0 : acc) + a * b``.
 
@@ -55,7 +64,15 @@ class ProcessingElement(wiring.Component):
         The same, one cycle later, for the right / bottom neighbour.
     result : Out(signed(32))
         The last captured sum; valid 3 cycles after ``last_i`` and held until the next capture.
+
+    With ``fabric=True`` the product is a sum of shifted partial products instead of a
+    multiplication, so synthesis builds it from LUTs and carry chains rather than a DSP slice
+    (for arrays with more PEs than the device has DSP slices). Same behaviour, same timing.
     """
+
+    def __init__(self, *, fabric: bool = False):
+        self.fabric = bool(fabric)
+        super().__init__()
 
     a_i: In(signed(8))
     b_i: In(signed(8))
@@ -82,7 +99,7 @@ class ProcessingElement(wiring.Component):
         m.d.sync += [
             a.eq(self.a_i), b.eq(self.b_i),
             self.first_o.eq(self.first_i), self.last_o.eq(self.last_i),
-            prod.eq(a * b),
+            prod.eq(_shift_add_product(a, b) if self.fabric else a * b),
             clear.eq(self.first_o), capture.eq(self.last_o),
             acc.eq(Mux(clear, 0, acc) + prod),
             capture_d.eq(capture),
@@ -246,7 +263,8 @@ class SystolicArray(wiring.Component):
     ``ceil(rows / 2) + cols + 7`` packed); row ``r`` follows ``r`` cycles later.
     """
 
-    def __init__(self, rows: int, cols: int, *, packing: int = 1, primitive: bool = False):
+    def __init__(self, rows: int, cols: int, *, packing: int = 1, primitive: bool = False,
+                 dsp_rows: int | None = None):
         for name, v in (("rows", rows), ("cols", cols)):
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
                 raise ValueError(f"{name} must be a positive integer, not {v!r}")
@@ -254,6 +272,12 @@ class SystolicArray(wiring.Component):
             raise ValueError(f"packing must be 1 or 2, not {packing!r}")
         self.rows, self.cols = rows, cols
         self.packing, self.primitive = packing, bool(primitive)
+        if dsp_rows is not None and (packing != 1 or not isinstance(dsp_rows, int)
+                                     or not 0 <= dsp_rows <= rows):
+            raise ValueError(f"dsp_rows must be None or in 0..rows with packing=1, "
+                             f"not {dsp_rows!r}")
+        #: Rows of PEs that multiply in DSP slices; the rest multiply in LUTs.
+        self.dsp_rows = rows if dsp_rows is None else dsp_rows
         super().__init__({
             "i_stream": In(stream.Signature(array_input_layout(rows, cols), always_ready=True)),
             "o_stream": Out(stream.Signature(array_output_layout(rows, cols),
@@ -301,7 +325,8 @@ class SystolicArray(wiring.Component):
 
         if self.packing == 1:
             a_edge = [delay(m, a_in[i], i, f"a{i}") for i in range(R)]
-            cells = [[ProcessingElement() for _ in range(C)] for _ in range(R)]
+            cells = [[ProcessingElement(fabric=i >= self.dsp_rows) for _ in range(C)]
+                     for i in range(R)]
             rows_of = [{"a": a_edge[i]} for i in range(R)]
             ports = [("a", "a_i", "a_o")]
         else:

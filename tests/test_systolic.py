@@ -8,13 +8,13 @@ from sim import golden, models
 from sim.harness import run
 
 
-def simulate(rows, cols, schedule, packing=1):
+def simulate(rows, cols, schedule, packing=1, dsp_rows=None):
     """``schedule``: per cycle, ``None`` (bubble) or ``(a_col, b_row, first, last)``.
 
     Returns the tiles seen on ``o_stream`` (rows checked to arrive in order) and asserts the
     output protocol: rows 0..R-1 of a tile on consecutive cycles, ``last`` on row R-1.
     """
-    dut = SystolicArray(rows, cols, packing=packing)
+    dut = SystolicArray(rows, cols, packing=packing, dsp_rows=dsp_rows)
     tiles, current = [], []
     n_emit = sum(1 for s in schedule if s is not None and s[3])
     done = {"cycles": 0}
@@ -125,6 +125,22 @@ def test_packed_long_sums_wrap_both_fields(rows, k):
     steps = [(a[:, s], b[s, :], s == 0, s == k - 1) for s in range(k)]
     (tile,) = simulate(rows, cols, steps, packing=2)
     np.testing.assert_array_equal(tile, golden.gemm(a, b))
+
+
+@pytest.mark.parametrize("dsp_rows", [0, 2])
+def test_fabric_multiplier_rows(dsp_rows):
+    """PEs that multiply in LUTs (shift-and-add) give the same sums, extremes included."""
+    rows, cols, k = 4, 3, 40
+    rng = np.random.default_rng(dsp_rows)
+    a = rng.integers(-128, 128, (rows, k)).astype(np.int8)
+    b = rng.integers(-128, 128, (k, cols)).astype(np.int8)
+    a[:, :4] = -128
+    b[:4, :] = np.array([-128, 127, -1], np.int8)
+    steps = [(a[:, s], b[s, :], s == 0, s == k - 1) for s in range(k)]
+    (tile,) = simulate(rows, cols, steps, dsp_rows=dsp_rows)
+    np.testing.assert_array_equal(tile, golden.gemm(a, b))
+    with pytest.raises(ValueError, match="dsp_rows"):
+        SystolicArray(rows, cols, dsp_rows=rows + 1)
 
 
 def test_extremes_all_minus_128_longest_sum():

@@ -1,0 +1,41 @@
+"""What every board module states: the device, its capacity, the memory bus, the clock, the
+default accelerator configuration, and how the accelerator is hooked to the host."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+__all__ = ["Board", "RESOURCES"]
+
+#: The resources a report counts, in this order.
+RESOURCES = ("LUT", "FF", "DSP", "BRAM36", "URAM")
+
+
+@dataclass(frozen=True)
+class Board:
+    name: str                 # command-line name
+    title: str
+    part: str                 # Vivado part
+    board_part: str | None    # Vivado board part (board files), if the flow uses one
+    family: str               # Yosys synth_xilinx family: "xc7" or "xcup"
+    capacity: dict            # RESOURCES -> count
+    data_width: int           # the accelerator's AXI memory bus
+    addr_width: int
+    clock_mhz: float          # target clock
+    host: str                 # how the host reaches the accelerator (README/report text)
+    control_port: str         # where AXI4-Lite control comes from
+    memory_port: str          # where the DMA's AXI4 master goes
+    default: dict = field(default_factory=dict)   # accelerator parameters
+    program: str = "jtag"     # "jtag" (openFPGALoader), "pynq" (ssh copy), "vivado"
+
+    @property
+    def packing(self) -> int:
+        return 2 if self.family == "xcup" else 1
+
+    def config(self, **overrides) -> dict:
+        """The accelerator parameters: the default, with ``overrides`` applied."""
+        cfg = {"rows": 8, "cols": 8, "depth": 512, "block": 4, "queue": 4,
+               "data_width": self.data_width, "addr_width": self.addr_width,
+               "packing": self.packing, **self.default}
+        cfg.update({k: v for k, v in overrides.items() if v is not None})
+        return cfg

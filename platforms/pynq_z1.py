@@ -1,0 +1,28 @@
+"""Pynq-Z1: Zynq-7020 (xc7z020clg400-1, the Arty Z7-20's chip and package).
+
+The accelerator sits on the Zynq PS7: AXI4-Lite control from M_AXI_GP0, its DMA on S_AXI_HP0
+(64-bit), clock FCLK_CLK0, interrupt on IRQ_F2P. The host is the ARM running PYNQ; the
+``pynq`` backend drives it with ``pynq.Overlay`` + the ``.hwh``.
+
+The default array is 16x16 (256 MACs/cycle): 176 of its PEs use DSP48E1 slices (80 % of 220)
+and the last 80 multiply in LUTs (``dsp_rows`` of the array, see ``rtl.systolic``).
+"""
+
+from amaranth_boards.arty_z7 import ArtyZ720Platform
+
+from .base import Board
+
+_P = ArtyZ720Platform
+
+BOARD = Board(
+    name="pynq-z1", title="Pynq-Z1 (Zynq-7020)",
+    part=f"{_P.device}{_P.package}-{_P.speed}",
+    board_part=None,
+    family="xc7",
+    capacity={"LUT": 53200, "FF": 106400, "DSP": 220, "BRAM36": 140, "URAM": 0},
+    data_width=64, addr_width=32, clock_mhz=100.0,
+    host="ARM Cortex-A9 (PYNQ) through the PS7",
+    control_port="M_AXI_GP0", memory_port="S_AXI_HP0 (64-bit)",
+    default={"rows": 16, "cols": 16, "depth": 256, "block": 4, "dsp_rows": 11},
+    program="pynq",
+)

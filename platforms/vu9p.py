@@ -1,0 +1,22 @@
+"""VU9P: the VCU118 board (xcvu9p-flga2104-2L-e), host over PCIe.
+
+The host reaches the accelerator through Xilinx XDMA (PCIe Gen3 x16): its AXI4-Lite master
+(BAR) drives the control port, and the host moves operands to and from the on-board DDR4 with
+XDMA's H2C/C2H channels; the accelerator's DMA works on that DDR4 (512-bit, through the MIG).
+Two int8 MACs per DSP48E2; the default 64x128 array is 8192 MACs/cycle on 4096 DSP slices
+(60 % of 6840).
+"""
+
+from .base import Board
+
+BOARD = Board(
+    name="vu9p", title="VCU118 (Virtex UltraScale+ VU9P)",
+    part="xcvu9p-flga2104-2L-e", board_part="xilinx.com:vcu118:part0:2.4",
+    family="xcup",
+    capacity={"LUT": 1182240, "FF": 2364480, "DSP": 6840, "BRAM36": 2160, "URAM": 960},
+    data_width=512, addr_width=64, clock_mhz=250.0,
+    host="x86 over PCIe (XDMA)",
+    control_port="XDMA M_AXI_LITE (BAR0)", memory_port="DDR4 C0 through the MIG (512-bit)",
+    default={"rows": 64, "cols": 128, "depth": 512, "block": 4},
+    program="vivado",
+)
