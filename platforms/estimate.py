@@ -97,3 +97,85 @@ def synthesize(verilog: str | Path, top: str, family: str, *,
         raise RuntimeError(f"yosys wrote no statistics; see {log}")
     report = json.loads(stat.read_text())
     return group_cells(report["modules"][f"\\{top}"]["num_cells_by_type"])
+
+
+# ---- the whole accelerator, full or hierarchical ---------------------------------------------
+
+#: Array shapes the hierarchical estimate synthesizes in full and fits.
+FIT_POINTS = ((4, 4), (4, 8), (8, 4), (8, 8))
+#: Largest array synthesized whole (rows * cols).
+FULL_LIMIT = 64
+
+
+def _cached_synth(params: dict, family: str, work_dir: Path, name: str, progress=None) -> dict:
+    """Synthesize the accelerator with ``params`` once; the result is cached by digest."""
+    from rtl.export import generate_verilog
+
+    key = json.dumps({"params": params, "family": family}, sort_keys=True)
+    netlist = generate_verilog("accelerator", work_dir, name=name, fmt="il", family=family,
+                               **params)
+    cache = work_dir / f"{name}.{family}.result.json"
+    digest = (netlist.with_suffix(".il.digest").read_text() if
+              netlist.with_suffix(".il.digest").exists() else "") + key
+    if cache.exists():
+        saved = json.loads(cache.read_text())
+        if saved.get("key") == digest:
+            return saved["resources"]
+    if progress:
+        progress(f"Yosys synth_xilinx -family {family}: {name}")
+    res = synthesize(netlist, name, family)
+    cache.write_text(json.dumps({"key": digest, "resources": res}))
+    return res
+
+
+def _fit(points: dict, rows: int, cols: int) -> float:
+    """Exact fit of ``a + b*R + c*C + d*R*C`` through the four :data:`FIT_POINTS`."""
+    import numpy as np
+    keys = list(points)
+    a = np.array([[1, r, c, r * c] for r, c in keys], float)
+    y = np.array([points[k] for k in keys], float)
+    coef = np.linalg.solve(a, y)
+    return float(coef @ np.array([1, rows, cols, rows * cols]))
+
+
+def estimate_accelerator(params: dict, family: str, work_dir: Path, progress=None):
+    """Resources of ``Accelerator(**params)`` for ``family``: ``(resources, method)``.
+
+    Arrays up to :data:`FULL_LIMIT` PEs are synthesized whole. Larger ones are estimated
+    hierarchically: the accelerator is synthesized whole at the :data:`FIT_POINTS` shapes
+    (everything else as configured), each resource is fitted as ``a + b·R + c·C + d·R·C``
+    (per-PE, per-row and per-column parts: array, buffers, gearboxes, rescaler, accumulation
+    memory) and evaluated at the target shape; PEs that multiply in LUTs (``dsp_rows``) add
+    the measured difference between a LUT PE and a DSP PE.
+    """
+    work_dir.mkdir(parents=True, exist_ok=True)
+    rows, cols = params["rows"], params["cols"]
+    keys = ("LUT", "FF", "DSP", "BRAM36", "URAM", "CARRY", "LUTRAM")
+    tag = f"{family}_d{params.get('data_width')}"
+    if rows * cols <= FULL_LIMIT:
+        res = _cached_synth(params, family, work_dir, f"accel_{rows}x{cols}_{tag}", progress)
+        return ({k: res.get(k, 0) for k in keys},
+                f"full: Yosys synth_xilinx -family {family} of the whole accelerator")
+    base = {k: v for k, v in params.items() if k != "dsp_rows"}
+    points = {}
+    for r, c in FIT_POINTS:
+        points[r, c] = _cached_synth({**base, "rows": r, "cols": c}, family, work_dir,
+                                     f"accel_{r}x{c}_{tag}", progress)
+    res = {k: max(0.0, _fit({p: v.get(k, 0) for p, v in points.items()}, rows, cols))
+           for k in keys}
+    method = (f"hierarchical: Yosys synth_xilinx -family {family} of the whole accelerator at "
+              f"{', '.join(f'{r}x{c}' for r, c in FIT_POINTS)} (bus, depth, block, packing as "
+              f"configured), each resource fitted as a + b*R + c*C + d*R*C and evaluated at "
+              f"{rows}x{cols}")
+    dsp_rows = params.get("dsp_rows")
+    if dsp_rows is not None and dsp_rows < rows:
+        fabric = _cached_synth({**base, "rows": 4, "cols": 4, "dsp_rows": 0}, family, work_dir,
+                               f"accel_4x4_{tag}_lut", progress)
+        dsp = points[4, 4]
+        n = (rows - dsp_rows) * cols
+        for k in keys:
+            res[k] = max(0.0, res[k] + n * (fabric.get(k, 0) - dsp.get(k, 0)) / 16)
+        method += (f"; {n} PEs multiply in LUTs: each adds the per-PE difference of a 4x4 "
+                   f"accelerator with LUT multipliers against DSP ones")
+    res = {k: (round(v, 1) if k == "BRAM36" else int(round(v))) for k, v in res.items()}
+    return res, method

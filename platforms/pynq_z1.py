@@ -4,8 +4,9 @@ The accelerator sits on the Zynq PS7: AXI4-Lite control from M_AXI_GP0, its DMA 
 (64-bit), clock FCLK_CLK0, interrupt on IRQ_F2P. The host is the ARM running PYNQ; the
 ``pynq`` backend drives it with ``pynq.Overlay`` + the ``.hwh``.
 
-The default array is 16x16 (256 MACs/cycle): 176 of its PEs use DSP48E1 slices (80 % of 220)
-and the last 80 multiply in LUTs (``dsp_rows`` of the array, see ``rtl.systolic``).
+The default array is 16x16 (256 MACs/cycle): 160 of its PEs use DSP48E1 slices and the last 96
+multiply in LUTs (``dsp_rows`` of the array, see ``rtl.systolic``), so that with the engine's
+own multipliers the design stays under 80 % of the 220 DSP slices.
 """
 
 from amaranth_boards.arty_z7 import ArtyZ720Platform
@@ -23,6 +24,6 @@ BOARD = Board(
     data_width=64, addr_width=32, clock_mhz=100.0,
     host="ARM Cortex-A9 (PYNQ) through the PS7",
     control_port="M_AXI_GP0", memory_port="S_AXI_HP0 (64-bit)",
-    default={"rows": 16, "cols": 16, "depth": 256, "block": 4, "dsp_rows": 11},
+    default={"rows": 16, "cols": 16, "depth": 256, "block": 4, "dsp_rows": 10},
     program="pynq",
 )

@@ -2,7 +2,8 @@
 
 Control on M_AXI_HPM0_FPD, DMA on S_AXI_HP0_FPD (128-bit), clock pl_clk0, interrupt
 pl_ps_irq0. Two int8 MACs per DSP48E2; the default 32x64 array is 2048 MACs/cycle on 1024
-DSP slices (59 % of 1728).
+DSP slices (59 % of 1728). Operand buffers 256 deep per slot (a K chunk of 256) keep the
+block RAM under 80 %.
 """
 
 from .base import Board
@@ -15,6 +16,6 @@ BOARD = Board(
     data_width=128, addr_width=40, clock_mhz=200.0,
     host="ARM Cortex-A53 (PYNQ) through the PS8",
     control_port="M_AXI_HPM0_FPD", memory_port="S_AXI_HP0_FPD (128-bit)",
-    default={"rows": 32, "cols": 64, "depth": 512, "block": 4},
+    default={"rows": 32, "cols": 64, "depth": 256, "block": 4},
     program="pynq",
 )

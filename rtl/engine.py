@@ -244,7 +244,7 @@ class GemmEngine(wiring.Component):
         # data side: the datapath's C rows, cut into words
         wd = data.View(wjob_layout, wq_data.r_data)
         wd_row = Signal(range(R))
-        wd_word = Signal(range(words_per_row))
+        wd_word = Signal(range(max(2, words_per_row)))
         orow = dp.o_stream.payload
         row_bits = Signal(32 * C)
         m.d.comb += row_bits.eq(orow.data.as_value())
@@ -262,9 +262,8 @@ class GemmEngine(wiring.Component):
             off = Signal(range(bpw))
             m.d.comb += off.eq(Cat(Const(0, 2), wd.n0)[:wlog])   # (n0 * 4) mod bus bytes
             m.d.comb += wdata.data.eq(row_bits << (off * 8))
-            for t in range(bpw):
-                m.d.comb += wdata.strb[t].eq((t >= off) & (((t - off) >> 2) < n_valid)
-                                             & (t < off + row_bytes))
+            row_strb = Cat(*[(c < n_valid).replicate(4) for c in range(C)])
+            m.d.comb += wdata.strb.eq(row_strb << off)
         wd_in = (wd.m0 + wd_row) < d.m
         row_end = wd_word == row_words(wd.n0) - 1
         m.d.comb += [

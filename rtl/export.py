@@ -72,21 +72,55 @@ def _ports(component) -> dict:
     return ports
 
 
-def to_rtlil(component, name: str) -> str:
-    """RTLIL for a ``wiring.Component`` (what Yosys synthesizes from; see :func:`to_verilog`)."""
+def _arrays(component):
+    """The systolic arrays inside ``component`` (found through its sub-component attributes)."""
+    found, todo, seen = [], [component], set()
+    while todo:
+        obj = todo.pop()
+        if id(obj) in seen:
+            continue
+        seen.add(id(obj))
+        if isinstance(obj, SystolicArray):
+            found.append(obj)
+        for attr in ("engine", "datapath", "core", "array"):
+            sub = getattr(obj, attr, None)
+            if sub is not None:
+                todo.append(sub)
+    return found
+
+
+def _convert(component, name: str, backend) -> str:
+    """Convert ``component``; its array cells become one module per kind, emitted once."""
+    registry = {}
+    for array in _arrays(component):
+        array.cell_modules = registry
+    text = backend(component, name)
+    for cell_name, factory in sorted(registry.items()):
+        text += "\n" + backend(factory(), cell_name)
+    return text
+
+
+def _rtlil(component, name: str) -> str:
     rtlil_text, _ = rtlil.convert_fragment(Fragment.get(component, None), _ports(component),
                                            name, emit_src=False)
     return rtlil_text
 
 
+def to_rtlil(component, name: str) -> str:
+    """RTLIL for a ``wiring.Component`` (what Yosys synthesizes from; see :func:`to_verilog`)."""
+    return _convert(component, name, _rtlil)
+
+
 def to_verilog(component, name: str) -> str:
     """Verilog for a ``wiring.Component``, its signature members as ports.
 
-    Differs from ``amaranth.back.verilog.convert`` in two ways: constant members (the ``ready``
-    of an always-ready stream) are not ports, and combinational logic is written as
-    re-evaluated once at time zero in simulation (see below).
+    Differs from ``amaranth.back.verilog.convert`` in three ways: constant members (the
+    ``ready`` of an always-ready stream) are not ports; the systolic array's cells are one
+    Verilog module per kind of cell, instantiated R x C times (so large arrays convert in
+    seconds, and the netlist reads like hand-written Verilog); and combinational logic is
+    written as re-evaluated once at time zero in simulation (see below).
     """
-    text = _convert_rtlil_text(to_rtlil(component, name))
+    text = _convert(component, name, lambda c, n: _convert_rtlil_text(_rtlil(c, n)))
     # Yosys makes every ``always @*`` block sensitive to a register initialised to 0, so that
     # it runs at time zero; Icarus applies the initialiser before the blocks wait on it, and a
     # block whose inputs never change then stays X. Toggling the register once at #0 fixes it.

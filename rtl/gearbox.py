@@ -91,7 +91,7 @@ class Gearbox(wiring.Component):
         vector = Signal(8 * W)
         if W <= bpw:
             ratio = bpw // W
-            pos = Signal(range(ratio))
+            pos = Signal(range(max(2, ratio)))
             m.d.comb += pos.eq((head.sel + beat)[:max(1, ratio.bit_length() - 1)]
                                if ratio > 1 else 0)
             needs_word = nwords != 0

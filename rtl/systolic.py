@@ -1,6 +1,6 @@
 """Output-stationary systolic int8 GEMM array with exact int32 accumulation."""
 
-from amaranth import Cat, Module, Mux, Signal, signed
+from amaranth import Cat, ClockSignal, Instance, Module, Mux, ResetSignal, Signal, Value, signed
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -278,6 +278,10 @@ class SystolicArray(wiring.Component):
                              f"not {dsp_rows!r}")
         #: Rows of PEs that multiply in DSP slices; the rest multiply in LUTs.
         self.dsp_rows = rows if dsp_rows is None else dsp_rows
+        #: When a dict, cells are instantiated by module name (one Verilog module per kind of
+        #: cell instead of one per cell) and registered here as ``name -> factory``; the
+        #: exporter (:mod:`rtl.export`) emits each module once. ``None``: cells inline.
+        self.cell_modules = None
         super().__init__({
             "i_stream": In(stream.Signature(array_input_layout(rows, cols), always_ready=True)),
             "o_stream": Out(stream.Signature(array_output_layout(rows, cols),
@@ -294,6 +298,24 @@ class SystolicArray(wiring.Component):
         if self.packing == 2:
             return self.pair_rows + self.cols + 7
         return self.rows + self.cols + 3
+
+    def _cell(self, cell):
+        """``cell`` itself, or an instance of its shared module (see :attr:`cell_modules`)."""
+        if self.cell_modules is None:
+            return cell
+        if isinstance(cell, ProcessingElement):
+            fabric = cell.fabric
+            name = "bfp_pe_lut" if fabric else "bfp_pe"
+            factory = lambda: ProcessingElement(fabric=fabric)  # noqa: E731
+        else:
+            primitive = cell.primitive
+            name = "bfp_pair_dsp48e2" if primitive else "bfp_pair"
+            factory = lambda: PackedPair(primitive=primitive)  # noqa: E731
+        self.cell_modules.setdefault(name, factory)
+        ports = {("i_" if member.flow == In else "o_") + pname: Value.cast(getattr(cell, pname))
+                 for pname, member in cell.signature.members.items()}
+        cell._MustUse__silence = True        # stands in for the module; never elaborated
+        return Instance(name, i_clk=ClockSignal(), i_rst=ResetSignal(), **ports)
 
     @property
     def min_emit_interval(self) -> int:
@@ -342,7 +364,7 @@ class SystolicArray(wiring.Component):
             rows_of[i].update(first=first_edge[i], last=last_edge[i])
             for j in range(C):
                 cell = cells[i][j]
-                m.submodules[f"pe_{i}_{j}"] = cell
+                m.submodules[f"pe_{i}_{j}"] = self._cell(cell)
                 for key, port_i, port_o in ports:
                     src = rows_of[i][key] if j == 0 else getattr(cells[i][j - 1], port_o)
                     m.d.comb += getattr(cell, port_i).eq(src)

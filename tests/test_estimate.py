@@ -1,7 +1,5 @@
-"""Resource estimate of a small array with Yosys, and the build.py command line."""
+"""Resource estimates of small arrays with Yosys."""
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -39,31 +37,3 @@ def test_small_packed_array_on_xcup_uses_half_a_dsp_per_mac(tmp_path):
 def test_synthesize_rejects_unknown_family(tmp_path):
     with pytest.raises(ValueError, match="family"):
         synthesize(tmp_path / "x.il", "x", "ice40")
-
-
-def run_build(*args):
-    return subprocess.run([sys.executable, str(ROOT / "build.py"), *args],
-                          capture_output=True, text=True, cwd=ROOT)
-
-
-def test_build_generates_verilog(tmp_path):
-    proc = run_build("--rows", "2", "--cols", "3", "--depth", "16", "--synth", "none",
-                     "--out", str(tmp_path))
-    assert proc.returncode == 0, proc.stderr
-    for family in ("xc7", "xcup"):
-        text = (tmp_path / f"gemm_datapath_{family}.v").read_text()
-        assert f"module gemm_datapath_{family}(" in text
-        assert ("DSP48E2 " in text) == (family == "xcup")
-        assert f"module gemm_array_{family}(" in (tmp_path / f"gemm_array_{family}.v").read_text()
-
-
-@pytest.mark.parametrize("args,message", [
-    (["--rows", "0"], "--rows"),
-    (["--cols", "x"], "--cols"),
-    (["--depth", "70000"], "--depth"),
-    (["--family", "ice40"], "--family"),
-])
-def test_build_rejects_bad_arguments(args, message):
-    proc = run_build(*args, "--synth", "none")
-    assert proc.returncode == 2
-    assert message in proc.stderr

@@ -1,0 +1,201 @@
+"""build.py and the board platforms: generation, Tcl/XDC, lint, estimates, programming."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from platforms import PLATFORMS
+from sim.cocotb_runner import verilator_env, xilinx_cell_models
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def run_build(*args, cwd=ROOT):
+    return subprocess.run([sys.executable, str(ROOT / "build.py"), *args],
+                          capture_output=True, text=True, cwd=cwd)
+
+
+def test_list_names_every_platform():
+    proc = run_build("--list")
+    assert proc.returncode == 0, proc.stderr
+    for name, board in PLATFORMS.items():
+        assert name in proc.stdout and board.part in proc.stdout
+
+
+def test_platform_defaults_meet_the_mac_targets():
+    targets = {"pynq-z1": 256, "zcu104": 2048, "vu9p": 8192}
+    for name, board in PLATFORMS.items():
+        cfg = board.config()
+        assert cfg["rows"] * cfg["cols"] >= targets[name]
+        dsps = (cfg.get("dsp_rows", cfg["rows"]) * cfg["cols"]) // board.packing
+        assert dsps <= 0.8 * board.capacity["DSP"], name
+
+
+@pytest.fixture(scope="module", params=sorted(PLATFORMS))
+def generated(request, tmp_path_factory):
+    out = tmp_path_factory.mktemp(request.param)
+    proc = run_build("--platform", request.param, "--rows", "8", "--cols", "8", "--synth",
+                     "none", "--out", str(out))
+    assert proc.returncode == 0, proc.stderr
+    return request.param, out
+
+
+def test_generates_verilog_top_constraints_and_scripts(generated):
+    name, out = generated
+    stem = f"bfp_{name.replace('-', '_')}"
+    core = (out / "bfp_accel.v").read_text()
+    top = (out / "bfp_accel_top.v").read_text()
+    assert "module bfp_accel(" in core
+    assert ("DSP48E2" in core) == (PLATFORMS[name].family == "xcup")
+    for port in ("ap_clk", "ap_rst_n", "s_axi_control_awaddr", "m_axi_mem_araddr",
+                 "m_axi_mem_wstrb", "interrupt"):
+        assert port in top
+    tcl = (out / "build.tcl").read_text()
+    assert PLATFORMS[name].part in tcl and "write_bitstream" in tcl
+    assert ("hw_handoff" in tcl) == (name != "vu9p")       # .hwh for pynq.Overlay
+    assert (out / f"{stem}.xdc").exists()
+
+
+def test_generated_tcl_and_xdc_parse_in_tclsh(generated):
+    name, out = generated
+    tclsh = shutil.which("tclsh")
+    if tclsh is None:
+        pytest.fail("tclsh is not installed: run scripts/bootstrap.sh")
+    files = [out / "build.tcl", *out.glob("*.xdc"), *out.glob("program.tcl")]
+    for f in files:
+        proc = subprocess.run([tclsh, str(ROOT / "platforms" / "tclcheck.tcl"), str(f)],
+                              capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert proc.stdout.splitlines()[-1] == f"ok {f}"
+
+
+def test_tcl_checker_catches_broken_scripts(tmp_path):
+    bad = tmp_path / "bad.tcl"
+    bad.write_text("create_project x\nif {1} {\n  puts [get_files\n")
+    proc = subprocess.run(["tclsh", str(ROOT / "platforms" / "tclcheck.tcl"), str(bad)],
+                          capture_output=True, text=True)
+    assert proc.returncode == 1
+
+
+def test_generated_verilog_is_lint_clean(generated):
+    """`verilator --lint-only -Wall` with the waivers of platforms/lint.vlt, each justified
+    there, reports nothing."""
+    name, out = generated
+    verilator_env()
+    proc = subprocess.run(
+        ["verilator", "--lint-only", "-Wall", "--no-timing", str(out / "lint.vlt"),
+         str(out / "bfp_accel_top.v"), str(out / "bfp_accel.v"), "-v",
+         str(xilinx_cell_models()), "-v", str(xilinx_cell_models().with_name("cells_xtra.v")),
+         "--top-module", "bfp_accel_top"],
+        capture_output=True, text=True, env=os.environ)
+    assert proc.returncode == 0 and "%Warning" not in proc.stderr, proc.stderr[-3000:]
+
+
+def test_repeated_generation_is_cached(generated):
+    name, out = generated
+    before = (out / "bfp_accel.v").stat().st_mtime_ns
+    proc = run_build("--platform", name, "--rows", "8", "--cols", "8", "--synth", "none",
+                     "--out", str(out))
+    assert proc.returncode == 0
+    assert (out / "bfp_accel.v").stat().st_mtime_ns == before
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--platform", "de10"], "invalid choice"),
+    ([], "--platform is required"),
+    (["--platform", "zcu104", "--rows", "0"], "--rows"),
+    (["--platform", "zcu104", "--rows", "6"], "power of two"),
+    (["--platform", "zcu104", "--cols", "x"], "--cols"),
+    (["--platform", "pynq-z1", "--rows", "8", "--dsp-rows", "9"], "--dsp-rows"),
+    (["--platform", "zcu104", "--dsp-rows", "2"], "--dsp-rows"),
+    (["--platform", "vu9p", "--program", "--host", "board"], "--host"),
+    (["--platform", "zcu104", "--host", "board"], "--host"),
+    (["--platform", "zcu104", "--synth", "quartus"], "--synth"),
+])
+def test_bad_arguments_exit_2_with_the_choices(args, message):
+    proc = run_build(*args)
+    assert proc.returncode == 2
+    assert message in proc.stderr
+
+
+def test_program_dry_run_prints_the_commands(tmp_path):
+    proc = run_build("--platform", "pynq-z1", "--rows", "8", "--cols", "8", "--synth", "none",
+                     "--out", str(tmp_path), "--program", "--host", "pynq", "--dry-run")
+    assert proc.returncode == 0, proc.stderr
+    assert "scp" in proc.stdout and "bfp_pynq_z1.hwh" in proc.stdout
+    proc = run_build("--platform", "zcu104", "--rows", "8", "--cols", "8", "--synth", "none",
+                     "--out", str(tmp_path), "--program", "--dry-run")
+    assert "openFPGALoader" in proc.stdout
+
+
+def test_program_without_a_bitstream_or_vivado_fails_clearly(tmp_path):
+    proc = run_build("--platform", "zcu104", "--rows", "8", "--cols", "8", "--synth", "none",
+                     "--out", str(tmp_path), "--program")
+    assert proc.returncode == 1 and "no bitstream" in proc.stderr
+    if shutil.which("vivado") is None:
+        proc = run_build("--platform", "zcu104", "--rows", "8", "--cols", "8", "--synth",
+                         "vivado", "--out", str(tmp_path))
+        assert proc.returncode == 1
+        assert "vivado -mode batch -source build.tcl" in proc.stderr
+
+
+def test_yosys_estimate_of_a_small_configuration(tmp_path):
+    proc = run_build("--platform", "pynq-z1", "--rows", "4", "--cols", "4", "--out",
+                     str(tmp_path))
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads((tmp_path / "report.json").read_text())
+    keys = {"LUT", "FF", "DSP", "BRAM36", "URAM"}
+    assert {"platform", "device", "config", "macs_per_cycle", "resources", "capacity",
+            "utilization", "fits", "estimate_method"} <= set(report)
+    assert set(report["resources"]) == set(report["capacity"]) == set(report["utilization"]) \
+        == keys
+    assert report["fits"] and report["macs_per_cycle"] == 16
+    assert report["resources"]["DSP"] >= 16 and report["estimate_method"].startswith("full")
+    assert (tmp_path / "report.md").read_text().startswith("# Pynq-Z1")
+
+
+def test_a_configuration_that_does_not_fit_exits_1_naming_the_resource(tmp_path, monkeypatch):
+    import dataclasses
+
+    import build
+    tiny = dataclasses.replace(PLATFORMS["pynq-z1"],
+                               capacity={"LUT": 53200, "FF": 106400, "DSP": 10, "BRAM36": 140,
+                                         "URAM": 0})
+    monkeypatch.setitem(build.PLATFORMS, "pynq-z1", tiny)
+    code = build.main(["--platform", "pynq-z1", "--rows", "4", "--cols", "4", "--out",
+                       str(tmp_path)])
+    assert code == 1
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert report["over_capacity"] == ["DSP"] and not report["fits"]
+    assert "DSP over capacity" in (tmp_path / "report.md").read_text()
+
+
+@pytest.mark.slow
+def test_hierarchical_estimate_matches_full_synthesis(tmp_path):
+    """The fitted estimate against a full Yosys run at 16x8 (outside the fit points):
+    within 10 % for LUT and FF, exact for DSP, within 2 BRAM36."""
+    from platforms.estimate import _cached_synth, estimate_accelerator
+    board = PLATFORMS["pynq-z1"]
+    cfg = board.config(rows=16, cols=8)
+    cfg.pop("dsp_rows", None)
+    est, method = estimate_accelerator(cfg, "xc7", ROOT / "build" / "estimates")
+    assert method.startswith("hierarchical")
+    full = _cached_synth(cfg, "xc7", ROOT / "build" / "estimates", "accel_16x8_full")
+    assert abs(est["LUT"] - full["LUT"]) <= 0.10 * full["LUT"]
+    assert abs(est["FF"] - full["FF"]) <= 0.10 * full["FF"]
+    assert est["DSP"] == full["DSP"]
+    assert abs(est["BRAM36"] - full["BRAM36"]) <= 2
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(PLATFORMS))
+def test_default_configuration_builds_and_fits_with_headroom(name):
+    proc = run_build("--platform", name)
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads((ROOT / "build" / name / "report.json").read_text())
+    assert report["fits"] and report["within_headroom"]
