@@ -138,6 +138,35 @@ def _fit(points: dict, rows: int, cols: int) -> float:
     return float(coef @ np.array([1, rows, cols, rows * cols]))
 
 
+def _bram36(depth: int, width: int) -> float:
+    """Block RAM (in BRAM36, a BRAM18 counting half) for one ``depth`` x ``width`` memory, as
+    7-series / UltraScale+ block RAM can be configured; small memories go to LUTs (0)."""
+    if depth <= 64 or depth * width <= 4096:
+        return 0.0
+    shapes = [(0.5, d, w) for d, w in ((16384, 1), (8192, 2), (4096, 4), (2048, 9),
+                                        (1024, 18), (512, 36))]
+    shapes += [(1.0, d, w) for d, w in ((32768, 1), (16384, 2), (8192, 4), (4096, 9),
+                                         (2048, 18), (1024, 36), (512, 72))]
+    return min(cost * -(-depth // d) * -(-width // w) for cost, d, w in shapes)
+
+
+def bram_model(params: dict) -> float:
+    """BRAM36 of the accelerator's large memories: operand buffer banks, accumulation
+    slots, output FIFO and the DMA read FIFO (see :mod:`rtl.buffer`, :mod:`rtl.datapath`)."""
+    rows, cols = params["rows"], params["cols"]
+    depth, block = params.get("depth", 512), params.get("block", 4)
+    slots = max(2, 2 * block)
+    total = 0.0
+    for lanes in (rows, cols):
+        padded = -(-depth // lanes) * lanes
+        slot_depth = 1 << (padded - 1).bit_length()
+        total += lanes * _bram36(slots * slot_depth, 8)
+    total += _bram36(block * block * rows, 32 * cols)             # accumulation slots
+    total += _bram36(2 * rows, 32 * cols + 1)                      # output FIFO
+    total += _bram36(16 * params.get("outstanding", 8), params.get("data_width", 128) + 1)
+    return total
+
+
 def estimate_accelerator(params: dict, family: str, work_dir: Path, progress=None):
     """Resources of ``Accelerator(**params)`` for ``family``: ``(resources, method)``.
 
@@ -163,10 +192,16 @@ def estimate_accelerator(params: dict, family: str, work_dir: Path, progress=Non
                                      f"accel_{r}x{c}_{tag}", progress)
     res = {k: max(0.0, _fit({p: v.get(k, 0) for p, v in points.items()}, rows, cols))
            for k in keys}
+    # Block RAM comes in quantised shapes a linear fit cannot follow: count the large
+    # memories' RAMs, plus what synthesis used beyond them at the fit points (the average).
+    extra = sum(v.get("BRAM36", 0) - bram_model({**base, "rows": r, "cols": c})
+                for (r, c), v in points.items()) / len(points)
+    res["BRAM36"] = max(0.0, bram_model({**base, "rows": rows, "cols": cols}) + extra)
     method = (f"hierarchical: Yosys synth_xilinx -family {family} of the whole accelerator at "
               f"{', '.join(f'{r}x{c}' for r, c in FIT_POINTS)} (bus, depth, block, packing as "
               f"configured), each resource fitted as a + b*R + c*C + d*R*C and evaluated at "
-              f"{rows}x{cols}")
+              f"{rows}x{cols}; BRAM36 counted from the large memories' shapes plus the "
+              f"average rest seen at the fit points")
     dsp_rows = params.get("dsp_rows")
     if dsp_rows is not None and dsp_rows < rows:
         fabric = _cached_synth({**base, "rows": 4, "cols": 4, "dsp_rows": 0}, family, work_dir,

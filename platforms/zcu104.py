@@ -2,8 +2,7 @@
 
 Control on M_AXI_HPM0_FPD, DMA on S_AXI_HP0_FPD (128-bit), clock pl_clk0, interrupt
 pl_ps_irq0. Two int8 MACs per DSP48E2; the default 32x64 array is 2048 MACs/cycle on 1024
-DSP slices (59 % of 1728). Operand buffers 256 deep per slot (a K chunk of 256) keep the
-block RAM under 80 %.
+DSP slices (59 % of 1728), with operand buffers 256 deep per slot (K chunks of 256).
 """
 
 from .base import Board

@@ -178,9 +178,7 @@ def test_a_configuration_that_does_not_fit_exits_1_naming_the_resource(tmp_path,
 @pytest.mark.slow
 def test_hierarchical_estimate_matches_full_synthesis(tmp_path):
     """The fitted estimate against a full Yosys run at 16x8 (outside the fit points):
-    within 10 % for LUT and FF, exact for DSP; block RAM comes in quantised sizes the linear
-    fit cannot follow, so BRAM36 is allowed to be over-estimated (up to 1.5x + 2), never
-    under-estimated."""
+    within 10 % for LUT and FF, exact for DSP, within 2 BRAM36."""
     from platforms.estimate import _cached_synth, estimate_accelerator
     board = PLATFORMS["pynq-z1"]
     cfg = board.config(rows=16, cols=8)
@@ -191,7 +189,7 @@ def test_hierarchical_estimate_matches_full_synthesis(tmp_path):
     assert abs(est["LUT"] - full["LUT"]) <= 0.10 * full["LUT"]
     assert abs(est["FF"] - full["FF"]) <= 0.10 * full["FF"]
     assert est["DSP"] == full["DSP"]
-    assert full["BRAM36"] <= est["BRAM36"] <= 1.5 * full["BRAM36"] + 2
+    assert abs(est["BRAM36"] - full["BRAM36"]) <= 2
 
 
 @pytest.mark.slow
