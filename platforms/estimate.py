@@ -167,6 +167,39 @@ def bram_model(params: dict) -> float:
     return total
 
 
+#: Array shapes synthesized alone to fit the array's part of a large accelerator.
+ARRAY_POINTS = ((8, 8), (8, 16), (16, 8), (16, 16))
+
+
+def _cached_array(rows, cols, params, family, work_dir, progress=None) -> dict:
+    from rtl.export import generate_verilog
+
+    name = f"array_{rows}x{cols}_{family}_p{params.get('packing', 1)}"
+    netlist = generate_verilog("array", work_dir, name=name, fmt="il", rows=rows, cols=cols,
+                               family=family)
+    cache = work_dir / f"{name}.{family}.result.json"
+    digest = netlist.with_suffix(".il.digest").read_text()
+    if cache.exists():
+        saved = json.loads(cache.read_text())
+        if saved.get("key") == digest:
+            return saved["resources"]
+    if progress:
+        progress(f"Yosys synth_xilinx -family {family}: {name}")
+    res = synthesize(netlist, name, family)
+    cache.write_text(json.dumps({"key": digest, "resources": res}))
+    return res
+
+
+def _fit_linear(points: dict, rows: int, cols: int) -> float:
+    """Least-squares fit of ``a + b*R + c*C`` through ``points``, evaluated at (rows, cols)."""
+    import numpy as np
+    keys = list(points)
+    a = np.array([[1, r, c] for r, c in keys], float)
+    y = np.array([points[k] for k in keys], float)
+    coef, *_ = np.linalg.lstsq(a, y, rcond=None)
+    return float(coef @ np.array([1, rows, cols]))
+
+
 def estimate_accelerator(params: dict, family: str, work_dir: Path, progress=None):
     """Resources of ``Accelerator(**params)`` for ``family``: ``(resources, method)``.
 
@@ -186,22 +219,35 @@ def estimate_accelerator(params: dict, family: str, work_dir: Path, progress=Non
         return ({k: res.get(k, 0) for k in keys},
                 f"full: Yosys synth_xilinx -family {family} of the whole accelerator")
     base = {k: v for k, v in params.items() if k != "dsp_rows"}
-    points = {}
+    points, small_arrays = {}, {}
     for r, c in FIT_POINTS:
         points[r, c] = _cached_synth({**base, "rows": r, "cols": c}, family, work_dir,
                                      f"accel_{r}x{c}_{tag}", progress)
-    res = {k: max(0.0, _fit({p: v.get(k, 0) for p, v in points.items()}, rows, cols))
-           for k in keys}
+        small_arrays[r, c] = _cached_array(r, c, base, family, work_dir, progress)
+    arrays = {(r, c): _cached_array(r, c, base, family, work_dir, progress)
+              for r, c in ARRAY_POINTS}
+    res = {}
+    for k in keys:
+        # the array: fitted on arrays synthesized alone, up to 16x16
+        array = _fit({p: v.get(k, 0) for p, v in arrays.items()}, rows, cols)
+        # the rest (engine, buffers, DMA, registers): accelerator minus its array at the fit
+        # points, linear in rows and columns (lanes of buffers, gearboxes, rescaler, FIFOs)
+        rest = _fit_linear({p: points[p].get(k, 0) - small_arrays[p].get(k, 0)
+                            for p in points}, rows, cols)
+        res[k] = max(0.0, array + rest)
     # Block RAM comes in quantised shapes a linear fit cannot follow: count the large
     # memories' RAMs, plus what synthesis used beyond them at the fit points (the average).
     extra = sum(v.get("BRAM36", 0) - bram_model({**base, "rows": r, "cols": c})
                 for (r, c), v in points.items()) / len(points)
     res["BRAM36"] = max(0.0, bram_model({**base, "rows": rows, "cols": cols}) + extra)
-    method = (f"hierarchical: Yosys synth_xilinx -family {family} of the whole accelerator at "
-              f"{', '.join(f'{r}x{c}' for r, c in FIT_POINTS)} (bus, depth, block, packing as "
-              f"configured), each resource fitted as a + b*R + c*C + d*R*C and evaluated at "
-              f"{rows}x{cols}; BRAM36 counted from the large memories' shapes plus the "
-              f"average rest seen at the fit points")
+    method = (f"hierarchical (Yosys synth_xilinx -family {family}): the array fitted as "
+              f"a + b*R + c*C + d*R*C on arrays synthesized alone at "
+              f"{', '.join(f'{r}x{c}' for r, c in ARRAY_POINTS)}; the rest of the accelerator "
+              f"(whole accelerator minus its array at "
+              f"{', '.join(f'{r}x{c}' for r, c in FIT_POINTS)}, bus, depth, block, packing as "
+              f"configured) fitted as a + b*R + c*C; both evaluated at {rows}x{cols}; BRAM36 "
+              f"counted from the large memories' shapes plus the average rest seen at the fit "
+              f"points")
     dsp_rows = params.get("dsp_rows")
     if dsp_rows is not None and dsp_rows < rows:
         fabric = _cached_synth({**base, "rows": 4, "cols": 4, "dsp_rows": 0}, family, work_dir,
