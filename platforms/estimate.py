@@ -107,25 +107,29 @@ FIT_POINTS = ((4, 4), (4, 8), (8, 4), (8, 8))
 FULL_LIMIT = 64
 
 
-def _cached_synth(params: dict, family: str, work_dir: Path, name: str, progress=None) -> dict:
-    """Synthesize the accelerator with ``params`` once; the result is cached by digest."""
+def _synth_once(kind: str, name: str, family: str, work_dir: Path, progress=None,
+                **params) -> dict:
+    """Synthesize component ``kind`` once; the result is cached beside its netlist, keyed by
+    the netlist's digest (sources and parameters)."""
     from rtl.export import generate_verilog
 
-    key = json.dumps({"params": params, "family": family}, sort_keys=True)
-    netlist = generate_verilog("accelerator", work_dir, name=name, fmt="il", family=family,
-                               **params)
+    netlist = generate_verilog(kind, work_dir, name=name, fmt="il", family=family, **params)
     cache = work_dir / f"{name}.{family}.result.json"
-    digest = (netlist.with_suffix(".il.digest").read_text() if
-              netlist.with_suffix(".il.digest").exists() else "") + key
+    key = netlist.with_suffix(".il.digest").read_text()
     if cache.exists():
         saved = json.loads(cache.read_text())
-        if saved.get("key") == digest:
+        if saved.get("key") == key:
             return saved["resources"]
     if progress:
         progress(f"Yosys synth_xilinx -family {family}: {name}")
     res = synthesize(netlist, name, family)
-    cache.write_text(json.dumps({"key": digest, "resources": res}))
+    cache.write_text(json.dumps({"key": key, "resources": res}))
     return res
+
+
+def _cached_synth(params: dict, family: str, work_dir: Path, name: str, progress=None) -> dict:
+    """The whole accelerator with ``params``, synthesized once."""
+    return _synth_once("accelerator", name, family, work_dir, progress, **params)
 
 
 def _fit(points: dict, rows: int, cols: int) -> float:
@@ -172,22 +176,9 @@ ARRAY_POINTS = ((8, 8), (8, 16), (16, 8), (16, 16))
 
 
 def _cached_array(rows, cols, params, family, work_dir, progress=None) -> dict:
-    from rtl.export import generate_verilog
-
+    """The systolic array alone (DSP mapping of ``family``), synthesized once."""
     name = f"array_{rows}x{cols}_{family}_p{params.get('packing', 1)}"
-    netlist = generate_verilog("array", work_dir, name=name, fmt="il", rows=rows, cols=cols,
-                               family=family)
-    cache = work_dir / f"{name}.{family}.result.json"
-    digest = netlist.with_suffix(".il.digest").read_text()
-    if cache.exists():
-        saved = json.loads(cache.read_text())
-        if saved.get("key") == digest:
-            return saved["resources"]
-    if progress:
-        progress(f"Yosys synth_xilinx -family {family}: {name}")
-    res = synthesize(netlist, name, family)
-    cache.write_text(json.dumps({"key": digest, "resources": res}))
-    return res
+    return _synth_once("array", name, family, work_dir, progress, rows=rows, cols=cols)
 
 
 def _fit_linear(points: dict, rows: int, cols: int) -> float:
