@@ -171,9 +171,9 @@ class MaxPool2d(Layer):
             raise ValueError(f"MaxPool2d({k}) needs H and W divisible by {k}, not {h}x{w}")
         blocks = x.reshape(n, c, h // k, k, w // k, k)
         out = blocks.max(axis=(3, 5))
-        self.mask = blocks == out[:, :, :, None, :, None]
+        winners = blocks == out[:, :, :, None, :, None]
         # one winner per window, so the gradient is not duplicated on ties
-        flat = self.mask.transpose(0, 1, 2, 4, 3, 5).reshape(n, c, h // k, w // k, k * k)
+        flat = winners.transpose(0, 1, 2, 4, 3, 5).reshape(n, c, h // k, w // k, k * k)
         first = np.zeros_like(flat)
         np.put_along_axis(first, flat.argmax(axis=-1)[..., None], True, axis=-1)
         self.mask = first.reshape(n, c, h // k, w // k, k, k).transpose(0, 1, 2, 4, 3, 5)

@@ -27,7 +27,7 @@ import os
 import pickle
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -92,7 +92,6 @@ class TrainConfig:
     weights: str | None = None
     #: SWA averaging "epoch" (once per epoch) or "iteration" (every step), once started
     swa_every: str = "epoch"
-    extra: dict = field(default_factory=dict)
 
     def check(self):
         if self.task not in TASKS:
@@ -164,7 +163,9 @@ class Run:
                 "swa": self.swa.state() if self.swa else None,
                 "rng": [g.bit_generator.state for g in (self.rng_data, self.eng.rng,
                                                         self.opt.rng)],
-                "engine": {"gemms": self.eng.gemms, "cycles": self.eng.cycles}}
+                "engine": {"gemms": self.eng.gemms, "cycles": self.eng.cycles,
+                           "eval_gemms": self.eval_eng.gemms,
+                           "eval_cycles": self.eval_eng.cycles}}
 
     def load(self, state: dict) -> None:
         if state["config"] != self.cfg.__dict__:
@@ -178,7 +179,9 @@ class Run:
         for g, s in zip((self.rng_data, self.eng.rng, self.opt.rng), state["rng"],
                         strict=True):
             g.bit_generator.state = s
-        self.eng.gemms, self.eng.cycles = state["engine"]["gemms"], state["engine"]["cycles"]
+        counts = state["engine"]
+        self.eng.gemms, self.eng.cycles = counts["gemms"], counts["cycles"]
+        self.eval_eng.gemms, self.eval_eng.cycles = counts["eval_gemms"], counts["eval_cycles"]
 
     def save(self, directory: Path) -> Path:
         directory.mkdir(parents=True, exist_ok=True)

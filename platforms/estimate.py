@@ -133,7 +133,7 @@ def _cached_synth(params: dict, family: str, work_dir: Path, name: str, progress
 
 
 def _fit(points: dict, rows: int, cols: int) -> float:
-    """Exact fit of ``a + b*R + c*C + d*R*C`` through the four :data:`FIT_POINTS`."""
+    """Exact fit of ``a + b*R + c*C + d*R*C`` through four ``points``, at (rows, cols)."""
     import numpy as np
     keys = list(points)
     a = np.array([[1, r, c, r * c] for r, c in keys], float)
@@ -167,7 +167,8 @@ def bram_model(params: dict) -> float:
         total += lanes * _bram36(slots * slot_depth, 8)
     total += _bram36(block * block * rows, 32 * cols)             # accumulation slots
     total += _bram36(2 * rows, 32 * cols + 1)                      # output FIFO
-    total += _bram36(16 * params.get("outstanding", 8), params.get("data_width", 128) + 1)
+    total += _bram36(params.get("burst_beats", 16) * params.get("outstanding", 8),
+                     params.get("data_width", 128) + 1)
     return total
 
 
@@ -195,11 +196,12 @@ def estimate_accelerator(params: dict, family: str, work_dir: Path, progress=Non
     """Resources of ``Accelerator(**params)`` for ``family``: ``(resources, method)``.
 
     Arrays up to :data:`FULL_LIMIT` PEs are synthesized whole. Larger ones are estimated
-    hierarchically: the accelerator is synthesized whole at the :data:`FIT_POINTS` shapes
-    (everything else as configured), each resource is fitted as ``a + b·R + c·C + d·R·C``
-    (per-PE, per-row and per-column parts: array, buffers, gearboxes, rescaler, accumulation
-    memory) and evaluated at the target shape; PEs that multiply in LUTs (``dsp_rows``) add
-    the measured difference between a LUT PE and a DSP PE.
+    hierarchically: the array, synthesized alone at :data:`ARRAY_POINTS`, fitted as
+    ``a + b·R + c·C + d·R·C``; the rest of the accelerator (whole accelerator minus its array
+    at :data:`FIT_POINTS`, everything else as configured) fitted as ``a + b·R + c·C``; block
+    RAM counted from the shapes of the large memories (:func:`bram_model`) plus the average
+    rest at the fit points; PEs that multiply in LUTs (``dsp_rows``) add the measured
+    difference between a LUT PE and a DSP PE.
     """
     work_dir.mkdir(parents=True, exist_ok=True)
     rows, cols = params["rows"], params["cols"]

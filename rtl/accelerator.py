@@ -54,8 +54,8 @@ class Accelerator(wiring.Component):
                  data_width: int = 128, addr_width: int = 32, queue: int = 4, block: int = 4,
                  packing: int = 1, primitive: bool = False, burst_beats: int = 16,
                  outstanding: int = 8, dsp_rows: int | None = None):
-        if not isinstance(queue, int) or not 1 <= queue <= 255:
-            raise ValueError(f"queue must be an integer in 1..255, not {queue!r}")
+        if not isinstance(queue, int) or not 1 <= queue <= 254:   # + the running one: 8 bits
+            raise ValueError(f"queue must be an integer in 1..254, not {queue!r}")
         self.engine = GemmEngine(rows, cols, depth=depth, data_width=data_width,
                                  addr_width=addr_width, block=block, packing=packing,
                                  primitive=primitive, dsp_rows=dsp_rows)

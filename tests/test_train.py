@@ -117,6 +117,8 @@ def test_checkpoint_resume_is_bit_identical(tmp_path):
     resumed = run(TrainConfig(epochs=4, **cfg), quiet=True, checkpoint=ck, resume=True)
     assert resumed["weights_digest"] == full["weights_digest"]
     assert resumed["history"] == full["history"]
+    assert (resumed["gemms"], resumed["accelerator_cycles"]) == \
+        (full["gemms"], full["accelerator_cycles"])
     with pytest.raises(ValueError, match="different configuration"):
         run(TrainConfig(epochs=5, **cfg), quiet=True, checkpoint=ck, resume=True)
 
