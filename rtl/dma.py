@@ -75,6 +75,58 @@ class _DmaMaster(wiring.Component):
             "abort": In(1),
         })
 
+    def _bursts(self, m, channel: str, may_raise, cmd_room=1):
+        """The address side both masters share, on AXI channel ``channel`` ("ar" or "aw").
+
+        Splits each command into INCR bursts (:func:`_burst_splitter`) and issues one per
+        cycle. ``valid`` is combinational: it rises when ``may_raise(n)`` allows a burst of
+        ``n`` beats (which must only go from false to true while a burst waits) and stays up
+        until accepted, an abort included; an abort stops further bursts. The next command
+        is taken in the cycle its predecessor's last burst is issued, if ``cmd_room``.
+
+        Returns ``(active, issued, last_burst, n, take)``: a command is being split, a burst
+        is issued this cycle, it is its command's last, its length, and a command of at
+        least one beat is taken this cycle.
+        """
+        bus = self.bus
+        shift = (self.data_width // 8).bit_length() - 1
+        active = Signal()
+        addr = Signal(self.addr_width)
+        remaining = Signal(24)
+        n = _burst_splitter(m, addr, remaining, self.burst_beats, shift)
+        valid = getattr(bus, f"{channel}valid")
+        ready = getattr(bus, f"{channel}ready")
+        issued = Signal()
+        waiting = Signal()
+        last_burst = Signal()
+        m.d.comb += [
+            valid.eq(active & may_raise(n) & (~self.abort | waiting)),
+            getattr(bus, f"{channel}id").eq(0), getattr(bus, f"{channel}addr").eq(addr),
+            getattr(bus, f"{channel}len").eq(n - 1), getattr(bus, f"{channel}size").eq(shift),
+            getattr(bus, f"{channel}burst").eq(BURST_INCR),
+            getattr(bus, f"{channel}cache").eq(0b0011), getattr(bus, f"{channel}prot").eq(0),
+            issued.eq(valid & ready),
+            last_burst.eq(remaining == n),
+        ]
+        m.d.sync += waiting.eq(valid & ~ready)
+        with m.If(issued):
+            m.d.sync += [addr.eq(addr + (n << shift)), remaining.eq(remaining - n)]
+            with m.If(last_burst):
+                m.d.sync += active.eq(0)
+        with m.If(self.abort & ~valid):
+            m.d.sync += active.eq(0)
+
+        cmd = self.cmd.payload
+        take = Signal()
+        m.d.comb += [
+            self.cmd.ready.eq((~active | (issued & last_burst)) & cmd_room & ~self.abort),
+            take.eq(self.cmd.valid & self.cmd.ready & (cmd.beats != 0)),
+        ]
+        with m.If(take):
+            m.d.sync += [active.eq(1), addr.eq(cmd.addr >> shift << shift),
+                         remaining.eq(cmd.beats)]
+        return active, issued, last_burst, n, take
+
 
 def dma_command_layout(addr_width: int) -> data.StructLayout:
     """Payload of the DMA masters' ``cmd``: a run of bus words starting at ``addr``."""
@@ -137,8 +189,6 @@ class DmaReader(_DmaMaster):
     def elaborate(self, platform):
         m = Module()
         bus = self.bus
-        bpb = self.data_width // 8                    # bytes per beat
-        shift = bpb.bit_length() - 1
         depth = self.burst_beats * self.outstanding
         m.submodules.data_fifo = data_fifo = fifo.SyncFIFOBuffered(
             width=self.data_width + 1, depth=depth)
@@ -147,44 +197,12 @@ class DmaReader(_DmaMaster):
         m.submodules.len_fifo = len_fifo = fifo.SyncFIFO(width=24, depth=depth)
 
         # ---- address side -----------------------------------------------------------------
-        active = Signal()
-        addr = Signal(self.addr_width)
-        remaining = Signal(24)
+        # A burst is asked for only when the data FIFO has room for all of it (credits only
+        # grow while it waits).
         credits = Signal(range(depth + 1), init=depth)
-        n = _burst_splitter(m, addr, remaining, self.burst_beats, shift)
-
-        # arvalid is combinational: once raised it stays up until accepted (credits only grow
-        # meanwhile, and an abort waits for a raised request to be taken).
-        issued = Signal()
-        ar_wait = Signal()
-        last_burst = Signal()
-        m.d.comb += [
-            bus.arvalid.eq(active & (credits >= n) & (~self.abort | ar_wait)),
-            bus.arid.eq(0), bus.araddr.eq(addr), bus.arlen.eq(n - 1), bus.arsize.eq(shift),
-            bus.arburst.eq(BURST_INCR), bus.arcache.eq(0b0011), bus.arprot.eq(0),
-            issued.eq(bus.arvalid & bus.arready),
-            last_burst.eq(remaining == n),
-        ]
-        m.d.sync += ar_wait.eq(bus.arvalid & ~bus.arready)
-        with m.If(issued):
-            m.d.sync += [addr.eq(addr + (n << shift)), remaining.eq(remaining - n)]
-            with m.If(last_burst):
-                m.d.sync += active.eq(0)
-        with m.If(self.abort & ~bus.arvalid):
-            m.d.sync += active.eq(0)
-
-        # The next command is taken in the cycle its predecessor's last burst is issued.
-        cmd = self.cmd.payload
-        take = Signal()
-        m.d.comb += [
-            self.cmd.ready.eq((~active | (issued & last_burst)) & len_fifo.w_rdy & ~self.abort),
-            take.eq(self.cmd.valid & self.cmd.ready & (cmd.beats != 0)),
-            len_fifo.w_en.eq(take),
-            len_fifo.w_data.eq(cmd.beats),
-        ]
-        with m.If(take):
-            m.d.sync += [active.eq(1), addr.eq(cmd.addr >> shift << shift),
-                         remaining.eq(cmd.beats)]
+        active, issued, _, n, take = self._bursts(m, "ar", lambda n: credits >= n,
+                                                  len_fifo.w_rdy)
+        m.d.comb += [len_fifo.w_en.eq(take), len_fifo.w_data.eq(self.cmd.payload.beats)]
 
         popped = Signal()
         m.d.comb += popped.eq(self.o_stream.valid & self.o_stream.ready)
@@ -247,43 +265,15 @@ class DmaWriter(_DmaMaster):
     def elaborate(self, platform):
         m = Module()
         bus = self.bus
-        shift = (self.data_width // 8).bit_length() - 1
         # Burst lengths for the W side, and "ends a command" flags for the B side.
         m.submodules.w_fifo = w_fifo = fifo.SyncFIFO(width=9, depth=self.outstanding)
         m.submodules.b_fifo = b_fifo = fifo.SyncFIFO(width=1, depth=self.outstanding)
 
-        active = Signal()
-        addr = Signal(self.addr_width)
-        remaining = Signal(24)
-        n = _burst_splitter(m, addr, remaining, self.burst_beats, shift)
-
-        # A burst is announced only when both queues have room; awvalid (combinational) then
-        # stays up until accepted, an abort included.
-        issued = Signal()
-        aw_wait = Signal()
-        last_burst = Signal()
-        m.d.comb += [
-            bus.awvalid.eq(active & w_fifo.w_rdy & b_fifo.w_rdy & (~self.abort | aw_wait)),
-            bus.awid.eq(0), bus.awaddr.eq(addr), bus.awlen.eq(n - 1), bus.awsize.eq(shift),
-            bus.awburst.eq(BURST_INCR), bus.awcache.eq(0b0011), bus.awprot.eq(0),
-            issued.eq(bus.awvalid & bus.awready),
-            last_burst.eq(remaining == n),
-            w_fifo.w_en.eq(issued), w_fifo.w_data.eq(n),
-            b_fifo.w_en.eq(issued), b_fifo.w_data.eq(last_burst),
-        ]
-        m.d.sync += aw_wait.eq(bus.awvalid & ~bus.awready)
-        with m.If(issued):
-            m.d.sync += [addr.eq(addr + (n << shift)), remaining.eq(remaining - n)]
-            with m.If(last_burst):
-                m.d.sync += active.eq(0)
-        with m.If(self.abort & ~bus.awvalid):
-            m.d.sync += active.eq(0)
-
-        cmd = self.cmd.payload
-        m.d.comb += self.cmd.ready.eq((~active | (issued & last_burst)) & ~self.abort)
-        with m.If(self.cmd.valid & self.cmd.ready & (cmd.beats != 0)):
-            m.d.sync += [active.eq(1), addr.eq(cmd.addr >> shift << shift),
-                         remaining.eq(cmd.beats)]
+        # A burst is announced only when both queues have room.
+        active, issued, last_burst, n, _ = self._bursts(
+            m, "aw", lambda n: w_fifo.w_rdy & b_fifo.w_rdy)
+        m.d.comb += [w_fifo.w_en.eq(issued), w_fifo.w_data.eq(n),
+                     b_fifo.w_en.eq(issued), b_fifo.w_data.eq(last_burst)]
 
         # W beats owed for announced bursts are sent with all strobes low during an abort.
         count = Signal(9)
