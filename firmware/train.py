@@ -109,8 +109,15 @@ class TrainConfig:
                              f"{self.swa_every!r}")
 
 
-def _loss(kind, out, y, x):
-    return nn.softmax_cross_entropy(out, y) if kind == "xent" else nn.mse(out, x)
+def _step(net, eng, opt, kind, x, target):
+    """One SGD step on a batch: ``target`` is the labels ("xent") or the wanted output
+    ("mse"). Returns the loss."""
+    out = net.forward(x, eng)
+    loss, grad = (nn.softmax_cross_entropy(out, target) if kind == "xent"
+                  else nn.mse(out, target))
+    net.backward(grad, eng)
+    opt.step(net.gradients())
+    return loss
 
 
 def evaluate(net, eng, task: Task, x, y, threshold=None, batch: int = 256) -> dict:
@@ -209,10 +216,8 @@ class Run:
         steps = -(-len(x) // batch)
         for i in range(steps):
             idx = order[i * batch:(i + 1) * batch]
-            out = self.net.forward(x[idx], self.eng)
-            loss, grad = _loss(self.task.loss, out, y[idx], x[idx])
-            self.net.backward(grad, self.eng)
-            self.opt.step(self.net.gradients())
+            target = y[idx] if self.task.loss == "xent" else x[idx]   # autoencoders: x
+            loss = _step(self.net, self.eng, self.opt, self.task.loss, x[idx], target)
             if (self.swa is not None and self.cfg.swa_every == "iteration"
                     and self.epoch + 1 >= self.swa_start):
                 self.swa.update(self.net.parameters())
@@ -265,11 +270,7 @@ def fit(net, x, y, *, loss: str = "xent", epochs: int = 10, batch: int = 32,
         order = order_rng.permutation(len(x))
         for i in range(0, len(x), batch):
             idx = order[i:i + batch]
-            out = net.forward(x[idx], eng)
-            _, grad = (nn.softmax_cross_entropy(out, y[idx]) if loss == "xent"
-                       else nn.mse(out, y[idx]))
-            net.backward(grad, eng)
-            opt.step(net.gradients())
+            _step(net, eng, opt, loss, x[idx], y[idx])
     return eng
 
 
