@@ -156,7 +156,7 @@ def _bram36(depth: int, width: int) -> float:
 
 def bram_model(params: dict) -> float:
     """BRAM36 of the accelerator's large memories: operand buffer banks, accumulation
-    slots, output FIFO and the DMA read FIFO (see :mod:`rtl.buffer`, :mod:`rtl.datapath`)."""
+    slots, output FIFO, the datapath's queue of loaded commands and the DMA read FIFO (see :mod:`rtl.buffer`, :mod:`rtl.datapath`)."""
     rows, cols = params["rows"], params["cols"]
     depth, block = params.get("depth", 512), params.get("block", 4)
     slots = max(2, 2 * block)
@@ -166,7 +166,8 @@ def bram_model(params: dict) -> float:
         slot_depth = 1 << (padded - 1).bit_length()
         total += lanes * _bram36(slots * slot_depth, 8)
     total += _bram36(block * block * rows, 32 * cols)             # accumulation slots
-    total += _bram36(2 * rows, 32 * cols + 1)                      # output FIFO
+    total += _bram36(4 * rows, 32 * cols + 1)                      # output FIFO
+    total += _bram36(block * block + 2, 8 * (rows + cols) + 48)    # loaded-command queue
     total += _bram36(params.get("burst_beats", 16) * params.get("outstanding", 8),
                      params.get("data_width", 128) + 1)
     return total

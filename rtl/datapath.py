@@ -85,8 +85,10 @@ class GemmDatapath(wiring.Component):
         ahead of the compute, so span loads at a block's first command overlap the block
         before.
     out_rows : int
-        Depth of the output FIFO in C rows (at least ``rows``). Tiles reserve their rows in
-        it before they start, so a stalled :attr:`o_stream` never loses data.
+        Depth of the output FIFO in C rows (at least ``rows``; by default ``4 * rows``, so the
+        C write-back can trail the array by a tile and more without stalling it). Tiles
+        reserve their rows in it before they start, so a stalled :attr:`o_stream` never loses
+        data.
 
     Members
     -------
@@ -116,7 +118,7 @@ class GemmDatapath(wiring.Component):
         self.a_buf = TransposableBuffer(rows, depth, slots)  # validates depth and slots
         self.b_buf = TransposableBuffer(cols, depth, slots)
         self.rescaler = Rescaler(cols)
-        out_rows = 2 * rows if out_rows is None else out_rows
+        out_rows = 4 * rows if out_rows is None else out_rows
         if not isinstance(out_rows, int) or out_rows < rows:
             raise ValueError(f"out_rows must be an integer >= rows ({rows}), not {out_rows!r}")
         self.rows, self.cols, self.depth, self.out_rows = rows, cols, depth, out_rows

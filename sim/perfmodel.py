@@ -1,0 +1,235 @@
+"""Analytic performance model of a GEMM on the accelerator: cycles from shapes, configuration
+and memory port.
+
+DarkFPGA-style: the engine's schedule (:mod:`rtl.engine`) is walked at the granularity at which
+it overlaps work — one K chunk of one block of ``block x block`` C tiles — and each chunk costs
+the longest of what runs in parallel during it:
+
+* **compute**: ``bm * bn * kc`` array cycles (``bm x bn`` tiles in the block, ``kc`` steps);
+* **the next chunk's operand reads** (its buffer slots are the other half): the bus words the
+  engine reads, at the rate the port sustains. A run of ``w`` words is cut into bursts of at
+  most ``max_burst``; a burst holds one of the ``outstanding`` slots for ``read_latency +
+  beats`` cycles, so the read channel moves ``min(1, outstanding * beats / (read_latency +
+  beats))`` words per cycle (``outstanding`` is the smaller of the port's limit and the DMA
+  reader's);
+* **C write-back** in a block's last chunk: the block's C rows (only words holding columns
+  < N), one burst per row, at ``min(1, outstanding_writes * beats / (beats + write_latency +
+  2))`` words per cycle.
+
+Before the first chunk computes, its operands must arrive (``read_latency`` plus their
+transfer); after the last, the array drains and the last C rows are written. Word counts are
+those of :mod:`rtl.engine`: lane-run tiles (A as stored, B transposed) read each of their
+``min(lanes, rows left)`` rows as ``ceil(kc / bus bytes)`` words; k-major tiles (A transposed,
+B as stored) are read for the whole block at once, one run of ``ceil(bytes of the block's row
+/ bus bytes)`` words per step.
+
+``ports=2`` predicts a design that reads A and B through two memory ports (the Zynq PS has
+four HP ports) — not built yet; the default, 1, is the accelerator as it is.
+
+The model is checked against the RTL by ``tests/test_perfmodel.py`` and printed beside every
+measurement by ``python -m sim.bench utilization``. ``python -m sim.perfmodel --board B``
+predicts a board's default configuration over the training GEMMs for several block sizes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+__all__ = ["predict", "read_rate", "training_gemms", "main"]
+
+#: Cycles of control per operand load (command phases, the address multiply).
+LOAD_OVERHEAD = 4
+#: Cycles from the last step of the last tile to its C rows leaving the array (about the
+#: datapath's fill latency), plus the write-back's own pipeline.
+DRAIN_OVERHEAD = 16
+#: Tiles by which the C write-back trails the array in a block's last chunk.
+WRITE_LAG = 1
+#: The DMA masters' own limit on bursts in flight (``Accelerator(outstanding=...)``).
+DMA_OUTSTANDING = 8
+#: The DMA masters' longest burst (``Accelerator(burst_beats=...)``).
+DMA_BURST = 16
+
+
+def read_rate(beats: float, outstanding: int, latency: int) -> float:
+    """Words per cycle on a channel that keeps ``outstanding`` bursts of ``beats`` in flight."""
+    return min(1.0, outstanding * beats / (latency + beats))
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _bursts(words: int, burst: int) -> list[int]:
+    full, rest = divmod(words, burst)
+    return [burst] * full + ([rest] if rest else [])
+
+
+def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool = False, *,
+            rows: int, cols: int, depth: int, block: int, data_width: int, port: dict,
+            ports: int = 1, dma_outstanding: int = DMA_OUTSTANDING,
+            dma_burst: int = DMA_BURST) -> dict:
+    """Predicted cycles of one GEMM descriptor, from its start to its last C row in memory.
+
+    Parameters
+    ----------
+    m, n, k, transpose_a, transpose_b :
+        The GEMM, as :meth:`firmware.Device.gemm` takes it.
+    rows, cols, depth, block, data_width :
+        The accelerator's configuration.
+    port : dict
+        ``outstanding_reads``, ``outstanding_writes`` (``None``: unlimited),
+        ``read_latency``, ``write_latency``, ``max_burst`` — as :func:`sim.ports.resolve_port`
+        returns.
+    ports : {1, 2}
+        Memory ports: 2 reads A and B in parallel (a prediction for a design not built).
+
+    Returns
+    -------
+    dict
+        ``cycles``, ``compute_cycles`` (the array busy), ``utilization`` (MACs over
+        ``rows * cols * cycles``), ``bound_by`` (what limits most chunks: "compute", "reads"
+        or "writes") and ``chunks``.
+    """
+    if ports not in (1, 2):
+        raise ValueError(f"ports must be 1 or 2, not {ports!r}")
+    bpw = data_width // 8
+    burst = min(dma_burst, port.get("max_burst") or dma_burst)
+    o_rd = min(dma_outstanding, port.get("outstanding_reads") or dma_outstanding)
+    o_wr = min(dma_outstanding, port.get("outstanding_writes") or dma_outstanding)
+    lat_r, lat_w = port["read_latency"], port["write_latency"]
+
+    def read_cycles(runs: list[int]) -> float:
+        bursts = [b for w in runs for b in _bursts(w, burst)]
+        if not bursts:
+            return 0.0
+        beats = sum(bursts)
+        return beats / read_rate(beats / len(bursts), o_rd, lat_r)
+
+    def operand_runs(k_major, lanes, x_blk, limit, tiles, kc):
+        """Runs of bus words the engine reads for one operand of a chunk."""
+        if k_major:
+            v = min(tiles * lanes, limit - x_blk)
+            offset = x_blk % bpw if lanes <= bpw else 0
+            return [_cdiv(offset + v, bpw)] * kc, 1
+        runs = []
+        for t in range(tiles):
+            runs += [_cdiv(kc, bpw)] * min(lanes, limit - x_blk - t * lanes)
+        return runs, tiles
+
+    def read_time(runs_a, runs_b):
+        if ports == 1:
+            return read_cycles(runs_a + runs_b)
+        return max(read_cycles(runs_a), read_cycles(runs_b))
+
+    chunks = []
+    for m_blk in range(0, m, block * rows):
+        bm = min(block, _cdiv(m - m_blk, rows))
+        rows_in = [min(rows, m - m_blk - i * rows) for i in range(bm)]
+        for n_blk in range(0, n, block * cols):
+            bn = min(block, _cdiv(n - n_blk, cols))
+            for k0 in range(0, k, depth):
+                kc = min(depth, k - k0)
+                a_runs, a_loads = operand_runs(transpose_a, rows, m_blk, m, bm, kc)
+                b_runs, b_loads = operand_runs(not transpose_b, cols, n_blk, n, bn, kc)
+                # What the chunk's first command needs: a whole span, or the first tile.
+                a_first = a_runs if a_loads == 1 else a_runs[:rows_in[0]]
+                b_first = b_runs if b_loads == 1 else b_runs[:min(cols, n - n_blk)]
+                write = 0.0
+                if k0 + depth >= k:
+                    runs = []
+                    for j in range(bn):
+                        cols_in = min(cols, n - n_blk - j * cols)
+                        words = _cdiv(4 * cols_in, bpw) if 4 * cols > bpw else 1
+                        runs += [words] * sum(rows_in)
+                    beats = sum(runs) / len(runs)
+                    write = sum(runs) / read_rate(beats, o_wr, lat_w + 2)
+                overhead = LOAD_OVERHEAD * (a_loads + b_loads)
+                chunks.append({"compute": bm * bn * kc, "kc": kc,
+                               "read": read_time(a_runs, b_runs) + overhead,
+                               "first": read_time(a_first, b_first) + lat_r,
+                               "write": write})
+    # The schedule as a two-stage pipeline: a chunk's reads start when the previous chunk's
+    # are done and its slots are free (the chunk two back has computed); its compute starts
+    # after the previous chunk's and once its first command's operands are in, and ends no
+    # earlier than its last reads plus one tile, nor than its C rows take to write.
+    read_end = [0.0] * len(chunks)
+    comp_end = [0.0] * len(chunks)
+    votes = {"compute": 0, "reads": 0, "writes": 0}
+    for i, c in enumerate(chunks):
+        read_start = max(read_end[i - 1] if i else 0.0, comp_end[i - 2] if i > 1 else 0.0)
+        read_end[i] = read_start + c["read"]
+        start = max(comp_end[i - 1] if i else 0.0, read_start + c["first"])
+        ends = {"compute": start + c["compute"], "reads": read_end[i] + lat_r + c["kc"],
+                "writes": start + c["write"] + WRITE_LAG * c["kc"]}
+        worst = max(ends, key=ends.get)
+        votes[worst] += 1
+        comp_end[i] = ends[worst]
+    last_rows = rows * _cdiv(4 * min(cols, n), bpw)
+    total = comp_end[-1] + rows + cols + DRAIN_OVERHEAD + last_rows + lat_w
+    compute = sum(c["compute"] for c in chunks)
+    return {"cycles": int(round(total)), "compute_cycles": compute,
+            "utilization": m * n * k / (rows * cols * total),
+            "bound_by": max(votes, key=votes.get), "chunks": len(chunks)}
+
+
+def training_gemms(batch: int, fan_in: int, fan_out: int) -> list[tuple]:
+    """The GEMMs of one training step of a layer ``y = x W`` (x: batch x fan_in), as
+    ``(name, M, N, K, transpose_a, transpose_b)`` with operands stored as the layer keeps
+    them."""
+    return [("forward", batch, fan_out, fan_in, False, False),
+            ("backward-data", batch, fan_in, fan_out, False, True),
+            ("weight-gradient", fan_in, fan_out, batch, True, False)]
+
+
+#: The layers of issue 9's utilisation target: fully connected and convolution-shaped.
+LAYERS = [(784, 256), (256, 256), (256, 10), (576, 128), (1152, 256)]
+
+
+def main(argv=None) -> int:
+    from platforms import PLATFORMS as BOARDS
+    from sim.ports import BOARD_PORTS, resolve_port
+
+    parser = argparse.ArgumentParser(
+        prog="python -m sim.perfmodel",
+        description="Predict a board's default configuration over the training GEMMs of "
+                    "typical layers, for several block sizes (and one or two memory ports).")
+    parser.add_argument("--board", choices=sorted(BOARDS), required=True)
+    parser.add_argument("--blocks", type=int, nargs="+", default=[2, 4, 8])
+    parser.add_argument("--ports", type=int, nargs="+", choices=[1, 2], default=[1, 2])
+    parser.add_argument("--batch", type=int, nargs="+", default=[64, 128])
+    args = parser.parse_args(argv)
+    for b in args.blocks:
+        if b < 1 or b & (b - 1) or b > 16:
+            parser.error(f"--blocks: a block must be a power of two in 1..16, not {b}")
+    board = BOARDS[args.board]
+    cfg = board.config()
+    port = resolve_port(BOARD_PORTS[args.board])
+    variants = [(bl, p) for bl in args.blocks for p in args.ports]
+    print(f"{board.title}: {cfg['rows']}x{cfg['cols']}, depth {cfg['depth']}, "
+          f"{cfg['data_width']}-bit bus, port preset {port['name']} "
+          f"(default block {cfg['block']}); predicted PE utilisation, %")
+    print("| GEMM | M x N x K | " + " | ".join(f"block {bl}, {p} port{'s' * (p > 1)}"
+                                            for bl, p in variants) + " |")
+    print("|---|---|" + "---:|" * len(variants))
+    means = [0.0] * len(variants)
+    count = 0
+    for batch in args.batch:
+        for fan_in, fan_out in LAYERS:
+            for name, m, n, k, ta, tb in training_gemms(batch, fan_in, fan_out):
+                row = []
+                for i, (bl, p) in enumerate(variants):
+                    u = predict(m, n, k, ta, tb, rows=cfg["rows"], cols=cfg["cols"],
+                                depth=cfg["depth"], block=bl, data_width=cfg["data_width"],
+                                port=port, ports=p)["utilization"]
+                    means[i] += u
+                    row.append(f"{100 * u:.1f}")
+                count += 1
+                print(f"| {fan_in}->{fan_out} b{batch} {name} | {m}x{n}x{k} | "
+                      + " | ".join(row) + " |")
+    print("| mean | | " + " | ".join(f"{100 * s / count:.1f}" for s in means) + " |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
