@@ -143,6 +143,10 @@ class AxiMemory:
         The memory.
     reads, writes : int
         Bursts answered so far.
+    stats : dict
+        What the knobs did: the most read and write bursts in flight (``"reads_in_flight"``,
+        ``"writes_in_flight"``) and the write bursts whose AW was taken after all their data
+        (``"aw_after_w"``), so that a test can tell that a setting bit.
     """
 
     def __init__(self, dut, clock, reset, read: str | None = None, write: str | None = None,
@@ -171,6 +175,7 @@ class AxiMemory:
         self.log = log or logging.getLogger(f"cocotb.{dut._name}.mem")
         self.violations: list[str] = []
         self.reads = self.writes = 0
+        self.stats = {"reads_in_flight": 0, "writes_in_flight": 0, "aw_after_w": 0}
         self.cycle = 0
         self._rng = {c: random.Random(f"{seed}:{c}") for c in ("ar", "r", "aw", "w", "b", "order")}
         self._r = self._w = None
@@ -248,8 +253,9 @@ class AxiMemory:
         return (f"cycle {self.cycle}: {len(self._ar_q) + len(self._r_q)} read burst(s) in "
                 f"flight ({self._r_q[0].beat if self._r_q else 0} beats of the oldest sent), "
                 f"{len(self._aw_q)} AW waiting for data, {len(self._w_q)} W burst(s) waiting "
-                f"for AW, {len(self._b_q) + (self._b_out is not None)} B pending; {self.reads} reads and {self.writes} "
-                f"writes answered; violations: {self.violations}")
+                f"for AW, {len(self._b_q) + (self._b_out is not None)} B pending; "
+                f"{self.reads} reads and {self.writes} writes answered; violations: "
+                f"{self.violations}")
 
     def _check_address(self, channel, burst):
         nbytes = burst.beats << burst.size
@@ -419,6 +425,8 @@ class AxiMemory:
             burst.due = cycle + self.read_latency
             self._check_address("ar", burst)
             self._ar_q.append(burst)
+            in_flight = len(self._ar_q) + len(self._r_q)
+            self.stats["reads_in_flight"] = max(self.stats["reads_in_flight"], in_flight)
         if got.get("r"):
             self._r_beat = None
             burst = self._r_q[0]
@@ -432,7 +440,10 @@ class AxiMemory:
             self._check_address("aw", burst)
             self._aw_seen += 1
             self._writes_open += 1
+            self.stats["writes_in_flight"] = max(self.stats["writes_in_flight"],
+                                                 self._writes_open)
             if self._w_q and self._w_q[0].cycle >= 0:     # its data is all here
+                self.stats["aw_after_w"] += 1
                 data = self._w_q.popleft()
                 self._complete(burst, data.data, max(cycle, data.cycle))
             else:
