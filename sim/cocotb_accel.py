@@ -4,10 +4,10 @@ port and the hostile AXI memory of :mod:`sim.cocotb_mem` on the memory port.
 GEMMs of random shapes (not multiples of the array), every transpose combination, scalar and
 vector exponents at the extremes, float32 and int32 output, checked bit for bit against
 :mod:`sim.golden`; then a rejected descriptor, a soft reset, and a correct GEMM again.
-The test runs once per memory port in ``ACC_PORTS`` (comma-separated keys of
-:data:`sim.cocotb_mem.PRESETS`, e.g. ``"zynq7-hp"``: 8 reads and 8 writes in flight, latency 40,
-16-beat bursts, a random write order and 20 % pauses); the memory must see no AXI violation
-and be left with nothing in flight.
+The test runs once per memory port in ``ACC_PORTS``: ``;``-separated keys of
+:data:`sim.cocotb_mem.PRESETS` or JSON objects of knobs, e.g. ``"zynq7-hp"`` (8 reads and 8
+writes in flight, latency 40, 16-beat bursts, a random write order and 20 % pauses). The
+memory must see no AXI violation and be left with nothing in flight.
 Configuration from the environment: ``ACC_ROWS``, ``ACC_COLS``, ``ACC_WIDTH``, ``ACC_SEED``.
 """
 
@@ -21,7 +21,7 @@ from cocotbext.axi import AxiLiteBus, AxiLiteMaster
 
 from firmware.regmap import ErrorCode, field_value, offset, pack
 from sim import golden
-from sim.cocotb_mem import PRESETS, AxiMemory
+from sim.cocotb_mem import AxiMemory, port_knobs
 
 MEM = 1 << 20
 
@@ -30,7 +30,7 @@ async def setup(dut, seed, port):
     cocotb.start_soon(Clock(dut.clk, 10, unit="ns").start())
     dut.rst.value = 1
     ram = AxiMemory(dut, dut.clk, dut.rst, read="mem_r__", write="mem_w__", size=MEM,
-                    seed=seed, **PRESETS[port])
+                    seed=seed, **port_knobs(port))
     lite = AxiLiteMaster(AxiLiteBus.from_prefix(dut, "ctrl_"), dut.clk, dut.rst)
     await ClockCycles(dut.clk, 4)
     dut.rst.value = 0
@@ -100,11 +100,11 @@ class Host:
         return rows.view(np.int32 if raw else np.uint32).reshape(m, n)
 
 
-PORTS = os.environ.get("ACC_PORTS", "zynq7-hp").split(",")
+PORTS = os.environ.get("ACC_PORTS", "zynq7-hp").split(";")
 
 
 @cocotb.test(timeout_time=20, timeout_unit="ms")
-@cocotb.parametrize(port=[cocotb.Param(p, p.replace("-", "_")) for p in PORTS])
+@cocotb.parametrize(port=[cocotb.Param(p, f"port{i}") for i, p in enumerate(PORTS)])
 async def gemms_errors_and_recovery(dut, port):
     width = int(os.environ["ACC_WIDTH"])
     seed = int(os.environ.get("ACC_SEED", "1"))

@@ -15,12 +15,16 @@ import cocotb
 from cocotb.clock import Clock
 from cocotb.triggers import ClockCycles, ReadOnly, RisingEdge, SimTimeoutError, with_timeout
 
-from sim.cocotb_mem import PRESETS, AxiMemory
+from sim.cocotb_mem import AxiMemory, port_knobs
 from sim.cocotb_streams import receive, send
 
 BAD = range(0xF000, 0x10000)
-#: The memory ports every data test runs under (keys of :data:`sim.cocotb_mem.PRESETS`).
-PORTS = ("ideal", "deep", "narrow-w-first", "random-pause")
+#: The memory ports every data test runs under (keys of :data:`sim.cocotb_mem.PRESETS`);
+#: ``DMA_PORTS`` (``;``-separated preset names or JSON knobs) replaces them.
+DEFAULT_PORTS = ("ideal", "deep", "narrow-w-first", "random-pause")
+PORTS = tuple(os.environ.get("DMA_PORTS", ";".join(DEFAULT_PORTS)).split(";"))
+PARAMS = [cocotb.Param(p, p.replace("-", "_") if p in DEFAULT_PORTS else f"custom{i}")
+          for i, p in enumerate(PORTS)]
 #: Longest a test may take to move its data (far above the slowest port's need).
 HANG_US = 400
 
@@ -32,7 +36,7 @@ async def _start(dut, seed, port, read=None, write=None):
     dut.abort.value = 0
     dut.rst.value = 1
     mem = AxiMemory(dut, dut.clk, dut.rst, read=read, write=write, size=0x10000, error=BAD,
-                    seed=seed, **PRESETS[port])
+                    seed=seed, **port_knobs(port))
     await ClockCycles(dut.clk, 3)
     dut.rst.value = 0
     await ClockCycles(dut.clk, 2)
@@ -84,7 +88,7 @@ async def receive_words(dut, count, rng, width):
 
 
 @cocotb.test(timeout_time=2, timeout_unit="ms")
-@cocotb.parametrize(port=[cocotb.Param(p, p.replace("-", "_")) for p in PORTS])
+@cocotb.parametrize(port=PARAMS)
 async def random_reads(dut, port):
     width = int(os.environ["DMA_DATA_WIDTH"])
     bpb = width // 8
@@ -102,6 +106,7 @@ async def random_reads(dut, port):
     total = sum(b for _, b in commands)
     got = await within(mem, receive_words(dut, total, random.Random(seed + 9), width),
                        f"{total} read beats")
+    assert not mem.violations, f"AXI violations: {mem.violations}"
     i = 0
     for addr, beats in commands:
         for n in range(beats):
@@ -140,7 +145,7 @@ async def count_done(dut, n):
 
 
 @cocotb.test(timeout_time=2, timeout_unit="ms")
-@cocotb.parametrize(port=[cocotb.Param(p, p.replace("-", "_")) for p in PORTS])
+@cocotb.parametrize(port=PARAMS)
 async def random_writes(dut, port):
     width = int(os.environ["DMA_DATA_WIDTH"])
     bpb = width // 8
@@ -166,6 +171,7 @@ async def random_writes(dut, port):
     cocotb.start_soon(send_commands(dut, commands, random.Random(seed + 3)))
     cocotb.start_soon(send_words(dut, words, random.Random(seed + 4)))
     await within(mem, count_done(dut, len(commands)), f"{len(commands)} write commands")
+    assert not mem.violations, f"AXI violations: {mem.violations}"
     assert mem.read(0, 0xF000) == bytes(expected[:0xF000])
     await finish(dut, mem)
 

@@ -32,6 +32,7 @@ after the edge, as the manager's flip-flops have already taken the old ones.
 
 from __future__ import annotations
 
+import json
 import logging
 import random
 from collections import deque
@@ -40,7 +41,7 @@ from dataclasses import dataclass, field
 import cocotb
 from cocotb.triggers import ReadOnly, RisingEdge
 
-__all__ = ["AxiMemory", "KNOBS", "PRESETS", "ProtocolViolation"]
+__all__ = ["AxiMemory", "KNOBS", "PRESETS", "ProtocolViolation", "port_knobs"]
 
 #: The knobs, as in ``sim/ports.py``, and their values in the ``"ideal"`` port.
 KNOBS = {"outstanding_reads": None, "outstanding_writes": None, "read_latency": 32,
@@ -61,6 +62,25 @@ PRESETS = {
 }
 
 WRITE_ORDERS = ("aw-first", "w-first", "random")
+
+
+def port_knobs(port: str) -> dict:
+    """The knobs of ``port``: a key of :data:`PRESETS` or a JSON object of knobs.
+
+    >>> port_knobs('{"outstanding_reads": 1, "pause": 0.5}')
+    {'outstanding_reads': 1, 'pause': 0.5}
+    """
+    if port in PRESETS:
+        return dict(PRESETS[port])
+    try:
+        knobs = json.loads(port)
+    except ValueError:
+        raise ValueError(f"port must be one of {sorted(PRESETS)} or a JSON object of knobs, "
+                         f"not {port!r}") from None
+    unknown = set(knobs) - set(KNOBS)
+    if unknown:
+        raise ValueError(f"unknown knobs {sorted(unknown)}; the knobs are {list(KNOBS)}")
+    return knobs
 OKAY, SLVERR, DECERR = 0b00, 0b10, 0b11
 INCR = 0b01
 
@@ -254,8 +274,9 @@ class AxiMemory:
                 f"flight ({self._r_q[0].beat if self._r_q else 0} beats of the oldest sent), "
                 f"{len(self._aw_q)} AW waiting for data, {len(self._w_q)} W burst(s) waiting "
                 f"for AW, {len(self._b_q) + (self._b_out is not None)} B pending; "
-                f"{self.reads} reads and {self.writes} writes answered; violations: "
-                f"{self.violations}")
+                f"{self.reads} reads and {self.writes} writes answered; VALID without READY "
+                f"last cycle on {[c.upper() for c, h in self._held.items() if h] or 'none'}; "
+                f"violations: {self.violations}")
 
     def _check_address(self, channel, burst):
         nbytes = burst.beats << burst.size

@@ -15,7 +15,7 @@ BUILD = ROOT / "build" / "cocotb"
 
 @pytest.mark.parametrize("simulator", ["icarus", "verilator"])
 @pytest.mark.parametrize("rows,cols,width,seed,ports", [
-    (4, 4, 64, 1, "zynq7-hp,narrow-w-first"), (2, 8, 128, 2, "random-pause")])
+    (4, 4, 64, 1, "zynq7-hp;narrow-w-first"), (2, 8, 128, 2, "random-pause")])
 def test_accelerator(simulator, rows, cols, width, seed, ports):
     if not available(simulator):
         pytest.fail(f"{simulator} is not installed: run scripts/bootstrap.sh")
@@ -27,5 +27,5 @@ def test_accelerator(simulator, rows, cols, width, seed, ports):
            "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
     tests, failed = run_cocotb(simulator, verilog, name, "sim.cocotb_accel",
                                BUILD / f"{simulator}_{name}", env)
-    want = len(ports.split(","))
+    want = len(ports.split(";"))
     assert tests == want and failed == 0, f"{failed} of {tests} cocotb tests failed"

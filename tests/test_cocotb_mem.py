@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from sim.cocotb_mem import KNOBS, PRESETS, AxiMemory, port_knobs
 from sim.cocotb_runner import available, run_cocotb
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -37,3 +38,24 @@ def test_checker_catches_a_broken_manager():
     tests, failed = run_cocotb("icarus", verilog, "axi_shell", "sim.cocotb_mem_check",
                                BUILD / "icarus_axi_shell", env)
     assert tests == 8 and failed == 0, f"{failed} of {tests} cocotb tests failed"
+
+
+@pytest.mark.parametrize("knobs,message", [
+    ({"write_order": "b-first"}, "write_order must be one of"),
+    ({"outstanding_reads": 0}, "outstanding_reads must be a positive integer or None, not 0"),
+    ({"max_burst": 300}, "max_burst must be in 1..256, not 300"),
+    ({"pause": 1.0}, r"pause must be in \[0, 1\), not 1.0")])
+def test_bad_knobs(knobs, message):
+    with pytest.raises(ValueError, match=message):
+        AxiMemory(None, None, None, read="bus__", **knobs)
+
+
+def test_port_knobs():
+    assert port_knobs("zynq7-hp") == PRESETS["zynq7-hp"]
+    assert port_knobs('{"pause": 0.5}') == {"pause": 0.5}
+    for port in PRESETS:
+        assert set(port_knobs(port)) <= set(KNOBS)
+    with pytest.raises(ValueError, match="unknown knobs \\['latency'\\]"):
+        port_knobs('{"latency": 3}')
+    with pytest.raises(ValueError, match="port must be one of"):
+        port_knobs("zynq9")
