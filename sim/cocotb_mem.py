@@ -10,9 +10,11 @@ and meanings of the native model's (``sim/ports.py``): ``outstanding_reads``,
 
 It also checks the manager and lists what it got wrong in :attr:`AxiMemory.violations`: VALID
 dropped or the payload changed before READY on AR, AW and W; a burst crossing 4 KB; ARSIZE or
-AWSIZE other than the bus width; a burst type other than INCR; WLAST off the burst's last beat;
-a burst longer than ``max_burst``; X on a VALID or a payload; and (:meth:`AxiMemory.finish`)
-read data or write responses left undelivered, write data without its address, or the reverse.
+AWSIZE other than the bus width; WLAST off the burst's last beat; a burst longer than
+``max_burst``; X on a VALID or a payload; and (:meth:`AxiMemory.finish`) read data or write
+responses left undelivered, write data without its address, or the reverse. Two legal things
+the model does not implement are listed too: burst types other than INCR, and start addresses
+not aligned to the bus width. Responses come in order, whatever their IDs (legal).
 
 Timing, per rising edge: the manager's signals are sampled in the ``ReadOnly`` phase before the
 edge (so the DUT's combinational answers to this cycle's READY/VALID are settled), the
@@ -96,7 +98,8 @@ class _Burst:
     size: int
     kind: int
     id: int
-    cycle: int                      # the cycle of its address handshake
+    cycle: int                      # of its AW/AR handshake; write data: of its last beat
+                                    # (-1 while it is being received)
     too_long: bool = False
     reported: bool = False          # write data: its WLAST error is already listed
     beat: int = 0                   # read: beats sent; write: beats received
@@ -286,7 +289,8 @@ class AxiMemory:
             self._violation(channel, f"size {burst.size} is not the bus width "
                                      f"({self._size_code})")
         if burst.addr % self.width:
-            self._violation(channel, f"address {burst.addr:#x} not aligned to the bus width")
+            self._violation(channel, f"address {burst.addr:#x} not aligned to the bus width "
+                                     "(unaligned bursts are not modelled)")
         if (burst.addr & ~0xFFF) != ((burst.addr + nbytes - 1) & ~0xFFF):
             self._violation(channel, f"burst {burst.addr:#x}+{nbytes} crosses 4 KB")
         if burst.beats > self.max_burst:
@@ -308,14 +312,14 @@ class AxiMemory:
 
     def _clear(self):
         self._ar_q: deque[_Burst] = deque()    # accepted, waiting for their latency
-        self._r_q: deque[_Burst] = deque()     # (the same list: split for clarity) returning
+        self._r_q: deque[_Burst] = deque()     # latency passed: returning, in order
         self._aw_q: deque[_Burst] = deque()    # AW taken, data not complete
         self._w_q: deque[_Burst] = deque()     # data (complete or being received) without AW
-        self._b_q: deque[tuple[int, int]] = deque()  # (due cycle, resp) in order
+        self._b_q: deque[tuple] = deque()   # (due cycle, resp, id), in order
         self._writes_open = 0                  # AW taken, B not taken
         self._aw_seen = self._w_seen = 0       # bursts whose AW / whose last W beat came
         self._orders: list[str] = []
-        self._r_beat = None                    # (data, resp, last) being offered
+        self._r_beat = None                    # (data, resp, last, id) being offered
         self._b_out = None
         self._held = {"ar": None, "aw": None, "w": None}
         self._out = {}
@@ -351,13 +355,13 @@ class AxiMemory:
             out["wready"] = int(not in_reset and w_ok and w_room and not self._paused("w"))
             if self._b_out is None and not in_reset and self._b_q and \
                     self._b_q[0][0] <= self.cycle and not self._paused("b"):
-                self._b_out = self._b_q.popleft()[1]
+                self._b_out = self._b_q.popleft()[1:]
             out["bvalid"] = int(self._b_out is not None)
         if self._r_beat is not None:
-            data, resp, last = self._r_beat
-            out.update(rdata=data, rresp=resp, rlast=last, rid=0)
+            data, resp, last, ident = self._r_beat
+            out.update(rdata=data, rresp=resp, rlast=last, rid=ident)
         if self._b_out is not None:
-            out.update(bresp=self._b_out, bid=0)
+            out.update(bresp=self._b_out[0], bid=self._b_out[1])
         for name, value in out.items():
             if self._out.get(name) != value:
                 handle = self._handles.get(name)
@@ -380,7 +384,7 @@ class AxiMemory:
         else:
             data = int.from_bytes(self.mem[addr:addr + nbytes], "little")
             resp = SLVERR if self._touches_error(addr, nbytes) else OKAY
-        self._r_beat = (data, resp, int(burst.beat == burst.beats - 1))
+        self._r_beat = (data, resp, int(burst.beat == burst.beats - 1), burst.id)
 
     def _touches_error(self, addr, nbytes):
         return bool(self.error) and addr < self.error.stop and self.error.start < addr + nbytes
@@ -525,7 +529,7 @@ class AxiMemory:
                 for i in range(nbytes):
                     if strb >> i & 1:
                         self.mem[addr + i] = raw[i]
-        self._b_q.append((cycle + self.write_latency, resp))
+        self._b_q.append((cycle + self.write_latency, resp, burst.id))
 
     async def _run(self):
         await RisingEdge(self.clock)

@@ -129,8 +129,8 @@ async def wvalid_dropped(dut):
 @cocotb.test()
 async def read_crosses_4k(dut):
     mem = await setup(dut)
-    assert await offer(dut, "ar", {"addr": 0xFF8, "len": 1})
-    await take(dut, "r", 2, ["resp"])
+    assert await offer(dut, "ar", {"addr": 0xFF8, "len": 1, "id": 1})
+    assert await take(dut, "r", 2, ["resp", "id", "last"]) == [(0, 1, 0), (0, 1, 1)]
     await expect(dut, mem, "AR: burst 0xff8+16 crosses 4 KB")
 
 
