@@ -1,50 +1,36 @@
 """cocotb testbench of the whole accelerator: cocotbext-axi's AxiLiteMaster on the control
-port and an AxiRam with random pauses on every channel as memory.
+port and the hostile AXI memory of :mod:`sim.cocotb_mem` on the memory port.
 
 GEMMs of random shapes (not multiples of the array), every transpose combination, scalar and
 vector exponents at the extremes, float32 and int32 output, checked bit for bit against
 :mod:`sim.golden`; then a rejected descriptor, a soft reset, and a correct GEMM again.
+The test runs once per memory port in ``ACC_PORTS``: ``;``-separated keys of
+:data:`sim.cocotb_mem.PRESETS` or JSON objects of knobs, e.g. ``"zynq7-hp"`` (8 reads and 8
+writes in flight, latency 40, 16-beat bursts, a random write order and 20 % pauses). The
+memory must see no AXI violation and be left with nothing in flight.
 Configuration from the environment: ``ACC_ROWS``, ``ACC_COLS``, ``ACC_WIDTH``, ``ACC_SEED``.
 """
 
 import os
-import random
 
 import cocotb
 import numpy as np
 from cocotb.clock import Clock
 from cocotb.triggers import ClockCycles
-from cocotbext.axi import AxiBus, AxiLiteBus, AxiLiteMaster, AxiRam, AxiReadBus, AxiWriteBus
+from cocotbext.axi import AxiLiteBus, AxiLiteMaster
 
 from firmware.regmap import ErrorCode, field_value, offset, pack
 from sim import golden
+from sim.cocotb_mem import AxiMemory, port_knobs
 
 MEM = 1 << 20
 
 
-def _pauses(seed, p):
-    rng = random.Random(seed)
-    while True:
-        yield rng.random() < p
-
-
-def _prune(bus):
-    for channel in vars(bus).values():   # absent optional signals (IDs, user...) are None
-        for name in [n for n, v in vars(channel).items() if v is None]:
-            delattr(channel, name)
-
-
-async def setup(dut, seed):
+async def setup(dut, seed, port):
     cocotb.start_soon(Clock(dut.clk, 10, unit="ns").start())
     dut.rst.value = 1
-    read, write = AxiReadBus.from_prefix(dut, "mem_r_"), AxiWriteBus.from_prefix(dut, "mem_w_")
-    _prune(read)
-    _prune(write)
-    ram = AxiRam(AxiBus(write, read), dut.clk, dut.rst, size=MEM)
-    for i, ch in enumerate((ram.read_if.ar_channel, ram.read_if.r_channel,
-                            ram.write_if.aw_channel, ram.write_if.w_channel,
-                            ram.write_if.b_channel)):
-        ch.set_pause_generator(_pauses(seed + i, 0.25))
+    ram = AxiMemory(dut, dut.clk, dut.rst, read="mem_r__", write="mem_w__", size=MEM,
+                    seed=seed, **port_knobs(port))
     lite = AxiLiteMaster(AxiLiteBus.from_prefix(dut, "ctrl_"), dut.clk, dut.rst)
     await ClockCycles(dut.clk, 4)
     dut.rst.value = 0
@@ -88,7 +74,7 @@ class Host:
             if not field_value("STATUS", "BUSY", st) or field_value("STATUS", "ERROR", st):
                 return field_value("STATUS", "ERROR_CODE", st)
             await ClockCycles(self.lite.write_if.aw_channel.clock, 20)
-        raise TimeoutError("the accelerator stayed busy")
+        raise TimeoutError(f"the accelerator stayed busy; memory: {self.ram.status()}")
 
     async def gemm(self, a, b, ta, tb, row_exp, col_exp, raw):
         m = a.shape[1] if ta else a.shape[0]
@@ -114,11 +100,15 @@ class Host:
         return rows.view(np.int32 if raw else np.uint32).reshape(m, n)
 
 
+PORTS = os.environ.get("ACC_PORTS", "zynq7-hp").split(";")
+
+
 @cocotb.test(timeout_time=20, timeout_unit="ms")
-async def gemms_errors_and_recovery(dut):
+@cocotb.parametrize(port=[cocotb.Param(p, f"port{i}") for i, p in enumerate(PORTS)])
+async def gemms_errors_and_recovery(dut, port):
     width = int(os.environ["ACC_WIDTH"])
     seed = int(os.environ.get("ACC_SEED", "1"))
-    lite, ram = await setup(dut, seed)
+    lite, ram = await setup(dut, seed, port)
     host = Host(lite, ram, width // 8)
     await host.write("WINDOW_BASE_LO", 0)
     await host.write("WINDOW_LIMIT_LO", MEM)
@@ -151,3 +141,6 @@ async def gemms_errors_and_recovery(dut):
     b = rng.integers(-128, 128, (9, 6), dtype=np.int8)
     got = await host.gemm(a, b, False, False, 0, 0, True)
     assert np.array_equal(got, golden.gemm(a, b))
+    await ClockCycles(dut.clk, 20)
+    assert not ram.finish(), f"AXI violations: {ram.violations}"
+    dut._log.info("memory (%s): %d reads, %d writes, %s", port, ram.reads, ram.writes, ram.stats)

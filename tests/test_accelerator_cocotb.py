@@ -1,5 +1,5 @@
-"""The whole accelerator's generated Verilog under cocotb (AxiLiteMaster + AxiRam with random
-pauses), on Icarus and on Verilator."""
+"""The whole accelerator's generated Verilog under cocotb (AxiLiteMaster + the hostile AXI memory
+of :mod:`sim.cocotb_mem`), on Icarus and on Verilator."""
 
 import os
 from pathlib import Path
@@ -14,16 +14,18 @@ BUILD = ROOT / "build" / "cocotb"
 
 
 @pytest.mark.parametrize("simulator", ["icarus", "verilator"])
-@pytest.mark.parametrize("rows,cols,width,seed", [(4, 4, 64, 1), (2, 8, 128, 2)])
-def test_accelerator(simulator, rows, cols, width, seed):
+@pytest.mark.parametrize("rows,cols,width,seed,ports", [
+    (4, 4, 64, 1, "zynq7-hp;narrow-w-first"), (2, 8, 128, 2, "random-pause")])
+def test_accelerator(simulator, rows, cols, width, seed, ports):
     if not available(simulator):
         pytest.fail(f"{simulator} is not installed: run scripts/bootstrap.sh")
     name = f"accel_{rows}x{cols}_{width}"
     # small buffers (depth 16, 2x2 tile blocks) so that K chunks and block changes happen
     verilog = generate_verilog("accelerator", BUILD / "rtl", name=name, rows=rows, cols=cols,
-                               depth=16, data_width=width, block=2, outstanding=4)
-    env = {"ACC_WIDTH": str(width), "ACC_SEED": str(seed),
+                               depth=16, data_width=width, block=2, outstanding=8)
+    env = {"ACC_WIDTH": str(width), "ACC_SEED": str(seed), "ACC_PORTS": ports,
            "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
     tests, failed = run_cocotb(simulator, verilog, name, "sim.cocotb_accel",
                                BUILD / f"{simulator}_{name}", env)
-    assert tests == 1 and failed == 0, f"{failed} of {tests} cocotb tests failed"
+    want = len(ports.split(";"))
+    assert tests == want and failed == 0, f"{failed} of {tests} cocotb tests failed"
