@@ -37,9 +37,11 @@ class Walker(wiring.Component):
     The descriptor stays on :attr:`i_stream` for the whole walk and is taken with its last
     job. A load job stays on :attr:`o_load` until taken; the walker waits for it.
 
-    Latency and throughput: a block starts 1 cycle after the descriptor (2 after the previous
-    block); each tile command takes 4 cycles plus 1 for every load job (excluding the cycles
-    the job waits on :attr:`o_load`); the walk ends 1 cycle after the last tile's command.
+    Latency and throughput: a block's first command (or exponent load) is offered 2 cycles
+    after the descriptor arrives or the previous block's last command; each tile command
+    takes 5 cycles, plus, for each of its load jobs, the cycles until the job is taken (at
+    least 3 with :class:`rtl.loader.LoadSequencer`); exponent loads add 1 cycle each plus the
+    same wait. The descriptor is taken in the last tile's fifth cycle.
 
     Parameters
     ----------
