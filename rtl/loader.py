@@ -1,0 +1,121 @@
+"""Load jobs -> DMA read commands, gearbox jobs and routing entries."""
+
+from amaranth import Module, Signal, unsigned
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from .dma import dma_command_layout
+from .gearbox import gearbox_job_layout
+
+__all__ = ["LoadSequencer", "load_job_layout", "route_layout"]
+
+
+def load_job_layout(tag_width: int = 1) -> data.StructLayout:
+    """One operand tile, span of k-major tiles, or exponent vector to fetch.
+
+    ``rows`` DMA reads of ``nwords`` bus words, the first at ``base + row0 * stride + col``, the
+    next ``stride`` bytes further each; the remaining fields are the gearbox job that turns
+    them into vectors (see :func:`rtl.gearbox.gearbox_job_layout`), for the A (``path`` 0) or
+    B (``path`` 1) gearbox.
+    """
+    return data.StructLayout({
+        "base": unsigned(64), "stride": unsigned(32), "row0": unsigned(17),
+        "col": unsigned(64), "rows": unsigned(17), "nzero": unsigned(17),
+        "nwords": unsigned(16), "nbeats": unsigned(16), "valid": unsigned(17),
+        "sel": unsigned(8), "tag": unsigned(tag_width), "path": 1,
+    })
+
+
+def route_layout() -> data.StructLayout:
+    """A routing entry of :class:`rtl.router.ReadRouter`: the next ``rows`` reads go to ``path``."""
+    return data.StructLayout({"path": 1, "rows": unsigned(16)})
+
+
+class LoadSequencer(wiring.Component):
+    """Turns a load job into the DMA reads of its rows and the jobs that take their words.
+
+    For each job on :attr:`i_stream` it first hands the gearbox job to :attr:`a_jobs` or
+    :attr:`b_jobs` (by ``path``) and, when the job reads rows, a routing entry to
+    :attr:`routes`; then it issues one DMA read command per row on :attr:`rd_cmd`. The job
+    stays on :attr:`i_stream` while it runs and is taken with its last read command (or, with
+    no rows, once its gearbox job is out). Own 17 x 32 multiplier for ``row0 * stride``.
+    The numpy model is :func:`sim.engine_models.load_sequence`.
+
+    Latency and throughput: the gearbox job and routing entry leave 1 cycle after the job
+    arrives (the product is registered), the first read command 1 cycle after them, then one
+    read command a cycle; the next job may start in the cycle after the last read command.
+
+    Parameters
+    ----------
+    data_width, addr_width : int
+        AXI bus.
+    a_lanes, b_lanes : int
+        Lanes of the A and B gearboxes (array rows and columns).
+    tag_width : int
+        Width of the gearbox tags.
+
+    Members
+    -------
+    i_stream : In(stream.Signature(load_job_layout(tag_width)))
+    rd_cmd : Out(stream.Signature(dma_command_layout(addr_width)))
+    a_jobs : Out(stream.Signature(gearbox_job_layout(data_width, a_lanes, tag_width)))
+    b_jobs : Out(stream.Signature(gearbox_job_layout(data_width, b_lanes, tag_width)))
+    routes : Out(stream.Signature(route_layout()))
+    """
+
+    def __init__(self, data_width: int = 128, addr_width: int = 32, *, a_lanes: int = 8,
+                 b_lanes: int = 8, tag_width: int = 1):
+        self.data_width, self.addr_width, self.tag_width = data_width, addr_width, tag_width
+        super().__init__({
+            "i_stream": In(stream.Signature(load_job_layout(tag_width))),
+            "rd_cmd": Out(stream.Signature(dma_command_layout(addr_width))),
+            "a_jobs": Out(stream.Signature(gearbox_job_layout(data_width, a_lanes, tag_width))),
+            "b_jobs": Out(stream.Signature(gearbox_job_layout(data_width, b_lanes, tag_width))),
+            "routes": Out(stream.Signature(route_layout())),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        job = self.i_stream.payload
+        product = Signal(64)
+        m.d.sync += product.eq(job.row0 * job.stride)
+        addr = Signal(64)
+        count = Signal(17)
+        job_sent = Signal()        # the gearbox job is out
+        route_sent = Signal()      # the routing entry is out (or none is needed)
+
+        for gb in (self.a_jobs, self.b_jobs):
+            m.d.comb += [gb.payload.nrows.eq(job.rows), gb.payload.nzero.eq(job.nzero),
+                         gb.payload.nwords.eq(job.nwords), gb.payload.nbeats.eq(job.nbeats),
+                         gb.payload.valid.eq(job.valid), gb.payload.sel.eq(job.sel),
+                         gb.payload.tag.eq(job.tag)]
+        m.d.comb += [self.routes.payload.path.eq(job.path),
+                     self.routes.payload.rows.eq(job.rows),
+                     self.rd_cmd.payload.addr.eq(addr),
+                     self.rd_cmd.payload.beats.eq(job.nwords)]
+
+        with m.FSM(name="load"):
+            with m.State("MUL"):
+                m.d.sync += [job_sent.eq(0), route_sent.eq(0)]
+                with m.If(self.i_stream.valid):
+                    m.next = "JOBS"
+            with m.State("JOBS"):
+                m.d.comb += [self.a_jobs.valid.eq((job.path == 0) & ~job_sent),
+                             self.b_jobs.valid.eq((job.path == 1) & ~job_sent),
+                             self.routes.valid.eq((job.rows != 0) & ~route_sent)]
+                job_out = job_sent | ((self.a_jobs.valid & self.a_jobs.ready)
+                                      | (self.b_jobs.valid & self.b_jobs.ready))
+                route_out = route_sent | (job.rows == 0) | self.routes.ready
+                m.d.sync += [job_sent.eq(job_out), route_sent.eq(route_out)]
+                with m.If(job_out & route_out):
+                    m.d.sync += [addr.eq(job.base + product + job.col), count.eq(0)]
+                    m.next = "ROWS"
+            with m.State("ROWS"):
+                done_rows = count >= job.rows
+                m.d.comb += self.rd_cmd.valid.eq(~done_rows)
+                with m.If(self.rd_cmd.ready & ~done_rows):
+                    m.d.sync += [addr.eq(addr + job.stride), count.eq(count + 1)]
+                with m.If(done_rows | (self.rd_cmd.ready & (count == job.rows - 1))):
+                    m.d.comb += self.i_stream.ready.eq(1)
+                    m.next = "MUL"
+        return m

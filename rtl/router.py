@@ -1,0 +1,72 @@
+"""The DMA reader's words -> the A or B gearbox, by routing entries."""
+
+from amaranth import Module, Signal
+from amaranth.lib import data, fifo, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from .loader import route_layout
+
+__all__ = ["ReadRouter"]
+
+
+class ReadRouter(wiring.Component):
+    """Sends each read row's words to the gearbox of its operand.
+
+    A routing entry on :attr:`routes` says that the next ``rows`` rows (runs of words ending
+    with ``last``) on :attr:`i_stream` go to :attr:`a_stream` (``path`` 0) or :attr:`b_stream`
+    (``path`` 1). Entries queue in a FIFO of ``depth``, so the loads ahead of the reader's
+    words can be announced early. The numpy model is :func:`sim.engine_models.route`.
+
+    Latency and throughput: combinational from a word to its output (``ready`` follows the
+    chosen output's); one word a cycle. An entry can route words from the second cycle after
+    it arrives; an entry of ``rows = 0`` would stall (the load sequencer never sends one).
+
+    Parameters
+    ----------
+    data_width : int
+        Bus width.
+    depth : int
+        Routing entries queued.
+
+    Members
+    -------
+    routes : In(stream.Signature(route_layout()))
+    i_stream : In(stream.Signature({"data": data_width, "last": 1}))
+    a_stream, b_stream : Out(stream.Signature(data_width))
+    """
+
+    def __init__(self, data_width: int = 128, depth: int = 8):
+        self.data_width, self.depth = data_width, depth
+        super().__init__({
+            "routes": In(stream.Signature(route_layout())),
+            "i_stream": In(stream.Signature(data.StructLayout({"data": data_width,
+                                                               "last": 1}))),
+            "a_stream": Out(stream.Signature(data_width)),
+            "b_stream": Out(stream.Signature(data_width)),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        layout = route_layout()
+        m.submodules.queue = queue = fifo.SyncFIFOBuffered(width=layout.size, depth=self.depth)
+        m.d.comb += [queue.w_data.eq(self.routes.payload), queue.w_en.eq(self.routes.valid),
+                     self.routes.ready.eq(queue.w_rdy)]
+        head = data.View(layout, queue.r_data)
+        lasts = Signal(16)           # rows of the head entry already passed
+        word = self.i_stream
+        to_a = queue.r_rdy & (head.path == 0)
+        to_b = queue.r_rdy & (head.path == 1)
+        m.d.comb += [
+            self.a_stream.payload.eq(word.payload.data),
+            self.b_stream.payload.eq(word.payload.data),
+            self.a_stream.valid.eq(word.valid & to_a),
+            self.b_stream.valid.eq(word.valid & to_b),
+            word.ready.eq((to_a & self.a_stream.ready) | (to_b & self.b_stream.ready)),
+        ]
+        with m.If(word.valid & word.ready & word.payload.last):
+            with m.If(lasts == head.rows - 1):
+                m.d.comb += queue.r_en.eq(1)
+                m.d.sync += lasts.eq(0)
+            with m.Else():
+                m.d.sync += lasts.eq(lasts + 1)
+        return m

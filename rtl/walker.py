@@ -1,0 +1,258 @@
+"""A checked descriptor -> tile commands, load jobs and write-back jobs, block by block."""
+
+from amaranth import Cat, Const, Module, Mux, Signal
+from amaranth.lib import stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from .checker import descriptor_layout
+from .issue import tile_command_layout
+from .loader import load_job_layout
+from .writeback import write_job_layout
+
+__all__ = ["Walker"]
+
+
+def _log2(x):
+    return x.bit_length() - 1
+
+
+class Walker(wiring.Component):
+    """Walks a GEMM: blocks of ``block x block`` C tiles, each over K chunks of ``depth``.
+
+    For a descriptor on :attr:`i_stream` (already checked) it visits blocks row-major (N
+    inner); for each block it first loads the block's exponent vectors (``row_vec`` /
+    ``col_vec``: one load job each, tagged ``1 + 2 * index``), once :attr:`drained` says the
+    previous block's commands have all left; then, per K chunk, for each C tile ``(i, j)``
+    (``j`` inner), it issues the tile command on :attr:`o_cmd` (and on the last chunk the
+    tile's write job on :attr:`o_write`) and then the loads that command needs on
+    :attr:`o_load`. The command goes first so the datapath can take operands as they arrive.
+
+    Loads: operands stored k-major (A transposed, B as stored) load the block's ``bm`` (``bn``)
+    tiles of the chunk as one span with the block's first command that uses them, one row of
+    the span per K step; the others load a tile with the first command using it, one row per
+    lane, padded with zero rows beyond the matrix edge. Chunks alternate between two sets of
+    ``block`` buffer slots (``parity``, kept from one descriptor to the next). The numpy model
+    is :func:`sim.engine_models.walk`.
+
+    The descriptor stays on :attr:`i_stream` for the whole walk and is taken with its last
+    job. A load job stays on :attr:`o_load` until taken; the walker waits for it.
+
+    Latency and throughput: a block's first command (or exponent load) is offered 2 cycles
+    after the descriptor arrives or the previous block's last command; each tile command
+    takes 5 cycles, plus, for each of its load jobs, the cycles until the job is taken (at
+    least 3 with :class:`rtl.loader.LoadSequencer`); exponent loads add 1 cycle each plus the
+    same wait. The descriptor is taken in the last tile's fifth cycle.
+
+    Parameters
+    ----------
+    rows, cols, depth, block : int
+        As :class:`rtl.engine.GemmEngine`.
+    data_width : int
+        Bus width (the geometry of the loads).
+    tag_width : int
+        Width of the gearbox tags (``1 + max(1, log2(block))``).
+
+    Members
+    -------
+    i_stream : In(stream.Signature(descriptor_layout()))
+    o_cmd : Out(stream.Signature(rtl.issue.tile_command_layout(block)))
+    o_load : Out(stream.Signature(rtl.loader.load_job_layout(tag_width)))
+    o_write : Out(stream.Signature(rtl.writeback.write_job_layout()))
+    drained : In(1)
+        No command is queued and no exponent vector is awaited downstream.
+    """
+
+    def __init__(self, rows: int = 8, cols: int = 8, *, depth: int = 512, block: int = 4,
+                 data_width: int = 128, tag_width: int = 2):
+        self.rows, self.cols, self.depth, self.block = rows, cols, depth, block
+        self.data_width, self.tag_width = data_width, tag_width
+        super().__init__({
+            "i_stream": In(stream.Signature(descriptor_layout())),
+            "o_cmd": Out(stream.Signature(tile_command_layout(block))),
+            "o_load": Out(stream.Signature(load_job_layout(tag_width))),
+            "o_write": Out(stream.Signature(write_job_layout())),
+            "drained": In(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        R, C, D, BL = self.rows, self.cols, self.depth, self.block
+        bpw = self.data_width // 8
+        wlog = _log2(bpw)
+        tag_width = self.tag_width
+        d = self.i_stream.payload
+
+        m_blk = Signal(17)       # first row / column of the block
+        n_blk = Signal(17)
+        k0 = Signal(17)
+        ti = Signal(range(BL))
+        tj = Signal(range(BL))
+        bm = Signal(range(BL + 1))
+        bn = Signal(range(BL + 1))
+        parity = Signal()
+        kc = Signal(17)
+        last_chunk = Signal()
+        m.d.comb += [kc.eq(Mux(d.k - k0 < D, d.k - k0, D)), last_chunk.eq(k0 + D >= d.k)]
+        m0 = Signal(17)
+        n0 = Signal(17)
+        m.d.comb += [m0.eq(m_blk + (ti << _log2(R))), n0.eq(n_blk + (tj << _log2(C)))]
+        ei = Signal(range(2 * BL + 1))       # exponent vector being fetched
+        ex_m0 = Signal(17)
+        ex_n0 = Signal(17)
+        m.d.comb += [ex_m0.eq(m_blk + (ei[:max(1, _log2(BL))] << _log2(R)) if BL > 1 else m_blk),
+                     ex_n0.eq(n_blk + (ei[:max(1, _log2(BL))] << _log2(C)) if BL > 1 else n_blk)]
+
+        ld = self.o_load.payload           # the load job being offered (registered)
+        ld_exp = Signal()                  # it fetches an exponent vector (return to EXP)
+
+        def lanes_valid(name, lanes, limit, x0):
+            v = Signal(18, name=name)
+            m.d.comb += v.eq(Mux(limit - x0 < lanes, limit - x0, lanes))
+            return v
+
+        v_a = lanes_valid("v_a", R, d.m, m0)
+        v_b = lanes_valid("v_b", C, d.n, n0)
+        v_as = lanes_valid("v_as", BL * R, d.m, m_blk)     # a span of k-major A tiles
+        v_bs = lanes_valid("v_bs", BL * C, d.n, n_blk)
+        v_re = lanes_valid("v_re", R, d.m, ex_m0)
+        v_ce = lanes_valid("v_ce", C, d.n, ex_n0)
+
+        def setup_load(path, lanes, lane_run, v, x0, base, stride, tag=0, exp=False,
+                       span=1, v_span=None):
+            """Registers the load job of one operand tile, a span of k-major tiles, or an
+            exponent vector.
+
+            k-major loads read, per step, the ``span`` neighbouring tiles' bytes of the row
+            (``v_span`` of them inside the matrix) as one run of bus words: one burst per row
+            instead of one per row and tile.
+            """
+            v_k = v if v_span is None else v_span
+            sel = (x0 & (bpw - 1)) >> _log2(lanes) if lanes <= bpw else 0
+            kmaj_words = (((x0 & (bpw - 1)) if lanes <= bpw else 0) + v_k + bpw - 1) >> wlog
+            m.d.sync += [ld.base.eq(base), ld.stride.eq(stride), ld.path.eq(path),
+                         ld.tag.eq(tag), ld_exp.eq(exp)]
+            kmaj = [ld.row0.eq(0 if exp else k0), ld.col.eq(x0 >> wlog << wlog),
+                    ld.rows.eq(1 if exp else kc), ld.nzero.eq(0),
+                    ld.nwords.eq(kmaj_words), ld.nbeats.eq(span), ld.valid.eq(v_k),
+                    ld.sel.eq(sel)]
+            run = [ld.row0.eq(x0), ld.col.eq(k0), ld.rows.eq(v),
+                   ld.nzero.eq(lanes - v), ld.nwords.eq((kc + bpw - 1) >> wlog),
+                   ld.nbeats.eq((kc + lanes - 1) >> _log2(lanes)), ld.valid.eq(kc),
+                   ld.sel.eq(0)]
+            if exp:
+                m.d.sync += kmaj
+            else:
+                with m.If(lane_run):
+                    m.d.sync += run
+                with m.Else():
+                    m.d.sync += kmaj
+
+        # k-major operands (A transposed, B as stored) load the block's tiles as one span
+        # with its first command; the others load each tile with the first command using it.
+        first_cmd = (ti == 0) & (tj == 0)
+        load_a = Signal()
+        load_b = Signal()
+        m.d.comb += [load_a.eq(Mux(d.transpose_a, first_cmd, tj == 0)),
+                     load_b.eq(Mux(d.transpose_b, ti == 0, first_cmd))]
+        cmd = self.o_cmd.payload
+        m.d.comb += [cmd.k.eq(kc), cmd.a_slot.eq(Cat(ti, parity) if BL > 1 else parity),
+                     cmd.b_slot.eq(Cat(tj, parity) if BL > 1 else parity),
+                     cmd.load_a.eq(load_a), cmd.load_b.eq(load_b),
+                     cmd.a_extra.eq(Mux(d.transpose_a, bm - 1, 0)),
+                     cmd.b_extra.eq(Mux(d.transpose_b, 0, bn - 1)),
+                     cmd.emit.eq(last_chunk), cmd.store.eq(~last_chunk),
+                     cmd.add.eq(k0 != 0), cmd.acc_slot.eq(ti * BL + tj),
+                     cmd.i.eq(ti), cmd.j.eq(tj),
+                     self.o_write.payload.m0.eq(m0), self.o_write.payload.n0.eq(n0)]
+
+        phase = Signal(2)        # CMD: 0 issue, 1 load A, 2 load B, 3 next
+        cmd_sent = Signal()      # phase 0: the command (write job) is already taken
+        write_sent = Signal()
+
+        with m.FSM(name="walk"):
+            with m.State("IDLE"):
+                with m.If(self.i_stream.valid):
+                    m.d.sync += [m_blk.eq(0), n_blk.eq(0), k0.eq(0)]
+                    m.next = "BLOCK"
+            with m.State("BLOCK"):
+                tiles_m = (d.m - m_blk + R - 1) >> _log2(R)
+                tiles_n = (d.n - n_blk + C - 1) >> _log2(C)
+                m.d.sync += [bm.eq(Mux(tiles_m < BL, tiles_m, BL)),
+                             bn.eq(Mux(tiles_n < BL, tiles_n, BL)),
+                             ti.eq(0), tj.eq(0), k0.eq(0), phase.eq(0), ei.eq(0),
+                             cmd_sent.eq(0), write_sent.eq(0)]
+                with m.If(d.row_vec | d.col_vec):
+                    m.next = "EXP_WAIT"
+                with m.Else():
+                    m.next = "CMD"
+            with m.State("EXP_WAIT"):      # the previous block's commands have taken theirs
+                with m.If(self.drained):
+                    m.next = "EXP"
+            with m.State("EXP"):
+                with m.If(ei == 2 * BL):
+                    m.next = "CMD"
+                with m.Elif(ei < BL):
+                    m.d.sync += ei.eq(ei + 1)
+                    with m.If(d.row_vec & (ei < bm)):
+                        setup_load(0, R, 0, v_re, ex_m0, d.row_exp_addr, 0,
+                                   tag=Cat(Const(1, 1), ei[:tag_width - 1]), exp=True)
+                        m.next = "LOAD"
+                with m.Else():
+                    m.d.sync += ei.eq(ei + 1)
+                    with m.If(d.col_vec & (ei - BL < bn)):
+                        setup_load(1, C, 0, v_ce, ex_n0, d.col_exp_addr, 0,
+                                   tag=Cat(Const(1, 1), (ei - BL)[:tag_width - 1]), exp=True)
+                        m.next = "LOAD"
+            with m.State("CMD"):
+                with m.If(phase == 0):
+                    m.d.comb += [self.o_cmd.valid.eq(~cmd_sent),
+                                 self.o_write.valid.eq(last_chunk & ~write_sent)]
+                    cmd_out = cmd_sent | self.o_cmd.ready
+                    write_out = ~last_chunk | write_sent | self.o_write.ready
+                    m.d.sync += [cmd_sent.eq(cmd_out), write_sent.eq(write_out)]
+                    with m.If(cmd_out & write_out):
+                        m.d.sync += [phase.eq(1), cmd_sent.eq(0), write_sent.eq(0)]
+                with m.Elif(phase == 1):
+                    m.d.sync += phase.eq(2)
+                    with m.If(load_a):
+                        setup_load(0, R, ~d.transpose_a, v_a, m0, d.a_addr, d.a_stride,
+                                   span=bm, v_span=v_as)
+                        m.next = "LOAD"
+                with m.Elif(phase == 2):
+                    m.d.sync += phase.eq(3)
+                    with m.If(load_b):
+                        setup_load(1, C, d.transpose_b, v_b, n0, d.b_addr, d.b_stride,
+                                   span=bn, v_span=v_bs)
+                        m.next = "LOAD"
+                with m.Else():
+                    m.d.sync += phase.eq(0)
+                    m.next = "NEXT"
+            with m.State("NEXT"):
+                with m.If(tj + 1 < bn):
+                    m.d.sync += tj.eq(tj + 1)
+                    m.next = "CMD"
+                with m.Elif(ti + 1 < bm):
+                    m.d.sync += [tj.eq(0), ti.eq(ti + 1)]
+                    m.next = "CMD"
+                with m.Elif(~last_chunk):
+                    m.d.sync += [tj.eq(0), ti.eq(0), k0.eq(k0 + D), parity.eq(~parity)]
+                    m.next = "CMD"
+                with m.Else():
+                    m.d.sync += parity.eq(~parity)
+                    with m.If(n_blk + BL * C < d.n):
+                        m.d.sync += n_blk.eq(n_blk + BL * C)
+                        m.next = "BLOCK"
+                    with m.Elif(m_blk + BL * R < d.m):
+                        m.d.sync += [n_blk.eq(0), m_blk.eq(m_blk + BL * R)]
+                        m.next = "BLOCK"
+                    with m.Else():
+                        m.d.comb += self.i_stream.ready.eq(1)
+                        m.next = "IDLE"
+            with m.State("LOAD"):
+                m.d.comb += self.o_load.valid.eq(1)
+                with m.If(self.o_load.ready):
+                    with m.If(ld_exp):
+                        m.next = "EXP"
+                    with m.Else():
+                        m.next = "CMD"
+        return m

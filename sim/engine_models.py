@@ -1,0 +1,249 @@
+"""Numpy / Python models of the descriptor engine's components, beat for beat on their streams.
+
+* :func:`check` -- :class:`rtl.checker.DescriptorChecker`: the verdict on a descriptor.
+* :func:`walk` -- :class:`rtl.walker.Walker`: tile commands, load jobs, write jobs.
+* :func:`load_sequence` -- :class:`rtl.loader.LoadSequencer`: DMA reads, gearbox jobs, routes.
+* :func:`route` -- :class:`rtl.router.ReadRouter`: which words go to which gearbox.
+* :func:`issue` -- :class:`rtl.issue.CommandIssue`: datapath commands with their exponents.
+* :func:`write_back` -- :class:`rtl.writeback.WriteBack`: DMA write commands, words, strobes.
+
+Payloads are dicts of the stream layouts' fields (integers; int8 vectors as lists). Where the
+hardware truncates a value to a field's width, so do the models.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from firmware.regmap import ErrorCode
+
+__all__ = ["descriptor", "check", "walk", "load_sequence", "route", "issue", "write_back"]
+
+_DESC_FIELDS = ("m", "n", "k", "transpose_a", "transpose_b", "raw", "row_vec", "col_vec",
+                "row_exp", "col_exp", "a_addr", "a_stride", "b_addr", "b_stride", "c_addr",
+                "c_stride", "row_exp_addr", "col_exp_addr")
+
+
+def descriptor(**fields) -> dict:
+    """A descriptor (every field of :func:`rtl.checker.descriptor_layout`, 0 unless given)."""
+    bad = set(fields) - set(_DESC_FIELDS)
+    if bad:
+        raise ValueError(f"unknown descriptor fields {sorted(bad)}")
+    return {name: int(fields.get(name, 0)) for name in _DESC_FIELDS}
+
+
+def _ceil_to(x: int, unit: int) -> int:
+    return -(-x // unit) * unit
+
+
+def check(desc: dict, window_base: int, window_limit: int, data_width: int = 128,
+          addr_width: int = 32) -> int:
+    """The error code :class:`rtl.checker.DescriptorChecker` gives ``desc`` (0: accepted)."""
+    d = desc
+    bpw = data_width // 8
+    if d["m"] == 0 or d["n"] == 0 or d["k"] == 0:
+        return int(ErrorCode.ZERO_DIMENSION)
+    if d["m"] > 65535 or d["n"] > 65535:
+        return int(ErrorCode.DIMENSION_TOO_LARGE)
+    if d["k"] > 65535:
+        return int(ErrorCode.K_TOO_LARGE)
+    ta, tb = d["transpose_a"], d["transpose_b"]
+    regions = [   # base, stored rows, stride, bytes a row, used
+        (d["a_addr"], d["k"] if ta else d["m"], d["a_stride"], d["m"] if ta else d["k"], 1),
+        (d["b_addr"], d["n"] if tb else d["k"], d["b_stride"], d["k"] if tb else d["n"], 1),
+        (d["c_addr"], d["m"], d["c_stride"], d["n"] << 2, 1),
+        (d["row_exp_addr"], 1, 0, d["m"], d["row_vec"]),
+        (d["col_exp_addr"], 1, 0, d["n"], d["col_vec"]),
+    ]
+    align = stride = window = False
+    for base, rows, pitch, nbytes, on in regions:
+        if not on:
+            continue
+        end = base + ((rows - 1) & 0xFFFF_FFFF) * pitch + _ceil_to(nbytes, bpw)
+        align |= bool(base % bpw or pitch % bpw)
+        stride |= rows > 1 and pitch < nbytes
+        window |= base < window_base or end > window_limit or end > 1 << addr_width
+    if align:
+        return int(ErrorCode.MISALIGNED)
+    if stride:
+        return int(ErrorCode.BAD_STRIDE)
+    if window:
+        return int(ErrorCode.OUT_OF_WINDOW)
+    return 0
+
+
+def walk(desc: dict, rows: int, cols: int, depth: int, block: int, data_width: int,
+         tag_width: int | None = None, parity: int = 0):
+    """What :class:`rtl.walker.Walker` issues for one (checked) descriptor.
+
+    Returns ``(commands, loads, writes, parity)``: the payloads on ``o_cmd``, ``o_load`` and
+    ``o_write`` in order, and the slot parity the next descriptor starts with.
+    """
+    R, C, D, BL = rows, cols, depth, block
+    bpw = data_width // 8
+    tag_width = 1 + max(1, BL.bit_length() - 1) if tag_width is None else tag_width
+    m, n, k = desc["m"], desc["n"], desc["k"]
+    ta, tb = desc["transpose_a"], desc["transpose_b"]
+    cmds, loads, writes = [], [], []
+
+    def load(path, lanes, lane_run, v, x0, base, stride, k0, kc, tag=0, exp=False, span=1,
+             v_span=None):
+        v_k = v if v_span is None else v_span
+        job = {"base": base, "stride": stride, "path": path, "tag": tag}
+        if lane_run:
+            job.update(row0=x0, col=k0, rows=v, nzero=lanes - v, nwords=-(-kc // bpw),
+                       nbeats=-(-kc // lanes), valid=kc, sel=0)
+        else:
+            off = x0 % bpw if lanes <= bpw else 0
+            job.update(row0=0 if exp else k0, col=x0 // bpw * bpw, rows=1 if exp else kc,
+                       nzero=0, nwords=-(-(off + v_k) // bpw), nbeats=span, valid=v_k,
+                       sel=off // lanes if lanes <= bpw else 0)
+        loads.append(job)
+
+    m_blk = 0
+    while m_blk < m:
+        n_blk = 0
+        while n_blk < n:
+            bm = min(-(-(m - m_blk) // R), BL)
+            bn = min(-(-(n - n_blk) // C), BL)
+            for i in range(bm if desc["row_vec"] else 0):
+                x0 = m_blk + i * R
+                load(0, R, False, min(m - x0, R), x0, desc["row_exp_addr"], 0, 0, 0,
+                     tag=1 | i << 1, exp=True)
+            for j in range(bn if desc["col_vec"] else 0):
+                x0 = n_blk + j * C
+                load(1, C, False, min(n - x0, C), x0, desc["col_exp_addr"], 0, 0, 0,
+                     tag=1 | j << 1, exp=True)
+            k0 = 0
+            while True:
+                kc = min(k - k0, D)
+                last = k0 + D >= k
+                for i in range(bm):
+                    for j in range(bn):
+                        m0, n0 = m_blk + i * R, n_blk + j * C
+                        load_a = (i == 0 and j == 0) if ta else j == 0
+                        load_b = i == 0 if tb else (i == 0 and j == 0)
+                        cmds.append({
+                            "k": kc, "a_slot": i + BL * parity if BL > 1 else parity,
+                            "b_slot": j + BL * parity if BL > 1 else parity,
+                            "load_a": int(load_a), "load_b": int(load_b),
+                            "a_extra": bm - 1 if ta else 0, "b_extra": 0 if tb else bn - 1,
+                            "emit": int(last), "store": int(not last), "add": int(k0 != 0),
+                            "acc_slot": i * BL + j, "i": i, "j": j})
+                        if last:
+                            writes.append({"m0": m0, "n0": n0})
+                        if load_a:
+                            load(0, R, not ta, min(m - m0, R), m0, desc["a_addr"],
+                                 desc["a_stride"], k0, kc, span=bm, v_span=min(m - m_blk, BL * R))
+                        if load_b:
+                            load(1, C, tb, min(n - n0, C), n0, desc["b_addr"], desc["b_stride"],
+                                 k0, kc, span=bn, v_span=min(n - n_blk, BL * C))
+                parity ^= 1
+                if last:
+                    break
+                k0 += D
+            n_blk += BL * C
+        m_blk += BL * R
+    return cmds, loads, writes, parity
+
+
+def _sel_bits(data_width: int, lanes: int) -> int:
+    return (max(2, data_width // 8 // lanes) - 1).bit_length()
+
+
+def load_sequence(jobs, data_width: int, addr_width: int, a_lanes: int, b_lanes: int):
+    """What :class:`rtl.loader.LoadSequencer` sends for ``jobs`` (load job payloads).
+
+    Returns ``(rd_cmds, a_jobs, b_jobs, routes)``.
+    """
+    rd, gb, routes = [], ([], []), []
+    for j in jobs:
+        lanes = (a_lanes, b_lanes)[j["path"]]
+        gb[j["path"]].append({"nrows": j["rows"] & 0xFFFF, "nzero": j["nzero"] & 0xFFFF,
+                              "nwords": j["nwords"], "nbeats": j["nbeats"], "valid": j["valid"],
+                              "sel": j["sel"] & ((1 << _sel_bits(data_width, lanes)) - 1),
+                              "tag": j["tag"]})
+        if j["rows"]:
+            routes.append({"path": j["path"], "rows": j["rows"] & 0xFFFF})
+        addr = (j["base"] + j["row0"] * j["stride"] + j["col"]) % (1 << 64)
+        for _ in range(j["rows"]):
+            rd.append({"addr": addr % (1 << addr_width), "beats": j["nwords"]})
+            addr = (addr + j["stride"]) % (1 << 64)
+    return rd, gb[0], gb[1], routes
+
+
+def route(words, routes):
+    """Which of ``words`` (``(data, last)`` pairs) :class:`rtl.router.ReadRouter` sends to the A
+    and to the B gearbox, by ``routes`` (``{"path", "rows"}`` entries). Returns two lists of
+    data."""
+    out = ([], [])
+    words = list(words)
+    pos = 0
+    for r in routes:
+        lasts = 0
+        while lasts < r["rows"]:
+            data, last = words[pos]
+            pos += 1
+            out[r["path"]].append(data)
+            lasts += bool(last)
+    return out
+
+
+def issue(program, desc: dict, rows: int, cols: int):
+    """The datapath commands :class:`rtl.issue.CommandIssue` sends.
+
+    ``program`` is the order of events the walker's protocol guarantees: ``("exp", path,
+    index, vector)`` (an exponent vector arriving from gearbox ``path``) and ``("cmd",
+    tile_command)``. Operand vectors pass through unchanged (not modelled here).
+    """
+    regs = ({}, {})
+    out = []
+    for event in program:
+        if event[0] == "exp":
+            _, path, index, vector = event
+            regs[path][index] = [int(x) for x in vector]
+            continue
+        t = event[1]
+        row = regs[0].get(t["i"], [0] * rows) if desc["row_vec"] else [desc["row_exp"]] * rows
+        col = regs[1].get(t["j"], [0] * cols) if desc["col_vec"] else [desc["col_exp"]] * cols
+        out.append({"k": t["k"], "a_slot": t["a_slot"], "b_slot": t["b_slot"],
+                    "load_a": t["load_a"], "load_b": t["load_b"], "a_extra": t["a_extra"],
+                    "b_extra": t["b_extra"], "transpose_a": desc["transpose_a"],
+                    "transpose_b": desc["transpose_b"], "clear": 1, "emit": t["emit"],
+                    "store": t["store"], "add": t["add"], "acc_slot": t["acc_slot"],
+                    "raw": desc["raw"], "row_exp": row, "col_exp": col})
+    return out
+
+
+def write_back(jobs, c_rows, desc: dict, rows: int, cols: int, data_width: int,
+               addr_width: int):
+    """What :class:`rtl.writeback.WriteBack` sends for ``jobs`` (``{"m0", "n0"}``) and the C
+    rows (``rows`` per job; each ``cols`` uint32 words).
+
+    Returns ``(wr_cmds, words)``: ``{"addr", "beats"}`` and ``(data, strb)`` integers.
+    """
+    bpw = data_width // 8
+    row_bytes = 4 * cols
+    cmds, words = [], []
+    c_rows = list(c_rows)
+    for t, job in enumerate(jobs):
+        m0, n0 = job["m0"], job["n0"]
+        n_valid = min(desc["n"] - n0, cols)
+        nwords = 1 if row_bytes <= bpw else -(-4 * n_valid // bpw)
+        addr = (desc["c_addr"] + m0 * desc["c_stride"] + 4 * n0 // bpw * bpw) % (1 << 64)
+        for r in range(rows):
+            if m0 + r < desc["m"]:
+                cmds.append({"addr": addr % (1 << addr_width), "beats": nwords})
+                row = np.asarray(c_rows[t * rows + r], np.uint32)
+                bits = int.from_bytes(row.astype("<u4").tobytes(), "little")
+                strb = sum(0xF << 4 * c for c in range(cols) if c < n_valid)
+                if row_bytes >= bpw:
+                    for w in range(nwords):
+                        words.append(((bits >> 8 * bpw * w) % (1 << data_width),
+                                      (strb >> bpw * w) % (1 << bpw)))
+                else:
+                    off = 4 * n0 % bpw
+                    words.append(((bits << 8 * off) % (1 << data_width),
+                                  (strb << off) % (1 << bpw)))
+            addr = (addr + desc["c_stride"]) % (1 << 64)
+    return cmds, words
