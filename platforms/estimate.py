@@ -156,7 +156,8 @@ def _bram36(depth: int, width: int) -> float:
 
 def bram_model(params: dict) -> float:
     """BRAM36 of the accelerator's large memories: operand buffer banks, accumulation
-    slots, output FIFO, the datapath's queue of loaded commands and the DMA read FIFO (see :mod:`rtl.buffer`, :mod:`rtl.datapath`)."""
+    slots, output FIFO, the datapath's queue of loaded commands and the DMA read FIFO (see
+    :mod:`rtl.buffer`, :mod:`rtl.datapath`)."""
     rows, cols = params["rows"], params["cols"]
     depth, block = params.get("depth", 512), params.get("block", 4)
     slots = max(2, 2 * block)
