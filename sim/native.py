@@ -54,8 +54,22 @@ def _verilator() -> tuple[Path, Path]:
     return Path(exe), root
 
 
+#: Models already found in this process, by their parameters (generating the Verilog to
+#: compute the digest takes seconds; a test that makes many simulators pays it once).
+_BUILT: dict[tuple, Path] = {}
+
+
 def build(**params) -> Path:
     """Compile (or find in the cache) the native model of ``Accelerator(**params)``."""
+    key = tuple(sorted(params.items()))
+    lib = _BUILT.get(key)
+    if lib is not None and lib.exists():
+        return lib
+    lib = _BUILT[key] = _build(**params)
+    return lib
+
+
+def _build(**params) -> Path:
     from rtl.accelerator import Accelerator
     from rtl.export import to_verilog
 
