@@ -132,3 +132,34 @@ def test_bad_ports_are_refused(port, exc, match):
 
 def test_knob_names_are_the_models():
     assert set(KNOBS) <= set(PORTS["ideal"])
+
+
+def test_roofline_counts_partly_filled_tiles_and_traffic():
+    from sim.bench import DRAM_EFFICIENCY, roofline
+
+    # N = 10 fills 10 of 16 columns: compute-bound at 10/16 of the PEs.
+    r = roofline(256, 10, 64, 16, 16, 512, PORTS["ideal"])
+    assert r["compute_cycles"] == 16 * 1 * 64 and r["bound_by"] == "compute"
+    assert r["bound"] == pytest.approx(10 / 16)
+    # K = 10: writing 128x784 float32 at 8 bytes per cycle bounds it.
+    r = roofline(128, 784, 10, 16, 16, 64, PORTS["zynq7-hp"])
+    assert r["bound_by"] == "traffic" and r["traffic_cycles"] == 128 * 784 * 4 // 8
+    # The VU9P stand-in (64-bit bus for the board's 512): DRAM scaled by 8/64.
+    r = roofline(64, 64, 64, 8, 16, 64, PORTS["vcu118-ddr4"])
+    assert r["dram_bytes_per_cycle"] == pytest.approx(
+        19.2 * DRAM_EFFICIENCY * 1e3 / 250 / 8, abs=0.01)
+
+
+def test_bench_cli_checks_the_port():
+    import re
+    import subprocess
+    import sys
+
+    run = [sys.executable, "-m", "sim.bench", "utilization"]
+    assert subprocess.run([*run, "--help"], capture_output=True).returncode == 0
+    for bad, message in (("fast", "must be a preset name"),
+                         ('{"max_burst": 0}', r"port\['max_burst'\] must be in 1..256")):
+        res = subprocess.run([*run, "--port", bad], capture_output=True, text=True)
+        assert res.returncode == 2
+        assert "--port" in res.stderr
+        assert re.search(message, res.stderr), res.stderr
