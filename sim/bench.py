@@ -366,6 +366,11 @@ def main(argv=None) -> int:
                    help="a port preset name of sim.ports.PORTS, or a JSON object of knobs "
                         "(e.g. '{\"preset\": \"zynq7-hp\", \"pause\": 0}'), instead of "
                         "each board's preset")
+    p.add_argument("--sizes", type=_size, nargs="+", default=None,
+                   help="instead of the boards: these arrays (e.g. 8x8 16x16) at --widths, on "
+                        "--port (default ideal)")
+    p.add_argument("--widths", type=int, nargs="+", choices=[64, 128, 256, 512], default=None,
+                   help="bus widths for --sizes (default 128)")
     p.add_argument("--quick", action="store_true",
                    help="smaller square GEMMs and one layer (256->10, batch 64) only")
     p.add_argument("--out", type=Path, default=ROOT / "results" / "utilization.json")
@@ -376,7 +381,16 @@ def main(argv=None) -> int:
         from sim.ports import BOARD_PORTS
 
         configs = []
-        for board in args.board:
+        for rows, cols in args.sizes or []:
+            if rows & (rows - 1) or cols & (cols - 1) or min(rows, cols) < 2:
+                parser.error(f"--sizes: the accelerator needs powers of two >= 2, "
+                             f"not {rows}x{cols}")
+            for width in args.widths or [128]:
+                configs.append((f"{rows}x{cols}", {"rows": rows, "cols": cols,
+                                                   "data_width": width}, args.port or "ideal"))
+        if args.widths and not args.sizes:
+            parser.error("--widths needs --sizes")
+        for board in [] if args.sizes else args.board:
             default = PLATFORMS[board].default
             params = {**BENCH_CONFIGS[board], "depth": default["depth"],
                       "block": default["block"]}
