@@ -30,7 +30,7 @@ __all__ = ["Field", "Register", "REGISTERS", "ErrorCode", "MAGIC", "VERSION", "b
 #: ``ID`` register contents: ASCII "BFP8".
 MAGIC = 0x42465038
 #: Register map version (major << 16 | minor): changes when the map does.
-VERSION = 0x0001_0001
+VERSION = 0x0001_0002
 
 
 @dataclass(frozen=True)
@@ -77,6 +77,7 @@ class ErrorCode(IntEnum):
     WRITE_ERROR = 7          # SLVERR/DECERR on a write
     QUEUE_OVERFLOW = 8       # ENQUEUE while the queue was full
     DIMENSION_TOO_LARGE = 9  # M or N above 65535
+    PROTOCOL_ERROR = 10      # the memory broke AXI (RLAST not on a burst's last beat)
 
     @property
     def meaning(self) -> str:
@@ -94,6 +95,8 @@ _ERROR_MEANINGS = {
     ErrorCode.WRITE_ERROR: "the memory answered a write with SLVERR or DECERR",
     ErrorCode.QUEUE_OVERFLOW: "a descriptor was enqueued while the queue was full",
     ErrorCode.DIMENSION_TOO_LARGE: "M or N exceeds 65535",
+    ErrorCode.PROTOCOL_ERROR: "the memory broke the AXI protocol (an RLAST not on the last "
+                              "beat of its burst)",
 }
 
 

@@ -157,7 +157,7 @@ class Accelerator(wiring.Component):
 
         irq_done = Signal()
         irq_error = Signal()
-        bus_error = reader.error | writer.error
+        bus_error = reader.error | reader.protocol | writer.error
         with m.If(aborting):
             m.d.comb += [core_rst.eq(1), reader.abort.eq(1), writer.abort.eq(1),
                          queue_rst.eq(clear_after | soft_reset)]
@@ -178,6 +178,8 @@ class Accelerator(wiring.Component):
             m.d.comb += irq_error.eq(1)
             with m.If(reader.error):
                 m.d.sync += error_code.eq(int(ErrorCode.READ_ERROR))
+            with m.Elif(reader.protocol):
+                m.d.sync += error_code.eq(int(ErrorCode.PROTOCOL_ERROR))
             with m.Elif(writer.error):
                 m.d.sync += error_code.eq(int(ErrorCode.WRITE_ERROR))
             with m.Elif(engine.fail):

@@ -8,9 +8,14 @@ __all__ = ["TransposableBuffer", "buffer_command_layout"]
 
 
 def buffer_command_layout(depth: int, slots: int = 2) -> data.StructLayout:
-    """Payload of :attr:`TransposableBuffer.w_cmd`: where and how the next tile is written."""
+    """Payload of :attr:`TransposableBuffer.w_cmd`: where and how the next tiles are written.
+
+    ``1 + extra`` tiles (k-major only; ``extra = 0`` otherwise) go to slots
+    ``slot .. slot + extra``.
+    """
     return data.StructLayout({
         "slot":    range(slots),
+        "extra":   range(slots),
         "k":       range(depth + 1),
         "k_major": 1,
     })
@@ -24,7 +29,10 @@ class TransposableBuffer(wiring.Component):
     beat, in either of two forms, chosen per tile by ``w_cmd.k_major``:
 
     * ``k_major = 1``: the stored tile is ``k x lanes``; each beat is the vector for one step
-      (A stored transposed, as for ``transpose_a``; B as stored, K x N).
+      (A stored transposed, as for ``transpose_a``; B as stored, K x N). With ``extra = S - 1 > 0``
+      the beats of ``S`` neighbouring tiles arrive interleaved as they lie in memory — beat
+      ``i`` is step ``i // S`` of the tile in slot ``slot + i % S`` — so the engine reads the
+      rows of a block of k-major tiles in single long bursts.
     * ``k_major = 0``: the stored tile is ``lanes x k``; each beat holds ``lanes`` consecutive
       steps of one lane, rows padded to a multiple of ``lanes`` (A as stored, M x K; B stored
       transposed, as for ``transpose_b``). This is the transposing case.
@@ -53,7 +61,7 @@ class TransposableBuffer(wiring.Component):
     -------
     w_cmd : In(stream.Signature(buffer_command_layout(depth)))
         Accepted when no tile is being written, or in the cycle of its last beat. ``k = 0``
-        writes nothing.
+        writes nothing. ``extra`` must be 0 unless ``k_major``, and ``slot + extra < slots``.
     w_stream : In(stream.Signature(data.ArrayLayout(signed(8), lanes)))
     w_done : Out(1)
         High in the cycle the last beat of a tile is accepted (the cycle after, for ``k = 0``).
@@ -103,6 +111,8 @@ class TransposableBuffer(wiring.Component):
         # ---- write side -------------------------------------------------------------------
         busy = Signal()
         slot = Signal(range(self.slots))
+        extra = Signal(range(self.slots))
+        sub = Signal(range(self.slots))   # tile of the span this beat goes to
         k = Signal(range(self.depth + 1))
         k_major = Signal()
         pos = Signal(range(D + L))    # step of this beat (k-major) or of its first value
@@ -112,7 +122,8 @@ class TransposableBuffer(wiring.Component):
         finished = Signal()           # this beat is the tile's last
         m.d.comb += [
             beat.eq(busy & self.w_stream.valid),
-            finished.eq(beat & Mux(k_major, pos == k - 1, (pos + L >= k) & (rot == L - 1))),
+            finished.eq(beat & Mux(k_major, (pos == k - 1) & (sub == extra),
+                                   (pos + L >= k) & (rot == L - 1))),
             self.w_stream.ready.eq(busy),
             # The next command is taken in the cycle of the last beat: no gap between tiles.
             self.w_cmd.ready.eq(~busy | finished),
@@ -120,7 +131,10 @@ class TransposableBuffer(wiring.Component):
         rot_next = Mux(rot == L - 1, 0, rot + 1)
         with m.If(beat):
             with m.If(k_major):
-                m.d.sync += [pos.eq(pos + 1), rot.eq(rot_next)]
+                with m.If(sub == extra):
+                    m.d.sync += [sub.eq(0), pos.eq(pos + 1), rot.eq(rot_next)]
+                with m.Else():
+                    m.d.sync += sub.eq(sub + 1)
             with m.Else():
                 with m.If(pos + L >= k):       # last beat of this lane's row
                     m.d.sync += [pos.eq(0), rot.eq(rot_next)]
@@ -139,9 +153,10 @@ class TransposableBuffer(wiring.Component):
         m.d.sync += empty_done.eq(take & (cmd.k == 0))
         with m.If(take):
             m.d.sync += [slot.eq(cmd.slot), k.eq(cmd.k), k_major.eq(cmd.k_major),
+                         extra.eq(Mux(cmd.k_major, cmd.extra, 0)), sub.eq(0),
                          pos.eq(0), rot.eq(0), busy.eq(cmd.k != 0)]
 
-        slot_base = slot * D          # D is a power of two: a shift
+        slot_base = (slot + sub) * D  # D is a power of two: a shift
         for b, (wp, _) in enumerate(banks):
             offset = Signal(range(L), name=f"w_offset{b}")   # (b - rot) mod L
             value = Signal(signed(8), name=f"w_value{b}")

@@ -1,6 +1,6 @@
 """The tile GEMM datapath: operand buffers -> systolic array -> rescaler, between streams."""
 
-from amaranth import Array, Module, Mux, Signal, signed, unsigned
+from amaranth import Array, Cat, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, fifo, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -21,6 +21,8 @@ def command_layout(rows: int, cols: int, slots: int = 2,
         "b_slot":      range(slots),   # B buffer slot
         "load_a":      1,              # the A tile arrives on a_stream (else: reuse the slot)
         "load_b":      1,              # the B tile arrives on b_stream
+        "a_extra":     range(slots),   # k-major A: further tiles loaded into a_slot + 1 ...
+        "b_extra":     range(slots),   # k-major B: further tiles loaded into b_slot + 1 ...
         "transpose_a": 1,              # A arrives as k x rows (else rows x k)
         "transpose_b": 1,              # B arrives as cols x k (else k x cols)
         "clear":       1,              # start a new accumulation (else add to the last one)
@@ -52,6 +54,11 @@ class GemmDatapath(wiring.Component):
     after the previous one ends, so in steady state it does ``rows * cols`` MACs every cycle.
     The numpy model is :func:`sim.models.datapath`.
 
+    A command can load a *span* of neighbouring k-major tiles at once (``a_extra`` /
+    ``b_extra`` further tiles into the following slots, their beats interleaved as the rows of
+    the block lie in memory), so the engine reads a block's k-major operand in long bursts;
+    the slots of a span are reloaded only once no command reads any of them.
+
     Partial sums across K chunks, for several C tiles in turn: a command with ``store`` keeps
     its C tile in accumulation slot ``acc_slot`` (int32, on chip) instead of or besides
     emitting it, and one with ``add`` adds that slot's sums to its tile first — so the engine
@@ -73,6 +80,10 @@ class GemmDatapath(wiring.Component):
         Passed to :class:`rtl.systolic.SystolicArray`: 2 packs two MACs per DSP48E2
         (UltraScale+); ``primitive`` instantiates the ``DSP48E2`` for synthesis; rows from
         ``dsp_rows`` on multiply in LUTs.
+    lookahead : int
+        Loaded commands that may wait for the array (at least 2): the loader runs this far
+        ahead of the compute, so span loads at a block's first command overlap the block
+        before.
     out_rows : int
         Depth of the output FIFO in C rows (at least ``rows``). Tiles reserve their rows in
         it before they start, so a stalled :attr:`o_stream` never loses data.
@@ -97,7 +108,7 @@ class GemmDatapath(wiring.Component):
     """
 
     def __init__(self, rows: int, cols: int, depth: int = 512, out_rows: int | None = None,
-                 *, slots: int = 2, acc_slots: int = 2, packing: int = 1,
+                 *, slots: int = 2, acc_slots: int = 2, lookahead: int = 2, packing: int = 1,
                  primitive: bool = False, dsp_rows: int | None = None):
         # validates rows, cols, packing, dsp_rows
         self.array = SystolicArray(rows, cols, packing=packing, primitive=primitive,
@@ -111,7 +122,9 @@ class GemmDatapath(wiring.Component):
         self.rows, self.cols, self.depth, self.out_rows = rows, cols, depth, out_rows
         if not isinstance(acc_slots, int) or isinstance(acc_slots, bool) or acc_slots < 1:
             raise ValueError(f"acc_slots must be a positive integer, not {acc_slots!r}")
-        self.slots, self.acc_slots = slots, acc_slots
+        if not isinstance(lookahead, int) or isinstance(lookahead, bool) or lookahead < 2:
+            raise ValueError(f"lookahead must be an integer >= 2, not {lookahead!r}")
+        self.slots, self.acc_slots, self.lookahead = slots, acc_slots, lookahead
         super().__init__({
             "cmd": In(stream.Signature(command_layout(rows, cols, slots, acc_slots))),
             "a_stream": In(stream.Signature(data.ArrayLayout(signed(8), rows))),
@@ -150,7 +163,9 @@ class GemmDatapath(wiring.Component):
         job_layout = data.StructLayout({
             "k": unsigned(16), "clear": 1, "readout": 1, "info": info_layout,
             "a_slot": range(self.slots), "b_slot": range(self.slots)})
-        m.submodules.jobs = jobs = fifo.SyncFIFO(width=job_layout.size, depth=2)
+        m.submodules.jobs = jobs = (
+            fifo.SyncFIFO(width=job_layout.size, depth=2) if self.lookahead == 2 else
+            fifo.SyncFIFOBuffered(width=job_layout.size, depth=self.lookahead))
         head = data.View(job_layout, jobs.r_data)
         cur = Signal(job_layout)
         active = Signal()
@@ -158,8 +173,9 @@ class GemmDatapath(wiring.Component):
         finishing = active & (kk == cur.k - 1)
 
         # Readers of each slot, queued or running: a slot is reloaded only once they are done.
-        pend_a = [Signal(range(8), name=f"pend_a{s}") for s in range(self.slots)]
-        pend_b = [Signal(range(8), name=f"pend_b{s}") for s in range(self.slots)]
+        pend_max = self.lookahead + 6
+        pend_a = [Signal(range(pend_max), name=f"pend_a{s}") for s in range(self.slots)]
+        pend_b = [Signal(range(pend_max), name=f"pend_b{s}") for s in range(self.slots)]
 
         # ---- loader: command -> buffers ---------------------------------------------------
         loading = Signal()
@@ -168,17 +184,24 @@ class GemmDatapath(wiring.Component):
         job = Signal(job_layout)
         cmd = self.cmd.payload
         bad = (cmd.k == 0) | (cmd.k > self.depth)
-        hazard = ((cmd.load_a & (Array(pend_a)[cmd.a_slot] != 0))
-                  | (cmd.load_b & (Array(pend_b)[cmd.b_slot] != 0)))
+
+        def busy_in(pend, first, extra):
+            """A slot in ``first .. first + extra`` still has readers."""
+            return Cat(*((s_ >= first) & (s_ <= first + extra) & (p != 0)
+                         for s_, p in enumerate(pend))).any()
+        hazard = ((cmd.load_a & busy_in(pend_a, cmd.a_slot, cmd.a_extra))
+                  | (cmd.load_b & busy_in(pend_b, cmd.b_slot, cmd.b_extra)))
         wiring.connect(m, wiring.flipped(self.a_stream), a_buf.w_stream)
         wiring.connect(m, wiring.flipped(self.b_stream), b_buf.w_stream)
         m.d.comb += [
             a_buf.w_cmd.payload.slot.eq(cmd.a_slot),
             a_buf.w_cmd.payload.k.eq(cmd.k),
             a_buf.w_cmd.payload.k_major.eq(cmd.transpose_a),
+            a_buf.w_cmd.payload.extra.eq(cmd.a_extra),
             b_buf.w_cmd.payload.slot.eq(cmd.b_slot),
             b_buf.w_cmd.payload.k.eq(cmd.k),
             b_buf.w_cmd.payload.k_major.eq(~cmd.transpose_b),
+            b_buf.w_cmd.payload.extra.eq(cmd.b_extra),
         ]
         accept = Signal()
         finish = Signal()          # both tiles of the loading command are in (or skipped)

@@ -75,36 +75,34 @@ class _DmaMaster(wiring.Component):
             "abort": In(1),
         })
 
-    def _bursts(self, m, channel: str, may_raise, cmd_room=1):
-        """The address side both masters share, on AXI channel ``channel`` ("ar" or "aw").
+    def _bursts(self, m, may_raise, cmd_room=1):
+        """The address side both masters share: commands -> INCR bursts.
 
-        Splits each command into INCR bursts (:func:`_burst_splitter`) and issues one per
-        cycle. ``valid`` is combinational: it rises when ``may_raise(n)`` allows a burst of
-        ``n`` beats (which must only go from false to true while a burst waits) and stays up
-        until accepted, an abort included; an abort stops further bursts. The next command
-        is taken in the cycle its predecessor's last burst is issued, if ``cmd_room``.
+        Splits each command into bursts (:func:`_burst_splitter`), at most one per cycle.
+        ``valid`` (returned) is combinational: it rises when ``may_raise(n)`` allows a burst
+        of ``n`` beats (which must only go from false to true while a burst waits) and stays
+        up until ``ready`` (set by the caller) takes it, an abort included; an abort stops
+        further bursts. ``addr`` and ``n`` only change when a burst is taken, so they are
+        stable while it waits. The next command is taken in the cycle its predecessor's last
+        burst goes, if ``cmd_room``.
 
-        Returns ``(active, issued, last_burst, n, take)``: a command is being split, a burst
-        is issued this cycle, it is its command's last, its length, and a command of at
-        least one beat is taken this cycle.
+        Returns ``(active, valid, ready, issued, last_burst, addr, n, take)``: a command is
+        being split, a burst is offered, the caller takes it, it is taken this cycle, it is
+        its command's last, its address and length, and a command of at least one beat is
+        taken this cycle.
         """
-        bus = self.bus
         shift = (self.data_width // 8).bit_length() - 1
         active = Signal()
         addr = Signal(self.addr_width)
         remaining = Signal(24)
         n = _burst_splitter(m, addr, remaining, self.burst_beats, shift)
-        valid = getattr(bus, f"{channel}valid")
-        ready = getattr(bus, f"{channel}ready")
+        valid = Signal()
+        ready = Signal()
         issued = Signal()
         waiting = Signal()
         last_burst = Signal()
         m.d.comb += [
             valid.eq(active & may_raise(n) & (~self.abort | waiting)),
-            getattr(bus, f"{channel}id").eq(0), getattr(bus, f"{channel}addr").eq(addr),
-            getattr(bus, f"{channel}len").eq(n - 1), getattr(bus, f"{channel}size").eq(shift),
-            getattr(bus, f"{channel}burst").eq(BURST_INCR),
-            getattr(bus, f"{channel}cache").eq(0b0011), getattr(bus, f"{channel}prot").eq(0),
             issued.eq(valid & ready),
             last_burst.eq(remaining == n),
         ]
@@ -125,7 +123,19 @@ class _DmaMaster(wiring.Component):
         with m.If(take):
             m.d.sync += [active.eq(1), addr.eq(cmd.addr >> shift << shift),
                          remaining.eq(cmd.beats)]
-        return active, issued, last_burst, n, take
+        return active, valid, ready, issued, last_burst, addr, n, take
+
+    def _drive_address(self, m, channel, valid, addr, n):
+        """Drive AXI address channel ``channel`` ("ar" or "aw") with an INCR burst."""
+        bus = self.bus
+        shift = (self.data_width // 8).bit_length() - 1
+        m.d.comb += [
+            getattr(bus, f"{channel}valid").eq(valid),
+            getattr(bus, f"{channel}id").eq(0), getattr(bus, f"{channel}addr").eq(addr),
+            getattr(bus, f"{channel}len").eq(n - 1), getattr(bus, f"{channel}size").eq(shift),
+            getattr(bus, f"{channel}burst").eq(BURST_INCR),
+            getattr(bus, f"{channel}cache").eq(0b0011), getattr(bus, f"{channel}prot").eq(0),
+        ]
 
 
 def dma_command_layout(addr_width: int) -> data.StructLayout:
@@ -149,23 +159,24 @@ class DmaReader(_DmaMaster):
     high and a slow consumer never blocks the memory bus. The last word of each command has
     ``last`` set.
 
-    A read answered with SLVERR or DECERR sets :attr:`error` (sticky until reset); the words
-    are still delivered, so nothing downstream hangs.
+    A read answered with SLVERR or DECERR sets :attr:`error`; an ``RLAST`` that disagrees
+    with the burst's length sets :attr:`protocol` (both sticky until reset). The words are
+    still delivered (counted by the reader's own burst lengths), so nothing downstream hangs.
 
     :attr:`abort` stops it issuing further bursts (a request already raised is still
     completed, as AXI requires) and refuses commands; the bursts in flight still arrive.
     :attr:`busy` falls once nothing is in flight or buffered; reset the reader then.
 
     Latency and throughput: one burst address per cycle, the next command taken in the cycle
-    the previous one's last burst is issued, so even one-word commands keep the bus busy when
-    ``outstanding`` covers the memory latency.
+    the previous one's last burst is issued; at most ``outstanding`` bursts in flight, so a
+    memory of latency ``L`` streams at full rate when ``outstanding`` bursts hold ``L`` beats.
 
     Parameters
     ----------
     data_width : {64, 128, 256, 512}
     addr_width : {32, 40, 64}
     burst_beats : int
-        Longest burst (1..256 words).
+        Longest burst (1..256 words; 16 for AXI3 ports).
     outstanding : int
         Bursts in flight (the output FIFO holds ``burst_beats * outstanding`` words).
 
@@ -174,7 +185,7 @@ class DmaReader(_DmaMaster):
     cmd : In(stream.Signature(dma_command_layout(addr_width)))
     o_stream : Out(stream.Signature({"data": data_width, "last": 1}))
     bus : Out(AXI4ReadSignature(addr_width, data_width))
-    error, busy : Out(1)
+    error, protocol, busy : Out(1)
     abort : In(1)
     """
 
@@ -184,6 +195,7 @@ class DmaReader(_DmaMaster):
             "o_stream": Out(stream.Signature(data.StructLayout(
                 {"data": data_width, "last": 1}))),
             "bus": Out(AXI4ReadSignature(addr_width, data_width)),
+            "protocol": Out(1),
         })
 
     def elaborate(self, platform):
@@ -193,16 +205,21 @@ class DmaReader(_DmaMaster):
         m.submodules.data_fifo = data_fifo = fifo.SyncFIFOBuffered(
             width=self.data_width + 1, depth=depth)
         # Lengths of the commands whose words are still to arrive (one-word commands can
-        # fill the whole data FIFO).
+        # fill the whole data FIFO), and of the bursts in flight (at most `outstanding`).
         m.submodules.len_fifo = len_fifo = fifo.SyncFIFO(width=24, depth=depth)
+        m.submodules.burst_fifo = burst_fifo = fifo.SyncFIFO(
+            width=self.burst_beats.bit_length(), depth=self.outstanding)
 
         # ---- address side -----------------------------------------------------------------
-        # A burst is asked for only when the data FIFO has room for all of it (credits only
-        # grow while it waits).
+        # A burst is asked for only when the data FIFO has room for all of it and fewer than
+        # `outstanding` are in flight (both only grow while it waits).
         credits = Signal(range(depth + 1), init=depth)
-        active, issued, _, n, take = self._bursts(m, "ar", lambda n: credits >= n,
-                                                  len_fifo.w_rdy)
-        m.d.comb += [len_fifo.w_en.eq(take), len_fifo.w_data.eq(self.cmd.payload.beats)]
+        active, valid, ready, issued, _, addr, n, take = self._bursts(
+            m, lambda n: (credits >= n) & burst_fifo.w_rdy, len_fifo.w_rdy)
+        self._drive_address(m, "ar", valid, addr, n)
+        m.d.comb += [ready.eq(bus.arready),
+                     len_fifo.w_en.eq(take), len_fifo.w_data.eq(self.cmd.payload.beats),
+                     burst_fifo.w_en.eq(issued), burst_fifo.w_data.eq(n)]
 
         popped = Signal()
         m.d.comb += popped.eq(self.o_stream.valid & self.o_stream.ready)
@@ -210,16 +227,23 @@ class DmaReader(_DmaMaster):
 
         # ---- data side --------------------------------------------------------------------
         count = Signal(24)
+        in_burst = Signal(range(self.burst_beats))
         beat = Signal()
         m.d.comb += [bus.rready.eq(1), beat.eq(bus.rvalid)]
         last = Signal()
-        m.d.comb += last.eq(count == len_fifo.r_data - 1)
+        burst_last = Signal()
+        m.d.comb += [last.eq(count == len_fifo.r_data - 1),
+                     burst_last.eq(in_burst == burst_fifo.r_data - 1)]
         with m.If(beat):
-            m.d.sync += count.eq(Mux(last, 0, count + 1))
+            m.d.sync += [count.eq(Mux(last, 0, count + 1)),
+                         in_burst.eq(Mux(burst_last, 0, in_burst + 1))]
             with m.If(bus.rresp != RESP_OKAY):
                 m.d.sync += self.error.eq(1)
+            with m.If(bus.rlast != burst_last):
+                m.d.sync += self.protocol.eq(1)
         m.d.comb += [
             len_fifo.r_en.eq(beat & last),
+            burst_fifo.r_en.eq(beat & burst_last),
             data_fifo.w_en.eq(beat),
             data_fifo.w_data.eq(bus.rdata | (last << self.data_width)),
             self.o_stream.valid.eq(data_fifo.r_rdy),
@@ -237,13 +261,26 @@ class DmaWriter(_DmaMaster):
     Each command names a byte address (aligned to the bus width) and a number of words; that
     many words are taken from :attr:`i_stream` and written in INCR bursts of at most
     ``burst_beats`` words that do not cross a 4 KB boundary, with up to ``outstanding`` bursts
-    awaiting their write response. Every response is checked: SLVERR or DECERR sets
-    :attr:`error` (sticky until reset). :attr:`done` pulses when the last response of a command
-    has arrived, i.e. when its data is in memory. Each word carries its byte strobes.
+    awaiting their write response. Each word carries its byte strobes.
 
-    :attr:`abort` stops it announcing further bursts and refuses commands; the words owed for
-    bursts already announced are sent with every strobe low (memory unchanged) and their
-    responses awaited. :attr:`busy` falls once nothing is outstanding; reset the writer then.
+    Words first enter a FIFO of ``2 * burst_beats``; a burst is formed only once all of its
+    words are there, and then goes into two queues: its address to the AW channel, its
+    length to the W channel. The two channels are independent, so the write data never waits
+    for ``AWREADY`` (a subordinate may wait for ``WVALID`` before raising ``AWREADY``, AXI
+    A3.3.1) and an address is never announced before its data can follow. Every payload
+    comes from a FIFO head or a register and is held while its ``VALID`` waits.
+
+    Every response is checked: SLVERR or DECERR sets :attr:`error` (sticky until reset).
+    :attr:`done` pulses when the last response of a command has arrived, i.e. when its data
+    is in memory.
+
+    :attr:`abort` stops it forming bursts and refuses commands; bursts already formed are
+    completed (their words are in the FIFO), from the next beat on with every strobe low
+    (memory unchanged), and their responses awaited. :attr:`busy` falls once nothing is
+    outstanding; reset the writer then.
+
+    Latency and throughput: a burst's address and first word go out two cycles after its last
+    word arrives; one word per cycle.
 
     Members
     -------
@@ -265,34 +302,68 @@ class DmaWriter(_DmaMaster):
     def elaborate(self, platform):
         m = Module()
         bus = self.bus
-        # Burst lengths for the W side, and "ends a command" flags for the B side.
-        m.submodules.w_fifo = w_fifo = fifo.SyncFIFO(width=9, depth=self.outstanding)
+        B = self.burst_beats
+        layout = dma_write_layout(self.data_width)
+        m.submodules.data_fifo = data_fifo = fifo.SyncFIFOBuffered(width=layout.size,
+                                                                   depth=2 * B)
+        # Formed bursts: address for AW, length for W, "ends a command" for B.
+        aw_layout = data.StructLayout({"addr": self.addr_width, "len": range(B + 1)})
+        m.submodules.aw_fifo = aw_fifo = fifo.SyncFIFOBuffered(width=aw_layout.size,
+                                                               depth=self.outstanding)
+        m.submodules.w_fifo = w_fifo = fifo.SyncFIFOBuffered(width=B.bit_length(),
+                                                             depth=self.outstanding)
         m.submodules.b_fifo = b_fifo = fifo.SyncFIFO(width=1, depth=self.outstanding)
 
-        # A burst is announced only when both queues have room.
-        active, issued, last_burst, n, _ = self._bursts(
-            m, "aw", lambda n: w_fifo.w_rdy & b_fifo.w_rdy)
-        m.d.comb += [w_fifo.w_en.eq(issued), w_fifo.w_data.eq(n),
-                     b_fifo.w_en.eq(issued), b_fifo.w_data.eq(last_burst)]
+        # Words in the data FIFO not yet given to a burst.
+        free_words = Signal(range(2 * B + 1))
+        taken_in = Signal()
+        m.d.comb += [
+            data_fifo.w_data.eq(self.i_stream.payload),
+            data_fifo.w_en.eq(self.i_stream.valid),
+            self.i_stream.ready.eq(data_fifo.w_rdy),
+            taken_in.eq(self.i_stream.valid & data_fifo.w_rdy),
+        ]
 
-        # W beats owed for announced bursts are sent with all strobes low during an abort.
-        count = Signal(9)
+        # A burst is formed when its words are buffered and the three queues have room
+        # (b_fifo bounds the bursts awaiting a response to `outstanding`).
+        active, valid, ready, issued, last_burst, addr, n, _ = self._bursts(
+            m, lambda n: (free_words >= n) & aw_fifo.w_rdy & w_fifo.w_rdy & b_fifo.w_rdy)
+        aw_in = data.View(aw_layout, aw_fifo.w_data)
+        m.d.comb += [ready.eq(1),
+                     aw_in.addr.eq(addr), aw_in.len.eq(n), aw_fifo.w_en.eq(issued),
+                     w_fifo.w_data.eq(n), w_fifo.w_en.eq(issued),
+                     b_fifo.w_data.eq(last_burst), b_fifo.w_en.eq(issued)]
+        m.d.sync += free_words.eq(free_words + taken_in - Mux(issued, n, 0))
+
+        # ---- AW: the head of the address queue ---------------------------------------------
+        aw_head = data.View(aw_layout, aw_fifo.r_data)
+        self._drive_address(m, "aw", aw_fifo.r_rdy, aw_head.addr, aw_head.len)
+        m.d.comb += aw_fifo.r_en.eq(bus.awready)
+
+        # ---- W: the words of the head burst of the length queue ---------------------------
+        # Strobes are cleared from the first beat after an abort (never during a beat).
+        word = data.View(layout, data_fifo.r_data)
+        count = Signal(range(B))
         wlast = Signal()
+        kill = Signal()
+        with m.If(~bus.wvalid | bus.wready):
+            m.d.sync += kill.eq(self.abort)
         m.d.comb += [
             wlast.eq(count == w_fifo.r_data - 1),
-            bus.wdata.eq(self.i_stream.payload.data),
-            bus.wstrb.eq(Mux(self.abort, 0, self.i_stream.payload.strb)),
+            bus.wdata.eq(word.data),
+            bus.wstrb.eq(Mux(kill, 0, word.strb)),
             bus.wlast.eq(wlast),
-            bus.wvalid.eq((self.i_stream.valid | self.abort) & w_fifo.r_rdy),
-            self.i_stream.ready.eq(bus.wready & w_fifo.r_rdy),
+            bus.wvalid.eq(w_fifo.r_rdy & data_fifo.r_rdy),
+            data_fifo.r_en.eq(bus.wvalid & bus.wready),
             w_fifo.r_en.eq(bus.wvalid & bus.wready & wlast),
         ]
         with m.If(bus.wvalid & bus.wready):
             m.d.sync += count.eq(Mux(wlast, 0, count + 1))
 
+        # ---- B ----------------------------------------------------------------------------
         m.d.comb += [bus.bready.eq(1), b_fifo.r_en.eq(bus.bvalid)]
         m.d.sync += self.done.eq(bus.bvalid & b_fifo.r_data)
         with m.If(bus.bvalid & (bus.bresp != RESP_OKAY)):
             m.d.sync += self.error.eq(1)
-        m.d.comb += self.busy.eq(active | b_fifo.r_rdy | w_fifo.r_rdy)
+        m.d.comb += self.busy.eq(active | b_fifo.r_rdy)
         return m

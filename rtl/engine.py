@@ -103,7 +103,8 @@ class GemmEngine(wiring.Component):
         self.rows, self.cols, self.depth, self.block = rows, cols, depth, block
         self.data_width, self.addr_width = data_width, addr_width
         self.datapath = GemmDatapath(rows, cols, depth, slots=max(2, 2 * block),
-                                     acc_slots=block * block, packing=packing,
+                                     acc_slots=block * block, lookahead=block * block + 2,
+                                     packing=packing,
                                      primitive=primitive, dsp_rows=dsp_rows)
         super().__init__({
             "start": In(1),
@@ -178,7 +179,8 @@ class GemmEngine(wiring.Component):
         # ---- datapath commands ------------------------------------------------------------
         cmd_layout = data.StructLayout({
             "k": unsigned(16), "a_slot": range(max(2, 2 * BL)), "b_slot": range(max(2, 2 * BL)),
-            "load_a": 1, "load_b": 1, "emit": 1, "store": 1, "add": 1,
+            "load_a": 1, "load_b": 1, "a_extra": range(max(2, 2 * BL)),
+            "b_extra": range(max(2, 2 * BL)), "emit": 1, "store": 1, "add": 1,
             "acc_slot": range(BL * BL), "i": range(BL), "j": range(BL)})
         m.submodules.cmdq = cmdq = fifo.SyncFIFOBuffered(width=cmd_layout.size,
                                                          depth=max(4, BL * BL))
@@ -189,6 +191,7 @@ class GemmEngine(wiring.Component):
             cmdq.r_en.eq(dp.cmd.ready & (exp_pending == 0)),
             dcmd.k.eq(chead.k), dcmd.a_slot.eq(chead.a_slot), dcmd.b_slot.eq(chead.b_slot),
             dcmd.load_a.eq(chead.load_a), dcmd.load_b.eq(chead.load_b),
+            dcmd.a_extra.eq(chead.a_extra), dcmd.b_extra.eq(chead.b_extra),
             dcmd.transpose_a.eq(d.transpose_a), dcmd.transpose_b.eq(d.transpose_b),
             dcmd.clear.eq(1), dcmd.emit.eq(chead.emit), dcmd.store.eq(chead.store),
             dcmd.add.eq(chead.add), dcmd.acc_slot.eq(chead.acc_slot), dcmd.raw.eq(d.raw),
@@ -318,20 +321,28 @@ class GemmEngine(wiring.Component):
 
         v_a = lanes_valid("v_a", R, d.m, m0)
         v_b = lanes_valid("v_b", C, d.n, n0)
+        v_as = lanes_valid("v_as", BL * R, d.m, m_blk)     # a span of k-major A tiles
+        v_bs = lanes_valid("v_bs", BL * C, d.n, n_blk)
         v_re = lanes_valid("v_re", R, d.m, ex_m0)
         v_ce = lanes_valid("v_ce", C, d.n, ex_n0)
 
-        def setup_load(path, lanes, lane_run, v, x0, base, stride, tag=0, exp=False):
-            """Registers the load of one operand tile (or exponent vector)."""
-            if lanes <= bpw:
-                kmaj_words, sel = 1, (x0 & (bpw - 1)) >> _log2(lanes)
-            else:
-                kmaj_words, sel = (v + bpw - 1) >> wlog, 0
+        def setup_load(path, lanes, lane_run, v, x0, base, stride, tag=0, exp=False,
+                       span=1, v_span=None):
+            """Registers the load of one operand tile, a span of k-major tiles, or an
+            exponent vector.
+
+            k-major loads read, per step, the ``span`` neighbouring tiles' bytes of the row
+            (``v_span`` of them inside the matrix) as one run of bus words: one burst per row
+            instead of one per row and tile.
+            """
+            v_k = v if v_span is None else v_span
+            sel = (x0 & (bpw - 1)) >> _log2(lanes) if lanes <= bpw else 0
+            kmaj_words = (((x0 & (bpw - 1)) if lanes <= bpw else 0) + v_k + bpw - 1) >> wlog
             m.d.sync += [ld["base"].eq(base), ld["stride"].eq(stride), ld["path"].eq(path),
                          ld["tag"].eq(tag), ld_exp.eq(exp)]
             kmaj = [ld["row0"].eq(0 if exp else k0), ld["col"].eq(x0 >> wlog << wlog),
                     ld["rows"].eq(1 if exp else kc), ld["nzero"].eq(0),
-                    ld["nwords"].eq(kmaj_words), ld["nbeats"].eq(1), ld["valid"].eq(v),
+                    ld["nwords"].eq(kmaj_words), ld["nbeats"].eq(span), ld["valid"].eq(v_k),
                     ld["sel"].eq(sel)]
             run = [ld["row0"].eq(x0), ld["col"].eq(k0), ld["rows"].eq(v),
                    ld["nzero"].eq(lanes - v), ld["nwords"].eq((kc + bpw - 1) >> wlog),
@@ -364,9 +375,18 @@ class GemmEngine(wiring.Component):
         phase = Signal(2)        # CMD: 0 issue, 1 load A, 2 load B, 3 next
         cmd_in = data.View(cmd_layout, cmdq.w_data)
         wjob_in = [data.View(wjob_layout, q.w_data) for q in (wq_cmd, wq_data)]
+        # k-major operands (A transposed, B as stored) load the block's tiles as one span
+        # with its first command; the others load each tile with the first command using it.
+        first_cmd = (ti == 0) & (tj == 0)
+        load_a = Signal()
+        load_b = Signal()
+        m.d.comb += [load_a.eq(Mux(d.transpose_a, first_cmd, tj == 0)),
+                     load_b.eq(Mux(d.transpose_b, ti == 0, first_cmd))]
         m.d.comb += [cmd_in.k.eq(kc), cmd_in.a_slot.eq(Cat(ti, parity) if BL > 1 else parity),
                      cmd_in.b_slot.eq(Cat(tj, parity) if BL > 1 else parity),
-                     cmd_in.load_a.eq(tj == 0), cmd_in.load_b.eq(ti == 0),
+                     cmd_in.load_a.eq(load_a), cmd_in.load_b.eq(load_b),
+                     cmd_in.a_extra.eq(Mux(d.transpose_a, bm - 1, 0)),
+                     cmd_in.b_extra.eq(Mux(d.transpose_b, 0, bn - 1)),
                      cmd_in.emit.eq(last_chunk), cmd_in.store.eq(~last_chunk),
                      cmd_in.add.eq(k0 != 0), cmd_in.acc_slot.eq(ti * BL + tj),
                      cmd_in.i.eq(ti), cmd_in.j.eq(tj)]
@@ -490,13 +510,15 @@ class GemmEngine(wiring.Component):
                         m.d.sync += phase.eq(1)
                 with m.Elif(phase == 1):
                     m.d.sync += phase.eq(2)
-                    with m.If(tj == 0):
-                        setup_load(0, R, ~d.transpose_a, v_a, m0, d.a_addr, d.a_stride)
+                    with m.If(load_a):
+                        setup_load(0, R, ~d.transpose_a, v_a, m0, d.a_addr, d.a_stride,
+                                   span=bm, v_span=v_as)
                         m.next = "LD_MUL"
                 with m.Elif(phase == 2):
                     m.d.sync += phase.eq(3)
-                    with m.If(ti == 0):
-                        setup_load(1, C, d.transpose_b, v_b, n0, d.b_addr, d.b_stride)
+                    with m.If(load_b):
+                        setup_load(1, C, d.transpose_b, v_b, n0, d.b_addr, d.b_stride,
+                                   span=bn, v_span=v_bs)
                         m.next = "LD_MUL"
                 with m.Else():
                     m.d.sync += phase.eq(0)

@@ -46,7 +46,8 @@ def operand_beats(stored: np.ndarray, lanes: int, k_major: bool) -> list[np.ndar
     The tile is sent row-major, ``lanes`` int8 values per beat.
 
     ``k_major``: the stored tile is ``k x lanes`` (e.g. A when ``transpose_a``; B when not
-    ``transpose_b``): one beat per stored row.
+    ``transpose_b``): one beat per stored row. A stored block ``k x (S * lanes)`` is ``S``
+    neighbouring tiles loaded together (a span): ``S`` beats per stored row, tile after tile.
 
     Otherwise the stored tile is ``lanes x k`` (A when not ``transpose_a``; B when
     ``transpose_b``): each stored row is split into ``ceil(k / lanes)`` beats, the last one
@@ -54,9 +55,10 @@ def operand_beats(stored: np.ndarray, lanes: int, k_major: bool) -> list[np.ndar
     """
     stored = np.asarray(stored, dtype=np.int8)
     if k_major:
-        if stored.ndim != 2 or stored.shape[1] != lanes:
-            raise ValueError(f"stored must be k x {lanes}, not {stored.shape}")
-        return [row.copy() for row in stored]
+        if stored.ndim != 2 or stored.shape[1] % lanes or not stored.shape[1]:
+            raise ValueError(f"stored must be k x (a multiple of {lanes}), not {stored.shape}")
+        return [row[i:i + lanes].copy() for row in stored
+                for i in range(0, stored.shape[1], lanes)]
     if stored.ndim != 2 or stored.shape[0] != lanes:
         raise ValueError(f"stored must be {lanes} x k, not {stored.shape}")
     k = stored.shape[1]
@@ -98,6 +100,10 @@ class TileCommand:
     #: ignored by the hardware, and the model reads the slot).
     load_a: bool = True
     load_b: bool = True
+    #: Tiles loaded by this command into slots ``a_slot ..`` / ``b_slot ..`` (k-major forms
+    #: only): ``a`` is then ``k x (a_span * rows)``, ``b`` is ``k x (b_span * cols)``.
+    a_span: int = 1
+    b_span: int = 1
     #: Accumulation buffer: keep the C tile in ``acc_slot`` / add that slot's sums first.
     store: bool = False
     add: bool = False
@@ -120,6 +126,7 @@ class TileCommand:
         ce = np.zeros(cols, np.int8) if self.col_exp is None else self.col_exp
         return {"k": self.k, "a_slot": a_slot, "b_slot": b_slot,
                 "load_a": self.load_a, "load_b": self.load_b,
+                "a_extra": self.a_span - 1, "b_extra": self.b_span - 1,
                 "transpose_a": self.transpose_a, "transpose_b": self.transpose_b,
                 "clear": self.clear, "emit": self.emit, "raw": self.raw,
                 "store": self.store, "add": self.add, "acc_slot": self.acc_slot,
@@ -142,9 +149,13 @@ def datapath(commands, rows: int, cols: int) -> list[np.ndarray]:
     for index, cmd in enumerate(commands):
         a_slot, b_slot = cmd.slots(index)
         if cmd.load_a:
-            slot_a[a_slot] = buffer_read(cmd.a, cmd.transpose_a)
+            for i in range(cmd.a_span):
+                part = cmd.a if cmd.a_span == 1 else cmd.a[:, i * rows:(i + 1) * rows]
+                slot_a[a_slot + i] = buffer_read(part, cmd.transpose_a)
         if cmd.load_b:
-            slot_b[b_slot] = buffer_read(cmd.b, not cmd.transpose_b)
+            for i in range(cmd.b_span):
+                part = cmd.b if cmd.b_span == 1 else cmd.b[:, i * cols:(i + 1) * cols]
+                slot_b[b_slot + i] = buffer_read(part, not cmd.transpose_b)
         op_a = np.ascontiguousarray(slot_a[a_slot][:cmd.k].T)   # rows x k
         op_b = np.ascontiguousarray(slot_b[b_slot][:cmd.k])     # k x cols
         part = golden.gemm(op_a, op_b)

@@ -11,11 +11,11 @@ from sim.harness import run, stream_recv, stream_send
 
 
 def simulate(rows, cols, commands, *, depth=None, seed=0, stall=0.3, extra_cmds=(), packing=1,
-             slots=2, acc_slots=2):
+             slots=2, acc_slots=2, lookahead=2):
     """Drive the datapath with random stalls on every stream; return (tiles, cycles, steps)."""
     depth = depth or max(c.k for c in commands)
     dut = GemmDatapath(rows, cols, depth=depth, packing=packing, slots=slots,
-                       acc_slots=acc_slots)
+                       acc_slots=acc_slots, lookahead=lookahead)
     rng = random.Random(seed)
     n_out = sum(rows for c in commands if c.emit)
     rows_out = []
@@ -172,6 +172,40 @@ def test_blocked_gemm_over_k_chunks_with_partial_sums():
     for t, (i, j) in enumerate([(0, 0), (0, 1), (1, 0), (1, 1)]):
         np.testing.assert_array_equal(
             tiles[t].view(np.int32), full[i * rows:(i + 1) * rows, j * cols:(j + 1) * cols])
+
+
+@pytest.mark.parametrize("lookahead,stall", [(2, 0.0), (6, 0.0), (6, 0.3)])
+def test_span_loads_of_k_major_tiles(lookahead, stall):
+    # A transposed and B as stored (both k-major): each K chunk's first command loads the
+    # block's two A tiles and two B tiles as spans (interleaved beats, as the rows of the
+    # block lie in memory); the chunks alternate between slot sets 0-1 and 2-3.
+    rows, cols, kc, chunks, bl = 2, 3, 4, 3, 2
+    rng = np.random.default_rng(14)
+    at = rng.integers(-128, 128, (kc * chunks, bl * rows)).astype(np.int8)   # A^T as stored
+    b = rng.integers(-128, 128, (kc * chunks, bl * cols)).astype(np.int8)
+    cmds = []
+    for c in range(chunks):
+        base = bl * (c % 2)
+        for i in range(bl):
+            for j in range(bl):
+                first = i == 0 and j == 0
+                cmds.append(models.TileCommand(
+                    a=at[c * kc:(c + 1) * kc] if first else None,
+                    b=b[c * kc:(c + 1) * kc] if first else None,
+                    transpose_a=True, a_slot=base + i, b_slot=base + j,
+                    load_a=first, load_b=first, a_span=bl, b_span=bl,
+                    store=c < chunks - 1, emit=c == chunks - 1, add=c > 0,
+                    acc_slot=2 * i + j, raw=True))
+    for cmd in cmds:
+        cmd.a = cmd.a if cmd.a is not None else np.zeros((kc, bl * rows), np.int8)
+        cmd.b = cmd.b if cmd.b is not None else np.zeros((kc, bl * cols), np.int8)
+    tiles, _, _ = simulate(rows, cols, cmds, slots=2 * bl, acc_slots=bl * bl, stall=stall,
+                           lookahead=lookahead)
+    full = golden.gemm(at, b, transpose_a=True)
+    for t, (i, j) in enumerate([(0, 0), (0, 1), (1, 0), (1, 1)]):
+        np.testing.assert_array_equal(
+            tiles[t].view(np.int32), full[i * rows:(i + 1) * rows, j * cols:(j + 1) * cols])
+    assert [t.tolist() for t in tiles] == [t.tolist() for t in models.datapath(cmds, rows, cols)]
 
 
 def test_reloading_a_slot_waits_for_its_readers():
