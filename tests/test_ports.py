@@ -1,6 +1,9 @@
 """The memory model's board-like ports (:mod:`sim.ports`): the accelerator stays bit-exact and
 finishes under every preset and every AW/W order with pauses, with no AXI protocol violation;
-the port's limits hold; a burst over the port's limit is flagged; bad ports are refused."""
+the port's limits hold; a burst over the port's limit is flagged; bad ports are refused.
+
+"w-first" (AWREADY only after the burst's W data) needs a manager that raises WVALID without
+waiting for AWREADY, as AXI requires: the DmaWriter does since main's commit 40bb489."""
 
 import numpy as np
 import pytest
@@ -15,16 +18,6 @@ from sim.ports import BOARD_PORTS, KNOBS, PORTS, WRITE_ORDERS, resolve_port
 
 # The configuration tests/test_accelerator.py builds, so no extra compile.
 CONFIG = {"rows": 8, "cols": 8, "data_width": 128}
-
-# The DmaWriter raises WVALID only after its AW handshake, so a port that waits for the W data
-# before AWREADY ("w-first", and "random" when it draws it) deadlocks it: the driver times out.
-_WAITS_FOR_AW = "the DmaWriter raises WVALID only after AW (fix pending on main)"
-
-
-def _order(order):
-    marks = [pytest.mark.xfail(strict=False, reason=_WAITS_FOR_AW)] if order != "aw-first" else []
-    return pytest.param(order, marks=marks, id=order)
-
 
 def _device(port, seed=5):
     return Device("rtl", **CONFIG, port=port, seed=seed)
@@ -46,7 +39,7 @@ def _check_port_kept(dev):
         assert limit is None or c[f"max_{way}_in_flight"] <= limit, (way, c)
 
 
-@pytest.mark.parametrize("order", [_order(o) for o in WRITE_ORDERS])
+@pytest.mark.parametrize("order", WRITE_ORDERS)
 @pytest.mark.parametrize("preset", sorted(PORTS))
 def test_every_preset_and_write_order_is_exact(preset, order):
     """All four transpose forms at odd shapes, with at least 10 % pauses on every channel."""
@@ -65,13 +58,14 @@ def test_every_preset_and_write_order_is_exact(preset, order):
        outstanding=st.one_of(st.none(), st.integers(1, 3)),
        latency=st.integers(1, 80), pause=st.sampled_from([0.0, 0.3]),
        m=st.integers(1, 50), n=st.integers(1, 50), k=st.integers(1, 200),
-       ta=st.booleans(), tb=st.booleans(), seed=st.integers(0, 2**16))
-def test_random_knobs_aw_first(preset, outstanding, latency, pause, m, n, k, ta, tb, seed):
+       ta=st.booleans(), tb=st.booleans(), seed=st.integers(0, 2**16),
+       order=st.sampled_from(WRITE_ORDERS))
+def test_random_knobs(preset, order, outstanding, latency, pause, m, n, k, ta, tb, seed):
     """Tight limits (one burst in flight), short and long latencies, heavy pauses."""
     dev = _device({"preset": preset, "outstanding_reads": outstanding,
                    "outstanding_writes": outstanding, "read_latency": latency,
                    "write_latency": max(1, latency // 2), "pause": pause,
-                   "write_order": "aw-first"}, seed=seed)
+                   "write_order": order}, seed=seed)
     _gemm(dev, np.random.default_rng(seed), m, n, k, ta, tb)
     _check_port_kept(dev)
 
