@@ -236,7 +236,9 @@ def roofline(m, n, k, rows, cols, data_width, port):
     per cycle: the port's bus width on each of the read and write channels, and the DRAM's
     ``dram_gbps * DRAM_EFFICIENCY`` at the board clock (shared by both directions), scaled by
     the simulated bus over the board's bus where a smaller configuration stands in.
-    ``bound = MACs / (PEs * max(compute, traffic))``.
+    ``bound = MACs / (PEs * max(compute, traffic))``; ``bound_by`` names the binding term
+    (``"compute"``, ``"port"`` or ``"dram"``). The memory model enforces the port's limits but
+    not the DRAM's bandwidth: where ``"dram"`` binds, the simulation may beat the bound.
     """
     bus = data_width // 8
     compute = -(-m // rows) * -(-n // cols) * k
@@ -247,12 +249,15 @@ def roofline(m, n, k, rows, cols, data_width, port):
         board_bus = (port.get("data_width") or data_width) // 8
         dram = port["dram_gbps"] * DRAM_EFFICIENCY * 1e3 / port["clock_mhz"] * bus / board_bus
         traffic = max(traffic, (rd + wr) / dram)
+    port_cycles = max(rd / bus, wr / bus)
     cycles = max(compute, traffic)
+    # The memory model does not throttle to the DRAM's bandwidth (only the port's limits), so
+    # where "dram" binds, the simulated utilisation can exceed the bound.
+    by = "compute" if compute >= traffic else "port" if port_cycles >= traffic else "dram"
     return {"compute_cycles": compute, "traffic_cycles": round(traffic),
             "read_bytes": rd, "write_bytes": wr,
             "dram_bytes_per_cycle": None if dram is None else round(dram, 2),
-            "bound": m * n * k / (rows * cols * cycles),
-            "bound_by": "traffic" if traffic > compute else "compute"}
+            "bound": m * n * k / (rows * cols * cycles), "bound_by": by}
 
 
 def utilization(configs, quick=False) -> list[dict]:

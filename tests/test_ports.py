@@ -137,11 +137,12 @@ def test_roofline_counts_partly_filled_tiles_and_traffic():
     assert r["bound"] == pytest.approx(10 / 16)
     # K = 10: writing 128x784 float32 at 8 bytes per cycle bounds it.
     r = roofline(128, 784, 10, 16, 16, 64, PORTS["zynq7-hp"])
-    assert r["bound_by"] == "traffic" and r["traffic_cycles"] == 128 * 784 * 4 // 8
+    assert r["bound_by"] == "port" and r["traffic_cycles"] == 128 * 784 * 4 // 8
     # The VU9P stand-in (64-bit bus for the board's 512): DRAM scaled by 8/64.
     r = roofline(64, 64, 64, 8, 16, 64, PORTS["vcu118-ddr4"])
     assert r["dram_bytes_per_cycle"] == pytest.approx(
         19.2 * DRAM_EFFICIENCY * 1e3 / 250 / 8, abs=0.01)
+    assert r["bound_by"] == "dram"                  # 7.68 bytes per cycle for 8 on the bus
 
 
 def test_bench_cli_checks_the_port():
