@@ -19,9 +19,19 @@ raw int32 GEMM with ``out="int32"``) bit for bit. Backends:
   ``allocate``); see :mod:`firmware.pynq_backend`.
 
 Backend options (keyword arguments of :class:`Device`): ``depth``, ``block``, ``packing``
-(hardware configuration, ``rtl``); ``latency`` (memory read latency in cycles, default 32),
-``pause`` (probability of a random pause on each AXI channel per cycle), ``memory`` (bytes),
-``seed`` (``rtl``); ``bitfile``, ``ip_name`` (``pynq``).
+(hardware configuration, ``rtl``); ``port`` (the memory port's timing, ``rtl``: a preset name
+of :data:`sim.ports.PORTS` -- ``"ideal"`` (the default), ``"zynq7-hp"``, ``"zynqmp-hp"``,
+``"vcu118-ddr4"`` -- or a dict of knobs ``outstanding_reads``, ``outstanding_writes``,
+``read_latency``, ``write_latency``, ``max_burst``, ``write_order``, ``pause``, the rest from
+``"ideal"``; see :mod:`sim.ports`); ``latency`` (overrides the port's read latency in cycles),
+``pause`` (overrides the port's probability of a random pause on each AXI channel per cycle),
+``memory`` (bytes), ``seed`` (``rtl``); ``bitfile``, ``ip_name`` (``pynq``).
+
+```python
+dev = Device("rtl", rows=16, cols=16, data_width=64, port="zynq7-hp")
+dev = Device("rtl", port={"outstanding_reads": 2, "write_order": "w-first", "pause": 0.1})
+dev.sim.counters    # the memory model's traffic counters (bursts, beats, most in flight)
+```
 """
 
 from __future__ import annotations
@@ -114,7 +124,8 @@ class Device:
         self.stats: dict = {}
         self.driver = None
         if backend == "rtl":
-            allowed = {"depth", "block", "packing", "latency", "pause", "memory", "seed"}
+            allowed = {"depth", "block", "packing", "port", "latency", "pause", "memory",
+                       "seed"}
             unknown = set(options) - allowed
             if unknown:
                 raise TypeError(f"unknown option(s) for the rtl backend: {sorted(unknown)}; "

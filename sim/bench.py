@@ -5,10 +5,15 @@
 ``python -m sim.bench cycles``     Cycle counts of tile GEMMs in the Amaranth simulator against
                                    the ideal, single tiles and back-to-back streams.
 ``python -m sim.bench utilization`` PE utilisation of whole GEMMs on the accelerator (native
-                                   Verilator model, memory latency 32 cycles) at several bus
-                                   widths: the three GEMMs of a training step at M = N = 8x
-                                   and K = 16x the array, MNIST logistic regression; and the
-                                   simulator's speed.
+                                   Verilator model) behind each board's memory port preset
+                                   (:mod:`sim.ports`), beside each GEMM's roofline bound
+                                   (:func:`roofline`): the four transpose forms of a square
+                                   GEMM and the forward, backward-data and weight-gradient
+                                   GEMMs of fully connected and convolution-shaped layers at
+                                   batch 64 and 128 (:data:`LAYERS`). Boards too big to build
+                                   here run as a smaller array with the same operand-to-bus
+                                   ratio (:data:`BENCH_CONFIGS`). ``--board``, ``--port``
+                                   (preset name or JSON knobs), ``--quick``.
 
 Each prints a Markdown table and writes JSON (``--out``).
 """
@@ -189,52 +194,155 @@ def _training_gemms(batch, fan_in, fan_out):
             ("weight-gradient dW = x^T dy", fan_in, fan_out, batch, True, False)]
 
 
-def utilization(sizes, widths, latency=32) -> list[dict]:
+#: Where the three boards' default arrays are too big to build and simulate here, a smaller
+#: array on a narrower bus with the same operand bytes per cycle over bus bytes per cycle,
+#: (rows + cols) / bus bytes: each cycle the array takes a column of A (rows bytes) and a row
+#: of B (cols bytes). Pynq-Z1 16x16 @ 64 bits: 32/8 = 4, simulated as is. ZCU104 32x64 @ 128:
+#: 96/16 = 6 -> 16x32 @ 64: 48/8 = 6. VU9P 64x128 @ 512: 192/64 = 3 -> 8x16 @ 64: 24/8 = 3
+#: (64 bits is the narrowest bus; the arrays are the smallest powers of two with the ratio).
+BENCH_CONFIGS = {
+    "pynq-z1": {"rows": 16, "cols": 16, "data_width": 64},
+    "zcu104": {"rows": 16, "cols": 32, "data_width": 64},
+    "vu9p": {"rows": 8, "cols": 16, "data_width": 64},
+}
+#: Assumed fraction of the DRAM's peak bandwidth a streaming DMA sustains (refresh, bank and
+#: read/write turnarounds).
+DRAM_EFFICIENCY = 0.8
+#: Layers y = x W (fan_in -> fan_out): fully connected, and convolution-shaped (im2col of a
+#: 3x3 convolution, 64 -> 128 and 128 -> 256 channels).
+LAYERS = [("fc 784->256", 784, 256), ("fc 256->256", 256, 256), ("fc 256->10", 256, 10),
+          ("conv 576->128", 576, 128), ("conv 1152->256", 1152, 256)]
+
+
+def _bench_cases(rows, cols, quick):
+    """(group, name, M, N, K, transpose_a, transpose_b) of one board's run."""
+    d = max(rows, cols)
+    m, k = (4 * d, 8 * d) if quick else (8 * d, 16 * d)
+    cases = [("square", *g) for g in (
+        ("forward", m, m, k, False, False), ("A transposed", m, m, k, True, False),
+        ("B transposed", m, m, k, False, True), ("both transposed", m, m, k, True, True))]
+    layers = [("fc 256->10", 256, 10)] if quick else LAYERS
+    for batch in ((64,) if quick else (64, 128)):
+        for label, fan_in, fan_out in layers:
+            cases += [(f"{label} b{batch}", *g) for g in _training_gemms(batch, fan_in, fan_out)]
+    return cases
+
+
+def roofline(m, n, k, rows, cols, data_width, port):
+    """The bound on PE utilisation from the array's occupancy and compulsory traffic.
+
+    ``compute = ceil(M/rows) * ceil(N/cols) * K`` cycles (partly filled tiles count whole);
+    traffic: A and B read once (int8), C written once (float32), over the sustainable bytes
+    per cycle: the port's bus width on each of the read and write channels, and the DRAM's
+    ``dram_gbps * DRAM_EFFICIENCY`` at the board clock (shared by both directions), scaled by
+    the simulated bus over the board's bus where a smaller configuration stands in.
+    ``bound = MACs / (PEs * max(compute, traffic))``; ``bound_by`` names the binding term
+    (``"compute"``, ``"port"`` or ``"dram"``). The memory model enforces the port's limits but
+    not the DRAM's bandwidth: where ``"dram"`` binds, the simulation may beat the bound.
+    """
+    bus = data_width // 8
+    compute = -(-m // rows) * -(-n // cols) * k
+    rd, wr = m * k + k * n, 4 * m * n
+    traffic = max(rd / bus, wr / bus)
+    dram = None
+    if port.get("dram_gbps") and port.get("clock_mhz"):
+        board_bus = (port.get("data_width") or data_width) // 8
+        dram = port["dram_gbps"] * DRAM_EFFICIENCY * 1e3 / port["clock_mhz"] * bus / board_bus
+        traffic = max(traffic, (rd + wr) / dram)
+    port_cycles = max(rd / bus, wr / bus)
+    cycles = max(compute, traffic)
+    # The memory model does not throttle to the DRAM's bandwidth (only the port's limits), so
+    # where "dram" binds, the simulated utilisation can exceed the bound.
+    by = "compute" if compute >= traffic else "port" if port_cycles >= traffic else "dram"
+    return {"compute_cycles": compute, "traffic_cycles": round(traffic),
+            "read_bytes": rd, "write_bytes": wr,
+            "dram_bytes_per_cycle": None if dram is None else round(dram, 2),
+            "bound": m * n * k / (rows * cols * cycles), "bound_by": by}
+
+
+def utilization(configs, quick=False) -> list[dict]:
+    """Run each ``(label, accelerator params, port)`` of ``configs``; one record per GEMM."""
     from firmware import Device
+    from sim import golden
+    from sim.ports import resolve_port
 
     out = []
-    for (rows, cols), width in ((s, w) for s in sizes for w in widths):
+    for label, params, port in configs:
+        port = resolve_port(port)
+        rows, cols, width = params["rows"], params["cols"], params["data_width"]
         t0 = time.monotonic()
-        dev = Device("rtl", rows=rows, cols=cols, data_width=width, latency=latency)
-        print(f"  built {rows}x{cols} at {width} bits in {time.monotonic() - t0:.0f} s",
-              file=sys.stderr)
-        d = max(rows, cols)
-        cases = [("square", *g) for g in (
-            ("forward", 8 * d, 8 * d, 16 * d, False, False),
-            ("A transposed", 8 * d, 8 * d, 16 * d, True, False),
-            ("B transposed", 8 * d, 8 * d, 16 * d, False, True),
-            ("both transposed", 8 * d, 8 * d, 16 * d, True, True))]
-        cases += [("mnist-logreg", *g) for g in _training_gemms(128, 784, 10)]
+        dev = Device("rtl", port=port, **params)
+        print(f"  {label}: {rows}x{cols} at {width} bits, port {port['name']}, built in "
+              f"{time.monotonic() - t0:.0f} s", file=sys.stderr)
         rng = np.random.default_rng(0)
-        for group, name, m, n, k, ta, tb in cases:
+        for group, name, m, n, k, ta, tb in _bench_cases(rows, cols, quick):
             a = rng.integers(-128, 128, (k, m) if ta else (m, k), dtype=np.int8)
             b = rng.integers(-128, 128, (n, k) if tb else (k, n), dtype=np.int8)
+            dev.sim.clear_counters()
             t1 = time.monotonic()
             c = dev.gemm(a, b, transpose_a=ta, transpose_b=tb, out="int32")
             wall = time.monotonic() - t1
-            from sim import golden
             if not np.array_equal(c, golden.gemm(a, b, ta, tb)):
                 raise AssertionError(f"{name}: the accelerator's result differs from golden")
-            st = dev.stats
-            out.append({"rows": rows, "cols": cols, "data_width": width, "latency": latency,
-                        "group": group, "gemm": name, "m": m, "n": n, "k": k,
-                        "transpose_a": ta, "transpose_b": tb, "cycles": st["cycles"],
-                        "active_cycles": st["active_cycles"],
-                        "dma_stall_cycles": st["dma_stall_cycles"],
-                        "utilization": round(st["utilization"], 4),
-                        "sim_cycles_per_second": round(st["cycles"] / wall)})
+            if dev.sim.violations:
+                raise AssertionError(f"{name}: {dev.sim.violations} AXI protocol violations")
+            st, mem = dev.stats, dev.sim.counters
+            bound = roofline(m, n, k, rows, cols, width, port)
+            util = st["utilization"]
+            out.append({
+                "board": label, **params, "port": port["name"],
+                "port_knobs": {key: port[key] for key in (
+                    "outstanding_reads", "outstanding_writes", "read_latency", "write_latency",
+                    "max_burst", "write_order", "pause")},
+                "group": group, "gemm": name, "m": m, "n": n, "k": k,
+                "transpose_a": ta, "transpose_b": tb, "cycles": st["cycles"],
+                "active_cycles": st["active_cycles"],
+                "dma_stall_cycles": st["dma_stall_cycles"],
+                "utilization": round(util, 4), "roofline": {
+                    **bound, "bound": round(bound["bound"], 4),
+                    "dram_efficiency": DRAM_EFFICIENCY},
+                "utilization_over_bound": round(util / bound["bound"], 4),
+                "memory": {key: mem[key] for key in (
+                    "read_bursts", "write_bursts", "read_beats", "write_beats",
+                    "max_reads_in_flight", "max_writes_in_flight", "ar_stall_cycles")},
+                "wall_seconds": round(wall, 2),
+                "sim_cycles_per_second": round(st["cycles"] / wall)})
     return out
 
 
 def utilization_table(results) -> str:
-    lines = ["| array | bus | GEMM | M x N x K | cycles | PE utilisation | DMA stall cycles "
-             "| simulated cycles/s |", "|---|---:|---|---|---:|---:|---:|---:|"]
+    lines = ["| board (simulated as) | port | GEMM | M x N x K | cycles | PE utilisation "
+             "| roofline bound | util / bound | bound by | DMA stall cycles | read bursts "
+             "| most reads in flight | simulated cycles/s |",
+             "|---|---|---|---|---:|---:|---:|---:|---|---:|---:|---:|---:|"]
     for r in results:
-        lines.append(f"| {r['rows']}x{r['cols']} | {r['data_width']} | {r['group']}: "
-                     f"{r['gemm']} | {r['m']}x{r['n']}x{r['k']} | {r['cycles']} | "
-                     f"{100 * r['utilization']:.1f}% | {r['dma_stall_cycles']} | "
-                     f"{r['sim_cycles_per_second']:,} |")
+        rl, mem = r["roofline"], r["memory"]
+        lines.append(
+            f"| {r['board']} ({r['rows']}x{r['cols']} @ {r['data_width']}) | {r['port']} | "
+            f"{r['group']}: {r['gemm']} | {r['m']}x{r['n']}x{r['k']} | {r['cycles']} | "
+            f"{100 * r['utilization']:.1f}% | {100 * rl['bound']:.1f}% | "
+            f"{100 * r['utilization_over_bound']:.0f}% | {rl['bound_by']} | "
+            f"{r['dma_stall_cycles']} | {mem['read_bursts']} | {mem['max_reads_in_flight']} | "
+            f"{r['sim_cycles_per_second']:,} |")
     return "\n".join(lines)
+
+
+def _port_arg(text: str):
+    from sim.ports import PORTS, resolve_port
+
+    if text in PORTS:
+        return text
+    try:
+        port = json.loads(text)
+    except json.JSONDecodeError:
+        raise argparse.ArgumentTypeError(
+            f"must be a preset name {sorted(PORTS)} or a JSON object of port knobs, "
+            f"not {text!r}") from None
+    try:
+        resolve_port(port)
+    except (TypeError, ValueError) as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return port
 
 
 def main(argv=None) -> int:
@@ -251,23 +359,56 @@ def main(argv=None) -> int:
     p.add_argument("--tiles", type=int, default=8)
     p.add_argument("--packing", type=int, nargs="+", choices=[1, 2], default=[1, 2])
     p.add_argument("--out", type=Path, default=ROOT / "results" / "cycles.json")
-    p = sub.add_parser("utilization", help="PE utilisation of whole GEMMs on the accelerator")
-    p.add_argument("--sizes", type=_size, nargs="+", default=[(8, 8), (16, 16)])
-    p.add_argument("--widths", type=int, nargs="+", choices=[64, 128, 256, 512],
-                   default=[64, 128, 512])
-    p.add_argument("--latency", type=int, default=32)
+    p = sub.add_parser(
+        "utilization", help="PE utilisation of whole GEMMs on the accelerator, per board port",
+        description="PE utilisation of whole GEMMs (native Verilator model) beside their "
+                    "roofline bound, on each board's memory port preset.")
+    p.add_argument("--board", choices=sorted(BENCH_CONFIGS), nargs="+",
+                   default=sorted(BENCH_CONFIGS),
+                   help="boards to run (default: all), each with its port preset and the "
+                        "configuration of BENCH_CONFIGS")
+    p.add_argument("--port", type=_port_arg, default=None,
+                   help="a port preset name of sim.ports.PORTS, or a JSON object of knobs "
+                        "(e.g. '{\"preset\": \"zynq7-hp\", \"pause\": 0}'), instead of "
+                        "each board's preset")
+    p.add_argument("--sizes", type=_size, nargs="+", default=None,
+                   help="instead of the boards: these arrays (e.g. 8x8 16x16) at --widths, on "
+                        "--port (default ideal)")
+    p.add_argument("--widths", type=int, nargs="+", choices=[64, 128, 256, 512], default=None,
+                   help="bus widths for --sizes (default 128)")
+    p.add_argument("--quick", action="store_true",
+                   help="smaller square GEMMs and one layer (256->10, batch 64) only")
     p.add_argument("--out", type=Path, default=ROOT / "results" / "utilization.json")
     args = parser.parse_args(argv)
 
     if args.what == "utilization":
-        for rows, cols in args.sizes:
+        from platforms import PLATFORMS
+        from sim.ports import BOARD_PORTS
+
+        configs = []
+        for rows, cols in args.sizes or []:
             if rows & (rows - 1) or cols & (cols - 1) or min(rows, cols) < 2:
                 parser.error(f"--sizes: the accelerator needs powers of two >= 2, "
                              f"not {rows}x{cols}")
-        if args.latency < 1:
-            parser.error("--latency must be positive")
-        results = utilization(args.sizes, args.widths, args.latency)
+            for width in args.widths or [128]:
+                configs.append((f"{rows}x{cols}", {"rows": rows, "cols": cols,
+                                                   "data_width": width}, args.port or "ideal"))
+        if args.widths and not args.sizes:
+            parser.error("--widths needs --sizes")
+        for board in [] if args.sizes else args.board:
+            default = PLATFORMS[board].default
+            params = {**BENCH_CONFIGS[board], "depth": default["depth"],
+                      "block": default["block"]}
+            configs.append((board, params, args.port or BOARD_PORTS[board]))
+        t0 = time.monotonic()
+        results = utilization(configs, args.quick)
         table = utilization_table(results)
+        cycles_run = sum(r["cycles"] for r in results)
+        wall = sum(r["wall_seconds"] for r in results)
+        print(f"simulated {cycles_run:,} cycles of {len(results)} GEMMs in {wall:.0f} s of "
+              f"GEMM calls ({cycles_run / max(wall, 1e-9):,.0f} cycles per second of "
+              f"simulation); {time.monotonic() - t0:.0f} s in all, builds included",
+              file=sys.stderr)
     elif args.what == "resources":
         results = resources(args.sizes, args.families, ROOT / "build" / "bench")
         table = resources_table(results)
@@ -279,8 +420,13 @@ def main(argv=None) -> int:
         results = cycles(args.sizes, args.k, args.tiles, args.packing)
         table = cycles_table(results)
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"command": f"python -m sim.bench {args.what}",
-                                    "results": results}, indent=2) + "\n")
+    command = "python -m sim.bench " + " ".join(
+        argv if argv is not None else sys.argv[1:])
+    record = {"command": command, "results": results}
+    if args.what == "utilization":
+        record["dram_efficiency"] = DRAM_EFFICIENCY
+        record["bench_configs"] = BENCH_CONFIGS
+    args.out.write_text(json.dumps(record, indent=2) + "\n")
     print(table)
     print(f"\nwrote {args.out}")
     return 0

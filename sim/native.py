@@ -6,6 +6,14 @@ under ``build/native/`` by a digest of the Verilog, the harness and the flags: t
 of a configuration takes a minute or two, later ones are instant. :class:`NativeSim` loads it
 through ``ctypes``; :class:`firmware.device.Device` drives it with the same register-level
 driver that drives a board.
+
+The memory behind the accelerator's AXI port is timed by ``port``: a preset of
+:data:`sim.ports.PORTS` (``"ideal"``, ``"zynq7-hp"``, ``"zynqmp-hp"``, ``"vcu118-ddr4"``) or a
+dict of knobs (bursts in flight each way, read latency, write response latency, longest burst,
+the order of AW and W, random pauses); see :mod:`sim.ports`. The model counts AXI protocol
+violations (:attr:`NativeSim.violations`: 4 KB crossings, WLAST, size, bursts over the port's
+limit, VALID or payload dropped before READY) and keeps counters of its traffic
+(:attr:`NativeSim.counters`).
 """
 
 from __future__ import annotations
@@ -20,7 +28,14 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["build", "NativeSim", "BUILD_ROOT"]
+from .ports import WRITE_ORDERS
+
+__all__ = ["build", "NativeSim", "BUILD_ROOT", "COUNTERS"]
+
+#: The memory model's counters, in the harness's order (``sim_counter``).
+COUNTERS = ("read_beats", "write_beats", "read_bursts", "write_bursts", "max_reads_in_flight",
+            "max_writes_in_flight", "violations", "stability_violations", "burst_violations",
+            "ar_stall_cycles", "aw_stall_cycles", "w_stall_cycles")
 
 HARNESS = Path(__file__).parent / "native" / "harness.cpp"
 #: Where compiled models are cached (override with ``BFP_NATIVE_CACHE``).
@@ -39,8 +54,22 @@ def _verilator() -> tuple[Path, Path]:
     return Path(exe), root
 
 
+#: Models already found in this process, by their parameters (generating the Verilog to
+#: compute the digest takes seconds; a test that makes many simulators pays it once).
+_BUILT: dict[tuple, Path] = {}
+
+
 def build(**params) -> Path:
     """Compile (or find in the cache) the native model of ``Accelerator(**params)``."""
+    key = tuple(sorted(params.items()))
+    lib = _BUILT.get(key)
+    if lib is not None and lib.exists():
+        return lib
+    lib = _BUILT[key] = _build(**params)
+    return lib
+
+
+def _build(**params) -> Path:
     from rtl.accelerator import Accelerator
     from rtl.export import to_verilog
 
@@ -102,14 +131,36 @@ class NativeSim:
     ----------
     memory : int
         Bytes of memory at address 0.
-    latency : int
-        Cycles from a read address to its first data beat.
-    pause : float
-        Probability that each AXI channel pauses in a cycle (random back-pressure).
+    port : str or dict
+        The memory port's timing: a preset name of :data:`sim.ports.PORTS` or a dict of knobs
+        (the rest from ``"ideal"``), see :func:`sim.ports.resolve_port`.
+    latency : int, optional
+        Overrides the port's ``read_latency`` (cycles from a read address to its first beat).
+    pause : float, optional
+        Overrides the port's ``pause`` (probability that each AXI channel pauses in a cycle).
+    seed : int
+        Seeds the pauses and the ``"random"`` write order.
+    **params
+        The accelerator's parameters (:class:`rtl.accelerator.Accelerator`).
+
+    Attributes
+    ----------
+    port : dict
+        The resolved port (knobs and metadata).
     """
 
-    def __init__(self, *, memory: int = 64 << 20, latency: int = 32, pause: float = 0.0,
-                 seed: int = 1, **params):
+    def __init__(self, *, memory: int = 64 << 20, port: str | dict = "ideal",
+                 latency: int | None = None, pause: float | None = None, seed: int = 1,
+                 **params):
+        from .ports import resolve_port
+
+        overrides = {k: v for k, v in (("read_latency", latency), ("pause", pause))
+                     if v is not None}
+        if not isinstance(port, (str, dict)):
+            resolve_port(port)                      # raises the TypeError naming port
+        if overrides:
+            port = {**({"preset": port} if isinstance(port, str) else port), **overrides}
+        self.port = resolve_port(port)
         lib = ctypes.CDLL(str(build(**params)))
         for name, res, args in (
                 ("sim_new", ctypes.c_void_p, [ctypes.c_uint64, ctypes.c_uint, ctypes.c_double,
@@ -125,12 +176,21 @@ class NativeSim:
                 ("sim_set_error_range", None, [ctypes.c_void_p, ctypes.c_uint64,
                                                ctypes.c_uint64]),
                 ("sim_set_timing", None, [ctypes.c_void_p, ctypes.c_uint, ctypes.c_double]),
+                ("sim_configure", None, [ctypes.c_void_p, ctypes.c_uint, ctypes.c_uint,
+                                         ctypes.c_uint, ctypes.c_uint, ctypes.c_uint,
+                                         ctypes.c_uint, ctypes.c_double]),
+                ("sim_counter", ctypes.c_uint64, [ctypes.c_void_p, ctypes.c_int]),
+                ("sim_clear_counters", None, [ctypes.c_void_p]),
                 ("sim_outstanding", ctypes.c_uint64, [ctypes.c_void_p]),
                 ("sim_beats", ctypes.c_uint64, [ctypes.c_void_p, ctypes.c_int])):
             fn = getattr(lib, name)
             fn.restype, fn.argtypes = res, args
         self._lib = lib
-        self._h = lib.sim_new(memory, latency, pause, seed)
+        p = self.port
+        self._h = lib.sim_new(memory, p["read_latency"], p["pause"], seed)
+        lib.sim_configure(self._h, p["outstanding_reads"] or 0, p["outstanding_writes"] or 0,
+                          p["read_latency"], p["write_latency"], p["max_burst"],
+                          WRITE_ORDERS.index(p["write_order"]), p["pause"])
         self.memory = np.ctypeslib.as_array(lib.sim_memory(self._h), shape=(memory,))
         self.size = memory
 
@@ -154,8 +214,19 @@ class NativeSim:
 
     @property
     def violations(self) -> int:
-        """AXI protocol violations the memory model saw (4 KB crossings, wlast, size)."""
+        """AXI protocol violations the memory model saw (4 KB crossings, WLAST, size, bursts
+        over ``max_burst``, VALID or payload changed before READY on AR, AW or W)."""
         return self._lib.sim_violations(self._h)
+
+    @property
+    def counters(self) -> dict:
+        """The memory model's counters (:data:`COUNTERS`): beats and bursts each way, the most
+        bursts in flight seen, violations by kind, cycles a VALID waited for READY."""
+        return {name: self._lib.sim_counter(self._h, i) for i, name in enumerate(COUNTERS)}
+
+    def clear_counters(self) -> None:
+        """Zero the traffic counters (the violation counts keep accumulating)."""
+        self._lib.sim_clear_counters(self._h)
 
     @property
     def read_beats(self) -> int:
@@ -180,4 +251,16 @@ class NativeSim:
         self._lib.sim_set_error_range(self._h, lo, hi)
 
     def set_timing(self, latency: int, pause: float) -> None:
+        """Change the read latency and the pause probability from now on."""
         self._lib.sim_set_timing(self._h, latency, pause)
+        self.port = {**self.port, "read_latency": latency, "pause": float(pause)}
+
+    def configure(self, port: str | dict) -> None:
+        """Change the port's knobs from now on (bursts already accepted keep their timing)."""
+        from .ports import resolve_port
+
+        p = self.port = resolve_port(port)
+        self._lib.sim_configure(self._h, p["outstanding_reads"] or 0,
+                                p["outstanding_writes"] or 0, p["read_latency"],
+                                p["write_latency"], p["max_burst"],
+                                WRITE_ORDERS.index(p["write_order"]), p["pause"])

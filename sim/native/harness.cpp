@@ -3,12 +3,31 @@
 //
 // Compiled with -DMODEL=<Verilated class> -DMODEL_H="<header>" -DDW=<AXI data width in bits>.
 //
-// Memory model: a flat byte array at address 0. Reads: one AR per cycle, the first data beat
-// `latency` cycles after the AR, then one beat per cycle, bursts in order. Writes: W beats
-// follow their AW; the B response comes `latency / 4 + 1` cycles after the last W beat. Every
-// channel can pause at random (probability `pause`). Bursts that touch the error range, or
-// lie outside memory, answer SLVERR / DECERR (and write nothing). Protocol checks count
-// violations: a burst crossing 4 KB, a wrong wlast, a size other than the bus width.
+// Memory model: a flat byte array at address 0 behind one AXI subordinate port whose timing
+// is set by a few knobs (sim_configure; sim/ports.py has the boards' presets):
+//
+// * outstanding_reads: AR bursts accepted and not yet fully returned; ARREADY is low at the
+//   limit (0 = unlimited). Reads return in order, the first beat `read_latency` cycles after
+//   the AR, then at most one beat per cycle.
+// * outstanding_writes: AW bursts accepted whose B has not been sent; AWREADY is low at the
+//   limit (0 = unlimited). The B response goes `write_latency` cycles after the burst is
+//   complete (its last W beat and its AW both received).
+// * max_burst: longest burst (beats) the port takes; a longer one is a protocol violation and
+//   is answered with SLVERR (nothing written).
+// * write_order: 0 "aw-first" (W beats are accepted only for bursts whose AW was accepted),
+//   1 "w-first" (AWREADY only once the burst's W beats, up to WLAST, have all arrived: W is
+//   buffered ahead of its AW, which a manager must allow for), 2 "random" (one of the two,
+//   drawn per burst from the seed).
+// * pause: probability, per channel per cycle, of back-pressure (ARREADY, AWREADY, WREADY
+//   low) or of a gap (RVALID, BVALID not raised). A raised RVALID / BVALID stays up, with its
+//   payload, until the handshake.
+//
+// Bursts that touch the error range, or lie outside memory, answer SLVERR / DECERR (and write
+// nothing). Protocol checks count violations: a burst crossing 4 KB, a wrong WLAST, a size
+// other than the bus width, a burst longer than max_burst, and a manager that drops VALID or
+// changes the payload on AR, AW or W before READY. Counters (sim_counter) record beats,
+// bursts and the most bursts seen in flight.
+#include <array>
 #include <cstdint>
 #include <cstring>
 #include <deque>
@@ -55,12 +74,46 @@ template <typename T> uint64_t get_strb(const T &sig) {
     return static_cast<uint64_t>(sig);
 }
 
-struct Burst {
+enum WriteOrder : unsigned { AW_FIRST = 0, W_FIRST = 1, RANDOM_ORDER = 2 };
+
+// Counters, in the order sim_counter() numbers them (sim/native.py names them).
+enum Counter : int {
+    READ_BEATS, WRITE_BEATS, READ_BURSTS, WRITE_BURSTS, MAX_READS_IN_FLIGHT,
+    MAX_WRITES_IN_FLIGHT, VIOLATIONS, STABILITY_VIOLATIONS, BURST_VIOLATIONS, AR_STALLS,
+    AW_STALLS, W_STALLS, N_COUNTERS
+};
+
+struct ReadBurst {
     uint64_t addr;
     unsigned len;   // beats
     unsigned beat;
-    uint64_t due;   // cycle the first beat (reads) or the response (writes) may go
+    uint64_t due;   // cycle the first beat may go
     uint8_t resp;
+};
+
+// One write burst, built from its AW and its W beats in whichever order they come.
+struct WriteBurst {
+    bool w_first = false;     // this burst's order: AWREADY waits for all its W beats
+    bool have_aw = false;
+    uint64_t addr = 0;
+    unsigned len = 0;
+    uint8_t resp = 0;
+    unsigned beats = 0;       // W beats received
+    bool closed = false;      // all W beats received (len reached, or WLAST before the AW)
+    std::vector<uint8_t> data;
+    std::vector<uint64_t> strb;
+};
+
+struct Response {
+    uint64_t due;
+    uint8_t resp;
+};
+
+// A manager's VALID/payload, to check it is held until READY.
+using Payload = std::array<uint64_t, BPW / 8 + 4>;   // address fields, or W data, strb, last
+struct Held {
+    bool pending = false;     // VALID was high and READY low in the last cycle
+    Payload payload{};
 };
 
 struct Sim {
@@ -68,15 +121,23 @@ struct Sim {
     MODEL *top;
     std::vector<uint8_t> mem;
     uint64_t cycle = 0;
-    unsigned latency;
+    unsigned outstanding_reads = 0, outstanding_writes = 0;   // 0: unlimited
+    unsigned read_latency, write_latency, max_burst = 256;
+    unsigned write_order = AW_FIRST;
     double pause;
-    uint64_t rng;
+    uint64_t rng, order_rng;
     uint64_t err_lo = 0, err_hi = 0;
-    std::deque<Burst> reads, writes, responses;
-    uint64_t violations = 0, read_beats = 0, write_beats = 0;
+    std::deque<ReadBurst> reads;
+    std::deque<WriteBurst> writes;     // in AW/W order; the front completes first
+    std::deque<Response> responses;
+    unsigned aw_count = 0;             // bursts in `writes` whose AW has been accepted
+    bool r_shown = false, b_shown = false;
+    Held ar_held, aw_held, w_held;
+    uint64_t counters[N_COUNTERS] = {0};
 
     Sim(size_t bytes, unsigned latency_, double pause_, uint64_t seed)
-        : mem(bytes, 0), latency(latency_), pause(pause_), rng(seed * 2654435761u + 1) {
+        : mem(bytes, 0), read_latency(latency_), write_latency(latency_ / 4 + 1),
+          pause(pause_), rng(seed * 2654435761u + 1), order_rng(seed * 40503u + 7) {
         top = new MODEL{&ctx};
         top->clk = 0;
         top->rst = 1;
@@ -89,76 +150,157 @@ struct Sim {
         delete top;
     }
 
+    static uint64_t next(uint64_t &state) {
+        state ^= state << 13; state ^= state >> 7; state ^= state << 17;
+        return state;
+    }
+
     bool paused() {
         if (pause <= 0) return false;
-        rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
-        return (rng >> 11) * (1.0 / 9007199254740992.0) < pause;
+        return (next(rng) >> 11) * (1.0 / 9007199254740992.0) < pause;
     }
 
     uint8_t check(uint64_t addr, unsigned len) {
         uint64_t end = addr + uint64_t(len) * BPW;
         if (end > mem.size()) return 3;                      // DECERR
+        if (len > max_burst) return 2;                       // SLVERR: the port refuses it
         if (addr < err_hi && end > err_lo) return 2;         // SLVERR
         return 0;
+    }
+
+    // Protocol checks of one address (both channels share them).
+    void check_address(uint64_t addr, unsigned len, unsigned size) {
+        if ((addr & 0xFFF) + uint64_t(len) * BPW > 4096) counters[VIOLATIONS]++;
+        if ((1u << size) != BPW) counters[VIOLATIONS]++;
+        if (len > max_burst) { counters[VIOLATIONS]++; counters[BURST_VIOLATIONS]++; }
+    }
+
+    // VALID must stay high, and the payload unchanged, from the cycle it rises to READY.
+    void check_held(Held &h, bool valid, bool ready, const Payload &payload) {
+        if (h.pending && (!valid || payload != h.payload)) {
+            counters[VIOLATIONS]++;
+            counters[STABILITY_VIOLATIONS]++;
+        }
+        h.pending = valid && !ready;
+        h.payload = payload;
+    }
+
+    // The burst the next AW (at `aw_count`) or W beat belongs to, created on first sight.
+    WriteBurst &write_burst(size_t i) {
+        while (writes.size() <= i) {
+            WriteBurst b;
+            b.w_first = write_order == W_FIRST
+                        || (write_order == RANDOM_ORDER && (next(order_rng) >> 33 & 1));
+            writes.push_back(b);
+        }
+        return writes[i];
+    }
+
+    size_t w_index() const {
+        size_t i = 0;
+        while (i < writes.size() && writes[i].closed) i++;
+        return i;
+    }
+
+    unsigned writes_in_flight() const {
+        return aw_count + unsigned(responses.size());
+    }
+
+    // The front burst is complete (AW and every W beat): write memory, queue its response.
+    void retire_writes() {
+        while (!writes.empty() && writes.front().have_aw && writes.front().closed) {
+            WriteBurst &b = writes.front();
+            if (b.beats != b.len) counters[VIOLATIONS]++;    // WLAST before the AW's length
+            if (b.resp == 0) {
+                unsigned n = b.beats < b.len ? b.beats : b.len;
+                for (unsigned k = 0; k < n; k++) {
+                    uint8_t *dst = &mem[b.addr + uint64_t(k) * BPW];
+                    for (int i = 0; i < BPW; i++)
+                        if (b.strb[k] >> i & 1) dst[i] = b.data[size_t(k) * BPW + i];
+                }
+            }
+            responses.push_back({cycle + write_latency, b.resp});
+            writes.pop_front();
+            aw_count--;
+        }
     }
 
     // One clock cycle: drive the model's outputs, sample handshakes, clock edge, update.
     void tick() {
         // ---- drive subordinate outputs from the model state ----
-        top->mem_r__arready = !paused();
-        bool rv = false;
-        if (!reads.empty() && reads.front().due <= cycle && !paused()) {
-            Burst &b = reads.front();
-            rv = true;
+        bool ar_room = outstanding_reads == 0 || reads.size() < outstanding_reads;
+        top->mem_r__arready = !paused() && ar_room;
+        bool gap = paused();
+        if (!r_shown && !reads.empty() && reads.front().due <= cycle && !gap) r_shown = true;
+        if (r_shown) {
+            ReadBurst &b = reads.front();
             if (b.resp == 0) put_bytes(top->mem_r__rdata, &mem[b.addr + uint64_t(b.beat) * BPW]);
             else { uint8_t z[BPW] = {0}; put_bytes(top->mem_r__rdata, z); }
             top->mem_r__rresp = b.resp;
             top->mem_r__rlast = b.beat + 1 == b.len;
             top->mem_r__rid = 0;
         }
-        top->mem_r__rvalid = rv;
-        top->mem_w__awready = !paused();
-        bool w_open = false;
-        for (auto &b : writes) if (b.beat < b.len) { w_open = true; break; }
-        top->mem_w__wready = w_open && !paused();
-        bool bv = !responses.empty() && responses.front().due <= cycle && !paused();
-        top->mem_w__bvalid = bv;
-        if (bv) top->mem_w__bresp = responses.front().resp;
+        top->mem_r__rvalid = r_shown;
+
+        WriteBurst &next_aw = write_burst(aw_count);
+        bool aw_room = outstanding_writes == 0 || writes_in_flight() < outstanding_writes;
+        top->mem_w__awready = !paused() && aw_room && (!next_aw.w_first || next_aw.closed);
+        size_t wi = w_index();
+        WriteBurst &next_w = write_burst(wi);
+        // W ahead of its AW is buffered for at most as many bursts as AWs may be outstanding.
+        size_t ahead = wi >= aw_count ? wi - aw_count : 0;
+        size_t ahead_limit = outstanding_writes ? outstanding_writes : 64;
+        bool w_open = next_w.have_aw || (next_w.w_first && ahead < ahead_limit);
+        top->mem_w__wready = !paused() && w_open;
+        gap = paused();
+        if (!b_shown && !responses.empty() && responses.front().due <= cycle && !gap)
+            b_shown = true;
+        top->mem_w__bvalid = b_shown;
+        if (b_shown) top->mem_w__bresp = responses.front().resp;
         top->mem_w__bid = 0;
         top->clk = 0;
         top->eval();
 
         // ---- sample handshakes ----
-        bool ar = top->mem_r__arvalid && top->mem_r__arready;
-        Burst nb{};
+        bool arv = top->mem_r__arvalid, arr = top->mem_r__arready;
+        check_held(ar_held, arv, arr, Payload{uint64_t(top->mem_r__araddr), top->mem_r__arlen,
+                                              top->mem_r__arsize, top->mem_r__arburst});
+        if (arv && !arr) counters[AR_STALLS]++;
+        bool ar = arv && arr;
+        ReadBurst nb{};
         if (ar) {
             nb.addr = top->mem_r__araddr;
             nb.len = top->mem_r__arlen + 1u;
-            if ((nb.addr & 0xFFF) + uint64_t(nb.len) * BPW > 4096) violations++;
-            if ((1u << top->mem_r__arsize) != BPW) violations++;
-            nb.due = cycle + latency;
+            check_address(nb.addr, nb.len, top->mem_r__arsize);
+            nb.due = cycle + read_latency;
             nb.resp = check(nb.addr, nb.len);
         }
-        bool r = rv && top->mem_r__rready;
-        bool aw = top->mem_w__awvalid && top->mem_w__awready;
-        Burst wb{};
+        bool r = r_shown && top->mem_r__rready;
+        bool awv = top->mem_w__awvalid, awr = top->mem_w__awready;
+        check_held(aw_held, awv, awr, Payload{uint64_t(top->mem_w__awaddr), top->mem_w__awlen,
+                                              top->mem_w__awsize, top->mem_w__awburst});
+        if (awv && !awr) counters[AW_STALLS]++;
+        bool aw = awv && awr;
+        uint64_t aw_addr = 0;
+        unsigned aw_len = 0;
         if (aw) {
-            wb.addr = top->mem_w__awaddr;
-            wb.len = top->mem_w__awlen + 1u;
-            if ((wb.addr & 0xFFF) + uint64_t(wb.len) * BPW > 4096) violations++;
-            if ((1u << top->mem_w__awsize) != BPW) violations++;
-            wb.resp = check(wb.addr, wb.len);
+            aw_addr = top->mem_w__awaddr;
+            aw_len = top->mem_w__awlen + 1u;
+            check_address(aw_addr, aw_len, top->mem_w__awsize);
         }
-        bool w = top->mem_w__wvalid && top->mem_w__wready;
+        bool wv = top->mem_w__wvalid, wr = top->mem_w__wready;
         uint8_t wdata[BPW];
-        uint64_t wstrb = 0;
-        bool wlast = false;
-        if (w) {
-            get_bytes(top->mem_w__wdata, wdata);
-            wstrb = get_strb(top->mem_w__wstrb);
-            wlast = top->mem_w__wlast;
-        }
-        bool bfire = bv && top->mem_w__bready;
+        get_bytes(top->mem_w__wdata, wdata);
+        uint64_t wstrb = get_strb(top->mem_w__wstrb);
+        bool wlast = top->mem_w__wlast;
+        Payload wpayload{};
+        std::memcpy(wpayload.data(), wdata, BPW);
+        wpayload[BPW / 8] = wstrb;
+        wpayload[BPW / 8 + 1] = wlast;
+        check_held(w_held, wv, wr, wpayload);
+        if (wv && !wr) counters[W_STALLS]++;
+        bool w = wv && wr;
+        bool bfire = b_shown && top->mem_w__bready;
 
         // ---- clock edge ----
         top->clk = 1;
@@ -167,32 +309,49 @@ struct Sim {
 
         // ---- update the model ----
         if (r) {
-            read_beats++;
-            Burst &b = reads.front();
+            counters[READ_BEATS]++;
+            r_shown = false;
+            ReadBurst &b = reads.front();
             if (++b.beat == b.len) reads.pop_front();
         }
-        if (ar) reads.push_back(nb);
-        if (w) {
-            write_beats++;
-            for (auto &b : writes) {
-                if (b.beat >= b.len) continue;
-                if (b.resp == 0) {
-                    uint8_t *dst = &mem[b.addr + uint64_t(b.beat) * BPW];
-                    for (int i = 0; i < BPW; i++) if (wstrb >> i & 1) dst[i] = wdata[i];
-                }
-                b.beat++;
-                if ((b.beat == b.len) != wlast) violations++;
-                if (b.beat == b.len) {
-                    Burst done = b;
-                    done.due = cycle + latency / 4 + 1;
-                    responses.push_back(done);
-                }
-                break;
-            }
-            while (!writes.empty() && writes.front().beat >= writes.front().len) writes.pop_front();
+        if (ar) {
+            reads.push_back(nb);
+            counters[READ_BURSTS]++;
+            if (reads.size() > counters[MAX_READS_IN_FLIGHT])
+                counters[MAX_READS_IN_FLIGHT] = reads.size();
         }
-        if (aw) writes.push_back(wb);
-        if (bfire) responses.pop_front();
+        if (w) {
+            counters[WRITE_BEATS]++;
+            WriteBurst &b = write_burst(w_index());
+            b.data.insert(b.data.end(), wdata, wdata + BPW);
+            b.strb.push_back(wstrb);
+            b.beats++;
+            if (b.have_aw) {
+                b.closed = b.beats == b.len;
+                if (b.closed != wlast) counters[VIOLATIONS]++;
+            } else {
+                b.closed = wlast;
+                // No WLAST within the longest burst AXI has: a violation; close it anyway.
+                if (!wlast && b.beats == 256) { counters[VIOLATIONS]++; b.closed = true; }
+            }
+        }
+        if (aw) {
+            WriteBurst &b = write_burst(aw_count);
+            b.have_aw = true;
+            b.addr = aw_addr;
+            b.len = aw_len;
+            b.resp = check(aw_addr, aw_len);
+            if (b.beats >= b.len) b.closed = true;   // (a WLAST misplaced counts at retiring)
+            aw_count++;
+            counters[WRITE_BURSTS]++;
+            if (writes_in_flight() > counters[MAX_WRITES_IN_FLIGHT])
+                counters[MAX_WRITES_IN_FLIGHT] = writes_in_flight();
+        }
+        if (bfire) {
+            responses.pop_front();
+            b_shown = false;
+        }
+        retire_writes();
     }
 
     void lite_write(uint32_t addr, uint32_t data) {
@@ -247,22 +406,46 @@ void sim_write32(void *h, uint32_t addr, uint32_t data) { static_cast<Sim *>(h)-
 uint32_t sim_read32(void *h, uint32_t addr) { return static_cast<Sim *>(h)->lite_read(addr); }
 uint8_t *sim_memory(void *h) { return static_cast<Sim *>(h)->mem.data(); }
 uint64_t sim_cycle(void *h) { return static_cast<Sim *>(h)->cycle; }
-uint64_t sim_violations(void *h) { return static_cast<Sim *>(h)->violations; }
+uint64_t sim_violations(void *h) { return static_cast<Sim *>(h)->counters[VIOLATIONS]; }
 int sim_irq(void *h) { return static_cast<Sim *>(h)->top->irq; }
 void sim_set_error_range(void *h, uint64_t lo, uint64_t hi) {
     Sim *s = static_cast<Sim *>(h);
     s->err_lo = lo; s->err_hi = hi;
 }
+// Read latency and pause only (the write latency keeps its value).
 void sim_set_timing(void *h, unsigned latency, double pause) {
     Sim *s = static_cast<Sim *>(h);
-    s->latency = latency; s->pause = pause;
+    s->read_latency = latency; s->pause = pause;
+}
+// The port's knobs (see the top of this file); takes effect for bursts not yet accepted.
+void sim_configure(void *h, unsigned outstanding_reads, unsigned outstanding_writes,
+                   unsigned read_latency, unsigned write_latency, unsigned max_burst,
+                   unsigned write_order, double pause) {
+    Sim *s = static_cast<Sim *>(h);
+    s->outstanding_reads = outstanding_reads; s->outstanding_writes = outstanding_writes;
+    s->read_latency = read_latency; s->write_latency = write_latency;
+    s->max_burst = max_burst; s->write_order = write_order; s->pause = pause;
 }
 uint64_t sim_beats(void *h, int writes) {
     Sim *s = static_cast<Sim *>(h);
-    return writes ? s->write_beats : s->read_beats;
+    return s->counters[writes ? WRITE_BEATS : READ_BEATS];
+}
+uint64_t sim_counter(void *h, int which) {
+    Sim *s = static_cast<Sim *>(h);
+    return which >= 0 && which < N_COUNTERS ? s->counters[which] : 0;
+}
+void sim_clear_counters(void *h) {
+    Sim *s = static_cast<Sim *>(h);
+    uint64_t keep = s->counters[VIOLATIONS];   // violations accumulate for the whole run
+    uint64_t keep_s = s->counters[STABILITY_VIOLATIONS], keep_b = s->counters[BURST_VIOLATIONS];
+    for (auto &c : s->counters) c = 0;
+    s->counters[VIOLATIONS] = keep;
+    s->counters[STABILITY_VIOLATIONS] = keep_s; s->counters[BURST_VIOLATIONS] = keep_b;
 }
 uint64_t sim_outstanding(void *h) {
     Sim *s = static_cast<Sim *>(h);
-    return s->reads.size() + s->writes.size() + s->responses.size();
+    uint64_t writes = 0;
+    for (auto &b : s->writes) writes += b.have_aw || b.beats;
+    return s->reads.size() + writes + s->responses.size();
 }
 }

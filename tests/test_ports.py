@@ -1,0 +1,160 @@
+"""The memory model's board-like ports (:mod:`sim.ports`): the accelerator stays bit-exact and
+finishes under every preset and every AW/W order with pauses, with no AXI protocol violation;
+the port's limits hold; a burst over the port's limit is flagged; bad ports are refused.
+
+"w-first" (AWREADY only after the burst's W data) needs a manager that raises WVALID without
+waiting for AWREADY, as AXI requires: the DmaWriter does since main's commit 40bb489."""
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from firmware import AcceleratorError, Device
+from firmware.regmap import ErrorCode
+from platforms import PLATFORMS
+from sim import golden
+from sim.ports import BOARD_PORTS, KNOBS, PORTS, WRITE_ORDERS, resolve_port
+
+# The configuration tests/test_accelerator.py builds, so no extra compile.
+CONFIG = {"rows": 8, "cols": 8, "data_width": 128}
+
+def _device(port, seed=5):
+    return Device("rtl", **CONFIG, port=port, seed=seed)
+
+
+def _gemm(dev, rng, m, n, k, ta, tb):
+    a = rng.integers(-128, 128, (k, m) if ta else (m, k), dtype=np.int8)
+    b = rng.integers(-128, 128, (n, k) if tb else (k, n), dtype=np.int8)
+    got = dev.gemm(a, b, transpose_a=ta, transpose_b=tb, out="int32")
+    np.testing.assert_array_equal(got, golden.gemm(a, b, ta, tb))
+
+
+def _check_port_kept(dev):
+    port, c = dev.sim.port, dev.sim.counters
+    assert dev.sim.violations == 0, c
+    assert c["read_bursts"] > 0 and c["write_bursts"] > 0
+    for way in ("reads", "writes"):
+        limit = port[f"outstanding_{way}"]
+        assert limit is None or c[f"max_{way}_in_flight"] <= limit, (way, c)
+
+
+@pytest.mark.parametrize("order", WRITE_ORDERS)
+@pytest.mark.parametrize("preset", sorted(PORTS))
+def test_every_preset_and_write_order_is_exact(preset, order):
+    """All four transpose forms at odd shapes, with at least 10 % pauses on every channel."""
+    dev = _device({"preset": preset, "write_order": order,
+                   "pause": max(PORTS[preset]["pause"], 0.1)})
+    rng = np.random.default_rng(sorted(PORTS).index(preset))
+    for ta, tb in ((False, False), (True, False), (False, True), (True, True)):
+        m, n, k = (int(x) for x in rng.integers(1, 40, 3))
+        _gemm(dev, rng, m, n, 2 * k + 1, ta, tb)
+    _gemm(dev, rng, 19, 70, 301, True, False)       # long A^T columns: many short bursts
+    _check_port_kept(dev)
+
+
+@settings(max_examples=12, deadline=None)
+@given(preset=st.sampled_from(sorted(PORTS)),
+       outstanding=st.one_of(st.none(), st.integers(1, 3)),
+       latency=st.integers(1, 80), pause=st.sampled_from([0.0, 0.3]),
+       m=st.integers(1, 50), n=st.integers(1, 50), k=st.integers(1, 200),
+       ta=st.booleans(), tb=st.booleans(), seed=st.integers(0, 2**16),
+       order=st.sampled_from(WRITE_ORDERS))
+def test_random_knobs(preset, order, outstanding, latency, pause, m, n, k, ta, tb, seed):
+    """Tight limits (one burst in flight), short and long latencies, heavy pauses."""
+    dev = _device({"preset": preset, "outstanding_reads": outstanding,
+                   "outstanding_writes": outstanding, "read_latency": latency,
+                   "write_latency": max(1, latency // 2), "pause": pause,
+                   "write_order": order}, seed=seed)
+    _gemm(dev, np.random.default_rng(seed), m, n, k, ta, tb)
+    _check_port_kept(dev)
+
+
+def test_a_burst_over_the_port_limit_is_flagged_and_refused():
+    dev = _device({"max_burst": 4})                 # the DMA issues bursts of up to 16 beats
+    rng = np.random.default_rng(0)
+    with pytest.raises(AcceleratorError) as info:
+        _gemm(dev, rng, 8, 8, 200, False, False)    # rows of 200 bytes: 13-beat bursts
+    assert info.value.code is ErrorCode.READ_ERROR
+    assert dev.sim.counters["burst_violations"] > 0
+    assert dev.sim.violations >= dev.sim.counters["burst_violations"]
+    assert dev.sim.counters["stability_violations"] == 0
+
+
+def test_latency_and_pause_options_still_override_the_port():
+    dev = Device("rtl", **CONFIG, port="zynq7-hp", latency=7, pause=0.0)
+    assert dev.sim.port["read_latency"] == 7 and dev.sim.port["pause"] == 0.0
+    assert dev.sim.port["max_burst"] == 16 and dev.sim.port["outstanding_reads"] == 8
+    assert Device("rtl", **CONFIG).sim.port == resolve_port("ideal")
+
+
+def test_presets_are_complete_and_every_board_has_one():
+    for name, preset in PORTS.items():
+        assert resolve_port(name) == {"name": name, **preset}
+        assert preset["source"]
+    assert set(BOARD_PORTS) == set(PLATFORMS)
+    for board, name in BOARD_PORTS.items():
+        assert PORTS[name]["data_width"] == PLATFORMS[board].data_width
+        assert PORTS[name]["clock_mhz"] == PLATFORMS[board].clock_mhz
+    full = resolve_port({"outstanding_reads": 2})
+    assert full["outstanding_reads"] == 2 and full["read_latency"] == 32
+    assert full["name"] == "ideal+"
+    assert resolve_port({"preset": "zynq7-hp", "pause": 0})["max_burst"] == 16
+
+
+@pytest.mark.parametrize("port,exc,match", [
+    ("zynq", ValueError, r"port must be one of \['ideal', 'vcu118-ddr4'"),
+    (3, TypeError, "port must be a preset name"),
+    ({"preset": "nope"}, ValueError, r"port\['preset'\] must be one of"),
+    ({"latency": 3}, ValueError, "unknown key.*'latency'.*valid"),
+    ({"outstanding_reads": 0}, ValueError, r"port\['outstanding_reads'\] must be in 1\.\."),
+    ({"outstanding_writes": 2.5}, TypeError, r"port\['outstanding_writes'\] must be an integer"),
+    ({"read_latency": None}, TypeError, r"port\['read_latency'\] must be an integer,"),
+    ({"write_latency": 0}, ValueError, r"port\['write_latency'\]"),
+    ({"max_burst": 257}, ValueError, r"port\['max_burst'\] must be in 1\.\.256"),
+    ({"max_burst": True}, TypeError, r"port\['max_burst'\]"),
+    ({"write_order": "any"}, ValueError, r"write_order'\] must be one of \['aw-first', 'w-first"),
+    ({"pause": 1.0}, ValueError, r"port\['pause'\] must be in \[0, 1\)"),
+    ({"pause": "often"}, TypeError, r"port\['pause'\] must be a number"),
+])
+def test_bad_ports_are_refused(port, exc, match):
+    with pytest.raises(exc, match=match):
+        resolve_port(port)
+    with pytest.raises(exc, match=match):           # before any model is built
+        Device("rtl", **CONFIG, port=port)
+
+
+def test_knob_names_are_the_models():
+    assert set(KNOBS) <= set(PORTS["ideal"])
+
+
+def test_roofline_counts_partly_filled_tiles_and_traffic():
+    from sim.bench import DRAM_EFFICIENCY, roofline
+
+    # N = 10 fills 10 of 16 columns: compute-bound at 10/16 of the PEs.
+    r = roofline(256, 10, 64, 16, 16, 512, PORTS["ideal"])
+    assert r["compute_cycles"] == 16 * 1 * 64 and r["bound_by"] == "compute"
+    assert r["bound"] == pytest.approx(10 / 16)
+    # K = 10: writing 128x784 float32 at 8 bytes per cycle bounds it.
+    r = roofline(128, 784, 10, 16, 16, 64, PORTS["zynq7-hp"])
+    assert r["bound_by"] == "port" and r["traffic_cycles"] == 128 * 784 * 4 // 8
+    # The VU9P stand-in (64-bit bus for the board's 512): DRAM scaled by 8/64.
+    r = roofline(64, 64, 64, 8, 16, 64, PORTS["vcu118-ddr4"])
+    assert r["dram_bytes_per_cycle"] == pytest.approx(
+        19.2 * DRAM_EFFICIENCY * 1e3 / 250 / 8, abs=0.01)
+    assert r["bound_by"] == "dram"                  # 7.68 bytes per cycle for 8 on the bus
+
+
+def test_bench_cli_checks_the_port():
+    import re
+    import subprocess
+    import sys
+
+    run = [sys.executable, "-m", "sim.bench", "utilization"]
+    assert subprocess.run([*run, "--help"], capture_output=True).returncode == 0
+    for bad, message in (("fast", "must be a preset name"),
+                         ('{"max_burst": 0}', r"port\['max_burst'\] must be in 1..256")):
+        res = subprocess.run([*run, "--port", bad], capture_output=True, text=True)
+        assert res.returncode == 2
+        assert "--port" in res.stderr
+        assert re.search(message, res.stderr), res.stderr
