@@ -1,6 +1,6 @@
 """The tile GEMM datapath: operand buffers -> systolic array -> rescaler, between streams."""
 
-from amaranth import Array, Cat, Module, Mux, Signal, signed, unsigned
+from amaranth import Array, Cat, Const, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, fifo, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -189,8 +189,9 @@ class GemmDatapath(wiring.Component):
 
         def busy_in(pend, first, extra):
             """A slot in ``first .. first + extra`` still has readers."""
-            return Cat(*((s_ >= first) & (s_ <= first + extra) & (p != 0)
-                         for s_, p in enumerate(pend))).any()
+            span = Signal(2 * self.slots)
+            m.d.comb += span.eq(((Const(1, self.slots + 1) << (extra + 1)) - 1) << first)
+            return (span[:self.slots] & Cat(*(p != 0 for p in pend))).any()
         hazard = ((cmd.load_a & busy_in(pend_a, cmd.a_slot, cmd.a_extra))
                   | (cmd.load_b & busy_in(pend_b, cmd.b_slot, cmd.b_extra)))
         wiring.connect(m, wiring.flipped(self.a_stream), a_buf.w_stream)

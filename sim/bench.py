@@ -264,6 +264,7 @@ def utilization(configs, quick=False) -> list[dict]:
     """Run each ``(label, accelerator params, port)`` of ``configs``; one record per GEMM."""
     from firmware import Device
     from sim import golden
+    from sim.perfmodel import predict
     from sim.ports import resolve_port
 
     out = []
@@ -289,6 +290,9 @@ def utilization(configs, quick=False) -> list[dict]:
             st, mem = dev.stats, dev.sim.counters
             bound = roofline(m, n, k, rows, cols, width, port)
             util = st["utilization"]
+            model = predict(m, n, k, ta, tb, rows=rows, cols=cols, data_width=width,
+                            depth=params.get("depth", 512), block=params.get("block", 4),
+                            port=port)
             out.append({
                 "board": label, **params, "port": port["name"],
                 "port_knobs": {key: port[key] for key in (
@@ -302,6 +306,8 @@ def utilization(configs, quick=False) -> list[dict]:
                     **bound, "bound": round(bound["bound"], 4),
                     "dram_efficiency": DRAM_EFFICIENCY},
                 "utilization_over_bound": round(util / bound["bound"], 4),
+                "predicted_cycles": model["cycles"],
+                "model_error": round(model["cycles"] / st["cycles"] - 1, 4),
                 "memory": {key: mem[key] for key in (
                     "read_bursts", "write_bursts", "read_beats", "write_beats",
                     "max_reads_in_flight", "max_writes_in_flight", "ar_stall_cycles")},
@@ -312,9 +318,9 @@ def utilization(configs, quick=False) -> list[dict]:
 
 def utilization_table(results) -> str:
     lines = ["| board (simulated as) | port | GEMM | M x N x K | cycles | PE utilisation "
-             "| roofline bound | util / bound | bound by | DMA stall cycles | read bursts "
-             "| most reads in flight | simulated cycles/s |",
-             "|---|---|---|---|---:|---:|---:|---:|---|---:|---:|---:|---:|"]
+             "| roofline bound | util / bound | bound by | model: cycles (error) "
+             "| DMA stall cycles | read bursts | most reads in flight | simulated cycles/s |",
+             "|---|---|---|---|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|"]
     for r in results:
         rl, mem = r["roofline"], r["memory"]
         lines.append(
@@ -322,6 +328,7 @@ def utilization_table(results) -> str:
             f"{r['group']}: {r['gemm']} | {r['m']}x{r['n']}x{r['k']} | {r['cycles']} | "
             f"{100 * r['utilization']:.1f}% | {100 * rl['bound']:.1f}% | "
             f"{100 * r['utilization_over_bound']:.0f}% | {rl['bound_by']} | "
+            f"{r['predicted_cycles']} ({100 * r['model_error']:+.1f}%) | "
             f"{r['dma_stall_cycles']} | {mem['read_bursts']} | {mem['max_reads_in_flight']} | "
             f"{r['sim_cycles_per_second']:,} |")
     return "\n".join(lines)

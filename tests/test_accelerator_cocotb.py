@@ -13,9 +13,12 @@ ROOT = Path(__file__).resolve().parent.parent
 BUILD = ROOT / "build" / "cocotb"
 
 
-@pytest.mark.parametrize("simulator", ["icarus", "verilator"])
-@pytest.mark.parametrize("rows,cols,width,seed,ports", [
-    (4, 4, 64, 1, "zynq7-hp;narrow-w-first"), (2, 8, 128, 2, "random-pause")])
+@pytest.mark.parametrize("simulator,rows,cols,width,seed,ports", [
+    ("icarus", 4, 4, 64, 1, "zynq7-hp;narrow-w-first"),
+    ("verilator", 4, 4, 64, 1, "zynq7-hp;narrow-w-first"),
+    ("icarus", 2, 8, 128, 2, "random-pause"),
+    # minutes to verilate; `pytest -m slow`
+    pytest.param("verilator", 2, 8, 128, 2, "random-pause", marks=pytest.mark.slow)])
 def test_accelerator(simulator, rows, cols, width, seed, ports):
     if not available(simulator):
         pytest.fail(f"{simulator} is not installed: run scripts/bootstrap.sh")

@@ -12,10 +12,17 @@ ROOT = Path(__file__).resolve().parent.parent
 BUILD = ROOT / "build" / "cocotb"
 
 
-@pytest.mark.parametrize("simulator", ["icarus", "verilator"])
-@pytest.mark.parametrize("rows,cols,depth,seed,packing,primitive", [
-    (4, 4, 12, 1, 1, False), (2, 3, 7, 2, 1, False), (8, 8, 20, 3, 1, False),
-    (5, 4, 12, 4, 2, False), (6, 3, 10, 5, 1, True)])
+# The largest two configurations take minutes to verilate: on Verilator they run with
+# `pytest -m slow` (Icarus runs every configuration by default).
+_SLOW_ON_VERILATOR = {(8, 8, 20, 3, 1, False), (6, 3, 10, 5, 1, True)}
+
+
+@pytest.mark.parametrize("simulator,rows,cols,depth,seed,packing,primitive", [
+    pytest.param(sim, *cfg, marks=[pytest.mark.slow] if sim == "verilator"
+                 and cfg in _SLOW_ON_VERILATOR else [])
+    for cfg in [(4, 4, 12, 1, 1, False), (2, 3, 7, 2, 1, False), (8, 8, 20, 3, 1, False),
+                (5, 4, 12, 4, 2, False), (6, 3, 10, 5, 1, True)]
+    for sim in ("icarus", "verilator")])
 def test_datapath(simulator, rows, cols, depth, seed, packing, primitive):
     # packing=2 simulates the two-MACs-per-DSP48E2 array with the slice's behavioural model;
     # primitive=True simulates the xc7 build netlist (LUT6/MUXF7/MUXF8 read-out multiplexers)
