@@ -5,7 +5,8 @@
 one exponent per tensor, quantised with stochastic rounding after every step (as SWALP,
 Yang et al. 2019): ``g = Q(grad)``, ``v = Q(momentum * v + g + wd * w)``, ``w = Q(w - lr v)``.
 
-:func:`swalp_lr` is the SWALP learning-rate schedule; :class:`SWA` averages the weights
+:func:`swalp_lr` is the SWALP learning-rate schedule and :func:`schedule_lr` picks a schedule
+by name (every arm of a comparison uses the same one); :class:`SWA` averages the weights
 (once per epoch or once per iteration) for evaluation.
 """
 
@@ -15,7 +16,7 @@ import numpy as np
 
 from .quant import dequantize, quantize
 
-__all__ = ["SGD", "SWA", "swalp_lr"]
+__all__ = ["SCHEDULES", "SGD", "SWA", "schedule_lr", "swalp_lr"]
 
 
 def _q(x, rng):
@@ -60,15 +61,70 @@ class SGD:
         self.lr = state["lr"]
 
 
-def swalp_lr(epoch: float, lr0: float, swa_start: float, swa_lr: float) -> float:
-    """SWALP's schedule: ``lr0`` for the first half of the pre-averaging budget, a linear
-    decay to ``swa_lr`` until 90 % of it, then ``swa_lr`` (through the averaging phase)."""
-    t = epoch / swa_start if swa_start > 0 else 1.0
+#: the learning-rate schedules a :class:`firmware.train.TrainConfig` can name
+SCHEDULES = ("swalp", "constant")
+#: SWALP's final learning rate before averaging, as a fraction of ``lr0``
+FINAL_RATIO = 0.01
+#: the default averaging-phase learning rate, as a fraction of ``lr0``
+SWA_LR_RATIO = 0.1
+
+
+def swalp_lr(epoch: float, lr0: float, budget: float, swa_lr: float | None = None) -> float:
+    """SWALP's learning-rate schedule (Yang et al. 2019; ``schedule()`` in the authors' code,
+    github.com/stevenygd/SWALP, ``train.py``).
+
+    With ``t = epoch / budget``, ``budget`` the pre-averaging budget (SWALP's ``swa_start``)
+    and ``epoch`` counted from 0 for the epoch about to be trained::
+
+        lr = lr0                                          t <= 0.5
+        lr = lr0 * (1 - (1 - 0.01) * (t - 0.5) / 0.4)     0.5 < t <= 0.9
+        lr = 0.01 * lr0                                   0.9 < t < 1
+        lr = swa_lr                                       t >= 1 (the averaging phase)
+
+    so ``lr0`` for the first half of the budget, a linear decay to ``0.01 lr0`` by 90 % of it,
+    constant to its end, then the averaging phase at its own constant ``swa_lr``.
+    ``swa_lr=None`` is a run without an averaging phase: it stays at ``0.01 lr0`` after the
+    budget, so an SGD run follows the same curve as an averaging run up to the budget. (The
+    authors' scripts use ``swa_lr = 0.01`` with ``lr0 = 0.1`` for PreResNet-164 and with
+    ``lr0 = 0.05`` for VGG-16, i.e. 0.1 or 0.2 ``lr0``; :data:`SWA_LR_RATIO` takes 0.1.)
+    """
+    if lr0 <= 0:
+        raise ValueError(f"lr0 must be positive, not {lr0!r}")
+    if budget <= 0:
+        raise ValueError(f"budget must be positive, not {budget!r}")
+    if swa_lr is not None and swa_lr <= 0:
+        raise ValueError(f"swa_lr must be positive or None, not {swa_lr!r}")
+    t = epoch / budget
     if t <= 0.5:
         return lr0
     if t <= 0.9:
-        return lr0 * (1 - (1 - swa_lr / lr0) * (t - 0.5) / 0.4)
+        return lr0 * (1 - (1 - FINAL_RATIO) * (t - 0.5) / 0.4)
+    if t < 1 or swa_lr is None:
+        return lr0 * FINAL_RATIO
     return swa_lr
+
+
+def schedule_lr(schedule: str, epoch: float, lr0: float, budget: float,
+                swa_lr: float | None = None) -> float:
+    """The learning rate of epoch ``epoch`` (from 0) under the named schedule.
+
+    Parameters
+    ----------
+    schedule : {"swalp", "constant"}
+        ``"swalp"``: :func:`swalp_lr`. ``"constant"``: ``lr0`` for every epoch, and
+        ``swa_lr`` in the averaging phase (``epoch >= budget``) of a run that averages.
+    epoch, lr0, budget, swa_lr
+        As :func:`swalp_lr`; ``swa_lr=None`` for a run without an averaging phase.
+    """
+    if schedule == "swalp":
+        return swalp_lr(epoch, lr0, budget, swa_lr)
+    if schedule == "constant":
+        if lr0 <= 0:
+            raise ValueError(f"lr0 must be positive, not {lr0!r}")
+        if budget <= 0:
+            raise ValueError(f"budget must be positive, not {budget!r}")
+        return swa_lr if swa_lr is not None and epoch >= budget else lr0
+    raise ValueError(f"schedule must be one of {SCHEDULES}, not {schedule!r}")
 
 
 class SWA:

@@ -1,39 +1,120 @@
-"""Training results: fp32 SGD, int8 SGD and int8 SWALP on every task, over several seeds.
+"""Training results: fp32 SGD, int8 SGD, fp32 SWA and int8 SWALP on every task, over seeds.
 
-``python -m firmware.results [--seeds 3] [--epochs 20] [--tasks ...]`` trains each
-(task, method, seed) on the golden backend (bit-identical to the simulated accelerator, see
-the hardware-in-the-loop test), prints a Markdown table of mean ± std of the test metric,
-and writes ``results/training.json`` and ``results/training.png`` (test metric per epoch).
+``python -m firmware.results [--seeds 5] [--epochs 20] [--tasks ...] [--schedule swalp]``
+trains each (task, method, seed) on the golden backend (bit-identical to the simulated
+accelerator, see the hardware-in-the-loop test), prints Markdown tables, and writes
+``results/training.json`` (every run, its per-epoch history, the summaries and the test-set
+sizes) and ``results/training.png`` (test metric per epoch, mean and 95 % interval).
+
+Every method runs under the same learning-rate schedule (``--schedule``, SWALP's by default:
+see :func:`firmware.optim.swalp_lr`) over the same pre-averaging budget, the first
+``round(0.75 epochs)`` epochs; the averaging methods (fp32 SWA, int8 SWALP) then run the rest
+at the constant ``swa_lr`` = 0.1 ``lr0`` and are evaluated with the averaged weights, the
+others continue at the schedule's last rate. So int8 SGD − fp32 SGD and int8 SWALP − fp32 SWA
+differ only in precision, fp32 SWA − fp32 SGD only in the averaging.
+
+Statistics, per (task, method): the mean over seeds, the sample standard deviation (ddof 1)
+and the 95 % confidence interval of the mean (Student t with n − 1 degrees of freedom).
+Differences between methods are paired by seed (the seed fixes the initial weights and the
+data order, which every method shares): the mean of the per-seed differences and its 95 %
+t interval; a difference whose interval contains 0 is inside the seed-to-seed noise.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
+from .optim import SCHEDULES
 from .train import TASKS, TrainConfig, run
 
-__all__ = ["METHODS", "collect", "table", "plot", "main"]
+__all__ = ["METHODS", "CONTRASTS", "t975", "summarize", "paired_difference", "sizes_of_test_sets",
+           "collect", "summaries", "table", "plot", "main"]
 
 ROOT = Path(__file__).resolve().parent.parent
+#: method -> (precision, weight averaging); int8 with averaging is SWALP (8-bit weights)
 METHODS = {"fp32 SGD": ("fp32", False), "int8 SGD": ("int8", False),
-           "int8 SWALP": ("int8", True)}
+           "fp32 SWA": ("fp32", True), "int8 SWALP": ("int8", True)}
+#: the paired differences reported, (a, b) meaning a − b; the first is the headline
+CONTRASTS = [("int8 SWALP", "fp32 SGD"), ("int8 SGD", "fp32 SGD"),
+             ("int8 SWALP", "fp32 SWA"), ("fp32 SWA", "fp32 SGD")]
+
+# the 0.975 quantile of Student's t with df = 1 .. 30 degrees of freedom
+_T975 = (12.706205, 4.302653, 3.182446, 2.776445, 2.570582, 2.446912, 2.364624, 2.306004,
+         2.262157, 2.228139, 2.200985, 2.178813, 2.160369, 2.144787, 2.131450, 2.119905,
+         2.109816, 2.100922, 2.093024, 2.085963, 2.079614, 2.073873, 2.068658, 2.063899,
+         2.059539, 2.055529, 2.051831, 2.048407, 2.045230, 2.042272)
 
 
-def collect(tasks, seeds, epochs) -> list[dict]:
+def t975(df: int) -> float:
+    """The 0.975 quantile of Student's t with ``df`` degrees of freedom (the half-width of a
+    95 % interval is ``t975(n - 1) * s / sqrt(n)``): a table for ``df`` <= 30, beyond it the
+    Cornish-Fisher expansion about the normal quantile (error < 1e-5)."""
+    if not isinstance(df, (int, np.integer)) or df < 1:
+        raise ValueError(f"df must be a positive integer, not {df!r}")
+    if df <= len(_T975):
+        return _T975[df - 1]
+    z = 1.959963984540054
+    return (z + (z ** 3 + z) / (4 * df) + (5 * z ** 5 + 16 * z ** 3 + 3 * z) / (96 * df ** 2)
+            + (3 * z ** 7 + 19 * z ** 5 + 17 * z ** 3 - 15 * z) / (384 * df ** 3))
+
+
+def summarize(values) -> dict:
+    """Mean, sample standard deviation (ddof 1) and 95 % t interval of the mean of
+    ``values`` (at least two)."""
+    v = np.asarray(values, np.float64).ravel()
+    if v.size < 2:
+        raise ValueError(f"values must hold at least 2 numbers for a sample standard "
+                         f"deviation, not {v.size}")
+    n, mean, std = int(v.size), float(v.mean()), float(v.std(ddof=1))
+    half = t975(n - 1) * std / math.sqrt(n)
+    return {"n": n, "mean": mean, "std": std, "ci95": [mean - half, mean + half],
+            "ci95_half_width": half}
+
+
+def paired_difference(a, b) -> dict:
+    """``a − b`` paired element by element (by seed): :func:`summarize` of the differences,
+    and ``inside_noise``, whether their 95 % interval contains 0."""
+    a, b = np.asarray(a, np.float64).ravel(), np.asarray(b, np.float64).ravel()
+    if a.shape != b.shape:
+        raise ValueError(f"a and b must pair up, not {a.size} and {b.size} values")
+    s = summarize(a - b)
+    s["inside_noise"] = bool(s["ci95"][0] <= 0 <= s["ci95"][1])
+    return s
+
+
+def sizes_of_test_sets(tasks) -> dict:
+    """Per task: the test-set size, and for accuracy what one example is worth in points
+    (for rf-anomaly, the number of anomalous windows too)."""
+    out = {}
+    for task in tasks:
+        y = TASKS[task].load()[3]
+        d = {"n": int(len(y))}
+        if TASKS[task].metric == "accuracy":
+            d["points_per_example"] = 100 / len(y)
+        else:
+            d["anomalies"] = int(np.sum(y == 1))
+        out[task] = d
+    return out
+
+
+def collect(tasks, seeds, epochs, schedule: str = "swalp") -> list[dict]:
+    """Train every (task, method, seed) with ``seeds`` seeds 0, 1, ...; the run dictionaries
+    of :func:`firmware.train.run` with ``method`` and ``schedule`` added."""
     out = []
     for task in tasks:
         for method, (precision, swa) in METHODS.items():
             for seed in range(seeds):
                 t0 = time.monotonic()
                 r = run(TrainConfig(task=task, precision=precision, swa=swa, epochs=epochs,
-                                    seed=seed), quiet=True)
-                r["method"] = method
+                                    seed=seed, schedule=schedule), quiet=True)
+                r["method"], r["schedule"] = method, schedule
                 out.append(r)
                 print(f"  {task:13s} {method:10s} seed {seed}: {r['metric']} "
                       f"{r['test_metric']:.4f} ({time.monotonic() - t0:.1f} s)",
@@ -41,33 +122,85 @@ def collect(tasks, seeds, epochs) -> list[dict]:
     return out
 
 
-def _summary(results):
-    rows = {}
-    for r in results:
-        rows.setdefault((r["task"], r["method"]), []).append(r["test_metric"])
-    return rows
+def _scale(task) -> float:
+    return 100.0 if TASKS[task].metric == "accuracy" else 1.0
 
 
-def table(results) -> str:
-    rows = _summary(results)
-    tasks = list(dict.fromkeys(r["task"] for r in results))
-    lines = ["| task | metric | " + " | ".join(METHODS) + " | SWALP − fp32 |",
-             "|---|---|" + "---:|" * (len(METHODS) + 1)]
-    for task in tasks:
-        metric = TASKS[task].metric
-        cells, means = [], {}
-        for method in METHODS:
-            v = np.array(rows[(task, method)])
-            scale = 100 if metric == "accuracy" else 1
-            means[method] = v.mean() * scale
-            cells.append(f"{v.mean() * scale:.2f} ± {v.std() * scale:.2f}" if scale == 100
-                         else f"{v.mean():.3f} ± {v.std():.3f}")
-        gap = means["int8 SWALP"] - means["fp32 SGD"]
-        unit = " pp" if metric == "accuracy" else ""
-        lines.append(f"| {task} | {metric}{' (%)' if metric == 'accuracy' else ''} | "
-                     + " | ".join(cells) + f" | {gap:+.2f}{unit} |"
-                     if metric == "accuracy" else
-                     f"| {task} | {metric} | " + " | ".join(cells) + f" | {gap:+.3f} |")
+def summaries(results) -> dict:
+    """Per task: each method's :func:`summarize` and each contrast's
+    :func:`paired_difference`, in the table's units (accuracy in %, F1 as is)."""
+    out = {}
+    for task in dict.fromkeys(r["task"] for r in results):
+        scale = _scale(task)
+        by_seed = {}
+        for r in results:
+            if r["task"] == task:
+                by_seed.setdefault(r["method"], {})[r["seed"]] = r["test_metric"] * scale
+        methods = [m for m in METHODS if m in by_seed]
+        s = {"metric": TASKS[task].metric, "unit": "%" if scale == 100 else "",
+             "methods": {m: summarize(list(by_seed[m].values())) for m in methods},
+             "differences": {}}
+        for a, b in CONTRASTS:
+            if a in by_seed and b in by_seed:
+                seeds = sorted(set(by_seed[a]) & set(by_seed[b]))
+                s["differences"][f"{a} − {b}"] = paired_difference(
+                    [by_seed[a][k] for k in seeds], [by_seed[b][k] for k in seeds])
+        out[task] = s
+    return out
+
+
+def _num(x, digits, sign=False) -> str:
+    return f"{x:+.{digits}f}" if sign else f"{x:.{digits}f}"
+
+
+def _interval(s, digits, sign=False) -> str:
+    lo, hi = s["ci95"]
+    return f"[{_num(lo, digits, sign)}, {_num(hi, digits, sign)}]"
+
+
+def table(results, sizes: dict | None = None) -> str:
+    """Markdown: per task and method ``mean ± s [95 % CI]``, the headline paired difference
+    int8 SWALP − fp32 SGD with its interval and whether it is inside the noise, and a second
+    table of the other paired differences. ``sizes`` (:func:`sizes_of_test_sets`) adds the test-set
+    size and the worth of one example."""
+    summ = summaries(results)
+    methods = [m for m in METHODS if any(r["method"] == m for r in results)]
+    head = f"{CONTRASTS[0][0]} − {CONTRASTS[0][1]}"
+    lines = ["| task | metric | test set | " + " | ".join(methods)
+             + f" | {head} (paired) | inside the noise? |",
+             "|---|---|---:|" + "---:|" * len(methods) + "---:|:---:|"]
+    for task, s in summ.items():
+        digits = 2 if s["unit"] == "%" else 3
+        size = "" if sizes is None or task not in sizes else str(sizes[task]["n"])
+        if size and "points_per_example" in sizes[task]:
+            size += f" (1 = {sizes[task]['points_per_example']:.2f} pp)"
+        elif size and "anomalies" in sizes[task]:
+            size += f" ({sizes[task]['anomalies']} anomalous)"
+        cells = [f"{_num(m['mean'], digits)} ± {_num(m['std'], digits)} "
+                 f"{_interval(m, digits)}" for m in (s["methods"][k] for k in methods)]
+        d = s["differences"].get(head)
+        unit = " pp" if s["unit"] == "%" else ""
+        diff = (f"{_num(d['mean'], digits, True)}{unit} {_interval(d, digits, True)}",
+                "yes" if d["inside_noise"] else "**no**") if d else ("", "")
+        metric = s["metric"] + (" (%)" if s["unit"] == "%" else "")
+        lines.append(f"| {task} | {metric} | {size} | " + " | ".join(cells)
+                     + f" | {diff[0]} | {diff[1]} |")
+    n = sorted({m["n"] for s in summ.values() for m in s["methods"].values()})
+    lines += ["", f"mean ± sample standard deviation (ddof 1) [95 % confidence interval of the "
+              f"mean, Student t] over n = {', '.join(map(str, n))} seeds; differences paired "
+              "by seed (mean of the per-seed differences [95 % t interval]); inside the noise: "
+              "the interval contains 0."]
+    rest = [(task, name, d) for task, s in summ.items()
+            for name, d in s["differences"].items() if name != head]
+    if rest:
+        lines += ["", "| task | paired difference | mean | 95 % CI | inside the noise? |",
+                  "|---|---|---:|---:|:---:|"]
+        for task, name, d in rest:
+            digits = 2 if summ[task]["unit"] == "%" else 3
+            unit = " pp" if summ[task]["unit"] == "%" else ""
+            lines.append(f"| {task} | {name} | {_num(d['mean'], digits, True)}{unit} | "
+                         f"{_interval(d, digits, True)} | "
+                         f"{'yes' if d['inside_noise'] else '**no**'} |")
     return "\n".join(lines)
 
 
@@ -81,11 +214,15 @@ def plot(results, path: Path) -> None:
         metric = TASKS[task].metric
         for method in METHODS:
             runs = [r for r in results if r["task"] == task and r["method"] == method]
+            if not runs:
+                continue
             curves = np.array([[h[metric] for h in r["history"]] for r in runs])
             epochs = np.arange(1, curves.shape[1] + 1)
-            mean, std = curves.mean(0), curves.std(0)
+            mean = curves.mean(0)
             ax.plot(epochs, mean, label=method)
-            ax.fill_between(epochs, mean - std, mean + std, alpha=0.2)
+            if len(runs) > 1:       # 95 % t interval of the mean
+                half = t975(len(runs) - 1) * curves.std(0, ddof=1) / math.sqrt(len(runs))
+                ax.fill_between(epochs, mean - half, mean + half, alpha=0.2)
         ax.set_title(task)
         ax.set_xlabel("epoch")
         ax.set_ylabel(f"test {metric}")
@@ -100,20 +237,27 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m firmware.results", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--tasks", nargs="+", choices=sorted(TASKS), default=list(TASKS))
-    p.add_argument("--seeds", type=int, default=3)
+    p.add_argument("--seeds", type=int, default=5, help="seeds 0 .. N-1 (default 5)")
     p.add_argument("--epochs", type=int, default=20)
+    p.add_argument("--schedule", choices=SCHEDULES, default="swalp",
+                   help="learning-rate schedule of every method (default: swalp)")
     p.add_argument("--out", type=Path, default=ROOT / "results" / "training.json")
     args = p.parse_args(argv)
-    if args.seeds < 1 or args.epochs < 1:
-        p.error("--seeds and --epochs must be at least 1")
-    results = collect(args.tasks, args.seeds, args.epochs)
+    if args.seeds < 2:
+        p.error("--seeds must be at least 2 (a sample standard deviation needs two)")
+    if args.epochs < 1:
+        p.error("--epochs must be at least 1")
+    results = collect(args.tasks, args.seeds, args.epochs, args.schedule)
+    sizes = sizes_of_test_sets(args.tasks)
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    command = "python -m firmware.results " + " ".join(argv or sys.argv[1:])
-    args.out.write_text(json.dumps({"command": command.strip(), "results": results},
-                                   indent=2) + "\n")
+    command = "python -m firmware.results " + " ".join(sys.argv[1:] if argv is None else argv)
+    args.out.write_text(json.dumps({"command": command.strip(), "schedule": args.schedule,
+                                    "seeds": list(range(args.seeds)), "epochs": args.epochs,
+                                    "test_sizes": sizes, "summary": summaries(results),
+                                    "results": results}, indent=2) + "\n")
     png = args.out.with_suffix(".png")
     plot(results, png)
-    print(table(results))
+    print(table(results, sizes))
     print(f"\nwrote {args.out} and {png}")
     return 0
 

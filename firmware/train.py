@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 
 from . import data, nn
-from .optim import SGD, SWA, swalp_lr
+from .optim import SCHEDULES, SGD, SWA, schedule_lr
 
 __all__ = ["TASKS", "TrainConfig", "build", "fit", "evaluate", "run", "main"]
 
@@ -92,6 +92,12 @@ class TrainConfig:
     weights: str | None = None
     #: SWA averaging "epoch" (once per epoch) or "iteration" (every step), once started
     swa_every: str = "epoch"
+    #: the learning-rate schedule of every arm, "swalp" or "constant" (see
+    #: :func:`firmware.optim.schedule_lr`): the same over the pre-averaging budget (the first
+    #: ``round(0.75 epochs)`` epochs) with or without ``swa``; ``swa`` adds the averaging phase
+    schedule: str = "swalp"
+    #: the averaging phase's constant learning rate (None: 0.1 times the initial one)
+    swa_lr: float | None = None
 
     def check(self):
         if self.task not in TASKS:
@@ -107,6 +113,10 @@ class TrainConfig:
         if self.swa_every not in ("epoch", "iteration"):
             raise ValueError(f"swa_every must be 'epoch' or 'iteration', not "
                              f"{self.swa_every!r}")
+        if self.schedule not in SCHEDULES:
+            raise ValueError(f"schedule must be one of {SCHEDULES}, not {self.schedule!r}")
+        if self.swa_lr is not None and not self.swa_lr > 0:
+            raise ValueError(f"swa_lr must be positive, not {self.swa_lr!r}")
 
 
 def _step(net, eng, opt, kind, x, target):
@@ -158,7 +168,9 @@ class Run:
                        weights=cfg.weights or ("int8" if cfg.swa and cfg.precision == "int8"
                                                else "fp32"),
                        rng=np.random.default_rng([s, 3]))
-        self.swa_start = max(1, int(round(0.75 * cfg.epochs))) if cfg.swa else None
+        # the pre-averaging budget, the same for every arm (the schedule decays over it)
+        self.swa_start = max(1, int(round(0.75 * cfg.epochs)))
+        self.swa_lr = (cfg.swa_lr or 0.1 * self.lr0) if cfg.swa else None
         self.swa = SWA(self.net.parameters()) if cfg.swa else None
         self.epoch = 0
         self.history = []
@@ -203,9 +215,10 @@ class Run:
 
     # -- training ----------------------------------------------------------------------------
     def lr(self) -> float:
-        if self.swa is None:
-            return self.lr0
-        return swalp_lr(self.epoch, self.lr0, self.swa_start, self.lr0 / 10)
+        """The learning rate of the next epoch: the config's schedule over the pre-averaging
+        budget ``swa_start``, then ``swa_lr`` if averaging (see :func:`schedule_lr`)."""
+        return schedule_lr(self.cfg.schedule, self.epoch, self.lr0, self.swa_start,
+                           self.swa_lr)
 
     def train_epoch(self, progress=None) -> float:
         x, y = self.data[0], self.data[1]

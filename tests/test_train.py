@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from firmware import Device, nn
-from firmware.optim import SGD, SWA, swalp_lr
+from firmware.optim import SGD, SWA, schedule_lr, swalp_lr
 from firmware.train import TrainConfig, main, run
 
 
@@ -86,9 +86,24 @@ def test_int8_runs_all_three_gemms_on_the_device_with_its_transposes():
 
 
 def test_swalp_schedule_and_averaging():
-    assert swalp_lr(0, 0.1, 10, 0.01) == 0.1
-    assert swalp_lr(7, 0.1, 10, 0.01) == pytest.approx(0.1 * (1 - 0.9 * 0.5))
-    assert swalp_lr(12, 0.1, 10, 0.01) == 0.01
+    # SWALP (Yang et al. 2019): lr0 to half the budget, linear to 0.01 lr0 at 90 %, constant
+    # to the budget's end, then the averaging phase at swa_lr
+    lr0, budget, swa_lr = 0.1, 10, 0.01
+    assert swalp_lr(0, lr0, budget, swa_lr) == lr0                      # start
+    assert swalp_lr(5, lr0, budget, swa_lr) == lr0                      # 50 %
+    assert swalp_lr(7, lr0, budget, swa_lr) == pytest.approx(lr0 * (1 - 0.99 * 0.5))
+    assert swalp_lr(9, lr0, budget, swa_lr) == pytest.approx(0.01 * lr0)  # 90 %
+    assert swalp_lr(9.5, lr0, budget, swa_lr) == pytest.approx(0.01 * lr0)
+    assert swalp_lr(10, lr0, budget, swa_lr) == swa_lr                  # averaging phase
+    assert swalp_lr(12, lr0, budget, swa_lr) == swa_lr
+    assert swalp_lr(12, lr0, budget) == pytest.approx(0.01 * lr0)       # no averaging
+    assert [schedule_lr("constant", e, lr0, budget, swa_lr) for e in (0, 9, 10)] == \
+        [lr0, lr0, swa_lr]
+    assert schedule_lr("constant", 12, lr0, budget) == lr0
+    with pytest.raises(ValueError, match="schedule"):
+        schedule_lr("cosine", 0, lr0, budget)
+    with pytest.raises(ValueError, match="budget"):
+        swalp_lr(0, lr0, 0)
     w = np.zeros(3, np.float32)
     swa = SWA([("w", w)])
     for v in (1.0, 2.0, 6.0):
@@ -96,6 +111,50 @@ def test_swalp_schedule_and_averaging():
         swa.update([("w", w)])
     assert np.allclose(swa.averaged()["w"], 3.0)
 
+
+
+@pytest.mark.parametrize("schedule", ["swalp", "constant"])
+def test_every_arm_runs_the_same_schedule_until_the_averaging_phase(schedule):
+    """fp32 SGD, int8 SGD, fp32 SWA and int8 SWALP see the same learning rate over the
+    pre-averaging budget (15 of 20 epochs); the averaging arms then run at swa_lr."""
+    from firmware import train
+    arms = {(p, swa): train.build(TrainConfig(task="digits-mlp", precision=p, swa=swa,
+                                              epochs=20, schedule=schedule))
+            for p in ("fp32", "int8") for swa in (False, True)}
+    lrs = {}
+    for arm, r in arms.items():
+        assert r.swa_start == 15
+        lrs[arm] = []
+        for e in range(20):
+            r.epoch = e
+            lrs[arm].append(r.lr())
+    lr0 = train.TASKS["digits-mlp"].lr
+    for arm, curve in lrs.items():
+        assert curve[:15] == lrs[("fp32", False)][:15], arm
+        assert curve[15:] == [0.1 * lr0 if arm[1] else lrs[("fp32", False)][14]] * 5, arm
+    curve = lrs[("int8", True)]
+    if schedule == "swalp":
+        assert curve[:8] == [lr0] * 8                       # t = e / 15 <= 0.5
+        assert curve[10] == pytest.approx(lr0 * (1 - 0.99 * (10 / 15 - 0.5) / 0.4))
+        assert curve[14] == pytest.approx(0.01 * lr0)       # t > 0.9
+    else:
+        assert curve[:15] == [lr0] * 15
+    with pytest.raises(ValueError, match="schedule"):
+        train.build(TrainConfig(schedule="cosine"))
+    with pytest.raises(ValueError, match="swa_lr"):
+        train.build(TrainConfig(swa=True, swa_lr=-1.0))
+
+
+def test_the_history_records_the_schedule_and_resume_keeps_it(tmp_path):
+    cfg = dict(task="digits-mlp", precision="fp32", epochs=4, seed=2, swa=True, swa_lr=0.02)
+    full = run(TrainConfig(**cfg), quiet=True)
+    lrs = [swalp_lr(e, 0.05, 3, 0.02) for e in range(4)]
+    assert [h["lr"] for h in full["history"]] == pytest.approx(lrs)
+    assert lrs[0] == 0.05 and lrs[3] == 0.02 and lrs[1] > lrs[2] > 0.02
+    run(TrainConfig(**cfg), quiet=True, checkpoint=tmp_path, stop_after=3)
+    resumed = run(TrainConfig(**cfg), quiet=True, checkpoint=tmp_path, resume=True)
+    assert resumed["weights_digest"] == full["weights_digest"]
+    assert resumed["history"] == full["history"]
 
 def test_int8_optimizer_keeps_weights_on_the_8bit_grid():
     rng = np.random.default_rng(3)
