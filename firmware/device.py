@@ -4,11 +4,13 @@
 from firmware import Device
 dev = Device(backend="golden", rows=8, cols=8)
 c = dev.gemm(a, b, transpose_a=False, transpose_b=False, row_exp=0, col_exp=0, out="float32")
-dev.stats   # of the last call
+dev.stats     # of the last call
+dev.profile   # host time and accelerator cycles, accumulated (firmware.profile.Profile)
 ```
 
-The result always equals ``sim.golden.rescale(sim.golden.gemm(...), row_exp, col_exp)`` (or the
-raw int32 GEMM with ``out="int32"``) bit for bit. Backends:
+The result always equals :func:`sim.golden.gemm_scaled` (``sim.golden.rescale(
+sim.golden.gemm(...), row_exp, col_exp)`` without ``k_exp``; the raw int32 GEMM with
+``out="int32"``) bit for bit. Backends:
 
 * ``"golden"``: numpy only, instant; ``stats`` has the MAC count (no cycles: nothing is timed).
 * ``"rtl"``: the generated Verilog of the whole accelerator (:class:`rtl.accelerator.Accelerator`)
@@ -16,21 +18,42 @@ raw int32 GEMM with ``out="int32"``) bit for bit. Backends:
   driven by the register-level :class:`firmware.driver.Driver`. The model is compiled once per
   configuration and cached. ``stats`` has the hardware's counters.
 * ``"pynq"``: the same driver over a board, through the ``pynq`` package (``MMIO`` and
-  ``allocate``); see :mod:`firmware.pynq_backend`.
+  ``allocate``); see :mod:`firmware.pynq_backend`. ``rows``, ``cols`` and ``data_width``
+  default to what the hardware's configuration registers say.
+
+On ``rtl`` and ``pynq`` the host computes nothing over the operands: the arguments are checked
+from their shapes and dtypes, operands are copied into device buffers (layout only), and the
+product is the accelerator's. Host arithmetic happens only where one descriptor cannot
+express the GEMM, and :attr:`Device.profile` times it as ``combine``:
+
+* a dimension above :data:`MAX_DIM` (the register map's 16-bit fields): M and N are cut into
+  tiles (descriptors over sub-ranges of the same buffers, no arithmetic); K is cut into
+  chunks whose exact int32 partial sums the host adds in int64 (then rescales);
+* ``k_exp`` with more than one run of equal values (blocks along the reduction axis, as in
+  Fox et al.'s per-sample weight gradient): one descriptor per run, raw int32 partials
+  combined in float64 as :func:`sim.golden.gemm_scaled` specifies.
+
+Device memory (``rtl``, ``pynq``): :meth:`Device.tensor` copies an int8 matrix into a device
+buffer once and returns a :class:`DeviceTensor` handle that any number of GEMMs can take in
+place of the array (weights across a step's three GEMMs, the quantised activations from the
+forward pass to the weight gradient). Buffers come from a pool keyed by size: a training loop
+allocates once per shape and reuses them every step. On ``golden`` a handle simply wraps the
+array.
 
 Backend options (keyword arguments of :class:`Device`): ``depth``, ``block``, ``packing``
 (hardware configuration, ``rtl``); ``port`` (the memory port's timing, ``rtl``: a preset name
 of :data:`sim.ports.PORTS` -- ``"ideal"`` (the default), ``"zynq7-hp"``, ``"zynqmp-hp"``,
-``"vcu118-ddr4"`` -- or a dict of knobs ``outstanding_reads``, ``outstanding_writes``,
-``read_latency``, ``write_latency``, ``max_burst``, ``write_order``, ``pause``, the rest from
-``"ideal"``; see :mod:`sim.ports`); ``latency`` (overrides the port's read latency in cycles),
-``pause`` (overrides the port's probability of a random pause on each AXI channel per cycle),
-``memory`` (bytes), ``seed`` (``rtl``); ``bitfile``, ``ip_name`` (``pynq``).
+``"vcu118-ddr4"`` -- or a dict of knobs, see :mod:`sim.ports`); ``latency``, ``pause``,
+``memory`` (bytes), ``seed`` (``rtl``); ``board``, ``bitfile``, ``report``, ``base_addr``,
+``ip_name``, ``clock_hz`` (``pynq``, see :func:`firmware.pynq_backend.connect`); ``max_dim``
+(every backend but golden: the largest M, N or K of one descriptor, :data:`MAX_DIM` by
+default; smaller values exercise the splitting).
 
 ```python
 dev = Device("rtl", rows=16, cols=16, data_width=64, port="zynq7-hp")
-dev = Device("rtl", port={"outstanding_reads": 2, "write_order": "w-first", "pause": 0.1})
-dev.sim.counters    # the memory model's traffic counters (bursts, beats, most in flight)
+w = dev.tensor(w_q)                       # resident int8 weights
+y = dev.gemm(x_q, w, row_exp=x_e, col_exp=w_e)
+dx = dev.gemm(d_q, w, transpose_b=True, row_exp=d_e, col_exp=w_e)
 ```
 """
 
@@ -41,13 +64,83 @@ import numpy as np
 from sim import golden
 
 from .driver import AcceleratorError, Driver
+from .profile import Profile
 
-__all__ = ["Device", "AcceleratorError", "BACKENDS", "MAX_DIM"]
+__all__ = ["Device", "DeviceTensor", "AcceleratorError", "BACKENDS", "MAX_DIM"]
 
 BACKENDS = ("golden", "rtl", "pynq")
 
 #: Largest M, N or K of one descriptor (16-bit fields of the register map).
 MAX_DIM = 65535
+
+
+def _round_up(x: int, to: int) -> int:
+    return -(-x // to) * to
+
+
+class DeviceTensor:
+    """A matrix in device memory (or, on the golden backend, the array itself).
+
+    ``shape`` and ``dtype`` are the matrix's; ``stride`` the bytes between its rows in the
+    buffer (rounded up to the bus width). :meth:`numpy` copies it back; :meth:`write`
+    overwrites it with an array of the same shape and dtype; :meth:`free` returns the buffer
+    to the device's pool (the handle is unusable afterwards).
+    """
+
+    def __init__(self, device, shape, dtype, buffer=None, stride=0, array=None):
+        self.device, self.shape, self.dtype = device, tuple(shape), np.dtype(dtype)
+        self.buffer, self.stride, self._array = buffer, stride, array
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def addr(self) -> int:
+        self._live()
+        return self.buffer.addr
+
+    def _live(self):
+        if self.device is None:
+            raise ValueError("this DeviceTensor was freed")
+
+    def _rows(self):
+        rows, cols = self.shape
+        view = self.buffer.array[:rows * self.stride].reshape(rows, self.stride)
+        return view[:, :cols * self.dtype.itemsize]
+
+    def write(self, x: np.ndarray) -> None:
+        """Copy ``x`` (same shape and dtype) into the tensor's buffer."""
+        self._live()
+        if not isinstance(x, np.ndarray) or x.shape != self.shape or x.dtype != self.dtype:
+            raise ValueError(f"x must be a {self.dtype} array of shape {self.shape}, not "
+                             f"{getattr(x, 'dtype', type(x).__name__)} "
+                             f"{getattr(x, 'shape', '')}")
+        if self.buffer is None:
+            self._array = x
+            return
+        with self.device.profile.time("layout"):
+            self._rows()[...] = np.ascontiguousarray(x).view(np.uint8).reshape(
+                self.shape[0], -1)
+            self.buffer.flush()
+
+    def numpy(self) -> np.ndarray:
+        """A host copy of the tensor."""
+        self._live()
+        if self.buffer is None:
+            return self._array
+        with self.device.profile.time("layout"):
+            self.buffer.invalidate()
+            return self._rows().copy().view(self.dtype).reshape(self.shape)
+
+    def free(self) -> None:
+        if self.device is not None and self.buffer is not None:
+            self.device._release(self.buffer)
+        self.device, self.buffer, self._array = None, None, None
+
+    def __repr__(self):
+        return f"DeviceTensor(shape={self.shape}, dtype={self.dtype}, " \
+               f"addr={None if self.buffer is None else hex(self.buffer.addr)})"
 
 
 class _Buffer:
@@ -62,25 +155,39 @@ class _Buffer:
 
 
 class _SimMemory:
-    """Buffers carved out of the simulated memory, 4 KB aligned, freed together."""
+    """A first-fit allocator over the simulated memory: 4 KB aligned buffers, freed one by
+    one (neighbouring free ranges merge)."""
 
     BASE = 0x1000
 
     def __init__(self, sim):
-        self.sim, self.next = sim, self.BASE
+        self.sim = sim
+        self.free_ranges = [(self.BASE, sim.size)]      # sorted, disjoint [start, end)
 
     def buffer(self, nbytes):
-        addr = self.next
-        end = addr + nbytes
-        if end > self.sim.size:
-            self.release()
-            raise ValueError(f"the operands need more than the simulated memory "
-                             f"({self.sim.size} bytes); pass a larger memory= to Device")
-        self.next = -(-end // 4096) * 4096
-        return _Buffer(addr, self.sim.memory[addr:end])
+        size = _round_up(max(nbytes, 1), 4096)
+        for i, (start, end) in enumerate(self.free_ranges):
+            if end - start >= size:
+                self.free_ranges[i:i + 1] = [(start + size, end)] if end - start > size else []
+                buf = _Buffer(start, self.sim.memory[start:start + nbytes])
+                buf.size = size
+                return buf
+        raise MemoryError(f"the simulated memory ({self.sim.size} bytes) has no free "
+                          f"{size}-byte range left; pass a larger memory= to Device")
+
+    def free(self, buf):
+        start, end = buf.addr, buf.addr + buf.size
+        ranges = sorted(self.free_ranges + [(start, end)])
+        merged = [ranges[0]]
+        for s, e in ranges[1:]:
+            if s == merged[-1][1]:
+                merged[-1] = (merged[-1][0], e)
+            else:
+                merged.append((s, e))
+        self.free_ranges = merged
 
     def release(self):
-        self.next = self.BASE
+        pass
 
 
 class _SimRegs:
@@ -97,6 +204,53 @@ class _SimRegs:
         self.sim.step(cycles)
 
 
+class _Pool:
+    """Device buffers kept for reuse, keyed by size (bytes)."""
+
+    def __init__(self, memory):
+        self.memory, self.idle, self.live = memory, {}, 0
+
+    def get(self, nbytes):
+        stack = self.idle.get(nbytes)
+        if stack:
+            buf = stack.pop()
+        else:
+            try:
+                buf = self.memory.buffer(nbytes)
+            except MemoryError:
+                self.trim()
+                buf = self.memory.buffer(nbytes)
+            buf.pool_size = nbytes
+        self.live += 1
+        return buf
+
+    def put(self, buf):
+        self.live -= 1
+        self.idle.setdefault(buf.pool_size, []).append(buf)
+
+    def trim(self):
+        """Give every idle buffer back to the memory."""
+        free = getattr(self.memory, "free", None)
+        for stack in self.idle.values():
+            for buf in stack:
+                if free is not None:
+                    free(buf)
+                elif hasattr(buf, "free"):
+                    buf.free()
+        self.idle = {}
+
+    @property
+    def idle_buffers(self) -> int:
+        return sum(len(s) for s in self.idle.values())
+
+
+def _int_arg(name, v, allow_none=False):
+    if v is None and allow_none:
+        return
+    if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+        raise ValueError(f"{name} must be a positive integer, not {v!r}")
+
+
 class Device:
     """An int8 GEMM accelerator (see the module documentation).
 
@@ -104,25 +258,43 @@ class Device:
     ----------
     backend : {"golden", "rtl", "pynq"}
     rows, cols : int
-        Systolic array shape (used by the ``rtl`` backend; checked everywhere).
+        Systolic array shape (used by the ``rtl`` backend; checked everywhere). Default 8, or
+        on ``pynq`` the hardware's.
     data_width : {64, 128, 256, 512}
-        Memory bus width in bits.
+        Memory bus width in bits. Default 128, or on ``pynq`` the hardware's.
     **options
         Backend options (see the module documentation).
     """
 
-    def __init__(self, backend: str = "golden", *, rows: int = 8, cols: int = 8,
-                 data_width: int = 128, **options):
+    def __init__(self, backend: str = "golden", *, rows: int | None = None,
+                 cols: int | None = None, data_width: int | None = None, **options):
         if not isinstance(backend, str) or backend not in BACKENDS:
             raise ValueError(f"backend must be one of {BACKENDS}, not {backend!r}")
-        for name, v in (("rows", rows), ("cols", cols)):
-            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-                raise ValueError(f"{name} must be a positive integer, not {v!r}")
-        if data_width not in (64, 128, 256, 512):
+        _int_arg("rows", rows, allow_none=True)
+        _int_arg("cols", cols, allow_none=True)
+        if data_width is not None and data_width not in (64, 128, 256, 512):
             raise ValueError(f"data_width must be 64, 128, 256 or 512, not {data_width!r}")
-        self.backend, self.rows, self.cols, self.data_width = backend, rows, cols, data_width
+        self.max_dim = options.pop("max_dim", MAX_DIM)
+        if (not isinstance(self.max_dim, int) or isinstance(self.max_dim, bool)
+                or not 1 <= self.max_dim <= MAX_DIM):
+            raise ValueError(f"max_dim must be an integer in [1, {MAX_DIM}], not "
+                             f"{self.max_dim!r}")
+        self.backend = backend
         self.stats: dict = {}
+        self.profile = Profile()
         self.driver = None
+        if backend == "pynq":
+            from .pynq_backend import connect
+            self.driver = connect(**options)
+            info = self.driver.info
+            want = (rows or info.rows, cols or info.cols, data_width or info.data_width)
+            if (info.rows, info.cols, info.data_width) != want:
+                raise ValueError(f"the board has a {info.rows}x{info.cols} array on a "
+                                 f"{info.data_width}-bit bus, not {want[0]}x{want[1]} on "
+                                 f"{want[2]} bits")
+            rows, cols, data_width = info.rows, info.cols, info.data_width
+        rows, cols, data_width = rows or 8, cols or 8, data_width or 128
+        self.rows, self.cols, self.data_width = rows, cols, data_width
         if backend == "rtl":
             allowed = {"depth", "block", "packing", "port", "latency", "pause", "memory",
                        "seed"}
@@ -133,53 +305,224 @@ class Device:
             from sim.native import NativeSim
             self.sim = NativeSim(rows=rows, cols=cols, data_width=data_width, **options)
             self.driver = Driver(_SimRegs(self.sim), _SimMemory(self.sim))
-        elif backend == "pynq":
-            from .pynq_backend import connect
-            self.driver = connect(**options)
-            info = self.driver.info
-            if (info.rows, info.cols, info.data_width) != (rows, cols, data_width):
-                raise ValueError(f"the board has a {info.rows}x{info.cols} array on a "
-                                 f"{info.data_width}-bit bus, not {rows}x{cols} on "
-                                 f"{data_width} bits")
-        elif options:
+        elif backend == "golden" and options:
             raise TypeError(f"the golden backend takes no options, not {sorted(options)}")
+        self.pool = _Pool(self.driver.memory) if self.driver else None
+        self.bytes_per_word = data_width // 8
 
-    def gemm(self, a: np.ndarray, b: np.ndarray, *, transpose_a: bool = False,
-             transpose_b: bool = False, row_exp=0, col_exp=0, out: str = "float32"):
-        """``rescale(op(a) @ op(b), row_exp, col_exp)`` as float32, or the int32 GEMM.
+    # -- device memory -----------------------------------------------------------------------
+    def _release(self, buf):
+        self.pool.put(buf)
+
+    def empty(self, shape, dtype=np.int8) -> DeviceTensor:
+        """An uninitialised device matrix (rows aligned to the bus)."""
+        shape = tuple(int(s) for s in shape)
+        if len(shape) != 2 or min(shape) < 1:
+            raise ValueError(f"shape must be two positive integers, not {shape}")
+        dtype = np.dtype(dtype)
+        if self.driver is None:
+            return DeviceTensor(self, shape, dtype, array=np.empty(shape, dtype))
+        stride = _round_up(shape[1] * dtype.itemsize, self.bytes_per_word)
+        buf = self.pool.get(shape[0] * stride)
+        return DeviceTensor(self, shape, dtype, buf, stride)
+
+    def tensor(self, x: np.ndarray, *, into: DeviceTensor | None = None) -> DeviceTensor:
+        """Copy the matrix ``x`` (int8; a vector is taken as one row) into device memory.
+
+        ``into``: an existing tensor of the same shape and dtype to overwrite (no allocation).
+        """
+        if not isinstance(x, np.ndarray):
+            raise TypeError(f"x must be a numpy array, not {type(x).__name__}")
+        if x.ndim == 1:
+            x = x.reshape(1, -1)
+        if x.ndim != 2 or 0 in x.shape:
+            raise ValueError(f"x must be a non-empty matrix or vector, not shape {x.shape}")
+        if into is not None:
+            if not isinstance(into, DeviceTensor) or into.device is not self:
+                raise ValueError("into must be a DeviceTensor of this device")
+            into.write(x)
+            return into
+        if self.driver is None:
+            return DeviceTensor(self, x.shape, x.dtype, array=x)
+        t = self.empty(x.shape, x.dtype)
+        t.write(x)
+        return t
+
+    # -- GEMM --------------------------------------------------------------------------------
+    def _operand(self, name, x):
+        if isinstance(x, DeviceTensor):
+            x._live()
+            if x.device is not self:
+                raise ValueError(f"{name} is a DeviceTensor of another device")
+            if x.dtype != np.int8 or x.ndim != 2:
+                raise TypeError(f"{name} must hold an int8 matrix, not {x.dtype} {x.shape}")
+            return x
+        if not isinstance(x, np.ndarray):
+            raise TypeError(f"{name} must be a numpy.ndarray of dtype int8 or a DeviceTensor, "
+                            f"not {type(x).__name__}")
+        return x
+
+    def gemm(self, a, b, *, transpose_a: bool = False, transpose_b: bool = False,
+             row_exp=0, col_exp=0, k_exp=None, out: str = "float32"):
+        """:func:`sim.golden.gemm_scaled` as float32, or the int32 GEMM (``out="int32"``).
+
+        ``a``, ``b``: int8 matrices, as numpy arrays or :class:`DeviceTensor`. ``row_exp``,
+        ``col_exp``: int8 scalars or vectors. ``k_exp``: ``None`` or an integer vector, one
+        exponent per k (blocks along the reduction axis; only with ``out="float32"``).
 
         Raises
         ------
         TypeError
-            An operand is not an int8 array, a flag not a bool, an exponent not int8.
+            An operand is not an int8 matrix, a flag not a bool, an exponent not int8.
         ValueError
-            Shapes do not match, a dimension is 0 or above :data:`MAX_DIM`, an exponent vector
-            has the wrong length, or ``out`` is not ``"float32"`` / ``"int32"``.
+            Shapes do not match, a dimension is 0, K above :data:`sim.golden.MAX_K`, an
+            exponent vector has the wrong length, ``k_exp`` with ``out="int32"``, or ``out`` is
+            not ``"float32"`` / ``"int32"``.
         AcceleratorError
             The hardware reported an error code.
         """
         if out not in ("float32", "int32"):
             raise ValueError(f"out must be 'float32' or 'int32', not {out!r}")
-        for name, x in (("a", a), ("b", b)):
-            if isinstance(x, np.ndarray) and x.ndim == 2 and max(x.shape) > MAX_DIM:
-                raise ValueError(f"{name} has shape {x.shape}: each dimension must be at most "
-                                 f"{MAX_DIM}")
-        acc = golden.gemm(a, b, transpose_a, transpose_b)   # validates a, b and the flags
-        m, n = acc.shape
-        k = a.shape[0] if transpose_a else a.shape[1]
-        # Exponents are checked in both output modes, so a bad call fails the same way.
-        golden.exponent_vector("row_exp", row_exp, m, "row")
-        golden.exponent_vector("col_exp", col_exp, n, "column")
+        a, b = self._operand("a", a), self._operand("b", b)
+        m, n, k = golden.gemm_shape(_shaped(a), _shaped(b), transpose_a, transpose_b)
+        re = golden.exponent_vector("row_exp", row_exp, m, "row")
+        ce = golden.exponent_vector("col_exp", col_exp, n, "column")
+        runs = None
+        if k_exp is not None:
+            if out == "int32":
+                raise ValueError("k_exp scales the partial sums: it needs out='float32'")
+            runs = golden.k_runs(golden._k_exp_vector(k_exp, k))
+            if len(runs) == 1:                # one block along K: fold it into the exponents
+                e = runs[0][2]
+                if golden.EXP_MIN <= re.min() + e and re.max() + e <= golden.EXP_MAX:
+                    re, runs = re + e, None
+                elif golden.EXP_MIN <= ce.min() + e and ce.max() + e <= golden.EXP_MAX:
+                    ce, runs = ce + e, None
         self.stats = {"backend": self.backend, "m": m, "n": n, "k": k, "macs": m * n * k,
-                      "cycles": None, "utilization": None, "dma_stall_cycles": None}
+                      "descriptors": 0, "cycles": None, "utilization": None,
+                      "dma_stall_cycles": None}
         if self.driver is None:
-            return acc if out == "int32" else golden.rescale(acc, row_exp, col_exp)
-        result, counters = self.driver.gemm(
-            np.asarray(a), np.asarray(b), transpose_a=transpose_a, transpose_b=transpose_b,
-            row_exp=row_exp, col_exp=col_exp, raw=out == "int32")
+            with self.profile.time("wait"):       # the golden model stands in for the hardware
+                a_ = a.numpy() if isinstance(a, DeviceTensor) else a
+                b_ = b.numpy() if isinstance(b, DeviceTensor) else b
+                if out == "int32":
+                    return golden.gemm(a_, b_, transpose_a, transpose_b)
+                return golden.gemm_scaled(a_, b_, transpose_a, transpose_b,
+                                          _int8(re, row_exp), _int8(ce, col_exp),
+                                          k_exp if runs is not None else None)
+        self.profile.count("gemms")
+        temps = []
+        try:
+            if not isinstance(a, DeviceTensor):
+                a = self.tensor(a)
+                temps.append(a)
+            if not isinstance(b, DeviceTensor):
+                b = self.tensor(b)
+                temps.append(b)
+            return self._run(a, b, m, n, k, transpose_a, transpose_b, re, ce, runs, out, temps)
+        finally:
+            for t in temps:
+                t.free()
+
+    def _exponents(self, e, temps):
+        """A scalar for the descriptor's flags, or a device vector."""
+        if np.all(e == e[0]):
+            return int(e[0])
+        t = self.tensor(e.astype(np.int8))
+        temps.append(t)
+        return t
+
+    def _k_slice(self, x, t, k0, k1, temps):
+        """A copy of the operand's rows or columns ``k0:k1`` (its K axis), as a new tensor."""
+        host = x.numpy()
+        part = host[k0:k1] if t else host[:, k0:k1]
+        y = self.tensor(np.ascontiguousarray(part))
+        temps.append(y)
+        return y
+
+    def _run(self, a, b, m, n, k, ta, tb, re, ce, runs, out, temps):
+        bpw = self.bytes_per_word
+        chunk = self.max_dim // bpw * bpw or self.max_dim
+        exact = runs is None
+        if exact:
+            runs = [(0, k, 0)]
+        # (run index, k0, k1, exponent): runs cut into chunks the descriptor can take
+        pieces = [(r, k0, min(k0 + chunk, stop), e) for r, (start, stop, e) in enumerate(runs)
+                  for k0 in range(start, stop, chunk)]
+        single = len(pieces) == 1 and exact
+        row = self._exponents(re, temps) if single else 0
+        col = self._exponents(ce, temps) if single else 0
+        raw = out == "int32" or not single
+        counters = {"busy_cycles": 0, "active_cycles": 0, "stall_cycles": 0}
+        acc = np.zeros((m, n), np.int64) if not single else None    # the current run's sum
+        total = np.zeros((m, n), np.float64) if not exact else None
+        result = None
+        group = max(1, self.driver.info.queue)
+        for g in range(0, len(pieces), group):
+            batch = pieces[g:g + group]
+            cs = [self.empty((m, n), np.int32 if raw else np.float32) for _ in batch]
+            temps.extend(cs)
+            descs = []
+            with self.profile.time("driver"):
+                for (_, k0, k1, _), c in zip(batch, cs, strict=True):
+                    a_, b_, j0, j1 = a, b, k0, k1
+                    if k0 % bpw and (not ta or tb):   # a K offset inside a row: not aligned
+                        with self.profile.time("layout"):
+                            a_ = self._k_slice(a, ta, k0, k1, temps)
+                            b_ = self._k_slice(b, not tb, k0, k1, temps)
+                        j0, j1 = 0, k1 - k0
+                    descs += self.driver.descriptors(
+                        a_, b_, c, m=m, n=n, k0=j0, k1=j1, transpose_a=ta, transpose_b=tb,
+                        row_exp=row, col_exp=col, raw=raw, limit=chunk)
+            cnt = self.driver.run(*descs, profile=self.profile)
+            self.stats["descriptors"] += len(descs)
+            for key in counters:
+                counters[key] += cnt[key]
+            parts = [c.numpy() for c in cs]
+            if single:
+                result = parts[0]
+                break
+            with self.profile.time("combine"):
+                for idx, p in enumerate(parts):
+                    r, _, _, e = batch[idx]
+                    acc += p
+                    last = g + idx + 1 == len(pieces) or pieces[g + idx + 1][0] != r
+                    if not exact and last:    # one term per run, in run order
+                        with np.errstate(over="ignore"):
+                            total += acc.astype(np.float64) * np.exp2(
+                                re[:, None] + ce[None, :] + e)
+                        acc[...] = 0
+        if not single:
+            with self.profile.time("combine"), np.errstate(over="ignore"):
+                if not exact:
+                    result = total.astype(np.float32)
+                elif out == "int32":
+                    result = acc.astype(np.int32)
+                else:
+                    result = np.float32(np.float64(acc) * np.exp2(re[:, None] + ce[None, :]))
         cycles = counters["busy_cycles"]
+        self.profile.cycles += cycles
         self.stats.update(
             cycles=cycles, active_cycles=counters["active_cycles"],
             dma_stall_cycles=counters["stall_cycles"],
             utilization=m * n * k / (self.rows * self.cols * cycles) if cycles else None)
         return result
+
+    def close(self) -> None:
+        """Free every pooled buffer."""
+        if self.pool is not None:
+            self.pool.trim()
+
+
+def _shaped(x):
+    """``x``, or for a :class:`DeviceTensor` an int8 array of its shape that costs nothing."""
+    if isinstance(x, DeviceTensor):
+        return np.lib.stride_tricks.as_strided(np.zeros(1, np.int8), x.shape, (0, 0))
+    return x
+
+
+def _int8(e: np.ndarray, given):
+    """``e`` as an exponent argument of :mod:`sim.golden` (a scalar when it is constant)."""
+    if np.all(e == e[0]) and golden.EXP_MIN <= e[0] <= golden.EXP_MAX:
+        return int(e[0])
+    return e.astype(np.int8)

@@ -1,4 +1,4 @@
-"""The register-level driver: one GEMM descriptor through the register map, on any backend.
+"""The register-level driver: GEMM descriptors through the register map, on any backend.
 
 The same code drives the simulated accelerator (``sim.native.NativeSim``) and a board (PYNQ's
 ``MMIO`` and ``allocate``). A backend supplies two objects:
@@ -7,10 +7,12 @@ The same code drives the simulated accelerator (``sim.native.NativeSim``) and a 
   hardware run a while: steps the simulator's clock; sleeps, or nothing, on a board);
 * ``memory`` with ``buffer(nbytes) -> Buffer`` (``.addr`` the bus address, ``.array`` a uint8
   numpy view, ``.flush()`` after the CPU wrote it, ``.invalidate()`` before the CPU reads it),
-  and ``release()`` to free every buffer of the call.
+  ``free(buffer)`` to give one back (optional) and ``release()`` to free everything.
 
-Operands are copied into buffers whose row strides are rounded up to the bus width (the
-engine requires aligned rows); C is read back from its own buffer.
+Buffers, their layout (rows aligned to the bus width) and reuse are :class:`firmware.Device`'s
+business; the driver turns matrices in device memory into descriptors
+(:meth:`Driver.descriptors`, tiling dimensions above the register map's 16 bits) and runs them
+(:meth:`Driver.run`).
 """
 
 from __future__ import annotations
@@ -114,19 +116,6 @@ class Driver:
             self.regs.wait(self.poll_cycles)
         raise TimeoutError(f"the accelerator is still busy after {max_polls} polls")
 
-    # -- memory ------------------------------------------------------------------------------
-    def _matrix(self, x: np.ndarray):
-        """Copy a 2-D array into a buffer with rows aligned to the bus: (buffer, stride)."""
-        rows, cols = x.shape
-        itemsize = x.dtype.itemsize
-        stride = _round_up(cols * itemsize, self.bytes_per_word)
-        buf = self.memory.buffer(max(rows * stride, self.bytes_per_word))
-        view = buf.array[:rows * stride].reshape(rows, stride)
-        view[:, :cols * itemsize] = np.ascontiguousarray(x).view(np.uint8).reshape(
-            rows, cols * itemsize)
-        buf.flush()
-        return buf, stride
-
     # -- descriptors -------------------------------------------------------------------------
     def set_window(self, base: int, limit: int) -> None:
         """Let the DMA touch only ``[base, limit)``."""
@@ -154,60 +143,98 @@ class Driver:
         return {name.lower(): self.read64(name) for name in (
             "CYCLES", "BUSY_CYCLES", "ACTIVE_CYCLES", "STALL_CYCLES", "MACS")}
 
-    def run(self, *descs: dict, max_cycles: int = 1 << 26) -> dict:
-        """Run descriptors (queued back to back) to completion; returns the counters.
+    def run(self, *descs: dict, max_cycles: int | None = None, profile=None) -> dict:
+        """Run descriptors to completion, queued back to back; returns the counters.
 
-        On an error code: soft-resets the engine (so it works again) and raises
-        :class:`AcceleratorError`. Raises ``TimeoutError`` if the engine is still busy after
-        ``max_cycles``.
+        More descriptors than the queue holds are fed in as it drains (``STATUS.QUEUE_LEVEL``).
+        The address window is set to cover every region the descriptors name (each
+        descriptor may carry ``regions``: ``(start, end)`` byte ranges). ``max_cycles``
+        (default: a generous bound from the descriptors' sizes) ends the wait with
+        ``TimeoutError``. On an error code: soft-resets the engine (so it works again) and
+        raises :class:`AcceleratorError`. ``profile`` (a :class:`firmware.profile.Profile`)
+        gets the time spent writing registers (``driver``) and polling (``wait``).
         """
-        self.write("CTRL", pack("CTRL", CLEAR_COUNTERS=1))
-        for desc in descs:
-            self.submit(desc)
-        st = self.wait_idle(max(4, max_cycles // self.poll_cycles))
+        from .profile import Profile
+        prof = profile or Profile()
+        if max_cycles is None:
+            max_cycles = 64 * 256 + sum(
+                20 * ((-(-d["m"] // self.info.rows)) * (-(-d["n"] // self.info.cols))
+                      * (d["k"] + 256) + d["m"] * d["n"] // 4) for d in descs)
+        polls = max(4, max_cycles // self.poll_cycles)
+        regions = [r for d in descs for r in d.get("regions", ())]
+        with prof.time("driver"):
+            if regions:
+                lo = min(r[0] for r in regions)
+                hi = max(r[1] for r in regions)
+                self.set_window(lo, _round_up(hi, self.bytes_per_word))
+            self.write("CTRL", pack("CTRL", CLEAR_COUNTERS=1))
+        queue = max(1, self.info.queue)
+        for i, desc in enumerate(descs):
+            if i >= queue:                       # wait for room in the queue
+                with prof.time("wait"):
+                    for _ in range(polls):
+                        st = self.status()
+                        if st["error"] or st["queue_level"] < queue:
+                            break
+                        self.regs.wait(self.poll_cycles)
+                    else:
+                        raise TimeoutError(f"the accelerator's queue did not drain in "
+                                           f"{polls} polls")
+                if st["error"]:
+                    break
+            with prof.time("driver"):
+                self.submit(desc)
+        with prof.time("wait"):
+            st = self.wait_idle(polls)
         if st["error"]:
             self.soft_reset()
             raise AcceleratorError(st["error_code"])
-        return self.counters()
+        with prof.time("driver"):
+            return self.counters()
 
-    # -- one GEMM ----------------------------------------------------------------------------
-    def gemm(self, a: np.ndarray, b: np.ndarray, *, transpose_a: bool, transpose_b: bool,
-             row_exp, col_exp, raw: bool) -> tuple[np.ndarray, dict]:
-        """Run one checked GEMM descriptor; returns (C, counters). Arguments are trusted."""
-        m = a.shape[1] if transpose_a else a.shape[0]
-        k = a.shape[0] if transpose_a else a.shape[1]
-        n = b.shape[0] if transpose_b else b.shape[1]
-        try:
-            a_buf, a_stride = self._matrix(a)
-            b_buf, b_stride = self._matrix(b)
-            c_stride = _round_up(4 * n, self.bytes_per_word)
-            c_buf = self.memory.buffer(m * c_stride)
-            buffers = [a_buf, b_buf, c_buf]
-            flags = {"TRANSPOSE_A": int(transpose_a), "TRANSPOSE_B": int(transpose_b),
-                     "RAW": int(raw)}
-            exp_addr = {}
-            for name, value in (("ROW", row_exp), ("COL", col_exp)):
-                if np.ndim(value) == 0:
-                    flags[f"{name}_EXP"] = int(value)
-                    exp_addr[name] = 0
-                else:
-                    vec = np.asarray(value, np.int8).reshape(1, -1)
-                    buf, _ = self._matrix(vec)
-                    buffers.append(buf)
-                    flags[f"{name}_EXP_VECTOR"] = 1
-                    exp_addr[name] = buf.addr
-            lo = min(x.addr for x in buffers)
-            hi = max(x.addr + x.array.size for x in buffers)
-            self.set_window(lo, _round_up(hi, self.bytes_per_word))
-            tiles = (-(-m // self.info.rows)) * (-(-n // self.info.cols))
-            counters = self.run(dict(
-                m=m, n=n, k=k, flags=flags, a_addr=a_buf.addr, a_stride=a_stride,
-                b_addr=b_buf.addr, b_stride=b_stride, c_addr=c_buf.addr, c_stride=c_stride,
-                row_exp_addr=exp_addr["ROW"], col_exp_addr=exp_addr["COL"]),
-                max_cycles=64 * 256 + 20 * (tiles * (k + 256) + m * n // 4))
-            c_buf.invalidate()
-            rows = c_buf.array[:m * c_stride].reshape(m, c_stride)[:, :4 * n]
-            c = rows.copy().view(np.int32 if raw else np.float32).reshape(m, n)
-            return c, counters
-        finally:
-            self.memory.release()
+    # -- GEMM descriptors --------------------------------------------------------------------
+    def descriptors(self, a, b, c, *, m: int, n: int, k0: int, k1: int, transpose_a: bool,
+                    transpose_b: bool, row_exp, col_exp, raw: bool,
+                    limit: int = 65535) -> list[dict]:
+        """Descriptors for ``C = op(A)[:, k0:k1] @ op(B)[k0:k1, :]``, tiled so that no
+        dimension exceeds ``limit`` (tiles start at multiples of ``limit``, which must be a
+        multiple of the bus width in bytes so every tile's addresses stay aligned).
+
+        ``a``, ``b``, ``c``: device matrices (``addr``, ``stride``); ``row_exp`` / ``col_exp``:
+        an int (the descriptor's scalar exponent) or a device vector (``addr``). Arguments are
+        trusted (checked by :class:`firmware.Device`).
+        """
+        if limit % self.bytes_per_word and max(m, n, k1 - k0) > limit:
+            raise ValueError(f"limit={limit} is not a multiple of the bus width "
+                             f"({self.bytes_per_word} bytes)")
+        k = k1 - k0
+        flags = {"TRANSPOSE_A": int(transpose_a), "TRANSPOSE_B": int(transpose_b),
+                 "RAW": int(raw)}
+        for name, e in (("ROW", row_exp), ("COL", col_exp)):
+            if isinstance(e, (int, np.integer)):
+                flags[f"{name}_EXP"] = int(e)
+            else:
+                flags[f"{name}_EXP_VECTOR"] = 1
+        size = 4
+        descs = []
+        for m0 in range(0, m, limit):
+            mt = min(limit, m - m0)
+            for n0 in range(0, n, limit):
+                nt = min(limit, n - n0)
+                a_addr = a.addr + (k0 * a.stride + m0 if transpose_a else m0 * a.stride + k0)
+                b_addr = b.addr + (n0 * b.stride + k0 if transpose_b else k0 * b.stride + n0)
+                c_addr = c.addr + m0 * c.stride + n0 * size
+                a_rows, a_bytes = (k, mt) if transpose_a else (mt, k)
+                b_rows, b_bytes = (nt, k) if transpose_b else (k, nt)
+                regions = [(a_addr, a_addr + (a_rows - 1) * a.stride + a_bytes),
+                           (b_addr, b_addr + (b_rows - 1) * b.stride + b_bytes),
+                           (c_addr, c_addr + (mt - 1) * c.stride + nt * size)]
+                d = dict(m=mt, n=nt, k=k, flags=flags, a_addr=a_addr, a_stride=a.stride,
+                         b_addr=b_addr, b_stride=b.stride, c_addr=c_addr, c_stride=c.stride)
+                for name, e, off, count in (("row", row_exp, m0, mt), ("col", col_exp, n0, nt)):
+                    if not isinstance(e, (int, np.integer)):
+                        d[f"{name}_exp_addr"] = e.addr + off
+                        regions.append((e.addr + off, e.addr + off + count))
+                d["regions"] = regions
+                descs.append(d)
+        return descs

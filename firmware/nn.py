@@ -1,69 +1,211 @@
 """Layers whose every GEMM runs on a :class:`firmware.Device` in block floating point.
 
-A :class:`Engine` decides where the GEMMs run: ``precision="fp32"`` computes them in float32
-numpy (the reference); ``precision="int8"`` quantises both operands with
-:func:`firmware.quant.quantize` and runs ``Device.gemm`` with the blocks' exponents as
-``row_exp`` / ``col_exp``, using the Device's transposes instead of transposed copies:
+An :class:`Engine` decides where the GEMMs run: ``precision="fp32"`` computes them in float32
+numpy (the reference); ``precision="int8"`` runs them on the Device in 8-bit block floating
+point, as Fox et al.'s Algorithm 1 partitions the work:
 
-============================  ======================  ==========================  ===========
-GEMM of ``y = x W``           A (exponents)           B (exponents)               Device call
-============================  ======================  ==========================  ===========
-forward ``x W``               x, per sample           W, per layer                ``A B``
-backward-data ``dy Wᵀ``       dy, per sample          W, per layer                ``A Bᵀ``
-weight-gradient ``xᵀ dy``     x, per input feature    dy, per output feature      ``Aᵀ B``
-============================  ======================  ==========================  ===========
+* each tensor is quantised **once per step** (:func:`firmware.quant.quantize`, stochastic
+  rounding): the weights ``W̄`` in the forward pass (reused by backward-data), the input
+  activations ``x̄`` in the forward pass (kept in 8 bits, and on the device, for the
+  weight gradient), the deltas ``δ̄`` once in the backward pass (for backward-data and the
+  weight gradient);
+* the quantised tensors go to device memory once (:meth:`firmware.Device.tensor`, into
+  buffers reused every step) and the Device's transposes stand in for transposed copies;
+* the first layer's backward-data GEMM is skipped (nobody needs the input's gradient).
 
-In the weight-gradient GEMM the batch is the reduction dimension, so per-sample exponents
-cannot be factored out of the sum; there ``x`` and ``dy`` get one exponent per feature (per
-row and column of ``dW``). Bias, activations, pooling and the losses stay in float32.
-Convolutions are GEMMs over ``im2col`` patches (one exponent per output position).
+============================  ===============  ===============  ===========
+GEMM of ``y = x W``           A                B                Device call
+============================  ===============  ===============  ===========
+forward ``x W``               x̄                W̄                ``A B``
+backward-data ``δ Wᵀ``        δ̄                W̄                ``A Bᵀ``
+weight-gradient ``xᵀ δ``      x̄                δ̄                ``Aᵀ B``
+============================  ===============  ===============  ===========
+
+Block granularity is a named policy per tensor (:class:`Blocks`): ``"tensor"`` (one exponent),
+``"sample"`` (one per sample of the batch), ``"channel"`` (one per feature / channel: a
+column of ``W``, an input feature of ``x``, an output feature of ``δ``) and ``"row"`` (one per
+``im2col`` row, i.e. per output position of a convolution; the same as ``"sample"`` for a
+fully-connected layer). The default, :data:`FOX`, is Fox et al.'s: one exponent for the
+weights, one per sample for the activations and the deltas. Blocks along a GEMM's output rows
+or columns become the descriptor's ``row_exp`` / ``col_exp``; blocks along its reduction axis
+(per-sample ``x̄`` and ``δ̄`` in the weight gradient, where the batch is the reduction) become
+``k_exp``: one descriptor per run of equal exponents, whose exact int32 partial sums the host
+combines (:func:`sim.golden.gemm_scaled`) — Fox et al.'s per-sample weight-gradient loop.
+``Blocks("tensor", "tensor", "tensor")`` (SWALP's big block) makes every GEMM one descriptor
+with no host arithmetic. Convolutions quantise ``x`` and ``δ`` in their NCHW layout and then
+``im2col`` the 8-bit values (layout only); ``"row"`` quantises the ``im2col`` matrix instead.
+
+Bias, activations, pooling and the losses stay in float32 on the host. The Engine's
+:class:`firmware.profile.Profile` times every kind of host work.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
+from .profile import Profile
 from .quant import quantize
 
-__all__ = ["Engine", "Linear", "Conv2d", "ReLU", "MaxPool2d", "Flatten", "Network",
-           "softmax_cross_entropy", "mse"]
+__all__ = ["Engine", "Blocks", "FOX", "BIG_BLOCK", "POLICIES", "Q", "Linear", "Conv2d", "ReLU",
+           "MaxPool2d", "Flatten", "Network", "softmax_cross_entropy", "mse"]
+
+#: Block granularities.
+POLICIES = ("tensor", "sample", "channel", "row")
+
+
+@dataclass(frozen=True)
+class Blocks:
+    """One exponent per what, for each tensor (see the module documentation)."""
+
+    weights: str = "tensor"
+    activations: str = "sample"
+    deltas: str = "sample"
+
+    def __post_init__(self):
+        for name in ("weights", "activations", "deltas"):
+            v = getattr(self, name)
+            allowed = ("tensor", "channel") if name == "weights" else POLICIES
+            if v not in allowed:
+                raise ValueError(f"blocks.{name} must be one of {allowed}, not {v!r}")
+
+    @classmethod
+    def parse(cls, text: str) -> Blocks:
+        """``"fox"``, ``"tensor"`` or ``"W,x,δ"`` such as ``"tensor,sample,sample"``."""
+        if text == "fox":
+            return FOX
+        if text == "tensor":
+            return BIG_BLOCK
+        parts = text.split(",")
+        if len(parts) != 3:
+            raise ValueError(f"blocks must be 'fox', 'tensor' or three policies "
+                             f"'weights,activations,deltas', not {text!r}")
+        return cls(*parts)
+
+    def __str__(self):
+        return f"{self.weights},{self.activations},{self.deltas}"
+
+
+#: Fox et al.: one exponent for the weights, one per sample for activations and deltas.
+FOX = Blocks()
+#: SWALP's big block: one exponent per tensor everywhere.
+BIG_BLOCK = Blocks("tensor", "tensor", "tensor")
+
+
+class Q:
+    """A quantised matrix: int8 mantissas and their exponents, with at most one of
+    ``row_exp`` (one per row), ``col_exp`` (one per column) set, else the scalar ``exp``.
+    ``tensor`` is its device copy once uploaded."""
+
+    def __init__(self, data, *, exp=0, row_exp=None, col_exp=None):
+        self.data, self.exp, self.row_exp, self.col_exp = data, int(exp), row_exp, col_exp
+        self.tensor = None
 
 
 class Engine:
-    """Where the GEMMs run; counts them and the accelerator cycles they took."""
+    """Where the GEMMs run; counts them and the accelerator cycles they took.
+
+    Parameters
+    ----------
+    precision : {"fp32", "int8"}
+    device : firmware.Device
+        Needed for ``"int8"``.
+    rounding : {"stochastic", "nearest"}
+    rng : numpy.random.Generator
+        The stochastic rounding's draws.
+    blocks : Blocks
+        Block granularity (default :data:`FOX`).
+    """
 
     def __init__(self, precision: str = "fp32", device=None, *, rounding: str = "stochastic",
-                 rng: np.random.Generator | None = None):
+                 rng: np.random.Generator | None = None, blocks: Blocks = FOX):
         if precision not in ("fp32", "int8"):
             raise ValueError(f"precision must be 'fp32' or 'int8', not {precision!r}")
         if precision == "int8" and device is None:
             raise ValueError("precision='int8' needs a device (firmware.Device)")
         if rounding not in ("nearest", "stochastic"):
             raise ValueError(f"rounding must be 'nearest' or 'stochastic', not {rounding!r}")
+        if not isinstance(blocks, Blocks):
+            raise TypeError(f"blocks must be a firmware.nn.Blocks, not {type(blocks).__name__}")
         self.precision, self.device, self.rounding = precision, device, rounding
         self.rng = rng if rng is not None else np.random.default_rng(0)
+        self.blocks = blocks
+        self.profile = Profile()
         self.gemms = 0
         self.cycles = 0
+        self._slots = {}
 
-    def matmul(self, a, b, *, transpose_a=False, transpose_b=False, a_block="row",
-               b_block="tensor"):
-        """``op(a) @ op(b)`` in float32. Blocks: ``"row"`` (per row of ``op(a)``),
-        ``"col"`` (per column of ``op(b)``) or ``"tensor"``."""
+    @property
+    def int8(self) -> bool:
+        return self.precision == "int8"
+
+    def time(self, kind: str):
+        return self.profile.time(kind)
+
+    # -- quantisation ------------------------------------------------------------------------
+    def quantize(self, x: np.ndarray, axis: int | None) -> tuple[np.ndarray, np.ndarray]:
+        """``(q, exp)`` of ``x`` with one exponent per slice along ``axis`` (None: one)."""
+        with self.profile.time("quantize"):
+            return quantize(np.asarray(x, np.float32), axis=axis, rounding=self.rounding,
+                            rng=self.rng)
+
+    def matrix(self, x: np.ndarray, axis: int | None) -> Q:
+        """Quantise a matrix with blocks along ``axis`` (0: rows, 1: columns, None: one)."""
+        q, e = self.quantize(x, axis)
+        if axis is None:
+            return Q(q, exp=e)
+        return Q(q, row_exp=e) if axis == 0 else Q(q, col_exp=e)
+
+    def upload(self, q: Q, key) -> None:
+        """Put ``q`` on the device (once), in the buffer kept for ``key`` when it fits."""
+        if q.tensor is not None:
+            return
+        slot = self._slots.get(key)
+        if slot is not None and slot.shape == q.data.shape:
+            q.tensor = self.device.tensor(q.data, into=slot)
+        else:
+            if slot is not None:
+                slot.free()
+            q.tensor = self._slots[key] = self.device.tensor(q.data)
+
+    # -- GEMMs -------------------------------------------------------------------------------
+    def gemm(self, qa: Q, qb: Q, *, transpose_a: bool = False, transpose_b: bool = False,
+             keys=(None, None)) -> np.ndarray:
+        """``op(a) @ op(b)`` of two quantised matrices on the device, as float32."""
         self.gemms += 1
-        if self.precision == "fp32":
+        dev = self.device
+        dev.profile = self.profile
+        for q, key in zip((qa, qb), keys, strict=True):
+            if key is not None:
+                self.upload(q, key)
+        # exponents of A along (M, K) and of B along (K, N)
+        a_m, a_k = (qa.col_exp, qa.row_exp) if transpose_a else (qa.row_exp, qa.col_exp)
+        b_k, b_n = (qb.col_exp, qb.row_exp) if transpose_b else (qb.row_exp, qb.col_exp)
+        k = qa.data.shape[0] if transpose_a else qa.data.shape[1]
+        k_exp = np.full(k, qa.exp + qb.exp, np.int16)
+        for v in (a_k, b_k):
+            if v is not None:
+                k_exp += v
+        c = dev.gemm(qa.tensor if qa.tensor is not None else qa.data,
+                     qb.tensor if qb.tensor is not None else qb.data,
+                     transpose_a=transpose_a, transpose_b=transpose_b,
+                     row_exp=a_m if a_m is not None else 0,
+                     col_exp=b_n if b_n is not None else 0, k_exp=k_exp)
+        self.cycles += dev.stats.get("cycles") or 0
+        return c
+
+    def matmul(self, a, b, *, transpose_a=False, transpose_b=False):
+        """``op(a) @ op(b)`` in float32 (the fp32 reference path)."""
+        self.gemms += 1
+        with self.profile.time("float"):
             oa = a.T if transpose_a else a
             ob = b.T if transpose_b else b
             return oa @ ob           # float32 operands give float32
-        a_axis = None if a_block == "tensor" else (1 if transpose_a else 0)
-        b_axis = None if b_block == "tensor" else (0 if transpose_b else 1)
-        qa, ea = quantize(np.ascontiguousarray(a, np.float32), axis=a_axis,
-                          rounding=self.rounding, rng=self.rng)
-        qb, eb = quantize(np.ascontiguousarray(b, np.float32), axis=b_axis,
-                          rounding=self.rounding, rng=self.rng)
-        c = self.device.gemm(qa, qb, transpose_a=transpose_a, transpose_b=transpose_b,
-                             row_exp=ea, col_exp=eb, out="float32")
-        self.cycles += self.device.stats.get("cycles") or 0
-        return c
+
+
+def _axis(policy: str, sample_axis, channel_axis):
+    return {"tensor": None, "sample": sample_axis, "channel": channel_axis}[policy]
 
 
 class Layer:
@@ -84,14 +226,29 @@ class Linear(Layer):
                        "b": np.zeros(fan_out, np.float32)}
 
     def forward(self, x, eng):
-        self.x = x
-        return eng.matmul(x, self.params["W"]) + self.params["b"]
+        if not eng.int8:
+            self.x = x
+            return eng.matmul(x, self.params["W"]) + self.params["b"]
+        policy = eng.blocks
+        self.qx = eng.matrix(x, _axis("sample" if policy.activations == "row"
+                                      else policy.activations, 0, 1))
+        self.qw = eng.matrix(self.params["W"], _axis(policy.weights, None, 1))
+        y = eng.gemm(self.qx, self.qw, keys=((id(self), "x"), (id(self), "W")))
+        return y + self.params["b"]
 
-    def backward(self, dy, eng):
-        self.grads["W"] = eng.matmul(self.x, dy, transpose_a=True, a_block="row",
-                                     b_block="col")
+    def backward(self, dy, eng, need_input_grad: bool = True):
         self.grads["b"] = dy.sum(axis=0).astype(dy.dtype)
-        return eng.matmul(dy, self.params["W"], transpose_b=True)
+        if not eng.int8:
+            self.grads["W"] = eng.matmul(self.x, dy, transpose_a=True)
+            return eng.matmul(dy, self.params["W"], transpose_b=True) if need_input_grad \
+                else None
+        policy = eng.blocks
+        qd = eng.matrix(dy, _axis("sample" if policy.deltas == "row" else policy.deltas, 0, 1))
+        keys = ((id(self), "x"), (id(self), "dy"))
+        self.grads["W"] = eng.gemm(self.qx, qd, transpose_a=True, keys=keys)
+        if not need_input_grad:
+            return None
+        return eng.gemm(qd, self.qw, transpose_b=True, keys=((id(self), "dy"), (id(self), "W")))
 
 
 def _im2col_indices(c, h, w, k, stride, pad):
@@ -121,31 +278,86 @@ class Conv2d(Layer):
         self.params = {"W": rng.uniform(-bound, bound, (fan_in, cout)).astype(np.float32),
                        "b": np.zeros(cout, np.float32)}
 
-    def forward(self, x, eng):
+    def _cols(self, x):
+        """``im2col``: ``(n oh ow) x (c k k)`` patches of an NCHW array (any dtype)."""
         n, c, h, w = x.shape
         ch, i, j, oh, ow = _im2col_indices(c, h, w, self.k, self.stride, self.pad)
         xp = np.pad(x, ((0, 0), (0, 0), (self.pad, self.pad), (self.pad, self.pad)))
         cols = xp[:, ch, i, j]                                  # n x (c k k) x (oh ow)
-        cols = cols.transpose(0, 2, 1).reshape(n * oh * ow, -1)
-        self.cache = (x.shape, cols, oh, ow)
-        y = eng.matmul(cols, self.params["W"]) + self.params["b"]
-        return y.reshape(n, oh, ow, self.cout).transpose(0, 3, 1, 2)
+        return cols.transpose(0, 2, 1).reshape(n * oh * ow, -1), oh, ow
 
-    def backward(self, dy, eng):
+    def _quantized_cols(self, x, eng) -> tuple[Q, int, int]:
+        policy = eng.blocks.activations
+        if policy == "row":                   # per im2col row: quantise the patches
+            with eng.time("layout"):
+                cols, oh, ow = self._cols(x)
+            return eng.matrix(cols, 0), oh, ow
+        q, e = eng.quantize(x, _axis(policy, 0, 1))
+        with eng.time("layout"):
+            cols, oh, ow = self._cols(q)
+            if policy == "tensor":
+                return Q(cols, exp=e), oh, ow
+            if policy == "sample":
+                return Q(cols, row_exp=np.repeat(e, oh * ow)), oh, ow
+            return Q(cols, col_exp=np.repeat(e, self.k * self.k)), oh, ow
+
+    def forward(self, x, eng):
+        n = x.shape[0]
+        if not eng.int8:
+            cols, oh, ow = self._cols(x)
+            self.cache = (x.shape, cols, oh, ow)
+            y = eng.matmul(cols, self.params["W"]) + self.params["b"]
+        else:
+            qcols, oh, ow = self._quantized_cols(x, eng)
+            self.cache = (x.shape, qcols, oh, ow)
+            self.qw = eng.matrix(self.params["W"], _axis(eng.blocks.weights, None, 1))
+            y = eng.gemm(qcols, self.qw, keys=((id(self), "x"), (id(self), "W")))
+            y += self.params["b"]
+        with eng.time("layout"):
+            return y.reshape(n, oh, ow, self.cout).transpose(0, 3, 1, 2)
+
+    def _quantized_deltas(self, dy, eng) -> Q:
+        policy = eng.blocks.deltas
+        n, _, oh, ow = dy.shape
+        if policy == "row":
+            with eng.time("layout"):
+                mat = dy.transpose(0, 2, 3, 1).reshape(n * oh * ow, self.cout)
+            return eng.matrix(mat, 0)
+        q, e = eng.quantize(dy, _axis(policy, 0, 1))
+        with eng.time("layout"):
+            mat = np.ascontiguousarray(q.transpose(0, 2, 3, 1).reshape(n * oh * ow, self.cout))
+        if policy == "tensor":
+            return Q(mat, exp=e)
+        if policy == "sample":
+            return Q(mat, row_exp=np.repeat(e, oh * ow))
+        return Q(mat, col_exp=e)
+
+    def backward(self, dy, eng, need_input_grad: bool = True):
         shape, cols, oh, ow = self.cache
         n, c, h, w = shape
-        dy_mat = dy.transpose(0, 2, 3, 1).reshape(n * oh * ow, self.cout)
-        self.grads["W"] = eng.matmul(cols, dy_mat, transpose_a=True, a_block="row",
-                                     b_block="col")
-        self.grads["b"] = dy_mat.sum(axis=0).astype(dy.dtype)
-        dcols = eng.matmul(dy_mat, self.params["W"], transpose_b=True)
-        dcols = dcols.reshape(n, oh * ow, -1).transpose(0, 2, 1)
-        ch, i, j, _, _ = _im2col_indices(c, h, w, self.k, self.stride, self.pad)
-        dxp = np.zeros((n, c, h + 2 * self.pad, w + 2 * self.pad), dcols.dtype)
-        np.add.at(dxp, (slice(None), ch, i, j), dcols)
-        if self.pad:
-            return dxp[:, :, self.pad:-self.pad, self.pad:-self.pad]
-        return dxp
+        self.grads["b"] = dy.sum(axis=(0, 2, 3)).astype(dy.dtype)
+        if not eng.int8:
+            dy_mat = dy.transpose(0, 2, 3, 1).reshape(n * oh * ow, self.cout)
+            self.grads["W"] = eng.matmul(cols, dy_mat, transpose_a=True)
+            if not need_input_grad:
+                return None
+            dcols = eng.matmul(dy_mat, self.params["W"], transpose_b=True)
+        else:
+            qd = self._quantized_deltas(dy, eng)
+            self.grads["W"] = eng.gemm(cols, qd, transpose_a=True,
+                                       keys=((id(self), "x"), (id(self), "dy")))
+            if not need_input_grad:
+                return None
+            dcols = eng.gemm(qd, self.qw, transpose_b=True,
+                             keys=((id(self), "dy"), (id(self), "W")))
+        with eng.time("layout"):                         # col2im
+            dcols = dcols.reshape(n, oh * ow, -1).transpose(0, 2, 1)
+            ch, i, j, _, _ = _im2col_indices(c, h, w, self.k, self.stride, self.pad)
+            dxp = np.zeros((n, c, h + 2 * self.pad, w + 2 * self.pad), dcols.dtype)
+            np.add.at(dxp, (slice(None), ch, i, j), dcols)
+            if self.pad:
+                return dxp[:, :, self.pad:-self.pad, self.pad:-self.pad]
+            return dxp
 
 
 class ReLU(Layer):
@@ -205,9 +417,17 @@ class Network:
             x = layer.forward(x, eng)
         return x
 
-    def backward(self, dy, eng):
-        for layer in reversed(self.layers):
+    def backward(self, dy, eng, need_input_grad: bool = False):
+        """Gradients of every parameter from ``dy``, the loss's gradient w.r.t. the output.
+        The first layer's backward-data GEMM runs only with ``need_input_grad`` (then the
+        input's gradient is returned; else None)."""
+        for i in range(len(self.layers) - 1, -1, -1):
+            layer = self.layers[i]
+            if i == 0 and isinstance(layer, (Linear, Conv2d)):
+                return layer.backward(dy, eng, need_input_grad=need_input_grad)
             dy = layer.backward(dy, eng)
+            if dy is None:
+                return None
         return dy
 
     def parameters(self):

@@ -4,12 +4,20 @@ For a block ``x`` with ``e = floor(log2(max|x|))`` — taken from the IEEE expon
 ``numpy.frexp``, exact for every float, where a ratio of logarithms is off by one just below
 powers of two — and ``F = bits - 2 - e``::
 
-    q = clamp(floor(x * 2**F + u), -2**(bits-1), 2**(bits-1) - 1)
+    q = clamp(floor(x * 2**F + u), -(2**(bits-1) - 1), 2**(bits-1) - 1)
     x ~ q * 2**exp,   exp = e - (bits - 2) = -F
 
 with ``u = 0.5`` (round to nearest) or ``u ~ U[0, 1)`` drawn from a seeded
 ``numpy.random.Generator`` (stochastic rounding, unbiased inside the range). ``exp`` is an
-int8 in the form :meth:`firmware.Device.gemm` takes as ``row_exp`` / ``col_exp``. An all-zero
+int8 in the form :meth:`firmware.Device.gemm` takes as ``row_exp`` / ``col_exp``.
+
+The clamp is symmetric (−127..127 for 8 bits, never −128), so quantising an already
+quantised tensor again changes nothing: its largest magnitude ``|q| 2**exp`` with
+``|q| <= 127`` gives back the same exponent (or, when no mantissa reaches 64, a smaller one
+whose mantissas are the old ones doubled), every ``x 2**F`` is an integer, and
+``floor(integer + u)`` with ``0 <= u < 1`` is that integer — whatever ``u`` is drawn. With a
+−128 allowed, a block whose extreme is −128 would get a larger exponent and every odd
+mantissa would be rounded again (at random). An all-zero
 block gives zeros and exponent 0, never NaN. Blocks are the whole tensor (``axis=None``) or
 the slices along one axis (``axis=0``: one exponent per sample / row; ``axis=1``: per column
 or channel).
@@ -68,7 +76,8 @@ def quantize(x: np.ndarray, *, bits: int = 8, axis: int | None = None,
     exp = np.where(np.asarray(maxabs) > 0, exp, 0)
     scale = np.exp2(-exp.astype(np.float64)).reshape(shape)
     u = 0.5 if rounding == "nearest" else rng.random(x.shape)
-    lo, hi = -(1 << (bits - 1)), (1 << (bits - 1)) - 1
+    hi = (1 << (bits - 1)) - 1
+    lo = -hi                                    # symmetric: re-quantising is the identity
     q = np.clip(np.floor(x64 * scale + u), lo, hi).astype(np.int8)
     exp = exp.astype(np.int8)
     return q, (exp[()] if axis is None else exp)

@@ -3,6 +3,8 @@
 ```
 python -m firmware.train --task {digits-mlp,digits-cnn,mnist-logreg,rf-anomaly}
        --precision {fp32,int8} [--swa] --backend {golden,rtl,pynq} [--rows R --cols C]
+       [--data-width W] [--board {pynq-z1,zcu104,vu9p} [--bitfile F] [--base-addr A]
+       [--report R]]
        --epochs N --seed S [--out results.json] [--checkpoint DIR] [--resume]
 ```
 
@@ -98,10 +100,14 @@ class TrainConfig:
     schedule: str = "swalp"
     #: the averaging phase's constant learning rate (None: 0.1 times the initial one)
     swa_lr: float | None = None
+    #: block floating-point granularity, :meth:`firmware.nn.Blocks.parse`: "fox" (weights
+    #: per tensor, activations and deltas per sample), "tensor", or "weights,activations,deltas"
+    blocks: str = "fox"
 
     def check(self):
         if self.task not in TASKS:
             raise ValueError(f"task must be one of {sorted(TASKS)}, not {self.task!r}")
+        nn.Blocks.parse(self.blocks)                # raises ValueError naming blocks
         if self.precision not in ("fp32", "int8"):
             raise ValueError(f"precision must be 'fp32' or 'int8', not {self.precision!r}")
         if not isinstance(self.epochs, int) or self.epochs < 1:
@@ -122,11 +128,13 @@ class TrainConfig:
 def _step(net, eng, opt, kind, x, target):
     """One SGD step on a batch: ``target`` is the labels ("xent") or the wanted output
     ("mse"). Returns the loss."""
-    out = net.forward(x, eng)
-    loss, grad = (nn.softmax_cross_entropy(out, target) if kind == "xent"
-                  else nn.mse(out, target))
-    net.backward(grad, eng)
-    opt.step(net.gradients())
+    with eng.profile.time("float"):       # what the inner blocks do not claim is float work
+        out = net.forward(x, eng)
+        loss, grad = (nn.softmax_cross_entropy(out, target) if kind == "xent"
+                      else nn.mse(out, target))
+        net.backward(grad, eng)
+        opt.step(net.gradients())
+    eng.profile.count("steps")
     return loss
 
 
@@ -158,10 +166,12 @@ class Run:
         s = cfg.seed
         self.rng_data = np.random.default_rng([s, 0])
         self.net = self.task.make(np.random.default_rng([s, 1]))
+        blocks = nn.Blocks.parse(cfg.blocks)
         self.eng = nn.Engine(cfg.precision, device if cfg.precision == "int8" else None,
-                             rng=np.random.default_rng([s, 2]))
+                             rng=np.random.default_rng([s, 2]), blocks=blocks)
         # evaluation rounds to nearest and leaves the training's random streams alone
-        self.eval_eng = nn.Engine(cfg.precision, self.eng.device, rounding="nearest")
+        self.eval_eng = nn.Engine(cfg.precision, self.eng.device, rounding="nearest",
+                                  blocks=blocks)
         self.lr0 = cfg.lr or self.task.lr
         self.opt = SGD(self.net.parameters(), lr=self.lr0, momentum=cfg.momentum,
                        weight_decay=cfg.weight_decay,
@@ -262,12 +272,22 @@ class Run:
                 self.net.load_state(saved)
 
 
-def build(cfg: TrainConfig, backend: str = "golden", rows: int = 8, cols: int = 8,
-          **device_options) -> Run:
+def build(cfg: TrainConfig, backend: str = "golden", rows: int | None = 8,
+          cols: int | None = 8, **device_options) -> Run:
+    """A :class:`Run` on a new :class:`firmware.Device` (int8) or none (fp32).
+
+    On ``pynq``, ``rows``, ``cols`` and ``data_width`` of None mean the hardware's (read from
+    its CONFIG registers and checked against the build report); ``board``, ``bitfile``,
+    ``report``, ``base_addr``, ``clock_hz`` and ``ip_name`` say which board and build (see
+    :func:`firmware.pynq_backend.connect`)."""
     from .device import Device
-    device = (Device(backend, rows=rows, cols=cols, **device_options)
-              if cfg.precision == "int8" else None)
-    return Run(cfg, device)
+    if cfg.precision != "int8":
+        return Run(cfg, None)
+    if backend != "pynq":
+        rows, cols = rows or 8, cols or 8
+        if device_options.get("data_width", 0) is None:
+            del device_options["data_width"]
+    return Run(cfg, Device(backend, rows=rows, cols=cols, **device_options))
 
 
 def fit(net, x, y, *, loss: str = "xent", epochs: int = 10, batch: int = 32,
@@ -343,7 +363,20 @@ def _digest(net) -> str:
     return h.hexdigest()[:16]
 
 
+def _address(text: str) -> int:
+    """An argparse type: an address, decimal or 0x-hex."""
+    try:
+        value = int(text, 0)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an address such as 0x43C00000, got "
+                                         f"{text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a non-negative address, got {text!r}")
+    return value
+
+
 def main(argv=None) -> int:
+    from . import boards
     p = argparse.ArgumentParser(prog="python -m firmware.train", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--task", choices=sorted(TASKS), required=True)
@@ -353,8 +386,21 @@ def main(argv=None) -> int:
                    help="master weights (default: int8 with --swa, else fp32)")
     p.add_argument("--swa-every", choices=["epoch", "iteration"], default="epoch")
     p.add_argument("--backend", choices=["golden", "rtl", "pynq"], default="golden")
-    p.add_argument("--rows", type=int, default=8)
-    p.add_argument("--cols", type=int, default=8)
+    p.add_argument("--board", choices=sorted(boards.BOARDS),
+                   help="pynq: the board; its array, bus, register address and clock come "
+                        "from its build report (build/BOARD/report.json or beside the "
+                        "bitstream), the .hwh and the hardware's CONFIG registers")
+    p.add_argument("--bitfile", type=Path,
+                   help="pynq: the overlay to load (default: the board build's, if found)")
+    p.add_argument("--base-addr", type=_address,
+                   help="pynq: the registers' physical address (default: the report's)")
+    p.add_argument("--report", type=Path,
+                   help="pynq: build.py's report.json (or its directory)")
+    p.add_argument("--rows", type=int,
+                   help="array rows (default: 8; pynq: the hardware's)")
+    p.add_argument("--cols", type=int, help="array columns (default: 8; pynq: the hardware's)")
+    p.add_argument("--data-width", type=int, choices=[64, 128, 256, 512],
+                   help="memory bus bits (default: 128; pynq: the hardware's)")
     p.add_argument("--epochs", type=int, required=True)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--batch", type=int)
@@ -375,12 +421,39 @@ def main(argv=None) -> int:
         p.error("--swa is SWALP, an int8 method: use it with --precision int8")
     if args.weights == "int8" and args.precision != "int8":
         p.error("--weights int8 needs --precision int8")
+    for name in ("rows", "cols"):
+        if getattr(args, name) is not None and getattr(args, name) < 1:
+            p.error(f"--{name} must be at least 1")
+    board_args = {"board": args.board, "bitfile": args.bitfile, "base_addr": args.base_addr,
+                  "report": args.report}
+    device_options = {} if args.data_width is None else {"data_width": args.data_width}
+    if args.backend == "pynq":
+        if args.board is None and args.report is None:
+            p.error(f"--backend pynq needs --board ({', '.join(sorted(boards.BOARDS))}) or "
+                    "--report")
+        from .pynq_backend import resolve
+        try:
+            target = resolve(**board_args)
+        except (ValueError, FileNotFoundError) as e:
+            p.error(str(e))
+        # the build's array and bus (the hardware is checked against them when connecting)
+        want = target.expected or {}
+        args.rows = args.rows or want.get("rows")
+        args.cols = args.cols or want.get("cols")
+        if want.get("data_width") and args.data_width is None:
+            device_options["data_width"] = want["data_width"]
+        device_options.update({k: v for k, v in board_args.items() if v is not None})
+    else:
+        given = [f"--{k.replace('_', '-')}" for k, v in board_args.items() if v is not None]
+        if given:
+            p.error(f"{', '.join(given)}: only with --backend pynq")
+        args.rows, args.cols = args.rows or 8, args.cols or 8
     cfg = TrainConfig(task=args.task, precision=args.precision, swa=args.swa,
                       epochs=args.epochs, seed=args.seed, batch=args.batch, lr=args.lr,
                       weights=args.weights, swa_every=args.swa_every)
     try:
         result = run(cfg, backend=args.backend, rows=args.rows, cols=args.cols,
-                     checkpoint=args.checkpoint, resume=args.resume)
+                     checkpoint=args.checkpoint, resume=args.resume, **device_options)
     except (ValueError, FileNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -23,8 +23,9 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["MAX_K", "EXP_MIN", "EXP_MAX", "gemm", "rescale", "rescale_bits", "float32_bits",
-           "exponent_vector"]
+__all__ = ["MAX_K", "EXP_MIN", "EXP_MAX", "gemm", "gemm_shape", "gemm_scaled", "k_runs",
+           "K_EXP_MIN", "K_EXP_MAX",
+           "rescale", "rescale_bits", "float32_bits", "exponent_vector"]
 
 #: Largest reduction length for which an int8 x int8 -> int32 dot product cannot overflow.
 MAX_K = (2**31 - 1) // (128 * 128)  # 131071
@@ -68,23 +69,32 @@ def gemm(a: np.ndarray, b: np.ndarray, transpose_a: bool = False,
         An operand is not 2-D, the inner dimensions differ, a dimension is zero, or
         ``K > MAX_K``.
     """
+    m, n, k = gemm_shape(a, b, transpose_a, transpose_b)
+    op_a = a.T if transpose_a else a
+    op_b = b.T if transpose_b else b
+    # int64 matmul is exact here (|sum| < 2**31), then narrows without loss.
+    return (op_a.astype(np.int64) @ op_b.astype(np.int64)).astype(np.int32)
+
+
+def gemm_shape(a: np.ndarray, b: np.ndarray, transpose_a: bool = False,
+               transpose_b: bool = False) -> tuple[int, int, int]:
+    """``(M, N, K)`` of :func:`gemm`'s arguments, checked as :func:`gemm` checks them, without
+    computing anything over the operands (what a driver needs before it hands the GEMM to
+    the hardware)."""
     _check_int8_matrix("a", a)
     _check_int8_matrix("b", b)
     for name, flag in (("transpose_a", transpose_a), ("transpose_b", transpose_b)):
         if not isinstance(flag, (bool, np.bool_)):
             raise TypeError(f"{name} must be a bool, not {type(flag).__name__}")
-    op_a = a.T if transpose_a else a
-    op_b = b.T if transpose_b else b
-    m, k = op_a.shape
-    k_b, n = op_b.shape
+    m, k = a.shape[::-1] if transpose_a else a.shape
+    k_b, n = b.shape[::-1] if transpose_b else b.shape
     if k != k_b:
         raise ValueError(f"inner dimensions differ: op(a) is {m}x{k} but op(b) is {k_b}x{n}")
     if 0 in (m, n, k):
         raise ValueError(f"dimensions must be nonzero, got M={m}, N={n}, K={k}")
     if k > MAX_K:
         raise ValueError(f"K={k} exceeds MAX_K={MAX_K}: the int32 accumulator could overflow")
-    # int64 matmul is exact here (|sum| < 2**31), then narrows without loss.
-    return (op_a.astype(np.int64) @ op_b.astype(np.int64)).astype(np.int32)
+    return m, n, k
 
 
 def exponent_vector(name: str, e, length: int, axis: str) -> np.ndarray:
@@ -145,6 +155,62 @@ def rescale(acc: np.ndarray, row_exp=0, col_exp=0) -> np.ndarray:
     ce = exponent_vector("col_exp", col_exp, n, "column")
     with np.errstate(over="ignore"):
         return np.float32(np.float64(acc) * np.exp2(re[:, None] + ce[None, :]))
+
+
+#: Range of one entry of a ``k_exp`` vector (the sum of two int8 exponents).
+K_EXP_MIN, K_EXP_MAX = 2 * EXP_MIN, 2 * EXP_MAX
+
+
+def k_runs(k_exp: np.ndarray) -> list[tuple[int, int, int]]:
+    """The maximal runs of equal values of ``k_exp``: ``[(start, stop, exponent), ...]``."""
+    k_exp = np.asarray(k_exp)
+    edges = np.flatnonzero(np.diff(k_exp)) + 1
+    starts = np.concatenate(([0], edges))
+    stops = np.concatenate((edges, [len(k_exp)]))
+    return [(int(a), int(b), int(k_exp[a])) for a, b in zip(starts, stops, strict=True)]
+
+
+def _k_exp_vector(k_exp, k: int) -> np.ndarray:
+    if not isinstance(k_exp, np.ndarray) or k_exp.dtype.kind not in "iu":
+        raise TypeError(f"k_exp must be an integer numpy vector, not "
+                        f"{getattr(k_exp, 'dtype', type(k_exp).__name__)}")
+    if k_exp.shape != (k,):
+        raise ValueError(f"k_exp must have shape ({k},) (one per k), not {k_exp.shape}")
+    if k_exp.size and (k_exp.min() < K_EXP_MIN or k_exp.max() > K_EXP_MAX):
+        raise ValueError(f"k_exp must lie in [{K_EXP_MIN}, {K_EXP_MAX}]")
+    return k_exp.astype(np.int64)
+
+
+def gemm_scaled(a: np.ndarray, b: np.ndarray, transpose_a: bool = False,
+                transpose_b: bool = False, row_exp=0, col_exp=0, k_exp=None) -> np.ndarray:
+    """A block-floating-point GEMM whose blocks may also run along the reduction axis.
+
+    ``sum_k op(a)[m, k] * op(b)[k, n] * 2**(row_exp[m] + col_exp[n] + k_exp[k])`` as float32,
+    computed as the hardware and the runtime compute it: ``k_exp`` is cut into its maximal
+    runs of equal values (:func:`k_runs`); each run's partial GEMM ``P_r`` is exact (int32);
+    then, in run order, ``S = S + float64(P_r) * 2**(k_r + row_exp[m] + col_exp[n])`` in
+    float64 from ``S = 0``, and the result is ``float32(S)`` (round to nearest even). Each term
+    is exact in float64, so with one run (``k_exp`` constant or ``None``) this is
+    :func:`rescale` of :func:`gemm` with the exponents added; with several runs the float64
+    additions round (deterministically, in this order). This is Fox et al.'s weight-gradient
+    loop (one GEMM per sample, accumulated on the host) with the accumulation in float64.
+
+    ``k_exp``: ``None`` or an integer vector of length ``K`` with values in
+    [:data:`K_EXP_MIN`, :data:`K_EXP_MAX`]; the other arguments as :func:`gemm` and
+    :func:`rescale`.
+    """
+    m, n, k = gemm_shape(a, b, transpose_a, transpose_b)
+    re = exponent_vector("row_exp", row_exp, m, "row")
+    ce = exponent_vector("col_exp", col_exp, n, "column")
+    runs = [(0, k, 0)] if k_exp is None else k_runs(_k_exp_vector(k_exp, k))
+    op_a = a.T if transpose_a else a
+    op_b = b.T if transpose_b else b
+    total = np.zeros((m, n), np.float64)
+    with np.errstate(over="ignore"):
+        for start, stop, e in runs:
+            part = op_a[:, start:stop].astype(np.int64) @ op_b[start:stop].astype(np.int64)
+            total += part.astype(np.float64) * np.exp2(re[:, None] + ce[None, :] + e)
+        return total.astype(np.float32)
 
 
 def float32_bits(x: np.ndarray) -> np.ndarray:

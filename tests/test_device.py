@@ -56,8 +56,14 @@ def test_bad_gemm_arguments():
         dev.gemm(a, b, out="float16")
     with pytest.raises(ValueError, match="col_exp"):
         dev.gemm(a, b, col_exp=np.zeros(3, np.int8), out="int32")
-    with pytest.raises(ValueError, match="at most"):
-        dev.gemm(np.zeros((1, 70000), np.int8), np.zeros((70000, 1), np.int8))
+    with pytest.raises(ValueError, match="MAX_K"):
+        dev.gemm(np.zeros((1, 131072), np.int8), np.zeros((131072, 1), np.int8))
+    with pytest.raises(ValueError, match="k_exp"):
+        dev.gemm(a, b, k_exp=np.zeros(3, np.int16), out="int32")
+    with pytest.raises(ValueError, match="k_exp"):
+        dev.gemm(a, b, k_exp=np.zeros(4, np.int16))
+    with pytest.raises(TypeError, match="k_exp"):
+        dev.gemm(a, b, k_exp=np.zeros(3, np.float32))
 
 
 def test_accelerator_error_names_the_code():

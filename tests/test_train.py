@@ -49,7 +49,7 @@ def test_fp32_gradients_match_finite_differences(make):
         return nn.softmax_cross_entropy(net.forward(x, eng), y)[0]
 
     _, grad = nn.softmax_cross_entropy(net.forward(x, eng), y)
-    dx = net.backward(grad.astype(np.float64), eng)
+    dx = net.backward(grad.astype(np.float64), eng, need_input_grad=True)
     np.testing.assert_allclose(dx, _numeric_grad(loss, x), rtol=1e-3, atol=1e-6)
     for layer in net.layers:
         for k, p in layer.params.items():
@@ -61,28 +61,60 @@ class _Recorder:
     """A stand-in Device that records the calls and computes them with the golden model."""
 
     def __init__(self):
-        self.calls, self.inner, self.stats = [], Device("golden"), {}
+        self.inner = Device("golden")
+        self.calls, self.uploads, self.stats, self.profile = [], [], {}, None
+
+    def tensor(self, x, into=None):
+        self.uploads.append(x.shape)
+        return self.inner.tensor(x, into=into)
 
     def gemm(self, a, b, **kw):
+        kx = kw["k_exp"]
         self.calls.append((a.dtype, b.dtype, kw["transpose_a"], kw["transpose_b"],
-                           np.ndim(kw["row_exp"]), np.ndim(kw["col_exp"])))
+                           np.ndim(kw["row_exp"]), np.ndim(kw["col_exp"]),
+                           len(set(kx.tolist()))))
+        self.inner.profile = self.profile
         out = self.inner.gemm(a, b, **kw)
         self.stats = self.inner.stats
         return out
 
 
-def test_int8_runs_all_three_gemms_on_the_device_with_its_transposes():
+def test_int8_runs_the_three_gemms_on_the_device_quantising_each_tensor_once():
     rng = np.random.default_rng(1)
     dev = _Recorder()
     layer = nn.Linear(6, 5, rng)
     eng = nn.Engine("int8", dev, rng=np.random.default_rng(2))
-    y = layer.forward(rng.normal(size=(7, 6)).astype(np.float32), eng)
+    x = rng.uniform(1, 1.9, (7, 6)) * np.exp2(2 * np.arange(7))[:, None]   # exponents 2i
+    y = layer.forward(x.astype(np.float32), eng)
     layer.backward(np.ones_like(y), eng)
     assert dev.calls == [
-        (np.int8, np.int8, False, False, 1, 0),    # forward: x per sample, W per layer
-        (np.int8, np.int8, True, False, 1, 1),     # weight gradient: x^T dy, per feature
-        (np.int8, np.int8, False, True, 1, 0),     # backward data: dy W^T
+        (np.int8, np.int8, False, False, 1, 0, 1),  # forward: x per sample, W per tensor
+        (np.int8, np.int8, True, False, 0, 0, 7),   # weight gradient: x^T dy, 7 blocks along K
+        (np.int8, np.int8, False, True, 1, 0, 1),   # backward data: dy W^T
     ]
+    # x, W in the forward pass, dy once in the backward pass: three uploads, no more
+    assert dev.uploads == [(7, 6), (6, 5), (7, 5)]
+
+
+def test_fox_blocks_put_the_per_sample_exponents_of_the_weight_gradient_along_k():
+    rng = np.random.default_rng(3)
+    dev = _Recorder()
+    net = nn.Network([nn.Linear(6, 5, rng), nn.ReLU(), nn.Linear(5, 3, rng)])
+    eng = nn.Engine("int8", dev, rng=np.random.default_rng(2))
+    x = (rng.normal(size=(8, 6)) * np.exp2(rng.integers(-4, 4, (8, 1)))).astype(np.float32)
+    out = net.forward(x, eng)
+    _, grad = nn.softmax_cross_entropy(out, rng.integers(0, 3, 8))
+    assert net.backward(grad, eng) is None          # the first layer's dx is not computed
+    kinds = [(c[2], c[3]) for c in dev.calls]
+    assert kinds == [(False, False), (False, False),      # forward, two layers
+                     (True, False), (False, True),        # layer 2: wgrad, backward-data
+                     (True, False)]                       # layer 1: wgrad only
+    assert dev.calls[2][6] > 1 and dev.calls[4][6] > 1    # several K blocks: per sample
+    big = nn.Engine("int8", dev, rng=np.random.default_rng(2), blocks=nn.BIG_BLOCK)
+    dev.calls = []
+    net.forward(x, big)
+    net.backward(grad, big)
+    assert all(c[4:] == (0, 0, 1) for c in dev.calls)     # one block: one descriptor each
 
 
 def test_swalp_schedule_and_averaging():
@@ -228,5 +260,6 @@ def test_hardware_in_the_loop_rtl_equals_golden():
         r.train_epoch()
         results[backend] = (train._digest(r.net), r.eng.cycles, r.eng.gemms)
     assert results["rtl"][0] == results["golden"][0]
-    assert results["rtl"][2] == results["golden"][2] == 4 * 3 * 2
+    # 4 steps of 5 GEMMs (two layers of 3, less the first layer's backward-data)
+    assert results["rtl"][2] == results["golden"][2] == 4 * 5
     assert results["rtl"][1] > 0 and results["golden"][1] == 0
