@@ -1,0 +1,243 @@
+"""The host runtime: no host GEMM, device tensors and the buffer pool, GEMMs split beyond the
+descriptor's limits, blocks along K, and the profile."""
+
+import numpy as np
+import pytest
+
+from firmware import Device, nn
+from firmware.device import DeviceTensor
+from firmware.profile import Profile
+from firmware.quant import dequantize, quantize
+from sim import golden
+
+
+def _same(x, y):
+    return x.shape == y.shape and x.dtype == y.dtype and np.array_equal(
+        x.view(np.uint32), y.view(np.uint32))
+
+
+def _operands(rng, m, n, k, ta, tb):
+    a = rng.integers(-127, 128, (k, m) if ta else (m, k), dtype=np.int8)
+    b = rng.integers(-127, 128, (n, k) if tb else (k, n), dtype=np.int8)
+    return a, b
+
+
+@pytest.fixture(scope="module")
+def rtl():
+    return Device("rtl", rows=8, cols=8, data_width=128)
+
+
+@pytest.fixture(scope="module")
+def rtl_small_limit():
+    """Descriptors of at most 16 in every dimension: every GEMM below is split."""
+    return Device("rtl", rows=8, cols=8, data_width=128, max_dim=16)
+
+
+class _Poison(np.ndarray):
+    """An array on which any arithmetic (every ufunc, ``@`` included, and numpy functions
+    such as ``dot``) raises: the device may copy its bytes, nothing else."""
+
+    def __array_ufunc__(self, *args, **kwargs):
+        raise AssertionError(f"host arithmetic on an operand: {args[0].__name__}")
+
+    def __array_function__(self, func, types, args, kwargs):
+        if func.__name__ in ("ascontiguousarray", "asarray", "shape", "ndim"):
+            return super().__array_function__(func, types, args, kwargs)
+        raise AssertionError(f"host numpy function on an operand: {func.__name__}")
+
+
+@pytest.mark.parametrize("ta,tb", [(False, False), (True, False), (False, True), (True, True)])
+def test_no_host_arithmetic_over_the_operands_on_rtl(rtl, ta, tb):
+    rng = np.random.default_rng(0)
+    a, b = _operands(rng, 19, 13, 37, ta, tb)
+    re = rng.integers(-3, 3, 19).astype(np.int8)
+    c = rtl.gemm(a.view(_Poison), b.view(_Poison), transpose_a=ta, transpose_b=tb,
+                 row_exp=re, col_exp=2)
+    assert _same(c, golden.rescale(golden.gemm(a, b, ta, tb), re, 2))
+    assert rtl.stats["descriptors"] == 1
+    with pytest.raises(AssertionError, match="host"):       # the check can fail
+        Device("golden").gemm(a.view(_Poison), b.view(_Poison), transpose_a=ta,
+                              transpose_b=tb)
+
+
+def test_training_on_rtl_calls_no_golden_model(monkeypatch):
+    """Two int8 steps on the simulated accelerator with the golden models booby-trapped."""
+    from firmware import train
+    r = train.build(train.TrainConfig(task="digits-mlp", precision="int8", epochs=1,
+                                      batch=32, blocks="tensor"), "rtl", 8, 8)
+    r.data = tuple(a[:64] for a in r.data)
+
+    def trap(*args, **kwargs):
+        raise AssertionError("a golden model ran on the host")
+
+    for name in ("gemm", "gemm_scaled", "rescale"):
+        monkeypatch.setattr(golden, name, trap)
+    r.train_epoch()
+    assert r.eng.gemms == 2 * 5 and r.eng.cycles > 0
+    prof = r.eng.profile.summary()
+    assert prof["seconds"]["combine"] == 0.0          # one block per tensor: no host sums
+    assert prof["counts"]["gemms"] == 10 and prof["counts"]["steps"] == 2
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_split_gemms_are_bit_exact(rtl_small_limit, seed):
+    rng = np.random.default_rng(seed)
+    ta, tb = bool(seed & 1), bool(seed & 2)
+    m, n, k = (int(v) for v in rng.integers(1, 60, 3))
+    a, b = _operands(rng, m, n, k, ta, tb)
+    re = rng.integers(-128, 128, m).astype(np.int8)
+    ce = rng.integers(-20, 20, n).astype(np.int8) if seed % 3 else np.int8(rng.integers(-9, 9))
+    dev = rtl_small_limit
+    c = dev.gemm(a, b, transpose_a=ta, transpose_b=tb, row_exp=re, col_exp=ce)
+    assert _same(c, golden.rescale(golden.gemm(a, b, ta, tb), re, ce))
+    tiles = -(-m // 16) * -(-n // 16) * -(-k // 16)
+    assert dev.stats["descriptors"] == tiles
+    raw = dev.gemm(a, b, transpose_a=ta, transpose_b=tb, out="int32")
+    np.testing.assert_array_equal(raw, golden.gemm(a, b, ta, tb))
+
+
+@pytest.mark.parametrize("ta,tb", [(False, False), (True, False), (False, True), (True, True)])
+def test_blocks_along_k_are_bit_exact_on_every_backend(rtl, rtl_small_limit, ta, tb):
+    rng = np.random.default_rng(7)
+    m, n, k = 11, 9, 45
+    a, b = _operands(rng, m, n, k, ta, tb)
+    # runs of 1..9 equal exponents, starting anywhere (misaligned K offsets included)
+    k_exp = np.repeat(rng.integers(-30, 30, k), rng.integers(1, 10, k))[:k].astype(np.int16)
+    re = rng.integers(-5, 5, m).astype(np.int8)
+    want = golden.gemm_scaled(a, b, ta, tb, re, 3, k_exp)
+    for dev in (Device("golden"), rtl, rtl_small_limit):
+        got = dev.gemm(a, b, transpose_a=ta, transpose_b=tb, row_exp=re, col_exp=3,
+                       k_exp=k_exp)
+        assert _same(got, want), dev.backend
+    # a constant k_exp folds into the exponents: one descriptor, equal to plain rescale
+    got = rtl.gemm(a, b, transpose_a=ta, transpose_b=tb, row_exp=re, col_exp=3,
+                   k_exp=np.full(k, -7, np.int16))
+    assert rtl.stats["descriptors"] == 1
+    assert _same(got, golden.rescale(golden.gemm(a, b, ta, tb), re - 7, 3))
+
+
+def test_gemm_scaled_is_the_sum_of_its_runs():
+    rng = np.random.default_rng(1)
+    a, b = _operands(rng, 4, 5, 12, False, False)
+    k_exp = np.array([0] * 5 + [3] * 7, np.int16)
+    want = (golden.gemm(a[:, :5], b[:5]).astype(np.float64)
+            + golden.gemm(a[:, 5:], b[5:]).astype(np.float64) * 8).astype(np.float32)
+    assert _same(golden.gemm_scaled(a, b, k_exp=k_exp), want)
+    assert golden.k_runs(k_exp) == [(0, 5, 0), (5, 12, 3)]
+    with pytest.raises(ValueError, match="k_exp"):
+        golden.gemm_scaled(a, b, k_exp=np.full(12, 300, np.int16))
+
+
+def test_dimensions_above_the_register_map(rtl):
+    """M above 65535 (tiles) and K above 65535 (chunks summed exactly) on the real limit."""
+    rng = np.random.default_rng(2)
+    a, b = _operands(rng, 65600, 8, 16, False, False)
+    c = rtl.gemm(a, b, row_exp=-3, out="float32")
+    assert rtl.stats["descriptors"] == 2
+    assert _same(c, golden.rescale(golden.gemm(a, b), -3, 0))
+    a, b = _operands(rng, 8, 8, 70000, True, False)
+    a[:] = -127
+    b[:] = -127                                  # sums beyond 2**30: exact in int32 still
+    c = rtl.gemm(a, b, transpose_a=True, out="int32")
+    assert rtl.stats["descriptors"] == 2
+    np.testing.assert_array_equal(c, golden.gemm(a, b, True, False))
+    assert c[0, 0] == 70000 * 127 * 127
+
+
+def test_device_tensors_and_the_pool(rtl):
+    rng = np.random.default_rng(3)
+    dev = rtl
+    w = rng.integers(-127, 128, (24, 10), dtype=np.int8)
+    t = dev.tensor(w)
+    assert isinstance(t, DeviceTensor) and t.shape == (24, 10)
+    np.testing.assert_array_equal(t.numpy(), w)
+    x = rng.integers(-127, 128, (5, 24), dtype=np.int8)
+    calls = []
+    alloc = dev.driver.memory.buffer
+    dev.driver.memory.buffer = lambda n: calls.append(n) or alloc(n)
+    try:
+        for _ in range(3):                   # the same shapes: buffers come from the pool
+            c = dev.gemm(x, t, row_exp=1)
+            d = dev.gemm(x, t, transpose_b=False, out="int32")
+        first = len(calls)
+        for _ in range(3):
+            dev.gemm(x, t, row_exp=1)
+        assert len(calls) == first           # no allocation once every shape was seen
+    finally:
+        dev.driver.memory.buffer = alloc
+    assert _same(c, golden.rescale(golden.gemm(x, w), 1, 0))
+    np.testing.assert_array_equal(d, golden.gemm(x, w))
+    w2 = rng.integers(-127, 128, (24, 10), dtype=np.int8)
+    assert dev.tensor(w2, into=t) is t                 # overwrite in place
+    np.testing.assert_array_equal(dev.gemm(x, t, out="int32"), golden.gemm(x, w2))
+    with pytest.raises(ValueError, match="shape"):
+        t.write(w2[:3])
+    other = Device("golden")
+    with pytest.raises(ValueError, match="another device"):
+        other.gemm(x, t)
+    t.free()
+    with pytest.raises(ValueError, match="freed"):
+        dev.gemm(x, t)
+
+
+def test_quantising_an_8_bit_tensor_again_changes_nothing():
+    rng = np.random.default_rng(4)
+    for axis in (None, 0, 1):
+        x = (rng.normal(size=(32, 16)) * np.exp2(rng.integers(-8, 8, (32, 1)))).astype(
+            np.float32)
+        x[3, 2] = -np.abs(x).max() * 1.5           # a negative extreme
+        q, e = quantize(x, axis=axis, rounding="stochastic", rng=rng)
+        assert q.min() >= -127
+        y = dequantize(q, e, axis)
+        for _ in range(3):
+            q2, e2 = quantize(y, axis=axis, rounding="stochastic", rng=rng)
+            np.testing.assert_array_equal(q2, q)
+            np.testing.assert_array_equal(e2, e)
+
+
+def test_profile_counts_every_second_once():
+    p = Profile()
+    with p.time("float"):
+        with p.time("quantize"):
+            sum(range(20000))
+        sum(range(20000))
+    s = p.summary(clock_hz=200e6)
+    assert s["seconds"]["quantize"] > 0 and s["seconds"]["float"] > 0
+    assert s["host_seconds"] == pytest.approx(s["seconds"]["quantize"] + s["seconds"]["float"],
+                                              abs=2e-6)
+    with pytest.raises(ValueError, match="kind"):
+        with p.time("gpu"):
+            pass
+
+
+@pytest.mark.parametrize("blocks", ["fox", "tensor", "channel,channel,channel",
+                                    "tensor,row,row"])
+def test_block_policies_train_bit_identically_on_golden_and_rtl(blocks):
+    """A conv + linear network, a few steps, every policy: the same weights on both."""
+    digests = []
+    for backend in ("golden", "rtl"):
+        dev = Device(backend) if backend == "golden" else Device("rtl", rows=8, cols=8)
+        rng = np.random.default_rng(5)
+        net = nn.Network([nn.Conv2d(1, 4, 3, rng, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+                          nn.Flatten(), nn.Linear(16, 3, rng)])
+        eng = nn.Engine("int8", dev, rng=np.random.default_rng(6),
+                        blocks=nn.Blocks.parse(blocks))
+        x = rng.normal(size=(6, 1, 4, 4)).astype(np.float32)
+        y = rng.integers(0, 3, 6)
+        for _ in range(2):
+            out = net.forward(x, eng)
+            _, grad = nn.softmax_cross_entropy(out, y)
+            net.backward(grad, eng)
+            for (_, p), g in zip(net.parameters(), net.gradients(), strict=True):
+                p -= 0.1 * g
+        digests.append([p.tobytes() for _, p in net.parameters()])
+    assert digests[0] == digests[1]
+
+
+def test_bad_block_policies():
+    with pytest.raises(ValueError, match="weights"):
+        nn.Blocks("sample", "sample", "sample")
+    with pytest.raises(ValueError, match="blocks"):
+        nn.Blocks.parse("tensor,sample")
+    with pytest.raises(TypeError, match="blocks"):
+        nn.Engine("int8", Device(), blocks="fox")
