@@ -9,11 +9,14 @@ estimate, bitstream, programming.
 Writes ``DIR`` (default ``build/<platform>/``): ``bfp_accel.v`` (the accelerator),
 ``bfp_accel_top.v`` (board-level wrapper with Xilinx AXI port names), ``<stem>.xdc``,
 ``build.tcl`` (Vivado: block design with the PS7 / PS8 / XDMA, bitstream, and the ``.hwh``
-for ``pynq.Overlay`` on the Zynq boards). ``--synth yosys`` (default) estimates resources
-with Yosys and writes ``report.json`` / ``report.md``; a configuration that does not fit the
-device exits with status 1 naming the resource. ``--synth vivado`` runs ``build.tcl`` when
-Vivado is on PATH. ``--program`` loads the bitstream (openFPGALoader over JTAG, or a copy to
-a PYNQ board with ``--host``; Vivado's hardware manager for the VCU118); ``--dry-run``
+for ``pynq.Overlay`` on the Zynq boards), ``report.json`` (the configuration and a ``"host"``
+section: register base address, clock, bitstream name, array shape and bus width -- what
+``python -m firmware.train --backend pynq --board B`` reads). ``--synth yosys`` (default)
+estimates resources with Yosys and adds them to ``report.json`` / ``report.md``; a
+configuration that does not fit the device exits with status 1 naming the resource.
+``--synth vivado`` runs ``build.tcl`` when Vivado is on PATH. ``--program`` loads the
+bitstream (openFPGALoader over JTAG, or a copy of the ``.bit``, ``.hwh`` and ``report.json``
+to a PYNQ board with ``--host``; Vivado's hardware manager for the VCU118); ``--dry-run``
 prints the commands instead. Outputs are cached by digest: a repeated build is instant.
 Bad arguments exit with status 2.
 """
@@ -177,9 +180,37 @@ def generate(board, cfg, out: Path) -> dict:
     if board.program == "vivado":
         (out / "program.tcl").write_text(vivado.program_tcl(board, out.resolve()))
         files["program_tcl"] = out / "program.tcl"
+    files["report"] = _host_report(board, cfg, out)
     for f in files.values():
         print(f"wrote {_shown(f)}")
     return files
+
+
+def _host_section(board, cfg) -> dict:
+    from firmware.boards import host_section
+    return host_section(board.name, cfg)
+
+
+def _host_report(board, cfg, out: Path) -> Path:
+    """``report.json`` with at least the configuration and the ``"host"`` section (what the
+    board-side driver reads beside the bitstream). An estimate of the same configuration
+    already there is kept; the estimate step rewrites the whole report."""
+    path = out / "report.json"
+    report = {}
+    if path.exists():
+        try:
+            report = json.loads(path.read_text())
+        except ValueError:
+            report = {}
+        if report.get("platform") != board.name or report.get("config") != cfg:
+            report = {}
+    report = {"platform": board.name, "device": board.part, "config": cfg,
+              "macs_per_cycle": cfg["rows"] * cfg["cols"], **report,
+              "host": _host_section(board, cfg)}
+    text = json.dumps(report, indent=2) + "\n"
+    if not path.exists() or path.read_text() != text:
+        path.write_text(text)
+    return path
 
 
 def estimate(board, cfg, out: Path) -> tuple[dict, bool]:
@@ -203,7 +234,8 @@ def estimate(board, cfg, out: Path) -> tuple[dict, bool]:
               "capacity": dict(cap), "utilization": util, "fits": not over,
               "over_capacity": over, "headroom_limit": HEADROOM,
               "within_headroom": all(util[k] <= HEADROOM for k in ("LUT", "DSP", "BRAM36")),
-              "estimate_method": method, "other": {k: res[k] for k in ("CARRY", "LUTRAM")}}
+              "estimate_method": method, "other": {k: res[k] for k in ("CARRY", "LUTRAM")},
+              "host": _host_section(board, cfg)}
     (out / "report.json").write_text(json.dumps(report, indent=2) + "\n")
     lines = [f"# {board.title}: {cfg['rows']}x{cfg['cols']} array, "
              f"{report['macs_per_cycle']} MACs/cycle", "",

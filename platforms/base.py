@@ -1,5 +1,9 @@
 """What every board module states: the device, its capacity, the memory bus, the clock, the
-default accelerator configuration, and how the accelerator is hooked to the host."""
+default accelerator configuration, and how the accelerator is hooked to the host.
+
+The facts the host driver needs too (bus, clock, default configuration, register base address)
+are stated in :mod:`firmware.boards` (plain Python, importable on the board) and taken from
+there."""
 
 from __future__ import annotations
 
@@ -27,6 +31,7 @@ class Board:
     memory_port: str          # where the DMA's AXI4 master goes
     default: dict = field(default_factory=dict)   # accelerator parameters
     program: str = "jtag"     # "jtag" (openFPGALoader), "pynq" (ssh copy), "vivado"
+    base_addr: int = 0        # the registers' address on the control port (firmware.boards)
 
     @property
     def packing(self) -> int:

@@ -11,7 +11,11 @@ own multipliers the design stays under 80 % of the 220 DSP slices.
 
 from amaranth_boards.arty_z7 import ArtyZ720Platform
 
+from firmware.boards import BOARDS
+
 from .base import Board
+
+_H = BOARDS["pynq-z1"]
 
 _P = ArtyZ720Platform
 
@@ -21,9 +25,9 @@ BOARD = Board(
     board_part=None,
     family="xc7",
     capacity={"LUT": 53200, "FF": 106400, "DSP": 220, "BRAM36": 140, "URAM": 0},
-    data_width=64, addr_width=32, clock_mhz=100.0,
+    data_width=_H.data_width, addr_width=_H.addr_width, clock_mhz=_H.clock_mhz,
     host="ARM Cortex-A9 (PYNQ) through the PS7",
     control_port="M_AXI_GP0", memory_port="S_AXI_HP0 (64-bit)",
-    default={"rows": 16, "cols": 16, "depth": 256, "block": 4, "dsp_rows": 10},
+    default=dict(_H.default), base_addr=_H.base_addr,
     program="pynq",
 )

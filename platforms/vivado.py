@@ -138,6 +138,13 @@ connect_bd_net [get_bd_pins accel/interrupt] [get_bd_pins xdma/usr_irq_req]
 """
 
 _TAIL = """assign_bd_address
+# The registers' address is fixed (firmware/boards.py): the host driver and report.json use it.
+set seg [get_bd_addr_segs -of_objects [get_bd_addr_spaces {space}] -filter {{NAME =~ "SEG_{ip}_*"}}]
+if {{[llength $seg] != 1}} {{
+    error "expected one address segment of {ip} in {space}, found: $seg"
+}}
+set_property range {range} $seg
+set_property offset {base} $seg
 validate_bd_design
 save_bd_design
 set wrapper [make_wrapper -files [get_files bfp.bd] -top]
@@ -173,7 +180,16 @@ def build_tcl(board: Board) -> str:
            "dw": board.data_width, "mhz": f"{board.clock_mhz:g}"}
     body = {"pynq-z1": _PS7, "zcu104": _PS8, "vu9p": _XDMA}[board.name]
     return (_HEAD.format(**fmt) + body.format(**fmt)
-            + _TAIL.format(stem=stem, hwh_copy=_HWH.format(stem=stem) if zynq else ""))
+            + _TAIL.format(stem=stem, hwh_copy=_HWH.format(stem=stem) if zynq else "",
+                           **_address(board)))
+
+
+def _address(board: Board) -> dict:
+    """Where the registers go: the host facts of :mod:`firmware.boards`."""
+    from firmware.boards import BOARDS, IP_NAME, REGISTER_RANGE
+    host = BOARDS[board.name]
+    return {"space": host.address_space, "ip": IP_NAME, "base": f"0x{board.base_addr:08X}",
+            "range": f"{REGISTER_RANGE // 1024}K"}
 
 
 def program_commands(board: Board, out_dir, host: str | None = None) -> list[list[str]]:
@@ -182,8 +198,9 @@ def program_commands(board: Board, out_dir, host: str | None = None) -> list[lis
     bit = str(out_dir / f"{stem}.bit")
     if board.program == "pynq" and host:
         hwh = str(out_dir / f"{stem}.hwh")
+        report = str(out_dir / "report.json")       # the host facts, read beside the .bit
         return [["ssh", f"xilinx@{host}", "mkdir -p /home/xilinx/overlays"],
-                ["scp", bit, hwh, f"xilinx@{host}:/home/xilinx/overlays/"]]
+                ["scp", bit, hwh, report, f"xilinx@{host}:/home/xilinx/overlays/"]]
     if board.program in ("pynq", "jtag"):
         cable = "digilent" if board.name == "pynq-z1" else "ft4232"
         return [["openFPGALoader", "-c", cable, "--fpga-part", board.part.rsplit("-", 1)[0],

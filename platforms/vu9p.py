@@ -7,16 +7,20 @@ Two int8 MACs per DSP48E2; the default 64x128 array is 8192 MACs/cycle on 4096 D
 (60 % of 6840).
 """
 
+from firmware.boards import BOARDS
+
 from .base import Board
+
+_H = BOARDS["vu9p"]
 
 BOARD = Board(
     name="vu9p", title="VCU118 (Virtex UltraScale+ VU9P)",
     part="xcvu9p-flga2104-2L-e", board_part="xilinx.com:vcu118:part0:2.4",
     family="xcup",
     capacity={"LUT": 1182240, "FF": 2364480, "DSP": 6840, "BRAM36": 2160, "URAM": 960},
-    data_width=512, addr_width=64, clock_mhz=250.0,
+    data_width=_H.data_width, addr_width=_H.addr_width, clock_mhz=_H.clock_mhz,
     host="x86 over PCIe (XDMA)",
     control_port="XDMA M_AXI_LITE (BAR0)", memory_port="DDR4 C0 through the MIG (512-bit)",
-    default={"rows": 64, "cols": 128, "depth": 512, "block": 4},
+    default=dict(_H.default), base_addr=_H.base_addr,
     program="vivado",
 )

