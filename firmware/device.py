@@ -20,6 +20,10 @@ sim.golden.gemm(...), row_exp, col_exp)`` without ``k_exp``; the raw int32 GEMM 
 * ``"pynq"``: the same driver over a board, through the ``pynq`` package (``MMIO`` and
   ``allocate``); see :mod:`firmware.pynq_backend`. ``rows``, ``cols`` and ``data_width``
   default to what the hardware's configuration registers say.
+* ``"model"``: the same driver over :class:`sim.functional.FunctionalAccelerator`, a
+  register-level functional model: results from the golden models at once, cycles from the
+  analytic performance model. For measuring the host's side at board sizes the
+  cycle-accurate model cannot reach; not a test of the hardware.
 
 On ``rtl`` and ``pynq`` the host computes nothing over the operands: the arguments are checked
 from their shapes and dtypes, operands are copied into device buffers (layout only), and the
@@ -68,7 +72,7 @@ from .profile import Profile
 
 __all__ = ["Device", "DeviceTensor", "AcceleratorError", "BACKENDS", "MAX_DIM"]
 
-BACKENDS = ("golden", "rtl", "pynq")
+BACKENDS = ("golden", "rtl", "pynq", "model")
 
 #: Largest M, N or K of one descriptor (16-bit fields of the register map).
 MAX_DIM = 65535
@@ -304,6 +308,16 @@ class Device:
                                 f"valid: {sorted(allowed)}")
             from sim.native import NativeSim
             self.sim = NativeSim(rows=rows, cols=cols, data_width=data_width, **options)
+            self.driver = Driver(_SimRegs(self.sim), _SimMemory(self.sim))
+        elif backend == "model":
+            allowed = {"depth", "block", "packing", "queue", "port", "memory", "addr_width"}
+            unknown = set(options) - allowed
+            if unknown:
+                raise TypeError(f"unknown option(s) for the model backend: {sorted(unknown)}; "
+                                f"valid: {sorted(allowed)}")
+            from sim.functional import FunctionalAccelerator
+            self.sim = FunctionalAccelerator(rows=rows, cols=cols, data_width=data_width,
+                                             **options)
             self.driver = Driver(_SimRegs(self.sim), _SimMemory(self.sim))
         elif backend == "golden" and options:
             raise TypeError(f"the golden backend takes no options, not {sorted(options)}")

@@ -251,20 +251,6 @@ class Linear(Layer):
         return eng.gemm(qd, self.qw, transpose_b=True, keys=((id(self), "dy"), (id(self), "W")))
 
 
-def _im2col_indices(c, h, w, k, stride, pad):
-    oh = (h + 2 * pad - k) // stride + 1
-    ow = (w + 2 * pad - k) // stride + 1
-    i0 = np.repeat(np.arange(k), k)
-    i0 = np.tile(i0, c)
-    i1 = stride * np.repeat(np.arange(oh), ow)
-    j0 = np.tile(np.arange(k), k * c)
-    j1 = stride * np.tile(np.arange(ow), oh)
-    i = i0.reshape(-1, 1) + i1.reshape(1, -1)
-    j = j0.reshape(-1, 1) + j1.reshape(1, -1)
-    ch = np.repeat(np.arange(c), k * k).reshape(-1, 1)
-    return ch, i, j, oh, ow
-
-
 class Conv2d(Layer):
     """2-D convolution (NCHW) as a GEMM over ``im2col`` patches; ``W`` is
     ``(cin * k * k) x cout``."""
@@ -279,12 +265,25 @@ class Conv2d(Layer):
                        "b": np.zeros(cout, np.float32)}
 
     def _cols(self, x):
-        """``im2col``: ``(n oh ow) x (c k k)`` patches of an NCHW array (any dtype)."""
+        """``im2col``: ``(n oh ow) x (c k k)`` patches of an NCHW array (any dtype), columns
+        ordered (channel, kernel row, kernel column)."""
         n, c, h, w = x.shape
-        ch, i, j, oh, ow = _im2col_indices(c, h, w, self.k, self.stride, self.pad)
-        xp = np.pad(x, ((0, 0), (0, 0), (self.pad, self.pad), (self.pad, self.pad)))
-        cols = xp[:, ch, i, j]                                  # n x (c k k) x (oh ow)
-        return cols.transpose(0, 2, 1).reshape(n * oh * ow, -1), oh, ow
+        k, st, pad = self.k, self.stride, self.pad
+        xp = np.pad(x, ((0, 0), (0, 0), (pad, pad), (pad, pad))) if pad else x
+        win = np.lib.stride_tricks.sliding_window_view(xp, (k, k), axis=(2, 3))[:, :, ::st, ::st]
+        oh, ow = win.shape[2], win.shape[3]                 # n c oh ow k k
+        return win.transpose(0, 2, 3, 1, 4, 5).reshape(n * oh * ow, c * k * k), oh, ow
+
+    def _col2im(self, dcols, shape, oh, ow):
+        """The adjoint of :meth:`_cols`: patches summed back into an NCHW array."""
+        n, c, h, w = shape
+        k, st, pad = self.k, self.stride, self.pad
+        d = dcols.reshape(n, oh, ow, c, k, k).transpose(0, 3, 1, 2, 4, 5)   # n c oh ow k k
+        dxp = np.zeros((n, c, h + 2 * pad, w + 2 * pad), dcols.dtype)
+        for i in range(k):
+            for j in range(k):
+                dxp[:, :, i:i + st * oh:st, j:j + st * ow:st] += d[..., i, j]
+        return dxp[:, :, pad:pad + h, pad:pad + w] if pad else dxp
 
     def _quantized_cols(self, x, eng) -> tuple[Q, int, int]:
         policy = eng.blocks.activations
@@ -350,14 +349,8 @@ class Conv2d(Layer):
                 return None
             dcols = eng.gemm(qd, self.qw, transpose_b=True,
                              keys=((id(self), "dy"), (id(self), "W")))
-        with eng.time("layout"):                         # col2im
-            dcols = dcols.reshape(n, oh * ow, -1).transpose(0, 2, 1)
-            ch, i, j, _, _ = _im2col_indices(c, h, w, self.k, self.stride, self.pad)
-            dxp = np.zeros((n, c, h + 2 * self.pad, w + 2 * self.pad), dcols.dtype)
-            np.add.at(dxp, (slice(None), ch, i, j), dcols)
-            if self.pad:
-                return dxp[:, :, self.pad:-self.pad, self.pad:-self.pad]
-            return dxp
+        with eng.time("layout"):
+            return self._col2im(dcols, shape, oh, ow)
 
 
 class ReLU(Layer):

@@ -320,10 +320,14 @@ def _bar(epoch, epochs):
 
 
 def run(cfg: TrainConfig, *, backend="golden", rows=8, cols=8, checkpoint=None,
-        resume=False, quiet=False, stop_after: int | None = None, **device_options) -> dict:
+        resume=False, quiet=False, stop_after: int | None = None,
+        clock_mhz: float | None = None, **device_options) -> dict:
     """Train as the command line does; returns the results dictionary.
 
-    ``stop_after`` ends the call after that many epochs (as if interrupted; resume later)."""
+    ``stop_after`` ends the call after that many epochs (as if interrupted; resume later).
+    ``clock_mhz``: the accelerator clock at which the profile (``"profile"`` in the results,
+    training steps only) turns cycles into seconds (default: the board's on ``pynq``, else
+    none)."""
     r = build(cfg, backend, rows, cols, **device_options)
     ckpt = Path(checkpoint) if checkpoint else None
     if resume:
@@ -350,8 +354,38 @@ def run(cfg: TrainConfig, *, backend="golden", rows=8, cols=8, checkpoint=None,
             "test_metric": final[r.task.metric], "history": r.history,
             "accelerator_cycles": r.eng.cycles + r.eval_eng.cycles,
             "gemms": r.eng.gemms + r.eval_eng.gemms,
-            "array": [rows, cols], "seconds": round(time.monotonic() - t0, 2),
+            "array": ([r.eng.device.rows, r.eng.device.cols] if r.eng.device is not None
+                      else [rows, cols]),
+            "blocks": cfg.blocks, "schedule": cfg.schedule,
+            "seconds": round(time.monotonic() - t0, 2),
+            "profile": r.eng.profile.summary(_clock_hz(r.eng.device, clock_mhz)),
             "weights_digest": _digest(r.net)}
+
+
+def _profile_text(s: dict) -> str:
+    """The ``--profile`` printout of a :meth:`firmware.profile.Profile.summary`."""
+    steps = s["counts"].get("steps", 0) or 1
+    host = s["host_seconds"] or 1e-12
+    lines = [f"profile of {steps} training steps (per step; evaluation excluded):"]
+    for k, v in s["seconds"].items():
+        if k != "wait":
+            lines.append(f"  host {k:9s} {1e3 * v / steps:10.2f} ms  {100 * v / host:5.1f} %")
+    lines.append(f"  host total     {1e3 * s['host_seconds'] / steps:10.2f} ms")
+    lines.append(f"  waiting        {1e3 * s['seconds']['wait'] / steps:10.2f} ms  (the "
+                 f"simulator, golden model or board: not host work)")
+    lines.append(f"  accelerator    {s['accelerator_cycles'] / steps:10.0f} cycles"
+                 + (f" = {1e3 * s['accelerator_seconds'] / steps:.3f} ms at "
+                    f"{s['clock_mhz']:g} MHz; host share {100 * s['host_share']:.1f} %"
+                    if "clock_mhz" in s else " (no clock given: --clock-mhz)"))
+    return "\n".join(lines)
+
+
+def _clock_hz(device, clock_mhz):
+    if clock_mhz:
+        return clock_mhz * 1e6
+    target = getattr(getattr(device, "driver", None), "target", None)
+    clock = getattr(target, "clock_hz", None)
+    return clock if isinstance(clock, (int, float)) else None
 
 
 def _digest(net) -> str:
@@ -385,7 +419,20 @@ def main(argv=None) -> int:
     p.add_argument("--weights", choices=["fp32", "int8"],
                    help="master weights (default: int8 with --swa, else fp32)")
     p.add_argument("--swa-every", choices=["epoch", "iteration"], default="epoch")
-    p.add_argument("--backend", choices=["golden", "rtl", "pynq"], default="golden")
+    p.add_argument("--backend", choices=["golden", "rtl", "pynq", "model"], default="golden",
+                   help="golden: numpy; rtl: the cycle-accurate Verilator model; pynq: a "
+                        "board; model: the driver over a functional model (sim.functional)")
+    p.add_argument("--blocks", default="fox",
+                   help="block floating-point granularity: fox (weights per tensor, "
+                        "activations and deltas per sample), tensor, or three of "
+                        "tensor/sample/channel/row as 'weights,activations,deltas'")
+    p.add_argument("--schedule", choices=["swalp", "constant"], default="swalp",
+                   help="learning-rate schedule of every arm (default: SWALP's)")
+    p.add_argument("--swa-lr", type=float, help="averaging phase's rate (default 0.1 lr)")
+    p.add_argument("--profile", action="store_true",
+                   help="print where the host's time went and the accelerator's cycles")
+    p.add_argument("--clock-mhz", type=float,
+                   help="accelerator clock for the profile (default: the board's)")
     p.add_argument("--board", choices=sorted(boards.BOARDS),
                    help="pynq: the board; its array, bus, register address and clock come "
                         "from its build report (build/BOARD/report.json or beside the "
@@ -444,19 +491,42 @@ def main(argv=None) -> int:
             device_options["data_width"] = want["data_width"]
         device_options.update({k: v for k, v in board_args.items() if v is not None})
     else:
-        given = [f"--{k.replace('_', '-')}" for k, v in board_args.items() if v is not None]
+        given = [f"--{k.replace('_', '-')}" for k, v in board_args.items()
+                 if v is not None and k != "board"]
         if given:
             p.error(f"{', '.join(given)}: only with --backend pynq")
+        if args.board is not None and args.backend == "golden":
+            p.error("--board: only with --backend pynq, rtl or model")
+        if args.board is not None:        # rtl / model: the board's default on its port
+            from sim.ports import BOARD_PORTS
+            bcfg = boards.config(args.board)
+            args.rows, args.cols = args.rows or bcfg["rows"], args.cols or bcfg["cols"]
+            device_options.setdefault("data_width", bcfg["data_width"])
+            device_options.update(depth=bcfg["depth"], block=bcfg["block"],
+                                  packing=bcfg["packing"], port=BOARD_PORTS[args.board])
         args.rows, args.cols = args.rows or 8, args.cols or 8
+    if args.swa_lr is not None and args.swa_lr <= 0:
+        p.error("--swa-lr must be positive")
+    if args.clock_mhz is not None and args.clock_mhz <= 0:
+        p.error("--clock-mhz must be positive")
+    clock = args.clock_mhz or (boards.board(args.board).clock_mhz if args.board else None)
     cfg = TrainConfig(task=args.task, precision=args.precision, swa=args.swa,
                       epochs=args.epochs, seed=args.seed, batch=args.batch, lr=args.lr,
-                      weights=args.weights, swa_every=args.swa_every)
+                      weights=args.weights, swa_every=args.swa_every, blocks=args.blocks,
+                      schedule=args.schedule, swa_lr=args.swa_lr)
+    try:
+        cfg.check()
+    except ValueError as e:
+        p.error(str(e))
     try:
         result = run(cfg, backend=args.backend, rows=args.rows, cols=args.cols,
-                     checkpoint=args.checkpoint, resume=args.resume, **device_options)
-    except (ValueError, FileNotFoundError) as e:
+                     checkpoint=args.checkpoint, resume=args.resume, clock_mhz=clock,
+                     **device_options)
+    except (ValueError, FileNotFoundError, RuntimeError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    if args.profile:
+        print(_profile_text(result["profile"]), file=sys.stderr)
     print(json.dumps({k: v for k, v in result.items() if k != "history"}, indent=2))
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)

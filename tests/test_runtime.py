@@ -241,3 +241,43 @@ def test_bad_block_policies():
         nn.Blocks.parse("tensor,sample")
     with pytest.raises(TypeError, match="blocks"):
         nn.Engine("int8", Device(), blocks="fox")
+
+
+def test_command_line_profile_blocks_and_the_model_backend(capsys):
+    from firmware.train import main
+    assert main(["--task", "rf-anomaly", "--backend", "model", "--board", "zcu104",
+                 "--epochs", "1", "--profile", "--blocks", "tensor"]) == 0
+    out = capsys.readouterr()
+    assert "host quantize" in out.err and "at 200 MHz" in out.err
+    import json
+    result = json.loads(out.out)
+    assert result["array"] == [32, 64] and result["blocks"] == "tensor"
+    prof = result["profile"]
+    assert prof["clock_mhz"] == 200 and prof["accelerator_cycles"] > 0
+    assert 0 < prof["host_share"] < 1
+    for bad in (["--blocks", "sample,sample,sample"], ["--board", "zcu104"],
+                ["--clock-mhz", "0"], ["--backend", "rtl", "--bitfile", "x.bit"]):
+        with pytest.raises(SystemExit) as e:
+            main(["--task", "rf-anomaly", "--epochs", "1", *bad])
+        assert e.value.code == 2
+
+
+def test_functional_model_checks_descriptors_like_the_hardware():
+    from firmware.driver import AcceleratorError
+    from firmware.regmap import ErrorCode
+    dev = Device("model", rows=8, cols=8, data_width=128)
+    drv = dev.driver
+    t = dev.tensor(np.ones((4, 16), np.int8))
+    for desc, code in (
+            (dict(m=0, n=1, k=1), ErrorCode.ZERO_DIMENSION),
+            (dict(m=4, n=4, k=16, a_addr=t.addr + 3, a_stride=16, b_addr=t.addr,
+                  b_stride=16, c_addr=t.addr, c_stride=16), ErrorCode.MISALIGNED),
+            (dict(m=4, n=4, k=16, a_addr=t.addr, a_stride=0, b_addr=t.addr, b_stride=16,
+                  c_addr=t.addr, c_stride=16), ErrorCode.BAD_STRIDE),
+            (dict(m=4, n=4, k=16, a_addr=1 << 30, a_stride=16, b_addr=t.addr, b_stride=16,
+                  c_addr=t.addr, c_stride=16), ErrorCode.OUT_OF_WINDOW)):
+        with pytest.raises(AcceleratorError) as e:
+            drv.run(desc)
+        assert e.value.code == code
+    c = dev.gemm(t, t, transpose_b=True, out="int32")       # works again after the errors
+    np.testing.assert_array_equal(c, np.full((4, 4), 16))

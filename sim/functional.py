@@ -1,0 +1,194 @@
+"""A functional model of the whole accelerator at the register level: fast, untimed, any size.
+
+:class:`FunctionalAccelerator` has the interface of :class:`sim.native.NativeSim`
+(``read32``, ``write32``, ``step``, ``memory``, ``size``) and the register map of
+:mod:`firmware.regmap`, so :class:`firmware.driver.Driver` drives it unchanged
+(``Device("model", ...)``). ``CTRL.ENQUEUE`` copies the staged descriptor into the queue
+(``STATUS.BUSY`` and ``QUEUE_LEVEL`` show it; ``QUEUE_OVERFLOW`` when full); the next
+:meth:`~FunctionalAccelerator.step` runs everything queued: each descriptor is checked as
+:class:`rtl.checker.DescriptorChecker` checks it (same error codes, same order: dimensions,
+then alignment, strides, the address window), its operands are read from memory, the result
+computed with the golden models (:mod:`sim.golden`) and C written. So the model's own
+computing happens while the driver waits, as the hardware's would. The counters advance by
+the analytic performance model's prediction (:func:`sim.perfmodel.predict`) for the
+configuration and port.
+
+What it is for: measuring the host side — the driver, buffer copies, quantisation,
+everything a board's ARM does — at the boards' default sizes (a ZCU104 32×64 array, a
+CIFAR-sized layer), where the cycle-accurate Verilator model would take hours. What it is not:
+a test of the hardware (the RTL is tested against the same golden models elsewhere) or a
+measurement of cycles (those are the model's, within its stated accuracy).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from firmware import regmap
+from firmware.regmap import ErrorCode, field_value, offset
+
+from . import golden
+from .perfmodel import predict
+from .ports import resolve_port
+
+__all__ = ["FunctionalAccelerator"]
+
+_COUNTERS = ("CYCLES", "BUSY_CYCLES", "ACTIVE_CYCLES", "STALL_CYCLES", "MACS")
+
+
+def _signed8(v: int) -> int:
+    return v - 256 if v & 0x80 else v
+
+
+class FunctionalAccelerator:
+    """See the module documentation.
+
+    Parameters
+    ----------
+    rows, cols, depth, block, data_width, addr_width, packing, queue :
+        The configuration the registers report (and the performance model uses).
+    port : str or dict
+        The memory port (:func:`sim.ports.resolve_port`), for the cycle prediction.
+    memory : int
+        Bytes of memory at address 0.
+    """
+
+    def __init__(self, *, rows: int = 8, cols: int = 8, depth: int = 512, block: int = 4,
+                 data_width: int = 128, addr_width: int = 32, packing: int = 1,
+                 queue: int = 4, port: str | dict = "ideal", memory: int = 256 << 20):
+        self.cfg = dict(rows=rows, cols=cols, depth=depth, block=block,
+                        data_width=data_width)
+        self.addr_width, self.packing, self.queue = addr_width, packing, queue
+        self.port = resolve_port(port)
+        self.memory = np.zeros(memory, np.uint8)
+        self.size = memory
+        self.bpw = data_width // 8
+        self.regs: dict[int, int] = {}
+        self.counters = dict.fromkeys(_COUNTERS, 0)
+        self.latched = dict.fromkeys(_COUNTERS, 0)
+        self.error = 0
+        self.done = 0
+        self.descriptors = 0
+        self.pending: list[dict] = []
+
+    # -- the register block --------------------------------------------------------------------
+    def read32(self, off: int) -> int:
+        ro = {
+            offset("ID"): regmap.MAGIC, offset("VERSION"): regmap.VERSION,
+            offset("CONFIG_ARRAY"): regmap.pack("CONFIG_ARRAY", ROWS=self.cfg["rows"],
+                                                COLS=self.cfg["cols"]),
+            offset("CONFIG_BUFFER"): regmap.pack("CONFIG_BUFFER", DEPTH=self.cfg["depth"],
+                                                 QUEUE=self.queue, PACKING=self.packing),
+            offset("CONFIG_BUS"): regmap.pack("CONFIG_BUS", DATA_WIDTH=self.cfg["data_width"],
+                                              ADDR_WIDTH=self.addr_width),
+            offset("STATUS"): regmap.pack(
+                "STATUS", BUSY=int(bool(self.pending)), ERROR=int(self.error != 0),
+                QUEUE_FULL=int(len(self.pending) >= self.queue),
+                QUEUE_LEVEL=len(self.pending), ERROR_CODE=self.error),
+            offset("DONE_COUNT"): self.done & 0xFFFFFFFF,
+        }
+        if off in ro:
+            return ro[off]
+        for name in _COUNTERS:
+            if off == offset(f"{name}_LO"):
+                self.latched[name] = self.counters[name] >> 32
+                return self.counters[name] & 0xFFFFFFFF
+            if off == offset(f"{name}_HI"):
+                return self.latched[name] & 0xFFFFFFFF
+        if off in (offset("CTRL"),):
+            return 0
+        return self.regs.get(off, 0)
+
+    def write32(self, off: int, value: int) -> None:
+        value &= 0xFFFFFFFF
+        if off == offset("CTRL"):
+            if field_value("CTRL", "SOFT_RESET", value):
+                self.error = 0
+                self.pending = []
+            if field_value("CTRL", "CLEAR_COUNTERS", value):
+                self.counters = dict.fromkeys(_COUNTERS, 0)
+            if field_value("CTRL", "ENQUEUE", value) and not self.error:
+                if len(self.pending) >= self.queue:
+                    self.error = int(ErrorCode.QUEUE_OVERFLOW)
+                    self.pending = []
+                else:
+                    self.pending.append(dict(self.regs))
+            return
+        self.regs[off] = value
+
+    def step(self, cycles: int) -> None:
+        """Run every queued descriptor to completion (or to the first error)."""
+        while self.pending and not self.error:
+            self.staged = self.pending.pop(0)
+            self.error = int(self._execute())
+            self.done += 1
+        if self.error:
+            self.pending = []
+
+    # -- one descriptor ------------------------------------------------------------------------
+    def _reg(self, name: str) -> int:
+        return self.staged.get(offset(name), 0)
+
+    def _reg64(self, name: str) -> int:
+        return self._reg(f"{name}_HI") << 32 | self._reg(f"{name}_LO")
+
+    def _matrix(self, addr, rows, cols, stride, dtype=np.uint8):
+        nbytes = cols * np.dtype(dtype).itemsize
+        view = np.lib.stride_tricks.as_strided(self.memory[addr:], (rows, nbytes),
+                                               (stride, 1))
+        return view.view(dtype) if dtype != np.uint8 else view
+
+    def _execute(self) -> ErrorCode:
+        m, n, k = self._reg("DESC_M"), self._reg("DESC_N"), self._reg("DESC_K")
+        flags = self._reg("DESC_FLAGS")
+        f = {fl.name: field_value("DESC_FLAGS", fl.name, flags)
+             for fl in regmap.by_name("DESC_FLAGS").fields}
+        if 0 in (m, n, k):
+            return ErrorCode.ZERO_DIMENSION
+        if m > 65535 or n > 65535:
+            return ErrorCode.DIMENSION_TOO_LARGE
+        if k > 65535:
+            return ErrorCode.K_TOO_LARGE
+        ta, tb = bool(f["TRANSPOSE_A"]), bool(f["TRANSPOSE_B"])
+        a = (self._reg64("DESC_A_ADDR"), (k, m) if ta else (m, k), self._reg("DESC_A_STRIDE"))
+        b = (self._reg64("DESC_B_ADDR"), (n, k) if tb else (k, n), self._reg("DESC_B_STRIDE"))
+        c = (self._reg64("DESC_C_ADDR"), (m, 4 * n), self._reg("DESC_C_STRIDE"))
+        regions = [a, b, c]
+        if f["ROW_EXP_VECTOR"]:
+            regions.append((self._reg64("DESC_ROW_EXP_ADDR"), (1, m), 0))
+        if f["COL_EXP_VECTOR"]:
+            regions.append((self._reg64("DESC_COL_EXP_ADDR"), (1, n), 0))
+        lo, hi = self._reg64("WINDOW_BASE"), self._reg64("WINDOW_LIMIT")
+        bad = set()
+        for base, (rows, nbytes), stride in regions:
+            if base % self.bpw or stride % self.bpw:
+                bad.add(ErrorCode.MISALIGNED)
+            if rows > 1 and stride < nbytes:
+                bad.add(ErrorCode.BAD_STRIDE)
+            end = base + (rows - 1) * stride + -(-nbytes // self.bpw) * self.bpw
+            if base < lo or end > hi or end > min(self.size, 1 << self.addr_width):
+                bad.add(ErrorCode.OUT_OF_WINDOW)
+        for code in (ErrorCode.MISALIGNED, ErrorCode.BAD_STRIDE, ErrorCode.OUT_OF_WINDOW):
+            if code in bad:
+                return code
+        am = self._matrix(a[0], *a[1], a[2]).view(np.int8)
+        bm = self._matrix(b[0], *b[1], b[2]).view(np.int8)
+        acc = golden.gemm(am, bm, ta, tb)
+        if f["RAW"]:
+            out = acc
+        else:
+            re = (self.memory[regions[3][0]:regions[3][0] + m].view(np.int8)
+                  if f["ROW_EXP_VECTOR"] else _signed8(f["ROW_EXP"]))
+            at = 3 + f["ROW_EXP_VECTOR"]
+            ce = (self.memory[regions[at][0]:regions[at][0] + n].view(np.int8)
+                  if f["COL_EXP_VECTOR"] else _signed8(f["COL_EXP"]))
+            out = golden.rescale(acc, re, ce)
+        self._matrix(c[0], m, n, c[2], np.int32)[...] = out.view(np.int32)
+        p = predict(m, n, k, ta, tb, port=self.port, **self.cfg)
+        self.descriptors += 1
+        for name, v in (("CYCLES", p["cycles"]), ("BUSY_CYCLES", p["cycles"]),
+                        ("ACTIVE_CYCLES", p["compute_cycles"]),
+                        ("STALL_CYCLES", p["cycles"] - p["compute_cycles"]),
+                        ("MACS", m * n * k)):
+            self.counters[name] += int(v)
+        return ErrorCode.NONE

@@ -1,0 +1,170 @@
+"""Host share of a training step: ``python -m sim.bench host``.
+
+A VGG-style CNN on Fashion-MNIST-shaped input (1×28×28; conv 3×3 1→32, pool, conv 3×3 32→64,
+pool, 3136→128→10), batch 128, trained in int8 with the runtime of :mod:`firmware.nn` over
+``Device("model")`` — the real driver, buffer pool and copies over the register-level
+functional model of the accelerator (:mod:`sim.functional`) configured as each board's default
+on its memory port. Per step it reports the host time by kind (:mod:`firmware.profile`),
+measured on the machine that runs the benchmark, the accelerator cycles (the analytic
+performance model's, summed over the step's descriptors) and their time at the board's
+clock, and the host share ``host / (host + accelerator)``. The images are the first 128 of
+the bundled MNIST subset (28×28, the Fashion-MNIST shape; the host's work does not depend on
+which images).
+
+Host time here is an x86 core's; a board's Cortex-A9 (Pynq-Z1) or Cortex-A53 (ZCU104) is
+several times slower, so the share on a board is higher still. The fp32 row is the same step
+in float32 numpy on this machine, for scale.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+
+__all__ = ["fashion_cnn", "measure", "table", "main"]
+
+
+def fashion_cnn(rng):
+    from firmware import nn
+    return nn.Network([
+        nn.Conv2d(1, 32, 3, rng, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Conv2d(32, 64, 3, rng, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Flatten(), nn.Linear(64 * 7 * 7, 128, rng), nn.ReLU(), nn.Linear(128, 10, rng)])
+
+
+def _images(batch):
+    from firmware import data
+    x, y, _, _ = data.mnist()
+    reps = -(-batch // len(x))
+    x = np.concatenate([x] * reps)[:batch].reshape(batch, 1, 28, 28)
+    return x.astype(np.float32), np.concatenate([y] * reps)[:batch]
+
+
+def _step(net, eng, opt, x, y):
+    from firmware import nn
+    with eng.profile.time("float"):
+        out = net.forward(x, eng)
+        _, grad = nn.softmax_cross_entropy(out, y)
+        net.backward(grad, eng)
+        opt.step(net.gradients())
+
+
+def measure(board: str, blocks: str, batch: int = 128, steps: int = 3) -> dict:
+    """One board's default on its port, ``steps`` steps after a warm-up step."""
+    from firmware import Device, nn
+    from firmware.optim import SGD
+    from platforms import PLATFORMS
+
+    from .ports import BOARD_PORTS
+    b = PLATFORMS[board]
+    cfg = b.config()
+    dev = Device("model", rows=cfg["rows"], cols=cfg["cols"], data_width=cfg["data_width"],
+                 depth=cfg["depth"], block=cfg["block"], packing=cfg["packing"],
+                 queue=cfg["queue"], port=BOARD_PORTS[board], memory=512 << 20)
+    rng = np.random.default_rng(0)
+    net = fashion_cnn(rng)
+    eng = nn.Engine("int8", dev, rng=np.random.default_rng(1), blocks=nn.Blocks.parse(blocks))
+    opt = SGD(net.parameters(), lr=0.01)
+    x, y = _images(batch)
+    _step(net, eng, opt, x, y)                  # warm-up: buffers allocated once per shape
+    eng.profile.reset()
+    descriptors0 = dev.sim.descriptors
+    for _ in range(steps):
+        _step(net, eng, opt, x, y)
+    clock = b.clock_mhz * 1e6
+    s = eng.profile.summary(clock)
+    per = {k: v / steps for k, v in s["seconds"].items()}
+    host = s["host_seconds"] / steps
+    acc = s["accelerator_seconds"] / steps
+    return {"board": board, "config": f"{cfg['rows']}x{cfg['cols']}@{cfg['data_width']}",
+            "port": BOARD_PORTS[board], "clock_mhz": b.clock_mhz, "blocks": blocks,
+            "batch": batch, "steps": steps, "gemms_per_step": s["counts"]["gemms"] / steps,
+            "descriptors_per_step": (dev.sim.descriptors - descriptors0) / steps,
+            "host_seconds": per, "host_total": host,
+            "accelerator_cycles": s["accelerator_cycles"] / steps,
+            "accelerator_seconds": acc, "host_share": host / (host + acc)}
+
+
+def fp32_step(batch: int = 128, steps: int = 3) -> float:
+    """Seconds of the same step in float32 numpy on this machine."""
+    from firmware import nn
+    from firmware.optim import SGD
+    rng = np.random.default_rng(0)
+    net = fashion_cnn(rng)
+    eng = nn.Engine("fp32")
+    opt = SGD(net.parameters(), lr=0.01)
+    x, y = _images(batch)
+    _step(net, eng, opt, x, y)
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        _step(net, eng, opt, x, y)
+    return (time.perf_counter() - t0) / steps
+
+
+def table(results, fp32: float | None = None) -> str:
+    kinds = ("quantize", "layout", "driver", "combine", "float")
+    lines = ["| board (default, port, clock) | blocks | GEMMs / descriptors per step | "
+             + " | ".join(f"host {k} (ms)" for k in kinds)
+             + " | host total (ms) | accelerator (ms) | host share |",
+             "|---|---|---:|" + "---:|" * (len(kinds) + 3)]
+    for r in results:
+        lines.append(
+            f"| {r['board']} ({r['config']}, {r['port']}, {r['clock_mhz']:g} MHz) | "
+            f"{r['blocks']} | {r['gemms_per_step']:.0f} / {r['descriptors_per_step']:.0f} | "
+            + " | ".join(f"{1e3 * r['host_seconds'][k]:.1f}" for k in kinds)
+            + f" | {1e3 * r['host_total']:.1f} | {1e3 * r['accelerator_seconds']:.2f} | "
+            f"{100 * r['host_share']:.1f} % |")
+    if fp32 is not None:
+        lines.append(f"\nfp32 numpy, the same step on this machine: {1e3 * fp32:.0f} ms")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m sim.bench host", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--boards", nargs="+", default=["zcu104", "pynq-z1", "vu9p"],
+                   choices=["pynq-z1", "zcu104", "vu9p"])
+    p.add_argument("--blocks", nargs="+", default=["fox", "tensor"])
+    p.add_argument("--batch", type=int, default=128)
+    p.add_argument("--steps", type=int, default=3)
+    p.add_argument("--out", type=Path, default=ROOT / "results" / "host_profile.json")
+    args = p.parse_args(argv)
+    if args.batch < 1 or args.steps < 1:
+        p.error("--batch and --steps must be at least 1")
+    from firmware import nn
+    for b in args.blocks:
+        try:
+            nn.Blocks.parse(b)
+        except ValueError as e:
+            p.error(str(e))
+    results = []
+    for board in args.boards:
+        for blocks in args.blocks:
+            r = measure(board, blocks, args.batch, args.steps)
+            print(f"  {board} {blocks}: host {1e3 * r['host_total']:.1f} ms, accelerator "
+                  f"{1e3 * r['accelerator_seconds']:.2f} ms, host share "
+                  f"{100 * r['host_share']:.1f} %", file=sys.stderr)
+            results.append(r)
+    fp32 = fp32_step(args.batch, args.steps)
+    print(table(results, fp32))
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps({
+        "command": "python -m sim.bench host " + " ".join(argv if argv is not None
+                                                          else sys.argv[1:]),
+        "machine": f"{platform.machine()} {platform.processor() or ''}".strip(),
+        "python": platform.python_version(), "fp32_step_seconds": fp32,
+        "results": results}, indent=2) + "\n")
+    print(f"\nwrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
