@@ -14,6 +14,9 @@
                                    here run as a smaller array with the same operand-to-bus
                                    ratio (:data:`BENCH_CONFIGS`). ``--board``, ``--port``
                                    (preset name or JSON knobs), ``--quick``.
+``python -m sim.bench host``       Host share of a training step: a Fashion-MNIST-shaped CNN
+                                   at batch 128 over each board's default on the functional
+                                   model (:mod:`sim.hostbench`; its own options).
 
 Each prints a Markdown table and writes JSON (``--out``).
 """
@@ -353,9 +356,14 @@ def _port_arg(text: str):
 
 
 def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["host"]:
+        from .hostbench import main as host
+        return host(argv[1:])
     parser = argparse.ArgumentParser(prog="python -m sim.bench", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="what", required=True)
+    sub.add_parser("host", help="host share of a training step (python -m sim.bench host -h)")
     p = sub.add_parser("resources", help="Yosys resource estimates of the systolic array")
     p.add_argument("--sizes", type=_size, nargs="+", default=[(8, 8), (16, 16)])
     p.add_argument("--families", nargs="+", choices=["xc7", "xcup"], default=["xc7", "xcup"])

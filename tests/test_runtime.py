@@ -281,3 +281,15 @@ def test_functional_model_checks_descriptors_like_the_hardware():
         assert e.value.code == code
     c = dev.gemm(t, t, transpose_b=True, out="int32")       # works again after the errors
     np.testing.assert_array_equal(c, np.full((4, 4), 16))
+
+
+def test_host_benchmark_measures_a_step():
+    from sim import hostbench
+    r = hostbench.measure("pynq-z1", "tensor", batch=4, steps=1)
+    assert r["config"] == "16x16@64" and r["clock_mhz"] == 100
+    assert r["gemms_per_step"] == 4 * 3 - 1                  # the first layer: no dx
+    assert r["descriptors_per_step"] >= r["gemms_per_step"]
+    assert r["accelerator_cycles"] > 0 and 0 < r["host_share"] < 1
+    assert r["host_total"] == pytest.approx(sum(
+        v for k, v in r["host_seconds"].items() if k != "wait"))
+    assert "| pynq-z1 (16x16@64" in hostbench.table([r])
