@@ -76,10 +76,12 @@ class Driver:
     def __init__(self, regs, memory, *, poll_cycles: int = 256):
         self.regs, self.memory, self.poll_cycles = regs, memory, poll_cycles
         self.info = HardwareInfo(regs)
+        self._staged: dict[str, int] = {}   # what the DESC_* staging registers hold
         self.bytes_per_word = self.info.data_width // 8
 
     # -- registers ---------------------------------------------------------------------------
     def write(self, name: str, value: int) -> None:
+        self._staged.pop(name, None)          # written behind submit()'s back: forget it
         self.regs.write32(offset(name), value)
 
     def read(self, name: str) -> int:
@@ -100,6 +102,7 @@ class Driver:
 
     def soft_reset(self, max_polls: int = 10_000) -> None:
         """Abort everything, clear the error, and wait until the engine is idle."""
+        self._staged = {}
         self.write("CTRL", pack("CTRL", SOFT_RESET=1))
         for _ in range(max_polls):
             if not self.status()["busy"]:
@@ -128,15 +131,26 @@ class Driver:
         ``desc`` has ``m, n, k``, ``flags`` (a dict of ``DESC_FLAGS`` fields), and
         ``a_addr, a_stride, b_addr, b_stride, c_addr, c_stride, row_exp_addr,
         col_exp_addr`` (missing addresses and strides are 0).
+
+        The staging registers keep their values after ENQUEUE, so only those that differ
+        from the previous descriptor's are written (a run of descriptors that differ in
+        their addresses costs a few register writes each, not seventeen).
         """
-        for name in ("m", "n", "k"):
-            self.write(f"DESC_{name.upper()}", desc[name])
-        self.write("DESC_FLAGS", pack("DESC_FLAGS", **desc.get("flags", {})))
+        words = {f"DESC_{name.upper()}": desc[name] for name in ("m", "n", "k")}
+        words["DESC_FLAGS"] = pack("DESC_FLAGS", **desc.get("flags", {}))
         for name in ("a", "b", "c"):
-            self.write64(f"DESC_{name.upper()}_ADDR", desc.get(f"{name}_addr", 0))
-            self.write(f"DESC_{name.upper()}_STRIDE", desc.get(f"{name}_stride", 0))
-        self.write64("DESC_ROW_EXP_ADDR", desc.get("row_exp_addr", 0))
-        self.write64("DESC_COL_EXP_ADDR", desc.get("col_exp_addr", 0))
+            addr = desc.get(f"{name}_addr", 0)
+            words[f"DESC_{name.upper()}_ADDR_LO"] = addr & 0xFFFFFFFF
+            words[f"DESC_{name.upper()}_ADDR_HI"] = addr >> 32
+            words[f"DESC_{name.upper()}_STRIDE"] = desc.get(f"{name}_stride", 0)
+        for name in ("row", "col"):
+            addr = desc.get(f"{name}_exp_addr", 0)
+            words[f"DESC_{name.upper()}_EXP_ADDR_LO"] = addr & 0xFFFFFFFF
+            words[f"DESC_{name.upper()}_EXP_ADDR_HI"] = addr >> 32
+        for reg, value in words.items():
+            if self._staged.get(reg) != value:
+                self.write(reg, value)
+                self._staged[reg] = value
         self.write("CTRL", pack("CTRL", ENQUEUE=1))
 
     def counters(self) -> dict:
