@@ -35,10 +35,16 @@ PYTHON="${PYTHON:-python3}"
 if [ ! -x .venv/bin/python ]; then
     "$PYTHON" -m venv .venv
 fi
+# The dev extra includes the PyTorch front end (extra "torch"): this project's package index
+# serves the CPU-only build (torch 2.13.0+cpu), which pyproject's range picks. Elsewhere set
+# TORCH_INDEX=https://download.pytorch.org/whl/cpu to get the CPU build rather than PyPI's
+# CUDA one (gigabytes of GPU libraries).
+torch_index=()
+[ -z "${TORCH_INDEX:-}" ] || torch_index=(--extra-index-url "$TORCH_INDEX")
 stamp=.venv/.bootstrap-$(sha256sum pyproject.toml | cut -c1-16)
 if [ ! -f "$stamp" ]; then
     .venv/bin/python -m pip install -q --upgrade pip >/dev/null
-    .venv/bin/python -m pip install -q -e '.[dev]'
+    .venv/bin/python -m pip install -q ${torch_index[@]+"${torch_index[@]}"} -e '.[dev]'
     rm -f .venv/.bootstrap-*
     touch "$stamp"
 fi
