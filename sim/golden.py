@@ -69,11 +69,18 @@ def gemm(a: np.ndarray, b: np.ndarray, transpose_a: bool = False,
         An operand is not 2-D, the inner dimensions differ, a dimension is zero, or
         ``K > MAX_K``.
     """
-    m, n, k = gemm_shape(a, b, transpose_a, transpose_b)
-    op_a = a.T if transpose_a else a
-    op_b = b.T if transpose_b else b
-    # int64 matmul is exact here (|sum| < 2**31), then narrows without loss.
-    return (op_a.astype(np.int64) @ op_b.astype(np.int64)).astype(np.int32)
+    gemm_shape(a, b, transpose_a, transpose_b)
+    return _exact_product(a.T if transpose_a else a, b.T if transpose_b else b).astype(np.int32)
+
+
+def _exact_product(op_a: np.ndarray, op_b: np.ndarray) -> np.ndarray:
+    """``op_a @ op_b`` of int8 matrices, exactly, as float64 (integer values).
+
+    A float64 (BLAS) product is exact here whatever order it sums in: every product is at
+    most 2**14 in magnitude and every partial sum of at most ``MAX_K`` of them below 2**31,
+    far inside float64's 53-bit integers. (numpy's int64 matmul is exact too, but has no
+    BLAS and is ~100x slower.)"""
+    return op_a.astype(np.float64) @ op_b.astype(np.float64)
 
 
 def gemm_shape(a: np.ndarray, b: np.ndarray, transpose_a: bool = False,
@@ -206,10 +213,11 @@ def gemm_scaled(a: np.ndarray, b: np.ndarray, transpose_a: bool = False,
     op_a = a.T if transpose_a else a
     op_b = b.T if transpose_b else b
     total = np.zeros((m, n), np.float64)
+    scale = np.exp2(re[:, None] + ce[None, :]).astype(np.float64)
     with np.errstate(over="ignore"):
         for start, stop, e in runs:
-            part = op_a[:, start:stop].astype(np.int64) @ op_b[start:stop].astype(np.int64)
-            total += part.astype(np.float64) * np.exp2(re[:, None] + ce[None, :] + e)
+            part = _exact_product(op_a[:, start:stop], op_b[start:stop])
+            total += part * (scale * np.exp2(e)) if e else part * scale
         return total.astype(np.float32)
 
 
