@@ -104,16 +104,22 @@ def sizes_of_test_sets(tasks) -> dict:
     return out
 
 
-def collect(tasks, seeds, epochs, schedule: str = "swalp") -> list[dict]:
+#: What ``python -m firmware.results`` trains unless told otherwise (minutes, not hours).
+DEFAULT_TASKS = tuple(t for t in TASKS if not t.startswith("fashion-"))
+
+
+def collect(tasks, seeds, epochs, schedule: str = "swalp", **config) -> list[dict]:
     """Train every (task, method, seed) with ``seeds`` seeds 0, 1, ...; the run dictionaries
-    of :func:`firmware.train.run` with ``method`` and ``schedule`` added."""
+    of :func:`firmware.train.run` with ``method`` and ``schedule`` added. ``config``: more
+    :class:`firmware.train.TrainConfig` fields, the same for every run (``blocks``,
+    ``swa_every``, ``train_subset``)."""
     out = []
     for task in tasks:
         for method, (precision, swa) in METHODS.items():
             for seed in range(seeds):
                 t0 = time.monotonic()
                 r = run(TrainConfig(task=task, precision=precision, swa=swa, epochs=epochs,
-                                    seed=seed, schedule=schedule), quiet=True)
+                                    seed=seed, schedule=schedule, **config), quiet=True)
                 r["method"], r["schedule"] = method, schedule
                 out.append(r)
                 print(f"  {task:13s} {method:10s} seed {seed}: {r['metric']} "
@@ -236,7 +242,13 @@ def plot(results, path: Path) -> None:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m firmware.results", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--tasks", nargs="+", choices=sorted(TASKS), default=list(TASKS))
+    p.add_argument("--tasks", nargs="+", choices=sorted(TASKS), default=list(DEFAULT_TASKS),
+                   help=f"default: {' '.join(DEFAULT_TASKS)} (the Fashion-MNIST tasks take "
+                        f"hours at full size: name them)")
+    p.add_argument("--blocks", default="fox", help="block granularity (firmware.train)")
+    p.add_argument("--swa-every", choices=["epoch", "iteration"], default="epoch",
+                   help="average once per epoch or every step of the averaging phase")
+    p.add_argument("--train-subset", type=int, help="train on the first N images only")
     p.add_argument("--seeds", type=int, default=5, help="seeds 0 .. N-1 (default 5)")
     p.add_argument("--epochs", type=int, default=20)
     p.add_argument("--schedule", choices=SCHEDULES, default="swalp",
@@ -247,12 +259,19 @@ def main(argv=None) -> int:
         p.error("--seeds must be at least 2 (a sample standard deviation needs two)")
     if args.epochs < 1:
         p.error("--epochs must be at least 1")
-    results = collect(args.tasks, args.seeds, args.epochs, args.schedule)
+    config = {"blocks": args.blocks, "swa_every": args.swa_every,
+              "train_subset": args.train_subset}
+    try:
+        TrainConfig(task=args.tasks[0], **config).check()
+    except ValueError as e:
+        p.error(str(e))
+    results = collect(args.tasks, args.seeds, args.epochs, args.schedule, **config)
     sizes = sizes_of_test_sets(args.tasks)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     command = "python -m firmware.results " + " ".join(sys.argv[1:] if argv is None else argv)
     args.out.write_text(json.dumps({"command": command.strip(), "schedule": args.schedule,
                                     "seeds": list(range(args.seeds)), "epochs": args.epochs,
+                                    "config": config,
                                     "test_sizes": sizes, "summary": summaries(results),
                                     "results": results}, indent=2) + "\n")
     png = args.out.with_suffix(".png")
