@@ -4,7 +4,7 @@ estimate, bitstream, programming.
 
     python build.py --platform {pynq-z1,zcu104,vu9p} [--rows R --cols C --depth D --block B
                     --dsp-rows N] [--out DIR] [--synth {yosys,vivado,none}]
-                    [--program [--host HOST]] [--dry-run] [--list]
+                    [--timing] [--timing-strict] [--program [--host HOST]] [--dry-run] [--list]
 
 Writes ``DIR`` (default ``build/<platform>/``): ``bfp_accel.v`` (the accelerator),
 ``bfp_accel_top.v`` (board-level wrapper with Xilinx AXI port names), ``<stem>.xdc``,
@@ -13,7 +13,12 @@ for ``pynq.Overlay`` on the Zynq boards), ``report.json`` (the configuration and
 section: register base address, clock, bitstream name, array shape and bus width -- what
 ``python -m firmware.train --backend pynq --board B`` reads). ``--synth yosys`` (default)
 estimates resources with Yosys and adds them to ``report.json`` / ``report.md``; a
-configuration that does not fit the device exits with status 1 naming the resource.
+configuration that does not fit the device exits with status 1 naming the resource. The
+estimate carries a timing report (``"timing"``: logic levels and fan-out against a budget for
+the board's family and clock, :mod:`platforms.timing`, ``docs/timing.md``), measured on the
+configured design up to 64 PEs and on the estimate's 8x8 fit point above that; ``--timing``
+synthesizes the configured design whole for it (slow for large arrays); ``--timing-strict``
+exits with status 1 naming the path or net when the report is over budget.
 ``--synth vivado`` runs ``build.tcl`` when Vivado is on PATH. ``--program`` loads the
 bitstream (openFPGALoader over JTAG, or a copy of the ``.bit``, ``.hwh`` and ``report.json``
 to a PYNQ board with ``--host``; Vivado's hardware manager for the VCU118); ``--dry-run``
@@ -118,6 +123,11 @@ def parse_args(argv):
                         help="array rows whose PEs use DSP slices (the rest use LUTs)")
     parser.add_argument("--out", type=Path, help="output directory (default build/<platform>)")
     parser.add_argument("--synth", choices=["yosys", "vivado", "none"], default="yosys")
+    parser.add_argument("--timing", action="store_true",
+                        help="timing report on the configured design synthesized whole "
+                             "(default: whole up to 64 PEs, else the 8x8 fit point)")
+    parser.add_argument("--timing-strict", action="store_true",
+                        help="exit 1 when the timing report is over budget")
     parser.add_argument("--program", action="store_true", help="load the bitstream")
     parser.add_argument("--host", help="PYNQ board to copy the overlay to (with --program)")
     parser.add_argument("--dry-run", action="store_true",
@@ -138,6 +148,8 @@ def parse_args(argv):
     if "dsp_rows" in cfg and board.packing != 1:
         parser.error(f"--dsp-rows applies to 7-series boards; {board.name} packs two MACs "
                      "per DSP48E2")
+    if (args.timing or args.timing_strict) and args.synth != "yosys":
+        parser.error("--timing and --timing-strict need --synth yosys")
     if args.host and not args.program:
         parser.error("--host is used with --program")
     if args.host and board.program != "pynq":
@@ -213,13 +225,19 @@ def _host_report(board, cfg, out: Path) -> Path:
     return path
 
 
-def estimate(board, cfg, out: Path) -> tuple[dict, bool]:
+def estimate(board, cfg, out: Path, whole: bool = False) -> tuple[dict, bool]:
     from platforms.estimate import estimate_accelerator
+    from platforms.timing import accelerator_timing, markdown
 
     def progress(message):
         sys.stderr.write(f"\n  {message}")
         sys.stderr.flush()
 
+    # first: the netlist the timing report reads is one the estimate reuses
+    with step(f"timing report from Yosys for {board.family} at {board.clock_mhz:g} MHz"):
+        timing = accelerator_timing(cfg, board.family, board.clock_mhz,
+                                    ROOT / "build" / "estimates", whole=whole,
+                                    progress=progress)
     with step(f"estimating resources with Yosys for {board.family}"):
         res, method = estimate_accelerator(cfg, board.family, ROOT / "build" / "estimates",
                                            progress)
@@ -235,7 +253,7 @@ def estimate(board, cfg, out: Path) -> tuple[dict, bool]:
               "over_capacity": over, "headroom_limit": HEADROOM,
               "within_headroom": all(util[k] <= HEADROOM for k in ("LUT", "DSP", "BRAM36")),
               "estimate_method": method, "other": {k: res[k] for k in ("CARRY", "LUTRAM")},
-              "host": _host_section(board, cfg)}
+              "timing": timing, "host": _host_section(board, cfg)}
     (out / "report.json").write_text(json.dumps(report, indent=2) + "\n")
     lines = [f"# {board.title}: {cfg['rows']}x{cfg['cols']} array, "
              f"{report['macs_per_cycle']} MACs/cycle", "",
@@ -246,7 +264,13 @@ def estimate(board, cfg, out: Path) -> tuple[dict, bool]:
         lines.append(f"| {k} | {resources[k]:g} | {cap[k]} | {100 * util[k]:.1f}% |")
     lines.append("")
     lines.append("Fits." if not over else f"Does NOT fit: {', '.join(over)} over capacity.")
-    (out / "report.md").write_text("\n".join(lines) + "\n")
+    lines.append("")
+    lines.append(f"Timing: deepest path {timing['max_levels']} logic levels (budget "
+                 f"{timing['budget_levels']} at {board.clock_mhz:g} MHz), highest fan-out "
+                 f"{timing['max_fanout']} (budget {timing['fanout_budget']}): "
+                 f"{'within budget' if timing['within_budget'] else 'OVER BUDGET'}; measured "
+                 f"on {timing['measured_on']}.")
+    (out / "report.md").write_text("\n".join(lines) + "\n\n" + markdown(timing))
     print("\n".join(lines))
     print(f"wrote {_shown(out / 'report.json')} and {_shown(out / 'report.md')}")
     return report, not over
@@ -304,8 +328,13 @@ def main(argv=None) -> int:
     generate(board, cfg, out)
     status = 0
     if args.synth == "yosys":
-        _, fits = estimate(board, cfg, out)
+        report, fits = estimate(board, cfg, out, whole=args.timing)
         status = 0 if fits else 1
+        if args.timing_strict:
+            from platforms.timing import violations
+            for line in violations(report["timing"]):
+                print(f"error: timing: {line}", file=sys.stderr)
+                status = 1
     elif args.synth == "vivado":
         status = run_vivado(out, args.dry_run)
     if status == 0 and args.program:

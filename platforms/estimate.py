@@ -15,7 +15,7 @@ import sys
 from os.path import relpath as os_relpath
 from pathlib import Path
 
-__all__ = ["FAMILIES", "synthesize", "group_cells"]
+__all__ = ["FAMILIES", "synthesize", "group_cells", "netlist_path"]
 
 #: Yosys ``synth_xilinx -family`` names, with the boards that use them.
 FAMILIES = {
@@ -66,11 +66,18 @@ def _run_yosys(script: str, log: Path) -> None:
         raise RuntimeError(f"yosys failed (exit {proc.returncode}):\n{tail}")
 
 
+def netlist_path(work_dir: str | Path, top: str, family: str) -> Path:
+    """Where :func:`synthesize` with ``netlist=True`` writes the flat netlist (Yosys JSON)."""
+    return Path(work_dir).resolve() / f"{top}.{family}.netlist.json"
+
+
 def synthesize(verilog: str | Path, top: str, family: str, *,
-               work_dir: str | Path | None = None) -> dict:
+               work_dir: str | Path | None = None, netlist: bool = False) -> dict:
     """Synthesize ``top`` from ``verilog`` (``.v``, or RTLIL ``.il``) for ``family``.
 
-    Returns the grouped cell counts (:func:`group_cells`).
+    Returns the grouped cell counts (:func:`group_cells`). With ``netlist``, the flat
+    netlist is also written as Yosys JSON (:func:`netlist_path`; what
+    :mod:`platforms.timing` analyses).
 
     Raises
     ------
@@ -87,11 +94,15 @@ def synthesize(verilog: str | Path, top: str, family: str, *,
     stat = work / f"{top}.{family}.stat.json"
     log = work / f"{top}.{family}.yosys.log"
     stat.unlink(missing_ok=True)
+    flat = netlist_path(work, top, family)
+    flat.unlink(missing_ok=True)
     reader = "read_rtlil" if verilog.suffix == ".il" else "read_verilog -sv"
     source = os_relpath(verilog, work)
     script = (f"{reader} {source}; "
               f"synth_xilinx -family {family} -top {top} -flatten -noiopad -noclkbuf; "
               f"tee -q -o {stat.name} stat -json")
+    if netlist:
+        script += f"; write_json {flat.name}"
     _run_yosys(script, log)
     if not stat.exists():
         raise RuntimeError(f"yosys wrote no statistics; see {log}")
@@ -108,22 +119,24 @@ FULL_LIMIT = 64
 
 
 def _synth_once(kind: str, name: str, family: str, work_dir: Path, progress=None,
-                **params) -> dict:
+                netlist: bool = False, **params) -> dict:
     """Synthesize component ``kind`` once; the result is cached beside its netlist, keyed by
-    the netlist's digest (sources and parameters)."""
+    the netlist's digest (sources and parameters). With ``netlist``, the flat netlist
+    (:func:`netlist_path`) must be there too, or synthesis runs again to write it."""
     from rtl.export import generate_verilog
 
-    netlist = generate_verilog(kind, work_dir, name=name, fmt="il", family=family, **params)
+    source = generate_verilog(kind, work_dir, name=name, fmt="il", family=family, **params)
     cache = work_dir / f"{name}.{family}.result.json"
-    key = netlist.with_suffix(".il.digest").read_text()
+    key = source.with_suffix(".il.digest").read_text()
     if cache.exists():
         saved = json.loads(cache.read_text())
-        if saved.get("key") == key:
+        flat = netlist_path(work_dir, name, family)
+        if saved.get("key") == key and (not netlist or saved.get("netlist") and flat.exists()):
             return saved["resources"]
     if progress:
         progress(f"Yosys synth_xilinx -family {family}: {name}")
-    res = synthesize(netlist, name, family)
-    cache.write_text(json.dumps({"key": key, "resources": res}))
+    res = synthesize(source, name, family, netlist=netlist)
+    cache.write_text(json.dumps({"key": key, "resources": res, "netlist": netlist}))
     return res
 
 
