@@ -338,23 +338,29 @@ class SystolicArray(wiring.Component):
         valid = self.i_stream.valid
 
         # Skew the inputs: a row of cells (and its flags) waits its index, column j waits j.
+        # The operand chains are data (reset-less: no reset fan-out, SRL-friendly); the flags
+        # that qualify them are control and reset. After a soft reset the data chains may
+        # hold stale operands, but no flag marks them, and a tile's first step loads its
+        # accumulators instead of adding, so nothing stale reaches a result.
         n_rows = R if self.packing == 1 else self.pair_rows
         a_in = [Mux(valid, inp.a[i], 0) for i in range(R)]
-        b_edge = [delay(m, Mux(valid, inp.b[j], 0), j, f"b{j}") for j in range(C)]
+        b_edge = [delay(m, Mux(valid, inp.b[j], 0), j, f"b{j}", reset_less=True)
+                  for j in range(C)]
         first_edge = [delay(m, valid & inp.first, i, f"first{i}") for i in range(n_rows)]
         last_edge = [delay(m, valid & inp.last, i, f"last{i}") for i in range(n_rows)]
         out = self.o_stream.payload
 
         if self.packing == 1:
-            a_edge = [delay(m, a_in[i], i, f"a{i}") for i in range(R)]
+            a_edge = [delay(m, a_in[i], i, f"a{i}", reset_less=True) for i in range(R)]
             cells = [[ProcessingElement(fabric=i >= self.dsp_rows) for _ in range(C)]
                      for i in range(R)]
             rows_of = [{"a": a_edge[i]} for i in range(R)]
             ports = [("a", "a_i", "a_o")]
         else:
-            hi_edge = [delay(m, a_in[2 * q], q, f"hi{q}") for q in range(n_rows)]
-            lo_edge = [delay(m, a_in[2 * q + 1] if 2 * q + 1 < R else 0, q, f"lo{q}")
+            hi_edge = [delay(m, a_in[2 * q], q, f"hi{q}", reset_less=True)
                        for q in range(n_rows)]
+            lo_edge = [delay(m, a_in[2 * q + 1] if 2 * q + 1 < R else 0, q, f"lo{q}",
+                             reset_less=True) for q in range(n_rows)]
             cells = [[PackedPair(primitive=self.primitive) for _ in range(C)]
                      for _ in range(n_rows)]
             rows_of = [{"hi": hi_edge[q], "lo": lo_edge[q]} for q in range(n_rows)]
