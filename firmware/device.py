@@ -422,7 +422,7 @@ class Device:
                 if out == "int32":
                     return golden.gemm(a_, b_, transpose_a, transpose_b)
                 return golden.gemm_scaled(a_, b_, transpose_a, transpose_b,
-                                          _int8(re, row_exp), _int8(ce, col_exp),
+                                          _int8(re), _int8(ce),
                                           k_exp if runs is not None else None)
         self.profile.count("gemms")
         temps = []
@@ -535,7 +535,7 @@ def _shaped(x):
     return x
 
 
-def _int8(e: np.ndarray, given):
+def _int8(e: np.ndarray):
     """``e`` as an exponent argument of :mod:`sim.golden` (a scalar when it is constant)."""
     if np.all(e == e[0]) and golden.EXP_MIN <= e[0] <= golden.EXP_MAX:
         return int(e[0])

@@ -38,9 +38,7 @@ class Board:
         return 2 if self.family == "xcup" else 1
 
     def config(self, **overrides) -> dict:
-        """The accelerator parameters: the default, with ``overrides`` applied."""
-        cfg = {"rows": 8, "cols": 8, "depth": 512, "block": 4, "queue": 4,
-               "data_width": self.data_width, "addr_width": self.addr_width,
-               "packing": self.packing, **self.default}
-        cfg.update({k: v for k, v in overrides.items() if v is not None})
-        return cfg
+        """The accelerator parameters: the board's default with ``overrides`` (not None)
+        applied — :meth:`firmware.boards.BoardInfo.config`, where they are stated once."""
+        from firmware.boards import board
+        return board(self.name).config(**overrides)
