@@ -377,8 +377,12 @@ class Device:
         return x
 
     def gemm(self, a, b, *, transpose_a: bool = False, transpose_b: bool = False,
-             row_exp=0, col_exp=0, k_exp=None, out: str = "float32"):
+             row_exp=0, col_exp=0, k_exp=None, out: str = "float32",
+             as_tensor: bool = False):
         """:func:`sim.golden.gemm_scaled` as float32, or the int32 GEMM (``out="int32"``).
+
+        ``as_tensor``: return C as a :class:`DeviceTensor` left in device memory (not read
+        back; ``.numpy()`` reads it) instead of a numpy array.
 
         ``a``, ``b``: int8 matrices, as numpy arrays or :class:`DeviceTensor`. ``row_exp``,
         ``col_exp``: int8 scalars or vectors. ``k_exp``: ``None`` or an integer vector, one
@@ -420,10 +424,11 @@ class Device:
                 a_ = a.numpy() if isinstance(a, DeviceTensor) else a
                 b_ = b.numpy() if isinstance(b, DeviceTensor) else b
                 if out == "int32":
-                    return golden.gemm(a_, b_, transpose_a, transpose_b)
-                return golden.gemm_scaled(a_, b_, transpose_a, transpose_b,
-                                          _int8(re), _int8(ce),
-                                          k_exp if runs is not None else None)
+                    c = golden.gemm(a_, b_, transpose_a, transpose_b)
+                else:
+                    c = golden.gemm_scaled(a_, b_, transpose_a, transpose_b, _int8(re),
+                                           _int8(ce), k_exp if runs is not None else None)
+                return DeviceTensor(self, c.shape, c.dtype, array=c) if as_tensor else c
         self.profile.count("gemms")
         temps = []
         try:
@@ -433,7 +438,11 @@ class Device:
             if not isinstance(b, DeviceTensor):
                 b = self.tensor(b)
                 temps.append(b)
-            return self._run(a, b, m, n, k, transpose_a, transpose_b, re, ce, runs, out, temps)
+            c = self._run(a, b, m, n, k, transpose_a, transpose_b, re, ce, runs, out, temps,
+                          as_tensor)
+            if as_tensor and not isinstance(c, DeviceTensor):     # combined on the host
+                c = self.tensor(c)
+            return c
         finally:
             for t in temps:
                 t.free()
@@ -454,7 +463,7 @@ class Device:
         temps.append(y)
         return y
 
-    def _run(self, a, b, m, n, k, ta, tb, re, ce, runs, out, temps):
+    def _run(self, a, b, m, n, k, ta, tb, re, ce, runs, out, temps, as_tensor=False):
         bpw = self.bytes_per_word
         chunk = self.max_dim // bpw * bpw or self.max_dim
         exact = runs is None
@@ -492,6 +501,10 @@ class Device:
             self.stats["descriptors"] += len(descs)
             for key in counters:
                 counters[key] += cnt[key]
+            if single and as_tensor:            # C stays where the accelerator wrote it
+                temps.remove(cs[0])
+                result = cs[0]
+                break
             parts = [c.numpy() for c in cs]
             if single:
                 result = parts[0]
