@@ -208,6 +208,17 @@ def _axis(policy: str, sample_axis, channel_axis):
     return {"tensor": None, "sample": sample_axis, "channel": channel_axis}[policy]
 
 
+def _patch_blocks(cols, e, policy: str, positions: int, kernel: int) -> Q:
+    """The :class:`Q` of ``im2col`` patches of an NCHW tensor quantised with ``policy``'s
+    blocks (exponents ``e``): one per tensor, per sample (its ``positions`` patch rows) or
+    per channel (its ``kernel`` patch columns)."""
+    if policy == "tensor":
+        return Q(cols, exp=e)
+    if policy == "sample":
+        return Q(cols, row_exp=np.repeat(e, positions))
+    return Q(cols, col_exp=np.repeat(e, kernel))
+
+
 class Layer:
     params: dict
     grads: dict
@@ -294,11 +305,7 @@ class Conv2d(Layer):
         q, e = eng.quantize(x, _axis(policy, 0, 1))
         with eng.time("layout"):
             cols, oh, ow = self._cols(q)
-            if policy == "tensor":
-                return Q(cols, exp=e), oh, ow
-            if policy == "sample":
-                return Q(cols, row_exp=np.repeat(e, oh * ow)), oh, ow
-            return Q(cols, col_exp=np.repeat(e, self.k * self.k)), oh, ow
+            return _patch_blocks(cols, e, policy, oh * ow, self.k * self.k), oh, ow
 
     def forward(self, x, eng):
         n = x.shape[0]

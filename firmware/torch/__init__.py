@@ -60,7 +60,7 @@ except ImportError as e:                                     # pragma: no cover
                       "'PyTorch front end')") from e
 
 from firmware.device import Device
-from firmware.nn import FOX, Blocks, Engine, Q
+from firmware.nn import FOX, Blocks, Engine, Q, _patch_blocks
 from firmware.optim import schedule_lr
 from firmware.quant import dequantize, quantize
 from sim import golden
@@ -620,12 +620,8 @@ class Conv2d(_Layer, torch.nn.Conv2d):
             q, e = eng.quantize(x, _axis(policy, 0, 1))
         with eng.time("layout"):
             cols, oh, ow = self._cols(q)
-            if policy == "tensor":
-                return Q(cols, exp=e), oh, ow
-            if policy == "sample":
-                return Q(cols, row_exp=np.repeat(e, oh * ow)), oh, ow
             kk = self.kernel_size[0] * self.kernel_size[1]
-            return Q(cols, col_exp=np.repeat(e, kk)), oh, ow
+            return _patch_blocks(cols, e, policy, oh * ow, kk), oh, ow
 
     def _quantized_deltas(self, dy: np.ndarray, call, eng) -> Q:
         policy = self.accel.blocks.deltas
