@@ -363,10 +363,10 @@ class Conv2d(Layer):
 class ReLU(Layer):
     def forward(self, x, eng):
         self.mask = x > 0
-        return np.where(self.mask, x, 0).astype(x.dtype)
+        return np.where(self.mask, x, x.dtype.type(0))
 
     def backward(self, dy, eng):
-        return np.where(self.mask, dy, 0).astype(dy.dtype)
+        return np.where(self.mask, dy, dy.dtype.type(0))
 
 
 class MaxPool2d(Layer):
@@ -381,20 +381,24 @@ class MaxPool2d(Layer):
         k = self.k
         if h % k or w % k:
             raise ValueError(f"MaxPool2d({k}) needs H and W divisible by {k}, not {h}x{w}")
-        blocks = x.reshape(n, c, h // k, k, w // k, k)
-        out = blocks.max(axis=(3, 5))
-        winners = blocks == out[:, :, :, None, :, None]
-        # one winner per window, so the gradient is not duplicated on ties
-        flat = winners.transpose(0, 1, 2, 4, 3, 5).reshape(n, c, h // k, w // k, k * k)
-        first = np.zeros_like(flat)
-        np.put_along_axis(first, flat.argmax(axis=-1)[..., None], True, axis=-1)
-        self.mask = first.reshape(n, c, h // k, w // k, k, k).transpose(0, 1, 2, 4, 3, 5)
+        # the gradient goes to the first maximum of each window in row-major order only, so
+        # it is not duplicated on ties
+        out = x[:, :, 0::k, 0::k].copy()
+        winner = np.zeros(out.shape, np.uint8)
+        for i in range(1, k * k):
+            v = x[:, :, i // k::k, i % k::k]
+            better = v > out
+            np.copyto(out, v, where=better)
+            winner[better] = i
+        self.winner, self.shape = winner, x.shape
         return out
 
     def backward(self, dy, eng):
-        return (self.mask * dy[:, :, :, None, :, None]).reshape(
-            self.mask.shape[0], self.mask.shape[1], self.mask.shape[2] * self.k,
-            self.mask.shape[4] * self.k).astype(dy.dtype)
+        k = self.k
+        grad = np.zeros(self.shape, dy.dtype)
+        for i in range(k * k):
+            grad[:, :, i // k::k, i % k::k] = np.where(self.winner == i, dy, dy.dtype.type(0))
+        return grad
 
 
 class Flatten(Layer):

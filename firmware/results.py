@@ -1,10 +1,11 @@
 """Training results: fp32 SGD, int8 SGD, fp32 SWA and int8 SWALP on every task, over seeds.
 
-``python -m firmware.results [--seeds 5] [--epochs 20] [--tasks ...] [--schedule swalp]``
-trains each (task, method, seed) on the golden backend (bit-identical to the simulated
-accelerator, see the hardware-in-the-loop test), prints Markdown tables, and writes
-``results/training.json`` (every run, its per-epoch history, the summaries and the test-set
-sizes) and ``results/training.png`` (test metric per epoch, mean and 95 % interval).
+``python -m firmware.results [--seeds 5] [--epochs 20] [--tasks ...] [--schedule swalp]
+[--methods ...] [--jobs N]`` trains each (task, method, seed) on the golden backend
+(bit-identical to the simulated accelerator, see the hardware-in-the-loop test), prints
+Markdown tables, and writes ``results/training.json`` (every run, its per-epoch history, the
+summaries and the test-set sizes) and ``results/training.png`` (test metric per epoch, mean
+and 95 % interval).
 
 Every method runs under the same learning-rate schedule (``--schedule``, SWALP's by default:
 see :func:`firmware.optim.swalp_lr`) over the same pre-averaging budget, the first
@@ -108,24 +109,59 @@ def sizes_of_test_sets(tasks) -> dict:
 DEFAULT_TASKS = tuple(t for t in TASKS if not t.startswith("fashion-"))
 
 
-def collect(tasks, seeds, epochs, schedule: str = "swalp", **config) -> list[dict]:
+def _train_one(task, method, seed, epochs, schedule, config) -> dict:
+    precision, swa = METHODS[method]
+    t0 = time.monotonic()
+    r = run(TrainConfig(task=task, precision=precision, swa=swa, epochs=epochs, seed=seed,
+                        schedule=schedule, **config), quiet=True)
+    r["method"], r["schedule"] = method, schedule
+    print(f"  {task:13s} {method:10s} seed {seed}: {r['metric']} "
+          f"{r['test_metric']:.4f} ({time.monotonic() - t0:.1f} s)", file=sys.stderr, flush=True)
+    return r
+
+
+def collect(tasks, seeds, epochs, schedule: str = "swalp", *, methods=None, jobs: int = 1,
+            on_result=None, **config) -> list[dict]:
     """Train every (task, method, seed) with ``seeds`` seeds 0, 1, ...; the run dictionaries
-    of :func:`firmware.train.run` with ``method`` and ``schedule`` added. ``config``: more
+    of :func:`firmware.train.run` with ``method`` and ``schedule`` added, in (task, method,
+    seed) order. ``methods``: names of :data:`METHODS` (default all). ``config``: more
     :class:`firmware.train.TrainConfig` fields, the same for every run (``blocks``,
-    ``swa_every``, ``train_subset``)."""
-    out = []
-    for task in tasks:
-        for method, (precision, swa) in METHODS.items():
-            for seed in range(seeds):
-                t0 = time.monotonic()
-                r = run(TrainConfig(task=task, precision=precision, swa=swa, epochs=epochs,
-                                    seed=seed, schedule=schedule, **config), quiet=True)
-                r["method"], r["schedule"] = method, schedule
-                out.append(r)
-                print(f"  {task:13s} {method:10s} seed {seed}: {r['metric']} "
-                      f"{r['test_metric']:.4f} ({time.monotonic() - t0:.1f} s)",
-                      file=sys.stderr)
-    return out
+    ``swa_every``, ``train_subset``).
+
+    ``jobs`` > 1 trains that many runs at once in separate processes (each run is seeded on
+    its own, so the results are those of ``jobs=1`` bit for bit; set ``OPENBLAS_NUM_THREADS=1``
+    so the processes do not fight over cores). ``on_result(results_so_far)`` is called after
+    each run completes (for saving partial results of a long campaign)."""
+    methods = list(METHODS) if methods is None else list(methods)
+    for m in methods:
+        if m not in METHODS:
+            raise ValueError(f"methods: unknown method {m!r}; known: {', '.join(METHODS)}")
+    if not isinstance(jobs, int) or jobs < 1:
+        raise ValueError(f"jobs must be a positive integer, not {jobs!r}")
+    keys = [(task, method, seed) for task in tasks for method in methods
+            for seed in range(seeds)]
+    done: dict[tuple, dict] = {}
+
+    def finished(key, r):
+        done[key] = r
+        if on_result is not None:
+            on_result([done[k] for k in keys if k in done])
+
+    if jobs == 1:
+        for key in keys:
+            finished(key, _train_one(*key, epochs, schedule, config))
+    else:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor, as_completed
+
+        # int8 runs first: they take longest, so the pool ends with the short ones
+        order = sorted(keys, key=lambda k: METHODS[k[1]][0] != "int8")
+        with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")) as ex:
+            futures = {ex.submit(_train_one, *key, epochs, schedule, config): key
+                       for key in order}
+            for f in as_completed(futures):
+                finished(futures[f], f.result())
+    return [done[k] for k in keys]
 
 
 def _scale(task) -> float:
@@ -253,8 +289,16 @@ def main(argv=None) -> int:
     p.add_argument("--epochs", type=int, default=20)
     p.add_argument("--schedule", choices=SCHEDULES, default="swalp",
                    help="learning-rate schedule of every method (default: swalp)")
+    p.add_argument("--methods", nargs="+", choices=list(METHODS), default=list(METHODS),
+                   metavar="METHOD", help=f"arms to train (default: all of "
+                                          f"{', '.join(repr(m) for m in METHODS)})")
+    p.add_argument("--jobs", type=int, default=1,
+                   help="runs trained at once, one process each (default 1; results are "
+                        "identical; set OPENBLAS_NUM_THREADS=1)")
     p.add_argument("--out", type=Path, default=ROOT / "results" / "training.json")
     args = p.parse_args(argv)
+    if args.jobs < 1:
+        p.error("--jobs must be at least 1")
     if args.seeds < 2:
         p.error("--seeds must be at least 2 (a sample standard deviation needs two)")
     if args.epochs < 1:
@@ -265,15 +309,23 @@ def main(argv=None) -> int:
         TrainConfig(task=args.tasks[0], **config).check()
     except ValueError as e:
         p.error(str(e))
-    results = collect(args.tasks, args.seeds, args.epochs, args.schedule, **config)
     sizes = sizes_of_test_sets(args.tasks)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     command = "python -m firmware.results " + " ".join(sys.argv[1:] if argv is None else argv)
-    args.out.write_text(json.dumps({"command": command.strip(), "schedule": args.schedule,
-                                    "seeds": list(range(args.seeds)), "epochs": args.epochs,
-                                    "config": config,
-                                    "test_sizes": sizes, "summary": summaries(results),
-                                    "results": results}, indent=2) + "\n")
+
+    def save(results, complete):
+        doc = {"command": command.strip(), "schedule": args.schedule,
+               "seeds": list(range(args.seeds)), "epochs": args.epochs,
+               "methods": args.methods, "config": config, "test_sizes": sizes}
+        if not complete:
+            doc["partial"] = True   # a campaign still running (or interrupted)
+        else:
+            doc["summary"] = summaries(results)
+        args.out.write_text(json.dumps({**doc, "results": results}, indent=2) + "\n")
+
+    results = collect(args.tasks, args.seeds, args.epochs, args.schedule, methods=args.methods,
+                      jobs=args.jobs, on_result=lambda rs: save(rs, False), **config)
+    save(results, True)
     png = args.out.with_suffix(".png")
     plot(results, png)
     print(table(results, sizes))

@@ -4,7 +4,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from sim.golden import MAX_K, float32_bits, gemm, rescale, rescale_bits
+from sim.golden import MAX_K, float32_bits, gemm, gemm_scaled, k_runs, rescale, rescale_bits
 
 int8_matrices = hnp.arrays(np.int8, hnp.array_shapes(min_dims=2, max_dims=2, max_side=12))
 
@@ -102,3 +102,44 @@ def test_rescale_scalar_and_vector_exponents():
 def test_rescale_bad_arguments(args, exc, name):
     with pytest.raises(exc, match=name):
         rescale(*args)
+
+
+def _gemm_scaled_reference(a, b, re, ce, k_exp):
+    """The specification of gemm_scaled, term by term: exact int64 partial products per run
+    of equal k exponents, each scaled and added in run order in float64 from +0."""
+    total = np.zeros((a.shape[0], b.shape[1]))
+    for start, stop, e in k_runs(k_exp):
+        part = (a[:, start:stop].astype(np.int64) @ b[start:stop].astype(np.int64))
+        total = total + part.astype(np.float64) * np.exp2(re[:, None] + ce[None, :] + e)
+    with np.errstate(over="ignore"):
+        return total.astype(np.float32)
+
+
+@pytest.mark.parametrize("k, run", [(7, 1), (4 * 196, 196), (3 * 800, 800), (2600, 2600),
+                                    (96, 3), (1, 1)])
+def test_gemm_scaled_matches_its_specification(k, run):
+    """Per-sample runs (batched products), short runs, runs longer than a float32-exact
+    chunk, merged neighbouring runs and the extreme exponents, bit for bit; an exact zero is
+    +0 (as the rescaler makes it), not a -0 from BLAS."""
+    rng = np.random.default_rng(k + run)
+    m, n = 5, 6
+    a = rng.integers(-128, 128, (m, k)).astype(np.int8)
+    b = rng.integers(-128, 128, (k, n)).astype(np.int8)
+    a[0] = 0                                  # a zero row: 0 * negative b is -0 in BLAS
+    b[:, 0] = -1
+    re = rng.integers(-128, 128, m).astype(np.int8)
+    ce = rng.integers(-128, 128, n).astype(np.int8)
+    re[1], ce[1] = 127, 127                   # overflows float32: inf
+    re[2], ce[2] = -128, -128                 # subnormal or zero in float32
+    k_exp = np.repeat(rng.integers(-256, 255, -(-k // run)), run)[:k]
+    if k >= 3 * run:
+        k_exp[run:2 * run] = k_exp[0]         # neighbouring runs with one exponent merge
+    got = gemm_scaled(a, b, row_exp=re, col_exp=ce, k_exp=k_exp)
+    want = _gemm_scaled_reference(a, b, re.astype(np.int64), ce.astype(np.int64), k_exp)
+    assert np.array_equal(float32_bits(got), float32_bits(want))
+    assert (float32_bits(got)[0] == 0).all()
+    for ta, tb in ((True, False), (False, True), (True, True)):
+        got_t = gemm_scaled(np.ascontiguousarray(a.T) if ta else a,
+                            np.ascontiguousarray(b.T) if tb else b, ta, tb,
+                            row_exp=re, col_exp=ce, k_exp=k_exp)
+        assert np.array_equal(float32_bits(got_t), float32_bits(want))

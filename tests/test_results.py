@@ -9,6 +9,7 @@ import pytest
 from firmware.results import (
     CONTRASTS,
     METHODS,
+    collect,
     main,
     paired_difference,
     sizes_of_test_sets,
@@ -115,6 +116,29 @@ def test_command_line_two_seeds(tmp_path, capsys):
     assert out.with_suffix(".png").exists()
     assert "inside the noise?" in capsys.readouterr().out
     for bad in (["--seeds", "1"], ["--epochs", "0"], ["--schedule", "cosine"]):
+        with pytest.raises(SystemExit) as e:
+            main(bad)
+        assert e.value.code == 2
+
+
+def test_parallel_jobs_give_the_sequential_results(tmp_path):
+    """Runs trained in two processes are those of one process, bit for bit, in the same
+    order; a partial file is written as runs complete; a method subset is honoured."""
+    kw = dict(methods=["int8 SGD", "fp32 SGD"], blocks="tensor", train_subset=256)
+    seen = []
+    one = collect(["digits-mlp"], 2, 1, **kw)
+    two = collect(["digits-mlp"], 2, 1, jobs=2, on_result=lambda rs: seen.append(len(rs)),
+                  **kw)
+    assert [(r["method"], r["seed"]) for r in two] == [
+        ("int8 SGD", 0), ("int8 SGD", 1), ("fp32 SGD", 0), ("fp32 SGD", 1)]
+    assert [r["weights_digest"] for r in two] == [r["weights_digest"] for r in one]
+    assert len({r["weights_digest"] for r in two}) == 4
+    assert seen == [1, 2, 3, 4]
+    with pytest.raises(ValueError, match="methods"):
+        collect(["digits-mlp"], 2, 1, methods=["bf16 SGD"])
+    with pytest.raises(ValueError, match="jobs"):
+        collect(["digits-mlp"], 2, 1, jobs=0)
+    for bad in (["--jobs", "0"], ["--methods", "bf16"]):
         with pytest.raises(SystemExit) as e:
             main(bad)
         assert e.value.code == 2

@@ -263,3 +263,24 @@ def test_hardware_in_the_loop_rtl_equals_golden():
     # 4 steps of 5 GEMMs (two layers of 3, less the first layer's backward-data)
     assert results["rtl"][2] == results["golden"][2] == 4 * 5
     assert results["rtl"][1] > 0 and results["golden"][1] == 0
+
+
+def test_max_pool_sends_the_gradient_to_the_first_maximum():
+    """MaxPool2d against a direct loop over windows, ties included (the gradient goes to the
+    first maximum in row-major order, once)."""
+    rng = np.random.default_rng(5)
+    x = rng.integers(-2, 3, (3, 2, 6, 4)).astype(np.float32)   # many ties
+    dy = rng.standard_normal((3, 2, 3, 2)).astype(np.float32)
+    pool = nn.MaxPool2d(2)
+    y = pool.forward(x, None)
+    dx = pool.backward(dy, None)
+    want_y = np.zeros_like(dy)
+    want_dx = np.zeros_like(x)
+    for idx in np.ndindex(*dy.shape):
+        n, c, i, j = idx
+        win = x[n, c, 2 * i:2 * i + 2, 2 * j:2 * j + 2]
+        want_y[idx] = win.max()
+        first = int(np.argmax(win.ravel() == win.max()))
+        want_dx[n, c, 2 * i + first // 2, 2 * j + first % 2] = dy[idx]
+    assert np.array_equal(y, want_y)
+    assert np.array_equal(dx, want_dx)
