@@ -105,8 +105,9 @@ class GemmDatapath(wiring.Component):
     Latency and throughput
     ----------------------
     A tile of ``k`` steps occupies the array for ``k`` cycles (plus idle cycles only when an
-    emitting tile follows another within ``rows + cols - 1`` cycles, or the output FIFO is
-    full). Its first C row leaves :attr:`fill_latency` cycles after its last step starts.
+    emitting tile follows another within the array's
+    :attr:`~rtl.systolic.SystolicArray.min_emit_interval`, or the output FIFO is full). Its
+    first C row leaves :attr:`fill_latency` cycles after its last step starts.
     """
 
     def __init__(self, rows: int, cols: int, depth: int = 512, out_rows: int | None = None,
@@ -137,11 +138,19 @@ class GemmDatapath(wiring.Component):
             "step": Out(1),
         })
 
+    #: Registers from the array's output to the rescaler's input: the ``x`` stage, where a
+    #: row meets its partial sums read from the accumulation buffer.
+    ACCUMULATE_STAGES = 1
+    #: Cycles from writing the output FIFO (``SyncFIFOBuffered``) to the entry being readable.
+    OUT_FIFO_LATENCY = 2
+
     @property
     def fill_latency(self) -> int:
-        """Cycles from issuing a tile's last step to its first C row on :attr:`o_stream`."""
-        return (TransposableBuffer.READ_LATENCY + self.array.latency + 2
-                + Rescaler.LATENCY + 1)
+        """Cycles from issuing a tile's last step to its first C row on :attr:`o_stream`: the
+        operand buffers' read, the array, the accumulation stage, the rescaler and the output
+        FIFO, each as the component declares it."""
+        return (TransposableBuffer.READ_LATENCY + self.array.latency + self.ACCUMULATE_STAGES
+                + Rescaler.LATENCY + self.OUT_FIFO_LATENCY)
 
     def elaborate(self, platform):
         m = Module()

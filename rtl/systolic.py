@@ -63,12 +63,21 @@ class ProcessingElement(wiring.Component):
     a_o, first_o, last_o, b_o : Out
         The same, one cycle later, for the right / bottom neighbour.
     result : Out(signed(32))
-        The last captured sum; valid 3 cycles after ``last_i`` and held until the next capture.
+        The last captured sum, from :attr:`RESULT_LATENCY` cycles after the cycle ``last_i``
+        is high until the next capture (:attr:`OVERWRITE_LATENCY` cycles after the next
+        ``last_i``).
 
     With ``fabric=True`` the product is a sum of shifted partial products instead of a
     multiplication, so synthesis builds it from LUTs and carry chains rather than a DSP slice
     (for arrays with more PEs than the device has DSP slices). Same behaviour, same timing.
     """
+
+    #: Cycles from ``last_i`` to :attr:`result` holding the sum: the flag register, the
+    #: ``capture`` and ``capture_d`` registers (the accumulator takes the last product
+    #: meanwhile), the result register.
+    RESULT_LATENCY = 4
+    #: Cycles from ``last_i`` to :attr:`result` changing (the whole result at once).
+    OVERWRITE_LATENCY = RESULT_LATENCY
 
     def __init__(self, *, fabric: bool = False):
         self.fabric = bool(fabric)
@@ -128,8 +137,18 @@ class PackedPair(wiring.Component):
     hi_o, lo_o, first_o, last_o, b_o : Out
         Operands and flags, passed on one cycle later as in :class:`ProcessingElement`.
     result : Out(PAIR_RESULT)
-        The captured ``P`` and high bits; valid 7 cycles after ``last_i``.
+        The captured ``P`` and high bits, from :attr:`RESULT_LATENCY` cycles after the cycle
+        ``last_i`` is high until the next capture (``P`` changes :attr:`OVERWRITE_LATENCY`
+        cycles after the next ``last_i``, the counts one cycle later).
     """
+
+    #: Cycles from ``last_i`` to :attr:`result` holding the sums: the operand register, the
+    #: slice's :attr:`rtl.dsp.PackedMac.LATENCY`, ``P`` captured, the wrap counts captured one
+    #: cycle after ``P``.
+    RESULT_LATENCY = 1 + PackedMac.LATENCY + 2
+    #: Cycles from ``last_i`` to :attr:`result` first changing (``P``, one cycle before the
+    #: counts).
+    OVERWRITE_LATENCY = RESULT_LATENCY - 1
 
     hi_i: In(signed(8))
     lo_i: In(signed(8))
@@ -292,12 +311,40 @@ class SystolicArray(wiring.Component):
     def pair_rows(self) -> int:
         return -(-self.rows // 2)
 
+    # Every pipeline constant below derives from the cells' declared latencies, the skew and
+    # the read-out's stages: adding a register to a cell or to the read-out is one change.
+
+    @property
+    def _cell_kind(self) -> type:
+        return PackedPair if self.packing == 2 else ProcessingElement
+
+    @property
+    def _cell_rows(self) -> int:
+        return self.pair_rows if self.packing == 2 else self.rows
+
+    @property
+    def _read_cycles(self) -> int:
+        """Read-out cycles per cell row (a packed pair yields two rows of C)."""
+        return 2 if self.packing == 2 else 1
+
+    @property
+    def _readout_stages(self) -> int:
+        """Registers from the selected cell results to :attr:`o_stream`: the output register
+        (packed: the pair register, then the unpacking output register)."""
+        return 2 if self.packing == 2 else 1
+
+    @property
+    def readout_delay(self) -> int:
+        """Cycles from accepting a ``last`` step to selecting row 0 of the result registers:
+        the skew to the last cell, ``(cell rows - 1) + (cols - 1)``, plus the cell's
+        ``RESULT_LATENCY`` (so every cell has captured)."""
+        return (self._cell_rows - 1) + (self.cols - 1) + self._cell_kind.RESULT_LATENCY
+
     @property
     def latency(self) -> int:
-        """Cycles from accepting a ``last`` step to row 0 of the tile on :attr:`o_stream`."""
-        if self.packing == 2:
-            return self.pair_rows + self.cols + 7
-        return self.rows + self.cols + 3
+        """Cycles from accepting a ``last`` step to row 0 of the tile on :attr:`o_stream`
+        (``rows + cols + 3``; ``ceil(rows / 2) + cols + 7`` packed)."""
+        return self.readout_delay + self._readout_stages
 
     def _cell(self, cell):
         """``cell`` itself, or an instance of its shared module (see :attr:`cell_modules`)."""
@@ -321,15 +368,16 @@ class SystolicArray(wiring.Component):
     def min_emit_interval(self) -> int:
         """Least number of cycles between two steps with ``last``.
 
-        Unpacked, row ``r`` of the result registers is read ``rows + cols + 2 + r`` cycles
-        after its ``last`` step and overwritten ``3 + r + j`` cycles after the next one. Packed,
-        pair ``q`` is read ``Q + cols + 5 + 2q`` cycles after and overwritten ``6 + q + j``
-        cycles after the next (``Q = ceil(rows / 2)``), and a read-out takes ``2Q`` cycles.
+        Cell row ``q`` (of ``Q`` rows, ``s`` read-out cycles each: 1, or 2 packed) is read
+        ``readout_delay + s q`` cycles after its ``last`` step and overwritten
+        ``q + j + OVERWRITE_LATENCY`` cycles after the next one (``j`` its column), and a
+        read-out takes ``s Q`` cycles; so the interval is the larger of ``s Q`` and
+        ``readout_delay - OVERWRITE_LATENCY + (s - 1)(Q - 1) + 1`` (``rows + cols - 1``;
+        ``2 ceil(rows / 2) + cols - 1`` packed).
         """
-        if self.packing == 2:
-            q = self.pair_rows
-            return max(2 * q, 2 * q + self.cols - 1)
-        return self.rows + self.cols - 1
+        s, q = self._read_cycles, self._cell_rows
+        return max(s * q,
+                   self.readout_delay - self._cell_kind.OVERWRITE_LATENCY + (s - 1) * (q - 1) + 1)
 
     def elaborate(self, platform):
         m = Module()
@@ -378,7 +426,7 @@ class SystolicArray(wiring.Component):
 
         if self.packing == 1:
             # Once cell (R-1, C-1) has captured, read one row per cycle for R cycles.
-            start = delay(m, valid & inp.last, R + C + 2, "readout")
+            start = delay(m, valid & inp.last, self.readout_delay, "readout")
             row = Signal(range(R))
             reading = Signal()
             with m.If(start):
@@ -405,7 +453,7 @@ class SystolicArray(wiring.Component):
         # high row on the next cycle and its low row on the one after, with one subtractor
         # per column (stage B, the output register).
         Q = n_rows
-        start = delay(m, valid & inp.last, Q + C + 5, "readout")
+        start = delay(m, valid & inp.last, self.readout_delay, "readout")
         slot = Signal(range(2 * Q))          # read-out cycle within the tile
         reading = Signal()
         with m.If(start):

@@ -45,8 +45,19 @@ def simulate(rows, cols, commands, *, depth=None, seed=0, stall=0.3, extra_cmds=
             convert=lambda p: ([int(w) for w in p.data], int(p.last))))
 
     async def counter(ctx):
+        # also the cycles of the array's last steps and of each tile's first C row
+        stats["last_steps"], stats["first_rows"] = [], []
+        beats = 0
         while len(rows_out) < n_out:
-            _, _, step, error = await ctx.tick().sample(dut.step, dut.error)
+            _, _, step, error, a_valid, a_last, o_valid, o_ready = await ctx.tick().sample(
+                dut.step, dut.error, dut.array.i_stream.valid,
+                dut.array.i_stream.payload.last, dut.o_stream.valid, dut.o_stream.ready)
+            if a_valid and a_last:
+                stats["last_steps"].append(stats["cycles"])
+            if o_valid and o_ready:
+                if beats % rows == 0:
+                    stats["first_rows"].append(stats["cycles"])
+                beats += 1
             stats["steps"] += step
             stats["error"] = error
             stats["cycles"] += 1
@@ -76,13 +87,13 @@ def random_command(rng, rows, cols, k, *, ta, tb, clear=True, emit=True, raw=Fal
         col_exp=rng.integers(*exp_range, cols, endpoint=True).astype(np.int8))
 
 
-def check(rows, cols, commands, **kw):
-    tiles, stats, _ = simulate(rows, cols, commands, **kw)
+def check(rows, cols, commands, *, with_dut=False, **kw):
+    tiles, stats, dut = simulate(rows, cols, commands, **kw)
     want = models.datapath(commands, rows, cols)
     assert len(tiles) == len(want)
     for t, (g, w) in enumerate(zip(tiles, want, strict=True)):
         np.testing.assert_array_equal(g, w, err_msg=f"tile {t}")
-    return stats
+    return (stats, dut) if with_dut else stats
 
 
 @pytest.mark.parametrize("rows,cols,packing", [(1, 1, 1), (2, 3, 1), (4, 4, 1), (8, 8, 1),
@@ -128,6 +139,21 @@ def test_full_throughput_without_stalls():
     stats = check(rows, cols, cmds, stall=0.0)
     assert stats["steps"] == n * k
     assert stats["error"] == 0
+
+
+@pytest.mark.parametrize("packing", [1, 2])
+def test_fill_latency_is_exact(packing):
+    """A tile's first C row leaves ``fill_latency`` cycles after its last step is issued,
+    which is ``TransposableBuffer.READ_LATENCY`` cycles before the array takes it."""
+    from rtl.buffer import TransposableBuffer
+
+    rows, cols = 3, 4
+    rng = np.random.default_rng(6)
+    cmds = [random_command(rng, rows, cols, k, ta=False, tb=False) for k in (5, 9)]
+    stats, dut = check(rows, cols, cmds, stall=0.0, packing=packing, with_dut=True)
+    assert len(stats["last_steps"]) == len(stats["first_rows"]) == 2
+    for issued, out in zip(stats["last_steps"], stats["first_rows"], strict=True):
+        assert out - issued == dut.fill_latency - TransposableBuffer.READ_LATENCY
 
 
 def test_operand_reuse_across_slots():

@@ -12,11 +12,13 @@ def simulate(rows, cols, schedule, packing=1, dsp_rows=None):
     """``schedule``: per cycle, ``None`` (bubble) or ``(a_col, b_row, first, last)``.
 
     Returns the tiles seen on ``o_stream`` (rows checked to arrive in order) and asserts the
-    output protocol: rows 0..R-1 of a tile on consecutive cycles, ``last`` on row R-1.
+    output protocol: rows 0..R-1 of a tile on consecutive cycles, ``last`` on row R-1, row 0
+    exactly :attr:`SystolicArray.latency` cycles after the tile's ``last`` step.
     """
     dut = SystolicArray(rows, cols, packing=packing, dsp_rows=dsp_rows)
     tiles, current = [], []
-    n_emit = sum(1 for s in schedule if s is not None and s[3])
+    last_steps = [c for c, s in enumerate(schedule) if s is not None and s[3]]
+    n_emit = len(last_steps)
     done = {"cycles": 0}
 
     async def bench(ctx):
@@ -33,13 +35,18 @@ def simulate(rows, cols, schedule, packing=1, dsp_rows=None):
         ctx.set(dut.i_stream.valid, 0)
 
     async def monitor(ctx):
-        cycles = 0
+        cycles, valid = 0, False
         while len(tiles) < n_emit:
+            prev_valid = cycles > 0 and valid
             _, _, valid, p = await ctx.tick().sample(dut.o_stream.valid, dut.o_stream.payload)
             cycles += 1
             assert cycles < len(schedule) + dut.latency + rows + 10, "array output hung"
             if valid:
                 assert p.row == len(current), "rows out of order"
+                if p.row == 0:   # sampled at the end of cycle ``cycles - 1``
+                    assert cycles - 1 - last_steps[len(tiles)] == dut.latency, "latency"
+                else:
+                    assert prev_valid, "a tile's rows are not on consecutive cycles"
                 current.append([int(x) for x in p.data])
                 assert p.last == (len(current) == rows)
                 if p.last:
