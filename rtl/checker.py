@@ -1,6 +1,6 @@
 """The GEMM descriptor and its checks: dimensions, alignment, strides, the address window."""
 
-from amaranth import Module, Mux, Signal, signed, unsigned
+from amaranth import Cat, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -36,15 +36,21 @@ class DescriptorChecker(wiring.Component):
     exponent vectors when used): ``MISALIGNED`` (a base or stride not a multiple of the bus
     width), ``BAD_STRIDE`` (rows of a region overlap), ``OUT_OF_WINDOW`` (a region's last byte,
     rounded up to a bus word, beyond ``window_limit`` or ``2**addr_width``, or its base below
-    ``window_base``). One 32 x 32 multiplier, shared by the regions, computes each region's
-    last row offset. The numpy model is :func:`sim.engine_models.check`.
+    ``window_base``). The numpy model is :func:`sim.engine_models.check`.
+
+    The regions go through a pipeline of :data:`REGION_STAGES` registered stages, one region a
+    cycle, with no more logic per stage than a 32-bit carry chain (timing by construction,
+    whatever the clock): select the region; ``rows - 1``, the row bytes rounded up to a bus
+    word, the alignment and stride checks; ``(rows - 1) * stride`` as two 16 x 16 products
+    (one DSP slice each, inputs and outputs registered); their sum; ``+`` the rounded row
+    bytes, then ``+`` the base, each in two 32-bit halves; the window comparisons in 32-bit
+    halves; their combination into the sticky flags.
 
     The descriptor on :attr:`i_stream` stays there (not ready) while it is checked; it is
     taken in the cycle its verdict is taken from :attr:`o_stream`.
 
     Latency and throughput: the verdict is valid 1 cycle after the descriptor for a bad
-    dimension, else 11 cycles after it (a select and a check cycle per region); one descriptor
-    at a time.
+    dimension, else :data:`LATENCY` cycles after it; one descriptor at a time.
 
     Parameters
     ----------
@@ -55,9 +61,19 @@ class DescriptorChecker(wiring.Component):
     -------
     i_stream : In(stream.Signature(descriptor_layout()))
     window_base, window_limit : In(64)
-        ``[window_base, window_limit)``: the addresses a descriptor may touch.
+        ``[window_base, window_limit)``: the addresses a descriptor may touch; held while a
+        descriptor is checked.
     o_stream : Out(stream.Signature(verdict_layout()))
     """
+
+    #: Regions checked per descriptor (A, B, C, row and column exponent vectors).
+    REGIONS = 5
+    #: Registered stages a region passes, from its selection to the sticky flags.
+    REGION_STAGES = 9
+    #: Cycles from a descriptor on :attr:`i_stream` with good dimensions to its verdict: the
+    #: dimension check, then the regions enter one a cycle, the last one passes every stage
+    #: and the verdict follows its flags.
+    LATENCY = 1 + REGIONS + REGION_STAGES
 
     def __init__(self, data_width: int = 128, addr_width: int = 32):
         if data_width not in (64, 128, 256, 512):
@@ -76,22 +92,16 @@ class DescriptorChecker(wiring.Component):
         m = Module()
         bpw = self.data_width // 8
         wlog = bpw.bit_length() - 1
+        aw = self.addr_width
         d = self.i_stream.payload
+        wb, wl = self.window_base, self.window_limit
 
-        region = Signal(range(6))
-        dims_code = Signal(8)
-        bad_align = Signal()
-        bad_stride = Signal()
-        bad_window = Signal()
-        rg_base = Signal(64)
-        rg_rows = Signal(33)
-        rg_stride = Signal(32)
-        rg_bytes = Signal(35)
-        rg_on = Signal()
-        mul_a = Signal(32)
-        mul_b = Signal(32)
-        product = Signal(64)             # (rows - 1) * stride of the region selected last cycle
-        m.d.sync += product.eq(mul_a * mul_b)
+        def stage(name, shape):
+            return Signal(shape, name=name, reset_less=True)
+
+        # ---- dimensions, then the regions one a cycle --------------------------------------
+        # After the dimension check every M, N, K is in 1..65535: a region's rows fit 16 bits
+        # and its row bytes (at most 4 N) 18.
         regions = [   # base, stored rows, stride, bytes a row, used
             (d.a_addr, Mux(d.transpose_a, d.k, d.m), d.a_stride, Mux(d.transpose_a, d.m, d.k),
              1),
@@ -101,13 +111,101 @@ class DescriptorChecker(wiring.Component):
             (d.row_exp_addr, 1, 0, d.m, d.row_vec),
             (d.col_exp_addr, 1, 0, d.n, d.col_vec),
         ]
-        end = Signal(67)
-        m.d.comb += end.eq(rg_base + product + (((rg_bytes + bpw - 1) >> wlog) << wlog))
+        assert len(regions) == self.REGIONS
+        dims_code = Signal(8)
+        region = Signal(range(self.REGIONS + 1))
+        feeding = Signal()            # a region enters the pipeline this cycle
+        flush = Signal()              # a new descriptor: clear the sticky flags
+        in_flight = Signal(range(self.REGION_STAGES + self.REGIONS + 1))
+        v = [Signal(name=f"v{i}") for i in range(self.REGION_STAGES)]   # stage i holds a region
+
+        # stage 0: the selected region
+        s0_base, s0_rows = stage("s0_base", 64), stage("s0_rows", 16)
+        s0_stride, s0_bytes, s0_on = stage("s0_stride", 32), stage("s0_bytes", 18), Signal()
+        with m.Switch(region):
+            for idx, (base, rows, stride, nbytes, on) in enumerate(regions):
+                with m.Case(idx):
+                    m.d.sync += [s0_base.eq(base), s0_rows.eq(rows), s0_stride.eq(stride),
+                                 s0_bytes.eq(nbytes), s0_on.eq(on)]
+        # stage 1: rows - 1, the bytes rounded up, alignment and overlap
+        s1_base, s1_m1 = stage("s1_base", 64), stage("s1_m1", 16)
+        s1_stride, s1_round, s1_on = stage("s1_stride", 32), stage("s1_round", 19), Signal()
+        s1_align, s1_overlap = Signal(), Signal()
+        m.d.sync += [
+            s1_base.eq(s0_base), s1_m1.eq(s0_rows - 1), s1_stride.eq(s0_stride),
+            s1_round.eq(((s0_bytes + bpw - 1) >> wlog) << wlog), s1_on.eq(s0_on & v[0]),
+            s1_align.eq((s0_base[:wlog] != 0) | (s0_stride[:wlog] != 0)),
+            s1_overlap.eq((s0_rows > 1) & (s0_stride[18:] == 0) & (s0_stride[:18] < s0_bytes)),
+        ]
+        # stage 2: (rows - 1) * stride as two 16 x 16 products
+        s2_base, s2_round = stage("s2_base", 64), stage("s2_round", 19)
+        s2_plo, s2_phi = stage("s2_plo", 32), stage("s2_phi", 32)
+        s2_on, s2_align, s2_overlap = Signal(), Signal(), Signal()
+        m.d.sync += [s2_base.eq(s1_base), s2_round.eq(s1_round),
+                     s2_plo.eq(s1_m1 * s1_stride[:16]), s2_phi.eq(s1_m1 * s1_stride[16:]),
+                     s2_on.eq(s1_on), s2_align.eq(s1_align), s2_overlap.eq(s1_overlap)]
+        # stage 3: the product (48 bits), its upper 32 bits one add
+        s3_base, s3_round, s3_prod = stage("s3_base", 64), stage("s3_round", 19), stage(
+            "s3_prod", 48)
+        s3_on, s3_align, s3_overlap = Signal(), Signal(), Signal()
+        m.d.sync += [s3_base.eq(s2_base), s3_round.eq(s2_round),
+                     s3_prod.eq(Cat(s2_plo[:16], s2_plo[16:] + s2_phi)),
+                     s3_on.eq(s2_on), s3_align.eq(s2_align), s3_overlap.eq(s2_overlap)]
+        # stages 4 and 5: offset = product + rounded bytes (49 bits), low half then high half
+        s4_base, s4_lo, s4_hi = stage("s4_base", 64), stage("s4_lo", 33), stage("s4_hi", 16)
+        s4_on, s4_align, s4_overlap = Signal(), Signal(), Signal()
+        m.d.sync += [s4_base.eq(s3_base), s4_lo.eq(s3_prod[:32] + s3_round),
+                     s4_hi.eq(s3_prod[32:]),
+                     s4_on.eq(s3_on), s4_align.eq(s3_align), s4_overlap.eq(s3_overlap)]
+        s5_base, s5_off = stage("s5_base", 64), stage("s5_off", 49)
+        s5_on, s5_align, s5_overlap = Signal(), Signal(), Signal()
+        m.d.sync += [s5_base.eq(s4_base), s5_off.eq(Cat(s4_lo[:32], s4_hi + s4_lo[32])),
+                     s5_on.eq(s4_on), s5_align.eq(s4_align), s5_overlap.eq(s4_overlap)]
+        # stages 6 and 7: end = base + offset (65 bits), low half then high half; the base
+        # against the window's base meanwhile, in halves
+        s6_base_hi, s6_off_hi = stage("s6_base_hi", 32), stage("s6_off_hi", 17)
+        s6_lo = stage("s6_lo", 33)
+        s6_on, s6_align, s6_overlap = Signal(), Signal(), Signal()
+        s6_blo_lt, s6_bhi_lt, s6_bhi_eq = Signal(), Signal(), Signal()
+        m.d.sync += [s6_base_hi.eq(s5_base[32:]), s6_off_hi.eq(s5_off[32:]),
+                     s6_lo.eq(s5_base[:32] + s5_off[:32]),
+                     s6_blo_lt.eq(s5_base[:32] < wb[:32]), s6_bhi_lt.eq(s5_base[32:] < wb[32:]),
+                     s6_bhi_eq.eq(s5_base[32:] == wb[32:]),
+                     s6_on.eq(s5_on), s6_align.eq(s5_align), s6_overlap.eq(s5_overlap)]
+        s7_end = stage("s7_end", 65)
+        s7_below = Signal()
+        s7_on, s7_align, s7_overlap = Signal(), Signal(), Signal()
+        m.d.sync += [s7_end.eq(Cat(s6_lo[:32], s6_base_hi + s6_off_hi + s6_lo[32])),
+                     s7_below.eq(s6_bhi_lt | (s6_bhi_eq & s6_blo_lt)),
+                     s7_on.eq(s6_on), s7_align.eq(s6_align), s7_overlap.eq(s6_overlap)]
+        # stage 8: end against the window's limit (in halves) and the address space
+        s8_lo_gt, s8_hi_gt, s8_hi_eq, s8_space = Signal(), Signal(), Signal(), Signal()
+        s8_below, s8_on, s8_align, s8_overlap = Signal(), Signal(), Signal(), Signal()
+        m.d.sync += [s8_lo_gt.eq(s7_end[:32] > wl[:32]), s8_hi_gt.eq(s7_end[32:] > wl[32:]),
+                     s8_hi_eq.eq(s7_end[32:] == wl[32:]),
+                     s8_space.eq((s7_end[aw:] > 1) | ((s7_end[aw:] == 1) & (s7_end[:aw] != 0))),
+                     s8_below.eq(s7_below),
+                     s8_on.eq(s7_on), s8_align.eq(s7_align), s8_overlap.eq(s7_overlap)]
+        # the sticky flags, from the last stage
+        bad_align, bad_stride, bad_window = Signal(), Signal(), Signal()
+        with m.If(flush):
+            m.d.sync += [bad_align.eq(0), bad_stride.eq(0), bad_window.eq(0)]
+        with m.Elif(v[-1] & s8_on):
+            m.d.sync += [
+                bad_align.eq(bad_align | s8_align), bad_stride.eq(bad_stride | s8_overlap),
+                bad_window.eq(bad_window | s8_below | s8_hi_gt | (s8_hi_eq & s8_lo_gt)
+                              | s8_space)]
+        assert len(v) == self.REGION_STAGES
+
+        m.d.sync += [v[0].eq(feeding)] + [v[i].eq(v[i - 1]) for i in range(1, len(v))]
+        with m.If(feeding):
+            m.d.sync += region.eq(region + 1)
+        m.d.sync += in_flight.eq(in_flight + feeding - v[-1])
 
         with m.FSM(name="check"):
             with m.State("DIMS"):
-                m.d.sync += [bad_align.eq(0), bad_stride.eq(0), bad_window.eq(0),
-                             region.eq(0), dims_code.eq(0)]
+                m.d.comb += flush.eq(1)
+                m.d.sync += [region.eq(0), dims_code.eq(0)]
                 with m.If(self.i_stream.valid):
                     m.next = "VERDICT"
                     with m.If((d.m == 0) | (d.n == 0) | (d.k == 0)):
@@ -117,28 +215,10 @@ class DescriptorChecker(wiring.Component):
                     with m.Elif(d.k > 65535):
                         m.d.sync += dims_code.eq(ErrorCode.K_TOO_LARGE)
                     with m.Else():
-                        m.next = "REGION"
-            with m.State("REGION"):        # select a region; its product arrives next cycle
-                with m.Switch(region):
-                    for idx, (base, rows, stride, nbytes, on) in enumerate(regions):
-                        with m.Case(idx):
-                            m.d.sync += [rg_base.eq(base), rg_rows.eq(rows),
-                                         rg_stride.eq(stride), rg_bytes.eq(nbytes),
-                                         rg_on.eq(on)]
-                            m.d.comb += [mul_a.eq(rows - 1), mul_b.eq(stride)]
-                m.next = "CHECK"
-            with m.State("CHECK"):
-                with m.If(rg_on):
-                    with m.If((rg_base[:wlog] != 0) | (rg_stride[:wlog] != 0)):
-                        m.d.sync += bad_align.eq(1)
-                    with m.If((rg_rows > 1) & (rg_stride < rg_bytes)):
-                        m.d.sync += bad_stride.eq(1)
-                    with m.If((rg_base < self.window_base) | (end > self.window_limit)
-                              | (end > (1 << self.addr_width))):
-                        m.d.sync += bad_window.eq(1)
-                m.d.sync += region.eq(region + 1)
-                m.next = "REGION"
-                with m.If(region == len(regions) - 1):
+                        m.next = "REGIONS"
+            with m.State("REGIONS"):       # feed the regions, then wait for the last
+                m.d.comb += feeding.eq(region < self.REGIONS)
+                with m.If((region == self.REGIONS) & (in_flight == v[-1])):   # last one leaving
                     m.next = "VERDICT"
             with m.State("VERDICT"):
                 code = self.o_stream.payload.code
