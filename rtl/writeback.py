@@ -16,25 +16,43 @@ def write_job_layout() -> data.StructLayout:
     return data.StructLayout({"m0": unsigned(17), "n0": unsigned(17)})
 
 
+def _queue_layout(rows: int, cols: int, addr_width: int, words: int, bpw: int):
+    """A job as queued, with what each side needs precomputed (see :class:`WriteBack`)."""
+    return data.StructLayout({
+        "rows_in": range(rows + 1),       # rows of the tile inside the matrix
+        "n_valid": range(cols + 1),       # columns of the tile inside the matrix
+        "words_m1": range(max(2, words)),  # bus words a row - 1
+        "off": range(max(2, bpw)),        # (n0 * 4) mod bus bytes
+        "addr": unsigned(addr_width),     # the first row's address, rounded to a bus word
+    })
+
+
 class WriteBack(wiring.Component):
     """Writes C tiles, row by row, leaving memory beyond the matrix untouched.
 
     Each job on :attr:`jobs` announces the next ``rows`` C rows on :attr:`i_stream` (one tile,
     ``cols`` 32-bit words a row). A command side issues, per row inside the matrix
     (``m0 + row < M``), one DMA write command on :attr:`wr_cmd` at
-    ``c_addr + (m0 + row) * c_stride + n0 * 4`` (rounded down to a bus word) of the bus words
-    holding columns below ``N``; a data side cuts each such row into those words on
-    :attr:`wr_data`, with strobes on the bytes of columns below ``N``. Rows beyond ``M`` are
-    taken and dropped. :attr:`idle` says that no job is queued or running and every issued
-    write has been acknowledged on :attr:`wr_done`. The numpy model is
-    :func:`sim.engine_models.write_back`.
+    ``c_addr + (m0 + row) * c_stride + n0 * 4`` (rounded down to a bus word, modulo
+    ``2**addr_width``) of the bus words holding columns below ``N``; a data side cuts each
+    such row into those words on :attr:`wr_data`, with strobes on the bytes of columns below
+    ``N``. Rows beyond ``M`` are taken and dropped. :attr:`idle` says that no job is queued or
+    running and every issued write has been acknowledged on :attr:`wr_done`. The numpy model
+    is :func:`sim.engine_models.write_back`.
+
+    Timing by construction: a job first passes a :data:`PREP_STAGES`-stage pipeline that
+    computes, from the (held) descriptor, its rows and columns inside the matrix, its words a
+    row and its first row's address (``m0 * c_stride`` as two 16 x 16 products, the sums in
+    32-bit pieces), and only then enters the two queues; so neither side does wide arithmetic
+    on its handshake paths. Row addresses advance by ``c_stride`` in a carry-save pair (low 32
+    bits, high bits and a pending carry) resolved in the registered command output.
 
     This is where output quantisation will go.
 
-    Latency and throughput: jobs queue (``queue`` entries for each side); a tile's first write
-    command leaves 3 cycles after its job arrives, then one per cycle; a row's first word
-    leaves combinationally from the row (once its job is at the queue head), then one word a
-    cycle.
+    Latency and throughput: a tile's first write command leaves ``PREP_STAGES + 4`` cycles
+    after its job arrives, then one per cycle; a row's first word leaves combinationally from
+    the row (once its job is at the queue head), then one word a cycle. Jobs are taken one a
+    cycle while the queues have room.
 
     Parameters
     ----------
@@ -59,6 +77,9 @@ class WriteBack(wiring.Component):
     idle : Out(1)
     """
 
+    #: Registered stages between a job and the queues (see the class documentation).
+    PREP_STAGES = 6
+
     def __init__(self, rows: int = 8, cols: int = 8, *, data_width: int = 128,
                  addr_width: int = 32, queue: int = 16):
         self.rows, self.cols, self.queue = rows, cols, queue
@@ -75,64 +96,137 @@ class WriteBack(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        R, C = self.rows, self.cols
+        R, C, AW = self.rows, self.cols, self.addr_width
         bpw = self.data_width // 8
         wlog = bpw.bit_length() - 1
         d = self.desc
-        layout = write_job_layout()
-        m.submodules.wq_cmd = wq_cmd = fifo.SyncFIFOBuffered(width=layout.size, depth=self.queue)
-        m.submodules.wq_data = wq_data = fifo.SyncFIFOBuffered(width=layout.size,
-                                                               depth=self.queue)
-        m.d.comb += [wq_cmd.w_data.eq(self.jobs.payload), wq_data.w_data.eq(self.jobs.payload),
-                     self.jobs.ready.eq(wq_cmd.w_rdy & wq_data.w_rdy),
-                     wq_cmd.w_en.eq(self.jobs.valid & self.jobs.ready),
-                     wq_data.w_en.eq(self.jobs.valid & self.jobs.ready)]
         row_bytes = 4 * C
         words_per_row = max(1, row_bytes // bpw)
+        qlayout = _queue_layout(R, C, AW, words_per_row, bpw)
+        m.submodules.wq_cmd = wq_cmd = fifo.SyncFIFOBuffered(width=qlayout.size,
+                                                             depth=self.queue)
+        m.submodules.wq_data = wq_data = fifo.SyncFIFOBuffered(width=qlayout.size,
+                                                               depth=self.queue)
 
-        def row_words(n0):
-            """Bus words of a C row holding columns of the matrix: none beyond them."""
-            if row_bytes <= bpw:
-                return 1
-            left = d.n - n0
-            cols_in = Mux(left < C, left, C)
-            return ((cols_in << 2) + bpw - 1) >> wlog
+        def reg(name, shape):
+            return Signal(shape, name=name, reset_less=True)
+
+        # ---- prep: a job -> its queue entry, PREP_STAGES registered stages -------------------
+        # M, N <= 65535 (checked), so m0, n0 and the distances to the edges fit 17 bits.
+        P = self.PREP_STAGES
+        pv = [Signal(name=f"prep_v{i}") for i in range(P)]
+        in_prep = Signal(range(P + 1))
+        room = Signal()
+        # a job is taken when both queues will have room for it and every job in the pipe
+        m.d.comb += room.eq((wq_cmd.level + in_prep < self.queue)
+                            & (wq_data.level + in_prep < self.queue))
+        m.d.comb += self.jobs.ready.eq(room)
+        take = self.jobs.valid & self.jobs.ready
+        m.d.sync += [pv[0].eq(take)] + [pv[i].eq(pv[i - 1]) for i in range(1, P)]
+        m.d.sync += in_prep.eq(in_prep + take - pv[-1])
+        # 0: the job
+        p0_m0, p0_n0 = reg("p0_m0", 17), reg("p0_n0", 17)
+        m.d.sync += [p0_m0.eq(self.jobs.payload.m0), p0_n0.eq(self.jobs.payload.n0)]
+        # 1: distances to the edges; m0 * c_stride as two 16 x 16 products; the column offset
+        p1_left_n, p1_left_m = reg("p1_left_n", 17), reg("p1_left_m", 17)
+        p1_plo, p1_phi = reg("p1_plo", 32), reg("p1_phi", 32)
+        col_byte = Cat(Const(0, 2), p0_n0)                         # n0 * 4 (19 bits)
+        p1_col, p1_off = reg("p1_col", 19), reg("p1_off", max(1, wlog))
+        m.d.sync += [p1_left_n.eq(d.n[:17] - p0_n0), p1_left_m.eq(d.m[:17] - p0_m0),
+                     p1_plo.eq(p0_m0[:16] * d.c_stride[:16]),
+                     p1_phi.eq(p0_m0[:16] * d.c_stride[16:]),
+                     p1_col.eq(col_byte >> wlog << wlog),
+                     p1_off.eq(col_byte[:wlog] if wlog else 0)]
+        # 2: clamped counts; the product (48 bits, one 32-bit add)
+        p2_nv, p2_rows = reg("p2_nv", range(C + 1)), reg("p2_rows", range(R + 1))
+        p2_prod, p2_col, p2_off = reg("p2_prod", 48), reg("p2_col", 19), reg("p2_off", 8)
+        m.d.sync += [p2_nv.eq(Mux(p1_left_n < C, p1_left_n, C)),
+                     p2_rows.eq(Mux(p1_left_m < R, p1_left_m, R)),
+                     p2_prod.eq(Cat(p1_plo[:16], p1_plo[16:] + p1_phi)),
+                     p2_col.eq(p1_col), p2_off.eq(p1_off)]
+        # 3: words a row; offset = product + column, low 32 bits (with carry)
+        p3_nv, p3_rows, p3_off = reg("p3_nv", range(C + 1)), reg("p3_rows", range(R + 1)), \
+            reg("p3_off", 8)
+        p3_words_m1 = reg("p3_words_m1", range(max(2, words_per_row)))
+        p3_lo, p3_hi = reg("p3_lo", 33), reg("p3_hi", 16)
+        if row_bytes <= bpw:
+            words_m1 = 0
+        else:
+            words_m1 = ((p2_nv << 2) + bpw - 1 >> wlog) - 1
+        m.d.sync += [p3_nv.eq(p2_nv), p3_rows.eq(p2_rows), p3_off.eq(p2_off),
+                     p3_words_m1.eq(words_m1),
+                     p3_lo.eq(p2_prod[:32] + p2_col), p3_hi.eq(p2_prod[32:])]
+        # 4: the offset's high bits; 5: + c_addr, low 32 bits; the address's high bits after
+        p4 = [reg(f"p4_{n}", s) for n, s in (("nv", range(C + 1)), ("rows", range(R + 1)),
+                                               ("off", 8),
+                                               ("words_m1", range(max(2, words_per_row))))]
+        p4_offset = reg("p4_offset", 49)
+        m.d.sync += [a.eq(b) for a, b in zip(p4, (p3_nv, p3_rows, p3_off, p3_words_m1),
+                                             strict=True)]
+        m.d.sync += p4_offset.eq(Cat(p3_lo[:32], p3_hi + p3_lo[32]))
+        p5 = [reg(f"p5_{n}", s) for n, s in (("nv", range(C + 1)), ("rows", range(R + 1)),
+                                               ("off", 8),
+                                               ("words_m1", range(max(2, words_per_row))))]
+        p5_lo = reg("p5_lo", 33)
+        p5_hi_a, p5_hi_b = reg("p5_hi_a", 32), reg("p5_hi_b", 17)
+        m.d.sync += [a.eq(b) for a, b in zip(p5, p4, strict=True)]
+        m.d.sync += [p5_lo.eq(d.c_addr[:32] + p4_offset[:32]),
+                     p5_hi_a.eq(d.c_addr[32:64]), p5_hi_b.eq(p4_offset[32:])]
+        assert P == 6
+        entry = Signal(qlayout)
+        addr = Cat(p5_lo[:32], p5_hi_a + p5_hi_b + p5_lo[32]) if AW > 32 else p5_lo[:32]
+        m.d.comb += [entry.rows_in.eq(p5[1]), entry.n_valid.eq(p5[0]), entry.off.eq(p5[2]),
+                     entry.words_m1.eq(p5[3]), entry.addr.eq(addr)]
+        m.d.comb += [wq_cmd.w_data.eq(entry), wq_data.w_data.eq(entry),
+                     wq_cmd.w_en.eq(pv[-1]), wq_data.w_en.eq(pv[-1])]
+
         outstanding = Signal(32)        # write commands issued, not yet done
 
-        # command side: one DMA write per C row inside the matrix
-        wc = data.View(layout, wq_cmd.r_data)
-        wc_row = Signal(range(R))
-        wc_addr = Signal(64)
-        wc_setup = Signal()           # wc_addr holds the tile's first row address
+        # ---- command side: one DMA write per C row inside the matrix -----------------------
+        # The row address in carry-save form: lo (32 bits) + (hi + carry) << 32.
+        wc = data.View(qlayout, wq_cmd.r_data)
+        wc_row = Signal(range(R + 1))
+        wc_lo = reg("wc_lo", 32)
+        wc_hi = reg("wc_hi", max(1, AW - 32))
+        wc_carry = reg("wc_carry", 1)
+        wc_setup = Signal()           # the row address holds the tile's first row
+        cmd_valid = Signal()          # the registered command output holds a command
+        cmd = self.wr_cmd.payload
+        row_in = wc_row < wc.rows_in
+        advance = wc_setup & (~row_in | ~cmd_valid | self.wr_cmd.ready)
         with m.If(wq_cmd.r_rdy & ~wc_setup):
-            col_byte = Cat(Const(0, 2), wc.n0)          # n0 * 4
-            m.d.sync += [wc_addr.eq(d.c_addr + wc.m0 * d.c_stride
-                                    + (col_byte >> wlog << wlog)),
-                         wc_setup.eq(1), wc_row.eq(0)]
-        row_in = (wc.m0 + wc_row) < d.m
-        m.d.comb += [self.wr_cmd.payload.addr.eq(wc_addr),
-                     self.wr_cmd.payload.beats.eq(row_words(wc.n0)),
-                     self.wr_cmd.valid.eq(wc_setup & row_in)]
-        with m.If(wc_setup & (~row_in | self.wr_cmd.ready)):
-            m.d.sync += [wc_row.eq(wc_row + 1), wc_addr.eq(wc_addr + d.c_stride)]
+            m.d.sync += [wc_lo.eq(wc.addr[:32]), wc_carry.eq(0), wc_setup.eq(1),
+                         wc_row.eq(0)]
+            if AW > 32:
+                m.d.sync += wc_hi.eq(wc.addr[32:])
+        with m.If(advance):
+            nxt = wc_lo + d.c_stride                               # 33 bits
+            m.d.sync += [wc_row.eq(wc_row + 1), wc_lo.eq(nxt[:32]), wc_carry.eq(nxt[32])]
+            if AW > 32:
+                m.d.sync += wc_hi.eq(wc_hi + wc_carry)
             with m.If(wc_row == R - 1):
                 m.d.comb += wq_cmd.r_en.eq(1)
                 m.d.sync += wc_setup.eq(0)
+        # the registered command output (the carry resolved here)
+        with m.If(self.wr_cmd.ready | ~cmd_valid):
+            m.d.sync += cmd_valid.eq(advance & row_in)
+            with m.If(advance & row_in):
+                m.d.sync += [cmd.addr.eq(Cat(wc_lo, wc_hi + wc_carry) if AW > 32 else wc_lo),
+                             cmd.beats.eq(wc.words_m1 + 1)]
+        m.d.comb += self.wr_cmd.valid.eq(cmd_valid)
         m.d.sync += outstanding.eq(outstanding + (self.wr_cmd.valid & self.wr_cmd.ready)
                                    - self.wr_done)
-        m.d.comb += self.idle.eq((wq_cmd.level == 0) & (wq_data.level == 0) & ~wc_setup
-                                 & (outstanding == 0))
+        m.d.comb += self.idle.eq((in_prep == 0) & (wq_cmd.level == 0) & (wq_data.level == 0)
+                                 & ~wc_setup & ~cmd_valid & (outstanding == 0))
 
-        # data side: the C rows, cut into words
-        wd = data.View(layout, wq_data.r_data)
+        # ---- data side: the C rows, cut into words ------------------------------------------
+        wd = data.View(qlayout, wq_data.r_data)
         wd_row = Signal(range(R))
         wd_word = Signal(range(max(2, words_per_row)))
         orow = self.i_stream.payload
         row_bits = Signal(32 * C)
         m.d.comb += row_bits.eq(orow.data.as_value())
-        n_valid = Signal(18)            # columns of this tile inside the matrix
-        left = d.n - wd.n0
-        m.d.comb += n_valid.eq(Mux(left < C, left, C))
+        n_valid = wd.n_valid
         wdata = self.wr_data.payload
         if row_bytes >= bpw:
             chunks = [row_bits[8 * bpw * w:8 * bpw * (w + 1)] for w in range(words_per_row)]
@@ -141,13 +235,12 @@ class WriteBack(wiring.Component):
                 m.d.comb += wdata.strb[t].eq(
                     ((Cat(Const(t, wlog), wd_word) if wlog else wd_word) >> 2) < n_valid)
         else:
-            off = Signal(range(bpw))
-            m.d.comb += off.eq(Cat(Const(0, 2), wd.n0)[:wlog])   # (n0 * 4) mod bus bytes
+            off = wd.off
             m.d.comb += wdata.data.eq(row_bits << (off * 8))
             row_strb = Cat(*[(c < n_valid).replicate(4) for c in range(C)])
             m.d.comb += wdata.strb.eq(row_strb << off)
-        wd_in = (wd.m0 + wd_row) < d.m
-        row_end = wd_word == row_words(wd.n0) - 1
+        wd_in = wd_row < wd.rows_in
+        row_end = wd_word == wd.words_m1
         m.d.comb += [
             self.wr_data.valid.eq(wq_data.r_rdy & self.i_stream.valid & wd_in),
             self.i_stream.ready.eq(wq_data.r_rdy & (~wd_in | (self.wr_data.ready & row_end))),

@@ -13,19 +13,26 @@ from sim.harness import run, stream_recv, stream_send
 
 @pytest.mark.parametrize("rows,cols,data_width", [(4, 4, 128), (2, 8, 64), (4, 2, 128),
                                                   (8, 8, 512), (2, 16, 128)])
-@pytest.mark.parametrize("seed", range(2))
-def test_matches_model(rows, cols, data_width, seed):
+@pytest.mark.parametrize("seed,addr_width", [(0, 32), (1, 32), (2, 40), (3, 64)])
+def test_matches_model(rows, cols, data_width, seed, addr_width):
+    """Wider addresses carry out of the low 32 bits (the carry-save row address): a base just
+    below a 2**32 multiple and strides near 2**32."""
     rng = random.Random(seed)
     bpw = data_width // 8
     m, n = rng.randint(1, 3 * rows), rng.randint(1, 3 * cols)
-    desc = em.descriptor(m=m, n=n, k=1, c_addr=rng.getrandbits(34) // bpw * bpw,
-                         c_stride=rng.randint(1, 40) * bpw)
+    if addr_width == 32:
+        c_addr, c_stride = rng.getrandbits(34) // bpw * bpw, rng.randint(1, 40) * bpw
+    else:
+        c_addr = (rng.getrandbits(addr_width - 32) << 32) + 2**32 - 3 * bpw
+        c_stride = (2**32 - 1) // bpw * bpw - rng.randint(0, 4) * bpw
+    desc = em.descriptor(m=m, n=n, k=1, c_addr=c_addr, c_stride=c_stride)
     jobs = [{"m0": m0, "n0": n0} for m0 in range(0, m, rows) for n0 in range(0, n, cols)]
     rng.shuffle(jobs)
     c_rows = np.random.default_rng(seed).integers(0, 2**32, (len(jobs) * rows, cols),
                                                   dtype=np.uint32)
-    want_cmds, want_words = em.write_back(jobs, c_rows, desc, rows, cols, data_width, 32)
-    dut = WriteBack(rows, cols, data_width=data_width, addr_width=32, queue=4)
+    want_cmds, want_words = em.write_back(jobs, c_rows, desc, rows, cols, data_width,
+                                          addr_width)
+    dut = WriteBack(rows, cols, data_width=data_width, addr_width=addr_width, queue=4)
     got = {}
     issued = []
 
