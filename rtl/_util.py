@@ -1,8 +1,8 @@
 """Small helpers shared by the RTL components."""
 
-from amaranth import Signal
+from amaranth import Cat, Signal
 
-__all__ = ["delay"]
+__all__ = ["delay", "wide_accumulator"]
 
 
 def delay(m, sig, n: int, name: str, *, reset_less: bool = False):
@@ -16,3 +16,26 @@ def delay(m, sig, n: int, name: str, *, reset_less: bool = False):
         m.d.sync += r.eq(sig)
         sig = r
     return sig
+
+
+def wide_accumulator(m, name: str, addend, clear, *, width: int = 64):
+    """A ``width``-bit register that accumulates ``addend`` (added every cycle; drive 0 for
+    none), with no carry chain longer than 32 bits: the addend is registered, the low 32 bits
+    add it with their carry registered, and the high bits add the addend's high bits and that
+    carry the next cycle. The value (returned, ``width`` bits) trails the additions by 2 to 3
+    cycles; ``clear`` zeroes it (an addition in flight is dropped). For counters and
+    statistics, where a few cycles of lag do not matter."""
+    hi_width = width - 32
+    add_q = Signal(len(addend), name=f"{name}_add")
+    lo = Signal(32, name=f"{name}_lo")
+    carry = Signal(name=f"{name}_carry")
+    hi_add = Signal(max(1, len(addend) - 32), name=f"{name}_hi_add")
+    hi = Signal(hi_width, name=f"{name}_hi")
+    lo_sum = lo + add_q[:32]
+    with m.If(clear):
+        m.d.sync += [add_q.eq(0), lo.eq(0), carry.eq(0), hi_add.eq(0), hi.eq(0)]
+    with m.Else():
+        m.d.sync += [add_q.eq(addend), lo.eq(lo_sum[:32]), carry.eq(lo_sum[32]),
+                     hi_add.eq(add_q[32:] if len(addend) > 32 else 0),
+                     hi.eq(hi + hi_add + carry)]
+    return Cat(lo, hi)

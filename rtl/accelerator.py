@@ -1,12 +1,13 @@
 """The accelerator top: register block, descriptor queue, engine and AXI4 DMA masters."""
 
-from amaranth import Module, ResetInserter, Signal
+from amaranth import Module, Mux, ResetInserter, Signal, Value
 from amaranth.lib import fifo, wiring
 from amaranth.lib.wiring import In, Out
 
 from firmware import regmap
 from firmware.regmap import ErrorCode
 
+from ._util import wide_accumulator
 from .csr import AXI4LiteSignature, RegisterBlock
 from .dma import AXI4ReadSignature, AXI4WriteSignature, DmaReader, DmaWriter
 from .engine import GemmEngine, descriptor_layout
@@ -79,11 +80,17 @@ class Accelerator(wiring.Component):
         dma_rst = Signal()
         queue_rst = Signal()
         m.submodules.csr = csr = self.csr
-        m.submodules.engine = eng = ResetInserter(core_rst)(self.engine)
+        # The engine resets through its own registered, per-part copies of core_rst (one cycle
+        # later, see GemmEngine.soft_reset); core_rst_d tracks them, so that nothing starts
+        # the engine in the cycle its parts are still being reset.
+        m.submodules.engine = engine = self.engine
+        core_rst_d = Signal(init=1)
+        m.d.sync += core_rst_d.eq(core_rst)
+        m.d.comb += engine.soft_reset.eq(core_rst)
         m.submodules.reader = rd = ResetInserter(dma_rst)(self.reader)
         m.submodules.writer = wr = ResetInserter(dma_rst)(self.writer)
-        engine, reader, writer = self.engine, self.reader, self.writer
-        del eng, rd, wr
+        reader, writer = self.reader, self.writer
+        del rd, wr
         wiring.connect(m, wiring.flipped(self.ctrl), csr.bus)
         wiring.connect(m, reader.bus, wiring.flipped(self.mem_r))
         wiring.connect(m, writer.bus, wiring.flipped(self.mem_w))
@@ -147,7 +154,7 @@ class Accelerator(wiring.Component):
             drained.eq(~reader.busy & ~writer.busy & ~reader.bus.arvalid
                        & ~writer.bus.awvalid),
         ]
-        can_start = q.r_rdy & ~engine.busy & ~running & ~aborting & ~halted
+        can_start = q.r_rdy & ~engine.busy & ~running & ~aborting & ~halted & ~core_rst_d
         m.d.comb += [engine.start.eq(can_start), q.r_en.eq(can_start),
                      q.w_en.eq(enqueue & ~aborting & q.w_rdy)]
         with m.If(can_start):
@@ -226,18 +233,12 @@ class Accelerator(wiring.Component):
             "cycles": 1, "busy_cycles": busy, "active_cycles": engine.step,
             "stall_cycles": busy & ~engine.step & engine.wait_dma,
         }
+        # 64-bit counters in 32-bit pieces with their increments registered (a few cycles of
+        # lag; no wide carry chain, no path from the datapath's control into one)
         clear = field("CTRL", "CLEAR_COUNTERS")
+        counters["macs"] = Mux(irq_done, engine.macs, 0)
         for name, inc in counters.items():
-            count = Signal(64, name=name)
-            m.d.sync += count.eq(count + inc)
-            with m.If(clear):
-                m.d.sync += count.eq(0)
+            count = wide_accumulator(m, name, Value.cast(inc), clear)
             m.d.comb += [getattr(csr, f"{name}_lo").eq(count[:32]),
                          getattr(csr, f"{name}_hi").eq(count[32:])]
-        macs = Signal(64)
-        with m.If(clear):
-            m.d.sync += macs.eq(0)
-        with m.Elif(irq_done):
-            m.d.sync += macs.eq(macs + engine.macs)
-        m.d.comb += [csr.macs_lo.eq(macs[:32]), csr.macs_hi.eq(macs[32:])]
         return m

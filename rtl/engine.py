@@ -1,6 +1,6 @@
 """The descriptor engine: one whole GEMM per descriptor, tiled over the datapath, through DMA."""
 
-from amaranth import Module, Signal
+from amaranth import Module, ResetInserter, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -55,8 +55,13 @@ class GemmEngine(wiring.Component):
     :class:`rtl.loader.LoadSequencer`, :class:`rtl.router.ReadRouter`,
     :class:`rtl.gearbox.Gearbox` (two), :class:`rtl.issue.CommandIssue`,
     :class:`rtl.writeback.WriteBack`. The engine itself only holds the running descriptor
-    (given to every part) and sequences check, walk and drain. A descriptor is checked in 12
-    cycles after ``start``; the walk starts 2 cycles later.
+    (given to every part) and sequences check, walk and drain. A descriptor is checked
+    ``DescriptorChecker.LATENCY + 1`` cycles after ``start``; the walk starts 2 cycles later.
+
+    :attr:`soft_reset` resets the whole engine one cycle later, through a registered copy per
+    part (:data:`RESET_PARTS`; marked ``keep`` so that a synthesiser neither merges them nor
+    puts logic between them and the parts' reset pins): no single net reaches every
+    flip-flop, and the reset is a register, not logic of the control block.
 
     Memory is read through :attr:`rd_cmd` / :attr:`rd_data` (a :class:`rtl.dma.DmaReader`)
     and written through :attr:`wr_cmd` / :attr:`wr_data` / :attr:`wr_done` (a
@@ -77,6 +82,8 @@ class GemmEngine(wiring.Component):
 
     Members
     -------
+    soft_reset : In(1)
+        Synchronous reset of every part of the engine, effective the next cycle.
     start : In(1)
         Pulse: run :attr:`desc` (sampled in that cycle). Only when :attr:`busy` is low.
     desc : In(descriptor_layout())
@@ -117,6 +124,7 @@ class GemmEngine(wiring.Component):
                                      packing=packing,
                                      primitive=primitive, dsp_rows=dsp_rows)
         super().__init__({
+            "soft_reset": In(1),
             "start": In(1),
             "desc": In(descriptor_layout()),
             "window_base": In(64),
@@ -131,24 +139,38 @@ class GemmEngine(wiring.Component):
             "wr_done": In(1),
         })
 
+    #: The parts with their own registered copy of :attr:`soft_reset`.
+    RESET_PARTS = ("datapath", "checker", "walker", "loader", "router", "gb_a", "gb_b", "issue",
+                   "writeback", "control")
+
     # ------------------------------------------------------------------------------------------
     def elaborate(self, platform):
-        m = Module()
+        top = m = Module()
         R, C, BL = self.rows, self.cols, self.block
         tag_width = 1 + max(1, _log2(BL))
-        m.submodules.datapath = dp = self.datapath
-        m.submodules.checker = checker = DescriptorChecker(self.data_width, self.addr_width)
-        m.submodules.walker = walker = Walker(R, C, depth=self.depth, block=BL,
-                                              data_width=self.data_width, tag_width=tag_width)
-        m.submodules.loader = loader = LoadSequencer(self.data_width, self.addr_width,
-                                                     a_lanes=R, b_lanes=C, tag_width=tag_width)
-        m.submodules.router = router = ReadRouter(self.data_width)
-        m.submodules.gb_a = gb_a = Gearbox(self.data_width, R, tag_width)
-        m.submodules.gb_b = gb_b = Gearbox(self.data_width, C, tag_width)
-        m.submodules.issue = issue = CommandIssue(R, C, block=BL, tag_width=tag_width)
-        m.submodules.writeback = writeback = WriteBack(R, C, data_width=self.data_width,
-                                                       addr_width=self.addr_width,
-                                                       queue=max(4, BL * BL))
+        dp = self.datapath
+        checker = DescriptorChecker(self.data_width, self.addr_width)
+        walker = Walker(R, C, depth=self.depth, block=BL, data_width=self.data_width,
+                        tag_width=tag_width)
+        loader = LoadSequencer(self.data_width, self.addr_width, a_lanes=R, b_lanes=C,
+                               tag_width=tag_width)
+        router = ReadRouter(self.data_width)
+        gb_a = Gearbox(self.data_width, R, tag_width)
+        gb_b = Gearbox(self.data_width, C, tag_width)
+        issue = CommandIssue(R, C, block=BL, tag_width=tag_width)
+        writeback = WriteBack(R, C, data_width=self.data_width, addr_width=self.addr_width,
+                              queue=max(4, BL * BL))
+        # the engine's own registers are a part too
+        control = Module()
+        parts = dict(datapath=dp, checker=checker, walker=walker, loader=loader,
+                     router=router, gb_a=gb_a, gb_b=gb_b, issue=issue, writeback=writeback,
+                     control=control)
+        assert tuple(parts) == self.RESET_PARTS
+        for name, part in parts.items():
+            copy = Signal(init=1, name=f"rst_{name}", attrs={"keep": "true"})
+            m.d.sync += copy.eq(self.soft_reset)
+            m.submodules[name] = ResetInserter(copy)(part)
+        m = control       # below: the engine's own logic, reset with the control part
 
         # walker -> loads -> DMA reader -> router -> gearboxes -> issue -> datapath -> write-back
         wiring.connect(m, walker.o_cmd, issue.i_cmd)
@@ -212,4 +234,4 @@ class GemmEngine(wiring.Component):
                     m.d.comb += self.done.eq(1)
                     m.next = "IDLE"
         m.d.comb += self.busy.eq(~fsm.ongoing("IDLE") & ~fsm.ongoing("FAIL"))
-        return m
+        return top

@@ -180,7 +180,11 @@ class WriteBack(wiring.Component):
         m.d.comb += [wq_cmd.w_data.eq(entry), wq_data.w_data.eq(entry),
                      wq_cmd.w_en.eq(pv[-1]), wq_data.w_en.eq(pv[-1])]
 
-        outstanding = Signal(32)        # write commands issued, not yet done
+        # write commands issued, not yet done (at most the writer's queue and bursts in
+        # flight); wr_done registered first, so no path runs from the writer into the count
+        outstanding = Signal(16)
+        done_q = Signal()
+        m.d.sync += done_q.eq(self.wr_done)
 
         # ---- command side: one DMA write per C row inside the matrix -----------------------
         # The row address in carry-save form: lo (32 bits) + (hi + carry) << 32.
@@ -215,7 +219,7 @@ class WriteBack(wiring.Component):
                              cmd.beats.eq(wc.words_m1 + 1)]
         m.d.comb += self.wr_cmd.valid.eq(cmd_valid)
         m.d.sync += outstanding.eq(outstanding + (self.wr_cmd.valid & self.wr_cmd.ready)
-                                   - self.wr_done)
+                                   - done_q)
         m.d.comb += self.idle.eq((in_prep == 0) & (wq_cmd.level == 0) & (wq_data.level == 0)
                                  & ~wc_setup & ~cmd_valid & (outstanding == 0))
 
