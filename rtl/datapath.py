@@ -171,8 +171,12 @@ class GemmDatapath(wiring.Component):
             width=rescale_output_layout(C).size, depth=self.out_rows)
 
         # ---- jobs: loaded commands waiting for, or in, the array --------------------------
+        # k - 1 and min(k, interval + 1) are computed when a command is taken, so that the
+        # sequencer compares a counter with a register and adds narrow numbers only
+        interval = array.min_emit_interval
         job_layout = data.StructLayout({
-            "k": unsigned(16), "clear": 1, "readout": 1, "info": info_layout,
+            "k_m1": unsigned(16), "k_sat": range(interval + 2),
+            "clear": 1, "readout": 1, "info": info_layout,
             "a_slot": range(self.slots), "b_slot": range(self.slots)})
         m.submodules.jobs = jobs = (
             fifo.SyncFIFO(width=job_layout.size, depth=2) if self.lookahead == 2 else
@@ -181,7 +185,7 @@ class GemmDatapath(wiring.Component):
         cur = Signal(job_layout)
         active = Signal()
         kk = Signal(unsigned(16))
-        finishing = active & (kk == cur.k - 1)
+        finishing = active & (kk == cur.k_m1)
 
         # Readers of each slot, queued or running: a slot is reloaded only once they are done.
         pend_max = self.lookahead + 6
@@ -237,7 +241,9 @@ class GemmDatapath(wiring.Component):
                                  b_buf.w_cmd.valid.eq(cmd.load_b)]
                     m.d.sync += [
                         loading.eq(1), a_done.eq(~cmd.load_a), b_done.eq(~cmd.load_b),
-                        job.k.eq(cmd.k), job.clear.eq(cmd.clear),
+                        job.k_m1.eq(cmd.k - 1),
+                        job.k_sat.eq(Mux(cmd.k > interval, interval + 1, cmd.k)),
+                        job.clear.eq(cmd.clear),
                         job.readout.eq(cmd.emit | cmd.store),
                         job.info.emit.eq(cmd.emit), job.info.store.eq(cmd.store),
                         job.info.add.eq(cmd.add), job.info.acc_slot.eq(cmd.acc_slot),
@@ -255,7 +261,6 @@ class GemmDatapath(wiring.Component):
         # Tiles read out of the array (emitted or stored) keep min_emit_interval cycles between
         # their last steps (the array's result registers are read out meanwhile); emitted
         # tiles also reserve their rows in the output FIFO.
-        interval = array.min_emit_interval
         since = Signal(range(interval + 2), init=interval + 1)
         since_next = Signal.like(since)
         emit_last = finishing & cur.readout
@@ -269,7 +274,7 @@ class GemmDatapath(wiring.Component):
         can_start = Signal()
         m.d.comb += can_start.eq(jobs.r_rdy & (
             ~head.readout | (info_fifo.w_rdy & (~head.info.emit | (credits >= R))
-                             & (since_next + head.k > interval))))
+                             & (since_next + head.k_sat > interval))))
         start = Signal()
         m.d.comb += start.eq(can_start & (~active | finishing))
 

@@ -1,6 +1,6 @@
 """The descriptor engine: one whole GEMM per descriptor, tiled over the datapath, through DMA."""
 
-from amaranth import Module, ResetInserter, Signal
+from amaranth import ClockSignal, Instance, Module, ResetInserter, ResetSignal, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -118,6 +118,7 @@ class GemmEngine(wiring.Component):
         if not isinstance(block, int) or block < 1 or block & (block - 1) or block > 16:
             raise ValueError(f"block must be a power of two in 1..16, not {block!r}")
         self.rows, self.cols, self.depth, self.block = rows, cols, depth, block
+        self.primitive = bool(primitive)
         self.data_width, self.addr_width = data_width, addr_width
         self.datapath = GemmDatapath(rows, cols, depth, slots=max(2, 2 * block),
                                      acc_slots=block * block, lookahead=block * block + 2,
@@ -168,7 +169,14 @@ class GemmEngine(wiring.Component):
         assert tuple(parts) == self.RESET_PARTS
         for name, part in parts.items():
             copy = Signal(init=1, name=f"rst_{name}", attrs={"keep": "true"})
-            m.d.sync += copy.eq(self.soft_reset)
+            if self.primitive:
+                # an FDSE instance: Yosys merges equal plain registers whatever their
+                # attributes (Vivado honours KEEP); instances stay apart in both
+                m.submodules[f"rst_{name}_ff"] = Instance(
+                    "FDSE", p_INIT=1, i_C=ClockSignal(), i_CE=1, i_S=ResetSignal(),
+                    i_D=self.soft_reset, o_Q=copy, a_keep="true")
+            else:
+                m.d.sync += copy.eq(self.soft_reset)
             m.submodules[name] = ResetInserter(copy)(part)
         m = control       # below: the engine's own logic, reset with the control part
 
