@@ -351,9 +351,10 @@ class GemmDatapath(wiring.Component):
         for j in range(C):
             m.d.comb += rescaler.i_stream.payload.exp[j].eq(
                 row_exp.as_signed() + x_info.col_exp[j].as_signed())
-        # The rescaler never stalls here: the rows were reserved in the output FIFO.
+        # The rescaler never stalls here: the rows were reserved in the output FIFO (credits),
+        # so its ready is a constant and its pipeline has no clock enable to broadcast.
         m.d.comb += [
-            rescaler.o_stream.ready.eq(out_fifo.w_rdy),
+            rescaler.o_stream.ready.eq(1),
             out_fifo.w_en.eq(rescaler.o_stream.valid),
             out_fifo.w_data.eq(rescaler.o_stream.payload),
             self.o_stream.valid.eq(out_fifo.r_rdy),
