@@ -611,3 +611,69 @@ def markdown(report: dict) -> str:
         lines += ["", "Cells of unknown timing treated as start/end points: "
                   + ", ".join(f"{k} x{v}" for k, v in report["unknown_cells"].items())]
     return "\n".join(lines) + "\n"
+
+
+# ---- command line --------------------------------------------------------------------------
+
+def _summary(board: str, report: dict) -> list[str]:
+    lines = [f"{board}: {report['measured_on']}, {report['target_mhz']:g} MHz: deepest path "
+             f"{report['max_levels']} levels (budget {report['budget_levels']}), highest "
+             f"fan-out {report['max_fanout']} (budget {report['fanout_budget']})"]
+    seen = set()
+    for p in report["deepest_paths"]:
+        key = (p["start"].split("[")[0], p["end"].split("[")[0])
+        if key not in seen and len(seen) < 8:
+            seen.add(key)
+            lines.append(f"  {p['levels']:3d} levels  {p['start']} -> {p['end']}")
+    for n in report["high_fanout_nets"][:5]:
+        hint = f" reading {', '.join(n['driver_inputs'])}" if n.get("driver_inputs") else ""
+        lines.append(f"  fan-out {n['fanout']:5d}  {n['driver_type']}{hint}")
+    return lines
+
+
+def main(argv=None) -> int:
+    """``python -m platforms.timing --board B [--rows R --cols C] [--out F] [--strict]``:
+    the timing report of a board's configuration (every other setting its default) at an
+    array size small enough to synthesise whole (8x8 by default, the estimate's fit point
+    the default builds report on), printed and merged into ``--out`` (JSON, one entry per
+    board and size). ``--strict`` exits 1 when over budget; bad arguments exit 2."""
+    import argparse
+
+    from . import PLATFORMS
+
+    root = Path(__file__).resolve().parent.parent
+    p = argparse.ArgumentParser(prog="python -m platforms.timing", description=main.__doc__)
+    p.add_argument("--board", required=True, choices=sorted(PLATFORMS))
+    p.add_argument("--rows", type=int, default=8)
+    p.add_argument("--cols", type=int, default=8)
+    p.add_argument("--out", type=Path, default=root / "results" / "timing.json")
+    p.add_argument("--work-dir", type=Path, default=root / "build" / "estimates")
+    p.add_argument("--strict", action="store_true", help="exit 1 when over budget")
+    args = p.parse_args(argv)
+    board = PLATFORMS[args.board]
+    cfg = board.config(rows=args.rows, cols=args.cols)
+    cfg.pop("dsp_rows", None)                 # every PE on a DSP slice, as the fit points
+    from rtl.accelerator import Accelerator
+    try:
+        Accelerator(**cfg)
+    except ValueError as e:
+        p.error(f"unsupported configuration: {e}")
+    report = accelerator_timing(cfg, board.family, board.clock_mhz, args.work_dir,
+                                whole=True, progress=lambda s: print(s, flush=True))
+    print("\n".join(_summary(board.name, report)))
+    saved = json.loads(args.out.read_text()) if args.out.exists() else {}
+    saved[f"{board.name} {args.rows}x{args.cols}"] = {
+        "command": "python -m platforms.timing " + " ".join(
+            ["--board", board.name, "--rows", str(args.rows), "--cols", str(args.cols)]),
+        "config": cfg, **{k: report[k] for k in (
+            "target_mhz", "budget_levels", "max_levels", "fanout_budget", "max_fanout",
+            "measured_on", "deepest_paths", "high_fanout_nets")}}
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(saved, indent=1) + "\n")
+    print(f"wrote {args.out}")
+    return 1 if args.strict and violations(report) else 0
+
+
+if __name__ == "__main__":
+    import sys
+    sys.exit(main())

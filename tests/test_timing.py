@@ -288,3 +288,14 @@ def test_build_reports_timing_and_strict_fails_naming_the_path(tmp_path):
     else:
         assert proc.returncode == 1
         assert "error: timing:" in proc.stderr and t["deepest_paths"][0]["end"] in proc.stderr
+
+
+def test_command_line_rejects_bad_arguments(capsys):
+    """``python -m platforms.timing``: an unknown board or an array the RTL does not support
+    exits 2 with a message, before any synthesis."""
+    from platforms.timing import main
+    for bad in (["--board", "nope"], ["--board", "pynq-z1", "--rows", "3"], []):
+        with pytest.raises(SystemExit) as e:
+            main(bad)
+        assert e.value.code == 2
+    assert "rows" in capsys.readouterr().err
