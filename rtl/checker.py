@@ -183,7 +183,9 @@ class DescriptorChecker(wiring.Component):
         s8_below, s8_on, s8_align, s8_overlap = Signal(), Signal(), Signal(), Signal()
         m.d.sync += [s8_lo_gt.eq(s7_end[:32] > wl[:32]), s8_hi_gt.eq(s7_end[32:] > wl[32:]),
                      s8_hi_eq.eq(s7_end[32:] == wl[32:]),
-                     s8_space.eq((s7_end[aw:] > 1) | ((s7_end[aw:] == 1) & (s7_end[:aw] != 0))),
+                     # end > 2**aw: the bits above aw are not 0, and not exactly 2**aw
+                     s8_space.eq((s7_end[aw:] != 0)
+                                 & ~((s7_end[aw:] == 1) & (s7_end[:aw] == 0))),
                      s8_below.eq(s7_below),
                      s8_on.eq(s7_on), s8_align.eq(s7_align), s8_overlap.eq(s7_overlap)]
         # the sticky flags, from the last stage
