@@ -59,9 +59,9 @@ class GemmEngine(wiring.Component):
     ``DescriptorChecker.LATENCY + 1`` cycles after ``start``; the walk starts 2 cycles later.
 
     :attr:`soft_reset` resets the whole engine one cycle later, through a registered copy per
-    part (:data:`RESET_PARTS`; marked ``keep`` so that a synthesiser neither merges them nor
-    puts logic between them and the parts' reset pins): no single net reaches every
-    flip-flop, and the reset is a register, not logic of the control block.
+    part (:data:`RESET_PARTS`; kept apart in synthesis: ``keep``, and FDSE instances in
+    primitive builds): no single net reaches every flip-flop, and each part's reset is its
+    own register ORed with the domain reset, not logic of the control block.
 
     Memory is read through :attr:`rd_cmd` / :attr:`rd_data` (a :class:`rtl.dma.DmaReader`)
     and written through :attr:`wr_cmd` / :attr:`wr_data` / :attr:`wr_done` (a

@@ -4,6 +4,7 @@ from amaranth import Array, Cat, Const, Module, Mux, Signal, unsigned
 from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from ._util import delay
 from .checker import descriptor_layout
 from .dma import dma_command_layout, dma_write_layout
 from .rescale import rescale_output_layout
@@ -145,38 +146,30 @@ class WriteBack(wiring.Component):
                      p2_prod.eq(Cat(p1_plo[:16], p1_plo[16:] + p1_phi)),
                      p2_col.eq(p1_col), p2_off.eq(p1_off)]
         # 3: words a row; offset = product + column, low 32 bits (with carry)
-        p3_nv, p3_rows, p3_off = reg("p3_nv", range(C + 1)), reg("p3_rows", range(R + 1)), \
-            reg("p3_off", 8)
         p3_words_m1 = reg("p3_words_m1", range(max(2, words_per_row)))
         p3_lo, p3_hi = reg("p3_lo", 33), reg("p3_hi", 16)
         if row_bytes <= bpw:
             words_m1 = 0
         else:
             words_m1 = ((p2_nv << 2) + bpw - 1 >> wlog) - 1
-        m.d.sync += [p3_nv.eq(p2_nv), p3_rows.eq(p2_rows), p3_off.eq(p2_off),
-                     p3_words_m1.eq(words_m1),
+        m.d.sync += [p3_words_m1.eq(words_m1),
                      p3_lo.eq(p2_prod[:32] + p2_col), p3_hi.eq(p2_prod[32:])]
-        # 4: the offset's high bits; 5: + c_addr, low 32 bits; the address's high bits after
-        p4 = [reg(f"p4_{n}", s) for n, s in (("nv", range(C + 1)), ("rows", range(R + 1)),
-                                               ("off", 8),
-                                               ("words_m1", range(max(2, words_per_row))))]
+        # 4: the offset's high bits; 5: + c_addr, low 32 bits (the high bits after it)
         p4_offset = reg("p4_offset", 49)
-        m.d.sync += [a.eq(b) for a, b in zip(p4, (p3_nv, p3_rows, p3_off, p3_words_m1),
-                                             strict=True)]
         m.d.sync += p4_offset.eq(Cat(p3_lo[:32], p3_hi + p3_lo[32]))
-        p5 = [reg(f"p5_{n}", s) for n, s in (("nv", range(C + 1)), ("rows", range(R + 1)),
-                                               ("off", 8),
-                                               ("words_m1", range(max(2, words_per_row))))]
         p5_lo = reg("p5_lo", 33)
         p5_hi_a, p5_hi_b = reg("p5_hi_a", 32), reg("p5_hi_b", 17)
-        m.d.sync += [a.eq(b) for a, b in zip(p5, p4, strict=True)]
         m.d.sync += [p5_lo.eq(d.c_addr[:32] + p4_offset[:32]),
                      p5_hi_a.eq(d.c_addr[32:64]), p5_hi_b.eq(p4_offset[32:])]
         assert P == 6
         entry = Signal(qlayout)
         addr = Cat(p5_lo[:32], p5_hi_a + p5_hi_b + p5_lo[32]) if AW > 32 else p5_lo[:32]
-        m.d.comb += [entry.rows_in.eq(p5[1]), entry.n_valid.eq(p5[0]), entry.off.eq(p5[2]),
-                     entry.words_m1.eq(p5[3]), entry.addr.eq(addr)]
+        m.d.comb += [                 # the counts, delayed to meet the address at stage 5
+            entry.rows_in.eq(delay(m, p2_rows, 3, "q_rows", reset_less=True)),
+            entry.n_valid.eq(delay(m, p2_nv, 3, "q_nv", reset_less=True)),
+            entry.off.eq(delay(m, p2_off, 3, "q_off", reset_less=True)),
+            entry.words_m1.eq(delay(m, p3_words_m1, 2, "q_words_m1", reset_less=True)),
+            entry.addr.eq(addr)]
         m.d.comb += [wq_cmd.w_data.eq(entry), wq_data.w_data.eq(entry),
                      wq_cmd.w_en.eq(pv[-1]), wq_data.w_en.eq(pv[-1])]
 
