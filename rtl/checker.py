@@ -6,6 +6,8 @@ from amaranth.lib.wiring import In, Out
 
 from firmware.regmap import ErrorCode
 
+from ._util import delay
+
 __all__ = ["DescriptorChecker", "descriptor_layout", "verdict_layout"]
 
 
@@ -116,7 +118,6 @@ class DescriptorChecker(wiring.Component):
         region = Signal(range(self.REGIONS + 1))
         feeding = Signal()            # a region enters the pipeline this cycle
         flush = Signal()              # a new descriptor: clear the sticky flags
-        in_flight = Signal(range(self.REGION_STAGES + self.REGIONS + 1))
         v = [Signal(name=f"v{i}") for i in range(self.REGION_STAGES)]   # stage i holds a region
 
         # stage 0: the selected region
@@ -128,66 +129,54 @@ class DescriptorChecker(wiring.Component):
                     m.d.sync += [s0_base.eq(base), s0_rows.eq(rows), s0_stride.eq(stride),
                                  s0_bytes.eq(nbytes), s0_on.eq(on)]
         # stage 1: rows - 1, the bytes rounded up, alignment and overlap
-        s1_base, s1_m1 = stage("s1_base", 64), stage("s1_m1", 16)
-        s1_stride, s1_round, s1_on = stage("s1_stride", 32), stage("s1_round", 19), Signal()
-        s1_align, s1_overlap = Signal(), Signal()
+        s1_m1, s1_stride, s1_round = stage("s1_m1", 16), stage("s1_stride", 32), stage(
+            "s1_round", 19)
+        s1_flags = Signal(3)          # used, misaligned, overlapping: to the last stage as is
         m.d.sync += [
-            s1_base.eq(s0_base), s1_m1.eq(s0_rows - 1), s1_stride.eq(s0_stride),
-            s1_round.eq(((s0_bytes + bpw - 1) >> wlog) << wlog), s1_on.eq(s0_on & v[0]),
-            s1_align.eq((s0_base[:wlog] != 0) | (s0_stride[:wlog] != 0)),
-            s1_overlap.eq((s0_rows > 1) & (s0_stride[18:] == 0) & (s0_stride[:18] < s0_bytes)),
+            s1_m1.eq(s0_rows - 1), s1_stride.eq(s0_stride),
+            s1_round.eq(((s0_bytes + bpw - 1) >> wlog) << wlog),
+            s1_flags.eq(Cat(s0_on,
+                            (s0_base[:wlog] != 0) | (s0_stride[:wlog] != 0),
+                            (s0_rows > 1) & (s0_stride[18:] == 0)
+                            & (s0_stride[:18] < s0_bytes))),
         ]
+        # the base and the rounded bytes wait, in registers, for the stages that add them
+        s5_base = delay(m, s0_base, 5, "base", reset_less=True)
+        s3_round = delay(m, s1_round, 2, "round", reset_less=True)
         # stage 2: (rows - 1) * stride as two 16 x 16 products
-        s2_base, s2_round = stage("s2_base", 64), stage("s2_round", 19)
         s2_plo, s2_phi = stage("s2_plo", 32), stage("s2_phi", 32)
-        s2_on, s2_align, s2_overlap = Signal(), Signal(), Signal()
-        m.d.sync += [s2_base.eq(s1_base), s2_round.eq(s1_round),
-                     s2_plo.eq(s1_m1 * s1_stride[:16]), s2_phi.eq(s1_m1 * s1_stride[16:]),
-                     s2_on.eq(s1_on), s2_align.eq(s1_align), s2_overlap.eq(s1_overlap)]
+        m.d.sync += [s2_plo.eq(s1_m1 * s1_stride[:16]), s2_phi.eq(s1_m1 * s1_stride[16:])]
         # stage 3: the product (48 bits), its upper 32 bits one add
-        s3_base, s3_round, s3_prod = stage("s3_base", 64), stage("s3_round", 19), stage(
-            "s3_prod", 48)
-        s3_on, s3_align, s3_overlap = Signal(), Signal(), Signal()
-        m.d.sync += [s3_base.eq(s2_base), s3_round.eq(s2_round),
-                     s3_prod.eq(Cat(s2_plo[:16], s2_plo[16:] + s2_phi)),
-                     s3_on.eq(s2_on), s3_align.eq(s2_align), s3_overlap.eq(s2_overlap)]
+        s3_prod = stage("s3_prod", 48)
+        m.d.sync += s3_prod.eq(Cat(s2_plo[:16], s2_plo[16:] + s2_phi))
         # stages 4 and 5: offset = product + rounded bytes (49 bits), low half then high half
-        s4_base, s4_lo, s4_hi = stage("s4_base", 64), stage("s4_lo", 33), stage("s4_hi", 16)
-        s4_on, s4_align, s4_overlap = Signal(), Signal(), Signal()
-        m.d.sync += [s4_base.eq(s3_base), s4_lo.eq(s3_prod[:32] + s3_round),
-                     s4_hi.eq(s3_prod[32:]),
-                     s4_on.eq(s3_on), s4_align.eq(s3_align), s4_overlap.eq(s3_overlap)]
-        s5_base, s5_off = stage("s5_base", 64), stage("s5_off", 49)
-        s5_on, s5_align, s5_overlap = Signal(), Signal(), Signal()
-        m.d.sync += [s5_base.eq(s4_base), s5_off.eq(Cat(s4_lo[:32], s4_hi + s4_lo[32])),
-                     s5_on.eq(s4_on), s5_align.eq(s4_align), s5_overlap.eq(s4_overlap)]
+        s4_lo, s4_hi = stage("s4_lo", 33), stage("s4_hi", 16)
+        m.d.sync += [s4_lo.eq(s3_prod[:32] + s3_round), s4_hi.eq(s3_prod[32:])]
+        s5_off = stage("s5_off", 49)
+        m.d.sync += s5_off.eq(Cat(s4_lo[:32], s4_hi + s4_lo[32]))
         # stages 6 and 7: end = base + offset (65 bits), low half then high half; the base
         # against the window's base meanwhile, in halves
         s6_base_hi, s6_off_hi = stage("s6_base_hi", 32), stage("s6_off_hi", 17)
         s6_lo = stage("s6_lo", 33)
-        s6_on, s6_align, s6_overlap = Signal(), Signal(), Signal()
         s6_blo_lt, s6_bhi_lt, s6_bhi_eq = Signal(), Signal(), Signal()
         m.d.sync += [s6_base_hi.eq(s5_base[32:]), s6_off_hi.eq(s5_off[32:]),
                      s6_lo.eq(s5_base[:32] + s5_off[:32]),
                      s6_blo_lt.eq(s5_base[:32] < wb[:32]), s6_bhi_lt.eq(s5_base[32:] < wb[32:]),
-                     s6_bhi_eq.eq(s5_base[32:] == wb[32:]),
-                     s6_on.eq(s5_on), s6_align.eq(s5_align), s6_overlap.eq(s5_overlap)]
+                     s6_bhi_eq.eq(s5_base[32:] == wb[32:])]
         s7_end = stage("s7_end", 65)
         s7_below = Signal()
-        s7_on, s7_align, s7_overlap = Signal(), Signal(), Signal()
         m.d.sync += [s7_end.eq(Cat(s6_lo[:32], s6_base_hi + s6_off_hi + s6_lo[32])),
-                     s7_below.eq(s6_bhi_lt | (s6_bhi_eq & s6_blo_lt)),
-                     s7_on.eq(s6_on), s7_align.eq(s6_align), s7_overlap.eq(s6_overlap)]
+                     s7_below.eq(s6_bhi_lt | (s6_bhi_eq & s6_blo_lt))]
         # stage 8: end against the window's limit (in halves) and the address space
         s8_lo_gt, s8_hi_gt, s8_hi_eq, s8_space = Signal(), Signal(), Signal(), Signal()
-        s8_below, s8_on, s8_align, s8_overlap = Signal(), Signal(), Signal(), Signal()
+        s8_below = Signal()
         m.d.sync += [s8_lo_gt.eq(s7_end[:32] > wl[:32]), s8_hi_gt.eq(s7_end[32:] > wl[32:]),
                      s8_hi_eq.eq(s7_end[32:] == wl[32:]),
                      # end > 2**aw: the bits above aw are not 0, and not exactly 2**aw
                      s8_space.eq((s7_end[aw:] != 0)
                                  & ~((s7_end[aw:] == 1) & (s7_end[:aw] == 0))),
-                     s8_below.eq(s7_below),
-                     s8_on.eq(s7_on), s8_align.eq(s7_align), s8_overlap.eq(s7_overlap)]
+                     s8_below.eq(s7_below)]
+        s8_on, s8_align, s8_overlap = delay(m, s1_flags, 7, "flags")
         # the sticky flags, from the last stage
         bad_align, bad_stride, bad_window = Signal(), Signal(), Signal()
         with m.If(flush):
@@ -202,7 +191,6 @@ class DescriptorChecker(wiring.Component):
         m.d.sync += [v[0].eq(feeding)] + [v[i].eq(v[i - 1]) for i in range(1, len(v))]
         with m.If(feeding):
             m.d.sync += region.eq(region + 1)
-        m.d.sync += in_flight.eq(in_flight + feeding - v[-1])
 
         with m.FSM(name="check"):
             with m.State("DIMS"):
@@ -220,7 +208,8 @@ class DescriptorChecker(wiring.Component):
                         m.next = "REGIONS"
             with m.State("REGIONS"):       # feed the regions, then wait for the last
                 m.d.comb += feeding.eq(region < self.REGIONS)
-                with m.If((region == self.REGIONS) & (in_flight == v[-1])):   # last one leaving
+                # every region fed and none left before the last stage: the last one leaving
+                with m.If((region == self.REGIONS) & ~Cat(*v[:-1]).any()):
                     m.next = "VERDICT"
             with m.State("VERDICT"):
                 code = self.o_stream.payload.code
