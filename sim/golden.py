@@ -80,21 +80,20 @@ _F32_EXACT_K = 1024
 
 
 def _exact_product(op_a: np.ndarray, op_b: np.ndarray) -> np.ndarray:
-    """``op_a @ op_b`` of int8 matrices (or stacks of them), exactly, as float64 (integer
-    values).
+    """``op_a @ op_b`` of int8 matrices, exactly, as float64 (integer values).
 
     BLAS does it, in float32 over chunks of at most ``_F32_EXACT_K`` along the reduction (each
     chunk's product is exact whatever order BLAS sums in) whose results are summed in float64
     (exact: every partial sum of at most ``MAX_K`` products is below 2**31, far inside
     float64's 53-bit integers). numpy's int64 matmul is exact too, but has no BLAS and is
     ~100x slower."""
-    k = op_a.shape[-1]
+    k = op_a.shape[1]
     fa = op_a.astype(np.float32)
     fb = op_b.astype(np.float32)
-    total = (fa[..., :_F32_EXACT_K] @ fb[..., :_F32_EXACT_K, :]).astype(np.float64)
+    total = (fa[:, :_F32_EXACT_K] @ fb[:_F32_EXACT_K]).astype(np.float64)
     for start in range(_F32_EXACT_K, k, _F32_EXACT_K):
         stop = start + _F32_EXACT_K
-        total += fa[..., start:stop] @ fb[..., start:stop, :]
+        total += fa[:, start:stop] @ fb[start:stop]
     return total
 
 
@@ -233,7 +232,8 @@ def gemm_scaled(a: np.ndarray, b: np.ndarray, transpose_a: bool = False,
     # these exponents (|P_r| < 2**31, |k_r + row_exp + col_exp| < 2**10). Starting from +0
     # keeps an exact zero +0, as the rescaler makes it.
     total = np.zeros((m, n), np.float64)
-    for (_, _, e), part in zip(runs, _run_products(op_a, op_b, runs), strict=True):
+    for start, stop, e in runs:
+        part = _exact_product(op_a[:, start:stop], op_b[start:stop])
         if e:
             part *= 2.0 ** e
         total += part
@@ -241,46 +241,6 @@ def gemm_scaled(a: np.ndarray, b: np.ndarray, transpose_a: bool = False,
     total *= np.exp2(ce.astype(np.float64))[None, :]
     with np.errstate(over="ignore"):
         return total.astype(np.float32)
-
-
-#: Bytes of float64 partial products :func:`_run_products` computes in one batched product.
-_BATCH_BYTES = 1 << 24
-#: Pieces shorter than this (runs of a few k, as a fully-connected layer's per-sample weight
-#: gradient has) are not worth batching: one product per run is faster.
-_MIN_PIECE = 16
-
-
-def _run_products(op_a: np.ndarray, op_b: np.ndarray, runs):
-    """The exact products ``op_a[:, start:stop] @ op_b[start:stop]`` of ``runs``, in order.
-
-    Short runs (Fox et al.'s per-sample weight gradient has one per sample) are cut at the
-    greatest common divisor of their boundaries into equal pieces, multiplied as batched
-    products of about ``_BATCH_BYTES``, and each run's product is the sum of its pieces'. Every
-    value is an integer below 2**31 in float64, so the pieces sum exactly in any order and each
-    result equals one product per run bit for bit."""
-    k = op_a.shape[1]
-    piece = int(np.gcd.reduce([start for start, _, _ in runs] + [k]))
-    if len(runs) == 1 or piece < _MIN_PIECE:
-        for start, stop, _ in runs:
-            yield _exact_product(op_a[:, start:stop], op_b[start:stop])
-        return
-    pieces = k // piece
-    m, n = op_a.shape[0], op_b.shape[1]
-    a3 = op_a.reshape(m, pieces, piece).transpose(1, 0, 2)     # (pieces, m, piece)
-    b3 = op_b.reshape(pieces, piece, n)                         # (pieces, piece, n)
-    per_batch = max(1, _BATCH_BYTES // (8 * m * n))
-    stops = iter([stop for _, stop, _ in runs])
-    stop, acc = next(stops), None
-    for first in range(0, pieces, per_batch):
-        prods = _exact_product(a3[first:first + per_batch], b3[first:first + per_batch])
-        for i, prod in enumerate(prods, start=first):
-            if acc is None:
-                acc = prod
-            else:
-                acc += prod
-            if (i + 1) * piece == stop:
-                yield acc
-                stop, acc = next(stops, k), None
 
 
 def float32_bits(x: np.ndarray) -> np.ndarray:
