@@ -17,7 +17,8 @@ def _log2(x):
 
 
 class Walker(wiring.Component):
-    """Walks a GEMM: blocks of ``block x block`` C tiles, each over K chunks of ``depth``.
+    """Walks a GEMM: blocks of ``block x block`` C tiles, each over K chunks of at most
+    ``depth`` steps, the short chunk first (:func:`sim.engine_models.k_chunks`).
 
     For a descriptor on :attr:`i_stream` (already checked) it visits blocks row-major (N
     inner); for each block it first loads the block's exponent vectors (``row_vec`` /
@@ -90,9 +91,24 @@ class Walker(wiring.Component):
         bm = Signal(range(BL + 1))
         bn = Signal(range(BL + 1))
         parity = Signal()
+        # K chunks, the short one first (sim.engine_models.k_chunks): ``kc`` steps in this
+        # chunk, ``k_after`` in the chunks after it. The first chunk's pair is a function of
+        # the descriptor alone, registered every cycle (ready in BLOCK, a cycle after the
+        # descriptor arrives; the descriptor is held for the whole walk).
+        align = max(R, C, bpw) - 1
         kc = Signal(17)
+        k_after = Signal(17)
         last_chunk = Signal()
-        m.d.comb += [kc.eq(Mux(d.k - k0 < D, d.k - k0, D)), last_chunk.eq(k0 + D >= d.k)]
+        m.d.comb += last_chunk.eq(k_after == 0)
+        k_m1 = Signal(17)
+        m.d.comb += k_m1.eq(d.k - 1)
+        first_kc = Signal(17)
+        first_after = Signal(17)
+        with m.If(d.k <= D):
+            m.d.sync += [first_kc.eq(d.k), first_after.eq(0)]
+        with m.Else():
+            m.d.sync += [first_kc.eq((k_m1[:_log2(D)] | align) + 1),
+                         first_after.eq((k_m1 & ~Const(D - 1, 17)) - (~k_m1 & align))]
         m0 = Signal(17)
         n0 = Signal(17)
         m.d.comb += [m0.eq(m_blk + (ti << _log2(R))), n0.eq(n_blk + (tj << _log2(C)))]
@@ -180,6 +196,7 @@ class Walker(wiring.Component):
                 m.d.sync += [bm.eq(Mux(tiles_m < BL, tiles_m, BL)),
                              bn.eq(Mux(tiles_n < BL, tiles_n, BL)),
                              ti.eq(0), tj.eq(0), k0.eq(0), phase.eq(0), ei.eq(0),
+                             kc.eq(first_kc), k_after.eq(first_after),
                              cmd_sent.eq(0), write_sent.eq(0)]
                 with m.If(d.row_vec | d.col_vec):
                     m.next = "EXP_WAIT"
@@ -235,7 +252,11 @@ class Walker(wiring.Component):
                     m.d.sync += [tj.eq(0), ti.eq(ti + 1)]
                     m.next = "CMD"
                 with m.Elif(~last_chunk):
-                    m.d.sync += [tj.eq(0), ti.eq(0), k0.eq(k0 + D), parity.eq(~parity)]
+                    m.d.sync += [tj.eq(0), ti.eq(0), k0.eq(k0 + kc), parity.eq(~parity)]
+                    with m.If(k_after > D):
+                        m.d.sync += [kc.eq(D), k_after.eq(k_after - D)]
+                    with m.Else():
+                        m.d.sync += [kc.eq(k_after), k_after.eq(0)]
                     m.next = "CMD"
                 with m.Else():
                     m.d.sync += parity.eq(~parity)

@@ -17,7 +17,7 @@ import numpy as np
 
 from firmware.regmap import ErrorCode
 
-__all__ = ["descriptor", "check", "walk", "load_sequence", "route", "issue", "write_back"]
+__all__ = ["descriptor", "check", "k_chunks", "walk", "load_sequence", "route", "issue", "write_back"]
 
 _DESC_FIELDS = ("m", "n", "k", "transpose_a", "transpose_b", "raw", "row_vec", "col_vec",
                 "row_exp", "col_exp", "a_addr", "a_stride", "b_addr", "b_stride", "c_addr",
@@ -72,6 +72,24 @@ def check(desc: dict, window_base: int, window_limit: int, data_width: int = 128
     return 0
 
 
+def k_chunks(k: int, depth: int, align: int = 1) -> list[tuple[int, int]]:
+    """The K chunks ``(k0, kc)`` a block is walked over, in order: the short one first.
+
+    ``k`` is cut into ``ceil(k / depth)`` chunks of at most ``depth`` steps. With more than
+    one, the first holds the remainder ``(k - 1) % depth + 1`` rounded up to a multiple of
+    ``align`` (so that every later chunk starts on an aligned step: a row of a lane-run tile
+    starts on a bus word), the middle ones ``depth`` and the last what is left (more than
+    ``depth - align``). A short chunk last would leave the block's C write-back (issued in its
+    last chunk) with little compute to hide behind; first, it also shortens the pipeline's
+    fill. The sums are int32 and exact in any order, so results do not depend on it.
+    :class:`rtl.walker.Walker` uses ``align = max(rows, cols, bus bytes)``.
+    """
+    if k <= depth:
+        return [(0, k)]
+    first = (((k - 1) % depth) | (align - 1)) + 1
+    return [(0, first)] + [(k0, min(depth, k - k0)) for k0 in range(first, k, depth)]
+
+
 def walk(desc: dict, rows: int, cols: int, depth: int, block: int, data_width: int,
          tag_width: int | None = None, parity: int = 0):
     """What :class:`rtl.walker.Walker` issues for one (checked) descriptor.
@@ -114,10 +132,8 @@ def walk(desc: dict, rows: int, cols: int, depth: int, block: int, data_width: i
                 x0 = n_blk + j * C
                 load(1, C, False, min(n - x0, C), x0, desc["col_exp_addr"], 0, 0, 0,
                      tag=1 | j << 1, exp=True)
-            k0 = 0
-            while True:
-                kc = min(k - k0, D)
-                last = k0 + D >= k
+            for k0, kc in k_chunks(k, D, max(R, C, bpw)):
+                last = k0 + kc == k
                 for i in range(bm):
                     for j in range(bn):
                         m0, n0 = m_blk + i * R, n_blk + j * C
@@ -139,9 +155,6 @@ def walk(desc: dict, rows: int, cols: int, depth: int, block: int, data_width: i
                             load(1, C, tb, min(n - n0, C), n0, desc["b_addr"], desc["b_stride"],
                                  k0, kc, span=bn, v_span=min(n - n_blk, BL * C))
                 parity ^= 1
-                if last:
-                    break
-                k0 += D
             n_blk += BL * C
         m_blk += BL * R
     return cmds, loads, writes, parity

@@ -36,6 +36,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from .engine_models import k_chunks
+
 __all__ = ["predict", "read_rate", "training_gemms", "main"]
 
 #: Cycles of control per operand load (command phases, the address multiply).
@@ -128,15 +130,14 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
         rows_in = [min(rows, m - m_blk - i * rows) for i in range(bm)]
         for n_blk in range(0, n, block * cols):
             bn = min(block, _cdiv(n - n_blk, cols))
-            for k0 in range(0, k, depth):
-                kc = min(depth, k - k0)
+            for k0, kc in k_chunks(k, depth, max(rows, cols, bpw)):
                 a_runs, a_loads = operand_runs(transpose_a, rows, m_blk, m, bm, kc)
                 b_runs, b_loads = operand_runs(not transpose_b, cols, n_blk, n, bn, kc)
                 # What the chunk's first command needs: a whole span, or the first tile.
                 a_first = a_runs if a_loads == 1 else a_runs[:rows_in[0]]
                 b_first = b_runs if b_loads == 1 else b_runs[:min(cols, n - n_blk)]
                 write = 0.0
-                if k0 + depth >= k:
+                if k0 + kc == k:
                     runs = []
                     for j in range(bn):
                         cols_in = min(cols, n - n_blk - j * cols)

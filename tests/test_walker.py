@@ -104,3 +104,13 @@ def test_model_spans():
     assert [c["a_extra"] for c in cmds] == [2, 2, 2]
     a = loads[0]
     assert (a["rows"], a["nbeats"], a["valid"], a["nwords"], a["row0"]) == (5, 3, 20, 2, 0)
+
+
+@pytest.mark.parametrize("k,depth,align,want", [
+    (1, 16, 1, [(0, 1)]), (16, 16, 4, [(0, 16)]), (17, 16, 1, [(0, 1), (1, 16)]),
+    (17, 16, 4, [(0, 4), (4, 13)]), (40, 16, 1, [(0, 8), (8, 16), (24, 16)]),
+    (40, 16, 8, [(0, 8), (8, 16), (24, 16)]), (42, 16, 8, [(0, 16), (16, 16), (32, 10)]),
+    (48, 16, 4, [(0, 16), (16, 16), (32, 16)])])
+def test_k_chunks_short_first(k, depth, align, want):
+    """The short chunk comes first, rounded up to the alignment; the chunks tile 0..k."""
+    assert em.k_chunks(k, depth, align) == want
