@@ -18,7 +18,8 @@ def _log2(x):
 
 class Walker(wiring.Component):
     """Walks a GEMM: blocks of ``block x block`` C tiles, each over K chunks of at most
-    ``depth`` steps, the short chunk first (:func:`sim.engine_models.k_chunks`).
+    ``depth`` steps, the short chunk first; the descriptor's first block ramps its chunks up
+    from ``max(rows, cols, bus bytes)`` steps (:func:`sim.engine_models.k_chunks`).
 
     For a descriptor on :attr:`i_stream` (already checked) it visits blocks row-major (N
     inner); for each block it first loads the block's exponent vectors (``row_vec`` /
@@ -91,24 +92,41 @@ class Walker(wiring.Component):
         bm = Signal(range(BL + 1))
         bn = Signal(range(BL + 1))
         parity = Signal()
-        # K chunks, the short one first (sim.engine_models.k_chunks): ``kc`` steps in this
-        # chunk, ``k_after`` in the chunks after it. The first chunk's pair is a function of
-        # the descriptor alone, registered every cycle (ready in BLOCK, a cycle after the
-        # descriptor arrives; the descriptor is held for the whole walk).
+        # K chunks (sim.engine_models.k_chunks): ``kc`` steps in this chunk, ``k_after`` in
+        # the chunks after it; ``ramping`` while the descriptor's first block doubles its
+        # chunks. The next chunk's pair is computed in registers from the current one (which
+        # holds for at least the 4 cycles of a command before NEXT uses it), and the first
+        # chunk's from the descriptor (held for the whole walk; ready in BLOCK).
         align = max(R, C, bpw) - 1
         kc = Signal(17)
         k_after = Signal(17)
         last_chunk = Signal()
+        ramping = Signal()
+        first_block = Signal()
         m.d.comb += last_chunk.eq(k_after == 0)
-        k_m1 = Signal(17)
-        m.d.comb += k_m1.eq(d.k - 1)
-        first_kc = Signal(17)
-        first_after = Signal(17)
-        with m.If(d.k <= D):
-            m.d.sync += [first_kc.eq(d.k), first_after.eq(0)]
-        with m.Else():
-            m.d.sync += [first_kc.eq((k_m1[:_log2(D)] | align) + 1),
-                         first_after.eq((k_m1 & ~Const(D - 1, 17)) - (~k_m1 & align))]
+
+        def split(rest, kc_reg, after_reg):
+            """The short-first cut of ``rest`` steps: its first chunk and what follows."""
+            r_m1 = Signal(17, name=f"{kc_reg.name}_m1")
+            m.d.comb += r_m1.eq(rest - 1)
+            with m.If(rest <= D):
+                m.d.sync += [kc_reg.eq(rest), after_reg.eq(0)]
+            with m.Else():
+                m.d.sync += [kc_reg.eq((r_m1[:_log2(D)] | align) + 1),
+                             after_reg.eq((r_m1 & ~Const(D - 1, 17)) - (~r_m1 & align))]
+
+        first_kc, first_after = Signal(17), Signal(17)
+        next_kc, next_after = Signal(17), Signal(17)
+        split(d.k, first_kc, first_after)
+        split(k_after, next_kc, next_after)
+        ramp_start = Signal()        # the first block starts a ramp at ``align`` steps
+        ramp_after0 = Signal(17)
+        ramp_more = Signal()         # the next chunk doubles this one
+        ramp_after = Signal(17)
+        m.d.sync += [ramp_start.eq(d.k >= 3 * (align + 1)), ramp_after0.eq(d.k - (align + 1)),
+                     ramp_more.eq(ramping & ((kc << 1) <= D)
+                                  & (k_after >= (kc << 2) + (kc << 1))),
+                     ramp_after.eq(k_after - (kc << 1))]
         m0 = Signal(17)
         n0 = Signal(17)
         m.d.comb += [m0.eq(m_blk + (ti << _log2(R))), n0.eq(n_blk + (tj << _log2(C)))]
@@ -188,7 +206,7 @@ class Walker(wiring.Component):
         with m.FSM(name="walk"):
             with m.State("IDLE"):
                 with m.If(self.i_stream.valid):
-                    m.d.sync += [m_blk.eq(0), n_blk.eq(0), k0.eq(0)]
+                    m.d.sync += [m_blk.eq(0), n_blk.eq(0), k0.eq(0), first_block.eq(1)]
                     m.next = "BLOCK"
             with m.State("BLOCK"):
                 tiles_m = (d.m - m_blk + R - 1) >> _log2(R)
@@ -196,8 +214,10 @@ class Walker(wiring.Component):
                 m.d.sync += [bm.eq(Mux(tiles_m < BL, tiles_m, BL)),
                              bn.eq(Mux(tiles_n < BL, tiles_n, BL)),
                              ti.eq(0), tj.eq(0), k0.eq(0), phase.eq(0), ei.eq(0),
-                             kc.eq(first_kc), k_after.eq(first_after),
+                             kc.eq(first_kc), k_after.eq(first_after), ramping.eq(0),
                              cmd_sent.eq(0), write_sent.eq(0)]
+                with m.If(first_block & ramp_start):
+                    m.d.sync += [kc.eq(align + 1), k_after.eq(ramp_after0), ramping.eq(1)]
                 with m.If(d.row_vec | d.col_vec):
                     m.next = "EXP_WAIT"
                 with m.Else():
@@ -253,13 +273,13 @@ class Walker(wiring.Component):
                     m.next = "CMD"
                 with m.Elif(~last_chunk):
                     m.d.sync += [tj.eq(0), ti.eq(0), k0.eq(k0 + kc), parity.eq(~parity)]
-                    with m.If(k_after > D):
-                        m.d.sync += [kc.eq(D), k_after.eq(k_after - D)]
+                    with m.If(ramp_more):
+                        m.d.sync += [kc.eq(kc << 1), k_after.eq(ramp_after)]
                     with m.Else():
-                        m.d.sync += [kc.eq(k_after), k_after.eq(0)]
+                        m.d.sync += [kc.eq(next_kc), k_after.eq(next_after), ramping.eq(0)]
                     m.next = "CMD"
                 with m.Else():
-                    m.d.sync += parity.eq(~parity)
+                    m.d.sync += [parity.eq(~parity), first_block.eq(0)]
                     with m.If(n_blk + BL * C < d.n):
                         m.d.sync += n_blk.eq(n_blk + BL * C)
                         m.next = "BLOCK"

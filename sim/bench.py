@@ -391,6 +391,9 @@ def main(argv=None) -> int:
                         "--port (default ideal)")
     p.add_argument("--widths", type=int, nargs="+", choices=[64, 128, 256, 512], default=None,
                    help="bus widths for --sizes (default 128)")
+    p.add_argument("--block", type=int, default=None,
+                   help="reuse block (C tiles a side) instead of each board's default (a "
+                        "power of two in 1..16)")
     p.add_argument("--quick", action="store_true",
                    help="smaller square GEMMs and one layer (256->10, batch 64) only")
     p.add_argument("--out", type=Path, default=ROOT / "results" / "utilization.json")
@@ -400,6 +403,10 @@ def main(argv=None) -> int:
         from platforms import PLATFORMS
         from sim.ports import BOARD_PORTS
 
+        if args.block is not None and (args.block < 1 or args.block > 16
+                                       or args.block & (args.block - 1)):
+            parser.error(f"--block: a power of two in 1..16, not {args.block}")
+        blk = {} if args.block is None else {"block": args.block}
         configs = []
         for rows, cols in args.sizes or []:
             if rows & (rows - 1) or cols & (cols - 1) or min(rows, cols) < 2:
@@ -407,13 +414,14 @@ def main(argv=None) -> int:
                              f"not {rows}x{cols}")
             for width in args.widths or [128]:
                 configs.append((f"{rows}x{cols}", {"rows": rows, "cols": cols,
-                                                   "data_width": width}, args.port or "ideal"))
+                                                   "data_width": width, **blk},
+                                args.port or "ideal"))
         if args.widths and not args.sizes:
             parser.error("--widths needs --sizes")
         for board in [] if args.sizes else args.board:
             default = PLATFORMS[board].default
             params = {**BENCH_CONFIGS[board], "depth": default["depth"],
-                      "block": default["block"]}
+                      "block": default["block"], **blk}
             configs.append((board, params, args.port or BOARD_PORTS[board]))
         t0 = time.monotonic()
         results = utilization(configs, args.quick)

@@ -72,22 +72,36 @@ def check(desc: dict, window_base: int, window_limit: int, data_width: int = 128
     return 0
 
 
-def k_chunks(k: int, depth: int, align: int = 1) -> list[tuple[int, int]]:
+def k_chunks(k: int, depth: int, align: int = 1, ramp: bool = False) -> list[tuple[int, int]]:
     """The K chunks ``(k0, kc)`` a block is walked over, in order: the short one first.
 
-    ``k`` is cut into ``ceil(k / depth)`` chunks of at most ``depth`` steps. With more than
-    one, the first holds the remainder ``(k - 1) % depth + 1`` rounded up to a multiple of
-    ``align`` (so that every later chunk starts on an aligned step: a row of a lane-run tile
-    starts on a bus word), the middle ones ``depth`` and the last what is left (more than
-    ``depth - align``). A short chunk last would leave the block's C write-back (issued in its
-    last chunk) with little compute to hide behind; first, it also shortens the pipeline's
-    fill. The sums are int32 and exact in any order, so results do not depend on it.
+    ``k`` is cut into chunks of at most ``depth`` steps. With more than one, the first holds
+    the remainder ``(k - 1) % depth + 1`` rounded up to a multiple of ``align`` (so that
+    every later chunk starts on an aligned step: a row of a lane-run tile starts on a bus
+    word), the middle ones ``depth`` and the last what is left (more than ``depth - align``).
+    A short chunk last would leave the block's C write-back (issued in its last chunk) with
+    little compute to hide behind; first, it also shortens the pipeline's fill.
+
+    ``ramp`` (the descriptor's first block) starts with chunks of ``align``, ``2 align``,
+    ``4 align``, ... steps, each taken while it fits in ``depth`` and what is left after it
+    is at least twice as long; the rest is cut as above. The first command then waits only
+    for a short chunk's operands, and each next chunk's operands load while the previous
+    one, half as long, computes: the array starts early instead of after a whole chunk's
+    loads.
+
+    The sums are int32 and exact in any order, so results do not depend on the chunks.
     :class:`rtl.walker.Walker` uses ``align = max(rows, cols, bus bytes)``.
     """
-    if k <= depth:
-        return [(0, k)]
-    first = (((k - 1) % depth) | (align - 1)) + 1
-    return [(0, first)] + [(k0, min(depth, k - k0)) for k0 in range(first, k, depth)]
+    chunks, k0, size = [], 0, align
+    while ramp and size <= depth and k - k0 - size >= 2 * size:
+        chunks.append((k0, size))
+        k0, size = k0 + size, 2 * size
+    rest = k - k0
+    if rest <= depth:
+        return chunks + [(k0, rest)]
+    first = (((rest - 1) % depth) | (align - 1)) + 1
+    return chunks + [(k0, first)] + [(k0 + r0, min(depth, rest - r0))
+                                     for r0 in range(first, rest, depth)]
 
 
 def walk(desc: dict, rows: int, cols: int, depth: int, block: int, data_width: int,
@@ -132,7 +146,7 @@ def walk(desc: dict, rows: int, cols: int, depth: int, block: int, data_width: i
                 x0 = n_blk + j * C
                 load(1, C, False, min(n - x0, C), x0, desc["col_exp_addr"], 0, 0, 0,
                      tag=1 | j << 1, exp=True)
-            for k0, kc in k_chunks(k, D, max(R, C, bpw)):
+            for k0, kc in k_chunks(k, D, max(R, C, bpw), ramp=m_blk == 0 and n_blk == 0):
                 last = k0 + kc == k
                 for i in range(bm):
                     for j in range(bn):

@@ -2,8 +2,9 @@
 and memory port.
 
 DarkFPGA-style: the engine's schedule (:mod:`rtl.engine`) is walked at the granularity at which
-it overlaps work — one K chunk of one block of ``block x block`` C tiles — and each chunk costs
-the longest of what runs in parallel during it:
+it overlaps work — one K chunk of one block of ``block x block`` C tiles, the chunks cut as
+:func:`sim.engine_models.k_chunks` cuts them (short first; the first block ramps up) — and each
+chunk costs the longest of what runs in parallel during it:
 
 * **compute**: ``bm * bn * kc`` array cycles (``bm x bn`` tiles in the block, ``kc`` steps);
 * **the next chunk's operand reads** (its buffer slots are the other half): the bus words the
@@ -130,7 +131,8 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
         rows_in = [min(rows, m - m_blk - i * rows) for i in range(bm)]
         for n_blk in range(0, n, block * cols):
             bn = min(block, _cdiv(n - n_blk, cols))
-            for k0, kc in k_chunks(k, depth, max(rows, cols, bpw)):
+            for k0, kc in k_chunks(k, depth, max(rows, cols, bpw),
+                                  ramp=m_blk == 0 and n_blk == 0):
                 a_runs, a_loads = operand_runs(transpose_a, rows, m_blk, m, bm, kc)
                 b_runs, b_loads = operand_runs(not transpose_b, cols, n_blk, n, bn, kc)
                 # What the chunk's first command needs: a whole span, or the first tile.

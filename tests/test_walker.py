@@ -72,7 +72,7 @@ def random_desc(rng, rows, cols, depth, block):
 
 CONFIGS = [  # rows, cols, depth, block, data_width
     (8, 8, 16, 2, 128), (4, 16, 16, 4, 64), (2, 8, 16, 1, 128), (16, 4, 64, 2, 512),
-    (8, 8, 32, 4, 256)]
+    (8, 8, 32, 4, 256), (4, 4, 128, 2, 64)]   # the last ramps its first block 8, 16, 32, ...
 
 
 @pytest.mark.parametrize("rows,cols,depth,block,data_width", CONFIGS)
@@ -114,3 +114,15 @@ def test_model_spans():
 def test_k_chunks_short_first(k, depth, align, want):
     """The short chunk comes first, rounded up to the alignment; the chunks tile 0..k."""
     assert em.k_chunks(k, depth, align) == want
+
+
+@pytest.mark.parametrize("k,want", [
+    (23, [(0, 23)]),                                          # under 3 x align: no ramp
+    (24, [(0, 8), (8, 16)]),
+    (100, [(0, 8), (8, 16), (24, 16), (40, 60)]),
+    (300, [(0, 8), (8, 16), (24, 32), (56, 64), (120, 56), (176, 64), (240, 60)])])
+def test_k_chunks_ramp(k, want):
+    """The first block doubles its chunks from ``align`` while what is left is at least twice
+    the next one (depth 64, align 8), then cuts the rest short-first."""
+    assert em.k_chunks(k, 64, 8, ramp=True) == want
+    assert sum(kc for _, kc in want) == k
