@@ -17,7 +17,8 @@ import numpy as np
 
 from firmware.regmap import ErrorCode
 
-__all__ = ["descriptor", "check", "k_chunks", "walk", "load_sequence", "route", "issue", "write_back"]
+__all__ = ["descriptor", "check", "k_chunks", "walk", "load_sequence", "route", "issue",
+           "write_back"]
 
 _DESC_FIELDS = ("m", "n", "k", "transpose_a", "transpose_b", "raw", "row_vec", "col_vec",
                 "row_exp", "col_exp", "a_addr", "a_stride", "b_addr", "b_stride", "c_addr",
