@@ -138,6 +138,8 @@ class GemmDatapath(wiring.Component):
             "step": Out(1),
         })
 
+    #: Registers on the command path: a command waits here for its loads to be allowed.
+    COMMAND_STAGES = 1
     #: Registers from the array's output to the rescaler's input: the ``x`` stage, where a
     #: row meets its partial sums read from the accumulation buffer.
     ACCUMULATE_STAGES = 1
@@ -197,16 +199,33 @@ class GemmDatapath(wiring.Component):
         a_done = Signal()
         b_done = Signal()
         job = Signal(job_layout)
-        cmd = self.cmd.payload
-        bad = (cmd.k == 0) | (cmd.k > self.depth)
 
-        def busy_in(pend, first, extra):
-            """A slot in ``first .. first + extra`` still has readers."""
-            span = Signal(2 * self.slots)
-            m.d.comb += span.eq(((Const(1, self.slots + 1) << (extra + 1)) - 1) << first)
-            return (span[:self.slots] & Cat(*(p != 0 for p in pend))).any()
-        hazard = ((cmd.load_a & busy_in(pend_a, cmd.a_slot, cmd.a_extra))
-                  | (cmd.load_b & busy_in(pend_b, cmd.b_slot, cmd.b_extra)))
+        # ---- command stage: the command registered beside what its checks need -----------
+        # (k out of range; the slots a load writes, as masks), so that the loader decides
+        # from registers and a few gates. One cycle (COMMAND_STAGES); a command enters in the
+        # cycle the one before leaves.
+        cmd = Signal(self.cmd.payload.shape())
+        staged = Signal()
+        bad = Signal()
+        a_span = Signal(self.slots)
+        b_span = Signal(self.slots)
+        take = Signal()                  # the staged command leaves (loaded or dropped)
+
+        def span(load, first, extra):
+            """The slots ``first .. first + extra`` if ``load``, as a mask."""
+            mask = Signal(2 * self.slots)
+            m.d.comb += mask.eq(((Const(1, self.slots + 1) << (extra + 1)) - 1) << first)
+            return Mux(load, mask[:self.slots], 0)
+        p = self.cmd.payload
+        m.d.comb += self.cmd.ready.eq(~staged | take)
+        with m.If(self.cmd.valid & self.cmd.ready):
+            m.d.sync += [cmd.eq(p), staged.eq(1), bad.eq((p.k == 0) | (p.k > self.depth)),
+                         a_span.eq(span(p.load_a, p.a_slot, p.a_extra)),
+                         b_span.eq(span(p.load_b, p.b_slot, p.b_extra))]
+        with m.Elif(take):
+            m.d.sync += staged.eq(0)
+        hazard = ((a_span & Cat(*(q != 0 for q in pend_a))).any()
+                  | (b_span & Cat(*(q != 0 for q in pend_b))).any())
         wiring.connect(m, wiring.flipped(self.a_stream), a_buf.w_stream)
         wiring.connect(m, wiring.flipped(self.b_stream), b_buf.w_stream)
         m.d.comb += [
@@ -230,27 +249,26 @@ class GemmDatapath(wiring.Component):
             m.d.comb += [jobs.w_en.eq(1), jobs.w_data.eq(job)]
             m.d.sync += loading.eq(0)
         # The next command is taken in the cycle the previous one's last beats arrive.
-        with m.If((~loading | finish) & (bad | ~hazard)):
-            m.d.comb += self.cmd.ready.eq(1)
-            with m.If(self.cmd.valid):
-                with m.If(bad):
-                    m.d.sync += self.error.eq(1)
-                with m.Else():
-                    m.d.comb += [accept.eq(1),
-                                 a_buf.w_cmd.valid.eq(cmd.load_a),
-                                 b_buf.w_cmd.valid.eq(cmd.load_b)]
-                    m.d.sync += [
-                        loading.eq(1), a_done.eq(~cmd.load_a), b_done.eq(~cmd.load_b),
-                        job.k_m1.eq(cmd.k - 1),
-                        job.k_sat.eq(Mux(cmd.k > interval, interval + 1, cmd.k)),
-                        job.clear.eq(cmd.clear),
-                        job.readout.eq(cmd.emit | cmd.store),
-                        job.info.emit.eq(cmd.emit), job.info.store.eq(cmd.store),
-                        job.info.add.eq(cmd.add), job.info.acc_slot.eq(cmd.acc_slot),
-                        job.a_slot.eq(cmd.a_slot), job.b_slot.eq(cmd.b_slot),
-                        job.info.raw.eq(cmd.raw), job.info.row_exp.eq(cmd.row_exp),
-                        job.info.col_exp.eq(cmd.col_exp),
-                    ]
+        with m.If(staged & (~loading | finish) & (bad | ~hazard)):
+            m.d.comb += take.eq(1)
+            with m.If(bad):
+                m.d.sync += self.error.eq(1)
+            with m.Else():
+                m.d.comb += [accept.eq(1),
+                             a_buf.w_cmd.valid.eq(cmd.load_a),
+                             b_buf.w_cmd.valid.eq(cmd.load_b)]
+                m.d.sync += [
+                    loading.eq(1), a_done.eq(~cmd.load_a), b_done.eq(~cmd.load_b),
+                    job.k_m1.eq(cmd.k - 1),
+                    job.k_sat.eq(Mux(cmd.k > interval, interval + 1, cmd.k)),
+                    job.clear.eq(cmd.clear),
+                    job.readout.eq(cmd.emit | cmd.store),
+                    job.info.emit.eq(cmd.emit), job.info.store.eq(cmd.store),
+                    job.info.add.eq(cmd.add), job.info.acc_slot.eq(cmd.acc_slot),
+                    job.a_slot.eq(cmd.a_slot), job.b_slot.eq(cmd.b_slot),
+                    job.info.raw.eq(cmd.raw), job.info.row_exp.eq(cmd.row_exp),
+                    job.info.col_exp.eq(cmd.col_exp),
+                ]
         for s_, (pa, pb) in enumerate(zip(pend_a, pend_b, strict=True)):
             m.d.sync += [
                 pa.eq(pa + (accept & (cmd.a_slot == s_)) - (finishing & (cur.a_slot == s_))),
@@ -362,5 +380,6 @@ class GemmDatapath(wiring.Component):
             out_fifo.r_en.eq(self.o_stream.ready),
         ]
 
-        m.d.comb += self.busy.eq(loading | jobs.r_rdy | active | (credits != self.out_rows))
+        m.d.comb += self.busy.eq(staged | loading | jobs.r_rdy | active
+                                 | (credits != self.out_rows))
         return m
