@@ -77,8 +77,11 @@ class LoadSequencer(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         job = self.i_stream.payload
+        # Both terms of the first row's address are registered from the job (held while it
+        # is offered, i.e. from the cycle MUL sees it), so JOBS adds two registers.
         product = Signal(64)
-        m.d.sync += product.eq(job.row0 * job.stride)
+        base_col = Signal(64)
+        m.d.sync += [product.eq(job.row0 * job.stride), base_col.eq(job.base + job.col)]
         addr = Signal(64)
         count = Signal(17)
         job_sent = Signal()        # the gearbox job is out
@@ -108,7 +111,7 @@ class LoadSequencer(wiring.Component):
                 route_out = route_sent | (job.rows == 0) | self.routes.ready
                 m.d.sync += [job_sent.eq(job_out), route_sent.eq(route_out)]
                 with m.If(job_out & route_out):
-                    m.d.sync += [addr.eq(job.base + product + job.col), count.eq(0)]
+                    m.d.sync += [addr.eq(base_col + product), count.eq(0)]
                     m.next = "ROWS"
             with m.State("ROWS"):
                 done_rows = count >= job.rows

@@ -39,11 +39,14 @@ class Walker(wiring.Component):
     The descriptor stays on :attr:`i_stream` for the whole walk and is taken with its last
     job. A load job stays on :attr:`o_load` until taken; the walker waits for it.
 
-    Latency and throughput: a block's first command (or exponent load) is offered 2 cycles
-    after the descriptor arrives or the previous block's last command; each tile command
-    takes 5 cycles, plus, for each of its load jobs, the cycles until the job is taken (at
-    least 3 with :class:`rtl.loader.LoadSequencer`); exponent loads add 1 cycle each plus the
-    same wait. The descriptor is taken in the last tile's fifth cycle.
+    Latency and throughput: a block's first command is offered 2 cycles after the descriptor
+    arrives or the previous block's last command (its first exponent load 4 cycles after,
+    once drained); each tile command takes 5 cycles, plus, for each of its load jobs, the
+    cycles until the job is taken (at least 3 with :class:`rtl.loader.LoadSequencer`); the
+    exponent vectors take 2 cycles per index (``2 * block`` indices) plus the same wait per
+    load. The descriptor is taken in the last tile's fifth cycle. What a load job needs is
+    computed in registers ahead of the cycle that sets the job up, so no address or count
+    arithmetic is chained into another.
 
     Parameters
     ----------
@@ -127,29 +130,42 @@ class Walker(wiring.Component):
                      ramp_more.eq(ramping & ((kc << 1) <= D)
                                   & (k_after >= (kc << 2) + (kc << 1))),
                      ramp_after.eq(k_after - (kc << 1))]
+        # The first row / column of tile (ti, tj), kept beside ti and tj by the FSM.
         m0 = Signal(17)
         n0 = Signal(17)
-        m.d.comb += [m0.eq(m_blk + (ti << _log2(R))), n0.eq(n_blk + (tj << _log2(C)))]
         ei = Signal(range(2 * BL + 1))       # exponent vector being fetched
+        eidx = ei[:max(1, _log2(BL))] if BL > 1 else Const(0, 1)
+
+        # What a load job needs, in registers computed every cycle from the walk's state: a
+        # tile's (or span's, or vector's) lanes inside the matrix, words and beats of a chunk.
+        # Each is read at least 2 cycles after what it depends on changes (NEXT or BLOCK ->
+        # CMD phase 0 -> phase 1; BLOCK -> EXP_WAIT -> EXP_PREP -> EXP).
+        rem_m = Signal(18)                   # rows and columns from the block's corner on
+        rem_n = Signal(18)
+        m.d.sync += [rem_m.eq(d.m - m_blk), rem_n.eq(d.n - n_blk)]
+
+        def lanes_valid(name, lanes, rest):
+            v = Signal(18, name=name)
+            m.d.sync += v.eq(Mux(rest < lanes, rest, lanes))
+            return v
+
+        v_a = lanes_valid("v_a", R, rem_m - (ti << _log2(R)))
+        v_b = lanes_valid("v_b", C, rem_n - (tj << _log2(C)))
+        v_as = lanes_valid("v_as", BL * R, rem_m)     # a span of k-major A tiles
+        v_bs = lanes_valid("v_bs", BL * C, rem_n)
+        v_re = lanes_valid("v_re", R, rem_m - (eidx << _log2(R)))
+        v_ce = lanes_valid("v_ce", C, rem_n - ((ei - BL)[:len(eidx)] << _log2(C)))
         ex_m0 = Signal(17)
         ex_n0 = Signal(17)
-        m.d.comb += [ex_m0.eq(m_blk + (ei[:max(1, _log2(BL))] << _log2(R)) if BL > 1 else m_blk),
-                     ex_n0.eq(n_blk + (ei[:max(1, _log2(BL))] << _log2(C)) if BL > 1 else n_blk)]
+        kc_words = Signal(17)
+        kc_beats = {lanes: Signal(17, name=f"kc_beats_{lanes}") for lanes in {R, C}}
+        m.d.sync += [ex_m0.eq(m_blk + (eidx << _log2(R))),
+                     ex_n0.eq(n_blk + ((ei - BL)[:len(eidx)] << _log2(C))),
+                     kc_words.eq((kc + bpw - 1) >> wlog)]
+        m.d.sync += [b.eq((kc + lanes - 1) >> _log2(lanes)) for lanes, b in kc_beats.items()]
 
         ld = self.o_load.payload           # the load job being offered (registered)
         ld_exp = Signal()                  # it fetches an exponent vector (return to EXP)
-
-        def lanes_valid(name, lanes, limit, x0):
-            v = Signal(18, name=name)
-            m.d.comb += v.eq(Mux(limit - x0 < lanes, limit - x0, lanes))
-            return v
-
-        v_a = lanes_valid("v_a", R, d.m, m0)
-        v_b = lanes_valid("v_b", C, d.n, n0)
-        v_as = lanes_valid("v_as", BL * R, d.m, m_blk)     # a span of k-major A tiles
-        v_bs = lanes_valid("v_bs", BL * C, d.n, n_blk)
-        v_re = lanes_valid("v_re", R, d.m, ex_m0)
-        v_ce = lanes_valid("v_ce", C, d.n, ex_n0)
 
         def setup_load(path, lanes, lane_run, v, x0, base, stride, tag=0, exp=False,
                        span=1, v_span=None):
@@ -170,8 +186,8 @@ class Walker(wiring.Component):
                     ld.nwords.eq(kmaj_words), ld.nbeats.eq(span), ld.valid.eq(v_k),
                     ld.sel.eq(sel)]
             run = [ld.row0.eq(x0), ld.col.eq(k0), ld.rows.eq(v),
-                   ld.nzero.eq(lanes - v), ld.nwords.eq((kc + bpw - 1) >> wlog),
-                   ld.nbeats.eq((kc + lanes - 1) >> _log2(lanes)), ld.valid.eq(kc),
+                   ld.nzero.eq(lanes - v), ld.nwords.eq(kc_words),
+                   ld.nbeats.eq(kc_beats[lanes]), ld.valid.eq(kc),
                    ld.sel.eq(0)]
             if exp:
                 m.d.sync += kmaj
@@ -213,7 +229,8 @@ class Walker(wiring.Component):
                 tiles_n = (d.n - n_blk + C - 1) >> _log2(C)
                 m.d.sync += [bm.eq(Mux(tiles_m < BL, tiles_m, BL)),
                              bn.eq(Mux(tiles_n < BL, tiles_n, BL)),
-                             ti.eq(0), tj.eq(0), k0.eq(0), phase.eq(0), ei.eq(0),
+                             ti.eq(0), tj.eq(0), m0.eq(m_blk), n0.eq(n_blk), k0.eq(0),
+                             phase.eq(0), ei.eq(0),
                              kc.eq(first_kc), k_after.eq(first_after), ramping.eq(0),
                              cmd_sent.eq(0), write_sent.eq(0)]
                 with m.If(first_block & ramp_start):
@@ -224,18 +241,22 @@ class Walker(wiring.Component):
                     m.next = "CMD"
             with m.State("EXP_WAIT"):      # the previous block's commands have taken theirs
                 with m.If(self.drained):
-                    m.next = "EXP"
+                    m.next = "EXP_PREP"
+            with m.State("EXP_PREP"):      # the registers above follow ei
+                m.next = "EXP"
             with m.State("EXP"):
                 with m.If(ei == 2 * BL):
                     m.next = "CMD"
                 with m.Elif(ei < BL):
                     m.d.sync += ei.eq(ei + 1)
+                    m.next = "EXP_PREP"
                     with m.If(d.row_vec & (ei < bm)):
                         setup_load(0, R, 0, v_re, ex_m0, d.row_exp_addr, 0,
                                    tag=Cat(Const(1, 1), ei[:tag_width - 1]), exp=True)
                         m.next = "LOAD"
                 with m.Else():
                     m.d.sync += ei.eq(ei + 1)
+                    m.next = "EXP_PREP"
                     with m.If(d.col_vec & (ei - BL < bn)):
                         setup_load(1, C, 0, v_ce, ex_n0, d.col_exp_addr, 0,
                                    tag=Cat(Const(1, 1), (ei - BL)[:tag_width - 1]), exp=True)
@@ -266,13 +287,14 @@ class Walker(wiring.Component):
                     m.next = "NEXT"
             with m.State("NEXT"):
                 with m.If(tj + 1 < bn):
-                    m.d.sync += tj.eq(tj + 1)
+                    m.d.sync += [tj.eq(tj + 1), n0.eq(n0 + C)]
                     m.next = "CMD"
                 with m.Elif(ti + 1 < bm):
-                    m.d.sync += [tj.eq(0), ti.eq(ti + 1)]
+                    m.d.sync += [tj.eq(0), ti.eq(ti + 1), m0.eq(m0 + R), n0.eq(n_blk)]
                     m.next = "CMD"
                 with m.Elif(~last_chunk):
-                    m.d.sync += [tj.eq(0), ti.eq(0), k0.eq(k0 + kc), parity.eq(~parity)]
+                    m.d.sync += [tj.eq(0), ti.eq(0), m0.eq(m_blk), n0.eq(n_blk),
+                                 k0.eq(k0 + kc), parity.eq(~parity)]
                     with m.If(ramp_more):
                         m.d.sync += [kc.eq(kc << 1), k_after.eq(ramp_after)]
                     with m.Else():
@@ -293,7 +315,7 @@ class Walker(wiring.Component):
                 m.d.comb += self.o_load.valid.eq(1)
                 with m.If(self.o_load.ready):
                     with m.If(ld_exp):
-                        m.next = "EXP"
+                        m.next = "EXP_PREP"
                     with m.Else():
                         m.next = "CMD"
         return m
