@@ -50,14 +50,21 @@ def _check_params(data_width, addr_width, burst_beats, outstanding):
 
 
 def _burst_splitter(m, addr, remaining, burst_beats, shift):
-    """Length of the next burst: at most ``burst_beats``, the rest, and the way to 4 KB."""
+    """The next burst of a run of ``remaining`` words at ``addr``: its length (at most
+    ``burst_beats``, the rest, and the way to the next 4 KB boundary) and whether it is the
+    run's last. Combinational; every comparison is as narrow as ``burst_beats``."""
     to_boundary = Signal(range(4096 // (1 << shift) + 1))
     m.d.comb += to_boundary.eq((4096 - addr[:12]) >> shift)
-    limit = Signal(range(4096 // (1 << shift) + burst_beats + 1))
+    limit = Signal(range(burst_beats + 1))
     m.d.comb += limit.eq(Mux(to_boundary < burst_beats, to_boundary, burst_beats))
+    width = burst_beats.bit_length()           # limit < 2 ** width
+    small = Signal()
+    m.d.comb += small.eq(remaining[width:] == 0)
     n = Signal(range(burst_beats + 1))
-    m.d.comb += n.eq(Mux(remaining < limit, remaining, limit))
-    return n
+    last = Signal()
+    m.d.comb += [n.eq(Mux(small & (remaining[:width] < limit), remaining[:width], limit)),
+                 last.eq(small & (remaining[:width] <= limit))]
+    return n, last
 
 
 class _DmaMaster(wiring.Component):
@@ -78,11 +85,15 @@ class _DmaMaster(wiring.Component):
     def _bursts(self, m, may_raise, cmd_room=1):
         """The address side both masters share: commands -> INCR bursts.
 
-        Splits each command into bursts (:func:`_burst_splitter`), at most one per cycle.
-        ``valid`` (returned) is combinational: it rises when ``may_raise(n)`` allows a burst
-        of ``n`` beats (which must only go from false to true while a burst waits) and stays
-        up until ``ready`` (set by the caller) takes it, an abort included; an abort stops
-        further bursts. ``addr`` and ``n`` only change when a burst is taken, so they are
+        Splits each command into bursts (:func:`_burst_splitter`). A burst's length and
+        whether it is its command's last are registers: computed from the command's payload
+        when it is taken (its first burst is offered the next cycle), and for each further
+        burst in the cycle after the previous one goes (so the bursts of one command go at
+        most every other cycle; single-burst commands one a cycle). ``valid`` (returned) is
+        combinational: it rises when ``may_raise(n)`` allows a burst of ``n`` beats (which
+        must only go from false to true while a burst waits) and stays up until ``ready``
+        (set by the caller) takes it, an abort included; an abort stops further bursts.
+        ``addr`` and ``n`` only change when a burst is taken or none is offered, so they are
         stable while it waits. The next command is taken in the cycle its predecessor's last
         burst goes, if ``cmd_room``.
 
@@ -95,22 +106,26 @@ class _DmaMaster(wiring.Component):
         active = Signal()
         addr = Signal(self.addr_width)
         remaining = Signal(24)
-        n = _burst_splitter(m, addr, remaining, self.burst_beats, shift)
+        n = Signal(range(self.burst_beats + 1))
+        last_burst = Signal()
+        fresh = Signal()          # n and last_burst are those of addr and remaining
         valid = Signal()
         ready = Signal()
         issued = Signal()
         waiting = Signal()
-        last_burst = Signal()
         m.d.comb += [
-            valid.eq(active & may_raise(n) & (~self.abort | waiting)),
+            valid.eq(active & fresh & may_raise(n) & (~self.abort | waiting)),
             issued.eq(valid & ready),
-            last_burst.eq(remaining == n),
         ]
         m.d.sync += waiting.eq(valid & ~ready)
+        n_next, last_next = _burst_splitter(m, addr, remaining, self.burst_beats, shift)
         with m.If(issued):
-            m.d.sync += [addr.eq(addr + (n << shift)), remaining.eq(remaining - n)]
+            m.d.sync += [addr.eq(addr + (n << shift)), remaining.eq(remaining - n),
+                         fresh.eq(0)]
             with m.If(last_burst):
                 m.d.sync += active.eq(0)
+        with m.Elif(~fresh):
+            m.d.sync += [n.eq(n_next), last_burst.eq(last_next), fresh.eq(1)]
         with m.If(self.abort & ~valid):
             m.d.sync += active.eq(0)
 
@@ -120,9 +135,12 @@ class _DmaMaster(wiring.Component):
             self.cmd.ready.eq((~active | (issued & last_burst)) & cmd_room & ~self.abort),
             take.eq(self.cmd.valid & self.cmd.ready & (cmd.beats != 0)),
         ]
+        cmd_addr = Signal(self.addr_width)
+        m.d.comb += cmd_addr.eq(cmd.addr >> shift << shift)
+        n_first, last_first = _burst_splitter(m, cmd_addr, cmd.beats, self.burst_beats, shift)
         with m.If(take):
-            m.d.sync += [active.eq(1), addr.eq(cmd.addr >> shift << shift),
-                         remaining.eq(cmd.beats)]
+            m.d.sync += [active.eq(1), addr.eq(cmd_addr), remaining.eq(cmd.beats),
+                         n.eq(n_first), last_burst.eq(last_first), fresh.eq(1)]
         return active, valid, ready, issued, last_burst, addr, n, take
 
     def _drive_address(self, m, channel, valid, addr, n):
@@ -167,9 +185,11 @@ class DmaReader(_DmaMaster):
     completed, as AXI requires) and refuses commands; the bursts in flight still arrive.
     :attr:`busy` falls once nothing is in flight or buffered; reset the reader then.
 
-    Latency and throughput: one burst address per cycle, the next command taken in the cycle
-    the previous one's last burst is issued; at most ``outstanding`` bursts in flight, so a
-    memory of latency ``L`` streams at full rate when ``outstanding`` bursts hold ``L`` beats.
+    Latency and throughput: a command's first burst address is offered the cycle after the
+    command is taken, its further bursts every other cycle at most (single-burst commands go
+    one a cycle), the next command taken in the cycle the previous one's last burst is
+    issued; at most ``outstanding`` bursts in flight, so a memory of latency ``L`` streams at
+    full rate when ``outstanding`` bursts hold ``L`` beats.
 
     Parameters
     ----------
