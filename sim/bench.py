@@ -13,7 +13,7 @@
                                    batch 64 and 128 (:data:`LAYERS`). Boards too big to build
                                    here run as a smaller array with the same operand-to-bus
                                    ratio (:data:`BENCH_CONFIGS`). ``--board``, ``--port``
-                                   (preset name or JSON knobs), ``--quick``.
+                                   (preset name or JSON knobs), ``--block``, ``--quick``.
 ``python -m sim.bench host``       Host share of a training step: a Fashion-MNIST-shaped CNN
                                    at batch 128 over each board's default on the functional
                                    model (:mod:`sim.hostbench`; its own options).

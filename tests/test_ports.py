@@ -158,3 +158,14 @@ def test_bench_cli_checks_the_port():
         assert res.returncode == 2
         assert "--port" in res.stderr
         assert re.search(message, res.stderr), res.stderr
+
+
+def test_bench_cli_checks_the_block():
+    import subprocess
+    import sys
+
+    run = [sys.executable, "-m", "sim.bench", "utilization"]
+    for bad in ("3", "0", "32"):
+        res = subprocess.run([*run, "--block", bad], capture_output=True, text=True)
+        assert res.returncode == 2
+        assert "--block: a power of two in 1..16" in res.stderr, res.stderr
