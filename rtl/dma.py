@@ -224,8 +224,9 @@ class DmaReader(_DmaMaster):
         depth = self.burst_beats * self.outstanding
         m.submodules.data_fifo = data_fifo = fifo.SyncFIFOBuffered(
             width=self.data_width + 1, depth=depth)
-        # Lengths of the commands whose words are still to arrive (one-word commands can
-        # fill the whole data FIFO), and of the bursts in flight (at most `outstanding`).
+        # Lengths - 1 of the commands whose words are still to arrive (one-word commands can
+        # fill the whole data FIFO), and of the bursts in flight (at most `outstanding`), so
+        # that a beat's "last" is an equality with a FIFO head.
         m.submodules.len_fifo = len_fifo = fifo.SyncFIFO(width=24, depth=depth)
         m.submodules.burst_fifo = burst_fifo = fifo.SyncFIFO(
             width=self.burst_beats.bit_length(), depth=self.outstanding)
@@ -238,8 +239,8 @@ class DmaReader(_DmaMaster):
             m, lambda n: (credits >= n) & burst_fifo.w_rdy, len_fifo.w_rdy)
         self._drive_address(m, "ar", valid, addr, n)
         m.d.comb += [ready.eq(bus.arready),
-                     len_fifo.w_en.eq(take), len_fifo.w_data.eq(self.cmd.payload.beats),
-                     burst_fifo.w_en.eq(issued), burst_fifo.w_data.eq(n)]
+                     len_fifo.w_en.eq(take), len_fifo.w_data.eq(self.cmd.payload.beats - 1),
+                     burst_fifo.w_en.eq(issued), burst_fifo.w_data.eq(n - 1)]
 
         popped = Signal()
         m.d.comb += popped.eq(self.o_stream.valid & self.o_stream.ready)
@@ -252,8 +253,8 @@ class DmaReader(_DmaMaster):
         m.d.comb += [bus.rready.eq(1), beat.eq(bus.rvalid)]
         last = Signal()
         burst_last = Signal()
-        m.d.comb += [last.eq(count == len_fifo.r_data - 1),
-                     burst_last.eq(in_burst == burst_fifo.r_data - 1)]
+        m.d.comb += [last.eq(count == len_fifo.r_data),          # the FIFOs hold length - 1
+                     burst_last.eq(in_burst == burst_fifo.r_data)]
         with m.If(beat):
             m.d.sync += [count.eq(Mux(last, 0, count + 1)),
                          in_burst.eq(Mux(burst_last, 0, in_burst + 1))]

@@ -142,7 +142,10 @@ class Walker(wiring.Component):
         # CMD phase 0 -> phase 1; BLOCK -> EXP_WAIT -> EXP_PREP -> EXP).
         rem_m = Signal(18)                   # rows and columns from the block's corner on
         rem_n = Signal(18)
-        m.d.sync += [rem_m.eq(d.m - m_blk), rem_n.eq(d.n - n_blk)]
+        m_up = Signal(18)                    # M and N rounded up by a tile less one (BLOCK)
+        n_up = Signal(18)
+        m.d.sync += [rem_m.eq(d.m - m_blk), rem_n.eq(d.n - n_blk),
+                     m_up.eq(d.m + R - 1), n_up.eq(d.n + C - 1)]
 
         def lanes_valid(name, lanes, rest):
             v = Signal(18, name=name)
@@ -225,8 +228,8 @@ class Walker(wiring.Component):
                     m.d.sync += [m_blk.eq(0), n_blk.eq(0), k0.eq(0), first_block.eq(1)]
                     m.next = "BLOCK"
             with m.State("BLOCK"):
-                tiles_m = (d.m - m_blk + R - 1) >> _log2(R)
-                tiles_n = (d.n - n_blk + C - 1) >> _log2(C)
+                tiles_m = (m_up - m_blk) >> _log2(R)
+                tiles_n = (n_up - n_blk) >> _log2(C)
                 m.d.sync += [bm.eq(Mux(tiles_m < BL, tiles_m, BL)),
                              bn.eq(Mux(tiles_n < BL, tiles_n, BL)),
                              ti.eq(0), tj.eq(0), m0.eq(m_blk), n0.eq(n_blk), k0.eq(0),
