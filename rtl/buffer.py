@@ -118,28 +118,41 @@ class TransposableBuffer(wiring.Component):
         pos = Signal(range(D + L))    # step of this beat (k-major) or of its first value
         rot = Signal(range(L))        # beat value x goes to bank (x + rot) mod L
 
+        def is_last(pos, sub, rot, k, extra, k_major):
+            """A beat at (pos, sub, rot) would be the tile's last."""
+            return Mux(k_major, (pos == k - 1) & (sub == extra),
+                       (pos + L >= k) & (rot == L - 1))
+
         beat = Signal()
+        last = Signal()               # the next beat is the tile's last (a register)
         finished = Signal()           # this beat is the tile's last
         m.d.comb += [
             beat.eq(busy & self.w_stream.valid),
-            finished.eq(beat & Mux(k_major, (pos == k - 1) & (sub == extra),
-                                   (pos + L >= k) & (rot == L - 1))),
+            finished.eq(beat & last),
             self.w_stream.ready.eq(busy),
             # The next command is taken in the cycle of the last beat: no gap between tiles.
             self.w_cmd.ready.eq(~busy | finished),
         ]
+        # The position after this beat; `last` follows it, so that `finished` (and through
+        # w_done the datapath's loader) is one gate from registers.
+        pos_n = Signal.like(pos)
+        sub_n = Signal.like(sub)
+        rot_n = Signal.like(rot)
         rot_next = Mux(rot == L - 1, 0, rot + 1)
-        with m.If(beat):
-            with m.If(k_major):
-                with m.If(sub == extra):
-                    m.d.sync += [sub.eq(0), pos.eq(pos + 1), rot.eq(rot_next)]
-                with m.Else():
-                    m.d.sync += sub.eq(sub + 1)
+        m.d.comb += [pos_n.eq(pos), sub_n.eq(sub), rot_n.eq(rot)]
+        with m.If(k_major):
+            with m.If(sub == extra):
+                m.d.comb += [sub_n.eq(0), pos_n.eq(pos + 1), rot_n.eq(rot_next)]
             with m.Else():
-                with m.If(pos + L >= k):       # last beat of this lane's row
-                    m.d.sync += [pos.eq(0), rot.eq(rot_next)]
-                with m.Else():
-                    m.d.sync += pos.eq(pos + L)
+                m.d.comb += sub_n.eq(sub + 1)
+        with m.Else():
+            with m.If(pos + L >= k):       # last beat of this lane's row
+                m.d.comb += [pos_n.eq(0), rot_n.eq(rot_next)]
+            with m.Else():
+                m.d.comb += pos_n.eq(pos + L)
+        with m.If(beat):
+            m.d.sync += [pos.eq(pos_n), sub.eq(sub_n), rot.eq(rot_n),
+                         last.eq(is_last(pos_n, sub_n, rot_n, k, extra, k_major))]
         with m.If(finished):
             m.d.sync += busy.eq(0)
 
@@ -154,7 +167,9 @@ class TransposableBuffer(wiring.Component):
         with m.If(take):
             m.d.sync += [slot.eq(cmd.slot), k.eq(cmd.k), k_major.eq(cmd.k_major),
                          extra.eq(Mux(cmd.k_major, cmd.extra, 0)), sub.eq(0),
-                         pos.eq(0), rot.eq(0), busy.eq(cmd.k != 0)]
+                         pos.eq(0), rot.eq(0), busy.eq(cmd.k != 0),
+                         last.eq(is_last(0, 0, 0, cmd.k, Mux(cmd.k_major, cmd.extra, 0),
+                                         cmd.k_major))]
 
         slot_base = (slot + sub) * D  # D is a power of two: a shift
         for b, (wp, _) in enumerate(banks):
