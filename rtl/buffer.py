@@ -113,15 +113,17 @@ class TransposableBuffer(wiring.Component):
         slot = Signal(range(self.slots))
         extra = Signal(range(self.slots))
         sub = Signal(range(self.slots))   # tile of the span this beat goes to
-        k = Signal(range(self.depth + 1))
         k_major = Signal()
         pos = Signal(range(D + L))    # step of this beat (k-major) or of its first value
         rot = Signal(range(L))        # beat value x goes to bank (x + rot) mod L
 
-        def is_last(pos, sub, rot, k, extra, k_major):
+        # k - 1 and k - L, registered with the command, so that the end tests compare.
+        k_m1 = Signal(range(self.depth + 1))
+        k_mL = Signal(range(-L, self.depth + 1))
+
+        def is_last(pos, sub, rot, k_m1, k_mL, extra, k_major):
             """A beat at (pos, sub, rot) would be the tile's last."""
-            return Mux(k_major, (pos == k - 1) & (sub == extra),
-                       (pos + L >= k) & (rot == L - 1))
+            return Mux(k_major, (pos == k_m1) & (sub == extra), (pos >= k_mL) & (rot == L - 1))
 
         beat = Signal()
         last = Signal()               # the next beat is the tile's last (a register)
@@ -146,13 +148,13 @@ class TransposableBuffer(wiring.Component):
             with m.Else():
                 m.d.comb += sub_n.eq(sub + 1)
         with m.Else():
-            with m.If(pos + L >= k):       # last beat of this lane's row
+            with m.If(pos >= k_mL):        # last beat of this lane's row (pos + L >= k)
                 m.d.comb += [pos_n.eq(0), rot_n.eq(rot_next)]
             with m.Else():
                 m.d.comb += pos_n.eq(pos + L)
         with m.If(beat):
             m.d.sync += [pos.eq(pos_n), sub.eq(sub_n), rot.eq(rot_n),
-                         last.eq(is_last(pos_n, sub_n, rot_n, k, extra, k_major))]
+                         last.eq(is_last(pos_n, sub_n, rot_n, k_m1, k_mL, extra, k_major))]
         with m.If(finished):
             m.d.sync += busy.eq(0)
 
@@ -165,11 +167,12 @@ class TransposableBuffer(wiring.Component):
         ]
         m.d.sync += empty_done.eq(take & (cmd.k == 0))
         with m.If(take):
-            m.d.sync += [slot.eq(cmd.slot), k.eq(cmd.k), k_major.eq(cmd.k_major),
+            m.d.sync += [slot.eq(cmd.slot), k_major.eq(cmd.k_major),
                          extra.eq(Mux(cmd.k_major, cmd.extra, 0)), sub.eq(0),
                          pos.eq(0), rot.eq(0), busy.eq(cmd.k != 0),
-                         last.eq(is_last(0, 0, 0, cmd.k, Mux(cmd.k_major, cmd.extra, 0),
-                                         cmd.k_major))]
+                         k_m1.eq(cmd.k - 1), k_mL.eq(cmd.k - L),
+                         last.eq(is_last(0, 0, 0, cmd.k - 1, cmd.k - L,
+                                         Mux(cmd.k_major, cmd.extra, 0), cmd.k_major))]
 
         slot_base = (slot + sub) * D  # D is a power of two: a shift
         for b, (wp, _) in enumerate(banks):

@@ -49,8 +49,11 @@ class ReadRouter(wiring.Component):
         m = Module()
         layout = route_layout()
         m.submodules.queue = queue = fifo.SyncFIFOBuffered(width=layout.size, depth=self.depth)
-        m.d.comb += [queue.w_data.eq(self.routes.payload), queue.w_en.eq(self.routes.valid),
-                     self.routes.ready.eq(queue.w_rdy)]
+        # The queue holds rows - 1, so that the end of an entry is an equality with its head.
+        entry = data.View(layout, queue.w_data)
+        m.d.comb += [entry.path.eq(self.routes.payload.path),
+                     entry.rows.eq(self.routes.payload.rows - 1),
+                     queue.w_en.eq(self.routes.valid), self.routes.ready.eq(queue.w_rdy)]
         head = data.View(layout, queue.r_data)
         lasts = Signal(16)           # rows of the head entry already passed
         word = self.i_stream
@@ -64,7 +67,7 @@ class ReadRouter(wiring.Component):
             word.ready.eq((to_a & self.a_stream.ready) | (to_b & self.b_stream.ready)),
         ]
         with m.If(word.valid & word.ready & word.payload.last):
-            with m.If(lasts == head.rows - 1):
+            with m.If(lasts == head.rows):
                 m.d.comb += queue.r_en.eq(1)
                 m.d.sync += lasts.eq(0)
             with m.Else():
