@@ -17,6 +17,10 @@ chunk costs the longest of what runs in parallel during it:
   < N), one burst per row, at ``min(1, outstanding_writes * beats / (beats + write_latency +
   2))`` words per cycle.
 
+Both data channels move at most ``1 - pause`` words a cycle under a port whose subordinate
+holds a channel back with probability ``pause`` each cycle (the presets' random
+back-pressure).
+
 Before the first chunk computes, its operands must arrive (``read_latency`` plus their
 transfer); after the last, the array drains and the last C rows are written. Word counts are
 those of :mod:`rtl.engine`: lane-run tiles (A as stored, B transposed) read each of their
@@ -82,8 +86,8 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
         The accelerator's configuration.
     port : dict
         ``outstanding_reads``, ``outstanding_writes`` (``None``: unlimited),
-        ``read_latency``, ``write_latency``, ``max_burst`` — as :func:`sim.ports.resolve_port`
-        returns.
+        ``read_latency``, ``write_latency``, ``max_burst`` and ``pause`` (0 if absent) — as
+        :func:`sim.ports.resolve_port` returns.
     ports : {1, 2}
         Memory ports: 2 reads A and B in parallel (a prediction for a design not built).
 
@@ -101,13 +105,15 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
     o_rd = min(dma_outstanding, port.get("outstanding_reads") or dma_outstanding)
     o_wr = min(dma_outstanding, port.get("outstanding_writes") or dma_outstanding)
     lat_r, lat_w = port["read_latency"], port["write_latency"]
+    # A data channel held back with probability `pause` a cycle moves at most 1 - pause words.
+    keep = 1.0 - (port.get("pause") or 0.0)
 
     def read_cycles(runs: list[int]) -> float:
         bursts = [b for w in runs for b in _bursts(w, burst)]
         if not bursts:
             return 0.0
         beats = sum(bursts)
-        return beats / read_rate(beats / len(bursts), o_rd, lat_r)
+        return beats / (read_rate(beats / len(bursts), o_rd, lat_r) * keep)
 
     def operand_runs(k_major, lanes, x_blk, limit, tiles, kc):
         """Runs of bus words the engine reads for one operand of a chunk."""
@@ -146,7 +152,7 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
                         words = _cdiv(4 * cols_in, bpw) if 4 * cols > bpw else 1
                         runs += [words] * sum(rows_in)
                     beats = sum(runs) / len(runs)
-                    write = sum(runs) / read_rate(beats, o_wr, lat_w + 2)
+                    write = sum(runs) / (read_rate(beats, o_wr, lat_w + 2) * keep)
                 overhead = LOAD_OVERHEAD * (a_loads + b_loads)
                 chunks.append({"compute": bm * bn * kc, "kc": kc,
                                "read": read_time(a_runs, b_runs) + overhead,

@@ -51,3 +51,15 @@ def test_bad_ports_argument():
     with pytest.raises(ValueError, match="ports"):
         predict(8, 8, 8, rows=8, cols=8, depth=512, block=4, data_width=128,
                 port=resolve_port("ideal"), ports=3)
+
+
+def test_pauses_slow_the_data_channels():
+    """A port that holds its channels back 10 % of cycles: a write-bound GEMM (K = 8, C rows
+    dominate) takes about 1 / 0.9 as long; a missing ``pause`` means none."""
+    port = dict(resolve_port("ideal"))
+    base = predict(256, 256, 8, port=port, **CONFIG)["cycles"]
+    del port["pause"]
+    assert predict(256, 256, 8, port=port, **CONFIG)["cycles"] == base
+    port["pause"] = 0.1
+    slow = predict(256, 256, 8, port=port, **CONFIG)["cycles"]
+    assert base / 0.9 * 0.95 < slow <= base / 0.9 * 1.001
