@@ -166,13 +166,14 @@ class TransposableBuffer(wiring.Component):
             self.w_done.eq(finished | empty_done),
         ]
         m.d.sync += empty_done.eq(take & (cmd.k == 0))
+        cmd_k_m1, cmd_k_mL = cmd.k - 1, cmd.k - L
+        cmd_extra = Mux(cmd.k_major, cmd.extra, 0)
         with m.If(take):
             m.d.sync += [slot.eq(cmd.slot), k_major.eq(cmd.k_major),
-                         extra.eq(Mux(cmd.k_major, cmd.extra, 0)), sub.eq(0),
+                         extra.eq(cmd_extra), sub.eq(0),
                          pos.eq(0), rot.eq(0), busy.eq(cmd.k != 0),
-                         k_m1.eq(cmd.k - 1), k_mL.eq(cmd.k - L),
-                         last.eq(is_last(0, 0, 0, cmd.k - 1, cmd.k - L,
-                                         Mux(cmd.k_major, cmd.extra, 0), cmd.k_major))]
+                         k_m1.eq(cmd_k_m1), k_mL.eq(cmd_k_mL),
+                         last.eq(is_last(0, 0, 0, cmd_k_m1, cmd_k_mL, cmd_extra, cmd.k_major))]
 
         slot_base = (slot + sub) * D  # D is a power of two: a shift
         for b, (wp, _) in enumerate(banks):

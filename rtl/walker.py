@@ -134,7 +134,8 @@ class Walker(wiring.Component):
         m0 = Signal(17)
         n0 = Signal(17)
         ei = Signal(range(2 * BL + 1))       # exponent vector being fetched
-        eidx = ei[:max(1, _log2(BL))] if BL > 1 else Const(0, 1)
+        eidx = ei[:max(1, _log2(BL))] if BL > 1 else Const(0, 1)   # row vector ei
+        cidx = (ei - BL)[:len(eidx)]                                  # column vector ei - BL
 
         # What a load job needs, in registers computed every cycle from the walk's state: a
         # tile's (or span's, or vector's) lanes inside the matrix, words and beats of a chunk.
@@ -157,13 +158,13 @@ class Walker(wiring.Component):
         v_as = lanes_valid("v_as", BL * R, rem_m)     # a span of k-major A tiles
         v_bs = lanes_valid("v_bs", BL * C, rem_n)
         v_re = lanes_valid("v_re", R, rem_m - (eidx << _log2(R)))
-        v_ce = lanes_valid("v_ce", C, rem_n - ((ei - BL)[:len(eidx)] << _log2(C)))
+        v_ce = lanes_valid("v_ce", C, rem_n - (cidx << _log2(C)))
         ex_m0 = Signal(17)
         ex_n0 = Signal(17)
         kc_words = Signal(17)
         kc_beats = {lanes: Signal(17, name=f"kc_beats_{lanes}") for lanes in {R, C}}
         m.d.sync += [ex_m0.eq(m_blk + (eidx << _log2(R))),
-                     ex_n0.eq(n_blk + ((ei - BL)[:len(eidx)] << _log2(C))),
+                     ex_n0.eq(n_blk + (cidx << _log2(C))),
                      kc_words.eq((kc + bpw - 1) >> wlog)]
         m.d.sync += [b.eq((kc + lanes - 1) >> _log2(lanes)) for lanes, b in kc_beats.items()]
 

@@ -17,8 +17,8 @@ import numpy as np
 
 from firmware.regmap import ErrorCode
 
-__all__ = ["descriptor", "check", "k_chunks", "walk", "load_sequence", "route", "issue",
-           "write_back"]
+__all__ = ["descriptor", "check", "chunk_align", "k_chunks", "walk", "load_sequence", "route",
+           "issue", "write_back"]
 
 _DESC_FIELDS = ("m", "n", "k", "transpose_a", "transpose_b", "raw", "row_vec", "col_vec",
                 "row_exp", "col_exp", "a_addr", "a_stride", "b_addr", "b_stride", "c_addr",
@@ -73,6 +73,12 @@ def check(desc: dict, window_base: int, window_limit: int, data_width: int = 128
     return 0
 
 
+def chunk_align(rows: int, cols: int, data_width: int) -> int:
+    """The step alignment of :class:`rtl.walker.Walker`'s K chunks: ``max(rows, cols, bus
+    bytes)`` (the ``align`` of :func:`k_chunks`)."""
+    return max(rows, cols, data_width // 8)
+
+
 def k_chunks(k: int, depth: int, align: int = 1, ramp: bool = False) -> list[tuple[int, int]]:
     """The K chunks ``(k0, kc)`` a block is walked over, in order: the short one first.
 
@@ -91,7 +97,7 @@ def k_chunks(k: int, depth: int, align: int = 1, ramp: bool = False) -> list[tup
     loads.
 
     The sums are int32 and exact in any order, so results do not depend on the chunks.
-    :class:`rtl.walker.Walker` uses ``align = max(rows, cols, bus bytes)``.
+    :class:`rtl.walker.Walker` uses ``align =`` :func:`chunk_align`.
     """
     chunks, k0, size = [], 0, align
     while ramp and size <= depth and k - k0 - size >= 2 * size:
@@ -147,7 +153,8 @@ def walk(desc: dict, rows: int, cols: int, depth: int, block: int, data_width: i
                 x0 = n_blk + j * C
                 load(1, C, False, min(n - x0, C), x0, desc["col_exp_addr"], 0, 0, 0,
                      tag=1 | j << 1, exp=True)
-            for k0, kc in k_chunks(k, D, max(R, C, bpw), ramp=m_blk == 0 and n_blk == 0):
+            for k0, kc in k_chunks(k, D, chunk_align(R, C, data_width),
+                                   ramp=m_blk == 0 and n_blk == 0):
                 last = k0 + kc == k
                 for i in range(bm):
                     for j in range(bn):

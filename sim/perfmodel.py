@@ -41,7 +41,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .engine_models import k_chunks
+from .engine_models import chunk_align, k_chunks
 
 __all__ = ["predict", "read_rate", "training_gemms", "main"]
 
@@ -137,7 +137,7 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
         rows_in = [min(rows, m - m_blk - i * rows) for i in range(bm)]
         for n_blk in range(0, n, block * cols):
             bn = min(block, _cdiv(n - n_blk, cols))
-            for k0, kc in k_chunks(k, depth, max(rows, cols, bpw),
+            for k0, kc in k_chunks(k, depth, chunk_align(rows, cols, data_width),
                                   ramp=m_blk == 0 and n_blk == 0):
                 a_runs, a_loads = operand_runs(transpose_a, rows, m_blk, m, bm, kc)
                 b_runs, b_loads = operand_runs(not transpose_b, cols, n_blk, n, bn, kc)
