@@ -10,6 +10,7 @@ from .dma import dma_command_layout, dma_write_layout
 from .gearbox import Gearbox
 from .issue import CommandIssue
 from .loader import LoadSequencer
+from .pipe import RegisterSlice
 from .router import ReadRouter
 from .walker import Walker
 from .writeback import WriteBack
@@ -47,14 +48,18 @@ class GemmEngine(wiring.Component):
                                              +-> load jobs -> LoadSequencer -> rd_cmd
                                              |      gearbox jobs -> gb_a / gb_b
                                              |      routes -> ReadRouter <- rd_data
-                                             |                 -> gb_a / gb_b -> CommandIssue
+                                             |         -> | gb_a / gb_b | -> CommandIssue
                                              +-> write jobs -> WriteBack <- datapath C rows
                                                                    -> wr_cmd, wr_data
 
     :class:`rtl.checker.DescriptorChecker`, :class:`rtl.walker.Walker`,
     :class:`rtl.loader.LoadSequencer`, :class:`rtl.router.ReadRouter`,
     :class:`rtl.gearbox.Gearbox` (two), :class:`rtl.issue.CommandIssue`,
-    :class:`rtl.writeback.WriteBack`. The engine itself only holds the running descriptor
+    :class:`rtl.writeback.WriteBack`. A :class:`rtl.pipe.RegisterSlice` (``|``) sits on
+    either side of each gearbox, so that the ready chain from the datapath's buffers to the DMA
+    reader's FIFO, and the gearbox's byte selection into the buffers' rotators, are cut into
+    short paths (:data:`SLICES` of them; each adds one cycle of latency, no bubbles). The
+    engine itself only holds the running descriptor
     (given to every part) and sequences check, walk and drain. A descriptor is checked
     ``DescriptorChecker.LATENCY + 1`` cycles after ``start``; the walk starts 2 cycles later.
 
@@ -142,7 +147,10 @@ class GemmEngine(wiring.Component):
 
     #: The parts with their own registered copy of :attr:`soft_reset`.
     RESET_PARTS = ("datapath", "checker", "walker", "loader", "router", "gb_a", "gb_b", "issue",
-                   "writeback", "control")
+                   "writeback", "slices", "control")
+
+    #: The register slices: router -> gearbox and gearbox -> issue, for A and for B.
+    SLICES = ("a_in", "b_in", "a_out", "b_out")
 
     # ------------------------------------------------------------------------------------------
     def elaborate(self, platform):
@@ -161,11 +169,19 @@ class GemmEngine(wiring.Component):
         issue = CommandIssue(R, C, block=BL, tag_width=tag_width)
         writeback = WriteBack(R, C, data_width=self.data_width, addr_width=self.addr_width,
                               queue=max(4, BL * BL))
+        slice_shapes = dict(a_in=self.data_width, b_in=self.data_width,
+                            a_out=gb_a.o_stream.payload.shape(),
+                            b_out=gb_b.o_stream.payload.shape())
+        assert tuple(slice_shapes) == self.SLICES
+        slices = Module()
+        for name, shape in slice_shapes.items():
+            slices.submodules[name] = RegisterSlice(shape)
+        sl = slices.submodules
         # the engine's own registers are a part too
         control = Module()
         parts = dict(datapath=dp, checker=checker, walker=walker, loader=loader,
                      router=router, gb_a=gb_a, gb_b=gb_b, issue=issue, writeback=writeback,
-                     control=control)
+                     slices=slices, control=control)
         assert tuple(parts) == self.RESET_PARTS
         for name, part in parts.items():
             copy = Signal(init=1, name=f"rst_{name}", attrs={"keep": "true"})
@@ -189,10 +205,14 @@ class GemmEngine(wiring.Component):
         wiring.connect(m, loader.b_jobs, gb_b.jobs)
         wiring.connect(m, loader.routes, router.routes)
         wiring.connect(m, wiring.flipped(self.rd_data), router.i_stream)
-        wiring.connect(m, router.a_stream, gb_a.i_stream)
-        wiring.connect(m, router.b_stream, gb_b.i_stream)
-        wiring.connect(m, gb_a.o_stream, issue.a_vectors)
-        wiring.connect(m, gb_b.o_stream, issue.b_vectors)
+        wiring.connect(m, router.a_stream, sl.a_in.i_stream)
+        wiring.connect(m, sl.a_in.o_stream, gb_a.i_stream)
+        wiring.connect(m, router.b_stream, sl.b_in.i_stream)
+        wiring.connect(m, sl.b_in.o_stream, gb_b.i_stream)
+        wiring.connect(m, gb_a.o_stream, sl.a_out.i_stream)
+        wiring.connect(m, sl.a_out.o_stream, issue.a_vectors)
+        wiring.connect(m, gb_b.o_stream, sl.b_out.i_stream)
+        wiring.connect(m, sl.b_out.o_stream, issue.b_vectors)
         wiring.connect(m, issue.cmd, dp.cmd)
         wiring.connect(m, issue.a_stream, dp.a_stream)
         wiring.connect(m, issue.b_stream, dp.b_stream)

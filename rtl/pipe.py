@@ -1,0 +1,62 @@
+"""A register slice for ``lib.stream`` interfaces: cuts the valid, payload and ready paths."""
+
+from amaranth import Module, Mux, Signal
+from amaranth.lib import stream, wiring
+from amaranth.lib.wiring import In, Out
+
+__all__ = ["RegisterSlice"]
+
+
+class RegisterSlice(wiring.Component):
+    """A two-entry skid buffer: every output of it comes straight from a register.
+
+    The stream passes unchanged (the numpy model is the identity: same payloads, same order,
+    none lost, none duplicated). What changes is timing: :attr:`o_stream` ``valid`` and
+    ``payload`` are registers, and :attr:`i_stream` ``ready`` is a register too, so no
+    combinational path runs through the slice in either direction. A chain of components
+    joined through slices has paths no longer than each component's own.
+
+    The second entry (the skid) takes the word that arrives in the cycle the output stalls,
+    since ``ready`` upstream can only fall a cycle later. Payload registers have no reset (they
+    are only read under ``valid``), so synthesis is free to place them.
+
+    Latency and throughput: a word is on :attr:`o_stream` the cycle after it is taken; one
+    word a cycle, with any pattern of ``ready``.
+
+    Parameters
+    ----------
+    shape : shape-like
+        The payload (a ``lib.data`` layout or a width).
+
+    Members
+    -------
+    i_stream : In(stream.Signature(shape))
+    o_stream : Out(stream.Signature(shape))
+    """
+
+    #: Cycles from a word taken on :attr:`i_stream` to it on :attr:`o_stream`.
+    LATENCY = 1
+
+    def __init__(self, shape):
+        self.shape = shape
+        super().__init__({"i_stream": In(stream.Signature(shape)),
+                          "o_stream": Out(stream.Signature(shape))})
+
+    def elaborate(self, platform):
+        m = Module()
+        i, o = self.i_stream, self.o_stream
+        valid = Signal()                                        # o_stream's word is held
+        payload = Signal(self.shape, reset_less=True)
+        skid_valid = Signal()                                   # a second word is held
+        skid = Signal(self.shape, reset_less=True)
+        take = Signal()
+        m.d.comb += [o.valid.eq(valid), o.payload.eq(payload), i.ready.eq(~skid_valid),
+                     take.eq(i.valid & ~skid_valid)]
+        with m.If(~valid | o.ready):
+            # the output register is free this cycle: the skid word first, else the new one
+            m.d.sync += [valid.eq(skid_valid | take),
+                         payload.eq(Mux(skid_valid, skid, i.payload)),
+                         skid_valid.eq(0)]
+        with m.Elif(take):
+            m.d.sync += [skid_valid.eq(1), skid.eq(i.payload)]
+        return m
