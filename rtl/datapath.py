@@ -1,6 +1,6 @@
 """The tile GEMM datapath: operand buffers -> systolic array -> rescaler, between streams."""
 
-from amaranth import Array, Cat, Const, Module, Mux, Signal, signed, unsigned
+from amaranth import Array, Const, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, fifo, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -177,7 +177,7 @@ class GemmDatapath(wiring.Component):
         # sequencer compares a counter with a register and adds narrow numbers only
         interval = array.min_emit_interval
         job_layout = data.StructLayout({
-            "k_m1": unsigned(16), "k_sat": range(interval + 2),
+            "k_m2": unsigned(16), "k_one": 1, "k_sat": range(interval + 2),
             "clear": 1, "readout": 1, "info": info_layout,
             "a_slot": range(self.slots), "b_slot": range(self.slots)})
         m.submodules.jobs = jobs = (
@@ -187,24 +187,31 @@ class GemmDatapath(wiring.Component):
         cur = Signal(job_layout)
         active = Signal()
         kk = Signal(unsigned(16))
-        finishing = active & (kk == cur.k_m1)
+        # The last step of ``cur`` is this cycle, and the first: registers, set a cycle ahead
+        # (from k == 1 at the start, else from kk == k - 2), so that no counter compare feeds
+        # the start decision, the slot counts or the output credits.
+        finishing = Signal()
+        fresh = Signal()
 
         # Readers of each slot, queued or running: a slot is reloaded only once they are done.
         pend_max = self.lookahead + 6
         pend_a = [Signal(range(pend_max), name=f"pend_a{s}") for s in range(self.slots)]
         pend_b = [Signal(range(pend_max), name=f"pend_b{s}") for s in range(self.slots)]
+        # pend != 0, kept as registers beside the counts (the loader's hazard check reads them)
+        pend_a_nz = Signal(self.slots)
+        pend_b_nz = Signal(self.slots)
 
         # ---- loader: command -> buffers ---------------------------------------------------
         loading = Signal()
         a_done = Signal()
         b_done = Signal()
-        job = Signal(job_layout)
+        job = Signal(job_layout, reset_less=True)         # read under loading
 
         # ---- command stage: the command registered beside what its checks need -----------
         # (k out of range; the slots a load writes, as masks), so that the loader decides
         # from registers and a few gates. One cycle (COMMAND_STAGES); a command enters in the
         # cycle the one before leaves.
-        cmd = Signal(self.cmd.payload.shape())
+        cmd = Signal(self.cmd.payload.shape(), reset_less=True)      # read under staged
         staged = Signal()
         bad = Signal()
         a_span = Signal(self.slots)
@@ -224,8 +231,7 @@ class GemmDatapath(wiring.Component):
                          b_span.eq(span(p.load_b, p.b_slot, p.b_extra))]
         with m.Elif(take):
             m.d.sync += staged.eq(0)
-        hazard = ((a_span & Cat(*(q != 0 for q in pend_a))).any()
-                  | (b_span & Cat(*(q != 0 for q in pend_b))).any())
+        hazard = (a_span & pend_a_nz).any() | (b_span & pend_b_nz).any()
         wiring.connect(m, wiring.flipped(self.a_stream), a_buf.w_stream)
         wiring.connect(m, wiring.flipped(self.b_stream), b_buf.w_stream)
         m.d.comb += [
@@ -259,7 +265,7 @@ class GemmDatapath(wiring.Component):
                              b_buf.w_cmd.valid.eq(cmd.load_b)]
                 m.d.sync += [
                     loading.eq(1), a_done.eq(~cmd.load_a), b_done.eq(~cmd.load_b),
-                    job.k_m1.eq(cmd.k - 1),
+                    job.k_m2.eq(cmd.k - 2), job.k_one.eq(cmd.k == 1),
                     job.k_sat.eq(Mux(cmd.k > interval, interval + 1, cmd.k)),
                     job.clear.eq(cmd.clear),
                     job.readout.eq(cmd.emit | cmd.store),
@@ -269,11 +275,16 @@ class GemmDatapath(wiring.Component):
                     job.info.raw.eq(cmd.raw), job.info.row_exp.eq(cmd.row_exp),
                     job.info.col_exp.eq(cmd.col_exp),
                 ]
-        for s_, (pa, pb) in enumerate(zip(pend_a, pend_b, strict=True)):
-            m.d.sync += [
-                pa.eq(pa + (accept & (cmd.a_slot == s_)) - (finishing & (cur.a_slot == s_))),
-                pb.eq(pb + (accept & (cmd.b_slot == s_)) - (finishing & (cur.b_slot == s_))),
-            ]
+        for s_ in range(self.slots):
+            for q, nz, slot_in, slot_out in ((pend_a[s_], pend_a_nz[s_], cmd.a_slot, cur.a_slot),
+                                             (pend_b[s_], pend_b_nz[s_], cmd.b_slot, cur.b_slot)):
+                inc = accept & (slot_in == s_)
+                dec = finishing & (slot_out == s_)
+                m.d.sync += q.eq(q + inc - dec)
+                with m.If(inc & ~dec):
+                    m.d.sync += nz.eq(1)
+                with m.Elif(dec & ~inc & (q == 1)):
+                    m.d.sync += nz.eq(0)
 
         # ---- compute sequencer: buffers -> array ------------------------------------------
         # Tiles read out of the array (emitted or stored) keep min_emit_interval cycles between
@@ -296,13 +307,14 @@ class GemmDatapath(wiring.Component):
         start = Signal()
         m.d.comb += start.eq(can_start & (~active | finishing))
 
+        m.d.sync += fresh.eq(start)
         with m.If(start):
             m.d.comb += jobs.r_en.eq(1)
-            m.d.sync += [active.eq(1), kk.eq(0), cur.eq(head)]
+            m.d.sync += [active.eq(1), kk.eq(0), cur.eq(head), finishing.eq(head.k_one)]
         with m.Elif(finishing | ~active):
-            m.d.sync += active.eq(0)
+            m.d.sync += [active.eq(0), finishing.eq(0)]
         with m.Else():
-            m.d.sync += kk.eq(kk + 1)
+            m.d.sync += [kk.eq(kk + 1), finishing.eq(kk == cur.k_m2)]
 
         reserve = start & head.readout & head.info.emit
         m.d.sync += credits.eq(credits - Mux(reserve, R, 0) + released)
@@ -319,7 +331,7 @@ class GemmDatapath(wiring.Component):
         # Flags travel beside the buffer read latency.
         first = Signal()
         last = Signal()
-        m.d.comb += [first.eq(active & cur.clear & (kk == 0)), last.eq(emit_last)]
+        m.d.comb += [first.eq(fresh & cur.clear), last.eq(emit_last)]
         first = delay(m, first, TransposableBuffer.READ_LATENCY, "first")
         last = delay(m, last, TransposableBuffer.READ_LATENCY, "last")
         m.d.comb += [
@@ -343,8 +355,8 @@ class GemmDatapath(wiring.Component):
         x_valid = Signal()
         x_row = Signal(range(R))
         x_last = Signal()
-        x_data = Signal(row_layout)
-        x_info = Signal(info_layout)
+        x_data = Signal(row_layout, reset_less=True)      # data: read under x_valid
+        x_info = Signal(info_layout, reset_less=True)
         m.d.sync += [x_valid.eq(array.o_stream.valid), x_row.eq(res.row), x_last.eq(res.last),
                      x_data.eq(res.data), x_info.eq(info)]
         m.d.comb += [

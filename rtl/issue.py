@@ -85,8 +85,11 @@ class CommandIssue(wiring.Component):
         m = Module()
         R, C, BL = self.rows, self.cols, self.block
         d = self.desc
-        rexp = [Signal(data.ArrayLayout(signed(8), R), name=f"rexp{i}") for i in range(BL)]
-        cexp = [Signal(data.ArrayLayout(signed(8), C), name=f"cexp{j}") for j in range(BL)]
+        # exponent registers: data, written before any command that reads them may leave
+        rexp = [Signal(data.ArrayLayout(signed(8), R), name=f"rexp{i}", reset_less=True)
+                for i in range(BL)]
+        cexp = [Signal(data.ArrayLayout(signed(8), C), name=f"cexp{j}", reset_less=True)
+                for j in range(BL)]
         exp_pending = Signal(range(2 * BL + 1))
         exp_written = Signal(range(3))
 

@@ -28,21 +28,30 @@ def rescale_output_layout(lanes: int) -> data.StructLayout:
     })
 
 
+def _zero_count(value, width: int, leading: bool):
+    """``(count, zero)``: the leading (or trailing) zeros of ``value`` (``width`` if it is
+    zero) and whether it is zero, as a tree of depth ``log2(width)``: each node takes its
+    upper (lower) half's count unless that half is all zeros. ``width`` is a power of two."""
+    if width == 1:
+        return ~value[0], ~value[0]
+    half = width // 2
+    first, second = (value[half:], value[:half]) if leading else (value[:half], value[half:])
+    c1, z1 = _zero_count(first, half, leading)
+    c2, z2 = _zero_count(second, half, leading)
+    return Mux(z1, half + c2, c1), z1 & z2
+
+
 def _leading_zeros(m, value, width):
     """Count of leading zeros of ``value`` (``width`` if it is zero), as a comb signal."""
-    count = Signal(range(width + 1), init=width)
-    for i in range(width):               # later assignments win: the highest set bit decides
-        with m.If(value[i]):
-            m.d.comb += count.eq(width - 1 - i)
+    count = Signal(range(width + 1))
+    m.d.comb += count.eq(_zero_count(value, width, leading=True)[0])
     return count
 
 
 def _trailing_zeros(m, value, width):
     """Count of trailing zeros of ``value`` (``width`` if it is zero), as a comb signal."""
-    count = Signal(range(width + 1), init=width)
-    for i in reversed(range(width)):     # the lowest set bit decides
-        with m.If(value[i]):
-            m.d.comb += count.eq(i)
+    count = Signal(range(width + 1))
+    m.d.comb += count.eq(_zero_count(value, width, leading=False)[0])
     return count
 
 
@@ -107,40 +116,43 @@ class Rescaler(wiring.Component):
             self.o_stream.payload.last.eq(last[4]),
         ]
 
+        # The lanes' registers hold data, read only under their stage's valid bit: no reset,
+        # so that the domain's reset reaches the few control flags alone.
         for lane in range(self.lanes):
             acc_in = self.i_stream.payload.acc[lane]
             exp_in = self.i_stream.payload.exp[lane]
 
             # Stage 1: sign and magnitude.
-            s1_acc = Signal(signed(32), name=f"l{lane}_s1_acc")
-            s1_sign = Signal(name=f"l{lane}_s1_sign")
-            s1_mag = Signal(unsigned(32), name=f"l{lane}_s1_mag")
-            s1_exp = Signal(signed(EXP_WIDTH), name=f"l{lane}_s1_exp")
+            s1_acc = Signal(signed(32), name=f"l{lane}_s1_acc", reset_less=True)
+            s1_sign = Signal(name=f"l{lane}_s1_sign", reset_less=True)
+            s1_mag = Signal(unsigned(32), name=f"l{lane}_s1_mag", reset_less=True)
+            s1_exp = Signal(signed(EXP_WIDTH), name=f"l{lane}_s1_exp", reset_less=True)
             # Stage 2: leading and trailing zero counts.
-            s2_acc = Signal(signed(32), name=f"l{lane}_s2_acc")
-            s2_sign = Signal(name=f"l{lane}_s2_sign")
-            s2_mag = Signal(unsigned(32), name=f"l{lane}_s2_mag")
-            s2_exp = Signal(signed(EXP_WIDTH), name=f"l{lane}_s2_exp")
-            s2_lz = Signal(range(33), name=f"l{lane}_s2_lz")
-            s2_tz = Signal(range(33), name=f"l{lane}_s2_tz")
+            s2_acc = Signal(signed(32), name=f"l{lane}_s2_acc", reset_less=True)
+            s2_sign = Signal(name=f"l{lane}_s2_sign", reset_less=True)
+            s2_mag = Signal(unsigned(32), name=f"l{lane}_s2_mag", reset_less=True)
+            s2_exp = Signal(signed(EXP_WIDTH), name=f"l{lane}_s2_exp", reset_less=True)
+            s2_lz = Signal(range(33), name=f"l{lane}_s2_lz", reset_less=True)
+            s2_tz = Signal(range(33), name=f"l{lane}_s2_tz", reset_less=True)
             # Stage 3: normalised significand and unbiased exponent.
-            s3_acc = Signal(signed(32), name=f"l{lane}_s3_acc")
-            s3_sign = Signal(name=f"l{lane}_s3_sign")
-            s3_zero = Signal(name=f"l{lane}_s3_zero")
-            s3_mant = Signal(unsigned(32), name=f"l{lane}_s3_mant")
-            s3_e = Signal(signed(11), name=f"l{lane}_s3_e")
-            s3_zeros = Signal(range(65), name=f"l{lane}_s3_zeros")  # lz + tz
+            s3_acc = Signal(signed(32), name=f"l{lane}_s3_acc", reset_less=True)
+            s3_sign = Signal(name=f"l{lane}_s3_sign", reset_less=True)
+            s3_zero = Signal(name=f"l{lane}_s3_zero", reset_less=True)
+            s3_mant = Signal(unsigned(32), name=f"l{lane}_s3_mant", reset_less=True)
+            s3_e = Signal(signed(11), name=f"l{lane}_s3_e", reset_less=True)
+            s3_zeros = Signal(range(65), name=f"l{lane}_s3_zeros", reset_less=True)  # lz + tz
             # Stage 4: alignment shift, guard and sticky bits.
-            s4_acc = Signal(signed(32), name=f"l{lane}_s4_acc")
-            s4_sign = Signal(name=f"l{lane}_s4_sign")
-            s4_zero = Signal(name=f"l{lane}_s4_zero")
-            s4_q = Signal(unsigned(24), name=f"l{lane}_s4_q")
-            s4_guard = Signal(name=f"l{lane}_s4_guard")
-            s4_sticky = Signal(name=f"l{lane}_s4_sticky")
-            s4_base = Signal(unsigned(8), name=f"l{lane}_s4_base")  # E + 126, or 0 if subnormal
-            s4_huge = Signal(name=f"l{lane}_s4_huge")
+            s4_acc = Signal(signed(32), name=f"l{lane}_s4_acc", reset_less=True)
+            s4_sign = Signal(name=f"l{lane}_s4_sign", reset_less=True)
+            s4_zero = Signal(name=f"l{lane}_s4_zero", reset_less=True)
+            s4_q = Signal(unsigned(24), name=f"l{lane}_s4_q", reset_less=True)
+            s4_guard = Signal(name=f"l{lane}_s4_guard", reset_less=True)
+            s4_sticky = Signal(name=f"l{lane}_s4_sticky", reset_less=True)
+            # E + 126, or 0 if subnormal
+            s4_base = Signal(unsigned(8), name=f"l{lane}_s4_base", reset_less=True)
+            s4_huge = Signal(name=f"l{lane}_s4_huge", reset_less=True)
             # Stage 5: the output word.
-            s5_word = Signal(unsigned(32), name=f"l{lane}_s5_word")
+            s5_word = Signal(unsigned(32), name=f"l{lane}_s5_word", reset_less=True)
 
             lz = _leading_zeros(m, s1_mag, 32)
             tz = _trailing_zeros(m, s1_mag, 32)

@@ -424,6 +424,8 @@ class SystolicArray(wiring.Component):
                     m.d.comb += getattr(cell, port_i).eq(src)
                 m.d.comb += cell.b_i.eq(b_edge[j] if i == 0 else cells[i - 1][j].b_o)
 
+        # the read-out rows: data, read under o_stream.valid, so no reset
+        data_q = Signal(out.data.shape(), name="readout_data", reset_less=True)
         if self.packing == 1:
             # Once cell (R-1, C-1) has captured, read one row per cycle for R cycles.
             start = delay(m, valid & inp.last, self.readout_delay, "readout")
@@ -437,7 +439,7 @@ class SystolicArray(wiring.Component):
                 with m.If(row == R - 1):
                     m.d.sync += reading.eq(0)
             sel = Signal(range(R))
-            m.d.comb += sel.eq(Mux(start, 0, row))
+            m.d.comb += [sel.eq(Mux(start, 0, row)), out.data.eq(data_q)]
             m.d.sync += [
                 self.o_stream.valid.eq(start | reading),
                 out.row.eq(sel),
@@ -446,7 +448,7 @@ class SystolicArray(wiring.Component):
             for j in range(C):
                 picked = select(m, [cells[i][j].result for i in range(R)], sel,
                                 primitive=self.primitive, name=f"readout{j}")
-                m.d.sync += out.data[j].eq(picked)
+                m.d.sync += data_q[j].eq(picked)
             return m
 
         # Packed: read pair q on cycle 2q after the last pair captured (stage A); unpack its
@@ -477,7 +479,8 @@ class SystolicArray(wiring.Component):
             picked = Signal(PAIR_RESULT, name=f"picked{j}", reset_less=True)
             with m.If(~cur[0]):   # sample each pair once, on its even slot
                 m.d.sync += picked.eq(column)
-            m.d.sync += out.data[j].eq(unpack_pair(m, picked, lo_phase, name=f"unpack{j}"))
+            m.d.sync += data_q[j].eq(unpack_pair(m, picked, lo_phase, name=f"unpack{j}"))
+        m.d.comb += out.data.eq(data_q)
         row = Mux(lo_phase, pair * 2 + 1, pair * 2)
         m.d.sync += [
             self.o_stream.valid.eq(hi_phase | lo_phase),

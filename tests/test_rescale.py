@@ -64,6 +64,19 @@ def test_exponent_sweep_into_overflow_and_subnormals():
     check(lanes, beats, stall=0.0)
 
 
+def test_every_leading_and_trailing_bit_position():
+    # The zero counts (a tree over the magnitude's bits) for every highest and lowest set bit:
+    # 2**i + 2**j and their negatives, at an exponent that keeps every bit and at ones where
+    # the low bits decide rounding (sticky) and subnormals.
+    lanes = 4
+    accs = [s * ((1 << i) | (1 << j)) for i in range(31) for j in range(i, 31)
+            for s in (1, -1)] + [-2**31]
+    accs += [0] * (-len(accs) % lanes)
+    beats = [(accs[i:i + lanes], [exp] * lanes, False) for exp in (0, -20, -140)
+             for i in range(0, len(accs), lanes)]
+    check(lanes, beats, stall=0.0)
+
+
 def test_ties_round_to_even():
     # 2**24 + 1 and 2**24 + 3 are exact ties in float32: they must go to the even neighbour.
     ties = [2**24 + 1, 2**24 + 3, -(2**24 + 1), -(2**24 + 3)]
