@@ -173,7 +173,7 @@ class DmaReader(_DmaMaster):
     a number of bus words (``beats >= 1``; a command of 0 beats is consumed and does
     nothing). The reader splits it into INCR bursts of at most ``burst_beats`` words that do
     not cross a 4 KB boundary, and keeps up to ``outstanding`` bursts in flight. An address
-    is issued only once the output FIFO has room for its whole burst, so ``rready`` is always
+    is issued only once the output FIFO has room for a longest burst, so ``rready`` is always
     high and a slow consumer never blocks the memory bus. The last word of each command has
     ``last`` set.
 
@@ -232,11 +232,15 @@ class DmaReader(_DmaMaster):
             width=self.burst_beats.bit_length(), depth=self.outstanding)
 
         # ---- address side -----------------------------------------------------------------
-        # A burst is asked for only when the data FIFO has room for all of it and fewer than
-        # `outstanding` are in flight (both only grow while it waits).
+        # A burst is asked for only when the data FIFO has room for a longest burst and
+        # fewer than `outstanding` are in flight (both only grow while it waits). The room is
+        # a register (`credits >= burst_beats`, set from the next count), so no compare of
+        # the count with the burst's length lies between the FIFO and the address channel.
         credits = Signal(range(depth + 1), init=depth)
+        credits_next = Signal.like(credits)
+        room = Signal(init=1)
         active, valid, ready, issued, _, addr, n, take = self._bursts(
-            m, lambda n: (credits >= n) & burst_fifo.w_rdy, len_fifo.w_rdy)
+            m, lambda n: room & burst_fifo.w_rdy, len_fifo.w_rdy)
         self._drive_address(m, "ar", valid, addr, n)
         m.d.comb += [ready.eq(bus.arready),
                      len_fifo.w_en.eq(take), len_fifo.w_data.eq(self.cmd.payload.beats - 1),
@@ -244,7 +248,8 @@ class DmaReader(_DmaMaster):
 
         popped = Signal()
         m.d.comb += popped.eq(self.o_stream.valid & self.o_stream.ready)
-        m.d.sync += credits.eq(credits - Mux(issued, n, 0) + popped)
+        m.d.comb += credits_next.eq(credits - Mux(issued, n, 0) + popped)
+        m.d.sync += [credits.eq(credits_next), room.eq(credits_next >= self.burst_beats)]
 
         # ---- data side --------------------------------------------------------------------
         count = Signal(24)

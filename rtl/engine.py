@@ -58,7 +58,8 @@ class GemmEngine(wiring.Component):
     :class:`rtl.writeback.WriteBack`. A :class:`rtl.pipe.RegisterSlice` (``|``) sits on
     either side of each gearbox, so that the ready chain from the datapath's buffers to the DMA
     reader's FIFO, and the gearbox's byte selection into the buffers' rotators, are cut into
-    short paths (:data:`SLICES` of them; each adds one cycle of latency, no bubbles). The
+    short paths; another on :attr:`rd_cmd` keeps the reader's credit check out of the load
+    sequencer (:data:`SLICES`; each adds one cycle of latency, no bubbles). The
     engine itself only holds the running descriptor
     (given to every part) and sequences check, walk and drain. A descriptor is checked
     ``DescriptorChecker.LATENCY + 1`` cycles after ``start``; the walk starts 2 cycles later.
@@ -149,8 +150,9 @@ class GemmEngine(wiring.Component):
     RESET_PARTS = ("datapath", "checker", "walker", "loader", "router", "gb_a", "gb_b", "issue",
                    "writeback", "slices", "control")
 
-    #: The register slices: router -> gearbox and gearbox -> issue, for A and for B.
-    SLICES = ("a_in", "b_in", "a_out", "b_out")
+    #: The register slices: router -> gearbox and gearbox -> issue, for A and for B; the
+    #: load sequencer's read commands -> :attr:`rd_cmd`.
+    SLICES = ("a_in", "b_in", "a_out", "b_out", "rd_cmd")
 
     # ------------------------------------------------------------------------------------------
     def elaborate(self, platform):
@@ -171,7 +173,8 @@ class GemmEngine(wiring.Component):
                               queue=max(4, BL * BL))
         slice_shapes = dict(a_in=self.data_width, b_in=self.data_width,
                             a_out=gb_a.o_stream.payload.shape(),
-                            b_out=gb_b.o_stream.payload.shape())
+                            b_out=gb_b.o_stream.payload.shape(),
+                            rd_cmd=dma_command_layout(self.addr_width))
         assert tuple(slice_shapes) == self.SLICES
         slices = Module()
         for name, shape in slice_shapes.items():
@@ -200,7 +203,8 @@ class GemmEngine(wiring.Component):
         wiring.connect(m, walker.o_cmd, issue.i_cmd)
         wiring.connect(m, walker.o_load, loader.i_stream)
         wiring.connect(m, walker.o_write, writeback.jobs)
-        wiring.connect(m, loader.rd_cmd, wiring.flipped(self.rd_cmd))
+        wiring.connect(m, loader.rd_cmd, sl.rd_cmd.i_stream)
+        wiring.connect(m, sl.rd_cmd.o_stream, wiring.flipped(self.rd_cmd))
         wiring.connect(m, loader.a_jobs, gb_a.jobs)
         wiring.connect(m, loader.b_jobs, gb_b.jobs)
         wiring.connect(m, loader.routes, router.routes)

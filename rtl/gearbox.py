@@ -62,11 +62,20 @@ class Gearbox(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         W, bpw = self.lanes, self.data_width // 8
-        layout = gearbox_job_layout(self.data_width, W, self.tag_width)
+        job = self.jobs.payload
+        # The queue holds the job with its last beat and last row as indices (nbeats - 1,
+        # nrows + nzero - 1), so that "this is the last" is an equality with the head.
+        layout = data.StructLayout({
+            "nrows": unsigned(16), "nbeats_m1": unsigned(16), "rows_m1": unsigned(17),
+            "nwords": unsigned(16), "valid": unsigned(17), "sel": job.sel.shape(),
+            "tag": unsigned(self.tag_width)})
         m.submodules.queue = queue = fifo.SyncFIFOBuffered(width=layout.size,
                                                            depth=self.job_depth)
-        m.d.comb += [queue.w_data.eq(self.jobs.payload), queue.w_en.eq(self.jobs.valid),
-                     self.jobs.ready.eq(queue.w_rdy)]
+        entry = data.View(layout, queue.w_data)
+        m.d.comb += [entry.nrows.eq(job.nrows), entry.nbeats_m1.eq(job.nbeats - 1),
+                     entry.rows_m1.eq(job.nrows + job.nzero - 1), entry.nwords.eq(job.nwords),
+                     entry.valid.eq(job.valid), entry.sel.eq(job.sel), entry.tag.eq(job.tag),
+                     queue.w_en.eq(self.jobs.valid), self.jobs.ready.eq(queue.w_rdy)]
         head = data.View(layout, queue.r_data)
         beat = Signal(16)
         row = Signal(17)
@@ -74,8 +83,8 @@ class Gearbox(wiring.Component):
         last_row = Signal()
         fire = Signal()
         out = self.o_stream
-        m.d.comb += [last_beat.eq(beat == head.nbeats - 1),
-                     last_row.eq(row == head.nrows + head.nzero - 1),
+        m.d.comb += [last_beat.eq(beat == head.nbeats_m1),
+                     last_row.eq(row == head.rows_m1),
                      fire.eq(out.valid & out.ready),
                      out.payload.tag.eq(head.tag)]
         reading = Signal()         # the row comes from memory (else zeros)

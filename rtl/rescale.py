@@ -160,18 +160,21 @@ class Rescaler(wiring.Component):
             e_comb = Signal(signed(11))
             m.d.comb += e_comb.eq(31 - s2_lz + s2_exp)
 
-            # sh = max(8, -E - 118), clamped at 33 (everything, guard included, shifted out).
+            # sh = max(8, -E - 118), clamped at 33 (everything, guard included, shifted out),
+            # computed in stage 3 from E = 31 - lz + exp and registered, so that stage 4 is
+            # the shift alone.
             sh = Signal(range(34))
             neg = Signal(signed(12))
-            m.d.comb += neg.eq(-s3_e - 118)
+            m.d.comb += neg.eq(s2_lz - s2_exp - 149)
             with m.If(neg <= 8):
                 m.d.comb += sh.eq(8)
             with m.Elif(neg >= 33):
                 m.d.comb += sh.eq(33)
             with m.Else():
                 m.d.comb += sh.eq(neg)
+            s3_sh = Signal(range(34), name=f"l{lane}_s3_sh", reset_less=True)
             wide = Signal(unsigned(33))
-            m.d.comb += wide.eq(Cat(Const(0, 1), s3_mant) >> sh)  # bit 0 is the guard bit
+            m.d.comb += wide.eq(Cat(Const(0, 1), s3_mant) >> s3_sh)  # bit 0 is the guard bit
 
             rounded = Signal(unsigned(32))
             m.d.comb += rounded.eq(
@@ -188,12 +191,12 @@ class Rescaler(wiring.Component):
                     s2_exp.eq(s1_exp), s2_lz.eq(lz), s2_tz.eq(tz),
 
                     s3_acc.eq(s2_acc), s3_sign.eq(s2_sign), s3_zero.eq(s2_mag == 0),
-                    s3_mant.eq(s2_mag << s2_lz), s3_e.eq(e_comb),
+                    s3_mant.eq(s2_mag << s2_lz), s3_e.eq(e_comb), s3_sh.eq(sh),
                     s3_zeros.eq(s2_lz + s2_tz),
 
                     s4_acc.eq(s3_acc), s4_sign.eq(s3_sign), s4_zero.eq(s3_zero),
                     s4_q.eq(wide[1:]), s4_guard.eq(wide[0]),
-                    s4_sticky.eq(s3_zeros < sh - 1),
+                    s4_sticky.eq(s3_zeros < s3_sh - 1),
                     s4_base.eq(Mux(s3_e >= -126, s3_e + 126, 0)),
                     s4_huge.eq(s3_e > 127),
                 ]
