@@ -102,12 +102,17 @@ class ProcessingElement(wiring.Component):
         prod = Signal(signed(16), reset_less=True)
         acc = Signal(signed(32), reset_less=True)
         result = Signal(signed(32), reset_less=True)
-        clear = Signal()
-        capture = Signal()
-        capture_d = Signal()
+        # the flags are reset-less too (see SystolicArray: stale flags after a reset are
+        # harmless, and a reset would keep the chains out of SRLs)
+        first = Signal(reset_less=True)
+        last = Signal(reset_less=True)
+        clear = Signal(reset_less=True)
+        capture = Signal(reset_less=True)
+        capture_d = Signal(reset_less=True)
+        m.d.comb += [self.first_o.eq(first), self.last_o.eq(last)]
         m.d.sync += [
             a.eq(self.a_i), b.eq(self.b_i),
-            self.first_o.eq(self.first_i), self.last_o.eq(self.last_i),
+            first.eq(self.first_i), last.eq(self.last_i),
             prod.eq(_shift_add_product(a, b) if self.fabric else a * b),
             clear.eq(self.first_o), capture.eq(self.last_o),
             acc.eq(Mux(clear, 0, acc) + prod),
@@ -171,16 +176,21 @@ class PackedPair(wiring.Component):
         hi = Signal(signed(8), reset_less=True)
         lo = Signal(signed(8), reset_less=True)
         b = Signal(signed(8), reset_less=True)
+        first = Signal(reset_less=True)       # flags: reset-less, as in ProcessingElement
+        last = Signal(reset_less=True)
         m.d.sync += [hi.eq(self.hi_i), lo.eq(self.lo_i), b.eq(self.b_i),
-                     self.first_o.eq(self.first_i), self.last_o.eq(self.last_i)]
-        m.d.comb += [self.hi_o.eq(hi), self.lo_o.eq(lo), self.b_o.eq(b)]
+                     first.eq(self.first_i), last.eq(self.last_i)]
+        m.d.comb += [self.hi_o.eq(hi), self.lo_o.eq(lo), self.b_o.eq(b),
+                     self.first_o.eq(first), self.last_o.eq(last)]
 
         m.submodules.mac = mac = PackedMac(primitive=self.primitive)
         m.d.comb += [mac.hi.eq(hi), mac.lo.eq(lo), mac.b.eq(b)]
 
-        m.d.comb += mac.clear.eq(delay(m, self.first_o, PackedMac.CLEAR_DELAY, "clear"))
-        loaded = delay(m, self.first_o, PackedMac.LATENCY, "loaded")  # P was a load
-        final = delay(m, self.last_o, PackedMac.LATENCY, "final")     # P is the tile's sum
+        m.d.comb += mac.clear.eq(delay(m, first, PackedMac.CLEAR_DELAY, "clear",
+                                       reset_less=True))
+        # P was a load; P is the tile's sum
+        loaded = delay(m, first, PackedMac.LATENCY, "loaded", reset_less=True)
+        final = delay(m, last, PackedMac.LATENCY, "final", reset_less=True)
 
         p = mac.p
         low_prev = Signal(2, reset_less=True)
@@ -197,7 +207,7 @@ class PackedPair(wiring.Component):
         # which lag by one cycle, on the next.
         d_lo = Signal(2, reset_less=True)
         d_top = Signal(2, reset_less=True)
-        final_d = Signal()
+        final_d = Signal(reset_less=True)
         m.d.sync += [
             d_lo.eq(crossing(Mux(loaded, 0, low_prev), p[SHIFT - 2:SHIFT])),
             d_top.eq(crossing(Mux(loaded, 0, top_prev), p[46:48])),
@@ -386,16 +396,21 @@ class SystolicArray(wiring.Component):
         valid = self.i_stream.valid
 
         # Skew the inputs: a row of cells (and its flags) waits its index, column j waits j.
-        # The operand chains are data (reset-less: no reset fan-out, SRL-friendly); the flags
-        # that qualify them are control and reset. After a soft reset the data chains may
-        # hold stale operands, but no flag marks them, and a tile's first step loads its
-        # accumulators instead of adding, so nothing stale reaches a result.
+        # The operand chains and the flag chains beside them are reset-less: no reset
+        # fan-out, and synthesis may pack them into SRLs. After a reset they may hold stale
+        # operands and flags for up to R + C + latency cycles, and that is harmless: a stale
+        # ``first`` only clears an accumulator (a tile's first step loads it anyway), a stale
+        # ``last`` only captures a cell's sum into its result register, which the next tile
+        # overwrites before it is read; the read-out is started by its own chain from the
+        # array's input (``readout``), which does reset.
         n_rows = R if self.packing == 1 else self.pair_rows
         a_in = [Mux(valid, inp.a[i], 0) for i in range(R)]
         b_edge = [delay(m, Mux(valid, inp.b[j], 0), j, f"b{j}", reset_less=True)
                   for j in range(C)]
-        first_edge = [delay(m, valid & inp.first, i, f"first{i}") for i in range(n_rows)]
-        last_edge = [delay(m, valid & inp.last, i, f"last{i}") for i in range(n_rows)]
+        first_edge = [delay(m, valid & inp.first, i, f"first{i}", reset_less=True)
+                      for i in range(n_rows)]
+        last_edge = [delay(m, valid & inp.last, i, f"last{i}", reset_less=True)
+                     for i in range(n_rows)]
         out = self.o_stream.payload
 
         if self.packing == 1:
