@@ -117,9 +117,13 @@ class TransposableBuffer(wiring.Component):
         pos = Signal(range(D + L))    # step of this beat (k-major) or of its first value
         rot = Signal(range(L))        # beat value x goes to bank (x + rot) mod L
 
-        # k - 1 and k - L, registered with the command, so that the end tests compare.
+        # k - 1, k - 2, k - L, k - 2L and k <= L, registered with the command, so that the end
+        # tests compare a position with a register.
         k_m1 = Signal(range(self.depth + 1))
+        k_m2 = Signal(range(-1, self.depth + 1))
         k_mL = Signal(range(-L, self.depth + 1))
+        k_m2L = Signal(range(-2 * L, self.depth + 1))
+        short = Signal()
 
         def is_last(pos, sub, rot, k_m1, k_mL, extra, k_major):
             """A beat at (pos, sub, rot) would be the tile's last."""
@@ -136,25 +140,29 @@ class TransposableBuffer(wiring.Component):
             self.w_cmd.ready.eq(~busy | finished),
         ]
         # The position after this beat; `last` follows it, so that `finished` (and through
-        # w_done the datapath's loader) is one gate from registers.
+        # w_done the datapath's loader) is one gate from registers. `last_n` is
+        # is_last(pos_n, sub_n, rot_n) written in terms of this beat's position, so that it
+        # compares registers rather than the sums.
         pos_n = Signal.like(pos)
         sub_n = Signal.like(sub)
         rot_n = Signal.like(rot)
+        last_n = Signal()
         rot_next = Mux(rot == L - 1, 0, rot + 1)
+        wraps_to_last = (rot == L - 2) if L >= 2 else 1     # rot_next == L - 1
         m.d.comb += [pos_n.eq(pos), sub_n.eq(sub), rot_n.eq(rot)]
         with m.If(k_major):
             with m.If(sub == extra):
-                m.d.comb += [sub_n.eq(0), pos_n.eq(pos + 1), rot_n.eq(rot_next)]
+                m.d.comb += [sub_n.eq(0), pos_n.eq(pos + 1), rot_n.eq(rot_next),
+                             last_n.eq((pos == k_m2) & (extra == 0))]
             with m.Else():
-                m.d.comb += sub_n.eq(sub + 1)
+                m.d.comb += [sub_n.eq(sub + 1), last_n.eq((pos == k_m1) & (sub + 1 == extra))]
         with m.Else():
             with m.If(pos >= k_mL):        # last beat of this lane's row (pos + L >= k)
-                m.d.comb += [pos_n.eq(0), rot_n.eq(rot_next)]
+                m.d.comb += [pos_n.eq(0), rot_n.eq(rot_next), last_n.eq(short & wraps_to_last)]
             with m.Else():
-                m.d.comb += pos_n.eq(pos + L)
+                m.d.comb += [pos_n.eq(pos + L), last_n.eq((pos >= k_m2L) & (rot == L - 1))]
         with m.If(beat):
-            m.d.sync += [pos.eq(pos_n), sub.eq(sub_n), rot.eq(rot_n),
-                         last.eq(is_last(pos_n, sub_n, rot_n, k_m1, k_mL, extra, k_major))]
+            m.d.sync += [pos.eq(pos_n), sub.eq(sub_n), rot.eq(rot_n), last.eq(last_n)]
         with m.If(finished):
             m.d.sync += busy.eq(0)
 
@@ -172,7 +180,8 @@ class TransposableBuffer(wiring.Component):
             m.d.sync += [slot.eq(cmd.slot), k_major.eq(cmd.k_major),
                          extra.eq(cmd_extra), sub.eq(0),
                          pos.eq(0), rot.eq(0), busy.eq(cmd.k != 0),
-                         k_m1.eq(cmd_k_m1), k_mL.eq(cmd_k_mL),
+                         k_m1.eq(cmd_k_m1), k_mL.eq(cmd_k_mL), k_m2.eq(cmd.k - 2),
+                         k_m2L.eq(cmd.k - 2 * L), short.eq(cmd.k <= L),
                          last.eq(is_last(0, 0, 0, cmd_k_m1, cmd_k_mL, cmd_extra, cmd.k_major))]
 
         slot_base = (slot + sub) * D  # D is a power of two: a shift

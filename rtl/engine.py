@@ -102,7 +102,7 @@ class GemmEngine(wiring.Component):
         reset.
     code : Out(8)
     macs : Out(48)
-        ``M * N * K`` of the running descriptor (valid from the cycle after ``start`` + 2).
+        ``M * N * K`` of the running descriptor (valid from the cycle after ``start`` + 3).
     step, wait_dma : Out(1)
         The array does useful MACs this cycle; the datapath waits for operand data.
     """
@@ -226,6 +226,8 @@ class GemmEngine(wiring.Component):
 
         d = Signal(descriptor_layout())          # the running descriptor
         exp_job = Signal()                       # an exponent vector load is issued
+        mn = Signal(32)                          # m * n of the running descriptor
+        assert DescriptorChecker.LATENCY >= 1    # CHECK lasts >= 2 cycles: macs = mn * k
         m.d.comb += [
             exp_job.eq((loader.a_jobs.valid & loader.a_jobs.ready & loader.a_jobs.payload.tag[0])
                        | (loader.b_jobs.valid & loader.b_jobs.ready
@@ -247,7 +249,8 @@ class GemmEngine(wiring.Component):
                     m.d.sync += d.eq(self.desc)
                     m.next = "CHECK"
             with m.State("CHECK"):
-                m.d.sync += self.macs.eq(d.m[:16] * d.n[:16] * d.k[:16])
+                # two registered multiplies (the check lasts longer than two cycles)
+                m.d.sync += [mn.eq(d.m[:16] * d.n[:16]), self.macs.eq(mn * d.k[:16])]
                 m.d.comb += [checker.i_stream.valid.eq(1), checker.o_stream.ready.eq(1)]
                 with m.If(checker.o_stream.valid):
                     with m.If(checker.o_stream.payload.code != 0):
