@@ -185,18 +185,18 @@ class TransposableBuffer(wiring.Component):
                          last.eq(is_last(0, 0, 0, cmd_k_m1, cmd_k_mL, cmd_extra, cmd.k_major))]
 
         slot_base = (slot + sub) * D  # D is a power of two: a shift
+        # bank b takes beat value (b - rot) mod L
+        values = _rotate(m, [self.w_stream.payload[i] for i in range(L)], rot, -1, "w_rot")
         for b, (wp, _) in enumerate(banks):
             offset = Signal(range(L), name=f"w_offset{b}")   # (b - rot) mod L
-            value = Signal(signed(8), name=f"w_value{b}")
             with m.Switch(rot):
                 for v in range(L):
                     with m.Case(v):
-                        m.d.comb += [offset.eq((b - v) % L),
-                                     value.eq(self.w_stream.payload[(b - v) % L])]
+                        m.d.comb += offset.eq((b - v) % L)
             m.d.comb += [
                 wp.en.eq(beat),
                 wp.addr.eq(slot_base + pos + Mux(k_major, 0, offset)),
-                wp.data.eq(value),
+                wp.data.eq(values[b]),
             ]
 
         # ---- read side --------------------------------------------------------------------
@@ -212,10 +212,23 @@ class TransposableBuffer(wiring.Component):
         r_base = self.r_slot * D
         for _, rp in banks:
             m.d.comb += rp.addr.eq(r_base + self.r_k)
+        # lane i of step k is in bank (i + k) mod L
+        lanes = _rotate(m, [rp.data for _, rp in banks], rot_d, +1, "r_rot")
         for i in range(L):
-            # lane i of step k is in bank (i + k) mod L
-            with m.Switch(rot_d):
-                for v in range(L):
-                    with m.Case(v):
-                        m.d.sync += self.r_data[i].eq(banks[(i + v) % L][1].data)
+            m.d.sync += self.r_data[i].eq(lanes[i])
         return m
+
+
+def _rotate(m, values, amount, direction: int, name: str):
+    """``values`` rotated: element ``i`` of the result is ``values[(i + direction * amount)
+    mod L]``, as ``log2(L)`` stages of 2:1 multiplexers (stage ``s`` rotates by ``2**s mod
+    L`` when bit ``s`` of ``amount`` is set; ``amount < L``). Area ``L log L`` and depth
+    ``log L`` rather than an ``L``-way multiplexer per element (``L**2``)."""
+    L = len(values)
+    for s in range(max(0, (L - 1).bit_length())):
+        step = (direction * (1 << s)) % L
+        stage = [Signal(signed(8), name=f"{name}{s}_{i}") for i in range(L)]
+        for i in range(L):
+            m.d.comb += stage[i].eq(Mux(amount[s], values[(i + step) % L], values[i]))
+        values = stage
+    return values
