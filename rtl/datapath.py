@@ -1,6 +1,6 @@
 """The tile GEMM datapath: operand buffers -> systolic array -> rescaler, between streams."""
 
-from amaranth import Array, Const, Module, Mux, Signal, signed, unsigned
+from amaranth import Array, Cat, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, fifo, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -219,10 +219,10 @@ class GemmDatapath(wiring.Component):
         take = Signal()                  # the staged command leaves (loaded or dropped)
 
         def span(load, first, extra):
-            """The slots ``first .. first + extra`` if ``load``, as a mask."""
-            mask = Signal(2 * self.slots)
-            m.d.comb += mask.eq(((Const(1, self.slots + 1) << (extra + 1)) - 1) << first)
-            return Mux(load, mask[:self.slots], 0)
+            """The slots ``first .. first + extra`` if ``load``, as a mask: a narrow compare
+            per slot rather than shifts."""
+            return Cat(load & (first <= s_) & (s_ - first <= extra)
+                       for s_ in range(self.slots))
         p = self.cmd.payload
         m.d.comb += self.cmd.ready.eq(~staged | take)
         with m.If(self.cmd.valid & self.cmd.ready):
