@@ -49,9 +49,11 @@ class RegisterBlock(wiring.Component):
 
     One port per register, named after it in lower case: ``ro`` registers are inputs (the
     hardware's value); ``rw`` registers are outputs (the host's value, reset to 0, byte
-    strobes honoured); ``w1p`` registers are outputs that pulse for one cycle with the bits
-    written as 1; ``w1c`` registers take a ``<name>_set`` input whose 1 bits set them and are
-    outputs of their current value. For every kind, bytes whose write strobe is low are not
+    strobes honoured; the descriptor's, ``DESC_*``, are data the host writes whole before
+    each ``ENQUEUE`` and have no reset: 0 at power-up, kept through a reset); ``w1p``
+    registers are outputs that pulse for one cycle with the bits written as 1; ``w1c``
+    registers take a ``<name>_set`` input whose 1 bits set them and are outputs of their
+    current value. For every kind, bytes whose write strobe is low are not
     written (in a ``w1p`` or ``w1c`` register they count as 0 bits). Reading ``X_LO`` of a
     read-only 64-bit pair latches ``X_HI``, so the host reads a consistent 64-bit counter.
 
@@ -65,6 +67,9 @@ class RegisterBlock(wiring.Component):
     <register> : In(32) / Out(32)
     <register>_set : In(32)  (w1c only)
     """
+
+    #: ``rw`` registers whose name starts with this are data: no reset.
+    DATA_PREFIX = "DESC_"
 
     def __init__(self, addr_width: int = 12):
         if not isinstance(addr_width, int) or (1 << addr_width) < regmap.SIZE:
@@ -86,6 +91,12 @@ class RegisterBlock(wiring.Component):
         bus = self.bus
 
         # ---- writes -----------------------------------------------------------------------
+        # The descriptor registers are held in reset-less storage (no reset fan-out for data).
+        store = {}
+        for reg in regmap.REGISTERS:
+            if reg.access == "rw" and reg.name.startswith(self.DATA_PREFIX):
+                store[reg.name] = Signal(32, name=f"{_port(reg.name)}_q", reset_less=True)
+                m.d.comb += getattr(self, _port(reg.name)).eq(store[reg.name])
         for reg in regmap.REGISTERS:
             port = getattr(self, _port(reg.name))
             if reg.access == "w1p":
@@ -109,7 +120,7 @@ class RegisterBlock(wiring.Component):
                 for reg in regmap.REGISTERS:
                     if reg.access == "ro":
                         continue
-                    port = getattr(self, _port(reg.name))
+                    port = store.get(reg.name, getattr(self, _port(reg.name)))
                     with m.Case(reg.offset >> 2):
                         m.d.sync += bus.bresp.eq(RESP_OKAY)
                         if reg.access == "rw":
@@ -133,7 +144,8 @@ class RegisterBlock(wiring.Component):
         for reg in regmap.REGISTERS:
             hi = _latched_pair(reg)
             if hi is not None:
-                latched[reg.name] = (hi, Signal(32, name=f"{_port(hi)}_latched"))
+                latched[reg.name] = (hi, Signal(32, name=f"{_port(hi)}_latched",
+                                                reset_less=True))     # read after LO
         latch_of_hi = {hi: latch for hi, latch in latched.values()}
         with m.If(bus.arvalid & ~bus.rvalid):
             m.d.sync += [bus.rvalid.eq(1), bus.rdata.eq(0), bus.rresp.eq(RESP_SLVERR)]

@@ -224,7 +224,7 @@ class GemmEngine(wiring.Component):
         wiring.connect(m, writeback.wr_cmd, wiring.flipped(self.wr_cmd))
         wiring.connect(m, writeback.wr_data, wiring.flipped(self.wr_data))
 
-        d = Signal(descriptor_layout())          # the running descriptor
+        d = Signal(descriptor_layout(), reset_less=True)     # the running descriptor (data)
         exp_job = Signal()                       # an exponent vector load is issued
         mn = Signal(32)                          # m * n of the running descriptor
         assert DescriptorChecker.LATENCY >= 1    # CHECK lasts >= 2 cycles: macs = mn * k
