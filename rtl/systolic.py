@@ -6,7 +6,7 @@ from amaranth.lib.wiring import In, Out
 
 from ._util import delay
 from .dsp import SHIFT, PackedMac
-from .xilinx import select
+from .xilinx import register_copies, select
 
 __all__ = ["ProcessingElement", "PackedPair", "SystolicArray", "array_input_layout",
            "array_output_layout", "unpack_pair"]
@@ -441,18 +441,26 @@ class SystolicArray(wiring.Component):
 
         # the read-out rows: data, read under o_stream.valid, so no reset
         data_q = Signal(out.data.shape(), name="readout_data", reset_less=True)
+        # The read-out select is computed a cycle ahead (from the start chain one stage
+        # early and the counter's next value) into a registered copy per column, so no one
+        # net drives the multiplexers of every column.
+        start_pre = delay(m, valid & inp.last, self.readout_delay - 1, "readout")
+        start = delay(m, start_pre, 1, "readout_start")
         if self.packing == 1:
             # Once cell (R-1, C-1) has captured, read one row per cycle for R cycles.
-            start = delay(m, valid & inp.last, self.readout_delay, "readout")
             row = Signal(range(R))
+            row_n = Signal.like(row)
             reading = Signal()
+            m.d.comb += row_n.eq(row)
             with m.If(start):
                 if R > 1:
-                    m.d.sync += [reading.eq(1), row.eq(1)]
+                    m.d.comb += row_n.eq(1)
+                    m.d.sync += reading.eq(1)
             with m.Elif(reading):
-                m.d.sync += row.eq(row + 1)
+                m.d.comb += row_n.eq(row + 1)
                 with m.If(row == R - 1):
                     m.d.sync += reading.eq(0)
+            m.d.sync += row.eq(row_n)
             sel = Signal(range(R))
             m.d.comb += [sel.eq(Mux(start, 0, row)), out.data.eq(data_q)]
             m.d.sync += [
@@ -460,8 +468,10 @@ class SystolicArray(wiring.Component):
                 out.row.eq(sel),
                 out.last.eq(sel == R - 1),
             ]
+            sels = (register_copies(m, Mux(start_pre, 0, row_n), C, primitive=self.primitive,
+                                    name="readout_sel") if R > 1 else [sel] * C)
             for j in range(C):
-                picked = select(m, [cells[i][j].result for i in range(R)], sel,
+                picked = select(m, [cells[i][j].result for i in range(R)], sels[j],
                                 primitive=self.primitive, name=f"readout{j}")
                 m.d.sync += data_q[j].eq(picked)
             return m
@@ -470,17 +480,22 @@ class SystolicArray(wiring.Component):
         # high row on the next cycle and its low row on the one after, with one subtractor
         # per column (stage B, the output register).
         Q = n_rows
-        start = delay(m, valid & inp.last, self.readout_delay, "readout")
         slot = Signal(range(2 * Q))          # read-out cycle within the tile
+        slot_n = Signal.like(slot)
         reading = Signal()
+        m.d.comb += slot_n.eq(slot)
         with m.If(start):
-            m.d.sync += [reading.eq(2 * Q > 1), slot.eq(1)]
+            m.d.comb += slot_n.eq(1)
+            m.d.sync += reading.eq(2 * Q > 1)
         with m.Elif(reading):
-            m.d.sync += slot.eq(slot + 1)
+            m.d.comb += slot_n.eq(slot + 1)
             with m.If(slot == 2 * Q - 1):
                 m.d.sync += reading.eq(0)
+        m.d.sync += slot.eq(slot_n)
         cur = Signal(range(2 * Q))
         m.d.comb += cur.eq(Mux(start, 0, slot))
+        curs = register_copies(m, Mux(start_pre, 0, slot_n), C, primitive=self.primitive,
+                               name="readout_cur")
         hi_phase = Signal()
         lo_phase = Signal()
         pair = Signal(range(Q))
@@ -489,10 +504,10 @@ class SystolicArray(wiring.Component):
         m.d.sync += [hi_phase.eq((start | reading) & ~cur[0]),
                      lo_phase.eq(hi_phase & (pair * 2 + 1 < R))]
         for j in range(C):
-            column = select(m, [cells[q][j].result for q in range(Q)], cur >> 1,
+            column = select(m, [cells[q][j].result for q in range(Q)], curs[j] >> 1,
                             primitive=self.primitive, name=f"readout{j}")
             picked = Signal(PAIR_RESULT, name=f"picked{j}", reset_less=True)
-            with m.If(~cur[0]):   # sample each pair once, on its even slot
+            with m.If(~curs[j][0]):   # sample each pair once, on its even slot
                 m.d.sync += picked.eq(column)
             m.d.sync += data_q[j].eq(unpack_pair(m, picked, lo_phase, name=f"unpack{j}"))
         m.d.comb += out.data.eq(data_q)

@@ -9,9 +9,9 @@ plain-RTL version (``primitive=False``); the primitive netlist is checked agains
 Icarus and Yosys' simulation models of LUT6/MUXF7/MUXF8 (``tests/test_xilinx.py``).
 """
 
-from amaranth import Array, Const, Instance, Module, Signal, Value
+from amaranth import Array, ClockSignal, Const, Instance, Module, Signal, Value
 
-__all__ = ["LUT6_MUX4_INIT", "select"]
+__all__ = ["LUT6_MUX4_INIT", "register_copies", "select"]
 
 
 def _mux4_init() -> int:
@@ -77,3 +77,23 @@ def select(m: Module, inputs, sel, *, primitive: bool, name: str) -> Signal:
     else:
         m.d.comb += out.eq(Array(group_outs)[sel[shift:]])
     return out
+
+
+def register_copies(m: Module, value, n: int, *, primitive: bool, name: str) -> list:
+    """``n`` registers that each take ``value`` every cycle (no reset): copies of one
+    register, each to drive a share of its loads. With ``primitive`` they are ``FDRE``
+    instances, which neither Yosys nor Vivado merges back into one; otherwise plain registers
+    (``keep``: Vivado keeps them apart, Yosys may merge them)."""
+    value = Value.cast(value)
+    copies = []
+    for c in range(n):
+        q = Signal(len(value), name=f"{name}{c}", reset_less=True, attrs={"keep": "true"})
+        if primitive:
+            for b in range(len(value)):
+                m.submodules[f"{name}{c}_ff{b}"] = Instance(
+                    "FDRE", p_INIT=0, i_C=ClockSignal(), i_CE=1, i_R=0, i_D=value[b],
+                    o_Q=q[b])
+        else:
+            m.d.sync += q.eq(value)
+        copies.append(q)
+    return copies
