@@ -62,19 +62,31 @@ class Gearbox(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         W, bpw = self.lanes, self.data_width // 8
+        wide = W > bpw
+        ratio = W // bpw if wide else bpw // W      # words per vector, or vectors per word
         job = self.jobs.payload
-        # The queue holds the job with its last beat and last row as indices (nbeats - 1,
-        # nrows + nzero - 1), so that "this is the last" is an equality with the head.
+        # The queue holds the job with what its first row needs precomputed (whether it is
+        # read, its words, the words of its first vector) and its last beat, last row and
+        # last read row as indices, so that the sequencing below compares registers and
+        # never does arithmetic on the head before deciding to fire.
         layout = data.StructLayout({
-            "nrows": unsigned(16), "nbeats_m1": unsigned(16), "rows_m1": unsigned(17),
-            "nwords": unsigned(16), "valid": unsigned(17), "sel": job.sel.shape(),
-            "tag": unsigned(self.tag_width)})
+            "nbeats_m1": unsigned(16), "rows_m1": unsigned(17), "nrows_m1": unsigned(16),
+            "nwords": unsigned(16), "nwords_nz": 1, "valid": unsigned(17),
+            "sel": job.sel.shape(), "tag": unsigned(self.tag_width),
+            "reading0": 1, "left0": unsigned(16), "need0_m1": range(max(2, ratio)),
+            "need0_nz": 1})
         m.submodules.queue = queue = fifo.SyncFIFOBuffered(width=layout.size,
                                                            depth=self.job_depth)
         entry = data.View(layout, queue.w_data)
-        m.d.comb += [entry.nrows.eq(job.nrows), entry.nbeats_m1.eq(job.nbeats - 1),
-                     entry.rows_m1.eq(job.nrows + job.nzero - 1), entry.nwords.eq(job.nwords),
+        left0 = Mux(job.nrows != 0, job.nwords, 0)
+        m.d.comb += [entry.nbeats_m1.eq(job.nbeats - 1),
+                     entry.rows_m1.eq(job.nrows + job.nzero - 1),
+                     entry.nrows_m1.eq(job.nrows - 1), entry.nwords.eq(job.nwords),
+                     entry.nwords_nz.eq(job.nwords != 0),
                      entry.valid.eq(job.valid), entry.sel.eq(job.sel), entry.tag.eq(job.tag),
+                     entry.reading0.eq(job.nrows != 0), entry.left0.eq(left0),
+                     entry.need0_m1.eq(Mux(left0 < ratio, left0, ratio) - 1),
+                     entry.need0_nz.eq(left0 != 0),
                      queue.w_en.eq(self.jobs.valid), self.jobs.ready.eq(queue.w_rdy)]
         head = data.View(layout, queue.r_data)
         beat = Signal(16)
@@ -87,23 +99,35 @@ class Gearbox(wiring.Component):
                      last_row.eq(row == head.rows_m1),
                      fire.eq(out.valid & out.ready),
                      out.payload.tag.eq(head.tag)]
-        reading = Signal()         # the row comes from memory (else zeros)
+
+        # Per-row state as registers, valid from the job's second vector on; for its first
+        # (`job_start`) the queue entry's precomputed fields stand in.
+        job_start = Signal(init=1)
+        reading_r = Signal()       # the row comes from memory (else zeros)
+        left_r = Signal(16)        # words of the row not yet taken (wide lanes)
+        need_m1_r = Signal(range(max(2, ratio)))   # words of this vector - 1 (wide lanes)
+        need_nz_r = Signal()       # this vector takes words (wide lanes)
+        reading = Mux(job_start, head.reading0, reading_r)
+        left = Mux(job_start, head.left0, left_r)
+        need_m1 = Mux(job_start, head.need0_m1, need_m1_r)
+        need_nz = Mux(job_start, head.need0_nz, need_nz_r)
         valid_bytes = Signal(17)
-        m.d.comb += [reading.eq(row < head.nrows), valid_bytes.eq(Mux(reading, head.valid, 0))]
-        nwords = Signal(16)
-        m.d.comb += nwords.eq(Mux(reading, head.nwords, 0))
+        m.d.comb += valid_bytes.eq(Mux(reading, head.valid, 0))
         lanes_log2 = W.bit_length() - 1
         first_byte = Signal(17 + 16)
         m.d.comb += first_byte.eq(beat << lanes_log2)
         word = self.i_stream.payload
 
+        # the next row's state, for when this vector ends its row
+        reading_next = reading & (row[:16] != head.nrows_m1)     # row < nrows while reading
+        left_next_row = Mux(reading_next, head.nwords, 0)
+
         vector = Signal(8 * W)
-        if W <= bpw:
-            ratio = bpw // W
+        if not wide:
             pos = Signal(range(max(2, ratio)))
             m.d.comb += pos.eq((head.sel + beat)[:max(1, ratio.bit_length() - 1)]
                                if ratio > 1 else 0)
-            needs_word = nwords != 0
+            needs_word = reading & head.nwords_nz
             m.d.comb += [
                 out.valid.eq(queue.r_rdy & (~needs_word | self.i_stream.valid)),
                 vector.eq(Mux(needs_word,
@@ -112,33 +136,35 @@ class Gearbox(wiring.Component):
                 self.i_stream.ready.eq(fire & needs_word & ((pos == ratio - 1) | last_beat)),
             ]
         else:
-            ratio = W // bpw
             held = [Signal(self.data_width, name=f"held{i}") for i in range(ratio - 1)]
             got = Signal(range(ratio))
-            used = Signal(16)          # words of this job taken by earlier vectors
-            left = Signal(16)
-            need = Signal(range(ratio + 1))
-            m.d.comb += [left.eq(nwords - used),
-                         need.eq(Mux(left < ratio, left, ratio))]
-            collecting = queue.r_rdy & (need != 0) & (got < need - 1)
+            collecting = queue.r_rdy & need_nz & (got != need_m1)
             m.d.comb += [
-                out.valid.eq(queue.r_rdy & ((need == 0)
-                                            | ((got == need - 1) & self.i_stream.valid))),
-                self.i_stream.ready.eq(collecting | (fire & (need != 0))),
-                vector.eq(Cat(*(Mux(j < need - 1, held[j] if j < ratio - 1 else 0,
-                                    Mux(j == need - 1, word, 0))
+                out.valid.eq(queue.r_rdy & (~need_nz | ((got == need_m1) & self.i_stream.valid))),
+                self.i_stream.ready.eq(collecting | (fire & need_nz)),
+                vector.eq(Cat(*(Mux(need_nz & (j < need_m1), held[j] if j < ratio - 1 else 0,
+                                    Mux(need_nz & (j == need_m1), word, 0))
                                 for j in range(ratio)))),
             ]
             with m.If(collecting & self.i_stream.valid):
                 m.d.sync += [Array(held)[got].eq(word), got.eq(got + 1)]
+            # words left after this vector, and what the next vector needs
+            left_n = Signal(16)
+            m.d.comb += left_n.eq(Mux(last_beat, left_next_row,
+                                      left - Mux(need_nz, need_m1 + 1, 0)))
             with m.If(fire):
-                m.d.sync += [got.eq(0), used.eq(Mux(last_beat, 0, used + need))]
+                m.d.sync += [got.eq(0), left_r.eq(left_n),
+                             need_m1_r.eq(Mux(left_n < ratio, left_n, ratio) - 1),
+                             need_nz_r.eq(left_n != 0)]
         for t in range(W):
             m.d.comb += out.payload.data[t].eq(
                 Mux(first_byte + t < valid_bytes, vector[8 * t:8 * t + 8], 0))
         with m.If(fire):
-            m.d.sync += beat.eq(Mux(last_beat, 0, beat + 1))
+            m.d.sync += [beat.eq(Mux(last_beat, 0, beat + 1)), job_start.eq(0),
+                         reading_r.eq(Mux(last_beat, reading_next, reading))]
             with m.If(last_beat):
                 m.d.sync += row.eq(Mux(last_row, 0, row + 1))
+                with m.If(last_row):
+                    m.d.sync += job_start.eq(1)
         m.d.comb += queue.r_en.eq(fire & last_beat & last_row)
         return m
