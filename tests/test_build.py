@@ -177,17 +177,18 @@ def test_a_configuration_that_does_not_fit_exits_1_naming_the_resource(tmp_path,
 
 @pytest.mark.slow
 def test_hierarchical_estimate_matches_full_synthesis(tmp_path):
-    """The fitted estimate against a full Yosys run at 16x8 (outside the fit points):
-    within 10 % for LUT and FF, exact for DSP, within 2 BRAM36."""
+    """The fitted estimate of the Pynq-Z1 default (16x16, 10 DSP rows, block 8: outside the
+    fit points, with LUT-multiplier PEs) against a full Yosys run of it (about 20 minutes
+    with the fit points): within 5 % for LUT and FF, exact for DSP, within 2 BRAM36."""
     from platforms.estimate import _cached_synth, estimate_accelerator
-    board = PLATFORMS["pynq-z1"]
-    cfg = board.config(rows=16, cols=8)
-    cfg.pop("dsp_rows", None)
+    cfg = PLATFORMS["pynq-z1"].config()
+    assert cfg["rows"] * cfg["cols"] == 256 and cfg["dsp_rows"] < cfg["rows"]
     est, method = estimate_accelerator(cfg, "xc7", ROOT / "build" / "estimates")
     assert method.startswith("hierarchical")
-    full = _cached_synth(cfg, "xc7", ROOT / "build" / "estimates", "accel_16x8_full")
-    assert abs(est["LUT"] - full["LUT"]) <= 0.10 * full["LUT"]
-    assert abs(est["FF"] - full["FF"]) <= 0.10 * full["FF"]
+    full = _cached_synth(cfg, "xc7", ROOT / "build" / "estimates", "accel_16x16_full")
+    print(f"estimate {est}\nfull synthesis {full}")
+    assert abs(est["LUT"] - full["LUT"]) <= 0.05 * full["LUT"]
+    assert abs(est["FF"] - full["FF"]) <= 0.05 * full["FF"]
     assert est["DSP"] == full["DSP"]
     assert abs(est["BRAM36"] - full["BRAM36"]) <= 2
 
