@@ -221,8 +221,9 @@ class GemmDatapath(wiring.Component):
         def span(load, first, extra):
             """The slots ``first .. first + extra`` if ``load``, as a mask: a narrow compare
             per slot rather than shifts."""
-            return Cat(load & (first <= s_) & (s_ - first <= extra)
-                       for s_ in range(self.slots))
+            # (first <= slots - 1 always holds: no compare there, which lint would flag)
+            return Cat(load & ((first <= s_) if s_ < self.slots - 1 else 1)
+                       & (s_ - first <= extra) for s_ in range(self.slots))
         p = self.cmd.payload
         m.d.comb += self.cmd.ready.eq(~staged | take)
         with m.If(self.cmd.valid & self.cmd.ready):
