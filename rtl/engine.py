@@ -59,9 +59,9 @@ class GemmEngine(wiring.Component):
     either side of each gearbox, so that the ready chain from the datapath's buffers to the DMA
     reader's FIFO, and the gearbox's byte selection into the buffers' rotators, are cut into
     short paths; another on :attr:`rd_cmd` keeps the reader's credit check out of the load
-    sequencer (:data:`SLICES`; each adds one cycle of latency, no bubbles). The
-    engine itself only holds the running descriptor
-    (given to every part) and sequences check, walk and drain. A descriptor is checked
+    sequencer (:data:`SLICES`; each adds one cycle of latency, no bubbles). The engine itself
+    only holds the running descriptor (given to every part) and sequences check, walk and
+    drain. A descriptor is checked
     ``DescriptorChecker.LATENCY + 1`` cycles after ``start``; the walk starts 2 cycles later.
 
     :attr:`soft_reset` resets the whole engine one cycle later, through a registered copy per

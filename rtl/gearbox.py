@@ -72,22 +72,24 @@ class Gearbox(wiring.Component):
         layout = data.StructLayout({
             "nbeats_m1": unsigned(16), "rows_m1": unsigned(17), "nrows_m1": unsigned(16),
             "nwords": unsigned(16), "nwords_nz": 1, "valid": unsigned(17),
-            "sel": job.sel.shape(), "tag": unsigned(self.tag_width),
-            "reading0": 1, "left0": unsigned(16), "need0_m1": range(max(2, ratio)),
-            "need0_nz": 1})
+            "sel": job.sel.shape(), "tag": unsigned(self.tag_width), "reading0": 1,
+            **({"left0": unsigned(16), "need0_m1": range(max(2, ratio)), "need0_nz": 1}
+               if wide else {})})
         m.submodules.queue = queue = fifo.SyncFIFOBuffered(width=layout.size,
                                                            depth=self.job_depth)
         entry = data.View(layout, queue.w_data)
-        left0 = Mux(job.nrows != 0, job.nwords, 0)
         m.d.comb += [entry.nbeats_m1.eq(job.nbeats - 1),
                      entry.rows_m1.eq(job.nrows + job.nzero - 1),
                      entry.nrows_m1.eq(job.nrows - 1), entry.nwords.eq(job.nwords),
                      entry.nwords_nz.eq(job.nwords != 0),
                      entry.valid.eq(job.valid), entry.sel.eq(job.sel), entry.tag.eq(job.tag),
-                     entry.reading0.eq(job.nrows != 0), entry.left0.eq(left0),
-                     entry.need0_m1.eq(Mux(left0 < ratio, left0, ratio) - 1),
-                     entry.need0_nz.eq(left0 != 0),
+                     entry.reading0.eq(job.nrows != 0),
                      queue.w_en.eq(self.jobs.valid), self.jobs.ready.eq(queue.w_rdy)]
+        if wide:
+            left0 = Mux(job.nrows != 0, job.nwords, 0)
+            m.d.comb += [entry.left0.eq(left0),
+                         entry.need0_m1.eq(Mux(left0 < ratio, left0, ratio) - 1),
+                         entry.need0_nz.eq(left0 != 0)]
         head = data.View(layout, queue.r_data)
         beat = Signal(16)
         row = Signal(17)
@@ -104,13 +106,7 @@ class Gearbox(wiring.Component):
         # (`job_start`) the queue entry's precomputed fields stand in.
         job_start = Signal(init=1)
         reading_r = Signal()       # the row comes from memory (else zeros)
-        left_r = Signal(16)        # words of the row not yet taken (wide lanes)
-        need_m1_r = Signal(range(max(2, ratio)))   # words of this vector - 1 (wide lanes)
-        need_nz_r = Signal()       # this vector takes words (wide lanes)
         reading = Mux(job_start, head.reading0, reading_r)
-        left = Mux(job_start, head.left0, left_r)
-        need_m1 = Mux(job_start, head.need0_m1, need_m1_r)
-        need_nz = Mux(job_start, head.need0_nz, need_nz_r)
         valid_bytes = Signal(17)
         m.d.comb += valid_bytes.eq(Mux(reading, head.valid, 0))
         lanes_log2 = W.bit_length() - 1
@@ -120,7 +116,6 @@ class Gearbox(wiring.Component):
 
         # the next row's state, for when this vector ends its row
         reading_next = reading & (row[:16] != head.nrows_m1)     # row < nrows while reading
-        left_next_row = Mux(reading_next, head.nwords, 0)
 
         vector = Signal(8 * W)
         if not wide:
@@ -136,6 +131,13 @@ class Gearbox(wiring.Component):
                 self.i_stream.ready.eq(fire & needs_word & ((pos == ratio - 1) | last_beat)),
             ]
         else:
+            left_r = Signal(16)        # words of the row not yet taken
+            need_m1_r = Signal(range(max(2, ratio)))   # words of this vector - 1
+            need_nz_r = Signal()       # this vector takes words
+            left = Mux(job_start, head.left0, left_r)
+            need_m1 = Mux(job_start, head.need0_m1, need_m1_r)
+            need_nz = Mux(job_start, head.need0_nz, need_nz_r)
+            left_next_row = Mux(reading_next, head.nwords, 0)
             held = [Signal(self.data_width, name=f"held{i}") for i in range(ratio - 1)]
             got = Signal(range(ratio))
             collecting = queue.r_rdy & need_nz & (got != need_m1)
