@@ -150,13 +150,17 @@ class Gearbox(wiring.Component):
             ]
             with m.If(collecting & self.i_stream.valid):
                 m.d.sync += [Array(held)[got].eq(word), got.eq(got + 1)]
-            # words left after this vector, and what the next vector needs
+            # words left after this vector, and what the next vector needs: the vector takes
+            # min(left, ratio) words, so what is left is left - ratio or nothing, with no
+            # arithmetic on the vector's own need in between (ratio is a power of two)
+            lr = ratio.bit_length() - 1
+            left_after = Mux(left[lr:] != 0, left - ratio, 0)
             left_n = Signal(16)
-            m.d.comb += left_n.eq(Mux(last_beat, left_next_row,
-                                      left - Mux(need_nz, need_m1 + 1, 0)))
+            m.d.comb += left_n.eq(Mux(last_beat, left_next_row, left_after))
             with m.If(fire):
                 m.d.sync += [got.eq(0), left_r.eq(left_n),
-                             need_m1_r.eq(Mux(left_n < ratio, left_n, ratio) - 1),
+                             need_m1_r.eq(Mux(left_n[lr:] != 0, ratio - 1,
+                                              left_n[:lr] - 1)),
                              need_nz_r.eq(left_n != 0)]
         for t in range(W):
             m.d.comb += out.payload.data[t].eq(
