@@ -85,11 +85,18 @@ class Gearbox(wiring.Component):
                      entry.valid.eq(job.valid), entry.sel.eq(job.sel), entry.tag.eq(job.tag),
                      entry.reading0.eq(job.nrows != 0),
                      queue.w_en.eq(self.jobs.valid), self.jobs.ready.eq(queue.w_rdy)]
+        lr = ratio.bit_length() - 1
+
+        def next_need(left):
+            """``(words - 1, any words)`` of a vector with ``left`` words of its row still to
+            take: it takes min(left, ratio) (a power of two)."""
+            return Mux(left[lr:] != 0, ratio - 1, left[:lr] - 1), left != 0
+
         if wide:
             left0 = Mux(job.nrows != 0, job.nwords, 0)
-            m.d.comb += [entry.left0.eq(left0),
-                         entry.need0_m1.eq(Mux(left0 < ratio, left0, ratio) - 1),
-                         entry.need0_nz.eq(left0 != 0)]
+            need0_m1, need0_nz = next_need(left0)
+            m.d.comb += [entry.left0.eq(left0), entry.need0_m1.eq(need0_m1),
+                         entry.need0_nz.eq(need0_nz)]
         head = data.View(layout, queue.r_data)
         beat = Signal(16)
         row = Signal(17)
@@ -153,15 +160,13 @@ class Gearbox(wiring.Component):
             # words left after this vector, and what the next vector needs: the vector takes
             # min(left, ratio) words, so what is left is left - ratio or nothing, with no
             # arithmetic on the vector's own need in between (ratio is a power of two)
-            lr = ratio.bit_length() - 1
             left_after = Mux(left[lr:] != 0, left - ratio, 0)
             left_n = Signal(16)
             m.d.comb += left_n.eq(Mux(last_beat, left_next_row, left_after))
+            need_m1_n, need_nz_n = next_need(left_n)
             with m.If(fire):
-                m.d.sync += [got.eq(0), left_r.eq(left_n),
-                             need_m1_r.eq(Mux(left_n[lr:] != 0, ratio - 1,
-                                              left_n[:lr] - 1)),
-                             need_nz_r.eq(left_n != 0)]
+                m.d.sync += [got.eq(0), left_r.eq(left_n), need_m1_r.eq(need_m1_n),
+                             need_nz_r.eq(need_nz_n)]
         for t in range(W):
             m.d.comb += out.payload.data[t].eq(
                 Mux(first_byte + t < valid_bytes, vector[8 * t:8 * t + 8], 0))
