@@ -2,7 +2,7 @@
 
 from amaranth import Cat, Signal
 
-__all__ = ["delay", "wide_accumulator"]
+__all__ = ["delay", "occupancy", "wide_accumulator"]
 
 
 def delay(m, sig, n: int, name: str, *, reset_less: bool = False):
@@ -39,3 +39,22 @@ def wide_accumulator(m, name: str, addend, clear, *, width: int = 64):
                      hi_add.eq(add_q[32:] if len(addend) > 32 else 0),
                      hi.eq(hi + hi_add + carry)]
     return Cat(lo, hi)
+
+
+def occupancy(m, name: str, capacity: int, push, pop):
+    """A count of entries (``0..capacity``) that ``push`` adds one to and ``pop`` takes one
+    from each cycle, with ``room`` (count < capacity) as a register of its own.
+
+    ``room`` is set from the old count compared with constants, ``push`` and ``pop`` only
+    selecting the result, so a handshake that depends on ``room`` and feeds ``push`` is not
+    followed by a carry chain before ``room``'s next value. Use it beside a FIFO of
+    ``capacity`` entries (pushed and popped as the FIFO is) instead of the FIFO's ``w_rdy``.
+    Returns ``(count, room)``."""
+    count = Signal(range(capacity + 1), name=f"{name}_count")
+    room = Signal(name=f"{name}_room", init=1)
+    m.d.sync += count.eq(count + push - pop)
+    with m.If(push & ~pop):
+        m.d.sync += room.eq(count != capacity - 1)
+    with m.Elif(pop & ~push):
+        m.d.sync += room.eq(1)
+    return count, room

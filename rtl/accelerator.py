@@ -216,10 +216,14 @@ class Accelerator(wiring.Component):
         # ---- status, interrupts, counters -------------------------------------------------
         busy = Signal()
         m.d.comb += busy.eq(((q.level != 0) & ~halted) | running | engine.busy | aborting)
+        # STATUS.BUSY and QUEUE_LEVEL as registers (a cycle late: a read that follows a
+        # write's response still sees its effect): no FIFO level adder before the CSR read
+        # multiplexer
         level = Signal(8)
-        m.d.comb += level.eq(q.level + running)
+        status_busy = Signal()
+        m.d.sync += [level.eq(q.level + running), status_busy.eq(busy)]
         m.d.comb += [
-            *pack("STATUS", BUSY=busy, ERROR=halted | (error_code != 0), QUEUE_FULL=~q.w_rdy,
+            *pack("STATUS", BUSY=status_busy, ERROR=halted | (error_code != 0), QUEUE_FULL=~q.w_rdy,
                   QUEUE_LEVEL=level, ERROR_CODE=error_code),
             csr.irq_status_set.eq(irq_done | (irq_error << 1)),
             self.irq.eq((csr.irq_status & csr.irq_enable)[:2] != 0),

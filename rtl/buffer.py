@@ -117,13 +117,14 @@ class TransposableBuffer(wiring.Component):
         pos = Signal(range(D + L))    # step of this beat (k-major) or of its first value
         rot = Signal(range(L))        # beat value x goes to bank (x + rot) mod L
 
-        # k - 1, k - 2, k - L, k - 2L and k <= L, registered with the command, so that the end
-        # tests compare a position with a register.
+        # k - 1, k - 2, k - L, k - 2L, k <= L and the span's extra tiles - 1, registered with
+        # the command, so that the end tests compare a position with a register.
         k_m1 = Signal(range(self.depth + 1))
         k_m2 = Signal(range(-1, self.depth + 1))
         k_mL = Signal(range(-L, self.depth + 1))
         k_m2L = Signal(range(-2 * L, self.depth + 1))
         short = Signal()
+        extra_m1 = Signal(range(-1, self.slots))    # the span's tiles - 2
 
         def is_last(pos, sub, rot, k_m1, k_mL, extra, k_major):
             """A beat at (pos, sub, rot) would be the tile's last."""
@@ -155,7 +156,7 @@ class TransposableBuffer(wiring.Component):
                 m.d.comb += [sub_n.eq(0), pos_n.eq(pos + 1), rot_n.eq(rot_next),
                              last_n.eq((pos == k_m2) & (extra == 0))]
             with m.Else():
-                m.d.comb += [sub_n.eq(sub + 1), last_n.eq((pos == k_m1) & (sub + 1 == extra))]
+                m.d.comb += [sub_n.eq(sub + 1), last_n.eq((pos == k_m1) & (sub == extra_m1))]
         with m.Else():
             with m.If(pos >= k_mL):        # last beat of this lane's row (pos + L >= k)
                 m.d.comb += [pos_n.eq(0), rot_n.eq(rot_next), last_n.eq(short & wraps_to_last)]
@@ -178,7 +179,7 @@ class TransposableBuffer(wiring.Component):
         cmd_extra = Mux(cmd.k_major, cmd.extra, 0)
         with m.If(take):
             m.d.sync += [slot.eq(cmd.slot), k_major.eq(cmd.k_major),
-                         extra.eq(cmd_extra), sub.eq(0),
+                         extra.eq(cmd_extra), extra_m1.eq(cmd_extra - 1), sub.eq(0),
                          pos.eq(0), rot.eq(0), busy.eq(cmd.k != 0),
                          k_m1.eq(cmd_k_m1), k_mL.eq(cmd_k_mL), k_m2.eq(cmd.k - 2),
                          k_m2L.eq(cmd.k - 2 * L), short.eq(cmd.k <= L),

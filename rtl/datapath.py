@@ -1,6 +1,6 @@
 """The tile GEMM datapath: operand buffers -> systolic array -> rescaler, between streams."""
 
-from amaranth import Array, Cat, Module, Mux, Signal, signed, unsigned
+from amaranth import Array, Cat, Const, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, fifo, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -173,11 +173,12 @@ class GemmDatapath(wiring.Component):
             width=rescale_output_layout(C).size, depth=self.out_rows)
 
         # ---- jobs: loaded commands waiting for, or in, the array --------------------------
-        # k - 1 and min(k, interval + 1) are computed when a command is taken, so that the
-        # sequencer compares a counter with a register and adds narrow numbers only
+        # k - 2, k == 1 and max(0, interval - k) (``gap``: a read-out job may start once more
+        # than ``gap`` cycles have passed since the last one's last step) are computed when a
+        # command is taken, so that the sequencer compares counters with registers only
         interval = array.min_emit_interval
         job_layout = data.StructLayout({
-            "k_m2": unsigned(16), "k_one": 1, "k_sat": range(interval + 2),
+            "k_m2": unsigned(16), "k_one": 1, "gap": range(interval), "gap_z": 1,
             "clear": 1, "readout": 1, "info": info_layout,
             "a_slot": range(self.slots), "b_slot": range(self.slots)})
         m.submodules.jobs = jobs = (
@@ -218,12 +219,17 @@ class GemmDatapath(wiring.Component):
         b_span = Signal(self.slots)
         take = Signal()                  # the staged command leaves (loaded or dropped)
 
+        # The slots ``first .. first + extra`` as a mask, a table of every (first, extra):
+        # a function of 2 log2(slots) bits per slot, with no adder or compare chain.
+        slot_bits = max(1, (self.slots - 1).bit_length())
+        span_table = Array(
+            Const(sum(1 << s_ for s_ in range(first, min(first + extra + 1, self.slots))),
+                  self.slots)
+            for extra in range(1 << slot_bits) for first in range(1 << slot_bits))
+
         def span(load, first, extra):
-            """The slots ``first .. first + extra`` if ``load``, as a mask: a narrow compare
-            per slot rather than shifts."""
-            # (first <= slots - 1 always holds: no compare there, which lint would flag)
-            return Cat(load & ((first <= s_) if s_ < self.slots - 1 else 1)
-                       & (s_ - first <= extra) for s_ in range(self.slots))
+            """The slots ``first .. first + extra`` if ``load``, as a mask."""
+            return Mux(load, span_table[Cat(first[:slot_bits], extra[:slot_bits])], 0)
         p = self.cmd.payload
         m.d.comb += self.cmd.ready.eq(~staged | take)
         with m.If(self.cmd.valid & self.cmd.ready):
@@ -232,7 +238,28 @@ class GemmDatapath(wiring.Component):
                          b_span.eq(span(p.load_b, p.b_slot, p.b_extra))]
         with m.Elif(take):
             m.d.sync += staged.eq(0)
-        hazard = (a_span & pend_a_nz).any() | (b_span & pend_b_nz).any()
+        # A load's slots still have readers: a register, set for the command staged next
+        # cycle from the readers left after this cycle's last steps (registers only), and,
+        # for a command entering, the staged one's slots (it leaves as it enters: accepted,
+        # or rejected with an error), so that no 2 * slots-input OR lies before the
+        # loader's decision.
+        hazard = Signal()
+        cleared_a = Cat(finishing & (cur.a_slot == s_) & (pend_a[s_] == 1)
+                        for s_ in range(self.slots))
+        cleared_b = Cat(finishing & (cur.b_slot == s_) & (pend_b[s_] == 1)
+                        for s_ in range(self.slots))
+        left_a = pend_a_nz & ~cleared_a
+        left_b = pend_b_nz & ~cleared_b
+        staged_a = Cat(staged & (cmd.a_slot == s_) for s_ in range(self.slots))
+        staged_b = Cat(staged & (cmd.b_slot == s_) for s_ in range(self.slots))
+        # (the command staged next cycle is the one staged now if it stays, else whatever
+        # enters -- if none does, the value is not read -- so the select is not the
+        # upstream's valid)
+        m.d.sync += hazard.eq(Mux(
+            ~(staged & ~take),
+            (span(p.load_a, p.a_slot, p.a_extra) & (left_a | staged_a)).any()
+            | (span(p.load_b, p.b_slot, p.b_extra) & (left_b | staged_b)).any(),
+            (a_span & left_a).any() | (b_span & left_b).any()))
         wiring.connect(m, wiring.flipped(self.a_stream), a_buf.w_stream)
         wiring.connect(m, wiring.flipped(self.b_stream), b_buf.w_stream)
         m.d.comb += [
@@ -267,7 +294,8 @@ class GemmDatapath(wiring.Component):
                 m.d.sync += [
                     loading.eq(1), a_done.eq(~cmd.load_a), b_done.eq(~cmd.load_b),
                     job.k_m2.eq(cmd.k - 2), job.k_one.eq(cmd.k == 1),
-                    job.k_sat.eq(Mux(cmd.k > interval, interval + 1, cmd.k)),
+                    job.gap.eq(Mux(cmd.k >= interval, 0, interval - cmd.k)),
+                    job.gap_z.eq(cmd.k >= interval),
                     job.clear.eq(cmd.clear),
                     job.readout.eq(cmd.emit | cmd.store),
                     job.info.emit.eq(cmd.emit), job.info.store.eq(cmd.store),
@@ -291,20 +319,28 @@ class GemmDatapath(wiring.Component):
         # Tiles read out of the array (emitted or stored) keep min_emit_interval cycles between
         # their last steps (the array's result registers are read out meanwhile); emitted
         # tiles also reserve their rows in the output FIFO.
+        #
+        # ``since`` counts the cycles since the last read-out step, saturating at
+        # interval + 1. A job of k steps may start once its last step keeps the interval:
+        # ``since_next + min(k, interval + 1) > interval``, i.e. ``since_next > gap``; with
+        # since_next 1 after a last step and since + 1 otherwise (or saturated, > gap always),
+        # that is ``gap == 0`` right after a last step and ``since >= gap`` otherwise.
         since = Signal(range(interval + 2), init=interval + 1)
-        since_next = Signal.like(since)
         emit_last = finishing & cur.readout
-        m.d.comb += since_next.eq(Mux(emit_last, 1, Mux(since > interval, since, since + 1)))
-        m.d.sync += since.eq(since_next)
+        m.d.sync += since.eq(Mux(emit_last, 1, Mux(since > interval, since, since + 1)))
+        spaced = Mux(emit_last, head.gap_z, since >= head.gap)
 
+        # Output FIFO rows not yet reserved, and ``credits >= R`` as a register: set from the
+        # four cases of reserve and release, each a compare of the old count with a constant,
+        # so that the start decision only selects.
         credits = Signal(range(self.out_rows + 1), init=self.out_rows)
+        credits_ok = Signal(init=self.out_rows >= R)
         released = Signal()
         m.d.comb += released.eq(self.o_stream.valid & self.o_stream.ready)
 
         can_start = Signal()
         m.d.comb += can_start.eq(jobs.r_rdy & (
-            ~head.readout | (info_fifo.w_rdy & (~head.info.emit | (credits >= R))
-                             & (since_next + head.k_sat > interval))))
+            ~head.readout | (info_fifo.w_rdy & (~head.info.emit | credits_ok) & spaced)))
         start = Signal()
         m.d.comb += start.eq(can_start & (~active | finishing))
 
@@ -318,7 +354,17 @@ class GemmDatapath(wiring.Component):
             m.d.sync += [kk.eq(kk + 1), finishing.eq(kk == cur.k_m2)]
 
         reserve = start & head.readout & head.info.emit
-        m.d.sync += credits.eq(credits - Mux(reserve, R, 0) + released)
+        # (each sum of the old count with a constant, released and reserve only selecting)
+        plus1, minus_r, minus_r1 = (Signal.like(credits, name=f"credits_{n}")
+                                    for n in ("plus1", "minus_r", "minus_r1"))
+        m.d.comb += [plus1.eq(credits + 1), minus_r.eq(credits - R),
+                     minus_r1.eq(credits - (R - 1))]
+        m.d.sync += [
+            credits.eq(Mux(reserve, Mux(released, minus_r1, minus_r),
+                           Mux(released, plus1, credits))),
+            credits_ok.eq(Mux(reserve, Mux(released, credits >= 2 * R - 1, credits >= 2 * R),
+                              Mux(released, credits >= R - 1, credits >= R))),
+        ]
         m.d.comb += [
             info_fifo.w_en.eq(start & head.readout),
             info_fifo.w_data.eq(head.info),

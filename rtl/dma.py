@@ -1,8 +1,10 @@
 """AXI4 DMA read master: memory -> stream, in INCR bursts that never cross 4 KB."""
 
-from amaranth import Module, Mux, Signal
-from amaranth.lib import data, fifo, stream, wiring
+from amaranth import Cat, Module, Mux, Signal, unsigned
+from amaranth.lib import data, fifo, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
+
+from ._util import occupancy
 
 __all__ = ["AXI4ReadSignature", "AXI4WriteSignature", "DmaReader", "DmaWriter",
            "dma_command_layout", "dma_write_layout"]
@@ -52,19 +54,59 @@ def _check_params(data_width, addr_width, burst_beats, outstanding):
 def _burst_splitter(m, addr, remaining, burst_beats, shift):
     """The next burst of a run of ``remaining`` words at ``addr``: its length (at most
     ``burst_beats``, the rest, and the way to the next 4 KB boundary) and whether it is the
-    run's last. Combinational; every comparison is as narrow as ``burst_beats``."""
-    to_boundary = Signal(range(4096 // (1 << shift) + 1))
-    m.d.comb += to_boundary.eq((4096 - addr[:12]) >> shift)
-    limit = Signal(range(burst_beats + 1))
-    m.d.comb += limit.eq(Mux(to_boundary < burst_beats, to_boundary, burst_beats))
+    run's last. Combinational; every comparison is as narrow as ``burst_beats``.
+
+    The words to the boundary, ``page - a`` with ``a`` the word index in the 4 KB page, are
+    fewer than ``min(burst_beats, page)`` exactly when ``a > page - burst_beats`` and
+    ``a != 0`` (a compare with a constant); they are then below ``2 ** k``, where ``2 ** k``
+    divides ``page`` and exceeds ``burst_beats - 1`` or ``page - 1``, and so equal ``-a``
+    modulo ``2 ** k``: no page-wide subtraction precedes the compare."""
+    page = 4096 >> shift
     width = burst_beats.bit_length()           # limit < 2 ** width
+    k = min(width, page.bit_length() - 1)
+    word = addr[shift:12]
+    near = Signal()
+    m.d.comb += near.eq((word > page - burst_beats) if burst_beats < page else (word != 0))
+    limit = Signal(range(burst_beats + 1))
+    m.d.comb += limit.eq(Mux(near, (-word[:k])[:k], min(burst_beats, page)))
     small = Signal()
     m.d.comb += small.eq(remaining[width:] == 0)
     n = Signal(range(burst_beats + 1))
     last = Signal()
-    m.d.comb += [n.eq(Mux(small & (remaining[:width] < limit), remaining[:width], limit)),
-                 last.eq(small & (remaining[:width] <= limit))]
+    # ``rest < limit`` without waiting for the negation: near the boundary the limit is
+    # 2 ** k - a, so rest < limit exactly when rest + a < 2 ** k (one adder beside the
+    # negation); elsewhere it is a compare with a constant.
+    rest = remaining[:width]
+    total = Signal(width + 1)
+    m.d.comb += total.eq(rest + word[:k])
+    below = Signal()
+    at = Signal()
+    m.d.comb += [below.eq(Mux(near, total[k:] == 0, rest < min(burst_beats, page))),
+                 at.eq(Mux(near, total == (1 << k), rest == min(burst_beats, page)))]
+    m.d.comb += [n.eq(Mux(small & below, rest, limit)),
+                 last.eq(small & (below | at))]
     return n, last
+
+
+def _queue(m, name, width, depth, push, data, pop):
+    """A FIFO of ``depth`` entries (rounded up to a power of two) with no level, full or empty
+    flags: the caller pushes only with room and pops only what it pushed (it counts them
+    itself). Returns the head, read asynchronously (distributed RAM) at the read pointer,
+    which ``pop`` advances; nothing but the pointers' increments follows ``push`` and
+    ``pop``."""
+    size = max(2, 1 << (depth - 1).bit_length())
+    mem = memory.Memory(shape=unsigned(width), depth=size, init=[])
+    m.submodules[name] = mem
+    wp = mem.write_port()
+    rp = mem.read_port(domain="comb")
+    produce = Signal(range(size), name=f"{name}_produce")
+    consume = Signal(range(size), name=f"{name}_consume")
+    m.d.comb += [wp.addr.eq(produce), wp.data.eq(data), wp.en.eq(push), rp.addr.eq(consume)]
+    with m.If(push):
+        m.d.sync += produce.eq(produce + 1)        # wraps at size
+    with m.If(pop):
+        m.d.sync += consume.eq(consume + 1)
+    return rp.data
 
 
 class _DmaMaster(wiring.Component):
@@ -119,8 +161,20 @@ class _DmaMaster(wiring.Component):
         ]
         m.d.sync += waiting.eq(valid & ~ready)
         n_next, last_next = _burst_splitter(m, addr, remaining, self.burst_beats, shift)
+        # A burst never crosses 4 KB: the next address is the offset in the page plus the
+        # burst, and the page number, or the next page's when the burst ends on the
+        # boundary -- registers, from the address and from the offered command's, a cycle
+        # ahead: the next burst goes 2 cycles after a burst or 1 after a take (``took``
+        # picks the command's).
+        in_page = Signal(13)
+        page_after = Signal(self.addr_width - 12)      # the address's next page
+        page_after_cmd = Signal(self.addr_width - 12)  # the offered command's next page
+        took = Signal()                                # a command was taken last cycle
+        page_next = Mux(took, page_after_cmd, page_after)
+        m.d.comb += in_page.eq(addr[:12] + (n << shift))
         with m.If(issued):
-            m.d.sync += [addr.eq(addr + (n << shift)), remaining.eq(remaining - n),
+            m.d.sync += [addr.eq(Cat(in_page[:12], Mux(in_page[12], page_next, addr[12:]))),
+                         remaining.eq(remaining - n),
                          fresh.eq(0)]
             with m.If(last_burst):
                 m.d.sync += active.eq(0)
@@ -138,6 +192,8 @@ class _DmaMaster(wiring.Component):
         cmd_addr = Signal(self.addr_width)
         m.d.comb += cmd_addr.eq(cmd.addr >> shift << shift)
         n_first, last_first = _burst_splitter(m, cmd_addr, cmd.beats, self.burst_beats, shift)
+        m.d.sync += [page_after.eq(addr[12:] + 1), page_after_cmd.eq(cmd_addr[12:] + 1),
+                     took.eq(take)]
         with m.If(take):
             m.d.sync += [active.eq(1), addr.eq(cmd_addr), remaining.eq(cmd.beats),
                          n.eq(n_first), last_burst.eq(last_first), fresh.eq(1)]
@@ -226,25 +282,41 @@ class DmaReader(_DmaMaster):
             width=self.data_width + 1, depth=depth)
         # Lengths - 1 of the commands whose words are still to arrive (one-word commands can
         # fill the whole data FIFO), and of the bursts in flight (at most `outstanding`), so
-        # that a beat's "last" is an equality with a FIFO head.
-        m.submodules.len_fifo = len_fifo = fifo.SyncFIFO(width=24, depth=depth)
-        m.submodules.burst_fifo = burst_fifo = fifo.SyncFIFO(
-            width=self.burst_beats.bit_length(), depth=self.outstanding)
+        # that a beat's "last" is an equality with a queue head (:func:`_queue`: no level
+        # counter after the compare; their room is counted below).
+        len_push, len_pop = Signal(), Signal()
+        burst_push, burst_pop = Signal(), Signal()
+        len_head = _queue(m, "len_queue", 24, depth, len_push,
+                          self.cmd.payload.beats - 1, len_pop)
+        burst_len = Signal(self.burst_beats.bit_length())
+        burst_head = _queue(m, "burst_queue", len(burst_len), self.outstanding, burst_push,
+                            burst_len, burst_pop)
 
         # ---- address side -----------------------------------------------------------------
         # A burst is asked for only when the data FIFO has room for a longest burst and
         # fewer than `outstanding` are in flight (both only grow while it waits). The room is
         # a register (`credits >= burst_beats`, set from the next count), so no compare of
         # the count with the burst's length lies between the FIFO and the address channel.
+        # The two length queues' room likewise (:func:`rtl._util.occupancy`).
         credits = Signal(range(depth + 1), init=depth)
         credits_next = Signal.like(credits)
         room = Signal(init=1)
+        beat = Signal()
+        last = Signal()
+        burst_last = Signal()
+        issued_ = Signal()
+        take_ = Signal()
+        # A command's end leaves the count a cycle late (the count only errs high), so that
+        # the last-word compare is not followed by the count's carry chain.
+        ended = Signal()
+        m.d.sync += ended.eq(beat & last)
+        _, burst_room = occupancy(m, "bursts", self.outstanding, issued_, beat & burst_last)
+        _, cmd_room = occupancy(m, "commands", depth, take_, ended)
         active, valid, ready, issued, _, addr, n, take = self._bursts(
-            m, lambda n: room & burst_fifo.w_rdy, len_fifo.w_rdy)
+            m, lambda n: room & burst_room, cmd_room)
         self._drive_address(m, "ar", valid, addr, n)
-        m.d.comb += [ready.eq(bus.arready),
-                     len_fifo.w_en.eq(take), len_fifo.w_data.eq(self.cmd.payload.beats - 1),
-                     burst_fifo.w_en.eq(issued), burst_fifo.w_data.eq(n - 1)]
+        m.d.comb += [ready.eq(bus.arready), issued_.eq(issued), take_.eq(take),
+                     len_push.eq(take), burst_push.eq(issued), burst_len.eq(n - 1)]
 
         popped = Signal()
         m.d.comb += popped.eq(self.o_stream.valid & self.o_stream.ready)
@@ -254,12 +326,9 @@ class DmaReader(_DmaMaster):
         # ---- data side --------------------------------------------------------------------
         count = Signal(24)
         in_burst = Signal(range(self.burst_beats))
-        beat = Signal()
         m.d.comb += [bus.rready.eq(1), beat.eq(bus.rvalid)]
-        last = Signal()
-        burst_last = Signal()
-        m.d.comb += [last.eq(count == len_fifo.r_data),          # the FIFOs hold length - 1
-                     burst_last.eq(in_burst == burst_fifo.r_data)]
+        m.d.comb += [last.eq(count == len_head),          # the queues hold length - 1
+                     burst_last.eq(in_burst == burst_head)]
         with m.If(beat):
             m.d.sync += [count.eq(Mux(last, 0, count + 1)),
                          in_burst.eq(Mux(burst_last, 0, in_burst + 1))]
@@ -268,8 +337,8 @@ class DmaReader(_DmaMaster):
             with m.If(bus.rlast != burst_last):
                 m.d.sync += self.protocol.eq(1)
         m.d.comb += [
-            len_fifo.r_en.eq(beat & last),
-            burst_fifo.r_en.eq(beat & burst_last),
+            len_pop.eq(beat & last),
+            burst_pop.eq(beat & burst_last),
             data_fifo.w_en.eq(beat),
             data_fifo.w_data.eq(bus.rdata | (last << self.data_width)),
             self.o_stream.valid.eq(data_fifo.r_rdy),
@@ -351,9 +420,22 @@ class DmaWriter(_DmaMaster):
         ]
 
         # A burst is formed when its words are buffered and the three queues have room
-        # (b_fifo bounds the bursts awaiting a response to `outstanding`).
-        active, valid, ready, issued, last_burst, addr, n, _ = self._bursts(
-            m, lambda n: (free_words >= n) & aw_fifo.w_rdy & w_fifo.w_rdy & b_fifo.w_rdy)
+        # (b_fifo bounds the bursts awaiting a response to `outstanding`). A burst leaves the
+        # AW and W queues before its response can arrive (AXI A3.3.1), so with 3 or more
+        # entries the response queue's room, a register (:func:`rtl._util.occupancy`),
+        # implies theirs (a SyncFIFOBuffered of depth >= 3 holding fewer than its depth
+        # accepts a write); the decision then has few inputs and no FIFO level compare.
+        issued_ = Signal()
+        _, b_room = occupancy(m, "responses", self.outstanding, issued_,
+                              bus.bvalid & b_fifo.r_rdy)
+        if self.outstanding >= 3:
+            def may_raise(n):
+                return (free_words >= n) & b_room
+        else:
+            def may_raise(n):
+                return (free_words >= n) & aw_fifo.w_rdy & w_fifo.w_rdy & b_fifo.w_rdy
+        active, valid, ready, issued, last_burst, addr, n, _ = self._bursts(m, may_raise)
+        m.d.comb += issued_.eq(issued)
         aw_in = data.View(aw_layout, aw_fifo.w_data)
         m.d.comb += [ready.eq(1),
                      aw_in.addr.eq(addr), aw_in.len.eq(n), aw_fifo.w_en.eq(issued),

@@ -59,7 +59,8 @@ class GemmEngine(wiring.Component):
     either side of each gearbox, so that the ready chain from the datapath's buffers to the DMA
     reader's FIFO, and the gearbox's byte selection into the buffers' rotators, are cut into
     short paths; another on :attr:`rd_cmd` keeps the reader's credit check out of the load
-    sequencer (:data:`SLICES`; each adds one cycle of latency, no bubbles). The engine itself
+    sequencer, and one on :attr:`wr_cmd` the writer's burst forming out of the write-back's
+    queue (:data:`SLICES`; each adds one cycle of latency, no bubbles). The engine itself
     only holds the running descriptor (given to every part) and sequences check, walk and
     drain. A descriptor is checked
     ``DescriptorChecker.LATENCY + 1`` cycles after ``start``; the walk starts 2 cycles later.
@@ -102,7 +103,7 @@ class GemmEngine(wiring.Component):
         reset.
     code : Out(8)
     macs : Out(48)
-        ``M * N * K`` of the running descriptor (valid from the cycle after ``start`` + 3).
+        ``M * N * K`` of the running descriptor (valid from the cycle after ``start`` + 4).
     step, wait_dma : Out(1)
         The array does useful MACs this cycle; the datapath waits for operand data.
     """
@@ -151,8 +152,9 @@ class GemmEngine(wiring.Component):
                    "writeback", "slices", "control")
 
     #: The register slices: router -> gearbox and gearbox -> issue, for A and for B; the
-    #: load sequencer's read commands -> :attr:`rd_cmd`.
-    SLICES = ("a_in", "b_in", "a_out", "b_out", "rd_cmd")
+    #: load sequencer's read commands -> :attr:`rd_cmd`; the write-back's write commands ->
+    #: :attr:`wr_cmd`.
+    SLICES = ("a_in", "b_in", "a_out", "b_out", "rd_cmd", "wr_cmd")
 
     # ------------------------------------------------------------------------------------------
     def elaborate(self, platform):
@@ -174,7 +176,8 @@ class GemmEngine(wiring.Component):
         slice_shapes = dict(a_in=self.data_width, b_in=self.data_width,
                             a_out=gb_a.o_stream.payload.shape(),
                             b_out=gb_b.o_stream.payload.shape(),
-                            rd_cmd=dma_command_layout(self.addr_width))
+                            rd_cmd=dma_command_layout(self.addr_width),
+                            wr_cmd=dma_command_layout(self.addr_width))
         assert tuple(slice_shapes) == self.SLICES
         slices = Module()
         for name, shape in slice_shapes.items():
@@ -221,13 +224,21 @@ class GemmEngine(wiring.Component):
         wiring.connect(m, issue.a_stream, dp.a_stream)
         wiring.connect(m, issue.b_stream, dp.b_stream)
         wiring.connect(m, dp.o_stream, writeback.i_stream)
-        wiring.connect(m, writeback.wr_cmd, wiring.flipped(self.wr_cmd))
+        wiring.connect(m, writeback.wr_cmd, sl.wr_cmd.i_stream)
+        wiring.connect(m, sl.wr_cmd.o_stream, wiring.flipped(self.wr_cmd))
         wiring.connect(m, writeback.wr_data, wiring.flipped(self.wr_data))
 
         d = Signal(descriptor_layout(), reset_less=True)     # the running descriptor (data)
         exp_job = Signal()                       # an exponent vector load is issued
-        mn = Signal(32)                          # m * n of the running descriptor
-        assert DescriptorChecker.LATENCY >= 1    # CHECK lasts >= 2 cycles: macs = mn * k
+        # m * n * k of the running descriptor, in three registered steps from ``d`` (which
+        # holds for the whole descriptor): m * n, its halves times k (a 16 x 16 product each,
+        # one DSP slice), their sum. Valid 3 cycles after a start, long before any done.
+        mn = Signal(32, reset_less=True)
+        mnk_lo = Signal(32, reset_less=True)
+        mnk_hi = Signal(32, reset_less=True)
+        m.d.sync += [mn.eq(d.m[:16] * d.n[:16]), mnk_lo.eq(mn[:16] * d.k[:16]),
+                     mnk_hi.eq(mn[16:] * d.k[:16]),
+                     self.macs.eq(mnk_lo + (mnk_hi << 16))]
         m.d.comb += [
             exp_job.eq((loader.a_jobs.valid & loader.a_jobs.ready & loader.a_jobs.payload.tag[0])
                        | (loader.b_jobs.valid & loader.b_jobs.ready
@@ -249,8 +260,6 @@ class GemmEngine(wiring.Component):
                     m.d.sync += d.eq(self.desc)
                     m.next = "CHECK"
             with m.State("CHECK"):
-                # two registered multiplies (the check lasts longer than two cycles)
-                m.d.sync += [mn.eq(d.m[:16] * d.n[:16]), self.macs.eq(mn * d.k[:16])]
                 m.d.comb += [checker.i_stream.valid.eq(1), checker.o_stream.ready.eq(1)]
                 with m.If(checker.o_stream.valid):
                     with m.If(checker.o_stream.payload.code != 0):

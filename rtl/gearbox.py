@@ -66,24 +66,32 @@ class Gearbox(wiring.Component):
         ratio = W // bpw if wide else bpw // W      # words per vector, or vectors per word
         job = self.jobs.payload
         # The queue holds the job with what its first row needs precomputed (whether it is
-        # read, its words, the words of its first vector) and its last beat, last row and
-        # last read row as indices, so that the sequencing below compares registers and
-        # never does arithmetic on the head before deciding to fire.
+        # read, its words, the words of its first vector, whether it has one beat and is the
+        # only row) and the indices the per-row registers below are compared with, so that
+        # the sequencing compares registers and never does arithmetic on the head before
+        # deciding to fire.
         layout = data.StructLayout({
-            "nbeats_m1": unsigned(16), "rows_m1": unsigned(17), "nrows_m1": unsigned(16),
+            "nbeats_m2": unsigned(16), "nbeats_one": 1,
+            "rows_m2": unsigned(17), "rows_one": 1, "nrows_m1": unsigned(16),
             "nwords": unsigned(16), "nwords_nz": 1, "valid": unsigned(17),
             "sel": job.sel.shape(), "tag": unsigned(self.tag_width), "reading0": 1,
+            "avail0": unsigned(17), "gone0": 1, "valid_z": 1,
             **({"left0": unsigned(16), "need0_m1": range(max(2, ratio)), "need0_nz": 1}
                if wide else {})})
         m.submodules.queue = queue = fifo.SyncFIFOBuffered(width=layout.size,
                                                            depth=self.job_depth)
         entry = data.View(layout, queue.w_data)
-        m.d.comb += [entry.nbeats_m1.eq(job.nbeats - 1),
-                     entry.rows_m1.eq(job.nrows + job.nzero - 1),
+        m.d.comb += [entry.nbeats_m2.eq(job.nbeats - 2),
+                     entry.nbeats_one.eq(job.nbeats == 1),
+                     entry.rows_m2.eq(job.nrows + job.nzero - 2),
+                     entry.rows_one.eq(job.nrows + job.nzero == 1),
                      entry.nrows_m1.eq(job.nrows - 1), entry.nwords.eq(job.nwords),
                      entry.nwords_nz.eq(job.nwords != 0),
                      entry.valid.eq(job.valid), entry.sel.eq(job.sel), entry.tag.eq(job.tag),
                      entry.reading0.eq(job.nrows != 0),
+                     entry.avail0.eq(Mux(job.nrows != 0, job.valid, 0)),
+                     entry.gone0.eq((job.nrows == 0) | (job.valid == 0)),
+                     entry.valid_z.eq(job.valid == 0),
                      queue.w_en.eq(self.jobs.valid), self.jobs.ready.eq(queue.w_rdy)]
         lr = ratio.bit_length() - 1
 
@@ -104,21 +112,28 @@ class Gearbox(wiring.Component):
         last_row = Signal()
         fire = Signal()
         out = self.o_stream
-        m.d.comb += [last_beat.eq(beat == head.nbeats_m1),
-                     last_row.eq(row == head.rows_m1),
-                     fire.eq(out.valid & out.ready),
+        m.d.comb += [fire.eq(out.valid & out.ready),
                      out.payload.tag.eq(head.tag)]
 
         # Per-row state as registers, valid from the job's second vector on; for its first
-        # (`job_start`) the queue entry's precomputed fields stand in.
+        # (`job_start`) the queue entry's precomputed fields stand in. The vector's last
+        # beat and row, and the bytes of the row from this vector's first on that are data
+        # (``avail``, meaningful while ``gone`` -- none left -- is low), are registers too,
+        # set when a vector fires, so that no counter compare or byte-index arithmetic lies
+        # before the fire decision or the lane mask.
         job_start = Signal(init=1)
         reading_r = Signal()       # the row comes from memory (else zeros)
         reading = Mux(job_start, head.reading0, reading_r)
-        valid_bytes = Signal(17)
-        m.d.comb += valid_bytes.eq(Mux(reading, head.valid, 0))
-        lanes_log2 = W.bit_length() - 1
-        first_byte = Signal(17 + 16)
-        m.d.comb += first_byte.eq(beat << lanes_log2)
+        last_beat_r = Signal()
+        last_row_r = Signal()
+        avail_r = Signal(17)
+        gone_r = Signal()
+        m.d.comb += [last_beat.eq(Mux(job_start, head.nbeats_one, last_beat_r)),
+                     last_row.eq(Mux(job_start, head.rows_one, last_row_r))]
+        avail = Signal(17)
+        gone = Signal()
+        m.d.comb += [avail.eq(Mux(job_start, head.avail0, avail_r)),
+                     gone.eq(Mux(job_start, head.gone0, gone_r))]
         word = self.i_stream.payload
 
         # the next row's state, for when this vector ends its row
@@ -169,10 +184,15 @@ class Gearbox(wiring.Component):
                              need_nz_r.eq(need_nz_n)]
         for t in range(W):
             m.d.comb += out.payload.data[t].eq(
-                Mux(first_byte + t < valid_bytes, vector[8 * t:8 * t + 8], 0))
+                Mux(~gone & (avail > t), vector[8 * t:8 * t + 8], 0))
         with m.If(fire):
             m.d.sync += [beat.eq(Mux(last_beat, 0, beat + 1)), job_start.eq(0),
-                         reading_r.eq(Mux(last_beat, reading_next, reading))]
+                         reading_r.eq(Mux(last_beat, reading_next, reading)),
+                         last_beat_r.eq(Mux(last_beat, head.nbeats_one, beat == head.nbeats_m2)),
+                         last_row_r.eq(Mux(last_beat, row == head.rows_m2, last_row)),
+                         avail_r.eq(Mux(last_beat, head.valid, avail - W)),
+                         gone_r.eq(Mux(last_beat, ~reading_next | head.valid_z,
+                                       gone | (avail <= W)))]
             with m.If(last_beat):
                 m.d.sync += row.eq(Mux(last_row, 0, row + 1))
                 with m.If(last_row):

@@ -83,9 +83,15 @@ class LoadSequencer(wiring.Component):
         base_col = Signal(64)
         m.d.sync += [product.eq(job.row0 * job.stride), base_col.eq(job.base + job.col)]
         addr = Signal(64)
-        count = Signal(17)
         job_sent = Signal()        # the gearbox job is out
         route_sent = Signal()      # the routing entry is out (or none is needed)
+        # Read commands still to issue, and whether that is none or one: registers (set in
+        # MUL and JOBS from the job, then counted down), so that no 17-bit compare lies
+        # between the job and the handshakes that end it.
+        left = Signal(17)
+        rows_nz = Signal()
+        one_left = Signal()
+        none_left = Signal()
 
         for gb in (self.a_jobs, self.b_jobs):
             m.d.comb += [gb.payload.nrows.eq(job.rows), gb.payload.nzero.eq(job.nzero),
@@ -99,26 +105,28 @@ class LoadSequencer(wiring.Component):
 
         with m.FSM(name="load"):
             with m.State("MUL"):
-                m.d.sync += [job_sent.eq(0), route_sent.eq(0)]
+                m.d.sync += [job_sent.eq(0), route_sent.eq(0), rows_nz.eq(job.rows != 0)]
                 with m.If(self.i_stream.valid):
                     m.next = "JOBS"
             with m.State("JOBS"):
                 m.d.comb += [self.a_jobs.valid.eq((job.path == 0) & ~job_sent),
                              self.b_jobs.valid.eq((job.path == 1) & ~job_sent),
-                             self.routes.valid.eq((job.rows != 0) & ~route_sent)]
+                             self.routes.valid.eq(rows_nz & ~route_sent)]
                 job_out = job_sent | ((self.a_jobs.valid & self.a_jobs.ready)
                                       | (self.b_jobs.valid & self.b_jobs.ready))
-                route_out = route_sent | (job.rows == 0) | self.routes.ready
-                m.d.sync += [job_sent.eq(job_out), route_sent.eq(route_out)]
+                route_out = route_sent | ~rows_nz | self.routes.ready
+                m.d.sync += [job_sent.eq(job_out), route_sent.eq(route_out),
+                             left.eq(job.rows), none_left.eq(~rows_nz),
+                             one_left.eq(job.rows == 1)]
                 with m.If(job_out & route_out):
-                    m.d.sync += [addr.eq(base_col + product), count.eq(0)]
+                    m.d.sync += addr.eq(base_col + product)
                     m.next = "ROWS"
             with m.State("ROWS"):
-                done_rows = count >= job.rows
-                m.d.comb += self.rd_cmd.valid.eq(~done_rows)
-                with m.If(self.rd_cmd.ready & ~done_rows):
-                    m.d.sync += [addr.eq(addr + job.stride), count.eq(count + 1)]
-                with m.If(done_rows | (self.rd_cmd.ready & (count == job.rows - 1))):
+                m.d.comb += self.rd_cmd.valid.eq(~none_left)
+                with m.If(self.rd_cmd.ready & ~none_left):
+                    m.d.sync += [addr.eq(addr + job.stride), left.eq(left - 1),
+                                 one_left.eq(left == 2), none_left.eq(one_left)]
+                with m.If(none_left | (self.rd_cmd.ready & one_left)):
                     m.d.comb += self.i_stream.ready.eq(1)
                     m.next = "MUL"
         return m

@@ -176,9 +176,19 @@ class Rescaler(wiring.Component):
             wide = Signal(unsigned(33))
             m.d.comb += wide.eq(Cat(Const(0, 1), s3_mant) >> s3_sh)  # bit 0 is the guard bit
 
-            rounded = Signal(unsigned(32))
-            m.d.comb += rounded.eq(
-                (s4_base << 23) + s4_q + (s4_guard & (s4_sticky | s4_q[0])))
+            # Stage 5 rounds: (base << 23) + q + round bit, as the low 23 bits plus the round
+            # bit (their carry out is an AND of all ones, not the adder's) and the exponent
+            # field base + q[23] plus that carry, both candidates and their overflow (>= 255,
+            # the infinity) computed beside the low bits' adder.
+            rbit = s4_guard & (s4_sticky | s4_q[0])
+            carry = Signal()
+            m.d.comb += carry.eq(rbit & (s4_q[:23] == (1 << 23) - 1))
+            low = Signal(23)
+            m.d.comb += low.eq(s4_q[:23] + rbit)
+            field = Signal(range(256))
+            m.d.comb += field.eq(s4_base + s4_q[23])        # base <= 253
+            overflow = Mux(carry, field >= 254, field >= 255)
+            rounded = Cat(low, Mux(carry, field + 1, field)[:8])
 
             with m.If(advance):
                 m.d.sync += [
@@ -204,7 +214,7 @@ class Rescaler(wiring.Component):
                     m.d.sync += s5_word.eq(s4_acc)
                 with m.Elif(s4_zero):
                     m.d.sync += s5_word.eq(0)
-                with m.Elif(s4_huge | (rounded >= 0x7F800000)):
+                with m.Elif(s4_huge | overflow):
                     m.d.sync += s5_word.eq(Cat(Const(0x7F800000, 31), s4_sign))
                 with m.Else():
                     m.d.sync += s5_word.eq(Cat(rounded[:31], s4_sign))

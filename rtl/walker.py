@@ -219,6 +219,13 @@ class Walker(wiring.Component):
                      cmd.i.eq(ti), cmd.j.eq(tj),
                      self.o_write.payload.m0.eq(m0), self.o_write.payload.n0.eq(n0)]
 
+        # Another block to the right, or below: registers, computed every cycle from the
+        # block's corner (which changes at least 4 cycles before NEXT reads them), so that no
+        # 17-bit add and compare lies before the FSM's next state.
+        more_n = Signal()
+        more_m = Signal()
+        m.d.sync += [more_n.eq(n_blk + BL * C < d.n), more_m.eq(m_blk + BL * R < d.m)]
+
         phase = Signal(2)        # CMD: 0 issue, 1 load A, 2 load B, 3 next
         cmd_sent = Signal()      # phase 0: the command (write job) is already taken
         write_sent = Signal()
@@ -306,10 +313,10 @@ class Walker(wiring.Component):
                     m.next = "CMD"
                 with m.Else():
                     m.d.sync += [parity.eq(~parity), first_block.eq(0)]
-                    with m.If(n_blk + BL * C < d.n):
+                    with m.If(more_n):
                         m.d.sync += n_blk.eq(n_blk + BL * C)
                         m.next = "BLOCK"
-                    with m.Elif(m_blk + BL * R < d.m):
+                    with m.Elif(more_m):
                         m.d.sync += [n_blk.eq(0), m_blk.eq(m_blk + BL * R)]
                         m.next = "BLOCK"
                     with m.Else():

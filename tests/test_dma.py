@@ -39,3 +39,34 @@ def test_bad_parameters(kwargs, name):
     for cls in (DmaReader, DmaWriter):
         with pytest.raises(ValueError, match=name):
             cls(**kwargs)
+
+
+@pytest.mark.parametrize("data_width", [64, 128, 512])
+@pytest.mark.parametrize("burst", [1, 3, 16, 17, 64, 256])
+def test_burst_splitter(data_width, burst):
+    """The next burst's length and last flag, against min(burst, words to the 4 KB page's
+    end, words left), for every word of a page (the compare with a constant and the narrow
+    negation that replace the page-wide subtraction), both sides of every limit."""
+    from amaranth import Module, Signal
+    from amaranth.sim import Simulator
+
+    from rtl.dma import _burst_splitter
+    shift = (data_width // 8).bit_length() - 1
+    page = 4096 >> shift
+    m = Module()
+    addr, rem = Signal(32), Signal(24)
+    n, last = _burst_splitter(m, addr, rem, burst, shift)
+    checked = []
+
+    async def bench(ctx):
+        for w in range(page):
+            for r in {1, 2, burst - 1, burst, burst + 1, page - w, page - w + 1, 70000} - {0}:
+                ctx.set(addr, 0x7000 + (w << shift) + 1)   # low bits ignored
+                ctx.set(rem, r)
+                bound = min(burst, page - w)
+                assert (ctx.get(n), ctx.get(last)) == (min(bound, r), r <= bound), (w, r)
+                checked.append(r)
+    sim = Simulator(m)
+    sim.add_testbench(bench)
+    sim.run()
+    assert len(checked) >= page

@@ -306,14 +306,18 @@ def reader_harness(flaw: str | None = None, stream: bool = True,
     return m, _free_inputs(dut) + extra + [index]
 
 
-def writer_harness(order: bool = True, window: bool = True) -> tuple[Module, list[Signal]]:
-    """DmaWriter with an AXI4 write checker, the window, and its W data's order."""
+def writer_harness(order: bool = True, window: bool = True,
+                   outstanding: int = OUTSTANDING) -> tuple[Module, list[Signal]]:
+    """DmaWriter with an AXI4 write checker, the window, and its W data's order.
+
+    ``outstanding`` of 3 or more takes the writer's other room check (the response queue's
+    room standing in for the address and data queues')."""
     m = Module()
     m.submodules.dut = dut = DmaWriter(DATA_WIDTH, ADDR_WIDTH, burst_beats=BURST_BEATS,
-                                       outstanding=OUTSTANDING)
+                                       outstanding=outstanding)
     m.submodules.axi = axi = AXI4WriteChecker(DATA_WIDTH, ADDR_WIDTH, dut="manager",
-                                              max_burst=BURST_BEATS, max_bursts=OUTSTANDING,
-                                              max_w_ahead=OUTSTANDING, window=window)
+                                              max_burst=BURST_BEATS, max_bursts=outstanding,
+                                              max_w_ahead=outstanding, window=window)
     watch(m, axi.bus, dut.bus)
     shift = (DATA_WIDTH // 8).bit_length() - 1
     extra = _window(m, axi, dut.cmd, shift) if window else []
@@ -358,6 +362,8 @@ PROOFS: dict[str, Proof] = {p.name: p for p in [
           "DmaReader: o_stream rules, words in the order read, `last` on command ends"),
     Proof("dma_writer", lambda: writer_harness(order=False, window=False), "bmc", 12,
           "DmaWriter: AXI4 write manager rules (W before AW allowed), WLAST, responses"),
+    Proof("dma_writer_3", lambda: writer_harness(order=False, window=False, outstanding=3),
+          "bmc", 12, "DmaWriter with 3 bursts in flight: the same rules, no queue overrun"),
     Proof("dma_writer_window", lambda: writer_harness(order=False), "bmc", 10,
           "DmaWriter: every AW burst inside the commands' window"),
     Proof("dma_writer_order", lambda: writer_harness(window=False), "bmc", 10,
