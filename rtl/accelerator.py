@@ -214,16 +214,27 @@ class Accelerator(wiring.Component):
         ]
 
         # ---- status, interrupts, counters -------------------------------------------------
+        # The queue's entries counted here, with "any" as a register of its own: the FIFO's
+        # level is a sum (its inner level and its output register), which would lie before
+        # the CSR read multiplexer. Both are exact, not late: the driver polls BUSY right
+        # after an ENQUEUE.
+        entries = Signal(range(self.queue + 1))
+        queued = Signal()
+        pushed = q.w_en
+        popped = q.r_en & q.r_rdy
+        m.d.sync += entries.eq(entries + pushed - popped)
+        with m.If(pushed):
+            m.d.sync += queued.eq(1)
+        with m.Elif(popped):
+            m.d.sync += queued.eq(entries != 1)
+        with m.If(queue_rst):                       # emptied with the queue
+            m.d.sync += [entries.eq(0), queued.eq(0)]
         busy = Signal()
-        m.d.comb += busy.eq(((q.level != 0) & ~halted) | running | engine.busy | aborting)
-        # STATUS.BUSY and QUEUE_LEVEL as registers (a cycle late: a read that follows a
-        # write's response still sees its effect): no FIFO level adder before the CSR read
-        # multiplexer
+        m.d.comb += busy.eq((queued & ~halted) | running | engine.busy | aborting)
         level = Signal(8)
-        status_busy = Signal()
-        m.d.sync += [level.eq(q.level + running), status_busy.eq(busy)]
+        m.d.comb += level.eq(entries + running)
         m.d.comb += [
-            *pack("STATUS", BUSY=status_busy, ERROR=halted | (error_code != 0), QUEUE_FULL=~q.w_rdy,
+            *pack("STATUS", BUSY=busy, ERROR=halted | (error_code != 0), QUEUE_FULL=~q.w_rdy,
                   QUEUE_LEVEL=level, ERROR_CODE=error_code),
             csr.irq_status_set.eq(irq_done | (irq_error << 1)),
             self.irq.eq((csr.irq_status & csr.irq_enable)[:2] != 0),
