@@ -201,6 +201,14 @@ class GemmDatapath(wiring.Component):
         # pend != 0, kept as registers beside the counts (the loader's hazard check reads them)
         pend_a_nz = Signal(self.slots)
         pend_b_nz = Signal(self.slots)
+        # pend == 1, and the running job's and the staged command's slots one-hot, likewise
+        # registers, so that the hazard below is one gate per slot from registers
+        pend_a_one = Signal(self.slots)
+        pend_b_one = Signal(self.slots)
+        cur_a1h = Signal(self.slots)
+        cur_b1h = Signal(self.slots)
+        cmd_a1h = Signal(self.slots)
+        cmd_b1h = Signal(self.slots)
 
         # ---- loader: command -> buffers ---------------------------------------------------
         loading = Signal()
@@ -234,6 +242,7 @@ class GemmDatapath(wiring.Component):
         m.d.comb += self.cmd.ready.eq(~staged | take)
         with m.If(self.cmd.valid & self.cmd.ready):
             m.d.sync += [cmd.eq(p), staged.eq(1), bad.eq((p.k == 0) | (p.k > self.depth)),
+                         cmd_a1h.eq(1 << p.a_slot), cmd_b1h.eq(1 << p.b_slot),
                          a_span.eq(span(p.load_a, p.a_slot, p.a_extra)),
                          b_span.eq(span(p.load_b, p.b_slot, p.b_extra))]
         with m.Elif(take):
@@ -244,14 +253,10 @@ class GemmDatapath(wiring.Component):
         # or rejected with an error), so that no 2 * slots-input OR lies before the
         # loader's decision.
         hazard = Signal()
-        cleared_a = Cat(finishing & (cur.a_slot == s_) & (pend_a[s_] == 1)
-                        for s_ in range(self.slots))
-        cleared_b = Cat(finishing & (cur.b_slot == s_) & (pend_b[s_] == 1)
-                        for s_ in range(self.slots))
-        left_a = pend_a_nz & ~cleared_a
-        left_b = pend_b_nz & ~cleared_b
-        staged_a = Cat(staged & (cmd.a_slot == s_) for s_ in range(self.slots))
-        staged_b = Cat(staged & (cmd.b_slot == s_) for s_ in range(self.slots))
+        left_a = pend_a_nz & ~(cur_a1h & pend_a_one & finishing.replicate(self.slots))
+        left_b = pend_b_nz & ~(cur_b1h & pend_b_one & finishing.replicate(self.slots))
+        staged_a = cmd_a1h & staged.replicate(self.slots)
+        staged_b = cmd_b1h & staged.replicate(self.slots)
         # (the command staged next cycle is the one staged now if it stays, else whatever
         # enters -- if none does, the value is not read -- so the select is not the
         # upstream's valid)
@@ -305,15 +310,18 @@ class GemmDatapath(wiring.Component):
                     job.info.col_exp.eq(cmd.col_exp),
                 ]
         for s_ in range(self.slots):
-            for q, nz, slot_in, slot_out in ((pend_a[s_], pend_a_nz[s_], cmd.a_slot, cur.a_slot),
-                                             (pend_b[s_], pend_b_nz[s_], cmd.b_slot, cur.b_slot)):
+            for q, nz, one, slot_in, slot_out in (
+                    (pend_a[s_], pend_a_nz[s_], pend_a_one[s_], cmd.a_slot, cur.a_slot),
+                    (pend_b[s_], pend_b_nz[s_], pend_b_one[s_], cmd.b_slot, cur.b_slot)):
                 inc = accept & (slot_in == s_)
                 dec = finishing & (slot_out == s_)
                 m.d.sync += q.eq(q + inc - dec)
                 with m.If(inc & ~dec):
-                    m.d.sync += nz.eq(1)
-                with m.Elif(dec & ~inc & (q == 1)):
-                    m.d.sync += nz.eq(0)
+                    m.d.sync += [nz.eq(1), one.eq(q == 0)]
+                with m.Elif(dec & ~inc):
+                    m.d.sync += one.eq(q == 2)
+                    with m.If(q == 1):
+                        m.d.sync += nz.eq(0)
 
         # ---- compute sequencer: buffers -> array ------------------------------------------
         # Tiles read out of the array (emitted or stored) keep min_emit_interval cycles between
@@ -347,7 +355,8 @@ class GemmDatapath(wiring.Component):
         m.d.sync += fresh.eq(start)
         with m.If(start):
             m.d.comb += jobs.r_en.eq(1)
-            m.d.sync += [active.eq(1), kk.eq(0), cur.eq(head), finishing.eq(head.k_one)]
+            m.d.sync += [active.eq(1), kk.eq(0), cur.eq(head), finishing.eq(head.k_one),
+                         cur_a1h.eq(1 << head.a_slot), cur_b1h.eq(1 << head.b_slot)]
         with m.Elif(finishing | ~active):
             m.d.sync += [active.eq(0), finishing.eq(0)]
         with m.Else():
