@@ -47,9 +47,11 @@ def occupancy(m, name: str, capacity: int, push, pop):
 
     ``room`` is set from the old count compared with constants, ``push`` and ``pop`` only
     selecting the result, so a handshake that depends on ``room`` and feeds ``push`` is not
-    followed by a carry chain before ``room``'s next value. Use it beside a FIFO of
-    ``capacity`` entries (pushed and popped as the FIFO is) instead of the FIFO's ``w_rdy``.
-    Returns ``(count, room)``."""
+    followed by a carry chain before ``room``'s next value. Use it beside a ``SyncFIFO`` of
+    ``capacity`` entries, pushed and popped as the FIFO is, instead of its ``w_rdy`` (which is
+    ``level != depth``; a ``SyncFIFOBuffered``'s follows its inner queue, which can be full
+    while the whole holds fewer than ``depth``), or beside a queue with no flags at all.
+    Returns ``room``."""
     count = Signal(range(capacity + 1), name=f"{name}_count")
     room = Signal(name=f"{name}_room", init=1)
     m.d.sync += count.eq(count + push - pop)
@@ -57,4 +59,4 @@ def occupancy(m, name: str, capacity: int, push, pop):
         m.d.sync += room.eq(count != capacity - 1)
     with m.Elif(pop & ~push):
         m.d.sync += room.eq(1)
-    return count, room
+    return room

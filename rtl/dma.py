@@ -310,8 +310,8 @@ class DmaReader(_DmaMaster):
         # the last-word compare is not followed by the count's carry chain.
         ended = Signal()
         m.d.sync += ended.eq(beat & last)
-        _, burst_room = occupancy(m, "bursts", self.outstanding, issued_, beat & burst_last)
-        _, cmd_room = occupancy(m, "commands", depth, take_, ended)
+        burst_room = occupancy(m, "bursts", self.outstanding, issued_, beat & burst_last)
+        cmd_room = occupancy(m, "commands", depth, take_, ended)
         active, valid, ready, issued, _, addr, n, take = self._bursts(
             m, lambda n: room & burst_room, cmd_room)
         self._drive_address(m, "ar", valid, addr, n)
@@ -426,7 +426,7 @@ class DmaWriter(_DmaMaster):
         # implies theirs (a SyncFIFOBuffered of depth >= 3 holding fewer than its depth
         # accepts a write); the decision then has few inputs and no FIFO level compare.
         issued_ = Signal()
-        _, b_room = occupancy(m, "responses", self.outstanding, issued_,
+        b_room = occupancy(m, "responses", self.outstanding, issued_,
                               bus.bvalid & b_fifo.r_rdy)
         if self.outstanding >= 3:
             def may_raise(n):
