@@ -232,7 +232,7 @@ class GemmEngine(wiring.Component):
         exp_job = Signal()                       # an exponent vector load is issued
         # m * n * k of the running descriptor, in three registered steps from ``d`` (which
         # holds for the whole descriptor): m * n, its halves times k (a 16 x 16 product each,
-        # one DSP slice), their sum. Valid 3 cycles after a start, long before any done.
+        # one DSP slice), their sum. Valid 4 cycles after a start, long before any done.
         mn = Signal(32, reset_less=True)
         mnk_lo = Signal(32, reset_less=True)
         mnk_hi = Signal(32, reset_less=True)
