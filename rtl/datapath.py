@@ -138,8 +138,9 @@ class GemmDatapath(wiring.Component):
             "step": Out(1),
         })
 
-    #: Registers on the command path: a command waits here for its loads to be allowed.
-    COMMAND_STAGES = 1
+    #: Registers on the command path: the first computes a command's checks, in the second
+    #: it waits for its loads to be allowed.
+    COMMAND_STAGES = 2
     #: Registers from the array's output to the rescaler's input: the ``x`` stage, where a
     #: row meets its partial sums read from the accumulation buffer.
     ACCUMULATE_STAGES = 1
@@ -216,16 +217,25 @@ class GemmDatapath(wiring.Component):
         b_done = Signal()
         job = Signal(job_layout, reset_less=True)         # read under loading
 
-        # ---- command stage: the command registered beside what its checks need -----------
-        # (k out of range; the slots a load writes, as masks), so that the loader decides
-        # from registers and a few gates. One cycle (COMMAND_STAGES); a command enters in the
-        # cycle the one before leaves.
+        # ---- command stages: the command registered beside what its checks need ----------
+        # (k out of range; the slots a load writes, as masks and one-hot), so that the loader
+        # decides from registers and a few gates. Two stages (COMMAND_STAGES): ``pre`` takes
+        # the command from :attr:`cmd` and computes its masks; ``cmd`` holds it until its
+        # loads are allowed. Each takes a command in the cycle the one before leaves.
+        pre = Signal(self.cmd.payload.shape(), reset_less=True)      # read under pre_valid
+        pre_valid = Signal()
+        pre_bad = Signal()
+        pre_a_span = Signal(self.slots)
+        pre_b_span = Signal(self.slots)
+        pre_a1h = Signal(self.slots)
+        pre_b1h = Signal(self.slots)
         cmd = Signal(self.cmd.payload.shape(), reset_less=True)      # read under staged
         staged = Signal()
         bad = Signal()
         a_span = Signal(self.slots)
         b_span = Signal(self.slots)
         take = Signal()                  # the staged command leaves (loaded or dropped)
+        move = Signal()                  # the pre-staged command moves up
 
         # The slots ``first .. first + extra`` as a mask, a table of every (first, extra):
         # a function of 2 log2(slots) bits per slot, with no adder or compare chain.
@@ -239,31 +249,38 @@ class GemmDatapath(wiring.Component):
             """The slots ``first .. first + extra`` if ``load``, as a mask."""
             return Mux(load, span_table[Cat(first[:slot_bits], extra[:slot_bits])], 0)
         p = self.cmd.payload
-        m.d.comb += self.cmd.ready.eq(~staged | take)
+        m.d.comb += [move.eq(pre_valid & (~staged | take)),
+                     self.cmd.ready.eq(~pre_valid | move)]
         with m.If(self.cmd.valid & self.cmd.ready):
-            m.d.sync += [cmd.eq(p), staged.eq(1), bad.eq((p.k == 0) | (p.k > self.depth)),
-                         cmd_a1h.eq(1 << p.a_slot), cmd_b1h.eq(1 << p.b_slot),
-                         a_span.eq(span(p.load_a, p.a_slot, p.a_extra)),
-                         b_span.eq(span(p.load_b, p.b_slot, p.b_extra))]
+            m.d.sync += [pre.eq(p), pre_valid.eq(1),
+                         pre_bad.eq((p.k == 0) | (p.k > self.depth)),
+                         pre_a1h.eq(1 << p.a_slot), pre_b1h.eq(1 << p.b_slot),
+                         pre_a_span.eq(span(p.load_a, p.a_slot, p.a_extra)),
+                         pre_b_span.eq(span(p.load_b, p.b_slot, p.b_extra))]
+        with m.Elif(move):
+            m.d.sync += pre_valid.eq(0)
+        with m.If(move):
+            m.d.sync += [cmd.eq(pre), staged.eq(1), bad.eq(pre_bad),
+                         cmd_a1h.eq(pre_a1h), cmd_b1h.eq(pre_b1h),
+                         a_span.eq(pre_a_span), b_span.eq(pre_b_span)]
         with m.Elif(take):
             m.d.sync += staged.eq(0)
         # A load's slots still have readers: a register, set for the command staged next
         # cycle from the readers left after this cycle's last steps (registers only), and,
-        # for a command entering, the staged one's slots (it leaves as it enters: accepted,
-        # or rejected with an error), so that no 2 * slots-input OR lies before the
-        # loader's decision.
+        # for a command moving up, the staged one's slots (it leaves as the other moves:
+        # accepted, or rejected with an error), so that the loader's decision has no
+        # 2 * slots-input OR before it and the hazard only masks and ORs registers.
         hazard = Signal()
         left_a = pend_a_nz & ~(cur_a1h & pend_a_one & finishing.replicate(self.slots))
         left_b = pend_b_nz & ~(cur_b1h & pend_b_one & finishing.replicate(self.slots))
         staged_a = cmd_a1h & staged.replicate(self.slots)
         staged_b = cmd_b1h & staged.replicate(self.slots)
-        # (the command staged next cycle is the one staged now if it stays, else whatever
-        # enters -- if none does, the value is not read -- so the select is not the
-        # upstream's valid)
+        # (the command staged next cycle is the one staged now if it stays, else the
+        # pre-staged one -- if there is none, the value is not read -- so the select is not
+        # the pre stage's valid)
         m.d.sync += hazard.eq(Mux(
             ~(staged & ~take),
-            (span(p.load_a, p.a_slot, p.a_extra) & (left_a | staged_a)).any()
-            | (span(p.load_b, p.b_slot, p.b_extra) & (left_b | staged_b)).any(),
+            (pre_a_span & (left_a | staged_a)).any() | (pre_b_span & (left_b | staged_b)).any(),
             (a_span & left_a).any() | (b_span & left_b).any()))
         wiring.connect(m, wiring.flipped(self.a_stream), a_buf.w_stream)
         wiring.connect(m, wiring.flipped(self.b_stream), b_buf.w_stream)
@@ -448,6 +465,6 @@ class GemmDatapath(wiring.Component):
             out_fifo.r_en.eq(self.o_stream.ready),
         ]
 
-        m.d.comb += self.busy.eq(staged | loading | jobs.r_rdy | active
+        m.d.comb += self.busy.eq(pre_valid | staged | loading | jobs.r_rdy | active
                                  | (credits != self.out_rows))
         return m
