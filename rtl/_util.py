@@ -1,8 +1,8 @@
 """Small helpers shared by the RTL components."""
 
-from amaranth import Cat, Signal
+from amaranth import Cat, Const, Mux, Signal, Value
 
-__all__ = ["delay", "occupancy", "wide_accumulator"]
+__all__ = ["carry_select_add", "delay", "occupancy", "wide_accumulator"]
 
 
 def delay(m, sig, n: int, name: str, *, reset_less: bool = False):
@@ -60,3 +60,39 @@ def occupancy(m, name: str, capacity: int, push, pop):
     with m.Elif(pop & ~push):
         m.d.sync += room.eq(1)
     return room
+
+
+def carry_select_add(a, b, width: int, *, piece: int = 16) -> Value:
+    """``(a + b) mod 2**width`` as a carry-select adder: no carry chain longer than ``piece``.
+
+    Each ``piece``-bit slice of the operands is added twice in parallel, with a carry in of 0
+    and of 1; the slices' carries then resolve in a LUT each (carry out = the carry-0 sum's
+    carry, or the carry-1 sum's when a carry comes in), and a multiplexer per slice picks its
+    sum. A 64-bit add is then about ``piece / 8`` carry blocks, a LUT or two and a multiplexer
+    deep instead of ``width / 8`` carry blocks. For ``b = 1`` (an incrementer) a slice's carry
+    in is the AND of the bits below it. Combinational; the result is ``width`` bits."""
+    increment = isinstance(b, int) and b == 1
+    a = Value.cast(a)
+    b = Value.cast(b)
+    a = a[:width] if len(a) >= width else a.as_unsigned()
+    b = b[:width] if len(b) >= width else b.as_unsigned()
+    sums = []
+    if increment:
+        # an incrementer: a piece takes the carry when every bit below it is one (an AND in
+        # LUTs beside the pieces' chains, not a ripple through their carry outs)
+        for lo in range(0, width, piece):
+            n = min(piece, width - lo)
+            a_i = a[lo:lo + n] if lo < len(a) else Const(0, n)
+            up = (a_i + 1)[:n]
+            sums.append(up if lo == 0 else Mux(a[:lo].all(), up, a_i))
+        return Cat(*sums)
+    carry = Const(0)
+    for lo in range(0, width, piece):
+        n = min(piece, width - lo)
+        a_i = a[lo:lo + n] if lo < len(a) else Const(0, n)
+        b_i = b[lo:lo + n] if lo < len(b) else Const(0, n)
+        s0 = a_i + b_i                                       # n + 1 bits
+        s1 = (Cat(Const(1, 1), a_i) + Cat(Const(1, 1), b_i))[1:]   # a_i + b_i + 1, one adder
+        sums.append(Mux(carry, s1[:n], s0[:n]))
+        carry = s0[n] | (s1[n] & carry)
+    return Cat(*sums)

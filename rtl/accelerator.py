@@ -231,8 +231,11 @@ class Accelerator(wiring.Component):
             m.d.sync += [entries.eq(0), queued.eq(0)]
         busy = Signal()
         m.d.comb += busy.eq((queued & ~halted) | running | engine.busy | aborting)
+        # QUEUE_LEVEL is a register (its sum would lie before the read multiplexer): a cycle
+        # behind, which the register block's read (registered address, then data) makes up,
+        # so a host still reads, after an ENQUEUE's write response, the level that counts it.
         level = Signal(8)
-        m.d.comb += level.eq(entries + running)
+        m.d.sync += level.eq(entries + running)
         m.d.comb += [
             *pack("STATUS", BUSY=busy, ERROR=halted | (error_code != 0), QUEUE_FULL=~q.w_rdy,
                   QUEUE_LEVEL=level, ERROR_CODE=error_code),

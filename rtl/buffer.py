@@ -126,10 +126,6 @@ class TransposableBuffer(wiring.Component):
         short = Signal()
         extra_m1 = Signal(range(-1, self.slots))    # the span's tiles - 2
 
-        def is_last(pos, sub, rot, k_m1, k_mL, extra, k_major):
-            """A beat at (pos, sub, rot) would be the tile's last."""
-            return Mux(k_major, (pos == k_m1) & (sub == extra), (pos >= k_mL) & (rot == L - 1))
-
         beat = Signal()
         last = Signal()               # the next beat is the tile's last (a register)
         finished = Signal()           # this beat is the tile's last
@@ -142,8 +138,9 @@ class TransposableBuffer(wiring.Component):
         ]
         # The position after this beat; `last` follows it, so that `finished` (and through
         # w_done the datapath's loader) is one gate from registers. `last_n` is
-        # is_last(pos_n, sub_n, rot_n) written in terms of this beat's position, so that it
-        # compares registers rather than the sums.
+        # "the beat at (pos_n, sub_n, rot_n) is the tile's last" -- k-major: pos_n == k - 1 and
+        # sub_n == extra; else pos_n + L >= k and rot_n == L - 1 -- written in terms of this
+        # beat's position, so that it compares registers rather than the sums.
         pos_n = Signal.like(pos)
         sub_n = Signal.like(sub)
         rot_n = Signal.like(rot)
@@ -183,7 +180,9 @@ class TransposableBuffer(wiring.Component):
                          pos.eq(0), rot.eq(0), busy.eq(cmd.k != 0),
                          k_m1.eq(cmd_k_m1), k_mL.eq(cmd_k_mL), k_m2.eq(cmd.k - 2),
                          k_m2L.eq(cmd.k - 2 * L), short.eq(cmd.k <= L),
-                         last.eq(is_last(0, 0, 0, cmd_k_m1, cmd_k_mL, cmd_extra, cmd.k_major))]
+                         # the first beat (0, 0, 0) is the last, as compares of k with constants
+                         last.eq(Mux(cmd.k_major, (cmd.k == 1) & (cmd_extra == 0),
+                                     (cmd.k <= L) if L == 1 else 0))]
 
         slot_base = (slot + sub) * D  # D is a power of two: a shift
         # bank b takes beat value (b - rot) mod L

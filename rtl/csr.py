@@ -59,7 +59,8 @@ class RegisterBlock(wiring.Component):
 
     Unmapped addresses and writes to read-only registers answer SLVERR. One transaction of
     each direction is in flight at a time; a write completes 2 cycles after its address and
-    data are both valid, a read 1 cycle after its address.
+    data are both valid; a read's data is valid 2 cycles after its address is taken (the
+    address is registered before it selects a register: :data:`READ_LATENCY`).
 
     Members
     -------
@@ -85,6 +86,9 @@ class RegisterBlock(wiring.Component):
             if reg.access == "w1c":
                 members[f"{name}_set"] = In(32)
         super().__init__(members)
+
+    #: Cycles from a read's address handshake to RVALID.
+    READ_LATENCY = 2
 
     def elaborate(self, platform):
         m = Module()
@@ -135,8 +139,15 @@ class RegisterBlock(wiring.Component):
                             m.d.sync += port.eq((port & ~wbits) | set_)
 
         # ---- reads ------------------------------------------------------------------------
-        raddr = bus.araddr[2:]
-        m.d.comb += bus.arready.eq(~bus.rvalid)
+        # The address is registered at its handshake (``rpend``), and the register selected
+        # the next cycle: the address decode and the read multiplexer start from a register.
+        raddr = Signal(len(bus.araddr) - 2, reset_less=True)
+        rpend = Signal()
+        m.d.comb += bus.arready.eq(~bus.rvalid & ~rpend)
+        with m.If(bus.arvalid & bus.arready):
+            m.d.sync += [raddr.eq(bus.araddr[2:]), rpend.eq(1)]
+        with m.Else():
+            m.d.sync += rpend.eq(0)
         with m.If(bus.rvalid & bus.rready):
             m.d.sync += bus.rvalid.eq(0)
         # Reading X_LO of a read-only pair copies X_HI into a register that X_HI then reads.
@@ -147,7 +158,7 @@ class RegisterBlock(wiring.Component):
                 latched[reg.name] = (hi, Signal(32, name=f"{_port(hi)}_latched",
                                                 reset_less=True))     # read after LO
         latch_of_hi = {hi: latch for hi, latch in latched.values()}
-        with m.If(bus.arvalid & ~bus.rvalid):
+        with m.If(rpend):
             m.d.sync += [bus.rvalid.eq(1), bus.rdata.eq(0), bus.rresp.eq(RESP_SLVERR)]
             with m.Switch(raddr):
                 for reg in regmap.REGISTERS:

@@ -265,7 +265,7 @@ class GemmDatapath(wiring.Component):
                          a_span.eq(pre_a_span), b_span.eq(pre_b_span)]
         with m.Elif(take):
             m.d.sync += staged.eq(0)
-        # A load's slots still have readers: a register, set for the command staged next
+        # A load's slots still have readers: from registers, set for the command staged next
         # cycle from the readers left after this cycle's last steps (registers only), and,
         # for a command moving up, the staged one's slots (it leaves as the other moves:
         # accepted, or rejected with an error), so that the loader's decision has no
@@ -277,11 +277,18 @@ class GemmDatapath(wiring.Component):
         staged_b = cmd_b1h & staged.replicate(self.slots)
         # (the command staged next cycle is the one staged now if it stays, else the
         # pre-staged one -- if there is none, the value is not read -- so the select is not
-        # the pre stage's valid)
-        m.d.sync += hazard.eq(Mux(
-            ~(staged & ~take),
-            (pre_a_span & (left_a | staged_a)).any() | (pre_b_span & (left_b | staged_b)).any(),
-            (a_span & left_a).any() | (b_span & left_b).any()))
+        # the pre stage's valid). Both candidates are registers, and whether the command
+        # stayed: the select (from ``take``) comes after them, not before.
+        hz_stay = Signal()
+        hz_move = Signal()
+        stayed = Signal()
+        m.d.sync += [
+            hz_move.eq((pre_a_span & (left_a | staged_a)).any()
+                       | (pre_b_span & (left_b | staged_b)).any()),
+            hz_stay.eq((a_span & left_a).any() | (b_span & left_b).any()),
+            stayed.eq(staged & ~take),
+        ]
+        m.d.comb += hazard.eq(Mux(stayed, hz_stay, hz_move))
         wiring.connect(m, wiring.flipped(self.a_stream), a_buf.w_stream)
         wiring.connect(m, wiring.flipped(self.b_stream), b_buf.w_stream)
         m.d.comb += [

@@ -4,7 +4,7 @@ from amaranth import Cat, Module, Mux, Signal, unsigned
 from amaranth.lib import data, fifo, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from ._util import occupancy
+from ._util import carry_select_add, occupancy
 
 __all__ = ["AXI4ReadSignature", "AXI4WriteSignature", "DmaReader", "DmaWriter",
            "dma_command_layout", "dma_write_layout"]
@@ -192,7 +192,10 @@ class _DmaMaster(wiring.Component):
         cmd_addr = Signal(self.addr_width)
         m.d.comb += cmd_addr.eq(cmd.addr >> shift << shift)
         n_first, last_first = _burst_splitter(m, cmd_addr, cmd.beats, self.burst_beats, shift)
-        m.d.sync += [page_after.eq(addr[12:] + 1), page_after_cmd.eq(cmd_addr[12:] + 1),
+        # (carry-select incrementers: 52 bits at a 64-bit address would chain 7 carry blocks)
+        page_bits = self.addr_width - 12
+        m.d.sync += [page_after.eq(carry_select_add(addr[12:], 1, page_bits)),
+                     page_after_cmd.eq(carry_select_add(cmd_addr[12:], 1, page_bits)),
                      took.eq(take)]
         with m.If(take):
             m.d.sync += [active.eq(1), addr.eq(cmd_addr), remaining.eq(cmd.beats),

@@ -4,6 +4,7 @@ from amaranth import Module, Signal, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from ._util import carry_select_add
 from .dma import dma_command_layout
 from .gearbox import gearbox_job_layout
 
@@ -38,12 +39,13 @@ class LoadSequencer(wiring.Component):
     :attr:`b_jobs` (by ``path``) and, when the job reads rows, a routing entry to
     :attr:`routes`; then it issues one DMA read command per row on :attr:`rd_cmd`. The job
     stays on :attr:`i_stream` while it runs and is taken with its last read command (or, with
-    no rows, once its gearbox job is out). Own 17 x 32 multiplier for ``row0 * stride``.
+    no rows, once its gearbox job is out). Own two 17 x 16 multipliers for ``row0 * stride``.
     The numpy model is :func:`sim.engine_models.load_sequence`.
 
     Latency and throughput: the gearbox job and routing entry leave 1 cycle after the job
-    arrives (the product is registered), the first read command 1 cycle after them, then one
-    read command a cycle; the next job may start in the cycle after the last read command.
+    arrives (the products are registered), the first read command 2 cycles after them (the
+    address is summed in two registered steps), then one read command a cycle; the next job
+    may start in the cycle after the last read command.
 
     Parameters
     ----------
@@ -74,14 +76,24 @@ class LoadSequencer(wiring.Component):
             "routes": Out(stream.Signature(route_layout())),
         })
 
+    #: Cycles from a job arriving to its gearbox job and routing entry being offered.
+    JOB_LATENCY = 1
+    #: Cycles from those to the job's first read command.
+    READ_LATENCY = 2
+
     def elaborate(self, platform):
         m = Module()
         job = self.i_stream.payload
-        # Both terms of the first row's address are registered from the job (held while it
-        # is offered, i.e. from the cycle MUL sees it), so JOBS adds two registers.
-        product = Signal(64)
+        # The first row's address in registered steps, no carry chain over 16 bits: in MUL the
+        # two 17 x 16 halves of ``row0 * stride`` (a DSP slice each) and ``base + col``; in
+        # JOBS the halves' sum; in ADDR the address.
+        p_lo = Signal(33)
+        p_hi = Signal(33)
         base_col = Signal(64)
-        m.d.sync += [product.eq(job.row0 * job.stride), base_col.eq(job.base + job.col)]
+        offset = Signal(64)
+        m.d.sync += [p_lo.eq(job.row0 * job.stride[:16]), p_hi.eq(job.row0 * job.stride[16:]),
+                     base_col.eq(carry_select_add(job.base, job.col, 64)),
+                     offset.eq(carry_select_add(p_lo, p_hi << 16, 64))]
         addr = Signal(64)
         job_sent = Signal()        # the gearbox job is out
         route_sent = Signal()      # the routing entry is out (or none is needed)
@@ -119,12 +131,14 @@ class LoadSequencer(wiring.Component):
                              left.eq(job.rows), none_left.eq(~rows_nz),
                              one_left.eq(job.rows == 1)]
                 with m.If(job_out & route_out):
-                    m.d.sync += addr.eq(base_col + product)
-                    m.next = "ROWS"
+                    m.next = "ADDR"
+            with m.State("ADDR"):
+                m.d.sync += addr.eq(carry_select_add(base_col, offset, 64))
+                m.next = "ROWS"
             with m.State("ROWS"):
                 m.d.comb += self.rd_cmd.valid.eq(~none_left)
                 with m.If(self.rd_cmd.ready & ~none_left):
-                    m.d.sync += [addr.eq(addr + job.stride), left.eq(left - 1),
+                    m.d.sync += [addr.eq(carry_select_add(addr, job.stride, 64)), left.eq(left - 1),
                                  one_left.eq(left == 2), none_left.eq(one_left)]
                 with m.If(none_left | (self.rd_cmd.ready & one_left)):
                     m.d.comb += self.i_stream.ready.eq(1)

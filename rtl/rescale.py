@@ -28,17 +28,28 @@ def rescale_output_layout(lanes: int) -> data.StructLayout:
     })
 
 
-def _zero_count(value, width: int, leading: bool):
+def _zero_count(value, width: int, leading: bool, group: int = 8):
     """``(count, zero)``: the leading (or trailing) zeros of ``value`` (``width`` if it is
-    zero) and whether it is zero, as a tree of depth ``log2(width)``: each node takes its
-    upper (lower) half's count unless that half is all zeros. ``width`` is a power of two."""
-    if width == 1:
-        return ~value[0], ~value[0]
-    half = width // 2
-    first, second = (value[half:], value[:half]) if leading else (value[:half], value[half:])
-    c1, z1 = _zero_count(first, half, leading)
-    c2, z2 = _zero_count(second, half, leading)
-    return Mux(z1, half + c2, c1), z1 & z2
+    zero) and whether it is zero, in two priority levels of ``group`` inputs each: within
+    each group of ``group`` bits the zeros before its first one, then the first group with a
+    one picks its count. Each bit of a level's result is a function of about ``2 * group``
+    inputs -- two LUT levels -- where a binary tree of ``log2(width)`` multiplexers maps
+    deeper. ``width`` is a multiple of ``group``."""
+    def first_one(bits, n):
+        # zeros before the first one of ``bits`` (counted from bit 0), ``n`` if none
+        count = Const(n, range(n + 1))
+        for i in reversed(range(len(bits))):
+            count = Mux(bits[i], i, count)
+        return count
+    order = list(reversed(range(width))) if leading else list(range(width))
+    bits = [value[i] for i in order]          # bit 0 of the order is counted first
+    groups = [Cat(*bits[g:g + group]) for g in range(0, width, group)]
+    counts = [first_one(grp, group) for grp in groups]
+    any_ = Cat(*(grp.any() for grp in groups))
+    count = Const(width, range(width + 1))
+    for g in reversed(range(len(groups))):
+        count = Mux(any_[g], g * group + counts[g], count)
+    return count, ~any_.any()
 
 
 def _leading_zeros(m, value, width):
@@ -75,11 +86,15 @@ class Rescaler(wiring.Component):
 
     Latency and throughput
     ----------------------
-    :attr:`LATENCY` (5) cycles from an accepted input to a valid output; one beat (``lanes``
+    :attr:`LATENCY` (6) cycles from an accepted input to a valid output; one beat (``lanes``
     results) per cycle. The pipeline stalls as a whole while ``o_stream.ready`` is low.
+
+    Stages: the input registered; sign and magnitude; leading and trailing zeros; the
+    normalised significand and exponent; the alignment shift (with the exponent field's three
+    candidates); the rounding and the output word. None has a carry chain after another.
     """
 
-    LATENCY = 5
+    LATENCY = 6
 
     def __init__(self, lanes: int):
         if not isinstance(lanes, int) or lanes < 1:
@@ -99,28 +114,30 @@ class Rescaler(wiring.Component):
         ]
 
         # Shared control flow: a valid bit and the side-band flags per stage.
-        valid = [Signal(name=f"valid{s}") for s in range(1, 6)]
-        raw = [Signal(name=f"raw{s}") for s in range(1, 6)]
-        last = [Signal(name=f"last{s}") for s in range(1, 6)]
+        S = self.LATENCY
+        valid = [Signal(name=f"valid{s}") for s in range(S)]
+        raw = [Signal(name=f"raw{s}") for s in range(S)]
+        last = [Signal(name=f"last{s}") for s in range(S)]
         with m.If(advance):
             m.d.sync += [
                 valid[0].eq(self.i_stream.valid),
                 raw[0].eq(self.i_stream.payload.raw),
                 last[0].eq(self.i_stream.payload.last),
             ]
-            for s in range(1, 5):
+            for s in range(1, S):
                 m.d.sync += [valid[s].eq(valid[s - 1]), raw[s].eq(raw[s - 1]),
                              last[s].eq(last[s - 1])]
         m.d.comb += [
-            self.o_stream.valid.eq(valid[4]),
-            self.o_stream.payload.last.eq(last[4]),
+            self.o_stream.valid.eq(valid[S - 1]),
+            self.o_stream.payload.last.eq(last[S - 1]),
         ]
 
         # The lanes' registers hold data, read only under their stage's valid bit: no reset,
         # so that the domain's reset reaches the few control flags alone.
         for lane in range(self.lanes):
-            acc_in = self.i_stream.payload.acc[lane]
-            exp_in = self.i_stream.payload.exp[lane]
+            # Stage 0: the input, registered (the datapath sums it just before).
+            acc_in = Signal(signed(32), name=f"l{lane}_s0_acc", reset_less=True)
+            exp_in = Signal(signed(EXP_WIDTH), name=f"l{lane}_s0_exp", reset_less=True)
 
             # Stage 1: sign and magnitude.
             s1_acc = Signal(signed(32), name=f"l{lane}_s1_acc", reset_less=True)
@@ -132,6 +149,7 @@ class Rescaler(wiring.Component):
             s2_sign = Signal(name=f"l{lane}_s2_sign", reset_less=True)
             s2_mag = Signal(unsigned(32), name=f"l{lane}_s2_mag", reset_less=True)
             s2_exp = Signal(signed(EXP_WIDTH), name=f"l{lane}_s2_exp", reset_less=True)
+            s2_neg = Signal(signed(12), name=f"l{lane}_s2_neg", reset_less=True)  # -exp - 149
             s2_lz = Signal(range(33), name=f"l{lane}_s2_lz", reset_less=True)
             s2_tz = Signal(range(33), name=f"l{lane}_s2_tz", reset_less=True)
             # Stage 3: normalised significand and unbiased exponent.
@@ -142,15 +160,21 @@ class Rescaler(wiring.Component):
             s3_e = Signal(signed(11), name=f"l{lane}_s3_e", reset_less=True)
             s3_zeros = Signal(range(65), name=f"l{lane}_s3_zeros", reset_less=True)  # lz + tz
             # Stage 4: alignment shift, guard and sticky bits.
-            s4_acc = Signal(signed(32), name=f"l{lane}_s4_acc", reset_less=True)
             s4_sign = Signal(name=f"l{lane}_s4_sign", reset_less=True)
-            s4_zero = Signal(name=f"l{lane}_s4_zero", reset_less=True)
             s4_q = Signal(unsigned(24), name=f"l{lane}_s4_q", reset_less=True)
             s4_guard = Signal(name=f"l{lane}_s4_guard", reset_less=True)
             s4_sticky = Signal(name=f"l{lane}_s4_sticky", reset_less=True)
-            # E + 126, or 0 if subnormal
-            s4_base = Signal(unsigned(8), name=f"l{lane}_s4_base", reset_less=True)
-            s4_huge = Signal(name=f"l{lane}_s4_huge", reset_less=True)
+            # the exponent field before rounding, E + 126 (0 if subnormal), plus 0, 1 and 2
+            # (the significand's bit 23 and the rounding carry add to it); and E == 127
+            s4_base = [Signal(unsigned(8), name=f"l{lane}_s4_base{i}", reset_less=True)
+                       for i in range(3)]
+            s4_top = Signal(name=f"l{lane}_s4_top", reset_less=True)
+            # raw, zero or too large: the output word is known before rounding
+            s4_special = Signal(name=f"l{lane}_s4_special", reset_less=True)
+            # q[:23] all ones (the round bit would carry into the exponent field): q[j] is
+            # mant[j + sh], so only sh = 8 or 9 (the normal range) can give 23 ones
+            s4_ones = Signal(name=f"l{lane}_s4_ones", reset_less=True)
+            s4_word = Signal(unsigned(32), name=f"l{lane}_s4_word", reset_less=True)
             # Stage 5: the output word.
             s5_word = Signal(unsigned(32), name=f"l{lane}_s5_word", reset_less=True)
 
@@ -165,7 +189,7 @@ class Rescaler(wiring.Component):
             # the shift alone.
             sh = Signal(range(34))
             neg = Signal(signed(12))
-            m.d.comb += neg.eq(s2_lz - s2_exp - 149)
+            m.d.comb += neg.eq(s2_lz + s2_neg)
             with m.If(neg <= 8):
                 m.d.comb += sh.eq(8)
             with m.Elif(neg >= 33):
@@ -177,44 +201,52 @@ class Rescaler(wiring.Component):
             m.d.comb += wide.eq(Cat(Const(0, 1), s3_mant) >> s3_sh)  # bit 0 is the guard bit
 
             # Stage 5 rounds: (base << 23) + q + round bit, as the low 23 bits plus the round
-            # bit (their carry out is an AND of all ones, not the adder's) and the exponent
-            # field base + q[23] plus that carry, both candidates and their overflow (>= 255,
-            # the infinity) computed beside the low bits' adder.
+            # bit (their carry out is the round bit and stage 4's all-ones flag, not the
+            # adder's) and the exponent
+            # field base + q[23] + that carry, picked from stage 4's three candidates; it
+            # overflows (255, the infinity) only from base 253 (E == 127) plus 2.
             rbit = s4_guard & (s4_sticky | s4_q[0])
             carry = Signal()
-            m.d.comb += carry.eq(rbit & (s4_q[:23] == (1 << 23) - 1))
+            m.d.comb += carry.eq(rbit & s4_ones)
             low = Signal(23)
             m.d.comb += low.eq(s4_q[:23] + rbit)
-            field = Signal(range(256))
-            m.d.comb += field.eq(s4_base + s4_q[23])        # base <= 253
-            overflow = Mux(carry, field >= 254, field >= 255)
-            rounded = Cat(low, Mux(carry, field + 1, field)[:8])
+            field = Signal(8)
+            m.d.comb += field.eq(Mux(carry, Mux(s4_q[23], s4_base[2], s4_base[1]),
+                                     Mux(s4_q[23], s4_base[1], s4_base[0])))
+            overflow = carry & s4_q[23] & s4_top
+            rounded = Cat(low, field)
 
             with m.If(advance):
                 m.d.sync += [
+                    acc_in.eq(self.i_stream.payload.acc[lane]),
+                    exp_in.eq(self.i_stream.payload.exp[lane]),
+
                     s1_acc.eq(acc_in),
                     s1_sign.eq(acc_in < 0),
                     s1_mag.eq(Mux(acc_in < 0, -acc_in, acc_in)),
                     s1_exp.eq(exp_in),
 
                     s2_acc.eq(s1_acc), s2_sign.eq(s1_sign), s2_mag.eq(s1_mag),
-                    s2_exp.eq(s1_exp), s2_lz.eq(lz), s2_tz.eq(tz),
+                    s2_exp.eq(s1_exp), s2_lz.eq(lz), s2_tz.eq(tz), s2_neg.eq(-s1_exp - 149),
 
                     s3_acc.eq(s2_acc), s3_sign.eq(s2_sign), s3_zero.eq(s2_mag == 0),
                     s3_mant.eq(s2_mag << s2_lz), s3_e.eq(e_comb), s3_sh.eq(sh),
                     s3_zeros.eq(s2_lz + s2_tz),
 
-                    s4_acc.eq(s3_acc), s4_sign.eq(s3_sign), s4_zero.eq(s3_zero),
+                    s4_sign.eq(s3_sign),
                     s4_q.eq(wide[1:]), s4_guard.eq(wide[0]),
                     s4_sticky.eq(s3_zeros < s3_sh - 1),
-                    s4_base.eq(Mux(s3_e >= -126, s3_e + 126, 0)),
-                    s4_huge.eq(s3_e > 127),
+                    *(s4_base[i].eq(Mux(s3_e >= -126, s3_e + 126 + i, i)) for i in range(3)),
+                    s4_top.eq(s3_e == 127),
+                    s4_ones.eq(((s3_sh == 8) & s3_mant[8:31].all())
+                               | ((s3_sh == 9) & s3_mant[9:32].all())),
+                    s4_special.eq(raw[S - 3] | s3_zero | (s3_e > 127)),
+                    s4_word.eq(Mux(raw[S - 3], s3_acc,
+                                   Mux(s3_zero, 0, Cat(Const(0x7F800000, 31), s3_sign)))),
                 ]
-                with m.If(raw[3]):
-                    m.d.sync += s5_word.eq(s4_acc)
-                with m.Elif(s4_zero):
-                    m.d.sync += s5_word.eq(0)
-                with m.Elif(s4_huge | overflow):
+                with m.If(s4_special):
+                    m.d.sync += s5_word.eq(s4_word)
+                with m.Elif(overflow):
                     m.d.sync += s5_word.eq(Cat(Const(0x7F800000, 31), s4_sign))
                 with m.Else():
                     m.d.sync += s5_word.eq(Cat(rounded[:31], s4_sign))

@@ -1,6 +1,6 @@
 """The DMA reader's words -> the A or B gearbox, by routing entries."""
 
-from amaranth import Module, Signal
+from amaranth import Module, Mux, Signal, unsigned
 from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -47,15 +47,25 @@ class ReadRouter(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        layout = route_layout()
+        # The queue holds rows - 1 and rows - 2 (a row after the first is the entry's last
+        # when that many have passed) and whether the entry is a single row.
+        layout = data.StructLayout({"path": 1, "rows_m1": unsigned(16), "rows_m2": unsigned(16),
+                                    "single": 1})
         m.submodules.queue = queue = fifo.SyncFIFOBuffered(width=layout.size, depth=self.depth)
-        # The queue holds rows - 1, so that the end of an entry is an equality with its head.
         entry = data.View(layout, queue.w_data)
+        rows = self.routes.payload.rows
         m.d.comb += [entry.path.eq(self.routes.payload.path),
-                     entry.rows.eq(self.routes.payload.rows - 1),
+                     entry.rows_m1.eq(rows - 1), entry.rows_m2.eq(rows - 2),
+                     entry.single.eq(rows == 1),
                      queue.w_en.eq(self.routes.valid), self.routes.ready.eq(queue.w_rdy)]
         head = data.View(layout, queue.r_data)
         lasts = Signal(16)           # rows of the head entry already passed
+        # The next row ends the head entry: for a head not yet started (``fresh``) its
+        # ``single`` bit, else a register set as each row passes, so that the queue's read
+        # enable (and through it its level) is a few gates from registers.
+        fresh = Signal(init=1)
+        at_end_r = Signal()
+        at_end = Mux(fresh, head.single, at_end_r)
         word = self.i_stream
         to_a = queue.r_rdy & (head.path == 0)
         to_b = queue.r_rdy & (head.path == 1)
@@ -67,9 +77,10 @@ class ReadRouter(wiring.Component):
             word.ready.eq((to_a & self.a_stream.ready) | (to_b & self.b_stream.ready)),
         ]
         with m.If(word.valid & word.ready & word.payload.last):
-            with m.If(lasts == head.rows):
+            with m.If(at_end):
                 m.d.comb += queue.r_en.eq(1)
-                m.d.sync += lasts.eq(0)
+                m.d.sync += [lasts.eq(0), fresh.eq(1)]
             with m.Else():
-                m.d.sync += lasts.eq(lasts + 1)
+                m.d.sync += [lasts.eq(lasts + 1), fresh.eq(0),
+                             at_end_r.eq(lasts == head.rows_m2)]
         return m

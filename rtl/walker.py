@@ -126,9 +126,11 @@ class Walker(wiring.Component):
         ramp_after0 = Signal(17)
         ramp_more = Signal()         # the next chunk doubles this one
         ramp_after = Signal(17)
+        # (6 kc registered first: ramp_more trails kc by 2 cycles, read 4 after it changes)
+        kc6 = Signal(20)
         m.d.sync += [ramp_start.eq(d.k >= 3 * (align + 1)), ramp_after0.eq(d.k - (align + 1)),
-                     ramp_more.eq(ramping & ((kc << 1) <= D)
-                                  & (k_after >= (kc << 2) + (kc << 1))),
+                     kc6.eq((kc << 2) + (kc << 1)),
+                     ramp_more.eq(ramping & ((kc << 1) <= D) & (k_after >= kc6)),
                      ramp_after.eq(k_after - (kc << 1))]
         # The first row / column of tile (ti, tj), kept beside ti and tj by the FSM.
         m0 = Signal(17)
@@ -143,13 +145,10 @@ class Walker(wiring.Component):
         # CMD phase 0 -> phase 1; BLOCK -> EXP_WAIT -> EXP_PREP -> EXP).
         rem_m = Signal(18)                   # rows and columns from the block's corner on
         rem_n = Signal(18)
-        m_up = Signal(18)                    # M and N rounded up by a tile less one (BLOCK)
-        n_up = Signal(18)
-        m.d.sync += [rem_m.eq(d.m - m_blk), rem_n.eq(d.n - n_blk),
-                     m_up.eq(d.m + R - 1), n_up.eq(d.n + C - 1)]
+        m.d.sync += [rem_m.eq(d.m - m_blk), rem_n.eq(d.n - n_blk)]
 
         def lanes_valid(name, lanes, rest):
-            v = Signal(18, name=name)
+            v = Signal(range(lanes + 1), name=name)      # narrow: the sums below stay short
             m.d.sync += v.eq(Mux(rest < lanes, rest, lanes))
             return v
 
@@ -225,6 +224,17 @@ class Walker(wiring.Component):
         more_n = Signal()
         more_m = Signal()
         m.d.sync += [more_n.eq(n_blk + BL * C < d.n), more_m.eq(m_blk + BL * R < d.m)]
+        # Another tile to the right in the block, or below: likewise (ti, tj, bm and bn change
+        # at least 4 cycles before NEXT).
+        more_tj = Signal()
+        more_ti = Signal()
+        m.d.sync += [more_tj.eq(tj + 1 < bn), more_ti.eq(ti + 1 < bm)]
+        # Tiles from the block's corner to the matrix's edge, counted down as the blocks
+        # advance (set from M and N when a descriptor starts), so that a block's size is a
+        # compare with a constant, not a subtraction from the corner first.
+        tiles_m = Signal(18)
+        tiles_n = Signal(18)
+        tiles_n0 = Signal(18)              # of the whole N, for the next row of blocks
 
         phase = Signal(2)        # CMD: 0 issue, 1 load A, 2 load B, 3 next
         cmd_sent = Signal()      # phase 0: the command (write job) is already taken
@@ -233,11 +243,12 @@ class Walker(wiring.Component):
         with m.FSM(name="walk"):
             with m.State("IDLE"):
                 with m.If(self.i_stream.valid):
-                    m.d.sync += [m_blk.eq(0), n_blk.eq(0), k0.eq(0), first_block.eq(1)]
+                    m.d.sync += [m_blk.eq(0), n_blk.eq(0), k0.eq(0), first_block.eq(1),
+                                 tiles_m.eq((d.m + R - 1) >> _log2(R)),
+                                 tiles_n.eq((d.n + C - 1) >> _log2(C)),
+                                 tiles_n0.eq((d.n + C - 1) >> _log2(C))]
                     m.next = "BLOCK"
             with m.State("BLOCK"):
-                tiles_m = (m_up - m_blk) >> _log2(R)
-                tiles_n = (n_up - n_blk) >> _log2(C)
                 m.d.sync += [bm.eq(Mux(tiles_m < BL, tiles_m, BL)),
                              bn.eq(Mux(tiles_n < BL, tiles_n, BL)),
                              ti.eq(0), tj.eq(0), m0.eq(m_blk), n0.eq(n_blk), k0.eq(0),
@@ -297,10 +308,10 @@ class Walker(wiring.Component):
                     m.d.sync += phase.eq(0)
                     m.next = "NEXT"
             with m.State("NEXT"):
-                with m.If(tj + 1 < bn):
+                with m.If(more_tj):
                     m.d.sync += [tj.eq(tj + 1), n0.eq(n0 + C)]
                     m.next = "CMD"
-                with m.Elif(ti + 1 < bm):
+                with m.Elif(more_ti):
                     m.d.sync += [tj.eq(0), ti.eq(ti + 1), m0.eq(m0 + R), n0.eq(n_blk)]
                     m.next = "CMD"
                 with m.Elif(~last_chunk):
@@ -314,10 +325,11 @@ class Walker(wiring.Component):
                 with m.Else():
                     m.d.sync += [parity.eq(~parity), first_block.eq(0)]
                     with m.If(more_n):
-                        m.d.sync += n_blk.eq(n_blk + BL * C)
+                        m.d.sync += [n_blk.eq(n_blk + BL * C), tiles_n.eq(tiles_n - BL)]
                         m.next = "BLOCK"
                     with m.Elif(more_m):
-                        m.d.sync += [n_blk.eq(0), m_blk.eq(m_blk + BL * R)]
+                        m.d.sync += [n_blk.eq(0), m_blk.eq(m_blk + BL * R),
+                                     tiles_n.eq(tiles_n0), tiles_m.eq(tiles_m - BL)]
                         m.next = "BLOCK"
                     with m.Else():
                         m.d.comb += self.i_stream.ready.eq(1)

@@ -4,7 +4,7 @@ from amaranth import Array, Cat, Const, Module, Mux, Signal, unsigned
 from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from ._util import delay
+from ._util import delay, occupancy
 from .checker import descriptor_layout
 from .dma import dma_command_layout, dma_write_layout
 from .rescale import rescale_output_layout
@@ -118,11 +118,15 @@ class WriteBack(wiring.Component):
         pv = [Signal(name=f"prep_v{i}") for i in range(P)]
         in_prep = Signal(range(P + 1))
         room = Signal()
-        # a job is taken when both queues will have room for it and every job in the pipe
-        m.d.comb += room.eq((wq_cmd.level + in_prep < self.queue)
-                            & (wq_data.level + in_prep < self.queue))
+        # a job is taken when both queues will have room for it and every job in the pipe:
+        # each queue's entries and the jobs in the pipe counted together (taken -> popped),
+        # with the room flags registers (rtl._util.occupancy), not compares of FIFO levels
+        take = Signal()
+        cmd_room = occupancy(m, "wq_cmd", self.queue, take, wq_cmd.r_en & wq_cmd.r_rdy)
+        data_room = occupancy(m, "wq_data", self.queue, take, wq_data.r_en & wq_data.r_rdy)
+        m.d.comb += room.eq(cmd_room & data_room)
         m.d.comb += self.jobs.ready.eq(room)
-        take = self.jobs.valid & self.jobs.ready
+        m.d.comb += take.eq(self.jobs.valid & self.jobs.ready)
         m.d.sync += [pv[0].eq(take)] + [pv[i].eq(pv[i - 1]) for i in range(1, P)]
         m.d.sync += in_prep.eq(in_prep + take - pv[-1])
         # 0: the job
