@@ -62,8 +62,9 @@ def occupancy(m, name: str, capacity: int, push, pop):
     return room
 
 
-def carry_select_add(a, b, width: int, *, piece: int = 16) -> Value:
-    """``(a + b) mod 2**width`` as a carry-select adder: no carry chain longer than ``piece``.
+def carry_select_add(a, b, width: int, *, piece: int | None = None) -> Value:
+    """``(a + b) mod 2**width`` as a carry-select adder: no carry chain longer than ``piece``
+    (by default a third of ``width``, at least 8).
 
     Each ``piece``-bit slice of the operands is added twice in parallel, with a carry in of 0
     and of 1; the slices' carries then resolve in a LUT each (carry out = the carry-0 sum's
@@ -72,6 +73,10 @@ def carry_select_add(a, b, width: int, *, piece: int = 16) -> Value:
     deep instead of ``width / 8`` carry blocks. For ``b = 1`` (an incrementer) a slice's carry
     in is the AND of the bits below it. Combinational; the result is ``width`` bits."""
     increment = isinstance(b, int) and b == 1
+    if piece is None:
+        # three slices at most: the last slice's carry in is then a function of the first
+        # two slices' carries (3 inputs), which the sum's multiplexer LUT takes in
+        piece = max(8, -(-width // 3))
     a = Value.cast(a)
     b = Value.cast(b)
     a = a[:width] if len(a) >= width else a.as_unsigned()

@@ -1,6 +1,6 @@
 """AXI4-Lite register block generated from :data:`firmware.regmap.REGISTERS`."""
 
-from amaranth import Cat, Module, Signal
+from amaranth import Cat, Module, Mux, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
@@ -58,9 +58,11 @@ class RegisterBlock(wiring.Component):
     read-only 64-bit pair latches ``X_HI``, so the host reads a consistent 64-bit counter.
 
     Unmapped addresses and writes to read-only registers answer SLVERR. One transaction of
-    each direction is in flight at a time; a write completes 2 cycles after its address and
-    data are both valid; a read's data is valid 2 cycles after its address is taken (the
-    address is registered before it selects a register: :data:`READ_LATENCY`).
+    each direction is in flight at a time; a write's response is valid 2 cycles after its
+    address and data are taken (:data:`WRITE_LATENCY`: the write is registered, then
+    applied); a read's data is valid 3 cycles after its address is taken (the
+    address, then the register in its group of 16, then the group are registered:
+    :data:`READ_LATENCY`).
 
     Members
     -------
@@ -88,7 +90,9 @@ class RegisterBlock(wiring.Component):
         super().__init__(members)
 
     #: Cycles from a read's address handshake to RVALID.
-    READ_LATENCY = 2
+    READ_LATENCY = 3
+    #: Cycles from a write's address and data handshake to BVALID (and the write's effect).
+    WRITE_LATENCY = 2
 
     def elaborate(self, platform):
         m = Module()
@@ -108,17 +112,25 @@ class RegisterBlock(wiring.Component):
             if reg.access == "w1c":
                 m.d.sync += port.eq(port | getattr(self, f"{_port(reg.name)}_set"))
 
-        waddr = bus.awaddr[2:]
+        # A write is registered at its handshake (``wpend``) and applied the next cycle, so
+        # that the address decode starts from a register.
+        waddr = Signal(len(bus.awaddr) - 2, reset_less=True)
+        wdata = Signal(32, reset_less=True)
+        wstrb = Signal(4, reset_less=True)
+        wpend = Signal()
         # The bits the host writes: bytes whose strobe is low count as 0 bits, so a w1p or
         # w1c register is only pulsed or cleared in the bytes actually written.
         wbits = Signal(32)
-        m.d.comb += wbits.eq(bus.wdata & Cat(bus.wstrb[i].replicate(8) for i in range(4)))
+        m.d.comb += wbits.eq(wdata & Cat(wstrb[i].replicate(8) for i in range(4)))
         take_write = Signal()
-        m.d.comb += take_write.eq(bus.awvalid & bus.wvalid & ~bus.bvalid)
+        m.d.comb += take_write.eq(bus.awvalid & bus.wvalid & ~bus.bvalid & ~wpend)
         m.d.comb += [bus.awready.eq(take_write), bus.wready.eq(take_write)]
+        m.d.sync += wpend.eq(take_write)
+        with m.If(take_write):
+            m.d.sync += [waddr.eq(bus.awaddr[2:]), wdata.eq(bus.wdata), wstrb.eq(bus.wstrb)]
         with m.If(bus.bvalid & bus.bready):
             m.d.sync += bus.bvalid.eq(0)
-        with m.If(take_write):
+        with m.If(wpend):
             m.d.sync += [bus.bvalid.eq(1), bus.bresp.eq(RESP_SLVERR)]
             with m.Switch(waddr):
                 for reg in regmap.REGISTERS:
@@ -129,9 +141,9 @@ class RegisterBlock(wiring.Component):
                         m.d.sync += bus.bresp.eq(RESP_OKAY)
                         if reg.access == "rw":
                             for byte in range(4):
-                                with m.If(bus.wstrb[byte]):
+                                with m.If(wstrb[byte]):
                                     m.d.sync += port[8 * byte:8 * byte + 8].eq(
-                                        bus.wdata[8 * byte:8 * byte + 8])
+                                        wdata[8 * byte:8 * byte + 8])
                         elif reg.access == "w1p":
                             m.d.sync += port.eq(wbits)
                         else:  # w1c: a set in this cycle wins over the clear
@@ -139,15 +151,18 @@ class RegisterBlock(wiring.Component):
                             m.d.sync += port.eq((port & ~wbits) | set_)
 
         # ---- reads ------------------------------------------------------------------------
-        # The address is registered at its handshake (``rpend``), and the register selected
-        # the next cycle: the address decode and the read multiplexer start from a register.
+        # Three registered steps, so that no path from the address to the data is more than
+        # a 16:1 multiplexer deep: the address at its handshake (``rpend``); then, in each
+        # group of 16 registers, the one addressed (``rgroup``); then the group (``rvalid``).
         raddr = Signal(len(bus.araddr) - 2, reset_less=True)
         rpend = Signal()
-        m.d.comb += bus.arready.eq(~bus.rvalid & ~rpend)
+        rgroup = Signal()
+        m.d.comb += bus.arready.eq(~bus.rvalid & ~rpend & ~rgroup)
         with m.If(bus.arvalid & bus.arready):
             m.d.sync += [raddr.eq(bus.araddr[2:]), rpend.eq(1)]
         with m.Else():
             m.d.sync += rpend.eq(0)
+        m.d.sync += rgroup.eq(rpend)
         with m.If(bus.rvalid & bus.rready):
             m.d.sync += bus.rvalid.eq(0)
         # Reading X_LO of a read-only pair copies X_HI into a register that X_HI then reads.
@@ -158,16 +173,35 @@ class RegisterBlock(wiring.Component):
                 latched[reg.name] = (hi, Signal(32, name=f"{_port(hi)}_latched",
                                                 reset_less=True))     # read after LO
         latch_of_hi = {hi: latch for hi, latch in latched.values()}
+        GROUP = 16
+        n_groups = max(reg.offset >> 2 for reg in regmap.REGISTERS) // GROUP + 1
+        g_data = [Signal(32, name=f"rgroup{g}_data", reset_less=True) for g in range(n_groups)]
+        g_ok = [Signal(name=f"rgroup{g}_ok", reset_less=True) for g in range(n_groups)]
+        g_addr = Signal(len(raddr), reset_less=True)       # unmapped groups: SLVERR
         with m.If(rpend):
-            m.d.sync += [bus.rvalid.eq(1), bus.rdata.eq(0), bus.rresp.eq(RESP_SLVERR)]
+            m.d.sync += [g_addr.eq(raddr // GROUP)]
+            m.d.sync += [x.eq(0) for x in g_data + g_ok]
+            for g in range(n_groups):
+                with m.Switch(raddr % GROUP):
+                    for reg in regmap.REGISTERS:
+                        if (reg.offset >> 2) // GROUP != g:
+                            continue
+                        with m.Case((reg.offset >> 2) % GROUP):
+                            m.d.sync += g_ok[g].eq(1)
+                            if reg.access != "w1p":
+                                port = getattr(self, _port(reg.name))
+                                m.d.sync += g_data[g].eq(latch_of_hi.get(reg.name, port))
             with m.Switch(raddr):
                 for reg in regmap.REGISTERS:
-                    with m.Case(reg.offset >> 2):
-                        port = getattr(self, _port(reg.name))
-                        m.d.sync += bus.rresp.eq(RESP_OKAY)
-                        if reg.access != "w1p":
-                            m.d.sync += bus.rdata.eq(latch_of_hi.get(reg.name, port))
-                        if reg.name in latched:
+                    if reg.name in latched:
+                        with m.Case(reg.offset >> 2):
                             hi, latch = latched[reg.name]
                             m.d.sync += latch.eq(getattr(self, _port(hi)))
+        with m.If(rgroup):
+            m.d.sync += [bus.rvalid.eq(1), bus.rdata.eq(0), bus.rresp.eq(RESP_SLVERR)]
+            with m.Switch(g_addr):
+                for g in range(n_groups):
+                    with m.Case(g):
+                        m.d.sync += [bus.rdata.eq(g_data[g]),
+                                     bus.rresp.eq(Mux(g_ok[g], RESP_OKAY, RESP_SLVERR))]
         return m

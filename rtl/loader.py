@@ -1,6 +1,6 @@
 """Load jobs -> DMA read commands, gearbox jobs and routing entries."""
 
-from amaranth import Module, Signal, unsigned
+from amaranth import Module, Mux, Signal, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -95,6 +95,13 @@ class LoadSequencer(wiring.Component):
                      base_col.eq(carry_select_add(job.base, job.col, 64)),
                      offset.eq(carry_select_add(p_lo, p_hi << 16, 64))]
         addr = Signal(64)
+        # One adder for the first row's address (in ADDR: base + col, plus the offset) and
+        # the next rows' (in ROWS: the address plus the stride): its operands selected in
+        # the LUTs in front of its carry chains, by a register, so that no multiplexer
+        # follows the sum.
+        at_addr = Signal()
+        next_addr = carry_select_add(Mux(at_addr, base_col, addr),
+                                     Mux(at_addr, offset, job.stride), 64)
         job_sent = Signal()        # the gearbox job is out
         route_sent = Signal()      # the routing entry is out (or none is needed)
         # Read commands still to issue, and whether that is none or one: registers (set in
@@ -131,14 +138,15 @@ class LoadSequencer(wiring.Component):
                              left.eq(job.rows), none_left.eq(~rows_nz),
                              one_left.eq(job.rows == 1)]
                 with m.If(job_out & route_out):
+                    m.d.sync += at_addr.eq(1)
                     m.next = "ADDR"
             with m.State("ADDR"):
-                m.d.sync += addr.eq(carry_select_add(base_col, offset, 64))
+                m.d.sync += [addr.eq(next_addr), at_addr.eq(0)]
                 m.next = "ROWS"
             with m.State("ROWS"):
                 m.d.comb += self.rd_cmd.valid.eq(~none_left)
                 with m.If(self.rd_cmd.ready & ~none_left):
-                    m.d.sync += [addr.eq(carry_select_add(addr, job.stride, 64)), left.eq(left - 1),
+                    m.d.sync += [addr.eq(next_addr), left.eq(left - 1),
                                  one_left.eq(left == 2), none_left.eq(one_left)]
                 with m.If(none_left | (self.rd_cmd.ready & one_left)):
                     m.d.comb += self.i_stream.ready.eq(1)

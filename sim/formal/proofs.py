@@ -96,6 +96,14 @@ def _prev(m: Module, value, name: str) -> Signal:
     return prev
 
 
+def _ago(m: Module, value, cycles: int, name: str, *, cut=None) -> Value:
+    """``value`` ``cycles`` cycles ago; with ``cut``, a flag that a cycle in which ``cut`` is
+    high on the way clears (an event a reset drops before it takes effect)."""
+    for i in range(cycles):
+        value = _prev(m, value if cut is None else value & ~cut, f"{name}_{i + 1}")
+    return value
+
+
 def _window(m: Module, checker, cmd, shift: int) -> list[Signal]:
     """The free, constant address window, and the assumption that each command lies in it."""
     lo, hi = Signal(ADDR_WIDTH + 1, name="window_lo"), Signal(ADDR_WIDTH + 1, name="window_hi")
@@ -160,8 +168,9 @@ def csr_harness(addr_width: int = 12) -> tuple[Module, list[Signal]]:
     """RegisterBlock with an AXI4-Lite checker, and what each register does with a write."""
     m = Module()
     m.submodules.dut = dut = RegisterBlock(addr_width)
+    W, R = RegisterBlock.WRITE_LATENCY, RegisterBlock.READ_LATENCY
     m.submodules.axi = axi = AXI4LiteChecker(addr_width, dut="subordinate", max_outstanding=1,
-                                             max_latency=1)
+                                             max_latency=max(W, R))
     watch(m, axi.bus, dut.bus)
     bus = dut.bus
     rst = ResetSignal()
@@ -170,13 +179,15 @@ def csr_harness(addr_width: int = 12) -> tuple[Module, list[Signal]]:
     # The block takes an address and its data together.
     m.d.comb += Assert(axi.aw_open == axi.w_open, "AW and W accepted together")
 
-    wrote = _prev(m, bus.awvalid & bus.awready & bus.wvalid & bus.wready & ~rst, "wrote")
-    waddr = _prev(m, bus.awaddr[2:], "prev_waddr")
-    wdata = _prev(m, bus.wdata, "prev_wdata")
-    strb = _prev(m, bus.wstrb, "prev_wstrb")
+    # A write takes effect, and its response and a read's data are valid, W and R cycles
+    # after the handshake (a reset on the way drops them).
+    wrote = _ago(m, bus.awvalid & bus.awready & bus.wvalid & bus.wready, W, "wrote", cut=rst)
+    waddr = _ago(m, bus.awaddr[2:], W, "prev_waddr")
+    wdata = _ago(m, bus.wdata, W, "prev_wdata")
+    strb = _ago(m, bus.wstrb, W, "prev_wstrb")
     mask = Cat(strb[i].replicate(8) for i in range(4))
-    read = _prev(m, bus.arvalid & bus.arready & ~rst, "read")
-    raddr = _prev(m, bus.araddr[2:], "prev_raddr")
+    read = _ago(m, bus.arvalid & bus.arready, R, "read", cut=rst)
+    raddr = _ago(m, bus.araddr[2:], R, "prev_raddr")
     writable = Signal()
     mapped = Signal()
     for reg in regmap.REGISTERS:
@@ -202,10 +213,11 @@ def csr_harness(addr_width: int = 12) -> tuple[Module, list[Signal]]:
                 m.d.comb += Assert(port == 0, f"{reg.name}: 0 after reset")
             with m.If(live):
                 m.d.comb += Assert(port == want, f"{reg.name}: written as WDATA and WSTRB say")
-        # Reads return the value the register had when the address was taken.
+        # Reads return the value the register had the cycle after the address was taken.
         if reg.access in ("rw", "ro", "w1c") and _latched_pair_hi(reg) is None:
+            sampled = _ago(m, port, R - 1, f"sampled_{name}")
             with m.If(live & read & (raddr == reg.offset >> 2)):
-                m.d.comb += Assert(bus.rdata == before, f"{reg.name}: read returns its value")
+                m.d.comb += Assert(bus.rdata == sampled, f"{reg.name}: read returns its value")
         m.d.comb += Cover(live & hit & (strb != 0) & (strb != 0xF), f"{reg.name}: partial write")
     with m.If(live & wrote):
         m.d.comb += Assert(bus.bresp == Mux(writable, RESP_OKAY, RESP_SLVERR),
@@ -351,7 +363,7 @@ def writer_harness(order: bool = True, window: bool = True,
 
 
 PROOFS: dict[str, Proof] = {p.name: p for p in [
-    Proof("csr", csr_harness, "prove", 4,
+    Proof("csr", csr_harness, "prove", 6,
           "RegisterBlock: AXI4-Lite subordinate rules, each register's write and read "
           "behaviour (WSTRB)"),
     Proof("dma_reader", lambda: reader_harness(stream=False, window=False), "bmc", 12,
