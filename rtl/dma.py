@@ -442,7 +442,7 @@ class DmaWriter(_DmaMaster):
         aw_in = data.View(aw_layout, aw_fifo.w_data)
         m.d.comb += [ready.eq(1),
                      aw_in.addr.eq(addr), aw_in.len.eq(n), aw_fifo.w_en.eq(issued),
-                     w_fifo.w_data.eq(n), w_fifo.w_en.eq(issued),
+                     w_fifo.w_data.eq(n - 1), w_fifo.w_en.eq(issued),   # beats - 1
                      b_fifo.w_data.eq(last_burst), b_fifo.w_en.eq(issued)]
         m.d.sync += free_words.eq(free_words + taken_in - Mux(issued, n, 0))
 
@@ -460,7 +460,7 @@ class DmaWriter(_DmaMaster):
         with m.If(~bus.wvalid | bus.wready):
             m.d.sync += kill.eq(self.abort)
         m.d.comb += [
-            wlast.eq(count == w_fifo.r_data - 1),
+            wlast.eq(count == w_fifo.r_data),
             bus.wdata.eq(word.data),
             bus.wstrb.eq(Mux(kill, 0, word.strb)),
             bus.wlast.eq(wlast),

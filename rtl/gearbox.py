@@ -75,7 +75,7 @@ class Gearbox(wiring.Component):
             "rows_m2": unsigned(17), "rows_one": 1, "nrows_m1": unsigned(16),
             "nwords": unsigned(16), "nwords_nz": 1, "valid": unsigned(17),
             "sel": job.sel.shape(), "tag": unsigned(self.tag_width), "reading0": 1,
-            "avail0": unsigned(17), "gone0": 1, "valid_z": 1,
+            "avail0": unsigned(17), "gone0": 1, "valid_z": 1, "mask0": W,
             **({"left0": unsigned(16), "need0_m1": range(max(2, ratio)), "need0_nz": 1}
                if wide else {})})
         m.submodules.queue = queue = fifo.SyncFIFOBuffered(width=layout.size,
@@ -92,6 +92,7 @@ class Gearbox(wiring.Component):
                      entry.avail0.eq(Mux(job.nrows != 0, job.valid, 0)),
                      entry.gone0.eq((job.nrows == 0) | (job.valid == 0)),
                      entry.valid_z.eq(job.valid == 0),
+                     entry.mask0.eq(Cat((job.nrows != 0) & (job.valid > t) for t in range(W))),
                      queue.w_en.eq(self.jobs.valid), self.jobs.ready.eq(queue.w_rdy)]
         lr = ratio.bit_length() - 1
 
@@ -182,9 +183,13 @@ class Gearbox(wiring.Component):
             with m.If(fire):
                 m.d.sync += [got.eq(0), left_r.eq(left_n), need_m1_r.eq(need_m1_n),
                              need_nz_r.eq(need_nz_n)]
+        # The lanes that carry data (``~gone & (avail > lane)``): a register too, set for the
+        # next vector from compares of ``avail`` with constants, so that no compare lies
+        # between the byte counters and the output.
+        mask_r = Signal(W)
+        mask = Mux(job_start, head.mask0, mask_r)
         for t in range(W):
-            m.d.comb += out.payload.data[t].eq(
-                Mux(~gone & (avail > t), vector[8 * t:8 * t + 8], 0))
+            m.d.comb += out.payload.data[t].eq(Mux(mask[t], vector[8 * t:8 * t + 8], 0))
         with m.If(fire):
             m.d.sync += [beat.eq(Mux(last_beat, 0, beat + 1)), job_start.eq(0),
                          reading_r.eq(Mux(last_beat, reading_next, reading)),
@@ -192,7 +197,10 @@ class Gearbox(wiring.Component):
                          last_row_r.eq(Mux(last_beat, row == head.rows_m2, last_row)),
                          avail_r.eq(Mux(last_beat, head.valid, avail - W)),
                          gone_r.eq(Mux(last_beat, ~reading_next | head.valid_z,
-                                       gone | (avail <= W)))]
+                                       gone | (avail <= W))),
+                         mask_r.eq(Mux(last_beat,
+                                       Cat(reading_next & (head.valid > t) for t in range(W)),
+                                       Cat(~gone & (avail > t + W) for t in range(W))))]
             with m.If(last_beat):
                 m.d.sync += row.eq(Mux(last_row, 0, row + 1))
                 with m.If(last_row):
