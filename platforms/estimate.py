@@ -66,18 +66,27 @@ def _run_yosys(script: str, log: Path) -> None:
         raise RuntimeError(f"yosys failed (exit {proc.returncode}):\n{tail}")
 
 
-def netlist_path(work_dir: str | Path, top: str, family: str) -> Path:
+#: LUT mappings :func:`synthesize` offers: Yosys' default ABC flow (``abc``, area-oriented,
+#: what the resource estimates use) and its timing-driven ABC9 flow (``abc9``,
+#: ``synth_xilinx -abc9``, with the family's LUT, carry and wide-multiplexer delays; what the
+#: timing reports use, as Vivado's synthesis is timing-driven too).
+MAPPINGS = ("abc", "abc9")
+
+
+def netlist_path(work_dir: str | Path, top: str, family: str, mapping: str = "abc") -> Path:
     """Where :func:`synthesize` with ``netlist=True`` writes the flat netlist (Yosys JSON)."""
-    return Path(work_dir).resolve() / f"{top}.{family}.netlist.json"
+    suffix = "" if mapping == "abc" else f".{mapping}"
+    return Path(work_dir).resolve() / f"{top}.{family}{suffix}.netlist.json"
 
 
 def synthesize(verilog: str | Path, top: str, family: str, *,
-               work_dir: str | Path | None = None, netlist: bool = False) -> dict:
+               work_dir: str | Path | None = None, netlist: bool = False,
+               mapping: str = "abc") -> dict:
     """Synthesize ``top`` from ``verilog`` (``.v``, or RTLIL ``.il``) for ``family``.
 
     Returns the grouped cell counts (:func:`group_cells`). With ``netlist``, the flat
     netlist is also written as Yosys JSON (:func:`netlist_path`; what
-    :mod:`platforms.timing` analyses).
+    :mod:`platforms.timing` analyses). ``mapping`` is one of :data:`MAPPINGS`.
 
     Raises
     ------
@@ -88,18 +97,22 @@ def synthesize(verilog: str | Path, top: str, family: str, *,
     """
     if family not in FAMILIES:
         raise ValueError(f"family must be one of {sorted(FAMILIES)}, not {family!r}")
+    if mapping not in MAPPINGS:
+        raise ValueError(f"mapping must be one of {MAPPINGS}, not {mapping!r}")
     verilog = Path(verilog).resolve()
     work = Path(work_dir or verilog.parent).resolve()
     work.mkdir(parents=True, exist_ok=True)
-    stat = work / f"{top}.{family}.stat.json"
-    log = work / f"{top}.{family}.yosys.log"
+    tag = family if mapping == "abc" else f"{family}.{mapping}"
+    stat = work / f"{top}.{tag}.stat.json"
+    log = work / f"{top}.{tag}.yosys.log"
     stat.unlink(missing_ok=True)
-    flat = netlist_path(work, top, family)
+    flat = netlist_path(work, top, family, mapping)
     flat.unlink(missing_ok=True)
     reader = "read_rtlil" if verilog.suffix == ".il" else "read_verilog -sv"
     source = os_relpath(verilog, work)
     script = (f"{reader} {source}; "
-              f"synth_xilinx -family {family} -top {top} -flatten -noiopad -noclkbuf; "
+              f"synth_xilinx -family {family} -top {top} -flatten -noiopad -noclkbuf"
+              f"{' -abc9' if mapping == 'abc9' else ''}; "
               f"tee -q -o {stat.name} stat -json")
     if netlist:
         script += f"; write_json {flat.name}"
@@ -119,23 +132,26 @@ FULL_LIMIT = 64
 
 
 def _synth_once(kind: str, name: str, family: str, work_dir: Path, progress=None,
-                netlist: bool = False, **params) -> dict:
-    """Synthesize component ``kind`` once; the result is cached beside its netlist, keyed by
-    the netlist's digest (sources and parameters). With ``netlist``, the flat netlist
-    (:func:`netlist_path`) must be there too, or synthesis runs again to write it."""
+                netlist: bool = False, mapping: str = "abc", **params) -> dict:
+    """Synthesize component ``kind`` once (per ``mapping``); the result is cached beside its
+    netlist, keyed by the netlist's digest (sources and parameters). With ``netlist``, the
+    flat netlist (:func:`netlist_path`) must be there too, or synthesis runs again to write
+    it."""
     from rtl.export import generate_verilog
 
     source = generate_verilog(kind, work_dir, name=name, fmt="il", family=family, **params)
-    cache = work_dir / f"{name}.{family}.result.json"
+    tag = family if mapping == "abc" else f"{family}.{mapping}"
+    cache = work_dir / f"{name}.{tag}.result.json"
     key = source.with_suffix(".il.digest").read_text()
     if cache.exists():
         saved = json.loads(cache.read_text())
-        flat = netlist_path(work_dir, name, family)
+        flat = netlist_path(work_dir, name, family, mapping)
         if saved.get("key") == key and (not netlist or saved.get("netlist") and flat.exists()):
             return saved["resources"]
     if progress:
-        progress(f"Yosys synth_xilinx -family {family}: {name}")
-    res = synthesize(source, name, family, netlist=netlist)
+        progress(f"Yosys synth_xilinx -family {family}"
+                 f"{' -abc9' if mapping == 'abc9' else ''}: {name}")
+    res = synthesize(source, name, family, netlist=netlist, mapping=mapping)
     cache.write_text(json.dumps({"key": key, "resources": res, "netlist": netlist}))
     return res
 

@@ -50,7 +50,7 @@ from collections import Counter
 from pathlib import Path
 
 __all__ = ["FAMILY_TIMING", "FANOUT_BUDGET", "budget_levels", "analyse", "analyse_file",
-           "synthesize_netlist", "accelerator_timing", "violations", "markdown"]
+           "synthesize_netlist", "accelerator_timing", "MAPPING", "violations", "markdown"]
 
 #: Per family: the speed grade the boards use, the delay of one logic level (a LUT and the
 #: net after it) and the fixed part of a register-to-register path (clock-to-out, setup,
@@ -66,7 +66,7 @@ FAMILY_TIMING = {
 FANOUT_BUDGET = 1000
 
 #: Bump when the analysis changes: cached reports are keyed by it.
-VERSION = 2
+VERSION = 3
 
 
 def budget_levels(family: str, target_mhz: float) -> int:
@@ -508,15 +508,23 @@ def violations(report: dict) -> list[str]:
 
 # ---- synthesis -----------------------------------------------------------------------------
 
+#: The LUT mapping the timing reports are measured on (:data:`platforms.estimate.MAPPINGS`):
+#: Yosys' timing-driven ABC9, as Vivado's synthesis is timing-driven. The area-oriented
+#: default maps many 7- and 8-input functions into LUT6 + MUXF7 + MUXF8 chains (three
+#: levels) where a timing-driven mapper spends a LUT more instead (docs/timing.md).
+MAPPING = "abc9"
+
+
 def synthesize_netlist(verilog: str | Path, top: str, family: str, *,
-                       work_dir: str | Path | None = None) -> Path:
-    """Run Yosys ``synth_xilinx -flatten`` on ``verilog`` (``.v`` or ``.il``) and return the
-    path of the flat JSON netlist (:func:`platforms.estimate.synthesize`)."""
+                       work_dir: str | Path | None = None, mapping: str = MAPPING) -> Path:
+    """Run Yosys ``synth_xilinx -flatten`` (with ``-abc9`` for the ``abc9`` mapping) on
+    ``verilog`` (``.v`` or ``.il``) and return the path of the flat JSON netlist
+    (:func:`platforms.estimate.synthesize`)."""
     from .estimate import netlist_path, synthesize
     verilog = Path(verilog).resolve()
     work = Path(work_dir or verilog.parent)
-    synthesize(verilog, top, family, work_dir=work, netlist=True)
-    return netlist_path(work, top, family)
+    synthesize(verilog, top, family, work_dir=work, netlist=True, mapping=mapping)
+    return netlist_path(work, top, family, mapping)
 
 
 def accelerator_timing(params: dict, family: str, target_mhz: float, work_dir: Path, *,
@@ -526,10 +534,10 @@ def accelerator_timing(params: dict, family: str, target_mhz: float, work_dir: P
     Arrays up to :data:`platforms.estimate.FULL_LIMIT` PEs, or any with ``whole``, are
     synthesized flat as configured. Larger ones are measured on the largest whole-accelerator
     fit point of the resource estimate (8x8, everything else as configured, all PEs on DSP
-    slices) -- the same netlist the estimate synthesizes, so a default build pays nothing more
+    slices) -- the same design the estimate synthesizes, mapped once more with :data:`MAPPING`
     -- and the report says so (``measured_on``, ``whole_design`` false): the depth of the
     engine, buffers and DMA does not grow with the array, but array-wide muxes and the fan-out
-    of broadcast nets do. Results are cached by the netlist's digest.
+    of broadcast nets do. Results are cached by the design's digest.
     """
     from .estimate import FIT_POINTS, FULL_LIMIT, _synth_once, netlist_path
 
@@ -545,7 +553,8 @@ def accelerator_timing(params: dict, family: str, target_mhz: float, work_dir: P
         used.update(rows=r, cols=c)
         name = f"accel_{r}x{c}_{tag}"
     work_dir.mkdir(parents=True, exist_ok=True)
-    _synth_once("accelerator", name, family, work_dir, progress, netlist=True, **used)
+    _synth_once("accelerator", name, family, work_dir, progress, netlist=True,
+                mapping=MAPPING, **used)
     key = (work_dir / f"{name}.il.digest").read_text()
     cache = work_dir / f"{name}.{family}.timing.json"
     ident = {"key": key, "mhz": target_mhz, "version": VERSION}
@@ -555,7 +564,8 @@ def accelerator_timing(params: dict, family: str, target_mhz: float, work_dir: P
             return saved["timing"]
     if progress:
         progress(f"analysing the netlist of {name}")
-    report = analyse_file(netlist_path(work_dir, name, family), family, target_mhz, top=name)
+    report = analyse_file(netlist_path(work_dir, name, family, MAPPING), family, target_mhz,
+                          top=name)
     whole_design = used == params
     report = {**report, "whole_design": whole_design,
               "measured_on": (f"{used['rows']}x{used['cols']} as configured"
@@ -563,8 +573,9 @@ def accelerator_timing(params: dict, family: str, target_mhz: float, work_dir: P
                               f"{used['rows']}x{used['cols']} (the estimate's largest whole "
                               f"fit point, all PEs on DSPs), not {rows}x{cols}: "
                               "run build.py --timing for the configured array"),
-              "method": f"Yosys synth_xilinx -family {family} -flatten, write_json; "
-                        "platforms/timing.py (docs/timing.md)"}
+              "mapping": MAPPING,
+              "method": f"Yosys synth_xilinx -family {family} -flatten -{MAPPING}, write_json;"
+                        " platforms/timing.py (docs/timing.md)"}
     cache.write_text(json.dumps({"ident": ident, "timing": report}))
     return report
 

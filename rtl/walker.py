@@ -106,7 +106,8 @@ class Walker(wiring.Component):
         last_chunk = Signal()
         ramping = Signal()
         first_block = Signal()
-        m.d.comb += last_chunk.eq(k_after == 0)
+        # (last_chunk, k_after == 0, is a register set with k_after: the FSM's decisions in
+        # NEXT and CMD read it, and a 17-bit compare before them would add two levels)
 
         def split(rest, kc_reg, after_reg):
             """The short-first cut of ``rest`` steps: its first chunk and what follows."""
@@ -254,9 +255,11 @@ class Walker(wiring.Component):
                              ti.eq(0), tj.eq(0), m0.eq(m_blk), n0.eq(n_blk), k0.eq(0),
                              phase.eq(0), ei.eq(0),
                              kc.eq(first_kc), k_after.eq(first_after), ramping.eq(0),
+                             last_chunk.eq(first_after == 0),
                              cmd_sent.eq(0), write_sent.eq(0)]
                 with m.If(first_block & ramp_start):
-                    m.d.sync += [kc.eq(align + 1), k_after.eq(ramp_after0), ramping.eq(1)]
+                    m.d.sync += [kc.eq(align + 1), k_after.eq(ramp_after0), ramping.eq(1),
+                                 last_chunk.eq(ramp_after0 == 0)]
                 with m.If(d.row_vec | d.col_vec):
                     m.next = "EXP_WAIT"
                 with m.Else():
@@ -318,9 +321,11 @@ class Walker(wiring.Component):
                     m.d.sync += [tj.eq(0), ti.eq(0), m0.eq(m_blk), n0.eq(n_blk),
                                  k0.eq(k0 + kc), parity.eq(~parity)]
                     with m.If(ramp_more):
-                        m.d.sync += [kc.eq(kc << 1), k_after.eq(ramp_after)]
+                        m.d.sync += [kc.eq(kc << 1), k_after.eq(ramp_after),
+                                     last_chunk.eq(ramp_after == 0)]
                     with m.Else():
-                        m.d.sync += [kc.eq(next_kc), k_after.eq(next_after), ramping.eq(0)]
+                        m.d.sync += [kc.eq(next_kc), k_after.eq(next_after), ramping.eq(0),
+                                     last_chunk.eq(next_after == 0)]
                     m.next = "CMD"
                 with m.Else():
                     m.d.sync += [parity.eq(~parity), first_block.eq(0)]
