@@ -233,7 +233,7 @@ def estimate(board, cfg, out: Path, whole: bool = False) -> tuple[dict, bool]:
         sys.stderr.write(f"\n  {message}")
         sys.stderr.flush()
 
-    # first: the netlist the timing report reads is one the estimate reuses
+    # first: the timing report (its own ABC9 netlist of the design the estimate synthesizes)
     with step(f"timing report from Yosys for {board.family} at {board.clock_mhz:g} MHz"):
         timing = accelerator_timing(cfg, board.family, board.clock_mhz,
                                     ROOT / "build" / "estimates", whole=whole,

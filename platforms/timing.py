@@ -647,7 +647,9 @@ def main(argv=None) -> int:
     the timing report of a board's configuration (every other setting its default) at an
     array size small enough to synthesise whole (8x8 by default, the estimate's fit point
     the default builds report on), printed and merged into ``--out`` (JSON, one entry per
-    board and size). ``--strict`` exits 1 when over budget; bad arguments exit 2."""
+    board and size). ``--default`` measures the board's default configuration as configured
+    (LUT-multiplier rows included) instead. ``--strict`` exits 1 when over budget; bad
+    arguments exit 2."""
     import argparse
 
     from . import PLATFORMS
@@ -660,10 +662,17 @@ def main(argv=None) -> int:
     p.add_argument("--out", type=Path, default=root / "results" / "timing.json")
     p.add_argument("--work-dir", type=Path, default=root / "build" / "estimates")
     p.add_argument("--strict", action="store_true", help="exit 1 when over budget")
+    p.add_argument("--default", action="store_true",
+                   help="the board's default configuration exactly as configured (its array "
+                        "and LUT-multiplier rows), synthesized whole; --rows/--cols ignored")
     args = p.parse_args(argv)
     board = PLATFORMS[args.board]
-    cfg = board.config(rows=args.rows, cols=args.cols)
-    cfg.pop("dsp_rows", None)                 # every PE on a DSP slice, as the fit points
+    if args.default:
+        cfg = board.config()
+        args.rows, args.cols = cfg["rows"], cfg["cols"]
+    else:
+        cfg = board.config(rows=args.rows, cols=args.cols)
+        cfg.pop("dsp_rows", None)             # every PE on a DSP slice, as the fit points
     from rtl.accelerator import Accelerator
     try:
         Accelerator(**cfg)
@@ -673,9 +682,11 @@ def main(argv=None) -> int:
                                 whole=True, progress=lambda s: print(s, flush=True))
     print("\n".join(_summary(board.name, report)))
     saved = json.loads(args.out.read_text()) if args.out.exists() else {}
-    saved[f"{board.name} {args.rows}x{args.cols}"] = {
+    key = f"{board.name} {args.rows}x{args.cols}" + (" default" if args.default else "")
+    saved[key] = {
         "command": "python -m platforms.timing " + " ".join(
-            ["--board", board.name, "--rows", str(args.rows), "--cols", str(args.cols)]),
+            ["--board", board.name] + (["--default"] if args.default else
+                                       ["--rows", str(args.rows), "--cols", str(args.cols)])),
         "config": cfg, **{k: report[k] for k in (
             "target_mhz", "budget_levels", "max_levels", "fanout_budget", "max_fanout",
             "measured_on", "deepest_paths", "high_fanout_nets")}}
