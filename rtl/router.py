@@ -47,15 +47,14 @@ class ReadRouter(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        # The queue holds rows - 1 and rows - 2 (a row after the first is the entry's last
-        # when that many have passed) and whether the entry is a single row.
-        layout = data.StructLayout({"path": 1, "rows_m1": unsigned(16), "rows_m2": unsigned(16),
-                                    "single": 1})
+        # The queue holds rows - 2 (a row after the first is the entry's last when that many
+        # have passed) and whether the entry is a single row.
+        layout = data.StructLayout({"path": 1, "rows_m2": unsigned(16), "single": 1})
         m.submodules.queue = queue = fifo.SyncFIFOBuffered(width=layout.size, depth=self.depth)
         entry = data.View(layout, queue.w_data)
         rows = self.routes.payload.rows
         m.d.comb += [entry.path.eq(self.routes.payload.path),
-                     entry.rows_m1.eq(rows - 1), entry.rows_m2.eq(rows - 2),
+                     entry.rows_m2.eq(rows - 2),
                      entry.single.eq(rows == 1),
                      queue.w_en.eq(self.routes.valid), self.routes.ready.eq(queue.w_rdy)]
         head = data.View(layout, queue.r_data)

@@ -219,12 +219,6 @@ class Walker(wiring.Component):
                      cmd.i.eq(ti), cmd.j.eq(tj),
                      self.o_write.payload.m0.eq(m0), self.o_write.payload.n0.eq(n0)]
 
-        # Another block to the right, or below: registers, computed every cycle from the
-        # block's corner (which changes at least 4 cycles before NEXT reads them), so that no
-        # 17-bit add and compare lies before the FSM's next state.
-        more_n = Signal()
-        more_m = Signal()
-        m.d.sync += [more_n.eq(n_blk + BL * C < d.n), more_m.eq(m_blk + BL * R < d.m)]
         # Another tile to the right in the block, or below: likewise (ti, tj, bm and bn change
         # at least 4 cycles before NEXT).
         more_tj = Signal()
@@ -236,6 +230,12 @@ class Walker(wiring.Component):
         tiles_m = Signal(18)
         tiles_n = Signal(18)
         tiles_n0 = Signal(18)              # of the whole N, for the next row of blocks
+        # Another block to the right, or below (n_blk + BL * C < N, as tiles): registers,
+        # computed every cycle from the counts (which change at least 4 cycles before NEXT
+        # reads them), so that no compare lies before the FSM's next state.
+        more_n = Signal()
+        more_m = Signal()
+        m.d.sync += [more_n.eq(tiles_n > BL), more_m.eq(tiles_m > BL)]
 
         phase = Signal(2)        # CMD: 0 issue, 1 load A, 2 load B, 3 next
         cmd_sent = Signal()      # phase 0: the command (write job) is already taken
@@ -244,10 +244,10 @@ class Walker(wiring.Component):
         with m.FSM(name="walk"):
             with m.State("IDLE"):
                 with m.If(self.i_stream.valid):
+                    n_tiles = (d.n + C - 1) >> _log2(C)
                     m.d.sync += [m_blk.eq(0), n_blk.eq(0), k0.eq(0), first_block.eq(1),
                                  tiles_m.eq((d.m + R - 1) >> _log2(R)),
-                                 tiles_n.eq((d.n + C - 1) >> _log2(C)),
-                                 tiles_n0.eq((d.n + C - 1) >> _log2(C))]
+                                 tiles_n.eq(n_tiles), tiles_n0.eq(n_tiles)]
                     m.next = "BLOCK"
             with m.State("BLOCK"):
                 m.d.sync += [bm.eq(Mux(tiles_m < BL, tiles_m, BL)),
