@@ -75,7 +75,7 @@ class Gearbox(wiring.Component):
             "rows_m2": unsigned(17), "rows_one": 1, "nrows_m1": unsigned(16),
             "nwords": unsigned(16), "nwords_nz": 1, "valid": unsigned(17),
             "sel": job.sel.shape(), "tag": unsigned(self.tag_width), "reading0": 1,
-            "avail0": unsigned(17), "gone0": 1, "valid_z": 1, "mask0": W,
+            "avail0": unsigned(17), "mask0": W,
             **({"left0": unsigned(16), "need0_m1": range(max(2, ratio)), "need0_nz": 1}
                if wide else {})})
         m.submodules.queue = queue = fifo.SyncFIFOBuffered(width=layout.size,
@@ -90,8 +90,6 @@ class Gearbox(wiring.Component):
                      entry.valid.eq(job.valid), entry.sel.eq(job.sel), entry.tag.eq(job.tag),
                      entry.reading0.eq(job.nrows != 0),
                      entry.avail0.eq(Mux(job.nrows != 0, job.valid, 0)),
-                     entry.gone0.eq((job.nrows == 0) | (job.valid == 0)),
-                     entry.valid_z.eq(job.valid == 0),
                      entry.mask0.eq(Cat((job.nrows != 0) & (job.valid > t) for t in range(W))),
                      queue.w_en.eq(self.jobs.valid), self.jobs.ready.eq(queue.w_rdy)]
         lr = ratio.bit_length() - 1
@@ -119,22 +117,19 @@ class Gearbox(wiring.Component):
         # Per-row state as registers, valid from the job's second vector on; for its first
         # (`job_start`) the queue entry's precomputed fields stand in. The vector's last
         # beat and row, and the bytes of the row from this vector's first on that are data
-        # (``avail``, meaningful while ``gone`` -- none left -- is low), are registers too,
-        # set when a vector fires, so that no counter compare or byte-index arithmetic lies
-        # before the fire decision or the lane mask.
+        # (``avail``, meaningful while the lane mask's bit 0 says some are left), are
+        # registers too, set when a vector fires, so that no counter compare or byte-index
+        # arithmetic lies before the fire decision or the lane mask.
         job_start = Signal(init=1)
         reading_r = Signal()       # the row comes from memory (else zeros)
         reading = Mux(job_start, head.reading0, reading_r)
         last_beat_r = Signal()
         last_row_r = Signal()
         avail_r = Signal(17)
-        gone_r = Signal()
         m.d.comb += [last_beat.eq(Mux(job_start, head.nbeats_one, last_beat_r)),
                      last_row.eq(Mux(job_start, head.rows_one, last_row_r))]
         avail = Signal(17)
-        gone = Signal()
-        m.d.comb += [avail.eq(Mux(job_start, head.avail0, avail_r)),
-                     gone.eq(Mux(job_start, head.gone0, gone_r))]
+        m.d.comb += avail.eq(Mux(job_start, head.avail0, avail_r))
         word = self.i_stream.payload
 
         # the next row's state, for when this vector ends its row
@@ -183,11 +178,13 @@ class Gearbox(wiring.Component):
             with m.If(fire):
                 m.d.sync += [got.eq(0), left_r.eq(left_n), need_m1_r.eq(need_m1_n),
                              need_nz_r.eq(need_nz_n)]
-        # The lanes that carry data (``~gone & (avail > lane)``): a register too, set for the
-        # next vector from compares of ``avail`` with constants, so that no compare lies
-        # between the byte counters and the output.
+        # The lanes that carry data (``avail > lane`` while the row has data left): a
+        # register too, set for the next vector from compares of ``avail`` with constants,
+        # so that no compare lies between the byte counters and the output. Its bit 0 says
+        # whether any data is left in the row at all.
         mask_r = Signal(W)
         mask = Mux(job_start, head.mask0, mask_r)
+        left_any = mask[0]
         for t in range(W):
             m.d.comb += out.payload.data[t].eq(Mux(mask[t], vector[8 * t:8 * t + 8], 0))
         with m.If(fire):
@@ -196,11 +193,9 @@ class Gearbox(wiring.Component):
                          last_beat_r.eq(Mux(last_beat, head.nbeats_one, beat == head.nbeats_m2)),
                          last_row_r.eq(Mux(last_beat, row == head.rows_m2, last_row)),
                          avail_r.eq(Mux(last_beat, head.valid, avail - W)),
-                         gone_r.eq(Mux(last_beat, ~reading_next | head.valid_z,
-                                       gone | (avail <= W))),
                          mask_r.eq(Mux(last_beat,
                                        Cat(reading_next & (head.valid > t) for t in range(W)),
-                                       Cat(~gone & (avail > t + W) for t in range(W))))]
+                                       Cat(left_any & (avail > t + W) for t in range(W))))]
             with m.If(last_beat):
                 m.d.sync += row.eq(Mux(last_row, 0, row + 1))
                 with m.If(last_row):

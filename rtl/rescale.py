@@ -52,6 +52,11 @@ def _zero_count(value, width: int, leading: bool, group: int = 8):
     return count, ~any_.any()
 
 
+def _infinity(sign):
+    """The float32 infinity of ``sign`` (bit 31)."""
+    return Cat(Const(0x7F800000, 31), sign)
+
+
 def _leading_zeros(m, value, width):
     """Count of leading zeros of ``value`` (``width`` if it is zero), as a comb signal."""
     count = Signal(range(width + 1))
@@ -202,9 +207,9 @@ class Rescaler(wiring.Component):
 
             # Stage 5 rounds: (base << 23) + q + round bit, as the low 23 bits plus the round
             # bit (their carry out is the round bit and stage 4's all-ones flag, not the
-            # adder's) and the exponent
-            # field base + q[23] + that carry, picked from stage 4's three candidates; it
-            # overflows (255, the infinity) only from base 253 (E == 127) plus 2.
+            # adder's) and the exponent field base + q[23] + that carry, picked from stage 4's
+            # three candidates; it overflows (255, the infinity) only from base 253
+            # (E == 127) plus 2.
             rbit = s4_guard & (s4_sticky | s4_q[0])
             carry = Signal()
             m.d.comb += carry.eq(rbit & s4_ones)
@@ -241,13 +246,12 @@ class Rescaler(wiring.Component):
                     s4_ones.eq(((s3_sh == 8) & s3_mant[8:31].all())
                                | ((s3_sh == 9) & s3_mant[9:32].all())),
                     s4_special.eq(raw[S - 3] | s3_zero | (s3_e > 127)),
-                    s4_word.eq(Mux(raw[S - 3], s3_acc,
-                                   Mux(s3_zero, 0, Cat(Const(0x7F800000, 31), s3_sign)))),
+                    s4_word.eq(Mux(raw[S - 3], s3_acc, Mux(s3_zero, 0, _infinity(s3_sign)))),
                 ]
                 with m.If(s4_special):
                     m.d.sync += s5_word.eq(s4_word)
                 with m.Elif(overflow):
-                    m.d.sync += s5_word.eq(Cat(Const(0x7F800000, 31), s4_sign))
+                    m.d.sync += s5_word.eq(_infinity(s4_sign))
                 with m.Else():
                     m.d.sync += s5_word.eq(Cat(rounded[:31], s4_sign))
             m.d.comb += self.o_stream.payload.data[lane].eq(s5_word)
