@@ -45,20 +45,24 @@ def occupancy(m, name: str, capacity: int, push, pop):
     """A count of entries (``0..capacity``) that ``push`` adds one to and ``pop`` takes one
     from each cycle, with ``room`` (count < capacity) as a register of its own.
 
-    ``room`` is set from the old count compared with constants, ``push`` and ``pop`` only
-    selecting the result, so a handshake that depends on ``room`` and feeds ``push`` is not
-    followed by a carry chain before ``room``'s next value. Use it beside a ``SyncFIFO`` of
-    ``capacity`` entries, pushed and popped as the FIFO is, instead of its ``w_rdy`` (which is
-    ``level != depth``; a ``SyncFIFOBuffered``'s follows its inner queue, which can be full
-    while the whole holds fewer than ``depth``), or beside a queue with no flags at all.
-    Returns ``room``."""
-    count = Signal(range(capacity + 1), name=f"{name}_count")
+    The count's neighbours, count + 1 and count - 1, are registers too, so ``push`` and
+    ``pop`` only select the next count (a LUT, no carry chain after them), and ``room`` is set
+    from the old count compared with constants: a handshake that depends on ``room`` and feeds
+    ``push`` is followed by a LUT or two before the next register. Use it beside a
+    ``SyncFIFO`` of ``capacity`` entries, pushed and popped as the FIFO is, instead of its
+    ``w_rdy`` (which is ``level != depth``; a ``SyncFIFOBuffered``'s follows its inner queue,
+    which can be full while the whole holds fewer than ``depth``), or beside a queue with no
+    flags at all. Returns ``room``."""
+    shape = range(-1, capacity + 2)
+    count = Signal(shape, name=f"{name}_count")
+    up = Signal(shape, name=f"{name}_up", init=1)         # count + 1
+    down = Signal(shape, name=f"{name}_down", init=-1)    # count - 1
     room = Signal(name=f"{name}_room", init=1)
-    m.d.sync += count.eq(count + push - pop)
     with m.If(push & ~pop):
-        m.d.sync += room.eq(count != capacity - 1)
+        m.d.sync += [count.eq(up), up.eq(up + 1), down.eq(count),
+                     room.eq(count != capacity - 1)]
     with m.Elif(pop & ~push):
-        m.d.sync += room.eq(1)
+        m.d.sync += [count.eq(down), up.eq(count), down.eq(down - 1), room.eq(1)]
     return room
 
 

@@ -51,8 +51,9 @@ class DescriptorChecker(wiring.Component):
     The descriptor on :attr:`i_stream` stays there (not ready) while it is checked; it is
     taken in the cycle its verdict is taken from :attr:`o_stream`.
 
-    Latency and throughput: the verdict is valid 1 cycle after the descriptor for a bad
-    dimension, else :data:`LATENCY` cycles after it; one descriptor at a time.
+    Latency and throughput: the verdict is valid :data:`DIMENSION_LATENCY` cycles after the
+    descriptor for a bad dimension (the dimension checks are registered), else
+    :data:`LATENCY` cycles after it; one descriptor at a time.
 
     Parameters
     ----------
@@ -72,10 +73,12 @@ class DescriptorChecker(wiring.Component):
     REGIONS = 5
     #: Registered stages a region passes, from its selection to the sticky flags.
     REGION_STAGES = 9
+    #: Cycles from a descriptor on :attr:`i_stream` to the verdict on a bad dimension.
+    DIMENSION_LATENCY = 2
     #: Cycles from a descriptor on :attr:`i_stream` with good dimensions to its verdict: the
-    #: dimension check, then the regions enter one a cycle, the last one passes every stage
-    #: and the verdict follows its flags.
-    LATENCY = 1 + REGIONS + REGION_STAGES
+    #: dimension checks (registered, then decided), then the regions enter one a cycle, the
+    #: last one passes every stage and the verdict follows its flags.
+    LATENCY = DIMENSION_LATENCY + REGIONS + REGION_STAGES
 
     def __init__(self, data_width: int = 128, addr_width: int = 32):
         if data_width not in (64, 128, 256, 512):
@@ -192,20 +195,31 @@ class DescriptorChecker(wiring.Component):
         with m.If(feeding):
             m.d.sync += region.eq(region + 1)
 
+        # The dimension checks, each a 32-bit OR, registered from the payload every cycle; the
+        # FSM reads them a cycle after the descriptor arrives, when they are its own.
+        zero, too_large, k_too_large = Signal(), Signal(), Signal()
+        m.d.sync += [zero.eq((d.m == 0) | (d.n == 0) | (d.k == 0)),
+                     too_large.eq((d.m > 65535) | (d.n > 65535)),
+                     k_too_large.eq(d.k > 65535)]
+
         with m.FSM(name="check"):
-            with m.State("DIMS"):
+            with m.State("IDLE"):
                 m.d.comb += flush.eq(1)
                 m.d.sync += [region.eq(0), dims_code.eq(0)]
                 with m.If(self.i_stream.valid):
+                    m.next = "DIMS"
+            with m.State("DIMS"):          # the dimension flags, registered from the payload
+                with m.If(zero):
+                    m.d.sync += dims_code.eq(ErrorCode.ZERO_DIMENSION)
                     m.next = "VERDICT"
-                    with m.If((d.m == 0) | (d.n == 0) | (d.k == 0)):
-                        m.d.sync += dims_code.eq(ErrorCode.ZERO_DIMENSION)
-                    with m.Elif((d.m > 65535) | (d.n > 65535)):
-                        m.d.sync += dims_code.eq(ErrorCode.DIMENSION_TOO_LARGE)
-                    with m.Elif(d.k > 65535):
-                        m.d.sync += dims_code.eq(ErrorCode.K_TOO_LARGE)
-                    with m.Else():
-                        m.next = "REGIONS"
+                with m.Elif(too_large):
+                    m.d.sync += dims_code.eq(ErrorCode.DIMENSION_TOO_LARGE)
+                    m.next = "VERDICT"
+                with m.Elif(k_too_large):
+                    m.d.sync += dims_code.eq(ErrorCode.K_TOO_LARGE)
+                    m.next = "VERDICT"
+                with m.Else():
+                    m.next = "REGIONS"
             with m.State("REGIONS"):       # feed the regions, then wait for the last
                 m.d.comb += feeding.eq(region < self.REGIONS)
                 # every region fed and none left before the last stage: the last one leaving
@@ -224,5 +238,5 @@ class DescriptorChecker(wiring.Component):
                 m.d.comb += [self.o_stream.valid.eq(1),
                              self.i_stream.ready.eq(self.o_stream.ready)]
                 with m.If(self.o_stream.ready):
-                    m.next = "DIMS"
+                    m.next = "IDLE"
         return m

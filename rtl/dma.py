@@ -91,22 +91,86 @@ def _burst_splitter(m, addr, remaining, burst_beats, shift):
 def _queue(m, name, width, depth, push, data, pop):
     """A FIFO of ``depth`` entries (rounded up to a power of two) with no level, full or empty
     flags: the caller pushes only with room and pops only what it pushed (it counts them
-    itself). Returns the head, read asynchronously (distributed RAM) at the read pointer,
-    which ``pop`` advances; nothing but the pointers' increments follows ``push`` and
-    ``pop``."""
+    itself). Returns the head, a register: each cycle it takes the entry that will be at the
+    read pointer next cycle, read ahead from distributed RAM at the pointer or the one after
+    it (``pop``), or the entry pushed this cycle when that one will be the oldest. So the head
+    is exactly what an asynchronous read at the read pointer would give, with no LUTRAM read
+    between it and what it feeds; ``push`` and ``pop`` only select it and advance the
+    pointers. Returns ``(head, popped, to_head)``: the head, its next value if ``pop``
+    (combinational, independent of ``pop``), and whether the entry pushed now is next cycle's
+    head."""
     size = max(2, 1 << (depth - 1).bit_length())
-    mem = memory.Memory(shape=unsigned(width), depth=size, init=[])
-    m.submodules[name] = mem
-    wp = mem.write_port()
-    rp = mem.read_port(domain="comb")
     produce = Signal(range(size), name=f"{name}_produce")
     consume = Signal(range(size), name=f"{name}_consume")
-    m.d.comb += [wp.addr.eq(produce), wp.data.eq(data), wp.en.eq(push), rp.addr.eq(consume)]
+    after = Signal(range(size), name=f"{name}_after", init=1)     # consume + 1
+    head = Signal(width, name=f"{name}_head")
+    # Two copies, one read at each pointer: two read ports of one memory whose outputs are
+    # multiplexed would be merged by synthesis into one port with a multiplexed address,
+    # putting ``pop`` before the read.
+    rp0, rp1 = [], []
+    for copy, rp in ((0, rp0), (1, rp1)):
+        mem = memory.Memory(shape=unsigned(width), depth=size, init=[])
+        m.submodules[f"{name}{copy}"] = mem
+        wp = mem.write_port()
+        rp.append(mem.read_port(domain="comb"))
+        m.d.comb += [wp.addr.eq(produce), wp.data.eq(data), wp.en.eq(push)]
+    rp0, rp1 = rp0[0], rp1[0]
+    m.d.comb += [rp0.addr.eq(consume), rp1.addr.eq(after)]
     with m.If(push):
         m.d.sync += produce.eq(produce + 1)        # wraps at size
     with m.If(pop):
-        m.d.sync += consume.eq(consume + 1)
-    return rp.data
+        m.d.sync += [consume.eq(after), after.eq(after + 1)]
+    # the entry pushed now is next cycle's head when the pointer will then be at it; the
+    # head after a pop and the head if none, each without ``pop``, which only picks
+    to_head = Signal(name=f"{name}_to_head")
+    popped, kept = Signal(width, name=f"{name}_popped"), Signal(width, name=f"{name}_kept")
+    m.d.comb += [
+        to_head.eq(push & Mux(pop, produce == after, produce == consume)),
+        popped.eq(Mux(push & (produce == after), data, rp1.data)),
+        kept.eq(Mux(push & (produce == consume), data, rp0.data)),
+    ]
+    m.d.sync += head.eq(Mux(pop, popped, kept))
+    return head, popped, to_head
+
+
+def _run_ends(m, name, depth, push, length, beat, *, gap=1):
+    """The last word of each run: runs of ``length`` words (``length >= 1``, pushed with
+    ``push``, at most ``depth`` waiting) arrive one word per ``beat``, in order; ``last``, a
+    register, says that the next beat ends the oldest run.
+
+    The lengths wait in a :func:`_queue` as ``length - 1`` with a flag for ``length == 1``;
+    a word count and the count + 1 are registers, so ``last`` is set from compares of
+    registers, or on the beat that ends a run from the flag of the next head. A run's first
+    beat must come at least ``gap`` cycles after its push (1: AXI's R after AR;
+    with 2, the push and the length are registered first, so that nothing of the pusher's
+    handshake precedes the queue). Returns ``(last, room)``: ``room`` (a register) is
+    whether another run may be pushed (a run counts from its push, or with ``gap`` 2 from
+    the cycle after, so ``room`` keeps a run in reserve). ``last`` is exact: in the cycle of
+    a push the flag is taken from the pushed length when that run becomes the head."""
+    assert gap in (1, 2)
+    width = len(length)
+    if gap == 2:
+        push_r = Signal(name=f"{name}_push")
+        length_r = Signal(width, name=f"{name}_length", reset_less=True)
+        m.d.sync += [push_r.eq(push), length_r.eq(length)]
+        push, length = push_r, length_r
+    entry = Signal(width + 1, name=f"{name}_entry")
+    m.d.comb += entry.eq(Cat((length - 1)[:width], length == 1))
+    last = Signal(name=f"{name}_last")
+    pop = Signal(name=f"{name}_pop")
+    m.d.comb += pop.eq(beat & last)
+    room = occupancy(m, f"{name}_runs", depth - gap + 1, push, pop)
+    head, popped, to_head = _queue(m, name, width + 1, depth, push, entry, pop)
+    count = Signal(width, name=f"{name}_count")
+    count_p1 = Signal(width, name=f"{name}_count_p1", init=1)
+    with m.If(beat):
+        m.d.sync += [count.eq(Mux(last, 0, count_p1)),
+                     count_p1.eq(Mux(last, 1, count_p1 + 1))]
+    # a run's end: the next head's flag; within a run: count + 1 against it; no beat: the
+    # count against the head, or a run pushed into the empty queue (count 0) its flag
+    m.d.sync += last.eq(Mux(beat, Mux(last, popped[width], count_p1 == head[:width]),
+                            Mux(to_head, entry[width], count == head[:width])))
+    return last, room
 
 
 class _DmaMaster(wiring.Component):
@@ -283,17 +347,18 @@ class DmaReader(_DmaMaster):
         depth = self.burst_beats * self.outstanding
         m.submodules.data_fifo = data_fifo = fifo.SyncFIFOBuffered(
             width=self.data_width + 1, depth=depth)
-        # Lengths - 1 of the commands whose words are still to arrive (one-word commands can
-        # fill the whole data FIFO), and of the bursts in flight (at most `outstanding`), so
-        # that a beat's "last" is an equality with a queue head (:func:`_queue`: no level
-        # counter after the compare; their room is counted below).
-        len_push, len_pop = Signal(), Signal()
-        burst_push, burst_pop = Signal(), Signal()
-        len_head = _queue(m, "len_queue", 24, depth, len_push,
-                          self.cmd.payload.beats - 1, len_pop)
-        burst_len = Signal(self.burst_beats.bit_length())
-        burst_head = _queue(m, "burst_queue", len(burst_len), self.outstanding, burst_push,
-                            burst_len, burst_pop)
+        # The lengths of the commands whose words are still to arrive (one-word commands can
+        # fill the whole data FIFO), and of the bursts in flight (at most `outstanding`): a
+        # beat's "last" and "last of its burst" are registers (:func:`_run_ends`); the
+        # queues' room is counted below.
+        beat = Signal()
+        take_, issued_ = Signal(), Signal()
+        n_ = Signal(range(self.burst_beats + 1))
+        # (a command's first word comes 2 cycles after it is taken at the earliest: its first
+        # burst is offered the cycle after, and R follows AR)
+        last, cmd_room = _run_ends(m, "commands", depth, take_, self.cmd.payload.beats,
+                                   beat, gap=2)
+        burst_last, burst_room = _run_ends(m, "bursts", self.outstanding, issued_, n_, beat)
 
         # ---- address side -----------------------------------------------------------------
         # A burst is asked for only when the data FIFO has room for a longest burst and
@@ -304,22 +369,10 @@ class DmaReader(_DmaMaster):
         credits = Signal(range(depth + 1), init=depth)
         credits_next = Signal.like(credits)
         room = Signal(init=1)
-        beat = Signal()
-        last = Signal()
-        burst_last = Signal()
-        issued_ = Signal()
-        take_ = Signal()
-        # A command's end leaves the count a cycle late (the count only errs high), so that
-        # the last-word compare is not followed by the count's carry chain.
-        ended = Signal()
-        m.d.sync += ended.eq(beat & last)
-        burst_room = occupancy(m, "bursts", self.outstanding, issued_, beat & burst_last)
-        cmd_room = occupancy(m, "commands", depth, take_, ended)
         active, valid, ready, issued, _, addr, n, take = self._bursts(
             m, lambda n: room & burst_room, cmd_room)
         self._drive_address(m, "ar", valid, addr, n)
-        m.d.comb += [ready.eq(bus.arready), issued_.eq(issued), take_.eq(take),
-                     len_push.eq(take), burst_push.eq(issued), burst_len.eq(n - 1)]
+        m.d.comb += [ready.eq(bus.arready), issued_.eq(issued), take_.eq(take), n_.eq(n)]
 
         popped = Signal()
         m.d.comb += popped.eq(self.o_stream.valid & self.o_stream.ready)
@@ -327,21 +380,13 @@ class DmaReader(_DmaMaster):
         m.d.sync += [credits.eq(credits_next), room.eq(credits_next >= self.burst_beats)]
 
         # ---- data side --------------------------------------------------------------------
-        count = Signal(24)
-        in_burst = Signal(range(self.burst_beats))
         m.d.comb += [bus.rready.eq(1), beat.eq(bus.rvalid)]
-        m.d.comb += [last.eq(count == len_head),          # the queues hold length - 1
-                     burst_last.eq(in_burst == burst_head)]
         with m.If(beat):
-            m.d.sync += [count.eq(Mux(last, 0, count + 1)),
-                         in_burst.eq(Mux(burst_last, 0, in_burst + 1))]
             with m.If(bus.rresp != RESP_OKAY):
                 m.d.sync += self.error.eq(1)
             with m.If(bus.rlast != burst_last):
                 m.d.sync += self.protocol.eq(1)
         m.d.comb += [
-            len_pop.eq(beat & last),
-            burst_pop.eq(beat & burst_last),
             data_fifo.w_en.eq(beat),
             data_fifo.w_data.eq(bus.rdata | (last << self.data_width)),
             self.o_stream.valid.eq(data_fifo.r_rdy),

@@ -114,7 +114,8 @@ def test_every_code_and_its_priority():
 
 
 def test_latency():
-    """A good descriptor's verdict ``LATENCY`` cycles after it, a bad dimension's 1 after."""
+    """A good descriptor's verdict ``LATENCY`` cycles after it, a bad dimension's
+    ``DIMENSION_LATENCY`` after."""
     dut = DescriptorChecker(128, 32)
     seen = {}
 
@@ -135,4 +136,4 @@ def test_latency():
             await ctx.tick()
 
     run(dut, bench, deadline_cycles=200)
-    assert seen == {"good": DescriptorChecker.LATENCY, "zero": 1}
+    assert seen == {"good": DescriptorChecker.LATENCY, "zero": DescriptorChecker.DIMENSION_LATENCY}
