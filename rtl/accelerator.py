@@ -1,7 +1,7 @@
 """The accelerator top: register block, descriptor queue, engine and AXI4 DMA masters."""
 
 from amaranth import Module, Mux, ResetInserter, Signal, Value
-from amaranth.lib import fifo, wiring
+from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from firmware import regmap
@@ -11,6 +11,7 @@ from ._util import wide_accumulator
 from .csr import AXI4LiteSignature, RegisterBlock
 from .dma import AXI4ReadSignature, AXI4WriteSignature, DmaReader, DmaWriter
 from .engine import GemmEngine, descriptor_layout
+from .fifo import Fifo
 
 __all__ = ["Accelerator"]
 
@@ -115,7 +116,7 @@ class Accelerator(wiring.Component):
         # ---- descriptor queue -------------------------------------------------------------
         layout = descriptor_layout()
         m.submodules.queue = q = ResetInserter(queue_rst)(
-            fifo.SyncFIFOBuffered(width=layout.size, depth=self.queue))
+            Fifo(width=layout.size, depth=self.queue))
         staged = Signal(layout)
 
         def addr(name):

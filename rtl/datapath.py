@@ -6,6 +6,7 @@ from amaranth.lib.wiring import In, Out
 
 from ._util import delay
 from .buffer import TransposableBuffer
+from .fifo import Fifo
 from .rescale import Rescaler, rescale_output_layout
 from .systolic import SystolicArray
 
@@ -168,9 +169,9 @@ class GemmDatapath(wiring.Component):
             "raw": 1,
             "emit": 1, "store": 1, "add": 1, "acc_slot": range(self.acc_slots),
         })
-        m.submodules.info_fifo = info_fifo = fifo.SyncFIFOBuffered(
+        m.submodules.info_fifo = info_fifo = Fifo(
             width=info_layout.size, depth=4)
-        m.submodules.out_fifo = out_fifo = fifo.SyncFIFOBuffered(
+        m.submodules.out_fifo = out_fifo = Fifo(
             width=rescale_output_layout(C).size, depth=self.out_rows)
 
         # ---- jobs: loaded commands waiting for, or in, the array --------------------------
@@ -184,7 +185,7 @@ class GemmDatapath(wiring.Component):
             "a_slot": range(self.slots), "b_slot": range(self.slots)})
         m.submodules.jobs = jobs = (
             fifo.SyncFIFO(width=job_layout.size, depth=2) if self.lookahead == 2 else
-            fifo.SyncFIFOBuffered(width=job_layout.size, depth=self.lookahead))
+            Fifo(width=job_layout.size, depth=self.lookahead))
         head = data.View(job_layout, jobs.r_data)
         cur = Signal(job_layout)
         active = Signal()

@@ -5,6 +5,7 @@ from amaranth.lib import data, fifo, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ._util import carry_select_add, occupancy
+from .fifo import Fifo
 
 __all__ = ["AXI4ReadSignature", "AXI4WriteSignature", "DmaReader", "DmaWriter",
            "dma_command_layout", "dma_write_layout"]
@@ -345,7 +346,7 @@ class DmaReader(_DmaMaster):
         m = Module()
         bus = self.bus
         depth = self.burst_beats * self.outstanding
-        m.submodules.data_fifo = data_fifo = fifo.SyncFIFOBuffered(
+        m.submodules.data_fifo = data_fifo = Fifo(
             width=self.data_width + 1, depth=depth)
         # The lengths of the commands whose words are still to arrive (one-word commands can
         # fill the whole data FIFO), and of the bursts in flight (at most `outstanding`): a
@@ -447,14 +448,11 @@ class DmaWriter(_DmaMaster):
         bus = self.bus
         B = self.burst_beats
         layout = dma_write_layout(self.data_width)
-        m.submodules.data_fifo = data_fifo = fifo.SyncFIFOBuffered(width=layout.size,
-                                                                   depth=2 * B)
+        m.submodules.data_fifo = data_fifo = Fifo(width=layout.size, depth=2 * B)
         # Formed bursts: address for AW, length for W, "ends a command" for B.
         aw_layout = data.StructLayout({"addr": self.addr_width, "len": range(B + 1)})
-        m.submodules.aw_fifo = aw_fifo = fifo.SyncFIFOBuffered(width=aw_layout.size,
-                                                               depth=self.outstanding)
-        m.submodules.w_fifo = w_fifo = fifo.SyncFIFOBuffered(width=B.bit_length(),
-                                                             depth=self.outstanding)
+        m.submodules.aw_fifo = aw_fifo = Fifo(width=aw_layout.size, depth=self.outstanding)
+        m.submodules.w_fifo = w_fifo = Fifo(width=B.bit_length(), depth=self.outstanding)
         m.submodules.b_fifo = b_fifo = fifo.SyncFIFO(width=1, depth=self.outstanding)
 
         # Words in the data FIFO not yet given to a burst.

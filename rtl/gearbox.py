@@ -1,8 +1,10 @@
 """Bus words -> operand vectors: the read side's width converter, with edge zero-padding."""
 
 from amaranth import Array, Cat, Module, Mux, Signal, signed, unsigned
-from amaranth.lib import data, fifo, stream, wiring
+from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
+
+from .fifo import Fifo
 
 __all__ = ["Gearbox", "gearbox_job_layout"]
 
@@ -78,8 +80,7 @@ class Gearbox(wiring.Component):
             "avail0": unsigned(17), "mask0": W,
             **({"left0": unsigned(16), "need0_m1": range(max(2, ratio)), "need0_nz": 1}
                if wide else {})})
-        m.submodules.queue = queue = fifo.SyncFIFOBuffered(width=layout.size,
-                                                           depth=self.job_depth)
+        m.submodules.queue = queue = Fifo(width=layout.size, depth=self.job_depth)
         entry = data.View(layout, queue.w_data)
         m.d.comb += [entry.nbeats_m2.eq(job.nbeats - 2),
                      entry.nbeats_one.eq(job.nbeats == 1),

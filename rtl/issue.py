@@ -1,11 +1,12 @@
 """Tile commands + exponent vectors -> datapath commands; operand vectors -> the datapath."""
 
 from amaranth import Array, Module, Mux, Signal, signed, unsigned
-from amaranth.lib import data, fifo, stream, wiring
+from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from .checker import descriptor_layout
 from .datapath import command_layout
+from .fifo import Fifo
 
 __all__ = ["CommandIssue", "tile_command_layout", "vector_layout"]
 
@@ -106,8 +107,7 @@ class CommandIssue(wiring.Component):
         m.d.sync += exp_pending.eq(exp_pending + self.exp_issued - exp_written)
 
         layout = tile_command_layout(BL)
-        m.submodules.queue = queue = fifo.SyncFIFOBuffered(width=layout.size,
-                                                           depth=max(4, BL * BL))
+        m.submodules.queue = queue = Fifo(width=layout.size, depth=max(4, BL * BL))
         m.d.comb += [queue.w_data.eq(self.i_cmd.payload), queue.w_en.eq(self.i_cmd.valid),
                      self.i_cmd.ready.eq(queue.w_rdy)]
         head = data.View(layout, queue.r_data)

@@ -28,13 +28,13 @@ def rescale_output_layout(lanes: int) -> data.StructLayout:
     })
 
 
-def _zero_count(value, width: int, leading: bool, group: int = 8):
-    """``(count, zero)``: the leading (or trailing) zeros of ``value`` (``width`` if it is
-    zero) and whether it is zero, in two priority levels of ``group`` inputs each: within
-    each group of ``group`` bits the zeros before its first one, then the first group with a
-    one picks its count. Each bit of a level's result is a function of about ``2 * group``
-    inputs -- two LUT levels -- where a binary tree of ``log2(width)`` multiplexers maps
-    deeper. ``width`` is a multiple of ``group``."""
+def _zero_groups(value, width: int, leading: bool, group: int = 8):
+    """The first of the two priority levels of :func:`_zero_combine`: per group of ``group``
+    bits of ``value`` (counted from its top for leading zeros, from bit 0 for trailing ones),
+    the zeros before its first one (``group`` if none) and whether it has a one. Returns
+    ``(counts, any_)``: ``Cat`` of the groups' counts (``group.bit_length()`` bits each) and of
+    their flags. Each bit is a function of ``group`` inputs (two LUT levels at 8).
+    ``width`` is a multiple of ``group``."""
     def first_one(bits, n):
         # zeros before the first one of ``bits`` (counted from bit 0), ``n`` if none
         count = Const(n, range(n + 1))
@@ -44,31 +44,23 @@ def _zero_count(value, width: int, leading: bool, group: int = 8):
     order = list(reversed(range(width))) if leading else list(range(width))
     bits = [value[i] for i in order]          # bit 0 of the order is counted first
     groups = [Cat(*bits[g:g + group]) for g in range(0, width, group)]
-    counts = [first_one(grp, group) for grp in groups]
-    any_ = Cat(*(grp.any() for grp in groups))
+    return Cat(*(first_one(grp, group) for grp in groups)), Cat(*(grp.any() for grp in groups))
+
+
+def _zero_combine(counts, any_, width: int, group: int = 8):
+    """The second level: the zeros before the first group with a one, plus that group's
+    count (``width`` if no group has one). Each bit is a function of about ``2 * width /
+    group`` inputs (two LUT levels at 32 / 8)."""
+    cw = group.bit_length()
     count = Const(width, range(width + 1))
-    for g in reversed(range(len(groups))):
-        count = Mux(any_[g], g * group + counts[g], count)
-    return count, ~any_.any()
+    for g in reversed(range(width // group)):
+        count = Mux(any_[g], g * group + counts[g * cw:(g + 1) * cw], count)
+    return count
 
 
 def _infinity(sign):
     """The float32 infinity of ``sign`` (bit 31)."""
     return Cat(Const(0x7F800000, 31), sign)
-
-
-def _leading_zeros(m, value, width):
-    """Count of leading zeros of ``value`` (``width`` if it is zero), as a comb signal."""
-    count = Signal(range(width + 1))
-    m.d.comb += count.eq(_zero_count(value, width, leading=True)[0])
-    return count
-
-
-def _trailing_zeros(m, value, width):
-    """Count of trailing zeros of ``value`` (``width`` if it is zero), as a comb signal."""
-    count = Signal(range(width + 1))
-    m.d.comb += count.eq(_zero_count(value, width, leading=False)[0])
-    return count
 
 
 class Rescaler(wiring.Component):
@@ -91,15 +83,16 @@ class Rescaler(wiring.Component):
 
     Latency and throughput
     ----------------------
-    :attr:`LATENCY` (6) cycles from an accepted input to a valid output; one beat (``lanes``
+    :attr:`LATENCY` (7) cycles from an accepted input to a valid output; one beat (``lanes``
     results) per cycle. The pipeline stalls as a whole while ``o_stream.ready`` is low.
 
-    Stages: the input registered; sign and magnitude; leading and trailing zeros; the
-    normalised significand and exponent; the alignment shift (with the exponent field's three
-    candidates); the rounding and the output word. None has a carry chain after another.
+    Stages: the input registered; sign and magnitude; leading and trailing zeros per group of
+    8 bits; the zero counts; the normalised significand and exponent; the alignment shift
+    (with the exponent field's three candidates); the rounding and the output word. None has
+    a carry chain after another.
     """
 
-    LATENCY = 6
+    LATENCY = 7
 
     def __init__(self, lanes: int):
         if not isinstance(lanes, int) or lanes < 1:
@@ -149,6 +142,15 @@ class Rescaler(wiring.Component):
             s1_sign = Signal(name=f"l{lane}_s1_sign", reset_less=True)
             s1_mag = Signal(unsigned(32), name=f"l{lane}_s1_mag", reset_less=True)
             s1_exp = Signal(signed(EXP_WIDTH), name=f"l{lane}_s1_exp", reset_less=True)
+            # Stage 2a: the zero counts per group of 8 bits.
+            sg_acc = Signal(signed(32), name=f"l{lane}_sg_acc", reset_less=True)
+            sg_sign = Signal(name=f"l{lane}_sg_sign", reset_less=True)
+            sg_mag = Signal(unsigned(32), name=f"l{lane}_sg_mag", reset_less=True)
+            sg_exp = Signal(signed(EXP_WIDTH), name=f"l{lane}_sg_exp", reset_less=True)
+            sg_lzc, sg_tzc = (Signal(16, name=f"l{lane}_sg_{n}zc", reset_less=True)
+                              for n in "lt")
+            sg_lza, sg_tza = (Signal(4, name=f"l{lane}_sg_{n}za", reset_less=True)
+                              for n in "lt")
             # Stage 2: leading and trailing zero counts.
             s2_acc = Signal(signed(32), name=f"l{lane}_s2_acc", reset_less=True)
             s2_sign = Signal(name=f"l{lane}_s2_sign", reset_less=True)
@@ -183,8 +185,11 @@ class Rescaler(wiring.Component):
             # Stage 5: the output word.
             s5_word = Signal(unsigned(32), name=f"l{lane}_s5_word", reset_less=True)
 
-            lz = _leading_zeros(m, s1_mag, 32)
-            tz = _trailing_zeros(m, s1_mag, 32)
+            lz_groups = _zero_groups(s1_mag, 32, leading=True)
+            tz_groups = _zero_groups(s1_mag, 32, leading=False)
+            lz, tz = Signal(range(33)), Signal(range(33))
+            m.d.comb += [lz.eq(_zero_combine(sg_lzc, sg_lza, 32)),
+                         tz.eq(_zero_combine(sg_tzc, sg_tza, 32))]
 
             e_comb = Signal(signed(11))
             m.d.comb += e_comb.eq(31 - s2_lz + s2_exp)
@@ -231,8 +236,12 @@ class Rescaler(wiring.Component):
                     s1_mag.eq(Mux(acc_in < 0, -acc_in, acc_in)),
                     s1_exp.eq(exp_in),
 
-                    s2_acc.eq(s1_acc), s2_sign.eq(s1_sign), s2_mag.eq(s1_mag),
-                    s2_exp.eq(s1_exp), s2_lz.eq(lz), s2_tz.eq(tz), s2_neg.eq(-s1_exp - 149),
+                    sg_acc.eq(s1_acc), sg_sign.eq(s1_sign), sg_mag.eq(s1_mag),
+                    sg_exp.eq(s1_exp), sg_lzc.eq(lz_groups[0]), sg_lza.eq(lz_groups[1]),
+                    sg_tzc.eq(tz_groups[0]), sg_tza.eq(tz_groups[1]),
+
+                    s2_acc.eq(sg_acc), s2_sign.eq(sg_sign), s2_mag.eq(sg_mag),
+                    s2_exp.eq(sg_exp), s2_lz.eq(lz), s2_tz.eq(tz), s2_neg.eq(-sg_exp - 149),
 
                     s3_acc.eq(s2_acc), s3_sign.eq(s2_sign), s3_zero.eq(s2_mag == 0),
                     s3_mant.eq(s2_mag << s2_lz), s3_e.eq(e_comb), s3_sh.eq(sh),

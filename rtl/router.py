@@ -1,9 +1,10 @@
 """The DMA reader's words -> the A or B gearbox, by routing entries."""
 
 from amaranth import Module, Mux, Signal, unsigned
-from amaranth.lib import data, fifo, stream, wiring
+from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from .fifo import Fifo
 from .loader import route_layout
 
 __all__ = ["ReadRouter"]
@@ -50,7 +51,7 @@ class ReadRouter(wiring.Component):
         # The queue holds rows - 2 (a row after the first is the entry's last when that many
         # have passed) and whether the entry is a single row.
         layout = data.StructLayout({"path": 1, "rows_m2": unsigned(16), "single": 1})
-        m.submodules.queue = queue = fifo.SyncFIFOBuffered(width=layout.size, depth=self.depth)
+        m.submodules.queue = queue = Fifo(width=layout.size, depth=self.depth)
         entry = data.View(layout, queue.w_data)
         rows = self.routes.payload.rows
         m.d.comb += [entry.path.eq(self.routes.payload.path),

@@ -1,12 +1,13 @@
 """C tiles -> DMA write commands and bus words with byte strobes."""
 
 from amaranth import Array, Cat, Const, Module, Mux, Signal, unsigned
-from amaranth.lib import data, fifo, stream, wiring
+from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ._util import delay, occupancy
 from .checker import descriptor_layout
 from .dma import dma_command_layout, dma_write_layout
+from .fifo import Fifo
 from .rescale import rescale_output_layout
 
 __all__ = ["WriteBack", "write_job_layout"]
@@ -104,10 +105,8 @@ class WriteBack(wiring.Component):
         row_bytes = 4 * C
         words_per_row = max(1, row_bytes // bpw)
         qlayout = _queue_layout(R, C, AW, words_per_row, bpw)
-        m.submodules.wq_cmd = wq_cmd = fifo.SyncFIFOBuffered(width=qlayout.size,
-                                                             depth=self.queue)
-        m.submodules.wq_data = wq_data = fifo.SyncFIFOBuffered(width=qlayout.size,
-                                                               depth=self.queue)
+        m.submodules.wq_cmd = wq_cmd = Fifo(width=qlayout.size, depth=self.queue)
+        m.submodules.wq_data = wq_data = Fifo(width=qlayout.size, depth=self.queue)
 
         def reg(name, shape):
             return Signal(shape, name=name, reset_less=True)

@@ -1,0 +1,105 @@
+"""A first-word-fall-through FIFO whose flags and counts are registers."""
+
+from amaranth import Module, Mux, Signal
+from amaranth.lib import memory, wiring
+from amaranth.lib.wiring import In, Out
+
+__all__ = ["Fifo"]
+
+
+class Fifo(wiring.Component):
+    """A drop-in for :class:`amaranth.lib.fifo.SyncFIFOBuffered`, cycle for cycle, built so
+    that no carry chain follows a handshake.
+
+    The same ports, the same behaviour on every cycle (``tests/test_fifo.py`` runs both side
+    by side on random traffic): ``depth - 1`` entries in a memory read through its registered
+    port, and one in the output register; ``w_rdy`` is high while the memory has room, and a
+    word written to an empty FIFO is on ``r_data`` two cycles later (``r_rdy``).
+
+    The difference is in how it is built. In ``SyncFIFOBuffered`` the memory's count is
+    ``count + 1`` or ``count - 1`` after the write and read handshakes, and ``w_rdy`` and the
+    inner "not empty" are compares of that count; a handshake that depends on other logic
+    is followed by the count's adder. Here the count's neighbours (count + 1, count - 1) and
+    both flags are registers, set from the old count and picked by the handshakes (as
+    :func:`rtl._util.occupancy` does), so ``w_en``, ``r_en`` and the flags are a LUT or two
+    from the next register.
+
+    Latency and throughput: a word written to an empty FIFO is readable 2 cycles later; one
+    word a cycle in and out.
+
+    Parameters
+    ----------
+    width : int
+    depth : int
+        Entries (at least 2).
+
+    Members
+    -------
+    w_data : In(width)
+    w_en : In(1)
+    w_rdy : Out(1)
+    r_data : Out(width)
+    r_en : In(1)
+    r_rdy : Out(1)
+    level : Out(range(depth + 1))
+        Entries held (combinational: the memory's count plus the output register).
+    """
+
+    def __init__(self, *, width: int, depth: int):
+        if not isinstance(width, int) or width < 0:
+            raise TypeError(f"width must be a non-negative integer, not {width!r}")
+        if not isinstance(depth, int) or depth < 2:
+            raise ValueError(f"depth must be an integer of at least 2, not {depth!r}")
+        self.width, self.depth = width, depth
+        super().__init__({
+            "w_data": In(width), "w_en": In(1), "w_rdy": Out(1),
+            "r_data": Out(width), "r_en": In(1), "r_rdy": Out(1),
+            "level": Out(range(depth + 1)),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        inner = self.depth - 1
+        count = Signal(range(-1, inner + 2))
+        up = Signal(range(-1, inner + 2), init=1)          # count + 1
+        down = Signal(range(-1, inner + 2), init=-1)       # count - 1
+        w_rdy = Signal(init=1)                              # count != inner
+        filled = Signal()                                   # count != 0
+
+        write = Signal()
+        read = Signal()
+        m.d.comb += [
+            self.w_rdy.eq(w_rdy),
+            write.eq(self.w_en & w_rdy),
+            read.eq(filled & (~self.r_rdy | self.r_en)),
+        ]
+
+        storage = m.submodules.storage = memory.Memory(shape=self.width, depth=inner, init=[])
+        w_port = storage.write_port()
+        r_port = storage.read_port(domain="sync")
+        produce = Signal(range(inner))
+        consume = Signal(range(inner))
+
+        def incr(p):
+            return Mux(p == inner - 1, 0, p + 1) if inner & (inner - 1) else p + 1
+
+        m.d.comb += [w_port.addr.eq(produce), w_port.data.eq(self.w_data), w_port.en.eq(write),
+                     r_port.addr.eq(consume), r_port.en.eq(read), self.r_data.eq(r_port.data)]
+        with m.If(write):
+            m.d.sync += produce.eq(incr(produce))
+        with m.If(read):
+            m.d.sync += consume.eq(incr(consume))
+
+        with m.If(write & ~read):
+            m.d.sync += [count.eq(up), up.eq(up + 1), down.eq(count),
+                         w_rdy.eq(count != inner - 1), filled.eq(1)]
+        with m.Elif(read & ~write):
+            m.d.sync += [count.eq(down), up.eq(count), down.eq(down - 1),
+                         w_rdy.eq(1), filled.eq(count != 1)]
+
+        with m.If(read):
+            m.d.sync += self.r_rdy.eq(1)
+        with m.Elif(self.r_en):
+            m.d.sync += self.r_rdy.eq(0)
+        m.d.comb += self.level.eq(count + self.r_rdy)
+        return m
