@@ -85,7 +85,9 @@ class Gearbox(wiring.Component):
         m.d.comb += [entry.nbeats_m2.eq(job.nbeats - 2),
                      entry.nbeats_one.eq(job.nbeats == 1),
                      entry.rows_m2.eq(job.nrows + job.nzero - 2),
-                     entry.rows_one.eq(job.nrows + job.nzero == 1),
+                     # (a compare of each, not of their sum: no carry chain before it)
+                     entry.rows_one.eq(((job.nrows == 1) & (job.nzero == 0))
+                                       | ((job.nrows == 0) & (job.nzero == 1))),
                      entry.nrows_m1.eq(job.nrows - 1), entry.nwords.eq(job.nwords),
                      entry.nwords_nz.eq(job.nwords != 0),
                      entry.valid.eq(job.valid), entry.sel.eq(job.sel), entry.tag.eq(job.tag),

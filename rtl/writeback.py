@@ -120,9 +120,14 @@ class WriteBack(wiring.Component):
         # a job is taken when both queues will have room for it and every job in the pipe:
         # each queue's entries and the jobs in the pipe counted together (taken -> popped),
         # with the room flags registers (rtl._util.occupancy), not compares of FIFO levels
+        # (the pops counted a cycle late: the count errs high for a cycle, and the end of a
+        # tile's rows is not followed by the count)
         take = Signal()
-        cmd_room = occupancy(m, "wq_cmd", self.queue, take, wq_cmd.r_en & wq_cmd.r_rdy)
-        data_room = occupancy(m, "wq_data", self.queue, take, wq_data.r_en & wq_data.r_rdy)
+        cmd_pop, data_pop = Signal(), Signal()
+        m.d.sync += [cmd_pop.eq(wq_cmd.r_en & wq_cmd.r_rdy),
+                     data_pop.eq(wq_data.r_en & wq_data.r_rdy)]
+        cmd_room = occupancy(m, "wq_cmd", self.queue, take, cmd_pop)
+        data_room = occupancy(m, "wq_data", self.queue, take, data_pop)
         m.d.comb += room.eq(cmd_room & data_room)
         m.d.comb += self.jobs.ready.eq(room)
         m.d.comb += take.eq(self.jobs.valid & self.jobs.ready)
