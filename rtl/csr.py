@@ -112,9 +112,8 @@ class RegisterBlock(wiring.Component):
             if reg.access == "w1c":
                 m.d.sync += port.eq(port | getattr(self, f"{_port(reg.name)}_set"))
 
-        # A write is registered at its handshake (``wpend``) and applied the next cycle, so
-        # that the address decode starts from a register.
-        waddr = Signal(len(bus.awaddr) - 2, reset_less=True)
+        # A write is registered at its handshake (``wpend``), its address decoded on the way,
+        # and applied the next cycle.
         wdata = Signal(32, reset_less=True)
         wstrb = Signal(4, reset_less=True)
         wpend = Signal()
@@ -126,29 +125,32 @@ class RegisterBlock(wiring.Component):
         m.d.comb += take_write.eq(bus.awvalid & bus.wvalid & ~bus.bvalid & ~wpend)
         m.d.comb += [bus.awready.eq(take_write), bus.wready.eq(take_write)]
         m.d.sync += wpend.eq(take_write)
+        # (one select bit per writable register, and whether the address names one, so that
+        # applying the write is a gate per bit)
+        writable = [reg for reg in regmap.REGISTERS if reg.access != "ro"]
+        wsel = Signal(len(writable), reset_less=True)
+        wok = Signal(reset_less=True)
         with m.If(take_write):
-            m.d.sync += [waddr.eq(bus.awaddr[2:]), wdata.eq(bus.wdata), wstrb.eq(bus.wstrb)]
+            hits = Cat(bus.awaddr[2:] == reg.offset >> 2 for reg in writable)
+            m.d.sync += [wdata.eq(bus.wdata), wstrb.eq(bus.wstrb), wsel.eq(hits),
+                         wok.eq(hits.any())]
         with m.If(bus.bvalid & bus.bready):
             m.d.sync += bus.bvalid.eq(0)
         with m.If(wpend):
-            m.d.sync += [bus.bvalid.eq(1), bus.bresp.eq(RESP_SLVERR)]
-            with m.Switch(waddr):
-                for reg in regmap.REGISTERS:
-                    if reg.access == "ro":
-                        continue
-                    port = store.get(reg.name, getattr(self, _port(reg.name)))
-                    with m.Case(reg.offset >> 2):
-                        m.d.sync += bus.bresp.eq(RESP_OKAY)
-                        if reg.access == "rw":
-                            for byte in range(4):
-                                with m.If(wstrb[byte]):
-                                    m.d.sync += port[8 * byte:8 * byte + 8].eq(
-                                        wdata[8 * byte:8 * byte + 8])
-                        elif reg.access == "w1p":
-                            m.d.sync += port.eq(wbits)
-                        else:  # w1c: a set in this cycle wins over the clear
-                            set_ = getattr(self, f"{_port(reg.name)}_set")
-                            m.d.sync += port.eq((port & ~wbits) | set_)
+            m.d.sync += [bus.bvalid.eq(1), bus.bresp.eq(Mux(wok, RESP_OKAY, RESP_SLVERR))]
+            for i, reg in enumerate(writable):
+                port = store.get(reg.name, getattr(self, _port(reg.name)))
+                with m.If(wsel[i]):
+                    if reg.access == "rw":
+                        for byte in range(4):
+                            with m.If(wstrb[byte]):
+                                m.d.sync += port[8 * byte:8 * byte + 8].eq(
+                                    wdata[8 * byte:8 * byte + 8])
+                    elif reg.access == "w1p":
+                        m.d.sync += port.eq(wbits)
+                    else:  # w1c: a set in this cycle wins over the clear
+                        set_ = getattr(self, f"{_port(reg.name)}_set")
+                        m.d.sync += port.eq((port & ~wbits) | set_)
 
         # ---- reads ------------------------------------------------------------------------
         # Three registered steps, so that no path from the address to the data is more than
