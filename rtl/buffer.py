@@ -214,8 +214,12 @@ class TransposableBuffer(wiring.Component):
             m.d.comb += rp.addr.eq(r_base + self.r_k)
         # lane i of step k is in bank (i + k) mod L
         lanes = _rotate(m, [rp.data for _, rp in banks], rot_d, +1, "r_rot")
+        # (data registers, read under r_valid: no reset, so the domain's reset does not
+        # fan out to them)
+        r_data = Signal(self.r_data.shape(), name="r_data_q", reset_less=True)
         for i in range(L):
-            m.d.sync += self.r_data[i].eq(lanes[i])
+            m.d.sync += r_data[i].eq(lanes[i])
+        m.d.comb += self.r_data.eq(r_data)
         return m
 
 

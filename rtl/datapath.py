@@ -312,8 +312,10 @@ class GemmDatapath(wiring.Component):
         with m.If(finish):
             m.d.comb += [jobs.w_en.eq(1), jobs.w_data.eq(job)]
             m.d.sync += loading.eq(0)
-        # The next command is taken in the cycle the previous one's last beats arrive.
-        with m.If(staged & (~loading | finish) & (bad | ~hazard)):
+        # The next command is taken the cycle after the previous one's last beats arrive
+        # (a cycle per tile load, hidden behind the compute, so that the operand streams'
+        # last beat is not followed by the command stages' enables and the issue queue).
+        with m.If(staged & ~loading & (bad | ~hazard)):
             m.d.comb += take.eq(1)
             with m.If(bad):
                 m.d.sync += self.error.eq(1)
