@@ -37,8 +37,8 @@ class Gearbox(wiring.Component):
     The numpy model is :func:`sim.models.gearbox`.
 
     Latency and throughput: combinational from a word to its first vector; one vector per
-    cycle while ``lanes <= bus bytes``, else one word per cycle. Jobs follow each other without
-    idle cycles.
+    cycle while ``lanes <= bus bytes``, else one word per cycle. One idle cycle between jobs
+    (the queue is popped from a register).
 
     Members
     -------
@@ -113,6 +113,9 @@ class Gearbox(wiring.Component):
         last_beat = Signal()       # of the row
         last_row = Signal()
         fire = Signal()
+        pop = Signal()             # the head's job ended last cycle
+        head_ok = Signal()         # the head is a job to work on
+        m.d.comb += head_ok.eq(queue.r_rdy & ~pop)
         out = self.o_stream
         m.d.comb += [fire.eq(out.valid & out.ready),
                      out.payload.tag.eq(head.tag)]
@@ -145,7 +148,7 @@ class Gearbox(wiring.Component):
                                if ratio > 1 else 0)
             needs_word = reading & head.nwords_nz
             m.d.comb += [
-                out.valid.eq(queue.r_rdy & (~needs_word | self.i_stream.valid)),
+                out.valid.eq(head_ok & (~needs_word | self.i_stream.valid)),
                 vector.eq(Mux(needs_word,
                               Array(word[8 * W * i:8 * W * (i + 1)] for i in range(ratio))[pos],
                               0)),
@@ -161,9 +164,9 @@ class Gearbox(wiring.Component):
             left_next_row = Mux(reading_next, head.nwords, 0)
             held = [Signal(self.data_width, name=f"held{i}") for i in range(ratio - 1)]
             got = Signal(range(ratio))
-            collecting = queue.r_rdy & need_nz & (got != need_m1)
+            collecting = head_ok & need_nz & (got != need_m1)
             m.d.comb += [
-                out.valid.eq(queue.r_rdy & (~need_nz | ((got == need_m1) & self.i_stream.valid))),
+                out.valid.eq(head_ok & (~need_nz | ((got == need_m1) & self.i_stream.valid))),
                 self.i_stream.ready.eq(collecting | (fire & need_nz)),
                 vector.eq(Cat(*(Mux(need_nz & (j < need_m1), held[j] if j < ratio - 1 else 0,
                                     Mux(need_nz & (j == need_m1), word, 0))
@@ -203,5 +206,9 @@ class Gearbox(wiring.Component):
                 m.d.sync += row.eq(Mux(last_row, 0, row + 1))
                 with m.If(last_row):
                     m.d.sync += job_start.eq(1)
-        m.d.comb += queue.r_en.eq(fire & last_beat & last_row)
+        # The queue is popped the cycle after a job's last vector, from a register, so that
+        # the fire decision is not followed by the queue's counts; that cycle (``pop``) the
+        # head is still the old job, and nothing is taken or sent.
+        m.d.sync += pop.eq(fire & last_beat & last_row)
+        m.d.comb += queue.r_en.eq(pop)
         return m
