@@ -365,11 +365,18 @@ class GemmDatapath(wiring.Component):
         m.d.sync += since.eq(Mux(emit_last, 1, Mux(since > interval, since, since + 1)))
         spaced = Mux(emit_last, head.gap_z, since >= head.gap)
 
-        # Output FIFO rows not yet reserved, and ``credits >= R`` as a register: set from the
-        # four cases of reserve and release, each a compare of the old count with a constant,
-        # so that the start decision only selects.
+        # Output FIFO rows not yet reserved. A start's reservation is registered first
+        # (``reserved``) and taken from the count the cycle after, so the start decision is
+        # not followed by the count: meanwhile the rows free for the next start are
+        # ``credits - R``. ``credits >= R`` and ``credits >= 2 R`` are registers, set from the
+        # cases of reservation and release, each a compare of the old count with a constant;
+        # the start decision only selects.
         credits = Signal(range(self.out_rows + 1), init=self.out_rows)
-        credits_ok = Signal(init=self.out_rows >= R)
+        ok_1r = Signal(init=self.out_rows >= R)
+        ok_2r = Signal(init=self.out_rows >= 2 * R)
+        reserved = Signal()
+        credits_ok = Signal()
+        m.d.comb += credits_ok.eq(Mux(reserved, ok_2r, ok_1r))
         released = Signal()
         m.d.comb += released.eq(self.o_stream.valid & self.o_stream.ready)
 
@@ -389,17 +396,20 @@ class GemmDatapath(wiring.Component):
         with m.Else():
             m.d.sync += [kk.eq(kk + 1), finishing.eq(kk == cur.k_m2)]
 
-        reserve = start & head.readout & head.info.emit
-        # (each sum of the old count with a constant, released and reserve only selecting)
+        m.d.sync += reserved.eq(start & head.readout & head.info.emit)
+        # (each sum of the old count with a constant, released and reserved only selecting)
         plus1, minus_r, minus_r1 = (Signal.like(credits, name=f"credits_{n}")
                                     for n in ("plus1", "minus_r", "minus_r1"))
         m.d.comb += [plus1.eq(credits + 1), minus_r.eq(credits - R),
                      minus_r1.eq(credits - (R - 1))]
+
+        def at_least(n):       # the next count >= n
+            return Mux(reserved, Mux(released, credits >= n + R - 1, credits >= n + R),
+                       Mux(released, credits >= n - 1, credits >= n))
         m.d.sync += [
-            credits.eq(Mux(reserve, Mux(released, minus_r1, minus_r),
+            credits.eq(Mux(reserved, Mux(released, minus_r1, minus_r),
                            Mux(released, plus1, credits))),
-            credits_ok.eq(Mux(reserve, Mux(released, credits >= 2 * R - 1, credits >= 2 * R),
-                              Mux(released, credits >= R - 1, credits >= R))),
+            ok_1r.eq(at_least(R)), ok_2r.eq(at_least(2 * R)),
         ]
         m.d.comb += [
             info_fifo.w_en.eq(start & head.readout),
