@@ -52,11 +52,15 @@ class RegisterSlice(wiring.Component):
         take = Signal()
         m.d.comb += [o.valid.eq(valid), o.payload.eq(payload), i.ready.eq(~skid_valid),
                      take.eq(i.valid & ~skid_valid)]
+        # The skid register loads the input whenever it is empty (its word is only read once
+        # `skid_valid` is set), so its enable is a register, not the output's ready.
+        with m.If(~skid_valid):
+            m.d.sync += skid.eq(i.payload)
         with m.If(~valid | o.ready):
             # the output register is free this cycle: the skid word first, else the new one
             m.d.sync += [valid.eq(skid_valid | take),
                          payload.eq(Mux(skid_valid, skid, i.payload)),
                          skid_valid.eq(0)]
         with m.Elif(take):
-            m.d.sync += [skid_valid.eq(1), skid.eq(i.payload)]
+            m.d.sync += skid_valid.eq(1)
         return m
