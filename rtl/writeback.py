@@ -54,8 +54,8 @@ class WriteBack(wiring.Component):
     Latency and throughput: a tile's first write command leaves ``PREP_STAGES + 4`` cycles
     after its job arrives, then one per cycle; a row's first word leaves combinationally from
     the row (once its job is at the queue head), then one word a cycle. Jobs are taken one a
-    cycle while the queues have room. Each queue is popped the cycle after its tile's last
-    row, from a register: one idle cycle per tile on each side.
+    cycle while the queues have room. The command queue is popped the cycle after its tile's
+    last row, from a register: one idle cycle per tile between write commands.
 
     Parameters
     ----------
@@ -121,10 +121,14 @@ class WriteBack(wiring.Component):
         # a job is taken when both queues will have room for it and every job in the pipe:
         # each queue's entries and the jobs in the pipe counted together (taken -> popped),
         # with the room flags registers (rtl._util.occupancy), not compares of FIFO levels
-        # (the queues' pops are registers, below)
+        # (the command queue's pop is a register, below; the data queue's is counted a cycle
+        # late: the room errs low for a cycle, and a tile's last row is not followed by the
+        # count)
         take = Signal()
+        data_popped = Signal()
+        m.d.sync += data_popped.eq(wq_data.r_en)
         cmd_room = occupancy(m, "wq_cmd", self.queue, take, wq_cmd.r_en)
-        data_room = occupancy(m, "wq_data", self.queue, take, wq_data.r_en)
+        data_room = occupancy(m, "wq_data", self.queue, take, data_popped)
         m.d.comb += room.eq(cmd_room & data_room)
         m.d.comb += self.jobs.ready.eq(room)
         m.d.comb += take.eq(self.jobs.valid & self.jobs.ready)
@@ -196,12 +200,12 @@ class WriteBack(wiring.Component):
         cmd = self.wr_cmd.payload
         row_in = wc_row < wc.rows_in
         advance = wc_setup & (~row_in | ~cmd_valid | self.wr_cmd.ready)
-        # (each queue is popped the cycle after its tile's last row, from a register, so that
-        # the handshakes are not followed by the queue's counts; that cycle its head is still
-        # the old tile and is not used)
-        cmd_pop_now, data_pop_now = Signal(), Signal()
-        m.d.comb += [wq_cmd.r_en.eq(cmd_pop_now), wq_data.r_en.eq(data_pop_now)]
-        m.d.sync += [cmd_pop_now.eq(0), data_pop_now.eq(0)]
+        # (the command queue is popped the cycle after its tile's last row, from a register,
+        # so that the command handshake is not followed by the queue's counts; that cycle its
+        # head is still the old tile and is not used)
+        cmd_pop_now = Signal()
+        m.d.comb += wq_cmd.r_en.eq(cmd_pop_now)
+        m.d.sync += cmd_pop_now.eq(0)
         with m.If(wq_cmd.r_rdy & ~wc_setup & ~cmd_pop_now):
             m.d.sync += [wc_lo.eq(wc.addr[:32]), wc_carry.eq(0), wc_setup.eq(1),
                          wc_row.eq(0)]
@@ -248,15 +252,15 @@ class WriteBack(wiring.Component):
             m.d.comb += wdata.strb.eq(row_strb << off)
         wd_in = wd_row < wd.rows_in
         row_end = wd_word == wd.words_m1
-        data_ok = wq_data.r_rdy & ~data_pop_now
         m.d.comb += [
-            self.wr_data.valid.eq(data_ok & self.i_stream.valid & wd_in),
-            self.i_stream.ready.eq(data_ok & (~wd_in | (self.wr_data.ready & row_end))),
+            self.wr_data.valid.eq(wq_data.r_rdy & self.i_stream.valid & wd_in),
+            self.i_stream.ready.eq(wq_data.r_rdy & (~wd_in | (self.wr_data.ready & row_end))),
         ]
         with m.If(self.wr_data.valid & self.wr_data.ready):
             m.d.sync += wd_word.eq(Mux(row_end, 0, wd_word + 1))
         with m.If(self.i_stream.valid & self.i_stream.ready):
             m.d.sync += wd_row.eq(wd_row + 1)
             with m.If(wd_row == R - 1):
-                m.d.sync += [data_pop_now.eq(1), wd_row.eq(0)]
+                m.d.comb += wq_data.r_en.eq(1)
+                m.d.sync += wd_row.eq(0)
         return m
