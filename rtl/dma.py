@@ -423,8 +423,8 @@ class DmaWriter(_DmaMaster):
     (memory unchanged), and their responses awaited. :attr:`busy` falls once nothing is
     outstanding; reset the writer then.
 
-    Latency and throughput: a burst's address and first word go out two cycles after its last
-    word arrives; one word per cycle.
+    Latency and throughput: a burst's address and first word go out three cycles after its
+    last word arrives; one word per cycle.
 
     Members
     -------
@@ -451,8 +451,10 @@ class DmaWriter(_DmaMaster):
         m.submodules.data_fifo = data_fifo = Fifo(width=layout.size, depth=2 * B)
         # Formed bursts: address for AW, length for W, "ends a command" for B.
         aw_layout = data.StructLayout({"addr": self.addr_width, "len": range(B + 1)})
-        m.submodules.aw_fifo = aw_fifo = Fifo(width=aw_layout.size, depth=self.outstanding)
-        m.submodules.w_fifo = w_fifo = Fifo(width=B.bit_length(), depth=self.outstanding)
+        # (at least 3 entries: see below)
+        depth = max(3, self.outstanding)
+        m.submodules.aw_fifo = aw_fifo = Fifo(width=aw_layout.size, depth=depth)
+        m.submodules.w_fifo = w_fifo = Fifo(width=B.bit_length(), depth=depth)
         m.submodules.b_fifo = b_fifo = fifo.SyncFIFO(width=1, depth=self.outstanding)
 
         # Words in the data FIFO not yet given to a burst.
@@ -465,28 +467,33 @@ class DmaWriter(_DmaMaster):
             taken_in.eq(self.i_stream.valid & data_fifo.w_rdy),
         ]
 
-        # A burst is formed when its words are buffered and the three queues have room
-        # (b_fifo bounds the bursts awaiting a response to `outstanding`). A burst leaves the
-        # AW and W queues before its response can arrive (AXI A3.3.1), so with 3 or more
-        # entries the response queue's room, a register (:func:`rtl._util.occupancy`),
-        # implies theirs (a SyncFIFOBuffered of depth >= 3 holding fewer than its depth
-        # accepts a write); the decision then has few inputs and no FIFO level compare.
+        # A burst is formed when its words are buffered and fewer than `outstanding` bursts
+        # await a response (counted from the decision on: :func:`rtl._util.occupancy`, a
+        # register). The three queues then have room: a burst leaves the AW and W queues
+        # before its response can arrive (AXI A3.3.1), so they hold fewer than
+        # `outstanding` bursts, and a FIFO of 3 or more entries holding fewer than its depth
+        # accepts a write; the decision has few inputs and no FIFO level compare.
         issued_ = Signal()
         b_room = occupancy(m, "responses", self.outstanding, issued_,
                               bus.bvalid & b_fifo.r_rdy)
-        if self.outstanding >= 3:
-            def may_raise(n):
-                return (free_words >= n) & b_room
-        else:
-            def may_raise(n):
-                return (free_words >= n) & aw_fifo.w_rdy & w_fifo.w_rdy & b_fifo.w_rdy
+        def may_raise(n):
+            return (free_words >= n) & b_room
         active, valid, ready, issued, last_burst, addr, n, _ = self._bursts(m, may_raise)
         m.d.comb += issued_.eq(issued)
+        # A formed burst enters the three queues a cycle later, from registers, so that the
+        # burst decision is not followed by the queues' counts (their room is b_room's, which
+        # counts the burst from the decision on).
+        formed = Signal()
+        formed_addr = Signal(self.addr_width, reset_less=True)
+        formed_n = Signal(range(B + 1), reset_less=True)
+        formed_last = Signal(reset_less=True)
+        m.d.sync += [formed.eq(issued), formed_addr.eq(addr), formed_n.eq(n),
+                     formed_last.eq(last_burst)]
         aw_in = data.View(aw_layout, aw_fifo.w_data)
         m.d.comb += [ready.eq(1),
-                     aw_in.addr.eq(addr), aw_in.len.eq(n), aw_fifo.w_en.eq(issued),
-                     w_fifo.w_data.eq(n - 1), w_fifo.w_en.eq(issued),   # beats - 1
-                     b_fifo.w_data.eq(last_burst), b_fifo.w_en.eq(issued)]
+                     aw_in.addr.eq(formed_addr), aw_in.len.eq(formed_n), aw_fifo.w_en.eq(formed),
+                     w_fifo.w_data.eq(formed_n - 1), w_fifo.w_en.eq(formed),   # beats - 1
+                     b_fifo.w_data.eq(formed_last), b_fifo.w_en.eq(formed)]
         m.d.sync += free_words.eq(free_words + taken_in - Mux(issued, n, 0))
 
         # ---- AW: the head of the address queue ---------------------------------------------
