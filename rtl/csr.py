@@ -125,19 +125,17 @@ class RegisterBlock(wiring.Component):
         m.d.comb += take_write.eq(bus.awvalid & bus.wvalid & ~bus.bvalid & ~wpend)
         m.d.comb += [bus.awready.eq(take_write), bus.wready.eq(take_write)]
         m.d.sync += wpend.eq(take_write)
-        # (one select bit per writable register, and whether the address names one, so that
-        # applying the write is a gate per bit)
+        # (one select bit per writable register, so that applying the write is a gate per
+        # bit; the response is OKAY when one is set)
         writable = [reg for reg in regmap.REGISTERS if reg.access != "ro"]
         wsel = Signal(len(writable), reset_less=True)
-        wok = Signal(reset_less=True)
         with m.If(take_write):
             hits = Cat(bus.awaddr[2:] == reg.offset >> 2 for reg in writable)
-            m.d.sync += [wdata.eq(bus.wdata), wstrb.eq(bus.wstrb), wsel.eq(hits),
-                         wok.eq(hits.any())]
+            m.d.sync += [wdata.eq(bus.wdata), wstrb.eq(bus.wstrb), wsel.eq(hits)]
         with m.If(bus.bvalid & bus.bready):
             m.d.sync += bus.bvalid.eq(0)
         with m.If(wpend):
-            m.d.sync += [bus.bvalid.eq(1), bus.bresp.eq(Mux(wok, RESP_OKAY, RESP_SLVERR))]
+            m.d.sync += [bus.bvalid.eq(1), bus.bresp.eq(Mux(wsel.any(), RESP_OKAY, RESP_SLVERR))]
             for i, reg in enumerate(writable):
                 port = store.get(reg.name, getattr(self, _port(reg.name)))
                 with m.If(wsel[i]):
