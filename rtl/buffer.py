@@ -4,6 +4,8 @@ from amaranth import Module, Mux, Signal, signed
 from amaranth.lib import data, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from ._util import delay
+
 __all__ = ["TransposableBuffer", "buffer_command_layout"]
 
 
@@ -69,10 +71,11 @@ class TransposableBuffer(wiring.Component):
         Read step ``r_k`` of the tile in ``r_slot``. The steps of one tile must be read in
         order 0, 1, 2, ... (idle cycles in between are allowed).
     r_valid, r_data : Out
-        The vector read :attr:`READ_LATENCY` (2) cycles after ``r_en``.
+        The vector read :attr:`READ_LATENCY` (3) cycles after ``r_en``: the block RAM, its
+        output register, the rotation into a register.
     """
 
-    READ_LATENCY = 2
+    READ_LATENCY = 3
 
     def __init__(self, lanes: int, depth: int, slots: int = 2):
         if not isinstance(lanes, int) or isinstance(lanes, bool) or lanes < 1:
@@ -205,15 +208,19 @@ class TransposableBuffer(wiring.Component):
         m.d.comb += rot_now.eq(Mux(self.r_k == 0, 0, r_rot))
         with m.If(self.r_en):
             m.d.sync += r_rot.eq(Mux(rot_now == L - 1, 0, rot_now + 1))
-        rot_d = Signal(range(L))
-        en_d = Signal()
-        m.d.sync += [rot_d.eq(rot_now), en_d.eq(self.r_en),
-                     self.r_valid.eq(en_d)]
+        # The banks' block RAM read, then its output register (the primitive's own: a
+        # block RAM's clock-to-out without it is several LUT levels), then the rotation.
+        rot_d = delay(m, rot_now, 2, "rot", reset_less=True)
+        en_d = delay(m, self.r_en, 2, "en")
+        m.d.sync += self.r_valid.eq(en_d)
         r_base = self.r_slot * D
         for _, rp in banks:
             m.d.comb += rp.addr.eq(r_base + self.r_k)
+        bank_q = [Signal(signed(8), name=f"bank{b}_q", reset_less=True)
+                  for b in range(len(banks))]
+        m.d.sync += [q.eq(rp.data) for q, (_, rp) in zip(bank_q, banks, strict=True)]
         # lane i of step k is in bank (i + k) mod L
-        lanes = _rotate(m, [rp.data for _, rp in banks], rot_d, +1, "r_rot")
+        lanes = _rotate(m, bank_q, rot_d, +1, "r_rot")
         # (data registers, read under r_valid: no reset, so the domain's reset does not
         # fan out to them)
         r_data = Signal(self.r_data.shape(), name="r_data_q", reset_less=True)
