@@ -43,6 +43,8 @@ class Fifo(wiring.Component):
     r_rdy : Out(1)
     level : Out(range(depth + 1))
         Entries held (combinational: the memory's count plus the output register).
+    empty : Out(1)
+        No entry held (``level == 0``, from two registers: no add before it).
     """
 
     def __init__(self, *, width: int, depth: int):
@@ -54,7 +56,7 @@ class Fifo(wiring.Component):
         super().__init__({
             "w_data": In(width), "w_en": In(1), "w_rdy": Out(1),
             "r_data": Out(width), "r_en": In(1), "r_rdy": Out(1),
-            "level": Out(range(depth + 1)),
+            "level": Out(range(depth + 1)), "empty": Out(1),
         })
 
     def elaborate(self, platform):
@@ -101,5 +103,5 @@ class Fifo(wiring.Component):
             m.d.sync += self.r_rdy.eq(1)
         with m.Elif(self.r_en):
             m.d.sync += self.r_rdy.eq(0)
-        m.d.comb += self.level.eq(count + self.r_rdy)
+        m.d.comb += [self.level.eq(count + self.r_rdy), self.empty.eq(~filled & ~self.r_rdy)]
         return m

@@ -115,7 +115,7 @@ class CommandIssue(wiring.Component):
         m.d.comb += [
             self.cmd.valid.eq(queue.r_rdy & (exp_pending == 0)),
             queue.r_en.eq(self.cmd.ready & (exp_pending == 0)),
-            self.drained.eq((queue.level == 0) & (exp_pending == 0)),
+            self.drained.eq(queue.empty & (exp_pending == 0)),
             out.k.eq(head.k), out.a_slot.eq(head.a_slot), out.b_slot.eq(head.b_slot),
             out.load_a.eq(head.load_a), out.load_b.eq(head.load_b),
             out.a_extra.eq(head.a_extra), out.b_extra.eq(head.b_extra),

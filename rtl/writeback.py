@@ -227,7 +227,7 @@ class WriteBack(wiring.Component):
         m.d.comb += self.wr_cmd.valid.eq(cmd_valid)
         m.d.sync += outstanding.eq(outstanding + (self.wr_cmd.valid & self.wr_cmd.ready)
                                    - done_q)
-        m.d.comb += self.idle.eq((in_prep == 0) & (wq_cmd.level == 0) & (wq_data.level == 0)
+        m.d.comb += self.idle.eq((in_prep == 0) & wq_cmd.empty & wq_data.empty
                                  & ~wc_setup & ~cmd_valid & (outstanding == 0))
 
         # ---- data side: the C rows, cut into words ------------------------------------------

@@ -13,8 +13,8 @@ from rtl.fifo import Fifo
 @pytest.mark.parametrize("depth", [2, 3, 4, 5, 8, 17])
 def test_same_as_sync_fifo_buffered(depth):
     """Both FIFOs get the same random writes and reads (bursts of each, long stalls, both
-    at once); every output (``w_rdy``, ``r_rdy``, ``r_data`` while ready, ``level``) agrees
-    on every cycle, and the words come out in order."""
+    at once); every output (``w_rdy``, ``r_rdy``, ``r_data`` while ready, ``level``; ``empty``
+    against ``level == 0``) agrees on every cycle, and the words come out in order."""
     m = Module()
     m.submodules.ours = ours = Fifo(width=8, depth=depth)
     m.submodules.ref = ref = fifo.SyncFIFOBuffered(width=8, depth=depth)
@@ -35,6 +35,7 @@ def test_same_as_sync_fifo_buffered(depth):
                 ctx.set(f.r_en, r_en)
             got = [(ctx.get(f.w_rdy), ctx.get(f.r_rdy), ctx.get(f.level)) for f in (ours, ref)]
             assert got[0] == got[1], (cycle, got)
+            assert ctx.get(ours.empty) == (ctx.get(ref.level) == 0), cycle
             if ctx.get(ref.r_rdy):
                 assert ctx.get(ours.r_data) == ctx.get(ref.r_data), cycle
                 if r_en:
