@@ -26,6 +26,8 @@ def _queue_layout(rows: int, cols: int, addr_width: int, words: int, bpw: int):
         "words_m1": range(max(2, words)),  # bus words a row - 1
         "off": range(max(2, bpw)),        # (n0 * 4) mod bus bytes
         "addr": unsigned(addr_width),     # the first row's address, rounded to a bus word
+        "rows_nz": 1,                     # rows_in != 0
+        "words_one": 1,                   # words_m1 == 0
     })
 
 
@@ -178,6 +180,8 @@ class WriteBack(wiring.Component):
             entry.n_valid.eq(delay(m, p2_nv, 3, "q_nv", reset_less=True)),
             entry.off.eq(delay(m, p2_off, 3, "q_off", reset_less=True)),
             entry.words_m1.eq(delay(m, p3_words_m1, 2, "q_words_m1", reset_less=True)),
+            entry.rows_nz.eq(delay(m, p2_rows != 0, 3, "q_rows_nz", reset_less=True)),
+            entry.words_one.eq(delay(m, p3_words_m1 == 0, 2, "q_words_one", reset_less=True)),
             entry.addr.eq(addr)]
         m.d.comb += [wq_cmd.w_data.eq(entry), wq_data.w_data.eq(entry),
                      wq_cmd.w_en.eq(pv[-1]), wq_data.w_en.eq(pv[-1])]
@@ -250,17 +254,27 @@ class WriteBack(wiring.Component):
             m.d.comb += wdata.data.eq(row_bits << (off * 8))
             row_strb = Cat(*[(c < n_valid).replicate(4) for c in range(C)])
             m.d.comb += wdata.strb.eq(row_strb << off)
-        wd_in = wd_row < wd.rows_in
-        row_end = wd_word == wd.words_m1
+        # "this row is inside the matrix" and "this word ends the row" from registers: for a
+        # tile's first row and a row's first word the queue entry's flags, else registers
+        # set as the previous row or word went, so that no compare with the queue head lies
+        # before the handshakes
+        tile_start = Signal(init=1)
+        row_start = Signal(init=1)
+        wd_in_r = Signal()
+        row_end_r = Signal()
+        wd_in = Mux(tile_start, wd.rows_nz, wd_in_r)
+        row_end = Mux(row_start, wd.words_one, row_end_r)
         m.d.comb += [
             self.wr_data.valid.eq(wq_data.r_rdy & self.i_stream.valid & wd_in),
             self.i_stream.ready.eq(wq_data.r_rdy & (~wd_in | (self.wr_data.ready & row_end))),
         ]
         with m.If(self.wr_data.valid & self.wr_data.ready):
-            m.d.sync += wd_word.eq(Mux(row_end, 0, wd_word + 1))
+            m.d.sync += [wd_word.eq(Mux(row_end, 0, wd_word + 1)), row_start.eq(row_end),
+                         row_end_r.eq(wd_word + 1 == wd.words_m1)]
         with m.If(self.i_stream.valid & self.i_stream.ready):
-            m.d.sync += wd_row.eq(wd_row + 1)
+            m.d.sync += [wd_row.eq(wd_row + 1), tile_start.eq(0),
+                         wd_in_r.eq(wd_row + 1 < wd.rows_in)]
             with m.If(wd_row == R - 1):
                 m.d.comb += wq_data.r_en.eq(1)
-                m.d.sync += wd_row.eq(0)
+                m.d.sync += [wd_row.eq(0), tile_start.eq(1)]
         return m
