@@ -74,10 +74,11 @@ class Gearbox(wiring.Component):
         # deciding to fire.
         layout = data.StructLayout({
             "nbeats_m2": unsigned(16), "nbeats_one": 1,
-            "rows_m2": unsigned(17), "rows_one": 1, "nrows_m1": unsigned(16),
+            "rows_m2": unsigned(17), "rows_one": 1,
             "nwords": unsigned(16), "nwords_nz": 1, "valid": unsigned(17),
             "sel": job.sel.shape(), "tag": unsigned(self.tag_width), "reading0": 1,
-            "avail0": unsigned(17), "mask0": W,
+            "avail0": unsigned(17), "mask0": W, "vmask": W, "more0": 1,
+            "nrows_m2": unsigned(16),
             **({"left0": unsigned(16), "need0_m1": range(max(2, ratio)), "need0_nz": 1}
                if wide else {})})
         m.submodules.queue = queue = Fifo(width=layout.size, depth=self.job_depth)
@@ -88,12 +89,15 @@ class Gearbox(wiring.Component):
                      # (a compare of each, not of their sum: no carry chain before it)
                      entry.rows_one.eq(((job.nrows == 1) & (job.nzero == 0))
                                        | ((job.nrows == 0) & (job.nzero == 1))),
-                     entry.nrows_m1.eq(job.nrows - 1), entry.nwords.eq(job.nwords),
+                     entry.nwords.eq(job.nwords),
                      entry.nwords_nz.eq(job.nwords != 0),
                      entry.valid.eq(job.valid), entry.sel.eq(job.sel), entry.tag.eq(job.tag),
                      entry.reading0.eq(job.nrows != 0),
                      entry.avail0.eq(Mux(job.nrows != 0, job.valid, 0)),
                      entry.mask0.eq(Cat((job.nrows != 0) & (job.valid > t) for t in range(W))),
+                     # the lanes a row's data fills; a second row to read; rows - 2
+                     entry.vmask.eq(Cat(job.valid > t for t in range(W))),
+                     entry.more0.eq(job.nrows != 1), entry.nrows_m2.eq(job.nrows - 2),
                      queue.w_en.eq(self.jobs.valid), self.jobs.ready.eq(queue.w_rdy)]
         lr = ratio.bit_length() - 1
 
@@ -138,8 +142,11 @@ class Gearbox(wiring.Component):
         m.d.comb += avail.eq(Mux(job_start, head.avail0, avail_r))
         word = self.i_stream.payload
 
-        # the next row's state, for when this vector ends its row
-        reading_next = reading & (row[:16] != head.nrows_m1)     # row < nrows while reading
+        # the next row's state, for when this vector ends its row: another row to read
+        # (row != nrows - 1) is a register, set as the previous row ended (row - 1 !=
+        # nrows - 2), or from the entry's flag for the first row
+        more_r = Signal()
+        reading_next = reading & Mux(job_start, head.more0, more_r)
 
         vector = Signal(8 * W)
         if not wide:
@@ -199,13 +206,15 @@ class Gearbox(wiring.Component):
                          last_beat_r.eq(Mux(last_beat, head.nbeats_one, beat == head.nbeats_m2)),
                          last_row_r.eq(Mux(last_beat, row == head.rows_m2, last_row)),
                          avail_r.eq(Mux(last_beat, head.valid, avail - W)),
-                         mask_r.eq(Mux(last_beat,
-                                       Cat(reading_next & (head.valid > t) for t in range(W)),
+                         mask_r.eq(Mux(last_beat, reading_next.replicate(W) & head.vmask,
                                        Cat(left_any & (avail > t + W) for t in range(W))))]
             with m.If(last_beat):
-                m.d.sync += row.eq(Mux(last_row, 0, row + 1))
+                m.d.sync += [row.eq(Mux(last_row, 0, row + 1)),
+                             more_r.eq(row[:16] != head.nrows_m2)]
                 with m.If(last_row):
                     m.d.sync += job_start.eq(1)
+            with m.Elif(job_start):
+                m.d.sync += more_r.eq(head.more0)
         # The queue is popped the cycle after a job's last vector, from a register, so that
         # the fire decision is not followed by the queue's counts; that cycle (``pop``) the
         # head is still the old job, and nothing is taken or sent.
