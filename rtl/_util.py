@@ -2,7 +2,7 @@
 
 from amaranth import Cat, Const, Mux, Signal, Value
 
-__all__ = ["carry_select_add", "delay", "occupancy", "wide_accumulator"]
+__all__ = ["carry_select_add", "counter", "delay", "occupancy", "wide_accumulator"]
 
 
 def delay(m, sig, n: int, name: str, *, reset_less: bool = False):
@@ -50,20 +50,29 @@ def occupancy(m, name: str, capacity: int, push, pop):
     from the old count compared with constants: a handshake that depends on ``room`` and feeds
     ``push`` is followed by a LUT or two before the next register. Use it beside a
     ``SyncFIFO`` of ``capacity`` entries, pushed and popped as the FIFO is, instead of its
-    ``w_rdy`` (which is ``level != depth``; a ``SyncFIFOBuffered``'s follows its inner queue,
-    which can be full while the whole holds fewer than ``depth``), or beside a queue with no
-    flags at all. Returns ``room``."""
+    ``w_rdy`` (which is ``level != depth``; a ``SyncFIFOBuffered``'s, or a
+    :class:`rtl.fifo.Fifo`'s, follows its inner queue, which can be full while the whole holds
+    fewer than ``depth``), or beside a queue with no flags at all. Returns ``room``; see
+    :func:`counter` for the count itself."""
+    return counter(m, name, capacity, push, pop)[1]
+
+
+def counter(m, name: str, capacity: int, push, pop):
+    """:func:`occupancy`'s count: returns ``(count, room, filled)``, the count (a register)
+    and the registers ``count < capacity`` and ``count != 0``."""
     shape = range(-1, capacity + 2)
     count = Signal(shape, name=f"{name}_count")
     up = Signal(shape, name=f"{name}_up", init=1)         # count + 1
     down = Signal(shape, name=f"{name}_down", init=-1)    # count - 1
     room = Signal(name=f"{name}_room", init=1)
+    filled = Signal(name=f"{name}_filled")
     with m.If(push & ~pop):
         m.d.sync += [count.eq(up), up.eq(up + 1), down.eq(count),
-                     room.eq(count != capacity - 1)]
+                     room.eq(count != capacity - 1), filled.eq(1)]
     with m.Elif(pop & ~push):
-        m.d.sync += [count.eq(down), up.eq(count), down.eq(down - 1), room.eq(1)]
-    return room
+        m.d.sync += [count.eq(down), up.eq(count), down.eq(down - 1), room.eq(1),
+                     filled.eq(count != 1)]
+    return count, room, filled
 
 
 def carry_select_add(a, b, width: int, *, piece: int | None = None) -> Value:

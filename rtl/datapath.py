@@ -145,7 +145,7 @@ class GemmDatapath(wiring.Component):
     #: Registers from the array's output to the rescaler's input: the ``x`` stage, where a
     #: row meets its partial sums read from the accumulation buffer.
     ACCUMULATE_STAGES = 1
-    #: Cycles from writing the output FIFO (``SyncFIFOBuffered``) to the entry being readable.
+    #: Cycles from writing the output FIFO (:class:`rtl.fifo.Fifo`) to the entry being readable.
     OUT_FIFO_LATENCY = 2
 
     @property

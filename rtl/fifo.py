@@ -4,6 +4,8 @@ from amaranth import Module, Mux, Signal
 from amaranth.lib import memory, wiring
 from amaranth.lib.wiring import In, Out
 
+from ._util import counter
+
 __all__ = ["Fifo"]
 
 
@@ -20,8 +22,8 @@ class Fifo(wiring.Component):
     ``count + 1`` or ``count - 1`` after the write and read handshakes, and ``w_rdy`` and the
     inner "not empty" are compares of that count; a handshake that depends on other logic
     is followed by the count's adder. Here the count's neighbours (count + 1, count - 1) and
-    both flags are registers, set from the old count and picked by the handshakes (as
-    :func:`rtl._util.occupancy` does), so ``w_en``, ``r_en`` and the flags are a LUT or two
+    both flags are registers, set from the old count and picked by the handshakes
+    (:func:`rtl._util.counter`), so ``w_en``, ``r_en`` and the flags are a LUT or two
     from the next register.
 
     Latency and throughput: a word written to an empty FIFO is readable 2 cycles later; one
@@ -62,14 +64,11 @@ class Fifo(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         inner = self.depth - 1
-        count = Signal(range(-1, inner + 2))
-        up = Signal(range(-1, inner + 2), init=1)          # count + 1
-        down = Signal(range(-1, inner + 2), init=-1)       # count - 1
-        w_rdy = Signal(init=1)                              # count != inner
-        filled = Signal()                                   # count != 0
-
         write = Signal()
         read = Signal()
+        # the memory's count, with "room" (w_rdy) and "not empty" as registers
+        count, w_rdy, filled = counter(m, "mem", inner, write, read)
+
         m.d.comb += [
             self.w_rdy.eq(w_rdy),
             write.eq(self.w_en & w_rdy),
@@ -91,13 +90,6 @@ class Fifo(wiring.Component):
             m.d.sync += produce.eq(incr(produce))
         with m.If(read):
             m.d.sync += consume.eq(incr(consume))
-
-        with m.If(write & ~read):
-            m.d.sync += [count.eq(up), up.eq(up + 1), down.eq(count),
-                         w_rdy.eq(count != inner - 1), filled.eq(1)]
-        with m.Elif(read & ~write):
-            m.d.sync += [count.eq(down), up.eq(count), down.eq(down - 1),
-                         w_rdy.eq(1), filled.eq(count != 1)]
 
         with m.If(read):
             m.d.sync += self.r_rdy.eq(1)
