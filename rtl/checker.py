@@ -198,9 +198,10 @@ class DescriptorChecker(wiring.Component):
         # The dimension checks, each a 32-bit OR, registered from the payload every cycle; the
         # FSM reads them a cycle after the descriptor arrives, when they are its own.
         zero, too_large, k_too_large = Signal(), Signal(), Signal()
-        m.d.sync += [zero.eq((d.m == 0) | (d.n == 0) | (d.k == 0)),
-                     too_large.eq((d.m > 65535) | (d.n > 65535)),
-                     k_too_large.eq(d.k > 65535)]
+        # (as ORs of bits: a compare with 65535 would be mapped to a carry chain)
+        m.d.sync += [zero.eq(~d.m.any() | ~d.n.any() | ~d.k.any()),
+                     too_large.eq(d.m[16:].any() | d.n[16:].any()),
+                     k_too_large.eq(d.k[16:].any())]
 
         with m.FSM(name="check"):
             with m.State("IDLE"):
