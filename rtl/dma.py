@@ -92,7 +92,7 @@ def _burst_splitter(m, addr, remaining, burst_beats, shift):
 def _queue(m, name, width, depth, push, data, pop):
     """A FIFO of ``depth`` entries (rounded up to a power of two) with no level, full or empty
     flags: the caller pushes only with room and pops only what it pushed (it counts them
-    itself). Returns the head, a register: each cycle it takes the entry that will be at the
+    itself). The head is a register: each cycle it takes the entry that will be at the
     read pointer next cycle, read ahead from distributed RAM at the pointer or the one after
     it (``pop``), or the entry pushed this cycle when that one will be the oldest. So the head
     is exactly what an asynchronous read at the read pointer would give, with no LUTRAM read
@@ -526,5 +526,5 @@ class DmaWriter(_DmaMaster):
         m.d.sync += self.done.eq(bus.bvalid & b_fifo.r_data)
         with m.If(bus.bvalid & (bus.bresp != RESP_OKAY)):
             m.d.sync += self.error.eq(1)
-        m.d.comb += self.busy.eq(active | b_fifo.r_rdy)
+        m.d.comb += self.busy.eq(active | formed | b_fifo.r_rdy)
         return m
