@@ -30,7 +30,7 @@ def rescale_output_layout(lanes: int) -> data.StructLayout:
 
 def _zero_groups(value, width: int, leading: bool, group: int = 8):
     """The first of the two priority levels of :func:`_zero_combine`: per group of ``group``
-    bits of ``value`` (counted from its top for leading zeros, from bit 0 for trailing ones),
+    bits of ``value`` (counted from its top for leading zeros, from bit 0 for trailing zeros),
     the zeros before its first one (``group`` if none) and whether it has a one. Returns
     ``(counts, any_)``: ``Cat`` of the groups' counts (``group.bit_length()`` bits each) and of
     their flags. Each bit is a function of ``group`` inputs (two LUT levels at 8).
