@@ -147,10 +147,13 @@ class Rescaler(wiring.Component):
             sg_sign = Signal(name=f"l{lane}_sg_sign", reset_less=True)
             sg_mag = Signal(unsigned(32), name=f"l{lane}_sg_mag", reset_less=True)
             sg_exp = Signal(signed(EXP_WIDTH), name=f"l{lane}_sg_exp", reset_less=True)
-            sg_lzc, sg_tzc = (Signal(16, name=f"l{lane}_sg_{n}zc", reset_less=True)
-                              for n in "lt")
-            sg_lza, sg_tza = (Signal(4, name=f"l{lane}_sg_{n}za", reset_less=True)
-                              for n in "lt")
+            # (as wide as :func:`_zero_groups` makes them: a count and a flag per group)
+            lz_groups = _zero_groups(s1_mag, 32, leading=True)
+            tz_groups = _zero_groups(s1_mag, 32, leading=False)
+            sg_lzc, sg_tzc = (Signal(len(lz_groups[0]), name=f"l{lane}_sg_{n}zc",
+                                     reset_less=True) for n in "lt")
+            sg_lza, sg_tza = (Signal(len(lz_groups[1]), name=f"l{lane}_sg_{n}za",
+                                     reset_less=True) for n in "lt")
             # Stage 2: leading and trailing zero counts.
             s2_acc = Signal(signed(32), name=f"l{lane}_s2_acc", reset_less=True)
             s2_sign = Signal(name=f"l{lane}_s2_sign", reset_less=True)
@@ -185,8 +188,6 @@ class Rescaler(wiring.Component):
             # Stage 5: the output word.
             s5_word = Signal(unsigned(32), name=f"l{lane}_s5_word", reset_less=True)
 
-            lz_groups = _zero_groups(s1_mag, 32, leading=True)
-            tz_groups = _zero_groups(s1_mag, 32, leading=False)
             lz, tz = Signal(range(33)), Signal(range(33))
             m.d.comb += [lz.eq(_zero_combine(sg_lzc, sg_lza, 32)),
                          tz.eq(_zero_combine(sg_tzc, sg_tza, 32))]
