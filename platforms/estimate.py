@@ -75,8 +75,12 @@ MAPPINGS = ("abc", "abc9")
 
 def netlist_path(work_dir: str | Path, top: str, family: str, mapping: str = "abc") -> Path:
     """Where :func:`synthesize` with ``netlist=True`` writes the flat netlist (Yosys JSON)."""
-    suffix = "" if mapping == "abc" else f".{mapping}"
-    return Path(work_dir).resolve() / f"{top}.{family}{suffix}.netlist.json"
+    return Path(work_dir).resolve() / f"{top}.{_tag(family, mapping)}.netlist.json"
+
+
+def _tag(family: str, mapping: str) -> str:
+    """What names a synthesis' files: the family, and the mapping unless the default."""
+    return family if mapping == "abc" else f"{family}.{mapping}"
 
 
 def synthesize(verilog: str | Path, top: str, family: str, *,
@@ -102,7 +106,7 @@ def synthesize(verilog: str | Path, top: str, family: str, *,
     verilog = Path(verilog).resolve()
     work = Path(work_dir or verilog.parent).resolve()
     work.mkdir(parents=True, exist_ok=True)
-    tag = family if mapping == "abc" else f"{family}.{mapping}"
+    tag = _tag(family, mapping)
     stat = work / f"{top}.{tag}.stat.json"
     log = work / f"{top}.{tag}.yosys.log"
     stat.unlink(missing_ok=True)
@@ -140,7 +144,7 @@ def _synth_once(kind: str, name: str, family: str, work_dir: Path, progress=None
     from rtl.export import generate_verilog
 
     source = generate_verilog(kind, work_dir, name=name, fmt="il", family=family, **params)
-    tag = family if mapping == "abc" else f"{family}.{mapping}"
+    tag = _tag(family, mapping)
     cache = work_dir / f"{name}.{tag}.result.json"
     key = source.with_suffix(".il.digest").read_text()
     if cache.exists():
