@@ -72,6 +72,17 @@ def _run_yosys(script: str, log: Path) -> None:
 #: timing reports use, as Vivado's synthesis is timing-driven too).
 MAPPINGS = ("abc", "abc9")
 
+#: The wire delay ABC9 charges for the net after each LUT (ps; Yosys' ``-W``, which
+#: ``synth_xilinx`` reads from the ``synth_xilinx.abc9.W`` scratchpad). Yosys' own value, 300,
+#: was tuned so that a 6-input function maps to one LUT6 rather than a LUT5 and a LUT2; beside
+#: its per-pin LUT delays (127 ps for a LUT2's fastest input, 642 ps for a LUT6's slowest, the
+#: xc7 figures, which it uses for xcup too) it makes a chain of small LUTs look cheaper than
+#: fewer large ones. A device's route costs every LUT a net of 0.3-0.5 ns whatever its size
+#: (the ``level_ns`` of :data:`platforms.timing.FAMILY_TIMING`), several times a LUT's own
+#: delay, so the timing netlists are mapped with a net that dominates, as Vivado's
+#: level-driven mapping does (docs/timing.md measures both).
+ABC9_WIRE_PS = {"xc7": 1000, "xcup": 1000}
+
 
 def netlist_path(work_dir: str | Path, top: str, family: str, mapping: str = "abc") -> Path:
     """Where :func:`synthesize` with ``netlist=True`` writes the flat netlist (Yosys JSON)."""
@@ -79,8 +90,11 @@ def netlist_path(work_dir: str | Path, top: str, family: str, mapping: str = "ab
 
 
 def _tag(family: str, mapping: str) -> str:
-    """What names a synthesis' files: the family, and the mapping unless the default."""
-    return family if mapping == "abc" else f"{family}.{mapping}"
+    """What names a synthesis' files: the family, and the mapping unless the default (with
+    ABC9's wire delay, so that a change of it is a different file)."""
+    if mapping == "abc":
+        return family
+    return f"{family}.{mapping}w{ABC9_WIRE_PS.get(family, 300)}"
 
 
 def synthesize(verilog: str | Path, top: str, family: str, *,
@@ -114,7 +128,8 @@ def synthesize(verilog: str | Path, top: str, family: str, *,
     flat.unlink(missing_ok=True)
     reader = "read_rtlil" if verilog.suffix == ".il" else "read_verilog -sv"
     source = os_relpath(verilog, work)
-    script = (f"{reader} {source}; "
+    wire = f"scratchpad -set synth_xilinx.abc9.W {ABC9_WIRE_PS[family]}; "
+    script = (f"{wire if mapping == 'abc9' else ''}{reader} {source}; "
               f"synth_xilinx -family {family} -top {top} -flatten -noiopad -noclkbuf"
               f"{' -abc9' if mapping == 'abc9' else ''}; "
               f"tee -q -o {stat.name} stat -json")

@@ -66,7 +66,7 @@ FAMILY_TIMING = {
 FANOUT_BUDGET = 1000
 
 #: Bump when the analysis changes: cached reports are keyed by it.
-VERSION = 3
+VERSION = 4
 
 
 def budget_levels(family: str, target_mhz: float) -> int:
@@ -539,7 +539,7 @@ def accelerator_timing(params: dict, family: str, target_mhz: float, work_dir: P
     engine, buffers and DMA does not grow with the array, but array-wide muxes and the fan-out
     of broadcast nets do. Results are cached by the design's digest.
     """
-    from .estimate import FIT_POINTS, FULL_LIMIT, _synth_once, netlist_path
+    from .estimate import ABC9_WIRE_PS, FIT_POINTS, FULL_LIMIT, _synth_once, _tag, netlist_path
 
     rows, cols = params["rows"], params["cols"]
     tag = f"{family}_d{params.get('data_width')}"
@@ -556,7 +556,7 @@ def accelerator_timing(params: dict, family: str, target_mhz: float, work_dir: P
     _synth_once("accelerator", name, family, work_dir, progress, netlist=True,
                 mapping=MAPPING, **used)
     key = (work_dir / f"{name}.il.digest").read_text()
-    cache = work_dir / f"{name}.{family}.timing.json"
+    cache = work_dir / f"{name}.{_tag(family, MAPPING)}.timing.json"
     ident = {"key": key, "mhz": target_mhz, "version": VERSION}
     if cache.exists():
         saved = json.loads(cache.read_text())
@@ -574,8 +574,9 @@ def accelerator_timing(params: dict, family: str, target_mhz: float, work_dir: P
                               f"fit point, all PEs on DSPs), not {rows}x{cols}: "
                               "run build.py --timing for the configured array"),
               "mapping": MAPPING,
-              "method": f"Yosys synth_xilinx -family {family} -flatten -{MAPPING}, write_json;"
-                        " platforms/timing.py (docs/timing.md)"}
+              "method": f"Yosys synth_xilinx -family {family} -flatten -{MAPPING} (wire delay "
+                        f"{ABC9_WIRE_PS[family]} ps), write_json; platforms/timing.py "
+                        "(docs/timing.md)"}
     cache.write_text(json.dumps({"ident": ident, "timing": report}))
     return report
 
