@@ -121,6 +121,9 @@ def parse_args(argv):
     parser.add_argument("--block", type=_positive, help="C tiles per block side")
     parser.add_argument("--dsp-rows", type=_natural,
                         help="array rows whose PEs use DSP slices (the rest use LUTs)")
+    parser.add_argument("--acc-ram", choices=["auto", "ultra"],
+                        help="what the accumulation slots are built of: what synthesis "
+                             "chooses, or UltraRAM (UltraScale+ boards)")
     parser.add_argument("--out", type=Path, help="output directory (default build/<platform>)")
     parser.add_argument("--synth", choices=["yosys", "vivado", "none"], default="yosys")
     parser.add_argument("--timing", action="store_true",
@@ -139,7 +142,7 @@ def parse_args(argv):
         parser.error(f"--platform is required: one of {', '.join(sorted(PLATFORMS))}")
     board = PLATFORMS[args.platform]
     cfg = board.config(rows=args.rows, cols=args.cols, depth=args.depth, block=args.block,
-                       dsp_rows=args.dsp_rows)
+                       dsp_rows=args.dsp_rows, acc_ram=args.acc_ram)
     if args.rows is not None or args.cols is not None:
         if args.dsp_rows is None:      # a user-chosen shape: every PE on a DSP by default
             cfg.pop("dsp_rows", None)
@@ -148,6 +151,8 @@ def parse_args(argv):
     if "dsp_rows" in cfg and board.packing != 1:
         parser.error(f"--dsp-rows applies to 7-series boards; {board.name} packs two MACs "
                      "per DSP48E2")
+    if cfg.get("acc_ram") == "ultra" and not board.capacity.get("URAM"):
+        parser.error(f"--acc-ram ultra needs UltraRAM; the {board.name}'s {board.part} has none")
     if (args.timing or args.timing_strict) and args.synth != "yosys":
         parser.error("--timing and --timing-strict need --synth yosys")
     if args.host and not args.program:

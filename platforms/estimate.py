@@ -214,12 +214,21 @@ def bram_model(params: dict) -> float:
         padded = -(-depth // lanes) * lanes
         slot_depth = 1 << (padded - 1).bit_length()
         total += lanes * _bram36(slots * slot_depth, 8)
-    total += _bram36(block * block * rows, 32 * cols)             # accumulation slots
+    if params.get("acc_ram", "auto") != "ultra":
+        total += _bram36(block * block * rows, 32 * cols)         # accumulation slots
     total += _bram36(4 * rows, 32 * cols + 1)                      # output FIFO
     total += _bram36(block * block + 2, 8 * (rows + cols) + 48)    # loaded-command queue
     total += _bram36(params.get("burst_beats", 16) * params.get("outstanding", 8),
                      params.get("data_width", 128) + 1)
     return total
+
+
+def uram_model(params: dict) -> int:
+    """URAM288 (4096 x 72 each) of the accumulation slots with ``acc_ram="ultra"``, else 0."""
+    if params.get("acc_ram", "auto") != "ultra":
+        return 0
+    depth = params.get("block", 4) ** 2 * params["rows"]
+    return -(-depth // 4096) * -(-32 * params["cols"] // 72)
 
 
 #: Array shapes synthesized alone to fit the array's part of a large accelerator.
@@ -283,6 +292,7 @@ def estimate_accelerator(params: dict, family: str, work_dir: Path, progress=Non
     extra = sum(v.get("BRAM36", 0) - bram_model({**base, "rows": r, "cols": c})
                 for (r, c), v in points.items()) / len(points)
     res["BRAM36"] = max(0.0, bram_model({**base, "rows": rows, "cols": cols}) + extra)
+    res["URAM"] = uram_model(params)
     method = (f"hierarchical (Yosys synth_xilinx -family {family}): the array fitted as "
               f"a + b*R + c*C + d*R*C on arrays synthesized alone at "
               f"{', '.join(f'{r}x{c}' for r, c in ARRAY_POINTS)}; the rest of the accelerator "
@@ -290,7 +300,7 @@ def estimate_accelerator(params: dict, family: str, work_dir: Path, progress=Non
               f"{', '.join(f'{r}x{c}' for r, c in FIT_POINTS)}, bus, depth, block, packing as "
               f"configured) fitted as a + b*R + c*C; both evaluated at {rows}x{cols}; BRAM36 "
               f"counted from the large memories' shapes plus the average rest seen at the fit "
-              f"points")
+              f"points, URAM from the accumulation slots' shape")
     dsp_rows = params.get("dsp_rows")
     if dsp_rows is not None and dsp_rows < rows:
         fabric = _cached_synth({**base, "rows": 4, "cols": 4, "dsp_rows": 0}, family, work_dir,

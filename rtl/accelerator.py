@@ -35,7 +35,7 @@ class Accelerator(wiring.Component):
 
     Parameters
     ----------
-    rows, cols, depth, block, packing, primitive, dsp_rows :
+    rows, cols, depth, block, packing, primitive, dsp_rows, acc_ram :
         As :class:`rtl.engine.GemmEngine`.
     data_width, addr_width : int
         AXI4 manager data width (64/128/256/512) and address width (32/40/64).
@@ -55,12 +55,12 @@ class Accelerator(wiring.Component):
     def __init__(self, rows: int = 8, cols: int = 8, *, depth: int = 512,
                  data_width: int = 128, addr_width: int = 32, queue: int = 4, block: int = 4,
                  packing: int = 1, primitive: bool = False, burst_beats: int = 16,
-                 outstanding: int = 8, dsp_rows: int | None = None):
+                 outstanding: int = 8, dsp_rows: int | None = None, acc_ram: str = "auto"):
         if not isinstance(queue, int) or not 1 <= queue <= 254:   # + the running one: 8 bits
             raise ValueError(f"queue must be an integer in 1..254, not {queue!r}")
         self.engine = GemmEngine(rows, cols, depth=depth, data_width=data_width,
                                  addr_width=addr_width, block=block, packing=packing,
-                                 primitive=primitive, dsp_rows=dsp_rows)
+                                 primitive=primitive, dsp_rows=dsp_rows, acc_ram=acc_ram)
         self.reader = DmaReader(data_width, addr_width, burst_beats=burst_beats,
                                 outstanding=outstanding)
         self.writer = DmaWriter(data_width, addr_width, burst_beats=burst_beats,

@@ -10,7 +10,7 @@ from .fifo import Fifo
 from .rescale import Rescaler, rescale_output_layout
 from .systolic import SystolicArray
 
-__all__ = ["GemmDatapath", "command_layout"]
+__all__ = ["ACC_RAMS", "GemmDatapath", "command_layout"]
 
 
 def command_layout(rows: int, cols: int, slots: int = 2,
@@ -35,6 +35,10 @@ def command_layout(rows: int, cols: int, slots: int = 2,
         "row_exp":     data.ArrayLayout(signed(8), rows),
         "col_exp":     data.ArrayLayout(signed(8), cols),
     })
+
+
+#: What :class:`GemmDatapath`'s accumulation slots can be built of (``acc_ram``).
+ACC_RAMS = ("auto", "ultra")
 
 
 class GemmDatapath(wiring.Component):
@@ -81,6 +85,12 @@ class GemmDatapath(wiring.Component):
         Passed to :class:`rtl.systolic.SystolicArray`: 2 packs two MACs per DSP48E2
         (UltraScale+); ``primitive`` instantiates the ``DSP48E2`` for synthesis; rows from
         ``dsp_rows`` on multiply in LUTs.
+    acc_ram : {"auto", "ultra"}
+        What the accumulation slots are built of: what synthesis chooses (block RAM, or LUTs
+        when small), or UltraRAM (``ram_style = "ultra"``; Zynq and Virtex UltraScale+
+        only): a 4096 x 72 URAM288 holds what eight 512 x 72 BRAM36 do, so a large block's
+        slots do not crowd out the operand buffers' block RAM. The same read latency (one
+        cycle) either way.
     lookahead : int
         Loaded commands that may wait for the array (at least 2): the loader runs this far
         ahead of the compute, so span loads at a block's first command overlap the block
@@ -113,7 +123,11 @@ class GemmDatapath(wiring.Component):
 
     def __init__(self, rows: int, cols: int, depth: int = 512, out_rows: int | None = None,
                  *, slots: int = 2, acc_slots: int = 2, lookahead: int = 2, packing: int = 1,
-                 primitive: bool = False, dsp_rows: int | None = None):
+                 primitive: bool = False, dsp_rows: int | None = None,
+                 acc_ram: str = "auto"):
+        if acc_ram not in ACC_RAMS:
+            raise ValueError(f"acc_ram must be one of {ACC_RAMS}, not {acc_ram!r}")
+        self.acc_ram = acc_ram
         # validates rows, cols, packing, dsp_rows
         self.array = SystolicArray(rows, cols, packing=packing, primitive=primitive,
                                    dsp_rows=dsp_rows)
@@ -442,7 +456,8 @@ class GemmDatapath(wiring.Component):
         res = array.o_stream.payload
         row_layout = data.ArrayLayout(signed(32), C)
         m.submodules.acc_mem = acc_mem = memory.Memory(
-            shape=row_layout, depth=self.acc_slots * R, init=[])
+            shape=row_layout, depth=self.acc_slots * R, init=[],
+            attrs={"ram_style": "ultra"} if self.acc_ram == "ultra" else None)
         acc_rd = acc_mem.read_port()
         acc_wr = acc_mem.write_port()
         x_valid = Signal()

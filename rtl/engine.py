@@ -84,7 +84,7 @@ class GemmEngine(wiring.Component):
         AXI bus.
     block : int
         C tiles per block side (buffer slots ``2 * block``, accumulation slots ``block**2``).
-    packing, primitive, dsp_rows :
+    packing, primitive, dsp_rows, acc_ram :
         Passed to :class:`rtl.datapath.GemmDatapath`.
 
     Members
@@ -110,7 +110,8 @@ class GemmEngine(wiring.Component):
 
     def __init__(self, rows: int = 8, cols: int = 8, *, depth: int = 512,
                  data_width: int = 128, addr_width: int = 32, block: int = 4,
-                 packing: int = 1, primitive: bool = False, dsp_rows: int | None = None):
+                 packing: int = 1, primitive: bool = False, dsp_rows: int | None = None,
+                 acc_ram: str = "auto"):
         for name, v in (("rows", rows), ("cols", cols)):
             if not isinstance(v, int) or v < 2 or v & (v - 1) or v > 256:
                 raise ValueError(f"{name} must be a power of two in 2..256, not {v!r}")
@@ -130,7 +131,8 @@ class GemmEngine(wiring.Component):
         self.datapath = GemmDatapath(rows, cols, depth, slots=max(2, 2 * block),
                                      acc_slots=block * block, lookahead=block * block + 2,
                                      packing=packing,
-                                     primitive=primitive, dsp_rows=dsp_rows)
+                                     primitive=primitive, dsp_rows=dsp_rows,
+                                     acc_ram=acc_ram)
         super().__init__({
             "soft_reset": In(1),
             "start": In(1),

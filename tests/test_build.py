@@ -113,6 +113,8 @@ def test_repeated_generation_is_cached(generated):
     (["--platform", "zcu104", "--cols", "x"], "--cols"),
     (["--platform", "pynq-z1", "--rows", "8", "--dsp-rows", "9"], "--dsp-rows"),
     (["--platform", "zcu104", "--dsp-rows", "2"], "--dsp-rows"),
+    (["--platform", "pynq-z1", "--acc-ram", "ultra"], "UltraRAM"),
+    (["--platform", "zcu104", "--acc-ram", "bram"], "--acc-ram"),
     (["--platform", "vu9p", "--program", "--host", "board"], "--host"),
     (["--platform", "zcu104", "--host", "board"], "--host"),
     (["--platform", "zcu104", "--synth", "quartus"], "--synth"),

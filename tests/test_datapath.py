@@ -269,3 +269,13 @@ def test_random(rows, cols, seed, data):
 def test_bad_parameters():
     with pytest.raises(ValueError, match="out_rows"):
         GemmDatapath(4, 4, out_rows=3)
+    with pytest.raises(ValueError, match="acc_ram"):
+        GemmDatapath(4, 4, acc_ram="bram")
+
+
+def test_accumulation_slots_in_ultraram_only_when_asked():
+    # The attribute Vivado and Yosys map to URAM288; without it synthesis chooses.
+    from rtl.export import to_verilog
+    assert 'ram_style = "ultra"' in to_verilog(GemmDatapath(2, 3, acc_slots=4,
+                                                            acc_ram="ultra"), "dp")
+    assert "ram_style" not in to_verilog(GemmDatapath(2, 3, acc_slots=4), "dp")

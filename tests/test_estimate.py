@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from platforms.estimate import group_cells, synthesize
+from platforms.estimate import bram_model, group_cells, synthesize, uram_model
 from rtl.export import generate_verilog
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -37,3 +37,20 @@ def test_small_packed_array_on_xcup_uses_half_a_dsp_per_mac(tmp_path):
 def test_synthesize_rejects_unknown_family(tmp_path):
     with pytest.raises(ValueError, match="family"):
         synthesize(tmp_path / "x.il", "x", "ice40")
+
+
+def test_ultraram_accumulation_slots_leave_block_ram(tmp_path):
+    # 4x4 PEs, block 4: 16 slots x 4 rows deep, 4 x 32 bits wide -> two URAM288 (72 bits
+    # each) on xcup, as the model counts them.
+    netlist = generate_verilog("datapath", tmp_path, name="dp", fmt="il", rows=4, cols=4,
+                               depth=64, slots=8, acc_slots=16, acc_ram="ultra")
+    assert synthesize(netlist, "dp", "xcup")["URAM"] == 2
+    assert uram_model({"rows": 4, "cols": 4, "block": 4, "acc_ram": "ultra"}) == 2
+
+
+def test_uram_and_bram_models_of_the_accumulation_slots():
+    # The ZCU104 default at block 8: 64 C tiles x 32 rows of 64 int32 = 2048 x 2048 bits.
+    cfg = {"rows": 32, "cols": 64, "depth": 256, "block": 8, "data_width": 128}
+    assert uram_model(cfg) == 0
+    assert uram_model({**cfg, "acc_ram": "ultra"}) == 1 * 29          # 2048 deep, 2048 / 72
+    assert bram_model(cfg) - bram_model({**cfg, "acc_ram": "ultra"}) == 114   # 2048 x 18
