@@ -3,33 +3,37 @@ and memory port.
 
 DarkFPGA-style: the engine's schedule (:mod:`rtl.engine`) is walked at the granularity at which
 it overlaps work — one K chunk of one block of ``block x block`` C tiles, the chunks cut as
-:func:`sim.engine_models.k_chunks` cuts them (short first; the first block ramps up) — and each
-chunk costs the longest of what runs in parallel during it:
+:func:`sim.engine_models.k_chunks` cuts them (short first; the first block ramps up) — and,
+within a chunk, tile by tile in the walker's order:
 
-* **compute**: ``bm * bn * kc`` array cycles (``bm x bn`` tiles in the block, ``kc`` steps);
-* **the next chunk's operand reads** (its buffer slots are the other half): the bus words the
-  engine reads, at the rate the port sustains. A run of ``w`` words is cut into bursts of at
-  most ``max_burst``; a burst holds one of the ``outstanding`` slots for ``read_latency +
-  beats`` cycles, so the read channel moves ``min(1, outstanding * beats / (read_latency +
-  beats))`` words per cycle (``outstanding`` is the smaller of the port's limit and the DMA
-  reader's);
+* **operand reads**: the chunk's load jobs in the order the walker issues them (tile ``(i, j)``
+  with ``j`` inner; a command's A load, then its B load): a lane-run tile (A as stored, B
+  transposed) is one job of ``min(lanes, rows left)`` runs of ``ceil(kc / bus bytes)`` words,
+  loaded with the first command that uses it; a k-major operand (A transposed, B as stored)
+  is one job for the whole block, a run of ``ceil(bytes of the block's row / bus bytes)``
+  words per step. A job's runs are cut into bursts of at most ``max_burst``; a burst holds
+  one of the ``outstanding`` slots for ``read_latency + beats`` cycles, so the job moves
+  ``min(1, outstanding * beats / (read_latency + beats))`` words per cycle at its mean burst
+  length (``outstanding`` is the smaller of the port's limit and the DMA reader's), plus
+  :data:`LOAD_OVERHEAD` cycles. A chunk's jobs start once the previous chunk's are done and
+  its buffer slots are free (the chunk two back has computed);
+* **compute**: each tile takes ``kc`` array cycles, once the tile before it has and its
+  operands are in (``read_latency`` after its jobs) — so the first row of a block, which
+  waits for a new B tile per tile, is paced by the reads when a tile loads slower than it
+  computes;
 * **C write-back** in a block's last chunk: the block's C rows (only words holding columns
   < N), one burst per row, at ``min(1, outstanding_writes * beats / (beats + write_latency +
-  2))`` words per cycle.
+  2))`` words per cycle, from a tile after the chunk's first starts, on one write channel
+  shared from block to block; the array runs ahead of it by at most the output FIFO
+  (:data:`OUT_TILES` tiles) and stalls beyond.
 
 Both data channels move at most ``1 - pause`` words a cycle under a port whose subordinate
 holds a channel back with probability ``pause`` each cycle (the presets' random
-back-pressure).
-
-Before the first chunk computes, its operands must arrive (``read_latency`` plus their
-transfer); after the last, the array drains and the last C rows are written. Word counts are
-those of :mod:`rtl.engine`: lane-run tiles (A as stored, B transposed) read each of their
-``min(lanes, rows left)`` rows as ``ceil(kc / bus bytes)`` words; k-major tiles (A transposed,
-B as stored) are read for the whole block at once, one run of ``ceil(bytes of the block's row
-/ bus bytes)`` words per step.
+back-pressure). After the last chunk the array drains and the last C rows are written.
 
 ``ports=2`` predicts a design that reads A and B through two memory ports (the Zynq PS has
-four HP ports) — not built yet; the default, 1, is the accelerator as it is.
+four HP ports; A's jobs and B's each on their own) — not built yet; the default, 1, is the
+accelerator as it is.
 
 The model is checked against the RTL by ``tests/test_perfmodel.py`` and printed beside every
 measurement by ``python -m sim.bench utilization``. ``python -m sim.perfmodel --board B``
@@ -52,6 +56,9 @@ LOAD_OVERHEAD = 4
 DRAIN_OVERHEAD = 16
 #: Tiles by which the C write-back trails the array in a block's last chunk.
 WRITE_LAG = 1
+#: C tiles the output FIFO holds (``4 * rows`` rows): how far the array may run ahead of the
+#: C write-back before it stalls.
+OUT_TILES = 4
 #: The DMA masters' own limit on bursts in flight (``Accelerator(outstanding=...)``).
 DMA_OUTSTANDING = 8
 #: The DMA masters' longest burst (``Accelerator(burst_beats=...)``).
@@ -126,10 +133,17 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
             runs += [_cdiv(kc, bpw)] * min(lanes, limit - x_blk - t * lanes)
         return runs, tiles
 
-    def read_time(runs_a, runs_b):
-        if ports == 1:
-            return read_cycles(runs_a + runs_b)
-        return max(read_cycles(runs_a), read_cycles(runs_b))
+    def tile_loads(k_major, lanes, x_blk, limit, tiles, kc):
+        """Each load job of one operand in a chunk: its runs of bus words."""
+        runs, count = operand_runs(k_major, lanes, x_blk, limit, tiles, kc)
+        if count == 1:
+            return [runs]
+        out, at = [], 0
+        for t in range(tiles):
+            r = min(lanes, limit - x_blk - t * lanes)
+            out.append(runs[at:at + r])
+            at += r
+        return out
 
     chunks = []
     for m_blk in range(0, m, block * rows):
@@ -139,11 +153,22 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
             bn = min(block, _cdiv(n - n_blk, cols))
             for k0, kc in k_chunks(k, depth, chunk_align(rows, cols, data_width),
                                   ramp=m_blk == 0 and n_blk == 0):
-                a_runs, a_loads = operand_runs(transpose_a, rows, m_blk, m, bm, kc)
-                b_runs, b_loads = operand_runs(not transpose_b, cols, n_blk, n, bn, kc)
-                # What the chunk's first command needs: a whole span, or the first tile.
-                a_first = a_runs if a_loads == 1 else a_runs[:rows_in[0]]
-                b_first = b_runs if b_loads == 1 else b_runs[:min(cols, n - n_blk)]
+                a_jobs = tile_loads(transpose_a, rows, m_blk, m, bm, kc)
+                b_jobs = tile_loads(not transpose_b, cols, n_blk, n, bn, kc)
+                # The walker's order: tile (i, j), j inner; each command's A load, then B.
+                loads, tiles = [], []
+                a_at, b_at = {}, {}
+                for i in range(bm):
+                    for j in range(bn):
+                        ai = 0 if len(a_jobs) == 1 else i
+                        bi = 0 if len(b_jobs) == 1 else j
+                        if ai not in a_at:
+                            a_at[ai] = len(loads)
+                            loads.append((0, read_cycles(a_jobs[ai]) + LOAD_OVERHEAD))
+                        if bi not in b_at:
+                            b_at[bi] = len(loads)
+                            loads.append((1, read_cycles(b_jobs[bi]) + LOAD_OVERHEAD))
+                        tiles.append((a_at[ai], b_at[bi]))
                 write = 0.0
                 if k0 + kc == k:
                     runs = []
@@ -152,30 +177,52 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
                         words = _cdiv(4 * cols_in, bpw) if 4 * cols > bpw else 1
                         runs += [words] * sum(rows_in)
                     beats = sum(runs) / len(runs)
-                    write = sum(runs) / (read_rate(beats, o_wr, lat_w + 2) * keep)
-                overhead = LOAD_OVERHEAD * (a_loads + b_loads)
-                chunks.append({"compute": bm * bn * kc, "kc": kc,
-                               "read": read_time(a_runs, b_runs) + overhead,
-                               "first": read_time(a_first, b_first) + lat_r,
-                               "write": write})
-    # The schedule as a two-stage pipeline: a chunk's reads start when the previous chunk's
-    # are done and its slots are free (the chunk two back has computed); its compute starts
-    # after the previous chunk's and once its first command's operands are in, and ends no
-    # earlier than its last reads plus one tile, nor than its C rows take to write.
+                    wrate = read_rate(beats, o_wr, lat_w + 2) * keep
+                    write = sum(runs) / wrate
+                    slack = OUT_TILES * rows * beats / wrate
+                chunks.append({"compute": bm * bn * kc, "kc": kc, "loads": loads,
+                               "tiles": tiles, "write": write,
+                               "slack": slack if write else 0.0})
+    # The schedule: a chunk's reads start when the previous chunk's are done and its slots
+    # are free (the chunk two back has computed), its load jobs one after the other (with
+    # two ports, A's and B's each on their own); each tile computes once the tile before it
+    # has and its operands are in; the chunk ends no earlier than its C rows take to write.
     read_end = [0.0] * len(chunks)
     comp_end = [0.0] * len(chunks)
     votes = {"compute": 0, "reads": 0, "writes": 0}
+    wclock = 0.0
     for i, c in enumerate(chunks):
         read_start = max(read_end[i - 1] if i else 0.0, comp_end[i - 2] if i > 1 else 0.0)
-        read_end[i] = read_start + c["read"]
-        start = max(comp_end[i - 1] if i else 0.0, read_start + c["first"])
-        ends = {"compute": start + c["compute"], "reads": read_end[i] + lat_r + c["kc"],
-                "writes": start + c["write"] + WRITE_LAG * c["kc"]}
+        clock = [read_start, read_start]
+        done = []
+        for path, cycles in c["loads"]:
+            p = path if ports == 2 else 0
+            clock[p] += cycles
+            done.append(clock[p] + lat_r)
+        read_end[i] = max(clock)
+        t = comp_end[i - 1] if i else 0.0
+        start = None
+        waited = 0.0
+        for a_l, b_l in c["tiles"]:
+            ready = max(done[a_l], done[b_l])
+            if ready > t:
+                waited += ready - t
+                t = ready
+            if start is None:
+                start = t
+            t += c["kc"]
+        ends = {"compute": t}
+        if c["write"]:
+            wclock = max(wclock, start + WRITE_LAG * c["kc"]) + c["write"]
+            ends["writes"] = wclock - c["slack"]
         worst = max(ends, key=ends.get)
-        votes[worst] += 1
         comp_end[i] = ends[worst]
+        if worst == "compute" and waited > c["compute"] / 2:
+            worst = "reads"
+        votes[worst] += 1
     last_rows = rows * _cdiv(4 * min(cols, n), bpw)
-    total = comp_end[-1] + rows + cols + DRAIN_OVERHEAD + last_rows + lat_w
+    total = max(comp_end[-1] + rows + cols + DRAIN_OVERHEAD + last_rows,
+                wclock + rows + cols + DRAIN_OVERHEAD) + lat_w
     compute = sum(c["compute"] for c in chunks)
     return {"cycles": int(round(total)), "compute_cycles": compute,
             "utilization": m * n * k / (rows * cols * total),
