@@ -21,11 +21,11 @@ within a chunk, tile by tile in the walker's order:
   operands are in (``read_latency`` after its jobs) — so the first row of a block, which
   waits for a new B tile per tile, is paced by the reads when a tile loads slower than it
   computes;
-* **C write-back** in a block's last chunk: the block's C rows (only words holding columns
+* **C write-back** in a block's last chunk: each tile's C rows (only words holding columns
   < N), one burst per row, at ``min(1, outstanding_writes * beats / (beats + write_latency +
-  2))`` words per cycle, from a tile after the chunk's first starts, on one write channel
-  shared from block to block; the array runs ahead of it by at most the output FIFO
-  (:data:`OUT_TILES` tiles) and stalls beyond.
+  2))`` words per cycle, once the tile has computed and the tiles before it are written, on
+  one write channel shared from block to block; the array runs ahead of it by at most the
+  output FIFO (:data:`OUT_TILES` tiles) and stalls beyond.
 
 Both data channels move at most ``1 - pause`` words a cycle under a port whose subordinate
 holds a channel back with probability ``pause`` each cycle (the presets' random
@@ -54,8 +54,6 @@ LOAD_OVERHEAD = 4
 #: Cycles from the last step of the last tile to its C rows leaving the array (about the
 #: datapath's fill latency), plus the write-back's own pipeline.
 DRAIN_OVERHEAD = 16
-#: Tiles by which the C write-back trails the array in a block's last chunk.
-WRITE_LAG = 1
 #: C tiles the output FIFO holds (``4 * rows`` rows): how far the array may run ahead of the
 #: C write-back before it stalls.
 OUT_TILES = 4
@@ -186,7 +184,7 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
     # The schedule: a chunk's reads start when the previous chunk's are done and its slots
     # are free (the chunk two back has computed), its load jobs one after the other (with
     # two ports, A's and B's each on their own); each tile computes once the tile before it
-    # has and its operands are in; the chunk ends no earlier than its C rows take to write.
+    # has and its operands are in, and in a last chunk hands its C rows to the write channel.
     read_end = [0.0] * len(chunks)
     comp_end = [0.0] * len(chunks)
     votes = {"compute": 0, "reads": 0, "writes": 0}
@@ -201,24 +199,23 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
             done.append(clock[p] + lat_r)
         read_end[i] = max(clock)
         t = comp_end[i - 1] if i else 0.0
-        start = None
-        waited = 0.0
+        waited = stalled = 0.0
+        per_tile = c["write"] / len(c["tiles"])
         for a_l, b_l in c["tiles"]:
             ready = max(done[a_l], done[b_l])
             if ready > t:
                 waited += ready - t
                 t = ready
-            if start is None:
-                start = t
             t += c["kc"]
-        ends = {"compute": t}
-        if c["write"]:
-            wclock = max(wclock, start + WRITE_LAG * c["kc"]) + c["write"]
-            ends["writes"] = wclock - c["slack"]
-        worst = max(ends, key=ends.get)
-        comp_end[i] = ends[worst]
-        if worst == "compute" and waited > c["compute"] / 2:
-            worst = "reads"
+            if per_tile:
+                # the tile's C rows go out once it has computed, after those before it; the
+                # array waits while the output FIFO holds OUT_TILES tiles not yet written
+                wclock = max(wclock, t) + per_tile
+                if wclock - c["slack"] > t:
+                    stalled += wclock - c["slack"] - t
+                    t = wclock - c["slack"]
+        comp_end[i] = t
+        worst = max((waited, "reads"), (stalled, "writes"), (c["compute"] / 2, "compute"))[1]
         votes[worst] += 1
     last_rows = rows * _cdiv(4 * min(cols, n), bpw)
     total = max(comp_end[-1] + rows + cols + DRAIN_OVERHEAD + last_rows,
