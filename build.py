@@ -4,7 +4,7 @@ estimate, bitstream, programming.
 
     python build.py --platform {pynq-z1,zcu104,vu9p} [--rows R --cols C --depth D --block B
                     --dsp-rows N] [--out DIR] [--synth {yosys,vivado,none}]
-                    [--timing] [--timing-strict] [--program [--host HOST]] [--dry-run] [--list]
+                    [--timing] [--[no-]timing-strict] [--program [--host HOST]] [--dry-run] [--list]
 
 Writes ``DIR`` (default ``build/<platform>/``): ``bfp_accel.v`` (the accelerator),
 ``bfp_accel_top.v`` (board-level wrapper with Xilinx AXI port names), ``<stem>.xdc``,
@@ -17,8 +17,8 @@ configuration that does not fit the device exits with status 1 naming the resour
 estimate carries a timing report (``"timing"``: logic levels and fan-out against a budget for
 the board's family and clock, :mod:`platforms.timing`, ``docs/timing.md``), measured on the
 configured design up to 64 PEs and on the estimate's 8x8 fit point above that; ``--timing``
-synthesizes the configured design whole for it (slow for large arrays); ``--timing-strict``
-exits with status 1 naming the path or net when the report is over budget.
+synthesizes the configured design whole for it (slow for large arrays). A report over budget
+exits with status 1 naming the path or net (``--no-timing-strict``: only report it).
 ``--synth vivado`` runs ``build.tcl`` when Vivado is on PATH. ``--program`` loads the
 bitstream (openFPGALoader over JTAG, or a copy of the ``.bit``, ``.hwh`` and ``report.json``
 to a PYNQ board with ``--host``; Vivado's hardware manager for the VCU118); ``--dry-run``
@@ -129,8 +129,10 @@ def parse_args(argv):
     parser.add_argument("--timing", action="store_true",
                         help="timing report on the configured design synthesized whole "
                              "(default: whole up to 64 PEs, else the 8x8 fit point)")
-    parser.add_argument("--timing-strict", action="store_true",
-                        help="exit 1 when the timing report is over budget")
+    parser.add_argument("--timing-strict", action=argparse.BooleanOptionalAction,
+                        default=None,
+                        help="exit 1 when the timing report is over budget (the default "
+                             "with --synth yosys; --no-timing-strict only reports it)")
     parser.add_argument("--program", action="store_true", help="load the bitstream")
     parser.add_argument("--host", help="PYNQ board to copy the overlay to (with --program)")
     parser.add_argument("--dry-run", action="store_true",
@@ -335,7 +337,7 @@ def main(argv=None) -> int:
     if args.synth == "yosys":
         report, fits = estimate(board, cfg, out, whole=args.timing)
         status = 0 if fits else 1
-        if args.timing_strict:
+        if args.timing_strict is not False:
             from platforms.timing import violations
             for line in violations(report["timing"]):
                 print(f"error: timing: {line}", file=sys.stderr)

@@ -118,6 +118,7 @@ def test_repeated_generation_is_cached(generated):
     (["--platform", "vu9p", "--program", "--host", "board"], "--host"),
     (["--platform", "zcu104", "--host", "board"], "--host"),
     (["--platform", "zcu104", "--synth", "quartus"], "--synth"),
+    (["--platform", "zcu104", "--synth", "none", "--timing-strict"], "--timing-strict"),
 ])
 def test_bad_arguments_exit_2_with_the_choices(args, message):
     proc = run_build(*args)
