@@ -197,6 +197,25 @@ def test_hierarchical_estimate_matches_full_synthesis(tmp_path):
 
 
 @pytest.mark.slow
+def test_hierarchical_estimate_matches_full_synthesis_at_32x32(tmp_path):
+    """The fitted estimate at 32x32 with the ZCU104's settings (xcup, two MACs per DSP48E2,
+    block 8, accumulation slots in URAM: quadratic parts at four times the 16x16 check's
+    size) against a full Yosys run (about 20 minutes alone, plus the fit points): within 5 %
+    for LUT and FF, exact for DSP and URAM, within 2 BRAM36."""
+    from platforms.estimate import _cached_synth, estimate_accelerator
+    cfg = PLATFORMS["zcu104"].config(rows=32, cols=32)
+    assert cfg["acc_ram"] == "ultra" and cfg["packing"] == 2
+    est, method = estimate_accelerator(cfg, "xcup", ROOT / "build" / "estimates")
+    assert method.startswith("hierarchical")
+    full = _cached_synth(cfg, "xcup", ROOT / "build" / "estimates", "accel_32x32_full")
+    print(f"estimate {est}\nfull synthesis {full}")
+    assert abs(est["LUT"] - full["LUT"]) <= 0.05 * full["LUT"]
+    assert abs(est["FF"] - full["FF"]) <= 0.05 * full["FF"]
+    assert est["DSP"] == full["DSP"] and est["URAM"] == full["URAM"]
+    assert abs(est["BRAM36"] - full["BRAM36"]) <= 2
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(PLATFORMS))
 def test_default_configuration_builds_and_fits_with_headroom(name):
     proc = run_build("--platform", name)
