@@ -120,28 +120,15 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
         beats = sum(bursts)
         return beats / (read_rate(beats / len(bursts), o_rd, lat_r) * keep)
 
-    def operand_runs(k_major, lanes, x_blk, limit, tiles, kc):
-        """Runs of bus words the engine reads for one operand of a chunk."""
+    def operand_jobs(k_major, lanes, x_blk, limit, tiles, kc):
+        """The load jobs of one operand in a chunk, each as its runs of bus words: a k-major
+        operand is one job for the block (a run per step), a lane-run one a job per tile (a
+        run per lane inside the matrix)."""
         if k_major:
             v = min(tiles * lanes, limit - x_blk)
             offset = x_blk % bpw if lanes <= bpw else 0
-            return [_cdiv(offset + v, bpw)] * kc, 1
-        runs = []
-        for t in range(tiles):
-            runs += [_cdiv(kc, bpw)] * min(lanes, limit - x_blk - t * lanes)
-        return runs, tiles
-
-    def tile_loads(k_major, lanes, x_blk, limit, tiles, kc):
-        """Each load job of one operand in a chunk: its runs of bus words."""
-        runs, count = operand_runs(k_major, lanes, x_blk, limit, tiles, kc)
-        if count == 1:
-            return [runs]
-        out, at = [], 0
-        for t in range(tiles):
-            r = min(lanes, limit - x_blk - t * lanes)
-            out.append(runs[at:at + r])
-            at += r
-        return out
+            return [[_cdiv(offset + v, bpw)] * kc]
+        return [[_cdiv(kc, bpw)] * min(lanes, limit - x_blk - t * lanes) for t in range(tiles)]
 
     chunks = []
     for m_blk in range(0, m, block * rows):
@@ -151,8 +138,8 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
             bn = min(block, _cdiv(n - n_blk, cols))
             for k0, kc in k_chunks(k, depth, chunk_align(rows, cols, data_width),
                                   ramp=m_blk == 0 and n_blk == 0):
-                a_jobs = tile_loads(transpose_a, rows, m_blk, m, bm, kc)
-                b_jobs = tile_loads(not transpose_b, cols, n_blk, n, bn, kc)
+                a_jobs = operand_jobs(transpose_a, rows, m_blk, m, bm, kc)
+                b_jobs = operand_jobs(not transpose_b, cols, n_blk, n, bn, kc)
                 # The walker's order: tile (i, j), j inner; each command's A load, then B.
                 loads, tiles = [], []
                 a_at, b_at = {}, {}
