@@ -39,8 +39,15 @@ class LoadSequencer(wiring.Component):
     :attr:`b_jobs` (by ``path``) and, when the job reads rows, a routing entry to
     :attr:`routes`; then it issues one DMA read command per row on :attr:`rd_cmd`. The job
     stays on :attr:`i_stream` while it runs and is taken with its last read command (or, with
-    no rows, once its gearbox job is out). Own two 17 x 16 multipliers for ``row0 * stride``.
-    The numpy model is :func:`sim.engine_models.load_sequence`.
+    no rows, once its gearbox job is out). Own two 17 x 16 multipliers for ``row0 * stride``
+    and one for ``rows * nwords``. The numpy model is :func:`sim.engine_models.load_sequence`.
+
+    Rows that follow one another in memory (``stride == nwords * bus bytes``: a tile or span
+    that covers its matrix's whole rows, such as a narrow B stored k-major or a lane-run tile
+    of a single K chunk) are read as one command of ``rows * nwords`` words (if that fits the
+    command's 24 bits) with a routing entry of one row: the DMA cuts it into bursts of the
+    port's longest length instead of one short burst per row, and the gearbox receives the
+    same words.
 
     Latency and throughput: the gearbox job and routing entry leave 1 cycle after the job
     arrives (the products are registered), the first read command 2 cycles after them (the
@@ -102,6 +109,17 @@ class LoadSequencer(wiring.Component):
         at_addr = Signal()
         next_addr = carry_select_add(Mux(at_addr, base_col, addr),
                                      Mux(at_addr, offset, job.stride), 64)
+        # Contiguous rows merged into one command (see above): ``contig`` and the product in
+        # MUL, ``merged`` from them in JOBS (where the routing entry and the count need it).
+        wlog = (self.data_width // 8).bit_length() - 1
+        contig = Signal()
+        all_words = Signal(33)
+        m.d.sync += [contig.eq((job.stride == (job.nwords << wlog)) & (job.nwords != 0)
+                               & (job.rows != 0)),
+                     all_words.eq(job.rows * job.nwords)]
+        merged = Signal()
+        m.d.comb += merged.eq(contig & (all_words[24:] == 0))
+        merged_r = Signal()        # the command of the job in ROWS is the merged one
         job_sent = Signal()        # the gearbox job is out
         route_sent = Signal()      # the routing entry is out (or none is needed)
         # Read commands still to issue, and whether that is none or one: registers (set in
@@ -118,9 +136,9 @@ class LoadSequencer(wiring.Component):
                          gb.payload.valid.eq(job.valid), gb.payload.sel.eq(job.sel),
                          gb.payload.tag.eq(job.tag)]
         m.d.comb += [self.routes.payload.path.eq(job.path),
-                     self.routes.payload.rows.eq(job.rows),
+                     self.routes.payload.rows.eq(Mux(merged, 1, job.rows)),
                      self.rd_cmd.payload.addr.eq(addr),
-                     self.rd_cmd.payload.beats.eq(job.nwords)]
+                     self.rd_cmd.payload.beats.eq(Mux(merged_r, all_words, job.nwords))]
 
         with m.FSM(name="load"):
             with m.State("MUL"):
@@ -135,8 +153,8 @@ class LoadSequencer(wiring.Component):
                                       | (self.b_jobs.valid & self.b_jobs.ready))
                 route_out = route_sent | ~rows_nz | self.routes.ready
                 m.d.sync += [job_sent.eq(job_out), route_sent.eq(route_out),
-                             left.eq(job.rows), none_left.eq(~rows_nz),
-                             one_left.eq(job.rows == 1)]
+                             left.eq(Mux(merged, 1, job.rows)), none_left.eq(~rows_nz),
+                             one_left.eq(merged | (job.rows == 1)), merged_r.eq(merged)]
                 with m.If(job_out & route_out):
                     m.d.sync += at_addr.eq(1)
                     m.next = "ADDR"

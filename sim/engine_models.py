@@ -189,6 +189,11 @@ def _sel_bits(data_width: int, lanes: int) -> int:
 def load_sequence(jobs, data_width: int, addr_width: int, a_lanes: int, b_lanes: int):
     """What :class:`rtl.loader.LoadSequencer` sends for ``jobs`` (load job payloads).
 
+    A job's rows are one read command each of ``nwords`` words, ``stride`` bytes apart, with a
+    routing entry of ``rows`` rows; rows that follow one another in memory (``stride ==
+    nwords * bus bytes``, ``rows * nwords < 2**24``) are one command of ``rows * nwords``
+    words with a routing entry of one row.
+
     Returns ``(rd_cmds, a_jobs, b_jobs, routes)``.
     """
     rd, gb, routes = [], ([], []), []
@@ -201,6 +206,13 @@ def load_sequence(jobs, data_width: int, addr_width: int, a_lanes: int, b_lanes:
         if j["rows"]:
             routes.append({"path": j["path"], "rows": j["rows"] & 0xFFFF})
         addr = (j["base"] + j["row0"] * j["stride"] + j["col"]) % (1 << 64)
+        words = j["rows"] * j["nwords"]
+        if j["rows"] and j["nwords"] and j["stride"] == j["nwords"] * (data_width // 8) \
+                and words < 1 << 24:
+            # rows that follow one another in memory: one command, one routing entry's row
+            routes[-1]["rows"] = 1
+            rd.append({"addr": addr % (1 << addr_width), "beats": words})
+            continue
         for _ in range(j["rows"]):
             rd.append({"addr": addr % (1 << addr_width), "beats": j["nwords"]})
             addr = (addr + j["stride"]) % (1 << 64)

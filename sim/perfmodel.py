@@ -11,9 +11,11 @@ within a chunk, tile by tile in the walker's order:
   transposed) is one job of ``min(lanes, rows left)`` runs of ``ceil(kc / bus bytes)`` words,
   loaded with the first command that uses it; a k-major operand (A transposed, B as stored)
   is one job for the whole block, a run of ``ceil(bytes of the block's row / bus bytes)``
-  words per step. A job's runs are cut into bursts of at most ``max_burst``; a burst holds
-  one of the ``outstanding`` slots for ``read_latency + beats`` cycles, so the job moves
-  ``min(1, outstanding * beats / (read_latency + beats))`` words per cycle at its mean burst
+  words per step. Runs that follow one another in memory (the matrices are packed: a span
+  over whole rows of a k-major operand, a lane-run tile whose chunk is all of K) are one run,
+  as :class:`rtl.loader.LoadSequencer` merges them. A job's runs are cut into bursts of at
+  most ``max_burst``; a burst holds one of the ``outstanding`` slots for ``read_latency +
+  beats`` cycles, so the job moves ``min(1, outstanding * beats / (read_latency + beats))`` words per cycle at its mean burst
   length (``outstanding`` is the smaller of the port's limit and the DMA reader's), plus
   :data:`LOAD_OVERHEAD` cycles. A chunk's jobs start once the previous chunk's are done and
   its buffer slots are free (the chunk two back has computed);
@@ -127,8 +129,13 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
         if k_major:
             v = min(tiles * lanes, limit - x_blk)
             offset = x_blk % bpw if lanes <= bpw else 0
-            return [[_cdiv(offset + v, bpw)] * kc]
-        return [[_cdiv(kc, bpw)] * min(lanes, limit - x_blk - t * lanes) for t in range(tiles)]
+            words = _cdiv(offset + v, bpw)
+            # the span covers whole rows of a packed matrix: its rows follow one another
+            return [[words * kc]] if x_blk == 0 and v == limit else [[words] * kc]
+        runs = [min(lanes, limit - x_blk - t * lanes) for t in range(tiles)]
+        if kc == k:        # a tile's rows of one chunk are whole rows: one run
+            return [[_cdiv(kc, bpw) * r] for r in runs]
+        return [[_cdiv(kc, bpw)] * r for r in runs]
 
     chunks = []
     for m_blk in range(0, m, block * rows):

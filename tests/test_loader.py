@@ -17,14 +17,17 @@ def _fields(layout):
     return lambda p: {name: int(getattr(p, name)) for name in names}
 
 
-def random_job(rng, tag_width):
-    return {"base": rng.getrandbits(rng.choice([32, 64])),
+def random_job(rng, tag_width, data_width):
+    job = {"base": rng.getrandbits(rng.choice([32, 64])),
             "stride": rng.getrandbits(rng.choice([20, 32])),
             "row0": rng.getrandbits(17), "col": rng.getrandbits(rng.choice([16, 64])),
             "rows": rng.choice([0, 1, 2, rng.randint(1, 9)]), "nzero": rng.randint(0, 7),
             "nwords": rng.randint(1, 5), "nbeats": rng.randint(1, 4),
             "valid": rng.randint(0, 70), "sel": rng.getrandbits(8),
             "tag": rng.getrandbits(tag_width), "path": rng.randint(0, 1)}
+    if rng.random() < 0.4:       # rows that follow one another: one merged read command
+        job["stride"] = job["nwords"] * data_width // 8
+    return job
 
 
 @pytest.mark.parametrize("data_width,addr_width,a_lanes,b_lanes", [
@@ -33,8 +36,9 @@ def random_job(rng, tag_width):
 def test_matches_model(data_width, addr_width, a_lanes, b_lanes, seed):
     rng = random.Random(seed)
     tag_width = 3
-    jobs = [random_job(rng, tag_width) for _ in range(12)]
+    jobs = [random_job(rng, tag_width, data_width) for _ in range(12)]
     want = em.load_sequence(jobs, data_width, addr_width, a_lanes, b_lanes)
+    assert len(want[0]) < sum(j["rows"] for j in jobs), "no rows merged in this case"
     dut = LoadSequencer(data_width, addr_width, a_lanes=a_lanes, b_lanes=b_lanes,
                         tag_width=tag_width)
     got = {}
@@ -84,3 +88,33 @@ def test_latency():
     run(dut, bench, deadline_cycles=50)
     assert trace == [(0, 0, 0, 0, None, 0), (1, 1, 1, 0, None, 0), (2, 0, 0, 0, None, 0),
                      (3, 0, 0, 1, 0x1230, 0), (4, 0, 0, 1, 0x1330, 0), (5, 0, 0, 1, 0x1430, 1)]
+
+
+def test_merge_limit():
+    """Contiguous rows whose words would not fit a read command's 24 bits stay one command a
+    row; one word fewer and they are one command."""
+    dut = LoadSequencer(64, 32, tag_width=1)
+    big = {"base": 0, "stride": 8 * 4096, "row0": 0, "col": 0, "rows": 4097, "nzero": 0,
+           "nwords": 4096, "nbeats": 1, "valid": 8, "sel": 0, "tag": 0, "path": 0}
+    fits = {**big, "rows": 4095}
+    jobs = [fits, big]
+    want = em.load_sequence(jobs, 64, 32, 8, 8)
+    assert want[0][0] == {"addr": 0, "beats": 4095 * 4096} and len(want[0]) == 1 + 4097
+    assert want[3] == [{"path": 0, "rows": 1}, {"path": 0, "rows": 4097}]
+    got = {}
+
+    async def send(ctx):
+        await stream_send(ctx, dut.i_stream, jobs)
+
+    async def take_rd(ctx):
+        got["rd"] = await stream_recv(ctx, dut.rd_cmd, len(want[0]),
+                                      convert=_fields(dma_command_layout(32)))
+
+    async def take_routes(ctx):
+        got["routes"] = await stream_recv(ctx, dut.routes, 2, convert=_fields(route_layout()))
+
+    async def take_jobs(ctx):
+        await stream_recv(ctx, dut.a_jobs, 2)
+
+    run(dut, send, take_rd, take_routes, take_jobs, deadline_cycles=6000)
+    assert (got["rd"], got["routes"]) == (want[0], want[3])
