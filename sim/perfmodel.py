@@ -15,10 +15,11 @@ within a chunk, tile by tile in the walker's order:
   over whole rows of a k-major operand, a lane-run tile whose chunk is all of K) are one run,
   as :class:`rtl.loader.LoadSequencer` merges them. A job's runs are cut into bursts of at
   most ``max_burst``; a burst holds one of the ``outstanding`` slots for ``read_latency +
-  beats`` cycles, so the job moves ``min(1, outstanding * beats / (read_latency + beats))`` words per cycle at its mean burst
-  length (``outstanding`` is the smaller of the port's limit and the DMA reader's), plus
-  :data:`LOAD_OVERHEAD` cycles. A chunk's jobs start once the previous chunk's are done and
-  its buffer slots are free (the chunk two back has computed);
+  beats`` cycles, so the job moves ``min(1, outstanding * beats / (read_latency + beats))``
+  words per cycle at its mean burst length (``outstanding`` is the smaller of the port's
+  limit and the DMA reader's), plus :data:`LOAD_OVERHEAD` cycles. A chunk's jobs start once
+  the previous chunk's are done and its buffer slots are free (the chunk two back has
+  computed);
 * **compute**: each tile takes ``kc`` array cycles, once the tile before it has and its
   operands are in (``read_latency`` after its jobs) — so the first row of a block, which
   waits for a new B tile per tile, is paced by the reads when a tile loads slower than it
