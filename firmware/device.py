@@ -378,11 +378,18 @@ class Device:
 
     def gemm(self, a, b, *, transpose_a: bool = False, transpose_b: bool = False,
              row_exp=0, col_exp=0, k_exp=None, out: str = "float32",
-             as_tensor: bool = False):
+             as_tensor: bool = False, block: int | None = None):
         """:func:`sim.golden.gemm_scaled` as float32, or the int32 GEMM (``out="int32"``).
 
         ``as_tensor``: return C as a :class:`DeviceTensor` left in device memory (not read
         back; ``.numpy()`` reads it) instead of a numpy array.
+
+        ``block``: the side, in C tiles, of the blocks the accelerator walks C in (1 up to
+        the buffers' block, ``CONFIG_BUFFER.BLOCK_LOG2``): A and B are read once per block
+        row and column, C leaves block by block. ``None`` lets
+        :func:`sim.perfmodel.best_block` choose for the device's memory port (the hardware's
+        largest where the port is unknown). It changes the time, never the result;
+        ``stats["block"]`` says which was used.
 
         ``a``, ``b``: int8 matrices, as numpy arrays or :class:`DeviceTensor`. ``row_exp``,
         ``col_exp``: int8 scalars or vectors. ``k_exp``: ``None`` or an integer vector, one
@@ -394,13 +401,20 @@ class Device:
             An operand is not an int8 matrix, a flag not a bool, an exponent not int8.
         ValueError
             Shapes do not match, a dimension is 0, K above :data:`sim.golden.MAX_K`, an
-            exponent vector has the wrong length, ``k_exp`` with ``out="int32"``, or ``out`` is
-            not ``"float32"`` / ``"int32"``.
+            exponent vector has the wrong length, ``k_exp`` with ``out="int32"``, ``out`` is
+            not ``"float32"`` / ``"int32"``, or ``block`` is outside ``1..`` the hardware's.
         AcceleratorError
             The hardware reported an error code.
         """
         if out not in ("float32", "int32"):
             raise ValueError(f"out must be 'float32' or 'int32', not {out!r}")
+        if block is not None:
+            if not isinstance(block, (int, np.integer)) or isinstance(block, bool):
+                raise TypeError(f"block must be an int or None, not {type(block).__name__}")
+            top = self.driver.info.block if self.driver else None
+            if block < 1 or (top is not None and block > top):
+                raise ValueError(f"block must be in 1..{top or 'the hardware block'}, "
+                                 f"not {block}")
         a, b = self._operand("a", a), self._operand("b", b)
         m, n, k = golden.gemm_shape(_shaped(a), _shaped(b), transpose_a, transpose_b)
         re = golden.exponent_vector("row_exp", row_exp, m, "row")
@@ -418,7 +432,7 @@ class Device:
                     ce, runs = ce + e, None
         self.stats = {"backend": self.backend, "m": m, "n": n, "k": k, "macs": m * n * k,
                       "descriptors": 0, "cycles": None, "utilization": None,
-                      "dma_stall_cycles": None}
+                      "dma_stall_cycles": None, "block": None}
         if self.driver is None:
             with self.profile.time("wait"):       # the golden model stands in for the hardware
                 a_ = a.numpy() if isinstance(a, DeviceTensor) else a
@@ -438,8 +452,11 @@ class Device:
             if not isinstance(b, DeviceTensor):
                 b = self.tensor(b)
                 temps.append(b)
+            side = int(block) if block is not None else self._choose_block(
+                m, n, k, transpose_a, transpose_b)
+            self.stats["block"] = side
             c = self._run(a, b, m, n, k, transpose_a, transpose_b, re, ce, runs, out, temps,
-                          as_tensor)
+                          as_tensor, side)
             if as_tensor and not isinstance(c, DeviceTensor):     # combined on the host
                 c = self.tensor(c)
             return c
@@ -463,7 +480,25 @@ class Device:
         temps.append(y)
         return y
 
-    def _run(self, a, b, m, n, k, ta, tb, re, ce, runs, out, temps, as_tensor=False):
+    def memory_port(self) -> dict | None:
+        """The memory port's knobs (:func:`sim.ports.resolve_port`) where known: the
+        simulators', or the preset of the board the pynq backend found; else None."""
+        from sim.ports import BOARD_PORTS, resolve_port
+        if self.backend in ("rtl", "model"):
+            return self.sim.port
+        board = getattr(getattr(self.driver, "target", None), "board", None)
+        return resolve_port(BOARD_PORTS[board]) if board in BOARD_PORTS else None
+
+    def _choose_block(self, m, n, k, ta, tb) -> int:
+        info = self.driver.info
+        port = self.memory_port()
+        if port is None:
+            return info.block
+        from sim.perfmodel import best_block
+        return best_block(m, n, k, ta, tb, rows=info.rows, cols=info.cols, depth=info.depth,
+                          block=info.block, data_width=info.data_width, port=port)
+
+    def _run(self, a, b, m, n, k, ta, tb, re, ce, runs, out, temps, as_tensor=False, side=0):
         bpw = self.bytes_per_word
         chunk = self.max_dim // bpw * bpw or self.max_dim
         exact = runs is None
@@ -496,7 +531,7 @@ class Device:
                         j0, j1 = 0, k1 - k0
                     descs += self.driver.descriptors(
                         a_, b_, c, m=m, n=n, k0=j0, k1=j1, transpose_a=ta, transpose_b=tb,
-                        row_exp=row, col_exp=col, raw=raw, limit=chunk)
+                        row_exp=row, col_exp=col, raw=raw, limit=chunk, block=side)
             cnt = self.driver.run(*descs, profile=self.profile)
             self.stats["descriptors"] += len(descs)
             for key in counters:

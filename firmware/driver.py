@@ -54,12 +54,14 @@ class HardwareInfo:
         self.depth = field_value("CONFIG_BUFFER", "DEPTH", buf)
         self.queue = field_value("CONFIG_BUFFER", "QUEUE", buf)
         self.packing = field_value("CONFIG_BUFFER", "PACKING", buf)
+        self.block = 1 << field_value("CONFIG_BUFFER", "BLOCK_LOG2", buf)
         self.data_width = field_value("CONFIG_BUS", "DATA_WIDTH", bus)
         self.addr_width = field_value("CONFIG_BUS", "ADDR_WIDTH", bus)
 
     def __repr__(self):
         return (f"HardwareInfo(rows={self.rows}, cols={self.cols}, depth={self.depth}, "
-                f"queue={self.queue}, packing={self.packing}, data_width={self.data_width}, "
+                f"queue={self.queue}, packing={self.packing}, block={self.block}, "
+                f"data_width={self.data_width}, "
                 f"addr_width={self.addr_width})")
 
 
@@ -209,21 +211,22 @@ class Driver:
     # -- GEMM descriptors --------------------------------------------------------------------
     def descriptors(self, a, b, c, *, m: int, n: int, k0: int, k1: int, transpose_a: bool,
                     transpose_b: bool, row_exp, col_exp, raw: bool,
-                    limit: int = 65535) -> list[dict]:
+                    limit: int = 65535, block: int = 0) -> list[dict]:
         """Descriptors for ``C = op(A)[:, k0:k1] @ op(B)[k0:k1, :]``, tiled so that no
         dimension exceeds ``limit`` (tiles start at multiples of ``limit``, which must be a
         multiple of the bus width in bytes so every tile's addresses stay aligned).
 
         ``a``, ``b``, ``c``: device matrices (``addr``, ``stride``); ``row_exp`` / ``col_exp``:
-        an int (the descriptor's scalar exponent) or a device vector (``addr``). Arguments are
-        trusted (checked by :class:`firmware.Device`).
+        an int (the descriptor's scalar exponent) or a device vector (``addr``); ``block``: the
+        reuse blocks' side in C tiles (``DESC_FLAGS.BLOCK``; 0: the largest the hardware has).
+        Arguments are trusted (checked by :class:`firmware.Device`).
         """
         if limit % self.bytes_per_word and max(m, n, k1 - k0) > limit:
             raise ValueError(f"limit={limit} is not a multiple of the bus width "
                              f"({self.bytes_per_word} bytes)")
         k = k1 - k0
         flags = {"TRANSPOSE_A": int(transpose_a), "TRANSPOSE_B": int(transpose_b),
-                 "RAW": int(raw)}
+                 "RAW": int(raw), "BLOCK": int(block)}
         for name, e in (("ROW", row_exp), ("COL", col_exp)):
             if isinstance(e, (int, np.integer)):
                 flags[f"{name}_EXP"] = int(e)

@@ -30,7 +30,7 @@ __all__ = ["Field", "Register", "REGISTERS", "ErrorCode", "MAGIC", "VERSION", "b
 #: ``ID`` register contents: ASCII "BFP8".
 MAGIC = 0x42465038
 #: Register map version (major << 16 | minor): changes when the map does.
-VERSION = 0x0001_0002
+VERSION = 0x0001_0003
 
 
 @dataclass(frozen=True)
@@ -125,7 +125,8 @@ REGISTERS: tuple[Register, ...] = tuple([
     _reg("CONFIG_BUFFER", 0x00C, "ro", "On-chip buffers",
          ("DEPTH", 0, 16, "largest K of one tile"),
          ("QUEUE", 16, 8, "descriptor queue depth"),
-         ("PACKING", 24, 4, "MACs per DSP slice")),
+         ("PACKING", 24, 4, "MACs per DSP slice"),
+         ("BLOCK_LOG2", 28, 4, "log2 of the largest reuse block's side in C tiles")),
     _reg("CONFIG_BUS", 0x010, "ro", "Memory bus",
          ("DATA_WIDTH", 0, 16, "AXI data width in bits"),
          ("ADDR_WIDTH", 16, 8, "AXI address width in bits")),
@@ -159,7 +160,9 @@ REGISTERS: tuple[Register, ...] = tuple([
          ("ROW_EXP_VECTOR", 3, 1, "row exponents are an int8 vector at DESC_ROW_EXP_ADDR"),
          ("COL_EXP_VECTOR", 4, 1, "column exponents are an int8 vector at DESC_COL_EXP_ADDR"),
          ("ROW_EXP", 8, 8, "scalar row exponent (int8) when not ROW_EXP_VECTOR"),
-         ("COL_EXP", 16, 8, "scalar column exponent (int8) when not COL_EXP_VECTOR")),
+         ("COL_EXP", 16, 8, "scalar column exponent (int8) when not COL_EXP_VECTOR"),
+         ("BLOCK", 24, 5, "side of the reuse blocks in C tiles, 1..2**CONFIG_BUFFER.BLOCK_LOG2 "
+                          "(0 or more: the largest); the schedule, never the result")),
     *_addr("DESC_A_ADDR", 0x110, "Address of A"),
     _reg("DESC_A_STRIDE", 0x118, "rw", "Bytes between rows of A as stored"),
     *_addr("DESC_B_ADDR", 0x120, "Address of B"),

@@ -67,6 +67,7 @@ class Accelerator(wiring.Component):
                                 outstanding=outstanding)
         self.csr = RegisterBlock(12)
         self.rows, self.cols, self.depth, self.queue = rows, cols, depth, queue
+        self.block = block
         self.data_width, self.addr_width, self.packing = data_width, addr_width, packing
         super().__init__({
             "ctrl": In(AXI4LiteSignature(12)),
@@ -109,7 +110,8 @@ class Accelerator(wiring.Component):
         m.d.comb += [
             csr.id.eq(regmap.MAGIC), csr.version.eq(regmap.VERSION),
             *pack("CONFIG_ARRAY", ROWS=self.rows, COLS=self.cols),
-            *pack("CONFIG_BUFFER", DEPTH=self.depth, QUEUE=self.queue, PACKING=self.packing),
+            *pack("CONFIG_BUFFER", DEPTH=self.depth, QUEUE=self.queue, PACKING=self.packing,
+                  BLOCK_LOG2=self.block.bit_length() - 1),
             *pack("CONFIG_BUS", DATA_WIDTH=self.data_width, ADDR_WIDTH=self.addr_width),
         ]
 
@@ -134,6 +136,7 @@ class Accelerator(wiring.Component):
             staged.col_vec.eq(field("DESC_FLAGS", "COL_EXP_VECTOR")),
             staged.row_exp.eq(field("DESC_FLAGS", "ROW_EXP")),
             staged.col_exp.eq(field("DESC_FLAGS", "COL_EXP")),
+            staged.block.eq(field("DESC_FLAGS", "BLOCK")),
             staged.a_stride.eq(csr.desc_a_stride), staged.b_stride.eq(csr.desc_b_stride),
             staged.c_stride.eq(csr.desc_c_stride),
             q.w_data.eq(staged),

@@ -17,9 +17,11 @@ def _log2(x):
 
 
 class Walker(wiring.Component):
-    """Walks a GEMM: blocks of ``block x block`` C tiles, each over K chunks of at most
+    """Walks a GEMM: blocks of ``b x b`` C tiles, each over K chunks of at most
     ``depth`` steps, the short chunk first; the descriptor's first block ramps its chunks up
-    from ``max(rows, cols, bus bytes)`` steps (:func:`sim.engine_models.k_chunks`).
+    from ``max(rows, cols, bus bytes)`` steps (:func:`sim.engine_models.k_chunks`). ``b`` is
+    the descriptor's ``block`` field, or ``block`` (the buffers' slots) where that is 0 or
+    larger: it sets the schedule (operand reuse against how soon C leaves), never the sums.
 
     For a descriptor on :attr:`i_stream` (already checked) it visits blocks row-major (N
     inner); for each block it first loads the block's exponent vectors (``row_vec`` /
@@ -95,6 +97,21 @@ class Walker(wiring.Component):
         bm = Signal(range(BL + 1))
         bn = Signal(range(BL + 1))
         parity = Signal()
+        # The descriptor's reuse block (its ``block`` field, 1..BL; 0 or more than BL: BL),
+        # and its rows and columns: set with the descriptor, constant through the walk.
+        blk = Signal(range(BL + 1))
+        blk_r = Signal(range(BL * R + 1))
+        blk_c = Signal(range(BL * C + 1))
+
+        def below(x, lim):
+            """``x < lim`` for a narrow ``lim``: a compare of ``len(lim)`` bits and a NOR of
+            the rest, not a carry chain over ``x``."""
+            w = len(lim)
+            return (x[w:] == 0) & (x[:w] < lim)
+
+        def above(x, lim):
+            w = len(lim)
+            return (x[w:] != 0) | (x[:w] > lim)
         # K chunks (sim.engine_models.k_chunks): ``kc`` steps in this chunk, ``k_after`` in
         # the chunks after it; ``ramping`` while the descriptor's first block doubles its
         # chunks. The next chunk's pair is computed in registers from the current one (which
@@ -155,8 +172,10 @@ class Walker(wiring.Component):
 
         v_a = lanes_valid("v_a", R, rem_m - (ti << _log2(R)))
         v_b = lanes_valid("v_b", C, rem_n - (tj << _log2(C)))
-        v_as = lanes_valid("v_as", BL * R, rem_m)     # a span of k-major A tiles
-        v_bs = lanes_valid("v_bs", BL * C, rem_n)
+        v_as = Signal(range(BL * R + 1))               # a span of k-major A tiles
+        v_bs = Signal(range(BL * C + 1))
+        m.d.sync += [v_as.eq(Mux(below(rem_m, blk_r), rem_m, blk_r)),
+                     v_bs.eq(Mux(below(rem_n, blk_c), rem_n, blk_c))]
         v_re = lanes_valid("v_re", R, rem_m - (eidx << _log2(R)))
         v_ce = lanes_valid("v_ce", C, rem_n - (cidx << _log2(C)))
         ex_m0 = Signal(17)
@@ -230,12 +249,12 @@ class Walker(wiring.Component):
         tiles_m = Signal(18)
         tiles_n = Signal(18)
         tiles_n0 = Signal(18)              # of the whole N, for the next row of blocks
-        # Another block to the right, or below (n_blk + BL * C < N, as tiles): registers,
+        # Another block to the right, or below (n_blk + b * C < N, as tiles): registers,
         # computed every cycle from the counts (which change at least 4 cycles before NEXT
         # reads them), so that no compare lies before the FSM's next state.
         more_n = Signal()
         more_m = Signal()
-        m.d.sync += [more_n.eq(tiles_n > BL), more_m.eq(tiles_m > BL)]
+        m.d.sync += [more_n.eq(above(tiles_n, blk)), more_m.eq(above(tiles_m, blk))]
 
         phase = Signal(2)        # CMD: 0 issue, 1 load A, 2 load B, 3 next
         cmd_sent = Signal()      # phase 0: the command (write job) is already taken
@@ -245,13 +264,16 @@ class Walker(wiring.Component):
             with m.State("IDLE"):
                 with m.If(self.i_stream.valid):
                     n_tiles = (d.n + C - 1) >> _log2(C)
+                    side = Mux((d.block == 0) | (d.block > BL), BL, d.block)
+                    m.d.sync += [blk.eq(side), blk_r.eq(side << _log2(R)),
+                                 blk_c.eq(side << _log2(C))]
                     m.d.sync += [m_blk.eq(0), n_blk.eq(0), k0.eq(0), first_block.eq(1),
                                  tiles_m.eq((d.m + R - 1) >> _log2(R)),
                                  tiles_n.eq(n_tiles), tiles_n0.eq(n_tiles)]
                     m.next = "BLOCK"
             with m.State("BLOCK"):
-                m.d.sync += [bm.eq(Mux(tiles_m < BL, tiles_m, BL)),
-                             bn.eq(Mux(tiles_n < BL, tiles_n, BL)),
+                m.d.sync += [bm.eq(Mux(below(tiles_m, blk), tiles_m, blk)),
+                             bn.eq(Mux(below(tiles_n, blk), tiles_n, blk)),
                              ti.eq(0), tj.eq(0), m0.eq(m_blk), n0.eq(n_blk), k0.eq(0),
                              phase.eq(0), ei.eq(0),
                              kc.eq(first_kc), k_after.eq(first_after), ramping.eq(0),
@@ -330,11 +352,11 @@ class Walker(wiring.Component):
                 with m.Else():
                     m.d.sync += [parity.eq(~parity), first_block.eq(0)]
                     with m.If(more_n):
-                        m.d.sync += [n_blk.eq(n_blk + BL * C), tiles_n.eq(tiles_n - BL)]
+                        m.d.sync += [n_blk.eq(n_blk + blk_c), tiles_n.eq(tiles_n - blk)]
                         m.next = "BLOCK"
                     with m.Elif(more_m):
-                        m.d.sync += [n_blk.eq(0), m_blk.eq(m_blk + BL * R),
-                                     tiles_n.eq(tiles_n0), tiles_m.eq(tiles_m - BL)]
+                        m.d.sync += [n_blk.eq(0), m_blk.eq(m_blk + blk_r),
+                                     tiles_n.eq(tiles_n0), tiles_m.eq(tiles_m - blk)]
                         m.next = "BLOCK"
                     with m.Else():
                         m.d.comb += self.i_stream.ready.eq(1)

@@ -294,15 +294,15 @@ def utilization(configs, quick=False) -> list[dict]:
             bound = roofline(m, n, k, rows, cols, width, port)
             util = st["utilization"]
             model = predict(m, n, k, ta, tb, rows=rows, cols=cols, data_width=width,
-                            depth=params.get("depth", 512), block=params.get("block", 4),
-                            port=port)
+                            depth=params.get("depth", 512), block=st["block"], port=port)
             out.append({
                 "board": label, **params, "port": port["name"],
                 "port_knobs": {key: port[key] for key in (
                     "outstanding_reads", "outstanding_writes", "read_latency", "write_latency",
                     "max_burst", "write_order", "pause")},
                 "group": group, "gemm": name, "m": m, "n": n, "k": k,
-                "transpose_a": ta, "transpose_b": tb, "cycles": st["cycles"],
+                "transpose_a": ta, "transpose_b": tb, "block_used": st["block"],
+                "cycles": st["cycles"],
                 "active_cycles": st["active_cycles"],
                 "dma_stall_cycles": st["dma_stall_cycles"],
                 "utilization": round(util, 4), "roofline": {
@@ -320,15 +320,16 @@ def utilization(configs, quick=False) -> list[dict]:
 
 
 def utilization_table(results) -> str:
-    lines = ["| board (simulated as) | port | GEMM | M x N x K | cycles | PE utilisation "
+    lines = ["| board (simulated as) | port | GEMM | M x N x K | block | cycles | PE utilisation "
              "| roofline bound | util / bound | bound by | model: cycles (error) "
              "| DMA stall cycles | read bursts | most reads in flight | simulated cycles/s |",
-             "|---|---|---|---|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|"]
+             "|---|---|---|---|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|"]
     for r in results:
         rl, mem = r["roofline"], r["memory"]
         lines.append(
             f"| {r['board']} ({r['rows']}x{r['cols']} @ {r['data_width']}) | {r['port']} | "
-            f"{r['group']}: {r['gemm']} | {r['m']}x{r['n']}x{r['k']} | {r['cycles']} | "
+            f"{r['group']}: {r['gemm']} | {r['m']}x{r['n']}x{r['k']} | {r['block_used']} | "
+            f"{r['cycles']} | "
             f"{100 * r['utilization']:.1f}% | {100 * rl['bound']:.1f}% | "
             f"{100 * r['utilization_over_bound']:.0f}% | {rl['bound_by']} | "
             f"{r['predicted_cycles']} ({100 * r['model_error']:+.1f}%) | "

@@ -17,12 +17,12 @@ import numpy as np
 
 from firmware.regmap import ErrorCode
 
-__all__ = ["descriptor", "check", "chunk_align", "k_chunks", "walk", "load_sequence", "route",
-           "issue", "write_back"]
+__all__ = ["descriptor", "check", "chunk_align", "k_chunks", "block_side", "walk",
+           "load_sequence", "route", "issue", "write_back"]
 
 _DESC_FIELDS = ("m", "n", "k", "transpose_a", "transpose_b", "raw", "row_vec", "col_vec",
                 "row_exp", "col_exp", "a_addr", "a_stride", "b_addr", "b_stride", "c_addr",
-                "c_stride", "row_exp_addr", "col_exp_addr")
+                "c_stride", "row_exp_addr", "col_exp_addr", "block")
 
 
 def descriptor(**fields) -> dict:
@@ -111,14 +111,24 @@ def k_chunks(k: int, depth: int, align: int = 1, ramp: bool = False) -> list[tup
                                      for r0 in range(first, rest, depth)]
 
 
+def block_side(field: int, block: int) -> int:
+    """The side of a descriptor's reuse blocks: its ``block`` field if in ``1..block`` (the
+    buffers' slots per operand), else ``block``."""
+    return field if 1 <= field <= block else block
+
+
 def walk(desc: dict, rows: int, cols: int, depth: int, block: int, data_width: int,
          tag_width: int | None = None, parity: int = 0):
     """What :class:`rtl.walker.Walker` issues for one (checked) descriptor.
+
+    Blocks of ``b x b`` tiles, ``b`` the descriptor's ``block`` (if present and in
+    ``1..block``; else ``block``, the buffers' slots).
 
     Returns ``(commands, loads, writes, parity)``: the payloads on ``o_cmd``, ``o_load`` and
     ``o_write`` in order, and the slot parity the next descriptor starts with.
     """
     R, C, D, BL = rows, cols, depth, block
+    side = block_side(desc.get("block", 0), BL)
     bpw = data_width // 8
     tag_width = 1 + max(1, BL.bit_length() - 1) if tag_width is None else tag_width
     m, n, k = desc["m"], desc["n"], desc["k"]
@@ -143,8 +153,8 @@ def walk(desc: dict, rows: int, cols: int, depth: int, block: int, data_width: i
     while m_blk < m:
         n_blk = 0
         while n_blk < n:
-            bm = min(-(-(m - m_blk) // R), BL)
-            bn = min(-(-(n - n_blk) // C), BL)
+            bm = min(-(-(m - m_blk) // R), side)
+            bn = min(-(-(n - n_blk) // C), side)
             for i in range(bm if desc["row_vec"] else 0):
                 x0 = m_blk + i * R
                 load(0, R, False, min(m - x0, R), x0, desc["row_exp_addr"], 0, 0, 0,
@@ -172,13 +182,13 @@ def walk(desc: dict, rows: int, cols: int, depth: int, block: int, data_width: i
                             writes.append({"m0": m0, "n0": n0})
                         if load_a:
                             load(0, R, not ta, min(m - m0, R), m0, desc["a_addr"],
-                                 desc["a_stride"], k0, kc, span=bm, v_span=min(m - m_blk, BL * R))
+                                 desc["a_stride"], k0, kc, span=bm, v_span=min(m - m_blk, side * R))
                         if load_b:
                             load(1, C, tb, min(n - n0, C), n0, desc["b_addr"], desc["b_stride"],
-                                 k0, kc, span=bn, v_span=min(n - n_blk, BL * C))
+                                 k0, kc, span=bn, v_span=min(n - n_blk, side * C))
                 parity ^= 1
-            n_blk += BL * C
-        m_blk += BL * R
+            n_blk += side * C
+        m_blk += side * R
     return cmds, loads, writes, parity
 
 

@@ -28,6 +28,7 @@ from firmware import regmap
 from firmware.regmap import ErrorCode, field_value, offset
 
 from . import golden
+from .engine_models import block_side
 from .perfmodel import predict
 from .ports import resolve_port
 
@@ -78,7 +79,8 @@ class FunctionalAccelerator:
             offset("CONFIG_ARRAY"): regmap.pack("CONFIG_ARRAY", ROWS=self.cfg["rows"],
                                                 COLS=self.cfg["cols"]),
             offset("CONFIG_BUFFER"): regmap.pack("CONFIG_BUFFER", DEPTH=self.cfg["depth"],
-                                                 QUEUE=self.queue, PACKING=self.packing),
+                                                 QUEUE=self.queue, PACKING=self.packing,
+                                                 BLOCK_LOG2=self.cfg["block"].bit_length() - 1),
             offset("CONFIG_BUS"): regmap.pack("CONFIG_BUS", DATA_WIDTH=self.cfg["data_width"],
                                               ADDR_WIDTH=self.addr_width),
             offset("STATUS"): regmap.pack(
@@ -184,7 +186,8 @@ class FunctionalAccelerator:
                   if f["COL_EXP_VECTOR"] else _signed8(f["COL_EXP"]))
             out = golden.rescale(acc, re, ce)
         self._matrix(c[0], m, n, c[2], np.int32)[...] = out.view(np.int32)
-        p = predict(m, n, k, ta, tb, port=self.port, **self.cfg)
+        cfg = {**self.cfg, "block": block_side(f["BLOCK"], self.cfg["block"])}
+        p = predict(m, n, k, ta, tb, port=self.port, **cfg)
         self.descriptors += 1
         for name, v in (("CYCLES", p["cycles"]), ("BUSY_CYCLES", p["cycles"]),
                         ("ACTIVE_CYCLES", p["compute_cycles"]),

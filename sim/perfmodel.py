@@ -46,11 +46,12 @@ predicts a board's default configuration over the training GEMMs for several blo
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 
 from .engine_models import chunk_align, k_chunks
 
-__all__ = ["predict", "read_rate", "training_gemms", "main"]
+__all__ = ["predict", "best_block", "read_rate", "training_gemms", "main"]
 
 #: Cycles of control per operand load (command phases, the address multiply).
 LOAD_OVERHEAD = 4
@@ -66,9 +67,10 @@ DMA_OUTSTANDING = 8
 DMA_BURST = 16
 
 
-def read_rate(beats: float, outstanding: int, latency: int) -> float:
-    """Words per cycle on a channel that keeps ``outstanding`` bursts of ``beats`` in flight."""
-    return min(1.0, outstanding * beats / (latency + beats))
+def read_rate(beats: float, outstanding: int, latency: int, keep: float = 1.0) -> float:
+    """Words per cycle on a channel that keeps ``outstanding`` bursts of ``beats`` in flight,
+    each ``latency`` cycles plus its beats at ``keep`` words a cycle (``1 - pause``)."""
+    return min(keep, outstanding * beats / (latency + beats / keep))
 
 
 def _cdiv(a: int, b: int) -> int:
@@ -121,7 +123,7 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
         if not bursts:
             return 0.0
         beats = sum(bursts)
-        return beats / (read_rate(beats / len(bursts), o_rd, lat_r) * keep)
+        return beats / read_rate(beats / len(bursts), o_rd, lat_r, keep)
 
     def operand_jobs(k_major, lanes, x_blk, limit, tiles, kc):
         """The load jobs of one operand in a chunk, each as its runs of bus words: a k-major
@@ -131,8 +133,8 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
             v = min(tiles * lanes, limit - x_blk)
             offset = x_blk % bpw if lanes <= bpw else 0
             words = _cdiv(offset + v, bpw)
-            # the span covers whole rows of a packed matrix: its rows follow one another
-            return [[words * kc]] if x_blk == 0 and v == limit else [[words] * kc]
+            # the run is a whole stored row of a packed matrix: the rows follow one another
+            return [[words * kc]] if words == _cdiv(limit, bpw) else [[words] * kc]
         runs = [min(lanes, limit - x_blk - t * lanes) for t in range(tiles)]
         if kc == k:        # a tile's rows of one chunk are whole rows: one run
             return [[_cdiv(kc, bpw) * r] for r in runs]
@@ -170,7 +172,7 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
                         words = _cdiv(4 * cols_in, bpw) if 4 * cols > bpw else 1
                         runs += [words] * sum(rows_in)
                     beats = sum(runs) / len(runs)
-                    wrate = read_rate(beats, o_wr, lat_w + 2) * keep
+                    wrate = read_rate(beats, o_wr, lat_w + 2, keep)
                     write = sum(runs) / wrate
                     slack = OUT_TILES * rows * beats / wrate
                 chunks.append({"compute": bm * bn * kc, "kc": kc, "loads": loads,
@@ -219,6 +221,39 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
     return {"cycles": int(round(total)), "compute_cycles": compute,
             "utilization": m * n * k / (rows * cols * total),
             "bound_by": max(votes, key=votes.get), "chunks": len(chunks)}
+
+
+#: A smaller block is chosen only if predicted at least this much faster: the model is
+#: within a few per cent, and a larger block reads each operand fewer times (DRAM traffic
+#: the port model does not charge for).
+BLOCK_MARGIN = 0.02
+
+
+def best_block(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool = False,
+               *, rows: int, cols: int, depth: int, block: int, data_width: int,
+               port: dict) -> int:
+    """The reuse block's side (``1..block`` C tiles) with the fewest predicted cycles.
+
+    Larger blocks read A and B fewer times; smaller ones let C leave earlier (a GEMM of one
+    or two blocks writes all of C at its end) and start computing after fewer loads. The
+    largest side within :data:`BLOCK_MARGIN` of the fastest wins. Cached by shape,
+    configuration and port (a training run asks for the same few shapes every step).
+    """
+    knobs = tuple(sorted((key, port.get(key)) for key in (
+        "outstanding_reads", "outstanding_writes", "read_latency", "write_latency",
+        "max_burst", "pause")))
+    return _best_block(m, n, k, bool(transpose_a), bool(transpose_b), rows, cols, depth, block,
+                       data_width, knobs)
+
+
+@functools.lru_cache(maxsize=4096)
+def _best_block(m, n, k, ta, tb, rows, cols, depth, block, data_width, knobs) -> int:
+    port = dict(knobs)
+    cycles = {side: predict(m, n, k, ta, tb, rows=rows, cols=cols, depth=depth, block=side,
+                            data_width=data_width, port=port)["cycles"]
+              for side in range(1, block + 1)}
+    fastest = min(cycles.values())
+    return max(side for side, c in cycles.items() if c <= fastest * (1 + BLOCK_MARGIN))
 
 
 def training_gemms(batch: int, fan_in: int, fan_out: int) -> list[tuple]:

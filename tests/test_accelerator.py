@@ -32,9 +32,11 @@ def _operands(rng, m, n, k, ta, tb, extremes=False):
     return a, b
 
 
-def _check(dev, a, b, ta, tb, row_exp, col_exp, out):
+def _check(dev, a, b, ta, tb, row_exp, col_exp, out, block=None):
     got = dev.gemm(a, b, transpose_a=ta, transpose_b=tb, row_exp=row_exp, col_exp=col_exp,
-                   out=out)
+                   out=out, block=block)
+    if block is not None:
+        assert dev.stats["block"] == block
     acc = golden.gemm(a, b, ta, tb)
     if out == "int32":
         np.testing.assert_array_equal(got, acc)
@@ -51,8 +53,8 @@ dims = st.one_of(st.integers(1, 20), st.integers(21, 80))
 @given(m=dims, n=dims, k=st.one_of(st.integers(1, 40), st.integers(500, 1100)),
        ta=st.booleans(), tb=st.booleans(), out=st.sampled_from(["float32", "int32"]),
        exps=st.sampled_from(["scalar", "vector", "extreme"]), seed=st.integers(0, 2**16),
-       extremes=st.booleans())
-def test_gemm_matches_golden(dev, m, n, k, ta, tb, out, exps, seed, extremes):
+       extremes=st.booleans(), block=st.sampled_from([None, 1, 2, 3, 4]))
+def test_gemm_matches_golden(dev, m, n, k, ta, tb, out, exps, seed, extremes, block):
     rng = np.random.default_rng(seed)
     a, b = _operands(rng, m, n, k, ta, tb, extremes)
     if exps == "scalar":
@@ -63,7 +65,7 @@ def test_gemm_matches_golden(dev, m, n, k, ta, tb, out, exps, seed, extremes):
     else:
         row_exp = rng.choice(np.array([-128, 127, 0], np.int8), m)
         col_exp = rng.choice(np.array([-128, 127, -1], np.int8), n)
-    _check(dev, a, b, ta, tb, row_exp, col_exp, out)
+    _check(dev, a, b, ta, tb, row_exp, col_exp, out, block)
 
 
 def test_three_training_gemms(dev):
@@ -241,6 +243,7 @@ def test_interrupt_and_identification(dev):
     drv = dev.driver
     assert (drv.info.rows, drv.info.cols) == (dev.rows, dev.cols)
     assert drv.info.data_width == dev.data_width
+    assert drv.info.block == 4          # Accelerator's default
     desc, _ = _good_desc(dev)
     drv.set_window(0x100000, 0x200000)
     drv.write("IRQ_STATUS", 3)
@@ -310,3 +313,37 @@ def test_pynq_backend_over_the_simulated_board(monkeypatch):
     _check(dev, a, b, False, True, np.arange(30, dtype=np.int8) - 15, 3, "float32")
     with pytest.raises(ValueError, match="8x8 array"):
         Device("pynq", rows=16, cols=16, data_width=128, base_addr=0x4000_0000)
+
+
+def test_block_side_changes_the_schedule_not_the_result(dev):
+    """One GEMM at every reuse-block side: the same bits, the cycles the model predicts for
+    each side (within 15 %: this port pauses at random), and the automatic choice the
+    model's."""
+    from sim.perfmodel import best_block, predict
+    rng = np.random.default_rng(11)
+    m, n, k = 5 * dev.rows + 3, 6 * dev.cols + 1, 100
+    a, b = _operands(rng, m, n, k, True, False)
+    want = golden.gemm(a, b, True, False)
+    info = dev.driver.info
+    cfg = dict(rows=info.rows, cols=info.cols, depth=info.depth, data_width=info.data_width,
+               port=dev.memory_port())
+    cycles = {}
+    for side in range(1, info.block + 1):
+        np.testing.assert_array_equal(dev.gemm(a, b, transpose_a=True, out="int32",
+                                               block=side), want)
+        cycles[side] = dev.stats["cycles"]
+        model = predict(m, n, k, True, False, block=side, **cfg)["cycles"]
+        assert abs(model / cycles[side] - 1) < 0.15, (side, model, cycles[side])
+    assert len(set(cycles.values())) > 1
+    np.testing.assert_array_equal(dev.gemm(a, b, transpose_a=True, out="int32"), want)
+    assert dev.stats["block"] == best_block(m, n, k, True, False, block=info.block, **cfg)
+
+
+def test_block_argument_is_checked(dev):
+    a, b = np.zeros((2, 3), np.int8), np.zeros((3, 4), np.int8)
+    for bad in (0, 5, -1):
+        with pytest.raises(ValueError, match="block must be in 1..4"):
+            dev.gemm(a, b, block=bad)
+    for bad in (True, 2.0, "4"):
+        with pytest.raises(TypeError, match="block"):
+            dev.gemm(a, b, block=bad)

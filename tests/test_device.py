@@ -64,6 +64,10 @@ def test_bad_gemm_arguments():
         dev.gemm(a, b, k_exp=np.zeros(4, np.int16))
     with pytest.raises(TypeError, match="k_exp"):
         dev.gemm(a, b, k_exp=np.zeros(3, np.float32))
+    with pytest.raises(ValueError, match="block"):
+        dev.gemm(a, b, block=0)
+    with pytest.raises(TypeError, match="block"):
+        dev.gemm(a, b, block=1.5)
 
 
 def test_accelerator_error_names_the_code():

@@ -67,7 +67,9 @@ def random_desc(rng, rows, cols, depth, block):
         row_vec=rng.randint(0, 1), col_vec=rng.randint(0, 1),
         a_addr=rng.getrandbits(32), a_stride=rng.getrandbits(16),
         b_addr=rng.getrandbits(32), b_stride=rng.getrandbits(16),
-        row_exp_addr=rng.getrandbits(32), col_exp_addr=rng.getrandbits(32))
+        row_exp_addr=rng.getrandbits(32), col_exp_addr=rng.getrandbits(32),
+        # the descriptor's reuse block: the buffers' (0 or too large) or any smaller side
+        block=rng.choice([0, block, rng.randint(1, block), block + 1, 31]))
 
 
 CONFIGS = [  # rows, cols, depth, block, data_width
@@ -126,3 +128,25 @@ def test_k_chunks_ramp(k, want):
     the next one (depth 64, align 8), then cuts the rest short-first."""
     assert em.k_chunks(k, 64, 8, ramp=True) == want
     assert sum(kc for _, kc in want) == k
+
+
+@pytest.mark.parametrize("side,want", [(0, 4), (1, 1), (3, 3), (4, 4), (5, 4), (31, 4)])
+def test_model_block_side(side, want):
+    """A descriptor's ``block`` sets the reuse blocks' side (1..the buffers' 4; 0 or more: 4):
+    a 10 x 10-tile GEMM walks ceil(10 / side)**2 blocks, each tile once per K chunk."""
+    d = em.descriptor(m=40, n=40, k=3, a_stride=0x10, b_stride=0x40, block=side)
+    cmds, _, writes, _ = em.walk(d, 4, 4, 16, 4, 128)
+    assert len(cmds) == len(writes) == 100
+    corners = {(w["m0"] // (4 * want), w["n0"] // (4 * want)) for w in writes}
+    assert len(corners) == (-(-10 // want)) ** 2
+    firsts = [c for c in cmds if c["i"] == 0 and c["j"] == 0]
+    assert len(firsts) == len(corners)
+
+
+def test_block_side_in_rtl():
+    """Back-to-back descriptors of sides 3, 0 (the buffers') and 1 on a block-4 walker."""
+    descs = [em.descriptor(m=m, n=n, k=k, transpose_a=ta, transpose_b=tb, a_addr=0x100,
+                           a_stride=0x100, b_addr=0x4000, b_stride=0x100, block=side)
+             for m, n, k, ta, tb, side in [(30, 26, 20, 0, 1, 3), (17, 33, 9, 1, 0, 0),
+                                           (9, 9, 40, 1, 1, 1)]]
+    simulate(descs, 4, 4, 16, 4, 128, seed=7)
