@@ -18,8 +18,9 @@ def _log2(x):
 
 class Walker(wiring.Component):
     """Walks a GEMM: blocks of ``b x b`` C tiles, each over K chunks of at most
-    ``depth`` steps, the short chunk first; the descriptor's first block ramps its chunks up
-    from ``max(rows, cols, bus bytes)`` steps (:func:`sim.engine_models.k_chunks`). ``b`` is
+    ``depth`` steps (:func:`sim.engine_models.k_chunks`): the descriptor's first block ramps
+    its chunks up from ``max(rows, cols, bus bytes)`` steps and cuts the rest short chunk
+    first, the blocks after it cut K into chunks of about equal length. ``b`` is
     the descriptor's ``block`` field, or ``block`` (the buffers' slots) where that is 0 or
     larger: it sets the schedule (operand reuse against how soon C leaves), never the sums.
 
@@ -136,10 +137,36 @@ class Walker(wiring.Component):
                 m.d.sync += [kc_reg.eq((r_m1[:_log2(D)] | align) + 1),
                              after_reg.eq((r_m1 & ~Const(D - 1, 17)) - (~r_m1 & align))]
 
+        def balanced(rest, name):
+            """The balanced cut of ``rest`` steps (the blocks after the first): over ``D``, a
+            chunk of ``ceil((s + D) / 2A) * A`` steps (``s`` the short-first chunk, ``A`` the
+            alignment), else all of it. Three registered stages, none with more than one
+            short carry chain: ``s``; the chunk; what follows it. Returns the chunk, what
+            follows, and whether this is the last chunk."""
+            lg = _log2(D)
+            s_r = Signal(max(lg, _log2(align + 1)) + 1, name=f"{name}_s")
+            rest1, rest2 = Signal(17, name=f"{name}_rest1"), Signal(17, name=f"{name}_rest2")
+            big1, big2 = Signal(name=f"{name}_big1"), Signal(name=f"{name}_big2")
+            kcb = Signal(17, name=f"{name}_kcb")
+            kc_o, after_o = Signal(17, name=f"{name}_kc"), Signal(17, name=f"{name}_after")
+            last_o = Signal(name=f"{name}_last")
+            low_m1 = (rest[:lg] - 1)[:lg] if lg else Const(0, 1)
+            la = _log2(align + 1)
+            m.d.sync += [s_r.eq((low_m1 | align) + 1), rest1.eq(rest), big1.eq(rest > D),
+                         kcb.eq((s_r + (D + 2 * (align + 1) - 1)) >> (la + 1) << la),
+                         rest2.eq(rest1), big2.eq(big1),
+                         kc_o.eq(Mux(big2, kcb, rest2)),
+                         after_o.eq(Mux(big2, rest2 - kcb, 0)), last_o.eq(~big2)]
+            return kc_o, after_o, last_o
+
         first_kc, first_after = Signal(17), Signal(17)
         next_kc, next_after = Signal(17), Signal(17)
         split(d.k, first_kc, first_after)
         split(k_after, next_kc, next_after)
+        # (the balanced pairs trail k_after by 3 cycles: NEXT reads them at least 4 after it
+        # sets k_after; from the descriptor, a block after the first reads them long after)
+        bfirst_kc, bfirst_after, bfirst_last = balanced(d.k, "bfirst")
+        bnext_kc, bnext_after, bnext_last = balanced(k_after, "bnext")
         ramp_start = Signal()        # the first block starts a ramp at ``align`` steps
         ramp_after0 = Signal(17)
         ramp_more = Signal()         # the next chunk doubles this one
@@ -276,8 +303,10 @@ class Walker(wiring.Component):
                              bn.eq(Mux(below(tiles_n, blk), tiles_n, blk)),
                              ti.eq(0), tj.eq(0), m0.eq(m_blk), n0.eq(n_blk), k0.eq(0),
                              phase.eq(0), ei.eq(0),
-                             kc.eq(first_kc), k_after.eq(first_after), ramping.eq(0),
-                             last_chunk.eq(first_after == 0),
+                             kc.eq(Mux(first_block, first_kc, bfirst_kc)),
+                             k_after.eq(Mux(first_block, first_after, bfirst_after)),
+                             ramping.eq(0),
+                             last_chunk.eq(Mux(first_block, first_after == 0, bfirst_last)),
                              cmd_sent.eq(0), write_sent.eq(0)]
                 with m.If(first_block & ramp_start):
                     m.d.sync += [kc.eq(align + 1), k_after.eq(ramp_after0), ramping.eq(1),
@@ -346,8 +375,11 @@ class Walker(wiring.Component):
                         m.d.sync += [kc.eq(kc << 1), k_after.eq(ramp_after),
                                      last_chunk.eq(ramp_after == 0)]
                     with m.Else():
-                        m.d.sync += [kc.eq(next_kc), k_after.eq(next_after), ramping.eq(0),
-                                     last_chunk.eq(next_after == 0)]
+                        m.d.sync += [kc.eq(Mux(first_block, next_kc, bnext_kc)),
+                                     k_after.eq(Mux(first_block, next_after, bnext_after)),
+                                     ramping.eq(0),
+                                     last_chunk.eq(Mux(first_block, next_after == 0,
+                                                       bnext_last))]
                     m.next = "CMD"
                 with m.Else():
                     m.d.sync += [parity.eq(~parity), first_block.eq(0)]

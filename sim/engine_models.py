@@ -79,7 +79,8 @@ def chunk_align(rows: int, cols: int, data_width: int) -> int:
     return max(rows, cols, data_width // 8)
 
 
-def k_chunks(k: int, depth: int, align: int = 1, ramp: bool = False) -> list[tuple[int, int]]:
+def k_chunks(k: int, depth: int, align: int = 1, ramp: bool = False,
+             balanced: bool = False) -> list[tuple[int, int]]:
     """The K chunks ``(k0, kc)`` a block is walked over, in order: the short one first.
 
     ``k`` is cut into chunks of at most ``depth`` steps. With more than one, the first holds
@@ -96,6 +97,14 @@ def k_chunks(k: int, depth: int, align: int = 1, ramp: bool = False) -> list[tup
     one, half as long, computes: the array starts early instead of after a whole chunk's
     loads.
 
+    ``balanced`` (the blocks after the first) cuts instead, while more than ``depth`` steps
+    are left, a chunk of half the short chunk plus ``depth``, rounded up to ``align``: a
+    chunk ``(s + depth) / 2`` rather than ``s`` then ``depth``, so the chunks of a block are
+    about equal (576 at depth 512 -> 288 + 288, not 64 + 512). After a short chunk, the next
+    one's loads — its first tile waits for all of a k-major span — have only the short
+    chunk's compute to hide behind; at the block's start that was the previous block's
+    last chunk, now one of equal length.
+
     The sums are int32 and exact in any order, so results do not depend on the chunks.
     :class:`rtl.walker.Walker` uses ``align =`` :func:`chunk_align`.
     """
@@ -104,6 +113,11 @@ def k_chunks(k: int, depth: int, align: int = 1, ramp: bool = False) -> list[tup
         chunks.append((k0, size))
         k0, size = k0 + size, 2 * size
     rest = k - k0
+    while balanced and rest > depth:
+        short = (((rest - 1) % depth) | (align - 1)) + 1
+        kc = -(-(short + depth) // (2 * align)) * align
+        chunks.append((k0, kc))
+        k0, rest = k0 + kc, rest - kc
     if rest <= depth:
         return chunks + [(k0, rest)]
     first = (((rest - 1) % depth) | (align - 1)) + 1
@@ -163,8 +177,9 @@ def walk(desc: dict, rows: int, cols: int, depth: int, block: int, data_width: i
                 x0 = n_blk + j * C
                 load(1, C, False, min(n - x0, C), x0, desc["col_exp_addr"], 0, 0, 0,
                      tag=1 | j << 1, exp=True)
-            for k0, kc in k_chunks(k, D, chunk_align(R, C, data_width),
-                                   ramp=m_blk == 0 and n_blk == 0):
+            first = m_blk == 0 and n_blk == 0
+            for k0, kc in k_chunks(k, D, chunk_align(R, C, data_width), ramp=first,
+                                   balanced=not first):
                 last = k0 + kc == k
                 for i in range(bm):
                     for j in range(bn):

@@ -146,8 +146,9 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
         rows_in = [min(rows, m - m_blk - i * rows) for i in range(bm)]
         for n_blk in range(0, n, block * cols):
             bn = min(block, _cdiv(n - n_blk, cols))
-            for k0, kc in k_chunks(k, depth, chunk_align(rows, cols, data_width),
-                                  ramp=m_blk == 0 and n_blk == 0):
+            first = m_blk == 0 and n_blk == 0
+            for k0, kc in k_chunks(k, depth, chunk_align(rows, cols, data_width), ramp=first,
+                                  balanced=not first):
                 a_jobs = operand_jobs(transpose_a, rows, m_blk, m, bm, kc)
                 b_jobs = operand_jobs(not transpose_b, cols, n_blk, n, bn, kc)
                 # The walker's order: tile (i, j), j inner; each command's A load, then B.

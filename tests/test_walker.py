@@ -150,3 +150,27 @@ def test_block_side_in_rtl():
              for m, n, k, ta, tb, side in [(30, 26, 20, 0, 1, 3), (17, 33, 9, 1, 0, 0),
                                            (9, 9, 40, 1, 1, 1)]]
     simulate(descs, 4, 4, 16, 4, 128, seed=7)
+
+
+@pytest.mark.parametrize("k,depth,align,want", [
+    (576, 512, 16, [(0, 288), (288, 288)]),                  # not 64 + 512
+    (1152, 512, 16, [(0, 320), (320, 416), (736, 416)]),
+    (100, 64, 8, [(0, 56), (56, 44)]), (40, 64, 8, [(0, 40)]),
+    (200, 64, 64, [(0, 64), (64, 64), (128, 64), (192, 8)])])  # alignment = depth: no change
+def test_k_chunks_balanced(k, depth, align, want):
+    """The blocks after the first cut K into chunks of about equal length, each but the last
+    a multiple of ``align``, none over ``depth``."""
+    assert em.k_chunks(k, depth, align, balanced=True) == want
+    assert all(kc % align == 0 for _, kc in want[:-1])
+
+
+def test_balanced_chunks_in_rtl():
+    """Descriptors of several blocks whose K spans 2 to 4 chunks: the first block's chunks
+    ramp and go short-first, the later blocks' are balanced (depth 16, alignment 4)."""
+    descs = [em.descriptor(m=m, n=n, k=k, transpose_a=ta, transpose_b=tb, a_addr=0x100,
+                           a_stride=0x100, b_addr=0x4000, b_stride=0x100, block=side)
+             for m, n, k, ta, tb, side in [(20, 12, 37, 0, 0, 2), (9, 30, 50, 1, 0, 1),
+                                           (17, 17, 33, 0, 1, 0), (30, 8, 64, 1, 1, 2)]]
+    want = simulate(descs, 4, 4, 16, 2, 64, seed=3)
+    ks = [c["k"] for c in want[0]]
+    assert 9 in ks          # 37 = 12 + 16 + 9 after the first block (4 + 8 + 12 + 13 in it)
