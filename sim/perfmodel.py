@@ -277,7 +277,9 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m sim.perfmodel",
         description="Predict a board's default configuration over the training GEMMs of "
-                    "typical layers, for several block sizes (and one or two memory ports).")
+                    "typical layers, for several block sizes (and one or two memory ports), "
+                    "and with each GEMM's block side chosen by best_block (as Device.gemm "
+                    "does), up to the board's block.")
     parser.add_argument("--board", choices=sorted(BOARDS), required=True)
     parser.add_argument("--blocks", type=int, nargs="+", default=[2, 4, 8])
     parser.add_argument("--ports", type=int, nargs="+", choices=[1, 2], default=[1, 2])
@@ -294,9 +296,11 @@ def main(argv=None) -> int:
           f"{cfg['data_width']}-bit bus, port preset {port['name']} "
           f"(default block {cfg['block']}); predicted PE utilisation, %")
     print("| GEMM | M x N x K | " + " | ".join(f"block {bl}, {p} port{'s' * (p > 1)}"
-                                            for bl, p in variants) + " |")
-    print("|---|---|" + "---:|" * len(variants))
-    means = [0.0] * len(variants)
+                                            for bl, p in variants)
+          + f" | chosen side <= {cfg['block']}, 1 port |")
+    print("|---|---|" + "---:|" * (len(variants) + 1))
+    geometry = {key: cfg[key] for key in ("rows", "cols", "depth", "data_width")}
+    means = [0.0] * (len(variants) + 1)
     count = 0
     for batch in args.batch:
         for fan_in, fan_out in LAYERS:
@@ -308,6 +312,10 @@ def main(argv=None) -> int:
                                 port=port, ports=p)["utilization"]
                     means[i] += u
                     row.append(f"{100 * u:.1f}")
+                side = best_block(m, n, k, ta, tb, block=cfg["block"], port=port, **geometry)
+                u = predict(m, n, k, ta, tb, block=side, port=port, **geometry)["utilization"]
+                means[-1] += u
+                row.append(f"{100 * u:.1f} (side {side})")
                 count += 1
                 print(f"| {fan_in}->{fan_out} b{batch} {name} | {m}x{n}x{k} | "
                       + " | ".join(row) + " |")

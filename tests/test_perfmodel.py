@@ -5,7 +5,8 @@ import pytest
 
 from firmware import Device
 from sim import golden
-from sim.perfmodel import predict, read_rate
+from sim import perfmodel
+from sim.perfmodel import best_block, predict, read_rate
 from sim.ports import resolve_port
 
 # The hardware configuration the accelerator tests already build (no extra compile).
@@ -37,7 +38,9 @@ def test_prediction_within_5_percent(device, m, n, k, ta, tb):
     b = rng.integers(-128, 128, (n, k) if tb else (k, n), dtype=np.int8)
     got = dev.gemm(a, b, transpose_a=ta, transpose_b=tb, out="int32")
     np.testing.assert_array_equal(got, golden.gemm(a, b, ta, tb))
-    want = predict(m, n, k, ta, tb, port=resolve_port(PORTS[name]), **CONFIG)["cycles"]
+    side = dev.stats["block"]            # the side the driver chose for this GEMM
+    want = predict(m, n, k, ta, tb, port=resolve_port(PORTS[name]),
+                   **{**CONFIG, "block": side})["cycles"]
     measured = dev.stats["cycles"]
     assert abs(want / measured - 1) <= 0.05, (name, measured, want)
 
@@ -45,6 +48,38 @@ def test_prediction_within_5_percent(device, m, n, k, ta, tb):
 def test_read_rate():
     assert read_rate(16, 8, 40) == 1.0
     assert read_rate(1, 8, 40) == pytest.approx(8 / 41)
+
+
+def test_read_rate_under_pauses():
+    """A paused channel: each burst's beats take 1 / (1 - pause) cycles, the latency does
+    not stretch, and the rate never passes 1 - pause."""
+    assert read_rate(1, 8, 32, 0.8) == pytest.approx(8 / (32 + 1 / 0.8))
+    assert read_rate(16, 8, 0, 0.8) == pytest.approx(0.8)
+
+
+def test_best_block_is_the_largest_near_the_fastest():
+    """On the ZCU104 stand-in (16x32 @ 64) a 64x256x256 forward fits in one block of 8 and
+    writes all of C at its end: a smaller side is faster; the choice is the largest side
+    within BLOCK_MARGIN of the fastest, and is cached."""
+    geometry = {"rows": 16, "cols": 32, "depth": 256, "data_width": 64}
+    port = resolve_port("zynqmp-hp")
+    cycles = {s: predict(64, 256, 256, block=s, port=port, **geometry)["cycles"]
+              for s in range(1, 9)}
+    side = best_block(64, 256, 256, block=8, port=port, **geometry)
+    fastest = min(cycles.values())
+    assert side < 8 and cycles[side] < cycles[8]
+    assert cycles[side] <= fastest * (1 + perfmodel.BLOCK_MARGIN)
+    assert all(c > fastest * (1 + perfmodel.BLOCK_MARGIN) for s, c in cycles.items() if s > side)
+    hits = perfmodel._best_block.cache_info().hits
+    assert best_block(64, 256, 256, block=8, port=port, **geometry) == side
+    assert perfmodel._best_block.cache_info().hits == hits + 1
+
+
+def test_cli_prints_the_chosen_sides(capsys):
+    assert perfmodel.main(["--board", "pynq-z1", "--blocks", "8", "--ports", "1",
+                           "--batch", "64"]) == 0
+    out = capsys.readouterr().out
+    assert "chosen side <= 8" in out and out.count("(side ") == 15
 
 
 def test_bad_ports_argument():
