@@ -4,8 +4,7 @@ import numpy as np
 import pytest
 
 from firmware import Device
-from sim import golden
-from sim import perfmodel
+from sim import golden, perfmodel
 from sim.perfmodel import best_block, predict, read_rate
 from sim.ports import resolve_port
 
