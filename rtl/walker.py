@@ -100,9 +100,9 @@ class Walker(wiring.Component):
         parity = Signal()
         # The descriptor's reuse block (its ``block`` field, 1..BL; 0 or more than BL: BL),
         # and its rows and columns: set with the descriptor, constant through the walk.
-        blk = Signal(range(BL + 1), reset_less=True)
-        blk_r = Signal(range(BL * R + 1), reset_less=True)
-        blk_c = Signal(range(BL * C + 1), reset_less=True)
+        blk = Signal(range(BL + 1))
+        blk_r = Signal(range(BL * R + 1))
+        blk_c = Signal(range(BL * C + 1))
 
         def below(x, lim):
             """``x < lim`` for a narrow ``lim``: a compare of ``len(lim)`` bits and a NOR of
@@ -144,13 +144,12 @@ class Walker(wiring.Component):
             short carry chain: ``s``; the chunk; what follows it. Returns the chunk, what
             follows, and whether this is the last chunk."""
             lg = _log2(D)
-
-            def reg(width, suffix):      # recomputed every cycle: no reset
-                return Signal(width, name=f"{name}_{suffix}", reset_less=True)
-            s_r = reg(max(lg, _log2(align + 1)) + 1, "s")
-            rest1, rest2, kcb = reg(17, "rest1"), reg(17, "rest2"), reg(17, "kcb")
-            big1, big2, last_o = reg(1, "big1"), reg(1, "big2"), reg(1, "last")
-            kc_o, after_o = reg(17, "kc"), reg(17, "after")
+            s_r = Signal(max(lg, _log2(align + 1)) + 1, name=f"{name}_s")
+            rest1, rest2 = Signal(17, name=f"{name}_rest1"), Signal(17, name=f"{name}_rest2")
+            big1, big2 = Signal(name=f"{name}_big1"), Signal(name=f"{name}_big2")
+            kcb = Signal(17, name=f"{name}_kcb")
+            kc_o, after_o = Signal(17, name=f"{name}_kc"), Signal(17, name=f"{name}_after")
+            last_o = Signal(name=f"{name}_last")
             low_m1 = (rest[:lg] - 1)[:lg] if lg else Const(0, 1)
             la = _log2(align + 1)
             m.d.sync += [s_r.eq((low_m1 | align) + 1), rest1.eq(rest), big1.eq(rest > D),
