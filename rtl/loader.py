@@ -119,7 +119,9 @@ class LoadSequencer(wiring.Component):
                      all_words.eq(job.rows * job.nwords)]
         merged = Signal()
         m.d.comb += merged.eq(contig & (all_words[24:] == 0))
-        merged_r = Signal()        # the command of the job in ROWS is the merged one
+        # The read commands' length, a register set in JOBS: the DMA's burst splitter reads
+        # it, so no multiplexer lies in front of that.
+        beats = Signal(24)
         job_sent = Signal()        # the gearbox job is out
         route_sent = Signal()      # the routing entry is out (or none is needed)
         # Read commands still to issue, and whether that is none or one: registers (set in
@@ -138,7 +140,7 @@ class LoadSequencer(wiring.Component):
         m.d.comb += [self.routes.payload.path.eq(job.path),
                      self.routes.payload.rows.eq(Mux(merged, 1, job.rows)),
                      self.rd_cmd.payload.addr.eq(addr),
-                     self.rd_cmd.payload.beats.eq(Mux(merged_r, all_words, job.nwords))]
+                     self.rd_cmd.payload.beats.eq(beats)]
 
         with m.FSM(name="load"):
             with m.State("MUL"):
@@ -154,7 +156,8 @@ class LoadSequencer(wiring.Component):
                 route_out = route_sent | ~rows_nz | self.routes.ready
                 m.d.sync += [job_sent.eq(job_out), route_sent.eq(route_out),
                              left.eq(Mux(merged, 1, job.rows)), none_left.eq(~rows_nz),
-                             one_left.eq(merged | (job.rows == 1)), merged_r.eq(merged)]
+                             one_left.eq(merged | (job.rows == 1)),
+                             beats.eq(Mux(merged, all_words, job.nwords))]
                 with m.If(job_out & route_out):
                     m.d.sync += at_addr.eq(1)
                     m.next = "ADDR"
