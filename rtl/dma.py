@@ -377,8 +377,14 @@ class DmaReader(_DmaMaster):
 
         popped = Signal()
         m.d.comb += popped.eq(self.o_stream.valid & self.o_stream.ready)
-        m.d.comb += credits_next.eq(credits - Mux(issued, n, 0) + popped)
-        m.d.sync += [credits.eq(credits_next), room.eq(credits_next >= self.burst_beats)]
+        # The count and its room with and without a burst, in parallel with the burst
+        # decision, which then only selects.
+        kept = Signal.like(credits)
+        spent = Signal.like(credits)
+        m.d.comb += [kept.eq(credits + popped), spent.eq(kept - n),
+                     credits_next.eq(Mux(issued, spent, kept))]
+        m.d.sync += [credits.eq(credits_next),
+                     room.eq(Mux(issued, spent >= self.burst_beats, kept >= self.burst_beats))]
 
         # ---- data side --------------------------------------------------------------------
         m.d.comb += [bus.rready.eq(1), beat.eq(bus.rvalid)]
@@ -494,7 +500,10 @@ class DmaWriter(_DmaMaster):
                      aw_in.addr.eq(formed_addr), aw_in.len.eq(formed_n), aw_fifo.w_en.eq(formed),
                      w_fifo.w_data.eq(formed_n - 1), w_fifo.w_en.eq(formed),   # beats - 1
                      b_fifo.w_data.eq(formed_last), b_fifo.w_en.eq(formed)]
-        m.d.sync += free_words.eq(free_words + taken_in - Mux(issued, n, 0))
+        # (both sums in parallel with the burst decision, which then only selects one)
+        words_in = Signal.like(free_words)
+        m.d.comb += words_in.eq(free_words + taken_in)
+        m.d.sync += free_words.eq(Mux(issued, words_in - n, words_in))
 
         # ---- AW: the head of the address queue ---------------------------------------------
         aw_head = data.View(aw_layout, aw_fifo.r_data)
