@@ -52,6 +52,28 @@ def _check_params(data_width, addr_width, burst_beats, outstanding):
         raise ValueError(f"outstanding must be a positive integer, not {outstanding!r}")
 
 
+def _select_count(m, name, count, n, spend, add, at_least=None):
+    """``count - (spend ? n : 0) + add``, and whether that is ``>= at_least``: the four sums
+    (and compares) are computed from ``count`` and ``n`` (registers) beside the late
+    ``spend`` and ``add`` decisions, which then only select one (a LUT after them, no carry
+    chain). Returns ``(next, at_least_next)`` (the second None without ``at_least``)."""
+    sums = {}
+    for s in (0, 1):
+        for a in (0, 1):
+            v = Signal.like(count, name=f"{name}_s{s}a{a}")
+            m.d.comb += v.eq(count - (n if s else 0) + a)
+            sums[s, a] = v
+    nxt = Signal.like(count, name=f"{name}_next")
+    ok = Signal(name=f"{name}_ok") if at_least is not None else None
+    with m.Switch(Cat(add, spend)):
+        for (s, a), v in sums.items():
+            with m.Case(a | s << 1):
+                m.d.comb += nxt.eq(v)
+                if ok is not None:
+                    m.d.comb += ok.eq(v >= at_least)
+    return nxt, ok
+
+
 def _burst_splitter(m, addr, remaining, burst_beats, shift):
     """The next burst of a run of ``remaining`` words at ``addr``: its length (at most
     ``burst_beats``, the rest, and the way to the next 4 KB boundary) and whether it is the
@@ -377,14 +399,11 @@ class DmaReader(_DmaMaster):
 
         popped = Signal()
         m.d.comb += popped.eq(self.o_stream.valid & self.o_stream.ready)
-        # The count and its room with and without a burst, in parallel with the burst
-        # decision, which then only selects.
-        kept = Signal.like(credits)
-        spent = Signal.like(credits)
-        m.d.comb += [kept.eq(credits + popped), spent.eq(kept - n),
-                     credits_next.eq(Mux(issued, spent, kept))]
-        m.d.sync += [credits.eq(credits_next),
-                     room.eq(Mux(issued, spent >= self.burst_beats, kept >= self.burst_beats))]
+        room_next = Signal()
+        c_next, r_next = _select_count(m, "credits", credits, n, issued, popped,
+                                       at_least=self.burst_beats)
+        m.d.comb += [credits_next.eq(c_next), room_next.eq(r_next)]
+        m.d.sync += [credits.eq(credits_next), room.eq(room_next)]
 
         # ---- data side --------------------------------------------------------------------
         m.d.comb += [bus.rready.eq(1), beat.eq(bus.rvalid)]
@@ -500,10 +519,8 @@ class DmaWriter(_DmaMaster):
                      aw_in.addr.eq(formed_addr), aw_in.len.eq(formed_n), aw_fifo.w_en.eq(formed),
                      w_fifo.w_data.eq(formed_n - 1), w_fifo.w_en.eq(formed),   # beats - 1
                      b_fifo.w_data.eq(formed_last), b_fifo.w_en.eq(formed)]
-        # (both sums in parallel with the burst decision, which then only selects one)
-        words_in = Signal.like(free_words)
-        m.d.comb += words_in.eq(free_words + taken_in)
-        m.d.sync += free_words.eq(Mux(issued, words_in - n, words_in))
+        m.d.sync += free_words.eq(_select_count(m, "free_words", free_words, n, issued,
+                                                taken_in)[0])
 
         # ---- AW: the head of the address queue ---------------------------------------------
         aw_head = data.View(aw_layout, aw_fifo.r_data)
