@@ -390,6 +390,7 @@ class DmaReader(_DmaMaster):
         # the count with the burst's length lies between the FIFO and the address channel.
         # The two length queues' room likewise (:func:`rtl._util.occupancy`).
         credits = Signal(range(depth + 1), init=depth)
+        credits_next = Signal.like(credits)
         room = Signal(init=1)
         active, valid, ready, issued, _, addr, n, take = self._bursts(
             m, lambda n: room & burst_room, cmd_room)
@@ -398,8 +399,10 @@ class DmaReader(_DmaMaster):
 
         popped = Signal()
         m.d.comb += popped.eq(self.o_stream.valid & self.o_stream.ready)
-        credits_next, room_next = _select_count(m, "credits", credits, n, issued, popped,
-                                                at_least=self.burst_beats)
+        room_next = Signal()
+        c_next, r_next = _select_count(m, "credits", credits, n, issued, popped,
+                                       at_least=self.burst_beats)
+        m.d.comb += [credits_next.eq(c_next), room_next.eq(r_next)]
         m.d.sync += [credits.eq(credits_next), room.eq(room_next)]
 
         # ---- data side --------------------------------------------------------------------
