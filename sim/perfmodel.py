@@ -17,9 +17,11 @@ within a chunk, tile by tile in the walker's order:
   most ``max_burst``; a burst holds one of the ``outstanding`` slots for ``read_latency +
   beats`` cycles, so the job moves ``min(1, outstanding * beats / (read_latency + beats))``
   words per cycle at its mean burst length (``outstanding`` is the smaller of the port's
-  limit and the DMA reader's), plus :data:`LOAD_OVERHEAD` cycles. A chunk's jobs start once
-  the previous chunk's are done and its buffer slots are free (the chunk two back has
-  computed);
+  limit and the DMA reader's), plus :data:`LOAD_OVERHEAD` cycles. Where a vector is
+  narrower than a bus word, the gearboxes pace a job instead — one vector a cycle, taken in
+  read order (the router hands words over in order), while the reads run on into the DMA's
+  FIFO. A chunk's jobs start once the previous chunk's are done and its buffer slots are
+  free (the chunk two back has computed);
 * **compute**: each tile takes ``kc`` array cycles, once the tile before it has and its
   operands are in (``read_latency`` after its jobs) — so the first row of a block, which
   waits for a new B tile per tile, is paced by the reads when a tile loads slower than it
@@ -30,9 +32,10 @@ within a chunk, tile by tile in the walker's order:
   one write channel shared from block to block; the array runs ahead of it by at most the
   output FIFO (:data:`OUT_TILES` tiles) and stalls beyond.
 
-Both data channels move at most ``1 - pause`` words a cycle under a port whose subordinate
-holds a channel back with probability ``pause`` each cycle (the presets' random
-back-pressure). After the last chunk the array drains and the last C rows are written.
+Under a port whose subordinate holds a channel back with probability ``pause`` each cycle
+(the presets' random back-pressure) a burst's beats take ``1 / (1 - pause)`` times as long
+(its latency does not stretch) and a data channel moves at most ``1 - pause`` words a
+cycle. After the last chunk the array drains and the last C rows are written.
 
 ``ports=2`` predicts a design that reads A and B through two memory ports (the Zynq PS has
 four HP ports; A's jobs and B's each on their own) — not built yet; the default, 1, is the
@@ -126,19 +129,27 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
         return beats / read_rate(beats / len(bursts), o_rd, lat_r, keep)
 
     def operand_jobs(k_major, lanes, x_blk, limit, tiles, kc):
-        """The load jobs of one operand in a chunk, each as its runs of bus words: a k-major
-        operand is one job for the block (a run per step), a lane-run one a job per tile (a
-        run per lane inside the matrix)."""
+        """The load jobs of one operand in a chunk, each as its read and gearbox cycles: a
+        k-major operand is one job for the block (a run of bus words per step), a lane-run
+        one a job per tile (a run per lane inside the matrix). A gearbox makes one vector a
+        cycle: a k-major step a vector per tile, a lane run one per ``lanes`` steps."""
         if k_major:
             v = min(tiles * lanes, limit - x_blk)
             offset = x_blk % bpw if lanes <= bpw else 0
             words = _cdiv(offset + v, bpw)
             # the run is a whole stored row of a packed matrix: the rows follow one another
-            return [[words * kc]] if words == _cdiv(limit, bpw) else [[words] * kc]
-        runs = [min(lanes, limit - x_blk - t * lanes) for t in range(tiles)]
+            runs = [words * kc] if words == _cdiv(limit, bpw) else [words] * kc
+            return [job_cycles(runs, kc * tiles, lanes)]
+        rows_in = [min(lanes, limit - x_blk - t * lanes) for t in range(tiles)]
+        vectors = lanes * _cdiv(kc, lanes)        # the zero rows beyond the edge included
         if kc == k:        # a tile's rows of one chunk are whole rows: one run
-            return [[_cdiv(kc, bpw) * r] for r in runs]
-        return [[_cdiv(kc, bpw)] * r for r in runs]
+            return [job_cycles([_cdiv(kc, bpw) * r], vectors, lanes) for r in rows_in]
+        return [job_cycles([_cdiv(kc, bpw)] * r, vectors, lanes) for r in rows_in]
+
+    def job_cycles(runs, vectors, lanes):
+        """(read cycles, gearbox cycles): the gearbox's only where a vector is narrower than
+        a bus word (else it keeps up with the bus)."""
+        return read_cycles(runs) + LOAD_OVERHEAD, vectors + 1 if lanes < bpw else 0
 
     chunks = []
     for m_blk in range(0, m, block * rows):
@@ -160,10 +171,10 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
                         bi = 0 if len(b_jobs) == 1 else j
                         if ai not in a_at:
                             a_at[ai] = len(loads)
-                            loads.append((0, read_cycles(a_jobs[ai]) + LOAD_OVERHEAD))
+                            loads.append((0, a_jobs[ai]))
                         if bi not in b_at:
                             b_at[bi] = len(loads)
-                            loads.append((1, read_cycles(b_jobs[bi]) + LOAD_OVERHEAD))
+                            loads.append((1, b_jobs[bi]))
                         tiles.append((a_at[ai], b_at[bi]))
                 write = 0.0
                 if k0 + kc == k:
@@ -187,14 +198,19 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
     comp_end = [0.0] * len(chunks)
     votes = {"compute": 0, "reads": 0, "writes": 0}
     wclock = 0.0
+    gearbox = 0.0                # when the gearboxes have made the last job's vectors
     for i, c in enumerate(chunks):
         read_start = max(read_end[i - 1] if i else 0.0, comp_end[i - 2] if i > 1 else 0.0)
         clock = [read_start, read_start]
         done = []
-        for path, cycles in c["loads"]:
+        for path, (cycles, vectors) in c["loads"]:
             p = path if ports == 2 else 0
+            start = clock[p]
             clock[p] += cycles
-            done.append(clock[p] + lat_r)
+            # the router hands words over in read order: a job's vectors follow the previous
+            # job's and its own words (reads run on meanwhile, into the DMA's FIFO)
+            gearbox = max(max(gearbox, start + lat_r) + vectors, clock[p] + lat_r)
+            done.append(gearbox)
         read_end[i] = max(clock)
         t = comp_end[i - 1] if i else 0.0
         waited = stalled = 0.0
