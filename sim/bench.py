@@ -14,6 +14,10 @@
                                    here run as a smaller array with the same operand-to-bus
                                    ratio (:data:`BENCH_CONFIGS`). ``--board``, ``--port``
                                    (preset name or JSON knobs), ``--block``, ``--quick``.
+``python -m sim.bench model``      The performance model (:mod:`sim.perfmodel`) against the
+                                   RTL on random GEMMs (shapes, transposes, block sides) of one
+                                   configuration (default 8x8 @ 128 bits, the tests'), behind
+                                   the ideal port and a Zynq-like one (:data:`MODEL_PORTS`).
 ``python -m sim.bench host``       Host share of a training step: a Fashion-MNIST-shaped CNN
                                    at batch 128 over each board's default on the functional
                                    model (:mod:`sim.hostbench`; its own options).
@@ -31,7 +35,7 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["resources", "cycles", "utilization", "main"]
+__all__ = ["resources", "cycles", "utilization", "model_check", "main"]
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -319,6 +323,66 @@ def utilization(configs, quick=False) -> list[dict]:
     return out
 
 
+#: The ports ``python -m sim.bench model`` checks the model behind by default: the ideal
+#: memory and a Zynq-like port without pauses (``tests/test_perfmodel.py``'s two).
+MODEL_PORTS = ["ideal", {"outstanding_reads": 8, "outstanding_writes": 8, "read_latency": 40,
+                         "write_latency": 20, "max_burst": 16, "pause": 0.0}]
+
+
+def model_check(rows, cols, data_width, depth, block, ports, count, seed) -> list[dict]:
+    """``count`` random GEMMs (seeded), each run on the RTL behind every port of ``ports``
+    and predicted by :func:`sim.perfmodel.predict` at the block side it ran with. M and N are
+    drawn from multiples of the array (edge tiles and blocks included), K from 16 to 300."""
+    import random
+
+    from firmware import Device
+    from sim import golden
+    from sim.perfmodel import predict
+    from sim.ports import resolve_port
+
+    rng = random.Random(seed)
+    ms = [max(1, d * rows // 8) for d in (8, 24, 40, 72, 136, 200)]
+    ns = [max(1, d * cols // 8) for d in (8, 16, 40, 64, 100)]
+    cases = [(rng.choice(ms), rng.choice(ns), rng.choice([16, 64, 100, 300]),
+              rng.random() < 0.5, rng.random() < 0.5, rng.randint(1, block))
+             for _ in range(count)]
+    out = []
+    for port in ports:
+        port = resolve_port(port)
+        dev = Device("rtl", rows=rows, cols=cols, data_width=data_width, depth=depth,
+                     block=block, port=port, seed=3)
+        for m, n, k, ta, tb, side in cases:
+            data = np.random.default_rng(m * n + k)
+            a = data.integers(-128, 128, (k, m) if ta else (m, k), dtype=np.int8)
+            b = data.integers(-128, 128, (n, k) if tb else (k, n), dtype=np.int8)
+            c = dev.gemm(a, b, transpose_a=ta, transpose_b=tb, out="int32", block=side)
+            if not np.array_equal(c, golden.gemm(a, b, ta, tb)):
+                raise AssertionError(f"{m}x{n}x{k}: the accelerator's result differs")
+            measured = dev.stats["cycles"]
+            predicted = predict(m, n, k, ta, tb, rows=rows, cols=cols, depth=depth,
+                                block=side, data_width=data_width, port=port)["cycles"]
+            out.append({"port": port["name"], "rows": rows, "cols": cols,
+                        "data_width": data_width, "depth": depth, "block": side, "m": m,
+                        "n": n, "k": k, "transpose_a": ta, "transpose_b": tb,
+                        "cycles": measured, "predicted_cycles": predicted,
+                        "error": round(predicted / measured - 1, 4)})
+    return out
+
+
+def model_check_table(results) -> str:
+    errors = np.abs([r["error"] for r in results])
+    lines = ["| port | GEMM | block | cycles | model (error) |", "|---|---|---:|---:|---:|"]
+    for r in results:
+        form = "".join(t for t, on in (("A^T ", r["transpose_a"]), ("B^T", r["transpose_b"]))
+                       if on).strip() or "as stored"
+        lines.append(f"| {r['port']} | {r['m']}x{r['n']}x{r['k']} {form} | {r['block']} | "
+                     f"{r['cycles']} | {r['predicted_cycles']} ({100 * r['error']:+.1f}%) |")
+    lines.append(f"\nmean |error| {100 * errors.mean():.1f} %, within 5 %: "
+                 f"{int(np.sum(errors <= 0.05))} of {len(errors)}, largest "
+                 f"{100 * errors.max():.1f} %")
+    return "\n".join(lines)
+
+
 def utilization_table(results) -> str:
     lines = ["| board (simulated as) | port | GEMM | M x N x K | block | cycles | PE utilisation "
              "| roofline bound | util / bound | bound by | model: cycles (error) "
@@ -398,6 +462,20 @@ def main(argv=None) -> int:
     p.add_argument("--quick", action="store_true",
                    help="smaller square GEMMs and one layer (256->10, batch 64) only")
     p.add_argument("--out", type=Path, default=ROOT / "results" / "utilization.json")
+    p = sub.add_parser(
+        "model", help="the performance model against the RTL on random GEMMs",
+        description="Random GEMMs (shapes, transposes, block sides) on the RTL behind each "
+                    "port, beside the performance model's prediction.")
+    p.add_argument("--size", type=_size, default=(8, 8))
+    p.add_argument("--width", type=int, choices=[64, 128, 256, 512], default=128)
+    p.add_argument("--depth", type=int, default=512)
+    p.add_argument("--block", type=int, default=4)
+    p.add_argument("--port", type=_port_arg, nargs="+", default=None,
+                   help="ports (preset names or JSON knobs; default: ideal and a Zynq-like "
+                        "port without pauses)")
+    p.add_argument("--count", type=int, default=40, help="GEMMs per port")
+    p.add_argument("--seed", type=int, default=5)
+    p.add_argument("--out", type=Path, default=ROOT / "results" / "model_check.json")
     args = parser.parse_args(argv)
 
     if args.what == "utilization":
@@ -433,6 +511,17 @@ def main(argv=None) -> int:
               f"GEMM calls ({cycles_run / max(wall, 1e-9):,.0f} cycles per second of "
               f"simulation); {time.monotonic() - t0:.0f} s in all, builds included",
               file=sys.stderr)
+    elif args.what == "model":
+        if args.count < 1:
+            parser.error(f"--count must be positive, not {args.count}")
+        if args.block < 1 or args.block > 16 or args.block & (args.block - 1):
+            parser.error(f"--block: a power of two in 1..16, not {args.block}")
+        try:
+            results = model_check(*args.size, args.width, args.depth, args.block,
+                                  args.port or MODEL_PORTS, args.count, args.seed)
+        except ValueError as e:          # a configuration the accelerator refuses
+            parser.error(str(e))
+        table = model_check_table(results)
     elif args.what == "resources":
         results = resources(args.sizes, args.families, ROOT / "build" / "bench")
         table = resources_table(results)

@@ -100,3 +100,24 @@ def test_pauses_slow_the_data_channels():
     port["pause"] = 0.1
     slow = predict(256, 256, 8, port=port, **CONFIG)["cycles"]
     assert base / 0.9 * 0.95 < slow <= base / 0.9 * 1.001
+
+
+def test_bench_model_check(tmp_path, capsys):
+    """``python -m sim.bench model``: random GEMMs on the RTL behind both ports, each beside
+    its prediction, bit-exact (checked inside), with the summary line; bad counts exit 2."""
+    import json
+
+    from sim import bench
+    out = tmp_path / "model.json"
+    assert bench.main(["model", "--count", "3", "--out", str(out)]) == 0
+    record = json.loads(out.read_text())
+    assert record["command"].startswith("python -m sim.bench model")
+    results = record["results"]
+    assert len(results) == 6 and {r["port"] for r in results} == {"ideal", "ideal+"}
+    for r in results:
+        assert r["cycles"] > 0 and 1 <= r["block"] <= 4
+        assert r["error"] == round(r["predicted_cycles"] / r["cycles"] - 1, 4)
+    assert "within 5 %" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as e:
+        bench.main(["model", "--count", "0", "--out", str(out)])
+    assert e.value.code == 2
