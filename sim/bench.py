@@ -267,10 +267,26 @@ def roofline(m, n, k, rows, cols, data_width, port):
             "bound": m * n * k / (rows * cols * cycles), "bound_by": by}
 
 
+def _run_checked(dev, label, m, n, k, ta, tb, rng, block=None) -> float:
+    """One random int32 GEMM on ``dev`` (operands from ``rng``), checked bit for bit against
+    :func:`sim.golden.gemm` and for AXI protocol violations; its wall seconds."""
+    from sim import golden
+
+    a = rng.integers(-128, 128, (k, m) if ta else (m, k), dtype=np.int8)
+    b = rng.integers(-128, 128, (n, k) if tb else (k, n), dtype=np.int8)
+    t0 = time.monotonic()
+    c = dev.gemm(a, b, transpose_a=ta, transpose_b=tb, out="int32", block=block)
+    wall = time.monotonic() - t0
+    if not np.array_equal(c, golden.gemm(a, b, ta, tb)):
+        raise AssertionError(f"{label}: the accelerator's result differs from golden")
+    if dev.sim.violations:
+        raise AssertionError(f"{label}: {dev.sim.violations} AXI protocol violations")
+    return wall
+
+
 def utilization(configs, quick=False) -> list[dict]:
     """Run each ``(label, accelerator params, port)`` of ``configs``; one record per GEMM."""
     from firmware import Device
-    from sim import golden
     from sim.perfmodel import predict
     from sim.ports import resolve_port
 
@@ -284,16 +300,8 @@ def utilization(configs, quick=False) -> list[dict]:
               f"{time.monotonic() - t0:.0f} s", file=sys.stderr)
         rng = np.random.default_rng(0)
         for group, name, m, n, k, ta, tb in _bench_cases(rows, cols, quick):
-            a = rng.integers(-128, 128, (k, m) if ta else (m, k), dtype=np.int8)
-            b = rng.integers(-128, 128, (n, k) if tb else (k, n), dtype=np.int8)
             dev.sim.clear_counters()
-            t1 = time.monotonic()
-            c = dev.gemm(a, b, transpose_a=ta, transpose_b=tb, out="int32")
-            wall = time.monotonic() - t1
-            if not np.array_equal(c, golden.gemm(a, b, ta, tb)):
-                raise AssertionError(f"{name}: the accelerator's result differs from golden")
-            if dev.sim.violations:
-                raise AssertionError(f"{name}: {dev.sim.violations} AXI protocol violations")
+            wall = _run_checked(dev, name, m, n, k, ta, tb, rng)
             st, mem = dev.stats, dev.sim.counters
             bound = roofline(m, n, k, rows, cols, width, port)
             util = st["utilization"]
@@ -336,7 +344,6 @@ def model_check(rows, cols, data_width, depth, block, ports, count, seed) -> lis
     import random
 
     from firmware import Device
-    from sim import golden
     from sim.perfmodel import predict
     from sim.ports import resolve_port
 
@@ -352,12 +359,8 @@ def model_check(rows, cols, data_width, depth, block, ports, count, seed) -> lis
         dev = Device("rtl", rows=rows, cols=cols, data_width=data_width, depth=depth,
                      block=block, port=port, seed=3)
         for m, n, k, ta, tb, side in cases:
-            data = np.random.default_rng(m * n + k)
-            a = data.integers(-128, 128, (k, m) if ta else (m, k), dtype=np.int8)
-            b = data.integers(-128, 128, (n, k) if tb else (k, n), dtype=np.int8)
-            c = dev.gemm(a, b, transpose_a=ta, transpose_b=tb, out="int32", block=side)
-            if not np.array_equal(c, golden.gemm(a, b, ta, tb)):
-                raise AssertionError(f"{m}x{n}x{k}: the accelerator's result differs")
+            _run_checked(dev, f"{m}x{n}x{k}", m, n, k, ta, tb,
+                         np.random.default_rng(m * n + k), block=side)
             measured = dev.stats["cycles"]
             predicted = predict(m, n, k, ta, tb, rows=rows, cols=cols, depth=depth,
                                 block=side, data_width=data_width, port=port)["cycles"]
@@ -400,6 +403,16 @@ def utilization_table(results) -> str:
             f"{r['dma_stall_cycles']} | {mem['read_bursts']} | {mem['max_reads_in_flight']} | "
             f"{r['sim_cycles_per_second']:,} |")
     return "\n".join(lines)
+
+
+def _block_arg(text: str) -> int:
+    try:
+        block = int(text)
+    except ValueError:
+        block = None
+    if block is None or block < 1 or block > 16 or block & (block - 1):
+        raise argparse.ArgumentTypeError(f"a power of two in 1..16, not {text!r}")
+    return block
 
 
 def _port_arg(text: str):
@@ -456,7 +469,7 @@ def main(argv=None) -> int:
                         "--port (default ideal)")
     p.add_argument("--widths", type=int, nargs="+", choices=[64, 128, 256, 512], default=None,
                    help="bus widths for --sizes (default 128)")
-    p.add_argument("--block", type=int, default=None,
+    p.add_argument("--block", type=_block_arg, default=None,
                    help="reuse block (C tiles a side) instead of each board's default (a "
                         "power of two in 1..16)")
     p.add_argument("--quick", action="store_true",
@@ -469,7 +482,7 @@ def main(argv=None) -> int:
     p.add_argument("--size", type=_size, default=(8, 8))
     p.add_argument("--width", type=int, choices=[64, 128, 256, 512], default=128)
     p.add_argument("--depth", type=int, default=512)
-    p.add_argument("--block", type=int, default=4)
+    p.add_argument("--block", type=_block_arg, default=4)
     p.add_argument("--port", type=_port_arg, nargs="+", default=None,
                    help="ports (preset names or JSON knobs; default: ideal and a Zynq-like "
                         "port without pauses)")
@@ -482,9 +495,6 @@ def main(argv=None) -> int:
         from platforms import PLATFORMS
         from sim.ports import BOARD_PORTS
 
-        if args.block is not None and (args.block < 1 or args.block > 16
-                                       or args.block & (args.block - 1)):
-            parser.error(f"--block: a power of two in 1..16, not {args.block}")
         blk = {} if args.block is None else {"block": args.block}
         configs = []
         for rows, cols in args.sizes or []:
@@ -514,8 +524,6 @@ def main(argv=None) -> int:
     elif args.what == "model":
         if args.count < 1:
             parser.error(f"--count must be positive, not {args.count}")
-        if args.block < 1 or args.block > 16 or args.block & (args.block - 1):
-            parser.error(f"--block: a power of two in 1..16, not {args.block}")
         try:
             results = model_check(*args.size, args.width, args.depth, args.block,
                                   args.port or MODEL_PORTS, args.count, args.seed)
