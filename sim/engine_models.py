@@ -17,7 +17,7 @@ import numpy as np
 
 from firmware.regmap import ErrorCode
 
-__all__ = ["descriptor", "check", "chunk_align", "k_chunks", "block_side", "walk",
+__all__ = ["descriptor", "check", "chunk_align", "k_chunks", "block_chunks", "block_side", "walk",
            "load_sequence", "route", "issue", "write_back"]
 
 _DESC_FIELDS = ("m", "n", "k", "transpose_a", "transpose_b", "raw", "row_vec", "col_vec",
@@ -81,7 +81,7 @@ def chunk_align(rows: int, cols: int, data_width: int) -> int:
 
 def k_chunks(k: int, depth: int, align: int = 1, ramp: bool = False,
              balanced: bool = False) -> list[tuple[int, int]]:
-    """The K chunks ``(k0, kc)`` a block is walked over, in order: the short one first.
+    """The K chunks ``(k0, kc)`` a block is walked over, in order.
 
     ``k`` is cut into chunks of at most ``depth`` steps. With more than one, the first holds
     the remainder ``(k - 1) % depth + 1`` rounded up to a multiple of ``align`` (so that
@@ -108,21 +108,30 @@ def k_chunks(k: int, depth: int, align: int = 1, ramp: bool = False,
     The sums are int32 and exact in any order, so results do not depend on the chunks.
     :class:`rtl.walker.Walker` uses ``align =`` :func:`chunk_align`.
     """
+    def short(rest):        # the remainder of a cut into depth steps, rounded up to align
+        return (((rest - 1) % depth) | (align - 1)) + 1
+
     chunks, k0, size = [], 0, align
     while ramp and size <= depth and k - k0 - size >= 2 * size:
         chunks.append((k0, size))
         k0, size = k0 + size, 2 * size
     rest = k - k0
     while balanced and rest > depth:
-        short = (((rest - 1) % depth) | (align - 1)) + 1
-        kc = -(-(short + depth) // (2 * align)) * align
+        kc = -(-(short(rest) + depth) // (2 * align)) * align
         chunks.append((k0, kc))
         k0, rest = k0 + kc, rest - kc
     if rest <= depth:
         return chunks + [(k0, rest)]
-    first = (((rest - 1) % depth) | (align - 1)) + 1
+    first = short(rest)
     return chunks + [(k0, first)] + [(k0 + r0, min(depth, rest - r0))
                                      for r0 in range(first, rest, depth)]
+
+
+def block_chunks(k: int, depth: int, align: int, first: bool) -> list[tuple[int, int]]:
+    """The K chunks of one block as :class:`rtl.walker.Walker` cuts them: the descriptor's
+    first block ramps and cuts short first, the blocks after it are balanced
+    (:func:`k_chunks`)."""
+    return k_chunks(k, depth, align, ramp=first, balanced=not first)
 
 
 def block_side(field: int, block: int) -> int:
@@ -177,9 +186,8 @@ def walk(desc: dict, rows: int, cols: int, depth: int, block: int, data_width: i
                 x0 = n_blk + j * C
                 load(1, C, False, min(n - x0, C), x0, desc["col_exp_addr"], 0, 0, 0,
                      tag=1 | j << 1, exp=True)
-            first = m_blk == 0 and n_blk == 0
-            for k0, kc in k_chunks(k, D, chunk_align(R, C, data_width), ramp=first,
-                                   balanced=not first):
+            for k0, kc in block_chunks(k, D, chunk_align(R, C, data_width),
+                                       first=m_blk == 0 and n_blk == 0):
                 last = k0 + kc == k
                 for i in range(bm):
                     for j in range(bn):

@@ -3,8 +3,9 @@ and memory port.
 
 DarkFPGA-style: the engine's schedule (:mod:`rtl.engine`) is walked at the granularity at which
 it overlaps work — one K chunk of one block of ``block x block`` C tiles, the chunks cut as
-:func:`sim.engine_models.k_chunks` cuts them (short first; the first block ramps up) — and,
-within a chunk, tile by tile in the walker's order:
+:func:`sim.engine_models.block_chunks` cuts them (the first block ramps up and cuts short
+first, the blocks after it are balanced) — and, within a chunk, tile by tile in the walker's
+order:
 
 * **operand reads**: the chunk's load jobs in the order the walker issues them (tile ``(i, j)``
   with ``j`` inner; a command's A load, then its B load): a lane-run tile (A as stored, B
@@ -52,7 +53,7 @@ import argparse
 import functools
 import sys
 
-from .engine_models import chunk_align, k_chunks
+from .engine_models import block_chunks, chunk_align
 
 __all__ = ["predict", "best_block", "read_rate", "training_gemms", "main"]
 
@@ -157,9 +158,8 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
         rows_in = [min(rows, m - m_blk - i * rows) for i in range(bm)]
         for n_blk in range(0, n, block * cols):
             bn = min(block, _cdiv(n - n_blk, cols))
-            first = m_blk == 0 and n_blk == 0
-            for k0, kc in k_chunks(k, depth, chunk_align(rows, cols, data_width), ramp=first,
-                                  balanced=not first):
+            for k0, kc in block_chunks(k, depth, chunk_align(rows, cols, data_width),
+                                       first=m_blk == 0 and n_blk == 0):
                 a_jobs = operand_jobs(transpose_a, rows, m_blk, m, bm, kc)
                 b_jobs = operand_jobs(not transpose_b, cols, n_blk, n, bn, kc)
                 # The walker's order: tile (i, j), j inner; each command's A load, then B.
