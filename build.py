@@ -124,6 +124,8 @@ def parse_args(argv):
     parser.add_argument("--acc-ram", choices=["auto", "ultra"],
                         help="what the accumulation slots are built of: what synthesis "
                              "chooses, or UltraRAM (UltraScale+ boards)")
+    parser.add_argument("--write-ports", type=int, choices=[1, 2],
+                        help="AXI write ports C rows are dealt to (default: the platform's)")
     parser.add_argument("--out", type=Path, help="output directory (default build/<platform>)")
     parser.add_argument("--synth", choices=["yosys", "vivado", "none"], default="yosys")
     parser.add_argument("--timing", action="store_true",
@@ -144,7 +146,8 @@ def parse_args(argv):
         parser.error(f"--platform is required: one of {', '.join(sorted(PLATFORMS))}")
     board = PLATFORMS[args.platform]
     cfg = board.config(rows=args.rows, cols=args.cols, depth=args.depth, block=args.block,
-                       dsp_rows=args.dsp_rows, acc_ram=args.acc_ram)
+                       dsp_rows=args.dsp_rows, acc_ram=args.acc_ram,
+                       write_ports=args.write_ports)
     if args.rows is not None or args.cols is not None:
         if args.dsp_rows is None:      # a user-chosen shape: every PE on a DSP by default
             cfg.pop("dsp_rows", None)
@@ -192,7 +195,7 @@ def generate(board, cfg, out: Path) -> dict:
     files["top"] = top
     (out / f"{stem}.xdc").write_text(vivado.xdc(board))
     files["xdc"] = out / f"{stem}.xdc"
-    (out / "build.tcl").write_text(vivado.build_tcl(board))
+    (out / "build.tcl").write_text(vivado.build_tcl(board, cfg.get("write_ports", 1)))
     files["tcl"] = out / "build.tcl"
     shutil.copyfile(ROOT / "platforms" / "lint.vlt", out / "lint.vlt")
     files["lint"] = out / "lint.vlt"

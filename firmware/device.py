@@ -44,10 +44,12 @@ forward pass to the weight gradient). Buffers come from a pool keyed by size: a 
 allocates once per shape and reuses them every step. On ``golden`` a handle simply wraps the
 array.
 
-Backend options (keyword arguments of :class:`Device`): ``depth``, ``block``, ``packing``
-(hardware configuration, ``rtl``); ``port`` (the memory port's timing, ``rtl``: a preset name
-of :data:`sim.ports.PORTS` -- ``"ideal"`` (the default), ``"zynq7-hp"``, ``"zynqmp-hp"``,
-``"vcu118-ddr4"`` -- or a dict of knobs, see :mod:`sim.ports`); ``latency``, ``pause``,
+Backend options (keyword arguments of :class:`Device`): ``depth``, ``block``, ``packing``,
+``write_ports`` (hardware configuration, ``rtl`` and ``model``; ``write_ports=2`` deals C rows
+to two AXI write ports, each with the ``port``'s limits); ``port`` (the memory port's timing,
+``rtl``: a preset name of :data:`sim.ports.PORTS` -- ``"ideal"`` (the default),
+``"zynq7-hp"``, ``"zynqmp-hp"``, ``"vcu118-ddr4"`` -- or a dict of knobs, see
+:mod:`sim.ports`); ``latency``, ``pause``,
 ``memory`` (bytes), ``seed`` (``rtl``); ``board``, ``bitfile``, ``report``, ``base_addr``,
 ``ip_name``, ``clock_hz`` (``pynq``, see :func:`firmware.pynq_backend.connect`); ``max_dim``
 (every backend but golden: the largest M, N or K of one descriptor, :data:`MAX_DIM` by
@@ -301,7 +303,7 @@ class Device:
         self.rows, self.cols, self.data_width = rows, cols, data_width
         if backend == "rtl":
             allowed = {"depth", "block", "packing", "port", "latency", "pause", "memory",
-                       "seed"}
+                       "seed", "write_ports"}
             unknown = set(options) - allowed
             if unknown:
                 raise TypeError(f"unknown option(s) for the rtl backend: {sorted(unknown)}; "
@@ -310,7 +312,8 @@ class Device:
             self.sim = NativeSim(rows=rows, cols=cols, data_width=data_width, **options)
             self.driver = Driver(_SimRegs(self.sim), _SimMemory(self.sim))
         elif backend == "model":
-            allowed = {"depth", "block", "packing", "queue", "port", "memory", "addr_width"}
+            allowed = {"depth", "block", "packing", "queue", "port", "memory", "addr_width",
+                       "write_ports"}
             unknown = set(options) - allowed
             if unknown:
                 raise TypeError(f"unknown option(s) for the model backend: {sorted(unknown)}; "
@@ -496,7 +499,8 @@ class Device:
             return info.block
         from sim.perfmodel import best_block
         return best_block(m, n, k, ta, tb, rows=info.rows, cols=info.cols, depth=info.depth,
-                          block=info.block, data_width=info.data_width, port=port)
+                          block=info.block, data_width=info.data_width, port=port,
+                          write_ports=info.write_ports)
 
     def _run(self, a, b, m, n, k, ta, tb, re, ce, runs, out, temps, as_tensor=False, side=0):
         bpw = self.bytes_per_word

@@ -30,7 +30,7 @@ __all__ = ["Field", "Register", "REGISTERS", "ErrorCode", "MAGIC", "VERSION", "b
 #: ``ID`` register contents: ASCII "BFP8".
 MAGIC = 0x42465038
 #: Register map version (major << 16 | minor): changes when the map does.
-VERSION = 0x0001_0003
+VERSION = 0x0001_0004
 
 
 @dataclass(frozen=True)
@@ -129,7 +129,8 @@ REGISTERS: tuple[Register, ...] = tuple([
          ("BLOCK_LOG2", 28, 4, "log2 of the largest reuse block's side in C tiles")),
     _reg("CONFIG_BUS", 0x010, "ro", "Memory bus",
          ("DATA_WIDTH", 0, 16, "AXI data width in bits"),
-         ("ADDR_WIDTH", 16, 8, "AXI address width in bits")),
+         ("ADDR_WIDTH", 16, 8, "AXI address width in bits"),
+         ("WRITE_PORTS", 24, 4, "AXI4 write ports C rows are dealt to (mem_w, mem_w1, ...)")),
     _reg("CTRL", 0x020, "w1p", "Control pulses",
          ("ENQUEUE", 0, 1, "copy the staged descriptor into the queue (starts the engine)"),
          ("SOFT_RESET", 1, 1, "abort everything, drain the bus, return to idle"),

@@ -1,5 +1,8 @@
 """The accelerator top: register block, descriptor queue, engine and AXI4 DMA masters."""
 
+import operator
+from functools import reduce
+
 from amaranth import Module, Mux, ResetInserter, Signal, Value
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
@@ -21,9 +24,12 @@ class Accelerator(wiring.Component):
 
     The host stages a descriptor in the ``DESC_*`` registers and writes ``CTRL.ENQUEUE``; the
     descriptor is copied into a queue of ``queue`` entries and run by :class:`GemmEngine` in
-    order. The engine reads A, B and exponent vectors and writes C through one AXI4 manager
+    order. The engine reads A, B and exponent vectors and writes C through an AXI4 manager
     (read half :attr:`mem_r`, write half :attr:`mem_w`), never outside
-    ``[WINDOW_BASE, WINDOW_LIMIT)``.
+    ``[WINDOW_BASE, WINDOW_LIMIT)``. With ``write_ports=2`` a second AXI4 write manager,
+    :attr:`mem_w1`, writes the odd rows of every C tile (:class:`rtl.writeback.
+    WriteBackPorts`): connected to a second memory port (another Zynq HP port), C leaves at
+    up to two bus words a cycle.
 
     Errors stop the engine with ``STATUS.ERROR`` and a code: a rejected descriptor (nothing
     touched), SLVERR/DECERR on a read or a write, or an ENQUEUE into a full queue. After a bus
@@ -43,28 +49,38 @@ class Accelerator(wiring.Component):
         Descriptor queue depth.
     burst_beats, outstanding : int
         DMA bursts (see :class:`rtl.dma.DmaReader`).
+    write_ports : {1, 2}
+        AXI4 write managers (``CONFIG_BUS.WRITE_PORTS``).
 
     Members
     -------
     ctrl : In(AXI4LiteSignature(12))
     mem_r : Out(AXI4ReadSignature(addr_width, data_width))
     mem_w : Out(AXI4WriteSignature(addr_width, data_width))
+    mem_w1 : Out(AXI4WriteSignature(addr_width, data_width))
+        Only with ``write_ports=2``.
     irq : Out(1)
     """
 
     def __init__(self, rows: int = 8, cols: int = 8, *, depth: int = 512,
                  data_width: int = 128, addr_width: int = 32, queue: int = 4, block: int = 4,
                  packing: int = 1, primitive: bool = False, burst_beats: int = 16,
-                 outstanding: int = 8, dsp_rows: int | None = None, acc_ram: str = "auto"):
+                 outstanding: int = 8, dsp_rows: int | None = None, acc_ram: str = "auto",
+                 write_ports: int = 1):
         if not isinstance(queue, int) or not 1 <= queue <= 254:   # + the running one: 8 bits
             raise ValueError(f"queue must be an integer in 1..254, not {queue!r}")
+        if write_ports not in (1, 2) or isinstance(write_ports, bool):
+            raise ValueError(f"write_ports must be 1 or 2, not {write_ports!r}")
         self.engine = GemmEngine(rows, cols, depth=depth, data_width=data_width,
                                  addr_width=addr_width, block=block, packing=packing,
-                                 primitive=primitive, dsp_rows=dsp_rows, acc_ram=acc_ram)
+                                 primitive=primitive, dsp_rows=dsp_rows, acc_ram=acc_ram,
+                                 write_ports=write_ports)
         self.reader = DmaReader(data_width, addr_width, burst_beats=burst_beats,
                                 outstanding=outstanding)
-        self.writer = DmaWriter(data_width, addr_width, burst_beats=burst_beats,
-                                outstanding=outstanding)
+        self.writers = [DmaWriter(data_width, addr_width, burst_beats=burst_beats,
+                                  outstanding=outstanding) for _ in range(write_ports)]
+        self.writer = self.writers[0]
+        self.write_ports = write_ports
         self.csr = RegisterBlock(12)
         self.rows, self.cols, self.depth, self.queue = rows, cols, depth, queue
         self.block = block
@@ -73,6 +89,8 @@ class Accelerator(wiring.Component):
             "ctrl": In(AXI4LiteSignature(12)),
             "mem_r": Out(AXI4ReadSignature(addr_width, data_width)),
             "mem_w": Out(AXI4WriteSignature(addr_width, data_width)),
+            **{f"mem_w{p}": Out(AXI4WriteSignature(addr_width, data_width))
+               for p in range(1, write_ports)},
             "irq": Out(1),
         })
 
@@ -89,13 +107,14 @@ class Accelerator(wiring.Component):
         core_rst_d = Signal(init=1)
         m.d.sync += core_rst_d.eq(core_rst)
         m.d.comb += engine.soft_reset.eq(core_rst)
-        m.submodules.reader = rd = ResetInserter(dma_rst)(self.reader)
-        m.submodules.writer = wr = ResetInserter(dma_rst)(self.writer)
-        reader, writer = self.reader, self.writer
-        del rd, wr
+        m.submodules.reader = ResetInserter(dma_rst)(self.reader)
+        reader, writers = self.reader, self.writers
+        for p, w in enumerate(writers):
+            m.submodules[f"writer{p or ''}"] = ResetInserter(dma_rst)(w)
         wiring.connect(m, wiring.flipped(self.ctrl), csr.bus)
         wiring.connect(m, reader.bus, wiring.flipped(self.mem_r))
-        wiring.connect(m, writer.bus, wiring.flipped(self.mem_w))
+        for p, w in enumerate(writers):
+            wiring.connect(m, w.bus, wiring.flipped(getattr(self, f"mem_w{p or ''}")))
 
         def field(reg, name):
             f = regmap.by_name(reg).field(name)
@@ -112,7 +131,8 @@ class Accelerator(wiring.Component):
             *pack("CONFIG_ARRAY", ROWS=self.rows, COLS=self.cols),
             *pack("CONFIG_BUFFER", DEPTH=self.depth, QUEUE=self.queue, PACKING=self.packing,
                   BLOCK_LOG2=self.block.bit_length() - 1),
-            *pack("CONFIG_BUS", DATA_WIDTH=self.data_width, ADDR_WIDTH=self.addr_width),
+            *pack("CONFIG_BUS", DATA_WIDTH=self.data_width, ADDR_WIDTH=self.addr_width,
+                  WRITE_PORTS=self.write_ports),
         ]
 
         # ---- descriptor queue -------------------------------------------------------------
@@ -155,8 +175,9 @@ class Accelerator(wiring.Component):
             engine.window_base.eq(csr.window_base_hi << 32 | csr.window_base_lo),
             engine.window_limit.eq(csr.window_limit_hi << 32 | csr.window_limit_lo),
             engine.desc.eq(q.r_data),
-            drained.eq(~reader.busy & ~writer.busy & ~reader.bus.arvalid
-                       & ~writer.bus.awvalid),
+            drained.eq(~reader.busy & ~reduce(operator.or_, (w.busy for w in writers))
+                       & ~reader.bus.arvalid
+                       & ~reduce(operator.or_, (w.bus.awvalid for w in writers))),
         ]
         can_start = q.r_rdy & ~engine.busy & ~running & ~aborting & ~halted & ~core_rst_d
         m.d.comb += [engine.start.eq(can_start), q.r_en.eq(can_start),
@@ -168,9 +189,11 @@ class Accelerator(wiring.Component):
 
         irq_done = Signal()
         irq_error = Signal()
-        bus_error = reader.error | reader.protocol | writer.error
+        write_error = reduce(operator.or_, (w.error for w in writers))
+        bus_error = reader.error | reader.protocol | write_error
         with m.If(aborting):
-            m.d.comb += [core_rst.eq(1), reader.abort.eq(1), writer.abort.eq(1),
+            m.d.comb += [core_rst.eq(1), reader.abort.eq(1),
+                         *(w.abort.eq(1) for w in writers),
                          queue_rst.eq(clear_after | soft_reset)]
             with m.If(soft_reset):             # a soft reset during an abort on an error
                 m.d.sync += clear_after.eq(1)
@@ -191,7 +214,7 @@ class Accelerator(wiring.Component):
                 m.d.sync += error_code.eq(int(ErrorCode.READ_ERROR))
             with m.Elif(reader.protocol):
                 m.d.sync += error_code.eq(int(ErrorCode.PROTOCOL_ERROR))
-            with m.Elif(writer.error):
+            with m.Elif(write_error):
                 m.d.sync += error_code.eq(int(ErrorCode.WRITE_ERROR))
             with m.Elif(engine.fail):
                 m.d.sync += error_code.eq(engine.code)
@@ -208,14 +231,19 @@ class Accelerator(wiring.Component):
             engine.rd_data.payload.eq(reader.o_stream.payload),
             engine.rd_data.valid.eq(reader.o_stream.valid & ~aborting),
             reader.o_stream.ready.eq(engine.rd_data.ready | aborting),
-            writer.cmd.payload.eq(engine.wr_cmd.payload),
-            writer.cmd.valid.eq(engine.wr_cmd.valid & ~aborting),
-            engine.wr_cmd.ready.eq(writer.cmd.ready & ~aborting),
-            writer.i_stream.payload.eq(engine.wr_data.payload),
-            writer.i_stream.valid.eq(engine.wr_data.valid & ~aborting),
-            engine.wr_data.ready.eq(writer.i_stream.ready & ~aborting),
-            engine.wr_done.eq(writer.done),
         ]
+        for p, writer in enumerate(writers):            # C rows: writer p, tile rows p mod P
+            wr_cmd, wr_data = (getattr(engine, f"{name}{p or ''}")
+                               for name in ("wr_cmd", "wr_data"))
+            m.d.comb += [
+                writer.cmd.payload.eq(wr_cmd.payload),
+                writer.cmd.valid.eq(wr_cmd.valid & ~aborting),
+                wr_cmd.ready.eq(writer.cmd.ready & ~aborting),
+                writer.i_stream.payload.eq(wr_data.payload),
+                writer.i_stream.valid.eq(wr_data.valid & ~aborting),
+                wr_data.ready.eq(writer.i_stream.ready & ~aborting),
+                getattr(engine, f"wr_done{p or ''}").eq(writer.done),
+            ]
 
         # ---- status, interrupts, counters -------------------------------------------------
         # The queue's entries counted here, with "any" as a register of its own: the FIFO's

@@ -13,7 +13,7 @@ from .loader import LoadSequencer
 from .pipe import RegisterSlice
 from .router import ReadRouter
 from .walker import Walker
-from .writeback import WriteBack
+from .writeback import WriteBack, WriteBackPorts
 
 __all__ = ["GemmEngine", "descriptor_layout"]
 
@@ -72,7 +72,9 @@ class GemmEngine(wiring.Component):
 
     Memory is read through :attr:`rd_cmd` / :attr:`rd_data` (a :class:`rtl.dma.DmaReader`)
     and written through :attr:`wr_cmd` / :attr:`wr_data` / :attr:`wr_done` (a
-    :class:`rtl.dma.DmaWriter`).
+    :class:`rtl.dma.DmaWriter`); with ``write_ports=2``, the odd rows of each C tile through
+    :attr:`wr_cmd1` / :attr:`wr_data1` / :attr:`wr_done1` (a second writer, on a second AXI
+    port), by :class:`rtl.writeback.WriteBackPorts`.
 
     Parameters
     ----------
@@ -86,6 +88,8 @@ class GemmEngine(wiring.Component):
         C tiles per block side (buffer slots ``2 * block``, accumulation slots ``block**2``).
     packing, primitive, dsp_rows, acc_ram :
         Passed to :class:`rtl.datapath.GemmDatapath`.
+    write_ports : {1, 2}
+        DMA writers C rows are written through.
 
     Members
     -------
@@ -111,7 +115,10 @@ class GemmEngine(wiring.Component):
     def __init__(self, rows: int = 8, cols: int = 8, *, depth: int = 512,
                  data_width: int = 128, addr_width: int = 32, block: int = 4,
                  packing: int = 1, primitive: bool = False, dsp_rows: int | None = None,
-                 acc_ram: str = "auto"):
+                 acc_ram: str = "auto", write_ports: int = 1):
+        if write_ports not in (1, 2) or isinstance(write_ports, bool):
+            raise ValueError(f"write_ports must be 1 or 2, not {write_ports!r}")
+        self.write_ports = write_ports
         for name, v in (("rows", rows), ("cols", cols)):
             if not isinstance(v, int) or v < 2 or v & (v - 1) or v > 256:
                 raise ValueError(f"{name} must be a power of two in 2..256, not {v!r}")
@@ -144,9 +151,10 @@ class GemmEngine(wiring.Component):
             "rd_cmd": Out(stream.Signature(dma_command_layout(addr_width))),
             "rd_data": In(stream.Signature(data.StructLayout({"data": data_width,
                                                               "last": 1}))),
-            "wr_cmd": Out(stream.Signature(dma_command_layout(addr_width))),
-            "wr_data": Out(stream.Signature(dma_write_layout(data_width))),
-            "wr_done": In(1),
+            **{f"{name}{p or ''}": member for p in range(write_ports) for name, member in (
+                ("wr_cmd", Out(stream.Signature(dma_command_layout(addr_width)))),
+                ("wr_data", Out(stream.Signature(dma_write_layout(data_width)))),
+                ("wr_done", In(1)))},
         })
 
     #: The parts with their own registered copy of :attr:`soft_reset`.
@@ -155,7 +163,7 @@ class GemmEngine(wiring.Component):
 
     #: The register slices: router -> gearbox and gearbox -> issue, for A and for B; the
     #: load sequencer's read commands -> :attr:`rd_cmd`; the write-back's write commands ->
-    #: :attr:`wr_cmd`.
+    #: :attr:`wr_cmd` (and with two write ports ``wr_cmd1`` -> :attr:`wr_cmd1`).
     SLICES = ("a_in", "b_in", "a_out", "b_out", "rd_cmd", "wr_cmd")
 
     # ------------------------------------------------------------------------------------------
@@ -173,14 +181,25 @@ class GemmEngine(wiring.Component):
         gb_a = Gearbox(self.data_width, R, tag_width)
         gb_b = Gearbox(self.data_width, C, tag_width)
         issue = CommandIssue(R, C, block=BL, tag_width=tag_width)
-        writeback = WriteBack(R, C, data_width=self.data_width, addr_width=self.addr_width,
-                              queue=max(4, BL * BL))
+        WP = self.write_ports
+        if WP == 1:
+            writeback = WriteBack(R, C, data_width=self.data_width,
+                                  addr_width=self.addr_width, queue=max(4, BL * BL))
+            wb_cmd, wb_data, wb_done = [writeback.wr_cmd], [writeback.wr_data], \
+                [writeback.wr_done]
+        else:
+            writeback = WriteBackPorts(R, C, data_width=self.data_width,
+                                       addr_width=self.addr_width, queue=max(4, BL * BL),
+                                       ports=WP)
+            wb_cmd, wb_data, wb_done = writeback.wr_cmd, writeback.wr_data, writeback.wr_done
         slice_shapes = dict(a_in=self.data_width, b_in=self.data_width,
                             a_out=gb_a.o_stream.payload.shape(),
                             b_out=gb_b.o_stream.payload.shape(),
                             rd_cmd=dma_command_layout(self.addr_width),
                             wr_cmd=dma_command_layout(self.addr_width))
         assert tuple(slice_shapes) == self.SLICES
+        for p in range(1, WP):
+            slice_shapes[f"wr_cmd{p}"] = dma_command_layout(self.addr_width)
         slices = Module()
         for name, shape in slice_shapes.items():
             slices.submodules[name] = RegisterSlice(shape)
@@ -226,9 +245,13 @@ class GemmEngine(wiring.Component):
         wiring.connect(m, issue.a_stream, dp.a_stream)
         wiring.connect(m, issue.b_stream, dp.b_stream)
         wiring.connect(m, dp.o_stream, writeback.i_stream)
-        wiring.connect(m, writeback.wr_cmd, sl.wr_cmd.i_stream)
-        wiring.connect(m, sl.wr_cmd.o_stream, wiring.flipped(self.wr_cmd))
-        wiring.connect(m, writeback.wr_data, wiring.flipped(self.wr_data))
+        for p in range(WP):
+            suffix = str(p or "")
+            wiring.connect(m, wb_cmd[p], sl[f"wr_cmd{suffix}"].i_stream)
+            wiring.connect(m, sl[f"wr_cmd{suffix}"].o_stream,
+                           wiring.flipped(getattr(self, f"wr_cmd{suffix}")))
+            wiring.connect(m, wb_data[p], wiring.flipped(getattr(self, f"wr_data{suffix}")))
+            m.d.comb += wb_done[p].eq(getattr(self, f"wr_done{suffix}"))
 
         d = Signal(descriptor_layout(), reset_less=True)     # the running descriptor (data)
         exp_job = Signal()                       # an exponent vector load is issued
@@ -247,7 +270,7 @@ class GemmEngine(wiring.Component):
                           & loader.b_jobs.payload.tag[0])),
             issue.exp_issued.eq(exp_job),
             walker.drained.eq(issue.drained),
-            issue.desc.eq(d), writeback.desc.eq(d), writeback.wr_done.eq(self.wr_done),
+            issue.desc.eq(d), writeback.desc.eq(d),
             checker.i_stream.payload.eq(d), walker.i_stream.payload.eq(d),
             checker.window_base.eq(self.window_base),
             checker.window_limit.eq(self.window_limit),

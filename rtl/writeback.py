@@ -8,9 +8,10 @@ from ._util import delay, occupancy
 from .checker import descriptor_layout
 from .dma import dma_command_layout, dma_write_layout
 from .fifo import Fifo
+from .pipe import RegisterSlice
 from .rescale import rescale_output_layout
 
-__all__ = ["WriteBack", "write_job_layout"]
+__all__ = ["WriteBack", "WriteBackPorts", "write_job_layout"]
 
 
 def write_job_layout() -> data.StructLayout:
@@ -59,6 +60,12 @@ class WriteBack(wiring.Component):
     cycle while the queues have room. The command queue is popped the cycle after its tile's
     last row, from a register: one idle cycle per tile between write commands.
 
+    With ``ports = P > 1`` it writes one phase of the rows: tile rows ``phase``,
+    ``phase + P``, ... (``rows / P`` of each tile on :attr:`i_stream`, the others go to the
+    write-backs of the other phases, each with a DMA writer and an AXI port of its own; see
+    :class:`WriteBackPorts`); its row addresses start ``phase`` rows in and step by
+    ``P * c_stride``.
+
     Parameters
     ----------
     rows, cols : int
@@ -67,6 +74,9 @@ class WriteBack(wiring.Component):
         AXI bus.
     queue : int
         Jobs queued on each side.
+    phase, ports : int
+        The rows this write-back takes: ``phase`` modulo ``ports`` (a power of two that
+        divides ``rows``).
 
     Members
     -------
@@ -86,7 +96,12 @@ class WriteBack(wiring.Component):
     PREP_STAGES = 6
 
     def __init__(self, rows: int = 8, cols: int = 8, *, data_width: int = 128,
-                 addr_width: int = 32, queue: int = 16):
+                 addr_width: int = 32, queue: int = 16, phase: int = 0, ports: int = 1):
+        if (not isinstance(ports, int) or ports < 1 or ports & (ports - 1) or rows % ports
+                or not isinstance(phase, int) or not 0 <= phase < ports):
+            raise ValueError(f"ports must be a power of two dividing rows ({rows}) and phase "
+                             f"in 0..ports - 1, not ports={ports!r}, phase={phase!r}")
+        self.phase, self.ports = phase, ports
         self.rows, self.cols, self.queue = rows, cols, queue
         self.data_width, self.addr_width = data_width, addr_width
         super().__init__({
@@ -102,6 +117,9 @@ class WriteBack(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         R, C, AW = self.rows, self.cols, self.addr_width
+        P, ph = self.ports, self.phase
+        plog = P.bit_length() - 1
+        RP = R // P                       # rows of a tile this write-back takes
         bpw = self.data_width // 8
         wlog = bpw.bit_length() - 1
         d = self.desc
@@ -116,9 +134,9 @@ class WriteBack(wiring.Component):
 
         # ---- prep: a job -> its queue entry, PREP_STAGES registered stages -------------------
         # M, N <= 65535 (checked), so m0, n0 and the distances to the edges fit 17 bits.
-        P = self.PREP_STAGES
-        pv = [Signal(name=f"prep_v{i}") for i in range(P)]
-        in_prep = Signal(range(P + 1))
+        PS = self.PREP_STAGES
+        pv = [Signal(name=f"prep_v{i}") for i in range(PS)]
+        in_prep = Signal(range(PS + 1))
         room = Signal()
         # a job is taken when both queues will have room for it and every job in the pipe:
         # each queue's entries and the jobs in the pipe counted together (taken -> popped),
@@ -134,19 +152,21 @@ class WriteBack(wiring.Component):
         m.d.comb += room.eq(cmd_room & data_room)
         m.d.comb += self.jobs.ready.eq(room)
         m.d.comb += take.eq(self.jobs.valid & self.jobs.ready)
-        m.d.sync += [pv[0].eq(take)] + [pv[i].eq(pv[i - 1]) for i in range(1, P)]
+        m.d.sync += [pv[0].eq(take)] + [pv[i].eq(pv[i - 1]) for i in range(1, PS)]
         m.d.sync += in_prep.eq(in_prep + take - pv[-1])
-        # 0: the job
+        # 0: the job (m0: its first row; mp: this phase's first row)
         p0_m0, p0_n0 = reg("p0_m0", 17), reg("p0_n0", 17)
-        m.d.sync += [p0_m0.eq(self.jobs.payload.m0), p0_n0.eq(self.jobs.payload.n0)]
+        p0_mp = reg("p0_mp", 17)
+        m.d.sync += [p0_m0.eq(self.jobs.payload.m0), p0_n0.eq(self.jobs.payload.n0),
+                     p0_mp.eq(self.jobs.payload.m0 + ph if ph else self.jobs.payload.m0)]
         # 1: distances to the edges; m0 * c_stride as two 16 x 16 products; the column offset
         p1_left_n, p1_left_m = reg("p1_left_n", 17), reg("p1_left_m", 17)
         p1_plo, p1_phi = reg("p1_plo", 32), reg("p1_phi", 32)
         col_byte = Cat(Const(0, 2), p0_n0)                         # n0 * 4 (19 bits)
         p1_col, p1_off = reg("p1_col", 19), reg("p1_off", max(1, wlog))
         m.d.sync += [p1_left_n.eq(d.n[:17] - p0_n0), p1_left_m.eq(d.m[:17] - p0_m0),
-                     p1_plo.eq(p0_m0[:16] * d.c_stride[:16]),
-                     p1_phi.eq(p0_m0[:16] * d.c_stride[16:]),
+                     p1_plo.eq(p0_mp[:16] * d.c_stride[:16]),
+                     p1_phi.eq(p0_mp[:16] * d.c_stride[16:]),
                      p1_col.eq(col_byte >> wlog << wlog),
                      p1_off.eq(col_byte[:wlog] if wlog else 0)]
         # 2: clamped counts; the product (48 bits, one 32-bit add)
@@ -159,6 +179,9 @@ class WriteBack(wiring.Component):
         # 3: words a row; offset = product + column, low 32 bits (with carry)
         p3_words_m1 = reg("p3_words_m1", range(max(2, words_per_row)))
         p3_lo, p3_hi = reg("p3_lo", 33), reg("p3_hi", 16)
+        # this phase's rows of those inside: rows r = phase (mod P) below p2_rows
+        p3_rows = reg("p3_rows", range(RP + 1))
+        m.d.sync += p3_rows.eq((p2_rows + (P - 1 - ph)) >> plog if P > 1 else p2_rows)
         if row_bytes <= bpw:
             words_m1 = 0
         else:
@@ -172,15 +195,15 @@ class WriteBack(wiring.Component):
         p5_hi_a, p5_hi_b = reg("p5_hi_a", 32), reg("p5_hi_b", 17)
         m.d.sync += [p5_lo.eq(d.c_addr[:32] + p4_offset[:32]),
                      p5_hi_a.eq(d.c_addr[32:64]), p5_hi_b.eq(p4_offset[32:])]
-        assert P == 6
+        assert PS == 6
         entry = Signal(qlayout)
         addr = Cat(p5_lo[:32], p5_hi_a + p5_hi_b + p5_lo[32]) if AW > 32 else p5_lo[:32]
         m.d.comb += [                 # the counts, delayed to meet the address at stage 5
-            entry.rows_in.eq(delay(m, p2_rows, 3, "q_rows", reset_less=True)),
+            entry.rows_in.eq(delay(m, p3_rows, 2, "q_rows", reset_less=True)),
             entry.n_valid.eq(delay(m, p2_nv, 3, "q_nv", reset_less=True)),
             entry.off.eq(delay(m, p2_off, 3, "q_off", reset_less=True)),
             entry.words_m1.eq(delay(m, p3_words_m1, 2, "q_words_m1", reset_less=True)),
-            entry.rows_nz.eq(delay(m, p2_rows != 0, 3, "q_rows_nz", reset_less=True)),
+            entry.rows_nz.eq(delay(m, p2_rows > ph, 3, "q_rows_nz", reset_less=True)),
             entry.words_one.eq(delay(m, p3_words_m1 == 0, 2, "q_words_one", reset_less=True)),
             entry.addr.eq(addr)]
         m.d.comb += [wq_cmd.w_data.eq(entry), wq_data.w_data.eq(entry),
@@ -198,7 +221,7 @@ class WriteBack(wiring.Component):
         wc_row = Signal(range(R + 1))
         wc_lo = reg("wc_lo", 32)
         wc_hi = reg("wc_hi", max(1, AW - 32))
-        wc_carry = reg("wc_carry", 1)
+        wc_carry = reg("wc_carry", 1 + plog)
         wc_setup = Signal()           # the row address holds the tile's first row
         cmd_valid = Signal()          # the registered command output holds a command
         cmd = self.wr_cmd.payload
@@ -216,11 +239,11 @@ class WriteBack(wiring.Component):
             if AW > 32:
                 m.d.sync += wc_hi.eq(wc.addr[32:])
         with m.If(advance):
-            nxt = wc_lo + d.c_stride                               # 33 bits
-            m.d.sync += [wc_row.eq(wc_row + 1), wc_lo.eq(nxt[:32]), wc_carry.eq(nxt[32])]
+            nxt = wc_lo + (d.c_stride << plog)                     # 33 + plog bits
+            m.d.sync += [wc_row.eq(wc_row + 1), wc_lo.eq(nxt[:32]), wc_carry.eq(nxt[32:])]
             if AW > 32:
                 m.d.sync += wc_hi.eq(wc_hi + wc_carry)
-            with m.If(wc_row == R - 1):
+            with m.If(wc_row == RP - 1):
                 m.d.sync += [cmd_pop_now.eq(1), wc_setup.eq(0)]
         # the registered command output (the carry resolved here)
         with m.If(self.wr_cmd.ready | ~cmd_valid):
@@ -236,7 +259,7 @@ class WriteBack(wiring.Component):
 
         # ---- data side: the C rows, cut into words ------------------------------------------
         wd = data.View(qlayout, wq_data.r_data)
-        wd_row = Signal(range(R))
+        wd_row = Signal(range(max(2, RP)))
         wd_word = Signal(range(max(2, words_per_row)))
         orow = self.i_stream.payload
         row_bits = Signal(32 * C)
@@ -274,7 +297,87 @@ class WriteBack(wiring.Component):
         with m.If(self.i_stream.valid & self.i_stream.ready):
             m.d.sync += [wd_row.eq(wd_row + 1), tile_start.eq(0),
                          wd_in_r.eq(wd_row + 1 < wd.rows_in)]
-            with m.If(wd_row == R - 1):
+            with m.If(wd_row == RP - 1):
                 m.d.comb += wq_data.r_en.eq(1)
                 m.d.sync += [wd_row.eq(0), tile_start.eq(1)]
+        return m
+
+
+class WriteBackPorts(wiring.Component):
+    """C tiles written through ``ports`` DMA writers at once: one :class:`WriteBack` per
+    phase of the rows (tile row ``r`` goes to write-back ``r % ports``), each with its own
+    write commands and words for its own writer and AXI port.
+
+    A single write-back cuts one bus word a cycle out of its rows, so C leaves at most a bus
+    word a cycle whatever the port; here each phase cuts its own rows, ``ports`` words a cycle
+    in all. Every job goes to every write-back (a fork: each takes it when it has room). The
+    datapath's rows are dealt in turn, each into a :class:`rtl.pipe.RegisterSlice` that holds
+    it (and the next row of that phase) while its write-back cuts it, so the next phase's row
+    passes meanwhile. The numpy model is :func:`sim.engine_models.write_back` per phase.
+
+    Latency: a row reaches its write-back ``RegisterSlice.LATENCY`` cycles after it is taken;
+    otherwise as :class:`WriteBack`. Throughput: ``ports`` words a cycle.
+
+    Parameters
+    ----------
+    rows, cols, data_width, addr_width, queue :
+        As :class:`WriteBack`.
+    ports : int
+        Write-backs (and writers): a power of two of at least 2 that divides ``rows``.
+
+    Members
+    -------
+    jobs, i_stream, desc, idle :
+        As :class:`WriteBack`.
+    wr_cmd, wr_data, wr_done :
+        As :class:`WriteBack`'s, an array of ``ports``.
+    """
+
+    def __init__(self, rows: int = 8, cols: int = 8, *, data_width: int = 128,
+                 addr_width: int = 32, queue: int = 16, ports: int = 2):
+        if not isinstance(ports, int) or ports < 2 or ports & (ports - 1) or rows % ports:
+            raise ValueError(f"ports must be a power of two of at least 2 dividing rows "
+                             f"({rows}), not {ports!r}")
+        self.parts = [WriteBack(rows, cols, data_width=data_width, addr_width=addr_width,
+                                queue=queue, phase=p, ports=ports) for p in range(ports)]
+        self.rows, self.cols, self.ports = rows, cols, ports
+        super().__init__({
+            "jobs": In(stream.Signature(write_job_layout())),
+            "i_stream": In(stream.Signature(rescale_output_layout(cols))),
+            "desc": In(descriptor_layout()),
+            "wr_cmd": Out(stream.Signature(dma_command_layout(addr_width))).array(ports),
+            "wr_data": Out(stream.Signature(dma_write_layout(data_width))).array(ports),
+            "wr_done": In(1).array(ports),
+            "idle": Out(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        P = self.ports
+        jobs = self.jobs
+        taken = Signal(P)                 # write-backs that took the job on offer
+        turn = Signal(range(P))           # the phase of the next row
+        rows_in = []
+        for p, wb in enumerate(self.parts):
+            m.submodules[f"wb{p}"] = wb
+            m.submodules[f"row{p}"] = row = RegisterSlice(rescale_output_layout(self.cols))
+            rows_in.append(row.i_stream)
+            wiring.connect(m, row.o_stream, wb.i_stream)
+            wiring.connect(m, wb.wr_cmd, wiring.flipped(self.wr_cmd[p]))
+            wiring.connect(m, wb.wr_data, wiring.flipped(self.wr_data[p]))
+            m.d.comb += [wb.wr_done.eq(self.wr_done[p]), wb.desc.eq(self.desc),
+                         wb.jobs.payload.eq(jobs.payload),
+                         wb.jobs.valid.eq(jobs.valid & ~taken[p]),
+                         row.i_stream.payload.eq(self.i_stream.payload),
+                         row.i_stream.valid.eq(self.i_stream.valid & (turn == p))]
+        # the job fork: taken by all once each has (or now does)
+        got = Cat(*(taken[p] | wb.jobs.ready for p, wb in enumerate(self.parts)))
+        m.d.comb += jobs.ready.eq(got.all())
+        with m.If(jobs.valid):
+            m.d.sync += taken.eq(Mux(jobs.ready, 0, got))
+        # the rows dealt in turn
+        m.d.comb += self.i_stream.ready.eq(Cat(*(r.ready for r in rows_in)).bit_select(turn, 1))
+        with m.If(self.i_stream.valid & self.i_stream.ready):
+            m.d.sync += turn.eq(turn + 1)
+        m.d.comb += self.idle.eq(Cat(*(wb.idle for wb in self.parts)).all())
         return m

@@ -207,6 +207,13 @@ def _training_gemms(batch, fan_in, fan_out):
 #: of B (cols bytes). Pynq-Z1 16x16 @ 64 bits: 32/8 = 4, simulated as is. ZCU104 32x64 @ 128:
 #: 96/16 = 6 -> 16x32 @ 64: 48/8 = 6. VU9P 64x128 @ 512: 192/64 = 3 -> 8x16 @ 64: 24/8 = 3
 #: (64 bits is the narrowest bus; the arrays are the smallest powers of two with the ratio).
+#: C's ratio — bytes of a C tile over the bytes a cycle its write ports take,
+#: rows * cols * 4 / (write_ports * bus bytes) — is kept only on the ZCU104: its default
+#: writes through two 16-byte ports, 32 * 64 * 4 / 32 = 256, and the stand-in through one
+#: 8-byte port, 16 * 32 * 4 / 8 = 256 (with the board's one port, before, the stand-in's C
+#: left twice as easily as the board's). The VU9P's (64 * 128 * 4 / 64 = 512) cannot be kept
+#: with its operand ratio at any smaller size: its stand-in's (8 * 16 * 4 / 8 = 64) writes are
+#: 8 times easier than the board's; sim.perfmodel predicts the default itself.
 BENCH_CONFIGS = {
     "pynq-z1": {"rows": 16, "cols": 16, "data_width": 64},
     "zcu104": {"rows": 16, "cols": 32, "data_width": 64},
@@ -235,14 +242,15 @@ def _bench_cases(rows, cols, quick):
     return cases
 
 
-def roofline(m, n, k, rows, cols, data_width, port):
+def roofline(m, n, k, rows, cols, data_width, port, write_ports=1):
     """The bound on PE utilisation from the array's occupancy and compulsory traffic.
 
     ``compute = ceil(M/rows) * ceil(N/cols) * K`` cycles (partly filled tiles count whole);
     traffic: A and B read once (int8), C written once (float32), over the sustainable bytes
     per cycle: the port's bus width on each of the read and write channels, and the DRAM's
     ``dram_gbps * DRAM_EFFICIENCY`` at the board clock (shared by both directions), scaled by
-    the simulated bus over the board's bus where a smaller configuration stands in.
+    the simulated bus over the board's bus where a smaller configuration stands in. With
+    ``write_ports`` write ports, C is written at that many bus words a cycle.
     ``bound = MACs / (PEs * max(compute, traffic))``; ``bound_by`` names the binding term
     (``"compute"``, ``"port"`` or ``"dram"``). The memory model enforces the port's limits but
     not the DRAM's bandwidth: where ``"dram"`` binds, the simulation may beat the bound.
@@ -250,13 +258,13 @@ def roofline(m, n, k, rows, cols, data_width, port):
     bus = data_width // 8
     compute = -(-m // rows) * -(-n // cols) * k
     rd, wr = m * k + k * n, 4 * m * n
-    traffic = max(rd / bus, wr / bus)
+    traffic = max(rd / bus, wr / (bus * write_ports))
     dram = None
     if port.get("dram_gbps") and port.get("clock_mhz"):
         board_bus = (port.get("data_width") or data_width) // 8
         dram = port["dram_gbps"] * DRAM_EFFICIENCY * 1e3 / port["clock_mhz"] * bus / board_bus
         traffic = max(traffic, (rd + wr) / dram)
-    port_cycles = max(rd / bus, wr / bus)
+    port_cycles = max(rd / bus, wr / (bus * write_ports))
     cycles = max(compute, traffic)
     # The memory model does not throttle to the DRAM's bandwidth (only the port's limits), so
     # where "dram" binds, the simulated utilisation can exceed the bound.
@@ -303,10 +311,12 @@ def utilization(configs, quick=False) -> list[dict]:
             dev.sim.clear_counters()
             wall = _run_checked(dev, name, m, n, k, ta, tb, rng)
             st, mem = dev.stats, dev.sim.counters
-            bound = roofline(m, n, k, rows, cols, width, port)
+            write_ports = params.get("write_ports", 1)
+            bound = roofline(m, n, k, rows, cols, width, port, write_ports)
             util = st["utilization"]
             model = predict(m, n, k, ta, tb, rows=rows, cols=cols, data_width=width,
-                            depth=params.get("depth", 512), block=st["block"], port=port)
+                            depth=params.get("depth", 512), block=st["block"], port=port,
+                            write_ports=write_ports)
             out.append({
                 "board": label, **params, "port": port["name"],
                 "port_knobs": {key: port[key] for key in (
@@ -394,7 +404,8 @@ def utilization_table(results) -> str:
     for r in results:
         rl, mem = r["roofline"], r["memory"]
         lines.append(
-            f"| {r['board']} ({r['rows']}x{r['cols']} @ {r['data_width']}) | {r['port']} | "
+            f"| {r['board']} ({r['rows']}x{r['cols']} @ {r['data_width']}"
+            f"{', 2 write ports' if r.get('write_ports', 1) > 1 else ''}) | {r['port']} | "
             f"{r['group']}: {r['gemm']} | {r['m']}x{r['n']}x{r['k']} | {r['block_used']} | "
             f"{r['cycles']} | "
             f"{100 * r['utilization']:.1f}% | {100 * rl['bound']:.1f}% | "
@@ -472,6 +483,8 @@ def main(argv=None) -> int:
     p.add_argument("--block", type=_block_arg, default=None,
                    help="reuse block (C tiles a side) instead of each board's default (a "
                         "power of two in 1..16)")
+    p.add_argument("--write-ports", type=int, choices=[1, 2], default=None,
+                   help="AXI write ports C rows are dealt to (default 1: see BENCH_CONFIGS)")
     p.add_argument("--quick", action="store_true",
                    help="smaller square GEMMs and one layer (256->10, batch 64) only")
     p.add_argument("--out", type=Path, default=ROOT / "results" / "utilization.json")
@@ -496,6 +509,7 @@ def main(argv=None) -> int:
         from sim.ports import BOARD_PORTS
 
         blk = {} if args.block is None else {"block": args.block}
+        wports = {} if args.write_ports in (None, 1) else {"write_ports": args.write_ports}
         configs = []
         for rows, cols in args.sizes or []:
             if rows & (rows - 1) or cols & (cols - 1) or min(rows, cols) < 2:
@@ -503,14 +517,14 @@ def main(argv=None) -> int:
                              f"not {rows}x{cols}")
             for width in args.widths or [128]:
                 configs.append((f"{rows}x{cols}", {"rows": rows, "cols": cols,
-                                                   "data_width": width, **blk},
+                                                   "data_width": width, **blk, **wports},
                                 args.port or "ideal"))
         if args.widths and not args.sizes:
             parser.error("--widths needs --sizes")
         for board in [] if args.sizes else args.board:
             default = PLATFORMS[board].default
             params = {**BENCH_CONFIGS[board], "depth": default["depth"],
-                      "block": default["block"], **blk}
+                      "block": default["block"], **blk, **wports}
             configs.append((board, params, args.port or BOARD_PORTS[board]))
         t0 = time.monotonic()
         results = utilization(configs, args.quick)

@@ -296,9 +296,10 @@ def issue(program, desc: dict, rows: int, cols: int):
 
 
 def write_back(jobs, c_rows, desc: dict, rows: int, cols: int, data_width: int,
-               addr_width: int):
+               addr_width: int, phase: int = 0, ports: int = 1):
     """What :class:`rtl.writeback.WriteBack` sends for ``jobs`` (``{"m0", "n0"}``) and the C
-    rows (``rows`` per job; each ``cols`` uint32 words).
+    rows (``rows // ports`` per job: its rows ``phase``, ``phase + ports``, ...; each ``cols``
+    uint32 words).
 
     Returns ``(wr_cmds, words)``: ``{"addr", "beats"}`` and ``(data, strb)`` integers.
     """
@@ -306,15 +307,17 @@ def write_back(jobs, c_rows, desc: dict, rows: int, cols: int, data_width: int,
     row_bytes = 4 * cols
     cmds, words = [], []
     c_rows = list(c_rows)
+    rp = rows // ports
     for t, job in enumerate(jobs):
         m0, n0 = job["m0"], job["n0"]
         n_valid = min(desc["n"] - n0, cols)
         nwords = 1 if row_bytes <= bpw else -(-4 * n_valid // bpw)
-        addr = (desc["c_addr"] + m0 * desc["c_stride"] + 4 * n0 // bpw * bpw) % (1 << 64)
-        for r in range(rows):
+        for i, r in enumerate(range(phase, rows, ports)):
+            addr = (desc["c_addr"] + (m0 + r) * desc["c_stride"] + 4 * n0 // bpw * bpw) \
+                % (1 << 64)
             if m0 + r < desc["m"]:
                 cmds.append({"addr": addr % (1 << addr_width), "beats": nwords})
-                row = np.asarray(c_rows[t * rows + r], np.uint32)
+                row = np.asarray(c_rows[t * rp + i], np.uint32)
                 bits = int.from_bytes(row.astype("<u4").tobytes(), "little")
                 strb = sum(0xF << 4 * c for c in range(cols) if c < n_valid)
                 if row_bytes >= bpw:
@@ -325,5 +328,4 @@ def write_back(jobs, c_rows, desc: dict, rows: int, cols: int, data_width: int,
                     off = 4 * n0 % bpw
                     words.append(((bits << 8 * off) % (1 << data_width),
                                   (strb << off) % (1 << bpw)))
-            addr = (addr + desc["c_stride"]) % (1 << 64)
     return cmds, words

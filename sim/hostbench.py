@@ -68,7 +68,8 @@ def measure(board: str, blocks: str, batch: int = 128, steps: int = 3) -> dict:
     cfg = b.config()
     dev = Device("model", rows=cfg["rows"], cols=cfg["cols"], data_width=cfg["data_width"],
                  depth=cfg["depth"], block=cfg["block"], packing=cfg["packing"],
-                 queue=cfg["queue"], port=BOARD_PORTS[board], memory=512 << 20)
+                 queue=cfg["queue"], port=BOARD_PORTS[board], memory=512 << 20,
+                 write_ports=cfg.get("write_ports", 1))
     rng = np.random.default_rng(0)
     net = fashion_cnn(rng)
     eng = nn.Engine("int8", dev, rng=np.random.default_rng(1), blocks=nn.Blocks.parse(blocks))

@@ -7,7 +7,9 @@ of a configuration takes a minute or two, later ones are instant. :class:`Native
 through ``ctypes``; :class:`firmware.device.Device` drives it with the same register-level
 driver that drives a board.
 
-The memory behind the accelerator's AXI port is timed by ``port``: a preset of
+The memory behind the accelerator's AXI port (and its second write port, ``mem_w1``, with
+``write_ports=2``: the same memory, each write port with its own bursts in flight) is timed
+by ``port``: a preset of
 :data:`sim.ports.PORTS` (``"ideal"``, ``"zynq7-hp"``, ``"zynqmp-hp"``, ``"vcu118-ddr4"``) or a
 dict of knobs (bursts in flight each way, read latency, write response latency, longest burst,
 the order of AW and W, random pauses); see :mod:`sim.ports`. The model counts AXI protocol
@@ -75,7 +77,8 @@ def _build(**params) -> Path:
 
     component = Accelerator(**params)
     verilog = to_verilog(component, TOP)
-    flags = ["-O2", "-fPIC", "-shared", "-std=c++17", "-w"]
+    flags = ["-O2", "-fPIC", "-shared", "-std=c++17", "-w",
+             f"-DWRITE_PORTS={params.get('write_ports', 1)}"]
     key = hashlib.sha256(verilog.encode() + HARNESS.read_bytes()
                          + " ".join(flags).encode()).hexdigest()[:16]
     out = BUILD_ROOT / f"{TOP}-{key}"
@@ -110,7 +113,7 @@ def _compile(verilog: str, out: Path, lib: Path, dw: int, flags: list[str]) -> N
     # Verilator spells "__" in port names as "___05F".
     harness = tmp / "harness.cpp"
     text = HARNESS.read_text()
-    for bus in ("ctrl", "mem_r", "mem_w"):
+    for bus in ("ctrl", "mem_r", "mem_w", "mem_w1"):
         text = text.replace(f"{bus}__", f"{bus}___05F")
     harness.write_text(text)
     cmd = ["g++", *flags, f"-I{inc}", f"-I{inc / 'vltstd'}", f"-I{tmp / 'obj'}",
@@ -161,6 +164,7 @@ class NativeSim:
         if overrides:
             port = {**({"preset": port} if isinstance(port, str) else port), **overrides}
         self.port = resolve_port(port)
+        self.params = params
         lib = ctypes.CDLL(str(build(**params)))
         for name, res, args in (
                 ("sim_new", ctypes.c_void_p, [ctypes.c_uint64, ctypes.c_uint, ctypes.c_double,

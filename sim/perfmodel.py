@@ -88,7 +88,7 @@ def _bursts(words: int, burst: int) -> list[int]:
 
 def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool = False, *,
             rows: int, cols: int, depth: int, block: int, data_width: int, port: dict,
-            ports: int = 1, dma_outstanding: int = DMA_OUTSTANDING,
+            ports: int = 1, write_ports: int = 1, dma_outstanding: int = DMA_OUTSTANDING,
             dma_burst: int = DMA_BURST) -> dict:
     """Predicted cycles of one GEMM descriptor, from its start to its last C row in memory.
 
@@ -104,6 +104,9 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
         :func:`sim.ports.resolve_port` returns.
     ports : {1, 2}
         Memory ports: 2 reads A and B in parallel (a prediction for a design not built).
+    write_ports : {1, 2}
+        AXI write ports C rows are dealt to in turn (``Accelerator(write_ports=...)``), each
+        with the port's limits of its own.
 
     Returns
     -------
@@ -114,6 +117,8 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
     """
     if ports not in (1, 2):
         raise ValueError(f"ports must be 1 or 2, not {ports!r}")
+    if write_ports not in (1, 2):
+        raise ValueError(f"write_ports must be 1 or 2, not {write_ports!r}")
     bpw = data_width // 8
     burst = min(dma_burst, port.get("max_burst") or dma_burst)
     o_rd = min(dma_outstanding, port.get("outstanding_reads") or dma_outstanding)
@@ -184,7 +189,7 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
                         words = _cdiv(4 * cols_in, bpw) if 4 * cols > bpw else 1
                         runs += [words] * sum(rows_in)
                     beats = sum(runs) / len(runs)
-                    wrate = read_rate(beats, o_wr, lat_w + 2, keep)
+                    wrate = write_ports * read_rate(beats, o_wr, lat_w + 2, keep)
                     write = sum(runs) / wrate
                     slack = OUT_TILES * rows * beats / wrate
                 chunks.append({"compute": bm * bn * kc, "kc": kc, "loads": loads,
@@ -248,7 +253,7 @@ BLOCK_MARGIN = 0.02
 
 def best_block(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool = False,
                *, rows: int, cols: int, depth: int, block: int, data_width: int,
-               port: dict) -> int:
+               port: dict, write_ports: int = 1) -> int:
     """The reuse block's side (``1..block`` C tiles) with the fewest predicted cycles.
 
     Larger blocks read A and B fewer times; smaller ones let C leave earlier (a GEMM of one
@@ -260,14 +265,16 @@ def best_block(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: b
         "outstanding_reads", "outstanding_writes", "read_latency", "write_latency",
         "max_burst", "pause")))
     return _best_block(m, n, k, bool(transpose_a), bool(transpose_b), rows, cols, depth, block,
-                       data_width, knobs)
+                       data_width, knobs, write_ports)
 
 
 @functools.lru_cache(maxsize=4096)
-def _best_block(m, n, k, ta, tb, rows, cols, depth, block, data_width, knobs) -> int:
+def _best_block(m, n, k, ta, tb, rows, cols, depth, block, data_width, knobs,
+                write_ports) -> int:
     port = dict(knobs)
     cycles = {side: predict(m, n, k, ta, tb, rows=rows, cols=cols, depth=depth, block=side,
-                            data_width=data_width, port=port)["cycles"]
+                            data_width=data_width, port=port,
+                            write_ports=write_ports)["cycles"]
               for side in range(1, block + 1)}
     fastest = min(cycles.values())
     return max(side for side, c in cycles.items() if c <= fastest * (1 + BLOCK_MARGIN))
@@ -293,29 +300,34 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m sim.perfmodel",
         description="Predict a board's default configuration over the training GEMMs of "
-                    "typical layers, for several block sizes (and one or two memory ports), "
-                    "and with each GEMM's block side chosen by best_block (as Device.gemm "
-                    "does), up to the board's block.")
+                    "typical layers, for several block sizes (and one or two read ports: "
+                    "two is a prediction for a design not built), and with each GEMM's block "
+                    "side chosen by best_block (as Device.gemm does), up to the board's "
+                    "block; C written through the board's write ports (or --write-ports).")
     parser.add_argument("--board", choices=sorted(BOARDS), required=True)
     parser.add_argument("--blocks", type=int, nargs="+", default=[2, 4, 8])
     parser.add_argument("--ports", type=int, nargs="+", choices=[1, 2], default=[1, 2])
     parser.add_argument("--batch", type=int, nargs="+", default=[64, 128])
+    parser.add_argument("--write-ports", type=int, choices=[1, 2],
+                        help="AXI write ports (default: the board's)")
     args = parser.parse_args(argv)
     for b in args.blocks:
         if b < 1 or b & (b - 1) or b > 16:
             parser.error(f"--blocks: a block must be a power of two in 1..16, not {b}")
     board = BOARDS[args.board]
-    cfg = board.config()
+    cfg = board.config(write_ports=args.write_ports)
     port = resolve_port(BOARD_PORTS[args.board])
     variants = [(bl, p) for bl in args.blocks for p in args.ports]
     print(f"{board.title}: {cfg['rows']}x{cfg['cols']}, depth {cfg['depth']}, "
           f"{cfg['data_width']}-bit bus, port preset {port['name']} "
-          f"(default block {cfg['block']}); predicted PE utilisation, %")
-    print("| GEMM | M x N x K | " + " | ".join(f"block {bl}, {p} port{'s' * (p > 1)}"
+          f"(default block {cfg['block']}), {cfg.get('write_ports', 1)} write port(s); "
+          f"predicted PE utilisation, %")
+    print("| GEMM | M x N x K | " + " | ".join(f"block {bl}, {p} read port{'s' * (p > 1)}"
                                             for bl, p in variants)
-          + f" | chosen side <= {cfg['block']}, 1 port |")
+          + f" | chosen side <= {cfg['block']}, 1 read port |")
     print("|---|---|" + "---:|" * (len(variants) + 1))
     geometry = {key: cfg[key] for key in ("rows", "cols", "depth", "data_width")}
+    geometry["write_ports"] = cfg.get("write_ports", 1)
     means = [0.0] * (len(variants) + 1)
     count = 0
     for batch in args.batch:
@@ -323,9 +335,8 @@ def main(argv=None) -> int:
             for name, m, n, k, ta, tb in training_gemms(batch, fan_in, fan_out):
                 row = []
                 for i, (bl, p) in enumerate(variants):
-                    u = predict(m, n, k, ta, tb, rows=cfg["rows"], cols=cfg["cols"],
-                                depth=cfg["depth"], block=bl, data_width=cfg["data_width"],
-                                port=port, ports=p)["utilization"]
+                    u = predict(m, n, k, ta, tb, block=bl, port=port, ports=p,
+                                **geometry)["utilization"]
                     means[i] += u
                     row.append(f"{100 * u:.1f}")
                 side = best_block(m, n, k, ta, tb, block=cfg["block"], port=port, **geometry)

@@ -11,16 +11,17 @@ from firmware.device import AcceleratorError
 from firmware.regmap import ErrorCode, pack
 from sim import golden
 
-# (rows, cols, data_width): lanes below, equal to and above the bus width; C rows narrower
-# and wider than a bus word.
-CONFIGS = [(8, 8, 128), (4, 16, 64), (8, 8, 512)]
+# (rows, cols, data_width, write_ports): lanes below, equal to and above the bus width; C rows
+# narrower and wider than a bus word; C rows dealt to two write ports.
+CONFIGS = [(8, 8, 128, 1), (4, 16, 64, 1), (8, 8, 512, 1), (4, 8, 64, 2)]
 
 
-@pytest.fixture(scope="module", params=CONFIGS, ids=lambda c: "x".join(map(str, c)))
+@pytest.fixture(scope="module", params=CONFIGS, ids=lambda c: "x".join(map(str, c[:3]))
+                + ("-2w" if c[3] > 1 else ""))
 def dev(request):
-    rows, cols, width = request.param
+    rows, cols, width, ports = request.param
     device = Device("rtl", rows=rows, cols=cols, data_width=width, latency=32, pause=0.2,
-                    seed=7)
+                    seed=7, write_ports=ports)
     yield device
     assert device.sim.violations == 0, "AXI protocol violations"
 
@@ -196,12 +197,14 @@ def test_rejected_descriptor_touches_nothing(dev, what, change, code):
     np.testing.assert_array_equal(_c(dev, desc), want)
 
 
-@pytest.mark.parametrize("where", ["read", "write"])
+@pytest.mark.parametrize("where", ["read", "write", "write row 1"])
 def test_bus_error_stops_cleanly(dev, where):
+    """"write row 1": C's second row (written by the second writer where there are two)."""
     desc, want = _good_desc(dev)
     drv, sim = dev.driver, dev.sim
     drv.set_window(0x100000, 0x200000)
-    lo = desc["b_addr"] if where == "read" else desc["c_addr"]
+    lo = {"read": desc["b_addr"], "write": desc["c_addr"],
+          "write row 1": desc["c_addr"] + desc["c_stride"]}[where]
     sim.set_error_range(lo, lo + 64)
     try:
         with pytest.raises(AcceleratorError) as info:
@@ -243,6 +246,7 @@ def test_interrupt_and_identification(dev):
     drv = dev.driver
     assert (drv.info.rows, drv.info.cols) == (dev.rows, dev.cols)
     assert drv.info.data_width == dev.data_width
+    assert drv.info.write_ports == dev.sim.params.get("write_ports", 1)
     assert drv.info.block == 4          # Accelerator's default
     desc, _ = _good_desc(dev)
     drv.set_window(0x100000, 0x200000)

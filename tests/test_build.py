@@ -57,6 +57,11 @@ def test_generates_verilog_top_constraints_and_scripts(generated):
         assert port in top
     tcl = (out / "build.tcl").read_text()
     assert PLATFORMS[name].part in tcl and "write_bitstream" in tcl
+    # the ZCU104's second write port on the PS's second HP port; the others have one
+    two = PLATFORMS[name].config().get("write_ports", 1) == 2
+    assert ("m_axi_mem1_awaddr" in top) == two and "m_axi_mem1_araddr" not in top
+    assert ("accel/m_axi_mem1" in tcl) == two
+    assert ("S_AXI_HP1_FPD" in tcl) == (name == "zcu104")
     assert ("hw_handoff" in tcl) == (name != "vu9p")       # .hwh for pynq.Overlay
     assert (out / f"{stem}.xdc").exists()
 

@@ -88,6 +88,21 @@ def test_bad_ports_argument():
     with pytest.raises(ValueError, match="ports"):
         predict(8, 8, 8, rows=8, cols=8, depth=512, block=4, data_width=128,
                 port=resolve_port("ideal"), ports=3)
+    with pytest.raises(ValueError, match="write_ports"):
+        predict(8, 8, 8, rows=8, cols=8, depth=512, block=4, data_width=128,
+                port=resolve_port("ideal"), write_ports=3)
+
+
+def test_two_write_ports_halve_a_write_bound_gemm():
+    """K = 8: C rows dominate; two write ports take about half the cycles, a compute-bound
+    GEMM (K = 2048) the same."""
+    port = resolve_port("zynqmp-hp")
+    one, two = (predict(256, 256, 8, port=port, write_ports=w, **CONFIG)["cycles"]
+                for w in (1, 2))
+    assert 0.45 < two / one < 0.6
+    one, two = (predict(64, 64, 2048, port=port, write_ports=w, **CONFIG)["cycles"]
+                for w in (1, 2))
+    assert abs(two / one - 1) < 0.01
 
 
 def test_pauses_slow_the_data_channels():

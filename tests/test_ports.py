@@ -16,11 +16,13 @@ from platforms import PLATFORMS
 from sim import golden
 from sim.ports import BOARD_PORTS, KNOBS, PORTS, WRITE_ORDERS, resolve_port
 
-# The configuration tests/test_accelerator.py builds, so no extra compile.
+# Configurations tests/test_accelerator.py builds, so no extra compile: one write port, two.
 CONFIG = {"rows": 8, "cols": 8, "data_width": 128}
+CONFIG_2W = {"rows": 4, "cols": 8, "data_width": 64, "write_ports": 2}
 
-def _device(port, seed=5):
-    return Device("rtl", **CONFIG, port=port, seed=seed)
+
+def _device(port, seed=5, write_ports=1):
+    return Device("rtl", **(CONFIG if write_ports == 1 else CONFIG_2W), port=port, seed=seed)
 
 
 def _gemm(dev, rng, m, n, k, ta, tb):
@@ -39,12 +41,14 @@ def _check_port_kept(dev):
         assert limit is None or c[f"max_{way}_in_flight"] <= limit, (way, c)
 
 
+@pytest.mark.parametrize("write_ports", [1, 2])
 @pytest.mark.parametrize("order", WRITE_ORDERS)
 @pytest.mark.parametrize("preset", sorted(PORTS))
-def test_every_preset_and_write_order_is_exact(preset, order):
-    """All four transpose forms at odd shapes, with at least 10 % pauses on every channel."""
+def test_every_preset_and_write_order_is_exact(preset, order, write_ports):
+    """All four transpose forms at odd shapes, with at least 10 % pauses on every channel;
+    with two write ports, each port with the preset's limits."""
     dev = _device({"preset": preset, "write_order": order,
-                   "pause": max(PORTS[preset]["pause"], 0.1)})
+                   "pause": max(PORTS[preset]["pause"], 0.1)}, write_ports=write_ports)
     rng = np.random.default_rng(sorted(PORTS).index(preset))
     for ta, tb in ((False, False), (True, False), (False, True), (True, True)):
         m, n, k = (int(x) for x in rng.integers(1, 40, 3))
@@ -59,13 +63,14 @@ def test_every_preset_and_write_order_is_exact(preset, order):
        latency=st.integers(1, 80), pause=st.sampled_from([0.0, 0.3]),
        m=st.integers(1, 50), n=st.integers(1, 50), k=st.integers(1, 200),
        ta=st.booleans(), tb=st.booleans(), seed=st.integers(0, 2**16),
-       order=st.sampled_from(WRITE_ORDERS))
-def test_random_knobs(preset, order, outstanding, latency, pause, m, n, k, ta, tb, seed):
+       order=st.sampled_from(WRITE_ORDERS), write_ports=st.sampled_from([1, 2]))
+def test_random_knobs(preset, order, outstanding, latency, pause, m, n, k, ta, tb, seed,
+                      write_ports):
     """Tight limits (one burst in flight), short and long latencies, heavy pauses."""
     dev = _device({"preset": preset, "outstanding_reads": outstanding,
                    "outstanding_writes": outstanding, "read_latency": latency,
                    "write_latency": max(1, latency // 2), "pause": pause,
-                   "write_order": order}, seed=seed)
+                   "write_order": order}, seed=seed, write_ports=write_ports)
     _gemm(dev, np.random.default_rng(seed), m, n, k, ta, tb)
     _check_port_kept(dev)
 
@@ -143,6 +148,9 @@ def test_roofline_counts_partly_filled_tiles_and_traffic():
     assert r["dram_bytes_per_cycle"] == pytest.approx(
         19.2 * DRAM_EFFICIENCY * 1e3 / 250 / 8, abs=0.01)
     assert r["bound_by"] == "dram"                  # 7.68 bytes per cycle for 8 on the bus
+    # Two write ports: C leaves at twice the bus width (K = 10 above: the bound doubles).
+    r2 = roofline(128, 784, 10, 16, 16, 64, PORTS["zynq7-hp"] | {"dram_gbps": None}, 2)
+    assert r2["traffic_cycles"] == 128 * 784 * 4 // 16 and r2["bound_by"] == "port"
 
 
 def test_bench_cli_checks_its_arguments():
@@ -157,7 +165,8 @@ def test_bench_cli_checks_its_arguments():
             ("--port", '{"max_burst": 0}', r"port\['max_burst'\] must be in 1..256"),
             ("--block", "3", r"--block: a power of two in 1\.\.16"),
             ("--block", "0", r"--block: a power of two in 1\.\.16"),
-            ("--block", "32", r"--block: a power of two in 1\.\.16")):
+            ("--block", "32", r"--block: a power of two in 1\.\.16"),
+            ("--write-ports", "3", r"--write-ports: invalid choice")):
         res = subprocess.run([*run, option, bad], capture_output=True, text=True)
         assert res.returncode == 2
         assert option in res.stderr

@@ -11,12 +11,14 @@ from sim import engine_models as em
 from sim.harness import run, stream_recv, stream_send
 
 
-@pytest.mark.parametrize("rows,cols,data_width", [(4, 4, 128), (2, 8, 64), (4, 2, 128),
-                                                  (8, 8, 512), (2, 16, 128)])
+@pytest.mark.parametrize("rows,cols,data_width,phase,ports", [
+    (4, 4, 128, 0, 1), (2, 8, 64, 0, 1), (4, 2, 128, 0, 1), (8, 8, 512, 0, 1),
+    (2, 16, 128, 0, 1), (4, 4, 128, 1, 2), (8, 4, 64, 0, 2), (2, 16, 128, 1, 2)])
 @pytest.mark.parametrize("seed,addr_width", [(0, 32), (1, 32), (2, 40), (3, 64)])
-def test_matches_model(rows, cols, data_width, seed, addr_width):
+def test_matches_model(rows, cols, data_width, phase, ports, seed, addr_width):
     """Wider addresses carry out of the low 32 bits (the carry-save row address): a base just
-    below a 2**32 multiple and strides near 2**32."""
+    below a 2**32 multiple and strides near 2**32. With ``ports`` > 1, one phase of the rows
+    (the row step ``ports * c_stride`` carries further)."""
     rng = random.Random(seed)
     bpw = data_width // 8
     m, n = rng.randint(1, 3 * rows), rng.randint(1, 3 * cols)
@@ -30,9 +32,11 @@ def test_matches_model(rows, cols, data_width, seed, addr_width):
     rng.shuffle(jobs)
     c_rows = np.random.default_rng(seed).integers(0, 2**32, (len(jobs) * rows, cols),
                                                   dtype=np.uint32)
+    c_rows = c_rows[:len(jobs) * rows // ports]
     want_cmds, want_words = em.write_back(jobs, c_rows, desc, rows, cols, data_width,
-                                          addr_width)
-    dut = WriteBack(rows, cols, data_width=data_width, addr_width=addr_width, queue=4)
+                                          addr_width, phase, ports)
+    dut = WriteBack(rows, cols, data_width=data_width, addr_width=addr_width, queue=4,
+                    phase=phase, ports=ports)
     got = {}
     issued = []
 
@@ -41,7 +45,8 @@ def test_matches_model(rows, cols, data_width, seed, addr_width):
         await stream_send(ctx, dut.jobs, jobs, rng=random.Random(seed + 1), stall=0.3)
 
     async def send_rows(ctx):
-        beats = [{"data": [int(x) for x in r], "last": int(i % rows == rows - 1)}
+        rp = rows // ports
+        beats = [{"data": [int(x) for x in r], "last": int(i % rp == rp - 1)}
                  for i, r in enumerate(c_rows)]
         await stream_send(ctx, dut.i_stream, beats, rng=random.Random(seed + 2), stall=0.3)
         got["rows_sent"] = True
@@ -84,3 +89,81 @@ def test_model_strobes_leave_columns_beyond_n():
                                 2, 4, 128, 32)
     assert cmds == [{"addr": 0x100, "beats": 1}]
     assert words == [(int.from_bytes(np.arange(4, dtype="<u4").tobytes(), "little"), 0x0FFF)]
+
+
+@pytest.mark.parametrize("rows,cols,data_width,seed", [(4, 4, 64, 0), (2, 8, 128, 1),
+                                                       (8, 16, 64, 2)])
+def test_ports_match_model(rows, cols, data_width, seed):
+    """WriteBackPorts: each writer gets its phase's commands and words (the model per phase),
+    under random stalls on every stream and done pulses on both writers at once."""
+    from rtl.writeback import WriteBackPorts
+
+    rng = random.Random(seed)
+    bpw = data_width // 8
+    m, n = rng.randint(1, 3 * rows), rng.randint(1, 3 * cols)
+    desc = em.descriptor(m=m, n=n, k=1, c_addr=rng.getrandbits(30) // bpw * bpw,
+                         c_stride=rng.randint(1, 40) * bpw)
+    jobs = [{"m0": m0, "n0": n0} for m0 in range(0, m, rows) for n0 in range(0, n, cols)]
+    rng.shuffle(jobs)
+    c_rows = np.random.default_rng(seed).integers(0, 2**32, (len(jobs) * rows, cols),
+                                                  dtype=np.uint32)
+    want = [em.write_back(jobs, c_rows[p::2], desc, rows, cols, data_width, 32, p, 2)
+            for p in range(2)]
+    dut = WriteBackPorts(rows, cols, data_width=data_width, addr_width=32, queue=4, ports=2)
+    got = {}
+    issued = [0, 0]
+
+    async def send_jobs(ctx):
+        ctx.set(dut.desc, desc)
+        await stream_send(ctx, dut.jobs, jobs, rng=random.Random(seed + 1), stall=0.3)
+
+    async def send_rows(ctx):
+        beats = [{"data": [int(x) for x in r], "last": int(i % rows == rows - 1)}
+                 for i, r in enumerate(c_rows)]
+        await stream_send(ctx, dut.i_stream, beats, rng=random.Random(seed + 2), stall=0.2)
+        got["rows_sent"] = True
+
+    def taker(p):
+        async def take_cmds(ctx):
+            got[p, "cmds"] = await stream_recv(
+                ctx, dut.wr_cmd[p], len(want[p][0]), rng=random.Random(seed + 3 + p),
+                stall=0.3, convert=lambda x: issued.__setitem__(p, issued[p] + 1) or
+                {"addr": int(x.addr), "beats": int(x.beats)})
+
+        async def take_words(ctx):
+            got[p, "words"] = await stream_recv(
+                ctx, dut.wr_data[p], len(want[p][1]), rng=random.Random(seed + 5 + p),
+                stall=0.3, convert=lambda x: (int(x.data), int(x.strb)))
+        return take_cmds, take_words
+
+    async def respond(ctx):
+        rng_d = random.Random(seed + 7)
+        done = [0, 0]
+        while done != [len(w[0]) for w in want]:
+            for p in range(2):
+                fire = done[p] < issued[p] and rng_d.random() < 0.5
+                ctx.set(dut.wr_done[p], fire)
+                done[p] += fire
+            await ctx.tick()
+        for p in range(2):
+            ctx.set(dut.wr_done[p], 0)
+        while any((p, "words") not in got for p in range(2)) or "rows_sent" not in got:
+            await ctx.tick()
+        await ctx.tick().repeat(3)
+        got["idle"] = ctx.get(dut.idle)
+
+    run(dut, send_jobs, send_rows, *taker(0), *taker(1), respond, deadline_cycles=20_000)
+    for p in range(2):
+        assert got[p, "cmds"] == want[p][0]
+        assert got[p, "words"] == want[p][1]
+    assert got["idle"]
+
+
+def test_ports_args():
+    from rtl.writeback import WriteBackPorts
+
+    for ports in (1, 3, 8):
+        with pytest.raises(ValueError, match="ports"):
+            WriteBackPorts(4, 4, ports=ports)
+    with pytest.raises(ValueError, match="phase"):
+        WriteBack(4, 4, phase=2, ports=2)

@@ -3,8 +3,10 @@
 //
 // Compiled with -DMODEL=<Verilated class> -DMODEL_H="<header>" -DDW=<AXI data width in bits>.
 //
-// Memory model: a flat byte array at address 0 behind one AXI subordinate port whose timing
-// is set by a few knobs (sim_configure; sim/ports.py has the boards' presets):
+// Memory model: a flat byte array at address 0 behind one AXI subordinate port (with
+// -DWRITE_PORTS=2 a second write port, mem_w1, on the same memory, each write port with the
+// knobs below of its own) whose timing is set by a few knobs (sim_configure; sim/ports.py has
+// the boards' presets):
 //
 // * outstanding_reads: AR bursts accepted and not yet fully returned; ARREADY is low at the
 //   limit (0 = unlimited). Reads return in order, the first beat `read_latency` cycles after
@@ -26,12 +28,14 @@
 // nothing). Protocol checks count violations: a burst crossing 4 KB, a wrong WLAST, a size
 // other than the bus width, a burst longer than max_burst, and a manager that drops VALID or
 // changes the payload on AR, AW or W before READY. Counters (sim_counter) record beats,
-// bursts and the most bursts seen in flight.
+// bursts and the most bursts seen in flight (the write ports' summed, their in-flight most
+// the largest of one port).
 #include <array>
 #include <cstdint>
 #include <cstring>
 #include <deque>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "verilated.h"
@@ -41,6 +45,9 @@
 #error "DW (AXI data width) must be defined"
 #endif
 static constexpr int BPW = DW / 8;
+#ifndef WRITE_PORTS
+#define WRITE_PORTS 1
+#endif
 
 namespace {
 
@@ -116,6 +123,35 @@ struct Held {
     Payload payload{};
 };
 
+// One AXI4 write port's pins on the model (mem_w, mem_w1, ...).
+#define PIN_T(name) std::remove_reference_t<decltype(std::declval<MODEL &>().mem_w__##name)>
+struct WritePins {
+    PIN_T(awvalid) *awvalid; PIN_T(awready) *awready; PIN_T(awaddr) *awaddr;
+    PIN_T(awlen) *awlen; PIN_T(awsize) *awsize; PIN_T(awburst) *awburst;
+    PIN_T(wvalid) *wvalid; PIN_T(wready) *wready; PIN_T(wdata) *wdata; PIN_T(wstrb) *wstrb;
+    PIN_T(wlast) *wlast; PIN_T(bvalid) *bvalid; PIN_T(bready) *bready; PIN_T(bresp) *bresp;
+    PIN_T(bid) *bid;
+};
+#define WRITE_PINS(top, P) WritePins{&top->P##awvalid, &top->P##awready, &top->P##awaddr, \
+    &top->P##awlen, &top->P##awsize, &top->P##awburst, &top->P##wvalid, &top->P##wready, \
+    &top->P##wdata, &top->P##wstrb, &top->P##wlast, &top->P##bvalid, &top->P##bready, \
+    &top->P##bresp, &top->P##bid}
+
+// A write port's state: its bursts (AW and W in whichever order they come) and responses.
+struct WriteState {
+    WritePins pins;
+    std::deque<WriteBurst> writes;     // in AW/W order; the front completes first
+    std::deque<Response> responses;
+    unsigned aw_count = 0;             // bursts in `writes` whose AW has been accepted
+    bool b_shown = false;
+    Held aw_held, w_held;
+    // sampled this cycle
+    bool aw = false, w = false, bfire = false, wlast = false;
+    uint64_t aw_addr = 0, wstrb = 0;
+    unsigned aw_len = 0;
+    uint8_t wdata[BPW];
+};
+
 struct Sim {
     VerilatedContext ctx;
     MODEL *top;
@@ -128,17 +164,19 @@ struct Sim {
     uint64_t rng, order_rng;
     uint64_t err_lo = 0, err_hi = 0;
     std::deque<ReadBurst> reads;
-    std::deque<WriteBurst> writes;     // in AW/W order; the front completes first
-    std::deque<Response> responses;
-    unsigned aw_count = 0;             // bursts in `writes` whose AW has been accepted
-    bool r_shown = false, b_shown = false;
-    Held ar_held, aw_held, w_held;
+    std::vector<WriteState> wports;
+    bool r_shown = false;
+    Held ar_held;
     uint64_t counters[N_COUNTERS] = {0};
 
     Sim(size_t bytes, unsigned latency_, double pause_, uint64_t seed)
         : mem(bytes, 0), read_latency(latency_), write_latency(latency_ / 4 + 1),
           pause(pause_), rng(seed * 2654435761u + 1), order_rng(seed * 40503u + 7) {
         top = new MODEL{&ctx};
+        wports.push_back(WriteState{WRITE_PINS(top, mem_w__)});
+#if WRITE_PORTS > 1
+        wports.push_back(WriteState{WRITE_PINS(top, mem_w1__)});
+#endif
         top->clk = 0;
         top->rst = 1;
         for (int i = 0; i < 4; i++) tick();
@@ -186,30 +224,30 @@ struct Sim {
     }
 
     // The burst the next AW (at `aw_count`) or W beat belongs to, created on first sight.
-    WriteBurst &write_burst(size_t i) {
-        while (writes.size() <= i) {
+    WriteBurst &write_burst(WriteState &p, size_t i) {
+        while (p.writes.size() <= i) {
             WriteBurst b;
             b.w_first = write_order == W_FIRST
                         || (write_order == RANDOM_ORDER && (next(order_rng) >> 33 & 1));
-            writes.push_back(b);
+            p.writes.push_back(b);
         }
-        return writes[i];
+        return p.writes[i];
     }
 
-    size_t w_index() const {
+    static size_t w_index(const WriteState &p) {
         size_t i = 0;
-        while (i < writes.size() && writes[i].closed) i++;
+        while (i < p.writes.size() && p.writes[i].closed) i++;
         return i;
     }
 
-    unsigned writes_in_flight() const {
-        return aw_count + unsigned(responses.size());
+    static unsigned writes_in_flight(const WriteState &p) {
+        return p.aw_count + unsigned(p.responses.size());
     }
 
     // The front burst is complete (AW and every W beat): write memory, queue its response.
-    void retire_writes() {
-        while (!writes.empty() && writes.front().have_aw && writes.front().closed) {
-            WriteBurst &b = writes.front();
+    void retire_writes(WriteState &p) {
+        while (!p.writes.empty() && p.writes.front().have_aw && p.writes.front().closed) {
+            WriteBurst &b = p.writes.front();
             if (b.beats != b.len) counters[VIOLATIONS]++;    // WLAST before the AW's length
             if (b.resp == 0) {
                 unsigned n = b.beats < b.len ? b.beats : b.len;
@@ -219,10 +257,94 @@ struct Sim {
                         if (b.strb[k] >> i & 1) dst[i] = b.data[size_t(k) * BPW + i];
                 }
             }
-            responses.push_back({cycle + write_latency, b.resp});
-            writes.pop_front();
-            aw_count--;
+            p.responses.push_back({cycle + write_latency, b.resp});
+            p.writes.pop_front();
+            p.aw_count--;
         }
+    }
+
+    // A write port's outputs from its state (before the clock edge).
+    void drive_write(WriteState &p) {
+        WritePins &q = p.pins;
+        WriteBurst &next_aw = write_burst(p, p.aw_count);
+        bool aw_room = outstanding_writes == 0 || writes_in_flight(p) < outstanding_writes;
+        *q.awready = !paused() && aw_room && (!next_aw.w_first || next_aw.closed);
+        size_t wi = w_index(p);
+        WriteBurst &next_w = write_burst(p, wi);
+        // W ahead of its AW is buffered for at most as many bursts as AWs may be outstanding.
+        size_t ahead = wi >= p.aw_count ? wi - p.aw_count : 0;
+        size_t ahead_limit = outstanding_writes ? outstanding_writes : 64;
+        bool w_open = next_w.have_aw || (next_w.w_first && ahead < ahead_limit);
+        *q.wready = !paused() && w_open;
+        bool gap = paused();
+        if (!p.b_shown && !p.responses.empty() && p.responses.front().due <= cycle && !gap)
+            p.b_shown = true;
+        *q.bvalid = p.b_shown;
+        if (p.b_shown) *q.bresp = p.responses.front().resp;
+        *q.bid = 0;
+    }
+
+    // A write port's handshakes, sampled before the clock edge.
+    void sample_write(WriteState &p) {
+        WritePins &q = p.pins;
+        bool awv = *q.awvalid, awr = *q.awready;
+        check_held(p.aw_held, awv, awr, Payload{uint64_t(*q.awaddr), *q.awlen, *q.awsize,
+                                                *q.awburst});
+        if (awv && !awr) counters[AW_STALLS]++;
+        p.aw = awv && awr;
+        if (p.aw) {
+            p.aw_addr = *q.awaddr;
+            p.aw_len = *q.awlen + 1u;
+            check_address(p.aw_addr, p.aw_len, *q.awsize);
+        }
+        bool wv = *q.wvalid, wr = *q.wready;
+        get_bytes(*q.wdata, p.wdata);
+        p.wstrb = get_strb(*q.wstrb);
+        p.wlast = *q.wlast;
+        Payload wpayload{};
+        std::memcpy(wpayload.data(), p.wdata, BPW);
+        wpayload[BPW / 8] = p.wstrb;
+        wpayload[BPW / 8 + 1] = p.wlast;
+        check_held(p.w_held, wv, wr, wpayload);
+        if (wv && !wr) counters[W_STALLS]++;
+        p.w = wv && wr;
+        p.bfire = p.b_shown && *q.bready;
+    }
+
+    // A write port's state after the clock edge.
+    void update_write(WriteState &p) {
+        if (p.w) {
+            counters[WRITE_BEATS]++;
+            WriteBurst &b = write_burst(p, w_index(p));
+            b.data.insert(b.data.end(), p.wdata, p.wdata + BPW);
+            b.strb.push_back(p.wstrb);
+            b.beats++;
+            if (b.have_aw) {
+                b.closed = b.beats == b.len;
+                if (b.closed != p.wlast) counters[VIOLATIONS]++;
+            } else {
+                b.closed = p.wlast;
+                // No WLAST within the longest burst AXI has: a violation; close it anyway.
+                if (!p.wlast && b.beats == 256) { counters[VIOLATIONS]++; b.closed = true; }
+            }
+        }
+        if (p.aw) {
+            WriteBurst &b = write_burst(p, p.aw_count);
+            b.have_aw = true;
+            b.addr = p.aw_addr;
+            b.len = p.aw_len;
+            b.resp = check(p.aw_addr, p.aw_len);
+            if (b.beats >= b.len) b.closed = true;   // (a WLAST misplaced counts at retiring)
+            p.aw_count++;
+            counters[WRITE_BURSTS]++;
+            if (writes_in_flight(p) > counters[MAX_WRITES_IN_FLIGHT])
+                counters[MAX_WRITES_IN_FLIGHT] = writes_in_flight(p);
+        }
+        if (p.bfire) {
+            p.responses.pop_front();
+            p.b_shown = false;
+        }
+        retire_writes(p);
     }
 
     // One clock cycle: drive the model's outputs, sample handshakes, clock edge, update.
@@ -241,23 +363,7 @@ struct Sim {
             top->mem_r__rid = 0;
         }
         top->mem_r__rvalid = r_shown;
-
-        WriteBurst &next_aw = write_burst(aw_count);
-        bool aw_room = outstanding_writes == 0 || writes_in_flight() < outstanding_writes;
-        top->mem_w__awready = !paused() && aw_room && (!next_aw.w_first || next_aw.closed);
-        size_t wi = w_index();
-        WriteBurst &next_w = write_burst(wi);
-        // W ahead of its AW is buffered for at most as many bursts as AWs may be outstanding.
-        size_t ahead = wi >= aw_count ? wi - aw_count : 0;
-        size_t ahead_limit = outstanding_writes ? outstanding_writes : 64;
-        bool w_open = next_w.have_aw || (next_w.w_first && ahead < ahead_limit);
-        top->mem_w__wready = !paused() && w_open;
-        gap = paused();
-        if (!b_shown && !responses.empty() && responses.front().due <= cycle && !gap)
-            b_shown = true;
-        top->mem_w__bvalid = b_shown;
-        if (b_shown) top->mem_w__bresp = responses.front().resp;
-        top->mem_w__bid = 0;
+        for (auto &p : wports) drive_write(p);
         top->clk = 0;
         top->eval();
 
@@ -276,31 +382,7 @@ struct Sim {
             nb.resp = check(nb.addr, nb.len);
         }
         bool r = r_shown && top->mem_r__rready;
-        bool awv = top->mem_w__awvalid, awr = top->mem_w__awready;
-        check_held(aw_held, awv, awr, Payload{uint64_t(top->mem_w__awaddr), top->mem_w__awlen,
-                                              top->mem_w__awsize, top->mem_w__awburst});
-        if (awv && !awr) counters[AW_STALLS]++;
-        bool aw = awv && awr;
-        uint64_t aw_addr = 0;
-        unsigned aw_len = 0;
-        if (aw) {
-            aw_addr = top->mem_w__awaddr;
-            aw_len = top->mem_w__awlen + 1u;
-            check_address(aw_addr, aw_len, top->mem_w__awsize);
-        }
-        bool wv = top->mem_w__wvalid, wr = top->mem_w__wready;
-        uint8_t wdata[BPW];
-        get_bytes(top->mem_w__wdata, wdata);
-        uint64_t wstrb = get_strb(top->mem_w__wstrb);
-        bool wlast = top->mem_w__wlast;
-        Payload wpayload{};
-        std::memcpy(wpayload.data(), wdata, BPW);
-        wpayload[BPW / 8] = wstrb;
-        wpayload[BPW / 8 + 1] = wlast;
-        check_held(w_held, wv, wr, wpayload);
-        if (wv && !wr) counters[W_STALLS]++;
-        bool w = wv && wr;
-        bool bfire = b_shown && top->mem_w__bready;
+        for (auto &p : wports) sample_write(p);
 
         // ---- clock edge ----
         top->clk = 1;
@@ -320,38 +402,7 @@ struct Sim {
             if (reads.size() > counters[MAX_READS_IN_FLIGHT])
                 counters[MAX_READS_IN_FLIGHT] = reads.size();
         }
-        if (w) {
-            counters[WRITE_BEATS]++;
-            WriteBurst &b = write_burst(w_index());
-            b.data.insert(b.data.end(), wdata, wdata + BPW);
-            b.strb.push_back(wstrb);
-            b.beats++;
-            if (b.have_aw) {
-                b.closed = b.beats == b.len;
-                if (b.closed != wlast) counters[VIOLATIONS]++;
-            } else {
-                b.closed = wlast;
-                // No WLAST within the longest burst AXI has: a violation; close it anyway.
-                if (!wlast && b.beats == 256) { counters[VIOLATIONS]++; b.closed = true; }
-            }
-        }
-        if (aw) {
-            WriteBurst &b = write_burst(aw_count);
-            b.have_aw = true;
-            b.addr = aw_addr;
-            b.len = aw_len;
-            b.resp = check(aw_addr, aw_len);
-            if (b.beats >= b.len) b.closed = true;   // (a WLAST misplaced counts at retiring)
-            aw_count++;
-            counters[WRITE_BURSTS]++;
-            if (writes_in_flight() > counters[MAX_WRITES_IN_FLIGHT])
-                counters[MAX_WRITES_IN_FLIGHT] = writes_in_flight();
-        }
-        if (bfire) {
-            responses.pop_front();
-            b_shown = false;
-        }
-        retire_writes();
+        for (auto &p : wports) update_write(p);
     }
 
     void lite_write(uint32_t addr, uint32_t data) {
@@ -445,7 +496,10 @@ void sim_clear_counters(void *h) {
 uint64_t sim_outstanding(void *h) {
     Sim *s = static_cast<Sim *>(h);
     uint64_t writes = 0;
-    for (auto &b : s->writes) writes += b.have_aw || b.beats;
-    return s->reads.size() + writes + s->responses.size();
+    for (auto &p : s->wports) {
+        for (auto &b : p.writes) writes += b.have_aw || b.beats;
+        writes += p.responses.size();
+    }
+    return s->reads.size() + writes;
 }
 }
