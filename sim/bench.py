@@ -35,6 +35,8 @@ from pathlib import Path
 
 import numpy as np
 
+from .ports import DRAM_EFFICIENCY, dram_bytes_per_cycle
+
 __all__ = ["resources", "cycles", "utilization", "model_check", "main"]
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -219,9 +221,6 @@ BENCH_CONFIGS = {
     "zcu104": {"rows": 16, "cols": 32, "data_width": 64},
     "vu9p": {"rows": 8, "cols": 16, "data_width": 64},
 }
-#: Assumed fraction of the DRAM's peak bandwidth a streaming DMA sustains (refresh, bank and
-#: read/write turnarounds).
-DRAM_EFFICIENCY = 0.8
 #: Layers y = x W (fan_in -> fan_out): fully connected, and convolution-shaped (im2col of a
 #: 3x3 convolution, 64 -> 128 and 128 -> 256 channels).
 LAYERS = [("fc 784->256", 784, 256), ("fc 256->256", 256, 256), ("fc 256->10", 256, 10),
@@ -249,25 +248,21 @@ def roofline(m, n, k, rows, cols, data_width, port, write_ports=1):
     traffic: A and B read once (int8), C written once (float32), over the sustainable bytes
     per cycle: the port's bus width on each of the read and write channels, and the DRAM's
     ``dram_gbps * DRAM_EFFICIENCY`` at the board clock (shared by both directions), scaled by
-    the simulated bus over the board's bus where a smaller configuration stands in. With
+    the simulated bus over the board's bus where a smaller configuration stands in
+    (:func:`sim.ports.dram_bytes_per_cycle`, which the memory model enforces too). With
     ``write_ports`` write ports, C is written at that many bus words a cycle.
     ``bound = MACs / (PEs * max(compute, traffic))``; ``bound_by`` names the binding term
-    (``"compute"``, ``"port"`` or ``"dram"``). The memory model enforces the port's limits but
-    not the DRAM's bandwidth: where ``"dram"`` binds, the simulation may beat the bound.
+    (``"compute"``, ``"port"`` or ``"dram"``).
     """
     bus = data_width // 8
     compute = -(-m // rows) * -(-n // cols) * k
     rd, wr = m * k + k * n, 4 * m * n
     traffic = max(rd / bus, wr / (bus * write_ports))
-    dram = None
-    if port.get("dram_gbps") and port.get("clock_mhz"):
-        board_bus = (port.get("data_width") or data_width) // 8
-        dram = port["dram_gbps"] * DRAM_EFFICIENCY * 1e3 / port["clock_mhz"] * bus / board_bus
+    dram = dram_bytes_per_cycle(port, bus)
+    if dram is not None:
         traffic = max(traffic, (rd + wr) / dram)
     port_cycles = max(rd / bus, wr / (bus * write_ports))
     cycles = max(compute, traffic)
-    # The memory model does not throttle to the DRAM's bandwidth (only the port's limits), so
-    # where "dram" binds, the simulated utilisation can exceed the bound.
     by = "compute" if compute >= traffic else "port" if port_cycles >= traffic else "dram"
     return {"compute_cycles": compute, "traffic_cycles": round(traffic),
             "read_bytes": rd, "write_bytes": wr,

@@ -186,7 +186,8 @@ class NativeSim:
                 ("sim_counter", ctypes.c_uint64, [ctypes.c_void_p, ctypes.c_int]),
                 ("sim_clear_counters", None, [ctypes.c_void_p]),
                 ("sim_outstanding", ctypes.c_uint64, [ctypes.c_void_p]),
-                ("sim_beats", ctypes.c_uint64, [ctypes.c_void_p, ctypes.c_int])):
+                ("sim_beats", ctypes.c_uint64, [ctypes.c_void_p, ctypes.c_int]),
+                ("sim_set_dram", None, [ctypes.c_void_p, ctypes.c_double])):
             fn = getattr(lib, name)
             fn.restype, fn.argtypes = res, args
         self._lib = lib
@@ -195,6 +196,7 @@ class NativeSim:
         lib.sim_configure(self._h, p["outstanding_reads"] or 0, p["outstanding_writes"] or 0,
                           p["read_latency"], p["write_latency"], p["max_burst"],
                           WRITE_ORDERS.index(p["write_order"]), p["pause"])
+        self._set_dram()
         self.memory = np.ctypeslib.as_array(lib.sim_memory(self._h), shape=(memory,))
         self.size = memory
 
@@ -268,3 +270,14 @@ class NativeSim:
                                 p["outstanding_writes"] or 0, p["read_latency"],
                                 p["write_latency"], p["max_burst"],
                                 WRITE_ORDERS.index(p["write_order"]), p["pause"])
+        self._set_dram()
+
+    @property
+    def dram_bytes_per_cycle(self) -> float | None:
+        """What the memory moves a cycle at most, every channel together
+        (:func:`sim.ports.dram_bytes_per_cycle` of the port at this bus; None: unlimited)."""
+        from .ports import dram_bytes_per_cycle
+        return dram_bytes_per_cycle(self.port, self.params.get("data_width", 128) // 8)
+
+    def _set_dram(self) -> None:
+        self._lib.sim_set_dram(self._h, self.dram_bytes_per_cycle or 0.0)

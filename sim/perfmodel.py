@@ -33,6 +33,10 @@ order:
   one write channel shared from block to block; the array runs ahead of it by at most the
   output FIFO (:data:`OUT_TILES` tiles) and stalls beyond.
 
+Behind a DRAM of :func:`sim.ports.dram_bytes_per_cycle` bytes a cycle, no channel moves more
+than that, and the GEMM takes at least its reads and writes over that rate (plus a read and
+a write latency).
+
 Under a port whose subordinate holds a channel back with probability ``pause`` each cycle
 (the presets' random back-pressure) a burst's beats take ``1 / (1 - pause)`` times as long
 (its latency does not stretch) and a data channel moves at most ``1 - pause`` words a
@@ -54,6 +58,7 @@ import functools
 import sys
 
 from .engine_models import block_chunks, chunk_align
+from .ports import dram_bytes_per_cycle
 
 __all__ = ["predict", "best_block", "read_rate", "training_gemms", "main"]
 
@@ -100,7 +105,8 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
         The accelerator's configuration.
     port : dict
         ``outstanding_reads``, ``outstanding_writes`` (``None``: unlimited),
-        ``read_latency``, ``write_latency``, ``max_burst`` and ``pause`` (0 if absent) — as
+        ``read_latency``, ``write_latency``, ``max_burst``, ``pause`` (0 if absent) and the
+        DRAM (``dram_gbps`` with ``clock_mhz`` and ``data_width``; absent: unlimited) — as
         :func:`sim.ports.resolve_port` returns.
     ports : {1, 2}
         Memory ports: 2 reads A and B in parallel (a prediction for a design not built).
@@ -126,12 +132,19 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
     lat_r, lat_w = port["read_latency"], port["write_latency"]
     # A data channel held back with probability `pause` a cycle moves at most 1 - pause words.
     keep = 1.0 - (port.get("pause") or 0.0)
+    # The DRAM behind the port (reads and writes of every port together): no channel moves
+    # more than its rate alone, and the whole GEMM's traffic takes at least its time.
+    dram = dram_bytes_per_cycle(port, bpw)
+    if dram is not None:
+        keep = min(keep, dram / bpw)
+    traffic = [0, 0]                      # words read, words written
 
     def read_cycles(runs: list[int]) -> float:
         bursts = [b for w in runs for b in _bursts(w, burst)]
         if not bursts:
             return 0.0
         beats = sum(bursts)
+        traffic[0] += beats
         return beats / read_rate(beats / len(bursts), o_rd, lat_r, keep)
 
     def operand_jobs(k_major, lanes, x_blk, limit, tiles, kc):
@@ -190,6 +203,9 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
                         runs += [words] * sum(rows_in)
                     beats = sum(runs) / len(runs)
                     wrate = write_ports * read_rate(beats, o_wr, lat_w + 2, keep)
+                    if dram is not None:
+                        wrate = min(wrate, dram / bpw)
+                    traffic[1] += sum(runs)
                     write = sum(runs) / wrate
                     slack = OUT_TILES * rows * beats / wrate
                 chunks.append({"compute": bm * bn * kc, "kc": kc, "loads": loads,
@@ -239,6 +255,8 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
     last_rows = rows * _cdiv(4 * min(cols, n), bpw)
     total = max(comp_end[-1] + rows + cols + DRAIN_OVERHEAD + last_rows,
                 wclock + rows + cols + DRAIN_OVERHEAD) + lat_w
+    if dram is not None:
+        total = max(total, sum(traffic) * bpw / dram + lat_r + lat_w)
     compute = sum(c["compute"] for c in chunks)
     return {"cycles": int(round(total)), "compute_cycles": compute,
             "utilization": m * n * k / (rows * cols * total),
@@ -263,7 +281,7 @@ def best_block(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: b
     """
     knobs = tuple(sorted((key, port.get(key)) for key in (
         "outstanding_reads", "outstanding_writes", "read_latency", "write_latency",
-        "max_burst", "pause")))
+        "max_burst", "pause", "dram_gbps", "clock_mhz", "data_width")))
     return _best_block(m, n, k, bool(transpose_a), bool(transpose_b), rows, cols, depth, block,
                        data_width, knobs, write_ports)
 

@@ -24,10 +24,16 @@ implements them):
 ``pause``
     Probability, per channel per cycle, of back-pressure on ARREADY, AWREADY, WREADY or of a
     gap before RVALID, BVALID.
+``dram_gbps``
+    The DRAM's peak bandwidth behind the port (GB/s; ``None``: unlimited). The model moves
+    at most :data:`DRAM_EFFICIENCY` of it, at the board's ``clock_mhz``, reads and writes of
+    every port together: :func:`dram_bytes_per_cycle` bytes a cycle, scaled by the simulated
+    bus over the board's ``data_width`` where a smaller configuration stands in (so that the
+    DRAM's share of a bus word a cycle is the board's).
 
 and, as metadata (used by benchmarks, not by the model): ``data_width`` (bits), ``protocol``
-(``"AXI3"``/``"AXI4"``), ``clock_mhz`` (the accelerator's clock on that board),
-``dram_gbps`` (sustainable DRAM bandwidth behind the port, GB/s) and ``source``.
+(``"AXI3"``/``"AXI4"``), ``clock_mhz`` (the accelerator's clock on that board) and
+``source``.
 
 ``PORTS["ideal"]`` is the model as it was before the presets (unlimited bursts in flight, read
 latency 32, any burst length, AW before W, no pauses). :func:`resolve_port` turns a preset
@@ -43,13 +49,18 @@ dev = Device("rtl", rows=8, cols=8, port={"outstanding_reads": 2, "write_order":
 
 from __future__ import annotations
 
-__all__ = ["PORTS", "BOARD_PORTS", "KNOBS", "METADATA", "WRITE_ORDERS", "resolve_port"]
+__all__ = ["PORTS", "BOARD_PORTS", "KNOBS", "METADATA", "WRITE_ORDERS", "DRAM_EFFICIENCY",
+           "resolve_port", "dram_bytes_per_cycle"]
 
 #: The knobs the memory model implements.
 KNOBS = ("outstanding_reads", "outstanding_writes", "read_latency", "write_latency",
-         "max_burst", "write_order", "pause")
-#: Descriptive fields of a preset (not used by the model).
-METADATA = ("data_width", "protocol", "clock_mhz", "dram_gbps", "source")
+         "max_burst", "write_order", "pause", "dram_gbps")
+#: Descriptive fields of a preset (the model uses ``clock_mhz`` and ``data_width`` only to
+#: turn ``dram_gbps`` into bytes a cycle).
+METADATA = ("data_width", "protocol", "clock_mhz", "source")
+#: The fraction of the DRAM's peak bandwidth a streaming DMA sustains (refresh, bank and
+#: read/write turnarounds): an assumption, not a measurement.
+DRAM_EFFICIENCY = 0.8
 WRITE_ORDERS = ("aw-first", "w-first", "random")
 
 PORTS: dict[str, dict] = {
@@ -169,4 +180,28 @@ def resolve_port(port: str | dict = "ideal") -> dict:
     if not 0.0 <= pause < 1.0:
         raise ValueError(f"port['pause'] must be in [0, 1), not {pause!r}")
     out["pause"] = float(pause)
+    dram = out["dram_gbps"]
+    if dram is not None:
+        if not isinstance(dram, (int, float)) or isinstance(dram, bool):
+            raise TypeError(f"port['dram_gbps'] must be a number or None, not {dram!r}")
+        if not dram > 0:
+            raise ValueError(f"port['dram_gbps'] must be positive (or None: unlimited), "
+                             f"not {dram!r}")
+        clock = out["clock_mhz"]
+        if not isinstance(clock, (int, float)) or isinstance(clock, bool) or not clock > 0:
+            raise ValueError(f"port['dram_gbps'] needs port['clock_mhz'] (the accelerator's "
+                             f"clock, MHz), not {clock!r}")
+        out["dram_gbps"] = float(dram)
     return out
+
+
+def dram_bytes_per_cycle(port: dict, bus_bytes: int) -> float | None:
+    """What the DRAM behind ``port`` (:func:`resolve_port`'s) moves a cycle, reads and writes
+    together, for an accelerator on a ``bus_bytes`` bus: ``dram_gbps * DRAM_EFFICIENCY`` at
+    ``clock_mhz``, times ``bus_bytes`` over the board's bus (``data_width / 8``, if known)
+    — a stand-in on a narrower bus keeps the board's ratio. ``None``: unlimited."""
+    if port.get("dram_gbps") is None:
+        return None
+    rate = port["dram_gbps"] * DRAM_EFFICIENCY * 1e3 / port["clock_mhz"]
+    board_bus = (port.get("data_width") or 8 * bus_bytes) // 8
+    return rate * bus_bytes / board_bus

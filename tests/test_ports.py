@@ -86,6 +86,32 @@ def test_a_burst_over_the_port_limit_is_flagged_and_refused():
     assert dev.sim.counters["stability_violations"] == 0
 
 
+def test_the_dram_limits_every_channel_together():
+    """A DRAM of 4 bytes a cycle behind a 16-byte port: a GEMM whose reads and writes
+    computes in ~4,400 cycles on the bare port takes its bytes over 4 (reads and writes
+    together), within a few per cent, bit-exact; the perf model follows; None lifts it."""
+    from sim.perfmodel import predict
+    from sim.ports import dram_bytes_per_cycle
+
+    port = {"dram_gbps": 0.5, "clock_mhz": 100.0, "data_width": 128}
+    assert dram_bytes_per_cycle(resolve_port(port), 16) == pytest.approx(4.0)
+    assert dram_bytes_per_cycle(resolve_port(port), 8) == pytest.approx(2.0)  # a stand-in
+    cycles = {}
+    for name, p in (("dram", port), ("bare", {**port, "dram_gbps": None})):
+        dev = _device(p)
+        _gemm(dev, np.random.default_rng(1), 64, 64, 64, False, False)
+        cycles[name] = dev.stats["cycles"]
+        c = dev.sim.counters
+        moved = 16 * (c["read_beats"] + c["write_beats"])
+        assert dev.sim.violations == 0
+        want = predict(64, 64, 64, port=dev.sim.port, block=dev.stats["block"], depth=512,
+                       rows=8, cols=8, data_width=128)["cycles"]
+        assert abs(want / cycles[name] - 1) < 0.08, (name, cycles[name], want)
+    # (the DRAM's budget starts with 32 bus words banked)
+    assert (moved - 32 * 16) / 4 <= cycles["dram"] <= 1.1 * moved / 4
+    assert cycles["bare"] < 0.6 * cycles["dram"]             # compute-bound without it
+
+
 def test_latency_and_pause_options_still_override_the_port():
     dev = Device("rtl", **CONFIG, port="zynq7-hp", latency=7, pause=0.0)
     assert dev.sim.port["read_latency"] == 7 and dev.sim.port["pause"] == 0.0
@@ -121,6 +147,9 @@ def test_presets_are_complete_and_every_board_has_one():
     ({"write_order": "any"}, ValueError, r"write_order'\] must be one of \['aw-first', 'w-first"),
     ({"pause": 1.0}, ValueError, r"port\['pause'\] must be in \[0, 1\)"),
     ({"pause": "often"}, TypeError, r"port\['pause'\] must be a number"),
+    ({"dram_gbps": 0, "clock_mhz": 100}, ValueError, r"port\['dram_gbps'\] must be positive"),
+    ({"dram_gbps": True, "clock_mhz": 100}, TypeError, r"port\['dram_gbps'\] must be a num"),
+    ({"dram_gbps": 2.0}, ValueError, r"port\['dram_gbps'\] needs port\['clock_mhz'\]"),
 ])
 def test_bad_ports_are_refused(port, exc, match):
     with pytest.raises(exc, match=match):

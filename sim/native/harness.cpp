@@ -23,6 +23,10 @@
 // * pause: probability, per channel per cycle, of back-pressure (ARREADY, AWREADY, WREADY
 //   low) or of a gap (RVALID, BVALID not raised). A raised RVALID / BVALID stays up, with its
 //   payload, until the handshake.
+// * dram (sim_set_dram): the DRAM's bytes per cycle behind every port together (0 =
+//   unlimited). A budget grows by that much each cycle (banking at most DRAM_BURST_BEATS bus
+//   words); an R beat is raised, and WREADY, only while a bus word is in the budget, and
+//   each R beat raised or W beat taken spends one: reads first, then the write ports.
 //
 // Bursts that touch the error range, or lie outside memory, answer SLVERR / DECERR (and write
 // nothing). Protocol checks count violations: a burst crossing 4 KB, a wrong WLAST, a size
@@ -30,6 +34,7 @@
 // changes the payload on AR, AW or W before READY. Counters (sim_counter) record beats,
 // bursts and the most bursts seen in flight (the write ports' summed, their in-flight most
 // the largest of one port).
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <cstring>
@@ -48,6 +53,9 @@ static constexpr int BPW = DW / 8;
 #ifndef WRITE_PORTS
 #define WRITE_PORTS 1
 #endif
+// What the DRAM budget may bank while the ports are idle (the controller's queues, open
+// rows): two bursts of 16 beats.
+static constexpr double DRAM_BURST_BEATS = 32;
 
 namespace {
 
@@ -167,6 +175,8 @@ struct Sim {
     std::vector<WriteState> wports;
     bool r_shown = false;
     Held ar_held;
+    double dram = 0;                   // bytes per cycle, 0: unlimited
+    double budget = 0;                 // bytes the DRAM can move now
     uint64_t counters[N_COUNTERS] = {0};
 
     Sim(size_t bytes, unsigned latency_, double pause_, uint64_t seed)
@@ -263,6 +273,8 @@ struct Sim {
         }
     }
 
+    bool dram_has_word() const { return dram <= 0 || budget >= BPW; }
+
     // A write port's outputs from its state (before the clock edge).
     void drive_write(WriteState &p) {
         WritePins &q = p.pins;
@@ -275,7 +287,7 @@ struct Sim {
         size_t ahead = wi >= p.aw_count ? wi - p.aw_count : 0;
         size_t ahead_limit = outstanding_writes ? outstanding_writes : 64;
         bool w_open = next_w.have_aw || (next_w.w_first && ahead < ahead_limit);
-        *q.wready = !paused() && w_open;
+        *q.wready = !paused() && w_open && dram_has_word();
         bool gap = paused();
         if (!p.b_shown && !p.responses.empty() && p.responses.front().due <= cycle && !gap)
             p.b_shown = true;
@@ -315,6 +327,7 @@ struct Sim {
     void update_write(WriteState &p) {
         if (p.w) {
             counters[WRITE_BEATS]++;
+            if (dram > 0) budget -= BPW;
             WriteBurst &b = write_burst(p, w_index(p));
             b.data.insert(b.data.end(), p.wdata, p.wdata + BPW);
             b.strb.push_back(p.wstrb);
@@ -353,7 +366,11 @@ struct Sim {
         bool ar_room = outstanding_reads == 0 || reads.size() < outstanding_reads;
         top->mem_r__arready = !paused() && ar_room;
         bool gap = paused();
-        if (!r_shown && !reads.empty() && reads.front().due <= cycle && !gap) r_shown = true;
+        if (!r_shown && !reads.empty() && reads.front().due <= cycle && !gap
+            && dram_has_word()) {
+            r_shown = true;
+            if (dram > 0) budget -= BPW;
+        }
         if (r_shown) {
             ReadBurst &b = reads.front();
             if (b.resp == 0) put_bytes(top->mem_r__rdata, &mem[b.addr + uint64_t(b.beat) * BPW]);
@@ -403,6 +420,7 @@ struct Sim {
                 counters[MAX_READS_IN_FLIGHT] = reads.size();
         }
         for (auto &p : wports) update_write(p);
+        if (dram > 0) budget = std::min(budget + dram, DRAM_BURST_BEATS * BPW);
     }
 
     void lite_write(uint32_t addr, uint32_t data) {
@@ -476,6 +494,12 @@ void sim_configure(void *h, unsigned outstanding_reads, unsigned outstanding_wri
     s->outstanding_reads = outstanding_reads; s->outstanding_writes = outstanding_writes;
     s->read_latency = read_latency; s->write_latency = write_latency;
     s->max_burst = max_burst; s->write_order = write_order; s->pause = pause;
+}
+// The DRAM's bytes per cycle behind all ports (0: unlimited); the budget starts full.
+void sim_set_dram(void *h, double bytes_per_cycle) {
+    Sim *s = static_cast<Sim *>(h);
+    s->dram = bytes_per_cycle;
+    s->budget = DRAM_BURST_BEATS * BPW;
 }
 uint64_t sim_beats(void *h, int writes) {
     Sim *s = static_cast<Sim *>(h);
