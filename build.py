@@ -124,7 +124,7 @@ def parse_args(argv):
     parser.add_argument("--acc-ram", choices=["auto", "ultra"],
                         help="what the accumulation slots are built of: what synthesis "
                              "chooses, or UltraRAM (UltraScale+ boards)")
-    parser.add_argument("--write-ports", type=int, choices=[1, 2],
+    parser.add_argument("--write-ports", type=int, choices=[1, 2, 4],
                         help="AXI write ports C rows are dealt to (default: the platform's)")
     parser.add_argument("--out", type=Path, help="output directory (default build/<platform>)")
     parser.add_argument("--synth", choices=["yosys", "vivado", "none"], default="yosys")

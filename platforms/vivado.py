@@ -25,15 +25,17 @@ CORE = "bfp_accel"
 def _xilinx_name(path: tuple) -> str:
     bus, *rest = path
     name = "_".join(map(str, rest))
+    if bus.startswith("mem_w") and bus != "mem_w":       # mem_w1 ... : m_axi_mem1 ...
+        return f"m_axi_mem{bus[5:]}_{name}"
     return {"ctrl": f"s_axi_control_{name}", "mem_r": f"m_axi_mem_{name}",
-            "mem_w": f"m_axi_mem_{name}", "mem_w1": f"m_axi_mem1_{name}",
-            "irq": "interrupt"}[bus]
+            "mem_w": f"m_axi_mem_{name}", "irq": "interrupt"}[bus]
 
 
 def top_verilog(component) -> str:
     """``bfp_accel_top``: the accelerator with Xilinx port names and an active-low reset."""
     ports, conns = [], []
-    busifs = "s_axi_control:m_axi_mem" + (":m_axi_mem1" if hasattr(component, "mem_w1") else "")
+    busifs = "s_axi_control:m_axi_mem" + "".join(
+        f":m_axi_mem{p}" for p in range(1, getattr(component, "write_ports", 1)))
     for path, member, _ in component.signature.flatten(component):
         inner = "__".join(map(str, path))
         outer = _xilinx_name(path)
@@ -120,21 +122,23 @@ apply_bd_automation -rule xilinx.com:bd_rule:axi4 \\
 connect_bd_net [get_bd_pins accel/interrupt] [get_bd_pins ps/pl_ps_irq0]
 """
 
-# The second write port (``write_ports=2``: m_axi_mem1, write-only) on the PS's next HP port.
-_PS7_PORT2 = """set_property -dict [list CONFIG.PCW_USE_S_AXI_HP1 {{1}} \
-    CONFIG.PCW_S_AXI_HP1_DATA_WIDTH {{{dw}}}] [get_bd_cells ps]
-apply_bd_automation -rule xilinx.com:bd_rule:axi4 \
-    -config {{Slave "/ps/S_AXI_HP1" Clk "/ps/FCLK_CLK0"}} [get_bd_intf_pins accel/m_axi_mem1]
+# The other write ports (``write_ports`` 2 or 4: m_axi_mem1 ..., write-only), each on the
+# PS's HP port of its number ({p}; on the PS8, S_AXI_HPn_FPD is S_AXI_GP(n + 2)).
+_PS7_PORT = """set_property -dict [list CONFIG.PCW_USE_S_AXI_HP{p} {{1}} \\
+    CONFIG.PCW_S_AXI_HP{p}_DATA_WIDTH {{{dw}}}] [get_bd_cells ps]
+apply_bd_automation -rule xilinx.com:bd_rule:axi4 \\
+    -config {{Slave "/ps/S_AXI_HP{p}" Clk "/ps/FCLK_CLK0"}} [get_bd_intf_pins accel/m_axi_mem{p}]
 """
 
-_PS8_PORT2 = """set_property -dict [list CONFIG.PSU__USE__S_AXI_GP3 {{1}} \
-    CONFIG.PSU__SAXIGP3__DATA_WIDTH {{{dw}}}] [get_bd_cells ps]
-apply_bd_automation -rule xilinx.com:bd_rule:axi4 \
-    -config {{Slave "/ps/S_AXI_HP1_FPD" Clk "/ps/pl_clk0"}} [get_bd_intf_pins accel/m_axi_mem1]
+_PS8_PORT = """set_property -dict [list CONFIG.PSU__USE__S_AXI_GP{gp} {{1}} \\
+    CONFIG.PSU__SAXIGP{gp}__DATA_WIDTH {{{dw}}}] [get_bd_cells ps]
+apply_bd_automation -rule xilinx.com:bd_rule:axi4 \\
+    -config {{Slave "/ps/S_AXI_HP{p}_FPD" Clk "/ps/pl_clk0"}} \\
+    [get_bd_intf_pins accel/m_axi_mem{p}]
 """
 
-_XDMA_PORT2 = """apply_bd_automation -rule xilinx.com:bd_rule:axi4 \
-    -config {{Master "/accel/m_axi_mem1" Clk "/xdma/axi_aclk"}} \
+_XDMA_PORT = """apply_bd_automation -rule xilinx.com:bd_rule:axi4 \\
+    -config {{Master "/accel/m_axi_mem{p}" Clk "/xdma/axi_aclk"}} \\
     [get_bd_intf_pins ddr4/C0_DDR4_S_AXI]
 """
 
@@ -191,9 +195,10 @@ file copy -force $hwh [file join $origin {stem}.hwh]
 
 
 def build_tcl(board: Board, write_ports: int = 1) -> str:
-    """The Vivado script: block design, implementation, bitstream. With ``write_ports=2`` the
-    accelerator's second write port goes to a second PS HP port (S_AXI_HP1 on the Zynq-7000,
-    S_AXI_HP1_FPD on the Zynq UltraScale+; on the VCU118 to the same DDR4 interconnect)."""
+    """The Vivado script: block design, implementation, bitstream. With ``write_ports`` 2 or 4
+    the accelerator's write port ``p`` goes to the PS's HP port ``p`` (S_AXI_HPp on the
+    Zynq-7000, S_AXI_HPp_FPD on the Zynq UltraScale+; on the VCU118 to the same DDR4
+    interconnect)."""
     stem = f"bfp_{board.name.replace('-', '_')}"
     zynq = board.name in ("pynq-z1", "zcu104")
     fmt = {"title": board.title, "stem": stem, "part": board.part, "core": CORE, "top": TOP,
@@ -202,9 +207,9 @@ def build_tcl(board: Board, write_ports: int = 1) -> str:
                           if board.board_part else ""),
            "dw": board.data_width, "mhz": f"{board.clock_mhz:g}"}
     body = {"pynq-z1": _PS7, "zcu104": _PS8, "vu9p": _XDMA}[board.name]
-    if write_ports == 2:
-        body += {"pynq-z1": _PS7_PORT2, "zcu104": _PS8_PORT2, "vu9p": _XDMA_PORT2}[board.name]
-    return (_HEAD.format(**fmt) + body.format(**fmt)
+    extra = {"pynq-z1": _PS7_PORT, "zcu104": _PS8_PORT, "vu9p": _XDMA_PORT}[board.name]
+    ports = "".join(extra.format(p=p, gp=p + 2, **fmt) for p in range(1, write_ports))
+    return (_HEAD.format(**fmt) + body.format(**fmt) + ports
             + _TAIL.format(stem=stem, hwh_copy=_HWH.format(stem=stem) if zynq else "",
                            **_address(board)))
 

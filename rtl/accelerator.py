@@ -26,10 +26,10 @@ class Accelerator(wiring.Component):
     descriptor is copied into a queue of ``queue`` entries and run by :class:`GemmEngine` in
     order. The engine reads A, B and exponent vectors and writes C through an AXI4 manager
     (read half :attr:`mem_r`, write half :attr:`mem_w`), never outside
-    ``[WINDOW_BASE, WINDOW_LIMIT)``. With ``write_ports=2`` a second AXI4 write manager,
-    :attr:`mem_w1`, writes the odd rows of every C tile (:class:`rtl.writeback.
-    WriteBackPorts`): connected to a second memory port (another Zynq HP port), C leaves at
-    up to two bus words a cycle.
+    ``[WINDOW_BASE, WINDOW_LIMIT)``. With ``write_ports`` P of 2 or 4, P - 1 more AXI4 write
+    managers, :attr:`mem_w1` ..., write the C tiles' rows ``p mod P``
+    (:class:`rtl.writeback.WriteBackPorts`): connected to other memory ports (the Zynq PS's
+    other HP ports), C leaves at up to P bus words a cycle.
 
     Errors stop the engine with ``STATUS.ERROR`` and a code: a rejected descriptor (nothing
     touched), SLVERR/DECERR on a read or a write, or an ENQUEUE into a full queue. After a bus
@@ -49,16 +49,16 @@ class Accelerator(wiring.Component):
         Descriptor queue depth.
     burst_beats, outstanding : int
         DMA bursts (see :class:`rtl.dma.DmaReader`).
-    write_ports : {1, 2}
-        AXI4 write managers (``CONFIG_BUS.WRITE_PORTS``).
+    write_ports : {1, 2, 4}
+        AXI4 write managers (``CONFIG_BUS.WRITE_PORTS``); at most ``rows``.
 
     Members
     -------
     ctrl : In(AXI4LiteSignature(12))
     mem_r : Out(AXI4ReadSignature(addr_width, data_width))
     mem_w : Out(AXI4WriteSignature(addr_width, data_width))
-    mem_w1 : Out(AXI4WriteSignature(addr_width, data_width))
-        Only with ``write_ports=2``.
+    mem_w1, mem_w2, mem_w3 : Out(AXI4WriteSignature(addr_width, data_width))
+        With ``write_ports`` 2 (``mem_w1``) or 4.
     irq : Out(1)
     """
 
@@ -69,8 +69,8 @@ class Accelerator(wiring.Component):
                  write_ports: int = 1):
         if not isinstance(queue, int) or not 1 <= queue <= 254:   # + the running one: 8 bits
             raise ValueError(f"queue must be an integer in 1..254, not {queue!r}")
-        if write_ports not in (1, 2) or isinstance(write_ports, bool):
-            raise ValueError(f"write_ports must be 1 or 2, not {write_ports!r}")
+        if write_ports not in (1, 2, 4) or isinstance(write_ports, bool):
+            raise ValueError(f"write_ports must be 1, 2 or 4, not {write_ports!r}")
         self.engine = GemmEngine(rows, cols, depth=depth, data_width=data_width,
                                  addr_width=addr_width, block=block, packing=packing,
                                  primitive=primitive, dsp_rows=dsp_rows, acc_ram=acc_ram,

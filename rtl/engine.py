@@ -72,9 +72,9 @@ class GemmEngine(wiring.Component):
 
     Memory is read through :attr:`rd_cmd` / :attr:`rd_data` (a :class:`rtl.dma.DmaReader`)
     and written through :attr:`wr_cmd` / :attr:`wr_data` / :attr:`wr_done` (a
-    :class:`rtl.dma.DmaWriter`); with ``write_ports=2``, the odd rows of each C tile through
-    :attr:`wr_cmd1` / :attr:`wr_data1` / :attr:`wr_done1` (a second writer, on a second AXI
-    port), by :class:`rtl.writeback.WriteBackPorts`.
+    :class:`rtl.dma.DmaWriter`); with ``write_ports`` P of 2 or 4, the rows ``p mod P`` of
+    each C tile through :attr:`wr_cmd1` / :attr:`wr_data1` / :attr:`wr_done1` ... (a writer
+    each, on AXI ports of their own), by :class:`rtl.writeback.WriteBackPorts`.
 
     Parameters
     ----------
@@ -88,8 +88,8 @@ class GemmEngine(wiring.Component):
         C tiles per block side (buffer slots ``2 * block``, accumulation slots ``block**2``).
     packing, primitive, dsp_rows, acc_ram :
         Passed to :class:`rtl.datapath.GemmDatapath`.
-    write_ports : {1, 2}
-        DMA writers C rows are written through.
+    write_ports : {1, 2, 4}
+        DMA writers C rows are written through (at most ``rows``).
 
     Members
     -------
@@ -116,8 +116,8 @@ class GemmEngine(wiring.Component):
                  data_width: int = 128, addr_width: int = 32, block: int = 4,
                  packing: int = 1, primitive: bool = False, dsp_rows: int | None = None,
                  acc_ram: str = "auto", write_ports: int = 1):
-        if write_ports not in (1, 2) or isinstance(write_ports, bool):
-            raise ValueError(f"write_ports must be 1 or 2, not {write_ports!r}")
+        if write_ports not in (1, 2, 4) or isinstance(write_ports, bool):
+            raise ValueError(f"write_ports must be 1, 2 or 4, not {write_ports!r}")
         self.write_ports = write_ports
         for name, v in (("rows", rows), ("cols", cols)):
             if not isinstance(v, int) or v < 2 or v & (v - 1) or v > 256:
@@ -132,6 +132,8 @@ class GemmEngine(wiring.Component):
                              f"to 32768, not {depth!r}")
         if not isinstance(block, int) or block < 1 or block & (block - 1) or block > 16:
             raise ValueError(f"block must be a power of two in 1..16, not {block!r}")
+        if rows % write_ports:
+            raise ValueError(f"write_ports ({write_ports}) must divide rows ({rows})")
         self.rows, self.cols, self.depth, self.block = rows, cols, depth, block
         self.primitive = bool(primitive)
         self.data_width, self.addr_width = data_width, addr_width

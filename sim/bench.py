@@ -210,15 +210,16 @@ def _training_gemms(batch, fan_in, fan_out):
 #: 96/16 = 6 -> 16x32 @ 64: 48/8 = 6. VU9P 64x128 @ 512: 192/64 = 3 -> 8x16 @ 64: 24/8 = 3
 #: (64 bits is the narrowest bus; the arrays are the smallest powers of two with the ratio).
 #: C's ratio — bytes of a C tile over the bytes a cycle its write ports take,
-#: rows * cols * 4 / (write_ports * bus bytes) — is kept only on the ZCU104: its default
-#: writes through two 16-byte ports, 32 * 64 * 4 / 32 = 256, and the stand-in through one
-#: 8-byte port, 16 * 32 * 4 / 8 = 256 (with the board's one port, before, the stand-in's C
-#: left twice as easily as the board's). The VU9P's (64 * 128 * 4 / 64 = 512) cannot be kept
-#: with its operand ratio at any smaller size: its stand-in's (8 * 16 * 4 / 8 = 64) writes are
-#: 8 times easier than the board's; sim.perfmodel predicts the default itself.
+#: rows * cols * 4 / (write_ports * bus bytes) — is kept too on the ZCU104: its default
+#: writes through two 16-byte ports, 32 * 64 * 4 / 32 = 256, the stand-in through one 8-byte
+#: port, 16 * 32 * 4 / 8 = 256 (with one port each, before, the stand-in's C left twice as
+#: easily as the board's; with four on the board, two on the stand-in). The VU9P's
+#: (64 * 128 * 4 / 64 = 512) cannot be kept with its operand ratio at any smaller size: its
+#: stand-in's (8 * 16 * 4 / 8 = 64) writes are 8 times easier than the board's;
+#: sim.perfmodel predicts the default itself.
 BENCH_CONFIGS = {
-    "pynq-z1": {"rows": 16, "cols": 16, "data_width": 64},
-    "zcu104": {"rows": 16, "cols": 32, "data_width": 64},
+    "pynq-z1": {"rows": 16, "cols": 16, "data_width": 64, "write_ports": 2},
+    "zcu104": {"rows": 16, "cols": 32, "data_width": 64, "write_ports": 1},
     "vu9p": {"rows": 8, "cols": 16, "data_width": 64},
 }
 #: Layers y = x W (fan_in -> fan_out): fully connected, and convolution-shaped (im2col of a
@@ -478,8 +479,9 @@ def main(argv=None) -> int:
     p.add_argument("--block", type=_block_arg, default=None,
                    help="reuse block (C tiles a side) instead of each board's default (a "
                         "power of two in 1..16)")
-    p.add_argument("--write-ports", type=int, choices=[1, 2], default=None,
-                   help="AXI write ports C rows are dealt to (default 1: see BENCH_CONFIGS)")
+    p.add_argument("--write-ports", type=int, choices=[1, 2, 4], default=None,
+                   help="AXI write ports C rows are dealt to (default: BENCH_CONFIGS's, or 1 "
+                        "with --sizes)")
     p.add_argument("--quick", action="store_true",
                    help="smaller square GEMMs and one layer (256->10, batch 64) only")
     p.add_argument("--out", type=Path, default=ROOT / "results" / "utilization.json")
@@ -504,7 +506,7 @@ def main(argv=None) -> int:
         from sim.ports import BOARD_PORTS
 
         blk = {} if args.block is None else {"block": args.block}
-        wports = {} if args.write_ports in (None, 1) else {"write_ports": args.write_ports}
+        wports = {} if args.write_ports is None else {"write_ports": args.write_ports}
         configs = []
         for rows, cols in args.sizes or []:
             if rows & (rows - 1) or cols & (cols - 1) or min(rows, cols) < 2:

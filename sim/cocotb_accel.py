@@ -9,8 +9,8 @@ The test runs once per memory port in ``ACC_PORTS``: ``;``-separated keys of
 writes in flight, latency 40, 16-beat bursts, a random write order and 20 % pauses). The
 memory must see no AXI violation and be left with nothing in flight.
 Configuration from the environment: ``ACC_ROWS``, ``ACC_COLS``, ``ACC_WIDTH``, ``ACC_SEED``,
-``ACC_WRITE_PORTS`` (2: the accelerator's second write port ``mem_w1`` is answered by a second
-memory of the same knobs on the same bytes, checked the same way).
+``ACC_WRITE_PORTS`` (2 or 4: the accelerator's other write ports ``mem_w1`` ... are each
+answered by a memory of the same knobs on the same bytes, checked the same way).
 """
 
 import os
@@ -34,11 +34,11 @@ async def setup(dut, seed, port):
     ram = AxiMemory(dut, dut.clk, dut.rst, read="mem_r__", write="mem_w__", size=MEM,
                     seed=seed, **port_knobs(port))
     ram.others = []
-    if os.environ.get("ACC_WRITE_PORTS", "1") == "2":          # mem_w1: same bytes
-        ram1 = AxiMemory(dut, dut.clk, dut.rst, write="mem_w1__", size=0, seed=seed + 1000,
-                         **port_knobs(port))
-        ram1.mem = ram.mem
-        ram.others.append(ram1)
+    for p in range(1, int(os.environ.get("ACC_WRITE_PORTS", "1"))):    # mem_w1 ...: same bytes
+        other = AxiMemory(dut, dut.clk, dut.rst, write=f"mem_w{p}__", size=0,
+                          seed=seed + 1000 * p, **port_knobs(port))
+        other.mem = ram.mem
+        ram.others.append(other)
     lite = AxiLiteMaster(AxiLiteBus.from_prefix(dut, "ctrl_"), dut.clk, dut.rst)
     await ClockCycles(dut.clk, 4)
     dut.rst.value = 0
@@ -153,4 +153,4 @@ async def gemms_errors_and_recovery(dut, port):
     for r in (ram, *ram.others):
         assert not r.finish(), f"AXI violations: {r.violations}"
         dut._log.info("memory (%s): %d reads, %d writes, %s", port, r.reads, r.writes, r.stats)
-    assert all(r.writes for r in ram.others), "the second write port wrote nothing"
+    assert all(r.writes for r in ram.others), "a write port wrote nothing"

@@ -7,9 +7,9 @@ of a configuration takes a minute or two, later ones are instant. :class:`Native
 through ``ctypes``; :class:`firmware.device.Device` drives it with the same register-level
 driver that drives a board.
 
-The memory behind the accelerator's AXI port (and its second write port, ``mem_w1``, with
-``write_ports=2``: the same memory, each write port with its own bursts in flight) is timed
-by ``port``: a preset of
+The memory behind the accelerator's AXI port (and its other write ports, ``mem_w1`` ...,
+with ``write_ports`` 2 or 4: the same memory, each write port with its own bursts in flight)
+is timed by ``port``: a preset of
 :data:`sim.ports.PORTS` (``"ideal"``, ``"zynq7-hp"``, ``"zynqmp-hp"``, ``"vcu118-ddr4"``) or a
 dict of knobs (bursts in flight each way, read latency, write response latency, longest burst,
 the order of AW and W, random pauses); see :mod:`sim.ports`. The model counts AXI protocol
@@ -113,7 +113,7 @@ def _compile(verilog: str, out: Path, lib: Path, dw: int, flags: list[str]) -> N
     # Verilator spells "__" in port names as "___05F".
     harness = tmp / "harness.cpp"
     text = HARNESS.read_text()
-    for bus in ("ctrl", "mem_r", "mem_w", "mem_w1"):
+    for bus in ("ctrl", "mem_r", "mem_w", "mem_w1", "mem_w2", "mem_w3"):
         text = text.replace(f"{bus}__", f"{bus}___05F")
     harness.write_text(text)
     cmd = ["g++", *flags, f"-I{inc}", f"-I{inc / 'vltstd'}", f"-I{tmp / 'obj'}",

@@ -82,6 +82,36 @@ def read_rate(beats: float, outstanding: int, latency: int, keep: float = 1.0) -
     return min(keep, outstanding * beats / (latency + beats / keep))
 
 
+class _DramLedger:
+    """The DRAM's bytes, spent in time buckets of :data:`BUCKET` cycles by the transfers the
+    schedule asks for (each at most its own rate, the buckets at most the DRAM's): a fluid
+    model of channels sharing the DRAM, whatever order they are asked in."""
+
+    BUCKET = 32
+
+    def __init__(self, rate: float | None):
+        self.rate = rate                  # bytes a cycle, None: unlimited
+        self.used: dict[int, float] = {}
+
+    def move(self, start: float, cycles: float, nbytes: float) -> float:
+        """When a transfer of ``nbytes`` that alone would take ``cycles`` from ``start`` ends."""
+        if self.rate is None or nbytes <= 0 or cycles <= 0:
+            return start + cycles
+        own = nbytes / cycles             # the channel's own bytes a cycle
+        t, left, B = start, float(nbytes), self.BUCKET
+        while True:
+            b = int(t // B)
+            span = (b + 1) * B - t
+            room = max(0.0, self.rate * B - self.used.get(b, 0.0))
+            speed = min(own, room / span)
+            if speed * span >= left:
+                self.used[b] = self.used.get(b, 0.0) + left
+                return t + left / speed
+            self.used[b] = self.used.get(b, 0.0) + speed * span
+            left -= speed * span
+            t = (b + 1) * B
+
+
 def _cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
@@ -110,7 +140,7 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
         :func:`sim.ports.resolve_port` returns.
     ports : {1, 2}
         Memory ports: 2 reads A and B in parallel (a prediction for a design not built).
-    write_ports : {1, 2}
+    write_ports : {1, 2, 4}
         AXI write ports C rows are dealt to in turn (``Accelerator(write_ports=...)``), each
         with the port's limits of its own.
 
@@ -123,8 +153,8 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
     """
     if ports not in (1, 2):
         raise ValueError(f"ports must be 1 or 2, not {ports!r}")
-    if write_ports not in (1, 2):
-        raise ValueError(f"write_ports must be 1 or 2, not {write_ports!r}")
+    if write_ports not in (1, 2, 4):
+        raise ValueError(f"write_ports must be 1, 2 or 4, not {write_ports!r}")
     bpw = data_width // 8
     burst = min(dma_burst, port.get("max_burst") or dma_burst)
     o_rd = min(dma_outstanding, port.get("outstanding_reads") or dma_outstanding)
@@ -166,9 +196,10 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
         return [job_cycles([_cdiv(kc, bpw)] * r, vectors, lanes) for r in rows_in]
 
     def job_cycles(runs, vectors, lanes):
-        """(read cycles, gearbox cycles): the gearbox's only where a vector is narrower than
-        a bus word (else it keeps up with the bus)."""
-        return read_cycles(runs) + LOAD_OVERHEAD, vectors + 1 if lanes < bpw else 0
+        """(read cycles, gearbox cycles, words): the gearbox's only where a vector is
+        narrower than a bus word (else it keeps up with the bus)."""
+        return (read_cycles(runs) + LOAD_OVERHEAD, vectors + 1 if lanes < bpw else 0,
+                sum(runs))
 
     chunks = []
     for m_blk in range(0, m, block * rows):
@@ -210,6 +241,7 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
                     slack = OUT_TILES * rows * beats / wrate
                 chunks.append({"compute": bm * bn * kc, "kc": kc, "loads": loads,
                                "tiles": tiles, "write": write,
+                               "write_words": sum(runs) if write else 0,
                                "slack": slack if write else 0.0})
     # The schedule: a chunk's reads start when the previous chunk's are done and its slots
     # are free (the chunk two back has computed), its load jobs one after the other (with
@@ -219,15 +251,16 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
     comp_end = [0.0] * len(chunks)
     votes = {"compute": 0, "reads": 0, "writes": 0}
     wclock = 0.0
+    ledger = _DramLedger(dram)
     gearbox = 0.0                # when the gearboxes have made the last job's vectors
     for i, c in enumerate(chunks):
         read_start = max(read_end[i - 1] if i else 0.0, comp_end[i - 2] if i > 1 else 0.0)
         clock = [read_start, read_start]
         done = []
-        for path, (cycles, vectors) in c["loads"]:
+        for path, (cycles, vectors, words) in c["loads"]:
             p = path if ports == 2 else 0
             start = clock[p]
-            clock[p] += cycles
+            clock[p] = ledger.move(start, cycles, words * bpw)
             # the router hands words over in read order: a job's vectors follow the previous
             # job's and its own words (reads run on meanwhile, into the DMA's FIFO)
             gearbox = max(max(gearbox, start + lat_r) + vectors, clock[p] + lat_r)
@@ -236,6 +269,7 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
         t = comp_end[i - 1] if i else 0.0
         waited = stalled = 0.0
         per_tile = c["write"] / len(c["tiles"])
+        tile_bytes = c["write_words"] * bpw / len(c["tiles"])
         for a_l, b_l in c["tiles"]:
             ready = max(done[a_l], done[b_l])
             if ready > t:
@@ -245,7 +279,7 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
             if per_tile:
                 # the tile's C rows go out once it has computed, after those before it; the
                 # array waits while the output FIFO holds OUT_TILES tiles not yet written
-                wclock = max(wclock, t) + per_tile
+                wclock = ledger.move(max(wclock, t), per_tile, tile_bytes)
                 if wclock - c["slack"] > t:
                     stalled += wclock - c["slack"] - t
                     t = wclock - c["slack"]
@@ -326,7 +360,7 @@ def main(argv=None) -> int:
     parser.add_argument("--blocks", type=int, nargs="+", default=[2, 4, 8])
     parser.add_argument("--ports", type=int, nargs="+", choices=[1, 2], default=[1, 2])
     parser.add_argument("--batch", type=int, nargs="+", default=[64, 128])
-    parser.add_argument("--write-ports", type=int, choices=[1, 2],
+    parser.add_argument("--write-ports", type=int, choices=[1, 2, 4],
                         help="AXI write ports (default: the board's)")
     args = parser.parse_args(argv)
     for b in args.blocks:

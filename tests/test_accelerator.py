@@ -12,12 +12,13 @@ from firmware.regmap import ErrorCode, pack
 from sim import golden
 
 # (rows, cols, data_width, write_ports): lanes below, equal to and above the bus width; C rows
-# narrower and wider than a bus word; C rows dealt to two write ports.
-CONFIGS = [(8, 8, 128, 1), (4, 16, 64, 1), (8, 8, 512, 1), (4, 8, 64, 2)]
+# narrower and wider than a bus word; C rows dealt to two and to four write ports (one row of
+# each tile a port).
+CONFIGS = [(8, 8, 128, 1), (4, 16, 64, 1), (8, 8, 512, 1), (4, 8, 64, 2), (4, 4, 128, 4)]
 
 
 @pytest.fixture(scope="module", params=CONFIGS, ids=lambda c: "x".join(map(str, c[:3]))
-                + ("-2w" if c[3] > 1 else ""))
+                + (f"-{c[3]}w" if c[3] > 1 else ""))
 def dev(request):
     rows, cols, width, ports = request.param
     device = Device("rtl", rows=rows, cols=cols, data_width=width, latency=32, pause=0.2,

@@ -18,13 +18,14 @@ BUILD = ROOT / "build" / "cocotb"
     ("verilator", 4, 4, 64, 1, "zynq7-hp;narrow-w-first", 1),
     ("icarus", 2, 8, 128, 2, "random-pause", 1),
     ("icarus", 4, 4, 64, 3, "zynq7-hp;narrow-w-first", 2),
+    ("icarus", 4, 4, 64, 4, "random-pause", 4),
     # minutes to verilate; `pytest -m slow`
     pytest.param("verilator", 2, 8, 128, 2, "random-pause", 1, marks=pytest.mark.slow),
     pytest.param("verilator", 4, 4, 64, 3, "random-pause", 2, marks=pytest.mark.slow)])
 def test_accelerator(simulator, rows, cols, width, seed, ports, write_ports):
     if not available(simulator):
         pytest.fail(f"{simulator} is not installed: run scripts/bootstrap.sh")
-    name = f"accel_{rows}x{cols}_{width}" + ("_2w" if write_ports == 2 else "")
+    name = f"accel_{rows}x{cols}_{width}" + (f"_{write_ports}w" if write_ports > 1 else "")
     # small buffers (depth 16, 2x2 tile blocks) so that K chunks and block changes happen
     verilog = generate_verilog("accelerator", BUILD / "rtl", name=name, rows=rows, cols=cols,
                                depth=16, data_width=width, block=2, outstanding=8,

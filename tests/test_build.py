@@ -57,13 +57,27 @@ def test_generates_verilog_top_constraints_and_scripts(generated):
         assert port in top
     tcl = (out / "build.tcl").read_text()
     assert PLATFORMS[name].part in tcl and "write_bitstream" in tcl
-    # the ZCU104's second write port on the PS's second HP port; the others have one
-    two = PLATFORMS[name].config().get("write_ports", 1) == 2
-    assert ("m_axi_mem1_awaddr" in top) == two and "m_axi_mem1_araddr" not in top
-    assert ("accel/m_axi_mem1" in tcl) == two
+    # write port p on the PS's HP port p (Pynq-Z1 and ZCU104: 2); the VU9P has one
+    ports = PLATFORMS[name].config().get("write_ports", 1)
+    assert ("m_axi_mem1_awaddr" in top) == (ports > 1) and "m_axi_mem1_araddr" not in top
+    assert ("accel/m_axi_mem1" in tcl) == (ports > 1)
     assert ("S_AXI_HP1_FPD" in tcl) == (name == "zcu104")
+    assert ("/ps/S_AXI_HP1\"" in tcl) == (name == "pynq-z1")
     assert ("hw_handoff" in tcl) == (name != "vu9p")       # .hwh for pynq.Overlay
     assert (out / f"{stem}.xdc").exists()
+
+
+def test_four_write_ports_go_to_four_hp_ports(tmp_path):
+    proc = run_build("--platform", "zcu104", "--rows", "8", "--cols", "8", "--write-ports", "4",
+                     "--synth", "none", "--out", str(tmp_path))
+    assert proc.returncode == 0, proc.stderr
+    top = (tmp_path / "bfp_accel_top.v").read_text()
+    tcl = (tmp_path / "build.tcl").read_text()
+    assert "m_axi_mem3_wdata" in top and "m_axi_mem4" not in top
+    assert "ASSOCIATED_BUSIF s_axi_control:m_axi_mem:m_axi_mem1:m_axi_mem2:m_axi_mem3" in top
+    for p in (1, 2, 3):
+        assert f'/ps/S_AXI_HP{p}_FPD" Clk' in tcl and f"accel/m_axi_mem{p}]" in tcl
+        assert f"PSU__USE__S_AXI_GP{p + 2} {{1}}" in tcl
 
 
 def test_generated_tcl_and_xdc_parse_in_tclsh(generated):

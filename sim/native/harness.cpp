@@ -4,8 +4,8 @@
 // Compiled with -DMODEL=<Verilated class> -DMODEL_H="<header>" -DDW=<AXI data width in bits>.
 //
 // Memory model: a flat byte array at address 0 behind one AXI subordinate port (with
-// -DWRITE_PORTS=2 a second write port, mem_w1, on the same memory, each write port with the
-// knobs below of its own) whose timing is set by a few knobs (sim_configure; sim/ports.py has
+// -DWRITE_PORTS=2 or 4 more write ports, mem_w1 ... mem_w3, on the same memory, each write
+// port with the knobs below of its own) whose timing is set by a few knobs (sim_configure; sim/ports.py has
 // the boards' presets):
 //
 // * outstanding_reads: AR bursts accepted and not yet fully returned; ARREADY is low at the
@@ -186,6 +186,10 @@ struct Sim {
         wports.push_back(WriteState{WRITE_PINS(top, mem_w__)});
 #if WRITE_PORTS > 1
         wports.push_back(WriteState{WRITE_PINS(top, mem_w1__)});
+#endif
+#if WRITE_PORTS > 2
+        wports.push_back(WriteState{WRITE_PINS(top, mem_w2__)});
+        wports.push_back(WriteState{WRITE_PINS(top, mem_w3__)});
 #endif
         top->clk = 0;
         top->rst = 1;
