@@ -3,7 +3,7 @@
 import operator
 from functools import reduce
 
-from amaranth import Module, Mux, ResetInserter, Signal, Value
+from amaranth import ClockSignal, Instance, Module, Mux, ResetInserter, ResetSignal, Signal, Value
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
@@ -83,7 +83,7 @@ class Accelerator(wiring.Component):
         self.write_ports = write_ports
         self.csr = RegisterBlock(12)
         self.rows, self.cols, self.depth, self.queue = rows, cols, depth, queue
-        self.block = block
+        self.block, self.primitive = block, bool(primitive)
         self.data_width, self.addr_width, self.packing = data_width, addr_width, packing
         super().__init__({
             "ctrl": In(AXI4LiteSignature(12)),
@@ -107,10 +107,20 @@ class Accelerator(wiring.Component):
         core_rst_d = Signal(init=1)
         m.d.sync += core_rst_d.eq(core_rst)
         m.d.comb += engine.soft_reset.eq(core_rst)
-        m.submodules.reader = ResetInserter(dma_rst)(self.reader)
+        # Each DMA master resets through its own registered copy of dma_rst (kept apart, as
+        # the engine's parts are), so that no one net reaches every master's flip-flops; the
+        # abort lasts a cycle longer (`settled`) for the copies to act.
         reader, writers = self.reader, self.writers
-        for p, w in enumerate(writers):
-            m.submodules[f"writer{p or ''}"] = ResetInserter(dma_rst)(w)
+        masters = {"reader": reader, **{f"writer{p or ''}": w for p, w in enumerate(writers)}}
+        for name, master in masters.items():
+            copy = Signal(name=f"rst_{name}", attrs={"keep": "true"})
+            if self.primitive:       # an instance: Yosys would merge equal plain registers
+                m.submodules[f"rst_{name}_ff"] = Instance(
+                    "FDRE", p_INIT=0, i_C=ClockSignal(), i_CE=1, i_R=ResetSignal(),
+                    i_D=dma_rst, o_Q=copy, a_keep="true")
+            else:
+                m.d.sync += copy.eq(dma_rst)
+            m.submodules[name] = ResetInserter(copy)(master)
         wiring.connect(m, wiring.flipped(self.ctrl), csr.bus)
         wiring.connect(m, reader.bus, wiring.flipped(self.mem_r))
         for p, w in enumerate(writers):
@@ -170,6 +180,7 @@ class Accelerator(wiring.Component):
         aborting = Signal()
         halted = Signal()
         clear_after = Signal()      # the abort was a soft reset: clear the error and queue
+        settled = Signal()          # drained a cycle ago: the masters' reset copies act now
         drained = Signal()
         m.d.comb += [
             engine.window_base.eq(csr.window_base_hi << 32 | csr.window_base_lo),
@@ -199,11 +210,13 @@ class Accelerator(wiring.Component):
                 m.d.sync += clear_after.eq(1)
             with m.If(drained):
                 m.d.comb += dma_rst.eq(1)
-                m.d.sync += [aborting.eq(0), running.eq(0)]
-                with m.If(clear_after | soft_reset):
-                    m.d.sync += [halted.eq(0), error_code.eq(0)]
-                with m.Else():
-                    m.d.sync += halted.eq(1)
+                m.d.sync += settled.eq(1)
+                with m.If(settled):              # the masters are reset at this cycle's end
+                    m.d.sync += [aborting.eq(0), running.eq(0), settled.eq(0)]
+                    with m.If(clear_after | soft_reset):
+                        m.d.sync += [halted.eq(0), error_code.eq(0)]
+                    with m.Else():
+                        m.d.sync += halted.eq(1)
         with m.Elif(soft_reset):
             m.d.sync += [aborting.eq(1), clear_after.eq(1)]
         with m.Elif(halted):

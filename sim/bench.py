@@ -211,15 +211,15 @@ def _training_gemms(batch, fan_in, fan_out):
 #: (64 bits is the narrowest bus; the arrays are the smallest powers of two with the ratio).
 #: C's ratio — bytes of a C tile over the bytes a cycle its write ports take,
 #: rows * cols * 4 / (write_ports * bus bytes) — is kept too on the ZCU104: its default
-#: writes through two 16-byte ports, 32 * 64 * 4 / 32 = 256, the stand-in through one 8-byte
-#: port, 16 * 32 * 4 / 8 = 256 (with one port each, before, the stand-in's C left twice as
-#: easily as the board's; with four on the board, two on the stand-in). The VU9P's
+#: writes through four 16-byte ports, 32 * 64 * 4 / 64 = 128, the stand-in through two 8-byte
+#: ports, 16 * 32 * 4 / 16 = 128 (with one port each, before, the stand-in's C left twice as
+#: easily as the board's). The VU9P's
 #: (64 * 128 * 4 / 64 = 512) cannot be kept with its operand ratio at any smaller size: its
 #: stand-in's (8 * 16 * 4 / 8 = 64) writes are 8 times easier than the board's;
 #: sim.perfmodel predicts the default itself.
 BENCH_CONFIGS = {
     "pynq-z1": {"rows": 16, "cols": 16, "data_width": 64, "write_ports": 2},
-    "zcu104": {"rows": 16, "cols": 32, "data_width": 64, "write_ports": 1},
+    "zcu104": {"rows": 16, "cols": 32, "data_width": 64, "write_ports": 2},
     "vu9p": {"rows": 8, "cols": 16, "data_width": 64},
 }
 #: Layers y = x W (fan_in -> fan_out): fully connected, and convolution-shaped (im2col of a

@@ -57,11 +57,12 @@ def test_generates_verilog_top_constraints_and_scripts(generated):
         assert port in top
     tcl = (out / "build.tcl").read_text()
     assert PLATFORMS[name].part in tcl and "write_bitstream" in tcl
-    # write port p on the PS's HP port p (Pynq-Z1 and ZCU104: 2); the VU9P has one
+    # write port p on the PS's HP port p (Pynq-Z1: 2, ZCU104: 4); the VU9P has one
     ports = PLATFORMS[name].config().get("write_ports", 1)
     assert ("m_axi_mem1_awaddr" in top) == (ports > 1) and "m_axi_mem1_araddr" not in top
+    assert ("m_axi_mem3_awaddr" in top) == (ports == 4)
     assert ("accel/m_axi_mem1" in tcl) == (ports > 1)
-    assert ("S_AXI_HP1_FPD" in tcl) == (name == "zcu104")
+    assert ("S_AXI_HP3_FPD" in tcl) == (name == "zcu104")
     assert ("/ps/S_AXI_HP1\"" in tcl) == (name == "pynq-z1")
     assert ("hw_handoff" in tcl) == (name != "vu9p")       # .hwh for pynq.Overlay
     assert (out / f"{stem}.xdc").exists()
