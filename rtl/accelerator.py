@@ -69,8 +69,7 @@ class Accelerator(wiring.Component):
                  write_ports: int = 1):
         if not isinstance(queue, int) or not 1 <= queue <= 254:   # + the running one: 8 bits
             raise ValueError(f"queue must be an integer in 1..254, not {queue!r}")
-        if write_ports not in (1, 2, 4) or isinstance(write_ports, bool):
-            raise ValueError(f"write_ports must be 1, 2 or 4, not {write_ports!r}")
+        # (the engine checks write_ports)
         self.engine = GemmEngine(rows, cols, depth=depth, data_width=data_width,
                                  addr_width=addr_width, block=block, packing=packing,
                                  primitive=primitive, dsp_rows=dsp_rows, acc_ram=acc_ram,

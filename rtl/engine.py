@@ -165,7 +165,7 @@ class GemmEngine(wiring.Component):
 
     #: The register slices: router -> gearbox and gearbox -> issue, for A and for B; the
     #: load sequencer's read commands -> :attr:`rd_cmd`; the write-back's write commands ->
-    #: :attr:`wr_cmd` (and with two write ports ``wr_cmd1`` -> :attr:`wr_cmd1`).
+    #: :attr:`wr_cmd` (and with more write ports ``wr_cmd1`` ... -> :attr:`wr_cmd1` ...).
     SLICES = ("a_in", "b_in", "a_out", "b_out", "rd_cmd", "wr_cmd")
 
     # ------------------------------------------------------------------------------------------

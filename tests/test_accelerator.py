@@ -265,6 +265,13 @@ def test_interrupt_and_identification(dev):
 def test_device_options_are_checked():
     with pytest.raises(TypeError, match="unknown option"):
         Device("rtl", rows=8, cols=8, speed=3)
+    for bad, match in ((3, "write_ports must be 1, 2 or 4"), (True, "write_ports must be"),
+                       (4, r"write_ports \(4\) must divide rows \(2\)")):
+        with pytest.raises(ValueError, match=match):     # before any model is built
+            Device("rtl", rows=2, cols=8, write_ports=bad)
+        with pytest.raises(ValueError, match="write_ports must be 1, 2 or 4" if bad != 4
+                           else "write_ports"):
+            Device("model", rows=2, cols=8, write_ports=bad if bad != 4 else 5)
     with pytest.raises(TypeError, match="golden backend takes no options"):
         Device("golden", latency=3)
 
