@@ -45,8 +45,8 @@ allocates once per shape and reuses them every step. On ``golden`` a handle simp
 array.
 
 Backend options (keyword arguments of :class:`Device`): ``depth``, ``block``, ``packing``,
-``write_ports`` (hardware configuration, ``rtl`` and ``model``; ``write_ports=2`` deals C rows
-to two AXI write ports, each with the ``port``'s limits); ``port`` (the memory port's timing,
+``write_ports`` (hardware configuration, ``rtl`` and ``model``; 2 or 4 deal C rows to that
+many AXI write ports, each with the ``port``'s limits); ``port`` (the memory port's timing,
 ``rtl``: a preset name of :data:`sim.ports.PORTS` -- ``"ideal"`` (the default),
 ``"zynq7-hp"``, ``"zynqmp-hp"``, ``"vcu118-ddr4"`` -- or a dict of knobs, see
 :mod:`sim.ports`); ``latency``, ``pause``,

@@ -399,9 +399,10 @@ def utilization_table(results) -> str:
              "|---|---|---|---|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|"]
     for r in results:
         rl, mem = r["roofline"], r["memory"]
+        wp = r.get("write_ports", 1)
         lines.append(
             f"| {r['board']} ({r['rows']}x{r['cols']} @ {r['data_width']}"
-            f"{', 2 write ports' if r.get('write_ports', 1) > 1 else ''}) | {r['port']} | "
+            f"{f', {wp} write ports' if wp > 1 else ''}) | {r['port']} | "
             f"{r['group']}: {r['gemm']} | {r['m']}x{r['n']}x{r['k']} | {r['block_used']} | "
             f"{r['cycles']} | "
             f"{100 * r['utilization']:.1f}% | {100 * rl['bound']:.1f}% | "
