@@ -126,6 +126,10 @@ def parse_args(argv):
                              "chooses, or UltraRAM (UltraScale+ boards)")
     parser.add_argument("--write-ports", type=int, choices=[1, 2, 4],
                         help="AXI write ports C rows are dealt to (default: the platform's)")
+    parser.add_argument("--slr-groups", type=_positive,
+                        help="the array's columns in this many groups, one per SLR, with "
+                             "crossing registers and a pblock each (default: the platform's; "
+                             "1: none)")
     parser.add_argument("--out", type=Path, help="output directory (default build/<platform>)")
     parser.add_argument("--synth", choices=["yosys", "vivado", "none"], default="yosys")
     parser.add_argument("--timing", action="store_true",
@@ -147,7 +151,13 @@ def parse_args(argv):
     board = PLATFORMS[args.platform]
     cfg = board.config(rows=args.rows, cols=args.cols, depth=args.depth, block=args.block,
                        dsp_rows=args.dsp_rows, acc_ram=args.acc_ram,
-                       write_ports=args.write_ports)
+                       write_ports=args.write_ports, slr_groups=args.slr_groups)
+    if cfg.get("slr_groups", 1) == 1:
+        cfg.pop("slr_groups", None)
+    elif cfg["slr_groups"] != len(board.slrs):
+        parser.error(f"--slr-groups must be 1 or {len(board.slrs)} on the {board.name} (its "
+                     f"SLR plan: {', '.join(board.slrs)})" if board.slrs else
+                     f"--slr-groups must be 1 on the {board.name}: it has one SLR")
     if args.rows is not None or args.cols is not None:
         if args.dsp_rows is None:      # a user-chosen shape: every PE on a DSP by default
             cfg.pop("dsp_rows", None)
@@ -193,7 +203,7 @@ def generate(board, cfg, out: Path) -> dict:
     top = out / f"{vivado.TOP}.v"
     top.write_text(vivado.top_verilog(Accelerator(**params)))
     files["top"] = top
-    (out / f"{stem}.xdc").write_text(vivado.xdc(board))
+    (out / f"{stem}.xdc").write_text(vivado.xdc(board, cfg.get("slr_groups", 1)))
     files["xdc"] = out / f"{stem}.xdc"
     (out / "build.tcl").write_text(vivado.build_tcl(board, cfg.get("write_ports", 1)))
     files["tcl"] = out / "build.tcl"

@@ -46,9 +46,10 @@ array.
 
 Backend options (keyword arguments of :class:`Device`): ``depth``, ``block``, ``packing``,
 ``write_ports`` (hardware configuration, ``rtl`` and ``model``; 2 or 4 deal C rows to that
-many AXI write ports, each with the ``port``'s limits); ``port`` (the memory port's timing,
-``rtl``: a preset name of :data:`sim.ports.PORTS` -- ``"ideal"`` (the default),
-``"zynq7-hp"``, ``"zynqmp-hp"``, ``"vcu118-ddr4"`` -- or a dict of knobs, see
+many AXI write ports, each with the ``port``'s limits); ``slr_groups`` (``rtl``: the array's
+columns in that many SLR groups with crossing registers, as on the VU9P); ``port`` (the
+memory port's timing, ``rtl``: a preset name of :data:`sim.ports.PORTS` -- ``"ideal"`` (the
+default), ``"zynq7-hp"``, ``"zynqmp-hp"``, ``"vcu118-ddr4"`` -- or a dict of knobs, see
 :mod:`sim.ports`); ``latency``, ``pause``,
 ``memory`` (bytes), ``seed`` (``rtl``); ``board``, ``bitfile``, ``report``, ``base_addr``,
 ``ip_name``, ``clock_hz`` (``pynq``, see :func:`firmware.pynq_backend.connect`); ``max_dim``
@@ -303,7 +304,7 @@ class Device:
         self.rows, self.cols, self.data_width = rows, cols, data_width
         if backend == "rtl":
             allowed = {"depth", "block", "packing", "port", "latency", "pause", "memory",
-                       "seed", "write_ports"}
+                       "seed", "write_ports", "slr_groups"}
             unknown = set(options) - allowed
             if unknown:
                 raise TypeError(f"unknown option(s) for the rtl backend: {sorted(unknown)}; "

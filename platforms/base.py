@@ -32,6 +32,10 @@ class Board:
     default: dict = field(default_factory=dict)   # accelerator parameters
     program: str = "jtag"     # "jtag" (openFPGALoader), "pynq" (ssh copy), "vivado"
     base_addr: int = 0        # the registers' address on the control port (firmware.boards)
+    # Stacked-silicon devices: the SLR of each of the array's column groups (the default's
+    # ``slr_groups``), group 0 first, which the rest of the accelerator shares; the
+    # constraints put each in a pblock (:func:`platforms.vivado.xdc`). Empty: no pblocks.
+    slrs: tuple = ()
 
     @property
     def packing(self) -> int:

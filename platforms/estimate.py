@@ -237,8 +237,12 @@ ARRAY_POINTS = ((8, 8), (8, 16), (16, 8), (16, 16))
 
 def _cached_array(rows, cols, params, family, work_dir, progress=None) -> dict:
     """The systolic array alone (DSP mapping of ``family``), synthesized once."""
-    name = f"array_{rows}x{cols}_{family}_p{params.get('packing', 1)}"
-    return _synth_once("array", name, family, work_dir, progress, rows=rows, cols=cols)
+    groups = params.get("slr_groups", 1)
+    name = (f"array_{rows}x{cols}_{family}_p{params.get('packing', 1)}"
+            + (f"_slr{groups}" if groups != 1 else ""))
+    extra = {"slr_groups": groups} if groups != 1 else {}     # (the cache key: only if used)
+    return _synth_once("array", name, family, work_dir, progress, rows=rows, cols=cols,
+                       **extra)
 
 
 def _fit_linear(points: dict, rows: int, cols: int) -> float:

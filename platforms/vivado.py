@@ -68,9 +68,18 @@ def top_verilog(component) -> str:
     return "\n".join(lines)
 
 
-def xdc(board: Board) -> str:
+#: Where the systolic array's SLR groups are in the core's hierarchy (``slr{g}``, g >= 1).
+ARRAY_PATH = "core/engine/datapath/array"
+
+
+def xdc(board: Board, slr_groups: int = 1) -> str:
     """Constraints. The Zynq designs have no PL pins (clock, reset and buses come from the
-    PS); the VCU118's PCIe and DDR4 pins come from the board interfaces of its board part."""
+    PS); the VCU118's PCIe and DDR4 pins come from the board interfaces of its board part.
+
+    With ``slr_groups`` > 1 (the configuration's, one per entry of ``board.slrs``), a pblock
+    per SLR: group 0 of the array and the rest of the accelerator in ``slrs[0]``, group ``g``
+    (the array's submodule ``slr{g}``) in ``slrs[g]``; the crossing registers
+    (``*_slr_tx*``, ``*_slr_rx*``) get ``USER_SLL_REG``, to be placed in Laguna sites."""
     lines = [f"# {board.title}: constraints for the bfp-train accelerator (generated)",
              f"# Target clock {board.clock_mhz:g} MHz is set on the block design's clock source.",
              "set_property BITSTREAM.GENERAL.COMPRESS TRUE [current_design]"]
@@ -79,6 +88,25 @@ def xdc(board: Board) -> str:
                   "set_property CFGBVS GND [current_design]",
                   "set_property BITSTREAM.CONFIG.SPI_BUSWIDTH 4 [current_design]",
                   "set_property BITSTREAM.CONFIG.CONFIGRATE 85.0 [current_design]"]
+    if slr_groups > 1:
+        if len(board.slrs) != slr_groups:
+            raise ValueError(f"slr_groups ({slr_groups}) must match the {board.name}'s SLR "
+                             f"plan ({len(board.slrs)} groups: {board.slrs})")
+        others = " && ".join(f'NAME !~ "*/{ARRAY_PATH}/slr{g}/*"'
+                             for g in range(1, slr_groups))
+        lines += ["", "# The array's column groups, one SLR each (rtl.systolic: slr_cols); "
+                      "the rest of the accelerator with group 0."]
+        for g, slr in enumerate(board.slrs):
+            pb = f"bfp_group{g}"
+            cells = (f'IS_PRIMITIVE && NAME =~ "*/core/*" && {others}' if g == 0 else
+                     f'IS_PRIMITIVE && NAME =~ "*/{ARRAY_PATH}/slr{g}/*"')
+            lines += [f"create_pblock {pb}",
+                      f"resize_pblock [get_pblocks {pb}] -add {{{slr}}}",
+                      f"add_cells_to_pblock [get_pblocks {pb}] "
+                      f"[get_cells -hierarchical -filter {{{cells}}}]"]
+        lines += ["# The crossings' transmit and receive registers in Laguna sites.",
+                  "set_property USER_SLL_REG TRUE [get_cells -hierarchical -filter "
+                  '{IS_SEQUENTIAL && (NAME =~ "*_slr_tx*" || NAME =~ "*_slr_rx*")}]']
     return "\n".join(lines) + "\n"
 
 

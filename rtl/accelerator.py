@@ -41,7 +41,7 @@ class Accelerator(wiring.Component):
 
     Parameters
     ----------
-    rows, cols, depth, block, packing, primitive, dsp_rows, acc_ram :
+    rows, cols, depth, block, packing, primitive, dsp_rows, acc_ram, slr_groups :
         As :class:`rtl.engine.GemmEngine`.
     data_width, addr_width : int
         AXI4 manager data width (64/128/256/512) and address width (32/40/64).
@@ -66,14 +66,14 @@ class Accelerator(wiring.Component):
                  data_width: int = 128, addr_width: int = 32, queue: int = 4, block: int = 4,
                  packing: int = 1, primitive: bool = False, burst_beats: int = 16,
                  outstanding: int = 8, dsp_rows: int | None = None, acc_ram: str = "auto",
-                 write_ports: int = 1):
+                 write_ports: int = 1, slr_groups: int = 1):
         if not isinstance(queue, int) or not 1 <= queue <= 254:   # + the running one: 8 bits
             raise ValueError(f"queue must be an integer in 1..254, not {queue!r}")
         # (the engine checks write_ports)
         self.engine = GemmEngine(rows, cols, depth=depth, data_width=data_width,
                                  addr_width=addr_width, block=block, packing=packing,
                                  primitive=primitive, dsp_rows=dsp_rows, acc_ram=acc_ram,
-                                 write_ports=write_ports)
+                                 write_ports=write_ports, slr_groups=slr_groups)
         self.reader = DmaReader(data_width, addr_width, burst_beats=burst_beats,
                                 outstanding=outstanding)
         self.writers = [DmaWriter(data_width, addr_width, burst_beats=burst_beats,

@@ -10,7 +10,7 @@ from .fifo import Fifo
 from .rescale import Rescaler, rescale_output_layout
 from .systolic import SystolicArray
 
-__all__ = ["ACC_RAMS", "GemmDatapath", "command_layout"]
+__all__ = ["ACC_RAMS", "GemmDatapath", "command_layout", "slr_cols"]
 
 
 def command_layout(rows: int, cols: int, slots: int = 2,
@@ -40,6 +40,14 @@ def command_layout(rows: int, cols: int, slots: int = 2,
 #: What :class:`GemmDatapath`'s accumulation slots can be built of (``acc_ram``).
 ACC_RAMS = ("auto", "ultra")
 
+
+
+def slr_cols(cols: int, groups: int) -> tuple:
+    """The first column of each SLR group after the first, ``cols`` split evenly into
+    ``groups`` (the :class:`rtl.systolic.SystolicArray` argument)."""
+    if not isinstance(groups, int) or isinstance(groups, bool) or not 1 <= groups <= cols:
+        raise ValueError(f"slr_groups must be an integer in 1..cols ({cols}), not {groups!r}")
+    return tuple(cols * g // groups for g in range(1, groups))
 
 class GemmDatapath(wiring.Component):
     """One tile GEMM per command: ``C = op(A) op(B)`` (+ the previous sums), from streams.
@@ -85,6 +93,10 @@ class GemmDatapath(wiring.Component):
         Passed to :class:`rtl.systolic.SystolicArray`: 2 packs two MACs per DSP48E2
         (UltraScale+); ``primitive`` instantiates the ``DSP48E2`` for synthesis; rows from
         ``dsp_rows`` on multiply in LUTs.
+    slr_groups : int
+        The array's columns split evenly into this many groups, one per super logic region
+        of a stacked-silicon device (``SystolicArray(slr_cols=...)``, :func:`slr_cols`); at
+        most ``cols``. 1: no crossing registers.
     acc_ram : {"auto", "ultra"}
         What the accumulation slots are built of: what synthesis chooses (block RAM, or LUTs
         when small), or UltraRAM (``ram_style = "ultra"``; Zynq and Virtex UltraScale+
@@ -124,13 +136,13 @@ class GemmDatapath(wiring.Component):
     def __init__(self, rows: int, cols: int, depth: int = 512, out_rows: int | None = None,
                  *, slots: int = 2, acc_slots: int = 2, lookahead: int = 2, packing: int = 1,
                  primitive: bool = False, dsp_rows: int | None = None,
-                 acc_ram: str = "auto"):
+                 acc_ram: str = "auto", slr_groups: int = 1):
         if acc_ram not in ACC_RAMS:
             raise ValueError(f"acc_ram must be one of {ACC_RAMS}, not {acc_ram!r}")
         self.acc_ram = acc_ram
         # validates rows, cols, packing, dsp_rows
         self.array = SystolicArray(rows, cols, packing=packing, primitive=primitive,
-                                   dsp_rows=dsp_rows)
+                                   dsp_rows=dsp_rows, slr_cols=slr_cols(cols, slr_groups))
         self.a_buf = TransposableBuffer(rows, depth, slots)  # validates depth and slots
         self.b_buf = TransposableBuffer(cols, depth, slots)
         self.rescaler = Rescaler(cols)

@@ -86,7 +86,7 @@ class GemmEngine(wiring.Component):
         AXI bus.
     block : int
         C tiles per block side (buffer slots ``2 * block``, accumulation slots ``block**2``).
-    packing, primitive, dsp_rows, acc_ram :
+    packing, primitive, dsp_rows, acc_ram, slr_groups :
         Passed to :class:`rtl.datapath.GemmDatapath`.
     write_ports : {1, 2, 4}
         DMA writers C rows are written through (at most ``rows``).
@@ -115,7 +115,7 @@ class GemmEngine(wiring.Component):
     def __init__(self, rows: int = 8, cols: int = 8, *, depth: int = 512,
                  data_width: int = 128, addr_width: int = 32, block: int = 4,
                  packing: int = 1, primitive: bool = False, dsp_rows: int | None = None,
-                 acc_ram: str = "auto", write_ports: int = 1):
+                 acc_ram: str = "auto", write_ports: int = 1, slr_groups: int = 1):
         if write_ports not in (1, 2, 4) or isinstance(write_ports, bool):
             raise ValueError(f"write_ports must be 1, 2 or 4, not {write_ports!r}")
         self.write_ports = write_ports
@@ -141,7 +141,7 @@ class GemmEngine(wiring.Component):
                                      acc_slots=block * block, lookahead=block * block + 2,
                                      packing=packing,
                                      primitive=primitive, dsp_rows=dsp_rows,
-                                     acc_ram=acc_ram)
+                                     acc_ram=acc_ram, slr_groups=slr_groups)
         super().__init__({
             "soft_reset": In(1),
             "start": In(1),

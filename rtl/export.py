@@ -54,9 +54,13 @@ def make(kind: str, **params):
         params = {**params, **FAMILY_DSP[family]}
     if kind not in COMPONENTS:
         raise ValueError(f"kind must be one of {sorted(COMPONENTS)}, not {kind!r}")
-    if kind == "array":
+    if kind == "array":      # the accelerator's slr_groups, as the datapath splits them
+        from .datapath import slr_cols
+        groups = params.get("slr_groups", 1)
         params = {k: v for k, v in params.items()
                   if k in ("rows", "cols", "packing", "primitive")}
+        if groups != 1:
+            params["slr_cols"] = slr_cols(params["cols"], groups)
     if kind == "csr":
         params = {k: v for k, v in params.items() if k == "addr_width"}
     return COMPONENTS[kind](**params)

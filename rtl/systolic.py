@@ -279,6 +279,20 @@ class SystolicArray(wiring.Component):
         Instantiate Xilinx primitives (for synthesis) instead of plain RTL (for simulation):
         the read-out multiplexers as LUT6/MUXF7/MUXF8 (:mod:`rtl.xilinx`) and, with
         ``packing=2``, the ``DSP48E2`` slices.
+    slr_cols : tuple of int
+        Columns that begin a new super logic region (SLR) of a stacked-silicon device, in
+        increasing order (empty: one region). The columns from one such index to the next
+        form a group, a submodule ``slr{g}`` (group 0 is the array itself, where the rest of
+        the accelerator is placed) that a placement constraint can put in its own SLR
+        (:func:`platforms.vivado.xdc`). Every signal that crosses from one group to the next
+        (the rows' operands and flags) or between group 0 and group ``g`` (``b``, the
+        read-out's start, the read-out data) passes :attr:`SLR_STAGES` registers per
+        crossing, with no logic between them and marked for Laguna sites: a transmit
+        register in the region it leaves, a receive register in the region it enters. Each
+        group sequences its own read-out. Column ``j`` of group ``g`` sees step ``k``
+        ``SLR_STAGES * g`` cycles later than without groups, and the read-out leaves
+        ``SLR_STAGES * (groups - 1)`` cycles later (:attr:`latency`); the results are the
+        same.
 
     Members
     -------
@@ -289,11 +303,20 @@ class SystolicArray(wiring.Component):
     ----------------------
     One MAC per PE per cycle in steady state. Row 0 of a tile leaves :attr:`o_stream`
     :attr:`latency` cycles after the step with ``last`` was accepted (``rows + cols + 3``;
-    ``ceil(rows / 2) + cols + 7`` packed); row ``r`` follows ``r`` cycles later.
+    ``ceil(rows / 2) + cols + 7`` packed; ``4 (groups - 1)`` more with SLR groups); row ``r``
+    follows ``r`` cycles later.
     """
 
+    #: Registers per SLR crossing: transmit (in the region left) and receive (in the region
+    #: entered), as Vivado's Laguna flip-flops pair them (UG949, "SLR crossing").
+    SLR_STAGES = 2
+    #: Attributes of the crossing registers (named ``*_slr_tx*`` and ``*_slr_rx*``): never
+    #: packed into SRLs (Vivado's ``SHREG_EXTRACT``); the constraints give them
+    #: ``USER_SLL_REG`` (UG912: place in a Laguna site).
+    SLR_ATTRS = {"shreg_extract": "no"}
+
     def __init__(self, rows: int, cols: int, *, packing: int = 1, primitive: bool = False,
-                 dsp_rows: int | None = None):
+                 dsp_rows: int | None = None, slr_cols=()):
         for name, v in (("rows", rows), ("cols", cols)):
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
                 raise ValueError(f"{name} must be a positive integer, not {v!r}")
@@ -307,6 +330,15 @@ class SystolicArray(wiring.Component):
                              f"not {dsp_rows!r}")
         #: Rows of PEs that multiply in DSP slices; the rest multiply in LUTs.
         self.dsp_rows = rows if dsp_rows is None else dsp_rows
+        slr_cols = tuple(slr_cols) if isinstance(slr_cols, (tuple, list)) else slr_cols
+        if (not isinstance(slr_cols, tuple)
+                or any(not isinstance(c, int) or isinstance(c, bool) for c in slr_cols)
+                or list(slr_cols) != sorted(set(slr_cols))
+                or any(not 1 <= c < cols for c in slr_cols)):
+            raise ValueError(f"slr_cols must be increasing column indices in 1..cols-1 "
+                             f"({cols - 1}), not {slr_cols!r}")
+        #: First column of each SLR group after the first.
+        self.slr_cols = slr_cols
         #: When a dict, cells are instantiated by module name (one Verilog module per kind of
         #: cell instead of one per cell) and registered here as ``name -> factory``; the
         #: exporter (:mod:`rtl.export`) emits each module once. ``None``: cells inline.
@@ -338,17 +370,33 @@ class SystolicArray(wiring.Component):
         return 2 if self.packing == 2 else 1
 
     @property
+    def groups(self) -> int:
+        """SLR groups of columns (1 without :attr:`slr_cols`)."""
+        return len(self.slr_cols) + 1
+
+    def group_of(self, col: int) -> int:
+        """The SLR group of column ``col``."""
+        return sum(col >= c for c in self.slr_cols)
+
+    def column_skew(self, col: int) -> int:
+        """Cycles column ``col`` sees a step after column 0: ``col``, plus the crossings'
+        registers of the groups before it."""
+        return col + self.SLR_STAGES * self.group_of(col)
+
+    @property
     def _readout_stages(self) -> int:
         """Registers from the selected cell results to :attr:`o_stream`: the output register
-        (packed: the pair register, then the unpacking output register)."""
-        return 2 if self.packing == 2 else 1
+        (packed: the pair register, then the unpacking output register), then the crossings
+        back from the farthest group (the nearer groups' data wait as long)."""
+        return (2 if self.packing == 2 else 1) + self.SLR_STAGES * (self.groups - 1)
 
     @property
     def readout_delay(self) -> int:
         """Cycles from accepting a ``last`` step to selecting row 0 of the result registers:
-        the skew to the last cell, ``(cell rows - 1) + (cols - 1)``, plus the cell's
-        ``RESULT_LATENCY`` (so every cell has captured)."""
-        return (self._cell_rows - 1) + (self.cols - 1) + self._cell_kind.RESULT_LATENCY
+        the skew to the last cell, ``(cell rows - 1) + column_skew(cols - 1)``, plus the
+        cell's ``RESULT_LATENCY`` (so every cell has captured)."""
+        return ((self._cell_rows - 1) + self.column_skew(self.cols - 1)
+                + self._cell_kind.RESULT_LATENCY)
 
     @property
     def latency(self) -> int:
@@ -380,7 +428,8 @@ class SystolicArray(wiring.Component):
 
         Cell row ``q`` (of ``Q`` rows, ``s`` read-out cycles each: 1, or 2 packed) is read
         ``readout_delay + s q`` cycles after its ``last`` step and overwritten
-        ``q + j + OVERWRITE_LATENCY`` cycles after the next one (``j`` its column), and a
+        ``q + column_skew(j) + OVERWRITE_LATENCY`` cycles after the next one (``j`` its
+        column, column 0 first), and a
         read-out takes ``s Q`` cycles; so the interval is the larger of ``s Q`` and
         ``readout_delay - OVERWRITE_LATENCY + (s - 1)(Q - 1) + 1`` (``rows + cols - 1``;
         ``2 ceil(rows / 2) + cols - 1`` packed).
@@ -389,23 +438,68 @@ class SystolicArray(wiring.Component):
         return max(s * q,
                    self.readout_delay - self._cell_kind.OVERWRITE_LATENCY + (s - 1) * (q - 1) + 1)
 
+    def _cross(self, mods, value, src: int, dst: int, name: str):
+        """``value``, driven in group ``src``'s module, carried to group ``dst``'s through
+        :attr:`SLR_STAGES` registers per crossing (transmit in the group left, receive in the
+        group entered)."""
+        assert self.SLR_STAGES == 2
+        value = Value.cast(value)
+        step = 1 if dst > src else -1
+        for g in range(src, dst, step):
+            tx = Signal(value.shape(), name=f"{name}_slr_tx{g}", reset_less=True,
+                        attrs=self.SLR_ATTRS)
+            rx = Signal(value.shape(), name=f"{name}_slr_rx{g + step}", reset_less=True,
+                        attrs=self.SLR_ATTRS)
+            mods[g].d.sync += tx.eq(value)
+            mods[g + step].d.sync += rx.eq(tx)
+            value = rx
+        return value
+
+    def _sequencer(self, m, start_pre):
+        """The read-out's sequence in module ``m``, from ``start_pre`` (high the cycle before
+        the tile's first read-out cycle): ``(start, reading, count, count_next)``, the count
+        being the read-out cycle (one per row; two per pair packed)."""
+        n = self.rows if self.packing == 1 else 2 * self.pair_rows
+        start = delay(m, start_pre, 1, "readout_start")
+        count = Signal(range(n), name="readout_count")
+        count_n = Signal.like(count, name="readout_count_next")
+        reading = Signal(name="reading")
+        m.d.comb += count_n.eq(count)
+        with m.If(start):
+            if n > 1:
+                m.d.comb += count_n.eq(1)
+                m.d.sync += reading.eq(1)
+        with m.Elif(reading):
+            m.d.comb += count_n.eq(count + 1)
+            with m.If(count == n - 1):
+                m.d.sync += reading.eq(0)
+        m.d.sync += count.eq(count_n)
+        return start, reading, count, count_n
+
     def elaborate(self, platform):
         m = Module()
         R, C = self.rows, self.cols
+        G, S = self.groups, self.SLR_STAGES
         inp = self.i_stream.payload
         valid = self.i_stream.valid
+        # One module per SLR group: group 0 is this one, group g a submodule ``slr{g}``.
+        mods = [m] + [Module() for _ in range(1, G)]
+        for g in range(1, G):
+            m.submodules[f"slr{g}"] = mods[g]
+        grp = [self.group_of(j) for j in range(C)]
 
-        # Skew the inputs: a row of cells (and its flags) waits its index, column j waits j.
-        # The operand chains and the flag chains beside them are reset-less: no reset
-        # fan-out, and synthesis may pack them into SRLs. After a reset they may hold stale
-        # operands and flags for up to R + C + latency cycles, and that is harmless: a stale
-        # ``first`` only clears an accumulator (a tile's first step loads it anyway), a stale
-        # ``last`` only captures a cell's sum into its result register, which the next tile
-        # overwrites before it is read; the read-out is started by its own chain from the
-        # array's input (``readout``), which does reset.
+        # Skew the inputs: a row of cells (and its flags) waits its index, column j waits
+        # column_skew(j). The operand chains and the flag chains beside them are reset-less: no
+        # reset fan-out, and synthesis may pack them into SRLs. After a reset they may hold
+        # stale operands and flags for up to R + C + latency cycles, and that is harmless: a
+        # stale ``first`` only clears an accumulator (a tile's first step loads it anyway), a
+        # stale ``last`` only captures a cell's sum into its result register, which the next
+        # tile overwrites before it is read; the read-out is started by its own chain from
+        # the array's input (``readout``), which does reset.
         n_rows = R if self.packing == 1 else self.pair_rows
         a_in = [Mux(valid, inp.a[i], 0) for i in range(R)]
-        b_edge = [delay(m, Mux(valid, inp.b[j], 0), j, f"b{j}", reset_less=True)
+        b_edge = [self._cross(mods, delay(m, Mux(valid, inp.b[j], 0), j, f"b{j}",
+                                          reset_less=True), 0, grp[j], f"b{j}")
                   for j in range(C)]
         first_edge = [delay(m, valid & inp.first, i, f"first{i}", reset_less=True)
                       for i in range(n_rows)]
@@ -432,89 +526,102 @@ class SystolicArray(wiring.Component):
         for i in range(n_rows):
             rows_of[i].update(first=first_edge[i], last=last_edge[i])
             for j in range(C):
-                cell = cells[i][j]
-                m.submodules[f"pe_{i}_{j}"] = self._cell(cell)
+                cell, mj = cells[i][j], mods[grp[j]]
+                mj.submodules[f"pe_{i}_{j}"] = self._cell(cell)
                 for key, port_i, port_o in ports:
-                    src = rows_of[i][key] if j == 0 else getattr(cells[i][j - 1], port_o)
-                    m.d.comb += getattr(cell, port_i).eq(src)
-                m.d.comb += cell.b_i.eq(b_edge[j] if i == 0 else cells[i - 1][j].b_o)
+                    if j == 0:
+                        src = rows_of[i][key]
+                    elif grp[j - 1] != grp[j]:     # the row enters the next SLR group
+                        src = self._cross(mods, getattr(cells[i][j - 1], port_o),
+                                          grp[j - 1], grp[j], f"{key}{i}_c{j}")
+                    else:
+                        src = getattr(cells[i][j - 1], port_o)
+                    mj.d.comb += getattr(cell, port_i).eq(src)
+                mj.d.comb += cell.b_i.eq(b_edge[j] if i == 0 else cells[i - 1][j].b_o)
 
-        # the read-out rows: data, read under o_stream.valid, so no reset
-        data_q = Signal(out.data.shape(), name="readout_data", reset_less=True)
-        # The read-out select is computed a cycle ahead (from the start chain one stage
-        # early and the counter's next value) into a registered copy per column, so no one
-        # net drives the multiplexers of every column.
-        start_pre = delay(m, valid & inp.last, self.readout_delay - 1, "readout")
-        start = delay(m, start_pre, 1, "readout_start")
+        # The read-out. Every group reads its columns on the same cycles, each with its own
+        # sequencer, started from the array's input by a chain that ends S·g cycles early and
+        # crosses to the group; group g's data cross back (S·g registers) and wait
+        # S·(G - 1 - g) more, so that every column reaches o_stream together. The select is
+        # computed a cycle ahead (from the start chain one stage early and the count's next
+        # value) into a registered copy per column, so no one net drives the multiplexers of
+        # every column.
+        trigger = valid & inp.last
+        seqs = []
+        for g in range(G):
+            start_pre = self._cross(
+                mods, delay(m, trigger, self.readout_delay - 1 - S * g,
+                            "readout" if g == 0 else f"readout_g{g}"), 0, g, f"readout_start{g}")
+            seqs.append((start_pre, *self._sequencer(mods[g], start_pre)))
+        ready = []             # per column: its value of the row being read, in its group
         if self.packing == 1:
-            # Once cell (R-1, C-1) has captured, read one row per cycle for R cycles.
-            row = Signal(range(R))
-            row_n = Signal.like(row)
-            reading = Signal()
-            m.d.comb += row_n.eq(row)
-            with m.If(start):
-                if R > 1:
-                    m.d.comb += row_n.eq(1)
-                    m.d.sync += reading.eq(1)
-            with m.Elif(reading):
-                m.d.comb += row_n.eq(row + 1)
-                with m.If(row == R - 1):
-                    m.d.sync += reading.eq(0)
-            m.d.sync += row.eq(row_n)
+            for g in range(G):
+                start_pre, start, reading, row, row_n = seqs[g]
+                cols_g = [j for j in range(C) if grp[j] == g]
+                sels = (register_copies(mods[g], Mux(start_pre, 0, row_n), len(cols_g),
+                                        primitive=self.primitive, name="readout_sel")
+                        if R > 1 else [Mux(start, 0, row)] * len(cols_g))
+                for j, sel_j in zip(cols_g, sels, strict=True):
+                    picked = select(mods[g], [cells[i][j].result for i in range(R)], sel_j,
+                                    primitive=self.primitive, name=f"readout{j}")
+                    q = Signal(signed(32), name=f"readout_data{j}", reset_less=True)
+                    mods[g].d.sync += q.eq(picked)
+                    ready.append((j, q))
+            _, start, reading, row, _ = seqs[0]
             sel = Signal(range(R))
-            m.d.comb += [sel.eq(Mux(start, 0, row)), out.data.eq(data_q)]
-            m.d.sync += [
-                self.o_stream.valid.eq(start | reading),
-                out.row.eq(sel),
-                out.last.eq(sel == R - 1),
-            ]
-            sels = (register_copies(m, Mux(start_pre, 0, row_n), C, primitive=self.primitive,
-                                    name="readout_sel") if R > 1 else [sel] * C)
-            for j in range(C):
-                picked = select(m, [cells[i][j].result for i in range(R)], sels[j],
-                                primitive=self.primitive, name=f"readout{j}")
-                m.d.sync += data_q[j].eq(picked)
-            return m
+            m.d.comb += sel.eq(Mux(start, 0, row))
+            valid_q = Signal(name="readout_valid")
+            row_q = Signal(range(R), name="readout_row")
+            last_q = Signal(name="readout_last")
+            m.d.sync += [valid_q.eq(start | reading), row_q.eq(sel), last_q.eq(sel == R - 1)]
+        else:
+            # Packed: read pair q on cycle 2q after the last pair captured (stage A); unpack
+            # its high row on the next cycle and its low row on the one after, with one
+            # subtractor per column (stage B, the output register).
+            Q = n_rows
+            phases = []
+            for g in range(G):
+                start_pre, start, reading, slot, slot_n = seqs[g]
+                mg = mods[g]
+                cur = Signal(range(2 * Q), name="readout_cur")
+                mg.d.comb += cur.eq(Mux(start, 0, slot))
+                hi_phase = Signal(name="hi_phase")
+                lo_phase = Signal(name="lo_phase")
+                pair = Signal(range(Q), name="readout_pair")
+                with mg.If((start | reading) & ~cur[0]):
+                    mg.d.sync += pair.eq(cur >> 1)
+                mg.d.sync += [hi_phase.eq((start | reading) & ~cur[0]),
+                              lo_phase.eq(hi_phase & (pair * 2 + 1 < R))]
+                phases.append((hi_phase, lo_phase, pair))
+                cols_g = [j for j in range(C) if grp[j] == g]
+                curs = register_copies(mg, Mux(start_pre, 0, slot_n), len(cols_g),
+                                       primitive=self.primitive, name="readout_cur")
+                for j, cur_j in zip(cols_g, curs, strict=True):
+                    column = select(mg, [cells[q][j].result for q in range(Q)], cur_j >> 1,
+                                    primitive=self.primitive, name=f"readout{j}")
+                    picked = Signal(PAIR_RESULT, name=f"picked{j}", reset_less=True)
+                    with mg.If(~cur_j[0]):   # sample each pair once, on its even slot
+                        mg.d.sync += picked.eq(column)
+                    q = Signal(signed(32), name=f"readout_data{j}", reset_less=True)
+                    mg.d.sync += q.eq(unpack_pair(mg, picked, lo_phase, name=f"unpack{j}"))
+                    ready.append((j, q))
+            hi_phase, lo_phase, pair = phases[0]
+            row = Mux(lo_phase, pair * 2 + 1, pair * 2)
+            valid_q = Signal(name="readout_valid")
+            row_q = Signal(range(R), name="readout_row")
+            last_q = Signal(name="readout_last")
+            m.d.sync += [valid_q.eq(hi_phase | lo_phase), row_q.eq(row),
+                         last_q.eq(row == R - 1)]
 
-        # Packed: read pair q on cycle 2q after the last pair captured (stage A); unpack its
-        # high row on the next cycle and its low row on the one after, with one subtractor
-        # per column (stage B, the output register).
-        Q = n_rows
-        slot = Signal(range(2 * Q))          # read-out cycle within the tile
-        slot_n = Signal.like(slot)
-        reading = Signal()
-        m.d.comb += slot_n.eq(slot)
-        with m.If(start):
-            m.d.comb += slot_n.eq(1)
-            m.d.sync += reading.eq(2 * Q > 1)
-        with m.Elif(reading):
-            m.d.comb += slot_n.eq(slot + 1)
-            with m.If(slot == 2 * Q - 1):
-                m.d.sync += reading.eq(0)
-        m.d.sync += slot.eq(slot_n)
-        cur = Signal(range(2 * Q))
-        m.d.comb += cur.eq(Mux(start, 0, slot))
-        curs = register_copies(m, Mux(start_pre, 0, slot_n), C, primitive=self.primitive,
-                               name="readout_cur")
-        hi_phase = Signal()
-        lo_phase = Signal()
-        pair = Signal(range(Q))
-        with m.If((start | reading) & ~cur[0]):
-            m.d.sync += pair.eq(cur >> 1)
-        m.d.sync += [hi_phase.eq((start | reading) & ~cur[0]),
-                     lo_phase.eq(hi_phase & (pair * 2 + 1 < R))]
-        for j in range(C):
-            column = select(m, [cells[q][j].result for q in range(Q)], curs[j] >> 1,
-                            primitive=self.primitive, name=f"readout{j}")
-            picked = Signal(PAIR_RESULT, name=f"picked{j}", reset_less=True)
-            with m.If(~curs[j][0]):   # sample each pair once, on its even slot
-                m.d.sync += picked.eq(column)
-            m.d.sync += data_q[j].eq(unpack_pair(m, picked, lo_phase, name=f"unpack{j}"))
-        m.d.comb += out.data.eq(data_q)
-        row = Mux(lo_phase, pair * 2 + 1, pair * 2)
-        m.d.sync += [
-            self.o_stream.valid.eq(hi_phase | lo_phase),
-            out.row.eq(row),
-            out.last.eq(row == R - 1),
+        # Each column's data back in group 0, all columns aligned to the farthest group.
+        for j, q in ready:
+            back = self._cross(mods, q, grp[j], 0, f"readout_data{j}")
+            m.d.comb += out.data[j].eq(delay(m, back, S * (G - 1 - grp[j]), f"readout_wait{j}",
+                                             reset_less=True))
+        wait = S * (G - 1)
+        m.d.comb += [
+            self.o_stream.valid.eq(delay(m, valid_q, wait, "readout_valid")),
+            out.row.eq(delay(m, row_q, wait, "readout_row", reset_less=True)),
+            out.last.eq(delay(m, last_q, wait, "readout_last", reset_less=True)),
         ]
         return m

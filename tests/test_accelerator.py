@@ -359,3 +359,18 @@ def test_block_argument_is_checked(dev):
     for bad in (True, 2.0, "4"):
         with pytest.raises(TypeError, match="block"):
             dev.gemm(a, b, block=bad)
+
+
+@pytest.mark.parametrize("packing", [1, 2])
+def test_slr_groups_bit_exact(packing):
+    # The array split into SLR groups (the VU9P default's two, here three) with crossing
+    # registers: a longer pipeline, the same results, on a hostile port.
+    dev = Device("rtl", rows=4, cols=8, data_width=64, packing=packing, slr_groups=3,
+                 port="zynqmp-hp", seed=3)
+    assert dev.sim.params["slr_groups"] == 3
+    rng = np.random.default_rng(packing)
+    for m, n, k, ta, tb in ((4, 8, 1, False, False), (13, 21, 37, True, False),
+                            (9, 30, 700, False, True), (33, 17, 64, True, True)):
+        a, b = _operands(rng, m, n, k, ta, tb, extremes=m == 4)
+        _check(dev, a, b, ta, tb, 0, 0, "int32")
+    assert dev.sim.violations == 0

@@ -65,7 +65,16 @@ def test_generates_verilog_top_constraints_and_scripts(generated):
     assert ("S_AXI_HP3_FPD" in tcl) == (name == "zcu104")
     assert ("/ps/S_AXI_HP1\"" in tcl) == (name == "pynq-z1")
     assert ("hw_handoff" in tcl) == (name != "vu9p")       # .hwh for pynq.Overlay
-    assert (out / f"{stem}.xdc").exists()
+    xdc = (out / f"{stem}.xdc").read_text()
+    # the VU9P's array in two SLR groups: a pblock each, crossing registers in Laguna sites
+    groups = PLATFORMS[name].config().get("slr_groups", 1)
+    assert ("create_pblock bfp_group1" in xdc) == (groups == 2 and name == "vu9p")
+    if groups > 1:
+        assert "resize_pblock [get_pblocks bfp_group0] -add {SLR1}" in xdc
+        assert "resize_pblock [get_pblocks bfp_group1] -add {SLR0}" in xdc
+        assert 'NAME =~ "*/core/engine/datapath/array/slr1/*"' in xdc
+        assert "USER_SLL_REG TRUE" in xdc
+        assert "slr1 (" in core and "_slr_tx0" in core and 'shreg_extract = "no"' in core
 
 
 def test_four_write_ports_go_to_four_hp_ports(tmp_path):
@@ -139,6 +148,9 @@ def test_repeated_generation_is_cached(generated):
     (["--platform", "zcu104", "--host", "board"], "--host"),
     (["--platform", "zcu104", "--synth", "quartus"], "--synth"),
     (["--platform", "zcu104", "--synth", "none", "--timing-strict"], "--timing-strict"),
+    (["--platform", "zcu104", "--slr-groups", "2"], "one SLR"),
+    (["--platform", "vu9p", "--slr-groups", "3"], "SLR1, SLR0"),
+    (["--platform", "vu9p", "--slr-groups", "0"], "--slr-groups"),
 ])
 def test_bad_arguments_exit_2_with_the_choices(args, message):
     proc = run_build(*args)
@@ -237,3 +249,14 @@ def test_default_configuration_builds_and_fits_with_headroom(name):
     assert proc.returncode == 0, proc.stderr
     report = json.loads((ROOT / "build" / name / "report.json").read_text())
     assert report["fits"] and report["within_headroom"]
+
+
+def test_one_slr_group_drops_the_pblocks(tmp_path):
+    from platforms import vivado
+    proc = run_build("--platform", "vu9p", "--rows", "8", "--cols", "8", "--slr-groups", "1",
+                     "--synth", "none", "--out", str(tmp_path))
+    assert proc.returncode == 0, proc.stderr
+    assert "pblock" not in (tmp_path / "bfp_vu9p.xdc").read_text()
+    assert "_slr_tx" not in (tmp_path / "bfp_accel.v").read_text()
+    with pytest.raises(ValueError, match="SLR plan"):
+        vivado.xdc(PLATFORMS["zcu104"], 2)

@@ -1,3 +1,5 @@
+import re
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -8,14 +10,14 @@ from sim import golden, models
 from sim.harness import run
 
 
-def simulate(rows, cols, schedule, packing=1, dsp_rows=None):
+def simulate(rows, cols, schedule, packing=1, dsp_rows=None, slr_cols=()):
     """``schedule``: per cycle, ``None`` (bubble) or ``(a_col, b_row, first, last)``.
 
     Returns the tiles seen on ``o_stream`` (rows checked to arrive in order) and asserts the
     output protocol: rows 0..R-1 of a tile on consecutive cycles, ``last`` on row R-1, row 0
     exactly :attr:`SystolicArray.latency` cycles after the tile's ``last`` step.
     """
-    dut = SystolicArray(rows, cols, packing=packing, dsp_rows=dsp_rows)
+    dut = SystolicArray(rows, cols, packing=packing, dsp_rows=dsp_rows, slr_cols=slr_cols)
     tiles, current = [], []
     last_steps = [c for c, s in enumerate(schedule) if s is not None and s[3]]
     n_emit = len(last_steps)
@@ -60,10 +62,11 @@ def simulate(rows, cols, schedule, packing=1, dsp_rows=None):
 
 
 def random_schedule(rng, rows, cols, ks, *, bubbles=0.0, accumulate=(), interval=None,
-                    packing=1):
+                    packing=1, slr_cols=()):
     """Tiles of reduction lengths ``ks`` (tile t continues tile t-1 if t in ``accumulate``)."""
     if interval is None:
-        interval = SystolicArray(rows, cols, packing=packing).min_emit_interval
+        interval = SystolicArray(rows, cols, packing=packing,
+                                 slr_cols=slr_cols).min_emit_interval
     schedule, last_emit = [], -10**9
     extreme = rng.random() < 0.3
     for t, k in enumerate(ks):
@@ -87,9 +90,9 @@ def random_schedule(rng, rows, cols, ks, *, bubbles=0.0, accumulate=(), interval
     return schedule
 
 
-def check(rows, cols, schedule, packing=1):
+def check(rows, cols, schedule, packing=1, slr_cols=()):
     want = models.systolic_array([s for s in schedule if s is not None], rows, cols)
-    got = simulate(rows, cols, schedule, packing)
+    got = simulate(rows, cols, schedule, packing, slr_cols=slr_cols)
     for t, (g, w) in enumerate(zip(got, want, strict=True)):
         np.testing.assert_array_equal(g, w, err_msg=f"tile {t}")
 
@@ -103,17 +106,49 @@ def test_back_to_back_tiles(rows, cols, packing):
     check(rows, cols, random_schedule(rng, rows, cols, ks, packing=packing), packing)
 
 
+@pytest.mark.parametrize("packing", [1, 2])
+@pytest.mark.parametrize("rows,cols,slr_cols", [(1, 2, (1,)), (4, 6, (2, 5)), (5, 4, (3,)),
+                                                 (8, 8, (4,))])
+def test_slr_groups(rows, cols, slr_cols, packing):
+    # Columns in SLR groups: the crossings' registers lengthen the skew and the read-out,
+    # the results and the output protocol (checked against the declared latency) stay.
+    dut = SystolicArray(rows, cols, packing=packing, slr_cols=slr_cols)
+    plain = SystolicArray(rows, cols, packing=packing)
+    stages = SystolicArray.SLR_STAGES * len(slr_cols)
+    assert dut.latency == plain.latency + 2 * stages
+    assert dut.min_emit_interval >= plain.min_emit_interval
+    rng = np.random.default_rng(rows * 10 + cols)
+    ks = [1, 1, rows + cols, 5, 2 * (rows + cols)]
+    check(rows, cols, random_schedule(rng, rows, cols, ks, packing=packing,
+                                      slr_cols=slr_cols), packing, slr_cols)
+
+
+def test_slr_groups_are_submodules_with_crossing_registers():
+    # Each group is an instance ``slr{g}`` (what the placement constraints name); every
+    # crossing register is kept out of SRLs.
+    from rtl.export import to_verilog
+    text = to_verilog(SystolicArray(4, 6, packing=2, slr_cols=(2, 4)), "arr")
+    for g in (1, 2):
+        assert f"\\arr.slr{g}  slr{g} (" in text
+    for name in ("hi0_c4_slr_tx1", "hi0_c4_slr_rx2", "readout_data5_slr_tx2",
+                 "readout_data5_slr_rx1", "readout_start2_slr_rx2", "b5_slr_tx0"):
+        assert re.search(r'\(\* shreg_extract = "no" \*\)\s+(output|reg)[^;]*\b'
+                         + name + r"\b", text), name
+
+
+@pytest.mark.parametrize("slr_cols", [(), (2,)])
 @pytest.mark.parametrize("rows,cols", [(2, 3), (4, 4), (5, 3)])
-def test_min_emit_interval_is_tight(rows, cols):
+def test_min_emit_interval_is_tight(rows, cols, slr_cols):
     # One cycle less than the documented interval corrupts a result for some data.
     for packing in (1, 2):
-        interval = SystolicArray(rows, cols, packing=packing).min_emit_interval
+        interval = SystolicArray(rows, cols, packing=packing,
+                                 slr_cols=slr_cols).min_emit_interval
         failures = 0
         for seed in range(3):
             rng = np.random.default_rng(seed)
             sched = random_schedule(rng, rows, cols, [1, 1, 1, 1], interval=interval - 1)
             try:
-                check(rows, cols, sched, packing)
+                check(rows, cols, sched, packing, slr_cols)
             except AssertionError:
                 failures += 1
         assert failures, f"packing={packing}: interval {interval} is not tight"
@@ -188,3 +223,6 @@ def test_bad_shape():
         SystolicArray(4, True)
     with pytest.raises(ValueError, match="packing"):
         SystolicArray(4, 4, packing=3)
+    for bad in [(0,), (4,), (2, 2), (3, 1), ("1",), (True,), 2]:
+        with pytest.raises(ValueError, match="slr_cols"):
+            SystolicArray(4, 4, slr_cols=bad)
