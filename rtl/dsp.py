@@ -16,9 +16,12 @@ synthesis); otherwise it is a cycle-accurate model of the same configuration, wh
 the simulators run. The model follows UG579 for the configuration below; the instance itself
 can only be simulated with Xilinx's UNISIM library, which is not available here.
 
-Configuration: ``AREG=1, DREG=1, ADREG=1, BREG=2, MREG=1, PREG=1, OPMODEREG=1``,
-``AMULTSEL="AD"``, ``INMODE=0b00100`` (``AD = D + A2``), ``ALUMODE=0``, ``OPMODE =
-0b00_010_01_01`` (accumulate) or ``0b00_000_01_01`` (load).
+Configuration: ``AREG=1, DREG=1, ADREG=1, BREG=2, BCASCREG=1, MREG=1, PREG=1,
+OPMODEREG=1``, ``AMULTSEL="AD"``, ``INMODE=0b00100`` (``AD = D + A2``), ``ALUMODE=0``,
+``OPMODE = 0b00_010_01_01`` (accumulate) or ``0b00_000_01_01`` (load); ``B_INPUT="DIRECT"``
+(``B1`` takes ``B``) or, with ``cascade``, ``"CASCADE"`` (``B1`` takes ``BCIN``, the slice
+below's ``BCOUT``). ``BCOUT`` is ``B1`` (``BCASCREG=1``), so a column of slices passes ``b``
+down one register a slice on the dedicated cascade wires, with no fabric register or route.
 
 Latency: ``P`` reflects a step 4 cycles after its operands are presented; ``clear`` is
 presented 2 cycles after them (it goes to the registered OPMODE).
@@ -45,11 +48,18 @@ class PackedMac(wiring.Component):
     ----------
     primitive : bool
         Instantiate the Xilinx ``DSP48E2`` primitive instead of the behavioural model.
+    cascade : bool
+        ``b`` comes from :attr:`bcin` (the previous slice's :attr:`bcout`) instead of
+        :attr:`b`.
 
     Members
     -------
     hi, lo, b : In(signed(8))
-        Operands of one step.
+        Operands of one step (``b`` unused with ``cascade``).
+    bcin : In(signed(18))
+        With ``cascade``: ``b``, in the same cycle as :attr:`hi` and :attr:`lo`.
+    bcout : Out(signed(18))
+        ``b`` as registered in ``B1``: :attr:`b` (or :attr:`bcin`) one cycle later.
     clear : In(1)
         Load instead of accumulate; presented 2 cycles after the step's operands.
     p : Out(signed(48))
@@ -59,14 +69,17 @@ class PackedMac(wiring.Component):
     hi: In(signed(8))
     lo: In(signed(8))
     b: In(signed(8))
+    bcin: In(signed(18))
     clear: In(1)
     p: Out(signed(48))
+    bcout: Out(signed(18))
 
     LATENCY = 4
     CLEAR_DELAY = 2
 
-    def __init__(self, *, primitive: bool = False):
+    def __init__(self, *, primitive: bool = False, cascade: bool = False):
         self.primitive = bool(primitive)
+        self.cascade = bool(cascade)
         super().__init__()
 
     def elaborate(self, platform):
@@ -85,8 +98,9 @@ class PackedMac(wiring.Component):
             m.submodules.dsp = Instance(
                 "DSP48E2",
                 p_AMULTSEL="AD", p_BMULTSEL="B", p_PREADDINSEL="A", p_USE_MULT="MULTIPLY",
-                p_USE_SIMD="ONE48", p_A_INPUT="DIRECT", p_B_INPUT="DIRECT",
-                p_AREG=1, p_ACASCREG=1, p_BREG=2, p_BCASCREG=2, p_DREG=1, p_ADREG=1,
+                p_USE_SIMD="ONE48", p_A_INPUT="DIRECT",
+                p_B_INPUT="CASCADE" if self.cascade else "DIRECT",
+                p_AREG=1, p_ACASCREG=1, p_BREG=2, p_BCASCREG=1, p_DREG=1, p_ADREG=1,
                 p_MREG=1, p_PREG=1, p_CREG=0, p_OPMODEREG=1, p_ALUMODEREG=0,
                 p_INMODEREG=0, p_CARRYINREG=0, p_CARRYINSELREG=0,
                 i_CLK=ClockSignal("sync"), i_A=a_port, i_B=b_port, i_D=d_port,
@@ -96,9 +110,9 @@ class PackedMac(wiring.Component):
                 i_CEC=0, i_CECTRL=1, i_CEINMODE=0, i_CEALUMODE=0, i_CECARRYIN=0,
                 i_RSTA=0, i_RSTB=0, i_RSTC=0, i_RSTD=0, i_RSTM=0, i_RSTP=0, i_RSTCTRL=0,
                 i_RSTINMODE=0, i_RSTALUMODE=0, i_RSTALLCARRYIN=0,
-                i_ACIN=Const(0, 30), i_BCIN=Const(0, 18), i_PCIN=Const(0, 48),
+                i_ACIN=Const(0, 30), i_BCIN=self.bcin, i_PCIN=Const(0, 48),
                 i_CARRYCASCIN=0, i_MULTSIGNIN=0,
-                o_P=self.p,
+                o_P=self.p, o_BCOUT=self.bcout,
             )
             return m
 
@@ -114,13 +128,13 @@ class PackedMac(wiring.Component):
         preg = Signal(signed(48), reset_less=True)
         z = Mux(opmode_r[4:7] == 0b010, preg, 0)
         m.d.sync += [
-            a2.eq(a_port), d.eq(d_port), b1.eq(b_port),
+            a2.eq(a_port), d.eq(d_port), b1.eq(self.bcin if self.cascade else b_port),
             b2.eq(b1), ad.eq(a2[:27].as_signed() + d),
             mreg.eq(ad * b2),
             opmode_r.eq(opmode),
             preg.eq(z + mreg),
         ]
-        m.d.comb += self.p.eq(preg)
+        m.d.comb += [self.p.eq(preg), self.bcout.eq(b1)]
         return m
 
 

@@ -136,11 +136,22 @@ class PackedPair(wiring.Component):
     a load counts as a move from zero. With both captured beside ``P``, :func:`unpack_pair`
     recovers the two int32 sums exactly for any ``K <= MAX_K`` with one subtraction.
 
+    ``b`` passes down the column in the slices themselves: the first pair row registers
+    ``b_i`` in the fabric and feeds the slice's ``B`` input; every later one (``cascade``)
+    takes it from the slice above over the dedicated ``BCOUT`` -> ``BCIN`` wires into its own
+    ``B1`` register — the same one cycle per pair row as a fabric register, with neither the
+    register nor its route in the fabric.
+
     Members
     -------
     hi_i, lo_i, first_i, last_i, b_i : In
-    hi_o, lo_o, first_o, last_o, b_o : Out
-        Operands and flags, passed on one cycle later as in :class:`ProcessingElement`.
+    hi_o, lo_o, first_o, last_o : Out
+        Operands and flags, passed on one cycle later as in :class:`ProcessingElement`
+        (``b_i`` unused with ``cascade``).
+    bc_i : In(signed(18))
+        With ``cascade``: ``b`` from the pair above's :attr:`bc_o`.
+    bc_o : Out(signed(18))
+        ``b`` for the pair below (the slice's ``BCOUT``), one cycle after this pair's.
     result : Out(PAIR_RESULT)
         The captured ``P`` and high bits, from :attr:`RESULT_LATENCY` cycles after the cycle
         ``last_i`` is high until the next capture (``P`` changes :attr:`OVERWRITE_LATENCY`
@@ -158,33 +169,39 @@ class PackedPair(wiring.Component):
     hi_i: In(signed(8))
     lo_i: In(signed(8))
     b_i: In(signed(8))
+    bc_i: In(signed(18))
     first_i: In(1)
     last_i: In(1)
     hi_o: Out(signed(8))
     lo_o: Out(signed(8))
-    b_o: Out(signed(8))
+    bc_o: Out(signed(18))
     first_o: Out(1)
     last_o: Out(1)
     result: Out(PAIR_RESULT)
 
-    def __init__(self, *, primitive: bool = False):
+    def __init__(self, *, primitive: bool = False, cascade: bool = False):
         self.primitive = primitive
+        self.cascade = bool(cascade)
         super().__init__()
 
     def elaborate(self, platform):
         m = Module()
         hi = Signal(signed(8), reset_less=True)
         lo = Signal(signed(8), reset_less=True)
-        b = Signal(signed(8), reset_less=True)
         first = Signal(reset_less=True)       # flags: reset-less, as in ProcessingElement
         last = Signal(reset_less=True)
-        m.d.sync += [hi.eq(self.hi_i), lo.eq(self.lo_i), b.eq(self.b_i),
+        m.d.sync += [hi.eq(self.hi_i), lo.eq(self.lo_i),
                      first.eq(self.first_i), last.eq(self.last_i)]
-        m.d.comb += [self.hi_o.eq(hi), self.lo_o.eq(lo), self.b_o.eq(b),
+        m.d.comb += [self.hi_o.eq(hi), self.lo_o.eq(lo),
                      self.first_o.eq(first), self.last_o.eq(last)]
 
-        m.submodules.mac = mac = PackedMac(primitive=self.primitive)
-        m.d.comb += [mac.hi.eq(hi), mac.lo.eq(lo), mac.b.eq(b)]
+        m.submodules.mac = mac = PackedMac(primitive=self.primitive, cascade=self.cascade)
+        m.d.comb += [mac.hi.eq(hi), mac.lo.eq(lo), mac.bcin.eq(self.bc_i),
+                     self.bc_o.eq(mac.bcout)]
+        if not self.cascade:
+            b = Signal(signed(8), reset_less=True)
+            m.d.sync += b.eq(self.b_i)
+            m.d.comb += mac.b.eq(b)
 
         m.d.comb += mac.clear.eq(delay(m, first, PackedMac.CLEAR_DELAY, "clear",
                                        reset_less=True))
@@ -413,9 +430,9 @@ class SystolicArray(wiring.Component):
             name = "bfp_pe_lut" if fabric else "bfp_pe"
             factory = lambda: ProcessingElement(fabric=fabric)  # noqa: E731
         else:
-            primitive = cell.primitive
-            name = "bfp_pair_dsp48e2" if primitive else "bfp_pair"
-            factory = lambda: PackedPair(primitive=primitive)  # noqa: E731
+            primitive, cascade = cell.primitive, cell.cascade
+            name = ("bfp_pair_dsp48e2" if primitive else "bfp_pair") + ("_casc" if cascade else "")
+            factory = lambda: PackedPair(primitive=primitive, cascade=cascade)  # noqa: E731
         self.cell_modules.setdefault(name, factory)
         ports = {("i_" if member.flow == In else "o_") + pname: Value.cast(getattr(cell, pname))
                  for pname, member in cell.signature.members.items()}
@@ -518,8 +535,8 @@ class SystolicArray(wiring.Component):
                        for q in range(n_rows)]
             lo_edge = [delay(m, a_in[2 * q + 1] if 2 * q + 1 < R else 0, q, f"lo{q}",
                              reset_less=True) for q in range(n_rows)]
-            cells = [[PackedPair(primitive=self.primitive) for _ in range(C)]
-                     for _ in range(n_rows)]
+            cells = [[PackedPair(primitive=self.primitive, cascade=q > 0) for _ in range(C)]
+                     for q in range(n_rows)]
             rows_of = [{"hi": hi_edge[q], "lo": lo_edge[q]} for q in range(n_rows)]
             ports = [("hi", "hi_i", "hi_o"), ("lo", "lo_i", "lo_o")]
         ports += [("first", "first_i", "first_o"), ("last", "last_i", "last_o")]
@@ -537,7 +554,12 @@ class SystolicArray(wiring.Component):
                     else:
                         src = getattr(cells[i][j - 1], port_o)
                     mj.d.comb += getattr(cell, port_i).eq(src)
-                mj.d.comb += cell.b_i.eq(b_edge[j] if i == 0 else cells[i - 1][j].b_o)
+                if i == 0:
+                    mj.d.comb += cell.b_i.eq(b_edge[j])
+                elif self.packing == 2:      # down the DSP cascade
+                    mj.d.comb += cell.bc_i.eq(cells[i - 1][j].bc_o)
+                else:
+                    mj.d.comb += cell.b_i.eq(cells[i - 1][j].b_o)
 
         # The read-out. Every group reads its columns on the same cycles, each with its own
         # sequencer, started from the array's input by a chain that ends S·g cycles early and

@@ -226,3 +226,26 @@ def test_bad_shape():
     for bad in [(0,), (4,), (2, 2), (3, 1), ("1",), (True,), 2]:
         with pytest.raises(ValueError, match="slr_cols"):
             SystolicArray(4, 4, slr_cols=bad)
+
+
+def test_packed_b_goes_down_the_dsp_cascade():
+    # Packed, b enters each column's first slice on B (a fabric register before it) and goes
+    # down the column on BCOUT -> BCIN: no fabric b register below the first pair row.
+    from rtl.export import to_verilog
+    text = to_verilog(SystolicArray(6, 2, packing=2, primitive=True), "arr")
+    modules = {body.split(None, 1)[0].lstrip("\\").split("(")[0]: body
+               for body in re.split(r"^module ", text, flags=re.M)[1:]}
+    assert '.B_INPUT("DIRECT")' in modules["bfp_pair_dsp48e2.mac"]
+    assert '.B_INPUT("CASCADE")' in modules["bfp_pair_dsp48e2_casc.mac"]
+    assert ".BCIN(bcin)" in modules["bfp_pair_dsp48e2_casc.mac"]
+    assert "reg [7:0] b = " in modules["bfp_pair_dsp48e2"]
+    assert "reg [7:0] b = " not in modules["bfp_pair_dsp48e2_casc"]
+    insts = re.findall(r"^\s*(bfp_pair\S*) (pe_\d+_\d+) \(", modules["arr"], re.M)
+    assert sorted(insts) == sorted([("bfp_pair_dsp48e2", f"pe_0_{j}") for j in range(2)]
+                                   + [("bfp_pair_dsp48e2_casc", f"pe_{q}_{j}")
+                                      for q in (1, 2) for j in range(2)])
+    for q, j in ((1, 0), (2, 1)):     # bc_i of pair q from bc_o of pair q - 1, same column
+        src = re.search(rf"pe_{q}_{j} \((.*?)\);", modules["arr"], re.S).group(1)
+        wire = re.search(r"\.bc_i\(([^)]*)\)", src).group(1).strip()
+        above = re.search(rf"pe_{q - 1}_{j} \((.*?)\);", modules["arr"], re.S).group(1)
+        assert re.search(rf"\.bc_o\({re.escape(wire)}\s*\)", above), (q, j, wire)
