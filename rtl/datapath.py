@@ -9,6 +9,7 @@ from .buffer import TransposableBuffer
 from .fifo import Fifo
 from .rescale import Rescaler, rescale_output_layout
 from .systolic import SystolicArray
+from .xilinx import register_copies
 
 __all__ = ["ACC_RAMS", "GemmDatapath", "command_layout", "slr_cols"]
 
@@ -36,6 +37,9 @@ def command_layout(rows: int, cols: int, slots: int = 2,
         "col_exp":     data.ArrayLayout(signed(8), cols),
     })
 
+
+#: Columns one copy of the accumulation's ``add`` flag reaches (32 adder LUTs a column).
+LANES_PER_ADD = 8
 
 #: What :class:`GemmDatapath`'s accumulation slots can be built of (``acc_ram``).
 ACC_RAMS = ("auto", "ultra")
@@ -145,7 +149,8 @@ class GemmDatapath(wiring.Component):
                                    dsp_rows=dsp_rows, slr_cols=slr_cols(cols, slr_groups))
         self.a_buf = TransposableBuffer(rows, depth, slots)  # validates depth and slots
         self.b_buf = TransposableBuffer(cols, depth, slots)
-        self.rescaler = Rescaler(cols)
+        self.rescaler = Rescaler(cols, primitive=primitive)
+        self.primitive = bool(primitive)
         out_rows = 4 * rows if out_rows is None else out_rows
         if not isinstance(out_rows, int) or out_rows < rows:
             raise ValueError(f"out_rows must be an integer >= rows ({rows}), not {out_rows!r}")
@@ -483,9 +488,13 @@ class GemmDatapath(wiring.Component):
             acc_rd.addr.eq(info.acc_slot * R + res.row),
             info_fifo.r_en.eq(array.o_stream.valid & res.last),
         ]
+        # x_info.add in a copy per LANES_PER_ADD columns: each drives 32 adder LUTs a column
+        adds = register_copies(m, info.add, -(-C // LANES_PER_ADD), primitive=self.primitive,
+                               name="x_add")
         total = Signal(row_layout)
         for j in range(C):
-            m.d.comb += total[j].eq(x_data[j] + Mux(x_info.add, acc_rd.data[j], 0))
+            m.d.comb += total[j].eq(x_data[j] + Mux(adds[j // LANES_PER_ADD],
+                                                    acc_rd.data[j], 0))
         m.d.comb += [
             acc_wr.en.eq(x_valid & x_info.store),
             acc_wr.addr.eq(x_info.acc_slot * R + x_row),

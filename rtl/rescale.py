@@ -4,6 +4,8 @@ from amaranth import Cat, Const, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from .xilinx import register_copies
+
 __all__ = ["Rescaler", "rescale_input_layout", "rescale_output_layout"]
 
 #: Width of a lane's exponent: the sum of two int8 block exponents, in [-256, 254].
@@ -75,6 +77,10 @@ class Rescaler(wiring.Component):
     ----------
     lanes : int
         Number of independent lanes (the systolic array's column count in the datapath).
+    primitive : bool
+        The copies of ``raw`` that reach the lanes (one per :data:`LANES_PER_COPY`) as
+        ``FDRE`` instances, so that synthesis keeps them apart (:func:`rtl.xilinx.
+        register_copies`).
 
     Members
     -------
@@ -93,11 +99,14 @@ class Rescaler(wiring.Component):
     """
 
     LATENCY = 7
+    #: Lanes one copy of a stage's ``raw`` flag reaches (33 loads a lane).
+    LANES_PER_COPY = 8
 
-    def __init__(self, lanes: int):
+    def __init__(self, lanes: int, *, primitive: bool = False):
         if not isinstance(lanes, int) or lanes < 1:
             raise ValueError(f"lanes must be a positive integer, not {lanes!r}")
         self.lanes = lanes
+        self.primitive = bool(primitive)
         super().__init__({
             "i_stream": In(stream.Signature(rescale_input_layout(lanes))),
             "o_stream": Out(stream.Signature(rescale_output_layout(lanes))),
@@ -129,10 +138,15 @@ class Rescaler(wiring.Component):
             self.o_stream.valid.eq(valid[S - 1]),
             self.o_stream.payload.last.eq(last[S - 1]),
         ]
+        # raw as the lanes' output-word stage reads it (raw[S - 3]), in copies: not one net
+        # into the output multiplexer of every bit of every lane
+        raw_out = register_copies(m, raw[S - 4], -(-self.lanes // self.LANES_PER_COPY),
+                                  primitive=self.primitive, name="raw_lanes", enable=advance)
 
         # The lanes' registers hold data, read only under their stage's valid bit: no reset,
         # so that the domain's reset reaches the few control flags alone.
         for lane in range(self.lanes):
+            raw_l = raw_out[lane // self.LANES_PER_COPY]
             # Stage 0: the input, registered (the datapath sums it just before).
             acc_in = Signal(signed(32), name=f"l{lane}_s0_acc", reset_less=True)
             exp_in = Signal(signed(EXP_WIDTH), name=f"l{lane}_s0_exp", reset_less=True)
@@ -255,8 +269,8 @@ class Rescaler(wiring.Component):
                     s4_top.eq(s3_e == 127),
                     s4_ones.eq(((s3_sh == 8) & s3_mant[8:31].all())
                                | ((s3_sh == 9) & s3_mant[9:32].all())),
-                    s4_special.eq(raw[S - 3] | s3_zero | (s3_e > 127)),
-                    s4_word.eq(Mux(raw[S - 3], s3_acc, Mux(s3_zero, 0, _infinity(s3_sign)))),
+                    s4_special.eq(raw_l | s3_zero | (s3_e > 127)),
+                    s4_word.eq(Mux(raw_l, s3_acc, Mux(s3_zero, 0, _infinity(s3_sign)))),
                 ]
                 with m.If(s4_special):
                     m.d.sync += s5_word.eq(s4_word)

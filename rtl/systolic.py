@@ -14,6 +14,10 @@ __all__ = ["ProcessingElement", "PackedPair", "SystolicArray", "array_input_layo
 #: Width of ``w_lo = S_lo[31:18]``.
 LO_WRAP_BITS = 32 - SHIFT
 
+#: Operand lanes (of ``a`` or ``b``) one copy of the array's input ``valid`` zeroes on a
+#: bubble: each copy drives ``8 * LANES_PER_VALID`` LUT inputs.
+LANES_PER_VALID = 8
+
 #: What a :class:`PackedPair` captures at the end of a tile.
 PAIR_RESULT = data.StructLayout({"p": signed(48), "w_lo": LO_WRAP_BITS, "w_top": 2})
 
@@ -319,10 +323,15 @@ class SystolicArray(wiring.Component):
     Latency and throughput
     ----------------------
     One MAC per PE per cycle in steady state. Row 0 of a tile leaves :attr:`o_stream`
-    :attr:`latency` cycles after the step with ``last`` was accepted (``rows + cols + 3``;
-    ``ceil(rows / 2) + cols + 7`` packed; ``4 (groups - 1)`` more with SLR groups); row ``r``
+    :attr:`latency` cycles after the step with ``last`` was accepted (``rows + cols + 4``;
+    ``ceil(rows / 2) + cols + 8`` packed; ``4 (groups - 1)`` more with SLR groups); row ``r``
     follows ``r`` cycles later.
     """
+
+    #: Registers between :attr:`i_stream` and the skew chains: the step's operands and
+    #: flags, and ``valid`` in one copy per :data:`LANES_PER_VALID` lanes, which zeroes a
+    #: bubble's operands (so no one net gates every lane of ``a`` and ``b``).
+    INPUT_STAGES = 1
 
     #: Registers per SLR crossing: transmit (in the region left) and receive (in the region
     #: entered), as Vivado's Laguna flip-flops pair them (UG949, "SLR crossing").
@@ -412,7 +421,7 @@ class SystolicArray(wiring.Component):
         """Cycles from accepting a ``last`` step to selecting row 0 of the result registers:
         the skew to the last cell, ``(cell rows - 1) + column_skew(cols - 1)``, plus the
         cell's ``RESULT_LATENCY`` (so every cell has captured)."""
-        return ((self._cell_rows - 1) + self.column_skew(self.cols - 1)
+        return (self.INPUT_STAGES + (self._cell_rows - 1) + self.column_skew(self.cols - 1)
                 + self._cell_kind.RESULT_LATENCY)
 
     @property
@@ -445,15 +454,15 @@ class SystolicArray(wiring.Component):
 
         Cell row ``q`` (of ``Q`` rows, ``s`` read-out cycles each: 1, or 2 packed) is read
         ``readout_delay + s q`` cycles after its ``last`` step and overwritten
-        ``q + column_skew(j) + OVERWRITE_LATENCY`` cycles after the next one (``j`` its
-        column, column 0 first), and a
-        read-out takes ``s Q`` cycles; so the interval is the larger of ``s Q`` and
-        ``readout_delay - OVERWRITE_LATENCY + (s - 1)(Q - 1) + 1`` (``rows + cols - 1``;
-        ``2 ceil(rows / 2) + cols - 1`` packed).
+        ``INPUT_STAGES + q + column_skew(j) + OVERWRITE_LATENCY`` cycles after the next one
+        (``j`` its column, column 0 first), and a read-out takes ``s Q`` cycles; so the
+        interval is the larger of ``s Q`` and ``readout_delay - INPUT_STAGES -
+        OVERWRITE_LATENCY + (s - 1)(Q - 1) + 1`` (``rows + cols - 1``; ``2 ceil(rows / 2) +
+        cols - 1`` packed; more with SLR groups).
         """
         s, q = self._read_cycles, self._cell_rows
-        return max(s * q,
-                   self.readout_delay - self._cell_kind.OVERWRITE_LATENCY + (s - 1) * (q - 1) + 1)
+        return max(s * q, self.readout_delay - self.INPUT_STAGES
+                   - self._cell_kind.OVERWRITE_LATENCY + (s - 1) * (q - 1) + 1)
 
     def _cross(self, mods, value, src: int, dst: int, name: str):
         """``value``, driven in group ``src``'s module, carried to group ``dst``'s through
@@ -497,8 +506,18 @@ class SystolicArray(wiring.Component):
         m = Module()
         R, C = self.rows, self.cols
         G, S = self.groups, self.SLR_STAGES
-        inp = self.i_stream.payload
-        valid = self.i_stream.valid
+        # The input stage (INPUT_STAGES): the step registered (no reset: every use is
+        # qualified by ``valid``), ``valid`` registered for the flags and the read-out's start,
+        # and in copies that zero a bubble's operands, LANES_PER_VALID lanes each.
+        inp = Signal(self.i_stream.payload.shape(), name="in_step", reset_less=True)
+        valid = Signal(name="in_valid")
+        m.d.sync += [inp.eq(self.i_stream.payload), valid.eq(self.i_stream.valid)]
+
+        def gates(lanes, name):
+            copies = register_copies(m, self.i_stream.valid, -(-lanes // LANES_PER_VALID),
+                                     primitive=self.primitive, name=name)
+            return [copies[i // LANES_PER_VALID] for i in range(lanes)]
+        gate_a, gate_b = gates(R, "in_valid_a"), gates(C, "in_valid_b")
         # One module per SLR group: group 0 is this one, group g a submodule ``slr{g}``.
         mods = [m] + [Module() for _ in range(1, G)]
         for g in range(1, G):
@@ -514,8 +533,8 @@ class SystolicArray(wiring.Component):
         # tile overwrites before it is read; the read-out is started by its own chain from
         # the array's input (``readout``), which does reset.
         n_rows = R if self.packing == 1 else self.pair_rows
-        a_in = [Mux(valid, inp.a[i], 0) for i in range(R)]
-        b_edge = [self._cross(mods, delay(m, Mux(valid, inp.b[j], 0), j, f"b{j}",
+        a_in = [Mux(gate_a[i], inp.a[i], 0) for i in range(R)]
+        b_edge = [self._cross(mods, delay(m, Mux(gate_b[j], inp.b[j], 0), j, f"b{j}",
                                           reset_less=True), 0, grp[j], f"b{j}")
                   for j in range(C)]
         first_edge = [delay(m, valid & inp.first, i, f"first{i}", reset_less=True)
@@ -572,7 +591,7 @@ class SystolicArray(wiring.Component):
         seqs = []
         for g in range(G):
             start_pre = self._cross(
-                mods, delay(m, trigger, self.readout_delay - 1 - S * g,
+                mods, delay(m, trigger, self.readout_delay - self.INPUT_STAGES - 1 - S * g,
                             "readout" if g == 0 else f"readout_g{g}"), 0, g, f"readout_start{g}")
             seqs.append((start_pre, *self._sequencer(mods[g], start_pre)))
         ready = []             # per column: its value of the row being read, in its group
@@ -624,8 +643,12 @@ class SystolicArray(wiring.Component):
                     picked = Signal(PAIR_RESULT, name=f"picked{j}", reset_less=True)
                     with mg.If(~cur_j[0]):   # sample each pair once, on its even slot
                         mg.d.sync += picked.eq(column)
+                    # the low row of the pair follows its high row: the column's own copy of
+                    # the phase (its slot's parity a cycle ago), not one net for every column
+                    low = Signal(name=f"low{j}", reset_less=True)
+                    mg.d.sync += low.eq(cur_j[0])
                     q = Signal(signed(32), name=f"readout_data{j}", reset_less=True)
-                    mg.d.sync += q.eq(unpack_pair(mg, picked, lo_phase, name=f"unpack{j}"))
+                    mg.d.sync += q.eq(unpack_pair(mg, picked, low, name=f"unpack{j}"))
                     ready.append((j, q))
             hi_phase, lo_phase, pair = phases[0]
             row = Mux(lo_phase, pair * 2 + 1, pair * 2)

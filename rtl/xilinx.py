@@ -79,11 +79,13 @@ def select(m: Module, inputs, sel, *, primitive: bool, name: str) -> Signal:
     return out
 
 
-def register_copies(m: Module, value, n: int, *, primitive: bool, name: str) -> list:
-    """``n`` registers that each take ``value`` every cycle (no reset): copies of one
-    register, each to drive a share of its loads. With ``primitive`` they are ``FDRE``
-    instances, which neither Yosys nor Vivado merges back into one; otherwise plain registers
-    (``keep``: Vivado keeps them apart, Yosys may merge them)."""
+def register_copies(m: Module, value, n: int, *, primitive: bool, name: str,
+                    enable=None) -> list:
+    """``n`` registers that each take ``value`` every cycle (no reset), or in the cycles
+    ``enable`` is high: copies of one register, each to drive a share of its loads. With
+    ``primitive`` they are ``FDRE`` instances, which neither Yosys nor Vivado merges back
+    into one; otherwise plain registers (``keep``: Vivado keeps them apart, Yosys may merge
+    them)."""
     value = Value.cast(value)
     copies = []
     for c in range(n):
@@ -91,9 +93,12 @@ def register_copies(m: Module, value, n: int, *, primitive: bool, name: str) -> 
         if primitive:
             for b in range(len(value)):
                 m.submodules[f"{name}{c}_ff{b}"] = Instance(
-                    "FDRE", p_INIT=0, i_C=ClockSignal(), i_CE=1, i_R=0, i_D=value[b],
-                    o_Q=q[b])
-        else:
+                    "FDRE", p_INIT=0, i_C=ClockSignal(), i_CE=1 if enable is None else enable,
+                    i_R=0, i_D=value[b], o_Q=q[b])
+        elif enable is None:
             m.d.sync += q.eq(value)
+        else:
+            with m.If(enable):
+                m.d.sync += q.eq(value)
         copies.append(q)
     return copies
