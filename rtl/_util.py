@@ -2,7 +2,14 @@
 
 from amaranth import Cat, Const, Mux, Signal, Value
 
-__all__ = ["carry_select_add", "counter", "delay", "occupancy", "wide_accumulator"]
+__all__ = ["SLICE_BITS", "carry_select_add", "counter", "delay", "occupancy",
+           "wide_accumulator"]
+
+#: The widest a row of C (``cols`` int32 and flags) is held under one set of control flops:
+#: the output FIFO and the write-back's row slices are built in slices of this many bits
+#: (``Fifo(slice_bits=...)``, ``RegisterSlice(slice_bits=...)``), so that a pointer, read
+#: enable or skid flag drives a few hundred loads, not ``32 * cols``.
+SLICE_BITS = 256
 
 
 def delay(m, sig, n: int, name: str, *, reset_less: bool = False):

@@ -34,6 +34,11 @@ class Fifo(wiring.Component):
     width : int
     depth : int
         Entries (at least 2).
+    slice_bits : int or None
+        Build a wide FIFO as side-by-side FIFOs of at most this many bits, each with its own
+        pointers and flags (the same on every cycle: they see the same handshakes), so that no
+        pointer or read enable drives the memory of every bit; the flags are the first
+        slice's. ``None``: one FIFO.
 
     Members
     -------
@@ -49,12 +54,15 @@ class Fifo(wiring.Component):
         No entry held (``level == 0``, from two registers: no add before it).
     """
 
-    def __init__(self, *, width: int, depth: int):
+    def __init__(self, *, width: int, depth: int, slice_bits: int | None = None):
         if not isinstance(width, int) or width < 0:
             raise TypeError(f"width must be a non-negative integer, not {width!r}")
         if not isinstance(depth, int) or depth < 2:
             raise ValueError(f"depth must be an integer of at least 2, not {depth!r}")
-        self.width, self.depth = width, depth
+        if slice_bits is not None and (not isinstance(slice_bits, int) or slice_bits < 1):
+            raise ValueError(f"slice_bits must be None or a positive integer, not "
+                             f"{slice_bits!r}")
+        self.width, self.depth, self.slice_bits = width, depth, slice_bits
         super().__init__({
             "w_data": In(width), "w_en": In(1), "w_rdy": Out(1),
             "r_data": Out(width), "r_en": In(1), "r_rdy": Out(1),
@@ -63,6 +71,17 @@ class Fifo(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
+        if self.slice_bits is not None and self.width > self.slice_bits:
+            parts = []
+            for lo in range(0, self.width, self.slice_bits):
+                hi = min(self.width, lo + self.slice_bits)
+                part = m.submodules[f"slice{len(parts)}"] = Fifo(width=hi - lo, depth=self.depth)
+                m.d.comb += [part.w_data.eq(self.w_data[lo:hi]), part.w_en.eq(self.w_en),
+                             part.r_en.eq(self.r_en), self.r_data[lo:hi].eq(part.r_data)]
+                parts.append(part)
+            m.d.comb += [self.w_rdy.eq(parts[0].w_rdy), self.r_rdy.eq(parts[0].r_rdy),
+                         self.level.eq(parts[0].level), self.empty.eq(parts[0].empty)]
+            return m
         inner = self.depth - 1
         write = Signal()
         read = Signal()

@@ -1,6 +1,6 @@
 """A register slice for ``lib.stream`` interfaces: cuts the valid, payload and ready paths."""
 
-from amaranth import Module, Mux, Signal
+from amaranth import Module, Mux, Signal, Value
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -27,6 +27,10 @@ class RegisterSlice(wiring.Component):
     ----------
     shape : shape-like
         The payload (a ``lib.data`` layout or a width).
+    slice_bits : int or None
+        Build a wide slice as side-by-side slices of at most this many payload bits, each
+        with its own flags (the same on every cycle), so that no flag selects the payload of
+        every bit; ``ready`` and ``valid`` are the first slice's. ``None``: one slice.
 
     Members
     -------
@@ -37,14 +41,29 @@ class RegisterSlice(wiring.Component):
     #: Cycles from a word taken on :attr:`i_stream` to it on :attr:`o_stream`.
     LATENCY = 1
 
-    def __init__(self, shape):
-        self.shape = shape
+    def __init__(self, shape, *, slice_bits: int | None = None):
+        if slice_bits is not None and (not isinstance(slice_bits, int) or slice_bits < 1):
+            raise ValueError(f"slice_bits must be None or a positive integer, not "
+                             f"{slice_bits!r}")
+        self.shape, self.slice_bits = shape, slice_bits
         super().__init__({"i_stream": In(stream.Signature(shape)),
                           "o_stream": Out(stream.Signature(shape))})
 
     def elaborate(self, platform):
         m = Module()
         i, o = self.i_stream, self.o_stream
+        width = len(Value.cast(i.payload))
+        if self.slice_bits is not None and width > self.slice_bits:
+            parts = []
+            for lo in range(0, width, self.slice_bits):
+                hi = min(width, lo + self.slice_bits)
+                part = m.submodules[f"slice{len(parts)}"] = RegisterSlice(hi - lo)
+                m.d.comb += [part.i_stream.payload.eq(Value.cast(i.payload)[lo:hi]),
+                             part.i_stream.valid.eq(i.valid), part.o_stream.ready.eq(o.ready),
+                             Value.cast(o.payload)[lo:hi].eq(part.o_stream.payload)]
+                parts.append(part)
+            m.d.comb += [i.ready.eq(parts[0].i_stream.ready), o.valid.eq(parts[0].o_stream.valid)]
+            return m
         valid = Signal()                                        # o_stream's word is held
         payload = Signal(self.shape, reset_less=True)
         skid_valid = Signal()                                   # a second word is held

@@ -4,7 +4,7 @@ from amaranth import Array, Cat, Const, Module, Mux, Signal, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from ._util import delay, occupancy
+from ._util import SLICE_BITS, delay, occupancy
 from .checker import descriptor_layout
 from .dma import dma_command_layout, dma_write_layout
 from .fifo import Fifo
@@ -360,7 +360,8 @@ class WriteBackPorts(wiring.Component):
         rows_in = []
         for p, wb in enumerate(self.parts):
             m.submodules[f"wb{p}"] = wb
-            m.submodules[f"row{p}"] = row = RegisterSlice(rescale_output_layout(self.cols))
+            m.submodules[f"row{p}"] = row = RegisterSlice(rescale_output_layout(self.cols),
+                                                          slice_bits=SLICE_BITS)
             rows_in.append(row.i_stream)
             wiring.connect(m, row.o_stream, wb.i_stream)
             wiring.connect(m, wb.wr_cmd, wiring.flipped(self.wr_cmd[p]))

@@ -10,13 +10,15 @@ from amaranth.sim import Simulator
 from rtl.fifo import Fifo
 
 
+@pytest.mark.parametrize("slice_bits", [None, 3])
 @pytest.mark.parametrize("depth", [2, 3, 4, 5, 8, 17])
-def test_same_as_sync_fifo_buffered(depth):
+def test_same_as_sync_fifo_buffered(depth, slice_bits):
     """Both FIFOs get the same random writes and reads (bursts of each, long stalls, both
     at once); every output (``w_rdy``, ``r_rdy``, ``r_data`` while ready, ``level``; ``empty``
-    against ``level == 0``) agrees on every cycle, and the words come out in order."""
+    against ``level == 0``) agrees on every cycle, and the words come out in order. Built
+    in slices of 3 bits (three FIFOs side by side), the same."""
     m = Module()
-    m.submodules.ours = ours = Fifo(width=8, depth=depth)
+    m.submodules.ours = ours = Fifo(width=8, depth=depth, slice_bits=slice_bits)
     m.submodules.ref = ref = fifo.SyncFIFOBuffered(width=8, depth=depth)
     rng = random.Random(depth)
     out = []
@@ -53,7 +55,8 @@ def test_same_as_sync_fifo_buffered(depth):
 
 
 @pytest.mark.parametrize("kwargs", [dict(width=8, depth=1), dict(width=8, depth=0),
-                                    dict(width=-1, depth=4), dict(width=8, depth=2.5)])
+                                    dict(width=-1, depth=4), dict(width=8, depth=2.5),
+                                    dict(width=8, depth=4, slice_bits=0)])
 def test_bad_parameters(kwargs):
-    with pytest.raises((TypeError, ValueError), match="width|depth"):
+    with pytest.raises((TypeError, ValueError), match="width|depth|slice_bits"):
         Fifo(**kwargs)

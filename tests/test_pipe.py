@@ -9,11 +9,13 @@ from amaranth.sim import Simulator
 from rtl.pipe import RegisterSlice
 
 
+@pytest.mark.parametrize("slice_bits", [None, 5])
 @pytest.mark.parametrize("seed,p_valid,p_ready", [(1, 1.0, 1.0), (2, 0.5, 0.5),
                                                   (3, 0.9, 0.2), (4, 0.2, 0.9)])
-def test_slice_passes_every_word_in_order(seed, p_valid, p_ready):
+def test_slice_passes_every_word_in_order(seed, p_valid, p_ready, slice_bits):
+    # (slice_bits 5: three slices of 5, 5 and 2 bits side by side, the same stream)
     rng = random.Random(seed)
-    dut = RegisterSlice(12)
+    dut = RegisterSlice(12, slice_bits=slice_bits)
     words = [rng.randrange(1 << 12) for _ in range(300)]
     got, cycles = [], []
 
@@ -59,3 +61,9 @@ def test_slice_passes_every_word_in_order(seed, p_valid, p_ready):
     if p_valid == 1.0 and p_ready == 1.0:
         # one word a cycle, each one cycle after it is taken
         assert cycles == list(range(RegisterSlice.LATENCY, RegisterSlice.LATENCY + len(words)))
+
+
+@pytest.mark.parametrize("bad", [0, -1, 2.5, "8"])
+def test_bad_slice_bits(bad):
+    with pytest.raises(ValueError, match="slice_bits"):
+        RegisterSlice(12, slice_bits=bad)
