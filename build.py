@@ -42,6 +42,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT))
 
+from firmware import regmap  # noqa: E402
 from platforms import PLATFORMS, RESOURCES  # noqa: E402
 
 # Components built only to read their ports (the board top, argument checks) are never
@@ -124,7 +125,7 @@ def parse_args(argv):
     parser.add_argument("--acc-ram", choices=["auto", "ultra"],
                         help="what the accumulation slots are built of: what synthesis "
                              "chooses, or UltraRAM (UltraScale+ boards)")
-    parser.add_argument("--write-ports", type=int, choices=[1, 2, 4],
+    parser.add_argument("--write-ports", type=int, choices=list(regmap.WRITE_PORTS),
                         help="AXI write ports C rows are dealt to (default: the platform's)")
     parser.add_argument("--slr-groups", type=_positive,
                         help="the array's columns in this many groups, one per SLR, with "

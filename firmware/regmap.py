@@ -24,13 +24,24 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import IntEnum
 
-__all__ = ["Field", "Register", "REGISTERS", "ErrorCode", "MAGIC", "VERSION", "by_name",
-           "offset", "field_value", "pack", "markdown_table"]
+__all__ = ["Field", "Register", "REGISTERS", "ErrorCode", "MAGIC", "VERSION", "WRITE_PORTS",
+           "by_name", "offset", "field_value", "pack", "markdown_table"]
 
 #: ``ID`` register contents: ASCII "BFP8".
 MAGIC = 0x42465038
 #: Register map version (major << 16 | minor): changes when the map does.
 VERSION = 0x0001_0004
+
+#: The AXI write port counts a build may have (``CONFIG_BUS.WRITE_PORTS``): the RTL, the
+#: functional model, the performance model and the command lines take these.
+WRITE_PORTS = (1, 2, 4)
+
+
+def check_write_ports(write_ports) -> int:
+    """``write_ports`` if it is one of :data:`WRITE_PORTS`, else ValueError naming it."""
+    if write_ports not in WRITE_PORTS or isinstance(write_ports, bool):
+        raise ValueError(f"write_ports must be 1, 2 or 4, not {write_ports!r}")
+    return write_ports
 
 
 @dataclass(frozen=True)

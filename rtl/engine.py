@@ -4,6 +4,8 @@ from amaranth import ClockSignal, Instance, Module, ResetInserter, ResetSignal, 
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from firmware import regmap
+
 from .checker import DescriptorChecker, descriptor_layout
 from .datapath import GemmDatapath
 from .dma import dma_command_layout, dma_write_layout
@@ -116,9 +118,7 @@ class GemmEngine(wiring.Component):
                  data_width: int = 128, addr_width: int = 32, block: int = 4,
                  packing: int = 1, primitive: bool = False, dsp_rows: int | None = None,
                  acc_ram: str = "auto", write_ports: int = 1, slr_groups: int = 1):
-        if write_ports not in (1, 2, 4) or isinstance(write_ports, bool):
-            raise ValueError(f"write_ports must be 1, 2 or 4, not {write_ports!r}")
-        self.write_ports = write_ports
+        self.write_ports = regmap.check_write_ports(write_ports)
         for name, v in (("rows", rows), ("cols", cols)):
             if not isinstance(v, int) or v < 2 or v & (v - 1) or v > 256:
                 raise ValueError(f"{name} must be a power of two in 2..256, not {v!r}")

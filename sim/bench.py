@@ -35,6 +35,8 @@ from pathlib import Path
 
 import numpy as np
 
+from firmware import regmap
+
 from .ports import DRAM_EFFICIENCY, dram_bytes_per_cycle
 
 __all__ = ["resources", "cycles", "utilization", "model_check", "main"]
@@ -480,7 +482,7 @@ def main(argv=None) -> int:
     p.add_argument("--block", type=_block_arg, default=None,
                    help="reuse block (C tiles a side) instead of each board's default (a "
                         "power of two in 1..16)")
-    p.add_argument("--write-ports", type=int, choices=[1, 2, 4], default=None,
+    p.add_argument("--write-ports", type=int, choices=list(regmap.WRITE_PORTS), default=None,
                    help="AXI write ports C rows are dealt to (default: BENCH_CONFIGS's, or 1 "
                         "with --sizes)")
     p.add_argument("--quick", action="store_true",

@@ -58,8 +58,7 @@ class FunctionalAccelerator:
                  data_width: int = 128, addr_width: int = 32, packing: int = 1,
                  queue: int = 4, port: str | dict = "ideal", memory: int = 256 << 20,
                  write_ports: int = 1):
-        if write_ports not in (1, 2, 4) or isinstance(write_ports, bool):
-            raise ValueError(f"write_ports must be 1, 2 or 4, not {write_ports!r}")
+        regmap.check_write_ports(write_ports)
         self.cfg = dict(rows=rows, cols=cols, depth=depth, block=block,
                         data_width=data_width)
         self.addr_width, self.packing, self.queue = addr_width, packing, queue

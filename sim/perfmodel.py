@@ -57,6 +57,8 @@ import argparse
 import functools
 import sys
 
+from firmware import regmap
+
 from .engine_models import block_chunks, chunk_align
 from .ports import dram_bytes_per_cycle
 
@@ -153,8 +155,7 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
     """
     if ports not in (1, 2):
         raise ValueError(f"ports must be 1 or 2, not {ports!r}")
-    if write_ports not in (1, 2, 4):
-        raise ValueError(f"write_ports must be 1, 2 or 4, not {write_ports!r}")
+    regmap.check_write_ports(write_ports)
     bpw = data_width // 8
     burst = min(dma_burst, port.get("max_burst") or dma_burst)
     o_rd = min(dma_outstanding, port.get("outstanding_reads") or dma_outstanding)
@@ -360,7 +361,7 @@ def main(argv=None) -> int:
     parser.add_argument("--blocks", type=int, nargs="+", default=[2, 4, 8])
     parser.add_argument("--ports", type=int, nargs="+", choices=[1, 2], default=[1, 2])
     parser.add_argument("--batch", type=int, nargs="+", default=[64, 128])
-    parser.add_argument("--write-ports", type=int, choices=[1, 2, 4],
+    parser.add_argument("--write-ports", type=int, choices=list(regmap.WRITE_PORTS),
                         help="AXI write ports (default: the board's)")
     args = parser.parse_args(argv)
     for b in args.blocks:
