@@ -427,7 +427,7 @@ class SystolicArray(wiring.Component):
     @property
     def latency(self) -> int:
         """Cycles from accepting a ``last`` step to row 0 of the tile on :attr:`o_stream`
-        (``rows + cols + 3``; ``ceil(rows / 2) + cols + 7`` packed)."""
+        (``rows + cols + 4``; ``ceil(rows / 2) + cols + 8`` packed; without SLR groups)."""
         return self.readout_delay + self._readout_stages
 
     def _cell(self, cell):
