@@ -587,12 +587,21 @@ class SystolicArray(wiring.Component):
         # computed a cycle ahead (from the start chain one stage early and the count's next
         # value) into a registered copy per column, so no one net drives the multiplexers of
         # every column.
+        # The start chains are reset-less (SRLs, and no reset net that grows with the array):
+        # for as many cycles after a reset as the longest of them, a counter that does reset
+        # holds their output off, so a stale start never leaves a chain.
         trigger = valid & inp.last
+        longest = self.readout_delay - self.INPUT_STAGES - 1
+        settle = Signal(range(longest + 1), init=longest, name="readout_settle")
+        with m.If(settle != 0):
+            m.d.sync += settle.eq(settle - 1)
         seqs = []
         for g in range(G):
-            start_pre = self._cross(
-                mods, delay(m, trigger, self.readout_delay - self.INPUT_STAGES - 1 - S * g,
-                            "readout" if g == 0 else f"readout_g{g}"), 0, g, f"readout_start{g}")
+            chain = delay(m, trigger, longest - S * g,
+                          "readout" if g == 0 else f"readout_g{g}", reset_less=True)
+            # (its own length: settled once the counter is at most what it is shorter by)
+            start_pre = self._cross(mods, chain & (settle <= S * g), 0, g,
+                                    f"readout_start{g}")
             seqs.append((start_pre, *self._sequencer(mods[g], start_pre)))
         ready = []             # per column: its value of the row being read, in its group
         if self.packing == 1:
