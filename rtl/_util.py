@@ -2,14 +2,18 @@
 
 from amaranth import Cat, Const, Mux, Signal, Value
 
-__all__ = ["SLICE_BITS", "carry_select_add", "counter", "delay", "occupancy",
+__all__ = ["FIFO_SLICE_BITS", "SLICE_BITS", "carry_select_add", "counter", "delay", "occupancy",
            "wide_accumulator"]
 
 #: The widest a row of C (``cols`` int32 and flags) is held under one set of control flops:
-#: the output FIFO and the write-back's row slices are built in slices of this many bits
-#: (``Fifo(slice_bits=...)``, ``RegisterSlice(slice_bits=...)``), so that a pointer, read
-#: enable or skid flag drives a few hundred loads, not ``32 * cols``.
+#: the write-back's row slices are built in slices of this many bits
+#: (``RegisterSlice(slice_bits=...)``), so that a skid flag drives a few hundred loads, not
+#: ``32 * cols``.
 SLICE_BITS = 256
+#: The same for the output FIFO, whose slices are whole FIFOs (each with its own count and
+#: flags, all reset): twice as wide, so that their reset loads grow half as fast with the
+#: columns, while a slice's read enable still drives about 512 loads.
+FIFO_SLICE_BITS = 2 * SLICE_BITS
 
 
 def delay(m, sig, n: int, name: str, *, reset_less: bool = False):

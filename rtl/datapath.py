@@ -4,7 +4,7 @@ from amaranth import Array, Cat, Const, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, fifo, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from ._util import SLICE_BITS, delay
+from ._util import FIFO_SLICE_BITS, delay
 from .buffer import TransposableBuffer
 from .fifo import Fifo
 from .rescale import Rescaler, rescale_output_layout
@@ -203,7 +203,8 @@ class GemmDatapath(wiring.Component):
         m.submodules.info_fifo = info_fifo = Fifo(
             width=info_layout.size, depth=4)
         m.submodules.out_fifo = out_fifo = Fifo(
-            width=rescale_output_layout(C).size, depth=self.out_rows, slice_bits=SLICE_BITS)
+            width=rescale_output_layout(C).size, depth=self.out_rows,
+            slice_bits=FIFO_SLICE_BITS)
 
         # ---- jobs: loaded commands waiting for, or in, the array --------------------------
         # k - 2, k == 1 and max(0, interval - k) (``gap``: a read-out job may start once more

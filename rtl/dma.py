@@ -172,13 +172,17 @@ def _run_ends(m, name, depth, push, length, beat, *, gap=1):
     a push the flag is taken from the pushed length when that run becomes the head."""
     assert gap in (1, 2)
     width = len(length)
+    one = length == 1
     if gap == 2:
+        # (the flag ``length == 1`` too: a compare of the whole length, which would otherwise
+        # stand between the registered length and ``last``)
         push_r = Signal(name=f"{name}_push")
         length_r = Signal(width, name=f"{name}_length", reset_less=True)
-        m.d.sync += [push_r.eq(push), length_r.eq(length)]
-        push, length = push_r, length_r
+        one_r = Signal(name=f"{name}_one", reset_less=True)
+        m.d.sync += [push_r.eq(push), length_r.eq(length), one_r.eq(one)]
+        push, length, one = push_r, length_r, one_r
     entry = Signal(width + 1, name=f"{name}_entry")
-    m.d.comb += entry.eq(Cat((length - 1)[:width], length == 1))
+    m.d.comb += entry.eq(Cat((length - 1)[:width], one))
     last = Signal(name=f"{name}_last")
     pop = Signal(name=f"{name}_pop")
     m.d.comb += pop.eq(beat & last)
@@ -265,7 +269,9 @@ class _DmaMaster(wiring.Component):
                          fresh.eq(0)]
             with m.If(last_burst):
                 m.d.sync += active.eq(0)
-        with m.Elif(~fresh):
+        # (not an Elif: a burst is only offered when fresh, so the two never coincide, and
+        # n's next value then does not wait for the handshake)
+        with m.If(~fresh):
             m.d.sync += [n.eq(n_next), last_burst.eq(last_next), fresh.eq(1)]
         with m.If(self.abort & ~valid):
             m.d.sync += active.eq(0)

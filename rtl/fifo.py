@@ -35,10 +35,10 @@ class Fifo(wiring.Component):
     depth : int
         Entries (at least 2).
     slice_bits : int or None
-        Build a wide FIFO's memory as side-by-side memories of at most this many bits, each
-        with its own copy of the read and write pointers (the same on every cycle), so that
-        no pointer drives the memory of every bit; one count and one set of flags decide for
-        all. ``None``: one memory.
+        Build a wide FIFO as side-by-side FIFOs of at most this many bits, each with its own
+        pointers and flags (the same on every cycle: they see the same handshakes), so that no
+        pointer or read enable drives the memory of every bit; the flags are the first
+        slice's. ``None``: one FIFO.
 
     Members
     -------
@@ -71,6 +71,17 @@ class Fifo(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
+        if self.slice_bits is not None and self.width > self.slice_bits:
+            parts = []
+            for lo in range(0, self.width, self.slice_bits):
+                hi = min(self.width, lo + self.slice_bits)
+                part = m.submodules[f"slice{len(parts)}"] = Fifo(width=hi - lo, depth=self.depth)
+                m.d.comb += [part.w_data.eq(self.w_data[lo:hi]), part.w_en.eq(self.w_en),
+                             part.r_en.eq(self.r_en), self.r_data[lo:hi].eq(part.r_data)]
+                parts.append(part)
+            m.d.comb += [self.w_rdy.eq(parts[0].w_rdy), self.r_rdy.eq(parts[0].r_rdy),
+                         self.level.eq(parts[0].level), self.empty.eq(parts[0].empty)]
+            return m
         inner = self.depth - 1
         write = Signal()
         read = Signal()
@@ -83,26 +94,21 @@ class Fifo(wiring.Component):
             read.eq(filled & (~self.r_rdy | self.r_en)),
         ]
 
+        storage = m.submodules.storage = memory.Memory(shape=self.width, depth=inner, init=[])
+        w_port = storage.write_port()
+        r_port = storage.read_port(domain="sync")
+        produce = Signal(range(inner))
+        consume = Signal(range(inner))
+
         def incr(p):
             return Mux(p == inner - 1, 0, p + 1) if inner & (inner - 1) else p + 1
 
-        step = self.slice_bits if self.slice_bits is not None else max(1, self.width)
-        for k, lo in enumerate(range(0, max(1, self.width), step)):
-            hi = min(self.width, lo + step)
-            sfx = f"{k}" if k else ""
-            storage = memory.Memory(shape=hi - lo, depth=inner, init=[])
-            m.submodules[f"storage{sfx}"] = storage
-            w_port = storage.write_port()
-            r_port = storage.read_port(domain="sync")
-            produce = Signal(range(inner), name=f"produce{sfx}")
-            consume = Signal(range(inner), name=f"consume{sfx}")
-            m.d.comb += [w_port.addr.eq(produce), w_port.data.eq(self.w_data[lo:hi]),
-                         w_port.en.eq(write), r_port.addr.eq(consume), r_port.en.eq(read),
-                         self.r_data[lo:hi].eq(r_port.data)]
-            with m.If(write):
-                m.d.sync += produce.eq(incr(produce))
-            with m.If(read):
-                m.d.sync += consume.eq(incr(consume))
+        m.d.comb += [w_port.addr.eq(produce), w_port.data.eq(self.w_data), w_port.en.eq(write),
+                     r_port.addr.eq(consume), r_port.en.eq(read), self.r_data.eq(r_port.data)]
+        with m.If(write):
+            m.d.sync += produce.eq(incr(produce))
+        with m.If(read):
+            m.d.sync += consume.eq(incr(consume))
 
         with m.If(read):
             m.d.sync += self.r_rdy.eq(1)
