@@ -629,20 +629,9 @@ class SystolicArray(wiring.Component):
             # its high row on the next cycle and its low row on the one after, with one
             # subtractor per column (stage B, the output register).
             Q = n_rows
-            phases = []
             for g in range(G):
                 start_pre, start, reading, slot, slot_n = seqs[g]
                 mg = mods[g]
-                cur = Signal(range(2 * Q), name="readout_cur")
-                mg.d.comb += cur.eq(Mux(start, 0, slot))
-                hi_phase = Signal(name="hi_phase")
-                lo_phase = Signal(name="lo_phase")
-                pair = Signal(range(Q), name="readout_pair")
-                with mg.If((start | reading) & ~cur[0]):
-                    mg.d.sync += pair.eq(cur >> 1)
-                mg.d.sync += [hi_phase.eq((start | reading) & ~cur[0]),
-                              lo_phase.eq(hi_phase & (pair * 2 + 1 < R))]
-                phases.append((hi_phase, lo_phase, pair))
                 cols_g = [j for j in range(C) if grp[j] == g]
                 curs = register_copies(mg, Mux(start_pre, 0, slot_n), len(cols_g),
                                        primitive=self.primitive, name="readout_cur")
@@ -659,7 +648,17 @@ class SystolicArray(wiring.Component):
                     q = Signal(signed(32), name=f"readout_data{j}", reset_less=True)
                     mg.d.sync += q.eq(unpack_pair(mg, picked, low, name=f"unpack{j}"))
                     ready.append((j, q))
-            hi_phase, lo_phase, pair = phases[0]
+            # the rows leaving, from group 0's sequence (every group reads on the same cycles)
+            _, start, reading, slot, _ = seqs[0]
+            cur = Signal(range(2 * Q), name="readout_cur")
+            m.d.comb += cur.eq(Mux(start, 0, slot))
+            hi_phase = Signal(name="hi_phase")
+            lo_phase = Signal(name="lo_phase")
+            pair = Signal(range(Q), name="readout_pair")
+            with m.If((start | reading) & ~cur[0]):
+                m.d.sync += pair.eq(cur >> 1)
+            m.d.sync += [hi_phase.eq((start | reading) & ~cur[0]),
+                         lo_phase.eq(hi_phase & (pair * 2 + 1 < R))]
             row = Mux(lo_phase, pair * 2 + 1, pair * 2)
             valid_q = Signal(name="readout_valid")
             row_q = Signal(range(R), name="readout_row")
