@@ -2,8 +2,8 @@
 
 from amaranth import Cat, Const, Mux, Signal, Value
 
-__all__ = ["FIFO_SLICE_BITS", "SLICE_BITS", "carry_select_add", "counter", "delay", "occupancy",
-           "wide_accumulator"]
+__all__ = ["FIFO_SLICE_BITS", "SLICE_BITS", "bit_slices", "carry_select_add", "counter",
+           "delay", "occupancy", "wide_accumulator"]
 
 #: The widest a row of C (``cols`` int32 and flags) is held under one set of control flops:
 #: the write-back's row slices are built in slices of this many bits
@@ -14,6 +14,18 @@ SLICE_BITS = 256
 #: flags, all reset): twice as wide, so that their reset loads grow half as fast with the
 #: columns, while a slice's read enable still drives about 512 loads.
 FIFO_SLICE_BITS = 2 * SLICE_BITS
+
+
+def bit_slices(width: int, slice_bits: int | None) -> list:
+    """``(lo, hi)`` of each slice of a ``width``-bit word cut every ``slice_bits`` bits (one
+    slice when ``slice_bits`` is ``None`` or at least ``width``); ValueError naming
+    ``slice_bits`` unless it is ``None`` or a positive integer."""
+    if slice_bits is None:
+        return [(0, width)]
+    if not isinstance(slice_bits, int) or isinstance(slice_bits, bool) or slice_bits < 1:
+        raise ValueError(f"slice_bits must be None or a positive integer, not {slice_bits!r}")
+    return [(lo, min(width, lo + slice_bits)) for lo in range(0, width, slice_bits)] \
+        or [(0, width)]
 
 
 def delay(m, sig, n: int, name: str, *, reset_less: bool = False):

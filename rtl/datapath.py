@@ -9,7 +9,7 @@ from .buffer import TransposableBuffer
 from .fifo import Fifo
 from .rescale import Rescaler, rescale_output_layout
 from .systolic import SystolicArray
-from .xilinx import register_copies
+from .xilinx import lane_copies
 
 __all__ = ["ACC_RAMS", "GemmDatapath", "command_layout", "slr_cols"]
 
@@ -45,13 +45,13 @@ LANES_PER_ADD = 8
 ACC_RAMS = ("auto", "ultra")
 
 
-
 def slr_cols(cols: int, groups: int) -> tuple:
     """The first column of each SLR group after the first, ``cols`` split evenly into
     ``groups`` (the :class:`rtl.systolic.SystolicArray` argument)."""
     if not isinstance(groups, int) or isinstance(groups, bool) or not 1 <= groups <= cols:
         raise ValueError(f"slr_groups must be an integer in 1..cols ({cols}), not {groups!r}")
     return tuple(cols * g // groups for g in range(1, groups))
+
 
 class GemmDatapath(wiring.Component):
     """One tile GEMM per command: ``C = op(A) op(B)`` (+ the previous sums), from streams.
@@ -490,12 +490,11 @@ class GemmDatapath(wiring.Component):
             info_fifo.r_en.eq(array.o_stream.valid & res.last),
         ]
         # x_info.add in a copy per LANES_PER_ADD columns: each drives 32 adder LUTs a column
-        adds = register_copies(m, info.add, -(-C // LANES_PER_ADD), primitive=self.primitive,
-                               name="x_add")
+        adds = lane_copies(m, info.add, C, LANES_PER_ADD, primitive=self.primitive,
+                           name="x_add")
         total = Signal(row_layout)
         for j in range(C):
-            m.d.comb += total[j].eq(x_data[j] + Mux(adds[j // LANES_PER_ADD],
-                                                    acc_rd.data[j], 0))
+            m.d.comb += total[j].eq(x_data[j] + Mux(adds[j], acc_rd.data[j], 0))
         m.d.comb += [
             acc_wr.en.eq(x_valid & x_info.store),
             acc_wr.addr.eq(x_info.acc_slot * R + x_row),

@@ -4,7 +4,7 @@ from amaranth import Module, Mux, Signal
 from amaranth.lib import memory, wiring
 from amaranth.lib.wiring import In, Out
 
-from ._util import counter
+from ._util import bit_slices, counter
 
 __all__ = ["Fifo"]
 
@@ -59,9 +59,7 @@ class Fifo(wiring.Component):
             raise TypeError(f"width must be a non-negative integer, not {width!r}")
         if not isinstance(depth, int) or depth < 2:
             raise ValueError(f"depth must be an integer of at least 2, not {depth!r}")
-        if slice_bits is not None and (not isinstance(slice_bits, int) or slice_bits < 1):
-            raise ValueError(f"slice_bits must be None or a positive integer, not "
-                             f"{slice_bits!r}")
+        self.slices = bit_slices(width, slice_bits)      # validates slice_bits
         self.width, self.depth, self.slice_bits = width, depth, slice_bits
         super().__init__({
             "w_data": In(width), "w_en": In(1), "w_rdy": Out(1),
@@ -71,10 +69,9 @@ class Fifo(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        if self.slice_bits is not None and self.width > self.slice_bits:
+        if len(self.slices) > 1:
             parts = []
-            for lo in range(0, self.width, self.slice_bits):
-                hi = min(self.width, lo + self.slice_bits)
+            for lo, hi in self.slices:
                 part = m.submodules[f"slice{len(parts)}"] = Fifo(width=hi - lo, depth=self.depth)
                 m.d.comb += [part.w_data.eq(self.w_data[lo:hi]), part.w_en.eq(self.w_en),
                              part.r_en.eq(self.r_en), self.r_data[lo:hi].eq(part.r_data)]

@@ -1,8 +1,10 @@
 """A register slice for ``lib.stream`` interfaces: cuts the valid, payload and ready paths."""
 
-from amaranth import Module, Mux, Signal, Value
+from amaranth import Module, Mux, Shape, Signal, Value
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
+
+from ._util import bit_slices
 
 __all__ = ["RegisterSlice"]
 
@@ -42,9 +44,7 @@ class RegisterSlice(wiring.Component):
     LATENCY = 1
 
     def __init__(self, shape, *, slice_bits: int | None = None):
-        if slice_bits is not None and (not isinstance(slice_bits, int) or slice_bits < 1):
-            raise ValueError(f"slice_bits must be None or a positive integer, not "
-                             f"{slice_bits!r}")
+        self.slices = bit_slices(Shape.cast(shape).width, slice_bits)   # validates slice_bits
         self.shape, self.slice_bits = shape, slice_bits
         super().__init__({"i_stream": In(stream.Signature(shape)),
                           "o_stream": Out(stream.Signature(shape))})
@@ -52,11 +52,9 @@ class RegisterSlice(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         i, o = self.i_stream, self.o_stream
-        width = len(Value.cast(i.payload))
-        if self.slice_bits is not None and width > self.slice_bits:
+        if len(self.slices) > 1:
             parts = []
-            for lo in range(0, width, self.slice_bits):
-                hi = min(width, lo + self.slice_bits)
+            for lo, hi in self.slices:
                 part = m.submodules[f"slice{len(parts)}"] = RegisterSlice(hi - lo)
                 m.d.comb += [part.i_stream.payload.eq(Value.cast(i.payload)[lo:hi]),
                              part.i_stream.valid.eq(i.valid), part.o_stream.ready.eq(o.ready),

@@ -4,7 +4,7 @@ from amaranth import Cat, Const, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from .xilinx import register_copies
+from .xilinx import lane_copies
 
 __all__ = ["Rescaler", "rescale_input_layout", "rescale_output_layout"]
 
@@ -140,13 +140,13 @@ class Rescaler(wiring.Component):
         ]
         # raw as the lanes' output-word stage reads it (raw[S - 3]), in copies: not one net
         # into the output multiplexer of every bit of every lane
-        raw_out = register_copies(m, raw[S - 4], -(-self.lanes // self.LANES_PER_COPY),
-                                  primitive=self.primitive, name="raw_lanes", enable=advance)
+        raw_out = lane_copies(m, raw[S - 4], self.lanes, self.LANES_PER_COPY,
+                              primitive=self.primitive, name="raw_lanes", enable=advance)
 
         # The lanes' registers hold data, read only under their stage's valid bit: no reset,
         # so that the domain's reset reaches the few control flags alone.
         for lane in range(self.lanes):
-            raw_l = raw_out[lane // self.LANES_PER_COPY]
+            raw_l = raw_out[lane]
             # Stage 0: the input, registered (the datapath sums it just before).
             acc_in = Signal(signed(32), name=f"l{lane}_s0_acc", reset_less=True)
             exp_in = Signal(signed(EXP_WIDTH), name=f"l{lane}_s0_exp", reset_less=True)

@@ -6,7 +6,7 @@ from amaranth.lib.wiring import In, Out
 
 from ._util import delay
 from .dsp import SHIFT, PackedMac
-from .xilinx import register_copies, select
+from .xilinx import lane_copies, register_copies, select
 
 __all__ = ["ProcessingElement", "PackedPair", "SystolicArray", "array_input_layout",
            "array_output_layout", "unpack_pair"]
@@ -513,11 +513,9 @@ class SystolicArray(wiring.Component):
         valid = Signal(name="in_valid")
         m.d.sync += [inp.eq(self.i_stream.payload), valid.eq(self.i_stream.valid)]
 
-        def gates(lanes, name):
-            copies = register_copies(m, self.i_stream.valid, -(-lanes // LANES_PER_VALID),
-                                     primitive=self.primitive, name=name)
-            return [copies[i // LANES_PER_VALID] for i in range(lanes)]
-        gate_a, gate_b = gates(R, "in_valid_a"), gates(C, "in_valid_b")
+        gate_a, gate_b = (lane_copies(m, self.i_stream.valid, n, LANES_PER_VALID,
+                                      primitive=self.primitive, name=name)
+                          for n, name in ((R, "in_valid_a"), (C, "in_valid_b")))
         # One module per SLR group: group 0 is this one, group g a submodule ``slr{g}``.
         mods = [m] + [Module() for _ in range(1, G)]
         for g in range(1, G):

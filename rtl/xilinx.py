@@ -11,7 +11,7 @@ Icarus and Yosys' simulation models of LUT6/MUXF7/MUXF8 (``tests/test_xilinx.py`
 
 from amaranth import Array, ClockSignal, Const, Instance, Module, Signal, Value
 
-__all__ = ["LUT6_MUX4_INIT", "register_copies", "select"]
+__all__ = ["LUT6_MUX4_INIT", "lane_copies", "register_copies", "select"]
 
 
 def _mux4_init() -> int:
@@ -102,3 +102,13 @@ def register_copies(m: Module, value, n: int, *, primitive: bool, name: str,
                 m.d.sync += q.eq(value)
         copies.append(q)
     return copies
+
+
+def lane_copies(m: Module, value, lanes: int, per: int, *, primitive: bool, name: str,
+                enable=None) -> list:
+    """One register copy of ``value`` per ``per`` lanes (:func:`register_copies`), listed
+    per lane: element ``i`` is the copy lane ``i`` reads, so that no one net drives the
+    logic of every lane."""
+    copies = register_copies(m, value, -(-lanes // per), primitive=primitive, name=name,
+                             enable=enable)
+    return [copies[i // per] for i in range(lanes)]
