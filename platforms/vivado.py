@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from amaranth.lib.wiring import In
 
+from sim.ports import BOARD_PORTS, MIG_ARBITRATION, PORTS
+
 from .base import Board
 
 __all__ = ["top_verilog", "xdc", "build_tcl", "program_commands", "TOP", "CORE"]
@@ -179,6 +181,9 @@ set_property -dict [list CONFIG.axilite_master_en {{true}} CONFIG.axilite_master
     CONFIG.axilite_master_scale {{Megabytes}}] [get_bd_cells xdma]
 create_bd_cell -type ip -vlnv xilinx.com:ip:ddr4:2.2 ddr4
 apply_board_connection -board_interface "ddr4_sdram_c1" -ip_intf "ddr4/C0_DDR4" -diagram "bfp"
+# Reads and C's writes share the DRAM: {mig_arbitration} (sim.ports, the vcu118-ddr4 preset's
+# dram_arbitration; the MIG's default, RD_PRI_REG, lets a block's reads starve C's writes).
+set_property CONFIG.C0.DDR4_AxiArbitrationScheme {{{mig_arbitration}}} [get_bd_cells ddr4]
 apply_bd_automation -rule xilinx.com:bd_rule:axi4 \\
     -config {{Master "/xdma/M_AXI_LITE" Clk "/xdma/axi_aclk"}} \\
     [get_bd_intf_pins accel/s_axi_control]
@@ -233,7 +238,8 @@ def build_tcl(board: Board, write_ports: int = 1) -> str:
            "hwh": " and .hwh (for pynq.Overlay)" if zynq else "",
            "board_part": (f"set_property board_part {board.board_part} [current_project]\n"
                           if board.board_part else ""),
-           "dw": board.data_width, "mhz": f"{board.clock_mhz:g}"}
+           "dw": board.data_width, "mhz": f"{board.clock_mhz:g}",
+           "mig_arbitration": MIG_ARBITRATION[PORTS[BOARD_PORTS[board.name]]["dram_arbitration"]]}
     body = {"pynq-z1": _PS7, "zcu104": _PS8, "vu9p": _XDMA}[board.name]
     extra = {"pynq-z1": _PS7_PORT, "zcu104": _PS8_PORT, "vu9p": _XDMA_PORT}[board.name]
     ports = "".join(extra.format(p=p, gp=p + 2, **fmt) for p in range(1, write_ports))

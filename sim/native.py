@@ -187,7 +187,7 @@ class NativeSim:
                 ("sim_clear_counters", None, [ctypes.c_void_p]),
                 ("sim_outstanding", ctypes.c_uint64, [ctypes.c_void_p]),
                 ("sim_beats", ctypes.c_uint64, [ctypes.c_void_p, ctypes.c_int]),
-                ("sim_set_dram", None, [ctypes.c_void_p, ctypes.c_double])):
+                ("sim_set_dram", None, [ctypes.c_void_p, ctypes.c_double, ctypes.c_uint])):
             fn = getattr(lib, name)
             fn.restype, fn.argtypes = res, args
         self._lib = lib
@@ -280,4 +280,6 @@ class NativeSim:
         return dram_bytes_per_cycle(self.port, self.params.get("data_width", 128) // 8)
 
     def _set_dram(self) -> None:
-        self._lib.sim_set_dram(self._h, self.dram_bytes_per_cycle or 0.0)
+        from .ports import DRAM_ARBITRATIONS
+        self._lib.sim_set_dram(self._h, self.dram_bytes_per_cycle or 0.0,
+                               DRAM_ARBITRATIONS.index(self.port["dram_arbitration"]))

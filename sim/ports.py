@@ -30,6 +30,11 @@ implements them):
     every port together: :func:`dram_bytes_per_cycle` bytes a cycle, scaled by the simulated
     bus over the board's ``data_width`` where a smaller configuration stands in (so that the
     DRAM's share of a bus word a cycle is the board's).
+``dram_arbitration``
+    Who gets the DRAM when reads and writes both want more than it has, as the DDR4 MIG's
+    AXI arbitration scheme (PG150: ``C0.DDR4_AxiArbitrationScheme``): ``"reads-first"`` (its
+    default, ``RD_PRI_REG``; the Zynq DDR controllers also favour reads) or
+    ``"round-robin"`` (``ROUND_ROBIN``: an R beat and a W beat take turns while both wait).
 
 and, as metadata (used by benchmarks, not by the model): ``data_width`` (bits), ``protocol``
 (``"AXI3"``/``"AXI4"``), ``clock_mhz`` (the accelerator's clock on that board) and
@@ -49,12 +54,12 @@ dev = Device("rtl", rows=8, cols=8, port={"outstanding_reads": 2, "write_order":
 
 from __future__ import annotations
 
-__all__ = ["PORTS", "BOARD_PORTS", "KNOBS", "METADATA", "WRITE_ORDERS", "DRAM_EFFICIENCY",
-           "resolve_port", "dram_bytes_per_cycle"]
+__all__ = ["PORTS", "BOARD_PORTS", "KNOBS", "METADATA", "WRITE_ORDERS", "DRAM_ARBITRATIONS",
+           "MIG_ARBITRATION", "DRAM_EFFICIENCY", "resolve_port", "dram_bytes_per_cycle"]
 
 #: The knobs the memory model implements.
 KNOBS = ("outstanding_reads", "outstanding_writes", "read_latency", "write_latency",
-         "max_burst", "write_order", "pause", "dram_gbps")
+         "max_burst", "write_order", "pause", "dram_gbps", "dram_arbitration")
 #: Descriptive fields of a preset (the model uses ``clock_mhz`` and ``data_width`` only to
 #: turn ``dram_gbps`` into bytes a cycle).
 METADATA = ("data_width", "protocol", "clock_mhz", "source")
@@ -62,12 +67,18 @@ METADATA = ("data_width", "protocol", "clock_mhz", "source")
 #: read/write turnarounds): an assumption, not a measurement.
 DRAM_EFFICIENCY = 0.8
 WRITE_ORDERS = ("aw-first", "w-first", "random")
+#: ``dram_arbitration`` values, in the order the C++ model numbers them, and the DDR4 MIG's
+#: name for each (PG150, ``C0.DDR4_AxiArbitrationScheme``): what the VCU118's block design
+#: sets from its preset.
+DRAM_ARBITRATIONS = ("reads-first", "round-robin")
+MIG_ARBITRATION = {"reads-first": "RD_PRI_REG", "round-robin": "ROUND_ROBIN"}
 
 PORTS: dict[str, dict] = {
     "ideal": {
         "outstanding_reads": None, "outstanding_writes": None, "read_latency": 32,
         "write_latency": 9, "max_burst": 256, "write_order": "aw-first", "pause": 0.0,
         "data_width": None, "protocol": "AXI4", "clock_mhz": None, "dram_gbps": None,
+        "dram_arbitration": "reads-first",
         "source": "The model before board presets: a new burst every cycle, no limit on bursts "
                   "in flight, read latency 32 cycles, write response 9 cycles after the last "
                   "W beat, AXI4's longest burst (256), no back-pressure. Not a board.",
@@ -76,6 +87,7 @@ PORTS: dict[str, dict] = {
         "outstanding_reads": 8, "outstanding_writes": 8, "read_latency": 30,
         "write_latency": 20, "max_burst": 16, "write_order": "aw-first", "pause": 0.05,
         "data_width": 64, "protocol": "AXI3", "clock_mhz": 100.0, "dram_gbps": 2.1,
+        "dram_arbitration": "reads-first",
         "source": "Zynq-7000 S_AXI_HP0 (Pynq-Z1): UG585 (Zynq-7000 TRM) ch. 5, AXI_HP "
                   "interfaces: AXI3, 32/64-bit, bursts of at most 16 beats, separate read and "
                   "write command and data FIFOs (128 x 64-bit data), read and write command "
@@ -89,6 +101,7 @@ PORTS: dict[str, dict] = {
         "outstanding_reads": 8, "outstanding_writes": 8, "read_latency": 40,
         "write_latency": 24, "max_burst": 16, "write_order": "aw-first", "pause": 0.05,
         "data_width": 128, "protocol": "AXI4", "clock_mhz": 200.0, "dram_gbps": 21.0,
+        "dram_arbitration": "reads-first",
         "source": "Zynq UltraScale+ S_AXI_HP0_FPD (ZCU104): UG1085 (Zynq UltraScale+ TRM), "
                   "PL-PS AXI interfaces: AXI4 in the PL limited to bursts of 16 beats (the PS "
                   "side is AXI3), 32/64/128-bit, 'read and write command acceptance capability "
@@ -102,13 +115,16 @@ PORTS: dict[str, dict] = {
         "outstanding_reads": 16, "outstanding_writes": 16, "read_latency": 32,
         "write_latency": 16, "max_burst": 256, "write_order": "aw-first", "pause": 0.02,
         "data_width": 512, "protocol": "AXI4", "clock_mhz": 250.0, "dram_gbps": 19.2,
+        "dram_arbitration": "round-robin",
         "source": "VCU118 DDR4 C1 through the DDR4 MIG: PG150 (UltraScale Memory IP), AXI4 "
                   "slave interface: AXI4 INCR bursts (up to 256 beats), data width up to the "
                   "controller's native 512 bits for a 64-bit DDR4 at 4:1. DRAM: 64-bit "
                   "DDR4-2400, 19.2 GB/s peak. Assumptions, not from PG150: 16 bursts accepted "
                   "each way (the AXI shim's queues), read latency 32 cycles and write response "
                   "16 cycles at 250 MHz (~130/65 ns), 2 % back-pressure (refresh, bank "
-                  "conflicts).",
+                  "conflicts). The generated block design sets the MIG's AXI arbitration to "
+                  "ROUND_ROBIN (C0.DDR4_AxiArbitrationScheme; its default, RD_PRI_REG, lets "
+                  "the next block's reads starve C's writes).",
     },
 }
 
@@ -180,6 +196,9 @@ def resolve_port(port: str | dict = "ideal") -> dict:
     if not 0.0 <= pause < 1.0:
         raise ValueError(f"port['pause'] must be in [0, 1), not {pause!r}")
     out["pause"] = float(pause)
+    if out["dram_arbitration"] not in DRAM_ARBITRATIONS:
+        raise ValueError(f"port['dram_arbitration'] must be one of {list(DRAM_ARBITRATIONS)}, "
+                         f"not {out['dram_arbitration']!r}")
     dram = out["dram_gbps"]
     if dram is not None:
         if not isinstance(dram, (int, float)) or isinstance(dram, bool):

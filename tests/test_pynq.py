@@ -48,6 +48,10 @@ def test_board_facts_are_stated_once():
             (b.base_addr, b.clock_mhz, b.data_width, b.addr_width)
         assert p.config() == b.config() and p.packing == b.packing
         assert f"set_property offset 0x{b.base_addr:08X}" in build_tcl(p)
+    # the VCU118's MIG arbitrates as its port preset (the memory model) says
+    from sim.ports import MIG_ARBITRATION, PORTS
+    mig = MIG_ARBITRATION[PORTS["vcu118-ddr4"]["dram_arbitration"]]
+    assert f"DDR4_AxiArbitrationScheme {{{mig}}}" in build_tcl(PLATFORMS["vu9p"])
     cfg = boards.config("pynq-z1")
     assert (cfg["rows"], cfg["cols"], cfg["data_width"]) == (16, 16, 64)
     with pytest.raises(ValueError, match="pynq-z1"):

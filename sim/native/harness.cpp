@@ -26,7 +26,11 @@
 // * dram (sim_set_dram): the DRAM's bytes per cycle behind every port together (0 =
 //   unlimited). A budget grows by that much each cycle (banking at most DRAM_BURST_BEATS bus
 //   words); an R beat is raised, and WREADY, only while a bus word is in the budget, and
-//   each R beat raised or W beat taken spends one: reads first, then the write ports.
+//   each R beat raised or W beat taken spends one. Who goes first when the budget is short
+//   (sim_set_dram's `arbitration`, as the DDR4 MIG's AXI arbitration scheme): 0 "reads-first"
+//   (the MIG's default, RD_PRI_REG: a W beat only with a word left after the R beat), 1
+//   "round-robin" (ROUND_ROBIN: while a write port holds WVALID, an R beat and a W beat take
+//   turns — the R beat leaves a word in the budget for the W beat on the write's turn).
 //
 // Bursts that touch the error range, or lie outside memory, answer SLVERR / DECERR (and write
 // nothing). Protocol checks count violations: a burst crossing 4 KB, a wrong WLAST, a size
@@ -177,6 +181,8 @@ struct Sim {
     Held ar_held;
     double dram = 0;                   // bytes per cycle, 0: unlimited
     double budget = 0;                 // bytes the DRAM can move now
+    unsigned arbitration = 0;          // 0 reads first, 1 round-robin (see the top)
+    bool write_turn = false;           // round-robin: the next short budget goes to a W beat
     uint64_t counters[N_COUNTERS] = {0};
 
     Sim(size_t bytes, unsigned latency_, double pause_, uint64_t seed)
@@ -279,6 +285,21 @@ struct Sim {
 
     bool dram_has_word() const { return dram <= 0 || budget >= BPW; }
 
+    // Round-robin: a write port offers a W beat now (its WVALID, a registered output).
+    bool write_waiting() const {
+        for (const auto &p : wports)
+            if (*p.pins.wvalid) return true;
+        return false;
+    }
+
+    // An R beat may take a word of the budget: reads first, or, round-robin, not on the
+    // write's turn unless a word is left for the W beat.
+    bool read_may_take() const {
+        if (!dram_has_word()) return false;
+        if (dram <= 0 || arbitration == 0 || !write_turn) return true;
+        return budget >= 2 * BPW || !write_waiting();
+    }
+
     // A write port's outputs from its state (before the clock edge).
     void drive_write(WriteState &p) {
         WritePins &q = p.pins;
@@ -332,6 +353,7 @@ struct Sim {
         if (p.w) {
             counters[WRITE_BEATS]++;
             if (dram > 0) budget -= BPW;
+            write_turn = false;
             WriteBurst &b = write_burst(p, w_index(p));
             b.data.insert(b.data.end(), p.wdata, p.wdata + BPW);
             b.strb.push_back(p.wstrb);
@@ -371,9 +393,10 @@ struct Sim {
         top->mem_r__arready = !paused() && ar_room;
         bool gap = paused();
         if (!r_shown && !reads.empty() && reads.front().due <= cycle && !gap
-            && dram_has_word()) {
+            && read_may_take()) {
             r_shown = true;
             if (dram > 0) budget -= BPW;
+            write_turn = true;
         }
         if (r_shown) {
             ReadBurst &b = reads.front();
@@ -499,10 +522,13 @@ void sim_configure(void *h, unsigned outstanding_reads, unsigned outstanding_wri
     s->read_latency = read_latency; s->write_latency = write_latency;
     s->max_burst = max_burst; s->write_order = write_order; s->pause = pause;
 }
-// The DRAM's bytes per cycle behind all ports (0: unlimited); the budget starts full.
-void sim_set_dram(void *h, double bytes_per_cycle) {
+// The DRAM's bytes per cycle behind all ports (0: unlimited) and who goes first when it is
+// short (0 reads first, 1 round-robin); the budget starts full.
+void sim_set_dram(void *h, double bytes_per_cycle, unsigned arbitration) {
     Sim *s = static_cast<Sim *>(h);
     s->dram = bytes_per_cycle;
+    s->arbitration = arbitration;
+    s->write_turn = false;
     s->budget = DRAM_BURST_BEATS * BPW;
 }
 uint64_t sim_beats(void *h, int writes) {
