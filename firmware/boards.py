@@ -79,7 +79,8 @@ BOARDS: dict[str, BoardInfo] = {b.name: b for b in (
                        "acc_ram": "ultra", "write_ports": 4}),
     BoardInfo("vu9p", "xcup", base_addr=0x0000_0000, address_space="xdma/M_AXI_LITE",
               clock_mhz=250.0, data_width=512, addr_width=64,
-              default={"rows": 64, "cols": 128, "depth": 512, "block": 4, "slr_groups": 2},
+              default={"rows": 64, "cols": 128, "depth": 512, "block": 8, "acc_ram": "ultra",
+                       "slr_groups": 2},
               host="xdma"),
 )}
 
