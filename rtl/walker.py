@@ -19,8 +19,9 @@ def _log2(x):
 class Walker(wiring.Component):
     """Walks a GEMM: blocks of ``b x b`` C tiles, each over K chunks of at most
     ``depth`` steps (:func:`sim.engine_models.k_chunks`): the descriptor's first block ramps
-    its chunks up from ``max(rows, cols, bus bytes)`` steps and cuts the rest short chunk
-    first, the blocks after it cut K into chunks of about equal length. ``b`` is
+    its chunks up from ``max(rows, cols, bus bytes)`` steps, and every block cuts what is
+    left (all of K after the first) into chunks of about equal length; a first block too
+    short to ramp cuts its first chunk short. ``b`` is
     the descriptor's ``block`` field, or ``block`` (the buffers' slots) where that is 0 or
     larger: it sets the schedule (operand reuse against how soon C leaves), never the sums.
 
@@ -160,11 +161,11 @@ class Walker(wiring.Component):
             return kc_o, after_o, last_o
 
         first_kc, first_after = Signal(17), Signal(17)
-        next_kc, next_after = Signal(17), Signal(17)
         split(d.k, first_kc, first_after)
-        split(k_after, next_kc, next_after)
         # (the balanced pairs trail k_after by 3 cycles: NEXT reads them at least 4 after it
-        # sets k_after; from the descriptor, a block after the first reads them long after)
+        # (or BLOCK) sets k_after; from the descriptor, a block after the first reads them
+        # long after; the first block's first chunk is the short-first cut, a cycle after
+        # the descriptor, or the ramp's)
         bfirst_kc, bfirst_after, bfirst_last = balanced(d.k, "bfirst")
         bnext_kc, bnext_after, bnext_last = balanced(k_after, "bnext")
         ramp_start = Signal()        # the first block starts a ramp at ``align`` steps
@@ -375,11 +376,8 @@ class Walker(wiring.Component):
                         m.d.sync += [kc.eq(kc << 1), k_after.eq(ramp_after),
                                      last_chunk.eq(ramp_after == 0)]
                     with m.Else():
-                        m.d.sync += [kc.eq(Mux(first_block, next_kc, bnext_kc)),
-                                     k_after.eq(Mux(first_block, next_after, bnext_after)),
-                                     ramping.eq(0),
-                                     last_chunk.eq(Mux(first_block, next_after == 0,
-                                                       bnext_last))]
+                        m.d.sync += [kc.eq(bnext_kc), k_after.eq(bnext_after),
+                                     ramping.eq(0), last_chunk.eq(bnext_last)]
                     m.next = "CMD"
                 with m.Else():
                     m.d.sync += [parity.eq(~parity), first_block.eq(0)]

@@ -97,13 +97,16 @@ def k_chunks(k: int, depth: int, align: int = 1, ramp: bool = False,
     one, half as long, computes: the array starts early instead of after a whole chunk's
     loads.
 
-    ``balanced`` (the blocks after the first) cuts instead, while more than ``depth`` steps
-    are left, a chunk of half the short chunk plus ``depth``, rounded up to ``align``: a
-    chunk ``(s + depth) / 2`` rather than ``s`` then ``depth``, so the chunks of a block are
-    about equal (576 at depth 512 -> 288 + 288, not 64 + 512). After a short chunk, the next
-    one's loads — its first tile waits for all of a k-major span — have only the short
-    chunk's compute to hide behind; at the block's start that was the previous block's
-    last chunk, now one of equal length.
+    ``balanced`` cuts instead, while more than ``depth`` steps are left, a chunk of half the
+    short chunk plus ``depth``, rounded up to ``align``: a chunk ``(s + depth) / 2`` rather
+    than ``s`` then ``depth``, so the chunks are about equal (576 at depth 512 -> 288 + 288,
+    not 64 + 512). After a short chunk, the next one's loads — its first tile waits for all
+    of a k-major span — have only the short chunk's compute to hide behind: at a block's
+    start that was the previous block's last chunk, after a ramp its last (784 at depth 256
+    from 32: 32, 64, 128, then 160, 224, 176, not 64, 256, 240). With ``ramp`` and
+    ``balanced`` and no ramp step taken (``k`` under three ``align``), the first chunk is
+    still the short-first cut (the walker has it a cycle after the descriptor), the rest
+    balanced.
 
     The sums are int32 and exact in any order, so results do not depend on the chunks.
     :class:`rtl.walker.Walker` uses ``align =`` :func:`chunk_align`.
@@ -116,6 +119,10 @@ def k_chunks(k: int, depth: int, align: int = 1, ramp: bool = False,
         chunks.append((k0, size))
         k0, size = k0 + size, 2 * size
     rest = k - k0
+    if ramp and balanced and not chunks and rest > depth:
+        first = short(rest)
+        chunks.append((k0, first))
+        k0, rest = k0 + first, rest - first
     while balanced and rest > depth:
         kc = -(-(short(rest) + depth) // (2 * align)) * align
         chunks.append((k0, kc))
@@ -129,9 +136,8 @@ def k_chunks(k: int, depth: int, align: int = 1, ramp: bool = False,
 
 def block_chunks(k: int, depth: int, align: int, first: bool) -> list[tuple[int, int]]:
     """The K chunks of one block as :class:`rtl.walker.Walker` cuts them: the descriptor's
-    first block ramps and cuts short first, the blocks after it are balanced
-    (:func:`k_chunks`)."""
-    return k_chunks(k, depth, align, ramp=first, balanced=not first)
+    first block ramps, then every block is balanced (:func:`k_chunks`)."""
+    return k_chunks(k, depth, align, ramp=first, balanced=True)
 
 
 def block_side(field: int, block: int) -> int:

@@ -164,9 +164,30 @@ def test_k_chunks_balanced(k, depth, align, want):
     assert all(kc % align == 0 for _, kc in want[:-1])
 
 
+def test_first_block_ramps_then_balances():
+    """After its ramp the first block cuts what is left into about equal chunks, not short
+    first: at depth 256 from 32, 784 -> 32, 64, 128, 160, 224, 176 (not 64, 256, 240, whose
+    256-step chunk loads behind a 64-step one); too short to ramp, it cuts short first."""
+    assert em.block_chunks(784, 256, 32, first=True) == [
+        (0, 32), (32, 64), (96, 128), (224, 160), (384, 224), (608, 176)]
+    assert em.k_chunks(784, 256, 32, ramp=True) == [
+        (0, 32), (32, 64), (96, 128), (224, 64), (288, 256), (544, 240)]
+    assert em.block_chunks(40, 16, 16, first=True) == em.k_chunks(40, 16, 16) == [
+        (0, 16), (16, 16), (32, 8)]
+
+
+def test_first_block_ramp_then_balanced_in_rtl():
+    """The walker's first block: ramp 8, 16, 32, 64, then 72, 96, 96 (K = 384, depth 128):
+    the model's cut, not the short-first one (8, 128, 128 after the ramp)."""
+    d = em.descriptor(m=8, n=8, k=384, a_addr=0x100, a_stride=0x200, b_addr=0x8000,
+                      b_stride=0x100, block=2)
+    want = simulate([d], 4, 4, 128, 2, 64, seed=5)
+    assert sorted({c["k"] for c in want[0]}) == [8, 16, 32, 64, 72, 96]
+
+
 def test_balanced_chunks_in_rtl():
     """Descriptors of several blocks whose K spans 2 to 4 chunks: the first block's chunks
-    ramp and go short-first, the later blocks' are balanced (depth 16, alignment 4)."""
+    ramp and then are balanced, as the later blocks' are (depth 16, alignment 8)."""
     descs = [em.descriptor(m=m, n=n, k=k, transpose_a=ta, transpose_b=tb, a_addr=0x100,
                            a_stride=0x100, b_addr=0x4000, b_stride=0x100, block=side)
              for m, n, k, ta, tb, side in [(20, 12, 37, 0, 0, 2), (9, 30, 50, 1, 0, 1),
