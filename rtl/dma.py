@@ -215,7 +215,7 @@ class _DmaMaster(wiring.Component):
             "abort": In(1),
         })
 
-    def _bursts(self, m, may_raise, cmd_room=1):
+    def _bursts(self, m, may_raise, cmd_room=1, first_from_registers=False):
         """The address side both masters share: commands -> INCR bursts.
 
         Splits each command into bursts (:func:`_burst_splitter`). A burst's length and
@@ -227,7 +227,10 @@ class _DmaMaster(wiring.Component):
         must only go from false to true while a burst waits) and stays up until ``ready``
         (set by the caller) takes it, an abort included; an abort stops further bursts.
         ``addr`` and ``n`` only change when a burst is taken or none is offered, so they are
-        stable while it waits. The next command is taken in the cycle its predecessor's last
+        stable while it waits. With ``first_from_registers`` the first burst's length, too, is
+        computed from the address and count registers, the cycle after the take (its burst
+        is offered 2 cycles after the take, not 1), so no splitter follows the command's
+        payload. The next command is taken in the cycle its predecessor's last
         burst goes, if ``cmd_room``.
 
         Returns ``(active, valid, ready, issued, last_burst, addr, n, take)``: a command is
@@ -284,15 +287,20 @@ class _DmaMaster(wiring.Component):
         ]
         cmd_addr = Signal(self.addr_width)
         m.d.comb += cmd_addr.eq(cmd.addr >> shift << shift)
-        n_first, last_first = _burst_splitter(m, cmd_addr, cmd.beats, self.burst_beats, shift)
+        if not first_from_registers:
+            n_first, last_first = _burst_splitter(m, cmd_addr, cmd.beats, self.burst_beats,
+                                                  shift)
         # (carry-select incrementers: 52 bits at a 64-bit address would chain 7 carry blocks)
         page_bits = self.addr_width - 12
         m.d.sync += [page_after.eq(carry_select_add(addr[12:], 1, page_bits)),
                      page_after_cmd.eq(carry_select_add(cmd_addr[12:], 1, page_bits)),
                      took.eq(take)]
         with m.If(take):
-            m.d.sync += [active.eq(1), addr.eq(cmd_addr), remaining.eq(cmd.beats),
-                         n.eq(n_first), last_burst.eq(last_first), fresh.eq(1)]
+            m.d.sync += [active.eq(1), addr.eq(cmd_addr), remaining.eq(cmd.beats)]
+            if first_from_registers:
+                m.d.sync += fresh.eq(0)
+            else:
+                m.d.sync += [n.eq(n_first), last_burst.eq(last_first), fresh.eq(1)]
         return active, valid, ready, issued, last_burst, addr, n, take
 
     def _drive_address(self, m, channel, valid, addr, n):
@@ -376,17 +384,21 @@ class DmaReader(_DmaMaster):
         depth = self.burst_beats * self.outstanding
         m.submodules.data_fifo = data_fifo = Fifo(
             width=self.data_width + 1, depth=depth)
-        # The lengths of the commands whose words are still to arrive (one-word commands can
-        # fill the whole data FIFO), and of the bursts in flight (at most `outstanding`): a
-        # beat's "last" and "last of its burst" are registers (:func:`_run_ends`); the
-        # queues' room is counted below.
+        # The lengths of the commands whose words are still to arrive, and of the bursts in
+        # flight (at most `outstanding`): a beat's "last" and "last of its burst" are
+        # registers (:func:`_run_ends`). A command waits in the queue from its take to its
+        # last word's arrival (not its consumption: the flag travels with the word), and the
+        # next command is taken only once the previous one's last burst is issued, so at most
+        # `outstanding` commands with bursts in flight and the one being split wait: a queue
+        # of `2 * outstanding + 2` (its room never binds) is a LUT-RAM read of one level
+        # before ``last``, where one of `burst_beats * outstanding` was a multiplexer tree.
         beat = Signal()
         take_, issued_ = Signal(), Signal()
         n_ = Signal(range(self.burst_beats + 1))
         # (a command's first word comes 2 cycles after it is taken at the earliest: its first
         # burst is offered the cycle after, and R follows AR)
-        last, cmd_room = _run_ends(m, "commands", depth, take_, self.cmd.payload.beats,
-                                   beat, gap=2)
+        last, cmd_room = _run_ends(m, "commands", 2 * self.outstanding + 2, take_,
+                                   self.cmd.payload.beats, beat, gap=2)
         burst_last, burst_room = _run_ends(m, "bursts", self.outstanding, issued_, n_, beat)
 
         # ---- address side -----------------------------------------------------------------
@@ -509,7 +521,10 @@ class DmaWriter(_DmaMaster):
                               bus.bvalid & b_fifo.r_rdy)
         def may_raise(n):
             return (free_words >= n) & b_room
-        active, valid, ready, issued, last_burst, addr, n, _ = self._bursts(m, may_raise)
+        # (the first burst's length from registers: a C row's words take longer to buffer
+        # than the cycle that costs, and the command's splitter was the writer's longest path)
+        active, valid, ready, issued, last_burst, addr, n, _ = self._bursts(
+            m, may_raise, first_from_registers=True)
         m.d.comb += issued_.eq(issued)
         # A formed burst enters the three queues a cycle later, from registers, so that the
         # burst decision is not followed by the queues' counts (their room is b_room's, which
