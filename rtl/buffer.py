@@ -13,13 +13,17 @@ def buffer_command_layout(depth: int, slots: int = 2) -> data.StructLayout:
     """Payload of :attr:`TransposableBuffer.w_cmd`: where and how the next tiles are written.
 
     ``1 + extra`` tiles (k-major only; ``extra = 0`` otherwise) go to slots
-    ``slot .. slot + extra``.
+    ``slot .. slot + extra``. ``first_last`` says that the first beat is the last
+    (:meth:`TransposableBuffer.first_is_last` of the other fields): the sender computes it a
+    stage ahead, so that no compare of ``k`` lies between the command and the buffer's
+    ``last`` register.
     """
     return data.StructLayout({
         "slot":    range(slots),
         "extra":   range(slots),
         "k":       range(depth + 1),
         "k_major": 1,
+        "first_last": 1,
     })
 
 
@@ -100,6 +104,16 @@ class TransposableBuffer(wiring.Component):
             "r_valid": Out(1),
             "r_data": Out(vector),
         })
+
+    @staticmethod
+    def first_is_last(k, k_major, extra, lanes):
+        """Whether a command's first beat is its tile's last (``w_cmd.first_last``): k-major,
+        one step of one tile; else one lane of at most one step. Python ints or Amaranth
+        values."""
+        one_step = (k == 1) & (extra == 0)
+        if isinstance(k, int) and isinstance(k_major, int):
+            return int(bool(one_step if k_major else lanes == 1 and k <= 1))
+        return Mux(k_major, one_step, (k <= 1) if lanes == 1 else 0)
 
     def elaborate(self, platform):
         m = Module()
@@ -183,9 +197,8 @@ class TransposableBuffer(wiring.Component):
                          pos.eq(0), rot.eq(0), busy.eq(cmd.k != 0),
                          k_m1.eq(cmd_k_m1), k_mL.eq(cmd_k_mL), k_m2.eq(cmd.k - 2),
                          k_m2L.eq(cmd.k - 2 * L), short.eq(cmd.k <= L),
-                         # the first beat (0, 0, 0) is the last, as compares of k with constants
-                         last.eq(Mux(cmd.k_major, (cmd.k == 1) & (cmd_extra == 0),
-                                     (cmd.k <= L) if L == 1 else 0))]
+                         # the first beat (0, 0, 0) is the last: the sender's flag
+                         last.eq(cmd.first_last)]
 
         slot_base = (slot + sub) * D  # D is a power of two: a shift
         # bank b takes beat value (b - rot) mod L

@@ -262,6 +262,10 @@ class GemmDatapath(wiring.Component):
         pre_b_span = Signal(self.slots)
         pre_a1h = Signal(self.slots)
         pre_b1h = Signal(self.slots)
+        pre_a_fl = Signal()              # the buffers' first_last flags, a stage ahead
+        pre_b_fl = Signal()
+        a_fl = Signal()
+        b_fl = Signal()
         cmd = Signal(self.cmd.payload.shape(), reset_less=True)      # read under staged
         staged = Signal()
         bad = Signal()
@@ -289,13 +293,18 @@ class GemmDatapath(wiring.Component):
                          pre_bad.eq((p.k == 0) | (p.k > self.depth)),
                          pre_a1h.eq(1 << p.a_slot), pre_b1h.eq(1 << p.b_slot),
                          pre_a_span.eq(span(p.load_a, p.a_slot, p.a_extra)),
-                         pre_b_span.eq(span(p.load_b, p.b_slot, p.b_extra))]
+                         pre_b_span.eq(span(p.load_b, p.b_slot, p.b_extra)),
+                         pre_a_fl.eq(TransposableBuffer.first_is_last(
+                             p.k, p.transpose_a, p.a_extra, R)),
+                         pre_b_fl.eq(TransposableBuffer.first_is_last(
+                             p.k, ~p.transpose_b, p.b_extra, C))]
         with m.Elif(move):
             m.d.sync += pre_valid.eq(0)
         with m.If(move):
             m.d.sync += [cmd.eq(pre), staged.eq(1), bad.eq(pre_bad),
                          cmd_a1h.eq(pre_a1h), cmd_b1h.eq(pre_b1h),
-                         a_span.eq(pre_a_span), b_span.eq(pre_b_span)]
+                         a_span.eq(pre_a_span), b_span.eq(pre_b_span),
+                         a_fl.eq(pre_a_fl), b_fl.eq(pre_b_fl)]
         with m.Elif(take):
             m.d.sync += staged.eq(0)
         # A load's slots still have readers: from registers, set for the command staged next
@@ -329,10 +338,12 @@ class GemmDatapath(wiring.Component):
             a_buf.w_cmd.payload.k.eq(cmd.k),
             a_buf.w_cmd.payload.k_major.eq(cmd.transpose_a),
             a_buf.w_cmd.payload.extra.eq(cmd.a_extra),
+            a_buf.w_cmd.payload.first_last.eq(a_fl),
             b_buf.w_cmd.payload.slot.eq(cmd.b_slot),
             b_buf.w_cmd.payload.k.eq(cmd.k),
             b_buf.w_cmd.payload.k_major.eq(~cmd.transpose_b),
             b_buf.w_cmd.payload.extra.eq(cmd.b_extra),
+            b_buf.w_cmd.payload.first_last.eq(b_fl),
         ]
         accept = Signal()
         finish = Signal()          # both tiles of the loading command are in (or skipped)

@@ -26,7 +26,9 @@ def simulate(lanes, depth, tiles, *, seed=0, stall=0.3):
             k = stored.shape[0] if k_major else stored.shape[1]
             while len(results) < t - 1:     # slot t % 2 is free once tile t-2 has been read
                 await ctx.tick()
-            ctx.set(dut.w_cmd.payload, {"slot": t % 2, "k": k, "k_major": k_major})
+            ctx.set(dut.w_cmd.payload, {"slot": t % 2, "k": k, "k_major": k_major,
+                                        "first_last": TransposableBuffer.first_is_last(
+                                            k, k_major, 0, lanes)})
             ctx.set(dut.w_cmd.valid, 1)
             await ctx.tick().until(dut.w_cmd.ready)
             ctx.set(dut.w_cmd.valid, 0)
