@@ -14,7 +14,7 @@ from firmware import AcceleratorError, Device
 from firmware.regmap import ErrorCode
 from platforms import PLATFORMS
 from sim import golden
-from sim.ports import BOARD_PORTS, KNOBS, PORTS, WRITE_ORDERS, resolve_port
+from sim.ports import BOARD_PORTS, DRAM_ARBITRATIONS, KNOBS, PORTS, WRITE_ORDERS, resolve_port
 
 # Configurations tests/test_accelerator.py builds, so no extra compile: one write port, two,
 # four.
@@ -65,14 +65,17 @@ def test_every_preset_and_write_order_is_exact(preset, order, write_ports):
        latency=st.integers(1, 80), pause=st.sampled_from([0.0, 0.3]),
        m=st.integers(1, 50), n=st.integers(1, 50), k=st.integers(1, 200),
        ta=st.booleans(), tb=st.booleans(), seed=st.integers(0, 2**16),
-       order=st.sampled_from(WRITE_ORDERS), write_ports=st.sampled_from([1, 2, 4]))
+       order=st.sampled_from(WRITE_ORDERS), write_ports=st.sampled_from([1, 2, 4]),
+       arbitration=st.sampled_from(DRAM_ARBITRATIONS))
 def test_random_knobs(preset, order, outstanding, latency, pause, m, n, k, ta, tb, seed,
-                      write_ports):
-    """Tight limits (one burst in flight), short and long latencies, heavy pauses."""
+                      write_ports, arbitration):
+    """Tight limits (one burst in flight), short and long latencies, heavy pauses, either
+    DRAM arbitration (where the preset has a DRAM)."""
     dev = _device({"preset": preset, "outstanding_reads": outstanding,
                    "outstanding_writes": outstanding, "read_latency": latency,
                    "write_latency": max(1, latency // 2), "pause": pause,
-                   "write_order": order}, seed=seed, write_ports=write_ports)
+                   "write_order": order, "dram_arbitration": arbitration}, seed=seed,
+                  write_ports=write_ports)
     _gemm(dev, np.random.default_rng(seed), m, n, k, ta, tb)
     _check_port_kept(dev)
 
