@@ -449,10 +449,18 @@ class GemmDatapath(wiring.Component):
         def at_least(n):       # the next count >= n
             return Mux(reserved, Mux(released, credits >= n + R - 1, credits >= n + R),
                        Mux(released, credits >= n - 1, credits >= n))
+
+        def not_at(n):         # the next count != n
+            return Mux(reserved, Mux(released, credits != n + R - 1, credits != n + R),
+                       Mux(released, credits != n - 1, credits != n))
+        # Rows reserved and not yet taken (``credits != out_rows``), a register beside the
+        # count, so that the engine's drain check (``busy``) follows no compare of it.
+        rows_out = Signal()
         m.d.sync += [
             credits.eq(Mux(reserved, Mux(released, minus_r1, minus_r),
                            Mux(released, plus1, credits))),
             ok_1r.eq(at_least(R)), ok_2r.eq(at_least(2 * R)),
+            rows_out.eq(not_at(self.out_rows)),
         ]
         m.d.comb += [
             info_fifo.w_en.eq(start & head.readout),
@@ -533,5 +541,5 @@ class GemmDatapath(wiring.Component):
         ]
 
         m.d.comb += self.busy.eq(pre_valid | staged | loading | jobs.r_rdy | active
-                                 | (credits != self.out_rows))
+                                 | rows_out)
         return m
