@@ -446,13 +446,12 @@ class GemmDatapath(wiring.Component):
         m.d.comb += [plus1.eq(credits + 1), minus_r.eq(credits - R),
                      minus_r1.eq(credits - (R - 1))]
 
-        def at_least(n):       # the next count >= n
-            return Mux(reserved, Mux(released, credits >= n + R - 1, credits >= n + R),
-                       Mux(released, credits >= n - 1, credits >= n))
+        def next_count(test, n):   # ``test(next count, n)``, as tests of the old count
+            return Mux(reserved, Mux(released, test(credits, n + R - 1), test(credits, n + R)),
+                       Mux(released, test(credits, n - 1), test(credits, n)))
 
-        def not_at(n):         # the next count != n
-            return Mux(reserved, Mux(released, credits != n + R - 1, credits != n + R),
-                       Mux(released, credits != n - 1, credits != n))
+        def at_least(n):
+            return next_count(lambda c, k: c >= k, n)
         # Rows reserved and not yet taken (``credits != out_rows``), a register beside the
         # count, so that the engine's drain check (``busy``) follows no compare of it.
         rows_out = Signal()
@@ -460,7 +459,7 @@ class GemmDatapath(wiring.Component):
             credits.eq(Mux(reserved, Mux(released, minus_r1, minus_r),
                            Mux(released, plus1, credits))),
             ok_1r.eq(at_least(R)), ok_2r.eq(at_least(2 * R)),
-            rows_out.eq(not_at(self.out_rows)),
+            rows_out.eq(next_count(lambda c, k: c != k, self.out_rows)),
         ]
         m.d.comb += [
             info_fifo.w_en.eq(start & head.readout),
