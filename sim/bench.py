@@ -345,10 +345,12 @@ MODEL_PORTS = ["ideal", {"outstanding_reads": 8, "outstanding_writes": 8, "read_
                          "write_latency": 20, "max_burst": 16, "pause": 0.0}]
 
 
-def model_check(rows, cols, data_width, depth, block, ports, count, seed) -> list[dict]:
+def model_check(rows, cols, data_width, depth, block, ports, count, seed,
+                write_ports=1) -> list[dict]:
     """``count`` random GEMMs (seeded), each run on the RTL behind every port of ``ports``
     and predicted by :func:`sim.perfmodel.predict` at the block side it ran with. M and N are
-    drawn from multiples of the array (edge tiles and blocks included), K from 16 to 300."""
+    drawn from multiples of the array (edge tiles and blocks included), K from 16 to 300.
+    C is written through ``write_ports`` AXI write ports."""
     import random
 
     from firmware import Device
@@ -365,15 +367,17 @@ def model_check(rows, cols, data_width, depth, block, ports, count, seed) -> lis
     for port in ports:
         port = resolve_port(port)
         dev = Device("rtl", rows=rows, cols=cols, data_width=data_width, depth=depth,
-                     block=block, port=port, seed=3)
+                     block=block, port=port, seed=3, write_ports=write_ports)
         for m, n, k, ta, tb, side in cases:
             _run_checked(dev, f"{m}x{n}x{k}", m, n, k, ta, tb,
                          np.random.default_rng(m * n + k), block=side)
             measured = dev.stats["cycles"]
             predicted = predict(m, n, k, ta, tb, rows=rows, cols=cols, depth=depth,
-                                block=side, data_width=data_width, port=port)["cycles"]
+                                block=side, data_width=data_width, port=port,
+                                write_ports=write_ports)["cycles"]
             out.append({"port": port["name"], "rows": rows, "cols": cols,
-                        "data_width": data_width, "depth": depth, "block": side, "m": m,
+                        "data_width": data_width, "write_ports": write_ports,
+                        "depth": depth, "block": side, "m": m,
                         "n": n, "k": k, "transpose_a": ta, "transpose_b": tb,
                         "cycles": measured, "predicted_cycles": predicted,
                         "error": round(predicted / measured - 1, 4)})
@@ -500,6 +504,8 @@ def main(argv=None) -> int:
                    help="ports (preset names or JSON knobs; default: ideal and a Zynq-like "
                         "port without pauses)")
     p.add_argument("--count", type=int, default=40, help="GEMMs per port")
+    p.add_argument("--write-ports", type=int, choices=list(regmap.WRITE_PORTS), default=1,
+                   help="AXI write ports C rows are dealt to (default 1)")
     p.add_argument("--seed", type=int, default=5)
     p.add_argument("--out", type=Path, default=ROOT / "results" / "model_check.json")
     args = parser.parse_args(argv)
@@ -540,7 +546,8 @@ def main(argv=None) -> int:
             parser.error(f"--count must be positive, not {args.count}")
         try:
             results = model_check(*args.size, args.width, args.depth, args.block,
-                                  args.port or MODEL_PORTS, args.count, args.seed)
+                                  args.port or MODEL_PORTS, args.count, args.seed,
+                                  args.write_ports or 1)
         except ValueError as e:          # a configuration the accelerator refuses
             parser.error(str(e))
         table = model_check_table(results)
