@@ -371,7 +371,7 @@ def best_block(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: b
     """
     knobs = tuple(sorted((key, port.get(key)) for key in (
         "outstanding_reads", "outstanding_writes", "read_latency", "write_latency",
-        "max_burst", "pause", "dram_gbps", "clock_mhz", "data_width")))
+        "max_burst", "pause", "dram_gbps", "clock_mhz", "data_width", "dram_arbitration")))
     return _best_block(m, n, k, bool(transpose_a), bool(transpose_b), rows, cols, depth, block,
                        data_width, knobs, write_ports)
 

@@ -77,6 +77,23 @@ def test_best_block_is_the_largest_near_the_fastest():
     assert perfmodel._best_block.cache_info().hits == hits + 1
 
 
+def test_best_block_follows_the_dram_arbitration():
+    """The side is cached by every knob the model reads, the DRAM's arbitration too: the
+    VU9P stand-in's 128x10x256 forward is one block of 8 behind its round-robin DRAM, of 7
+    behind a reads-first one, and best_block agrees with the predictions made directly."""
+    geometry = {"rows": 8, "cols": 16, "depth": 512, "data_width": 64}
+    sides = {}
+    for arb in ("round-robin", "reads-first"):
+        port = resolve_port({"preset": "vcu118-ddr4", "dram_arbitration": arb})
+        cycles = {s: predict(128, 10, 256, block=s, port=port, **geometry)["cycles"]
+                  for s in range(1, 9)}
+        fastest = min(cycles.values())
+        want = max(s for s, c in cycles.items() if c <= fastest * (1 + perfmodel.BLOCK_MARGIN))
+        sides[arb] = best_block(128, 10, 256, block=8, port=port, **geometry)
+        assert sides[arb] == want, (arb, cycles)
+    assert sides["round-robin"] != sides["reads-first"], sides
+
+
 def test_cli_prints_the_chosen_sides(capsys):
     assert perfmodel.main(["--board", "pynq-z1", "--blocks", "8", "--ports", "1",
                            "--batch", "64"]) == 0
