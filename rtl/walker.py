@@ -26,7 +26,11 @@ class Walker(wiring.Component):
     larger: it sets the schedule (operand reuse against how soon C leaves), never the sums.
 
     For a descriptor on :attr:`i_stream` (already checked) it visits blocks row-major (N
-    inner); for each block it first loads the block's exponent vectors (``row_vec`` /
+    inner) or, where K fits one chunk and the array has more columns than rows (or as many,
+    and M > N), column-major (M inner: :func:`sim.engine_models.column_order`); a block
+    after a one-chunk block in the same row (column) of blocks keeps that block's A (B)
+    tiles in their slots and loads only the other operand. For each block it first loads
+    the block's exponent vectors (``row_vec`` /
     ``col_vec``: one load job each, tagged ``1 + 2 * index``), once :attr:`drained` says the
     previous block's commands have all left; then, per K chunk, for each C tile ``(i, j)``
     (``j`` inner), it issues the tile command on :attr:`o_cmd` (and on the last chunk the
@@ -37,8 +41,8 @@ class Walker(wiring.Component):
     tiles of the chunk as one span with the block's first command that uses them, one row of
     the span per K step; the others load a tile with the first command using it, one row per
     lane, padded with zero rows beyond the matrix edge. Chunks alternate between two sets of
-    ``block`` buffer slots (``parity``, kept from one descriptor to the next). The numpy model
-    is :func:`sim.engine_models.walk`.
+    ``block`` buffer slots, each operand's own (its parity, kept from one descriptor to the
+    next; a kept operand's stays). The numpy model is :func:`sim.engine_models.walk`.
 
     The descriptor stays on :attr:`i_stream` for the whole walk and is taken with its last
     job. A load job stays on :attr:`o_load` until taken; the walker waits for it.
@@ -98,7 +102,14 @@ class Walker(wiring.Component):
         tj = Signal(range(BL))
         bm = Signal(range(BL + 1))
         bn = Signal(range(BL + 1))
-        parity = Signal()
+        # Slot parities of A's and B's tiles: flipped at every chunk, but kept for a block
+        # that keeps the block before's tiles of that operand (keep_a / keep_b).
+        a_par = Signal()
+        b_par = Signal()
+        keep_a = Signal()
+        keep_b = Signal()
+        col_order = Signal()     # the descriptor's blocks are walked M inner
+        multi = Signal()         # the block walked has more than one K chunk
         # The descriptor's reuse block (its ``block`` field, 1..BL; 0 or more than BL: BL),
         # and its rows and columns: set with the descriptor, constant through the walk.
         blk = Signal(range(BL + 1))
@@ -253,11 +264,11 @@ class Walker(wiring.Component):
         first_cmd = (ti == 0) & (tj == 0)
         load_a = Signal()
         load_b = Signal()
-        m.d.comb += [load_a.eq(Mux(d.transpose_a, first_cmd, tj == 0)),
-                     load_b.eq(Mux(d.transpose_b, ti == 0, first_cmd))]
+        m.d.comb += [load_a.eq(Mux(d.transpose_a, first_cmd, tj == 0) & ~keep_a),
+                     load_b.eq(Mux(d.transpose_b, ti == 0, first_cmd) & ~keep_b)]
         cmd = self.o_cmd.payload
-        m.d.comb += [cmd.k.eq(kc), cmd.a_slot.eq(Cat(ti, parity) if BL > 1 else parity),
-                     cmd.b_slot.eq(Cat(tj, parity) if BL > 1 else parity),
+        m.d.comb += [cmd.k.eq(kc), cmd.a_slot.eq(Cat(ti, a_par) if BL > 1 else a_par),
+                     cmd.b_slot.eq(Cat(tj, b_par) if BL > 1 else b_par),
                      cmd.load_a.eq(load_a), cmd.load_b.eq(load_b),
                      cmd.a_extra.eq(Mux(d.transpose_a, bm - 1, 0)),
                      cmd.b_extra.eq(Mux(d.transpose_b, 0, bn - 1)),
@@ -277,6 +288,7 @@ class Walker(wiring.Component):
         tiles_m = Signal(18)
         tiles_n = Signal(18)
         tiles_n0 = Signal(18)              # of the whole N, for the next row of blocks
+        tiles_m0 = Signal(18)              # of the whole M, for the next column of blocks
         # Another block to the right, or below (n_blk + b * C < N, as tiles): registers,
         # computed every cycle from the counts (which change at least 4 cycles before NEXT
         # reads them), so that no compare lies before the FSM's next state.
@@ -295,15 +307,19 @@ class Walker(wiring.Component):
                     side = Mux((d.block == 0) | (d.block > BL), BL, d.block)
                     m.d.sync += [blk.eq(side), blk_r.eq(side << _log2(R)),
                                  blk_c.eq(side << _log2(C))]
+                    m_tiles = (d.m + R - 1) >> _log2(R)
+                    wider = 1 if C > R else (d.m > d.n) if C == R else 0
                     m.d.sync += [m_blk.eq(0), n_blk.eq(0), k0.eq(0), first_block.eq(1),
-                                 tiles_m.eq((d.m + R - 1) >> _log2(R)),
-                                 tiles_n.eq(n_tiles), tiles_n0.eq(n_tiles)]
+                                 tiles_m.eq(m_tiles), tiles_m0.eq(m_tiles),
+                                 tiles_n.eq(n_tiles), tiles_n0.eq(n_tiles),
+                                 keep_a.eq(0), keep_b.eq(0),
+                                 col_order.eq((d.k <= D) & wider)]
                     m.next = "BLOCK"
             with m.State("BLOCK"):
                 m.d.sync += [bm.eq(Mux(below(tiles_m, blk), tiles_m, blk)),
                              bn.eq(Mux(below(tiles_n, blk), tiles_n, blk)),
                              ti.eq(0), tj.eq(0), m0.eq(m_blk), n0.eq(n_blk), k0.eq(0),
-                             phase.eq(0), ei.eq(0),
+                             phase.eq(0), ei.eq(0), multi.eq(0),
                              kc.eq(Mux(first_block, first_kc, bfirst_kc)),
                              k_after.eq(Mux(first_block, first_after, bfirst_after)),
                              ramping.eq(0),
@@ -371,7 +387,8 @@ class Walker(wiring.Component):
                     m.next = "CMD"
                 with m.Elif(~last_chunk):
                     m.d.sync += [tj.eq(0), ti.eq(0), m0.eq(m_blk), n0.eq(n_blk),
-                                 k0.eq(k0 + kc), parity.eq(~parity)]
+                                 k0.eq(k0 + kc), a_par.eq(~a_par), b_par.eq(~b_par),
+                                 multi.eq(1)]
                     with m.If(ramp_more):
                         m.d.sync += [kc.eq(kc << 1), k_after.eq(ramp_after),
                                      last_chunk.eq(ramp_after == 0)]
@@ -380,17 +397,34 @@ class Walker(wiring.Component):
                                      ramping.eq(0), last_chunk.eq(bnext_last)]
                     m.next = "CMD"
                 with m.Else():
-                    m.d.sync += [parity.eq(~parity), first_block.eq(0)]
-                    with m.If(more_n):
-                        m.d.sync += [n_blk.eq(n_blk + blk_c), tiles_n.eq(tiles_n - blk)]
-                        m.next = "BLOCK"
-                    with m.Elif(more_m):
-                        m.d.sync += [n_blk.eq(0), m_blk.eq(m_blk + blk_r),
-                                     tiles_n.eq(tiles_n0), tiles_m.eq(tiles_m - blk)]
+                    # The next block along the walk's inner direction keeps the operand
+                    # they share (A along a row of blocks, B down a column) if this block
+                    # was one K chunk (then so is every block after the first): its tiles
+                    # stay in their slots, the other operand's go to the other set.
+                    inner = Mux(col_order, more_m, more_n)
+                    outer = Mux(col_order, more_n, more_m)
+                    keep = inner & ~multi
+                    m.d.sync += [first_block.eq(0), keep_a.eq(keep & ~col_order),
+                                 keep_b.eq(keep & col_order),
+                                 a_par.eq(a_par ^ ~(keep & ~col_order)),
+                                 b_par.eq(b_par ^ ~(keep & col_order))]
+                    with m.If(inner | outer):
                         m.next = "BLOCK"
                     with m.Else():
                         m.d.comb += self.i_stream.ready.eq(1)
                         m.next = "IDLE"
+                    with m.If(col_order):
+                        with m.If(more_m):
+                            m.d.sync += [m_blk.eq(m_blk + blk_r), tiles_m.eq(tiles_m - blk)]
+                        with m.Elif(more_n):
+                            m.d.sync += [m_blk.eq(0), n_blk.eq(n_blk + blk_c),
+                                         tiles_m.eq(tiles_m0), tiles_n.eq(tiles_n - blk)]
+                    with m.Else():
+                        with m.If(more_n):
+                            m.d.sync += [n_blk.eq(n_blk + blk_c), tiles_n.eq(tiles_n - blk)]
+                        with m.Elif(more_m):
+                            m.d.sync += [n_blk.eq(0), m_blk.eq(m_blk + blk_r),
+                                         tiles_n.eq(tiles_n0), tiles_m.eq(tiles_m - blk)]
             with m.State("LOAD"):
                 m.d.comb += self.o_load.valid.eq(1)
                 with m.If(self.o_load.ready):

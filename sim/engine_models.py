@@ -146,15 +146,49 @@ def block_side(field: int, block: int) -> int:
     return field if 1 <= field <= block else block
 
 
+def column_order(m: int, n: int, k: int, rows: int, cols: int, depth: int) -> bool:
+    """Whether :class:`rtl.walker.Walker` walks a GEMM's blocks down the columns of blocks
+    (M inner, keeping B's tiles from block to block) rather than along the rows (N inner,
+    keeping A's): only where K fits one chunk (else nothing is kept and the rows are walked),
+    and where B's re-reads would be the larger — an array with more columns than rows (a
+    row of blocks then re-reads B ``cols / rows`` times as often as a column of blocks would
+    A), or a square one with M > N."""
+    return k <= depth and (cols > rows or (cols == rows and m > n))
+
+
+def block_order(m: int, n: int, k: int, rows: int, cols: int, depth: int, data_width: int,
+                side: int) -> list[tuple[int, int, bool, bool]]:
+    """The blocks of a GEMM in :class:`rtl.walker.Walker`'s order: ``(m_blk, n_blk, keep_a,
+    keep_b)``, the block's first row and column and whether it keeps the A (B) tiles of
+    the block before it instead of loading them — when that block was one K chunk and shares
+    its rows of blocks (columns, in :func:`column_order`)."""
+    ms, ns = range(0, m, side * rows), range(0, n, side * cols)
+    down = column_order(m, n, k, rows, cols, depth)
+    order = [(mb, nb) for nb in ns for mb in ms] if down else [(mb, nb) for mb in ms for nb in ns]
+    out = []
+    for idx, (mb, nb) in enumerate(order):
+        keep = False
+        if idx:
+            pm_, pn_ = order[idx - 1]
+            one = len(block_chunks(k, depth, chunk_align(rows, cols, data_width),
+                                   first=idx == 1)) == 1
+            keep = one and (pn_ == nb if down else pm_ == mb)
+        out.append((mb, nb, keep and not down, keep and down))
+    return out
+
+
 def walk(desc: dict, rows: int, cols: int, depth: int, block: int, data_width: int,
-         tag_width: int | None = None, parity: int = 0):
+         tag_width: int | None = None, parity: int | tuple[int, int] = 0):
     """What :class:`rtl.walker.Walker` issues for one (checked) descriptor.
 
     Blocks of ``b x b`` tiles, ``b`` the descriptor's ``block`` (if present and in
-    ``1..block``; else ``block``, the buffers' slots).
+    ``1..block``; else ``block``, the buffers' slots), in :func:`block_order`. Each operand
+    alternates between two sets of ``block`` slots from chunk to chunk, but stays in its set
+    for a block that keeps it.
 
     Returns ``(commands, loads, writes, parity)``: the payloads on ``o_cmd``, ``o_load`` and
-    ``o_write`` in order, and the slot parity the next descriptor starts with.
+    ``o_write`` in order, and the slot parities ``(A's, B's)`` the next descriptor starts with
+    (``parity``: both, or such a pair).
     """
     R, C, D, BL = rows, cols, depth, block
     side = block_side(desc.get("block", 0), BL)
@@ -178,47 +212,46 @@ def walk(desc: dict, rows: int, cols: int, depth: int, block: int, data_width: i
                        sel=off // lanes if lanes <= bpw else 0)
         loads.append(job)
 
-    m_blk = 0
-    while m_blk < m:
-        n_blk = 0
-        while n_blk < n:
-            bm = min(-(-(m - m_blk) // R), side)
-            bn = min(-(-(n - n_blk) // C), side)
-            for i in range(bm if desc["row_vec"] else 0):
-                x0 = m_blk + i * R
-                load(0, R, False, min(m - x0, R), x0, desc["row_exp_addr"], 0, 0, 0,
-                     tag=1 | i << 1, exp=True)
-            for j in range(bn if desc["col_vec"] else 0):
-                x0 = n_blk + j * C
-                load(1, C, False, min(n - x0, C), x0, desc["col_exp_addr"], 0, 0, 0,
-                     tag=1 | j << 1, exp=True)
-            for k0, kc in block_chunks(k, D, chunk_align(R, C, data_width),
-                                       first=m_blk == 0 and n_blk == 0):
-                last = k0 + kc == k
-                for i in range(bm):
-                    for j in range(bn):
-                        m0, n0 = m_blk + i * R, n_blk + j * C
-                        load_a = (i == 0 and j == 0) if ta else j == 0
-                        load_b = i == 0 if tb else (i == 0 and j == 0)
-                        cmds.append({
-                            "k": kc, "a_slot": i + BL * parity if BL > 1 else parity,
-                            "b_slot": j + BL * parity if BL > 1 else parity,
-                            "load_a": int(load_a), "load_b": int(load_b),
-                            "a_extra": bm - 1 if ta else 0, "b_extra": 0 if tb else bn - 1,
-                            "emit": int(last), "store": int(not last), "add": int(k0 != 0),
-                            "acc_slot": i * BL + j, "i": i, "j": j})
-                        if last:
-                            writes.append({"m0": m0, "n0": n0})
-                        if load_a:
-                            load(0, R, not ta, min(m - m0, R), m0, desc["a_addr"],
-                                 desc["a_stride"], k0, kc, span=bm, v_span=min(m - m_blk, side * R))
-                        if load_b:
-                            load(1, C, tb, min(n - n0, C), n0, desc["b_addr"], desc["b_stride"],
-                                 k0, kc, span=bn, v_span=min(n - n_blk, side * C))
-                parity ^= 1
-            n_blk += side * C
-        m_blk += side * R
-    return cmds, loads, writes, parity
+    a_par, b_par = (parity, parity) if isinstance(parity, int) else parity
+    blocks = block_order(m, n, k, R, C, D, data_width, side)
+    for idx, (m_blk, n_blk, keep_a, keep_b) in enumerate(blocks):
+        bm = min(-(-(m - m_blk) // R), side)
+        bn = min(-(-(n - n_blk) // C), side)
+        for i in range(bm if desc["row_vec"] else 0):
+            x0 = m_blk + i * R
+            load(0, R, False, min(m - x0, R), x0, desc["row_exp_addr"], 0, 0, 0,
+                 tag=1 | i << 1, exp=True)
+        for j in range(bn if desc["col_vec"] else 0):
+            x0 = n_blk + j * C
+            load(1, C, False, min(n - x0, C), x0, desc["col_exp_addr"], 0, 0, 0,
+                 tag=1 | j << 1, exp=True)
+        for k0, kc in block_chunks(k, D, chunk_align(R, C, data_width), first=idx == 0):
+            last = k0 + kc == k
+            for i in range(bm):
+                for j in range(bn):
+                    m0, n0 = m_blk + i * R, n_blk + j * C
+                    load_a = not keep_a and ((i == 0 and j == 0) if ta else j == 0)
+                    load_b = not keep_b and (i == 0 if tb else (i == 0 and j == 0))
+                    cmds.append({
+                        "k": kc, "a_slot": i + BL * a_par if BL > 1 else a_par,
+                        "b_slot": j + BL * b_par if BL > 1 else b_par,
+                        "load_a": int(load_a), "load_b": int(load_b),
+                        "a_extra": bm - 1 if ta else 0, "b_extra": 0 if tb else bn - 1,
+                        "emit": int(last), "store": int(not last), "add": int(k0 != 0),
+                        "acc_slot": i * BL + j, "i": i, "j": j})
+                    if last:
+                        writes.append({"m0": m0, "n0": n0})
+                    if load_a:
+                        load(0, R, not ta, min(m - m0, R), m0, desc["a_addr"],
+                             desc["a_stride"], k0, kc, span=bm, v_span=min(m - m_blk, side * R))
+                    if load_b:
+                        load(1, C, tb, min(n - n0, C), n0, desc["b_addr"], desc["b_stride"],
+                             k0, kc, span=bn, v_span=min(n - n_blk, side * C))
+            # the next chunk's operands go to the other slots, a kept one stays
+            nxt = blocks[idx + 1] if last and idx + 1 < len(blocks) else (0, 0, 0, 0)
+            a_par ^= not nxt[2]
+            b_par ^= not nxt[3]
+    return cmds, loads, writes, (a_par, b_par)
 
 
 def _sel_bits(data_width: int, lanes: int) -> int:

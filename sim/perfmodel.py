@@ -2,10 +2,12 @@
 and memory port.
 
 DarkFPGA-style: the engine's schedule (:mod:`rtl.engine`) is walked at the granularity at which
-it overlaps work — one K chunk of one block of ``block x block`` C tiles, the chunks cut as
-:func:`sim.engine_models.block_chunks` cuts them (the first block ramps up and cuts short
-first, the blocks after it are balanced) — and, within a chunk, tile by tile in the walker's
-order:
+it overlaps work — one K chunk of one block of ``block x block`` C tiles, the blocks in the
+walker's order (:func:`sim.engine_models.block_order`: along the rows or down the columns of
+blocks, a block keeping the operand it shares with the one before when that was one chunk,
+and loading none of it), the chunks cut as :func:`sim.engine_models.block_chunks` cuts them
+(the first block ramps up and cuts short first, the blocks after it are balanced) — and,
+within a chunk, tile by tile in the walker's order:
 
 * **operand reads**: the chunk's load jobs in the order the walker issues them (tile ``(i, j)``
   with ``j`` inner; a command's A load, then its B load): a lane-run tile (A as stored, B
@@ -65,7 +67,7 @@ import sys
 
 from firmware import regmap
 
-from .engine_models import block_chunks, chunk_align
+from .engine_models import block_chunks, block_order, chunk_align
 from .ports import dram_bytes_per_cycle
 
 __all__ = ["predict", "best_block", "read_rate", "training_gemms", "main"]
@@ -244,47 +246,49 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
                 sum(runs))
 
     chunks = []
-    for m_blk in range(0, m, block * rows):
+    for idx, (m_blk, n_blk, keep_a, keep_b) in enumerate(
+            block_order(m, n, k, rows, cols, depth, data_width, block)):
         bm = min(block, _cdiv(m - m_blk, rows))
         rows_in = [min(rows, m - m_blk - i * rows) for i in range(bm)]
-        for n_blk in range(0, n, block * cols):
-            bn = min(block, _cdiv(n - n_blk, cols))
-            for k0, kc in block_chunks(k, depth, chunk_align(rows, cols, data_width),
-                                       first=m_blk == 0 and n_blk == 0):
-                a_jobs = operand_jobs(transpose_a, rows, m_blk, m, bm, kc)
-                b_jobs = operand_jobs(not transpose_b, cols, n_blk, n, bn, kc)
-                # The walker's order: tile (i, j), j inner; each command's A load, then B.
-                loads, tiles = [], []
-                a_at, b_at = {}, {}
-                for i in range(bm):
-                    for j in range(bn):
-                        ai = 0 if len(a_jobs) == 1 else i
-                        bi = 0 if len(b_jobs) == 1 else j
-                        if ai not in a_at:
-                            a_at[ai] = len(loads)
-                            loads.append((0, a_jobs[ai]))
-                        if bi not in b_at:
-                            b_at[bi] = len(loads)
-                            loads.append((1, b_jobs[bi]))
-                        tiles.append((a_at[ai], b_at[bi]))
-                write = 0.0
-                if k0 + kc == k:
-                    runs = []
-                    for j in range(bn):
-                        cols_in = min(cols, n - n_blk - j * cols)
-                        words = _cdiv(4 * cols_in, bpw) if 4 * cols > bpw else 1
-                        runs += [words] * sum(rows_in)
-                    beats = sum(runs) / len(runs)
-                    wrate = write_ports * read_rate(beats, o_wr, lat_w + 2, keep)
-                    if dram is not None:
-                        wrate = min(wrate, dram / bpw)
-                    traffic[1] += sum(runs)
-                    write = sum(runs) / wrate
-                    slack = OUT_TILES * rows * beats / wrate
-                chunks.append({"compute": bm * bn * kc, "kc": kc, "loads": loads,
-                               "tiles": tiles, "write": write,
-                               "write_words": sum(runs) if write else 0,
-                               "slack": slack if write else 0.0})
+        bn = min(block, _cdiv(n - n_blk, cols))
+        for k0, kc in block_chunks(k, depth, chunk_align(rows, cols, data_width),
+                                   first=idx == 0):
+            # a block that keeps an operand's tiles (block_order) loads none of them
+            a_jobs = [] if keep_a else operand_jobs(transpose_a, rows, m_blk, m, bm, kc)
+            b_jobs = [] if keep_b else operand_jobs(not transpose_b, cols, n_blk, n, bn,
+                                                    kc)
+            # The walker's order: tile (i, j), j inner; each command's A load, then B.
+            loads, tiles = [], []
+            a_at, b_at = {}, {}
+            for i in range(bm):
+                for j in range(bn):
+                    ai = 0 if len(a_jobs) == 1 else i
+                    bi = 0 if len(b_jobs) == 1 else j
+                    if a_jobs and ai not in a_at:
+                        a_at[ai] = len(loads)
+                        loads.append((0, a_jobs[ai]))
+                    if b_jobs and bi not in b_at:
+                        b_at[bi] = len(loads)
+                        loads.append((1, b_jobs[bi]))
+                    tiles.append((a_at.get(ai), b_at.get(bi)))
+            write = 0.0
+            if k0 + kc == k:
+                runs = []
+                for j in range(bn):
+                    cols_in = min(cols, n - n_blk - j * cols)
+                    words = _cdiv(4 * cols_in, bpw) if 4 * cols > bpw else 1
+                    runs += [words] * sum(rows_in)
+                beats = sum(runs) / len(runs)
+                wrate = write_ports * read_rate(beats, o_wr, lat_w + 2, keep)
+                if dram is not None:
+                    wrate = min(wrate, dram / bpw)
+                traffic[1] += sum(runs)
+                write = sum(runs) / wrate
+                slack = OUT_TILES * rows * beats / wrate
+            chunks.append({"compute": bm * bn * kc, "kc": kc, "loads": loads,
+                           "tiles": tiles, "write": write,
+                           "write_words": sum(runs) if write else 0,
+                           "slack": slack if write else 0.0})
     # The schedule: a chunk's reads start when the previous chunk's are done and its slots
     # are free (the chunk two back has computed), its load jobs one after the other (with
     # two ports, A's and B's each on their own); each tile computes once the tile before it
@@ -315,7 +319,8 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
             per_tile = c["write"] / len(c["tiles"])
             tile_bytes = c["write_words"] * bpw / len(c["tiles"])
             for a_l, b_l in c["tiles"]:
-                ready = max(done[a_l], done[b_l])
+                ready = max(0.0 if a_l is None else done[a_l],
+                            0.0 if b_l is None else done[b_l])
                 if ready > t:
                     waited += ready - t
                     t = ready

@@ -195,3 +195,37 @@ def test_balanced_chunks_in_rtl():
     want = simulate(descs, 4, 4, 16, 2, 64, seed=3)
     ks = [c["k"] for c in want[0]]
     assert 9 in ks          # 37 = 12 + 16 + 9 after the first block (4 + 8 + 12 + 13 in it)
+
+
+@pytest.mark.parametrize("rows,cols,m,n,down", [
+    (4, 8, 40, 40, True),       # more columns than rows: down the columns, B kept
+    (8, 8, 72, 40, True),       # square, M > N: down the columns
+    (8, 8, 40, 72, False),      # square, M < N: along the rows, A kept
+    (8, 4, 40, 40, False)])
+def test_blocks_keep_the_shared_operand(rows, cols, m, n, down):
+    """K in one chunk: the walk goes along the inner direction of
+    :func:`sim.engine_models.column_order`, and every block after the first of its row
+    (column) of blocks loads no A (B) tile, reading the one before's slots; a K of two
+    chunks walks the rows and keeps nothing. The RTL walks it the same."""
+    depth, block, k = 16, 2, 12
+    d = em.descriptor(m=m, n=n, k=k, transpose_a=1, a_addr=0x100, a_stride=0x100,
+                      b_addr=0x4000, b_stride=0x100, block=block)
+    assert em.column_order(m, n, k, rows, cols, depth) == down
+    cmds, loads, writes, _ = em.walk(d, rows, cols, depth, block, 128)
+    order = em.block_order(m, n, k, rows, cols, depth, 128, block)
+    blocks_m, blocks_n = -(-m // (block * rows)), -(-n // (block * cols))
+    assert [b[3 if down else 2] for b in order] == [
+        i % (blocks_m if down else blocks_n) != 0 for i in range(blocks_m * blocks_n)]
+    assert not any(b[2 if down else 3] for b in order)
+    kept_path = 1 if down else 0
+    assert sum(j["path"] == kept_path for j in loads) == (blocks_n if down else blocks_m)
+    assert sum(j["path"] != kept_path for j in loads) > blocks_m * blocks_n - 1
+    # a kept operand's commands read the slots the block before loaded
+    firsts = [c for c in cmds if c["i"] == 0 and c["j"] == 0]
+    slot = "b_slot" if down else "a_slot"
+    for prev, cur, blk in zip(firsts, firsts[1:], order[1:], strict=False):
+        if blk[3 if down else 2]:
+            assert cur[slot] == prev[slot] and not cur["load_b" if down else "load_a"]
+    assert em.block_order(m, n, 2 * depth, rows, cols, depth, 128, block)[1][2:] == (
+        False, False)
+    simulate([d, {**d, "k": 2 * depth}], rows, cols, depth, block, 128, seed=11)
