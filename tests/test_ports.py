@@ -118,20 +118,21 @@ def test_the_dram_limits_every_channel_together():
 
 
 def test_round_robin_dram_gives_c_writes_their_turn():
-    """Reads and C's writes both want more than a DRAM of 8 bytes a cycle (a 16-byte port):
-    served reads first (the MIG's default), the next block's loads hold C's writes back and
-    the array waits on its output FIFO; round-robin (what the VCU118's block design sets)
-    alternates them and finishes sooner. Both bit-exact, within the DRAM's bytes, no
-    violation."""
-    base = {"dram_gbps": 1.0, "clock_mhz": 100.0, "data_width": 128}
+    """Reads and C's writes both want more than a DRAM of 5.6 bytes a cycle (a 16-byte
+    port): served reads first (the MIG's default), the next block's loads hold C's writes
+    back and the array waits on its output FIFO; round-robin (what the VCU118's block design
+    sets) alternates them and finishes sooner (here about 4 %). Both bit-exact, within the
+    DRAM's bytes, no violation. (Since blocks keep the operand they share, a GEMM whose K
+    fits one chunk re-reads less, and the difference is smaller than it was.)"""
+    base = {"dram_gbps": 0.7, "clock_mhz": 100.0, "data_width": 128}
     cycles = {}
     for arb in ("reads-first", "round-robin"):
         dev = _device({**base, "dram_arbitration": arb})
-        _gemm(dev, np.random.default_rng(1), 128, 128, 64, True, False)
+        _gemm(dev, np.random.default_rng(1), 64, 128, 128, False, True)
         c = dev.sim.counters
         cycles[arb] = dev.stats["cycles"]
         assert dev.sim.violations == 0
-        assert 16 * (c["read_beats"] + c["write_beats"]) - 32 * 16 <= 8 * cycles[arb]
+        assert 16 * (c["read_beats"] + c["write_beats"]) - 32 * 16 <= 5.6 * cycles[arb]
     assert cycles["round-robin"] < 0.98 * cycles["reads-first"], cycles
 
 
