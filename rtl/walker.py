@@ -26,8 +26,9 @@ class Walker(wiring.Component):
     larger: it sets the schedule (operand reuse against how soon C leaves), never the sums.
 
     For a descriptor on :attr:`i_stream` (already checked) it visits blocks row-major (N
-    inner) or, where K fits one chunk and the array has more columns than rows (or as many,
-    and M > N), column-major (M inner: :func:`sim.engine_models.column_order`); a block
+    inner) or, where K fits one chunk, there is more than one row of blocks and one column of
+    blocks or more columns than rows in the array (or as many, and M > N), column-major (M
+    inner: :func:`sim.engine_models.column_order`); a block
     after a one-chunk block in the same row (column) of blocks keeps that block's A (B)
     tiles in their slots and loads only the other operand. For each block it first loads
     the block's exponent vectors (``row_vec`` /
@@ -109,6 +110,8 @@ class Walker(wiring.Component):
         keep_a = Signal()
         keep_b = Signal()
         col_order = Signal()     # the descriptor's blocks are walked M inner
+        k_fits = Signal()        # K is one chunk (a block after the first keeps an operand)
+        wider = Signal()         # more columns than rows (or as many, and M > N)
         multi = Signal()         # the block walked has more than one K chunk
         # The descriptor's reuse block (its ``block`` field, 1..BL; 0 or more than BL: BL),
         # and its rows and columns: set with the descriptor, constant through the walk.
@@ -295,6 +298,10 @@ class Walker(wiring.Component):
         more_n = Signal()
         more_m = Signal()
         m.d.sync += [more_n.eq(above(tiles_n, blk)), more_m.eq(above(tiles_m, blk))]
+        # The walk's order (sim.engine_models.column_order), set through the first block from
+        # registers that hold for all of it (its more_m and more_n: whole M and N).
+        with m.If(first_block):
+            m.d.sync += col_order.eq(k_fits & more_m & (~more_n | wider))
 
         phase = Signal(2)        # CMD: 0 issue, 1 load A, 2 load B, 3 next
         cmd_sent = Signal()      # phase 0: the command (write job) is already taken
@@ -308,12 +315,11 @@ class Walker(wiring.Component):
                     m.d.sync += [blk.eq(side), blk_r.eq(side << _log2(R)),
                                  blk_c.eq(side << _log2(C))]
                     m_tiles = (d.m + R - 1) >> _log2(R)
-                    wider = 1 if C > R else (d.m > d.n) if C == R else 0
                     m.d.sync += [m_blk.eq(0), n_blk.eq(0), k0.eq(0), first_block.eq(1),
                                  tiles_m.eq(m_tiles), tiles_m0.eq(m_tiles),
                                  tiles_n.eq(n_tiles), tiles_n0.eq(n_tiles),
-                                 keep_a.eq(0), keep_b.eq(0),
-                                 col_order.eq((d.k <= D) & wider)]
+                                 keep_a.eq(0), keep_b.eq(0), k_fits.eq(d.k <= D),
+                                 wider.eq(1 if C > R else (d.m > d.n) if C == R else 0)]
                     m.next = "BLOCK"
             with m.State("BLOCK"):
                 m.d.sync += [bm.eq(Mux(below(tiles_m, blk), tiles_m, blk)),

@@ -146,14 +146,18 @@ def block_side(field: int, block: int) -> int:
     return field if 1 <= field <= block else block
 
 
-def column_order(m: int, n: int, k: int, rows: int, cols: int, depth: int) -> bool:
-    """Whether :class:`rtl.walker.Walker` walks a GEMM's blocks down the columns of blocks
-    (M inner, keeping B's tiles from block to block) rather than along the rows (N inner,
-    keeping A's): only where K fits one chunk (else nothing is kept and the rows are walked),
-    and where B's re-reads would be the larger — an array with more columns than rows (a
+def column_order(m: int, n: int, k: int, rows: int, cols: int, depth: int,
+                 side: int) -> bool:
+    """Whether :class:`rtl.walker.Walker` walks a GEMM's blocks (``side`` tiles square) down
+    the columns of blocks (M inner, keeping B's tiles from block to block) rather than along
+    the rows (N inner, keeping A's): only where K fits one chunk (else nothing is kept and
+    the rows are walked), and where B's re-reads would be the larger — there is more than
+    one row of blocks, and one column of blocks, or an array with more columns than rows (a
     row of blocks then re-reads B ``cols / rows`` times as often as a column of blocks would
     A), or a square one with M > N."""
-    return k <= depth and (cols > rows or (cols == rows and m > n))
+    more_m = -(-m // rows) > side
+    more_n = -(-n // cols) > side
+    return k <= depth and more_m and (not more_n or cols > rows or (cols == rows and m > n))
 
 
 def block_order(m: int, n: int, k: int, rows: int, cols: int, depth: int, data_width: int,
@@ -163,7 +167,7 @@ def block_order(m: int, n: int, k: int, rows: int, cols: int, depth: int, data_w
     the block before it instead of loading them — when that block was one K chunk and shares
     its rows of blocks (columns, in :func:`column_order`)."""
     ms, ns = range(0, m, side * rows), range(0, n, side * cols)
-    down = column_order(m, n, k, rows, cols, depth)
+    down = column_order(m, n, k, rows, cols, depth, side)
     order = [(mb, nb) for nb in ns for mb in ms] if down else [(mb, nb) for mb in ms for nb in ns]
     out = []
     for idx, (mb, nb) in enumerate(order):

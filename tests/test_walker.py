@@ -201,7 +201,9 @@ def test_balanced_chunks_in_rtl():
     (4, 8, 40, 40, True),       # more columns than rows: down the columns, B kept
     (8, 8, 72, 40, True),       # square, M > N: down the columns
     (8, 8, 40, 72, False),      # square, M < N: along the rows, A kept
-    (8, 4, 40, 40, False)])
+    (8, 4, 40, 40, False),
+    (4, 8, 8, 40, False),       # one row of blocks: along it, whatever the array
+    (8, 8, 40, 16, True)])      # one column of blocks: down it
 def test_blocks_keep_the_shared_operand(rows, cols, m, n, down):
     """K in one chunk: the walk goes along the inner direction of
     :func:`sim.engine_models.column_order`, and every block after the first of its row
@@ -210,7 +212,7 @@ def test_blocks_keep_the_shared_operand(rows, cols, m, n, down):
     depth, block, k = 16, 2, 12
     d = em.descriptor(m=m, n=n, k=k, transpose_a=1, a_addr=0x100, a_stride=0x100,
                       b_addr=0x4000, b_stride=0x100, block=block)
-    assert em.column_order(m, n, k, rows, cols, depth) == down
+    assert em.column_order(m, n, k, rows, cols, depth, block) == down
     cmds, loads, writes, _ = em.walk(d, rows, cols, depth, block, 128)
     order = em.block_order(m, n, k, rows, cols, depth, 128, block)
     blocks_m, blocks_n = -(-m // (block * rows)), -(-n // (block * cols))
