@@ -246,8 +246,10 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
                 sum(runs))
 
     chunks = []
-    for idx, (m_blk, n_blk, keep_a, keep_b) in enumerate(
-            block_order(m, n, k, rows, cols, depth, data_width, block)):
+    blocks = block_order(m, n, k, rows, cols, depth, data_width, block)
+    par = [0, 0]                 # A's and B's slot parities, as the walker keeps them
+    last_use = [{}, {}]          # operand -> parity -> the last chunk that used those slots
+    for idx, (m_blk, n_blk, keep_a, keep_b) in enumerate(blocks):
         bm = min(block, _cdiv(m - m_blk, rows))
         rows_in = [min(rows, m - m_blk - i * rows) for i in range(bm)]
         bn = min(block, _cdiv(n - n_blk, cols))
@@ -285,7 +287,14 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
                 traffic[1] += sum(runs)
                 write = sum(runs) / wrate
                 slack = OUT_TILES * rows * beats / wrate
+            # A load into an operand's slots waits for the last chunk that used them.
+            after = [last_use[x].get(par[x]) for x in (0, 1)]
+            for x in (0, 1):
+                last_use[x][par[x]] = len(chunks)
+            nxt = blocks[idx + 1] if k0 + kc == k and idx + 1 < len(blocks) else None
+            par = [par[0] ^ (not (nxt and nxt[2])), par[1] ^ (not (nxt and nxt[3]))]
             chunks.append({"compute": bm * bn * kc, "kc": kc, "loads": loads,
+                           "after": after,
                            "tiles": tiles, "write": write,
                            "write_words": sum(runs) if write else 0,
                            "slack": slack if write else 0.0})
@@ -302,12 +311,13 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
         votes = {"compute": 0, "reads": 0, "writes": 0}
         wclock = gearbox = 0.0       # gearbox: when the last job's vectors are made
         for i, c in enumerate(chunks):
-            read_start = max(read_end[i - 1] if i else 0.0, comp_end[i - 2] if i > 1 else 0.0)
+            read_start = read_end[i - 1] if i else 0.0
             clock = [read_start, read_start]
             done = []
             for path, (cycles, vectors, words) in c["loads"]:
                 p = path if ports == 2 else 0
-                start = clock[p]
+                j = c["after"][path]
+                start = max(clock[p], 0.0 if j is None else comp_end[j])
                 clock[p] = ledger.move(start, cycles, words * bpw)
                 # the router hands words over in read order: a job's vectors follow the
                 # previous job's and its own words (reads run on meanwhile, into the FIFO)
