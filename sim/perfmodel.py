@@ -23,8 +23,10 @@ within a chunk, tile by tile in the walker's order:
   limit and the DMA reader's), plus :data:`LOAD_OVERHEAD` cycles. Where a vector is
   narrower than a bus word, the gearboxes pace a job instead — one vector a cycle, taken in
   read order (the router hands words over in order), while the reads run on into the DMA's
-  FIFO. A chunk's jobs start once the previous chunk's are done and its buffer slots are
-  free (the chunk two back has computed);
+  FIFO. A job's reads follow the previous job's, and begin at most a DMA read FIFO's worth
+  of words (:data:`READ_FIFO`) before its buffer slots are free (the last chunk that used
+  that operand's slots has computed: two back, or further for a kept operand); its vectors
+  enter the slots once they are;
 * **compute**: each tile takes ``kc`` array cycles, once the tile before it has and its
   operands are in (``read_latency`` after its jobs) — so the first row of a block, which
   waits for a new B tile per tile, is paced by the reads when a tile loads slower than it
@@ -84,6 +86,9 @@ OUT_TILES = 4
 DMA_OUTSTANDING = 8
 #: The DMA masters' longest burst (``Accelerator(burst_beats=...)``).
 DMA_BURST = 16
+#: Words the DMA reader's FIFO holds (``burst_beats * outstanding``): how far a load's reads
+#: may run ahead of its buffer slots' freeing.
+READ_FIFO = DMA_BURST * DMA_OUTSTANDING
 
 
 def read_rate(beats: float, outstanding: int, latency: int, keep: float = 1.0) -> float:
@@ -298,10 +303,10 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
                            "tiles": tiles, "write": write,
                            "write_words": sum(runs) if write else 0,
                            "slack": slack if write else 0.0})
-    # The schedule: a chunk's reads start when the previous chunk's are done and its slots
-    # are free (the chunk two back has computed), its load jobs one after the other (with
-    # two ports, A's and B's each on their own); each tile computes once the tile before it
-    # has and its operands are in, and in a last chunk hands its C rows to the write channel.
+    # The schedule: a chunk's load jobs one after the other (with two ports, A's and B's
+    # each on their own), each into its operand's slots once the last chunk using them has
+    # computed; each tile computes once the tile before it has and its operands are in, and
+    # in a last chunk hands its C rows to the write channel.
     rr = port.get("dram_arbitration", "reads-first") == "round-robin"
     share = (FAIR_SHARE, FAIR_SHARE) if rr else (1.0, 0.0)
 
@@ -317,11 +322,17 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
             for path, (cycles, vectors, words) in c["loads"]:
                 p = path if ports == 2 else 0
                 j = c["after"][path]
-                start = max(clock[p], 0.0 if j is None else comp_end[j])
+                free = 0.0 if j is None else comp_end[j]
+                # the job's words wait in the DMA's FIFO for its slots: its reads may begin
+                # up to a FIFO's worth of words before they free
+                lead = cycles * min(1.0, READ_FIFO / words) if words else 0.0
+                start = max(clock[p], free - lead - lat_r)
                 clock[p] = ledger.move(start, cycles, words * bpw)
                 # the router hands words over in read order: a job's vectors follow the
-                # previous job's and its own words (reads run on meanwhile, into the FIFO)
-                gearbox = max(max(gearbox, start + lat_r) + vectors, clock[p] + lat_r)
+                # previous job's and its own words (reads run on meanwhile, into the FIFO),
+                # once its slots are free
+                gearbox = max(max(gearbox, start + lat_r, free) + vectors,
+                              clock[p] + lat_r)
                 done.append(gearbox)
             read_end[i] = max(clock)
             t = comp_end[i - 1] if i else 0.0
