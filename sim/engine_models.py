@@ -181,14 +181,35 @@ def block_order(m: int, n: int, k: int, rows: int, cols: int, depth: int, data_w
     return out
 
 
+def walk_chunks(m: int, n: int, k: int, rows: int, cols: int, depth: int, data_width: int,
+                side: int, parity: tuple[int, int] = (0, 0)):
+    """The K chunks of a GEMM in :class:`rtl.walker.Walker`'s order, each with its block and
+    the buffer slot parities of its operands: ``(m_blk, n_blk, keep_a, keep_b, k0, kc,
+    a_par, b_par)`` (:func:`block_order`, :func:`block_chunks`). Each operand goes to the
+    other set of slots from chunk to chunk, but stays in its set for a block that keeps it.
+
+    Returns the chunks and the parities ``(A's, B's)`` after the last one.
+    """
+    a_par, b_par = parity
+    blocks = block_order(m, n, k, rows, cols, depth, data_width, side)
+    out = []
+    for idx, (m_blk, n_blk, keep_a, keep_b) in enumerate(blocks):
+        for k0, kc in block_chunks(k, depth, chunk_align(rows, cols, data_width),
+                                   first=idx == 0):
+            out.append((m_blk, n_blk, keep_a, keep_b, k0, kc, a_par, b_par))
+            nxt = blocks[idx + 1] if k0 + kc == k and idx + 1 < len(blocks) else None
+            a_par ^= not (nxt and nxt[2])
+            b_par ^= not (nxt and nxt[3])
+    return out, (a_par, b_par)
+
+
 def walk(desc: dict, rows: int, cols: int, depth: int, block: int, data_width: int,
          tag_width: int | None = None, parity: int | tuple[int, int] = 0):
     """What :class:`rtl.walker.Walker` issues for one (checked) descriptor.
 
     Blocks of ``b x b`` tiles, ``b`` the descriptor's ``block`` (if present and in
-    ``1..block``; else ``block``, the buffers' slots), in :func:`block_order`. Each operand
-    alternates between two sets of ``block`` slots from chunk to chunk, but stays in its set
-    for a block that keeps it.
+    ``1..block``; else ``block``, the buffers' slots), chunk by chunk as
+    :func:`walk_chunks` orders them and assigns their slots.
 
     Returns ``(commands, loads, writes, parity)``: the payloads on ``o_cmd``, ``o_load`` and
     ``o_write`` in order, and the slot parities ``(A's, B's)`` the next descriptor starts with
@@ -216,46 +237,41 @@ def walk(desc: dict, rows: int, cols: int, depth: int, block: int, data_width: i
                        sel=off // lanes if lanes <= bpw else 0)
         loads.append(job)
 
-    a_par, b_par = (parity, parity) if isinstance(parity, int) else parity
-    blocks = block_order(m, n, k, R, C, D, data_width, side)
-    for idx, (m_blk, n_blk, keep_a, keep_b) in enumerate(blocks):
+    chunks, parity = walk_chunks(m, n, k, R, C, D, data_width, side,
+                                 (parity, parity) if isinstance(parity, int) else parity)
+    for m_blk, n_blk, keep_a, keep_b, k0, kc, a_par, b_par in chunks:
         bm = min(-(-(m - m_blk) // R), side)
         bn = min(-(-(n - n_blk) // C), side)
-        for i in range(bm if desc["row_vec"] else 0):
+        for i in range(bm if desc["row_vec"] and k0 == 0 else 0):
             x0 = m_blk + i * R
             load(0, R, False, min(m - x0, R), x0, desc["row_exp_addr"], 0, 0, 0,
                  tag=1 | i << 1, exp=True)
-        for j in range(bn if desc["col_vec"] else 0):
+        for j in range(bn if desc["col_vec"] and k0 == 0 else 0):
             x0 = n_blk + j * C
             load(1, C, False, min(n - x0, C), x0, desc["col_exp_addr"], 0, 0, 0,
                  tag=1 | j << 1, exp=True)
-        for k0, kc in block_chunks(k, D, chunk_align(R, C, data_width), first=idx == 0):
-            last = k0 + kc == k
-            for i in range(bm):
-                for j in range(bn):
-                    m0, n0 = m_blk + i * R, n_blk + j * C
-                    load_a = not keep_a and ((i == 0 and j == 0) if ta else j == 0)
-                    load_b = not keep_b and (i == 0 if tb else (i == 0 and j == 0))
-                    cmds.append({
-                        "k": kc, "a_slot": i + BL * a_par if BL > 1 else a_par,
-                        "b_slot": j + BL * b_par if BL > 1 else b_par,
-                        "load_a": int(load_a), "load_b": int(load_b),
-                        "a_extra": bm - 1 if ta else 0, "b_extra": 0 if tb else bn - 1,
-                        "emit": int(last), "store": int(not last), "add": int(k0 != 0),
-                        "acc_slot": i * BL + j, "i": i, "j": j})
-                    if last:
-                        writes.append({"m0": m0, "n0": n0})
-                    if load_a:
-                        load(0, R, not ta, min(m - m0, R), m0, desc["a_addr"],
-                             desc["a_stride"], k0, kc, span=bm, v_span=min(m - m_blk, side * R))
-                    if load_b:
-                        load(1, C, tb, min(n - n0, C), n0, desc["b_addr"], desc["b_stride"],
-                             k0, kc, span=bn, v_span=min(n - n_blk, side * C))
-            # the next chunk's operands go to the other slots, a kept one stays
-            nxt = blocks[idx + 1] if last and idx + 1 < len(blocks) else (0, 0, 0, 0)
-            a_par ^= not nxt[2]
-            b_par ^= not nxt[3]
-    return cmds, loads, writes, (a_par, b_par)
+        last = k0 + kc == k
+        for i in range(bm):
+            for j in range(bn):
+                m0, n0 = m_blk + i * R, n_blk + j * C
+                load_a = not keep_a and ((i == 0 and j == 0) if ta else j == 0)
+                load_b = not keep_b and (i == 0 if tb else (i == 0 and j == 0))
+                cmds.append({
+                    "k": kc, "a_slot": i + BL * a_par if BL > 1 else a_par,
+                    "b_slot": j + BL * b_par if BL > 1 else b_par,
+                    "load_a": int(load_a), "load_b": int(load_b),
+                    "a_extra": bm - 1 if ta else 0, "b_extra": 0 if tb else bn - 1,
+                    "emit": int(last), "store": int(not last), "add": int(k0 != 0),
+                    "acc_slot": i * BL + j, "i": i, "j": j})
+                if last:
+                    writes.append({"m0": m0, "n0": n0})
+                if load_a:
+                    load(0, R, not ta, min(m - m0, R), m0, desc["a_addr"],
+                         desc["a_stride"], k0, kc, span=bm, v_span=min(m - m_blk, side * R))
+                if load_b:
+                    load(1, C, tb, min(n - n0, C), n0, desc["b_addr"], desc["b_stride"],
+                         k0, kc, span=bn, v_span=min(n - n_blk, side * C))
+    return cmds, loads, writes, parity
 
 
 def _sel_bits(data_width: int, lanes: int) -> int:

@@ -69,7 +69,7 @@ import sys
 
 from firmware import regmap
 
-from .engine_models import block_chunks, block_order, chunk_align
+from .engine_models import walk_chunks
 from .ports import dram_bytes_per_cycle
 
 __all__ = ["predict", "best_block", "read_rate", "training_gemms", "main"]
@@ -251,58 +251,52 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
                 sum(runs))
 
     chunks = []
-    blocks = block_order(m, n, k, rows, cols, depth, data_width, block)
-    par = [0, 0]                 # A's and B's slot parities, as the walker keeps them
     last_use = [{}, {}]          # operand -> parity -> the last chunk that used those slots
-    for idx, (m_blk, n_blk, keep_a, keep_b) in enumerate(blocks):
+    walked, _ = walk_chunks(m, n, k, rows, cols, depth, data_width, block)
+    for m_blk, n_blk, keep_a, keep_b, k0, kc, a_par, b_par in walked:
         bm = min(block, _cdiv(m - m_blk, rows))
         rows_in = [min(rows, m - m_blk - i * rows) for i in range(bm)]
         bn = min(block, _cdiv(n - n_blk, cols))
-        for k0, kc in block_chunks(k, depth, chunk_align(rows, cols, data_width),
-                                   first=idx == 0):
-            # a block that keeps an operand's tiles (block_order) loads none of them
-            a_jobs = [] if keep_a else operand_jobs(transpose_a, rows, m_blk, m, bm, kc)
-            b_jobs = [] if keep_b else operand_jobs(not transpose_b, cols, n_blk, n, bn,
-                                                    kc)
-            # The walker's order: tile (i, j), j inner; each command's A load, then B.
-            loads, tiles = [], []
-            a_at, b_at = {}, {}
-            for i in range(bm):
-                for j in range(bn):
-                    ai = 0 if len(a_jobs) == 1 else i
-                    bi = 0 if len(b_jobs) == 1 else j
-                    if a_jobs and ai not in a_at:
-                        a_at[ai] = len(loads)
-                        loads.append((0, a_jobs[ai]))
-                    if b_jobs and bi not in b_at:
-                        b_at[bi] = len(loads)
-                        loads.append((1, b_jobs[bi]))
-                    tiles.append((a_at.get(ai), b_at.get(bi)))
-            write = 0.0
-            if k0 + kc == k:
-                runs = []
-                for j in range(bn):
-                    cols_in = min(cols, n - n_blk - j * cols)
-                    words = _cdiv(4 * cols_in, bpw) if 4 * cols > bpw else 1
-                    runs += [words] * sum(rows_in)
-                beats = sum(runs) / len(runs)
-                wrate = write_ports * read_rate(beats, o_wr, lat_w + 2, keep)
-                if dram is not None:
-                    wrate = min(wrate, dram / bpw)
-                traffic[1] += sum(runs)
-                write = sum(runs) / wrate
-                slack = OUT_TILES * rows * beats / wrate
-            # A load into an operand's slots waits for the last chunk that used them.
-            after = [last_use[x].get(par[x]) for x in (0, 1)]
-            for x in (0, 1):
-                last_use[x][par[x]] = len(chunks)
-            nxt = blocks[idx + 1] if k0 + kc == k and idx + 1 < len(blocks) else None
-            par = [par[0] ^ (not (nxt and nxt[2])), par[1] ^ (not (nxt and nxt[3]))]
-            chunks.append({"compute": bm * bn * kc, "kc": kc, "loads": loads,
-                           "after": after,
-                           "tiles": tiles, "write": write,
-                           "write_words": sum(runs) if write else 0,
-                           "slack": slack if write else 0.0})
+        # a block that keeps an operand's tiles (block_order) loads none of them
+        a_jobs = [] if keep_a else operand_jobs(transpose_a, rows, m_blk, m, bm, kc)
+        b_jobs = [] if keep_b else operand_jobs(not transpose_b, cols, n_blk, n, bn,
+                                                kc)
+        # The walker's order: tile (i, j), j inner; each command's A load, then B.
+        loads, tiles = [], []
+        a_at, b_at = {}, {}
+        for i in range(bm):
+            for j in range(bn):
+                ai = 0 if len(a_jobs) == 1 else i
+                bi = 0 if len(b_jobs) == 1 else j
+                if a_jobs and ai not in a_at:
+                    a_at[ai] = len(loads)
+                    loads.append((0, a_jobs[ai]))
+                if b_jobs and bi not in b_at:
+                    b_at[bi] = len(loads)
+                    loads.append((1, b_jobs[bi]))
+                tiles.append((a_at.get(ai), b_at.get(bi)))
+        write = 0.0
+        if k0 + kc == k:
+            runs = []
+            for j in range(bn):
+                cols_in = min(cols, n - n_blk - j * cols)
+                words = _cdiv(4 * cols_in, bpw) if 4 * cols > bpw else 1
+                runs += [words] * sum(rows_in)
+            beats = sum(runs) / len(runs)
+            wrate = write_ports * read_rate(beats, o_wr, lat_w + 2, keep)
+            if dram is not None:
+                wrate = min(wrate, dram / bpw)
+            traffic[1] += sum(runs)
+            write = sum(runs) / wrate
+            slack = OUT_TILES * rows * beats / wrate
+        # A load into an operand's slots waits for the last chunk that used them.
+        after = [last_use[x].get(par) for x, par in ((0, a_par), (1, b_par))]
+        last_use[0][a_par] = last_use[1][b_par] = len(chunks)
+        chunks.append({"compute": bm * bn * kc, "kc": kc, "loads": loads,
+                       "after": after,
+                       "tiles": tiles, "write": write,
+                       "write_words": sum(runs) if write else 0,
+                       "slack": slack if write else 0.0})
     # The schedule: a chunk's load jobs one after the other (with two ports, A's and B's
     # each on their own), each into its operand's slots once the last chunk using them has
     # computed; each tile computes once the tile before it has and its operands are in, and
