@@ -547,7 +547,7 @@ def main(argv=None) -> int:
         try:
             results = model_check(*args.size, args.width, args.depth, args.block,
                                   args.port or MODEL_PORTS, args.count, args.seed,
-                                  args.write_ports or 1)
+                                  args.write_ports)
         except ValueError as e:          # a configuration the accelerator refuses
             parser.error(str(e))
         table = model_check_table(results)
