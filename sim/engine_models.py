@@ -169,14 +169,13 @@ def block_order(m: int, n: int, k: int, rows: int, cols: int, depth: int, data_w
     ms, ns = range(0, m, side * rows), range(0, n, side * cols)
     down = column_order(m, n, k, rows, cols, depth, side)
     order = [(mb, nb) for nb in ns for mb in ms] if down else [(mb, nb) for mb in ms for nb in ns]
-    out = []
-    for idx, (mb, nb) in enumerate(order):
-        keep = False
-        if idx:
-            pm_, pn_ = order[idx - 1]
-            one = len(block_chunks(k, depth, chunk_align(rows, cols, data_width),
-                                   first=idx == 1)) == 1
-            keep = one and (pn_ == nb if down else pm_ == mb)
+    # whether the first block, and those after it, are one K chunk
+    one = [len(block_chunks(k, depth, chunk_align(rows, cols, data_width), first=f)) == 1
+           for f in (True, False)]
+    out = [(*order[0], False, False)] if order else []
+    for idx in range(1, len(order)):
+        (pm_, pn_), (mb, nb) = order[idx - 1], order[idx]
+        keep = one[idx > 1] and (pn_ == nb if down else pm_ == mb)
         out.append((mb, nb, keep and not down, keep and down))
     return out
 

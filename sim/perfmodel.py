@@ -259,8 +259,7 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
         bn = min(block, _cdiv(n - n_blk, cols))
         # a block that keeps an operand's tiles (block_order) loads none of them
         a_jobs = [] if keep_a else operand_jobs(transpose_a, rows, m_blk, m, bm, kc)
-        b_jobs = [] if keep_b else operand_jobs(not transpose_b, cols, n_blk, n, bn,
-                                                kc)
+        b_jobs = [] if keep_b else operand_jobs(not transpose_b, cols, n_blk, n, bn, kc)
         # The walker's order: tile (i, j), j inner; each command's A load, then B.
         loads, tiles = [], []
         a_at, b_at = {}, {}
@@ -343,8 +342,7 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
                 if per_tile:
                     # the tile's C rows go out once it has computed, after those before it;
                     # the array waits while the output FIFO holds OUT_TILES tiles unwritten
-                    wclock = ledger.move(max(wclock, t), per_tile,
-                                         tile_bytes, 1)
+                    wclock = ledger.move(max(wclock, t), per_tile, tile_bytes, 1)
                     if wclock - c["slack"] > t:
                         stalled += wclock - c["slack"] - t
                         t = wclock - c["slack"]
