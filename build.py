@@ -127,6 +127,9 @@ def parse_args(argv):
                              "chooses, or UltraRAM (UltraScale+ boards)")
     parser.add_argument("--write-ports", type=int, choices=list(regmap.WRITE_PORTS),
                         help="AXI write ports C rows are dealt to (default: the platform's)")
+    parser.add_argument("--read-ports", type=int, choices=list(regmap.READ_PORTS),
+                        help="AXI read ports: 2 reads B through a port of its own "
+                             "(default: the platform's)")
     parser.add_argument("--slr-groups", type=_positive,
                         help="the array's columns in this many groups, one per SLR, with "
                              "crossing registers and a pblock each (default: the platform's; "
@@ -152,7 +155,8 @@ def parse_args(argv):
     board = PLATFORMS[args.platform]
     cfg = board.config(rows=args.rows, cols=args.cols, depth=args.depth, block=args.block,
                        dsp_rows=args.dsp_rows, acc_ram=args.acc_ram,
-                       write_ports=args.write_ports, slr_groups=args.slr_groups)
+                       write_ports=args.write_ports, read_ports=args.read_ports,
+                       slr_groups=args.slr_groups)
     if cfg.get("slr_groups", 1) == 1:
         cfg.pop("slr_groups", None)
     elif cfg["slr_groups"] != len(board.slrs):
@@ -206,7 +210,8 @@ def generate(board, cfg, out: Path) -> dict:
     files["top"] = top
     (out / f"{stem}.xdc").write_text(vivado.xdc(board, cfg.get("slr_groups", 1)))
     files["xdc"] = out / f"{stem}.xdc"
-    (out / "build.tcl").write_text(vivado.build_tcl(board, cfg.get("write_ports", 1)))
+    (out / "build.tcl").write_text(vivado.build_tcl(board, cfg.get("write_ports", 1),
+                                                    cfg.get("read_ports", 1)))
     files["tcl"] = out / "build.tcl"
     shutil.copyfile(ROOT / "platforms" / "lint.vlt", out / "lint.vlt")
     files["lint"] = out / "lint.vlt"

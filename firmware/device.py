@@ -46,7 +46,8 @@ array.
 
 Backend options (keyword arguments of :class:`Device`): ``depth``, ``block``, ``packing``,
 ``write_ports`` (hardware configuration, ``rtl`` and ``model``; 2 or 4 deal C rows to that
-many AXI write ports, each with the ``port``'s limits); ``slr_groups`` (``rtl``: the array's
+many AXI write ports, each with the ``port``'s limits); ``read_ports`` (the same; 2 reads A
+and B through an AXI read port each); ``slr_groups`` (``rtl``: the array's
 columns in that many SLR groups with crossing registers, as on the VU9P); ``port`` (the
 memory port's timing, ``rtl``: a preset name of :data:`sim.ports.PORTS` -- ``"ideal"`` (the
 default), ``"zynq7-hp"``, ``"zynqmp-hp"``, ``"vcu118-ddr4"`` -- or a dict of knobs, see
@@ -304,7 +305,7 @@ class Device:
         self.rows, self.cols, self.data_width = rows, cols, data_width
         if backend == "rtl":
             allowed = {"depth", "block", "packing", "port", "latency", "pause", "memory",
-                       "seed", "write_ports", "slr_groups"}
+                       "seed", "write_ports", "read_ports", "slr_groups"}
             unknown = set(options) - allowed
             if unknown:
                 raise TypeError(f"unknown option(s) for the rtl backend: {sorted(unknown)}; "
@@ -314,7 +315,7 @@ class Device:
             self.driver = Driver(_SimRegs(self.sim), _SimMemory(self.sim))
         elif backend == "model":
             allowed = {"depth", "block", "packing", "queue", "port", "memory", "addr_width",
-                       "write_ports"}
+                       "write_ports", "read_ports"}
             unknown = set(options) - allowed
             if unknown:
                 raise TypeError(f"unknown option(s) for the model backend: {sorted(unknown)}; "
@@ -501,7 +502,7 @@ class Device:
         from sim.perfmodel import best_block
         return best_block(m, n, k, ta, tb, rows=info.rows, cols=info.cols, depth=info.depth,
                           block=info.block, data_width=info.data_width, port=port,
-                          write_ports=info.write_ports)
+                          write_ports=info.write_ports, read_ports=info.read_ports)
 
     def _run(self, a, b, m, n, k, ta, tb, re, ce, runs, out, temps, as_tensor=False, side=0):
         bpw = self.bytes_per_word

@@ -59,12 +59,15 @@ class HardwareInfo:
         self.addr_width = field_value("CONFIG_BUS", "ADDR_WIDTH", bus)
         # (0 on register maps before 1.4: one port)
         self.write_ports = max(1, field_value("CONFIG_BUS", "WRITE_PORTS", bus))
+        # (0 on register maps before 1.5: one port)
+        self.read_ports = max(1, field_value("CONFIG_BUS", "READ_PORTS", bus))
 
     def __repr__(self):
         return (f"HardwareInfo(rows={self.rows}, cols={self.cols}, depth={self.depth}, "
                 f"queue={self.queue}, packing={self.packing}, block={self.block}, "
                 f"data_width={self.data_width}, "
-                f"addr_width={self.addr_width}, write_ports={self.write_ports})")
+                f"addr_width={self.addr_width}, write_ports={self.write_ports}, "
+                f"read_ports={self.read_ports})")
 
 
 def _round_up(x: int, to: int) -> int:

@@ -25,12 +25,13 @@ from dataclasses import dataclass, field
 from enum import IntEnum
 
 __all__ = ["Field", "Register", "REGISTERS", "ErrorCode", "MAGIC", "VERSION", "WRITE_PORTS",
-           "by_name", "offset", "field_value", "pack", "markdown_table"]
+           "READ_PORTS", "check_write_ports", "check_read_ports", "by_name", "offset",
+           "field_value", "pack", "markdown_table"]
 
 #: ``ID`` register contents: ASCII "BFP8".
 MAGIC = 0x42465038
 #: Register map version (major << 16 | minor): changes when the map does.
-VERSION = 0x0001_0004
+VERSION = 0x0001_0005
 
 #: The AXI write port counts a build may have (``CONFIG_BUS.WRITE_PORTS``): the RTL, the
 #: functional model, the performance model and the command lines take these.
@@ -42,6 +43,18 @@ def check_write_ports(write_ports) -> int:
     if write_ports not in WRITE_PORTS or isinstance(write_ports, bool):
         raise ValueError(f"write_ports must be 1, 2 or 4, not {write_ports!r}")
     return write_ports
+
+
+#: The AXI read port counts a build may have (``CONFIG_BUS.READ_PORTS``): with 2, A is read
+#: through ``mem_r`` and B through ``mem_r1``, each with a DMA reader of its own.
+READ_PORTS = (1, 2)
+
+
+def check_read_ports(read_ports) -> int:
+    """``read_ports`` if it is one of :data:`READ_PORTS`, else ValueError naming it."""
+    if read_ports not in READ_PORTS or isinstance(read_ports, bool):
+        raise ValueError(f"read_ports must be 1 or 2, not {read_ports!r}")
+    return read_ports
 
 
 @dataclass(frozen=True)
@@ -141,7 +154,8 @@ REGISTERS: tuple[Register, ...] = tuple([
     _reg("CONFIG_BUS", 0x010, "ro", "Memory bus",
          ("DATA_WIDTH", 0, 16, "AXI data width in bits"),
          ("ADDR_WIDTH", 16, 8, "AXI address width in bits"),
-         ("WRITE_PORTS", 24, 4, "AXI4 write ports C rows are dealt to (mem_w, mem_w1, ...)")),
+         ("WRITE_PORTS", 24, 4, "AXI4 write ports C rows are dealt to (mem_w, mem_w1, ...)"),
+         ("READ_PORTS", 28, 4, "AXI4 read ports: 1 (mem_r reads A and B) or 2 (mem_r1 reads B)")),
     _reg("CTRL", 0x020, "w1p", "Control pulses",
          ("ENQUEUE", 0, 1, "copy the staged descriptor into the queue (starts the engine)"),
          ("SOFT_RESET", 1, 1, "abort everything, drain the bus, return to idle"),

@@ -27,7 +27,7 @@ CORE = "bfp_accel"
 def _xilinx_name(path: tuple) -> str:
     bus, *rest = path
     name = "_".join(map(str, rest))
-    if bus.startswith("mem_w") and bus != "mem_w":       # mem_w1 ... : m_axi_mem1 ...
+    if bus[:5] in ("mem_w", "mem_r") and bus[5:]:       # mem_w1, mem_r1 ... : m_axi_mem1 ...
         return f"m_axi_mem{bus[5:]}_{name}"
     return {"ctrl": f"s_axi_control_{name}", "mem_r": f"m_axi_mem_{name}",
             "mem_w": f"m_axi_mem_{name}", "irq": "interrupt"}[bus]
@@ -37,7 +37,8 @@ def top_verilog(component) -> str:
     """``bfp_accel_top``: the accelerator with Xilinx port names and an active-low reset."""
     ports, conns = [], []
     busifs = "s_axi_control:m_axi_mem" + "".join(
-        f":m_axi_mem{p}" for p in range(1, getattr(component, "write_ports", 1)))
+        f":m_axi_mem{p}" for p in range(1, _memory_ports(getattr(component, "write_ports", 1),
+                                                         getattr(component, "read_ports", 1))))
     for path, member, _ in component.signature.flatten(component):
         inner = "__".join(map(str, path))
         outer = _xilinx_name(path)
@@ -152,7 +153,8 @@ apply_bd_automation -rule xilinx.com:bd_rule:axi4 \\
 connect_bd_net [get_bd_pins accel/interrupt] [get_bd_pins ps/pl_ps_irq0]
 """
 
-# The other write ports (``write_ports`` 2 or 4: m_axi_mem1 ..., write-only), each on the
+# The other memory ports (m_axi_mem1 ...: with ``write_ports`` 2 or 4 the write channels of
+# C's rows p mod P, with ``read_ports`` 2 m_axi_mem1's read channels reading B), each on the
 # PS's HP port of its number ({p}; on the PS8, S_AXI_HPn_FPD is S_AXI_GP(n + 2)).
 _PS7_PORT = """set_property -dict [list CONFIG.PCW_USE_S_AXI_HP{p} {{1}} \\
     CONFIG.PCW_S_AXI_HP{p}_DATA_WIDTH {{{dw}}}] [get_bd_cells ps]
@@ -227,11 +229,17 @@ file copy -force $hwh [file join $origin {stem}.hwh]
 """
 
 
-def build_tcl(board: Board, write_ports: int = 1) -> str:
+def _memory_ports(write_ports: int, read_ports: int) -> int:
+    """The AXI4 interfaces m_axi_mem, m_axi_mem1 ...: write port p and read port p share
+    interface p (``mem_w1`` and ``mem_r1`` are m_axi_mem1's write and read channels)."""
+    return max(write_ports, read_ports)
+
+
+def build_tcl(board: Board, write_ports: int = 1, read_ports: int = 1) -> str:
     """The Vivado script: block design, implementation, bitstream. With ``write_ports`` 2 or 4
-    the accelerator's write port ``p`` goes to the PS's HP port ``p`` (S_AXI_HPp on the
-    Zynq-7000, S_AXI_HPp_FPD on the Zynq UltraScale+; on the VCU118 to the same DDR4
-    interconnect)."""
+    (or ``read_ports`` 2) the accelerator's memory interface ``p`` goes to the PS's HP port
+    ``p`` (S_AXI_HPp on the Zynq-7000, S_AXI_HPp_FPD on the Zynq UltraScale+; on the VCU118
+    to the same DDR4 interconnect)."""
     stem = f"bfp_{board.name.replace('-', '_')}"
     zynq = board.name in ("pynq-z1", "zcu104")
     fmt = {"title": board.title, "stem": stem, "part": board.part, "core": CORE, "top": TOP,
@@ -242,7 +250,8 @@ def build_tcl(board: Board, write_ports: int = 1) -> str:
            "mig_arbitration": MIG_ARBITRATION[PORTS[BOARD_PORTS[board.name]]["dram_arbitration"]]}
     body = {"pynq-z1": _PS7, "zcu104": _PS8, "vu9p": _XDMA}[board.name]
     extra = {"pynq-z1": _PS7_PORT, "zcu104": _PS8_PORT, "vu9p": _XDMA_PORT}[board.name]
-    ports = "".join(extra.format(p=p, gp=p + 2, **fmt) for p in range(1, write_ports))
+    ports = "".join(extra.format(p=p, gp=p + 2, **fmt)
+                    for p in range(1, _memory_ports(write_ports, read_ports)))
     return (_HEAD.format(**fmt) + body.format(**fmt) + ports
             + _TAIL.format(stem=stem, hwh_copy=_HWH.format(stem=stem) if zynq else "",
                            **_address(board)))

@@ -29,7 +29,10 @@ class Accelerator(wiring.Component):
     ``[WINDOW_BASE, WINDOW_LIMIT)``. With ``write_ports`` P of 2 or 4, P - 1 more AXI4 write
     managers, :attr:`mem_w1` ..., write the C tiles' rows ``p mod P``
     (:class:`rtl.writeback.WriteBackPorts`): connected to other memory ports (the Zynq PS's
-    other HP ports), C leaves at up to P bus words a cycle.
+    other HP ports), C leaves at up to P bus words a cycle. With ``read_ports`` 2, a second
+    AXI4 read manager, :attr:`mem_r1`, reads B (and the column exponents) while :attr:`mem_r`
+    reads A (and the row exponents): connected to another memory port, the operands arrive
+    at up to two bus words a cycle.
 
     Errors stop the engine with ``STATUS.ERROR`` and a code: a rejected descriptor (nothing
     touched), SLVERR/DECERR on a read or a write, or an ENQUEUE into a full queue. After a bus
@@ -51,6 +54,8 @@ class Accelerator(wiring.Component):
         DMA bursts (see :class:`rtl.dma.DmaReader`).
     write_ports : {1, 2, 4}
         AXI4 write managers (``CONFIG_BUS.WRITE_PORTS``); at most ``rows``.
+    read_ports : {1, 2}
+        AXI4 read managers (``CONFIG_BUS.READ_PORTS``).
 
     Members
     -------
@@ -59,6 +64,8 @@ class Accelerator(wiring.Component):
     mem_w : Out(AXI4WriteSignature(addr_width, data_width))
     mem_w1, mem_w2, mem_w3 : Out(AXI4WriteSignature(addr_width, data_width))
         With ``write_ports`` 2 (``mem_w1``) or 4.
+    mem_r1 : Out(AXI4ReadSignature(addr_width, data_width))
+        With ``read_ports`` 2.
     irq : Out(1)
     """
 
@@ -66,16 +73,19 @@ class Accelerator(wiring.Component):
                  data_width: int = 128, addr_width: int = 32, queue: int = 4, block: int = 4,
                  packing: int = 1, primitive: bool = False, burst_beats: int = 16,
                  outstanding: int = 8, dsp_rows: int | None = None, acc_ram: str = "auto",
-                 write_ports: int = 1, slr_groups: int = 1):
+                 write_ports: int = 1, slr_groups: int = 1, read_ports: int = 1):
         if not isinstance(queue, int) or not 1 <= queue <= 254:   # + the running one: 8 bits
             raise ValueError(f"queue must be an integer in 1..254, not {queue!r}")
         # (the engine checks write_ports)
         self.engine = GemmEngine(rows, cols, depth=depth, data_width=data_width,
                                  addr_width=addr_width, block=block, packing=packing,
                                  primitive=primitive, dsp_rows=dsp_rows, acc_ram=acc_ram,
-                                 write_ports=write_ports, slr_groups=slr_groups)
-        self.reader = DmaReader(data_width, addr_width, burst_beats=burst_beats,
-                                outstanding=outstanding)
+                                 write_ports=write_ports, slr_groups=slr_groups,
+                                 read_ports=read_ports)
+        self.readers = [DmaReader(data_width, addr_width, burst_beats=burst_beats,
+                                  outstanding=outstanding) for _ in range(read_ports)]
+        self.reader = self.readers[0]
+        self.read_ports = read_ports
         self.writers = [DmaWriter(data_width, addr_width, burst_beats=burst_beats,
                                   outstanding=outstanding) for _ in range(write_ports)]
         self.writer = self.writers[0]
@@ -86,7 +96,8 @@ class Accelerator(wiring.Component):
         self.data_width, self.addr_width, self.packing = data_width, addr_width, packing
         super().__init__({
             "ctrl": In(AXI4LiteSignature(12)),
-            "mem_r": Out(AXI4ReadSignature(addr_width, data_width)),
+            **{f"mem_r{p or ''}": Out(AXI4ReadSignature(addr_width, data_width))
+               for p in range(read_ports)},
             "mem_w": Out(AXI4WriteSignature(addr_width, data_width)),
             **{f"mem_w{p}": Out(AXI4WriteSignature(addr_width, data_width))
                for p in range(1, write_ports)},
@@ -109,8 +120,9 @@ class Accelerator(wiring.Component):
         # Each DMA master resets through its own registered copy of dma_rst (kept apart, as
         # the engine's parts are), so that no one net reaches every master's flip-flops; the
         # abort lasts a cycle longer (`settled`) for the copies to act.
-        reader, writers = self.reader, self.writers
-        masters = {"reader": reader, **{f"writer{p or ''}": w for p, w in enumerate(writers)}}
+        readers, writers = self.readers, self.writers
+        masters = {**{f"reader{p or ''}": r for p, r in enumerate(readers)},
+                   **{f"writer{p or ''}": w for p, w in enumerate(writers)}}
         for name, master in masters.items():
             copy = Signal(name=f"rst_{name}", attrs={"keep": "true"})
             if self.primitive:       # an instance: Yosys would merge equal plain registers
@@ -121,7 +133,8 @@ class Accelerator(wiring.Component):
                 m.d.sync += copy.eq(dma_rst)
             m.submodules[name] = ResetInserter(copy)(master)
         wiring.connect(m, wiring.flipped(self.ctrl), csr.bus)
-        wiring.connect(m, reader.bus, wiring.flipped(self.mem_r))
+        for p, r in enumerate(readers):
+            wiring.connect(m, r.bus, wiring.flipped(getattr(self, f"mem_r{p or ''}")))
         for p, w in enumerate(writers):
             wiring.connect(m, w.bus, wiring.flipped(getattr(self, f"mem_w{p or ''}")))
 
@@ -141,7 +154,7 @@ class Accelerator(wiring.Component):
             *pack("CONFIG_BUFFER", DEPTH=self.depth, QUEUE=self.queue, PACKING=self.packing,
                   BLOCK_LOG2=self.block.bit_length() - 1),
             *pack("CONFIG_BUS", DATA_WIDTH=self.data_width, ADDR_WIDTH=self.addr_width,
-                  WRITE_PORTS=self.write_ports),
+                  WRITE_PORTS=self.write_ports, READ_PORTS=self.read_ports),
         ]
 
         # ---- descriptor queue -------------------------------------------------------------
@@ -185,8 +198,8 @@ class Accelerator(wiring.Component):
             engine.window_base.eq(csr.window_base_hi << 32 | csr.window_base_lo),
             engine.window_limit.eq(csr.window_limit_hi << 32 | csr.window_limit_lo),
             engine.desc.eq(q.r_data),
-            drained.eq(~reader.busy & ~reduce(operator.or_, (w.busy for w in writers))
-                       & ~reader.bus.arvalid
+            drained.eq(~reduce(operator.or_, (x.busy for x in (*readers, *writers)))
+                       & ~reduce(operator.or_, (r.bus.arvalid for r in readers))
                        & ~reduce(operator.or_, (w.bus.awvalid for w in writers))),
         ]
         can_start = q.r_rdy & ~engine.busy & ~running & ~aborting & ~halted & ~core_rst_d
@@ -200,9 +213,11 @@ class Accelerator(wiring.Component):
         irq_done = Signal()
         irq_error = Signal()
         write_error = reduce(operator.or_, (w.error for w in writers))
-        bus_error = reader.error | reader.protocol | write_error
+        read_error = reduce(operator.or_, (r.error for r in readers))
+        read_protocol = reduce(operator.or_, (r.protocol for r in readers))
+        bus_error = read_error | read_protocol | write_error
         with m.If(aborting):
-            m.d.comb += [core_rst.eq(1), reader.abort.eq(1),
+            m.d.comb += [core_rst.eq(1), *(r.abort.eq(1) for r in readers),
                          *(w.abort.eq(1) for w in writers),
                          queue_rst.eq(clear_after | soft_reset)]
             with m.If(soft_reset):             # a soft reset during an abort on an error
@@ -222,9 +237,9 @@ class Accelerator(wiring.Component):
             m.d.comb += core_rst.eq(1)
         with m.Elif(bus_error | engine.fail | (enqueue & ~q.w_rdy)):
             m.d.comb += irq_error.eq(1)
-            with m.If(reader.error):
+            with m.If(read_error):
                 m.d.sync += error_code.eq(int(ErrorCode.READ_ERROR))
-            with m.Elif(reader.protocol):
+            with m.Elif(read_protocol):
                 m.d.sync += error_code.eq(int(ErrorCode.PROTOCOL_ERROR))
             with m.Elif(write_error):
                 m.d.sync += error_code.eq(int(ErrorCode.WRITE_ERROR))
@@ -236,14 +251,17 @@ class Accelerator(wiring.Component):
         m.d.comb += irq_done.eq(engine.done & ~aborting & ~halted)
 
         # ---- engine <-> DMA ---------------------------------------------------------------
-        m.d.comb += [
-            reader.cmd.payload.eq(engine.rd_cmd.payload),
-            reader.cmd.valid.eq(engine.rd_cmd.valid & ~aborting),
-            engine.rd_cmd.ready.eq(reader.cmd.ready & ~aborting),
-            engine.rd_data.payload.eq(reader.o_stream.payload),
-            engine.rd_data.valid.eq(reader.o_stream.valid & ~aborting),
-            reader.o_stream.ready.eq(engine.rd_data.ready | aborting),
-        ]
+        for p, reader in enumerate(readers):         # reader p: A, or with two, B
+            rd_cmd, rd_data = (getattr(engine, f"{name}{p or ''}")
+                               for name in ("rd_cmd", "rd_data"))
+            m.d.comb += [
+                reader.cmd.payload.eq(rd_cmd.payload),
+                reader.cmd.valid.eq(rd_cmd.valid & ~aborting),
+                rd_cmd.ready.eq(reader.cmd.ready & ~aborting),
+                rd_data.payload.eq(reader.o_stream.payload),
+                rd_data.valid.eq(reader.o_stream.valid & ~aborting),
+                reader.o_stream.ready.eq(rd_data.ready | aborting),
+            ]
         for p, writer in enumerate(writers):            # C rows: writer p, tile rows p mod P
             wr_cmd, wr_data = (getattr(engine, f"{name}{p or ''}")
                                for name in ("wr_cmd", "wr_data"))

@@ -1,6 +1,6 @@
 """The descriptor engine: one whole GEMM per descriptor, tiled over the datapath, through DMA."""
 
-from amaranth import ClockSignal, Instance, Module, ResetInserter, ResetSignal, Signal
+from amaranth import ClockSignal, Instance, Module, Mux, ResetInserter, ResetSignal, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -76,7 +76,13 @@ class GemmEngine(wiring.Component):
     and written through :attr:`wr_cmd` / :attr:`wr_data` / :attr:`wr_done` (a
     :class:`rtl.dma.DmaWriter`); with ``write_ports`` P of 2 or 4, the rows ``p mod P`` of
     each C tile through :attr:`wr_cmd1` / :attr:`wr_data1` / :attr:`wr_done1` ... (a writer
-    each, on AXI ports of their own), by :class:`rtl.writeback.WriteBackPorts`.
+    each, on AXI ports of their own), by :class:`rtl.writeback.WriteBackPorts`. With
+    ``read_ports`` 2, A (and the row exponents) is read through :attr:`rd_cmd` /
+    :attr:`rd_data` and B (and the column exponents) through :attr:`rd_cmd1` /
+    :attr:`rd_data1`, a DMA reader each on an AXI port of its own: each reader's words go
+    straight to its gearbox (no :class:`rtl.router.ReadRouter`), the load sequencer's read
+    commands to the reader of the running job's operand, so A's and B's reads overlap and
+    each operand has a port's bandwidth to itself.
 
     Parameters
     ----------
@@ -92,6 +98,8 @@ class GemmEngine(wiring.Component):
         Passed to :class:`rtl.datapath.GemmDatapath`.
     write_ports : {1, 2, 4}
         DMA writers C rows are written through (at most ``rows``).
+    read_ports : {1, 2}
+        DMA readers: one for A and B, or one for A and one for B.
 
     Members
     -------
@@ -117,8 +125,10 @@ class GemmEngine(wiring.Component):
     def __init__(self, rows: int = 8, cols: int = 8, *, depth: int = 512,
                  data_width: int = 128, addr_width: int = 32, block: int = 4,
                  packing: int = 1, primitive: bool = False, dsp_rows: int | None = None,
-                 acc_ram: str = "auto", write_ports: int = 1, slr_groups: int = 1):
+                 acc_ram: str = "auto", write_ports: int = 1, slr_groups: int = 1,
+                 read_ports: int = 1):
         self.write_ports = regmap.check_write_ports(write_ports)
+        self.read_ports = regmap.check_read_ports(read_ports)
         for name, v in (("rows", rows), ("cols", cols)):
             if not isinstance(v, int) or v < 2 or v & (v - 1) or v > 256:
                 raise ValueError(f"{name} must be a power of two in 2..256, not {v!r}")
@@ -150,22 +160,25 @@ class GemmEngine(wiring.Component):
             "window_limit": In(64),
             "busy": Out(1), "done": Out(1), "fail": Out(1), "code": Out(8),
             "macs": Out(48), "step": Out(1), "wait_dma": Out(1),
-            "rd_cmd": Out(stream.Signature(dma_command_layout(addr_width))),
-            "rd_data": In(stream.Signature(data.StructLayout({"data": data_width,
-                                                              "last": 1}))),
+            **{f"{name}{p or ''}": member for p in range(read_ports) for name, member in (
+                ("rd_cmd", Out(stream.Signature(dma_command_layout(addr_width)))),
+                ("rd_data", In(stream.Signature(data.StructLayout({"data": data_width,
+                                                                   "last": 1})))))},
             **{f"{name}{p or ''}": member for p in range(write_ports) for name, member in (
                 ("wr_cmd", Out(stream.Signature(dma_command_layout(addr_width)))),
                 ("wr_data", Out(stream.Signature(dma_write_layout(data_width)))),
                 ("wr_done", In(1)))},
         })
 
-    #: The parts with their own registered copy of :attr:`soft_reset`.
+    #: The parts with their own registered copy of :attr:`soft_reset` (with two read ports,
+    #: all but the router, which is not there).
     RESET_PARTS = ("datapath", "checker", "walker", "loader", "router", "gb_a", "gb_b", "issue",
                    "writeback", "slices", "control")
 
     #: The register slices: router -> gearbox and gearbox -> issue, for A and for B; the
     #: load sequencer's read commands -> :attr:`rd_cmd`; the write-back's write commands ->
-    #: :attr:`wr_cmd` (and with more write ports ``wr_cmd1`` ... -> :attr:`wr_cmd1` ...).
+    #: :attr:`wr_cmd` (and with more write ports ``wr_cmd1`` ... -> :attr:`wr_cmd1` ...; with
+    #: two read ports, ``rd_cmd1`` -> :attr:`rd_cmd1`).
     SLICES = ("a_in", "b_in", "a_out", "b_out", "rd_cmd", "wr_cmd")
 
     # ------------------------------------------------------------------------------------------
@@ -179,7 +192,8 @@ class GemmEngine(wiring.Component):
                         tag_width=tag_width)
         loader = LoadSequencer(self.data_width, self.addr_width, a_lanes=R, b_lanes=C,
                                tag_width=tag_width)
-        router = ReadRouter(self.data_width)
+        RP = self.read_ports
+        router = ReadRouter(self.data_width) if RP == 1 else None
         gb_a = Gearbox(self.data_width, R, tag_width)
         gb_b = Gearbox(self.data_width, C, tag_width)
         issue = CommandIssue(R, C, block=BL, tag_width=tag_width)
@@ -202,6 +216,8 @@ class GemmEngine(wiring.Component):
         assert tuple(slice_shapes) == self.SLICES
         for p in range(1, WP):
             slice_shapes[f"wr_cmd{p}"] = dma_command_layout(self.addr_width)
+        if RP == 2:
+            slice_shapes["rd_cmd1"] = dma_command_layout(self.addr_width)
         slices = Module()
         for name, shape in slice_shapes.items():
             slices.submodules[name] = RegisterSlice(shape)
@@ -212,6 +228,8 @@ class GemmEngine(wiring.Component):
                      router=router, gb_a=gb_a, gb_b=gb_b, issue=issue, writeback=writeback,
                      slices=slices, control=control)
         assert tuple(parts) == self.RESET_PARTS
+        if router is None:
+            del parts["router"]
         for name, part in parts.items():
             copy = Signal(init=1, name=f"rst_{name}", attrs={"keep": "true"})
             if self.primitive:
@@ -229,15 +247,36 @@ class GemmEngine(wiring.Component):
         wiring.connect(m, walker.o_cmd, issue.i_cmd)
         wiring.connect(m, walker.o_load, loader.i_stream)
         wiring.connect(m, walker.o_write, writeback.jobs)
-        wiring.connect(m, loader.rd_cmd, sl.rd_cmd.i_stream)
-        wiring.connect(m, sl.rd_cmd.o_stream, wiring.flipped(self.rd_cmd))
         wiring.connect(m, loader.a_jobs, gb_a.jobs)
         wiring.connect(m, loader.b_jobs, gb_b.jobs)
-        wiring.connect(m, loader.routes, router.routes)
-        wiring.connect(m, wiring.flipped(self.rd_data), router.i_stream)
-        wiring.connect(m, router.a_stream, sl.a_in.i_stream)
+        if RP == 1:
+            wiring.connect(m, loader.rd_cmd, sl.rd_cmd.i_stream)
+            wiring.connect(m, loader.routes, router.routes)
+            wiring.connect(m, wiring.flipped(self.rd_data), router.i_stream)
+            wiring.connect(m, router.a_stream, sl.a_in.i_stream)
+            wiring.connect(m, router.b_stream, sl.b_in.i_stream)
+        else:
+            # A read command goes to the reader of the job it belongs to (the job, a
+            # register of the walker, stays on the loader's input until its last command);
+            # each reader's words go to its own gearbox, in the order they were read.
+            path = walker.o_load.payload.path
+            to = (sl.rd_cmd.i_stream, sl.rd_cmd1.i_stream)
+            m.d.comb += [
+                *(t.payload.eq(loader.rd_cmd.payload) for t in to),
+                to[0].valid.eq(loader.rd_cmd.valid & ~path),
+                to[1].valid.eq(loader.rd_cmd.valid & path),
+                loader.rd_cmd.ready.eq(Mux(path, to[1].ready, to[0].ready)),
+                loader.routes.ready.eq(1),          # no router: the entries are not needed
+            ]
+            for word, into in ((self.rd_data, sl.a_in), (self.rd_data1, sl.b_in)):
+                m.d.comb += [into.i_stream.payload.eq(word.payload.data),
+                             into.i_stream.valid.eq(word.valid),
+                             word.ready.eq(into.i_stream.ready)]
+        for p in range(RP):
+            suffix = str(p or "")
+            wiring.connect(m, sl[f"rd_cmd{suffix}"].o_stream,
+                           wiring.flipped(getattr(self, f"rd_cmd{suffix}")))
         wiring.connect(m, sl.a_in.o_stream, gb_a.i_stream)
-        wiring.connect(m, router.b_stream, sl.b_in.i_stream)
         wiring.connect(m, sl.b_in.o_stream, gb_b.i_stream)
         wiring.connect(m, gb_a.o_stream, sl.a_out.i_stream)
         wiring.connect(m, sl.a_out.o_stream, issue.a_vectors)

@@ -46,7 +46,7 @@ class FunctionalAccelerator:
 
     Parameters
     ----------
-    rows, cols, depth, block, data_width, addr_width, packing, queue, write_ports :
+    rows, cols, depth, block, data_width, addr_width, packing, queue, write_ports, read_ports :
         The configuration the registers report (and the performance model uses).
     port : str or dict
         The memory port (:func:`sim.ports.resolve_port`), for the cycle prediction.
@@ -57,12 +57,13 @@ class FunctionalAccelerator:
     def __init__(self, *, rows: int = 8, cols: int = 8, depth: int = 512, block: int = 4,
                  data_width: int = 128, addr_width: int = 32, packing: int = 1,
                  queue: int = 4, port: str | dict = "ideal", memory: int = 256 << 20,
-                 write_ports: int = 1):
+                 write_ports: int = 1, read_ports: int = 1):
         regmap.check_write_ports(write_ports)
+        regmap.check_read_ports(read_ports)
         self.cfg = dict(rows=rows, cols=cols, depth=depth, block=block,
                         data_width=data_width)
         self.addr_width, self.packing, self.queue = addr_width, packing, queue
-        self.write_ports = write_ports
+        self.write_ports, self.read_ports = write_ports, read_ports
         self.port = resolve_port(port)
         self.memory = np.zeros(memory, np.uint8)
         self.size = memory
@@ -86,7 +87,8 @@ class FunctionalAccelerator:
                                                  BLOCK_LOG2=self.cfg["block"].bit_length() - 1),
             offset("CONFIG_BUS"): regmap.pack("CONFIG_BUS", DATA_WIDTH=self.cfg["data_width"],
                                               ADDR_WIDTH=self.addr_width,
-                                              WRITE_PORTS=self.write_ports),
+                                              WRITE_PORTS=self.write_ports,
+                                              READ_PORTS=self.read_ports),
             offset("STATUS"): regmap.pack(
                 "STATUS", BUSY=int(bool(self.pending)), ERROR=int(self.error != 0),
                 QUEUE_FULL=int(len(self.pending) >= self.queue),
@@ -191,7 +193,8 @@ class FunctionalAccelerator:
             out = golden.rescale(acc, re, ce)
         self._matrix(c[0], m, n, c[2], np.int32)[...] = out.view(np.int32)
         cfg = {**self.cfg, "block": block_side(f["BLOCK"], self.cfg["block"])}
-        p = predict(m, n, k, ta, tb, port=self.port, write_ports=self.write_ports, **cfg)
+        p = predict(m, n, k, ta, tb, port=self.port, write_ports=self.write_ports,
+                    read_ports=self.read_ports, **cfg)
         self.descriptors += 1
         for name, v in (("CYCLES", p["cycles"]), ("BUSY_CYCLES", p["cycles"]),
                         ("ACTIVE_CYCLES", p["compute_cycles"]),

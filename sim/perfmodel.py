@@ -52,9 +52,9 @@ Under a port whose subordinate holds a channel back with probability ``pause`` e
 (its latency does not stretch) and a data channel moves at most ``1 - pause`` words a
 cycle. After the last chunk the array drains and the last C rows are written.
 
-``ports=2`` predicts a design that reads A and B through two memory ports (the Zynq PS has
-four HP ports; A's jobs and B's each on their own) — not built yet; the default, 1, is the
-accelerator as it is.
+``read_ports=2`` predicts the accelerator built with two read ports
+(``Accelerator(read_ports=2)``: A's jobs on one, B's on the other, each with the port's limits
+of its own); the DRAM behind them is still shared.
 
 The model is checked against the RTL by ``tests/test_perfmodel.py`` and printed beside every
 measurement by ``python -m sim.bench utilization``. ``python -m sim.perfmodel --board B``
@@ -173,7 +173,7 @@ def _bursts(words: int, burst: int) -> list[int]:
 
 def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool = False, *,
             rows: int, cols: int, depth: int, block: int, data_width: int, port: dict,
-            ports: int = 1, write_ports: int = 1, dma_outstanding: int = DMA_OUTSTANDING,
+            read_ports: int = 1, write_ports: int = 1, dma_outstanding: int = DMA_OUTSTANDING,
             dma_burst: int = DMA_BURST) -> dict:
     """Predicted cycles of one GEMM descriptor, from its start to its last C row in memory.
 
@@ -188,8 +188,8 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
         ``read_latency``, ``write_latency``, ``max_burst``, ``pause`` (0 if absent) and the
         DRAM (``dram_gbps`` with ``clock_mhz`` and ``data_width``; absent: unlimited) — as
         :func:`sim.ports.resolve_port` returns.
-    ports : {1, 2}
-        Memory ports: 2 reads A and B in parallel (a prediction for a design not built).
+    read_ports : {1, 2}
+        AXI read ports (``Accelerator(read_ports=...)``): 2 reads A and B in parallel.
     write_ports : {1, 2, 4}
         AXI write ports C rows are dealt to in turn (``Accelerator(write_ports=...)``), each
         with the port's limits of its own.
@@ -201,8 +201,7 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
         ``rows * cols * cycles``), ``bound_by`` (what limits most chunks: "compute", "reads"
         or "writes") and ``chunks``.
     """
-    if ports not in (1, 2):
-        raise ValueError(f"ports must be 1 or 2, not {ports!r}")
+    regmap.check_read_ports(read_ports)
     regmap.check_write_ports(write_ports)
     bpw = data_width // 8
     burst = min(dma_burst, port.get("max_burst") or dma_burst)
@@ -313,7 +312,7 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
             clock = [read_start, read_start]
             done = []
             for path, (cycles, vectors, words) in c["loads"]:
-                p = path if ports == 2 else 0
+                p = path if read_ports == 2 else 0
                 j = c["after"][path]
                 free = 0.0 if j is None else comp_end[j]
                 # the job's words wait in the DMA's FIFO for its slots: its reads may begin
@@ -379,7 +378,7 @@ BLOCK_MARGIN = 0.02
 
 def best_block(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool = False,
                *, rows: int, cols: int, depth: int, block: int, data_width: int,
-               port: dict, write_ports: int = 1) -> int:
+               port: dict, write_ports: int = 1, read_ports: int = 1) -> int:
     """The reuse block's side (``1..block`` C tiles) with the fewest predicted cycles.
 
     Larger blocks read A and B fewer times; smaller ones let C leave earlier (a GEMM of one
@@ -391,16 +390,16 @@ def best_block(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: b
         "outstanding_reads", "outstanding_writes", "read_latency", "write_latency",
         "max_burst", "pause", "dram_gbps", "clock_mhz", "data_width", "dram_arbitration")))
     return _best_block(m, n, k, bool(transpose_a), bool(transpose_b), rows, cols, depth, block,
-                       data_width, knobs, write_ports)
+                       data_width, knobs, write_ports, read_ports)
 
 
 @functools.lru_cache(maxsize=4096)
 def _best_block(m, n, k, ta, tb, rows, cols, depth, block, data_width, knobs,
-                write_ports) -> int:
+                write_ports, read_ports) -> int:
     port = dict(knobs)
     cycles = {side: predict(m, n, k, ta, tb, rows=rows, cols=cols, depth=depth, block=side,
                             data_width=data_width, port=port,
-                            write_ports=write_ports)["cycles"]
+                            write_ports=write_ports, read_ports=read_ports)["cycles"]
               for side in range(1, block + 1)}
     fastest = min(cycles.values())
     return max(side for side, c in cycles.items() if c <= fastest * (1 + BLOCK_MARGIN))
@@ -426,31 +425,36 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m sim.perfmodel",
         description="Predict a board's default configuration over the training GEMMs of "
-                    "typical layers, for several block sizes (and one or two read ports: "
-                    "two is a prediction for a design not built), and with each GEMM's block "
-                    "side chosen by best_block (as Device.gemm does), up to the board's "
-                    "block; C written through the board's write ports (or --write-ports).")
+                    "typical layers, for several block sizes and one or two read ports, and "
+                    "with each GEMM's block side chosen by best_block (as Device.gemm does), "
+                    "up to the board's block; C written through the board's write ports (or "
+                    "--write-ports), A and B read through its read ports (or --read-ports).")
     parser.add_argument("--board", choices=sorted(BOARDS), required=True)
     parser.add_argument("--blocks", type=int, nargs="+", default=[2, 4, 8])
-    parser.add_argument("--ports", type=int, nargs="+", choices=[1, 2], default=[1, 2])
+    parser.add_argument("--ports", type=int, nargs="+", choices=list(regmap.READ_PORTS),
+                        default=list(regmap.READ_PORTS),
+                        help="read port counts of the fixed-block columns")
     parser.add_argument("--batch", type=int, nargs="+", default=[64, 128])
     parser.add_argument("--write-ports", type=int, choices=list(regmap.WRITE_PORTS),
                         help="AXI write ports (default: the board's)")
+    parser.add_argument("--read-ports", type=int, choices=list(regmap.READ_PORTS),
+                        help="AXI read ports of the chosen-side column (default: the board's)")
     args = parser.parse_args(argv)
     for b in args.blocks:
         if b < 1 or b & (b - 1) or b > 16:
             parser.error(f"--blocks: a block must be a power of two in 1..16, not {b}")
     board = BOARDS[args.board]
-    cfg = board.config(write_ports=args.write_ports)
+    cfg = board.config(write_ports=args.write_ports, read_ports=args.read_ports)
     port = resolve_port(BOARD_PORTS[args.board])
     variants = [(bl, p) for bl in args.blocks for p in args.ports]
     print(f"{board.title}: {cfg['rows']}x{cfg['cols']}, depth {cfg['depth']}, "
           f"{cfg['data_width']}-bit bus, port preset {port['name']} "
-          f"(default block {cfg['block']}), {cfg.get('write_ports', 1)} write port(s); "
+          f"(default block {cfg['block']}), {cfg.get('write_ports', 1)} write port(s), "
+          f"{cfg.get('read_ports', 1)} read port(s); "
           f"predicted PE utilisation, %")
     print("| GEMM | M x N x K | " + " | ".join(f"block {bl}, {p} read port{'s' * (p > 1)}"
                                             for bl, p in variants)
-          + f" | chosen side <= {cfg['block']}, 1 read port |")
+          + f" | chosen side <= {cfg['block']}, {cfg.get('read_ports', 1)} read port(s) |")
     print("|---|---|" + "---:|" * (len(variants) + 1))
     geometry = {key: cfg[key] for key in ("rows", "cols", "depth", "data_width")}
     geometry["write_ports"] = cfg.get("write_ports", 1)
@@ -461,12 +465,15 @@ def main(argv=None) -> int:
             for name, m, n, k, ta, tb in training_gemms(batch, fan_in, fan_out):
                 row = []
                 for i, (bl, p) in enumerate(variants):
-                    u = predict(m, n, k, ta, tb, block=bl, port=port, ports=p,
-                                **geometry)["utilization"]
+                    u = predict(m, n, k, ta, tb, block=bl, port=port, **geometry,
+                                read_ports=p)["utilization"]
                     means[i] += u
                     row.append(f"{100 * u:.1f}")
-                side = best_block(m, n, k, ta, tb, block=cfg["block"], port=port, **geometry)
-                u = predict(m, n, k, ta, tb, block=side, port=port, **geometry)["utilization"]
+                own = cfg.get("read_ports", 1)
+                side = best_block(m, n, k, ta, tb, block=cfg["block"], port=port, **geometry,
+                                  read_ports=own)
+                u = predict(m, n, k, ta, tb, block=side, port=port, **geometry,
+                            read_ports=own)["utilization"]
                 means[-1] += u
                 row.append(f"{100 * u:.1f} (side {side})")
                 count += 1

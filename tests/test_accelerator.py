@@ -11,18 +11,19 @@ from firmware.device import AcceleratorError
 from firmware.regmap import ErrorCode, pack
 from sim import golden
 
-# (rows, cols, data_width, write_ports): lanes below, equal to and above the bus width; C rows
-# narrower and wider than a bus word; C rows dealt to two and to four write ports (one row of
-# each tile a port).
-CONFIGS = [(8, 8, 128, 1), (4, 16, 64, 1), (8, 8, 512, 1), (4, 8, 64, 2), (4, 4, 128, 4)]
+# (rows, cols, data_width, write_ports, read_ports): lanes below, equal to and above the bus
+# width; C rows narrower and wider than a bus word; C rows dealt to two and to four write ports
+# (one row of each tile a port); A and B read through two read ports.
+CONFIGS = [(8, 8, 128, 1, 1), (4, 16, 64, 1, 1), (8, 8, 512, 1, 1), (4, 8, 64, 2, 1),
+           (4, 4, 128, 4, 1), (4, 8, 64, 2, 2)]
 
 
 @pytest.fixture(scope="module", params=CONFIGS, ids=lambda c: "x".join(map(str, c[:3]))
-                + (f"-{c[3]}w" if c[3] > 1 else ""))
+                + (f"-{c[3]}w" if c[3] > 1 else "") + (f"-{c[4]}r" if c[4] > 1 else ""))
 def dev(request):
-    rows, cols, width, ports = request.param
+    rows, cols, width, ports, read_ports = request.param
     device = Device("rtl", rows=rows, cols=cols, data_width=width, latency=32, pause=0.2,
-                    seed=7, write_ports=ports)
+                    seed=7, write_ports=ports, read_ports=read_ports)
     yield device
     assert device.sim.violations == 0, "AXI protocol violations"
 
@@ -198,13 +199,14 @@ def test_rejected_descriptor_touches_nothing(dev, what, change, code):
     np.testing.assert_array_equal(_c(dev, desc), want)
 
 
-@pytest.mark.parametrize("where", ["read", "write", "write row 1"])
+@pytest.mark.parametrize("where", ["read", "read A", "write", "write row 1"])
 def test_bus_error_stops_cleanly(dev, where):
-    """"write row 1": C's second row (written by the second writer where there are two)."""
+    """"write row 1": C's second row (written by the second writer where there are two);
+    "read" is B's (the second reader's where there are two read ports), "read A" A's."""
     desc, want = _good_desc(dev)
     drv, sim = dev.driver, dev.sim
     drv.set_window(0x100000, 0x200000)
-    lo = {"read": desc["b_addr"], "write": desc["c_addr"],
+    lo = {"read": desc["b_addr"], "read A": desc["a_addr"], "write": desc["c_addr"],
           "write row 1": desc["c_addr"] + desc["c_stride"]}[where]
     sim.set_error_range(lo, lo + 64)
     try:
@@ -212,7 +214,7 @@ def test_bus_error_stops_cleanly(dev, where):
             drv.run(desc)
     finally:
         sim.set_error_range(0, 0)
-    assert info.value.code == (ErrorCode.READ_ERROR if where == "read"
+    assert info.value.code == (ErrorCode.READ_ERROR if where.startswith("read")
                                else ErrorCode.WRITE_ERROR)
     assert sim.outstanding == 0
     drv.run(desc)
@@ -248,6 +250,7 @@ def test_interrupt_and_identification(dev):
     assert (drv.info.rows, drv.info.cols) == (dev.rows, dev.cols)
     assert drv.info.data_width == dev.data_width
     assert drv.info.write_ports == dev.sim.params.get("write_ports", 1)
+    assert drv.info.read_ports == dev.sim.params.get("read_ports", 1)
     assert drv.info.block == 4          # Accelerator's default
     desc, _ = _good_desc(dev)
     drv.set_window(0x100000, 0x200000)

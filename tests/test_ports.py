@@ -17,10 +17,12 @@ from sim import golden
 from sim.ports import BOARD_PORTS, DRAM_ARBITRATIONS, KNOBS, PORTS, WRITE_ORDERS, resolve_port
 
 # Configurations tests/test_accelerator.py builds, so no extra compile: one write port, two,
-# four.
+# four; two write ports and two read ports ("2r": A and B each through a read port of its own).
 CONFIG = {"rows": 8, "cols": 8, "data_width": 128}
 CONFIGS_BY_PORTS = {1: CONFIG, 2: {"rows": 4, "cols": 8, "data_width": 64, "write_ports": 2},
-                    4: {"rows": 4, "cols": 4, "data_width": 128, "write_ports": 4}}
+                    4: {"rows": 4, "cols": 4, "data_width": 128, "write_ports": 4},
+                    "2r": {"rows": 4, "cols": 8, "data_width": 64, "write_ports": 2,
+                           "read_ports": 2}}
 
 
 def _device(port, seed=5, write_ports=1):
@@ -43,12 +45,13 @@ def _check_port_kept(dev):
         assert limit is None or c[f"max_{way}_in_flight"] <= limit, (way, c)
 
 
-@pytest.mark.parametrize("write_ports", [1, 2, 4])
+@pytest.mark.parametrize("write_ports", [1, 2, 4, "2r"])
 @pytest.mark.parametrize("order", WRITE_ORDERS)
 @pytest.mark.parametrize("preset", sorted(PORTS))
 def test_every_preset_and_write_order_is_exact(preset, order, write_ports):
     """All four transpose forms at odd shapes, with at least 10 % pauses on every channel;
-    with two or four write ports, each port with the preset's limits (the DRAM's shared)."""
+    with two or four write ports, or two read ports, each port with the preset's limits (the
+    DRAM's shared)."""
     dev = _device({"preset": preset, "write_order": order,
                    "pause": max(PORTS[preset]["pause"], 0.1)}, write_ports=write_ports)
     rng = np.random.default_rng(sorted(PORTS).index(preset))
@@ -65,7 +68,7 @@ def test_every_preset_and_write_order_is_exact(preset, order, write_ports):
        latency=st.integers(1, 80), pause=st.sampled_from([0.0, 0.3]),
        m=st.integers(1, 50), n=st.integers(1, 50), k=st.integers(1, 200),
        ta=st.booleans(), tb=st.booleans(), seed=st.integers(0, 2**16),
-       order=st.sampled_from(WRITE_ORDERS), write_ports=st.sampled_from([1, 2, 4]),
+       order=st.sampled_from(WRITE_ORDERS), write_ports=st.sampled_from([1, 2, 4, "2r"]),
        arbitration=st.sampled_from(DRAM_ARBITRATIONS))
 def test_random_knobs(preset, order, outstanding, latency, pause, m, n, k, ta, tb, seed,
                       write_ports, arbitration):

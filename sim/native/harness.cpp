@@ -4,8 +4,8 @@
 // Compiled with -DMODEL=<Verilated class> -DMODEL_H="<header>" -DDW=<AXI data width in bits>.
 //
 // Memory model: a flat byte array at address 0 behind one AXI subordinate port (with
-// -DWRITE_PORTS=2 or 4 more write ports, mem_w1 ... mem_w3, on the same memory, each write
-// port with the knobs below of its own) whose timing is set by a few knobs (sim_configure; sim/ports.py has
+// -DWRITE_PORTS=2 or 4 more write ports, mem_w1 ... mem_w3, and with -DREAD_PORTS=2 a second
+// read port, mem_r1, on the same memory, each port with the knobs below of its own) whose timing is set by a few knobs (sim_configure; sim/ports.py has
 // the boards' presets):
 //
 // * outstanding_reads: AR bursts accepted and not yet fully returned; ARREADY is low at the
@@ -56,6 +56,9 @@
 static constexpr int BPW = DW / 8;
 #ifndef WRITE_PORTS
 #define WRITE_PORTS 1
+#endif
+#ifndef READ_PORTS
+#define READ_PORTS 1
 #endif
 // What the DRAM budget may bank while the ports are idle (the controller's queues, open
 // rows): two bursts of 16 beats.
@@ -135,6 +138,29 @@ struct Held {
     Payload payload{};
 };
 
+// One AXI4 read port's pins on the model (mem_r, mem_r1).
+#define RPIN_T(name) std::remove_reference_t<decltype(std::declval<MODEL &>().mem_r__##name)>
+struct ReadPins {
+    RPIN_T(arvalid) *arvalid; RPIN_T(arready) *arready; RPIN_T(araddr) *araddr;
+    RPIN_T(arlen) *arlen; RPIN_T(arsize) *arsize; RPIN_T(arburst) *arburst;
+    RPIN_T(rvalid) *rvalid; RPIN_T(rready) *rready; RPIN_T(rdata) *rdata;
+    RPIN_T(rresp) *rresp; RPIN_T(rlast) *rlast; RPIN_T(rid) *rid;
+};
+#define READ_PINS(top, P) ReadPins{&top->P##arvalid, &top->P##arready, &top->P##araddr, \
+    &top->P##arlen, &top->P##arsize, &top->P##arburst, &top->P##rvalid, &top->P##rready, \
+    &top->P##rdata, &top->P##rresp, &top->P##rlast, &top->P##rid}
+
+// A read port's state: its bursts in flight, returned in order.
+struct ReadState {
+    ReadPins pins;
+    std::deque<ReadBurst> reads;
+    bool r_shown = false;
+    Held ar_held;
+    // sampled this cycle
+    bool ar = false, r = false;
+    ReadBurst nb{};
+};
+
 // One AXI4 write port's pins on the model (mem_w, mem_w1, ...).
 #define PIN_T(name) std::remove_reference_t<decltype(std::declval<MODEL &>().mem_w__##name)>
 struct WritePins {
@@ -175,10 +201,8 @@ struct Sim {
     double pause;
     uint64_t rng, order_rng;
     uint64_t err_lo = 0, err_hi = 0;
-    std::deque<ReadBurst> reads;
+    std::vector<ReadState> rports;
     std::vector<WriteState> wports;
-    bool r_shown = false;
-    Held ar_held;
     double dram = 0;                   // bytes per cycle, 0: unlimited
     double budget = 0;                 // bytes the DRAM can move now
     unsigned arbitration = 0;          // 0 reads first, 1 round-robin (see the top)
@@ -189,6 +213,10 @@ struct Sim {
         : mem(bytes, 0), read_latency(latency_), write_latency(latency_ / 4 + 1),
           pause(pause_), rng(seed * 2654435761u + 1), order_rng(seed * 40503u + 7) {
         top = new MODEL{&ctx};
+        rports.push_back(ReadState{READ_PINS(top, mem_r__)});
+#if READ_PORTS > 1
+        rports.push_back(ReadState{READ_PINS(top, mem_r1__)});
+#endif
         wports.push_back(WriteState{WRITE_PINS(top, mem_w__)});
 #if WRITE_PORTS > 1
         wports.push_back(WriteState{WRITE_PINS(top, mem_w1__)});
@@ -386,46 +414,74 @@ struct Sim {
         retire_writes(p);
     }
 
-    // One clock cycle: drive the model's outputs, sample handshakes, clock edge, update.
-    void tick() {
-        // ---- drive subordinate outputs from the model state ----
-        bool ar_room = outstanding_reads == 0 || reads.size() < outstanding_reads;
-        top->mem_r__arready = !paused() && ar_room;
+    // A read port's outputs from its state (before the clock edge).
+    void drive_read(ReadState &p) {
+        ReadPins &q = p.pins;
+        bool ar_room = outstanding_reads == 0 || p.reads.size() < outstanding_reads;
+        *q.arready = !paused() && ar_room;
         bool gap = paused();
-        if (!r_shown && !reads.empty() && reads.front().due <= cycle && !gap
+        if (!p.r_shown && !p.reads.empty() && p.reads.front().due <= cycle && !gap
             && read_may_take()) {
-            r_shown = true;
+            p.r_shown = true;
             if (dram > 0) budget -= BPW;
             write_turn = true;
         }
-        if (r_shown) {
-            ReadBurst &b = reads.front();
-            if (b.resp == 0) put_bytes(top->mem_r__rdata, &mem[b.addr + uint64_t(b.beat) * BPW]);
-            else { uint8_t z[BPW] = {0}; put_bytes(top->mem_r__rdata, z); }
-            top->mem_r__rresp = b.resp;
-            top->mem_r__rlast = b.beat + 1 == b.len;
-            top->mem_r__rid = 0;
+        if (p.r_shown) {
+            ReadBurst &b = p.reads.front();
+            if (b.resp == 0) put_bytes(*q.rdata, &mem[b.addr + uint64_t(b.beat) * BPW]);
+            else { uint8_t z[BPW] = {0}; put_bytes(*q.rdata, z); }
+            *q.rresp = b.resp;
+            *q.rlast = b.beat + 1 == b.len;
+            *q.rid = 0;
         }
-        top->mem_r__rvalid = r_shown;
+        *q.rvalid = p.r_shown;
+    }
+
+    // A read port's handshakes, sampled before the clock edge.
+    void sample_read(ReadState &p) {
+        ReadPins &q = p.pins;
+        bool arv = *q.arvalid, arr = *q.arready;
+        check_held(p.ar_held, arv, arr, Payload{uint64_t(*q.araddr), *q.arlen, *q.arsize,
+                                                *q.arburst});
+        if (arv && !arr) counters[AR_STALLS]++;
+        p.ar = arv && arr;
+        p.nb = ReadBurst{};
+        if (p.ar) {
+            p.nb.addr = *q.araddr;
+            p.nb.len = *q.arlen + 1u;
+            check_address(p.nb.addr, p.nb.len, *q.arsize);
+            p.nb.due = cycle + read_latency;
+            p.nb.resp = check(p.nb.addr, p.nb.len);
+        }
+        p.r = p.r_shown && *q.rready;
+    }
+
+    // A read port's state after the clock edge.
+    void update_read(ReadState &p) {
+        if (p.r) {
+            counters[READ_BEATS]++;
+            p.r_shown = false;
+            ReadBurst &b = p.reads.front();
+            if (++b.beat == b.len) p.reads.pop_front();
+        }
+        if (p.ar) {
+            p.reads.push_back(p.nb);
+            counters[READ_BURSTS]++;
+            if (p.reads.size() > counters[MAX_READS_IN_FLIGHT])
+                counters[MAX_READS_IN_FLIGHT] = p.reads.size();
+        }
+    }
+
+    // One clock cycle: drive the model's outputs, sample handshakes, clock edge, update.
+    void tick() {
+        // ---- drive subordinate outputs from the model state ----
+        for (auto &p : rports) drive_read(p);
         for (auto &p : wports) drive_write(p);
         top->clk = 0;
         top->eval();
 
         // ---- sample handshakes ----
-        bool arv = top->mem_r__arvalid, arr = top->mem_r__arready;
-        check_held(ar_held, arv, arr, Payload{uint64_t(top->mem_r__araddr), top->mem_r__arlen,
-                                              top->mem_r__arsize, top->mem_r__arburst});
-        if (arv && !arr) counters[AR_STALLS]++;
-        bool ar = arv && arr;
-        ReadBurst nb{};
-        if (ar) {
-            nb.addr = top->mem_r__araddr;
-            nb.len = top->mem_r__arlen + 1u;
-            check_address(nb.addr, nb.len, top->mem_r__arsize);
-            nb.due = cycle + read_latency;
-            nb.resp = check(nb.addr, nb.len);
-        }
-        bool r = r_shown && top->mem_r__rready;
+        for (auto &p : rports) sample_read(p);
         for (auto &p : wports) sample_write(p);
 
         // ---- clock edge ----
@@ -434,18 +490,7 @@ struct Sim {
         cycle++;
 
         // ---- update the model ----
-        if (r) {
-            counters[READ_BEATS]++;
-            r_shown = false;
-            ReadBurst &b = reads.front();
-            if (++b.beat == b.len) reads.pop_front();
-        }
-        if (ar) {
-            reads.push_back(nb);
-            counters[READ_BURSTS]++;
-            if (reads.size() > counters[MAX_READS_IN_FLIGHT])
-                counters[MAX_READS_IN_FLIGHT] = reads.size();
-        }
+        for (auto &p : rports) update_read(p);
         for (auto &p : wports) update_write(p);
         if (dram > 0) budget = std::min(budget + dram, DRAM_BURST_BEATS * BPW);
     }
@@ -554,6 +599,8 @@ uint64_t sim_outstanding(void *h) {
         for (auto &b : p.writes) writes += b.have_aw || b.beats;
         writes += p.responses.size();
     }
-    return s->reads.size() + writes;
+    uint64_t reads = 0;
+    for (auto &p : s->rports) reads += p.reads.size();
+    return reads + writes;
 }
 }
