@@ -218,10 +218,12 @@ def _training_gemms(batch, fan_in, fan_out):
 #: easily as the board's). The VU9P's
 #: (64 * 128 * 4 / 64 = 512) cannot be kept with its operand ratio at any smaller size: its
 #: stand-in's (8 * 16 * 4 / 8 = 64) writes are 8 times easier than the board's;
-#: sim.perfmodel predicts the default itself.
+#: sim.perfmodel predicts the default itself. The ZCU104 reads A and B through two ports, as
+#: its default does (two 16-byte ports for 96 operand bytes a cycle, 3 per bus byte; the
+#: stand-in's two 8-byte ports for 48, 3 too).
 BENCH_CONFIGS = {
     "pynq-z1": {"rows": 16, "cols": 16, "data_width": 64, "write_ports": 2},
-    "zcu104": {"rows": 16, "cols": 32, "data_width": 64, "write_ports": 2},
+    "zcu104": {"rows": 16, "cols": 32, "data_width": 64, "write_ports": 2, "read_ports": 2},
     "vu9p": {"rows": 8, "cols": 16, "data_width": 64},
 }
 #: Layers y = x W (fan_in -> fan_out): fully connected, and convolution-shaped (im2col of a
@@ -244,7 +246,7 @@ def _bench_cases(rows, cols, quick):
     return cases
 
 
-def roofline(m, n, k, rows, cols, data_width, port, write_ports=1):
+def roofline(m, n, k, rows, cols, data_width, port, write_ports=1, read_ports=1):
     """The bound on PE utilisation from the array's occupancy and compulsory traffic.
 
     ``compute = ceil(M/rows) * ceil(N/cols) * K`` cycles (partly filled tiles count whole);
@@ -253,18 +255,21 @@ def roofline(m, n, k, rows, cols, data_width, port, write_ports=1):
     ``dram_gbps * DRAM_EFFICIENCY`` at the board clock (shared by both directions), scaled by
     the simulated bus over the board's bus where a smaller configuration stands in
     (:func:`sim.ports.dram_bytes_per_cycle`, which the memory model enforces too). With
-    ``write_ports`` write ports, C is written at that many bus words a cycle.
+    ``write_ports`` write ports, C is written at that many bus words a cycle; with
+    ``read_ports`` 2, A is read through one port and B through the other (the larger of the
+    two takes its bus words a cycle).
     ``bound = MACs / (PEs * max(compute, traffic))``; ``bound_by`` names the binding term
     (``"compute"``, ``"port"`` or ``"dram"``).
     """
     bus = data_width // 8
     compute = -(-m // rows) * -(-n // cols) * k
     rd, wr = m * k + k * n, 4 * m * n
-    traffic = max(rd / bus, wr / (bus * write_ports))
+    per_port = rd if read_ports == 1 else max(m * k, k * n)
+    port_cycles = max(per_port / bus, wr / (bus * write_ports))
+    traffic = port_cycles
     dram = dram_bytes_per_cycle(port, bus)
     if dram is not None:
         traffic = max(traffic, (rd + wr) / dram)
-    port_cycles = max(rd / bus, wr / (bus * write_ports))
     cycles = max(compute, traffic)
     by = "compute" if compute >= traffic else "port" if port_cycles >= traffic else "dram"
     return {"compute_cycles": compute, "traffic_cycles": round(traffic),
@@ -310,11 +315,12 @@ def utilization(configs, quick=False) -> list[dict]:
             wall = _run_checked(dev, name, m, n, k, ta, tb, rng)
             st, mem = dev.stats, dev.sim.counters
             write_ports = params.get("write_ports", 1)
-            bound = roofline(m, n, k, rows, cols, width, port, write_ports)
+            read_ports = params.get("read_ports", 1)
+            bound = roofline(m, n, k, rows, cols, width, port, write_ports, read_ports)
             util = st["utilization"]
             model = predict(m, n, k, ta, tb, rows=rows, cols=cols, data_width=width,
                             depth=params.get("depth", 512), block=st["block"], port=port,
-                            write_ports=write_ports)
+                            write_ports=write_ports, read_ports=read_ports)
             out.append({
                 "board": label, **params, "port": port["name"],
                 "port_knobs": {key: port[key] for key in (
@@ -346,11 +352,11 @@ MODEL_PORTS = ["ideal", {"outstanding_reads": 8, "outstanding_writes": 8, "read_
 
 
 def model_check(rows, cols, data_width, depth, block, ports, count, seed,
-                write_ports=1) -> list[dict]:
+                write_ports=1, read_ports=1) -> list[dict]:
     """``count`` random GEMMs (seeded), each run on the RTL behind every port of ``ports``
     and predicted by :func:`sim.perfmodel.predict` at the block side it ran with. M and N are
     drawn from multiples of the array (edge tiles and blocks included), K from 16 to 300.
-    C is written through ``write_ports`` AXI write ports."""
+    C is written through ``write_ports`` AXI write ports, A and B read through ``read_ports``."""
     import random
 
     from firmware import Device
@@ -367,16 +373,18 @@ def model_check(rows, cols, data_width, depth, block, ports, count, seed,
     for port in ports:
         port = resolve_port(port)
         dev = Device("rtl", rows=rows, cols=cols, data_width=data_width, depth=depth,
-                     block=block, port=port, seed=3, write_ports=write_ports)
+                     block=block, port=port, seed=3, write_ports=write_ports,
+                     read_ports=read_ports)
         for m, n, k, ta, tb, side in cases:
             _run_checked(dev, f"{m}x{n}x{k}", m, n, k, ta, tb,
                          np.random.default_rng(m * n + k), block=side)
             measured = dev.stats["cycles"]
             predicted = predict(m, n, k, ta, tb, rows=rows, cols=cols, depth=depth,
                                 block=side, data_width=data_width, port=port,
-                                write_ports=write_ports)["cycles"]
+                                write_ports=write_ports, read_ports=read_ports)["cycles"]
             out.append({"port": port["name"], "rows": rows, "cols": cols,
                         "data_width": data_width, "write_ports": write_ports,
+                        "read_ports": read_ports,
                         "depth": depth, "block": side, "m": m,
                         "n": n, "k": k, "transpose_a": ta, "transpose_b": tb,
                         "cycles": measured, "predicted_cycles": predicted,
@@ -405,10 +413,11 @@ def utilization_table(results) -> str:
              "|---|---|---|---|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|"]
     for r in results:
         rl, mem = r["roofline"], r["memory"]
-        wp = r.get("write_ports", 1)
+        wp, rp = r.get("write_ports", 1), r.get("read_ports", 1)
         lines.append(
             f"| {r['board']} ({r['rows']}x{r['cols']} @ {r['data_width']}"
-            f"{f', {wp} write ports' if wp > 1 else ''}) | {r['port']} | "
+            f"{f', {wp} write ports' if wp > 1 else ''}"
+            f"{f', {rp} read ports' if rp > 1 else ''}) | {r['port']} | "
             f"{r['group']}: {r['gemm']} | {r['m']}x{r['n']}x{r['k']} | {r['block_used']} | "
             f"{r['cycles']} | "
             f"{100 * r['utilization']:.1f}% | {100 * rl['bound']:.1f}% | "
@@ -489,6 +498,9 @@ def main(argv=None) -> int:
     p.add_argument("--write-ports", type=int, choices=list(regmap.WRITE_PORTS), default=None,
                    help="AXI write ports C rows are dealt to (default: BENCH_CONFIGS's, or 1 "
                         "with --sizes)")
+    p.add_argument("--read-ports", type=int, choices=list(regmap.READ_PORTS), default=None,
+                   help="AXI read ports (2: A and B each through its own; default: "
+                        "BENCH_CONFIGS's, or 1 with --sizes)")
     p.add_argument("--quick", action="store_true",
                    help="smaller square GEMMs and one layer (256->10, batch 64) only")
     p.add_argument("--out", type=Path, default=ROOT / "results" / "utilization.json")
@@ -506,6 +518,8 @@ def main(argv=None) -> int:
     p.add_argument("--count", type=int, default=40, help="GEMMs per port")
     p.add_argument("--write-ports", type=int, choices=list(regmap.WRITE_PORTS), default=1,
                    help="AXI write ports C rows are dealt to (default 1)")
+    p.add_argument("--read-ports", type=int, choices=list(regmap.READ_PORTS), default=1,
+                   help="AXI read ports (default 1)")
     p.add_argument("--seed", type=int, default=5)
     p.add_argument("--out", type=Path, default=ROOT / "results" / "model_check.json")
     args = parser.parse_args(argv)
@@ -516,6 +530,8 @@ def main(argv=None) -> int:
 
         blk = {} if args.block is None else {"block": args.block}
         wports = {} if args.write_ports is None else {"write_ports": args.write_ports}
+        if args.read_ports is not None:
+            wports["read_ports"] = args.read_ports
         configs = []
         for rows, cols in args.sizes or []:
             if rows & (rows - 1) or cols & (cols - 1) or min(rows, cols) < 2:
@@ -547,7 +563,7 @@ def main(argv=None) -> int:
         try:
             results = model_check(*args.size, args.width, args.depth, args.block,
                                   args.port or MODEL_PORTS, args.count, args.seed,
-                                  args.write_ports)
+                                  args.write_ports, args.read_ports)
         except ValueError as e:          # a configuration the accelerator refuses
             parser.error(str(e))
         table = model_check_table(results)

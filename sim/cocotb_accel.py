@@ -10,7 +10,8 @@ writes in flight, latency 40, 16-beat bursts, a random write order and 20 % paus
 memory must see no AXI violation and be left with nothing in flight.
 Configuration from the environment: ``ACC_ROWS``, ``ACC_COLS``, ``ACC_WIDTH``, ``ACC_SEED``,
 ``ACC_WRITE_PORTS`` (2 or 4: the accelerator's other write ports ``mem_w1`` ... are each
-answered by a memory of the same knobs on the same bytes, checked the same way).
+answered by a memory of the same knobs on the same bytes, checked the same way),
+``ACC_READ_PORTS`` (2: the second read port ``mem_r1``, which reads B, likewise).
 """
 
 import os
@@ -34,11 +35,16 @@ async def setup(dut, seed, port):
     ram = AxiMemory(dut, dut.clk, dut.rst, read="mem_r__", write="mem_w__", size=MEM,
                     seed=seed, **port_knobs(port))
     ram.others = []
-    for p in range(1, int(os.environ.get("ACC_WRITE_PORTS", "1"))):    # mem_w1 ...: same bytes
-        other = AxiMemory(dut, dut.clk, dut.rst, write=f"mem_w{p}__", size=0,
-                          seed=seed + 1000 * p, **port_knobs(port))
+    write_ports = int(os.environ.get("ACC_WRITE_PORTS", "1"))
+    read_ports = int(os.environ.get("ACC_READ_PORTS", "1"))
+    for p in range(1, max(write_ports, read_ports)):   # mem_w1, mem_r1 ...: the same bytes
+        other = AxiMemory(dut, dut.clk, dut.rst,
+                          read=f"mem_r{p}__" if p < read_ports else None,
+                          write=f"mem_w{p}__" if p < write_ports else None,
+                          size=0, seed=seed + 1000 * p, **port_knobs(port))
         other.mem = ram.mem
         ram.others.append(other)
+    ram.ports = write_ports, read_ports
     lite = AxiLiteMaster(AxiLiteBus.from_prefix(dut, "ctrl_"), dut.clk, dut.rst)
     await ClockCycles(dut.clk, 4)
     dut.rst.value = 0
@@ -153,4 +159,6 @@ async def gemms_errors_and_recovery(dut, port):
     for r in (ram, *ram.others):
         assert not r.finish(), f"AXI violations: {r.violations}"
         dut._log.info("memory (%s): %d reads, %d writes, %s", port, r.reads, r.writes, r.stats)
-    assert all(r.writes for r in ram.others), "a write port wrote nothing"
+    write_ports, read_ports = ram.ports
+    assert all(r.writes for r in ram.others[:write_ports - 1]), "a write port wrote nothing"
+    assert all(r.reads for r in ram.others[:read_ports - 1]), "a read port read nothing"

@@ -57,9 +57,13 @@ def test_generates_verilog_top_constraints_and_scripts(generated):
         assert port in top
     tcl = (out / "build.tcl").read_text()
     assert PLATFORMS[name].part in tcl and "write_bitstream" in tcl
-    # write port p on the PS's HP port p (Pynq-Z1: 2, ZCU104: 4); the VU9P has one
+    # write port p on the PS's HP port p (Pynq-Z1: 2, ZCU104: 4); the VU9P has one; the
+    # second read port (ZCU104) is m_axi_mem1's read channels
     ports = PLATFORMS[name].config().get("write_ports", 1)
-    assert ("m_axi_mem1_awaddr" in top) == (ports > 1) and "m_axi_mem1_araddr" not in top
+    read_ports = PLATFORMS[name].config().get("read_ports", 1)
+    assert ("m_axi_mem1_awaddr" in top) == (ports > 1)
+    assert ("m_axi_mem1_araddr" in top) == (read_ports > 1) == (name == "zcu104")
+    assert "m_axi_mem2_araddr" not in top
     assert ("m_axi_mem3_awaddr" in top) == (ports == 4)
     assert ("accel/m_axi_mem1" in tcl) == (ports > 1)
     assert ("S_AXI_HP3_FPD" in tcl) == (name == "zcu104")
@@ -260,3 +264,20 @@ def test_one_slr_group_drops_the_pblocks(tmp_path):
     assert "_slr_tx" not in (tmp_path / "bfp_accel.v").read_text()
     with pytest.raises(ValueError, match="SLR plan"):
         vivado.xdc(PLATFORMS["zcu104"], 2)
+
+
+def test_a_second_read_port_alone_gets_an_hp_port_of_its_own(tmp_path):
+    """``--read-ports 2`` with one write port: m_axi_mem1 is read-only, on HP1."""
+    proc = run_build("--platform", "pynq-z1", "--rows", "8", "--cols", "8", "--write-ports", "1",
+                     "--read-ports", "2", "--synth", "none", "--out", str(tmp_path))
+    assert proc.returncode == 0, proc.stderr
+    top = (tmp_path / "bfp_accel_top.v").read_text()
+    tcl = (tmp_path / "build.tcl").read_text()
+    assert "m_axi_mem1_araddr" in top and "m_axi_mem1_rdata" in top
+    assert "m_axi_mem1_awaddr" not in top and "m_axi_mem2" not in top
+    assert "ASSOCIATED_BUSIF s_axi_control:m_axi_mem:m_axi_mem1," in top
+    assert '/ps/S_AXI_HP1" Clk' in tcl and "accel/m_axi_mem1]" in tcl
+    assert "S_AXI_HP2" not in tcl
+    proc = run_build("--platform", "pynq-z1", "--read-ports", "3", "--synth", "none",
+                     "--out", str(tmp_path))
+    assert proc.returncode == 2 and "--read-ports" in proc.stderr

@@ -102,9 +102,9 @@ def test_cli_prints_the_chosen_sides(capsys):
 
 
 def test_bad_ports_argument():
-    with pytest.raises(ValueError, match="ports"):
+    with pytest.raises(ValueError, match="read_ports"):
         predict(8, 8, 8, rows=8, cols=8, depth=512, block=4, data_width=128,
-                port=resolve_port("ideal"), ports=3)
+                port=resolve_port("ideal"), read_ports=3)
     with pytest.raises(ValueError, match="write_ports"):
         predict(8, 8, 8, rows=8, cols=8, depth=512, block=4, data_width=128,
                 port=resolve_port("ideal"), write_ports=3)
@@ -194,7 +194,8 @@ def test_model_within_5_percent_of_the_committed_benchmark():
         want = predict(r["m"], r["n"], r["k"], r["transpose_a"], r["transpose_b"],
                        rows=r["rows"], cols=r["cols"], data_width=r["data_width"],
                        depth=r["depth"], block=r["block_used"], port=resolve_port(r["port"]),
-                       write_ports=r.get("write_ports", 1))["cycles"]
+                       write_ports=r.get("write_ports", 1),
+                       read_ports=r.get("read_ports", 1))["cycles"]
         if abs(want / r["cycles"] - 1) > 0.05:
             off.append((r["board"], r["gemm"], r["m"], r["n"], r["k"], r["cycles"], want))
     assert len(record["results"]) >= 100 and not off, off
