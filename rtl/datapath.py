@@ -214,7 +214,8 @@ class GemmDatapath(wiring.Component):
         job_layout = data.StructLayout({
             "k_m2": unsigned(16), "k_one": 1, "gap": range(interval), "gap_z": 1,
             "clear": 1, "readout": 1, "info": info_layout,
-            "a_slot": range(self.slots), "b_slot": range(self.slots)})
+            "a_slot": range(self.slots), "b_slot": range(self.slots),
+            "load_a": 1, "load_b": 1})
         m.submodules.jobs = jobs = (
             fifo.SyncFIFO(width=job_layout.size, depth=2) if self.lookahead == 2 else
             Fifo(width=job_layout.size, depth=self.lookahead))
@@ -245,10 +246,16 @@ class GemmDatapath(wiring.Component):
         cmd_b1h = Signal(self.slots)
 
         # ---- loader: command -> buffers ---------------------------------------------------
-        loading = Signal()
-        a_done = Signal()
-        b_done = Signal()
-        job = Signal(job_layout, reset_less=True)         # read under loading
+        # Each buffer takes its loads in command order, independently of the other's: a
+        # command whose loads' buffers are free is taken (and its job queued) even while the
+        # other buffer still takes an earlier command's tile. A job starts once its loads are
+        # in: each buffer's finished loads are counted (``a_in`` / ``b_in``) and a job that
+        # loaded that operand takes one as it starts (loads finish, and jobs start, in
+        # command order).
+        a_busy = Signal()                # a tile is being written into the buffer
+        b_busy = Signal()
+        job = Signal(job_layout, reset_less=True)         # read under job_pending
+        job_pending = Signal()           # ``job`` is queued this cycle
 
         # ---- command stages: the command registered beside what its checks need ----------
         # (k out of range; the slots a load writes, as masks and one-hot), so that the loader
@@ -346,19 +353,20 @@ class GemmDatapath(wiring.Component):
             b_buf.w_cmd.payload.first_last.eq(b_fl),
         ]
         accept = Signal()
-        finish = Signal()          # both tiles of the loading command are in (or skipped)
-        a_fin = a_done | a_buf.w_done
-        b_fin = b_done | b_buf.w_done
-        m.d.comb += finish.eq(loading & a_fin & b_fin & jobs.w_rdy)
-        with m.If(loading):
-            m.d.sync += [a_done.eq(a_fin), b_done.eq(b_fin)]
-        with m.If(finish):
-            m.d.comb += [jobs.w_en.eq(1), jobs.w_data.eq(job)]
-            m.d.sync += loading.eq(0)
-        # The next command is taken the cycle after the previous one's last beats arrive
-        # (a cycle per tile load, hidden behind the compute, so that the operand streams'
-        # last beat is not followed by the command stages' enables and the issue queue).
-        with m.If(staged & ~loading & (bad | ~hazard)):
+        m.d.comb += [jobs.w_en.eq(job_pending), jobs.w_data.eq(job)]
+        with m.If(job_pending & jobs.w_rdy):
+            m.d.sync += job_pending.eq(0)
+        with m.If(a_buf.w_done):
+            m.d.sync += a_busy.eq(0)
+        with m.If(b_buf.w_done):
+            m.d.sync += b_busy.eq(0)
+        # A command is taken once the buffers it loads are free: the cycle after an earlier
+        # tile's last beat arrives (a cycle per tile load, hidden behind the compute, so that
+        # the operand streams' last beat is not followed by the command stages' enables and
+        # the issue queue), and once the job before it is queued.
+        free = ((~a_busy | ~cmd.load_a) & (~b_busy | ~cmd.load_b)
+                & (~job_pending | jobs.w_rdy))
+        with m.If(staged & free & (bad | ~hazard)):
             m.d.comb += take.eq(1)
             with m.If(bad):
                 m.d.sync += self.error.eq(1)
@@ -366,8 +374,13 @@ class GemmDatapath(wiring.Component):
                 m.d.comb += [accept.eq(1),
                              a_buf.w_cmd.valid.eq(cmd.load_a),
                              b_buf.w_cmd.valid.eq(cmd.load_b)]
+                with m.If(cmd.load_a):        # (a buffer still loading stays busy)
+                    m.d.sync += a_busy.eq(1)
+                with m.If(cmd.load_b):
+                    m.d.sync += b_busy.eq(1)
                 m.d.sync += [
-                    loading.eq(1), a_done.eq(~cmd.load_a), b_done.eq(~cmd.load_b),
+                    job_pending.eq(1),
+                    job.load_a.eq(cmd.load_a), job.load_b.eq(cmd.load_b),
                     job.k_m2.eq(cmd.k - 2), job.k_one.eq(cmd.k == 1),
                     job.gap.eq(Mux(cmd.k >= interval, 0, interval - cmd.k)),
                     job.gap_z.eq(cmd.k >= interval),
@@ -423,10 +436,27 @@ class GemmDatapath(wiring.Component):
         released = Signal()
         m.d.comb += released.eq(self.o_stream.valid & self.o_stream.ready)
 
-        can_start = Signal()
-        m.d.comb += can_start.eq(jobs.r_rdy & (
-            ~head.readout | (info_fifo.w_rdy & (~head.info.emit | credits_ok) & spaced)))
+        # Loads finished and not yet taken by a starting job, per buffer, with "some" as a
+        # register beside each count. A finished load counts from the second cycle after
+        # its last beat (``*_in_d``): as early as a job could start before, when it was
+        # queued only then.
         start = Signal()
+        loaded = []
+        for name, buf, need in (("a", a_buf, head.load_a), ("b", b_buf, head.load_b)):
+            done_d = Signal(name=f"{name}_in_d")
+            m.d.sync += done_d.eq(buf.w_done)
+            count = Signal(range(self.lookahead + 3), name=f"{name}_in")
+            some = Signal(name=f"{name}_in_nz")
+            took = start & need
+            m.d.sync += count.eq(count + done_d - took)
+            with m.If(done_d & ~took):
+                m.d.sync += some.eq(1)
+            with m.Elif(took & ~done_d):
+                m.d.sync += some.eq(count != 1)
+            loaded.append(~need | some)
+        can_start = Signal()
+        m.d.comb += can_start.eq(jobs.r_rdy & loaded[0] & loaded[1] & (
+            ~head.readout | (info_fifo.w_rdy & (~head.info.emit | credits_ok) & spaced)))
         m.d.comb += start.eq(can_start & (~active | finishing))
 
         m.d.sync += fresh.eq(start)
@@ -539,6 +569,7 @@ class GemmDatapath(wiring.Component):
             out_fifo.r_en.eq(self.o_stream.ready),
         ]
 
-        m.d.comb += self.busy.eq(pre_valid | staged | loading | jobs.r_rdy | active
+        m.d.comb += self.busy.eq(pre_valid | staged | job_pending | a_busy | b_busy
+                                 | jobs.r_rdy | active
                                  | rows_out)
         return m

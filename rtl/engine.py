@@ -9,6 +9,7 @@ from firmware import regmap
 from .checker import DescriptorChecker, descriptor_layout
 from .datapath import GemmDatapath
 from .dma import dma_command_layout, dma_write_layout
+from .fifo import Fifo
 from .gearbox import Gearbox
 from .issue import CommandIssue
 from .loader import LoadSequencer
@@ -79,10 +80,11 @@ class GemmEngine(wiring.Component):
     each, on AXI ports of their own), by :class:`rtl.writeback.WriteBackPorts`. With
     ``read_ports`` 2, A (and the row exponents) is read through :attr:`rd_cmd` /
     :attr:`rd_data` and B (and the column exponents) through :attr:`rd_cmd1` /
-    :attr:`rd_data1`, a DMA reader each on an AXI port of its own: each reader's words go
-    straight to its gearbox (no :class:`rtl.router.ReadRouter`), the load sequencer's read
-    commands to the reader of the running job's operand, so A's and B's reads overlap and
-    each operand has a port's bandwidth to itself.
+    :attr:`rd_data1`, a DMA reader each on an AXI port of its own: the walker's load jobs are
+    queued by operand, each queue with a load sequencer of its own whose read commands go to
+    its reader, and each reader's words go straight to its gearbox (no
+    :class:`rtl.router.ReadRouter`): A's and B's reads overlap, neither waits behind the
+    other's, and each operand has a port's bandwidth to itself.
 
     Parameters
     ----------
@@ -171,15 +173,19 @@ class GemmEngine(wiring.Component):
         })
 
     #: The parts with their own registered copy of :attr:`soft_reset` (with two read ports,
-    #: all but the router, which is not there).
+    #: the router is not there and B's load sequencer, ``loader1``, is).
     RESET_PARTS = ("datapath", "checker", "walker", "loader", "router", "gb_a", "gb_b", "issue",
                    "writeback", "slices", "control")
 
     #: The register slices: router -> gearbox and gearbox -> issue, for A and for B; the
     #: load sequencer's read commands -> :attr:`rd_cmd`; the write-back's write commands ->
     #: :attr:`wr_cmd` (and with more write ports ``wr_cmd1`` ... -> :attr:`wr_cmd1` ...; with
-    #: two read ports, ``rd_cmd1`` -> :attr:`rd_cmd1`).
+    #: two read ports, ``rd_cmd1`` -> :attr:`rd_cmd1`, and the load job queues ``jobs_a``,
+    #: ``jobs_b``, :data:`LOAD_QUEUE` jobs each).
     SLICES = ("a_in", "b_in", "a_out", "b_out", "rd_cmd", "wr_cmd")
+    #: With two read ports, load jobs queued per operand: a block's A jobs (one per tile row,
+    #: plus its exponent vector) fit, so B's next job is not held behind them.
+    LOAD_QUEUE = 16
 
     # ------------------------------------------------------------------------------------------
     def elaborate(self, platform):
@@ -194,6 +200,9 @@ class GemmEngine(wiring.Component):
                                tag_width=tag_width)
         RP = self.read_ports
         router = ReadRouter(self.data_width) if RP == 1 else None
+        # with two read ports, B's load jobs have a load sequencer (and reader) of their own
+        loader1 = LoadSequencer(self.data_width, self.addr_width, a_lanes=R, b_lanes=C,
+                                tag_width=tag_width) if RP == 2 else None
         gb_a = Gearbox(self.data_width, R, tag_width)
         gb_b = Gearbox(self.data_width, C, tag_width)
         issue = CommandIssue(R, C, block=BL, tag_width=tag_width)
@@ -222,6 +231,11 @@ class GemmEngine(wiring.Component):
         for name, shape in slice_shapes.items():
             slices.submodules[name] = RegisterSlice(shape)
         sl = slices.submodules
+        if RP == 2:
+            # the walker's load jobs, A's and B's, each queued for its load sequencer
+            job_bits = walker.o_load.payload.shape().size
+            for name in ("jobs_a", "jobs_b"):
+                slices.submodules[name] = Fifo(width=job_bits, depth=self.LOAD_QUEUE)
         # the engine's own registers are a part too
         control = Module()
         parts = dict(datapath=dp, checker=checker, walker=walker, loader=loader,
@@ -230,6 +244,7 @@ class GemmEngine(wiring.Component):
         assert tuple(parts) == self.RESET_PARTS
         if router is None:
             del parts["router"]
+            parts["loader1"] = loader1
         for name, part in parts.items():
             copy = Signal(init=1, name=f"rst_{name}", attrs={"keep": "true"})
             if self.primitive:
@@ -245,29 +260,34 @@ class GemmEngine(wiring.Component):
 
         # walker -> loads -> DMA reader -> router -> gearboxes -> issue -> datapath -> write-back
         wiring.connect(m, walker.o_cmd, issue.i_cmd)
-        wiring.connect(m, walker.o_load, loader.i_stream)
         wiring.connect(m, walker.o_write, writeback.jobs)
         wiring.connect(m, loader.a_jobs, gb_a.jobs)
-        wiring.connect(m, loader.b_jobs, gb_b.jobs)
         if RP == 1:
+            wiring.connect(m, walker.o_load, loader.i_stream)
+            wiring.connect(m, loader.b_jobs, gb_b.jobs)
             wiring.connect(m, loader.rd_cmd, sl.rd_cmd.i_stream)
             wiring.connect(m, loader.routes, router.routes)
             wiring.connect(m, wiring.flipped(self.rd_data), router.i_stream)
             wiring.connect(m, router.a_stream, sl.a_in.i_stream)
             wiring.connect(m, router.b_stream, sl.b_in.i_stream)
         else:
-            # A read command goes to the reader of the job it belongs to (the job, a
-            # register of the walker, stays on the loader's input until its last command);
-            # each reader's words go to its own gearbox, in the order they were read.
-            path = walker.o_load.payload.path
-            to = (sl.rd_cmd.i_stream, sl.rd_cmd1.i_stream)
-            m.d.comb += [
-                *(t.payload.eq(loader.rd_cmd.payload) for t in to),
-                to[0].valid.eq(loader.rd_cmd.valid & ~path),
-                to[1].valid.eq(loader.rd_cmd.valid & path),
-                loader.rd_cmd.ready.eq(Mux(path, to[1].ready, to[0].ready)),
-                loader.routes.ready.eq(1),          # no router: the entries are not needed
-            ]
+            # Each load job is queued by its operand (``path``) for that operand's load
+            # sequencer, whose read commands go to that operand's reader and whose words go
+            # straight to that operand's gearbox: A's and B's jobs each in the walker's order,
+            # neither waiting for the other's reads. (No router: the routing entries are
+            # dropped.)
+            job = walker.o_load
+            path = job.payload.path
+            queues = (sl.jobs_a, sl.jobs_b)
+            m.d.comb += [*(q.w_data.eq(job.payload) for q in queues),
+                         queues[0].w_en.eq(job.valid & ~path),
+                         queues[1].w_en.eq(job.valid & path),
+                         job.ready.eq(Mux(path, queues[1].w_rdy, queues[0].w_rdy))]
+            for q, ld, cmd in ((queues[0], loader, sl.rd_cmd), (queues[1], loader1, sl.rd_cmd1)):
+                m.d.comb += [ld.i_stream.payload.eq(q.r_data), ld.i_stream.valid.eq(q.r_rdy),
+                             q.r_en.eq(ld.i_stream.ready), ld.routes.ready.eq(1)]
+                wiring.connect(m, ld.rd_cmd, cmd.i_stream)
+            wiring.connect(m, loader1.b_jobs, gb_b.jobs)
             for word, into in ((self.rd_data, sl.a_in), (self.rd_data1, sl.b_in)):
                 m.d.comb += [into.i_stream.payload.eq(word.payload.data),
                              into.i_stream.valid.eq(word.valid),
@@ -305,10 +325,16 @@ class GemmEngine(wiring.Component):
         m.d.sync += [mn.eq(d.m[:16] * d.n[:16]), mnk_lo.eq(mn[:16] * d.k[:16]),
                      mnk_hi.eq(mn[16:] * d.k[:16]),
                      self.macs.eq(mnk_lo + (mnk_hi << 16))]
+        if RP == 1:
+            m.d.comb += exp_job.eq(
+                (loader.a_jobs.valid & loader.a_jobs.ready & loader.a_jobs.payload.tag[0])
+                | (loader.b_jobs.valid & loader.b_jobs.ready & loader.b_jobs.payload.tag[0]))
+        else:
+            # announced as the walker hands the job to its queue: before any command after
+            # it (a load sequencer takes the job from its queue cycles later)
+            m.d.comb += exp_job.eq(walker.o_load.valid & walker.o_load.ready
+                                   & walker.o_load.payload.tag[0])
         m.d.comb += [
-            exp_job.eq((loader.a_jobs.valid & loader.a_jobs.ready & loader.a_jobs.payload.tag[0])
-                       | (loader.b_jobs.valid & loader.b_jobs.ready
-                          & loader.b_jobs.payload.tag[0])),
             issue.exp_issued.eq(exp_job),
             walker.drained.eq(issue.drained),
             issue.desc.eq(d), writeback.desc.eq(d),

@@ -303,16 +303,19 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
     share = (FAIR_SHARE, FAIR_SHARE) if rr else (1.0, 0.0)
 
     def schedule(ledger):
-        read_end = [0.0] * len(chunks)
+        read_end = [[0.0, 0.0] for _ in chunks]     # each port's (one: both the same)
         comp_end = [0.0] * len(chunks)
         votes = {"compute": 0, "reads": 0, "writes": 0}
-        wclock = gearbox = 0.0       # gearbox: when the last job's vectors are made
+        wclock = 0.0
+        # when the last job's vectors are made: through one router to both gearboxes in read
+        # order, or with two read ports, each gearbox from its own reader (and each buffer
+        # taking its loads independently of the other's)
+        gearbox = [0.0, 0.0]
         for i, c in enumerate(chunks):
-            read_start = read_end[i - 1] if i else 0.0
-            clock = [read_start, read_start]
+            clock = list(read_end[i - 1]) if i else [0.0, 0.0]
             done = []
             for path, (cycles, vectors, words) in c["loads"]:
-                p = path if read_ports == 2 else 0
+                p = path if read_ports == 2 else 0     # the port, and the gearbox clock
                 j = c["after"][path]
                 free = 0.0 if j is None else comp_end[j]
                 # the job's words wait in the DMA's FIFO for its slots: its reads may begin
@@ -323,10 +326,10 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
                 # the router hands words over in read order: a job's vectors follow the
                 # previous job's and its own words (reads run on meanwhile, into the FIFO),
                 # once its slots are free
-                gearbox = max(max(gearbox, start + lat_r, free) + vectors,
-                              clock[p] + lat_r)
-                done.append(gearbox)
-            read_end[i] = max(clock)
+                gearbox[p] = max(max(gearbox[p], start + lat_r, free) + vectors,
+                                 clock[p] + lat_r)
+                done.append(gearbox[p])
+            read_end[i] = clock if read_ports == 2 else [max(clock)] * 2
             t = comp_end[i - 1] if i else 0.0
             waited = stalled = 0.0
             per_tile = c["write"] / len(c["tiles"])

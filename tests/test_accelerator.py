@@ -341,7 +341,8 @@ def test_block_side_changes_the_schedule_not_the_result(dev):
     want = golden.gemm(a, b, True, False)
     info = dev.driver.info
     cfg = dict(rows=info.rows, cols=info.cols, depth=info.depth, data_width=info.data_width,
-               port=dev.memory_port())
+               port=dev.memory_port(), write_ports=info.write_ports,
+               read_ports=info.read_ports)
     cycles = {}
     for side in range(1, info.block + 1):
         np.testing.assert_array_equal(dev.gemm(a, b, transpose_a=True, out="int32",
