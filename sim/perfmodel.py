@@ -311,6 +311,10 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
         # order, or with two read ports, each gearbox from its own reader (and each buffer
         # taking its loads independently of the other's)
         gearbox = [0.0, 0.0]
+        # with two read ports: when the last load began into its buffer (the datapath takes
+        # commands in order, so a load begins once its buffer has taken the load before it
+        # and the load before it, of either operand, has begun)
+        begin = 0.0
         for i, c in enumerate(chunks):
             clock = list(read_end[i - 1]) if i else [0.0, 0.0]
             done = []
@@ -321,6 +325,8 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
                 # the job's words wait in the DMA's FIFO for its slots: its reads may begin
                 # up to a FIFO's worth of words before they free
                 lead = cycles * min(1.0, READ_FIFO / words) if words else 0.0
+                if read_ports == 2:
+                    free = begin = max(begin, gearbox[p], free)
                 start = max(clock[p], free - lead - lat_r)
                 clock[p] = ledger.move(start, cycles, words * bpw)
                 # the router hands words over in read order: a job's vectors follow the
