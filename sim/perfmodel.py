@@ -249,6 +249,9 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
         return (read_cycles(runs) + LOAD_OVERHEAD, vectors + 1 if lanes < bpw else 0,
                 sum(runs))
 
+    # the array's least interval between two tiles' last steps (SystolicArray.
+    # min_emit_interval: rows + cols - 1, packed or not, one SLR group)
+    interval = rows + cols - 1
     chunks = []
     last_use = [{}, {}]          # operand -> parity -> the last chunk that used those slots
     walked, _ = walk_chunks(m, n, k, rows, cols, depth, data_width, block)
@@ -307,6 +310,7 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
         comp_end = [0.0] * len(chunks)
         votes = {"compute": 0, "reads": 0, "writes": 0}
         wclock = 0.0
+        last_end = -float(interval)        # the last tile's last step
         # when the last job's vectors are made: through one router to both gearboxes in read
         # order, or with two read ports, each gearbox from its own reader (and each buffer
         # taking its loads independently of the other's)
@@ -346,7 +350,10 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
                 if ready > t:
                     waited += ready - t
                     t = ready
-                t += c["kc"]
+                # a tile read out (every tile: stored, or emitted) ends at least the array's
+                # read-out interval after the one before
+                t = max(t + c["kc"], last_end + interval)
+                last_end = t
                 if per_tile:
                     # the tile's C rows go out once it has computed, after those before it;
                     # the array waits while the output FIFO holds OUT_TILES tiles unwritten
