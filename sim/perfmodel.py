@@ -516,12 +516,12 @@ def main(argv=None) -> int:
                     means[i] += u
                     row.append(f"{100 * u:.1f}")
                 own = cfg.get("read_ports", 1)
-                side = best_block(m, n, k, ta, tb, block=cfg["block"], port=port, **geometry,
-                                  read_ports=own)
+                side, ramp = best_schedule(m, n, k, ta, tb, block=cfg["block"], port=port,
+                                           **geometry, read_ports=own)
                 u = predict(m, n, k, ta, tb, block=side, port=port, **geometry,
-                            read_ports=own)["utilization"]
+                            read_ports=own, ramp=ramp)["utilization"]
                 means[-1] += u
-                row.append(f"{100 * u:.1f} (side {side})")
+                row.append(f"{100 * u:.1f} (side {side}{'' if ramp else ', no ramp'})")
                 count += 1
                 print(f"| {fan_in}->{fan_out} b{batch} {name} | {m}x{n}x{k} | "
                       + " | ".join(row) + " |")
