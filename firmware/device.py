@@ -392,11 +392,9 @@ class Device:
         ``block``: the side, in C tiles, of the blocks the accelerator walks C in (1 up to
         the buffers' block, ``CONFIG_BUFFER.BLOCK_LOG2``): A and B are read once per block
         row and column, C leaves block by block. ``None`` lets
-        :func:`sim.perfmodel.best_schedule` choose for the device's memory port (the
-        hardware's largest where the port is unknown), and with it whether the first block's
-        K chunks ramp up (``DESC_FLAGS.NO_RAMP``; with ``block`` given, they do). It changes
-        the time, never the result; ``stats["block"]`` and ``stats["ramp"]`` say which was
-        used.
+        :func:`sim.perfmodel.best_block` choose for the device's memory port (the hardware's
+        largest where the port is unknown). It changes the time, never the result;
+        ``stats["block"]`` says which was used.
 
         ``a``, ``b``: int8 matrices, as numpy arrays or :class:`DeviceTensor`. ``row_exp``,
         ``col_exp``: int8 scalars or vectors. ``k_exp``: ``None`` or an integer vector, one
@@ -459,11 +457,11 @@ class Device:
             if not isinstance(b, DeviceTensor):
                 b = self.tensor(b)
                 temps.append(b)
-            side, ramp = ((int(block), True) if block is not None
-                          else self._choose_block(m, n, k, transpose_a, transpose_b))
-            self.stats["block"], self.stats["ramp"] = side, ramp
+            side = int(block) if block is not None else self._choose_block(
+                m, n, k, transpose_a, transpose_b)
+            self.stats["block"] = side
             c = self._run(a, b, m, n, k, transpose_a, transpose_b, re, ce, runs, out, temps,
-                          as_tensor, side, ramp)
+                          as_tensor, side)
             if as_tensor and not isinstance(c, DeviceTensor):     # combined on the host
                 c = self.tensor(c)
             return c
@@ -496,22 +494,17 @@ class Device:
         board = getattr(getattr(self.driver, "target", None), "board", None)
         return resolve_port(BOARD_PORTS[board]) if board in BOARD_PORTS else None
 
-    def _choose_block(self, m, n, k, ta, tb) -> tuple[int, bool]:
-        """The reuse block's side and whether the first block ramps (DESC_FLAGS.BLOCK and
-        NO_RAMP): the performance model's choice behind the memory port, or the hardware's
-        largest block with a ramp where no port model is known."""
+    def _choose_block(self, m, n, k, ta, tb) -> int:
         info = self.driver.info
         port = self.memory_port()
         if port is None:
-            return info.block, True
-        from sim.perfmodel import best_schedule
-        return best_schedule(m, n, k, ta, tb, rows=info.rows, cols=info.cols,
-                             depth=info.depth, block=info.block, data_width=info.data_width,
-                             port=port, write_ports=info.write_ports,
-                             read_ports=info.read_ports)
+            return info.block
+        from sim.perfmodel import best_block
+        return best_block(m, n, k, ta, tb, rows=info.rows, cols=info.cols, depth=info.depth,
+                          block=info.block, data_width=info.data_width, port=port,
+                          write_ports=info.write_ports, read_ports=info.read_ports)
 
-    def _run(self, a, b, m, n, k, ta, tb, re, ce, runs, out, temps, as_tensor=False, side=0,
-             ramp=True):
+    def _run(self, a, b, m, n, k, ta, tb, re, ce, runs, out, temps, as_tensor=False, side=0):
         bpw = self.bytes_per_word
         chunk = self.max_dim // bpw * bpw or self.max_dim
         exact = runs is None
@@ -544,8 +537,7 @@ class Device:
                         j0, j1 = 0, k1 - k0
                     descs += self.driver.descriptors(
                         a_, b_, c, m=m, n=n, k0=j0, k1=j1, transpose_a=ta, transpose_b=tb,
-                        row_exp=row, col_exp=col, raw=raw, limit=chunk, block=side,
-                        ramp=ramp)
+                        row_exp=row, col_exp=col, raw=raw, limit=chunk, block=side)
             cnt = self.driver.run(*descs, profile=self.profile)
             self.stats["descriptors"] += len(descs)
             for key in counters:

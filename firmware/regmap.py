@@ -185,8 +185,6 @@ REGISTERS: tuple[Register, ...] = tuple([
          ("RAW", 2, 1, "write int32 sums instead of rescaled float32"),
          ("ROW_EXP_VECTOR", 3, 1, "row exponents are an int8 vector at DESC_ROW_EXP_ADDR"),
          ("COL_EXP_VECTOR", 4, 1, "column exponents are an int8 vector at DESC_COL_EXP_ADDR"),
-         ("NO_RAMP", 5, 1, "the first block's K chunks start whole, not with a ramp of short "
-                           "ones; the schedule, never the result"),
          ("ROW_EXP", 8, 8, "scalar row exponent (int8) when not ROW_EXP_VECTOR"),
          ("COL_EXP", 16, 8, "scalar column exponent (int8) when not COL_EXP_VECTOR"),
          ("BLOCK", 24, 5, "side of the reuse blocks in C tiles, 1..2**CONFIG_BUFFER.BLOCK_LOG2 "

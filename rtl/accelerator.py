@@ -179,7 +179,6 @@ class Accelerator(wiring.Component):
             staged.row_exp.eq(field("DESC_FLAGS", "ROW_EXP")),
             staged.col_exp.eq(field("DESC_FLAGS", "COL_EXP")),
             staged.block.eq(field("DESC_FLAGS", "BLOCK")),
-            staged.no_ramp.eq(field("DESC_FLAGS", "NO_RAMP")),
             staged.a_stride.eq(csr.desc_a_stride), staged.b_stride.eq(csr.desc_b_stride),
             staged.c_stride.eq(csr.desc_c_stride),
             q.w_data.eq(staged),

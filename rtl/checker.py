@@ -16,7 +16,7 @@ def descriptor_layout() -> data.StructLayout:
     return data.StructLayout({
         "m": unsigned(32), "n": unsigned(32), "k": unsigned(32),
         "transpose_a": 1, "transpose_b": 1, "raw": 1, "row_vec": 1, "col_vec": 1,
-        "row_exp": signed(8), "col_exp": signed(8), "block": unsigned(5), "no_ramp": 1,
+        "row_exp": signed(8), "col_exp": signed(8), "block": unsigned(5),
         "a_addr": unsigned(64), "a_stride": unsigned(32),
         "b_addr": unsigned(64), "b_stride": unsigned(32),
         "c_addr": unsigned(64), "c_stride": unsigned(32),

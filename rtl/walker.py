@@ -188,8 +188,7 @@ class Walker(wiring.Component):
         ramp_after = Signal(17)
         # (6 kc registered first: ramp_more trails kc by 2 cycles, read 4 after it changes)
         kc6 = Signal(20)
-        m.d.sync += [ramp_start.eq((d.k >= 3 * (align + 1)) & ~d.no_ramp),
-                     ramp_after0.eq(d.k - (align + 1)),
+        m.d.sync += [ramp_start.eq(d.k >= 3 * (align + 1)), ramp_after0.eq(d.k - (align + 1)),
                      kc6.eq((kc << 2) + (kc << 1)),
                      ramp_more.eq(ramping & ((kc << 1) <= D) & (k_after >= kc6)),
                      ramp_after.eq(k_after - (kc << 1))]

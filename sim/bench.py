@@ -320,8 +320,7 @@ def utilization(configs, quick=False) -> list[dict]:
             util = st["utilization"]
             model = predict(m, n, k, ta, tb, rows=rows, cols=cols, data_width=width,
                             depth=params.get("depth", 512), block=st["block"], port=port,
-                            write_ports=write_ports, read_ports=read_ports,
-                            ramp=st["ramp"])
+                            write_ports=write_ports, read_ports=read_ports)
             out.append({
                 "board": label, **params, "port": port["name"],
                 "port_knobs": {key: port[key] for key in (
@@ -329,7 +328,6 @@ def utilization(configs, quick=False) -> list[dict]:
                     "max_burst", "write_order", "pause")},
                 "group": group, "gemm": name, "m": m, "n": n, "k": k,
                 "transpose_a": ta, "transpose_b": tb, "block_used": st["block"],
-                "ramp_used": st["ramp"],
                 "cycles": st["cycles"],
                 "active_cycles": st["active_cycles"],
                 "dma_stall_cycles": st["dma_stall_cycles"],

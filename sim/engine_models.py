@@ -22,7 +22,7 @@ __all__ = ["descriptor", "check", "chunk_align", "k_chunks", "block_chunks", "bl
 
 _DESC_FIELDS = ("m", "n", "k", "transpose_a", "transpose_b", "raw", "row_vec", "col_vec",
                 "row_exp", "col_exp", "a_addr", "a_stride", "b_addr", "b_stride", "c_addr",
-                "c_stride", "row_exp_addr", "col_exp_addr", "block", "no_ramp")
+                "c_stride", "row_exp_addr", "col_exp_addr", "block")
 
 
 def descriptor(**fields) -> dict:
@@ -80,7 +80,7 @@ def chunk_align(rows: int, cols: int, data_width: int) -> int:
 
 
 def k_chunks(k: int, depth: int, align: int = 1, ramp: bool = False,
-             balanced: bool = False, steps: bool = True) -> list[tuple[int, int]]:
+             balanced: bool = False) -> list[tuple[int, int]]:
     """The K chunks ``(k0, kc)`` a block is walked over, in order.
 
     ``k`` is cut into chunks of at most ``depth`` steps. With more than one, the first holds
@@ -106,8 +106,7 @@ def k_chunks(k: int, depth: int, align: int = 1, ramp: bool = False,
     from 32: 32, 64, 128, then 160, 224, 176, not 64, 256, 240). With ``ramp`` and
     ``balanced`` and no ramp step taken (``k`` under three ``align``), the first chunk is
     still the short-first cut (the walker has it a cycle after the descriptor), the rest
-    balanced. ``steps = False`` (the descriptor's ``no_ramp``) takes no ramp step: the first
-    block's chunks are then that short-first cut and the balanced rest.
+    balanced.
 
     The sums are int32 and exact in any order, so results do not depend on the chunks.
     :class:`rtl.walker.Walker` uses ``align =`` :func:`chunk_align`.
@@ -116,7 +115,7 @@ def k_chunks(k: int, depth: int, align: int = 1, ramp: bool = False,
         return (((rest - 1) % depth) | (align - 1)) + 1
 
     chunks, k0, size = [], 0, align
-    while ramp and steps and size <= depth and k - k0 - size >= 2 * size:
+    while ramp and size <= depth and k - k0 - size >= 2 * size:
         chunks.append((k0, size))
         k0, size = k0 + size, 2 * size
     rest = k - k0
@@ -135,12 +134,10 @@ def k_chunks(k: int, depth: int, align: int = 1, ramp: bool = False,
                                      for r0 in range(first, rest, depth)]
 
 
-def block_chunks(k: int, depth: int, align: int, first: bool,
-                 ramp: bool = True) -> list[tuple[int, int]]:
+def block_chunks(k: int, depth: int, align: int, first: bool) -> list[tuple[int, int]]:
     """The K chunks of one block as :class:`rtl.walker.Walker` cuts them: the descriptor's
-    first block ramps (unless ``ramp`` is false: the descriptor's ``no_ramp``), then every
-    block is balanced (:func:`k_chunks`)."""
-    return k_chunks(k, depth, align, ramp=first, balanced=True, steps=ramp)
+    first block ramps, then every block is balanced (:func:`k_chunks`)."""
+    return k_chunks(k, depth, align, ramp=first, balanced=True)
 
 
 def block_side(field: int, block: int) -> int:
@@ -164,7 +161,7 @@ def column_order(m: int, n: int, k: int, rows: int, cols: int, depth: int,
 
 
 def block_order(m: int, n: int, k: int, rows: int, cols: int, depth: int, data_width: int,
-                side: int, ramp: bool = True) -> list[tuple[int, int, bool, bool]]:
+                side: int) -> list[tuple[int, int, bool, bool]]:
     """The blocks of a GEMM in :class:`rtl.walker.Walker`'s order: ``(m_blk, n_blk, keep_a,
     keep_b)``, the block's first row and column and whether it keeps the A (B) tiles of
     the block before it instead of loading them — when that block was one K chunk and shares
@@ -173,8 +170,8 @@ def block_order(m: int, n: int, k: int, rows: int, cols: int, depth: int, data_w
     down = column_order(m, n, k, rows, cols, depth, side)
     order = [(mb, nb) for nb in ns for mb in ms] if down else [(mb, nb) for mb in ms for nb in ns]
     # whether the first block, and those after it, are one K chunk
-    one = [len(block_chunks(k, depth, chunk_align(rows, cols, data_width), first=f,
-                            ramp=ramp)) == 1 for f in (True, False)]
+    one = [len(block_chunks(k, depth, chunk_align(rows, cols, data_width), first=f)) == 1
+           for f in (True, False)]
     out = [(*order[0], False, False)] if order else []
     for idx in range(1, len(order)):
         (pm_, pn_), (mb, nb) = order[idx - 1], order[idx]
@@ -184,22 +181,20 @@ def block_order(m: int, n: int, k: int, rows: int, cols: int, depth: int, data_w
 
 
 def walk_chunks(m: int, n: int, k: int, rows: int, cols: int, depth: int, data_width: int,
-                side: int, parity: tuple[int, int] = (0, 0), ramp: bool = True):
+                side: int, parity: tuple[int, int] = (0, 0)):
     """The K chunks of a GEMM in :class:`rtl.walker.Walker`'s order, each with its block and
     the buffer slot parities of its operands: ``(m_blk, n_blk, keep_a, keep_b, k0, kc,
     a_par, b_par)`` (:func:`block_order`, :func:`block_chunks`). Each operand goes to the
     other set of slots from chunk to chunk, but stays in its set for a block that keeps it.
 
-    ``ramp`` false: the descriptor's ``no_ramp`` (:func:`block_chunks`).
-
     Returns the chunks and the parities ``(A's, B's)`` after the last one.
     """
     a_par, b_par = parity
-    blocks = block_order(m, n, k, rows, cols, depth, data_width, side, ramp)
+    blocks = block_order(m, n, k, rows, cols, depth, data_width, side)
     out = []
     for idx, (m_blk, n_blk, keep_a, keep_b) in enumerate(blocks):
         for k0, kc in block_chunks(k, depth, chunk_align(rows, cols, data_width),
-                                   first=idx == 0, ramp=ramp):
+                                   first=idx == 0):
             out.append((m_blk, n_blk, keep_a, keep_b, k0, kc, a_par, b_par))
             nxt = blocks[idx + 1] if k0 + kc == k and idx + 1 < len(blocks) else None
             a_par ^= not (nxt and nxt[2])
@@ -242,8 +237,7 @@ def walk(desc: dict, rows: int, cols: int, depth: int, block: int, data_width: i
         loads.append(job)
 
     chunks, parity = walk_chunks(m, n, k, R, C, D, data_width, side,
-                                 (parity, parity) if isinstance(parity, int) else parity,
-                                 ramp=not desc.get("no_ramp", 0))
+                                 (parity, parity) if isinstance(parity, int) else parity)
     for m_blk, n_blk, keep_a, keep_b, k0, kc, a_par, b_par in chunks:
         bm = min(-(-(m - m_blk) // R), side)
         bn = min(-(-(n - n_blk) // C), side)

@@ -72,7 +72,7 @@ from firmware import regmap
 from .engine_models import walk_chunks
 from .ports import dram_bytes_per_cycle
 
-__all__ = ["predict", "best_block", "best_schedule", "read_rate", "training_gemms", "main"]
+__all__ = ["predict", "best_block", "read_rate", "training_gemms", "main"]
 
 #: Cycles of control per operand load (command phases, the address multiply).
 LOAD_OVERHEAD = 4
@@ -173,8 +173,8 @@ def _bursts(words: int, burst: int) -> list[int]:
 
 def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool = False, *,
             rows: int, cols: int, depth: int, block: int, data_width: int, port: dict,
-            read_ports: int = 1, write_ports: int = 1, ramp: bool = True,
-            dma_outstanding: int = DMA_OUTSTANDING, dma_burst: int = DMA_BURST) -> dict:
+            read_ports: int = 1, write_ports: int = 1, dma_outstanding: int = DMA_OUTSTANDING,
+            dma_burst: int = DMA_BURST) -> dict:
     """Predicted cycles of one GEMM descriptor, from its start to its last C row in memory.
 
     Parameters
@@ -193,9 +193,6 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
     write_ports : {1, 2, 4}
         AXI write ports C rows are dealt to in turn (``Accelerator(write_ports=...)``), each
         with the port's limits of its own.
-    ramp : bool
-        The first block's K chunks ramp up (the default), or not (the descriptor's
-        ``NO_RAMP``: :func:`sim.engine_models.block_chunks`).
 
     Returns
     -------
@@ -257,7 +254,7 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
     interval = rows + cols - 1
     chunks = []
     last_use = [{}, {}]          # operand -> parity -> the last chunk that used those slots
-    walked, _ = walk_chunks(m, n, k, rows, cols, depth, data_width, block, ramp=ramp)
+    walked, _ = walk_chunks(m, n, k, rows, cols, depth, data_width, block)
     for m_blk, n_blk, keep_a, keep_b, k0, kc, a_par, b_par in walked:
         bm = min(block, _cdiv(m - m_blk, rows))
         rows_in = [min(rows, m - m_blk - i * rows) for i in range(bm)]
@@ -398,66 +395,30 @@ BLOCK_MARGIN = 0.02
 def best_block(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool = False,
                *, rows: int, cols: int, depth: int, block: int, data_width: int,
                port: dict, write_ports: int = 1, read_ports: int = 1) -> int:
-    """The reuse block's side (``1..block`` C tiles) with the fewest predicted cycles: the
-    side of :func:`best_schedule`."""
-    return best_schedule(m, n, k, transpose_a, transpose_b, rows=rows, cols=cols, depth=depth,
-                         block=block, data_width=data_width, port=port,
-                         write_ports=write_ports, read_ports=read_ports)[0]
-
-
-def best_schedule(m: int, n: int, k: int, transpose_a: bool = False,
-                  transpose_b: bool = False, *, rows: int, cols: int, depth: int, block: int,
-                  data_width: int, port: dict, write_ports: int = 1,
-                  read_ports: int = 1) -> tuple[int, bool]:
-    """The reuse block's side (``1..block`` C tiles) and whether the first block's K chunks
-    ramp (``DESC_FLAGS.BLOCK`` and ``NO_RAMP``), by predicted cycles.
+    """The reuse block's side (``1..block`` C tiles) with the fewest predicted cycles.
 
     Larger blocks read A and B fewer times; smaller ones let C leave earlier (a GEMM of one
     or two blocks writes all of C at its end) and start computing after fewer loads. The
-    largest side within :data:`BLOCK_MARGIN` of the fastest wins. The ramp starts the array
-    after a short chunk's loads, but its first chunks are shorter than the array's read-out
-    interval and, for an operand read a row per tile lane, read in short bursts: without
-    it the first block starts with a whole chunk, which small GEMMs behind slow ports gain
-    from. It is dropped where that is predicted :data:`RAMP_MARGIN` faster
-    (:data:`RAMP_MARGIN_NARROW` behind a DRAM that moves less than a bus word a cycle, where
-    the model is least sure). Cached by
-    shape, configuration and port (a training run asks for the same few shapes every step).
+    largest side within :data:`BLOCK_MARGIN` of the fastest wins. Cached by shape,
+    configuration and port (a training run asks for the same few shapes every step).
     """
     knobs = tuple(sorted((key, port.get(key)) for key in (
         "outstanding_reads", "outstanding_writes", "read_latency", "write_latency",
         "max_burst", "pause", "dram_gbps", "clock_mhz", "data_width", "dram_arbitration")))
-    return _best_schedule(m, n, k, bool(transpose_a), bool(transpose_b), rows, cols, depth,
-                          block, data_width, knobs, write_ports, read_ports)
-
-
-#: The ramp is dropped only where that is predicted at least this much faster.
-RAMP_MARGIN = 0.01
-#: ... and behind a DRAM narrower than a bus word a cycle (the VU9P stand-in's 7.68 bytes
-#: for 8), where the model misses by up to 7 % without the ramp (the 64x10x256 forward:
-#: 3,088 cycles predicted, 3,319 measured; 5.7 % gain predicted, 1.3 % measured).
-RAMP_MARGIN_NARROW = 0.06
+    return _best_block(m, n, k, bool(transpose_a), bool(transpose_b), rows, cols, depth, block,
+                       data_width, knobs, write_ports, read_ports)
 
 
 @functools.lru_cache(maxsize=4096)
-def _best_schedule(m, n, k, ta, tb, rows, cols, depth, block, data_width, knobs,
-                   write_ports, read_ports) -> tuple[int, bool]:
+def _best_block(m, n, k, ta, tb, rows, cols, depth, block, data_width, knobs,
+                write_ports, read_ports) -> int:
     port = dict(knobs)
-    dram = dram_bytes_per_cycle(port, data_width // 8)
-    margin = (RAMP_MARGIN_NARROW if dram is not None and dram < data_width // 8
-              else RAMP_MARGIN)
-
-    def cycles(side, ramp):
-        return predict(m, n, k, ta, tb, rows=rows, cols=cols, depth=depth, block=side,
-                       data_width=data_width, port=port, write_ports=write_ports,
-                       read_ports=read_ports, ramp=ramp)["cycles"]
-    best = {}
-    for side in range(1, block + 1):
-        with_ramp, without = cycles(side, True), cycles(side, False)
-        best[side] = ((without, False) if without < with_ramp * (1 - margin)
-                      else (with_ramp, True))
-    fastest = min(c for c, _ in best.values())
-    side = max(s for s, (c, _) in best.items() if c <= fastest * (1 + BLOCK_MARGIN))
-    return side, best[side][1]
+    cycles = {side: predict(m, n, k, ta, tb, rows=rows, cols=cols, depth=depth, block=side,
+                            data_width=data_width, port=port,
+                            write_ports=write_ports, read_ports=read_ports)["cycles"]
+              for side in range(1, block + 1)}
+    fastest = min(cycles.values())
+    return max(side for side, c in cycles.items() if c <= fastest * (1 + BLOCK_MARGIN))
 
 
 def training_gemms(batch: int, fan_in: int, fan_out: int) -> list[tuple]:
@@ -525,12 +486,12 @@ def main(argv=None) -> int:
                     means[i] += u
                     row.append(f"{100 * u:.1f}")
                 own = cfg.get("read_ports", 1)
-                side, ramp = best_schedule(m, n, k, ta, tb, block=cfg["block"], port=port,
-                                           **geometry, read_ports=own)
+                side = best_block(m, n, k, ta, tb, block=cfg["block"], port=port, **geometry,
+                                  read_ports=own)
                 u = predict(m, n, k, ta, tb, block=side, port=port, **geometry,
-                            read_ports=own, ramp=ramp)["utilization"]
+                            read_ports=own)["utilization"]
                 means[-1] += u
-                row.append(f"{100 * u:.1f} (side {side}{'' if ramp else ', no ramp'})")
+                row.append(f"{100 * u:.1f} (side {side})")
                 count += 1
                 print(f"| {fan_in}->{fan_out} b{batch} {name} | {m}x{n}x{k} | "
                       + " | ".join(row) + " |")

@@ -355,34 +355,6 @@ def test_block_side_changes_the_schedule_not_the_result(dev):
     assert dev.stats["block"] == best_block(m, n, k, True, False, block=info.block, **cfg)
 
 
-def test_no_ramp_changes_the_schedule_not_the_result(dev):
-    """DESC_FLAGS.NO_RAMP (the first block's K chunks start whole): the same bits; the
-    cycles the model predicts with and without the ramp (within 15 %: this port pauses at
-    random), and different ones."""
-    from sim.perfmodel import predict
-    rng = np.random.default_rng(12)
-    m, n, k = 3 * dev.rows + 1, 2 * dev.cols + 3, 700
-    a, b = _operands(rng, m, n, k, False, False)
-    want = golden.gemm(a, b)
-    info = dev.driver.info
-    cfg = dict(rows=info.rows, cols=info.cols, depth=info.depth, data_width=info.data_width,
-               port=dev.memory_port(), write_ports=info.write_ports,
-               read_ports=info.read_ports, block=info.block)
-    cycles = {}
-    choose = dev._choose_block
-    try:
-        for ramp in (True, False):
-            dev._choose_block = lambda *args, ramp=ramp: (info.block, ramp)
-            np.testing.assert_array_equal(dev.gemm(a, b, out="int32"), want)
-            assert dev.stats["ramp"] is ramp
-            cycles[ramp] = dev.stats["cycles"]
-            model = predict(m, n, k, ramp=ramp, **cfg)["cycles"]
-            assert abs(model / cycles[ramp] - 1) < 0.15, (ramp, model, cycles)
-    finally:
-        dev._choose_block = choose
-    assert cycles[True] != cycles[False]
-
-
 def test_block_argument_is_checked(dev):
     a, b = np.zeros((2, 3), np.int8), np.zeros((3, 4), np.int8)
     for bad in (0, 5, -1):

@@ -65,39 +65,16 @@ def test_best_block_is_the_largest_near_the_fastest():
     within BLOCK_MARGIN of the fastest, and is cached."""
     geometry = {"rows": 16, "cols": 32, "depth": 256, "data_width": 64}
     port = resolve_port("zynqmp-hp")
-    cycles = {s: _schedule_cycles(64, 256, 256, False, False, s, port, geometry)
+    cycles = {s: predict(64, 256, 256, block=s, port=port, **geometry)["cycles"]
               for s in range(1, 9)}
     side = best_block(64, 256, 256, block=8, port=port, **geometry)
     fastest = min(cycles.values())
     assert side < 8 and cycles[side] < cycles[8]
     assert cycles[side] <= fastest * (1 + perfmodel.BLOCK_MARGIN)
     assert all(c > fastest * (1 + perfmodel.BLOCK_MARGIN) for s, c in cycles.items() if s > side)
-    hits = perfmodel._best_schedule.cache_info().hits
+    hits = perfmodel._best_block.cache_info().hits
     assert best_block(64, 256, 256, block=8, port=port, **geometry) == side
-    assert perfmodel._best_schedule.cache_info().hits == hits + 1
-
-
-def _schedule_cycles(m, n, k, ta, tb, side, port, geometry):
-    """The cycles best_schedule weighs for one side: with the ramp, or without it where
-    that is RAMP_MARGIN faster."""
-    ramp, flat = (predict(m, n, k, ta, tb, block=side, port=port, ramp=r, **geometry)["cycles"]
-                  for r in (True, False))
-    return flat if flat < ramp * (1 - perfmodel.RAMP_MARGIN) else ramp
-
-
-def test_the_ramp_is_dropped_where_predicted_faster():
-    """The VU9P stand-in's 128x10x256 forward behind its DDR4: its first block's ramp reads
-    A's tiles in rows of 8 to 32 bytes (short bursts) and runs tiles shorter than the
-    array's read-out interval; without it the model predicts >= 5 % fewer cycles, and
-    best_schedule drops it. A large compute-bound GEMM keeps it."""
-    geometry = {"rows": 8, "cols": 16, "depth": 512, "data_width": 64}
-    port = resolve_port("vcu118-ddr4")
-    side, ramp = perfmodel.best_schedule(128, 10, 256, block=8, port=port, **geometry)
-    assert not ramp
-    with_ramp, flat = (predict(128, 10, 256, block=side, port=port, ramp=r, **geometry)["cycles"]
-                       for r in (True, False))
-    assert flat < 0.95 * with_ramp
-    assert perfmodel.best_schedule(128, 256, 1152, block=8, port=port, **geometry)[1]
+    assert perfmodel._best_block.cache_info().hits == hits + 1
 
 
 def test_best_block_follows_the_dram_arbitration():
@@ -108,7 +85,7 @@ def test_best_block_follows_the_dram_arbitration():
     sides = {}
     for arb in ("round-robin", "reads-first"):
         port = resolve_port({"preset": "vcu118-ddr4", "dram_arbitration": arb})
-        cycles = {s: _schedule_cycles(128, 10, 256, False, False, s, port, geometry)
+        cycles = {s: predict(128, 10, 256, block=s, port=port, **geometry)["cycles"]
                   for s in range(1, 9)}
         fastest = min(cycles.values())
         want = max(s for s, c in cycles.items() if c <= fastest * (1 + perfmodel.BLOCK_MARGIN))
@@ -218,8 +195,7 @@ def test_model_within_5_percent_of_the_committed_benchmark():
                        rows=r["rows"], cols=r["cols"], data_width=r["data_width"],
                        depth=r["depth"], block=r["block_used"], port=resolve_port(r["port"]),
                        write_ports=r.get("write_ports", 1),
-                       read_ports=r.get("read_ports", 1),
-                       ramp=r.get("ramp_used", True))["cycles"]
+                       read_ports=r.get("read_ports", 1))["cycles"]
         if abs(want / r["cycles"] - 1) > 0.05:
             off.append((r["board"], r["gemm"], r["m"], r["n"], r["k"], r["cycles"], want))
     assert len(record["results"]) >= 100 and not off, off

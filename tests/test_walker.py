@@ -69,9 +69,7 @@ def random_desc(rng, rows, cols, depth, block):
         b_addr=rng.getrandbits(32), b_stride=rng.getrandbits(16),
         row_exp_addr=rng.getrandbits(32), col_exp_addr=rng.getrandbits(32),
         # the descriptor's reuse block: the buffers' (0 or too large) or any smaller side
-        block=rng.choice([0, block, rng.randint(1, block), block + 1, 31]),
-        # the first block's ramp, or a whole first chunk
-        no_ramp=rng.randint(0, 1))
+        block=rng.choice([0, block, rng.randint(1, block), block + 1, 31]))
 
 
 CONFIGS = [  # rows, cols, depth, block, data_width
