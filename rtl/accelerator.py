@@ -251,29 +251,19 @@ class Accelerator(wiring.Component):
         m.d.comb += irq_done.eq(engine.done & ~aborting & ~halted)
 
         # ---- engine <-> DMA ---------------------------------------------------------------
+        def gated(src, dst, drain=False):
+            """``src`` -> ``dst``, held off while aborting; with ``drain``, ``src``'s words are
+            taken and dropped meanwhile (a reader's bursts in flight still arrive)."""
+            m.d.comb += [dst.payload.eq(src.payload), dst.valid.eq(src.valid & ~aborting),
+                         src.ready.eq(dst.ready | aborting if drain else dst.ready & ~aborting)]
+
         for p, reader in enumerate(readers):         # reader p: A, or with two, B
-            rd_cmd, rd_data = (getattr(engine, f"{name}{p or ''}")
-                               for name in ("rd_cmd", "rd_data"))
-            m.d.comb += [
-                reader.cmd.payload.eq(rd_cmd.payload),
-                reader.cmd.valid.eq(rd_cmd.valid & ~aborting),
-                rd_cmd.ready.eq(reader.cmd.ready & ~aborting),
-                rd_data.payload.eq(reader.o_stream.payload),
-                rd_data.valid.eq(reader.o_stream.valid & ~aborting),
-                reader.o_stream.ready.eq(rd_data.ready | aborting),
-            ]
+            gated(getattr(engine, f"rd_cmd{p or ''}"), reader.cmd)
+            gated(reader.o_stream, getattr(engine, f"rd_data{p or ''}"), drain=True)
         for p, writer in enumerate(writers):            # C rows: writer p, tile rows p mod P
-            wr_cmd, wr_data = (getattr(engine, f"{name}{p or ''}")
-                               for name in ("wr_cmd", "wr_data"))
-            m.d.comb += [
-                writer.cmd.payload.eq(wr_cmd.payload),
-                writer.cmd.valid.eq(wr_cmd.valid & ~aborting),
-                wr_cmd.ready.eq(writer.cmd.ready & ~aborting),
-                writer.i_stream.payload.eq(wr_data.payload),
-                writer.i_stream.valid.eq(wr_data.valid & ~aborting),
-                wr_data.ready.eq(writer.i_stream.ready & ~aborting),
-                getattr(engine, f"wr_done{p or ''}").eq(writer.done),
-            ]
+            gated(getattr(engine, f"wr_cmd{p or ''}"), writer.cmd)
+            gated(getattr(engine, f"wr_data{p or ''}"), writer.i_stream)
+            m.d.comb += getattr(engine, f"wr_done{p or ''}").eq(writer.done)
 
         # ---- status, interrupts, counters -------------------------------------------------
         # The queue's entries counted here, with "any" as a register of its own: the FIFO's
