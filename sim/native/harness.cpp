@@ -271,6 +271,16 @@ struct Sim {
         h.payload = payload;
     }
 
+    // An address channel's (AR or AW) sampling: VALID and the payload held until READY, a
+    // stall counted, the address checked when the handshake happens; returns whether it did.
+    bool address_handshake(Held &h, bool valid, bool ready, uint64_t addr, unsigned len,
+                           unsigned size, unsigned burst, Counter stalls) {
+        check_held(h, valid, ready, Payload{addr, len, size, burst});
+        if (valid && !ready) counters[stalls]++;
+        if (valid && ready) check_address(addr, len + 1u, size);
+        return valid && ready;
+    }
+
     // The burst the next AW (at `aw_count`) or W beat belongs to, created on first sight.
     WriteBurst &write_burst(WriteState &p, size_t i) {
         while (p.writes.size() <= i) {
@@ -352,15 +362,11 @@ struct Sim {
     // A write port's handshakes, sampled before the clock edge.
     void sample_write(WriteState &p) {
         WritePins &q = p.pins;
-        bool awv = *q.awvalid, awr = *q.awready;
-        check_held(p.aw_held, awv, awr, Payload{uint64_t(*q.awaddr), *q.awlen, *q.awsize,
-                                                *q.awburst});
-        if (awv && !awr) counters[AW_STALLS]++;
-        p.aw = awv && awr;
+        p.aw = address_handshake(p.aw_held, *q.awvalid, *q.awready, uint64_t(*q.awaddr),
+                                 *q.awlen, *q.awsize, *q.awburst, AW_STALLS);
         if (p.aw) {
             p.aw_addr = *q.awaddr;
             p.aw_len = *q.awlen + 1u;
-            check_address(p.aw_addr, p.aw_len, *q.awsize);
         }
         bool wv = *q.wvalid, wr = *q.wready;
         get_bytes(*q.wdata, p.wdata);
@@ -440,16 +446,12 @@ struct Sim {
     // A read port's handshakes, sampled before the clock edge.
     void sample_read(ReadState &p) {
         ReadPins &q = p.pins;
-        bool arv = *q.arvalid, arr = *q.arready;
-        check_held(p.ar_held, arv, arr, Payload{uint64_t(*q.araddr), *q.arlen, *q.arsize,
-                                                *q.arburst});
-        if (arv && !arr) counters[AR_STALLS]++;
-        p.ar = arv && arr;
+        p.ar = address_handshake(p.ar_held, *q.arvalid, *q.arready, uint64_t(*q.araddr),
+                                 *q.arlen, *q.arsize, *q.arburst, AR_STALLS);
         p.nb = ReadBurst{};
         if (p.ar) {
             p.nb.addr = *q.araddr;
             p.nb.len = *q.arlen + 1u;
-            check_address(p.nb.addr, p.nb.len, *q.arsize);
             p.nb.due = cycle + read_latency;
             p.nb.resp = check(p.nb.addr, p.nb.len);
         }
