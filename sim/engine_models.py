@@ -18,7 +18,7 @@ import numpy as np
 from firmware.regmap import ErrorCode
 
 __all__ = ["descriptor", "check", "chunk_align", "k_chunks", "block_chunks", "block_side", "walk",
-           "load_sequence", "route", "issue", "write_back"]
+           "load_sequence", "stripe", "interleave", "route", "issue", "write_back"]
 
 _DESC_FIELDS = ("m", "n", "k", "transpose_a", "transpose_b", "raw", "row_vec", "col_vec",
                 "row_exp", "col_exp", "a_addr", "a_stride", "b_addr", "b_stride", "c_addr",
@@ -308,6 +308,42 @@ def load_sequence(jobs, data_width: int, addr_width: int, a_lanes: int, b_lanes:
             rd.append({"addr": addr % (1 << addr_width), "beats": j["nwords"]})
             addr = (addr + j["stride"]) % (1 << 64)
     return rd, gb[0], gb[1], routes
+
+
+def stripe(job: dict, min_words: int = 4):
+    """What :class:`rtl.stripe.LoadStriper` makes of one load job: ``(even, odd, merge)``.
+
+    A job of at least two rows of at least ``min_words`` words (stride below 2**31) is split
+    into its even rows (with its zero rows) and its odd rows, each a job at twice the stride
+    whose first row is where the job's row 0 or 1 is: ``base + (row0 & 1) * stride``,
+    ``row0 >> 1``. Otherwise ``even`` is the job and ``odd`` None. ``merge`` is the
+    :class:`rtl.stripe.VectorInterleave` entry."""
+    striped = job["rows"] >= 2 and job["nwords"] >= min_words and job["stride"] < 1 << 31
+    merge = {"nrows": job["rows"], "nzero": job["nzero"], "nbeats": job["nbeats"],
+             "striped": int(striped)}
+    if not striped:
+        return dict(job), None, merge
+    halves = []
+    for first, rows, nzero in ((job["row0"], (job["rows"] + 1) // 2, job["nzero"]),
+                               (job["row0"] + 1, job["rows"] // 2, 0)):
+        first &= (1 << 17) - 1
+        halves.append({**job, "base": (job["base"] + (first & 1) * job["stride"]) % (1 << 64),
+                       "row0": first >> 1, "stride": 2 * job["stride"], "rows": rows,
+                       "nzero": nzero})
+    return halves[0], halves[1], merge
+
+
+def interleave(merges, v0, v1):
+    """The vectors :class:`rtl.stripe.VectorInterleave` sends for ``merges`` (its job
+    entries), taking from ``v0`` and ``v1`` (iterables of vectors) in turn: each row read of a
+    striped job from ``v1`` if it is odd, every other row from ``v0``; ``nbeats`` vectors a
+    row."""
+    v0, v1, out = iter(v0), iter(v1), []
+    for j in merges:
+        for r in range(j["nrows"] + j["nzero"]):
+            src = v1 if j["striped"] and r < j["nrows"] and r % 2 else v0
+            out += [next(src) for _ in range(j["nbeats"])]
+    return out
 
 
 def route(words, routes):
