@@ -25,13 +25,13 @@ from dataclasses import dataclass, field
 from enum import IntEnum
 
 __all__ = ["Field", "Register", "REGISTERS", "ErrorCode", "MAGIC", "VERSION", "WRITE_PORTS",
-           "READ_PORTS", "check_write_ports", "check_read_ports", "by_name", "offset",
-           "field_value", "pack", "markdown_table"]
+           "READ_PORTS", "STRIPE_MIN_WORDS", "check_write_ports", "check_read_ports", "by_name",
+           "offset", "field_value", "pack", "markdown_table"]
 
 #: ``ID`` register contents: ASCII "BFP8".
 MAGIC = 0x42465038
 #: Register map version (major << 16 | minor): changes when the map does.
-VERSION = 0x0001_0005
+VERSION = 0x0001_0006
 
 #: The AXI write port counts a build may have (``CONFIG_BUS.WRITE_PORTS``): the RTL, the
 #: functional model, the performance model and the command lines take these.
@@ -46,14 +46,20 @@ def check_write_ports(write_ports) -> int:
 
 
 #: The AXI read port counts a build may have (``CONFIG_BUS.READ_PORTS``): with 2, A is read
-#: through ``mem_r`` and B through ``mem_r1``, each with a DMA reader of its own.
-READ_PORTS = (1, 2)
+#: through ``mem_r`` and B through ``mem_r1``, each with a DMA reader of its own; with 3, B's
+#: rows are striped over ``mem_r1`` (even rows) and ``mem_r2`` (odd rows).
+READ_PORTS = (1, 2, 3)
+#: With 3 read ports, a B load job is striped only when each of its rows is at least this many
+#: bus words: a row is one read burst, and shorter ones would leave each port latency-bound
+#: (a job of rows that follow one another in memory is read as one long command on one port
+#: instead). Stated here, without Amaranth, for the RTL and the performance model alike.
+STRIPE_MIN_WORDS = 4
 
 
 def check_read_ports(read_ports) -> int:
     """``read_ports`` if it is one of :data:`READ_PORTS`, else ValueError naming it."""
     if read_ports not in READ_PORTS or isinstance(read_ports, bool):
-        raise ValueError(f"read_ports must be 1 or 2, not {read_ports!r}")
+        raise ValueError(f"read_ports must be 1, 2 or 3, not {read_ports!r}")
     return read_ports
 
 
@@ -155,7 +161,8 @@ REGISTERS: tuple[Register, ...] = tuple([
          ("DATA_WIDTH", 0, 16, "AXI data width in bits"),
          ("ADDR_WIDTH", 16, 8, "AXI address width in bits"),
          ("WRITE_PORTS", 24, 4, "AXI4 write ports C rows are dealt to (mem_w, mem_w1, ...)"),
-         ("READ_PORTS", 28, 4, "AXI4 read ports: 1 (mem_r reads A and B) or 2 (mem_r1 reads B)")),
+         ("READ_PORTS", 28, 4, "AXI4 read ports: 1 (mem_r reads A and B), 2 (mem_r1 reads B) "
+                                "or 3 (B's rows striped over mem_r1 and mem_r2)")),
     _reg("CTRL", 0x020, "w1p", "Control pulses",
          ("ENQUEUE", 0, 1, "copy the staged descriptor into the queue (starts the engine)"),
          ("SOFT_RESET", 1, 1, "abort everything, drain the bus, return to idle"),

@@ -32,7 +32,9 @@ class Accelerator(wiring.Component):
     other HP ports), C leaves at up to P bus words a cycle. With ``read_ports`` 2, a second
     AXI4 read manager, :attr:`mem_r1`, reads B (and the column exponents) while :attr:`mem_r`
     reads A (and the row exponents): connected to another memory port, the operands arrive
-    at up to two bus words a cycle.
+    at up to two bus words a cycle. With ``read_ports`` 3, B's rows are striped over
+    :attr:`mem_r1` (even rows) and :attr:`mem_r2` (odd rows; :mod:`rtl.stripe`): B arrives
+    at up to two bus words a cycle, A at one.
 
     Errors stop the engine with ``STATUS.ERROR`` and a code: a rejected descriptor (nothing
     touched), SLVERR/DECERR on a read or a write, or an ENQUEUE into a full queue. After a bus
@@ -54,7 +56,7 @@ class Accelerator(wiring.Component):
         DMA bursts (see :class:`rtl.dma.DmaReader`).
     write_ports : {1, 2, 4}
         AXI4 write managers (``CONFIG_BUS.WRITE_PORTS``); at most ``rows``.
-    read_ports : {1, 2}
+    read_ports : {1, 2, 3}
         AXI4 read managers (``CONFIG_BUS.READ_PORTS``).
 
     Members
@@ -64,8 +66,8 @@ class Accelerator(wiring.Component):
     mem_w : Out(AXI4WriteSignature(addr_width, data_width))
     mem_w1, mem_w2, mem_w3 : Out(AXI4WriteSignature(addr_width, data_width))
         With ``write_ports`` 2 (``mem_w1``) or 4.
-    mem_r1 : Out(AXI4ReadSignature(addr_width, data_width))
-        With ``read_ports`` 2.
+    mem_r1, mem_r2 : Out(AXI4ReadSignature(addr_width, data_width))
+        With ``read_ports`` 2 (``mem_r1``) or 3.
     irq : Out(1)
     """
 
@@ -257,7 +259,7 @@ class Accelerator(wiring.Component):
             m.d.comb += [dst.payload.eq(src.payload), dst.valid.eq(src.valid & ~aborting),
                          src.ready.eq(dst.ready | aborting if drain else dst.ready & ~aborting)]
 
-        for p, reader in enumerate(readers):         # reader p: A, or with two, B
+        for p, reader in enumerate(readers):    # reader p: A, or B (with three, B's odd rows)
             gated(getattr(engine, f"rd_cmd{p or ''}"), reader.cmd)
             gated(reader.o_stream, getattr(engine, f"rd_data{p or ''}"), drain=True)
         for p, writer in enumerate(writers):            # C rows: writer p, tile rows p mod P

@@ -15,6 +15,7 @@ from .issue import CommandIssue
 from .loader import LoadSequencer
 from .pipe import RegisterSlice
 from .router import ReadRouter
+from .stripe import LoadStriper, VectorInterleave
 from .walker import Walker
 from .writeback import WriteBack, WriteBackPorts
 
@@ -84,7 +85,13 @@ class GemmEngine(wiring.Component):
     queued by operand, each queue with a load sequencer of its own whose read commands go to
     its reader, and each reader's words go straight to its gearbox (no
     :class:`rtl.router.ReadRouter`): A's and B's reads overlap, neither waits behind the
-    other's, and each operand has a port's bandwidth to itself.
+    other's, and each operand has a port's bandwidth to itself. With ``read_ports`` 3, B's
+    queue feeds a :class:`rtl.stripe.LoadStriper`: a job's even rows go to ``loader1`` and
+    :attr:`rd_cmd1`, its odd rows to ``loader2`` and :attr:`rd_cmd2` (a reader on a third
+    port), each reader's words to a gearbox of its own (``gb_b``, ``gb_b2``), and a
+    :class:`rtl.stripe.VectorInterleave` puts their vectors back in order (behind a register
+    slice each, ``b_mid`` and ``b_mid2``: one more cycle of latency on B): B's rows arrive
+    at up to two bus words a cycle.
 
     Parameters
     ----------
@@ -100,8 +107,8 @@ class GemmEngine(wiring.Component):
         Passed to :class:`rtl.datapath.GemmDatapath`.
     write_ports : {1, 2, 4}
         DMA writers C rows are written through (at most ``rows``).
-    read_ports : {1, 2}
-        DMA readers: one for A and B, or one for A and one for B.
+    read_ports : {1, 2, 3}
+        DMA readers: one for A and B, one for A and one for B, or one for A and two for B.
 
     Members
     -------
@@ -200,11 +207,18 @@ class GemmEngine(wiring.Component):
                                tag_width=tag_width)
         RP = self.read_ports
         router = ReadRouter(self.data_width) if RP == 1 else None
-        # with two read ports, B's load jobs have a load sequencer (and reader) of their own
-        loader1 = LoadSequencer(self.data_width, self.addr_width, a_lanes=R, b_lanes=C,
-                                tag_width=tag_width) if RP == 2 else None
+        # with two read ports, B's load jobs have a load sequencer (and reader) of their own;
+        # with three, two: B's jobs striped by row (LoadStriper), loader1 and its reader the
+        # even rows into gb_b, loader2 and its reader the odd rows into gb_b2, and the two
+        # gearboxes' vectors interleaved back in order
+        loader1, loader2 = (LoadSequencer(self.data_width, self.addr_width, a_lanes=R,
+                                          b_lanes=C, tag_width=tag_width) if RP > p else None
+                            for p in (1, 2))
         gb_a = Gearbox(self.data_width, R, tag_width)
         gb_b = Gearbox(self.data_width, C, tag_width)
+        gb_b2 = Gearbox(self.data_width, C, tag_width) if RP == 3 else None
+        striper = LoadStriper(tag_width) if RP == 3 else None
+        interleave = VectorInterleave(gb_b.o_stream.payload.shape()) if RP == 3 else None
         issue = CommandIssue(R, C, block=BL, tag_width=tag_width)
         WP = self.write_ports
         if WP == 1:
@@ -225,13 +239,18 @@ class GemmEngine(wiring.Component):
         assert tuple(slice_shapes) == self.SLICES
         for p in range(1, WP):
             slice_shapes[f"wr_cmd{p}"] = dma_command_layout(self.addr_width)
-        if RP == 2:
-            slice_shapes["rd_cmd1"] = dma_command_layout(self.addr_width)
+        for p in range(1, RP):
+            slice_shapes[f"rd_cmd{p}"] = dma_command_layout(self.addr_width)
+        if RP == 3:
+            # B's second reader's words -> gb_b2, and gb_b2's vectors -> the interleave, as
+            # gb_b's; the interleave's vectors -> b_out
+            slice_shapes.update(b_in2=self.data_width, b_mid=gb_b.o_stream.payload.shape(),
+                                b_mid2=gb_b.o_stream.payload.shape())
         slices = Module()
         for name, shape in slice_shapes.items():
             slices.submodules[name] = RegisterSlice(shape)
         sl = slices.submodules
-        if RP == 2:
+        if RP >= 2:
             # the walker's load jobs, A's and B's, each queued for its load sequencer
             job_bits = walker.o_load.payload.shape().size
             for name in ("jobs_a", "jobs_b"):
@@ -245,6 +264,8 @@ class GemmEngine(wiring.Component):
         if router is None:
             del parts["router"]
             parts["loader1"] = loader1
+        if RP == 3:
+            parts.update(loader2=loader2, gb_b2=gb_b2, striper=striper, interleave=interleave)
         for name, part in parts.items():
             copy = Signal(init=1, name=f"rst_{name}", attrs={"keep": "true"})
             if self.primitive:
@@ -283,12 +304,25 @@ class GemmEngine(wiring.Component):
                          queues[0].w_en.eq(job.valid & ~path),
                          queues[1].w_en.eq(job.valid & path),
                          job.ready.eq(Mux(path, queues[1].w_rdy, queues[0].w_rdy))]
-            for q, ld, cmd in ((queues[0], loader, sl.rd_cmd), (queues[1], loader1, sl.rd_cmd1)):
-                m.d.comb += [ld.i_stream.payload.eq(q.r_data), ld.i_stream.valid.eq(q.r_rdy),
-                             q.r_en.eq(ld.i_stream.ready), ld.routes.ready.eq(1)]
-                wiring.connect(m, ld.rd_cmd, cmd.i_stream)
+            # (with three read ports B's queue feeds the striper, which feeds loader1 and
+            # loader2)
+            takers = (loader.i_stream, loader1.i_stream if RP == 2 else striper.i_stream)
+            for q, into in zip(queues, takers, strict=True):
+                m.d.comb += [into.payload.eq(q.r_data), into.valid.eq(q.r_rdy),
+                             q.r_en.eq(into.ready)]
+            for p, ld in enumerate((loader, loader1, loader2)[:RP]):
+                m.d.comb += ld.routes.ready.eq(1)
+                wiring.connect(m, ld.rd_cmd, sl[f"rd_cmd{p or ''}"].i_stream)
             wiring.connect(m, loader1.b_jobs, gb_b.jobs)
-            for word, into in ((self.rd_data, sl.a_in), (self.rd_data1, sl.b_in)):
+            words = [(self.rd_data, sl.a_in), (self.rd_data1, sl.b_in)]
+            if RP == 3:
+                wiring.connect(m, striper.o_even, loader1.i_stream)
+                wiring.connect(m, striper.o_odd, loader2.i_stream)
+                wiring.connect(m, striper.o_merge, interleave.jobs)
+                wiring.connect(m, loader2.b_jobs, gb_b2.jobs)
+                words.append((self.rd_data2, sl.b_in2))
+                wiring.connect(m, sl.b_in2.o_stream, gb_b2.i_stream)
+            for word, into in words:
                 m.d.comb += [into.i_stream.payload.eq(word.payload.data),
                              into.i_stream.valid.eq(word.valid),
                              word.ready.eq(into.i_stream.ready)]
@@ -300,7 +334,14 @@ class GemmEngine(wiring.Component):
         wiring.connect(m, sl.b_in.o_stream, gb_b.i_stream)
         wiring.connect(m, gb_a.o_stream, sl.a_out.i_stream)
         wiring.connect(m, sl.a_out.o_stream, issue.a_vectors)
-        wiring.connect(m, gb_b.o_stream, sl.b_out.i_stream)
+        if RP == 3:
+            wiring.connect(m, gb_b.o_stream, sl.b_mid.i_stream)
+            wiring.connect(m, gb_b2.o_stream, sl.b_mid2.i_stream)
+            wiring.connect(m, sl.b_mid.o_stream, interleave.i_stream0)
+            wiring.connect(m, sl.b_mid2.o_stream, interleave.i_stream1)
+            wiring.connect(m, interleave.o_stream, sl.b_out.i_stream)
+        else:
+            wiring.connect(m, gb_b.o_stream, sl.b_out.i_stream)
         wiring.connect(m, sl.b_out.o_stream, issue.b_vectors)
         wiring.connect(m, issue.cmd, dp.cmd)
         wiring.connect(m, issue.a_stream, dp.a_stream)

@@ -4,17 +4,13 @@ from amaranth import Module, Mux, Signal, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from firmware.regmap import STRIPE_MIN_WORDS
+
 from ._util import carry_select_add
 from .fifo import Fifo
 from .loader import load_job_layout
 
 __all__ = ["LoadStriper", "VectorInterleave", "interleave_job_layout", "STRIPE_MIN_WORDS"]
-
-#: A load job is striped only when each of its rows is at least this many bus words: a row
-#: is one read burst, and shorter ones would leave each port latency-bound (and a job of
-#: rows that follow one another in memory is read as one long command on one port instead).
-STRIPE_MIN_WORDS = 4
-
 
 def interleave_job_layout() -> data.StructLayout:
     """What :class:`VectorInterleave` needs of one load job: its rows read (``nrows``), its

@@ -223,7 +223,7 @@ def _training_gemms(batch, fan_in, fan_out):
 #: stand-in's two 8-byte ports for 48, 3 too).
 BENCH_CONFIGS = {
     "pynq-z1": {"rows": 16, "cols": 16, "data_width": 64, "write_ports": 2},
-    "zcu104": {"rows": 16, "cols": 32, "data_width": 64, "write_ports": 2, "read_ports": 2},
+    "zcu104": {"rows": 16, "cols": 32, "data_width": 64, "write_ports": 2, "read_ports": 3},
     "vu9p": {"rows": 8, "cols": 16, "data_width": 64},
 }
 #: How many times larger each board's default is than its BENCH_CONFIGS array, in rows,
@@ -276,14 +276,14 @@ def roofline(m, n, k, rows, cols, data_width, port, write_ports=1, read_ports=1)
     (:func:`sim.ports.dram_bytes_per_cycle`, which the memory model enforces too). With
     ``write_ports`` write ports, C is written at that many bus words a cycle; with
     ``read_ports`` 2, A is read through one port and B through the other (the larger of the
-    two takes its bus words a cycle).
+    two takes its bus words a cycle); with 3, B through two (striped by row).
     ``bound = MACs / (PEs * max(compute, traffic))``; ``bound_by`` names the binding term
     (``"compute"``, ``"port"`` or ``"dram"``).
     """
     bus = data_width // 8
     compute = -(-m // rows) * -(-n // cols) * k
     rd, wr = m * k + k * n, 4 * m * n
-    per_port = rd if read_ports == 1 else max(m * k, k * n)
+    per_port = rd if read_ports == 1 else max(m * k, k * n / (read_ports - 1))
     port_cycles = max(per_port / bus, wr / (bus * write_ports))
     traffic = port_cycles
     dram = dram_bytes_per_cycle(port, bus)

@@ -68,6 +68,7 @@ import functools
 import sys
 
 from firmware import regmap
+from firmware.regmap import STRIPE_MIN_WORDS
 
 from .engine_models import walk_chunks
 from .ports import dram_bytes_per_cycle
@@ -225,20 +226,37 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
         traffic[0] += beats
         return beats / read_rate(beats / len(bursts), o_rd, lat_r, keep)
 
-    def operand_jobs(k_major, lanes, x_blk, limit, tiles, kc):
+    def striped(runs, vectors, lanes, zero_vectors=0):
+        """A job whose rows (``runs``) :class:`rtl.stripe.LoadStriper` deals to two read
+        ports: ``("stripe", even rows, odd rows, all vectors)``, each half with its
+        gearbox's share of the vectors (the zero rows' on the even side)."""
+        n1 = len(runs) // 2
+        v1 = vectors * n1 // (len(runs) + zero_vectors)
+        return ("stripe", job_cycles(runs[0::2], vectors - v1, lanes),
+                job_cycles(runs[1::2], v1, lanes), vectors)
+
+    def operand_jobs(k_major, lanes, x_blk, limit, tiles, kc, stripe=False):
         """The load jobs of one operand in a chunk, each as its read and gearbox cycles: a
         k-major operand is one job for the block (a run of bus words per step), a lane-run
         one a job per tile (a run per lane inside the matrix). A gearbox makes one vector a
-        cycle: a k-major step a vector per tile, a lane run one per ``lanes`` steps."""
+        cycle: a k-major step a vector per tile, a lane run one per ``lanes`` steps. With
+        ``stripe`` (B with three read ports) a job of two or more runs of at least
+        :data:`firmware.regmap.STRIPE_MIN_WORDS` words is striped over two ports."""
         if k_major:
             v = min(tiles * lanes, limit - x_blk)
             offset = x_blk % bpw if lanes <= bpw else 0
             words = _cdiv(offset + v, bpw)
+            if stripe and kc >= 2 and words >= STRIPE_MIN_WORDS:
+                return [striped([words] * kc, kc * tiles, lanes)]
             # the run is a whole stored row of a packed matrix: the rows follow one another
             runs = [words * kc] if words == _cdiv(limit, bpw) else [words] * kc
             return [job_cycles(runs, kc * tiles, lanes)]
         rows_in = [min(lanes, limit - x_blk - t * lanes) for t in range(tiles)]
         vectors = lanes * _cdiv(kc, lanes)        # the zero rows beyond the edge included
+        if stripe and _cdiv(kc, bpw) >= STRIPE_MIN_WORDS:
+            return [striped([_cdiv(kc, bpw)] * r, vectors, lanes, lanes - r) if r >= 2 else
+                    job_cycles([_cdiv(kc, bpw) * r] if kc == k else [_cdiv(kc, bpw)] * r,
+                               vectors, lanes) for r in rows_in]
         if kc == k:        # a tile's rows of one chunk are whole rows: one run
             return [job_cycles([_cdiv(kc, bpw) * r], vectors, lanes) for r in rows_in]
         return [job_cycles([_cdiv(kc, bpw)] * r, vectors, lanes) for r in rows_in]
@@ -261,7 +279,8 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
         bn = min(block, _cdiv(n - n_blk, cols))
         # a block that keeps an operand's tiles (block_order) loads none of them
         a_jobs = [] if keep_a else operand_jobs(transpose_a, rows, m_blk, m, bm, kc)
-        b_jobs = [] if keep_b else operand_jobs(not transpose_b, cols, n_blk, n, bn, kc)
+        b_jobs = [] if keep_b else operand_jobs(not transpose_b, cols, n_blk, n, bn, kc,
+                                                read_ports == 3)
         # The walker's order: tile (i, j), j inner; each command's A load, then B.
         loads, tiles = [], []
         a_at, b_at = {}, {}
@@ -306,7 +325,7 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
     share = (FAIR_SHARE, FAIR_SHARE) if rr else (1.0, 0.0)
 
     def schedule(ledger):
-        read_end = [[0.0, 0.0] for _ in chunks]     # each port's (one: both the same)
+        read_end = [[0.0] * 3 for _ in chunks]     # each port's (one: all the same)
         comp_end = [0.0] * len(chunks)
         votes = {"compute": 0, "reads": 0, "writes": 0}
         wclock = 0.0
@@ -314,32 +333,42 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
         # when the last job's vectors are made: through one router to both gearboxes in read
         # order, or with two read ports, each gearbox from its own reader (and each buffer
         # taking its loads independently of the other's)
-        gearbox = [0.0, 0.0]
+        gearbox = [0.0] * 3
         # with two read ports: when the last load began into its buffer (the datapath takes
         # commands in order, so a load begins once its buffer has taken the load before it
         # and the load before it, of either operand, has begun)
         begin = 0.0
         for i, c in enumerate(chunks):
-            clock = list(read_end[i - 1]) if i else [0.0, 0.0]
+            clock = list(read_end[i - 1]) if i else [0.0] * 3
             done = []
-            for path, (cycles, vectors, words) in c["loads"]:
-                p = path if read_ports == 2 else 0     # the port, and the gearbox clock
+            for path, job in c["loads"]:
+                # the ports (and gearbox clocks) the job's rows go through: one, or with three
+                # read ports B's even rows on port 1 and its odd rows on port 2
+                subs = [(1, job[1]), (2, job[2])] if job[0] == "stripe" else \
+                    [(path if read_ports >= 2 else 0, job)]
                 j = c["after"][path]
                 free = 0.0 if j is None else comp_end[j]
-                # the job's words wait in the DMA's FIFO for its slots: its reads may begin
-                # up to a FIFO's worth of words before they free
-                lead = cycles * min(1.0, READ_FIFO / words) if words else 0.0
-                if read_ports == 2:
-                    free = begin = max(begin, gearbox[p], free)
-                start = max(clock[p], free - lead - lat_r)
-                clock[p] = ledger.move(start, cycles, words * bpw)
-                # the router hands words over in read order: a job's vectors follow the
-                # previous job's and its own words (reads run on meanwhile, into the FIFO),
-                # once its slots are free
-                gearbox[p] = max(max(gearbox[p], start + lat_r, free) + vectors,
-                                 clock[p] + lat_r)
-                done.append(gearbox[p])
-            read_end[i] = clock if read_ports == 2 else [max(clock)] * 2
+                if read_ports >= 2:
+                    free = begin = max(begin, *(gearbox[p] for p, _ in subs), free)
+                ends = []
+                for p, (cycles, vectors, words) in subs:
+                    # the job's words wait in the DMA's FIFO for its slots: its reads may
+                    # begin up to a FIFO's worth of words before they free
+                    lead = cycles * min(1.0, READ_FIFO / words) if words else 0.0
+                    start = max(clock[p], free - lead - lat_r)
+                    clock[p] = ledger.move(start, cycles, words * bpw)
+                    # the router hands words over in read order: a job's vectors follow the
+                    # previous job's and its own words (reads run on meanwhile, into the
+                    # FIFO), once its slots are free
+                    gearbox[p] = max(max(gearbox[p], start + lat_r, free) + vectors,
+                                     clock[p] + lat_r)
+                    ends.append(gearbox[p])
+                if job[0] == "stripe":
+                    # the interleave passes the two gearboxes' vectors in order, one a cycle
+                    gearbox[1] = gearbox[2] = max(*ends, free + job[3])
+                    ends.append(gearbox[1])
+                done.append(max(ends))
+            read_end[i] = clock if read_ports >= 2 else [max(clock)] * 3
             t = comp_end[i - 1] if i else 0.0
             waited = stalled = 0.0
             per_tile = c["write"] / len(c["tiles"])

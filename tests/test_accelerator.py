@@ -13,9 +13,10 @@ from sim import golden
 
 # (rows, cols, data_width, write_ports, read_ports): lanes below, equal to and above the bus
 # width; C rows narrower and wider than a bus word; C rows dealt to two and to four write ports
-# (one row of each tile a port); A and B read through two read ports.
+# (one row of each tile a port); A and B read through two read ports, and B's rows striped
+# over two more.
 CONFIGS = [(8, 8, 128, 1, 1), (4, 16, 64, 1, 1), (8, 8, 512, 1, 1), (4, 8, 64, 2, 1),
-           (4, 4, 128, 4, 1), (4, 8, 64, 2, 2)]
+           (4, 4, 128, 4, 1), (4, 8, 64, 2, 2), (4, 8, 64, 2, 3)]
 
 
 @pytest.fixture(scope="module", params=CONFIGS, ids=lambda c: "x".join(map(str, c[:3]))

@@ -63,7 +63,7 @@ def test_generates_verilog_top_constraints_and_scripts(generated):
     read_ports = PLATFORMS[name].config().get("read_ports", 1)
     assert ("m_axi_mem1_awaddr" in top) == (ports > 1)
     assert ("m_axi_mem1_araddr" in top) == (read_ports > 1) == (name == "zcu104")
-    assert "m_axi_mem2_araddr" not in top
+    assert ("m_axi_mem2_araddr" in top) == (read_ports == 3) == (name == "zcu104")
     assert ("m_axi_mem3_awaddr" in top) == (ports == 4)
     assert ("accel/m_axi_mem1" in tcl) == (ports > 1)
     assert ("S_AXI_HP3_FPD" in tcl) == (name == "zcu104")
@@ -267,7 +267,8 @@ def test_one_slr_group_drops_the_pblocks(tmp_path):
 
 
 def test_a_second_read_port_alone_gets_an_hp_port_of_its_own(tmp_path):
-    """``--read-ports 2`` with one write port: m_axi_mem1 is read-only, on HP1."""
+    """``--read-ports 2`` with one write port: m_axi_mem1 is read-only, on HP1 (and with 3,
+    m_axi_mem2 on HP2); 4 is refused."""
     proc = run_build("--platform", "pynq-z1", "--rows", "8", "--cols", "8", "--write-ports", "1",
                      "--read-ports", "2", "--synth", "none", "--out", str(tmp_path))
     assert proc.returncode == 0, proc.stderr
@@ -278,6 +279,15 @@ def test_a_second_read_port_alone_gets_an_hp_port_of_its_own(tmp_path):
     assert "ASSOCIATED_BUSIF s_axi_control:m_axi_mem:m_axi_mem1," in top
     assert '/ps/S_AXI_HP1" Clk' in tcl and "accel/m_axi_mem1]" in tcl
     assert "S_AXI_HP2" not in tcl
-    proc = run_build("--platform", "pynq-z1", "--read-ports", "3", "--synth", "none",
+    # three read ports with one write port: m_axi_mem2 read-only too, on HP2
+    proc = run_build("--platform", "pynq-z1", "--rows", "8", "--cols", "8", "--write-ports", "1",
+                     "--read-ports", "3", "--synth", "none", "--out", str(tmp_path))
+    assert proc.returncode == 0, proc.stderr
+    top = (tmp_path / "bfp_accel_top.v").read_text()
+    tcl = (tmp_path / "build.tcl").read_text()
+    assert "m_axi_mem2_araddr" in top and "m_axi_mem2_awaddr" not in top
+    assert '/ps/S_AXI_HP2" Clk' in tcl and "accel/m_axi_mem2]" in tcl
+    assert "S_AXI_HP3" not in tcl
+    proc = run_build("--platform", "pynq-z1", "--read-ports", "4", "--synth", "none",
                      "--out", str(tmp_path))
     assert proc.returncode == 2 and "--read-ports" in proc.stderr
