@@ -89,9 +89,10 @@ class GemmEngine(wiring.Component):
     queue feeds a :class:`rtl.stripe.LoadStriper`: a job's even rows go to ``loader1`` and
     :attr:`rd_cmd1`, its odd rows to ``loader2`` and :attr:`rd_cmd2` (a reader on a third
     port), each reader's words to a gearbox of its own (``gb_b``, ``gb_b2``), and a
-    :class:`rtl.stripe.VectorInterleave` puts their vectors back in order (behind a register
-    slice each, ``b_mid`` and ``b_mid2``: one more cycle of latency on B): B's rows arrive
-    at up to two bus words a cycle.
+    :class:`rtl.stripe.VectorInterleave` puts their vectors back in order (each gearbox's
+    vectors queued in a FIFO, ``b_mid`` and ``b_mid2``, of :meth:`B_MID_DEPTH` entries, so
+    that one gearbox makes its next row while the other's is taken; two more cycles of
+    latency on B): B's rows arrive at up to two bus words a cycle.
 
     Parameters
     ----------
@@ -194,6 +195,14 @@ class GemmEngine(wiring.Component):
     #: plus its exponent vector) fit, so B's next job is not held behind them.
     LOAD_QUEUE = 16
 
+    @staticmethod
+    def B_MID_DEPTH(block: int, depth: int, cols: int) -> int:
+        """With three read ports, the vectors queued after each B gearbox: two rows of the
+        longest (``block`` vectors of a k-major span, ``depth / cols`` of a lane run), a
+        power of two, at least 4."""
+        need = 2 * max(block, depth // cols, 2)
+        return 1 << (need - 1).bit_length()
+
     # ------------------------------------------------------------------------------------------
     def elaborate(self, platform):
         top = m = Module()
@@ -242,14 +251,20 @@ class GemmEngine(wiring.Component):
         for p in range(1, RP):
             slice_shapes[f"rd_cmd{p}"] = dma_command_layout(self.addr_width)
         if RP == 3:
-            # B's second reader's words -> gb_b2, and gb_b2's vectors -> the interleave, as
-            # gb_b's; the interleave's vectors -> b_out
-            slice_shapes.update(b_in2=self.data_width, b_mid=gb_b.o_stream.payload.shape(),
-                                b_mid2=gb_b.o_stream.payload.shape())
+            # B's second reader's words -> gb_b2, as gb_b's
+            slice_shapes["b_in2"] = self.data_width
         slices = Module()
         for name, shape in slice_shapes.items():
             slices.submodules[name] = RegisterSlice(shape)
         sl = slices.submodules
+        if RP == 3:
+            # each B gearbox's vectors queued for the interleave: while it takes a row from
+            # one, the other makes the next row's (a row is up to `block` vectors, or
+            # depth / cols), so both gearboxes run at once
+            vec = gb_b.o_stream.payload.shape().size
+            for name in ("b_mid", "b_mid2"):
+                slices.submodules[name] = Fifo(width=vec, depth=self.B_MID_DEPTH(
+                    BL, self.depth, C), slice_bits=256)
         if RP >= 2:
             # the walker's load jobs, A's and B's, each queued for its load sequencer
             job_bits = walker.o_load.payload.shape().size
@@ -335,10 +350,12 @@ class GemmEngine(wiring.Component):
         wiring.connect(m, gb_a.o_stream, sl.a_out.i_stream)
         wiring.connect(m, sl.a_out.o_stream, issue.a_vectors)
         if RP == 3:
-            wiring.connect(m, gb_b.o_stream, sl.b_mid.i_stream)
-            wiring.connect(m, gb_b2.o_stream, sl.b_mid2.i_stream)
-            wiring.connect(m, sl.b_mid.o_stream, interleave.i_stream0)
-            wiring.connect(m, sl.b_mid2.o_stream, interleave.i_stream1)
+            for gb, q, into in ((gb_b, sl.b_mid, interleave.i_stream0),
+                                (gb_b2, sl.b_mid2, interleave.i_stream1)):
+                m.d.comb += [q.w_data.eq(gb.o_stream.payload), q.w_en.eq(gb.o_stream.valid),
+                             gb.o_stream.ready.eq(q.w_rdy),
+                             into.payload.eq(q.r_data), into.valid.eq(q.r_rdy),
+                             q.r_en.eq(into.ready)]
             wiring.connect(m, interleave.o_stream, sl.b_out.i_stream)
         else:
             wiring.connect(m, gb_b.o_stream, sl.b_out.i_stream)
