@@ -1,6 +1,6 @@
 """Small helpers shared by the RTL components."""
 
-from amaranth import Cat, Const, Mux, Signal, Value
+from amaranth import Cat, ClockDomain, ClockSignal, Const, DomainRenamer, Mux, Signal, Value
 
 __all__ = ["FIFO_SLICE_BITS", "SLICE_BITS", "bit_slices", "carry_select_add", "counter",
            "delay", "occupancy", "wide_accumulator"]
@@ -137,3 +137,17 @@ def carry_select_add(a, b, width: int, *, piece: int | None = None) -> Value:
         sums.append(Mux(carry, s1[:n], s0[:n]))
         carry = s0[n] | (s1[n] & carry)
     return Cat(*sums)
+
+
+def own_reset(m, name: str, part, reset: Signal):
+    """``part`` in a clock domain of its own, ``sync``'s clock with ``reset`` as its only
+    reset (added to ``m``; returns the renamed part to add as a submodule).
+
+    ``reset`` must be a register that the domain reset sets (a per-part registered copy of a
+    soft reset, initialised to 1): the part is then reset by the external reset too, a cycle
+    later, but no flip-flop or LUT of the part reads the external reset net itself, which
+    (as ``rst | copy`` in every part) reached over a thousand loads."""
+    cd = ClockDomain(f"{name}_d", local=True)
+    m.domains += cd
+    m.d.comb += [cd.clk.eq(ClockSignal()), cd.rst.eq(reset)]
+    return DomainRenamer(cd.name)(part)

@@ -10,7 +10,7 @@ from amaranth.lib.wiring import In, Out
 from firmware import regmap
 from firmware.regmap import ErrorCode
 
-from ._util import wide_accumulator
+from ._util import own_reset, wide_accumulator
 from .csr import AXI4LiteSignature, RegisterBlock
 from .dma import AXI4ReadSignature, AXI4WriteSignature, DmaReader, DmaWriter
 from .engine import GemmEngine, descriptor_layout
@@ -126,14 +126,16 @@ class Accelerator(wiring.Component):
         masters = {**{f"reader{p or ''}": r for p, r in enumerate(readers)},
                    **{f"writer{p or ''}": w for p, w in enumerate(writers)}}
         for name, master in masters.items():
-            copy = Signal(name=f"rst_{name}", attrs={"keep": "true"})
+            # set by the domain reset, and the master's only reset (no flip-flop of it reads
+            # the external reset net)
+            copy = Signal(init=1, name=f"rst_{name}", attrs={"keep": "true"})
             if self.primitive:       # an instance: Yosys would merge equal plain registers
                 m.submodules[f"rst_{name}_ff"] = Instance(
-                    "FDRE", p_INIT=0, i_C=ClockSignal(), i_CE=1, i_R=ResetSignal(),
+                    "FDSE", p_INIT=1, i_C=ClockSignal(), i_CE=1, i_S=ResetSignal(),
                     i_D=dma_rst, o_Q=copy, a_keep="true")
             else:
                 m.d.sync += copy.eq(dma_rst)
-            m.submodules[name] = ResetInserter(copy)(master)
+            m.submodules[name] = own_reset(m, f"rst_{name}", master, copy)
         wiring.connect(m, wiring.flipped(self.ctrl), csr.bus)
         for p, r in enumerate(readers):
             wiring.connect(m, r.bus, wiring.flipped(getattr(self, f"mem_r{p or ''}")))

@@ -345,11 +345,12 @@ class DmaReader(_DmaMaster):
     completed, as AXI requires) and refuses commands; the bursts in flight still arrive.
     :attr:`busy` falls once nothing is in flight or buffered; reset the reader then.
 
-    Latency and throughput: a command's first burst address is offered the cycle after the
-    command is taken, its further bursts every other cycle at most (single-burst commands go
-    one a cycle), the next command taken in the cycle the previous one's last burst is
-    issued; at most ``outstanding`` bursts in flight, so a memory of latency ``L`` streams at
-    full rate when ``outstanding`` bursts hold ``L`` beats.
+    Latency and throughput: a command's first burst address is offered 2 cycles after the
+    command is taken (its length computed from registers), its further bursts every other
+    cycle at most (so single-burst commands go one every 2 cycles), the next command taken
+    in the cycle the previous one's last burst is issued; at most ``outstanding`` bursts in
+    flight, so a memory of latency ``L`` streams at full rate when ``outstanding`` bursts
+    hold ``L`` beats.
 
     Parameters
     ----------
@@ -410,8 +411,11 @@ class DmaReader(_DmaMaster):
         credits = Signal(range(depth + 1), init=depth)
         credits_next = Signal.like(credits)
         room = Signal(init=1)
+        # (the first burst's length from registers too, as the writer's: the command's
+        # splitter behind the command slice was the reader's longest path, 7-8 levels where
+        # the budget at 200-250 MHz is 6-8; a command's first burst goes a cycle later)
         active, valid, ready, issued, _, addr, n, take = self._bursts(
-            m, lambda n: room & burst_room, cmd_room)
+            m, lambda n: room & burst_room, cmd_room, first_from_registers=True)
         self._drive_address(m, "ar", valid, addr, n)
         m.d.comb += [ready.eq(bus.arready), issued_.eq(issued), take_.eq(take), n_.eq(n)]
 

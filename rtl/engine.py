@@ -1,11 +1,12 @@
 """The descriptor engine: one whole GEMM per descriptor, tiled over the datapath, through DMA."""
 
-from amaranth import ClockSignal, Instance, Module, Mux, ResetInserter, ResetSignal, Signal
+from amaranth import ClockSignal, Instance, Module, Mux, ResetSignal, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from firmware import regmap
 
+from ._util import own_reset
 from .checker import DescriptorChecker, descriptor_layout
 from .datapath import GemmDatapath
 from .dma import dma_command_layout, dma_write_layout
@@ -291,7 +292,9 @@ class GemmEngine(wiring.Component):
                     i_D=self.soft_reset, o_Q=copy, a_keep="true")
             else:
                 m.d.sync += copy.eq(self.soft_reset)
-            m.submodules[name] = ResetInserter(copy)(part)
+            # the part's only reset is its copy (which the domain reset sets): no flip-flop of
+            # it reads the external reset net
+            m.submodules[name] = own_reset(m, f"rst_{name}", part, copy)
         m = control       # below: the engine's own logic, reset with the control part
 
         # walker -> loads -> DMA reader -> router -> gearboxes -> issue -> datapath -> write-back
