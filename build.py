@@ -128,8 +128,8 @@ def parse_args(argv):
     parser.add_argument("--write-ports", type=int, choices=list(regmap.WRITE_PORTS),
                         help="AXI write ports C rows are dealt to (default: the platform's)")
     parser.add_argument("--read-ports", type=int, choices=list(regmap.READ_PORTS),
-                        help="AXI read ports: 2 reads B through a port of its own "
-                             "(default: the platform's)")
+                        help="AXI read ports: 2 reads B through a port of its own, 3 "
+                             "stripes B's rows over two (default: the platform's)")
     parser.add_argument("--slr-groups", type=_positive,
                         help="the array's columns in this many groups, one per SLR, with "
                              "crossing registers and a pblock each (default: the platform's; "

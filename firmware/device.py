@@ -47,8 +47,9 @@ array.
 Backend options (keyword arguments of :class:`Device`): ``depth``, ``block``, ``packing``,
 ``write_ports`` (hardware configuration, ``rtl`` and ``model``; 2 or 4 deal C rows to that
 many AXI write ports, each with the ``port``'s limits); ``read_ports`` (the same; 2 reads A
-and B through an AXI read port each); ``slr_groups`` (``rtl``: the array's
-columns in that many SLR groups with crossing registers, as on the VU9P); ``port`` (the
+and B through an AXI read port each, 3 stripes B's rows over two); ``slr_groups``
+(``rtl``: the array's columns in that many SLR groups with crossing registers, as on the
+VU9P); ``port`` (the
 memory port's timing, ``rtl``: a preset name of :data:`sim.ports.PORTS` -- ``"ideal"`` (the
 default), ``"zynq7-hp"``, ``"zynqmp-hp"``, ``"vcu118-ddr4"`` -- or a dict of knobs, see
 :mod:`sim.ports`); ``latency``, ``pause``,
