@@ -297,6 +297,11 @@ class GemmEngine(wiring.Component):
             m.submodules[name] = own_reset(m, f"rst_{name}", part, copy)
         m = control       # below: the engine's own logic, reset with the control part
 
+        def from_fifo(q, into):
+            """A :class:`rtl.fifo.Fifo`'s head -> stream ``into``."""
+            m.d.comb += [into.payload.eq(q.r_data), into.valid.eq(q.r_rdy),
+                         q.r_en.eq(into.ready)]
+
         # walker -> loads -> DMA reader -> router -> gearboxes -> issue -> datapath -> write-back
         wiring.connect(m, walker.o_cmd, issue.i_cmd)
         wiring.connect(m, walker.o_write, writeback.jobs)
@@ -326,8 +331,7 @@ class GemmEngine(wiring.Component):
             # loader2)
             takers = (loader.i_stream, loader1.i_stream if RP == 2 else striper.i_stream)
             for q, into in zip(queues, takers, strict=True):
-                m.d.comb += [into.payload.eq(q.r_data), into.valid.eq(q.r_rdy),
-                             q.r_en.eq(into.ready)]
+                from_fifo(q, into)
             for p, ld in enumerate((loader, loader1, loader2)[:RP]):
                 m.d.comb += ld.routes.ready.eq(1)
                 wiring.connect(m, ld.rd_cmd, sl[f"rd_cmd{p or ''}"].i_stream)
@@ -356,9 +360,8 @@ class GemmEngine(wiring.Component):
             for gb, q, into in ((gb_b, sl.b_mid, interleave.i_stream0),
                                 (gb_b2, sl.b_mid2, interleave.i_stream1)):
                 m.d.comb += [q.w_data.eq(gb.o_stream.payload), q.w_en.eq(gb.o_stream.valid),
-                             gb.o_stream.ready.eq(q.w_rdy),
-                             into.payload.eq(q.r_data), into.valid.eq(q.r_rdy),
-                             q.r_en.eq(into.ready)]
+                             gb.o_stream.ready.eq(q.w_rdy)]
+                from_fifo(q, into)
             wiring.connect(m, interleave.o_stream, sl.b_out.i_stream)
         else:
             wiring.connect(m, gb_b.o_stream, sl.b_out.i_stream)
