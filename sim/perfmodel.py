@@ -253,13 +253,13 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
             return [job_cycles(runs, kc * tiles, lanes)]
         rows_in = [min(lanes, limit - x_blk - t * lanes) for t in range(tiles)]
         vectors = lanes * _cdiv(kc, lanes)        # the zero rows beyond the edge included
-        if stripe and _cdiv(kc, bpw) >= STRIPE_MIN_WORDS:
-            return [striped([_cdiv(kc, bpw)] * r, vectors, lanes, lanes - r) if r >= 2 else
-                    job_cycles([_cdiv(kc, bpw) * r] if kc == k else [_cdiv(kc, bpw)] * r,
-                               vectors, lanes) for r in rows_in]
-        if kc == k:        # a tile's rows of one chunk are whole rows: one run
-            return [job_cycles([_cdiv(kc, bpw) * r], vectors, lanes) for r in rows_in]
-        return [job_cycles([_cdiv(kc, bpw)] * r, vectors, lanes) for r in rows_in]
+        words = _cdiv(kc, bpw)
+        stripe = stripe and words >= STRIPE_MIN_WORDS
+        # striped where a tile has two rows or more; else a tile's rows of one chunk are
+        # whole rows (kc == k): one run
+        return [striped([words] * r, vectors, lanes, lanes - r) if stripe and r >= 2 else
+                job_cycles([words * r] if kc == k else [words] * r, vectors, lanes)
+                for r in rows_in]
 
     def job_cycles(runs, vectors, lanes):
         """(read cycles, gearbox cycles, words): the gearbox's only where a vector is
