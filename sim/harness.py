@@ -10,7 +10,7 @@ import random
 
 from amaranth.sim import Simulator
 
-__all__ = ["run", "stream_send", "stream_recv"]
+__all__ = ["run", "stream_send", "stream_recv", "stream_collect", "layout_fields"]
 
 
 def run(dut, *testbenches, processes=(), deadline_cycles: int = 200_000):
@@ -61,3 +61,20 @@ async def stream_recv(ctx, stream, count: int, *, rng: random.Random | None = No
             beats.append(convert(payload))
     ctx.set(stream.ready, 0)
     return beats
+
+
+def stream_collect(got: dict, name: str, stream, count: int, *,
+                   rng: random.Random | None = None, stall: float = 0.0, convert=lambda p: p):
+    """A testbench that receives ``count`` beats from ``stream`` (:func:`stream_recv`, with
+    its ``rng``, ``stall`` and ``convert``) into ``got[name]``."""
+    async def take(ctx):
+        got[name] = await stream_recv(ctx, stream, count, rng=rng, stall=stall,
+                                      convert=convert)
+    return take
+
+
+def layout_fields(layout):
+    """A :func:`stream_recv` ``convert`` for a ``lib.data`` struct payload: its fields as a
+    dict of ints, in the layout's order."""
+    names = [name for name, _ in layout]
+    return lambda p: {name: int(getattr(p, name)) for name in names}

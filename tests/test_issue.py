@@ -8,7 +8,7 @@ import pytest
 from rtl.datapath import command_layout
 from rtl.issue import CommandIssue
 from sim import engine_models as em
-from sim.harness import run, stream_recv, stream_send
+from sim.harness import run, stream_collect, stream_send
 
 ROWS, COLS, BLOCK, TAG = 4, 8, 2, 2
 
@@ -77,10 +77,8 @@ def test_matches_model(row_vec, col_vec, seed):
                 await stream_send(ctx, port, beats, rng=rng, stall=0.3)
 
     def receiver(name, stream, count, convert, salt):
-        async def take(ctx):
-            got[name] = await stream_recv(ctx, stream, count, rng=random.Random(seed + salt),
-                                          stall=0.3, convert=convert)
-        return take
+        return stream_collect(got, name, stream, count, rng=random.Random(seed + salt),
+                              stall=0.3, convert=convert)
 
     run(dut, walker, receiver("cmds", dut.cmd, len(want), _convert, 1),
         receiver("a", dut.a_stream, len(want_ops[0]), lambda p: [int(x) for x in p], 2),

@@ -9,12 +9,7 @@ from rtl.dma import dma_command_layout
 from rtl.gearbox import gearbox_job_layout
 from rtl.loader import LoadSequencer, route_layout
 from sim import engine_models as em
-from sim.harness import run, stream_recv, stream_send
-
-
-def _fields(layout):
-    names = [name for name, _ in layout]
-    return lambda p: {name: int(getattr(p, name)) for name in names}
+from sim.harness import layout_fields, run, stream_collect, stream_recv, stream_send
 
 
 def random_job(rng, tag_width, data_width):
@@ -47,10 +42,8 @@ def test_matches_model(data_width, addr_width, a_lanes, b_lanes, seed):
         await stream_send(ctx, dut.i_stream, jobs, rng=random.Random(seed), stall=0.3)
 
     def receiver(name, stream, layout, count, salt):
-        async def take(ctx):
-            got[name] = await stream_recv(ctx, stream, count, rng=random.Random(seed + salt),
-                                          stall=0.4, convert=_fields(layout))
-        return take
+        return stream_collect(got, name, stream, count, rng=random.Random(seed + salt),
+                              stall=0.4, convert=layout_fields(layout))
 
     run(dut, send,
         receiver("rd", dut.rd_cmd, dma_command_layout(addr_width), len(want[0]), 1),
@@ -108,10 +101,10 @@ def test_merge_limit():
 
     async def take_rd(ctx):
         got["rd"] = await stream_recv(ctx, dut.rd_cmd, len(want[0]),
-                                      convert=_fields(dma_command_layout(32)))
+                                      convert=layout_fields(dma_command_layout(32)))
 
     async def take_routes(ctx):
-        got["routes"] = await stream_recv(ctx, dut.routes, 2, convert=_fields(route_layout()))
+        got["routes"] = await stream_recv(ctx, dut.routes, 2, convert=layout_fields(route_layout()))
 
     async def take_jobs(ctx):
         await stream_recv(ctx, dut.a_jobs, 2)

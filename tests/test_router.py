@@ -6,7 +6,7 @@ import pytest
 
 from rtl.router import ReadRouter
 from sim import engine_models as em
-from sim.harness import run, stream_recv, stream_send
+from sim.harness import run, stream_collect, stream_send
 
 
 @pytest.mark.parametrize("data_width", [64, 512])
@@ -32,10 +32,8 @@ def test_matches_model(data_width, seed):
         await stream_send(ctx, dut.i_stream, words, rng=random.Random(seed + 2), stall=0.3)
 
     def receiver(name, stream, count, salt):
-        async def take(ctx):
-            got[name] = await stream_recv(ctx, stream, count, rng=random.Random(seed + salt),
-                                          stall=0.3, convert=int)
-        return take
+        return stream_collect(got, name, stream, count, rng=random.Random(seed + salt),
+                              stall=0.3, convert=int)
 
     run(dut, send_routes, send_words, receiver("a", dut.a_stream, len(want_a), 3),
         receiver("b", dut.b_stream, len(want_b), 4), deadline_cycles=3000)

@@ -9,12 +9,7 @@ import pytest
 from rtl.loader import load_job_layout
 from rtl.stripe import STRIPE_MIN_WORDS, LoadStriper, VectorInterleave, interleave_job_layout
 from sim import engine_models as em
-from sim.harness import run, stream_recv, stream_send
-
-
-def _fields(layout):
-    names = [name for name, _ in layout]
-    return lambda p: {name: int(getattr(p, name)) for name in names}
+from sim.harness import layout_fields, run, stream_collect, stream_recv, stream_send
 
 
 def random_job(rng, tag_width=3):
@@ -72,10 +67,8 @@ def test_striper_matches_model(seed):
         await stream_send(ctx, dut.i_stream, jobs, rng=random.Random(seed), stall=0.3)
 
     def receiver(name, stream, layout, count, salt):
-        async def take(ctx):
-            got[name] = await stream_recv(ctx, stream, count, rng=random.Random(seed + salt),
-                                          stall=0.4, convert=_fields(layout))
-        return take
+        return stream_collect(got, name, stream, count, rng=random.Random(seed + salt),
+                              stall=0.4, convert=layout_fields(layout))
 
     run(dut, send,
         receiver("even", dut.o_even, load_job_layout(3), len(want_even), 1),

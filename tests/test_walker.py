@@ -10,12 +10,7 @@ from rtl.loader import load_job_layout
 from rtl.walker import Walker
 from rtl.writeback import write_job_layout
 from sim import engine_models as em
-from sim.harness import run, stream_recv, stream_send
-
-
-def _fields(layout):
-    names = [name for name, _ in layout]
-    return lambda p: {name: int(getattr(p, name)) for name in names}
+from sim.harness import layout_fields, run, stream_collect, stream_send
 
 
 def simulate(descs, rows, cols, depth, block, data_width, seed, stall=0.3):
@@ -35,10 +30,8 @@ def simulate(descs, rows, cols, depth, block, data_width, seed, stall=0.3):
         await stream_send(ctx, dut.i_stream, descs, rng=random.Random(seed), stall=stall)
 
     def receiver(name, stream, layout, count, salt):
-        async def take(ctx):
-            got[name] = await stream_recv(ctx, stream, count, rng=random.Random(seed + salt),
-                                          stall=stall, convert=_fields(layout))
-        return take
+        return stream_collect(got, name, stream, count, rng=random.Random(seed + salt),
+                              stall=stall, convert=layout_fields(layout))
 
     async def drained(ctx):       # downstream drains now and then
         rng = random.Random(seed + 9)
