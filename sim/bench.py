@@ -336,10 +336,10 @@ def _board_prediction(board, bm, bn, k, ta, tb, port) -> dict:
 def utilization(configs, quick=False) -> list[dict]:
     """Run each ``(label, accelerator params, port[, board config, scale])`` of ``configs``;
     one record per GEMM. With a board config (``firmware.boards``' default) and its
-    :data:`BENCH_SCALE`, the simulated array stands in for it: the board's GEMMs run scaled
-    (:func:`_bench_cases`) and each record carries, under ``"board"``, the board's shape, its
-    roofline at the board's configuration, the simulated utilisation over that bound, and the
-    model's prediction of the default itself."""
+    :data:`BENCH_SCALE` (> 1), the simulated array stands in for it: the board's GEMMs run
+    scaled (:func:`_bench_cases`) and each record carries, under ``"stand_in"``, the scale,
+    the board's configuration and shape, its roofline at the board's configuration, and the
+    model's prediction of the default itself (:func:`_board_prediction`)."""
     from firmware import Device
     from sim.perfmodel import predict
     from sim.ports import resolve_port
@@ -459,6 +459,19 @@ def _shape(m, n, k):
     return f"{m}x{n}x{k}"
 
 
+def _stand_in(record) -> dict | None:
+    """A record's ``stand_in`` section, where a smaller array stood in for the board (results
+    written before scale-1 boards went without one carry it with ``scale`` 1: None too)."""
+    s = record.get("stand_in")
+    return s if s and s["scale"] > 1 else None
+
+
+def _by_board(results):
+    """``(label, records)`` per board (or configuration), in the order first seen."""
+    for label in dict.fromkeys(r["board"] for r in results):
+        yield label, [r for r in results if r["board"] == label]
+
+
 def board_table(results) -> str:
     """One board's (or configuration's) records as the README's markdown table.
 
@@ -470,7 +483,7 @@ def board_table(results) -> str:
              "| util / bound | bound by | model (error) | the default, predicted: util / "
              "bound (ratio, by) |", "|---|---|---|---:|---:|---:|---:|---:|---|---:|---:|"]
     for r in results:
-        board = r.get("stand_in") if r.get("stand_in", {}).get("scale", 1) > 1 else None
+        board = _stand_in(r)
         rl = r["roofline"]
         sim = _shape(r["m"], r["n"], r["k"])
         shape = _shape(board["m"], board["n"], board["k"]) if board else sim
@@ -493,8 +506,7 @@ def board_summary(results) -> dict:
     bound), the utilisation of the compute-bound ones, and the model's error on the
     simulated runs."""
     sim = [r["utilization_over_bound"] for r in results]
-    pred = [r["stand_in"]["predicted_over_bound"] for r in results
-            if r.get("stand_in", {}).get("scale", 1) > 1]
+    pred = [_stand_in(r)["predicted_over_bound"] for r in results if _stand_in(r)]
     comp = [r["utilization"] for r in results if r["roofline"]["bound_by"] == "compute"]
     err = [abs(r["model_error"]) for r in results]
     return {"gemms": len(results), "cycles": sum(r["cycles"] for r in results),
@@ -513,17 +525,16 @@ def board_summary(results) -> dict:
 def utilization_table(results) -> str:
     """Every board's :func:`board_table`, each under its configuration and summary."""
     out = []
-    for label in dict.fromkeys(r["board"] for r in results):
-        rs = [r for r in results if r["board"] == label]
+    for label, rs in _by_board(results):
         r0 = rs[0]
         wp, rp = r0.get("write_ports", 1), r0.get("read_ports", 1)
         conf = (f"{r0['rows']}x{r0['cols']} @ {r0['data_width']}"
                 f"{f', {wp} write ports' if wp > 1 else ''}"
                 f"{f', {rp} read ports' if rp > 1 else ''}")
-        if r0.get("stand_in", {}).get("scale", 1) > 1:
-            b = r0["stand_in"]["board_config"]
+        if _stand_in(r0):
+            b = _stand_in(r0)["board_config"]
             conf += (f", standing in for {b['rows']}x{b['cols']} @ {b['data_width']} "
-                     f"(M and N / {r0['stand_in']['scale']})")
+                     f"(M and N / {_stand_in(r0)['scale']})")
         sm = board_summary(rs)
         out += [f"{label}: {conf}, port {r0['port']}", "", board_table(rs), "",
                 f"{sm['at_90_percent_of_bound']} of {sm['gemms']} at >= 90 % of the bound"
@@ -657,9 +668,12 @@ def main(argv=None) -> int:
             default = PLATFORMS[board].default
             params = {**BENCH_CONFIGS[board], "depth": default["depth"],
                       "block": default["block"], **blk, **wports}
-            full = BOARDS[board].config(block=args.block)
-            configs.append((board, params, args.port or BOARD_PORTS[board], full,
-                            BENCH_SCALE[board]))
+            configs.append((board, params, args.port or BOARD_PORTS[board]))
+            if BENCH_SCALE[board] > 1:     # a stand-in: the board's own default beside it
+                configs[-1] += (BOARDS[board].config(block=args.block,
+                                                     write_ports=args.write_ports,
+                                                     read_ports=args.read_ports),
+                                BENCH_SCALE[board])
         t0 = time.monotonic()
         results = utilization(configs, args.quick)
         table = utilization_table(results)
@@ -697,8 +711,7 @@ def main(argv=None) -> int:
         record["dram_efficiency"] = DRAM_EFFICIENCY
         record["bench_configs"] = BENCH_CONFIGS
         record["bench_scale"] = BENCH_SCALE
-        record["summary"] = {label: board_summary([r for r in results if r["board"] == label])
-                             for label in dict.fromkeys(r["board"] for r in results)}
+        record["summary"] = {label: board_summary(rs) for label, rs in _by_board(results)}
     args.out.write_text(json.dumps(record, indent=2) + "\n")
     print(table)
     print(f"\nwrote {args.out}")
