@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from firmware.regmap import ErrorCode
+from firmware.regmap import STRIPE_MIN_WORDS, ErrorCode
 
 __all__ = ["descriptor", "check", "chunk_align", "k_chunks", "block_chunks", "block_side", "walk",
            "load_sequence", "stripe", "interleave", "route", "issue", "write_back"]
@@ -310,7 +310,7 @@ def load_sequence(jobs, data_width: int, addr_width: int, a_lanes: int, b_lanes:
     return rd, gb[0], gb[1], routes
 
 
-def stripe(job: dict, min_words: int = 4):
+def stripe(job: dict, min_words: int = STRIPE_MIN_WORDS):
     """What :class:`rtl.stripe.LoadStriper` makes of one load job: ``(even, odd, merge)``.
 
     A job of at least two rows of at least ``min_words`` words (stride below 2**31) is split
