@@ -34,7 +34,8 @@ class Walker(wiring.Component):
     the block's exponent vectors (``row_vec`` /
     ``col_vec``: one load job each, tagged ``1 + 2 * index``), once :attr:`drained` says the
     previous block's commands have all left; then, per K chunk, for each C tile ``(i, j)``
-    (``j`` inner), it issues the tile command on :attr:`o_cmd` (and on the last chunk the
+    (``j`` inner, or ``i`` inner where B is transposed: :func:`sim.engine_models.tile_order`),
+    it issues the tile command on :attr:`o_cmd` (and on the last chunk the
     tile's write job on :attr:`o_write`) and then the loads that command needs on
     :attr:`o_load`. The command goes first so the datapath can take operands as they arrive.
 
@@ -385,11 +386,19 @@ class Walker(wiring.Component):
                     m.d.sync += phase.eq(0)
                     m.next = "NEXT"
             with m.State("NEXT"):
-                with m.If(more_tj):
+                # the block's next tile (sim.engine_models.tile_order): j inner, or i inner
+                # where B is transposed
+                with m.If(more_tj & ~d.transpose_b):
                     m.d.sync += [tj.eq(tj + 1), n0.eq(n0 + C)]
                     m.next = "CMD"
-                with m.Elif(more_ti):
+                with m.Elif(more_ti & ~d.transpose_b):
                     m.d.sync += [tj.eq(0), ti.eq(ti + 1), m0.eq(m0 + R), n0.eq(n_blk)]
+                    m.next = "CMD"
+                with m.Elif(more_ti & d.transpose_b):
+                    m.d.sync += [ti.eq(ti + 1), m0.eq(m0 + R)]
+                    m.next = "CMD"
+                with m.Elif(more_tj & d.transpose_b):
+                    m.d.sync += [ti.eq(0), tj.eq(tj + 1), n0.eq(n0 + C), m0.eq(m_blk)]
                     m.next = "CMD"
                 with m.Elif(~last_chunk):
                     m.d.sync += [tj.eq(0), ti.eq(0), m0.eq(m_blk), n0.eq(n_blk),

@@ -17,8 +17,9 @@ import numpy as np
 
 from firmware.regmap import STRIPE_MIN_WORDS, ErrorCode
 
-__all__ = ["descriptor", "check", "chunk_align", "k_chunks", "block_chunks", "block_side", "walk",
-           "load_sequence", "stripe", "interleave", "route", "issue", "write_back"]
+__all__ = ["descriptor", "check", "chunk_align", "k_chunks", "block_chunks", "block_side",
+           "tile_order", "walk", "load_sequence", "stripe", "interleave", "route", "issue",
+           "write_back"]
 
 _DESC_FIELDS = ("m", "n", "k", "transpose_a", "transpose_b", "raw", "row_vec", "col_vec",
                 "row_exp", "col_exp", "a_addr", "a_stride", "b_addr", "b_stride", "c_addr",
@@ -180,6 +181,21 @@ def block_order(m: int, n: int, k: int, rows: int, cols: int, depth: int, data_w
     return out
 
 
+def tile_order(bm: int, bn: int, transpose_b: bool) -> list[tuple[int, int]]:
+    """The C tiles ``(i, j)`` of a ``bm x bn`` block in :class:`rtl.walker.Walker`'s order:
+    ``j`` inner, or ``i`` inner where B is transposed.
+
+    A lane-run operand (A as stored, B transposed) loads a tile with the first command that
+    uses it, so the first pass over the inner index waits for one such load per tile. With
+    ``j`` inner that is B's tiles where B is lane-run (transposed): a row of tiles each
+    waiting for a B tile that takes longer to read than to compute. Walking ``i`` inner
+    there loads each B tile once per column of ``bm`` tiles (A's tiles, as stored, are
+    loaded down the first column; transposed, as one span). Sums and C do not depend on the
+    order; only when the operands arrive does."""
+    return [(i, j) for j in range(bn) for i in range(bm)] if transpose_b else \
+        [(i, j) for i in range(bm) for j in range(bn)]
+
+
 def walk_chunks(m: int, n: int, k: int, rows: int, cols: int, depth: int, data_width: int,
                 side: int, parity: tuple[int, int] = (0, 0)):
     """The K chunks of a GEMM in :class:`rtl.walker.Walker`'s order, each with its block and
@@ -250,26 +266,25 @@ def walk(desc: dict, rows: int, cols: int, depth: int, block: int, data_width: i
             load(1, C, False, min(n - x0, C), x0, desc["col_exp_addr"], 0, 0, 0,
                  tag=1 | j << 1, exp=True)
         last = k0 + kc == k
-        for i in range(bm):
-            for j in range(bn):
-                m0, n0 = m_blk + i * R, n_blk + j * C
-                load_a = not keep_a and ((i == 0 and j == 0) if ta else j == 0)
-                load_b = not keep_b and (i == 0 if tb else (i == 0 and j == 0))
-                cmds.append({
-                    "k": kc, "a_slot": i + BL * a_par if BL > 1 else a_par,
-                    "b_slot": j + BL * b_par if BL > 1 else b_par,
-                    "load_a": int(load_a), "load_b": int(load_b),
-                    "a_extra": bm - 1 if ta else 0, "b_extra": 0 if tb else bn - 1,
-                    "emit": int(last), "store": int(not last), "add": int(k0 != 0),
-                    "acc_slot": i * BL + j, "i": i, "j": j})
-                if last:
-                    writes.append({"m0": m0, "n0": n0})
-                if load_a:
-                    load(0, R, not ta, min(m - m0, R), m0, desc["a_addr"],
-                         desc["a_stride"], k0, kc, span=bm, v_span=min(m - m_blk, side * R))
-                if load_b:
-                    load(1, C, tb, min(n - n0, C), n0, desc["b_addr"], desc["b_stride"],
-                         k0, kc, span=bn, v_span=min(n - n_blk, side * C))
+        for i, j in tile_order(bm, bn, tb):
+            m0, n0 = m_blk + i * R, n_blk + j * C
+            load_a = not keep_a and ((i == 0 and j == 0) if ta else j == 0)
+            load_b = not keep_b and (i == 0 if tb else (i == 0 and j == 0))
+            cmds.append({
+                "k": kc, "a_slot": i + BL * a_par if BL > 1 else a_par,
+                "b_slot": j + BL * b_par if BL > 1 else b_par,
+                "load_a": int(load_a), "load_b": int(load_b),
+                "a_extra": bm - 1 if ta else 0, "b_extra": 0 if tb else bn - 1,
+                "emit": int(last), "store": int(not last), "add": int(k0 != 0),
+                "acc_slot": i * BL + j, "i": i, "j": j})
+            if last:
+                writes.append({"m0": m0, "n0": n0})
+            if load_a:
+                load(0, R, not ta, min(m - m0, R), m0, desc["a_addr"],
+                     desc["a_stride"], k0, kc, span=bm, v_span=min(m - m_blk, side * R))
+            if load_b:
+                load(1, C, tb, min(n - n0, C), n0, desc["b_addr"], desc["b_stride"],
+                     k0, kc, span=bn, v_span=min(n - n_blk, side * C))
     return cmds, loads, writes, parity
 
 

@@ -10,7 +10,8 @@ and loading none of it), the chunks cut as :func:`sim.engine_models.block_chunks
 within a chunk, tile by tile in the walker's order:
 
 * **operand reads**: the chunk's load jobs in the order the walker issues them (tile ``(i, j)``
-  with ``j`` inner; a command's A load, then its B load): a lane-run tile (A as stored, B
+  in :func:`sim.engine_models.tile_order`, ``j`` inner or, B transposed, ``i`` inner; a
+  command's A load, then its B load): a lane-run tile (A as stored, B
   transposed) is one job of ``min(lanes, rows left)`` runs of ``ceil(kc / bus bytes)`` words,
   loaded with the first command that uses it; a k-major operand (A transposed, B as stored)
   is one job for the whole block, a run of ``ceil(bytes of the block's row / bus bytes)``
@@ -28,9 +29,9 @@ within a chunk, tile by tile in the walker's order:
   that operand's slots has computed: two back, or further for a kept operand); its vectors
   enter the slots once they are;
 * **compute**: each tile takes ``kc`` array cycles, once the tile before it has and its
-  operands are in (``read_latency`` after its jobs) — so the first row of a block, which
-  waits for a new B tile per tile, is paced by the reads when a tile loads slower than it
-  computes;
+  operands are in (``read_latency`` after its jobs) — so the first row (column) of a block,
+  which waits for a new operand tile per tile, is paced by the reads when a tile loads slower
+  than it computes;
 * **C write-back** in a block's last chunk: each tile's C rows (only words holding columns
   < N), one burst per row, at ``min(1, outstanding_writes * beats / (beats + write_latency +
   2))`` words per cycle, once the tile has computed and the tiles before it are written, on
@@ -70,7 +71,7 @@ import sys
 from firmware import regmap
 from firmware.regmap import STRIPE_MIN_WORDS
 
-from .engine_models import walk_chunks
+from .engine_models import tile_order, walk_chunks
 from .ports import dram_bytes_per_cycle
 
 __all__ = ["predict", "best_block", "read_rate", "training_gemms", "main"]
@@ -281,20 +282,19 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
         a_jobs = [] if keep_a else operand_jobs(transpose_a, rows, m_blk, m, bm, kc)
         b_jobs = [] if keep_b else operand_jobs(not transpose_b, cols, n_blk, n, bn, kc,
                                                 read_ports == 3)
-        # The walker's order: tile (i, j), j inner; each command's A load, then B.
+        # The walker's order (tile_order); each command's A load, then B.
         loads, tiles = [], []
         a_at, b_at = {}, {}
-        for i in range(bm):
-            for j in range(bn):
-                ai = 0 if len(a_jobs) == 1 else i
-                bi = 0 if len(b_jobs) == 1 else j
-                if a_jobs and ai not in a_at:
-                    a_at[ai] = len(loads)
-                    loads.append((0, a_jobs[ai]))
-                if b_jobs and bi not in b_at:
-                    b_at[bi] = len(loads)
-                    loads.append((1, b_jobs[bi]))
-                tiles.append((a_at.get(ai), b_at.get(bi)))
+        for i, j in tile_order(bm, bn, transpose_b):
+            ai = 0 if len(a_jobs) == 1 else i
+            bi = 0 if len(b_jobs) == 1 else j
+            if a_jobs and ai not in a_at:
+                a_at[ai] = len(loads)
+                loads.append((0, a_jobs[ai]))
+            if b_jobs and bi not in b_at:
+                b_at[bi] = len(loads)
+                loads.append((1, b_jobs[bi]))
+            tiles.append((a_at.get(ai), b_at.get(bi)))
         write = 0.0
         if k0 + kc == k:
             runs = []
