@@ -94,7 +94,7 @@ def _tag(family: str, mapping: str) -> str:
     ABC9's wire delay, so that a change of it is a different file)."""
     if mapping == "abc":
         return family
-    return f"{family}.{mapping}w{ABC9_WIRE_PS.get(family, 300)}"
+    return f"{family}.{mapping}w{ABC9_WIRE_PS.get(family, 300)}s"
 
 
 def synthesize(verilog: str | Path, top: str, family: str, *,
@@ -128,11 +128,18 @@ def synthesize(verilog: str | Path, top: str, family: str, *,
     flat.unlink(missing_ok=True)
     reader = "read_rtlil" if verilog.suffix == ".il" else "read_verilog -sv"
     source = os_relpath(verilog, work)
-    wire = f"scratchpad -set synth_xilinx.abc9.W {ABC9_WIRE_PS[family]}; "
-    script = (f"{wire if mapping == 'abc9' else ''}{reader} {source}; "
-              f"synth_xilinx -family {family} -top {top} -flatten -noiopad -noclkbuf"
-              f"{' -abc9' if mapping == 'abc9' else ''}; "
-              f"tee -q -o {stat.name} stat -json")
+    synth = f"synth_xilinx -family {family} -top {top} -flatten -noiopad -noclkbuf"
+    if mapping == "abc9":
+        # ABC9's AIGER frontend can meet a wire name twice when it reads the mapped netlist
+        # back (an assertion, `count_id(wire->name) == 0`; Yosys issues 4349 and 4451): it
+        # did once the accumulation buffer's read data was registered. Single-bit nets
+        # before the LUT mapping avoid it (the fix proposed there); the mapping is the same.
+        script = (f"scratchpad -set synth_xilinx.abc9.W {ABC9_WIRE_PS[family]}; "
+                  f"{reader} {source}; {synth} -abc9 -run :map_luts; splitnets; "
+                  f"{synth} -abc9 -run map_luts:; ")
+    else:
+        script = f"{reader} {source}; {synth}; "
+    script += f"tee -q -o {stat.name} stat -json"
     if netlist:
         script += f"; write_json {flat.name}"
     _run_yosys(script, log)

@@ -173,9 +173,11 @@ class GemmDatapath(wiring.Component):
     #: Registers on the command path: the first computes a command's checks, in the second
     #: it waits for its loads to be allowed.
     COMMAND_STAGES = 2
-    #: Registers from the array's output to the rescaler's input: the ``x`` stage, where a
-    #: row meets its partial sums read from the accumulation buffer.
-    ACCUMULATE_STAGES = 1
+    #: Registers from the array's output to the rescaler's input: the ``x`` stage, while the
+    #: row's partial sums are read from the accumulation buffer, and the ``y`` stage, where
+    #: they meet (the buffer's read data registered first: the block RAM's or UltraRAM's
+    #: output register, so no carry chain follows a RAM's clock-to-out).
+    ACCUMULATE_STAGES = 2
     #: Cycles from writing the output FIFO (:class:`rtl.fifo.Fifo`) to the entry being readable.
     OUT_FIFO_LATENCY = 2
 
@@ -516,8 +518,9 @@ class GemmDatapath(wiring.Component):
         ]
 
         # ---- array -> accumulation buffer -> rescaler -> output FIFO ------------------------
-        # Each row read out of the array is registered while its partial sums are read from
-        # the accumulation buffer; the next cycle the sum is stored back and/or rescaled.
+        # Each row read out of the array is registered (``x``) while its partial sums are read
+        # from the accumulation buffer, then again (``y``) beside the registered read data;
+        # there the sum is stored back and/or rescaled.
         info = data.View(info_layout, info_fifo.r_data)
         res = array.o_stream.payload
         row_layout = data.ArrayLayout(signed(32), C)
@@ -526,38 +529,45 @@ class GemmDatapath(wiring.Component):
             attrs={"ram_style": "ultra"} if self.acc_ram == "ultra" else None)
         acc_rd = acc_mem.read_port()
         acc_wr = acc_mem.write_port()
-        x_valid = Signal()
-        x_row = Signal(range(R))
-        x_last = Signal()
-        x_data = Signal(row_layout, reset_less=True)      # data: read under x_valid
+        x_valid, y_valid = Signal(), Signal()
+        x_row, y_row = Signal(range(R)), Signal(range(R))
+        x_last, y_last = Signal(), Signal()
+        x_data = Signal(row_layout, reset_less=True)      # data: read under x_valid / y_valid
+        y_data = Signal(row_layout, reset_less=True)
         x_info = Signal(info_layout, reset_less=True)
+        y_info = Signal(info_layout, reset_less=True)
+        y_acc = Signal(row_layout, reset_less=True)       # the RAM's output register
         m.d.sync += [x_valid.eq(array.o_stream.valid), x_row.eq(res.row), x_last.eq(res.last),
-                     x_data.eq(res.data), x_info.eq(info)]
+                     x_data.eq(res.data), x_info.eq(info),
+                     y_valid.eq(x_valid), y_row.eq(x_row), y_last.eq(x_last),
+                     y_data.eq(x_data), y_info.eq(x_info), y_acc.eq(acc_rd.data)]
         m.d.comb += [
             acc_rd.addr.eq(info.acc_slot * R + res.row),
             info_fifo.r_en.eq(array.o_stream.valid & res.last),
         ]
-        # x_info.add in a copy per LANES_PER_ADD columns: each drives 32 adder LUTs a column
-        adds = lane_copies(m, info.add, C, LANES_PER_ADD, primitive=self.primitive,
-                           name="x_add")
+        # A slot's row is read again only in the tile's next K chunk, at least ``depth >= rows``
+        # cycles after it was written two cycles after its read: no read meets a pending write.
+        # y_info.add in a copy per LANES_PER_ADD columns: each drives 32 adder LUTs a column
+        adds = lane_copies(m, x_info.add, C, LANES_PER_ADD, primitive=self.primitive,
+                           name="y_add")
         total = Signal(row_layout)
         for j in range(C):
-            m.d.comb += total[j].eq(x_data[j] + Mux(adds[j], acc_rd.data[j], 0))
+            m.d.comb += total[j].eq(y_data[j] + Mux(adds[j], y_acc[j], 0))
         m.d.comb += [
-            acc_wr.en.eq(x_valid & x_info.store),
-            acc_wr.addr.eq(x_info.acc_slot * R + x_row),
+            acc_wr.en.eq(y_valid & y_info.store),
+            acc_wr.addr.eq(y_info.acc_slot * R + y_row),
             acc_wr.data.eq(total),
         ]
-        row_exp = Array(x_info.row_exp[i] for i in range(R))[x_row]
+        row_exp = Array(y_info.row_exp[i] for i in range(R))[y_row]
         m.d.comb += [
-            rescaler.i_stream.valid.eq(x_valid & x_info.emit),
+            rescaler.i_stream.valid.eq(y_valid & y_info.emit),
             rescaler.i_stream.payload.acc.eq(total),
-            rescaler.i_stream.payload.raw.eq(x_info.raw),
-            rescaler.i_stream.payload.last.eq(x_last),
+            rescaler.i_stream.payload.raw.eq(y_info.raw),
+            rescaler.i_stream.payload.last.eq(y_last),
         ]
         for j in range(C):
             m.d.comb += rescaler.i_stream.payload.exp[j].eq(
-                row_exp.as_signed() + x_info.col_exp[j].as_signed())
+                row_exp.as_signed() + y_info.col_exp[j].as_signed())
         # The rescaler never stalls here: the rows were reserved in the output FIFO (credits),
         # so its ready is a constant and its pipeline has no clock enable to broadcast.
         m.d.comb += [
