@@ -36,6 +36,13 @@ from firmware import regmap
 from rtl.csr import RESP_OKAY, RESP_SLVERR, RegisterBlock, _latched_pair
 from rtl.dma import DmaReader, DmaWriter
 from sim.formal.axi import AXI4LiteChecker, AXI4ReadChecker, AXI4WriteChecker, Queue, watch
+from sim.formal.invariants import (
+    Opened,
+    count_invariants,
+    reader_invariants,
+    tracked_invariants,
+    writer_invariants,
+)
 
 __all__ = ["PROOFS", "Proof", "Result", "run", "main"]
 
@@ -133,14 +140,16 @@ def _sticky_abort(m: Module, abort) -> Signal:
     return seen
 
 
-def _stream_rules(m: Module, stream, check, what: str, after_reset) -> None:
-    """lib.stream's handshake: valid held until ready, payload stable meanwhile."""
+def _stream_rules(m: Module, stream, check, what: str, after_reset):
+    """lib.stream's handshake: valid held until ready, payload stable meanwhile. Returns
+    whether a word waited last cycle, and its payload."""
     payload = Value.cast(stream.payload)
     waited = _prev(m, stream.valid & ~stream.ready & ~ResetSignal(), f"{what}_waited")
     old = _prev(m, payload, f"{what}_prev_payload")
     with m.If(waited & ~after_reset & ~ResetSignal()):
         m.d.comb += [check(stream.valid, f"{what}: valid held until ready"),
                      check(payload == old, f"{what}: payload stable until ready")]
+    return waited, old
 
 
 def _after_reset(m: Module) -> Signal:
@@ -241,21 +250,34 @@ def _latched_pair_hi(reg) -> str | None:
     return None
 
 
-def reader_harness(flaw: str | None = None, stream: bool = True,
-                   window: bool = True) -> tuple[Module, list[Signal]]:
+def _add(m: Module, name: str, design, invariants: bool) -> Opened | None:
+    """Add ``design`` to the harness as ``name``; with ``invariants``, opened (its registers
+    reachable by name, :class:`~sim.formal.invariants.Opened`)."""
+    if not invariants:
+        m.submodules[name] = design
+        return None
+    opened = Opened(design, m)
+    m.submodules[name] = opened.top
+    return opened
+
+
+def reader_harness(flaw: str | None = None, stream: bool = True, window: bool = True,
+                   invariants: bool = True, order: bool = True,
+                   ends: bool = True) -> tuple[Module, list[Signal]]:
     """DmaReader with an AXI4 read checker, the window, and its output stream's order.
 
     ``flaw`` breaks the manager on purpose (for the test that the checkers bite):
     ``"drop_valid"`` lets ARVALID fall every other cycle, ``"cross_4k"`` shows the checker
     every burst one beat further on (so one that ends at a 4 KB boundary crosses it).
+    ``invariants`` adds :func:`~sim.formal.invariants.reader_invariants` (for k-induction).
+    With ``stream``, ``order`` checks the words' order and ``ends`` the ``last`` flags.
     """
     m = Module()
-    m.submodules.dut = dut = DmaReader(DATA_WIDTH, ADDR_WIDTH, burst_beats=BURST_BEATS,
-                                       outstanding=OUTSTANDING)
+    dut = DmaReader(DATA_WIDTH, ADDR_WIDTH, burst_beats=BURST_BEATS, outstanding=OUTSTANDING)
     depth = BURST_BEATS * OUTSTANDING
-    m.submodules.axi = axi = AXI4ReadChecker(DATA_WIDTH, ADDR_WIDTH, dut="manager",
-                                             max_burst=BURST_BEATS, max_bursts=OUTSTANDING,
-                                             window=window)
+    axi = AXI4ReadChecker(DATA_WIDTH, ADDR_WIDTH, dut="manager", max_burst=BURST_BEATS,
+                          max_bursts=OUTSTANDING, window=window)
+    d, c = _add(m, "dut", dut, invariants), _add(m, "axi", axi, invariants)
     watch(m, axi.bus, dut.bus)
     extra = []
     if flaw == "drop_valid":
@@ -269,10 +291,15 @@ def reader_harness(flaw: str | None = None, stream: bool = True,
     shift = (DATA_WIDTH // 8).bit_length() - 1
     if window:
         extra += _window(m, axi, dut.cmd, shift)
+    if invariants:
+        data_fifo = reader_invariants(m, d, c, dut, axi, window=extra or None)
     aborted = _sticky_abort(m, dut.abort)
     rst = ResetSignal()
     after_reset = _after_reset(m)
     live = ~rst & ~after_reset
+    if invariants:
+        m.d.comb += Assert(after_reset == c.reg("", "past_rst"),
+                           "invariant: the harness's and the checker's reset history agree")
     m.d.comb += Assert(axi.beats_in_flight <= depth, "beats in flight fit the data FIFO")
     with m.If(live):
         m.d.comb += Assert(~dut.protocol, "no protocol error flagged with a legal subordinate")
@@ -281,62 +308,78 @@ def reader_harness(flaw: str | None = None, stream: bool = True,
         return m, _free_inputs(dut) + extra
     # The output stream: lib.stream rules, words in the order read, `last` on command ends.
     out = dut.o_stream
-    _stream_rules(m, out, Assert, "o_stream", after_reset)
+    waited, old = _stream_rules(m, out, Assert, "o_stream", after_reset)
     r_beat = Signal()
     o_beat = Signal()
     m.d.comb += [r_beat.eq(dut.bus.rvalid & dut.bus.rready & ~rst),
                  o_beat.eq(out.valid & out.ready & ~rst)]
     r_seen, o_seen = Signal(8), Signal(8)
     m.d.sync += [r_seen.eq(r_seen + r_beat), o_seen.eq(o_seen + o_beat)]
+    # (modulo 256: at most a FIFO's worth of words separates the two counts)
     with m.If(live & out.valid):
-        m.d.comb += Assert(o_seen < r_seen, "o_stream: no more words out than read")
-    index = _track(m, "track")
-    kept, have = Signal(DATA_WIDTH), Signal()
-    with m.If(r_beat & (r_seen == index)):
-        m.d.sync += [kept.eq(dut.bus.rdata), have.eq(1)]
-    with m.If(live & o_beat & (o_seen == index)):
-        m.d.comb += Assert(have & (out.payload.data == kept),
-                           "o_stream: the tracked word is the one read at that position")
+        m.d.comb += Assert((r_seen - o_seen)[:8] != 0, "o_stream: no more words out than read")
+    if invariants:
+        count_invariants(m, r_seen, o_seen, data_fifo[0])
+        m.d.comb += Assert(~waited | (out.valid & (Value.cast(out.payload) == old)),
+                           "invariant: o_stream: a waiting word still offered, unchanged")
+    m.d.comb += Cover(aborted & ~dut.busy & (r_seen > 2))
+    if order:
+        index = _track(m, "track")
+        extra.append(index)
+        kept, have = Signal(DATA_WIDTH), Signal()
+        with m.If(r_beat & (r_seen == index)):
+            m.d.sync += [kept.eq(dut.bus.rdata), have.eq(1)]
+        with m.If(live & o_beat & (o_seen == index)):
+            m.d.comb += Assert(have & (out.payload.data == kept),
+                               "o_stream: the tracked word is the one read at that position")
+        if invariants:
+            tracked_invariants(m, o_seen, index, kept, have, data_fifo, depth, DATA_WIDTH)
+    if ends:
+        cmds = Queue(m, "cmd_q", 24, 4)
+        done = Signal(24)                     # words of the head command delivered
+        cmd_take = Signal()
+        m.d.comb += cmd_take.eq(dut.cmd.valid & dut.cmd.ready & (dut.cmd.payload.beats != 0)
+                                & ~rst)
+        # The environment keeps at most 4 commands unfinished (a bound of the checker, not of
+        # the reader).
+        m.d.comb += Assume(~(cmd_take & cmds.full))
+        ends_now = Signal()
+        m.d.comb += [ends_now.eq(done + 1 == cmds.head), cmds.push.eq(cmd_take),
+                     cmds.w_data.eq(dut.cmd.payload.beats), cmds.pop.eq(o_beat & ends_now)]
+        with m.If(o_beat):
+            m.d.sync += done.eq(Mux(ends_now, 0, done + 1))
+        with m.If(live & out.valid):
+            m.d.comb += [Assert(cmds.level != 0, "o_stream: only words of commands taken"),
+                         Assert(out.payload.last == ends_now,
+                                "o_stream: last on the command's end")]
+        m.d.comb += Cover(o_beat & out.payload.last & (o_seen == 5))
+    return m, _free_inputs(dut) + extra
 
-    cmds = Queue(m, "cmd_q", 24, 4)
-    done = Signal(24)                     # words of the head command delivered
-    cmd_take = Signal()
-    m.d.comb += cmd_take.eq(dut.cmd.valid & dut.cmd.ready & (dut.cmd.payload.beats != 0) & ~rst)
-    # The environment keeps at most 4 commands unfinished (a bound of the checker, not of the
-    # reader).
-    m.d.comb += Assume(~(cmd_take & cmds.full))
-    ends = Signal()
-    m.d.comb += [ends.eq(done + 1 == cmds.head), cmds.push.eq(cmd_take),
-                 cmds.w_data.eq(dut.cmd.payload.beats), cmds.pop.eq(o_beat & ends)]
-    with m.If(o_beat):
-        m.d.sync += done.eq(Mux(ends, 0, done + 1))
-    with m.If(live & out.valid):
-        m.d.comb += [Assert(cmds.level != 0, "o_stream: only words of commands taken"),
-                     Assert(out.payload.last == ends, "o_stream: last on the command's end")]
-    m.d.comb += [Cover(o_beat & out.payload.last & (o_seen == 5)),
-                 Cover(aborted & ~dut.busy & (r_seen > 2))]
-    return m, _free_inputs(dut) + extra + [index]
 
-
-def writer_harness(order: bool = True, window: bool = True,
-                   outstanding: int = OUTSTANDING) -> tuple[Module, list[Signal]]:
+def writer_harness(order: bool = True, window: bool = True, outstanding: int = OUTSTANDING,
+                   invariants: bool = True) -> tuple[Module, list[Signal]]:
     """DmaWriter with an AXI4 write checker, the window, and its W data's order.
 
     ``outstanding`` of 3 or more takes the writer's other room check (the response queue's
-    room standing in for the address and data queues')."""
+    room standing in for the address and data queues'). ``invariants`` adds
+    :func:`~sim.formal.invariants.writer_invariants` (for k-induction)."""
     m = Module()
-    m.submodules.dut = dut = DmaWriter(DATA_WIDTH, ADDR_WIDTH, burst_beats=BURST_BEATS,
-                                       outstanding=outstanding)
-    m.submodules.axi = axi = AXI4WriteChecker(DATA_WIDTH, ADDR_WIDTH, dut="manager",
-                                              max_burst=BURST_BEATS, max_bursts=outstanding,
-                                              max_w_ahead=outstanding, window=window)
+    dut = DmaWriter(DATA_WIDTH, ADDR_WIDTH, burst_beats=BURST_BEATS, outstanding=outstanding)
+    axi = AXI4WriteChecker(DATA_WIDTH, ADDR_WIDTH, dut="manager", max_burst=BURST_BEATS,
+                           max_bursts=outstanding, max_w_ahead=outstanding, window=window)
+    d, c = _add(m, "dut", dut, invariants), _add(m, "axi", axi, invariants)
     watch(m, axi.bus, dut.bus)
     shift = (DATA_WIDTH // 8).bit_length() - 1
     extra = _window(m, axi, dut.cmd, shift) if window else []
+    if invariants:
+        data_fifo = writer_invariants(m, d, c, dut, window=extra or None)
     aborted = _sticky_abort(m, dut.abort)
     rst = ResetSignal()
     after_reset = _after_reset(m)
     live = ~rst & ~after_reset
+    if invariants:
+        m.d.comb += Assert(after_reset == c.reg("", "past_rst"),
+                           "invariant: the harness's and the checker's reset history agree")
     _stream_rules(m, dut.i_stream, Assume, "i_stream", after_reset)
     if not order:
         return m, _free_inputs(dut) + extra
@@ -357,6 +400,11 @@ def writer_harness(order: bool = True, window: bool = True,
         m.d.comb += Assert((have | now) & (Cat(dut.bus.wdata, dut.bus.wstrb)
                                            == Mux(have, kept, word)),
                            "W: the tracked beat carries the stream's word at that position")
+    if invariants:
+        count_invariants(m, i_seen, w_seen, data_fifo[0])
+        tracked_invariants(m, w_seen, index, kept, have, data_fifo, 2 * BURST_BEATS, len(word))
+        m.d.comb += Assert(~d.reg("", "kill") | aborted,
+                           "invariant: strobes cleared only after an abort")
     m.d.comb += [Cover(w_beat & dut.bus.wlast & (w_seen == 5)),
                  Cover(live & dut.done), Cover(aborted & ~dut.busy & (w_seen > 2))]
     return m, _free_inputs(dut) + extra + [index]
@@ -366,27 +414,34 @@ PROOFS: dict[str, Proof] = {p.name: p for p in [
     Proof("csr", csr_harness, "prove", 6,
           "RegisterBlock: AXI4-Lite subordinate rules, each register's write and read "
           "behaviour (WSTRB)"),
-    Proof("dma_reader", lambda: reader_harness(stream=False, window=False), "bmc", 12,
+    Proof("dma_reader", lambda: reader_harness(stream=False, window=False), "prove", 1,
           "DmaReader: AXI4 read manager rules, bursts and beats in flight, no RLAST error"),
-    Proof("dma_reader_window", lambda: reader_harness(stream=False), "bmc", 8,
+    Proof("dma_reader_window", lambda: reader_harness(stream=False), "prove", 1,
           "DmaReader: every AR burst inside the commands' window"),
-    Proof("dma_reader_stream", lambda: reader_harness(window=False), "bmc", 10,
-          "DmaReader: o_stream rules, words in the order read, `last` on command ends"),
-    Proof("dma_writer", lambda: writer_harness(order=False, window=False), "bmc", 12,
+    Proof("dma_reader_stream", lambda: reader_harness(window=False, ends=False), "prove", 1,
+          "DmaReader: o_stream rules, words in the order read"),
+    # (k-induction does not close on the `last` flags in reasonable time: bounded, and without
+    # the invariants, which only slow a bounded check down)
+    Proof("dma_reader_ends", lambda: reader_harness(window=False, order=False,
+                                                    invariants=False), "bmc", 12,
+          "DmaReader: o_stream rules, `last` on command ends"),
+    Proof("dma_writer", lambda: writer_harness(order=False, window=False), "prove", 1,
           "DmaWriter: AXI4 write manager rules (W before AW allowed), WLAST, responses"),
     Proof("dma_writer_3", lambda: writer_harness(order=False, window=False, outstanding=3),
-          "bmc", 12, "DmaWriter with 3 bursts in flight: the same rules, no queue overrun"),
-    Proof("dma_writer_window", lambda: writer_harness(order=False), "bmc", 10,
+          "prove", 1, "DmaWriter with 3 bursts in flight: the same rules, no queue overrun"),
+    Proof("dma_writer_window", lambda: writer_harness(order=False), "prove", 1,
           "DmaWriter: every AW burst inside the commands' window"),
-    Proof("dma_writer_order", lambda: writer_harness(window=False), "bmc", 10,
+    Proof("dma_writer_order", lambda: writer_harness(window=False), "prove", 1,
           "DmaWriter: W beats carry i_stream's words and strobes in order"),
 ]}
 
 #: Deliberately broken managers: the proof must fail (the checkers bite).
 FLAWED: dict[str, Proof] = {p.name: p for p in [
-    Proof("flaw_drop_valid", lambda: reader_harness("drop_valid", stream=False, window=False),
+    Proof("flaw_drop_valid", lambda: reader_harness("drop_valid", stream=False, window=False,
+                                                     invariants=False),
           "bmc", 8, "ARVALID falls every other cycle", expect_pass=False),
-    Proof("flaw_cross_4k", lambda: reader_harness("cross_4k", stream=False, window=False),
+    Proof("flaw_cross_4k", lambda: reader_harness("cross_4k", stream=False, window=False,
+                                                   invariants=False),
           "bmc", 8, "AR addresses one beat further on: bursts cross 4 KB", expect_pass=False),
 ]}
 
