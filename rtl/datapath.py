@@ -212,7 +212,10 @@ class GemmDatapath(wiring.Component):
         # k - 2, k == 1 and max(0, interval - k) (``gap``: a read-out job may start once more
         # than ``gap`` cycles have passed since the last one's last step) are computed when a
         # command is taken, so that the sequencer compares counters with registers only
-        interval = array.min_emit_interval
+        # (at least ACCUMULATE_STAGES + 1 cycles, or a slot's row read again for the tile's
+        # next K chunk would be read before its write of this one lands: only the smallest
+        # arrays, 1x1, 1x2 and 2x1, read out faster)
+        interval = max(array.min_emit_interval, self.ACCUMULATE_STAGES + 1)
         job_layout = data.StructLayout({
             "k_m2": unsigned(16), "k_one": 1, "gap": range(interval), "gap_z": 1,
             "clear": 1, "readout": 1, "info": info_layout,
@@ -545,8 +548,9 @@ class GemmDatapath(wiring.Component):
             acc_rd.addr.eq(info.acc_slot * R + res.row),
             info_fifo.r_en.eq(array.o_stream.valid & res.last),
         ]
-        # A slot's row is read again only in the tile's next K chunk, at least ``depth >= rows``
-        # cycles after it was written two cycles after its read: no read meets a pending write.
+        # A slot's row is read again only for the tile's next K chunk, at least the emit
+        # interval (>= ACCUMULATE_STAGES + 1) after its read: its write, ACCUMULATE_STAGES
+        # cycles after that read, has landed.
         # y_info.add in a copy per LANES_PER_ADD columns: each drives 32 adder LUTs a column
         adds = lane_copies(m, x_info.add, C, LANES_PER_ADD, primitive=self.primitive,
                            name="y_add")

@@ -19,7 +19,9 @@ def _log2(x):
 class Walker(wiring.Component):
     """Walks a GEMM: blocks of ``b x b`` C tiles, each over K chunks of at most
     ``depth`` steps (:func:`sim.engine_models.k_chunks`): the descriptor's first block ramps
-    its chunks up from ``max(rows, cols, bus bytes)`` steps, and every block cuts what is
+    its chunks up from the least multiple of ``max(rows, cols, bus bytes)`` that is at least
+    ``rows + cols - 1`` steps (:func:`sim.engine_models.ramp_start`: no shorter than the
+    array's read-out interval), and every block cuts what is
     left (all of K after the first) into chunks of about equal length; a first block too
     short to ramp cuts its first chunk short. ``b`` is
     the descriptor's ``block`` field, or ``block`` (the buffers' slots) where that is 0 or
@@ -135,6 +137,9 @@ class Walker(wiring.Component):
         # holds for at least the 4 cycles of a command before NEXT uses it), and the first
         # chunk's from the descriptor (held for the whole walk; ready in BLOCK).
         align = max(R, C, bpw) - 1
+        # the ramp's first chunk (sim.engine_models.ramp_start): a multiple of the alignment
+        # no shorter than the array's least read-out interval, rows + cols - 1
+        start = -(-(R + C - 1) // (align + 1)) * (align + 1)
         kc = Signal(17)
         k_after = Signal(17)
         last_chunk = Signal()
@@ -183,13 +188,14 @@ class Walker(wiring.Component):
         # the descriptor, or the ramp's)
         bfirst_kc, bfirst_after, bfirst_last = balanced(d.k, "bfirst")
         bnext_kc, bnext_after, bnext_last = balanced(k_after, "bnext")
-        ramp_start = Signal()        # the first block starts a ramp at ``align`` steps
+        ramp_start = Signal()        # the first block starts a ramp at ``start`` steps
         ramp_after0 = Signal(17)
         ramp_more = Signal()         # the next chunk doubles this one
         ramp_after = Signal(17)
         # (6 kc registered first: ramp_more trails kc by 2 cycles, read 4 after it changes)
         kc6 = Signal(20)
-        m.d.sync += [ramp_start.eq(d.k >= 3 * (align + 1)), ramp_after0.eq(d.k - (align + 1)),
+        m.d.sync += [ramp_start.eq((d.k >= 3 * start) if start <= D else 0),
+                     ramp_after0.eq(d.k - start),
                      kc6.eq((kc << 2) + (kc << 1)),
                      ramp_more.eq(ramping & ((kc << 1) <= D) & (k_after >= kc6)),
                      ramp_after.eq(k_after - (kc << 1))]
@@ -333,7 +339,7 @@ class Walker(wiring.Component):
                              last_chunk.eq(Mux(first_block, first_after == 0, bfirst_last)),
                              cmd_sent.eq(0), write_sent.eq(0)]
                 with m.If(first_block & ramp_start):
-                    m.d.sync += [kc.eq(align + 1), k_after.eq(ramp_after0), ramping.eq(1),
+                    m.d.sync += [kc.eq(start), k_after.eq(ramp_after0), ramping.eq(1),
                                  last_chunk.eq(ramp_after0 == 0)]
                 with m.If(d.row_vec | d.col_vec):
                     m.next = "EXP_WAIT"

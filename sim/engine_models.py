@@ -17,9 +17,9 @@ import numpy as np
 
 from firmware.regmap import STRIPE_MIN_WORDS, ErrorCode
 
-__all__ = ["descriptor", "check", "chunk_align", "k_chunks", "block_chunks", "block_side",
-           "tile_order", "walk", "load_sequence", "stripe", "interleave", "route", "issue",
-           "write_back"]
+__all__ = ["descriptor", "check", "chunk_align", "ramp_start", "k_chunks", "block_chunks",
+           "block_side", "tile_order", "walk", "load_sequence", "stripe", "interleave", "route",
+           "issue", "write_back"]
 
 _DESC_FIELDS = ("m", "n", "k", "transpose_a", "transpose_b", "raw", "row_vec", "col_vec",
                 "row_exp", "col_exp", "a_addr", "a_stride", "b_addr", "b_stride", "c_addr",
@@ -80,8 +80,19 @@ def chunk_align(rows: int, cols: int, data_width: int) -> int:
     return max(rows, cols, data_width // 8)
 
 
+def ramp_start(rows: int, cols: int, data_width: int) -> int:
+    """The first chunk of :class:`rtl.walker.Walker`'s ramp: the least multiple of
+    :func:`chunk_align` that is at least ``rows + cols - 1``, the array's least interval
+    between two tiles' read-outs (:attr:`rtl.systolic.SystolicArray.min_emit_interval`,
+    one SLR group). A shorter first chunk leaves the array waiting on its own read-out
+    rather than computing (a 16x16 array's block of 64 tiles at 16 steps: 64 read-outs of
+    31 cycles, not 64 x 16 steps), and holds the block's first C back for as long."""
+    align = chunk_align(rows, cols, data_width)
+    return -(-(rows + cols - 1) // align) * align
+
+
 def k_chunks(k: int, depth: int, align: int = 1, ramp: bool = False,
-             balanced: bool = False) -> list[tuple[int, int]]:
+             balanced: bool = False, start: int | None = None) -> list[tuple[int, int]]:
     """The K chunks ``(k0, kc)`` a block is walked over, in order.
 
     ``k`` is cut into chunks of at most ``depth`` steps. With more than one, the first holds
@@ -91,9 +102,10 @@ def k_chunks(k: int, depth: int, align: int = 1, ramp: bool = False,
     A short chunk last would leave the block's C write-back (issued in its last chunk) with
     little compute to hide behind; first, it also shortens the pipeline's fill.
 
-    ``ramp`` (the descriptor's first block) starts with chunks of ``align``, ``2 align``,
-    ``4 align``, ... steps, each taken while it fits in ``depth`` and what is left after it
-    is at least twice as long; the rest is cut as above. The first command then waits only
+    ``ramp`` (the descriptor's first block) starts with chunks of ``start`` (default
+    ``align``; a multiple of it, :func:`ramp_start`), ``2 start``, ``4 start``, ... steps,
+    each taken while it fits in ``depth`` and what is left after it is at least twice as
+    long; the rest is cut as above. The first command then waits only
     for a short chunk's operands, and each next chunk's operands load while the previous
     one, half as long, computes: the array starts early instead of after a whole chunk's
     loads.
@@ -115,7 +127,7 @@ def k_chunks(k: int, depth: int, align: int = 1, ramp: bool = False,
     def short(rest):        # the remainder of a cut into depth steps, rounded up to align
         return (((rest - 1) % depth) | (align - 1)) + 1
 
-    chunks, k0, size = [], 0, align
+    chunks, k0, size = [], 0, start or align
     while ramp and size <= depth and k - k0 - size >= 2 * size:
         chunks.append((k0, size))
         k0, size = k0 + size, 2 * size
@@ -135,10 +147,12 @@ def k_chunks(k: int, depth: int, align: int = 1, ramp: bool = False,
                                      for r0 in range(first, rest, depth)]
 
 
-def block_chunks(k: int, depth: int, align: int, first: bool) -> list[tuple[int, int]]:
+def block_chunks(k: int, depth: int, align: int, first: bool,
+                 start: int | None = None) -> list[tuple[int, int]]:
     """The K chunks of one block as :class:`rtl.walker.Walker` cuts them: the descriptor's
-    first block ramps, then every block is balanced (:func:`k_chunks`)."""
-    return k_chunks(k, depth, align, ramp=first, balanced=True)
+    first block ramps (from ``start``, :func:`ramp_start`), then every block is balanced
+    (:func:`k_chunks`)."""
+    return k_chunks(k, depth, align, ramp=first, balanced=True, start=start)
 
 
 def block_side(field: int, block: int) -> int:
@@ -171,7 +185,8 @@ def block_order(m: int, n: int, k: int, rows: int, cols: int, depth: int, data_w
     down = column_order(m, n, k, rows, cols, depth, side)
     order = [(mb, nb) for nb in ns for mb in ms] if down else [(mb, nb) for mb in ms for nb in ns]
     # whether the first block, and those after it, are one K chunk
-    one = [len(block_chunks(k, depth, chunk_align(rows, cols, data_width), first=f)) == 1
+    one = [len(block_chunks(k, depth, chunk_align(rows, cols, data_width), first=f,
+                            start=ramp_start(rows, cols, data_width))) == 1
            for f in (True, False)]
     out = [(*order[0], False, False)] if order else []
     for idx in range(1, len(order)):
@@ -210,6 +225,7 @@ def walk_chunks(m: int, n: int, k: int, rows: int, cols: int, depth: int, data_w
     out = []
     for idx, (m_blk, n_blk, keep_a, keep_b) in enumerate(blocks):
         for k0, kc in block_chunks(k, depth, chunk_align(rows, cols, data_width),
+                                   start=ramp_start(rows, cols, data_width),
                                    first=idx == 0):
             out.append((m_blk, n_blk, keep_a, keep_b, k0, kc, a_par, b_par))
             nxt = blocks[idx + 1] if k0 + kc == k and idx + 1 < len(blocks) else None

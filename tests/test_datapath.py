@@ -245,6 +245,21 @@ def test_reloading_a_slot_waits_for_its_readers():
     check(rows, cols, cmds, stall=0.0)
 
 
+@pytest.mark.parametrize("rows,cols,packing", [(1, 1, 1), (1, 2, 1), (2, 1, 1), (1, 1, 2)])
+def test_back_to_back_chunks_of_one_slot(rows, cols, packing):
+    """The arrays that read out fastest (1x1, 1x2, 2x1) running one tile's K chunks of one
+    step back to back, each adding the slot's last partial sums: each read of the slot must
+    see the write of the chunk before (GemmDatapath spaces read-outs by at least
+    ACCUMULATE_STAGES + 1 cycles; closer, the sum of a chunk would be lost)."""
+    rng = np.random.default_rng(5)
+    cmds = []
+    for t in range(6):
+        cmds.append(random_command(rng, rows, cols, 1, ta=False, tb=False, clear=t == 0,
+                                   emit=t == 5, raw=True))
+        cmds[-1].store, cmds[-1].add, cmds[-1].acc_slot = t < 5, t > 0, 0
+    check(rows, cols, cmds, stall=0.0, packing=packing)
+
+
 @settings(max_examples=15, deadline=None)
 @given(rows=st.integers(1, 4), cols=st.integers(1, 4), seed=st.integers(0, 2**32 - 1),
        data=st.data())

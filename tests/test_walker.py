@@ -67,7 +67,8 @@ def random_desc(rng, rows, cols, depth, block):
 
 CONFIGS = [  # rows, cols, depth, block, data_width
     (8, 8, 16, 2, 128), (4, 16, 16, 4, 64), (2, 8, 16, 1, 128), (16, 4, 64, 2, 512),
-    (8, 8, 32, 4, 256), (4, 4, 128, 2, 64)]   # the last ramps its first block 8, 16, 32, ...
+    (8, 8, 32, 4, 256), (4, 4, 128, 2, 64),   # this one ramps its first block 8, 16, 32, ...
+    (8, 8, 64, 2, 64)]   # and this one 16, 32, ...: the read-out interval (15), not align (8)
 
 
 @pytest.mark.parametrize("rows,cols,depth,block,data_width", CONFIGS)
@@ -176,6 +177,20 @@ def test_first_block_ramp_then_balanced_in_rtl():
                       b_stride=0x100, block=2)
     want = simulate([d], 4, 4, 128, 2, 64, seed=5)
     assert sorted({c["k"] for c in want[0]}) == [8, 16, 32, 64, 72, 96]
+
+
+def test_ramp_starts_at_the_readout_interval():
+    """The ramp's first chunk is the least multiple of the alignment no shorter than the
+    array's read-out interval (rows + cols - 1): 16 steps on 8x8 at 64 bits (alignment 8),
+    then 32; then balanced (K = 200, depth 64). Where that exceeds the depth, no ramp."""
+    assert em.ramp_start(8, 8, 64) == 16 and em.ramp_start(4, 4, 64) == 8
+    assert em.ramp_start(16, 16, 64) == 32 and em.ramp_start(32, 64, 128) == 128
+    d = em.descriptor(m=16, n=16, k=200, a_addr=0x100, a_stride=0x400, b_addr=0x8000,
+                      b_stride=0x100, block=2)
+    cmds = simulate([d], 8, 8, 64, 2, 64, seed=6)[0]
+    assert [c["k"] for c in cmds[::4]] == [16, 32, 48, 56, 48]
+    assert em.block_chunks(200, 16, 16, first=True, start=32) == \
+        em.k_chunks(200, 16, 16, balanced=True)
 
 
 def test_balanced_chunks_in_rtl():
