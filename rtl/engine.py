@@ -1,6 +1,6 @@
 """The descriptor engine: one whole GEMM per descriptor, tiled over the datapath, through DMA."""
 
-from amaranth import ClockSignal, Instance, Module, Mux, ResetSignal, Signal
+from amaranth import Cat, ClockSignal, Instance, Module, Mux, ResetSignal, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -128,7 +128,8 @@ class GemmEngine(wiring.Component):
         reset.
     code : Out(8)
     macs : Out(48)
-        ``M * N * K`` of the running descriptor (valid from the cycle after ``start`` + 4).
+        ``M * N * K`` of the running descriptor, valid :data:`MACS_CYCLES` cycles after
+        ``start`` (``done`` waits for it).
     step, wait_dma : Out(1)
         The array does useful MACs this cycle; the datapath waits for operand data.
     """
@@ -181,6 +182,8 @@ class GemmEngine(wiring.Component):
                 ("wr_done", In(1)))},
         })
 
+    #: Cycles from ``start`` to :attr:`macs` (shift and add: 16 steps, a reload, 16 steps).
+    MACS_CYCLES = 33
     #: The parts with their own registered copy of :attr:`soft_reset` (with two read ports,
     #: the router is not there and B's load sequencer, ``loader1``, is).
     RESET_PARTS = ("datapath", "checker", "walker", "loader", "router", "gb_a", "gb_b", "issue",
@@ -380,15 +383,31 @@ class GemmEngine(wiring.Component):
 
         d = Signal(descriptor_layout(), reset_less=True)     # the running descriptor (data)
         exp_job = Signal()                       # an exponent vector load is issued
-        # m * n * k of the running descriptor, in three registered steps from ``d`` (which
-        # holds for the whole descriptor): m * n, its halves times k (a 16 x 16 product each,
-        # one DSP slice), their sum. Valid 4 cycles after a start, long before any done.
-        mn = Signal(32, reset_less=True)
-        mnk_lo = Signal(32, reset_less=True)
-        mnk_hi = Signal(32, reset_less=True)
-        m.d.sync += [mn.eq(d.m[:16] * d.n[:16]), mnk_lo.eq(mn[:16] * d.k[:16]),
-                     mnk_hi.eq(mn[16:] * d.k[:16]),
-                     self.macs.eq(mnk_lo + (mnk_hi << 16))]
+        # m * n * k of the running descriptor (for the MACS counter), by shift and add: no
+        # DSP slice (three 16 x 16 products took three, which the Pynq-Z1 needs for its
+        # ports), one 33-bit add a cycle. m * n over n's 16 bits, a cycle to reload, then
+        # that times k over k's: MACS_CYCLES after a start, and DRAIN waits for it (a
+        # descriptor takes longer anyway). Each step adds the multiplicand to the high half
+        # if the low half's bit 0 is set and shifts both right by one.
+        mul_a = Signal(32, reset_less=True)      # the multiplicand: m, then m * n
+        mul_hi = Signal(32, reset_less=True)     # the partial product's high half
+        mul_lo = Signal(16, reset_less=True)     # the multiplier's bits left, and product's low
+        mul_step = Signal(range(self.MACS_CYCLES + 1), init=self.MACS_CYCLES)
+        mul_sum = Signal(33)
+        fsm_idle = Signal()
+        m.d.comb += [mul_sum.eq(mul_hi + Mux(mul_lo[0], mul_a, 0)),
+                     self.macs.eq(Cat(mul_lo, mul_hi))]
+        macs_ready = Signal()
+        m.d.comb += macs_ready.eq(mul_step == self.MACS_CYCLES)
+        with m.If(self.start & fsm_idle):
+            m.d.sync += [mul_a.eq(self.desc.m[:16]), mul_hi.eq(0), mul_lo.eq(self.desc.n[:16]),
+                         mul_step.eq(0)]
+        with m.Elif(mul_step == 16):                 # m * n is in: times k next
+            m.d.sync += [mul_a.eq(Cat(mul_lo, mul_hi[:16])), mul_hi.eq(0),
+                         mul_lo.eq(d.k[:16]), mul_step.eq(17)]
+        with m.Elif(~macs_ready):
+            m.d.sync += [mul_hi.eq(mul_sum[1:]), mul_lo.eq(Cat(mul_lo[1:], mul_sum[0])),
+                         mul_step.eq(mul_step + 1)]
         if RP == 1:
             m.d.comb += exp_job.eq(
                 (loader.a_jobs.valid & loader.a_jobs.ready & loader.a_jobs.payload.tag[0])
@@ -430,8 +449,9 @@ class GemmEngine(wiring.Component):
                 with m.If(walker.i_stream.ready):
                     m.next = "DRAIN"
             with m.State("DRAIN"):
-                with m.If(issue.drained & writeback.idle & ~dp.busy):
+                with m.If(issue.drained & writeback.idle & ~dp.busy & macs_ready):
                     m.d.comb += self.done.eq(1)
                     m.next = "IDLE"
-        m.d.comb += self.busy.eq(~fsm.ongoing("IDLE") & ~fsm.ongoing("FAIL"))
+        m.d.comb += [self.busy.eq(~fsm.ongoing("IDLE") & ~fsm.ongoing("FAIL")),
+                     fsm_idle.eq(fsm.ongoing("IDLE"))]
         return top
