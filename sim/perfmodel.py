@@ -99,6 +99,17 @@ def read_rate(beats: float, outstanding: int, latency: int, keep: float = 1.0) -
     return min(keep, outstanding * beats / (latency + beats / keep))
 
 
+#: Under a reads-first DRAM, the share of the first walk's reads the second walk holds back
+#: from the writes (:func:`predict`). The first walk books its reads where an array that
+#: never waits for C would ask for them, denser than the RTL's, which the writes' stalls
+#: spread out; all of them over-corrects where the read ports can take nearly all the DRAM
+#: (the Pynq-Z1 with two read ports: 16 of its 16.8 bytes a cycle; up to +8.5 % on 34
+#: GEMMs), none under-corrects (up to -6 %). Calibrated on the Pynq-Z1's 68 benchmark GEMMs
+#: at one and two read ports (0.6 / 0.7 / 0.8 / 0.9: largest error 5.3 / 4.4 / 3.5 /
+#: 5.7 %) and held out on random ones (``python -m sim.bench model``, README).
+RESERVE_SHARE = 0.8
+
+
 #: Under a round-robin DRAM (``dram_arbitration``), the share of the DRAM's bytes each
 #: direction is sure of however much the other asked for first: an R beat and a W beat
 #: take turns.
@@ -400,10 +411,11 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
     if dram is not None and not rr and dram > bpw:
         # Reads first: the writes a chunk's reads took bytes from were booked, and the array
         # paced by them, before those reads. Walk again with the writes seeing the first
-        # walk's reads as taken. (Where the DRAM moves no more than one channel, the reads
-        # alone fill it and the second walk over-corrects: +14 % mean on 27 GEMMs at 0.8 to
-        # 2.0 GB/s on a 128-bit bus at 100 MHz, against 2 % with one.)
-        end, wclock, votes = schedule(_DramLedger(dram, share, reserve=ledger.reads()))
+        # walk's reads (RESERVE_SHARE of them) as taken. (Where the DRAM moves no more than
+        # one channel, the reads alone fill it and the second walk over-corrects: +14 % mean
+        # on 27 GEMMs at 0.8 to 2.0 GB/s on a 128-bit bus at 100 MHz, against 2 % with one.)
+        reserve = {b: RESERVE_SHARE * v for b, v in ledger.reads().items()}
+        end, wclock, votes = schedule(_DramLedger(dram, share, reserve=reserve))
     last_rows = rows * _cdiv(4 * min(cols, n), bpw)
     total = max(end + rows + cols + DRAIN_OVERHEAD + last_rows,
                 wclock + rows + cols + DRAIN_OVERHEAD) + lat_w
