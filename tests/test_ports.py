@@ -214,6 +214,26 @@ def test_roofline_counts_partly_filled_tiles_and_traffic():
     assert r2["traffic_cycles"] == 128 * 784 * 4 // 16 and r2["bound_by"] == "port"
 
 
+def test_latency_bound_adds_what_no_schedule_hides():
+    from sim.bench import roofline
+
+    # The ZCU104 default (32x64 @ 128, four write ports) on its forward GEMM of a 256->256
+    # layer at batch 64: 2,048 compute cycles; then the read latency (40), the array's skew
+    # (95), the write latency (24) and the last 32x64 C tile, 8 rows a port of 16 words.
+    port = PORTS["zynqmp-hp"]
+    r = roofline(64, 256, 256, 32, 64, 128, port, 4, 3)
+    assert r["bound_by"] == "compute" and r["bound"] == 1.0
+    assert r["latency_cycles"] == 40 + 95 + 24 + 8 * 16
+    assert r["latency_bound"] == pytest.approx(2048 / (2048 + 287))
+    assert r["latency_bound"] < 0.9            # 90 % of the roofline is out of reach
+    # The corner tile: M = 70, N = 10 leave 6 rows of 10 columns (3 words of 16 bytes).
+    r = roofline(70, 10, 64, 32, 64, 128, port | {"dram_gbps": None}, 4, 3)
+    assert r["latency_cycles"] == 40 + 95 + 24 + 2 * 3
+    cycles = max(r["compute_cycles"], r["traffic_cycles"])
+    assert r["latency_bound"] == pytest.approx(70 * 10 * 64 / (32 * 64 * (cycles + 165)),
+                                               rel=1e-3)
+
+
 def test_bench_cli_checks_its_arguments():
     import re
     import subprocess
