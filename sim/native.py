@@ -37,7 +37,7 @@ __all__ = ["build", "NativeSim", "BUILD_ROOT", "COUNTERS"]
 #: The memory model's counters, in the harness's order (``sim_counter``).
 COUNTERS = ("read_beats", "write_beats", "read_bursts", "write_bursts", "max_reads_in_flight",
             "max_writes_in_flight", "violations", "stability_violations", "burst_violations",
-            "ar_stall_cycles", "aw_stall_cycles", "w_stall_cycles")
+            "ar_stall_cycles", "aw_stall_cycles", "w_stall_cycles", "dram_overdrawn_cycles")
 
 HARNESS = Path(__file__).parent / "native" / "harness.cpp"
 #: Where compiled models are cached (override with ``BFP_NATIVE_CACHE``).
@@ -228,7 +228,8 @@ class NativeSim:
     @property
     def counters(self) -> dict:
         """The memory model's counters (:data:`COUNTERS`): beats and bursts each way, the most
-        bursts in flight seen, violations by kind, cycles a VALID waited for READY."""
+        bursts in flight seen, violations by kind, cycles a VALID waited for READY, cycles
+        that ended with the DRAM's budget overdrawn (none: a check of the model itself)."""
         return {name: self._lib.sim_counter(self._h, i) for i, name in enumerate(COUNTERS)}
 
     def clear_counters(self) -> None:

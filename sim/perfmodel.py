@@ -103,10 +103,11 @@ def read_rate(beats: float, outstanding: int, latency: int, keep: float = 1.0) -
 #: from the writes (:func:`predict`). The first walk books its reads where an array that
 #: never waits for C would ask for them, denser than the RTL's, which the writes' stalls
 #: spread out; all of them over-corrects where the read ports can take nearly all the DRAM
-#: (the Pynq-Z1 with two read ports: 16 of its 16.8 bytes a cycle; up to +8.5 % on 34
-#: GEMMs), none under-corrects (up to -6 %). Calibrated on the Pynq-Z1's 68 benchmark GEMMs
-#: at one and two read ports (0.6 / 0.7 / 0.8 / 0.9: largest error 5.3 / 4.4 / 3.5 /
-#: 5.7 %) and held out on random ones (``python -m sim.bench model``, README).
+#: (the Pynq-Z1's default, two read ports: 16 of its 16.8 bytes a cycle). Calibrated on the
+#: Pynq-Z1 default's 34 benchmark GEMMs (0.6 / 0.7 / 0.8 / 0.9 / 1.0: mean error 0.93 /
+#: 0.85 / 0.84 / 0.95 / 1.42 %, largest 5.4 / 4.9 / 3.6 / 5.6 / 8.5 %; the ZCU104's and
+#: VU9P's stand-ins do not move) and held out on random GEMMs (``python -m sim.bench
+#: model``, README).
 RESERVE_SHARE = 0.8
 
 

@@ -26,7 +26,10 @@
 // * dram (sim_set_dram): the DRAM's bytes per cycle behind every port together (0 =
 //   unlimited). A budget grows by that much each cycle (banking at most DRAM_BURST_BEATS bus
 //   words); an R beat is raised, and WREADY, only while a bus word is in the budget, and
-//   each R beat raised or W beat taken spends one. Who goes first when the budget is short
+//   each R beat raised or W beat taken spends one. The write ports share what the R beats
+//   left, a word for each port with WVALID that gets WREADY (so several ports cannot each
+//   take a beat on the last word; they take turns at going first). Who goes first when the
+//   budget is short
 //   (sim_set_dram's `arbitration`, as the DDR4 MIG's AXI arbitration scheme): 0 "reads-first"
 //   (the MIG's default, RD_PRI_REG: a W beat only with a word left after the R beat), 1
 //   "round-robin" (ROUND_ROBIN: while a write port holds WVALID, an R beat and a W beat take
@@ -102,7 +105,7 @@ enum WriteOrder : unsigned { AW_FIRST = 0, W_FIRST = 1, RANDOM_ORDER = 2 };
 enum Counter : int {
     READ_BEATS, WRITE_BEATS, READ_BURSTS, WRITE_BURSTS, MAX_READS_IN_FLIGHT,
     MAX_WRITES_IN_FLIGHT, VIOLATIONS, STABILITY_VIOLATIONS, BURST_VIOLATIONS, AR_STALLS,
-    AW_STALLS, W_STALLS, N_COUNTERS
+    AW_STALLS, W_STALLS, DRAM_OVERDRAWN, N_COUNTERS
 };
 
 struct ReadBurst {
@@ -204,6 +207,7 @@ struct Sim {
     std::vector<ReadState> rports;
     std::vector<WriteState> wports;
     double dram = 0;                   // bytes per cycle, 0: unlimited
+    double w_budget = 0;               // what is left of the budget for the W beats driven
     double budget = 0;                 // bytes the DRAM can move now
     unsigned arbitration = 0;          // 0 reads first, 1 round-robin (see the top)
     bool write_turn = false;           // round-robin: the next short budget goes to a W beat
@@ -353,7 +357,9 @@ struct Sim {
         size_t ahead = wi >= p.aw_count ? wi - p.aw_count : 0;
         size_t ahead_limit = outstanding_writes ? outstanding_writes : 64;
         bool w_open = next_w.have_aw || (next_w.w_first && ahead < ahead_limit);
-        *q.wready = !paused() && w_open && dram_has_word();
+        *q.wready = !paused() && w_open && w_budget >= (dram > 0 ? BPW : 0);
+        // the word this port's beat will take, out of what is left for the ports after it
+        if (dram > 0 && *q.wready && *q.wvalid) w_budget -= BPW;
         bool gap = paused();
         if (!p.b_shown && !p.responses.empty() && p.responses.front().due <= cycle && !gap)
             p.b_shown = true;
@@ -481,7 +487,13 @@ struct Sim {
     void tick() {
         // ---- drive subordinate outputs from the model state ----
         for (auto &p : rports) drive_read(p);
-        for (auto &p : wports) drive_write(p);
+        // The budget the write ports share this cycle (what the R beats left): each W beat
+        // one word, so that several ports cannot each take a beat on one word (and so
+        // overdraw it, and the reads after them, under reads-first). The ports take turns
+        // at going first.
+        w_budget = budget;
+        for (size_t i = 0; i < wports.size(); i++)
+            drive_write(wports[(i + cycle) % wports.size()]);
         top->clk = 0;
         top->eval();
 
@@ -497,6 +509,8 @@ struct Sim {
         // ---- update the model ----
         for (auto &p : rports) update_read(p);
         for (auto &p : wports) update_write(p);
+        // (the beats of a cycle never take more than the budget held: a check of the above)
+        if (dram > 0 && budget < 0) counters[DRAM_OVERDRAWN]++;
         if (dram > 0) budget = std::min(budget + dram, DRAM_BURST_BEATS * BPW);
     }
 
