@@ -1,12 +1,14 @@
 """Pynq-Z1: Zynq-7020 (xc7z020clg400-1, the Arty Z7-20's chip and package).
 
-The accelerator sits on the Zynq PS7: AXI4-Lite control from M_AXI_GP0, its DMA on S_AXI_HP0
-(64-bit), clock FCLK_CLK0, interrupt on IRQ_F2P. The host is the ARM running PYNQ; the
-``pynq`` backend drives it with ``pynq.Overlay`` + the ``.hwh``.
+The accelerator sits on the Zynq PS7: AXI4-Lite control from M_AXI_GP0, its DMA on all four
+64-bit high-performance ports, S_AXI_HP0-HP3 (A read on HP0 and B on HP1; C's rows written
+through all four, row r on HP(r mod 4)), clock FCLK_CLK0, interrupt on IRQ_F2P. The host is
+the ARM running PYNQ; the ``pynq`` backend drives it with ``pynq.Overlay`` + the ``.hwh``.
 
 The default array is 16x16 (256 MACs/cycle): 160 of its PEs use DSP48E1 slices and the last 96
 multiply in LUTs (``dsp_rows`` of the array, see ``rtl.systolic``), so that with the engine's
-own multipliers the design stays under 80 % of the 220 DSP slices.
+own multipliers (two load sequencers' and four write-backs' address products) the design
+stays within 80 % of the 220 DSP slices (176).
 """
 
 from amaranth_boards.arty_z7 import ArtyZ720Platform
@@ -27,7 +29,7 @@ BOARD = Board(
     capacity={"LUT": 53200, "FF": 106400, "DSP": 220, "BRAM36": 140, "URAM": 0},
     data_width=_H.data_width, addr_width=_H.addr_width, clock_mhz=_H.clock_mhz,
     host="ARM Cortex-A9 (PYNQ) through the PS7",
-    control_port="M_AXI_GP0", memory_port="S_AXI_HP0 (64-bit)",
+    control_port="M_AXI_GP0", memory_port="S_AXI_HP0-HP3 (64-bit each)",
     default=dict(_H.default), base_addr=_H.base_addr,
     program="pynq",
 )
