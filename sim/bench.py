@@ -313,7 +313,8 @@ def roofline(m, n, k, rows, cols, data_width, port, write_ports=1, read_ports=1)
 
 def _run_checked(dev, label, m, n, k, ta, tb, rng, block=None) -> float:
     """One random int32 GEMM on ``dev`` (operands from ``rng``), checked bit for bit against
-    :func:`sim.golden.gemm` and for AXI protocol violations; its wall seconds."""
+    :func:`sim.golden.gemm`, for AXI protocol violations and for the memory model's own DRAM
+    accounting; its wall seconds."""
     from sim import golden
 
     a = rng.integers(-128, 128, (k, m) if ta else (m, k), dtype=np.int8)
@@ -325,6 +326,8 @@ def _run_checked(dev, label, m, n, k, ta, tb, rng, block=None) -> float:
         raise AssertionError(f"{label}: the accelerator's result differs from golden")
     if dev.sim.violations:
         raise AssertionError(f"{label}: {dev.sim.violations} AXI protocol violations")
+    if dev.sim.counters["dram_overdrawn_cycles"]:
+        raise AssertionError(f"{label}: the memory model's DRAM budget was overdrawn")
     return wall
 
 
