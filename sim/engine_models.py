@@ -155,6 +155,14 @@ def block_chunks(k: int, depth: int, align: int, first: bool,
     return k_chunks(k, depth, align, ramp=first, balanced=True, start=start)
 
 
+def array_block_chunks(k: int, rows: int, cols: int, depth: int, data_width: int,
+                       first: bool) -> list[tuple[int, int]]:
+    """:func:`block_chunks` as the walker of a ``rows x cols`` array on a ``data_width``-bit
+    bus cuts a block: aligned to :func:`chunk_align`, its ramp from :func:`ramp_start`."""
+    return block_chunks(k, depth, chunk_align(rows, cols, data_width), first,
+                        start=ramp_start(rows, cols, data_width))
+
+
 def block_side(field: int, block: int) -> int:
     """The side of a descriptor's reuse blocks: its ``block`` field if in ``1..block`` (the
     buffers' slots per operand), else ``block``."""
@@ -185,8 +193,7 @@ def block_order(m: int, n: int, k: int, rows: int, cols: int, depth: int, data_w
     down = column_order(m, n, k, rows, cols, depth, side)
     order = [(mb, nb) for nb in ns for mb in ms] if down else [(mb, nb) for mb in ms for nb in ns]
     # whether the first block, and those after it, are one K chunk
-    one = [len(block_chunks(k, depth, chunk_align(rows, cols, data_width), first=f,
-                            start=ramp_start(rows, cols, data_width))) == 1
+    one = [len(array_block_chunks(k, rows, cols, depth, data_width, first=f)) == 1
            for f in (True, False)]
     out = [(*order[0], False, False)] if order else []
     for idx in range(1, len(order)):
@@ -224,9 +231,7 @@ def walk_chunks(m: int, n: int, k: int, rows: int, cols: int, depth: int, data_w
     blocks = block_order(m, n, k, rows, cols, depth, data_width, side)
     out = []
     for idx, (m_blk, n_blk, keep_a, keep_b) in enumerate(blocks):
-        for k0, kc in block_chunks(k, depth, chunk_align(rows, cols, data_width),
-                                   start=ramp_start(rows, cols, data_width),
-                                   first=idx == 0):
+        for k0, kc in array_block_chunks(k, rows, cols, depth, data_width, first=idx == 0):
             out.append((m_blk, n_blk, keep_a, keep_b, k0, kc, a_par, b_par))
             nxt = blocks[idx + 1] if k0 + kc == k and idx + 1 < len(blocks) else None
             a_par ^= not (nxt and nxt[2])

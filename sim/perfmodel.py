@@ -84,6 +84,10 @@ DRAIN_OVERHEAD = 16
 #: C tiles the output FIFO holds (``4 * rows`` rows): how far the array may run ahead of the
 #: C write-back before it stalls.
 OUT_TILES = 4
+#: The least cycles between two read-outs of the datapath's accumulation slots
+#: (``rtl.datapath.GemmDatapath.ACCUMULATE_STAGES + 1``; ``tests/test_perfmodel.py`` holds
+#: them equal): binds only on arrays of one or two PEs a side.
+ACCUMULATE_INTERVAL = 3
 #: The DMA masters' own limit on bursts in flight (``Accelerator(outstanding=...)``).
 DMA_OUTSTANDING = 8
 #: The DMA masters' longest burst (``Accelerator(burst_beats=...)``).
@@ -281,8 +285,9 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
                 sum(runs))
 
     # the array's least interval between two tiles' last steps (SystolicArray.
-    # min_emit_interval: rows + cols - 1, packed or not, one SLR group)
-    interval = rows + cols - 1
+    # min_emit_interval: rows + cols - 1, packed or not, one SLR group), and at least the
+    # datapath's accumulation read, add and write (GemmDatapath: ACCUMULATE_STAGES + 1)
+    interval = max(rows + cols - 1, ACCUMULATE_INTERVAL)
     chunks = []
     last_use = [{}, {}]          # operand -> parity -> the last chunk that used those slots
     walked, _ = walk_chunks(m, n, k, rows, cols, depth, data_width, block)

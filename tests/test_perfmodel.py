@@ -246,3 +246,9 @@ def test_bench_cases_scale_the_boards_gemms():
         else:
             assert s[2:9] == (-(-m // 8), -(-n // 8), k, ta, tb, m, n)
     assert ("fc 256->10 b64", "forward y = x W", 8, 2, 256, False, False, 64, 10) in scaled
+
+
+def test_the_accumulation_interval_is_the_datapaths():
+    from rtl.datapath import GemmDatapath
+
+    assert perfmodel.ACCUMULATE_INTERVAL == GemmDatapath.ACCUMULATE_STAGES + 1
