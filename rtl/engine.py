@@ -182,8 +182,11 @@ class GemmEngine(wiring.Component):
                 ("wr_done", In(1)))},
         })
 
-    #: Cycles from ``start`` to :attr:`macs` (shift and add: 16 steps, a reload, 16 steps).
-    MACS_CYCLES = 33
+    #: Width of M, N and K in :attr:`macs`' product (each at most 65535, checked).
+    MACS_OPERAND_BITS = 16
+    #: Cycles from ``start`` to :attr:`macs` (shift and add: a step per bit of N, a reload,
+    #: a step per bit of K).
+    MACS_CYCLES = 2 * MACS_OPERAND_BITS + 1
     #: The parts with their own registered copy of :attr:`soft_reset` (with two read ports,
     #: the router is not there and B's load sequencer, ``loader1``, is).
     RESET_PARTS = ("datapath", "checker", "walker", "loader", "router", "gb_a", "gb_b", "issue",
@@ -389,22 +392,23 @@ class GemmEngine(wiring.Component):
         # that times k over k's: MACS_CYCLES after a start, and DRAIN waits for it (a
         # descriptor takes longer anyway). Each step adds the multiplicand to the high half
         # if the low half's bit 0 is set and shifts both right by one.
-        mul_a = Signal(32, reset_less=True)      # the multiplicand: m, then m * n
-        mul_hi = Signal(32, reset_less=True)     # the partial product's high half
-        mul_lo = Signal(16, reset_less=True)     # the multiplier's bits left, and product's low
+        W = self.MACS_OPERAND_BITS
+        mul_a = Signal(2 * W, reset_less=True)   # the multiplicand: m, then m * n
+        mul_hi = Signal(2 * W, reset_less=True)  # the partial product's high half
+        mul_lo = Signal(W, reset_less=True)      # the multiplier's bits left, and product's low
         mul_step = Signal(range(self.MACS_CYCLES + 1), init=self.MACS_CYCLES)
-        mul_sum = Signal(33)
+        mul_sum = Signal(2 * W + 1)
         fsm_idle = Signal()
         m.d.comb += [mul_sum.eq(mul_hi + Mux(mul_lo[0], mul_a, 0)),
                      self.macs.eq(Cat(mul_lo, mul_hi))]
         macs_ready = Signal()
         m.d.comb += macs_ready.eq(mul_step == self.MACS_CYCLES)
         with m.If(self.start & fsm_idle):
-            m.d.sync += [mul_a.eq(self.desc.m[:16]), mul_hi.eq(0), mul_lo.eq(self.desc.n[:16]),
+            m.d.sync += [mul_a.eq(self.desc.m[:W]), mul_hi.eq(0), mul_lo.eq(self.desc.n[:W]),
                          mul_step.eq(0)]
-        with m.Elif(mul_step == 16):                 # m * n is in: times k next
-            m.d.sync += [mul_a.eq(Cat(mul_lo, mul_hi[:16])), mul_hi.eq(0),
-                         mul_lo.eq(d.k[:16]), mul_step.eq(17)]
+        with m.Elif(mul_step == W):                  # m * n is in: times k next
+            m.d.sync += [mul_a.eq(Cat(mul_lo, mul_hi[:W])), mul_hi.eq(0),
+                         mul_lo.eq(d.k[:W]), mul_step.eq(W + 1)]
         with m.Elif(~macs_ready):
             m.d.sync += [mul_hi.eq(mul_sum[1:]), mul_lo.eq(Cat(mul_lo[1:], mul_sum[0])),
                          mul_step.eq(mul_step + 1)]

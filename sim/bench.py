@@ -311,6 +311,14 @@ def roofline(m, n, k, rows, cols, data_width, port, write_ports=1, read_ports=1)
             "latency_bound": m * n * k / (rows * cols * (cycles + latency))}
 
 
+def _rounded_bound(bound: dict, util: float) -> tuple[dict, float, float]:
+    """A :func:`roofline` for the JSON (its bounds to 4 places), and ``util`` over its
+    ``bound`` and over its ``latency_bound``."""
+    return ({**bound, "bound": round(bound["bound"], 4),
+             "latency_bound": round(bound["latency_bound"], 4)},
+            round(util / bound["bound"], 4), round(util / bound["latency_bound"], 4))
+
+
 def _run_checked(dev, label, m, n, k, ta, tb, rng, block=None) -> float:
     """One random int32 GEMM on ``dev`` (operands from ``rng``), checked bit for bit against
     :func:`sim.golden.gemm`, for AXI protocol violations and for the memory model's own DRAM
@@ -344,12 +352,10 @@ def _board_prediction(board, bm, bn, k, ta, tb, port) -> dict:
     bound = roofline(bm, bn, k, board["rows"], board["cols"], board["data_width"], port,
                      kw["write_ports"], kw["read_ports"])
     util = bm * bn * k / (board["rows"] * board["cols"] * cycles)
+    rounded, over, over_latency = _rounded_bound(bound, util)
     return {"m": bm, "n": bn, "k": k, "block": side, "predicted_cycles": cycles,
-            "predicted_utilization": round(util, 4),
-            "roofline": {**bound, "bound": round(bound["bound"], 4),
-                         "latency_bound": round(bound["latency_bound"], 4)},
-            "predicted_over_bound": round(util / bound["bound"], 4),
-            "predicted_over_latency_bound": round(util / bound["latency_bound"], 4)}
+            "predicted_utilization": round(util, 4), "roofline": rounded,
+            "predicted_over_bound": over, "predicted_over_latency_bound": over_latency}
 
 
 def utilization(configs, quick=False) -> list[dict]:
@@ -381,6 +387,7 @@ def utilization(configs, quick=False) -> list[dict]:
             read_ports = params.get("read_ports", 1)
             bound = roofline(m, n, k, rows, cols, width, port, write_ports, read_ports)
             util = st["utilization"]
+            rounded, over, over_latency = _rounded_bound(bound, util)
             model = predict(m, n, k, ta, tb, rows=rows, cols=cols, data_width=width,
                             depth=params.get("depth", 512), block=st["block"], port=port,
                             write_ports=write_ports, read_ports=read_ports)
@@ -394,12 +401,10 @@ def utilization(configs, quick=False) -> list[dict]:
                 "cycles": st["cycles"],
                 "active_cycles": st["active_cycles"],
                 "dma_stall_cycles": st["dma_stall_cycles"],
-                "utilization": round(util, 4), "roofline": {
-                    **bound, "bound": round(bound["bound"], 4),
-                    "latency_bound": round(bound["latency_bound"], 4),
-                    "dram_efficiency": DRAM_EFFICIENCY},
-                "utilization_over_bound": round(util / bound["bound"], 4),
-                "utilization_over_latency_bound": round(util / bound["latency_bound"], 4),
+                "utilization": round(util, 4),
+                "roofline": {**rounded, "dram_efficiency": DRAM_EFFICIENCY},
+                "utilization_over_bound": over,
+                "utilization_over_latency_bound": over_latency,
                 "predicted_cycles": model["cycles"],
                 "model_error": round(model["cycles"] / st["cycles"] - 1, 4),
                 **({} if board is None else {"stand_in": {
