@@ -171,7 +171,7 @@ REGISTERS: tuple[Register, ...] = tuple([
          ("BUSY", 0, 1, "a descriptor is running or queued"),
          ("ERROR", 1, 1, "stopped on an error (cleared by SOFT_RESET)"),
          ("QUEUE_FULL", 2, 1, "ENQUEUE would overflow"),
-         ("QUEUE_LEVEL", 8, 8, "descriptors queued, the running one included"),
+         ("QUEUE_LEVEL", 8, 8, "descriptors queued, the running ones (up to two) included"),
          ("ERROR_CODE", 16, 8, "an ErrorCode")),
     _reg("IRQ_ENABLE", 0x028, "rw", "Interrupt enables", *_IRQ_FIELDS),
     _reg("IRQ_STATUS", 0x02C, "w1c", "Interrupt causes (write 1 to clear)", *_IRQ_FIELDS),
@@ -192,6 +192,9 @@ REGISTERS: tuple[Register, ...] = tuple([
          ("RAW", 2, 1, "write int32 sums instead of rescaled float32"),
          ("ROW_EXP_VECTOR", 3, 1, "row exponents are an int8 vector at DESC_ROW_EXP_ADDR"),
          ("COL_EXP_VECTOR", 4, 1, "column exponents are an int8 vector at DESC_COL_EXP_ADDR"),
+         ("OVERLAP", 5, 1, "may start (check, read A and B, compute) while the descriptor "
+                           "before it still writes C: set only if it reads nothing that one "
+                           "writes (its own C tiles wait for that one's to be in memory)"),
          ("ROW_EXP", 8, 8, "scalar row exponent (int8) when not ROW_EXP_VECTOR"),
          ("COL_EXP", 16, 8, "scalar column exponent (int8) when not COL_EXP_VECTOR"),
          ("BLOCK", 24, 5, "side of the reuse blocks in C tiles, 1..2**CONFIG_BUFFER.BLOCK_LOG2 "

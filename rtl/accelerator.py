@@ -24,7 +24,8 @@ class Accelerator(wiring.Component):
 
     The host stages a descriptor in the ``DESC_*`` registers and writes ``CTRL.ENQUEUE``; the
     descriptor is copied into a queue of ``queue`` entries and run by :class:`GemmEngine` in
-    order. The engine reads A, B and exponent vectors and writes C through an AXI4 manager
+    order, a descriptor with ``DESC_FLAGS.OVERLAP`` started while the one before it still
+    writes its C (``QUEUE_LEVEL`` counts the queue and the engine's two). The engine reads A, B and exponent vectors and writes C through an AXI4 manager
     (read half :attr:`mem_r`, write half :attr:`mem_w`), never outside
     ``[WINDOW_BASE, WINDOW_LIMIT)``. With ``write_ports`` P of 2 or 4, P - 1 more AXI4 write
     managers, :attr:`mem_w1` ..., write the C tiles' rows ``p mod P``
@@ -76,8 +77,9 @@ class Accelerator(wiring.Component):
                  packing: int = 1, primitive: bool = False, burst_beats: int = 16,
                  outstanding: int = 8, dsp_rows: int | None = None, acc_ram: str = "auto",
                  write_ports: int = 1, slr_groups: int = 1, read_ports: int = 1):
-        if not isinstance(queue, int) or not 1 <= queue <= 254:   # + the running one: 8 bits
-            raise ValueError(f"queue must be an integer in 1..254, not {queue!r}")
+        # (+ the two the engine may hold: QUEUE_LEVEL's 8 bits)
+        if not isinstance(queue, int) or not 1 <= queue <= 253:
+            raise ValueError(f"queue must be an integer in 1..253, not {queue!r}")
         # (the engine checks write_ports)
         self.engine = GemmEngine(rows, cols, depth=depth, data_width=data_width,
                                  addr_width=addr_width, block=block, packing=packing,
@@ -183,6 +185,7 @@ class Accelerator(wiring.Component):
             staged.row_exp.eq(field("DESC_FLAGS", "ROW_EXP")),
             staged.col_exp.eq(field("DESC_FLAGS", "COL_EXP")),
             staged.block.eq(field("DESC_FLAGS", "BLOCK")),
+            staged.overlap.eq(field("DESC_FLAGS", "OVERLAP")),
             staged.a_stride.eq(csr.desc_a_stride), staged.b_stride.eq(csr.desc_b_stride),
             staged.c_stride.eq(csr.desc_c_stride),
             q.w_data.eq(staged),
@@ -192,7 +195,9 @@ class Accelerator(wiring.Component):
 
         # ---- control ----------------------------------------------------------------------
         error_code = Signal(8)
-        running = Signal()          # the engine holds a descriptor
+        # descriptors the engine holds: 0, 1, or 2 (one walked and writing C, the next
+        # started behind it: GemmEngine.ready)
+        running = Signal(2)
         aborting = Signal()
         halted = Signal()
         clear_after = Signal()      # the abort was a soft reset: clear the error and queue
@@ -206,13 +211,10 @@ class Accelerator(wiring.Component):
                        & ~reduce(operator.or_, (r.bus.arvalid for r in readers))
                        & ~reduce(operator.or_, (w.bus.awvalid for w in writers))),
         ]
-        can_start = q.r_rdy & ~engine.busy & ~running & ~aborting & ~halted & ~core_rst_d
+        can_start = q.r_rdy & engine.ready & ~aborting & ~halted & ~core_rst_d
         m.d.comb += [engine.start.eq(can_start), q.r_en.eq(can_start),
                      q.w_en.eq(enqueue & ~aborting & q.w_rdy)]
-        with m.If(can_start):
-            m.d.sync += running.eq(1)
-        with m.If(engine.done):
-            m.d.sync += running.eq(0)
+        m.d.sync += running.eq(running + can_start - engine.done)
 
         irq_done = Signal()
         irq_error = Signal()
@@ -286,7 +288,7 @@ class Accelerator(wiring.Component):
         with m.If(queue_rst):                       # emptied with the queue
             m.d.sync += [entries.eq(0), queued.eq(0)]
         busy = Signal()
-        m.d.comb += busy.eq((queued & ~halted) | running | engine.busy | aborting)
+        m.d.comb += busy.eq((queued & ~halted) | (running != 0) | engine.busy | aborting)
         # QUEUE_LEVEL is a register (its sum would lie before the read multiplexer): a cycle
         # behind, which the register block's read (registered address, then data) makes up,
         # so a host still reads, after an ENQUEUE's write response, the level that counts it.

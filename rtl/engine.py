@@ -28,7 +28,8 @@ def _log2(x):
 
 
 class GemmEngine(wiring.Component):
-    """Runs one GEMM descriptor at a time: checks it, tiles it, moves it, computes it.
+    """Runs GEMM descriptors: checks each, tiles it, moves it, computes it; the next one's
+    check, loads and compute under the last C rows of the one before (``overlap``).
 
     ``C[M x N] = rescale(op(A) op(B), row_exp, col_exp)`` with A, B int8 and C float32 (or raw
     int32) in memory, row-major with byte strides. The engine
@@ -54,7 +55,7 @@ class GemmEngine(wiring.Component):
                                              |      gearbox jobs -> gb_a / gb_b
                                              |      routes -> ReadRouter <- rd_data
                                              |         -> | gb_a / gb_b | -> CommandIssue
-                                             +-> write jobs -> WriteBack <- datapath C rows
+                                             +-> write jobs -> wjobs -> WriteBack <- C rows
                                                                    -> wr_cmd, wr_data
 
     :class:`rtl.checker.DescriptorChecker`, :class:`rtl.walker.Walker`,
@@ -66,9 +67,25 @@ class GemmEngine(wiring.Component):
     short paths; another on :attr:`rd_cmd` keeps the reader's credit check out of the load
     sequencer, and one on :attr:`wr_cmd` the writer's burst forming out of the write-back's
     queue (:data:`SLICES`; each adds one cycle of latency, no bubbles). The engine itself
-    only holds the running descriptor (given to every part) and sequences check, walk and
-    drain. A descriptor is checked
+    holds the descriptors and sequences check, walk and completion. A descriptor is checked
     ``DescriptorChecker.LATENCY + 1`` cycles after ``start``; the walk starts 2 cycles later.
+
+    **Two descriptors in flight.** The *front* checks and walks a descriptor; when the walk
+    is over (the walker has handed out every job) and the *back* is empty, the descriptor
+    moves to the back, where it stays until its C is in memory (:attr:`done`, with its
+    :attr:`macs`), and :attr:`ready` rises: the front takes the next descriptor while the
+    back's last tiles compute and its C rows leave. Every part works on a stream of jobs:
+    tile commands carry their descriptor's transposes, ``raw`` and exponents
+    (:func:`rtl.issue.tile_command_layout`), so the next descriptor's loads and commands
+    follow the last ones of the descriptor before through the loaders, gearboxes, issue and
+    datapath (its first chunk loads into the slot set the one before has done with: the
+    walker keeps the slot parity from one descriptor to the next). Only the write-back reads
+    the descriptor itself (C's address, stride, M and N), so write jobs queue in ``wjobs``
+    (``max(4, block**2)``, a block's worth) tagged with their descriptor's generation bit,
+    and pass to the write-back only once their descriptor is the back's. A descriptor
+    without ``overlap`` (``DESC_FLAGS.OVERLAP``) is checked but not walked until the one
+    before is in memory (it may read that one's C); a rejected one raises :attr:`fail` only
+    after the one before is done.
 
     :attr:`soft_reset` resets the whole engine one cycle later, through a registered copy per
     part (:data:`RESET_PARTS`; kept apart in synthesis: ``keep``, and FDSE instances in
@@ -117,19 +134,22 @@ class GemmEngine(wiring.Component):
     soft_reset : In(1)
         Synchronous reset of every part of the engine, effective the next cycle.
     start : In(1)
-        Pulse: run :attr:`desc` (sampled in that cycle). Only when :attr:`busy` is low.
+        Pulse: run :attr:`desc` (sampled in that cycle). Only when :attr:`ready` is high.
     desc : In(descriptor_layout())
     window_base, window_limit : In(64)
     busy : Out(1)
+        A descriptor is in flight, or a part still works.
+    ready : Out(1)
+        The front is free: :attr:`start` is taken (the back may still hold one).
     done : Out(1)
-        Pulses when every C row of the descriptor is in memory.
+        Pulses when every C row of a descriptor is in memory (one pulse each, in order).
     fail : Out(1)
         The descriptor was rejected (nothing touched); :attr:`code` says why. Stays set until
         reset.
     code : Out(8)
     macs : Out(48)
-        ``M * N * K`` of the running descriptor, valid :data:`MACS_CYCLES` cycles after
-        ``start`` (``done`` waits for it).
+        ``M * N * K`` of the descriptor :attr:`done` pulses for (computed in
+        :data:`MACS_CYCLES` cycles after its ``start``; the move to the back waits for it).
     step, wait_dma : Out(1)
         The array does useful MACs this cycle; the datapath waits for operand data.
     """
@@ -170,7 +190,7 @@ class GemmEngine(wiring.Component):
             "desc": In(descriptor_layout()),
             "window_base": In(64),
             "window_limit": In(64),
-            "busy": Out(1), "done": Out(1), "fail": Out(1), "code": Out(8),
+            "busy": Out(1), "ready": Out(1), "done": Out(1), "fail": Out(1), "code": Out(8),
             "macs": Out(48), "step": Out(1), "wait_dma": Out(1),
             **{f"{name}{p or ''}": member for p in range(read_ports) for name, member in (
                 ("rd_cmd", Out(stream.Signature(dma_command_layout(addr_width)))),
@@ -272,6 +292,10 @@ class GemmEngine(wiring.Component):
             for name in ("b_mid", "b_mid2"):
                 slices.submodules[name] = Fifo(width=vec, depth=self.B_MID_DEPTH(
                     BL, self.depth, C), slice_bits=256)
+        # the walker's write jobs, each with its descriptor's generation bit: a block's worth
+        # of the next descriptor's jobs queue while the one before writes its C
+        slices.submodules["wjobs"] = Fifo(width=walker.o_write.payload.shape().size + 1,
+                                          depth=max(4, BL * BL))
         if RP >= 2:
             # the walker's load jobs, A's and B's, each queued for its load sequencer
             job_bits = walker.o_load.payload.shape().size
@@ -308,9 +332,33 @@ class GemmEngine(wiring.Component):
             m.d.comb += [into.payload.eq(q.r_data), into.valid.eq(q.r_rdy),
                          q.r_en.eq(into.ready)]
 
+        d = Signal(descriptor_layout(), reset_less=True)     # the front's descriptor (data)
+        # Two descriptors may be in flight: the back, walked, its C still being written
+        # (b_valid; d_back, b_gen, macs_back), and the front, being checked or walked (d,
+        # f_gen). The walker's write jobs queue (wjobs) tagged with the front's generation
+        # bit; the queue's head passes to the write-back only if it is the back's (head.gen
+        # == b_gen), so the write-back only ever holds jobs of d_back. While the back is
+        # empty it follows the front, a cycle late (the front's jobs reach the queue's head
+        # long after its start).
+        d_back = Signal(descriptor_layout(), reset_less=True)
+        b_valid = Signal()
+        f_gen = Signal()
+        b_gen = Signal()
+        macs_back = Signal(48)
+
         # walker -> loads -> DMA reader -> router -> gearboxes -> issue -> datapath -> write-back
         wiring.connect(m, walker.o_cmd, issue.i_cmd)
-        wiring.connect(m, walker.o_write, writeback.jobs)
+        # the walker's write jobs -> wjobs (tagged f_gen) -> the write-back, the back's only
+        wjob = walker.o_write.payload.shape()
+        wq = sl.wjobs
+        wq_head = data.View(data.StructLayout({"job": wjob, "gen": 1}), wq.r_data)
+        wq_back = Signal()              # the queue's head is a job of the back's
+        m.d.comb += [wq.w_data.eq(Cat(walker.o_write.payload, f_gen)),
+                     wq.w_en.eq(walker.o_write.valid), walker.o_write.ready.eq(wq.w_rdy),
+                     wq_back.eq(wq.r_rdy & (wq_head.gen == b_gen)),
+                     writeback.jobs.payload.eq(wq_head.job),
+                     writeback.jobs.valid.eq(wq_back),
+                     wq.r_en.eq(writeback.jobs.ready & (wq_head.gen == b_gen))]
         wiring.connect(m, loader.a_jobs, gb_a.jobs)
         if RP == 1:
             wiring.connect(m, walker.o_load, loader.i_stream)
@@ -384,12 +432,11 @@ class GemmEngine(wiring.Component):
             wiring.connect(m, wb_data[p], wiring.flipped(getattr(self, f"wr_data{suffix}")))
             m.d.comb += wb_done[p].eq(getattr(self, f"wr_done{suffix}"))
 
-        d = Signal(descriptor_layout(), reset_less=True)     # the running descriptor (data)
         exp_job = Signal()                       # an exponent vector load is issued
         # m * n * k of the running descriptor (for the MACS counter), by shift and add: no
         # DSP slice (three 16 x 16 products took three, which the Pynq-Z1 needs for its
         # ports), one 33-bit add a cycle. m * n over n's 16 bits, a cycle to reload, then
-        # that times k over k's: MACS_CYCLES after a start, and DRAIN waits for it (a
+        # that times k over k's: MACS_CYCLES after a start, and HANDOFF waits for it (a
         # descriptor takes longer anyway). Each step adds the multiplicand to the high half
         # if the low half's bit 0 is set and shifts both right by one.
         W = self.MACS_OPERAND_BITS
@@ -400,7 +447,7 @@ class GemmEngine(wiring.Component):
         mul_sum = Signal(2 * W + 1)
         fsm_idle = Signal()
         m.d.comb += [mul_sum.eq(mul_hi + Mux(mul_lo[0], mul_a, 0)),
-                     self.macs.eq(Cat(mul_lo, mul_hi))]
+                     self.macs.eq(macs_back)]
         macs_ready = Signal()
         m.d.comb += macs_ready.eq(mul_step == self.MACS_CYCLES)
         with m.If(self.start & fsm_idle):
@@ -424,7 +471,7 @@ class GemmEngine(wiring.Component):
         m.d.comb += [
             issue.exp_issued.eq(exp_job),
             walker.drained.eq(issue.drained),
-            issue.desc.eq(d), writeback.desc.eq(d),
+            writeback.desc.eq(d_back),
             checker.i_stream.payload.eq(d), walker.i_stream.payload.eq(d),
             checker.window_base.eq(self.window_base),
             checker.window_limit.eq(self.window_limit),
@@ -433,29 +480,53 @@ class GemmEngine(wiring.Component):
                              | (dp.b_stream.ready & ~dp.b_stream.valid)),
         ]
 
+        # ---- the back: done once its C is in memory ----------------------------------------
+        handoff = Signal()           # the front's walk is over: its descriptor to the back
+        with m.If(~b_valid):
+            m.d.sync += [d_back.eq(d), b_gen.eq(f_gen)]
+        with m.If(b_valid & writeback.idle & ~wq_back):
+            # the back was walked (its jobs are all queued) and none of its jobs is left
+            # in the queue or the write-back: its C rows are all written
+            m.d.comb += self.done.eq(1)
+            m.d.sync += b_valid.eq(0)
+        with m.If(handoff):          # (only with the back empty: never with the above)
+            m.d.sync += [b_valid.eq(1), macs_back.eq(Cat(mul_lo, mul_hi))]
+
+        # ---- the front: check, walk --------------------------------------------------------
         with m.FSM(name="engine") as fsm:
             with m.State("IDLE"):
                 with m.If(self.start):
-                    m.d.sync += d.eq(self.desc)
+                    m.d.sync += [d.eq(self.desc), f_gen.eq(~f_gen)]
                     m.next = "CHECK"
             with m.State("CHECK"):
                 m.d.comb += [checker.i_stream.valid.eq(1), checker.o_stream.ready.eq(1)]
                 with m.If(checker.o_stream.valid):
                     with m.If(checker.o_stream.payload.code != 0):
-                        m.d.sync += [self.fail.eq(1), self.code.eq(checker.o_stream.payload.code)]
-                        m.next = "FAIL"
-                    with m.Else():
+                        m.d.sync += self.code.eq(checker.o_stream.payload.code)
+                        m.next = "FAILING"
+                    with m.Elif(d.overlap):
                         m.next = "WALK"
+                    with m.Else():
+                        m.next = "WAIT"
+            with m.State("FAILING"):     # the descriptor before it finishes first
+                with m.If(~b_valid):
+                    m.d.sync += self.fail.eq(1)
+                    m.next = "FAIL"
             with m.State("FAIL"):
                 pass
+            with m.State("WAIT"):        # no OVERLAP: the descriptor before it finishes first
+                with m.If(~b_valid):
+                    m.next = "WALK"
             with m.State("WALK"):
                 m.d.comb += walker.i_stream.valid.eq(1)
                 with m.If(walker.i_stream.ready):
-                    m.next = "DRAIN"
-            with m.State("DRAIN"):
-                with m.If(issue.drained & writeback.idle & ~dp.busy & macs_ready):
-                    m.d.comb += self.done.eq(1)
+                    m.next = "HANDOFF"
+            with m.State("HANDOFF"):     # once the back is empty, and its M * N * K is in
+                with m.If(macs_ready & ~b_valid):
+                    m.d.comb += handoff.eq(1)
                     m.next = "IDLE"
-        m.d.comb += [self.busy.eq(~fsm.ongoing("IDLE") & ~fsm.ongoing("FAIL")),
+        m.d.comb += [self.busy.eq((~fsm.ongoing("IDLE") & ~fsm.ongoing("FAIL")) | b_valid
+                                  | wq.r_rdy | ~issue.drained | dp.busy | ~writeback.idle),
+                     self.ready.eq(fsm.ongoing("IDLE")),
                      fsm_idle.eq(fsm.ongoing("IDLE"))]
         return top

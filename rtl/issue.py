@@ -4,25 +4,32 @@ from amaranth import Array, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from .checker import descriptor_layout
 from .datapath import command_layout
 from .fifo import Fifo
 
-__all__ = ["CommandIssue", "tile_command_layout", "vector_layout"]
+__all__ = ["CommandIssue", "DESC_FIELDS", "tile_command_layout", "vector_layout"]
 
 
 def tile_command_layout(block: int) -> data.StructLayout:
     """One tile GEMM as the walker issues it: C tile ``(i, j)`` of the block, one K chunk.
 
-    The fields are those of :func:`rtl.datapath.command_layout` that change from tile to tile;
-    the rest come from the descriptor and the block's exponent vectors.
+    The fields are those of :func:`rtl.datapath.command_layout` that change from tile to tile,
+    and the descriptor's own (:data:`DESC_FIELDS`: the transposes, ``raw``, the exponents),
+    which travel with each command, so that the next descriptor's commands may queue behind
+    the last ones of the descriptor before it; the exponent vectors come from the block's.
     """
     slots = max(2, 2 * block)
     return data.StructLayout({
         "k": unsigned(16), "a_slot": range(slots), "b_slot": range(slots),
         "load_a": 1, "load_b": 1, "a_extra": range(slots), "b_extra": range(slots),
         "emit": 1, "store": 1, "add": 1, "acc_slot": range(block * block),
-        "i": range(block), "j": range(block)})
+        "i": range(block), "j": range(block),
+        "transpose_a": 1, "transpose_b": 1, "raw": 1, "row_vec": 1, "col_vec": 1,
+        "row_exp": signed(8), "col_exp": signed(8)})
+
+
+#: The descriptor's fields each tile command carries (:func:`tile_command_layout`).
+DESC_FIELDS = ("transpose_a", "transpose_b", "raw", "row_vec", "col_vec", "row_exp", "col_exp")
 
 
 def vector_layout(lanes: int, tag_width: int) -> data.StructLayout:
@@ -33,10 +40,11 @@ def vector_layout(lanes: int, tag_width: int) -> data.StructLayout:
 class CommandIssue(wiring.Component):
     """Completes the walker's tile commands and hands the gearboxes' vectors to the datapath.
 
-    Tile commands queue (``max(4, block**2)`` entries) and leave on :attr:`cmd` with the
-    descriptor's ``transpose_a``, ``transpose_b``, ``raw`` and exponents: the scalar
-    ``row_exp`` / ``col_exp``, or with ``row_vec`` / ``col_vec`` the block's vectors
-    ``rexp[i]`` / ``cexp[j]``. Vectors from the gearboxes with tag bit 0 set are exponent
+    Tile commands queue (``max(4, block**2)`` entries) and leave on :attr:`cmd` with their
+    descriptor's ``transpose_a``, ``transpose_b``, ``raw`` and exponents (carried by each
+    command: commands of two descriptors may be queued): the scalar ``row_exp`` /
+    ``col_exp``, or with ``row_vec`` / ``col_vec`` the block's vectors ``rexp[i]`` /
+    ``cexp[j]``. Vectors from the gearboxes with tag bit 0 set are exponent
     vectors: ``tag >> 1`` names the register they go to (always taken); the others go to
     :attr:`a_stream` / :attr:`b_stream`. A pulse on :attr:`exp_issued` announces one exponent
     vector load; commands wait until every announced vector is in. :attr:`drained` says that no
@@ -59,8 +67,6 @@ class CommandIssue(wiring.Component):
     -------
     i_cmd : In(stream.Signature(tile_command_layout(block)))
     a_vectors, b_vectors : In(stream.Signature(vector_layout(rows / cols, tag_width)))
-    desc : In(descriptor_layout())
-        The running descriptor; held while its commands pass.
     exp_issued : In(1)
     cmd : Out(stream.Signature(rtl.datapath.command_layout(rows, cols, 2 * block, block**2)))
     a_stream, b_stream : Out(stream.Signature(ArrayLayout(signed(8), rows / cols)))
@@ -74,7 +80,6 @@ class CommandIssue(wiring.Component):
             "i_cmd": In(stream.Signature(tile_command_layout(block))),
             "a_vectors": In(stream.Signature(vector_layout(rows, tag_width))),
             "b_vectors": In(stream.Signature(vector_layout(cols, tag_width))),
-            "desc": In(descriptor_layout()),
             "exp_issued": In(1),
             "cmd": Out(stream.Signature(command_layout(rows, cols, slots, block * block))),
             "a_stream": Out(stream.Signature(data.ArrayLayout(signed(8), rows))),
@@ -85,7 +90,6 @@ class CommandIssue(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         R, C, BL = self.rows, self.cols, self.block
-        d = self.desc
         # exponent registers: data, written before any command that reads them may leave
         rexp = [Signal(data.ArrayLayout(signed(8), R), name=f"rexp{i}", reset_less=True)
                 for i in range(BL)]
@@ -110,7 +114,7 @@ class CommandIssue(wiring.Component):
         m.submodules.queue = queue = Fifo(width=layout.size, depth=max(4, BL * BL))
         m.d.comb += [queue.w_data.eq(self.i_cmd.payload), queue.w_en.eq(self.i_cmd.valid),
                      self.i_cmd.ready.eq(queue.w_rdy)]
-        head = data.View(layout, queue.r_data)
+        head = d = data.View(layout, queue.r_data)      # (the command's descriptor fields)
         out = self.cmd.payload
         m.d.comb += [
             self.cmd.valid.eq(queue.r_rdy & (exp_pending == 0)),

@@ -5,7 +5,7 @@ from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from .checker import descriptor_layout
-from .issue import tile_command_layout
+from .issue import DESC_FIELDS, tile_command_layout
 from .loader import load_job_layout
 from .writeback import write_job_layout
 
@@ -285,6 +285,7 @@ class Walker(wiring.Component):
                      cmd.emit.eq(last_chunk), cmd.store.eq(~last_chunk),
                      cmd.add.eq(k0 != 0), cmd.acc_slot.eq(ti * BL + tj),
                      cmd.i.eq(ti), cmd.j.eq(tj),
+                     *(getattr(cmd, f).eq(getattr(d, f)) for f in DESC_FIELDS),
                      self.o_write.payload.m0.eq(m0), self.o_write.payload.n0.eq(n0)]
 
         # Another tile to the right in the block, or below: likewise (ti, tj, bm and bn change

@@ -12,8 +12,10 @@
                                    GEMMs of fully connected and convolution-shaped layers at
                                    batch 64 and 128 (:data:`LAYERS`). Boards too big to build
                                    here run as a smaller array with the same operand-to-bus
-                                   ratio (:data:`BENCH_CONFIGS`). ``--board``, ``--port``
-                                   (preset name or JSON knobs), ``--block``, ``--quick``.
+                                   ratio (:data:`BENCH_CONFIGS`); ``--default`` runs
+                                   the boards' own defaults instead (slow to compile).
+                                   ``--board``, ``--port`` (preset name or JSON knobs),
+                                   ``--block``, ``--quick``.
 ``python -m sim.bench model``      The performance model (:mod:`sim.perfmodel`) against the
                                    RTL on random GEMMs (shapes, transposes, block sides) of one
                                    configuration (default 8x8 @ 128 bits, the tests'), behind
@@ -669,6 +671,11 @@ def main(argv=None) -> int:
                         "striped over two; default: BENCH_CONFIGS's, or 1 with --sizes)")
     p.add_argument("--quick", action="store_true",
                    help="smaller square GEMMs and one layer (256->10, batch 64) only")
+    p.add_argument("--default", action="store_true",
+                   help="each board at its own default configuration (firmware.boards) and "
+                        "its own GEMM shapes, not through a BENCH_CONFIGS stand-in: the "
+                        "ZCU104's 32x64 model takes about 40 minutes to compile (once), the "
+                        "VU9P's 64x128 hours")
     p.add_argument("--out", type=Path, default=ROOT / "results" / "utilization.json")
     p = sub.add_parser(
         "model", help="the performance model against the RTL on random GEMMs",
@@ -710,8 +717,20 @@ def main(argv=None) -> int:
                                 args.port or "ideal"))
         if args.widths and not args.sizes:
             parser.error("--widths needs --sizes")
+        if args.default and args.sizes:
+            parser.error("--default runs the boards' defaults: not with --sizes")
         for board in [] if args.sizes else args.board:
             default = PLATFORMS[board].default
+            if args.default:
+                # the board's own array, bus, reuse block and ports (the options the native
+                # model takes), its GEMMs at their own shapes
+                cfg = BOARDS[board].config(block=args.block, write_ports=args.write_ports,
+                                           read_ports=args.read_ports)
+                configs.append((f"{board} (default)", {key: cfg[key] for key in (
+                    "rows", "cols", "data_width", "depth", "block", "packing",
+                    "write_ports", "read_ports") if key in cfg},
+                    args.port or BOARD_PORTS[board]))
+                continue
             params = {**BENCH_CONFIGS[board], "depth": default["depth"],
                       "block": default["block"], **blk, **wports}
             configs.append((board, params, args.port or BOARD_PORTS[board]))

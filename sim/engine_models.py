@@ -21,9 +21,12 @@ __all__ = ["descriptor", "check", "chunk_align", "ramp_start", "k_chunks", "bloc
            "block_side", "tile_order", "walk", "load_sequence", "stripe", "interleave", "route",
            "issue", "write_back"]
 
+#: The descriptor's fields each tile command carries (``rtl.issue.DESC_FIELDS``).
+CMD_DESC_FIELDS = ("transpose_a", "transpose_b", "raw", "row_vec", "col_vec", "row_exp",
+                   "col_exp")
 _DESC_FIELDS = ("m", "n", "k", "transpose_a", "transpose_b", "raw", "row_vec", "col_vec",
                 "row_exp", "col_exp", "a_addr", "a_stride", "b_addr", "b_stride", "c_addr",
-                "c_stride", "row_exp_addr", "col_exp_addr", "block")
+                "c_stride", "row_exp_addr", "col_exp_addr", "block", "overlap")
 
 
 def descriptor(**fields) -> dict:
@@ -297,7 +300,8 @@ def walk(desc: dict, rows: int, cols: int, depth: int, block: int, data_width: i
                 "load_a": int(load_a), "load_b": int(load_b),
                 "a_extra": bm - 1 if ta else 0, "b_extra": 0 if tb else bn - 1,
                 "emit": int(last), "store": int(not last), "add": int(k0 != 0),
-                "acc_slot": i * BL + j, "i": i, "j": j})
+                "acc_slot": i * BL + j, "i": i, "j": j,
+                **{f: desc[f] for f in CMD_DESC_FIELDS}})
             if last:
                 writes.append({"m0": m0, "n0": n0})
             if load_a:
@@ -399,12 +403,13 @@ def route(words, routes):
     return out
 
 
-def issue(program, desc: dict, rows: int, cols: int):
+def issue(program, rows: int, cols: int):
     """The datapath commands :class:`rtl.issue.CommandIssue` sends.
 
     ``program`` is the order of events the walker's protocol guarantees: ``("exp", path,
     index, vector)`` (an exponent vector arriving from gearbox ``path``) and ``("cmd",
-    tile_command)``. Operand vectors pass through unchanged (not modelled here).
+    tile_command)``, each command with its descriptor's :data:`CMD_DESC_FIELDS`. Operand
+    vectors pass through unchanged (not modelled here).
     """
     regs = ({}, {})
     out = []
@@ -413,7 +418,7 @@ def issue(program, desc: dict, rows: int, cols: int):
             _, path, index, vector = event
             regs[path][index] = [int(x) for x in vector]
             continue
-        t = event[1]
+        t = desc = event[1]
         row = regs[0].get(t["i"], [0] * rows) if desc["row_vec"] else [desc["row_exp"]] * rows
         col = regs[1].get(t["j"], [0] * cols) if desc["col_vec"] else [desc["col_exp"]] * cols
         out.append({"k": t["k"], "a_slot": t["a_slot"], "b_slot": t["b_slot"],

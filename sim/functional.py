@@ -11,7 +11,9 @@ then alignment, strides, the address window), its operands are read from memory,
 computed with the golden models (:mod:`sim.golden`) and C written. So the model's own
 computing happens while the driver waits, as the hardware's would. The counters advance by
 the analytic performance model's prediction (:func:`sim.perfmodel.predict`) for the
-configuration and port.
+configuration and port, one descriptor after the other (the RTL starts a descriptor with
+``DESC_FLAGS.OVERLAP`` while the one before it writes its C, so its runs of several
+descriptors are shorter than these counters say).
 
 What it is for: measuring the host side — the driver, buffer copies, quantisation,
 everything a board's ARM does — at the boards' default sizes (a ZCU104 32×64 array, a

@@ -121,6 +121,109 @@ def test_wide_strides_and_queued_descriptors(dev):
         assert np.all(rows[:, 4 * n:] == 0xEE), "bytes beyond column N were written"
 
 
+def _overlap_jobs(dev, rng, count, overlap):
+    """``count`` GEMM descriptors of varied shapes, transposes and exponents, each in regions
+    of its own, the later ones with ``DESC_FLAGS.OVERLAP`` = ``overlap``; (descriptor, the
+    expected C as uint32, C's address)."""
+    drv = dev.driver
+    bpw = drv.bytes_per_word
+    rows, cols, depth = drv.info.rows, drv.info.cols, drv.info.depth
+    jobs, base = [], 0x10000
+    for i in range(count):
+        m, n = int(rng.integers(1, 3 * rows)), int(rng.integers(1, 3 * cols))
+        k = int(rng.choice([int(rng.integers(1, 40)), depth + int(rng.integers(1, 60))]))
+        ta, tb, raw = (bool(x) for x in rng.integers(0, 2, 3))
+        a = rng.integers(-128, 128, (k, m) if ta else (m, k), dtype=np.int8)
+        b = rng.integers(-128, 128, (n, k) if tb else (k, n), dtype=np.int8)
+        sa, sb = (-(-x.shape[1] // bpw) * bpw for x in (a, b))
+        sc = -(-4 * n // bpw) * bpw
+        a_addr, b_addr, c_addr = base, base + 0x10000, base + 0x20000     # 64 KB each
+        _layout(dev, a_addr, *a.shape, sa, a)
+        _layout(dev, b_addr, *b.shape, sb, b)
+        flags = {"TRANSPOSE_A": ta, "TRANSPOSE_B": tb, "RAW": raw, "OVERLAP": overlap and i > 0}
+        acc = golden.gemm(a, b, ta, tb)
+        if raw:
+            want = acc.view(np.uint32)
+        else:
+            re, ce = (int(x) for x in rng.integers(-20, 20, 2))
+            flags.update(ROW_EXP=re, COL_EXP=ce)
+            want = golden.rescale(acc, re, ce).view(np.uint32)
+        desc = dict(m=m, n=n, k=k, flags={f: int(v) for f, v in flags.items()},
+                    a_addr=a_addr, a_stride=sa, b_addr=b_addr, b_stride=sb, c_addr=c_addr,
+                    c_stride=sc)
+        jobs.append((desc, want, c_addr))
+        base += 0x30000
+    drv.set_window(0x10000, base)
+    return jobs
+
+
+def test_overlapped_descriptors(dev):
+    """Descriptors with ``DESC_FLAGS.OVERLAP`` start while the one before writes its C:
+    every C bit-exact, DONE_COUNT and MACS per descriptor, and the run shorter than the
+    same descriptors run one after the other (without the flag)."""
+    drv = dev.driver
+    busy = {}
+    for overlap in (False, True):
+        jobs = _overlap_jobs(dev, np.random.default_rng(5), 5, overlap)
+        done_before = drv.read("DONE_COUNT")
+        counters = drv.run(*[j[0] for j in jobs])
+        busy[overlap] = counters["busy_cycles"]
+        assert drv.read("DONE_COUNT") - done_before == len(jobs)
+        assert counters["macs"] == sum(j[0]["m"] * j[0]["n"] * j[0]["k"] for j in jobs)
+        for desc, want, c_addr in jobs:
+            m, n, sc = desc["m"], desc["n"], desc["c_stride"]
+            got = dev.sim.memory[c_addr:c_addr + m * sc].reshape(m, sc)[:, :4 * n]
+            np.testing.assert_array_equal(got.copy().view(np.uint32), want)
+    assert busy[True] < busy[False], busy
+
+
+def test_descriptor_without_overlap_reads_what_the_one_before_wrote(dev):
+    """Without OVERLAP a descriptor waits for the C of the one before it: here it reads that
+    C (int32 sums, as int8 bytes) as its A, with no host in between."""
+    drv, rng = dev.driver, np.random.default_rng(8)
+    bpw = drv.bytes_per_word
+    first = _overlap_jobs(dev, rng, 1, False)[0]
+    d1 = {**first[0], "flags": {"RAW": 1}}
+    a1 = dev.sim.memory[d1["a_addr"]:d1["a_addr"] + d1["m"] * d1["a_stride"]]
+    a1 = a1.reshape(d1["m"], d1["a_stride"])[:, :d1["k"]].view(np.int8)
+    b1 = dev.sim.memory[d1["b_addr"]:d1["b_addr"] + d1["k"] * d1["b_stride"]]
+    b1 = b1.reshape(d1["k"], d1["b_stride"])[:, :d1["n"]].view(np.int8)
+    c1 = golden.gemm(a1, b1)
+    # the second: A = C1's bytes (M1 x 4 N1), B = 4 N1 x 3 of its own
+    k2, n2 = 4 * d1["n"], 3
+    b2 = rng.integers(-128, 128, (k2, n2), dtype=np.int8)
+    sb2 = -(-n2 // bpw) * bpw
+    b2_addr, c2_addr = 0x100000, 0x110000
+    _layout(dev, b2_addr, k2, n2, sb2, b2)
+    sc2 = -(-4 * n2 // bpw) * bpw
+    d2 = dict(m=d1["m"], n=n2, k=k2, flags={"RAW": 1}, a_addr=d1["c_addr"],
+              a_stride=d1["c_stride"], b_addr=b2_addr, b_stride=sb2, c_addr=c2_addr,
+              c_stride=sc2)
+    drv.set_window(0x10000, 0x120000)
+    dev.sim.memory[d1["c_addr"]:d1["c_addr"] + d1["m"] * d1["c_stride"]] = 0x5A  # stale
+    drv.run(d1, d2)
+    want = golden.gemm(c1.view(np.int8).reshape(d1["m"], k2), b2)
+    got = dev.sim.memory[c2_addr:c2_addr + d1["m"] * sc2].reshape(d1["m"], sc2)[:, :4 * n2]
+    np.testing.assert_array_equal(got.copy().view(np.int32), want)
+
+
+def test_rejected_descriptor_behind_an_overlapped_one(dev):
+    """A rejected descriptor started behind one still writing its C: that one completes
+    (DONE_COUNT, its C) before the error stops the engine."""
+    drv = dev.driver
+    jobs = _overlap_jobs(dev, np.random.default_rng(9), 2, True)
+    bad = {**jobs[1][0], "k": 0}
+    done_before = drv.read("DONE_COUNT")
+    with pytest.raises(AcceleratorError) as info:
+        drv.run(jobs[0][0], bad)
+    assert info.value.code == ErrorCode.ZERO_DIMENSION
+    assert drv.read("DONE_COUNT") - done_before == 1
+    desc, want, c_addr = jobs[0]
+    m, n, sc = desc["m"], desc["n"], desc["c_stride"]
+    got = dev.sim.memory[c_addr:c_addr + m * sc].reshape(m, sc)[:, :4 * n]
+    np.testing.assert_array_equal(got.copy().view(np.uint32), want)
+
+
 def test_writes_stop_at_column_n(dev):
     """No write burst reaches past the last bus word holding column N - 1 (the memory model
     answers SLVERR to anything touching the bytes just after it)."""

@@ -273,6 +273,10 @@ def test_bench_cli_checks_its_arguments():
         assert res.returncode == 2
         assert option in res.stderr
         assert re.search(message, res.stderr), res.stderr
+    # the boards' defaults, not with arrays of one's own
+    res = subprocess.run([*run, "--default", "--sizes", "8x8"], capture_output=True, text=True)
+    assert res.returncode == 2
+    assert "--default runs the boards' defaults: not with --sizes" in res.stderr
 
 
 def test_two_read_ports_overlap_a_and_b():
