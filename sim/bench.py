@@ -341,6 +341,36 @@ def _run_checked(dev, label, m, n, k, ta, tb, rng, block=None) -> float:
     return wall
 
 
+def _run_queued(dev, label, m, n, k, ta, tb, rng, block) -> int:
+    """The GEMM's cycles behind another in the descriptor queue: the same GEMM (new operands
+    from ``rng``) queued twice, the second with ``DESC_FLAGS.OVERLAP`` (it reads nothing the
+    first writes), less the first alone (``BUSY_CYCLES`` of each run; at reuse block
+    ``block``). The second C is checked bit for bit against :func:`sim.golden.gemm`."""
+    from sim import golden
+
+    a = rng.integers(-128, 128, (k, m) if ta else (m, k), dtype=np.int8)
+    b = rng.integers(-128, 128, (n, k) if tb else (k, n), dtype=np.int8)
+    drv = dev.driver
+    ta_, tb_ = dev.tensor(a), dev.tensor(b)
+    cs = [dev.empty((m, n), np.int32) for _ in range(2)]
+    try:
+        descs = [drv.descriptors(ta_, tb_, c, m=m, n=n, k0=0, k1=k, transpose_a=ta,
+                                 transpose_b=tb, row_exp=0, col_exp=0, raw=True,
+                                 block=block) for c in cs]
+        one = drv.run(*descs[0])["busy_cycles"]
+        two = drv.run(*descs[0], *descs[1])["busy_cycles"]
+        if not np.array_equal(cs[1].numpy(), golden.gemm(a, b, ta, tb)):
+            raise AssertionError(f"{label}, queued: the accelerator's result differs from "
+                                 f"golden")
+        if dev.sim.violations:
+            raise AssertionError(f"{label}, queued: {dev.sim.violations} AXI protocol "
+                                 f"violations")
+        return two - one
+    finally:
+        for t in (ta_, tb_, *cs):
+            t.free()
+
+
 def _board_prediction(board, bm, bn, k, ta, tb, port) -> dict:
     """The board default's roofline and the model's prediction of the GEMM ``bm x bn x k``
     on it (at the block side its driver would choose), for a stand-in's record."""
@@ -384,7 +414,8 @@ def utilization(configs, quick=False) -> list[dict]:
         for group, name, m, n, k, ta, tb, bm, bn in _bench_cases(rows, cols, quick, scale):
             dev.sim.clear_counters()
             wall = _run_checked(dev, name, m, n, k, ta, tb, rng)
-            st, mem = dev.stats, dev.sim.counters
+            st, mem = dict(dev.stats), dict(dev.sim.counters)
+            queued = _run_queued(dev, name, m, n, k, ta, tb, rng, st["block"])
             write_ports = params.get("write_ports", 1)
             read_ports = params.get("read_ports", 1)
             bound = roofline(m, n, k, rows, cols, width, port, write_ports, read_ports)
@@ -407,6 +438,11 @@ def utilization(configs, quick=False) -> list[dict]:
                 "roofline": {**rounded, "dram_efficiency": DRAM_EFFICIENCY},
                 "utilization_over_bound": over,
                 "utilization_over_latency_bound": over_latency,
+                # behind another GEMM in the queue (its fill under that one's drain)
+                "queued_cycles": queued,
+                "queued_utilization": round(m * n * k / (rows * cols * queued), 4),
+                "queued_over_bound": round(m * n * k / (rows * cols * queued)
+                                           / rounded["bound"], 4),
                 "predicted_cycles": model["cycles"],
                 "model_error": round(model["cycles"] / st["cycles"] - 1, 4),
                 **({} if board is None else {"stand_in": {
@@ -507,11 +543,14 @@ def board_table(results) -> str:
     (the bound with the latencies no schedule hides, ``latency_bound``) are the simulated
     array's, at the simulated shape. For a stand-in (``scale`` > 1) the last column is the
     model's prediction of the board's default itself at the board's shape: its utilisation,
-    the roofline bound at the board's configuration, their ratio and what binds."""
+    the roofline bound at the board's configuration, their ratio and what binds. *queued*:
+    the GEMM behind another in the descriptor queue (``queued_cycles``, :func:`_run_queued`)
+    — its cycles and its utilisation over the bound."""
     lines = ["| GEMM | board M x N x K | simulated | block | cycles | PE utilisation | bound "
-             "| util / bound | util / latency bound | bound by | model (error) | the default, "
+             "| util / bound | util / latency bound | queued: cycles (util / bound) "
+             "| bound by | model (error) | the default, "
              "predicted: util / bound (ratio, by) |",
-             "|---|---|---|---:|---:|---:|---:|---:|---:|---|---:|---:|"]
+             "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|"]
     for r in results:
         board = _stand_in(r)
         rl = r["roofline"]
@@ -523,11 +562,13 @@ def board_table(results) -> str:
                    f"{board['roofline']['bound_by']})") if board else "—"
         lat = r.get("utilization_over_latency_bound")
         lat = "—" if lat is None else f"{100 * lat:.0f}%"
+        queued = (f"{r['queued_cycles']} ({100 * r['queued_over_bound']:.0f}%)"
+                  if "queued_cycles" in r else "—")
         lines.append(
             f"| {r['group']}: {r['gemm']} | {shape} | {'as board' if sim == shape else sim} | "
             f"{r['block_used']} | {r['cycles']} | {100 * r['utilization']:.1f}% | "
             f"{100 * rl['bound']:.1f}% | {100 * r['utilization_over_bound']:.0f}% | "
-            f"{lat} | {rl['bound_by']} | "
+            f"{lat} | {queued} | {rl['bound_by']} | "
             f"{r['predicted_cycles']} ({100 * r['model_error']:+.1f}%) | "
             f"{default} |")
     return "\n".join(lines)
@@ -546,8 +587,15 @@ def board_summary(results) -> dict:
                 if _stand_in(r)]
     comp = [r["utilization"] for r in results if r["roofline"]["bound_by"] == "compute"]
     err = [abs(r["model_error"]) for r in results]
+    queued = [r["queued_over_bound"] for r in results if "queued_over_bound" in r]
     return {"gemms": len(results), "cycles": sum(r["cycles"] for r in results),
             "at_90_percent_of_bound": sum(x >= 0.895 for x in sim),
+            "queued_cycles": sum(r["queued_cycles"] for r in results)
+            if len(queued) == len(results) else None,
+            "queued_at_90_percent_of_bound": sum(x >= 0.895 for x in queued)
+            if len(queued) == len(results) else None,
+            "queued_mean_util_over_bound": round(float(np.mean(queued)), 4)
+            if len(queued) == len(results) else None,
             "default_predicted_at_90_percent_of_bound": sum(x >= 0.895 for x in pred)
             if pred else None,
             "at_90_percent_of_latency_bound": sum(x >= 0.895 for x in lat)
@@ -586,6 +634,9 @@ def utilization_table(results) -> str:
                    if sm["default_predicted_at_90_percent_of_bound"] is not None else "")
                 + (f"; {sm['at_90_percent_of_latency_bound']} at >= 90 % of the latency "
                    f"bound" if sm["at_90_percent_of_latency_bound"] is not None else "")
+                + (f"; queued behind another: {sm['queued_at_90_percent_of_bound']} at >= 90 "
+                   f"% of the bound (mean {100 * sm['queued_mean_util_over_bound']:.1f} %)"
+                   if sm["queued_at_90_percent_of_bound"] is not None else "")
                 + (f" (the default, predicted: "
                    f"{sm['default_predicted_at_90_percent_of_latency_bound']})"
                    if sm["default_predicted_at_90_percent_of_latency_bound"] is not None
