@@ -398,7 +398,7 @@ def utilization(configs, quick=False) -> list[dict]:
     the board's configuration and shape, its roofline at the board's configuration, and the
     model's prediction of the default itself (:func:`_board_prediction`)."""
     from firmware import Device
-    from sim.perfmodel import predict
+    from sim.perfmodel import predict, predict_queued
     from sim.ports import resolve_port
 
     out = []
@@ -421,9 +421,11 @@ def utilization(configs, quick=False) -> list[dict]:
             bound = roofline(m, n, k, rows, cols, width, port, write_ports, read_ports)
             util = st["utilization"]
             rounded, over, over_latency = _rounded_bound(bound, util)
-            model = predict(m, n, k, ta, tb, rows=rows, cols=cols, data_width=width,
-                            depth=params.get("depth", 512), block=st["block"], port=port,
-                            write_ports=write_ports, read_ports=read_ports)
+            config = dict(rows=rows, cols=cols, data_width=width,
+                          depth=params.get("depth", 512), block=st["block"], port=port,
+                          write_ports=write_ports, read_ports=read_ports)
+            model = predict(m, n, k, ta, tb, **config)
+            model_queued = predict_queued(m, n, k, ta, tb, **config)
             out.append({
                 "board": label, **params, "port": port["name"],
                 "port_knobs": {key: port[key] for key in (
@@ -443,6 +445,8 @@ def utilization(configs, quick=False) -> list[dict]:
                 "queued_utilization": round(m * n * k / (rows * cols * queued), 4),
                 "queued_over_bound": round(m * n * k / (rows * cols * queued)
                                            / rounded["bound"], 4),
+                "predicted_queued_cycles": model_queued,
+                "queued_model_error": round(model_queued / queued - 1, 4),
                 "predicted_cycles": model["cycles"],
                 "model_error": round(model["cycles"] / st["cycles"] - 1, 4),
                 **({} if board is None else {"stand_in": {
@@ -545,7 +549,8 @@ def board_table(results) -> str:
     model's prediction of the board's default itself at the board's shape: its utilisation,
     the roofline bound at the board's configuration, their ratio and what binds. *queued*:
     the GEMM behind another in the descriptor queue (``queued_cycles``, :func:`_run_queued`)
-    — its cycles and its utilisation over the bound."""
+    — its cycles, its utilisation over the bound and :func:`sim.perfmodel.predict_queued`'s
+    error."""
     lines = ["| GEMM | board M x N x K | simulated | block | cycles | PE utilisation | bound "
              "| util / bound | util / latency bound | queued: cycles (util / bound) "
              "| bound by | model (error) | the default, "
@@ -562,8 +567,9 @@ def board_table(results) -> str:
                    f"{board['roofline']['bound_by']})") if board else "—"
         lat = r.get("utilization_over_latency_bound")
         lat = "—" if lat is None else f"{100 * lat:.0f}%"
-        queued = (f"{r['queued_cycles']} ({100 * r['queued_over_bound']:.0f}%)"
-                  if "queued_cycles" in r else "—")
+        queued = (f"{r['queued_cycles']} ({100 * r['queued_over_bound']:.0f}%; model "
+                  f"{100 * r['queued_model_error']:+.1f}%)" if "queued_model_error" in r
+                  else "—")
         lines.append(
             f"| {r['group']}: {r['gemm']} | {shape} | {'as board' if sim == shape else sim} | "
             f"{r['block_used']} | {r['cycles']} | {100 * r['utilization']:.1f}% | "
@@ -596,6 +602,10 @@ def board_summary(results) -> dict:
             if len(queued) == len(results) else None,
             "queued_mean_util_over_bound": round(float(np.mean(queued)), 4)
             if len(queued) == len(results) else None,
+            "queued_model_error": [
+                round(float(np.mean([abs(r["queued_model_error"]) for r in results])), 4),
+                round(max(abs(r["queued_model_error"]) for r in results), 4)]
+            if all("queued_model_error" in r for r in results) else None,
             "default_predicted_at_90_percent_of_bound": sum(x >= 0.895 for x in pred)
             if pred else None,
             "at_90_percent_of_latency_bound": sum(x >= 0.895 for x in lat)
@@ -635,7 +645,10 @@ def utilization_table(results) -> str:
                 + (f"; {sm['at_90_percent_of_latency_bound']} at >= 90 % of the latency "
                    f"bound" if sm["at_90_percent_of_latency_bound"] is not None else "")
                 + (f"; queued behind another: {sm['queued_at_90_percent_of_bound']} at >= 90 "
-                   f"% of the bound (mean {100 * sm['queued_mean_util_over_bound']:.1f} %)"
+                   f"% of the bound (mean {100 * sm['queued_mean_util_over_bound']:.1f} %"
+                   + (f", model error mean {100 * sm['queued_model_error'][0]:.2f} %, "
+                      f"largest {100 * sm['queued_model_error'][1]:.1f} %"
+                      if sm.get("queued_model_error") else "") + ")"
                    if sm["queued_at_90_percent_of_bound"] is not None else "")
                 + (f" (the default, predicted: "
                    f"{sm['default_predicted_at_90_percent_of_latency_bound']})"

@@ -74,7 +74,7 @@ from firmware.regmap import STRIPE_MIN_WORDS
 from .engine_models import tile_order, walk_chunks
 from .ports import dram_bytes_per_cycle
 
-__all__ = ["predict", "best_block", "read_rate", "training_gemms", "main"]
+__all__ = ["predict", "predict_queued", "best_block", "read_rate", "training_gemms", "main"]
 
 #: Cycles of control per operand load (command phases, the address multiply).
 LOAD_OVERHEAD = 4
@@ -192,7 +192,7 @@ def _bursts(words: int, burst: int) -> list[int]:
 def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool = False, *,
             rows: int, cols: int, depth: int, block: int, data_width: int, port: dict,
             read_ports: int = 1, write_ports: int = 1, dma_outstanding: int = DMA_OUTSTANDING,
-            dma_burst: int = DMA_BURST) -> dict:
+            dma_burst: int = DMA_BURST, copies: int = 1) -> dict:
     """Predicted cycles of one GEMM descriptor, from its start to its last C row in memory.
 
     Parameters
@@ -211,6 +211,11 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
     write_ports : {1, 2, 4}
         AXI write ports C rows are dealt to in turn (``Accelerator(write_ports=...)``), each
         with the port's limits of its own.
+    copies : int
+        The GEMM queued this many times back to back, each after the first with
+        ``DESC_FLAGS.OVERLAP`` (its chunks walked after the one before's, the slot parities
+        carried on, its C after the one before's): the cycles of them all. ``queued`` in
+        :func:`predict_queued`.
 
     Returns
     -------
@@ -290,7 +295,12 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
     interval = max(rows + cols - 1, ACCUMULATE_INTERVAL)
     chunks = []
     last_use = [{}, {}]          # operand -> parity -> the last chunk that used those slots
-    walked, _ = walk_chunks(m, n, k, rows, cols, depth, data_width, block)
+    if not isinstance(copies, int) or copies < 1:
+        raise ValueError(f"copies must be a positive integer, not {copies!r}")
+    walked, parity = [], (0, 0)
+    for _ in range(copies):
+        more, parity = walk_chunks(m, n, k, rows, cols, depth, data_width, block, parity)
+        walked += more
     for m_blk, n_blk, keep_a, keep_b, k0, kc, a_par, b_par in walked:
         bm = min(block, _cdiv(m - m_blk, rows))
         rows_in = [min(rows, m - m_blk - i * rows) for i in range(bm)]
@@ -431,6 +441,15 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
     return {"cycles": int(round(total)), "compute_cycles": compute,
             "utilization": m * n * k / (rows * cols * total),
             "bound_by": max(votes, key=votes.get), "chunks": len(chunks)}
+
+
+def predict_queued(m: int, n: int, k: int, transpose_a: bool = False,
+                   transpose_b: bool = False, **config) -> int:
+    """Predicted cycles of the GEMM behind another (the same) in the descriptor queue: two
+    copies (:func:`predict`'s ``copies``) less one, as ``python -m sim.bench utilization``
+    measures ``queued_cycles``."""
+    two = predict(m, n, k, transpose_a, transpose_b, copies=2, **config)["cycles"]
+    return two - predict(m, n, k, transpose_a, transpose_b, **config)["cycles"]
 
 
 #: A smaller block is chosen only if predicted at least this much faster: within it, the

@@ -209,6 +209,50 @@ def test_model_within_5_percent_of_the_committed_benchmark():
     assert len(record["results"]) >= 100 and not off, off
 
 
+def test_queued_model_within_the_committed_benchmark():
+    """Every GEMM of ``results/utilization.json`` queued behind another (``queued_cycles``:
+    two copies with ``DESC_FLAGS.OVERLAP`` less one) against :func:`predict_queued`: within
+    6 % behind the Zynq ports, 15 % behind the VU9P stand-in's DRAM narrower than a bus word
+    a cycle (as alone, above, plus the noise of a difference of two runs)."""
+    import json
+    from pathlib import Path
+
+    from sim.perfmodel import predict_queued
+
+    record = json.loads((Path(__file__).parents[1] / "results" / "utilization.json")
+                        .read_text())
+    off = []
+    for r in record["results"]:
+        port = resolve_port(r["port"])
+        narrow = (dram_bytes_per_cycle(port, r["data_width"] // 8) or np.inf) \
+            < r["data_width"] // 8
+        tolerance = 0.15 if narrow or r["k"] < 12 else 0.06
+        want = predict_queued(r["m"], r["n"], r["k"], r["transpose_a"], r["transpose_b"],
+                              rows=r["rows"], cols=r["cols"], data_width=r["data_width"],
+                              depth=r["depth"], block=r["block_used"], port=port,
+                              write_ports=r.get("write_ports", 1),
+                              read_ports=r.get("read_ports", 1))
+        if abs(want / r["queued_cycles"] - 1) > tolerance:
+            off.append((r["board"], r["gemm"], r["m"], r["n"], r["k"], r["queued_cycles"],
+                        want))
+    assert len(record["results"]) >= 100 and not off, off
+
+
+def test_queued_copies_hide_the_fill():
+    """A GEMM whose first chunk's loads and last tiles' C are long against its compute (the
+    ZCU104 stand-in's 256->10 forward) takes much less behind a copy of itself than alone;
+    a square that computes for long gains little; ``copies`` is checked."""
+    cfg = dict(rows=16, cols=32, data_width=64, depth=256, block=8,
+               port=resolve_port("zynqmp-hp"), write_ports=2, read_ports=3)
+    from sim.perfmodel import predict_queued
+    alone = predict(32, 5, 256, **cfg)["cycles"]
+    assert predict_queued(32, 5, 256, **cfg) < 0.85 * alone
+    alone = predict(256, 256, 512, **cfg)["cycles"]
+    assert 0.9 * alone < predict_queued(256, 256, 512, **cfg) <= alone
+    with pytest.raises(ValueError, match="copies must be a positive integer"):
+        predict(32, 5, 256, copies=0, **cfg)
+
+
 def test_committed_zcu104_stand_in_tracks_its_default():
     """The benchmark's ZCU104 stand-in (16x32 @ 64 running the board's GEMMs with M and N
     halved) is what the README reports for the board: its simulated utilisation must stay
