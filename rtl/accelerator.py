@@ -25,8 +25,9 @@ class Accelerator(wiring.Component):
     The host stages a descriptor in the ``DESC_*`` registers and writes ``CTRL.ENQUEUE``; the
     descriptor is copied into a queue of ``queue`` entries and run by :class:`GemmEngine` in
     order, a descriptor with ``DESC_FLAGS.OVERLAP`` started while the one before it still
-    writes its C (``QUEUE_LEVEL`` counts the queue and the engine's two). The engine reads A, B and exponent vectors and writes C through an AXI4 manager
-    (read half :attr:`mem_r`, write half :attr:`mem_w`), never outside
+    writes its C (``QUEUE_LEVEL`` counts the queue and the engine's two). The engine reads
+    A, B and exponent vectors and writes C through an AXI4 manager (read half
+    :attr:`mem_r`, write half :attr:`mem_w`), never outside
     ``[WINDOW_BASE, WINDOW_LIMIT)``. With ``write_ports`` P of 2 or 4, P - 1 more AXI4 write
     managers, :attr:`mem_w1` ..., write the C tiles' rows ``p mod P``
     (:class:`rtl.writeback.WriteBackPorts`): connected to other memory ports (the Zynq PS's
