@@ -57,6 +57,11 @@ cycle. After the last chunk the array drains and the last C rows are written.
 (``Accelerator(read_ports=2)``: A's jobs on one, B's on the other, each with the port's limits
 of its own); the DRAM behind them is still shared.
 
+``copies`` walks the chunks of that many descriptors of the GEMM as one schedule, as the
+engine runs them queued with ``DESC_FLAGS.OVERLAP`` (each one's loads after the one
+before's, into the slots its chunks free, its C after the one before's):
+:func:`predict_queued` is two copies less one.
+
 The model is checked against the RTL by ``tests/test_perfmodel.py`` and printed beside every
 measurement by ``python -m sim.bench utilization``. ``python -m sim.perfmodel --board B``
 predicts a board's default configuration over the training GEMMs for several block sizes.
