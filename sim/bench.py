@@ -373,8 +373,9 @@ def _run_queued(dev, label, m, n, k, ta, tb, rng, block) -> int:
 
 def _board_prediction(board, bm, bn, k, ta, tb, port) -> dict:
     """The board default's roofline and the model's prediction of the GEMM ``bm x bn x k``
-    on it (at the block side its driver would choose), for a stand-in's record."""
-    from sim.perfmodel import best_block, predict
+    on it (at the block side its driver would choose), alone and queued behind another
+    (:func:`sim.perfmodel.predict_queued`), for a stand-in's record."""
+    from sim.perfmodel import best_block, predict, predict_queued
 
     kw = {"rows": board["rows"], "cols": board["cols"], "data_width": board["data_width"],
           "depth": board["depth"], "port": port, "write_ports": board.get("write_ports", 1),
@@ -385,9 +386,13 @@ def _board_prediction(board, bm, bn, k, ta, tb, port) -> dict:
                      kw["write_ports"], kw["read_ports"])
     util = bm * bn * k / (board["rows"] * board["cols"] * cycles)
     rounded, over, over_latency = _rounded_bound(bound, util)
+    queued = predict_queued(bm, bn, k, ta, tb, block=side, **kw)
+    q_util = bm * bn * k / (board["rows"] * board["cols"] * queued)
     return {"m": bm, "n": bn, "k": k, "block": side, "predicted_cycles": cycles,
             "predicted_utilization": round(util, 4), "roofline": rounded,
-            "predicted_over_bound": over, "predicted_over_latency_bound": over_latency}
+            "predicted_over_bound": over, "predicted_over_latency_bound": over_latency,
+            "predicted_queued_cycles": queued,
+            "predicted_queued_over_bound": round(q_util / rounded["bound"], 4)}
 
 
 def utilization(configs, quick=False) -> list[dict]:
@@ -608,6 +613,10 @@ def board_summary(results) -> dict:
             if all("queued_model_error" in r for r in results) else None,
             "default_predicted_at_90_percent_of_bound": sum(x >= 0.895 for x in pred)
             if pred else None,
+            "default_predicted_queued_at_90_percent_of_bound": sum(
+                _stand_in(r)["predicted_queued_over_bound"] >= 0.895 for r in results)
+            if pred and all("predicted_queued_over_bound" in _stand_in(r) for r in results)
+            else None,
             "at_90_percent_of_latency_bound": sum(x >= 0.895 for x in lat)
             if None not in lat else None,
             "default_predicted_at_90_percent_of_latency_bound":
@@ -654,6 +663,10 @@ def utilization_table(results) -> str:
                    f"{sm['default_predicted_at_90_percent_of_latency_bound']})"
                    if sm["default_predicted_at_90_percent_of_latency_bound"] is not None
                    else "")
+                + (f"; the default queued, predicted: "
+                   f"{sm['default_predicted_queued_at_90_percent_of_bound']} at >= 90 % of its "
+                   f"bound" if sm.get("default_predicted_queued_at_90_percent_of_bound")
+                   is not None else "")
                 + f"; mean util / bound {100 * sm['mean_util_over_bound']:.1f} %; model "
                 f"error mean {100 * sm['model_error'][0]:.2f} %, largest "
                 f"{100 * sm['model_error'][1]:.1f} %", ""]
