@@ -76,13 +76,15 @@ class Host:
         self.ram.write(addr, buf.tobytes())
         return stride
 
-    async def run(self, desc):
-        for name in ("M", "N", "K", "FLAGS", "A_STRIDE", "B_STRIDE", "C_STRIDE"):
-            await self.write(f"DESC_{name}", desc[name])
-        for name in ("A_ADDR", "B_ADDR", "C_ADDR", "ROW_EXP_ADDR", "COL_EXP_ADDR"):
-            await self.write(f"DESC_{name}_LO", desc.get(name, 0))
-            await self.write(f"DESC_{name}_HI", 0)
-        await self.write("CTRL", pack("CTRL", ENQUEUE=1))
+    async def run(self, *descs):
+        """Enqueue ``descs`` back to back (at most the queue's four), wait until idle."""
+        for desc in descs:
+            for name in ("M", "N", "K", "FLAGS", "A_STRIDE", "B_STRIDE", "C_STRIDE"):
+                await self.write(f"DESC_{name}", desc[name])
+            for name in ("A_ADDR", "B_ADDR", "C_ADDR", "ROW_EXP_ADDR", "COL_EXP_ADDR"):
+                await self.write(f"DESC_{name}_LO", desc.get(name, 0))
+                await self.write(f"DESC_{name}_HI", 0)
+            await self.write("CTRL", pack("CTRL", ENQUEUE=1))
         for _ in range(2000):
             st = await self.read("STATUS")
             if not field_value("STATUS", "BUSY", st) or field_value("STATUS", "ERROR", st):
@@ -150,6 +152,29 @@ async def gemms_errors_and_recovery(dut, port):
     b = rng.integers(-128, 128, (40, 70), dtype=np.int8)
     got = await host.gemm(a, b, False, False, 0, 0, True)
     assert np.array_equal(got, golden.gemm(a, b)), "striped B"
+    # three descriptors queued, the later two with OVERLAP (their loads and first tiles under
+    # the C rows of the one before), each over several K chunks (depth 16)
+    descs, wants, base = [], [], 0x1000
+    for i in range(3):
+        ta, tb = bool(i & 1), bool(i & 2)
+        m, n, k = int(rng.integers(3, 12)), int(rng.integers(3, 12)), int(rng.integers(20, 60))
+        a = rng.integers(-128, 128, (k, m) if ta else (m, k), dtype=np.int8)
+        b = rng.integers(-128, 128, (n, k) if tb else (k, n), dtype=np.int8)
+        descs.append({"M": m, "N": n, "K": k, "A_ADDR": base, "A_STRIDE": host.put(base, a),
+                      "B_ADDR": base + 0x8000, "B_STRIDE": host.put(base + 0x8000, b),
+                      "C_ADDR": base + 0x10000, "C_STRIDE": host.stride(4 * n),
+                      "FLAGS": pack("DESC_FLAGS", TRANSPOSE_A=int(ta), TRANSPOSE_B=int(tb),
+                                    RAW=1, OVERLAP=int(i > 0))})
+        wants.append(golden.gemm(a, b, ta, tb))
+        base += 0x18000
+    done = await host.read("DONE_COUNT")
+    assert await host.run(*descs) == 0
+    assert await host.read("DONE_COUNT") - done == 3
+    for i, (desc, want) in enumerate(zip(descs, wants, strict=True)):
+        m, n = desc["M"], desc["N"]
+        raw_c = ram.read(desc["C_ADDR"], m * desc["C_STRIDE"])
+        got = np.frombuffer(raw_c, np.uint8).reshape(m, -1)[:, :4 * n].copy().view(np.int32)
+        assert np.array_equal(got, want), f"queued descriptor {i}"
     # a misaligned descriptor is rejected; a soft reset clears it; the engine works again
     code = await host.run({"M": 3, "N": 3, "K": 3, "FLAGS": 0, "A_ADDR": 0x1001,
                            "A_STRIDE": host.bpw, "B_ADDR": 0x20000, "B_STRIDE": host.bpw,
