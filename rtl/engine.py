@@ -352,13 +352,14 @@ class GemmEngine(wiring.Component):
         wjob = walker.o_write.payload.shape()
         wq = sl.wjobs
         wq_head = data.View(data.StructLayout({"job": wjob, "gen": 1}), wq.r_data)
-        wq_back = Signal()              # the queue's head is a job of the back's
+        head_back = wq_head.gen == b_gen    # the queue's head, if any, is a job of the back's
+        wq_back = Signal()                  # ... and there is one
         m.d.comb += [wq.w_data.eq(Cat(walker.o_write.payload, f_gen)),
                      wq.w_en.eq(walker.o_write.valid), walker.o_write.ready.eq(wq.w_rdy),
-                     wq_back.eq(wq.r_rdy & (wq_head.gen == b_gen)),
+                     wq_back.eq(wq.r_rdy & head_back),
                      writeback.jobs.payload.eq(wq_head.job),
                      writeback.jobs.valid.eq(wq_back),
-                     wq.r_en.eq(writeback.jobs.ready & (wq_head.gen == b_gen))]
+                     wq.r_en.eq(writeback.jobs.ready & head_back)]
         wiring.connect(m, loader.a_jobs, gb_a.jobs)
         if RP == 1:
             wiring.connect(m, walker.o_load, loader.i_stream)
@@ -445,12 +446,11 @@ class GemmEngine(wiring.Component):
         mul_lo = Signal(W, reset_less=True)      # the multiplier's bits left, and product's low
         mul_step = Signal(range(self.MACS_CYCLES + 1), init=self.MACS_CYCLES)
         mul_sum = Signal(2 * W + 1)
-        fsm_idle = Signal()
         m.d.comb += [mul_sum.eq(mul_hi + Mux(mul_lo[0], mul_a, 0)),
                      self.macs.eq(macs_back)]
         macs_ready = Signal()
         m.d.comb += macs_ready.eq(mul_step == self.MACS_CYCLES)
-        with m.If(self.start & fsm_idle):
+        with m.If(self.start & self.ready):
             m.d.sync += [mul_a.eq(self.desc.m[:W]), mul_hi.eq(0), mul_lo.eq(self.desc.n[:W]),
                          mul_step.eq(0)]
         with m.Elif(mul_step == W):                  # m * n is in: times k next
@@ -527,6 +527,5 @@ class GemmEngine(wiring.Component):
                     m.next = "IDLE"
         m.d.comb += [self.busy.eq((~fsm.ongoing("IDLE") & ~fsm.ongoing("FAIL")) | b_valid
                                   | wq.r_rdy | ~issue.drained | dp.busy | ~writeback.idle),
-                     self.ready.eq(fsm.ongoing("IDLE")),
-                     fsm_idle.eq(fsm.ongoing("IDLE"))]
+                     self.ready.eq(fsm.ongoing("IDLE"))]
         return top

@@ -4,10 +4,16 @@ from amaranth import Array, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from .checker import descriptor_layout
 from .datapath import command_layout
 from .fifo import Fifo
 
 __all__ = ["CommandIssue", "DESC_FIELDS", "tile_command_layout", "vector_layout"]
+
+
+#: The descriptor's fields each tile command carries (:func:`tile_command_layout`), with
+#: their shapes in :func:`rtl.checker.descriptor_layout`.
+DESC_FIELDS = ("transpose_a", "transpose_b", "raw", "row_vec", "col_vec", "row_exp", "col_exp")
 
 
 def tile_command_layout(block: int) -> data.StructLayout:
@@ -19,17 +25,13 @@ def tile_command_layout(block: int) -> data.StructLayout:
     the last ones of the descriptor before it; the exponent vectors come from the block's.
     """
     slots = max(2, 2 * block)
+    desc = descriptor_layout().members
     return data.StructLayout({
         "k": unsigned(16), "a_slot": range(slots), "b_slot": range(slots),
         "load_a": 1, "load_b": 1, "a_extra": range(slots), "b_extra": range(slots),
         "emit": 1, "store": 1, "add": 1, "acc_slot": range(block * block),
-        "i": range(block), "j": range(block),
-        "transpose_a": 1, "transpose_b": 1, "raw": 1, "row_vec": 1, "col_vec": 1,
-        "row_exp": signed(8), "col_exp": signed(8)})
+        "i": range(block), "j": range(block), **{f: desc[f] for f in DESC_FIELDS}})
 
-
-#: The descriptor's fields each tile command carries (:func:`tile_command_layout`).
-DESC_FIELDS = ("transpose_a", "transpose_b", "raw", "row_vec", "col_vec", "row_exp", "col_exp")
 
 
 def vector_layout(lanes: int, tag_width: int) -> data.StructLayout:
