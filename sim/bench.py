@@ -321,14 +321,19 @@ def _rounded_bound(bound: dict, util: float) -> tuple[dict, float, float]:
             round(util / bound["bound"], 4), round(util / bound["latency_bound"], 4))
 
 
+def _operands(rng, m, n, k, ta, tb):
+    """Random int8 A and B of an ``m x n x k`` GEMM, stored transposed or not."""
+    return (rng.integers(-128, 128, (k, m) if ta else (m, k), dtype=np.int8),
+            rng.integers(-128, 128, (n, k) if tb else (k, n), dtype=np.int8))
+
+
 def _run_checked(dev, label, m, n, k, ta, tb, rng, block=None) -> float:
     """One random int32 GEMM on ``dev`` (operands from ``rng``), checked bit for bit against
     :func:`sim.golden.gemm`, for AXI protocol violations and for the memory model's own DRAM
     accounting; its wall seconds."""
     from sim import golden
 
-    a = rng.integers(-128, 128, (k, m) if ta else (m, k), dtype=np.int8)
-    b = rng.integers(-128, 128, (n, k) if tb else (k, n), dtype=np.int8)
+    a, b = _operands(rng, m, n, k, ta, tb)
     t0 = time.monotonic()
     c = dev.gemm(a, b, transpose_a=ta, transpose_b=tb, out="int32", block=block)
     wall = time.monotonic() - t0
@@ -348,8 +353,7 @@ def _run_queued(dev, label, m, n, k, ta, tb, rng, block) -> int:
     ``block``). The second C is checked bit for bit against :func:`sim.golden.gemm`."""
     from sim import golden
 
-    a = rng.integers(-128, 128, (k, m) if ta else (m, k), dtype=np.int8)
-    b = rng.integers(-128, 128, (n, k) if tb else (k, n), dtype=np.int8)
+    a, b = _operands(rng, m, n, k, ta, tb)
     drv = dev.driver
     ta_, tb_ = dev.tensor(a), dev.tensor(b)
     cs = [dev.empty((m, n), np.int32) for _ in range(2)]
@@ -431,6 +435,7 @@ def utilization(configs, quick=False) -> list[dict]:
                           write_ports=write_ports, read_ports=read_ports)
             model = predict(m, n, k, ta, tb, **config)
             model_queued = predict_queued(m, n, k, ta, tb, **config)
+            q_util = m * n * k / (rows * cols * queued)
             out.append({
                 "board": label, **params, "port": port["name"],
                 "port_knobs": {key: port[key] for key in (
@@ -447,9 +452,8 @@ def utilization(configs, quick=False) -> list[dict]:
                 "utilization_over_latency_bound": over_latency,
                 # behind another GEMM in the queue (its fill under that one's drain)
                 "queued_cycles": queued,
-                "queued_utilization": round(m * n * k / (rows * cols * queued), 4),
-                "queued_over_bound": round(m * n * k / (rows * cols * queued)
-                                           / rounded["bound"], 4),
+                "queued_utilization": round(q_util, 4),
+                "queued_over_bound": round(q_util / rounded["bound"], 4),
                 "predicted_queued_cycles": model_queued,
                 "queued_model_error": round(model_queued / queued - 1, 4),
                 "predicted_cycles": model["cycles"],
@@ -598,15 +602,16 @@ def board_summary(results) -> dict:
                 if _stand_in(r)]
     comp = [r["utilization"] for r in results if r["roofline"]["bound_by"] == "compute"]
     err = [abs(r["model_error"]) for r in results]
-    queued = [r["queued_over_bound"] for r in results if "queued_over_bound" in r]
+    # records written before the queued runs carry none: None
+    queued = [r["queued_over_bound"] for r in results] \
+        if all("queued_over_bound" in r for r in results) else None
     return {"gemms": len(results), "cycles": sum(r["cycles"] for r in results),
             "at_90_percent_of_bound": sum(x >= 0.895 for x in sim),
-            "queued_cycles": sum(r["queued_cycles"] for r in results)
-            if len(queued) == len(results) else None,
+            "queued_cycles": sum(r["queued_cycles"] for r in results) if queued else None,
             "queued_at_90_percent_of_bound": sum(x >= 0.895 for x in queued)
-            if len(queued) == len(results) else None,
+            if queued else None,
             "queued_mean_util_over_bound": round(float(np.mean(queued)), 4)
-            if len(queued) == len(results) else None,
+            if queued else None,
             "queued_model_error": [
                 round(float(np.mean([abs(r["queued_model_error"]) for r in results])), 4),
                 round(max(abs(r["queued_model_error"]) for r in results), 4)]
@@ -751,8 +756,8 @@ def main(argv=None) -> int:
     p.add_argument("--default", action="store_true",
                    help="each board at its own default configuration (firmware.boards) and "
                         "its own GEMM shapes, not through a BENCH_CONFIGS stand-in: the "
-                        "ZCU104's 32x64 model takes about 40 minutes to compile (once), the "
-                        "VU9P's 64x128 hours")
+                        "ZCU104's 32x64 model took 13 minutes to compile here (once), the "
+                        "VU9P's 64x128 would take hours")
     p.add_argument("--out", type=Path, default=ROOT / "results" / "utilization.json")
     p = sub.add_parser(
         "model", help="the performance model against the RTL on random GEMMs",

@@ -92,28 +92,43 @@ class Host:
             await ClockCycles(self.lite.write_if.aw_channel.clock, 20)
         raise TimeoutError(f"the accelerator stayed busy; memory: {self.ram.status()}")
 
-    async def gemm(self, a, b, ta, tb, row_exp, col_exp, raw):
+    def describe(self, a, b, ta, tb, a_addr, b_addr, c_addr, **flags):
+        """A descriptor of ``op(a) @ op(b)`` with A, B put at their addresses and C at
+        ``c_addr``; ``flags``: ``DESC_FLAGS`` fields besides the transposes."""
         m = a.shape[1] if ta else a.shape[0]
         k = a.shape[0] if ta else a.shape[1]
         n = b.shape[0] if tb else b.shape[1]
-        desc = {"M": m, "N": n, "K": k, "A_ADDR": 0x1000, "B_ADDR": 0x20000,
-                "C_ADDR": 0x40000, "ROW_EXP_ADDR": 0x80000, "COL_EXP_ADDR": 0x81000}
-        desc["A_STRIDE"] = self.put(0x1000, a)
-        desc["B_STRIDE"] = self.put(0x20000, b)
-        desc["C_STRIDE"] = self.stride(4 * n)
-        flags = {"TRANSPOSE_A": int(ta), "TRANSPOSE_B": int(tb), "RAW": int(raw)}
-        for name, value, addr in (("ROW", row_exp, 0x80000), ("COL", col_exp, 0x81000)):
+        return {"M": m, "N": n, "K": k, "A_ADDR": a_addr, "A_STRIDE": self.put(a_addr, a),
+                "B_ADDR": b_addr, "B_STRIDE": self.put(b_addr, b), "C_ADDR": c_addr,
+                "C_STRIDE": self.stride(4 * n),
+                "FLAGS": pack("DESC_FLAGS", TRANSPOSE_A=int(ta), TRANSPOSE_B=int(tb), **flags)}
+
+    def c(self, desc, dtype):
+        """The descriptor's C, as ``dtype`` (int32 or uint32) words."""
+        m, n = desc["M"], desc["N"]
+        raw_c = self.ram.read(desc["C_ADDR"], m * desc["C_STRIDE"])
+        rows = np.frombuffer(raw_c, np.uint8).reshape(m, -1)[:, :4 * n].copy()
+        return rows.view(dtype).reshape(m, n)
+
+    async def gemm(self, a, b, ta, tb, row_exp, col_exp, raw):
+        flags = {"RAW": int(raw)}
+        exps = {"ROW_EXP_ADDR": 0x80000, "COL_EXP_ADDR": 0x81000}
+        for name, value in (("ROW", row_exp), ("COL", col_exp)):
             if np.ndim(value):
-                self.put(addr, np.asarray(value, np.int8).reshape(1, -1))
+                self.put(exps[f"{name}_EXP_ADDR"], np.asarray(value, np.int8).reshape(1, -1))
                 flags[f"{name}_EXP_VECTOR"] = 1
             else:
                 flags[f"{name}_EXP"] = int(value)
-        desc["FLAGS"] = pack("DESC_FLAGS", **flags)
+        desc = {**self.describe(a, b, ta, tb, 0x1000, 0x20000, 0x40000, **flags), **exps}
         code = await self.run(desc)
         assert code == 0, f"error code {ErrorCode(code).name}"
-        raw_c = self.ram.read(0x40000, m * desc["C_STRIDE"])
-        rows = np.frombuffer(raw_c, np.uint8).reshape(m, -1)[:, :4 * n].copy()
-        return rows.view(np.int32 if raw else np.uint32).reshape(m, n)
+        return self.c(desc, np.int32 if raw else np.uint32)
+
+
+def _operands(rng, m, n, k, ta, tb):
+    """Random int8 A and B of an ``m x n x k`` GEMM, stored transposed or not."""
+    return (rng.integers(-128, 128, (k, m) if ta else (m, k), dtype=np.int8),
+            rng.integers(-128, 128, (n, k) if tb else (k, n), dtype=np.int8))
 
 
 PORTS = os.environ.get("ACC_PORTS", "zynq7-hp").split(";")
@@ -133,8 +148,7 @@ async def gemms_errors_and_recovery(dut, port):
         ta, tb = bool(case & 1), bool(case & 2)
         m, n, k = (int(rng.integers(1, 12)), int(rng.integers(1, 12)),
                    int(rng.integers(1, 40)))
-        a = rng.integers(-128, 128, (k, m) if ta else (m, k), dtype=np.int8)
-        b = rng.integers(-128, 128, (n, k) if tb else (k, n), dtype=np.int8)
+        a, b = _operands(rng, m, n, k, ta, tb)
         raw = case == 5
         if case % 2:
             row_exp = rng.choice(np.array([-128, 127, 3], np.int8), m)
@@ -158,23 +172,16 @@ async def gemms_errors_and_recovery(dut, port):
     for i in range(3):
         ta, tb = bool(i & 1), bool(i & 2)
         m, n, k = int(rng.integers(3, 12)), int(rng.integers(3, 12)), int(rng.integers(20, 60))
-        a = rng.integers(-128, 128, (k, m) if ta else (m, k), dtype=np.int8)
-        b = rng.integers(-128, 128, (n, k) if tb else (k, n), dtype=np.int8)
-        descs.append({"M": m, "N": n, "K": k, "A_ADDR": base, "A_STRIDE": host.put(base, a),
-                      "B_ADDR": base + 0x8000, "B_STRIDE": host.put(base + 0x8000, b),
-                      "C_ADDR": base + 0x10000, "C_STRIDE": host.stride(4 * n),
-                      "FLAGS": pack("DESC_FLAGS", TRANSPOSE_A=int(ta), TRANSPOSE_B=int(tb),
-                                    RAW=1, OVERLAP=int(i > 0))})
+        a, b = _operands(rng, m, n, k, ta, tb)
+        descs.append(host.describe(a, b, ta, tb, base, base + 0x8000, base + 0x10000, RAW=1,
+                                   OVERLAP=int(i > 0)))
         wants.append(golden.gemm(a, b, ta, tb))
         base += 0x18000
     done = await host.read("DONE_COUNT")
     assert await host.run(*descs) == 0
     assert await host.read("DONE_COUNT") - done == 3
     for i, (desc, want) in enumerate(zip(descs, wants, strict=True)):
-        m, n = desc["M"], desc["N"]
-        raw_c = ram.read(desc["C_ADDR"], m * desc["C_STRIDE"])
-        got = np.frombuffer(raw_c, np.uint8).reshape(m, -1)[:, :4 * n].copy().view(np.int32)
-        assert np.array_equal(got, want), f"queued descriptor {i}"
+        assert np.array_equal(host.c(desc, np.int32), want), f"queued descriptor {i}"
     # a misaligned descriptor is rejected; a soft reset clears it; the engine works again
     code = await host.run({"M": 3, "N": 3, "K": 3, "FLAGS": 0, "A_ADDR": 0x1001,
                            "A_STRIDE": host.bpw, "B_ADDR": 0x20000, "B_STRIDE": host.bpw,

@@ -124,7 +124,7 @@ def test_wide_strides_and_queued_descriptors(dev):
 def _overlap_jobs(dev, rng, count, overlap):
     """``count`` GEMM descriptors of varied shapes, transposes and exponents, each in regions
     of its own, the later ones with ``DESC_FLAGS.OVERLAP`` = ``overlap``; (descriptor, the
-    expected C as uint32, C's address)."""
+    expected C as uint32)."""
     drv = dev.driver
     bpw = drv.bytes_per_word
     rows, cols, depth = drv.info.rows, drv.info.cols, drv.info.depth
@@ -133,8 +133,7 @@ def _overlap_jobs(dev, rng, count, overlap):
         m, n = int(rng.integers(1, 3 * rows)), int(rng.integers(1, 3 * cols))
         k = int(rng.choice([int(rng.integers(1, 40)), depth + int(rng.integers(1, 60))]))
         ta, tb, raw = (bool(x) for x in rng.integers(0, 2, 3))
-        a = rng.integers(-128, 128, (k, m) if ta else (m, k), dtype=np.int8)
-        b = rng.integers(-128, 128, (n, k) if tb else (k, n), dtype=np.int8)
+        a, b = _operands(rng, m, n, k, ta, tb)
         sa, sb = (-(-x.shape[1] // bpw) * bpw for x in (a, b))
         sc = -(-4 * n // bpw) * bpw
         a_addr, b_addr, c_addr = base, base + 0x10000, base + 0x20000     # 64 KB each
@@ -151,7 +150,7 @@ def _overlap_jobs(dev, rng, count, overlap):
         desc = dict(m=m, n=n, k=k, flags={f: int(v) for f, v in flags.items()},
                     a_addr=a_addr, a_stride=sa, b_addr=b_addr, b_stride=sb, c_addr=c_addr,
                     c_stride=sc)
-        jobs.append((desc, want, c_addr))
+        jobs.append((desc, want))
         base += 0x30000
     drv.set_window(0x10000, base)
     return jobs
@@ -170,10 +169,8 @@ def test_overlapped_descriptors(dev):
         busy[overlap] = counters["busy_cycles"]
         assert drv.read("DONE_COUNT") - done_before == len(jobs)
         assert counters["macs"] == sum(j[0]["m"] * j[0]["n"] * j[0]["k"] for j in jobs)
-        for desc, want, c_addr in jobs:
-            m, n, sc = desc["m"], desc["n"], desc["c_stride"]
-            got = dev.sim.memory[c_addr:c_addr + m * sc].reshape(m, sc)[:, :4 * n]
-            np.testing.assert_array_equal(got.copy().view(np.uint32), want)
+        for desc, want in jobs:
+            np.testing.assert_array_equal(_c(dev, desc).view(np.uint32), want)
     assert busy[True] < busy[False], busy
 
 
@@ -192,10 +189,8 @@ def test_overlapped_descriptors_behind_hostile_ports(port):
     done_before = drv.read("DONE_COUNT")
     drv.run(*[j[0] for j in jobs])
     assert drv.read("DONE_COUNT") - done_before == len(jobs)
-    for desc, want, c_addr in jobs:
-        m, n, sc = desc["m"], desc["n"], desc["c_stride"]
-        got = dev.sim.memory[c_addr:c_addr + m * sc].reshape(m, sc)[:, :4 * n]
-        np.testing.assert_array_equal(got.copy().view(np.uint32), want)
+    for desc, want in jobs:
+        np.testing.assert_array_equal(_c(dev, desc).view(np.uint32), want)
     assert dev.sim.violations == 0
 
 
@@ -225,8 +220,7 @@ def test_descriptor_without_overlap_reads_what_the_one_before_wrote(dev):
     dev.sim.memory[d1["c_addr"]:d1["c_addr"] + d1["m"] * d1["c_stride"]] = 0x5A  # stale
     drv.run(d1, d2)
     want = golden.gemm(c1.view(np.int8).reshape(d1["m"], k2), b2)
-    got = dev.sim.memory[c2_addr:c2_addr + d1["m"] * sc2].reshape(d1["m"], sc2)[:, :4 * n2]
-    np.testing.assert_array_equal(got.copy().view(np.int32), want)
+    np.testing.assert_array_equal(_c(dev, d2), want)
 
 
 def test_rejected_descriptor_behind_an_overlapped_one(dev):
@@ -240,10 +234,8 @@ def test_rejected_descriptor_behind_an_overlapped_one(dev):
         drv.run(jobs[0][0], bad)
     assert info.value.code == ErrorCode.ZERO_DIMENSION
     assert drv.read("DONE_COUNT") - done_before == 1
-    desc, want, c_addr = jobs[0]
-    m, n, sc = desc["m"], desc["n"], desc["c_stride"]
-    got = dev.sim.memory[c_addr:c_addr + m * sc].reshape(m, sc)[:, :4 * n]
-    np.testing.assert_array_equal(got.copy().view(np.uint32), want)
+    desc, want = jobs[0]
+    np.testing.assert_array_equal(_c(dev, desc).view(np.uint32), want)
 
 
 def test_writes_stop_at_column_n(dev):
