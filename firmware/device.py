@@ -47,7 +47,9 @@ array.
 Backend options (keyword arguments of :class:`Device`): ``depth``, ``block``, ``packing``,
 ``write_ports`` (hardware configuration, ``rtl`` and ``model``; 2 or 4 deal C rows to that
 many AXI write ports, each with the ``port``'s limits); ``read_ports`` (the same; 2 reads A
-and B through an AXI read port each, 3 stripes B's rows over two); ``slr_groups``
+and B through an AXI read port each, 3 stripes B's rows over two); ``dsp_slice`` (``rtl``,
+with ``packing=2``: the pairs modelled on a ``"DSP48E2"``, the default, or a ``"DSP48E1"``,
+as the Pynq-Z1 builds them; the same results and cycles); ``slr_groups``
 (``rtl``: the array's columns in that many SLR groups with crossing registers, as on the
 VU9P); ``port`` (the
 memory port's timing, ``rtl``: a preset name of :data:`sim.ports.PORTS` -- ``"ideal"`` (the
@@ -81,6 +83,26 @@ BACKENDS = ("golden", "rtl", "pynq", "model")
 
 #: Largest M, N or K of one descriptor (16-bit fields of the register map).
 MAX_DIM = 65535
+
+#: Bytes of C buffers one driver run may hold (beyond the queue's depth of pieces): GEMMs cut
+#: into many pieces (``k_exp`` runs, K chunks) run this much at a time.
+C_BUDGET = 8 << 20
+
+
+_GEMM_DEFAULTS = dict(transpose_a=False, transpose_b=False, row_exp=0, col_exp=0,
+                      k_exp=None, out="float32", as_tensor=False, block=None)
+_GEMM_ARGS = {"a", "b", *_GEMM_DEFAULTS}
+
+
+class _Call:
+    """One GEMM of a :meth:`Device.gemms` run: its checked arguments, then its pieces and
+    partial results while it runs."""
+
+    def __init__(self, a, b, m, n, k, ta, tb, re, ce, k_exp, runs, out, as_tensor, block):
+        self.a, self.b, self.m, self.n, self.k, self.ta, self.tb = a, b, m, n, k, ta, tb
+        self.re, self.ce, self.k_exp, self.runs = re, ce, k_exp, runs
+        self.out, self.as_tensor, self.block = out, as_tensor, block
+        self.result = None
 
 
 def _round_up(x: int, to: int) -> int:
@@ -306,7 +328,7 @@ class Device:
         self.rows, self.cols, self.data_width = rows, cols, data_width
         if backend == "rtl":
             allowed = {"depth", "block", "packing", "port", "latency", "pause", "memory",
-                       "seed", "write_ports", "read_ports", "slr_groups"}
+                       "seed", "write_ports", "read_ports", "slr_groups", "dsp_slice"}
             unknown = set(options) - allowed
             if unknown:
                 raise TypeError(f"unknown option(s) for the rtl backend: {sorted(unknown)}; "
@@ -401,6 +423,8 @@ class Device:
         ``col_exp``: int8 scalars or vectors. ``k_exp``: ``None`` or an integer vector, one
         exponent per k (blocks along the reduction axis; only with ``out="float32"``).
 
+        Several independent GEMMs run faster queued together: see :meth:`gemms`.
+
         Raises
         ------
         TypeError
@@ -412,6 +436,56 @@ class Device:
         AcceleratorError
             The hardware reported an error code.
         """
+        return self._gemms([dict(a=a, b=b, transpose_a=transpose_a, transpose_b=transpose_b,
+                                 row_exp=row_exp, col_exp=col_exp, k_exp=k_exp, out=out,
+                                 as_tensor=as_tensor, block=block)], single=True)[0]
+
+    def gemms(self, calls) -> list:
+        """Several independent GEMMs queued on the accelerator together; their results in order.
+
+        ``calls``: a sequence of dicts, each the keyword arguments of one :meth:`gemm`
+        (``a`` and ``b`` included), e.g. a layer's weight gradient and backward-data GEMMs::
+
+            dw, dx = dev.gemms([dict(a=x, b=d, transpose_a=True),
+                                dict(a=d, b=w, transpose_b=True)])
+
+        Every result is bit for bit what :meth:`gemm` returns for the same call. The calls
+        are independent by construction (each C is a new buffer, no call reads another's), so
+        all their descriptors go to the accelerator in one run with ``DESC_FLAGS.OVERLAP``:
+        each GEMM's loads and first tiles run under the last C rows of the one before, with
+        no host round trip between them. Every call is checked before any runs. ``stats``
+        then covers the whole run: ``macs``, ``descriptors`` and the counters summed, and
+        ``gemms``, each call's ``m``, ``n``, ``k`` and ``block``.
+
+        Raises
+        ------
+        TypeError
+            ``calls`` is not a sequence of dicts, or as :meth:`gemm` (the message names the
+            call, ``calls[i]``).
+        ValueError
+            ``calls`` is empty, or as :meth:`gemm`.
+        """
+        if isinstance(calls, dict) or not isinstance(calls, (list, tuple)):
+            raise TypeError(f"calls must be a list of dicts (gemm's keyword arguments), not "
+                            f"{type(calls).__name__}")
+        if not calls:
+            raise ValueError("calls must name at least one GEMM")
+        for i, call in enumerate(calls):
+            if not isinstance(call, dict):
+                raise TypeError(f"calls[{i}] must be a dict of gemm's keyword arguments, not "
+                                f"{type(call).__name__}")
+            unknown = set(call) - _GEMM_ARGS
+            if unknown:
+                raise TypeError(f"calls[{i}] has unknown argument(s) {sorted(unknown)}; "
+                                f"valid: {sorted(_GEMM_ARGS)}")
+            missing = {"a", "b"} - set(call)
+            if missing:
+                raise TypeError(f"calls[{i}] needs {sorted(missing)}")
+        return self._gemms([{**_GEMM_DEFAULTS, **call} for call in calls], single=False)
+
+    def _check(self, a, b, transpose_a, transpose_b, row_exp, col_exp, k_exp, out,
+               as_tensor, block) -> _Call:
+        """One GEMM's arguments checked and normalised (nothing allocated)."""
         if out not in ("float32", "int32"):
             raise ValueError(f"out must be 'float32' or 'int32', not {out!r}")
         if block is not None:
@@ -436,36 +510,58 @@ class Device:
                     re, runs = re + e, None
                 elif golden.EXP_MIN <= ce.min() + e and ce.max() + e <= golden.EXP_MAX:
                     ce, runs = ce + e, None
-        self.stats = {"backend": self.backend, "m": m, "n": n, "k": k, "macs": m * n * k,
+        return _Call(a, b, m, n, k, bool(transpose_a), bool(transpose_b), re, ce, k_exp, runs,
+                     out, as_tensor, block)
+
+    def _golden(self, c: _Call):
+        """The golden model standing in for the hardware."""
+        a_ = c.a.numpy() if isinstance(c.a, DeviceTensor) else c.a
+        b_ = c.b.numpy() if isinstance(c.b, DeviceTensor) else c.b
+        if c.out == "int32":
+            r = golden.gemm(a_, b_, c.ta, c.tb)
+        else:
+            r = golden.gemm_scaled(a_, b_, c.ta, c.tb, _int8(c.re), _int8(c.ce),
+                                   c.k_exp if c.runs is not None else None)
+        return DeviceTensor(self, r.shape, r.dtype, array=r) if c.as_tensor else r
+
+    def _gemms(self, kwargs: list[dict], single: bool) -> list:
+        calls = []
+        for i, kw in enumerate(kwargs):
+            try:
+                calls.append(self._check(**kw))
+            except (TypeError, ValueError) as e:
+                if single:
+                    raise
+                raise type(e)(f"calls[{i}]: {e}") from e
+        self.stats = {"backend": self.backend, "macs": sum(c.m * c.n * c.k for c in calls),
                       "descriptors": 0, "cycles": None, "utilization": None,
-                      "dma_stall_cycles": None, "block": None}
+                      "dma_stall_cycles": None}
+        if single:
+            c = calls[0]
+            self.stats.update(m=c.m, n=c.n, k=c.k, block=None)
+        else:
+            self.stats["gemms"] = [dict(m=c.m, n=c.n, k=c.k, block=None) for c in calls]
         if self.driver is None:
-            with self.profile.time("wait"):       # the golden model stands in for the hardware
-                a_ = a.numpy() if isinstance(a, DeviceTensor) else a
-                b_ = b.numpy() if isinstance(b, DeviceTensor) else b
-                if out == "int32":
-                    c = golden.gemm(a_, b_, transpose_a, transpose_b)
-                else:
-                    c = golden.gemm_scaled(a_, b_, transpose_a, transpose_b, _int8(re),
-                                           _int8(ce), k_exp if runs is not None else None)
-                return DeviceTensor(self, c.shape, c.dtype, array=c) if as_tensor else c
-        self.profile.count("gemms")
+            with self.profile.time("wait"):
+                return [self._golden(c) for c in calls]
+        self.profile.count("gemms", len(calls))
         temps = []
         try:
-            if not isinstance(a, DeviceTensor):
-                a = self.tensor(a)
-                temps.append(a)
-            if not isinstance(b, DeviceTensor):
-                b = self.tensor(b)
-                temps.append(b)
-            side = int(block) if block is not None else self._choose_block(
-                m, n, k, transpose_a, transpose_b)
-            self.stats["block"] = side
-            c = self._run(a, b, m, n, k, transpose_a, transpose_b, re, ce, runs, out, temps,
-                          as_tensor, side)
-            if as_tensor and not isinstance(c, DeviceTensor):     # combined on the host
-                c = self.tensor(c)
-            return c
+            for i, c in enumerate(calls):
+                if not isinstance(c.a, DeviceTensor):
+                    c.a = self.tensor(c.a)
+                    temps.append(c.a)
+                if not isinstance(c.b, DeviceTensor):
+                    c.b = self.tensor(c.b)
+                    temps.append(c.b)
+                if c.block is None:        # behind the GEMM before it: chosen queued
+                    c.block = self._choose_block(c.m, c.n, c.k, c.ta, c.tb, queued=i > 0)
+                (self.stats if single else self.stats["gemms"][i])["block"] = int(c.block)
+            results = self._run(calls, temps)
+            for i, (c, r) in enumerate(zip(calls, results, strict=True)):
+                if c.as_tensor and not isinstance(r, DeviceTensor):     # combined on the host
+                    results[i] = self.tensor(r)
+            return results
         finally:
             for t in temps:
                 t.free()
@@ -495,7 +591,7 @@ class Device:
         board = getattr(getattr(self.driver, "target", None), "board", None)
         return resolve_port(BOARD_PORTS[board]) if board in BOARD_PORTS else None
 
-    def _choose_block(self, m, n, k, ta, tb) -> int:
+    def _choose_block(self, m, n, k, ta, tb, queued=False) -> int:
         info = self.driver.info
         port = self.memory_port()
         if port is None:
@@ -503,84 +599,130 @@ class Device:
         from sim.perfmodel import best_block
         return best_block(m, n, k, ta, tb, rows=info.rows, cols=info.cols, depth=info.depth,
                           block=info.block, data_width=info.data_width, port=port,
-                          write_ports=info.write_ports, read_ports=info.read_ports)
+                          write_ports=info.write_ports, read_ports=info.read_ports,
+                          queued=queued)
 
-    def _run(self, a, b, m, n, k, ta, tb, re, ce, runs, out, temps, as_tensor=False, side=0):
-        bpw = self.bytes_per_word
-        chunk = self.max_dim // bpw * bpw or self.max_dim
-        exact = runs is None
-        if exact:
-            runs = [(0, k, 0)]
-        # (run index, k0, k1, exponent): runs cut into chunks the descriptor can take
-        pieces = [(r, k0, min(k0 + chunk, stop), e) for r, (start, stop, e) in enumerate(runs)
-                  for k0 in range(start, stop, chunk)]
-        single = len(pieces) == 1 and exact
-        row = self._exponents(re, temps) if single else 0
-        col = self._exponents(ce, temps) if single else 0
-        raw = out == "int32" or not single
+    def _run(self, calls: list[_Call], temps: list) -> list:
+        """Every call's descriptors, queued back to back; returns the calls' results in order.
+
+        One driver run takes pieces until their C buffers pass :data:`C_BUDGET` bytes (at
+        least the queue's depth of pieces): the driver feeds the queue as it drains, so the
+        accelerator never waits for the host within a run.
+
+        A call is one descriptor set (``single``) when one chunk of K covers it and ``k_exp``
+        has one run; else each chunk of each run is a raw int32 piece of its own C buffer,
+        combined on the host in order (int64 within a run, float64 across runs).
+        """
+        chunk = self._chunk
+        items = []                                # (call, piece index)
+        for c in calls:
+            exact = c.runs is None
+            runs = [(0, c.k, 0)] if exact else c.runs
+            # (run index, k0, k1, exponent): runs cut into chunks the descriptor can take
+            c.pieces = [(r, k0, min(k0 + chunk, stop), e)
+                        for r, (start, stop, e) in enumerate(runs)
+                        for k0 in range(start, stop, chunk)]
+            c.single = len(c.pieces) == 1 and exact
+            c.row = self._exponents(c.re, temps) if c.single else 0
+            c.col = self._exponents(c.ce, temps) if c.single else 0
+            c.raw = c.out == "int32" or not c.single
+            c.acc = None if c.single else np.zeros((c.m, c.n), np.int64)  # the run's sum
+            c.total = None if exact else np.zeros((c.m, c.n), np.float64)
+            items += [(c, i) for i in range(len(c.pieces))]
         counters = {"busy_cycles": 0, "active_cycles": 0, "stall_cycles": 0}
-        acc = np.zeros((m, n), np.int64) if not single else None    # the current run's sum
-        total = np.zeros((m, n), np.float64) if not exact else None
-        result = None
-        group = max(1, self.driver.info.queue)
-        for g in range(0, len(pieces), group):
-            batch = pieces[g:g + group]
-            cs = [self.empty((m, n), np.int32 if raw else np.float32) for _ in batch]
-            temps.extend(cs)
+        for batch in _batches(items, max(1, self.driver.info.queue), C_BUDGET):
+            cs = [self.empty((c.m, c.n), np.int32 if c.raw else np.float32) for c, _ in batch]
             descs = []
-            with self.profile.time("driver"):
-                for (_, k0, k1, _), c in zip(batch, cs, strict=True):
-                    a_, b_, j0, j1 = a, b, k0, k1
-                    if k0 % bpw and (not ta or tb):   # a K offset inside a row: not aligned
-                        with self.profile.time("layout"):
-                            a_ = self._k_slice(a, ta, k0, k1, temps)
-                            b_ = self._k_slice(b, not tb, k0, k1, temps)
-                        j0, j1 = 0, k1 - k0
-                    descs += self.driver.descriptors(
-                        a_, b_, c, m=m, n=n, k0=j0, k1=j1, transpose_a=ta, transpose_b=tb,
-                        row_exp=row, col_exp=col, raw=raw, limit=chunk, block=side)
-            cnt = self.driver.run(*descs, profile=self.profile)
-            self.stats["descriptors"] += len(descs)
-            for key in counters:
-                counters[key] += cnt[key]
-            if single and as_tensor:            # C stays where the accelerator wrote it
-                temps.remove(cs[0])
-                result = cs[0]
-                break
-            parts = [c.numpy() for c in cs]
-            if single:
-                result = parts[0]
-                break
-            with self.profile.time("combine"):
-                for idx, p in enumerate(parts):
-                    r, _, _, e = batch[idx]
-                    acc += p
-                    last = g + idx + 1 == len(pieces) or pieces[g + idx + 1][0] != r
-                    if not exact and last:    # one term per run, in run order
-                        with np.errstate(over="ignore"):
-                            total += acc.astype(np.float64) * np.exp2(
-                                re[:, None] + ce[None, :] + e)
-                        acc[...] = 0
-        if not single:
-            with self.profile.time("combine"), np.errstate(over="ignore"):
-                if not exact:
-                    result = total.astype(np.float32)
-                elif out == "int32":
-                    result = acc.astype(np.int32)
-                else:
-                    result = np.float32(np.float64(acc) * np.exp2(re[:, None] + ce[None, :]))
+            try:
+                with self.profile.time("driver"):
+                    for (call, i), c in zip(batch, cs, strict=True):
+                        descs += self._descriptors(call, call.pieces[i], c, temps)
+                cnt = self.driver.run(*descs, profile=self.profile)
+                self.stats["descriptors"] += len(descs)
+                for key in counters:
+                    counters[key] += cnt[key]
+                for j, ((call, i), c) in enumerate(zip(batch, cs, strict=True)):
+                    if call.single and call.as_tensor:   # C stays where it was written
+                        call.result, cs[j] = c, None
+                    elif call.single:
+                        call.result = c.numpy()
+                    else:
+                        with self.profile.time("combine"):
+                            self._combine(call, i, c.numpy())
+            finally:
+                for c in cs:
+                    if c is not None:
+                        c.free()
+        for c in calls:
+            if not c.single:
+                with self.profile.time("combine"), np.errstate(over="ignore"):
+                    if c.runs is not None:
+                        c.result = c.total.astype(np.float32)
+                    elif c.out == "int32":
+                        c.result = c.acc.astype(np.int32)
+                    else:
+                        c.result = np.float32(np.float64(c.acc)
+                                              * np.exp2(c.re[:, None] + c.ce[None, :]))
         cycles = counters["busy_cycles"]
         self.profile.cycles += cycles
         self.stats.update(
             cycles=cycles, active_cycles=counters["active_cycles"],
             dma_stall_cycles=counters["stall_cycles"],
-            utilization=m * n * k / (self.rows * self.cols * cycles) if cycles else None)
-        return result
+            utilization=self.stats["macs"] / (self.rows * self.cols * cycles)
+            if cycles else None)
+        return [c.result for c in calls]
+
+    def _descriptors(self, call: _Call, piece, c, temps) -> list[dict]:
+        """The descriptors of one piece of ``call``, writing ``c``."""
+        _, k0, k1, _ = piece
+        a, b, j0, j1 = call.a, call.b, k0, k1
+        if k0 % self.bytes_per_word and (not call.ta or call.tb):   # K offset inside a row
+            with self.profile.time("layout"):
+                a = self._k_slice(call.a, call.ta, k0, k1, temps)
+                b = self._k_slice(call.b, not call.tb, k0, k1, temps)
+            j0, j1 = 0, k1 - k0
+        return self.driver.descriptors(
+            a, b, c, m=call.m, n=call.n, k0=j0, k1=j1, transpose_a=call.ta,
+            transpose_b=call.tb, row_exp=call.row, col_exp=call.col, raw=call.raw,
+            limit=self._chunk, block=call.block)
+
+    @property
+    def _chunk(self) -> int:
+        """The largest K of one piece: :attr:`max_dim`, aligned to the bus."""
+        bpw = self.bytes_per_word
+        return self.max_dim // bpw * bpw or self.max_dim
+
+    @staticmethod
+    def _combine(call: _Call, i: int, part: np.ndarray) -> None:
+        """Add piece ``i``'s exact partial sums; at its run's end, the run's scaled term."""
+        call.acc += part
+        r = call.pieces[i][0]
+        last = i + 1 == len(call.pieces) or call.pieces[i + 1][0] != r
+        if call.runs is not None and last:          # one term per run, in run order
+            with np.errstate(over="ignore"):
+                call.total += call.acc.astype(np.float64) * np.exp2(
+                    call.re[:, None] + call.ce[None, :] + call.pieces[i][3])
+            call.acc[...] = 0
 
     def close(self) -> None:
         """Free every pooled buffer."""
         if self.pool is not None:
             self.pool.trim()
+
+
+def _batches(items, least: int, budget: int):
+    """``items`` (``(call, piece)``) cut into consecutive runs: each takes at least ``least``
+    pieces, then more while their C buffers stay within ``budget`` bytes."""
+    batch, nbytes = [], 0
+    for item in items:
+        size = item[0].m * item[0].n * 4
+        if len(batch) >= least and nbytes + size > budget:
+            yield batch
+            batch, nbytes = [], 0
+        batch.append(item)
+        nbytes += size
+    if batch:
+        yield batch
 
 
 def _shaped(x):

@@ -173,27 +173,38 @@ class Engine:
     def gemm(self, qa: Q, qb: Q, *, transpose_a: bool = False, transpose_b: bool = False,
              keys=(None, None)) -> np.ndarray:
         """``op(a) @ op(b)`` of two quantised matrices on the device, as float32."""
-        self.gemms += 1
+        return self.queued_gemms([(qa, qb, dict(transpose_a=transpose_a,
+                                                transpose_b=transpose_b, keys=keys))])[0]
+
+    def queued_gemms(self, calls) -> list[np.ndarray]:
+        """Independent GEMMs queued on the device together (:meth:`firmware.Device.gemms`):
+        ``calls`` is a list of ``(qa, qb, options)``, ``options`` the keywords of
+        :meth:`gemm`; the results as float32, each bit for bit :meth:`gemm`'s."""
         dev = self.device
         dev.profile = self.profile
-        for q, key in zip((qa, qb), keys, strict=True):
-            if key is not None:
-                self.upload(q, key)
-        # exponents of A along (M, K) and of B along (K, N)
-        a_m, a_k = (qa.col_exp, qa.row_exp) if transpose_a else (qa.row_exp, qa.col_exp)
-        b_k, b_n = (qb.col_exp, qb.row_exp) if transpose_b else (qb.row_exp, qb.col_exp)
-        k = qa.data.shape[0] if transpose_a else qa.data.shape[1]
-        k_exp = np.full(k, qa.exp + qb.exp, np.int16)
-        for v in (a_k, b_k):
-            if v is not None:
-                k_exp += v
-        c = dev.gemm(qa.tensor if qa.tensor is not None else qa.data,
-                     qb.tensor if qb.tensor is not None else qb.data,
-                     transpose_a=transpose_a, transpose_b=transpose_b,
-                     row_exp=a_m if a_m is not None else 0,
-                     col_exp=b_n if b_n is not None else 0, k_exp=k_exp)
+        self.gemms += len(calls)
+        args = []
+        for qa, qb, opts in calls:
+            ta, tb = opts.get("transpose_a", False), opts.get("transpose_b", False)
+            for q, key in zip((qa, qb), opts.get("keys", (None, None)), strict=True):
+                if key is not None:
+                    self.upload(q, key)
+            # exponents of A along (M, K) and of B along (K, N)
+            a_m, a_k = (qa.col_exp, qa.row_exp) if ta else (qa.row_exp, qa.col_exp)
+            b_k, b_n = (qb.col_exp, qb.row_exp) if tb else (qb.row_exp, qb.col_exp)
+            k = qa.data.shape[0] if ta else qa.data.shape[1]
+            k_exp = np.full(k, qa.exp + qb.exp, np.int16)
+            for v in (a_k, b_k):
+                if v is not None:
+                    k_exp += v
+            args.append(dict(a=qa.tensor if qa.tensor is not None else qa.data,
+                             b=qb.tensor if qb.tensor is not None else qb.data,
+                             transpose_a=ta, transpose_b=tb,
+                             row_exp=a_m if a_m is not None else 0,
+                             col_exp=b_n if b_n is not None else 0, k_exp=k_exp))
+        out = dev.gemms(args)
         self.cycles += dev.stats.get("cycles") or 0
-        return c
+        return out
 
     def matmul(self, a, b, *, transpose_a=False, transpose_b=False):
         """``op(a) @ op(b)`` in float32 (the fp32 reference path)."""
@@ -255,11 +266,13 @@ class Linear(Layer):
                 else None
         policy = eng.blocks
         qd = eng.matrix(dy, _axis("sample" if policy.deltas == "row" else policy.deltas, 0, 1))
-        keys = ((id(self), "x"), (id(self), "dy"))
-        self.grads["W"] = eng.gemm(self.qx, qd, transpose_a=True, keys=keys)
+        dw = (self.qx, qd, dict(transpose_a=True, keys=((id(self), "x"), (id(self), "dy"))))
         if not need_input_grad:
+            self.grads["W"] = eng.gemm(dw[0], dw[1], **dw[2])
             return None
-        return eng.gemm(qd, self.qw, transpose_b=True, keys=((id(self), "dy"), (id(self), "W")))
+        self.grads["W"], dx = eng.queued_gemms(
+            [dw, (qd, self.qw, dict(transpose_b=True, keys=((id(self), "dy"), (id(self), "W"))))])
+        return dx
 
 
 class Conv2d(Layer):
@@ -350,12 +363,13 @@ class Conv2d(Layer):
             dcols = eng.matmul(dy_mat, self.params["W"], transpose_b=True)
         else:
             qd = self._quantized_deltas(dy, eng)
-            self.grads["W"] = eng.gemm(cols, qd, transpose_a=True,
-                                       keys=((id(self), "x"), (id(self), "dy")))
+            dw = (cols, qd, dict(transpose_a=True, keys=((id(self), "x"), (id(self), "dy"))))
             if not need_input_grad:
+                self.grads["W"] = eng.gemm(dw[0], dw[1], **dw[2])
                 return None
-            dcols = eng.gemm(qd, self.qw, transpose_b=True,
-                             keys=((id(self), "dy"), (id(self), "W")))
+            self.grads["W"], dcols = eng.queued_gemms(
+                [dw, (qd, self.qw, dict(transpose_b=True,
+                                        keys=((id(self), "dy"), (id(self), "W"))))])
         with eng.time("layout"):
             return self._col2im(dcols, shape, oh, ow)
 

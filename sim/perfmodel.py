@@ -465,34 +465,53 @@ def predict_queued(m: int, n: int, k: int, transpose_a: bool = False,
 #: Pynq-Z1's 256->256 batch-64 forward, block 7 -> 4: 18,631 -> 18,247 cycles.)
 BLOCK_MARGIN = 0.0
 
+#: Queued, a block other than the one chosen alone is taken only if predicted at least this
+#: much faster: the queued prediction misses by up to 12 % on a few shapes (the ZCU104
+#: stand-in's 256->256 batch-64 backward-data), where a switch on a small predicted gain
+#: loses. Measured by ``python -m sim.bench utilization`` (the 102 GEMMs' queued mean
+#: utilisation over their bound, against the block chosen alone): at 0, Pynq-Z1 +0.3,
+#: ZCU104 stand-in -0.3 points (30 -> 28 GEMMs at >= 90 %), VU9P stand-in +0.2; at 1 %, no
+#: board loses a GEMM from >= 90 %.
+QUEUED_BLOCK_MARGIN = 0.01
+
 
 def best_block(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool = False,
                *, rows: int, cols: int, depth: int, block: int, data_width: int,
-               port: dict, write_ports: int = 1, read_ports: int = 1) -> int:
+               port: dict, write_ports: int = 1, read_ports: int = 1,
+               queued: bool = False) -> int:
     """The reuse block's side (``1..block`` C tiles) with the fewest predicted cycles.
 
     Larger blocks read A and B fewer times; smaller ones let C leave earlier (a GEMM of one
     or two blocks writes all of C at its end) and start computing after fewer loads. The
-    largest side within :data:`BLOCK_MARGIN` of the fastest wins. Cached by shape,
-    configuration and port (a training run asks for the same few shapes every step).
+    largest side within :data:`BLOCK_MARGIN` of the fastest wins. ``queued``: the fewest
+    cycles behind another GEMM in the descriptor queue (:func:`predict_queued`), where the
+    fill hides under that one's drain and a larger block's longer first loads cost less.
+    Cached by shape, configuration and port (a training run asks for the same few shapes
+    every step).
     """
     knobs = tuple(sorted((key, port.get(key)) for key in (
         "outstanding_reads", "outstanding_writes", "read_latency", "write_latency",
         "max_burst", "pause", "dram_gbps", "clock_mhz", "data_width", "dram_arbitration")))
     return _best_block(m, n, k, bool(transpose_a), bool(transpose_b), rows, cols, depth, block,
-                       data_width, knobs, write_ports, read_ports)
+                       data_width, knobs, write_ports, read_ports, bool(queued))
 
 
 @functools.lru_cache(maxsize=4096)
 def _best_block(m, n, k, ta, tb, rows, cols, depth, block, data_width, knobs,
-                write_ports, read_ports) -> int:
-    port = dict(knobs)
-    cycles = {side: predict(m, n, k, ta, tb, rows=rows, cols=cols, depth=depth, block=side,
-                            data_width=data_width, port=port,
-                            write_ports=write_ports, read_ports=read_ports)["cycles"]
+                write_ports, read_ports, queued) -> int:
+    config = dict(rows=rows, cols=cols, depth=depth, data_width=data_width, port=dict(knobs),
+                  write_ports=write_ports, read_ports=read_ports)
+    cycles = {side: predict(m, n, k, ta, tb, block=side, **config)["cycles"]
               for side in range(1, block + 1)}
     fastest = min(cycles.values())
-    return max(side for side, c in cycles.items() if c <= fastest * (1 + BLOCK_MARGIN))
+    alone = max(side for side, c in cycles.items() if c <= fastest * (1 + BLOCK_MARGIN))
+    if not queued:
+        return alone
+    cycles = {side: predict_queued(m, n, k, ta, tb, block=side, **config)
+              for side in range(1, block + 1)}
+    fastest = min(cycles.values())
+    side = max(side for side, c in cycles.items() if c <= fastest * (1 + BLOCK_MARGIN))
+    return side if cycles[side] < cycles[alone] * (1 - QUEUED_BLOCK_MARGIN) else alone
 
 
 def training_gemms(batch: int, fan_in: int, fan_out: int) -> list[tuple]:

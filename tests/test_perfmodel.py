@@ -77,6 +77,33 @@ def test_best_block_is_the_largest_near_the_fastest():
     assert perfmodel._best_block.cache_info().hits == hits + 1
 
 
+def test_best_block_queued_departs_only_for_a_clear_gain():
+    """Queued (behind another GEMM), the block is the one chosen alone unless another is
+    predicted QUEUED_BLOCK_MARGIN faster queued; on the Pynq-Z1 default the 256->10 layer's
+    batch-64 weight gradient (256x10x64, A transposed) takes a larger block queued than
+    alone (its longer first loads hide under the one before)."""
+    from sim.perfmodel import predict_queued
+    config = {"rows": 16, "cols": 16, "depth": 256, "data_width": 64, "write_ports": 4,
+              "read_ports": 2, "port": resolve_port("zynq7-hp")}
+    cases = [(128, 128, 256, True, False), (64, 10, 256, False, False),
+             (64, 256, 10, False, True), (256, 10, 64, True, False)]
+    departed = 0
+    for m, n, k, ta, tb in cases:
+        alone = best_block(m, n, k, ta, tb, block=8, **config)
+        queued = best_block(m, n, k, ta, tb, block=8, queued=True, **config)
+        q = {s: predict_queued(m, n, k, ta, tb, block=s, **config) for s in range(1, 9)}
+        if queued != alone:
+            departed += 1
+            assert q[queued] < q[alone] * (1 - perfmodel.QUEUED_BLOCK_MARGIN)
+            assert q[queued] == min(q.values())
+        else:
+            best = min(q.values())
+            assert best >= q[alone] * (1 - perfmodel.QUEUED_BLOCK_MARGIN)
+    assert best_block(256, 10, 64, True, False, block=8, queued=True, **config) > \
+        best_block(256, 10, 64, True, False, block=8, **config)
+    assert departed >= 1
+
+
 def test_best_block_follows_the_dram_arbitration():
     """The side is cached by every knob the model reads, the DRAM's arbitration too: the
     VU9P stand-in's 128x10x256 forward is one block of 8 behind its round-robin DRAM, of 7

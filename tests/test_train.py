@@ -63,18 +63,20 @@ class _Recorder:
     def __init__(self):
         self.inner = Device("golden")
         self.calls, self.uploads, self.stats, self.profile = [], [], {}, None
+        self.queued = []                # GEMMs per device run
 
     def tensor(self, x, into=None):
         self.uploads.append(x.shape)
         return self.inner.tensor(x, into=into)
 
-    def gemm(self, a, b, **kw):
-        kx = kw["k_exp"]
-        self.calls.append((a.dtype, b.dtype, kw["transpose_a"], kw["transpose_b"],
-                           np.ndim(kw["row_exp"]), np.ndim(kw["col_exp"]),
-                           len(set(kx.tolist()))))
+    def gemms(self, calls):
+        for kw in calls:
+            self.calls.append((kw["a"].dtype, kw["b"].dtype, kw["transpose_a"],
+                               kw["transpose_b"], np.ndim(kw["row_exp"]),
+                               np.ndim(kw["col_exp"]), len(set(kw["k_exp"].tolist()))))
+        self.queued.append(len(calls))
         self.inner.profile = self.profile
-        out = self.inner.gemm(a, b, **kw)
+        out = self.inner.gemms(calls)
         self.stats = self.inner.stats
         return out
 
@@ -94,6 +96,7 @@ def test_int8_runs_the_three_gemms_on_the_device_quantising_each_tensor_once():
     ]
     # x, W in the forward pass, dy once in the backward pass: three uploads, no more
     assert dev.uploads == [(7, 6), (6, 5), (7, 5)]
+    assert dev.queued == [1, 2]      # the backward pass's two GEMMs queued together
 
 
 def test_fox_blocks_put_the_per_sample_exponents_of_the_weight_gradient_along_k():
@@ -110,6 +113,7 @@ def test_fox_blocks_put_the_per_sample_exponents_of_the_weight_gradient_along_k(
                      (True, False), (False, True),        # layer 2: wgrad, backward-data
                      (True, False)]                       # layer 1: wgrad only
     assert dev.calls[2][6] > 1 and dev.calls[4][6] > 1    # several K blocks: per sample
+    assert dev.queued == [1, 1, 2, 1]
     big = nn.Engine("int8", dev, rng=np.random.default_rng(2), blocks=nn.BIG_BLOCK)
     dev.calls = []
     net.forward(x, big)

@@ -209,14 +209,12 @@ class Accel:
                                     n, "column")
         dev = self.device
         dev.profile = eng.profile
-        terms = []
-        for start, stop, e in golden.k_runs(golden._k_exp_vector(k_exp, k)):
-            eng.gemms += 1
-            p = dev.gemm(qa.data[start:stop], qb.data[start:stop], transpose_a=True,
-                         out="int32")
-            eng.cycles += dev.stats.get("cycles") or 0
-            terms.append((p, e))
-        return terms, re, ce
+        runs = golden.k_runs(golden._k_exp_vector(k_exp, k))
+        eng.gemms += len(runs)
+        parts = dev.gemms([dict(a=qa.data[start:stop], b=qb.data[start:stop],
+                                transpose_a=True, out="int32") for start, stop, _ in runs])
+        eng.cycles += dev.stats.get("cycles") or 0
+        return [(p, e) for p, (_, _, e) in zip(parts, runs, strict=True)], re, ce
 
 
 class _Sum:
