@@ -106,6 +106,7 @@ def list_platforms() -> str:
         lines.append(f"| {b.name} | {b.part} | {b.family} | {b.data_width} | "
                      f"{b.clock_mhz:g} MHz | {cfg['rows']}x{cfg['cols']}"
                      f"{' (' + str(cfg['dsp_rows']) + ' DSP rows)' if 'dsp_rows' in cfg else ''}"
+                     f"{' (2 MACs/' + cfg['dsp_slice'] + ')' if cfg['packing'] == 2 else ''}"
                      f" | {macs} |")
     return "\n".join(lines)
 
@@ -120,8 +121,13 @@ def parse_args(argv):
     parser.add_argument("--cols", type=_positive, help="array columns")
     parser.add_argument("--depth", type=_positive, help="K chunk / buffer depth per slot")
     parser.add_argument("--block", type=_positive, help="C tiles per block side")
+    parser.add_argument("--packing", type=int, choices=[1, 2],
+                        help="MACs per DSP slice: 2 (every board's default) packs two "
+                             "sharing an operand into a DSP48E1 (7-series) or DSP48E2; 1, "
+                             "one MAC per slice (with --dsp-rows, some in LUTs)")
     parser.add_argument("--dsp-rows", type=_natural,
-                        help="array rows whose PEs use DSP slices (the rest use LUTs)")
+                        help="with --packing 1: array rows whose PEs use DSP slices (the "
+                             "rest use LUTs)")
     parser.add_argument("--acc-ram", choices=["auto", "ultra"],
                         help="what the accumulation slots are built of: what synthesis "
                              "chooses, or UltraRAM (UltraScale+ boards)")
@@ -154,7 +160,7 @@ def parse_args(argv):
         parser.error(f"--platform is required: one of {', '.join(sorted(PLATFORMS))}")
     board = PLATFORMS[args.platform]
     cfg = board.config(rows=args.rows, cols=args.cols, depth=args.depth, block=args.block,
-                       dsp_rows=args.dsp_rows, acc_ram=args.acc_ram,
+                       dsp_rows=args.dsp_rows, acc_ram=args.acc_ram, packing=args.packing,
                        write_ports=args.write_ports, read_ports=args.read_ports,
                        slr_groups=args.slr_groups)
     if cfg.get("slr_groups", 1) == 1:
@@ -168,9 +174,9 @@ def parse_args(argv):
             cfg.pop("dsp_rows", None)
     if "dsp_rows" in cfg and cfg["dsp_rows"] > cfg["rows"]:
         parser.error(f"--dsp-rows must be at most --rows ({cfg['rows']}), got {cfg['dsp_rows']}")
-    if "dsp_rows" in cfg and board.packing != 1:
-        parser.error(f"--dsp-rows applies to 7-series boards; {board.name} packs two MACs "
-                     "per DSP48E2")
+    if "dsp_rows" in cfg and cfg["packing"] != 1:
+        parser.error(f"--dsp-rows applies with one MAC per DSP slice (--packing 1); the "
+                     f"{board.name} packs two MACs per {board.config()['dsp_slice']}")
     if cfg.get("acc_ram") == "ultra" and not board.capacity.get("URAM"):
         parser.error(f"--acc-ram ultra needs UltraRAM; the {board.name}'s {board.part} has none")
     if (args.timing or args.timing_strict) and args.synth != "yosys":

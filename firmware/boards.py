@@ -34,7 +34,7 @@ REGISTER_RANGE = 0x1_0000
 @dataclass(frozen=True)
 class BoardInfo:
     name: str                 # command-line name
-    family: str               # "xc7" or "xcup" (two MACs per DSP48E2)
+    family: str               # "xc7" (DSP48E1 slices) or "xcup" (DSP48E2)
     base_addr: int            # the register block's address (see the module documentation)
     address_space: str        # the block design's master address space holding it
     clock_mhz: float
@@ -57,13 +57,19 @@ class BoardInfo:
 
     @property
     def packing(self) -> int:
-        return 2 if self.family == "xcup" else 1
+        """MACs per DSP slice of the default (two wherever it does not say)."""
+        return self.default.get("packing", 2)
+
+    @property
+    def dsp_slice(self) -> str:
+        return "DSP48E2" if self.family == "xcup" else "DSP48E1"
 
     def config(self, **overrides) -> dict:
-        """The accelerator parameters: the default, with ``overrides`` (not None) applied."""
+        """The accelerator parameters: the default, with ``overrides`` (not None) applied.
+        ``dsp_slice`` is the family's (what the simulators model with ``packing=2``)."""
         cfg = {"rows": 8, "cols": 8, "depth": 512, "block": 4, "queue": 4,
                "data_width": self.data_width, "addr_width": self.addr_width,
-               "packing": self.packing, **self.default}
+               "packing": self.packing, "dsp_slice": self.dsp_slice, **self.default}
         cfg.update({k: v for k, v in overrides.items() if v is not None})
         return cfg
 
@@ -71,7 +77,7 @@ class BoardInfo:
 BOARDS: dict[str, BoardInfo] = {b.name: b for b in (
     BoardInfo("pynq-z1", "xc7", base_addr=0x43C0_0000, address_space="ps/Data",
               clock_mhz=100.0, data_width=64, addr_width=32,
-              default={"rows": 16, "cols": 16, "depth": 256, "block": 8, "dsp_rows": 10,
+              default={"rows": 16, "cols": 16, "depth": 256, "block": 8, "packing": 2,
                        "write_ports": 4, "read_ports": 2}),
     BoardInfo("zcu104", "xcup", base_addr=0xA000_0000, address_space="ps/Data",
               clock_mhz=200.0, data_width=128, addr_width=40,

@@ -39,7 +39,9 @@ class Board:
 
     @property
     def packing(self) -> int:
-        return 2 if self.family == "xcup" else 1
+        """MACs per DSP slice of the default (:attr:`firmware.boards.BoardInfo.packing`)."""
+        from firmware.boards import board
+        return board(self.name).packing
 
     def config(self, **overrides) -> dict:
         """The accelerator parameters: the board's default with ``overrides`` (not None)

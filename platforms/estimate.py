@@ -249,7 +249,7 @@ def _cached_array(rows, cols, params, family, work_dir, progress=None) -> dict:
             + (f"_slr{groups}" if groups != 1 else ""))
     extra = {"slr_groups": groups} if groups != 1 else {}     # (the cache key: only if used)
     return _synth_once("array", name, family, work_dir, progress, rows=rows, cols=cols,
-                       **extra)
+                       packing=params.get("packing", 1), **extra)
 
 
 def _fit_linear(points: dict, rows: int, cols: int) -> float:
@@ -260,6 +260,13 @@ def _fit_linear(points: dict, rows: int, cols: int) -> float:
     y = np.array([points[k] for k in keys], float)
     coef, *_ = np.linalg.lstsq(a, y, rcond=None)
     return float(coef @ np.array([1, rows, cols]))
+
+
+def design_tag(params: dict, family: str) -> str:
+    """The cached designs' name tag: family, bus width, and the packing where it is not the
+    family's usual (two MACs per DSP48E1 on xc7)."""
+    return (f"{family}_d{params.get('data_width')}"
+            + ("_p2" if family == "xc7" and params.get("packing", 1) == 2 else ""))
 
 
 def estimate_accelerator(params: dict, family: str, work_dir: Path, progress=None):
@@ -276,7 +283,7 @@ def estimate_accelerator(params: dict, family: str, work_dir: Path, progress=Non
     work_dir.mkdir(parents=True, exist_ok=True)
     rows, cols = params["rows"], params["cols"]
     keys = ("LUT", "FF", "DSP", "BRAM36", "URAM", "CARRY", "LUTRAM")
-    tag = f"{family}_d{params.get('data_width')}"
+    tag = design_tag(params, family)
     if rows * cols <= FULL_LIMIT:
         res = _cached_synth(params, family, work_dir, f"accel_{rows}x{cols}_{tag}", progress)
         return ({k: res.get(k, 0) for k in keys},

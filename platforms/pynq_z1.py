@@ -5,10 +5,12 @@ The accelerator sits on the Zynq PS7: AXI4-Lite control from M_AXI_GP0, its DMA 
 through all four, row r on HP(r mod 4)), clock FCLK_CLK0, interrupt on IRQ_F2P. The host is
 the ARM running PYNQ; the ``pynq`` backend drives it with ``pynq.Overlay`` + the ``.hwh``.
 
-The default array is 16x16 (256 MACs/cycle): 160 of its PEs use DSP48E1 slices and the last 96
-multiply in LUTs (``dsp_rows`` of the array, see ``rtl.systolic``), so that with the engine's
-own multipliers (two load sequencers' and four write-backs' address products) the design
-stays within 80 % of the 220 DSP slices (176).
+The default array is 16x16 (256 MACs/cycle) with two MACs per DSP48E1 (``packing=2``: each
+slice computes ``P += (a_hi * 2**16 + a_lo) * b`` for two rows sharing ``b``, the fabric
+keeping the bits the slice lacks; ``rtl.dsp``, ``rtl.systolic.PackedPair``): 128 slices for
+the array, 16 for the engine's own multipliers (two load sequencers' and four write-backs'
+address products), 144 of the 220. (With one MAC per slice, ``--packing 1 --dsp-rows 10``,
+160 PEs used DSP48E1 slices and 96 multiplied in LUTs, ~216 LUTs each.)
 """
 
 from amaranth_boards.arty_z7 import ArtyZ720Platform

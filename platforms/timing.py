@@ -539,10 +539,18 @@ def accelerator_timing(params: dict, family: str, target_mhz: float, work_dir: P
     engine, buffers and DMA does not grow with the array, but array-wide muxes and the fan-out
     of broadcast nets do. Results are cached by the design's digest.
     """
-    from .estimate import ABC9_WIRE_PS, FIT_POINTS, FULL_LIMIT, _synth_once, _tag, netlist_path
+    from .estimate import (
+        ABC9_WIRE_PS,
+        FIT_POINTS,
+        FULL_LIMIT,
+        _synth_once,
+        _tag,
+        design_tag,
+        netlist_path,
+    )
 
     rows, cols = params["rows"], params["cols"]
-    tag = f"{family}_d{params.get('data_width')}"
+    tag = design_tag(params, family)
     if whole or rows * cols <= FULL_LIMIT:
         used, name = dict(params), f"accel_{rows}x{cols}_{tag}"
         if rows * cols > FULL_LIMIT:

@@ -48,7 +48,7 @@ class Accelerator(wiring.Component):
 
     Parameters
     ----------
-    rows, cols, depth, block, packing, primitive, dsp_rows, acc_ram, slr_groups :
+    rows, cols, depth, block, packing, primitive, dsp_rows, acc_ram, slr_groups, dsp_slice :
         As :class:`rtl.engine.GemmEngine`.
     data_width, addr_width : int
         AXI4 manager data width (64/128/256/512) and address width (32/40/64).
@@ -77,7 +77,8 @@ class Accelerator(wiring.Component):
                  data_width: int = 128, addr_width: int = 32, queue: int = 4, block: int = 4,
                  packing: int = 1, primitive: bool = False, burst_beats: int = 16,
                  outstanding: int = 8, dsp_rows: int | None = None, acc_ram: str = "auto",
-                 write_ports: int = 1, slr_groups: int = 1, read_ports: int = 1):
+                 write_ports: int = 1, slr_groups: int = 1, read_ports: int = 1,
+                 dsp_slice: str = "DSP48E2"):
         # (+ the two the engine may hold: QUEUE_LEVEL's 8 bits)
         if not isinstance(queue, int) or not 1 <= queue <= 253:
             raise ValueError(f"queue must be an integer in 1..253, not {queue!r}")
@@ -86,7 +87,7 @@ class Accelerator(wiring.Component):
                                  addr_width=addr_width, block=block, packing=packing,
                                  primitive=primitive, dsp_rows=dsp_rows, acc_ram=acc_ram,
                                  write_ports=write_ports, slr_groups=slr_groups,
-                                 read_ports=read_ports)
+                                 read_ports=read_ports, dsp_slice=dsp_slice)
         self.readers = [DmaReader(data_width, addr_width, burst_beats=burst_beats,
                                   outstanding=outstanding) for _ in range(read_ports)]
         self.reader = self.readers[0]

@@ -93,10 +93,10 @@ class GemmDatapath(wiring.Component):
         Tile slots per operand buffer (at least 2).
     acc_slots : int
         C tiles the accumulation buffer holds (``acc_slots * rows`` rows of ``cols`` int32).
-    packing, primitive, dsp_rows :
-        Passed to :class:`rtl.systolic.SystolicArray`: 2 packs two MACs per DSP48E2
-        (UltraScale+); ``primitive`` instantiates the ``DSP48E2`` for synthesis; rows from
-        ``dsp_rows`` on multiply in LUTs.
+    packing, primitive, dsp_rows, dsp_slice :
+        Passed to :class:`rtl.systolic.SystolicArray`: 2 packs two MACs per ``dsp_slice``
+        (``"DSP48E2"``, UltraScale+, or ``"DSP48E1"``, 7-series); ``primitive`` instantiates
+        the slices for synthesis; rows from ``dsp_rows`` on multiply in LUTs.
     slr_groups : int
         The array's columns split evenly into this many groups, one per super logic region
         of a stacked-silicon device (``SystolicArray(slr_cols=...)``, :func:`slr_cols`); at
@@ -140,13 +140,14 @@ class GemmDatapath(wiring.Component):
     def __init__(self, rows: int, cols: int, depth: int = 512, out_rows: int | None = None,
                  *, slots: int = 2, acc_slots: int = 2, lookahead: int = 2, packing: int = 1,
                  primitive: bool = False, dsp_rows: int | None = None,
-                 acc_ram: str = "auto", slr_groups: int = 1):
+                 acc_ram: str = "auto", slr_groups: int = 1, dsp_slice: str = "DSP48E2"):
         if acc_ram not in ACC_RAMS:
             raise ValueError(f"acc_ram must be one of {ACC_RAMS}, not {acc_ram!r}")
         self.acc_ram = acc_ram
         # validates rows, cols, packing, dsp_rows
         self.array = SystolicArray(rows, cols, packing=packing, primitive=primitive,
-                                   dsp_rows=dsp_rows, slr_cols=slr_cols(cols, slr_groups))
+                                   dsp_rows=dsp_rows, slr_cols=slr_cols(cols, slr_groups),
+                                   dsp_slice=dsp_slice)
         self.a_buf = TransposableBuffer(rows, depth, slots)  # validates depth and slots
         self.b_buf = TransposableBuffer(cols, depth, slots)
         self.rescaler = Rescaler(cols, primitive=primitive)

@@ -122,7 +122,7 @@ class GemmEngine(wiring.Component):
         AXI bus.
     block : int
         C tiles per block side (buffer slots ``2 * block``, accumulation slots ``block**2``).
-    packing, primitive, dsp_rows, acc_ram, slr_groups :
+    packing, primitive, dsp_rows, acc_ram, slr_groups, dsp_slice :
         Passed to :class:`rtl.datapath.GemmDatapath`.
     write_ports : {1, 2, 4}
         DMA writers C rows are written through (at most ``rows``).
@@ -158,7 +158,7 @@ class GemmEngine(wiring.Component):
                  data_width: int = 128, addr_width: int = 32, block: int = 4,
                  packing: int = 1, primitive: bool = False, dsp_rows: int | None = None,
                  acc_ram: str = "auto", write_ports: int = 1, slr_groups: int = 1,
-                 read_ports: int = 1):
+                 read_ports: int = 1, dsp_slice: str = "DSP48E2"):
         self.write_ports = regmap.check_write_ports(write_ports)
         self.read_ports = regmap.check_read_ports(read_ports)
         for name, v in (("rows", rows), ("cols", cols)):
@@ -183,7 +183,8 @@ class GemmEngine(wiring.Component):
                                      acc_slots=block * block, lookahead=block * block + 2,
                                      packing=packing,
                                      primitive=primitive, dsp_rows=dsp_rows,
-                                     acc_ram=acc_ram, slr_groups=slr_groups)
+                                     acc_ram=acc_ram, slr_groups=slr_groups,
+                                     dsp_slice=dsp_slice)
         super().__init__({
             "soft_reset": In(1),
             "start": In(1),

@@ -34,31 +34,35 @@ COMPONENTS = {
 }
 
 
-#: How each device family maps MACs onto DSP slices.
+#: How each device family maps MACs onto DSP slices: its slice, instantiated, and the
+#: packing used where the parameters do not say (one MAC per DSP48E1, inferred; two per
+#: DSP48E2). ``packing=2`` on xc7 packs two MACs per instantiated DSP48E1.
 FAMILY_DSP = {
-    "xc7": {"packing": 1, "primitive": True},
-    "xcup": {"packing": 2, "primitive": True},
+    "xc7": {"primitive": True, "dsp_slice": "DSP48E1"},
+    "xcup": {"primitive": True, "dsp_slice": "DSP48E2"},
 }
+FAMILY_PACKING = {"xc7": 1, "xcup": 2}
 
 
 def make(kind: str, **params):
     """Construct the component ``kind`` (a key of :data:`COMPONENTS`) with ``params``.
 
-    ``family`` (``"xc7"`` or ``"xcup"``) in ``params`` picks the DSP mapping: one MAC per
-    DSP48E1 by inference on xc7, two per instantiated DSP48E2 on xcup.
+    ``family`` (``"xc7"`` or ``"xcup"``) in ``params`` picks the DSP slice and, unless
+    ``packing`` is given, the packing: one MAC per DSP48E1 by inference on xc7, two per
+    instantiated DSP48E2 on xcup (``packing=2`` on xc7: two per instantiated DSP48E1).
     """
     family = params.pop("family", None)
     if family is not None:
         if family not in FAMILY_DSP:
             raise ValueError(f"family must be one of {sorted(FAMILY_DSP)}, not {family!r}")
-        params = {**params, **FAMILY_DSP[family]}
+        params = {"packing": FAMILY_PACKING[family], **params, **FAMILY_DSP[family]}
     if kind not in COMPONENTS:
         raise ValueError(f"kind must be one of {sorted(COMPONENTS)}, not {kind!r}")
     if kind == "array":      # the accelerator's slr_groups, as the datapath splits them
         from .datapath import slr_cols
         groups = params.get("slr_groups", 1)
         params = {k: v for k, v in params.items()
-                  if k in ("rows", "cols", "packing", "primitive")}
+                  if k in ("rows", "cols", "packing", "primitive", "dsp_slice")}
         if groups != 1:
             params["slr_cols"] = slr_cols(params["cols"], groups)
     if kind == "csr":

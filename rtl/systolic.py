@@ -5,21 +5,25 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ._util import delay
-from .dsp import SHIFT, PackedMac
+from .dsp import SLICES, PackedMac
 from .xilinx import lane_copies, register_copies, select
 
 __all__ = ["ProcessingElement", "PackedPair", "SystolicArray", "array_input_layout",
            "array_output_layout", "unpack_pair"]
 
-#: Width of ``w_lo = S_lo[31:18]``.
-LO_WRAP_BITS = 32 - SHIFT
-
 #: Operand lanes (of ``a`` or ``b``) one copy of the array's input ``valid`` zeroes on a
 #: bubble: each copy drives ``8 * LANES_PER_VALID`` LUT inputs.
 LANES_PER_VALID = 8
 
-#: What a :class:`PackedPair` captures at the end of a tile.
-PAIR_RESULT = data.StructLayout({"p": signed(48), "w_lo": LO_WRAP_BITS, "w_top": 2})
+def pair_result_layout(dsp_slice: str = "DSP48E2") -> data.StructLayout:
+    """What a :class:`PackedPair` on ``dsp_slice`` captures at the end of a tile: ``P``,
+    ``w_lo = S_lo[31:S]`` (``32 - S`` bits, ``S`` the slice's shift) and ``w_top``."""
+    shift = SLICES[dsp_slice]["shift"]
+    return data.StructLayout({"p": signed(48), "w_lo": 32 - shift, "w_top": 2})
+
+
+#: What a :class:`PackedPair` on a DSP48E2 captures.
+PAIR_RESULT = pair_result_layout("DSP48E2")
 
 
 def array_input_layout(rows: int, cols: int) -> data.StructLayout:
@@ -129,15 +133,17 @@ class ProcessingElement(wiring.Component):
 
 
 class PackedPair(wiring.Component):
-    """Two vertically adjacent MAC cells in one DSP48E2 (:class:`rtl.dsp.PackedMac`).
+    """Two vertically adjacent MAC cells in one DSP slice (:class:`rtl.dsp.PackedMac`).
 
     Rows ``2q`` (``hi``) and ``2q + 1`` (``lo``) of a column share the operand ``b``. The slice
-    holds ``P = S_hi * 2**18 + S_lo`` in 48 bits, which alone cannot tell the two sums apart once
-    ``|S_lo|`` reaches ``2**17`` (eight steps at worst). So the fabric keeps the bits the slice
-    lacks: ``w_lo = S_lo[31:18]`` and ``w_top = P_true[49:48]``. A sum moves by at most
-    ``2**14`` (resp. ``2**33``) a step, so it crosses a multiple of ``2**18`` (resp. ``2**48``)
-    exactly when the field's top two bits go ``11 -> 00`` (up, +1) or ``00 -> 11`` (down, -1);
-    a load counts as a move from zero. With both captured beside ``P``, :func:`unpack_pair`
+    holds ``P = S_hi * 2**S + S_lo`` in 48 bits (``S`` = 18 on a DSP48E2, 16 on a DSP48E1),
+    which alone cannot tell the two sums apart once ``|S_lo|`` reaches ``2**(S-1)`` (eight
+    steps at worst on a DSP48E2, two on a DSP48E1). So the fabric keeps the bits the slice
+    lacks: ``w_lo = S_lo[31:S]`` and ``w_top = P_true[49:48]``. A sum moves by at most
+    ``2**14`` (resp. ``2**33``) a step — at most a quarter of the field ``2**S``, even at
+    ``S = 16`` — so it crosses a multiple of ``2**S`` (resp. ``2**48``) exactly when the
+    field's top two bits go ``11 -> 00`` (up, +1) or ``00 -> 11`` (down, -1); a load counts
+    as a move from zero. With both captured beside ``P``, :func:`unpack_pair`
     recovers the two int32 sums exactly for any ``K <= MAX_K`` with one subtraction.
 
     ``b`` passes down the column in the slices themselves: the first pair row registers
@@ -156,7 +162,7 @@ class PackedPair(wiring.Component):
         With ``cascade``: ``b`` from the pair above's :attr:`bc_o`.
     bc_o : Out(signed(18))
         ``b`` for the pair below (the slice's ``BCOUT``), one cycle after this pair's.
-    result : Out(PAIR_RESULT)
+    result : Out(pair_result_layout(dsp_slice))
         The captured ``P`` and high bits, from :attr:`RESULT_LATENCY` cycles after the cycle
         ``last_i`` is high until the next capture (``P`` changes :attr:`OVERWRITE_LATENCY`
         cycles after the next ``last_i``, the counts one cycle later).
@@ -170,23 +176,19 @@ class PackedPair(wiring.Component):
     #: counts).
     OVERWRITE_LATENCY = RESULT_LATENCY - 1
 
-    hi_i: In(signed(8))
-    lo_i: In(signed(8))
-    b_i: In(signed(8))
-    bc_i: In(signed(18))
-    first_i: In(1)
-    last_i: In(1)
-    hi_o: Out(signed(8))
-    lo_o: Out(signed(8))
-    bc_o: Out(signed(18))
-    first_o: Out(1)
-    last_o: Out(1)
-    result: Out(PAIR_RESULT)
-
-    def __init__(self, *, primitive: bool = False, cascade: bool = False):
+    def __init__(self, *, primitive: bool = False, cascade: bool = False,
+                 dsp_slice: str = "DSP48E2"):
         self.primitive = primitive
         self.cascade = bool(cascade)
-        super().__init__()
+        self.dsp_slice = dsp_slice
+        self.shift = SLICES[dsp_slice]["shift"]
+        super().__init__({
+            "hi_i": In(signed(8)), "lo_i": In(signed(8)), "b_i": In(signed(8)),
+            "bc_i": In(signed(18)), "first_i": In(1), "last_i": In(1),
+            "hi_o": Out(signed(8)), "lo_o": Out(signed(8)), "bc_o": Out(signed(18)),
+            "first_o": Out(1), "last_o": Out(1),
+            "result": Out(pair_result_layout(dsp_slice)),
+        })
 
     def elaborate(self, platform):
         m = Module()
@@ -199,7 +201,9 @@ class PackedPair(wiring.Component):
         m.d.comb += [self.hi_o.eq(hi), self.lo_o.eq(lo),
                      self.first_o.eq(first), self.last_o.eq(last)]
 
-        m.submodules.mac = mac = PackedMac(primitive=self.primitive, cascade=self.cascade)
+        m.submodules.mac = mac = PackedMac(primitive=self.primitive, cascade=self.cascade,
+                                           dsp_slice=self.dsp_slice)
+        shift = self.shift
         m.d.comb += [mac.hi.eq(hi), mac.lo.eq(lo), mac.bcin.eq(self.bc_i),
                      self.bc_o.eq(mac.bcout)]
         if not self.cascade:
@@ -216,7 +220,7 @@ class PackedPair(wiring.Component):
         p = mac.p
         low_prev = Signal(2, reset_less=True)
         top_prev = Signal(2, reset_less=True)
-        m.d.sync += [low_prev.eq(p[SHIFT - 2:SHIFT]), top_prev.eq(p[46:48])]
+        m.d.sync += [low_prev.eq(p[shift - 2:shift]), top_prev.eq(p[46:48])]
 
         def crossing(prev, now):
             return Mux((prev == 0b11) & (now == 0b00), 1,
@@ -230,11 +234,11 @@ class PackedPair(wiring.Component):
         d_top = Signal(2, reset_less=True)
         final_d = Signal(reset_less=True)
         m.d.sync += [
-            d_lo.eq(crossing(Mux(loaded, 0, low_prev), p[SHIFT - 2:SHIFT])),
+            d_lo.eq(crossing(Mux(loaded, 0, low_prev), p[shift - 2:shift])),
             d_top.eq(crossing(Mux(loaded, 0, top_prev), p[46:48])),
             final_d.eq(final),
         ]
-        w_lo = Signal(LO_WRAP_BITS, reset_less=True)
+        w_lo = Signal(32 - shift, reset_less=True)
         w_top = Signal(2, reset_less=True)
         w_lo_step = Signal.like(w_lo)
         w_top_step = Signal.like(w_top)
@@ -244,7 +248,7 @@ class PackedPair(wiring.Component):
             m.d.sync += [w_lo.eq(0), w_top.eq(0)]
         with m.Else():
             m.d.sync += [w_lo.eq(w_lo_step), w_top.eq(w_top_step)]
-        result = Signal(PAIR_RESULT, reset_less=True)
+        result = Signal(pair_result_layout(self.dsp_slice), reset_less=True)
         with m.If(final):
             m.d.sync += result.p.eq(p)
         with m.If(final_d):
@@ -256,18 +260,19 @@ class PackedPair(wiring.Component):
 def unpack_pair(m, result, low, *, name="unpack"):
     """Combinational logic: one of the two int32 sums of a captured pair result.
 
-    ``S_lo = {w_lo, P[17:0]}`` and, since ``P_true = S_hi * 2**18 + S_lo`` with ``P_true[49:0] =
-    {w_top, P}`` and the low 18 bits of both terms equal, ``S_hi = {w_top, P[47:18]} -
-    sext(w_lo)`` (all modulo ``2**32``; exact, since both sums fit in int32). Both go through
-    one subtractor whose operands ``low`` selects: the result is ``S_lo`` when ``low`` is set,
-    else ``S_hi``.
+    ``S_lo = {w_lo, P[S-1:0]}`` and, since ``P_true = S_hi * 2**S + S_lo`` with ``P_true[49:0]
+    = {w_top, P}`` and the low ``S`` bits of both terms equal, ``S_hi = {w_top, P[47:S]} -
+    sext(w_lo)`` (``S`` the slice's shift, ``32 - len(w_lo)``; all modulo ``2**32``; exact,
+    since both sums fit in int32). Both go through one subtractor whose operands ``low``
+    selects: the result is ``S_lo`` when ``low`` is set, else ``S_hi``.
     """
     p = result.p
+    shift = 32 - len(result.w_lo)
     x = Signal(32, name=f"{name}_x")
     y = Signal(signed(32), name=f"{name}_y")
     value = Signal(signed(32), name=name)
     m.d.comb += [
-        x.eq(Mux(low, Cat(p[:SHIFT], result.w_lo), Cat(p[SHIFT:], result.w_top))),
+        x.eq(Mux(low, Cat(p[:shift], result.w_lo), Cat(p[shift:], result.w_top))),
         y.eq(Mux(low, 0, result.w_lo.as_signed())),
         value.eq(x - y),
     ]
@@ -295,11 +300,14 @@ class SystolicArray(wiring.Component):
     packing : 1 or 2
         MACs per DSP slice. 1: one :class:`ProcessingElement` per MAC (Yosys packs it into a
         DSP48E1 with the accumulator). 2: rows are paired into :class:`PackedPair` cells, two
-        MACs per DSP48E2 (UltraScale+); an odd last row is paired with zeros.
+        MACs per ``dsp_slice``; an odd last row is paired with zeros.
+    dsp_slice : {"DSP48E2", "DSP48E1"}
+        With ``packing=2``: the slice the pairs are built for (UltraScale+ or 7-series; it
+        sets the pair's shift, :data:`rtl.dsp.SLICES`), modelled or instantiated.
     primitive : bool
         Instantiate Xilinx primitives (for synthesis) instead of plain RTL (for simulation):
         the read-out multiplexers as LUT6/MUXF7/MUXF8 (:mod:`rtl.xilinx`) and, with
-        ``packing=2``, the ``DSP48E2`` slices.
+        ``packing=2``, the DSP slices.
     slr_cols : tuple of int
         Columns that begin a new super logic region (SLR) of a stacked-silicon device, in
         increasing order (empty: one region). The columns from one such index to the next
@@ -342,14 +350,16 @@ class SystolicArray(wiring.Component):
     SLR_ATTRS = {"shreg_extract": "no"}
 
     def __init__(self, rows: int, cols: int, *, packing: int = 1, primitive: bool = False,
-                 dsp_rows: int | None = None, slr_cols=()):
+                 dsp_rows: int | None = None, slr_cols=(), dsp_slice: str = "DSP48E2"):
         for name, v in (("rows", rows), ("cols", cols)):
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
                 raise ValueError(f"{name} must be a positive integer, not {v!r}")
         if packing not in (1, 2):
             raise ValueError(f"packing must be 1 or 2, not {packing!r}")
+        if dsp_slice not in SLICES:
+            raise ValueError(f"dsp_slice must be one of {sorted(SLICES)}, not {dsp_slice!r}")
         self.rows, self.cols = rows, cols
-        self.packing, self.primitive = packing, bool(primitive)
+        self.packing, self.primitive, self.dsp_slice = packing, bool(primitive), dsp_slice
         if dsp_rows is not None and (packing != 1 or not isinstance(dsp_rows, int)
                                      or not 0 <= dsp_rows <= rows):
             raise ValueError(f"dsp_rows must be None or in 0..rows with packing=1, "
@@ -439,9 +449,12 @@ class SystolicArray(wiring.Component):
             name = "bfp_pe_lut" if fabric else "bfp_pe"
             factory = lambda: ProcessingElement(fabric=fabric)  # noqa: E731
         else:
-            primitive, cascade = cell.primitive, cell.cascade
-            name = ("bfp_pair_dsp48e2" if primitive else "bfp_pair") + ("_casc" if cascade else "")
-            factory = lambda: PackedPair(primitive=primitive, cascade=cascade)  # noqa: E731
+            primitive, cascade, dsp = cell.primitive, cell.cascade, cell.dsp_slice
+            name = ("bfp_pair" + (f"_{dsp.lower()}" if primitive
+                                  else "_e1" if dsp == "DSP48E1" else "")
+                    + ("_casc" if cascade else ""))
+            factory = lambda: PackedPair(primitive=primitive, cascade=cascade,  # noqa: E731
+                                         dsp_slice=dsp)
         self.cell_modules.setdefault(name, factory)
         ports = {("i_" if member.flow == In else "o_") + pname: Value.cast(getattr(cell, pname))
                  for pname, member in cell.signature.members.items()}
@@ -552,7 +565,8 @@ class SystolicArray(wiring.Component):
                        for q in range(n_rows)]
             lo_edge = [delay(m, a_in[2 * q + 1] if 2 * q + 1 < R else 0, q, f"lo{q}",
                              reset_less=True) for q in range(n_rows)]
-            cells = [[PackedPair(primitive=self.primitive, cascade=q > 0) for _ in range(C)]
+            cells = [[PackedPair(primitive=self.primitive, cascade=q > 0,
+                                 dsp_slice=self.dsp_slice) for _ in range(C)]
                      for q in range(n_rows)]
             rows_of = [{"hi": hi_edge[q], "lo": lo_edge[q]} for q in range(n_rows)]
             ports = [("hi", "hi_i", "hi_o"), ("lo", "lo_i", "lo_o")]
@@ -636,7 +650,8 @@ class SystolicArray(wiring.Component):
                 for j, cur_j in zip(cols_g, curs, strict=True):
                     column = select(mg, [cells[q][j].result for q in range(Q)], cur_j >> 1,
                                     primitive=self.primitive, name=f"readout{j}")
-                    picked = Signal(PAIR_RESULT, name=f"picked{j}", reset_less=True)
+                    picked = Signal(pair_result_layout(self.dsp_slice), name=f"picked{j}",
+                                    reset_less=True)
                     with mg.If(~cur_j[0]):   # sample each pair once, on its even slot
                         mg.d.sync += picked.eq(column)
                     # the low row of the pair follows its high row: the column's own copy of

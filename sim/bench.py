@@ -224,7 +224,8 @@ def _training_gemms(batch, fan_in, fan_out):
 #: its default does (two 16-byte ports for 96 operand bytes a cycle, 3 per bus byte; the
 #: stand-in's two 8-byte ports for 48, 3 too).
 BENCH_CONFIGS = {
-    "pynq-z1": {"rows": 16, "cols": 16, "data_width": 64, "write_ports": 4, "read_ports": 2},
+    "pynq-z1": {"rows": 16, "cols": 16, "data_width": 64, "write_ports": 4, "read_ports": 2,
+                "packing": 2, "dsp_slice": "DSP48E1"},
     "zcu104": {"rows": 16, "cols": 32, "data_width": 64, "write_ports": 2, "read_ports": 3},
     "vu9p": {"rows": 8, "cols": 16, "data_width": 64},
 }
@@ -390,12 +391,13 @@ def _board_prediction(board, bm, bn, k, ta, tb, port) -> dict:
                      kw["write_ports"], kw["read_ports"])
     util = bm * bn * k / (board["rows"] * board["cols"] * cycles)
     rounded, over, over_latency = _rounded_bound(bound, util)
-    queued = predict_queued(bm, bn, k, ta, tb, block=side, **kw)
+    q_side = best_block(bm, bn, k, ta, tb, block=board["block"], queued=True, **kw)
+    queued = predict_queued(bm, bn, k, ta, tb, block=q_side, **kw)
     q_util = bm * bn * k / (board["rows"] * board["cols"] * queued)
     return {"m": bm, "n": bn, "k": k, "block": side, "predicted_cycles": cycles,
             "predicted_utilization": round(util, 4), "roofline": rounded,
             "predicted_over_bound": over, "predicted_over_latency_bound": over_latency,
-            "predicted_queued_cycles": queued,
+            "block_queued": q_side, "predicted_queued_cycles": queued,
             "predicted_queued_over_bound": round(q_util / rounded["bound"], 4)}
 
 
@@ -407,7 +409,7 @@ def utilization(configs, quick=False) -> list[dict]:
     the board's configuration and shape, its roofline at the board's configuration, and the
     model's prediction of the default itself (:func:`_board_prediction`)."""
     from firmware import Device
-    from sim.perfmodel import predict, predict_queued
+    from sim.perfmodel import best_block, predict, predict_queued
     from sim.ports import resolve_port
 
     out = []
@@ -424,17 +426,20 @@ def utilization(configs, quick=False) -> list[dict]:
             dev.sim.clear_counters()
             wall = _run_checked(dev, name, m, n, k, ta, tb, rng)
             st, mem = dict(dev.stats), dict(dev.sim.counters)
-            queued = _run_queued(dev, name, m, n, k, ta, tb, rng, st["block"])
             write_ports = params.get("write_ports", 1)
             read_ports = params.get("read_ports", 1)
+            config = dict(rows=rows, cols=cols, data_width=width,
+                          depth=params.get("depth", 512), port=port,
+                          write_ports=write_ports, read_ports=read_ports)
+            # queued, the driver chooses the block by the queued prediction
+            q_side = best_block(m, n, k, ta, tb, block=dev.driver.info.block, queued=True,
+                                **config)
+            queued = _run_queued(dev, name, m, n, k, ta, tb, rng, q_side)
             bound = roofline(m, n, k, rows, cols, width, port, write_ports, read_ports)
             util = st["utilization"]
             rounded, over, over_latency = _rounded_bound(bound, util)
-            config = dict(rows=rows, cols=cols, data_width=width,
-                          depth=params.get("depth", 512), block=st["block"], port=port,
-                          write_ports=write_ports, read_ports=read_ports)
-            model = predict(m, n, k, ta, tb, **config)
-            model_queued = predict_queued(m, n, k, ta, tb, **config)
+            model = predict(m, n, k, ta, tb, block=st["block"], **config)
+            model_queued = predict_queued(m, n, k, ta, tb, block=q_side, **config)
             q_util = m * n * k / (rows * cols * queued)
             out.append({
                 "board": label, **params, "port": port["name"],
@@ -443,6 +448,7 @@ def utilization(configs, quick=False) -> list[dict]:
                     "max_burst", "write_order", "pause")},
                 "group": group, "gemm": name, "m": m, "n": n, "k": k,
                 "transpose_a": ta, "transpose_b": tb, "block_used": st["block"],
+                "block_used_queued": q_side,
                 "cycles": st["cycles"],
                 "active_cycles": st["active_cycles"],
                 "dma_stall_cycles": st["dma_stall_cycles"],
@@ -559,7 +565,7 @@ def board_table(results) -> str:
     the roofline bound at the board's configuration, their ratio and what binds. *queued*:
     the GEMM behind another in the descriptor queue (``queued_cycles``, :func:`_run_queued`)
     — its cycles, its utilisation over the bound and :func:`sim.perfmodel.predict_queued`'s
-    error."""
+    error, and its block where the queued choice differs."""
     lines = ["| GEMM | board M x N x K | simulated | block | cycles | PE utilisation | bound "
              "| util / bound | util / latency bound | queued: cycles (util / bound) "
              "| bound by | model (error) | the default, "
@@ -576,9 +582,11 @@ def board_table(results) -> str:
                    f"{board['roofline']['bound_by']})") if board else "—"
         lat = r.get("utilization_over_latency_bound")
         lat = "—" if lat is None else f"{100 * lat:.0f}%"
+        q_block = r.get("block_used_queued", r["block_used"])
         queued = (f"{r['queued_cycles']} ({100 * r['queued_over_bound']:.0f}%; model "
-                  f"{100 * r['queued_model_error']:+.1f}%)" if "queued_model_error" in r
-                  else "—")
+                  f"{100 * r['queued_model_error']:+.1f}%"
+                  + (f"; block {q_block}" if q_block != r["block_used"] else "") + ")"
+                  if "queued_model_error" in r else "—")
         lines.append(
             f"| {r['group']}: {r['gemm']} | {shape} | {'as board' if sim == shape else sim} | "
             f"{r['block_used']} | {r['cycles']} | {100 * r['utilization']:.1f}% | "
@@ -809,7 +817,7 @@ def main(argv=None) -> int:
                 cfg = BOARDS[board].config(block=args.block, write_ports=args.write_ports,
                                            read_ports=args.read_ports)
                 configs.append((f"{board} (default)", {key: cfg[key] for key in (
-                    "rows", "cols", "data_width", "depth", "block", "packing",
+                    "rows", "cols", "data_width", "depth", "block", "packing", "dsp_slice",
                     "write_ports", "read_ports") if key in cfg},
                     args.port or BOARD_PORTS[board]))
                 continue

@@ -42,7 +42,7 @@ __all__ = ["SimBoard", "write_hwh", "hwh_text", "write_report", "write_bitstream
 PAGE = 4096
 #: The accelerator parameters :class:`sim.native.NativeSim` takes from a configuration.
 _SIM_PARAMS = ("rows", "cols", "depth", "block", "queue", "data_width", "addr_width",
-               "packing", "write_ports", "read_ports")
+               "packing", "dsp_slice", "write_ports", "read_ports")
 
 
 def hwh_text(board: str, base_addr: int | None = None, ip_name: str = boards.IP_NAME) -> str:

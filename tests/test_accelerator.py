@@ -14,17 +14,20 @@ from sim import golden
 # (rows, cols, data_width, write_ports, read_ports): lanes below, equal to and above the bus
 # width; C rows narrower and wider than a bus word; C rows dealt to two and to four write ports
 # (one row of each tile a port); A and B read through two read ports, and B's rows striped
-# over two more.
+# over two more; and the Pynq-Z1 default's shape in small (four write ports, two read ports,
+# two MACs per DSP48E1).
 CONFIGS = [(8, 8, 128, 1, 1), (4, 16, 64, 1, 1), (8, 8, 512, 1, 1), (4, 8, 64, 2, 1),
-           (4, 4, 128, 4, 1), (4, 8, 64, 2, 2), (4, 8, 64, 2, 3)]
+           (4, 4, 128, 4, 1), (4, 8, 64, 2, 2), (4, 8, 64, 2, 3), (4, 8, 64, 4, 2, "DSP48E1")]
 
 
 @pytest.fixture(scope="module", params=CONFIGS, ids=lambda c: "x".join(map(str, c[:3]))
-                + (f"-{c[3]}w" if c[3] > 1 else "") + (f"-{c[4]}r" if c[4] > 1 else ""))
+                + (f"-{c[3]}w" if c[3] > 1 else "") + (f"-{c[4]}r" if c[4] > 1 else "")
+                + (f"-2{c[5][-2:].lower()}" if len(c) > 5 else ""))
 def dev(request):
-    rows, cols, width, ports, read_ports = request.param
+    rows, cols, width, ports, read_ports, *packed = request.param
     device = Device("rtl", rows=rows, cols=cols, data_width=width, latency=32, pause=0.2,
-                    seed=7, write_ports=ports, read_ports=read_ports)
+                    seed=7, write_ports=ports, read_ports=read_ports,
+                    **({"packing": 2, "dsp_slice": packed[0]} if packed else {}))
     yield device
     assert device.sim.violations == 0, "AXI protocol violations"
 

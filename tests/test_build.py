@@ -217,13 +217,14 @@ def test_a_configuration_that_does_not_fit_exits_1_naming_the_resource(tmp_path,
 
 
 # The configurations the hierarchical estimate is checked on against full synthesis: the
-# Pynq-Z1 default (16x16, 10 DSP rows, block 8: outside the fit points, with LUT-multiplier
-# PEs; about 20 minutes with the fit points) and 32x32 with the ZCU104's settings (xcup, two
+# Pynq-Z1 default (16x16, two MACs per DSP48E1, block 8: outside the fit points; about 20
+# minutes with the fit points) and 32x32 with the ZCU104's settings (xcup, two
 # MACs per DSP48E2, block 8, accumulation slots in URAM: the quadratic parts at four times
 # that size; about 20 minutes more for the full run).
 FULL_CHECKS = {
     "pynq-z1 16x16": ("pynq-z1", {}, "xc7", "accel_16x16_full",
-                      lambda c: c["rows"] * c["cols"] == 256 and c["dsp_rows"] < c["rows"]),
+                      lambda c: c["rows"] * c["cols"] == 256 and c["packing"] == 2
+                      and c["dsp_slice"] == "DSP48E1"),
     "zcu104 32x32": ("zcu104", {"rows": 32, "cols": 32}, "xcup", "accel_32x32_full",
                      lambda c: c["acc_ram"] == "ultra" and c["packing"] == 2),
 }

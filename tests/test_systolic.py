@@ -10,14 +10,15 @@ from sim import golden, models
 from sim.harness import run
 
 
-def simulate(rows, cols, schedule, packing=1, dsp_rows=None, slr_cols=()):
+def simulate(rows, cols, schedule, packing=1, dsp_rows=None, slr_cols=(), dsp_slice="DSP48E2"):
     """``schedule``: per cycle, ``None`` (bubble) or ``(a_col, b_row, first, last)``.
 
     Returns the tiles seen on ``o_stream`` (rows checked to arrive in order) and asserts the
     output protocol: rows 0..R-1 of a tile on consecutive cycles, ``last`` on row R-1, row 0
     exactly :attr:`SystolicArray.latency` cycles after the tile's ``last`` step.
     """
-    dut = SystolicArray(rows, cols, packing=packing, dsp_rows=dsp_rows, slr_cols=slr_cols)
+    dut = SystolicArray(rows, cols, packing=packing, dsp_rows=dsp_rows, slr_cols=slr_cols,
+                        dsp_slice=dsp_slice)
     tiles, current = [], []
     last_steps = [c for c, s in enumerate(schedule) if s is not None and s[3]]
     n_emit = len(last_steps)
@@ -90,20 +91,25 @@ def random_schedule(rng, rows, cols, ks, *, bubbles=0.0, accumulate=(), interval
     return schedule
 
 
-def check(rows, cols, schedule, packing=1, slr_cols=()):
+def check(rows, cols, schedule, packing=1, slr_cols=(), dsp_slice="DSP48E2"):
     want = models.systolic_array([s for s in schedule if s is not None], rows, cols)
-    got = simulate(rows, cols, schedule, packing, slr_cols=slr_cols)
+    got = simulate(rows, cols, schedule, packing, slr_cols=slr_cols, dsp_slice=dsp_slice)
     for t, (g, w) in enumerate(zip(got, want, strict=True)):
         np.testing.assert_array_equal(g, w, err_msg=f"tile {t}")
 
 
-@pytest.mark.parametrize("packing", [1, 2])
+#: The MAC mappings: one per DSP48E1 (or LUTs), two per DSP48E2, two per DSP48E1.
+MAPPINGS = [(1, "DSP48E2"), (2, "DSP48E2"), (2, "DSP48E1")]
+
+
+@pytest.mark.parametrize("packing,dsp_slice", MAPPINGS)
 @pytest.mark.parametrize("rows,cols", [(1, 1), (2, 3), (3, 2), (4, 4), (8, 8), (16, 16)])
-def test_back_to_back_tiles(rows, cols, packing):
+def test_back_to_back_tiles(rows, cols, packing, dsp_slice):
     rng = np.random.default_rng(rows * 100 + cols)
     # K = 1 tiles at the minimum emit interval, then longer ones, with no gaps between them.
     ks = [1, 1, rows + cols, 5, 2 * (rows + cols)]
-    check(rows, cols, random_schedule(rng, rows, cols, ks, packing=packing), packing)
+    check(rows, cols, random_schedule(rng, rows, cols, ks, packing=packing), packing,
+          dsp_slice=dsp_slice)
 
 
 @pytest.mark.parametrize("packing", [1, 2])
@@ -154,10 +160,13 @@ def test_min_emit_interval_is_tight(rows, cols, slr_cols):
         assert failures, f"packing={packing}: interval {interval} is not tight"
 
 
+@pytest.mark.parametrize("dsp_slice", ["DSP48E2", "DSP48E1"])
 @pytest.mark.parametrize("rows,k", [(2, 700), (3, 700), (2, 40000)])
-def test_packed_long_sums_wrap_both_fields(rows, k):
-    # K = 700 steps of (-128)(-128) wrap the low 18-bit field of P many times; K = 40000 also
-    # wraps the whole 48-bit P (S_hi * 2**18 > 2**47). Mixed signs wrap both ways.
+def test_packed_long_sums_wrap_both_fields(rows, k, dsp_slice):
+    # K = 700 steps of (-128)(-128) wrap the low 18-bit (16-bit on a DSP48E1) field of P many
+    # times; K = 40000 also wraps the whole 48-bit P (S_hi * 2**18 > 2**47; on a DSP48E1,
+    # S_hi * 2**16 does not, but the low field wraps at every fourth step). Mixed signs wrap
+    # both ways.
     cols = 2
     rng = np.random.default_rng(rows)
     a = np.full((rows, k), -128, np.int8)
@@ -165,7 +174,7 @@ def test_packed_long_sums_wrap_both_fields(rows, k):
     b = np.full((k, cols), -128, np.int8)
     b[rng.integers(0, k, 50), 1] = 127
     steps = [(a[:, s], b[s, :], s == 0, s == k - 1) for s in range(k)]
-    (tile,) = simulate(rows, cols, steps, packing=2)
+    (tile,) = simulate(rows, cols, steps, packing=2, dsp_slice=dsp_slice)
     np.testing.assert_array_equal(tile, golden.gemm(a, b))
 
 
@@ -210,10 +219,11 @@ def test_zeros_and_accumulation_across_tiles():
        bubbles=st.sampled_from([0.0, 0.3]), data=st.data())
 def test_random_shapes(rows, cols, seed, ks, bubbles, data):
     accumulate = {t for t in range(1, len(ks)) if data.draw(st.booleans())}
-    packing = data.draw(st.sampled_from([1, 2]))
+    packing, dsp_slice = data.draw(st.sampled_from(MAPPINGS))
     rng = np.random.default_rng(seed)
     check(rows, cols, random_schedule(rng, rows, cols, ks, bubbles=bubbles,
-                                      accumulate=accumulate, packing=packing), packing)
+                                      accumulate=accumulate, packing=packing), packing,
+          dsp_slice=dsp_slice)
 
 
 def test_bad_shape():
@@ -223,6 +233,8 @@ def test_bad_shape():
         SystolicArray(4, True)
     with pytest.raises(ValueError, match="packing"):
         SystolicArray(4, 4, packing=3)
+    with pytest.raises(ValueError, match="dsp_slice"):
+        SystolicArray(4, 4, packing=2, dsp_slice="DSP48A1")
     for bad in [(0,), (4,), (2, 2), (3, 1), ("1",), (True,), 2]:
         with pytest.raises(ValueError, match="slr_cols"):
             SystolicArray(4, 4, slr_cols=bad)
