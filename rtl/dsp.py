@@ -118,33 +118,14 @@ class PackedMac(wiring.Component):
             b_port.eq(self.b),
             opmode.eq(Mux(self.clear, OPMODE_LOAD, OPMODE_ACCUMULATE)),
         ]
-        if self.primitive and self.dsp_slice == "DSP48E1":
-            m.submodules.dsp = Instance(
-                "DSP48E1",
-                p_USE_DPORT="TRUE", p_USE_MULT="MULTIPLY", p_USE_SIMD="ONE48",
-                p_A_INPUT="DIRECT", p_B_INPUT="CASCADE" if self.cascade else "DIRECT",
-                p_AREG=1, p_ACASCREG=1, p_BREG=2, p_BCASCREG=1, p_DREG=1, p_ADREG=1,
-                p_MREG=1, p_PREG=1, p_CREG=0, p_OPMODEREG=1, p_ALUMODEREG=0,
-                p_INMODEREG=0, p_CARRYINREG=0, p_CARRYINSELREG=0,
-                p_USE_PATTERN_DETECT="NO_PATDET",
-                i_CLK=ClockSignal("sync"), i_A=a_port, i_B=b_port, i_D=d_port,
-                i_C=Const(0, 48), i_INMODE=Const(0b00100, 5), i_OPMODE=opmode,
-                i_ALUMODE=Const(0, 4), i_CARRYIN=0, i_CARRYINSEL=Const(0, 3),
-                i_CEA1=0, i_CEA2=1, i_CEB1=1, i_CEB2=1, i_CED=1, i_CEAD=1, i_CEM=1, i_CEP=1,
-                i_CEC=0, i_CECTRL=1, i_CEINMODE=0, i_CEALUMODE=0, i_CECARRYIN=0,
-                i_RSTA=0, i_RSTB=0, i_RSTC=0, i_RSTD=0, i_RSTM=0, i_RSTP=0, i_RSTCTRL=0,
-                i_RSTINMODE=0, i_RSTALUMODE=0, i_RSTALLCARRYIN=0,
-                i_ACIN=Const(0, 30), i_BCIN=self.bcin, i_PCIN=Const(0, 48),
-                i_CARRYCASCIN=0, i_MULTSIGNIN=0,
-                o_P=self.p, o_BCOUT=self.bcout,
-            )
-            return m
         if self.primitive:
+            # the pre-adder on: AD = D + A2 into the multiplier
+            pre_adder = ({"p_USE_DPORT": "TRUE"} if self.dsp_slice == "DSP48E1" else
+                         {"p_AMULTSEL": "AD", "p_BMULTSEL": "B", "p_PREADDINSEL": "A"})
             m.submodules.dsp = Instance(
-                "DSP48E2",
-                p_AMULTSEL="AD", p_BMULTSEL="B", p_PREADDINSEL="A", p_USE_MULT="MULTIPLY",
-                p_USE_SIMD="ONE48", p_A_INPUT="DIRECT",
-                p_B_INPUT="CASCADE" if self.cascade else "DIRECT",
+                self.dsp_slice, **pre_adder,
+                p_USE_MULT="MULTIPLY", p_USE_SIMD="ONE48", p_USE_PATTERN_DETECT="NO_PATDET",
+                p_A_INPUT="DIRECT", p_B_INPUT="CASCADE" if self.cascade else "DIRECT",
                 p_AREG=1, p_ACASCREG=1, p_BREG=2, p_BCASCREG=1, p_DREG=1, p_ADREG=1,
                 p_MREG=1, p_PREG=1, p_CREG=0, p_OPMODEREG=1, p_ALUMODEREG=0,
                 p_INMODEREG=0, p_CARRYINREG=0, p_CARRYINSELREG=0,

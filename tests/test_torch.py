@@ -140,6 +140,34 @@ def test_first_layer_input_gradient_skipped(golden):
     assert accel.gemms == 6 and layer.bias.grad is not None
 
 
+@pytest.mark.parametrize("per_sample", [False, True])
+def test_backward_gemms_are_queued_together(monkeypatch, per_sample):
+    """A layer's weight gradient and data gradient go to the device in one queued run
+    (``Device.gemms``); per sample, the weight gradient's runs do, and the data gradient
+    follows on its own. Queued or not, the gradients are the same bit for bit."""
+    dev = Device("golden")
+    runs = []
+    real = dev.gemms
+
+    def record(calls):
+        runs.append(len(calls))
+        return real(calls)
+
+    monkeypatch.setattr(dev, "gemms", record)
+    accel = ft.Accel(dev, per_sample=per_sample, rounding="nearest")
+    layer = ft.Linear(5, 3, accel=accel)
+    x = torch.randn(4, 5, generator=torch.Generator().manual_seed(0))
+    x = (x * torch.exp2(2 * torch.arange(4.0))[:, None]).requires_grad_()   # exponents 2i
+    layer(x).sum().backward()
+    assert runs[0] == 1                                     # the forward
+    assert runs[1:] == ([4, 1] if per_sample else [2])      # 4 samples, 4 exponents: 4 runs
+    dx, dw = x.grad.clone(), layer.weight.grad.clone()
+    monkeypatch.setattr(dev, "gemms", lambda calls: [real([c])[0] for c in calls])
+    x.grad, layer.weight.grad = None, None
+    layer(x).sum().backward()
+    assert _same(x.grad, dx) and _same(layer.weight.grad, dw)
+
+
 def test_per_sample_weight_gradient_is_the_devices(golden):
     """per_sample forms the weight gradient from the runs' int32 partials: with rounding to
     nearest (no draws) it equals the Device's k_exp GEMM of the default mode bit for bit."""

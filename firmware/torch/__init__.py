@@ -189,9 +189,14 @@ class Accel:
         self._owners[key] = q
 
     def _gemm(self, eng: Engine, qa: Q, qb: Q, keys, **kw) -> np.ndarray:
-        for q, key in zip((qa, qb), keys, strict=True):
-            self._upload(q, key)
-        return eng.gemm(qa, qb, **kw)
+        return self._gemms(eng, [(qa, qb, keys, kw)])[0]
+
+    def _gemms(self, eng: Engine, calls) -> list[np.ndarray]:
+        """``(qa, qb, keys, options)`` GEMMs, independent, queued together on the device."""
+        for qa, qb, keys, _ in calls:
+            for q, key in zip((qa, qb), keys, strict=True):
+                self._upload(q, key)
+        return eng.queued_gemms([(qa, qb, kw) for qa, qb, _, kw in calls])
 
     def _runs(self, eng: Engine, qa: Q, qb: Q) -> tuple[list, np.ndarray, np.ndarray]:
         """``qaᵀ qb`` (the weight gradient: K is the rows of both) as the exact int32 partial
@@ -318,6 +323,19 @@ class _Layer:
             q, e = quantize(np.asarray(w_in_out, np.float32), axis=axis,
                             rounding=self.accel.rounding, rng=rng)
         return Q(q, exp=e) if axis is None else Q(q, col_exp=e)
+
+    def _grads(self, eng, qa: Q, qd: Q, qw: Q, need_w: bool, need_x: bool):
+        """``(qaᵀ qd, qd qwᵀ)``, each where needed (else None): the weight gradient
+        (:meth:`_weight_grad`) and the data gradient, queued together on the device when
+        both are needed and the weight gradient is one GEMM (not ``per_sample``)."""
+        uid = self._uid
+        dx_call = (qd, qw, ((uid, "dy"), (uid, "W")), {"transpose_b": True})
+        if need_w and need_x and not self._per_sample():
+            return tuple(self.accel._gemms(eng, [
+                (qa, qd, ((uid, "x"), (uid, "dy")), {"transpose_a": True}), dx_call]))
+        dw = self._weight_grad(eng, qa, qd) if need_w else None
+        dx = self.accel._gemms(eng, [dx_call])[0] if need_x else None
+        return dw, dx
 
     def _weight_grad(self, eng, qa: Q, qd: Q) -> np.ndarray:
         """``qaᵀ qd`` (``fan_in x fan_out``); in ``per_sample`` mode from the runs' exact
@@ -447,7 +465,7 @@ class Linear(_Layer, torch.nn.Linear):
 
     def _int8_backward(self, state, dy, need_x, need_w, need_b):
         qx, qw, call, n, shape, xdtype, wdtype, eng = state
-        acc, uid = self.accel, self._uid
+        acc = self.accel
         dy2 = _numpy32(dy).reshape(-1, self.out_features)
         db = None
         if need_b:
@@ -461,10 +479,9 @@ class Linear(_Layer, torch.nn.Linear):
             qd = Q(q, row_exp=e)
         else:
             qd = eng.matrix(dy2, _axis(acc.blocks.deltas, 0, 1))
-        dw = self._weight_grad(eng, qx, qd).T if need_w else None
-        dx = None
+        dw, dx = self._grads(eng, qx, qd, qw, need_w, need_x)
+        dw = dw.T if need_w else None
         if need_x:
-            dx = acc._gemm(eng, qd, qw, ((uid, "dy"), (uid, "W")), transpose_b=True)
             dx = torch.from_numpy(dx.reshape(shape)).to(xdtype)
         return dx, _tensor(dw, wdtype), _tensor(db, wdtype)
 
@@ -662,7 +679,6 @@ class Conv2d(_Layer, torch.nn.Conv2d):
 
     def _int8_backward(self, state, dy, need_x, need_w, need_b):
         qcols, qw, call, oh, ow, shape, xdtype, wdtype, eng = state
-        acc, uid = self.accel, self._uid
         dyn = _numpy32(dy)
         n = dyn.shape[0]
         db = None
@@ -674,13 +690,11 @@ class Conv2d(_Layer, torch.nn.Conv2d):
         if not (need_x or need_w):
             return None, None, _tensor(db, wdtype)
         qd = self._quantized_deltas(dyn, call, eng)
-        dw = None
+        dw, dcols = self._grads(eng, qcols, qd, qw, need_w, need_x)
         if need_w:
-            dw = self._weight_grad(eng, qcols, qd).T.reshape(
-                self.out_channels, self.in_channels, *self.kernel_size)
+            dw = dw.T.reshape(self.out_channels, self.in_channels, *self.kernel_size)
         dx = None
         if need_x:
-            dcols = acc._gemm(eng, qd, qw, ((uid, "dy"), (uid, "W")), transpose_b=True)
             with eng.time("layout"):
                 dx = torch.from_numpy(self._col2im(dcols, shape, oh, ow)).to(xdtype)
         return dx, _tensor(dw, wdtype), _tensor(db, wdtype)
