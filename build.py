@@ -16,8 +16,9 @@ estimates resources with Yosys and adds them to ``report.json`` / ``report.md``;
 configuration that does not fit the device exits with status 1 naming the resource. The
 estimate carries a timing report (``"timing"``: logic levels and fan-out against a budget for
 the board's family and clock, :mod:`platforms.timing`, ``docs/timing.md``), measured on the
-configured design up to 64 PEs and on the estimate's 8x8 fit point above that; ``--timing``
-synthesizes the configured design whole for it (slow for large arrays). A report over budget
+configured design up to 256 PEs (the Pynq-Z1 default) and on the estimate's 8x8 fit point
+above that; ``--timing`` synthesizes the configured design whole for it (slow for large
+arrays). A report over budget
 exits with status 1 naming the path or net (``--no-timing-strict``: only report it).
 ``--synth vivado`` runs ``build.tcl`` when Vivado is on PATH. ``--program`` loads the
 bitstream (openFPGALoader over JTAG, or a copy of the ``.bit``, ``.hwh`` and ``report.json``
@@ -144,7 +145,7 @@ def parse_args(argv):
     parser.add_argument("--synth", choices=["yosys", "vivado", "none"], default="yosys")
     parser.add_argument("--timing", action="store_true",
                         help="timing report on the configured design synthesized whole "
-                             "(default: whole up to 64 PEs, else the 8x8 fit point)")
+                             "(default: whole up to 256 PEs, else the 8x8 fit point)")
     parser.add_argument("--timing-strict", action=argparse.BooleanOptionalAction,
                         default=None,
                         help="exit 1 when the timing report is over budget (the default "

@@ -57,8 +57,9 @@ class BoardInfo:
 
     @property
     def packing(self) -> int:
-        """MACs per DSP slice of the default (two wherever it does not say)."""
-        return self.default.get("packing", 2)
+        """MACs per DSP slice of the default (where it does not say: two per DSP48E2, one
+        per DSP48E1, as ``rtl.export.FAMILY_PACKING``)."""
+        return self.default.get("packing", 2 if self.family == "xcup" else 1)
 
     @property
     def dsp_slice(self) -> str:

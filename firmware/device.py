@@ -451,9 +451,12 @@ class Device:
 
         Every result is bit for bit what :meth:`gemm` returns for the same call. The calls
         are independent by construction (each C is a new buffer, no call reads another's), so
-        all their descriptors go to the accelerator in one run with ``DESC_FLAGS.OVERLAP``:
-        each GEMM's loads and first tiles run under the last C rows of the one before, with
-        no host round trip between them. Every call is checked before any runs. ``stats``
+        their descriptors go to the accelerator queued back to back with
+        ``DESC_FLAGS.OVERLAP``: each GEMM's loads and first tiles run under the last C rows of
+        the one before, with no wait for the host between them while the queue holds them
+        (runs are cut where the C buffers pass :data:`C_BUDGET`, see :meth:`_run`). A call
+        after the first takes its block from the queued prediction (it usually runs behind
+        the one before). Every call is checked before any runs. ``stats``
         then covers the whole run: ``macs``, ``descriptors`` and the counters summed, and
         ``gemms``, each call's ``m``, ``n``, ``k`` and ``block``.
 
@@ -560,8 +563,13 @@ class Device:
             results = self._run(calls, temps)
             for i, (c, r) in enumerate(zip(calls, results, strict=True)):
                 if c.as_tensor and not isinstance(r, DeviceTensor):     # combined on the host
-                    results[i] = self.tensor(r)
+                    c.result = results[i] = self.tensor(r)
             return results
+        except BaseException:        # C buffers already handed to results go back too
+            for c in calls:
+                if isinstance(c.result, DeviceTensor):
+                    c.result.free()
+            raise
         finally:
             for t in temps:
                 t.free()
@@ -606,8 +614,9 @@ class Device:
         """Every call's descriptors, queued back to back; returns the calls' results in order.
 
         One driver run takes pieces until their C buffers pass :data:`C_BUDGET` bytes (at
-        least the queue's depth of pieces): the driver feeds the queue as it drains, so the
-        accelerator never waits for the host within a run.
+        least the queue's depth of pieces); the driver feeds the queue as it drains (a poll
+        away: the queue may run dry between polls). Between runs the accelerator waits while
+        the host reads and combines C.
 
         A call is one descriptor set (``single``) when one chunk of K covers it and ``k_exp``
         has one run; else each chunk of each run is a raw int32 piece of its own C buffer,

@@ -182,6 +182,11 @@ class Engine:
         :meth:`gemm`; the results as float32, each bit for bit :meth:`gemm`'s."""
         dev = self.device
         dev.profile = self.profile
+        for i, (_, _, opts) in enumerate(calls):
+            unknown = set(opts) - {"transpose_a", "transpose_b", "keys"}
+            if unknown:
+                raise TypeError(f"calls[{i}] has unknown option(s) {sorted(unknown)}; valid: "
+                                f"transpose_a, transpose_b, keys")
         self.gemms += len(calls)
         args = []
         for qa, qb, opts in calls:

@@ -539,6 +539,8 @@ def main(argv=None) -> int:
             device_options.setdefault("data_width", bcfg["data_width"])
             device_options.update(depth=bcfg["depth"], block=bcfg["block"],
                                   packing=bcfg["packing"], port=BOARD_PORTS[args.board])
+            if args.backend == "rtl":     # the pairs modelled on the board's own slice
+                device_options["dsp_slice"] = bcfg["dsp_slice"]
         args.rows, args.cols = args.rows or 8, args.cols or 8
     if args.swa_lr is not None and args.swa_lr <= 0:
         p.error("--swa-lr must be positive")

@@ -657,8 +657,8 @@ def main(argv=None) -> int:
     array size small enough to synthesise whole (8x8 by default, the estimate's fit point
     the default builds report on), printed and merged into ``--out`` (JSON, one entry per
     board and size). ``--default`` measures the board's default configuration as configured
-    (LUT-multiplier rows included) instead. ``--strict`` exits 1 when over budget; bad
-    arguments exit 2."""
+    (its packing and any LUT-multiplier rows included) instead. ``--strict`` exits 1 when
+    over budget; bad arguments exit 2."""
     import argparse
 
     from . import PLATFORMS
@@ -673,7 +673,7 @@ def main(argv=None) -> int:
     p.add_argument("--strict", action="store_true", help="exit 1 when over budget")
     p.add_argument("--default", action="store_true",
                    help="the board's default configuration exactly as configured (its array "
-                        "and LUT-multiplier rows), synthesized whole; --rows/--cols ignored")
+                        "and packing), synthesized whole; --rows/--cols ignored")
     args = p.parse_args(argv)
     board = PLATFORMS[args.board]
     if args.default:

@@ -15,11 +15,19 @@ __all__ = ["ProcessingElement", "PackedPair", "SystolicArray", "array_input_layo
 #: bubble: each copy drives ``8 * LANES_PER_VALID`` LUT inputs.
 LANES_PER_VALID = 8
 
+def _slice_shift(dsp_slice) -> int:
+    if dsp_slice not in SLICES:
+        raise ValueError(f"dsp_slice must be one of {sorted(SLICES)}, not {dsp_slice!r}")
+    return SLICES[dsp_slice]["shift"]
+
+
 def pair_result_layout(dsp_slice: str = "DSP48E2") -> data.StructLayout:
     """What a :class:`PackedPair` on ``dsp_slice`` captures at the end of a tile: ``P``,
-    ``w_lo = S_lo[31:S]`` (``32 - S`` bits, ``S`` the slice's shift) and ``w_top``."""
-    shift = SLICES[dsp_slice]["shift"]
-    return data.StructLayout({"p": signed(48), "w_lo": 32 - shift, "w_top": 2})
+    ``w_lo = S_lo[31:S]`` (``32 - S`` bits, ``S`` the slice's shift) and ``w_top``, the
+    ``S - 16`` bits of ``S_hi`` above ``P`` (2 on a DSP48E2; none on a DSP48E1, whose
+    ``P[47:16]`` holds all 32 bits of ``S_hi``'s share)."""
+    shift = _slice_shift(dsp_slice)
+    return data.StructLayout({"p": signed(48), "w_lo": 32 - shift, "w_top": shift - 16})
 
 
 #: What a :class:`PackedPair` on a DSP48E2 captures.
@@ -139,7 +147,8 @@ class PackedPair(wiring.Component):
     holds ``P = S_hi * 2**S + S_lo`` in 48 bits (``S`` = 18 on a DSP48E2, 16 on a DSP48E1),
     which alone cannot tell the two sums apart once ``|S_lo|`` reaches ``2**(S-1)`` (eight
     steps at worst on a DSP48E2, two on a DSP48E1). So the fabric keeps the bits the slice
-    lacks: ``w_lo = S_lo[31:S]`` and ``w_top = P_true[49:48]``. A sum moves by at most
+    lacks: ``w_lo = S_lo[31:S]`` and, where ``P[47:S]`` is narrower than 32 bits, ``w_top =
+    P_true[47+S-16:48]`` (two bits on a DSP48E2, none on a DSP48E1). A sum moves by at most
     ``2**14`` (resp. ``2**33``) a step — at most a quarter of the field ``2**S``, even at
     ``S = 16`` — so it crosses a multiple of ``2**S`` (resp. ``2**48``) exactly when the
     field's top two bits go ``11 -> 00`` (up, +1) or ``00 -> 11`` (down, -1); a load counts
@@ -181,7 +190,7 @@ class PackedPair(wiring.Component):
         self.primitive = primitive
         self.cascade = bool(cascade)
         self.dsp_slice = dsp_slice
-        self.shift = SLICES[dsp_slice]["shift"]
+        self.shift = _slice_shift(dsp_slice)
         super().__init__({
             "hi_i": In(signed(8)), "lo_i": In(signed(8)), "b_i": In(signed(8)),
             "bc_i": In(signed(18)), "first_i": In(1), "last_i": In(1),
@@ -218,9 +227,12 @@ class PackedPair(wiring.Component):
         final = delay(m, last, PackedMac.LATENCY, "final", reset_less=True)
 
         p = mac.p
+        top_bits = shift - 16           # bits of S_hi above P: 2 on a DSP48E2, 0 on a DSP48E1
         low_prev = Signal(2, reset_less=True)
         top_prev = Signal(2, reset_less=True)
-        m.d.sync += [low_prev.eq(p[shift - 2:shift]), top_prev.eq(p[46:48])]
+        m.d.sync += low_prev.eq(p[shift - 2:shift])
+        if top_bits:
+            m.d.sync += top_prev.eq(p[46:48])
 
         def crossing(prev, now):
             return Mux((prev == 0b11) & (now == 0b00), 1,
@@ -235,15 +247,17 @@ class PackedPair(wiring.Component):
         final_d = Signal(reset_less=True)
         m.d.sync += [
             d_lo.eq(crossing(Mux(loaded, 0, low_prev), p[shift - 2:shift])),
-            d_top.eq(crossing(Mux(loaded, 0, top_prev), p[46:48])),
             final_d.eq(final),
         ]
+        if top_bits:
+            m.d.sync += d_top.eq(crossing(Mux(loaded, 0, top_prev), p[46:48]))
         w_lo = Signal(32 - shift, reset_less=True)
-        w_top = Signal(2, reset_less=True)
+        w_top = Signal(top_bits, reset_less=True)
         w_lo_step = Signal.like(w_lo)
         w_top_step = Signal.like(w_top)
-        m.d.comb += [w_lo_step.eq(w_lo + d_lo.as_signed()),
-                     w_top_step.eq(w_top + d_top.as_signed())]
+        m.d.comb += w_lo_step.eq(w_lo + d_lo.as_signed())
+        if top_bits:
+            m.d.comb += w_top_step.eq(w_top + d_top.as_signed())
         with m.If(loaded):
             m.d.sync += [w_lo.eq(0), w_top.eq(0)]
         with m.Else():

@@ -597,6 +597,11 @@ def board_table(results) -> str:
     return "\n".join(lines)
 
 
+#: What "at >= 90 % of the bound" counts: the ratio itself at least 0.9 (until this session
+#: the summaries counted from 0.895, what rounds to 90 %).
+AT_90 = 0.9
+
+
 def board_summary(results) -> dict:
     """Counts and means of one board's records, for the README's headline: GEMMs at >= 90 %
     of their bound (simulated; and, for a stand-in, the default's predicted over the board's
@@ -614,9 +619,9 @@ def board_summary(results) -> dict:
     queued = [r["queued_over_bound"] for r in results] \
         if all("queued_over_bound" in r for r in results) else None
     return {"gemms": len(results), "cycles": sum(r["cycles"] for r in results),
-            "at_90_percent_of_bound": sum(x >= 0.895 for x in sim),
+            "at_90_percent_of_bound": sum(x >= AT_90 for x in sim),
             "queued_cycles": sum(r["queued_cycles"] for r in results) if queued else None,
-            "queued_at_90_percent_of_bound": sum(x >= 0.895 for x in queued)
+            "queued_at_90_percent_of_bound": sum(x >= AT_90 for x in queued)
             if queued else None,
             "queued_mean_util_over_bound": round(float(np.mean(queued)), 4)
             if queued else None,
@@ -624,16 +629,16 @@ def board_summary(results) -> dict:
                 round(float(np.mean([abs(r["queued_model_error"]) for r in results])), 4),
                 round(max(abs(r["queued_model_error"]) for r in results), 4)]
             if all("queued_model_error" in r for r in results) else None,
-            "default_predicted_at_90_percent_of_bound": sum(x >= 0.895 for x in pred)
+            "default_predicted_at_90_percent_of_bound": sum(x >= AT_90 for x in pred)
             if pred else None,
             "default_predicted_queued_at_90_percent_of_bound": sum(
-                _stand_in(r)["predicted_queued_over_bound"] >= 0.895 for r in results)
+                _stand_in(r)["predicted_queued_over_bound"] >= AT_90 for r in results)
             if pred and all("predicted_queued_over_bound" in _stand_in(r) for r in results)
             else None,
-            "at_90_percent_of_latency_bound": sum(x >= 0.895 for x in lat)
+            "at_90_percent_of_latency_bound": sum(x >= AT_90 for x in lat)
             if None not in lat else None,
             "default_predicted_at_90_percent_of_latency_bound":
-                sum(x >= 0.895 for x in lat_pred) if lat_pred and None not in lat_pred
+                sum(x >= AT_90 for x in lat_pred) if lat_pred and None not in lat_pred
                 else None,
             "compute_bound": len(comp),
             "compute_bound_utilization": [round(min(comp), 4), round(max(comp), 4),

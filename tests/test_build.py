@@ -216,15 +216,12 @@ def test_a_configuration_that_does_not_fit_exits_1_naming_the_resource(tmp_path,
     assert "DSP over capacity" in (tmp_path / "report.md").read_text()
 
 
-# The configurations the hierarchical estimate is checked on against full synthesis: the
-# Pynq-Z1 default (16x16, two MACs per DSP48E1, block 8: outside the fit points; about 20
-# minutes with the fit points) and 32x32 with the ZCU104's settings (xcup, two
-# MACs per DSP48E2, block 8, accumulation slots in URAM: the quadratic parts at four times
-# that size; about 20 minutes more for the full run).
+# The configuration the hierarchical estimate is checked on against full synthesis: 32x32
+# with the ZCU104's settings (xcup, two MACs per DSP48E2, block 8, accumulation slots in
+# URAM: the quadratic parts at four times the fit points' size; about 20 minutes). (The
+# Pynq-Z1 default, 16x16 with two MACs per DSP48E1, is synthesised whole since the estimate
+# missed it by -6.5 % on LUTs: platforms.estimate.FULL_LIMIT.)
 FULL_CHECKS = {
-    "pynq-z1 16x16": ("pynq-z1", {}, "xc7", "accel_16x16_full",
-                      lambda c: c["rows"] * c["cols"] == 256 and c["packing"] == 2
-                      and c["dsp_slice"] == "DSP48E1"),
     "zcu104 32x32": ("zcu104", {"rows": 32, "cols": 32}, "xcup", "accel_32x32_full",
                      lambda c: c["acc_ram"] == "ultra" and c["packing"] == 2),
 }
@@ -294,3 +291,11 @@ def test_a_second_read_port_alone_gets_an_hp_port_of_its_own(tmp_path):
     proc = run_build("--platform", "pynq-z1", "--read-ports", "4", "--synth", "none",
                      "--out", str(tmp_path))
     assert proc.returncode == 2 and "--read-ports" in proc.stderr
+
+
+def test_the_pynq_z1_default_is_synthesised_whole():
+    """Its resources and timing are of the design itself, not of the hierarchical fit."""
+    from platforms.estimate import FULL_LIMIT
+    cfg = PLATFORMS["pynq-z1"].config()
+    assert cfg["rows"] * cfg["cols"] <= FULL_LIMIT
+    assert cfg["packing"] == 2 and cfg["dsp_slice"] == "DSP48E1" and "dsp_rows" not in cfg

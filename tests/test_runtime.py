@@ -398,3 +398,32 @@ def test_queued_gemms_bad_arguments(rtl):
             ([dict(a=a, b=a.T.copy(), out="int16")], ValueError, r"calls\[0\]: out")]:
         with pytest.raises(err, match=match):
             rtl.gemms(calls)
+
+
+def test_queued_gemms_free_every_buffer_when_a_run_fails(monkeypatch):
+    """A C left on the device for an earlier call goes back to the pool when a later run of
+    the same queued call fails: nothing leaks."""
+    import firmware.device as device
+    dev = Device("model", rows=8, cols=8, queue=1)
+    monkeypatch.setattr(device, "C_BUDGET", 1)            # one piece per driver run
+    real, seen = dev.driver.run, []
+
+    def run(*descs, **kw):
+        seen.append(len(descs))
+        if len(seen) == 2:
+            raise RuntimeError("the board went away")
+        return real(*descs, **kw)
+
+    monkeypatch.setattr(dev.driver, "run", run)
+    a = np.ones((8, 8), np.int8)
+    with pytest.raises(RuntimeError, match="went away"):
+        dev.gemms([dict(a=a, b=a, as_tensor=True), dict(a=a, b=a)])
+    assert seen == [1, 1]
+    assert dev.pool.live == 0 and dev.pool.idle_buffers > 0
+
+
+def test_engine_queued_gemms_names_a_bad_option():
+    eng = nn.Engine("int8", Device("golden"))
+    q = nn.Q(np.ones((2, 3), np.int8))
+    with pytest.raises(TypeError, match=r"calls\[0\].*tranpose_a"):
+        eng.queued_gemms([(q, q, {"tranpose_a": True})])
