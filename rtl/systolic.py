@@ -24,10 +24,13 @@ def _slice_shift(dsp_slice) -> int:
 def pair_result_layout(dsp_slice: str = "DSP48E2") -> data.StructLayout:
     """What a :class:`PackedPair` on ``dsp_slice`` captures at the end of a tile: ``P``,
     ``w_lo = S_lo[31:S]`` (``32 - S`` bits, ``S`` the slice's shift) and ``w_top``, the
-    ``S - 16`` bits of ``S_hi`` above ``P`` (2 on a DSP48E2; none on a DSP48E1, whose
-    ``P[47:16]`` holds all 32 bits of ``S_hi``'s share)."""
+    ``S - 16`` bits of ``S_hi`` above ``P`` (2 on a DSP48E2; on a DSP48E1, whose
+    ``P[47:16]`` holds all 32 bits of ``S_hi``'s share, no such field)."""
     shift = _slice_shift(dsp_slice)
-    return data.StructLayout({"p": signed(48), "w_lo": 32 - shift, "w_top": shift - 16})
+    fields = {"p": signed(48), "w_lo": 32 - shift}
+    if shift > 16:
+        fields["w_top"] = shift - 16
+    return data.StructLayout(fields)
 
 
 #: What a :class:`PackedPair` on a DSP48E2 captures.
@@ -251,22 +254,19 @@ class PackedPair(wiring.Component):
         ]
         if top_bits:
             m.d.sync += d_top.eq(crossing(Mux(loaded, 0, top_prev), p[46:48]))
-        w_lo = Signal(32 - shift, reset_less=True)
-        w_top = Signal(top_bits, reset_less=True)
-        w_lo_step = Signal.like(w_lo)
-        w_top_step = Signal.like(w_top)
-        m.d.comb += w_lo_step.eq(w_lo + d_lo.as_signed())
-        if top_bits:
-            m.d.comb += w_top_step.eq(w_top + d_top.as_signed())
-        with m.If(loaded):
-            m.d.sync += [w_lo.eq(0), w_top.eq(0)]
-        with m.Else():
-            m.d.sync += [w_lo.eq(w_lo_step), w_top.eq(w_top_step)]
+        # the wrap counts: S_lo's bits above P's low field and (DSP48E2) S_hi's above P
+        counts = [("w_lo", 32 - shift, d_lo)] + ([("w_top", top_bits, d_top)] if top_bits
+                                                  else [])
         result = Signal(pair_result_layout(self.dsp_slice), reset_less=True)
         with m.If(final):
             m.d.sync += result.p.eq(p)
-        with m.If(final_d):
-            m.d.sync += [result.w_lo.eq(w_lo_step), result.w_top.eq(w_top_step)]
+        for field, width, d in counts:
+            w = Signal(width, name=field, reset_less=True)
+            step = Signal(width, name=f"{field}_step")
+            m.d.comb += step.eq(w + d.as_signed())
+            m.d.sync += w.eq(Mux(loaded, 0, step))
+            with m.If(final_d):
+                m.d.sync += getattr(result, field).eq(step)
         m.d.comb += self.result.eq(result)
         return m
 
@@ -282,11 +282,12 @@ def unpack_pair(m, result, low, *, name="unpack"):
     """
     p = result.p
     shift = 32 - len(result.w_lo)
+    top = result.w_top if shift > 16 else Cat()       # bits of S_hi above P, if any
     x = Signal(32, name=f"{name}_x")
     y = Signal(signed(32), name=f"{name}_y")
     value = Signal(signed(32), name=name)
     m.d.comb += [
-        x.eq(Mux(low, Cat(p[:shift], result.w_lo), Cat(p[shift:], result.w_top))),
+        x.eq(Mux(low, Cat(p[:shift], result.w_lo), Cat(p[shift:], top))),
         y.eq(Mux(low, 0, result.w_lo.as_signed())),
         value.eq(x - y),
     ]
