@@ -501,17 +501,22 @@ def _best_block(m, n, k, ta, tb, rows, cols, depth, block, data_width, knobs,
                 write_ports, read_ports, queued) -> int:
     config = dict(rows=rows, cols=cols, depth=depth, data_width=data_width, port=dict(knobs),
                   write_ports=write_ports, read_ports=read_ports)
-    cycles = {side: predict(m, n, k, ta, tb, block=side, **config)["cycles"]
-              for side in range(1, block + 1)}
-    fastest = min(cycles.values())
-    alone = max(side for side, c in cycles.items() if c <= fastest * (1 + BLOCK_MARGIN))
+    one = {side: predict(m, n, k, ta, tb, block=side, **config)["cycles"]
+           for side in range(1, block + 1)}
+    alone = _largest_near_fastest(one)
     if not queued:
         return alone
-    cycles = {side: predict_queued(m, n, k, ta, tb, block=side, **config)
-              for side in range(1, block + 1)}
+    # predict_queued's two copies less one, the one already predicted above
+    behind = {side: predict(m, n, k, ta, tb, block=side, copies=2, **config)["cycles"] - c
+              for side, c in one.items()}
+    side = _largest_near_fastest(behind)
+    return side if behind[side] < behind[alone] * (1 - QUEUED_BLOCK_MARGIN) else alone
+
+
+def _largest_near_fastest(cycles: dict) -> int:
+    """The largest block side whose cycles are within :data:`BLOCK_MARGIN` of the fewest."""
     fastest = min(cycles.values())
-    side = max(side for side, c in cycles.items() if c <= fastest * (1 + BLOCK_MARGIN))
-    return side if cycles[side] < cycles[alone] * (1 - QUEUED_BLOCK_MARGIN) else alone
+    return max(side for side, c in cycles.items() if c <= fastest * (1 + BLOCK_MARGIN))
 
 
 def training_gemms(batch: int, fan_in: int, fan_out: int) -> list[tuple]:
