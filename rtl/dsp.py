@@ -40,7 +40,7 @@ from amaranth import ClockSignal, Const, Instance, Module, Mux, Signal, signed
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-__all__ = ["PackedMac", "SLICES", "SHIFT", "OPMODE_ACCUMULATE", "OPMODE_LOAD"]
+__all__ = ["PackedMac", "SLICES", "SHIFT", "slice_shift", "OPMODE_ACCUMULATE", "OPMODE_LOAD"]
 
 #: Each slice's widths: the high product's position in ``P`` (``shift``), the pre-adder's
 #: (``ad``) and the ``A``, ``D`` and ``OPMODE`` ports'.
@@ -48,6 +48,14 @@ SLICES = {
     "DSP48E2": {"shift": 18, "ad": 27, "a": 30, "d": 27, "opmode": 9},
     "DSP48E1": {"shift": 16, "ad": 25, "a": 30, "d": 25, "opmode": 7},
 }
+def slice_shift(dsp_slice) -> int:
+    """The high product's position in ``P`` on ``dsp_slice``; ``ValueError`` naming
+    ``dsp_slice`` if it is not a key of :data:`SLICES`."""
+    if dsp_slice not in SLICES:
+        raise ValueError(f"dsp_slice must be one of {sorted(SLICES)}, not {dsp_slice!r}")
+    return SLICES[dsp_slice]["shift"]
+
+
 #: Position of the high product in ``P`` on the DSP48E2.
 SHIFT = SLICES["DSP48E2"]["shift"]
 #: (W=0,) Z=P, Y=M, X=M: P + M (the DSP48E1 has no W: the low 7 bits).
@@ -96,13 +104,11 @@ class PackedMac(wiring.Component):
 
     def __init__(self, *, primitive: bool = False, cascade: bool = False,
                  dsp_slice: str = "DSP48E2"):
-        if dsp_slice not in SLICES:
-            raise ValueError(f"dsp_slice must be one of {sorted(SLICES)}, not {dsp_slice!r}")
+        #: Position of the high product in ``P``.
+        self.shift = slice_shift(dsp_slice)
         self.primitive = bool(primitive)
         self.cascade = bool(cascade)
         self.dsp_slice = dsp_slice
-        #: Position of the high product in ``P``.
-        self.shift = SLICES[dsp_slice]["shift"]
         super().__init__()
 
     def elaborate(self, platform):

@@ -5,7 +5,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ._util import delay
-from .dsp import SLICES, PackedMac
+from .dsp import PackedMac, slice_shift
 from .xilinx import lane_copies, register_copies, select
 
 __all__ = ["ProcessingElement", "PackedPair", "SystolicArray", "array_input_layout",
@@ -15,18 +15,12 @@ __all__ = ["ProcessingElement", "PackedPair", "SystolicArray", "array_input_layo
 #: bubble: each copy drives ``8 * LANES_PER_VALID`` LUT inputs.
 LANES_PER_VALID = 8
 
-def _slice_shift(dsp_slice) -> int:
-    if dsp_slice not in SLICES:
-        raise ValueError(f"dsp_slice must be one of {sorted(SLICES)}, not {dsp_slice!r}")
-    return SLICES[dsp_slice]["shift"]
-
-
 def pair_result_layout(dsp_slice: str = "DSP48E2") -> data.StructLayout:
     """What a :class:`PackedPair` on ``dsp_slice`` captures at the end of a tile: ``P``,
     ``w_lo = S_lo[31:S]`` (``32 - S`` bits, ``S`` the slice's shift) and ``w_top``, the
     ``S - 16`` bits of ``S_hi`` above ``P`` (2 on a DSP48E2; on a DSP48E1, whose
     ``P[47:16]`` holds all 32 bits of ``S_hi``'s share, no such field)."""
-    shift = _slice_shift(dsp_slice)
+    shift = slice_shift(dsp_slice)
     fields = {"p": signed(48), "w_lo": 32 - shift}
     if shift > 16:
         fields["w_top"] = shift - 16
@@ -193,7 +187,7 @@ class PackedPair(wiring.Component):
         self.primitive = primitive
         self.cascade = bool(cascade)
         self.dsp_slice = dsp_slice
-        self.shift = _slice_shift(dsp_slice)
+        self.shift = slice_shift(dsp_slice)
         super().__init__({
             "hi_i": In(signed(8)), "lo_i": In(signed(8)), "b_i": In(signed(8)),
             "bc_i": In(signed(18)), "first_i": In(1), "last_i": In(1),
@@ -230,41 +224,36 @@ class PackedPair(wiring.Component):
         final = delay(m, last, PackedMac.LATENCY, "final", reset_less=True)
 
         p = mac.p
-        top_bits = shift - 16           # bits of S_hi above P: 2 on a DSP48E2, 0 on a DSP48E1
-        low_prev = Signal(2, reset_less=True)
-        top_prev = Signal(2, reset_less=True)
-        m.d.sync += low_prev.eq(p[shift - 2:shift])
-        if top_bits:
-            m.d.sync += top_prev.eq(p[46:48])
 
         def crossing(prev, now):
             return Mux((prev == 0b11) & (now == 0b00), 1,
                        Mux((prev == 0b00) & (now == 0b11), -1, 0))
 
-        # The crossings are registered before they are counted, so each counter bit is one
-        # LUT in front of the carry chain; a load resets the counts (a flip-flop reset pin)
+        # One wrap count per field the result layout has beside P: S_lo's bits above P's low
+        # field (w_lo, from its top two bits P[S-1:S-2]) and, on a DSP48E2, S_hi's above P
+        # (w_top, from P[47:46]). The crossings are registered before they are counted, so
+        # each counter bit is one LUT in front of the carry chain; a load resets the counts
         # and counts as a move from zero. P is captured on the tile's last cycle, the counts,
         # which lag by one cycle, on the next.
-        d_lo = Signal(2, reset_less=True)
-        d_top = Signal(2, reset_less=True)
+        layout = pair_result_layout(self.dsp_slice)
+        tops = {"w_lo": p[shift - 2:shift], "w_top": p[46:48]}
         final_d = Signal(reset_less=True)
-        m.d.sync += [
-            d_lo.eq(crossing(Mux(loaded, 0, low_prev), p[shift - 2:shift])),
-            final_d.eq(final),
-        ]
-        if top_bits:
-            m.d.sync += d_top.eq(crossing(Mux(loaded, 0, top_prev), p[46:48]))
-        # the wrap counts: S_lo's bits above P's low field and (DSP48E2) S_hi's above P
-        counts = [("w_lo", 32 - shift, d_lo)] + ([("w_top", top_bits, d_top)] if top_bits
-                                                  else [])
-        result = Signal(pair_result_layout(self.dsp_slice), reset_less=True)
+        m.d.sync += final_d.eq(final)
+        result = Signal(layout, reset_less=True)
         with m.If(final):
             m.d.sync += result.p.eq(p)
-        for field, width, d in counts:
-            w = Signal(width, name=field, reset_less=True)
-            step = Signal(width, name=f"{field}_step")
+        for field, member in layout:
+            if field == "p":
+                continue
+            field_shape = member.shape
+            bits = tops[field]
+            prev = Signal(2, name=f"{field}_prev", reset_less=True)
+            d = Signal(2, name=f"{field}_cross", reset_less=True)
+            w = Signal(field_shape, name=field, reset_less=True)
+            step = Signal(field_shape, name=f"{field}_step")
+            m.d.sync += [prev.eq(bits), d.eq(crossing(Mux(loaded, 0, prev), bits)),
+                         w.eq(Mux(loaded, 0, step))]
             m.d.comb += step.eq(w + d.as_signed())
-            m.d.sync += w.eq(Mux(loaded, 0, step))
             with m.If(final_d):
                 m.d.sync += getattr(result, field).eq(step)
         m.d.comb += self.result.eq(result)
@@ -371,8 +360,7 @@ class SystolicArray(wiring.Component):
                 raise ValueError(f"{name} must be a positive integer, not {v!r}")
         if packing not in (1, 2):
             raise ValueError(f"packing must be 1 or 2, not {packing!r}")
-        if dsp_slice not in SLICES:
-            raise ValueError(f"dsp_slice must be one of {sorted(SLICES)}, not {dsp_slice!r}")
+        slice_shift(dsp_slice)                  # validates dsp_slice
         self.rows, self.cols = rows, cols
         self.packing, self.primitive, self.dsp_slice = packing, bool(primitive), dsp_slice
         if dsp_rows is not None and (packing != 1 or not isinstance(dsp_rows, int)
