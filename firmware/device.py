@@ -70,6 +70,8 @@ dx = dev.gemm(d_q, w, transpose_b=True, row_exp=d_e, col_exp=w_e)
 
 from __future__ import annotations
 
+import inspect
+
 import numpy as np
 
 from sim import golden
@@ -87,11 +89,6 @@ MAX_DIM = 65535
 #: Bytes of C buffers one driver run may hold (beyond the queue's depth of pieces): GEMMs cut
 #: into many pieces (``k_exp`` runs, K chunks) run this much at a time.
 C_BUDGET = 8 << 20
-
-
-_GEMM_DEFAULTS = dict(transpose_a=False, transpose_b=False, row_exp=0, col_exp=0,
-                      k_exp=None, out="float32", as_tensor=False, block=None)
-_GEMM_ARGS = {"a", "b", *_GEMM_DEFAULTS}
 
 
 class _Call:
@@ -717,6 +714,13 @@ class Device:
         """Free every pooled buffer."""
         if self.pool is not None:
             self.pool.trim()
+
+
+#: :meth:`Device.gemm`'s keyword arguments and their defaults, which :meth:`Device.gemms`
+#: fills in for each call.
+_GEMM_DEFAULTS = {name: p.default for name, p in inspect.signature(Device.gemm).parameters.items()
+                  if p.kind == p.KEYWORD_ONLY}
+_GEMM_ARGS = {"a", "b", *_GEMM_DEFAULTS}
 
 
 def _batches(items, least: int, budget: int):

@@ -235,6 +235,17 @@ def _patch_blocks(cols, e, policy: str, positions: int, kernel: int) -> Q:
     return Q(cols, col_exp=np.repeat(e, kernel))
 
 
+def _backward_gemms(eng: Engine, layer, qx: Q, qd: Q, need_input_grad: bool):
+    """A layer's weight gradient ``qxᵀ qd`` and, if needed, its input gradient
+    ``qd Wᵀ`` (else None), queued together on the device."""
+    key = id(layer)
+    calls = [(qx, qd, dict(transpose_a=True, keys=((key, "x"), (key, "dy"))))]
+    if need_input_grad:
+        calls.append((qd, layer.qw, dict(transpose_b=True, keys=((key, "dy"), (key, "W")))))
+    dw, *dx = eng.queued_gemms(calls)
+    return dw, dx[0] if dx else None
+
+
 class Layer:
     params: dict
     grads: dict
@@ -271,12 +282,7 @@ class Linear(Layer):
                 else None
         policy = eng.blocks
         qd = eng.matrix(dy, _axis("sample" if policy.deltas == "row" else policy.deltas, 0, 1))
-        dw = (self.qx, qd, dict(transpose_a=True, keys=((id(self), "x"), (id(self), "dy"))))
-        if not need_input_grad:
-            self.grads["W"] = eng.gemm(dw[0], dw[1], **dw[2])
-            return None
-        self.grads["W"], dx = eng.queued_gemms(
-            [dw, (qd, self.qw, dict(transpose_b=True, keys=((id(self), "dy"), (id(self), "W"))))])
+        self.grads["W"], dx = _backward_gemms(eng, self, self.qx, qd, need_input_grad)
         return dx
 
 
@@ -368,13 +374,9 @@ class Conv2d(Layer):
             dcols = eng.matmul(dy_mat, self.params["W"], transpose_b=True)
         else:
             qd = self._quantized_deltas(dy, eng)
-            dw = (cols, qd, dict(transpose_a=True, keys=((id(self), "x"), (id(self), "dy"))))
+            self.grads["W"], dcols = _backward_gemms(eng, self, cols, qd, need_input_grad)
             if not need_input_grad:
-                self.grads["W"] = eng.gemm(dw[0], dw[1], **dw[2])
                 return None
-            self.grads["W"], dcols = eng.queued_gemms(
-                [dw, (qd, self.qw, dict(transpose_b=True,
-                                        keys=((id(self), "dy"), (id(self), "W"))))])
         with eng.time("layout"):
             return self._col2im(dcols, shape, oh, ow)
 
