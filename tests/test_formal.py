@@ -9,10 +9,12 @@ import pytest
 from sim.formal import proofs
 from sim.formal.axi import AXI4ReadChecker, AXI4WriteChecker
 
-SLOW: set[str] = set()       # none at present: each takes under a minute
+#: The `last` flags counted at the output, bounded: a plain restatement of what
+#: dma_reader_ends proves unboundedly, kept out of the default run for its time.
+SLOW: set[str] = {"dma_reader_ends_output"}
 #: Proven by k-induction (unbounded), not only checked to a depth.
-UNBOUNDED = {"csr", "dma_reader", "dma_reader_window", "dma_reader_stream", "dma_writer",
-             "dma_writer_3", "dma_writer_window", "dma_writer_order"}
+UNBOUNDED = {"csr", "dma_reader", "dma_reader_window", "dma_reader_stream", "dma_reader_ends",
+             "dma_writer", "dma_writer_3", "dma_writer_window", "dma_writer_order"}
 
 
 def _param(name):

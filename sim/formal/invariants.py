@@ -14,14 +14,14 @@ design is then used as elaborated (``m.submodules.dut = opened.top``), unchanged
 
 from __future__ import annotations
 
-from amaranth import Cat, Module, Mux, Signal, Value
+from amaranth import Cat, Const, Module, Mux, ResetSignal, Signal, Value
 from amaranth.hdl import Assert
 from amaranth.lib import memory
 
 from rtl.dma import _burst_splitter
 
-__all__ = ["Opened", "count_invariants", "reader_invariants", "tracked_invariants",
-           "writer_invariants"]
+__all__ = ["Opened", "count_invariants", "reader_ends_invariants", "reader_invariants",
+           "tracked_invariants", "writer_invariants"]
 
 
 class Opened:
@@ -231,6 +231,94 @@ def reader_invariants(m: Module, d: Opened, c: Opened, dut, axi, window=None):
     _check(m, room == (credits >= B), "room: credits for a longest burst")
     _check(m, ~dut.protocol, "no protocol error flagged (in a reset cycle too)")
     return level, entry
+
+
+def reader_ends_invariants(m: Module, d: Opened, c: Opened, dut, cmds, r_done, flags,
+                           data_fifo, aborted) -> None:
+    """DmaReader's ``last`` flags (``d``, with its AXI4ReadChecker ``c``) against the harness's
+    commands ``cmds`` (a :class:`~sim.formal.axi.Queue` of lengths, pushed as a command is
+    taken and popped as its last word is read; ``r_done`` words of the oldest read) and the
+    flags ``flags`` (a Queue of one bit a word, "it ends its command", pushed as it is read
+    and popped as it leaves ``o_stream``). ``data_fifo``: ``(level, entry)`` of
+    :func:`fifo_invariants`; ``aborted``: an abort has been raised since reset.
+
+    Without summing command lengths: each burst in flight carries a tag, whether it is its
+    command's last (kept here in a queue beside the checker's ``ar_q``), so the commands
+    waiting are those of the tagged bursts plus the one being split, and each command's
+    words left are its bursts' in flight and, for the one being split, the splitter's words
+    left. Written for two bursts in flight (the proofs' ``outstanding``)."""
+    from sim.formal.axi import Queue
+
+    N = dut.outstanding
+    assert N == 2, "the case analysis below is written for two bursts in flight"
+    rst = ResetSignal()
+    bus = dut.bus
+    active, remaining = d.reg("", "active"), d.reg("", "remaining")
+    fresh, last_burst = d.reg("", "fresh"), d.reg("", "last_burst")
+    # an abort ends the splitting with words left (the command then waits until reset)
+    stuck = Signal(name="ends_stuck")
+    with m.If(active & dut.abort & ~bus.arvalid & ~rst):
+        m.d.sync += stuck.eq(1)
+    splitting = active | stuck
+    _check(m, ~stuck | (aborted & ~active & (remaining != 0)),
+           "splitting ended early only by an abort, with words left")
+    runs, ar_level = queue_invariants(m, c, "", "ar_q", N)
+    count_c = c.reg("", "count")
+    (p0, len0), (p1, len1) = runs
+    tags = Queue(m, "tag_q", 1, N)
+    m.d.comb += [tags.push.eq(bus.arvalid & bus.arready & ~rst), tags.w_data.eq(last_burst),
+                 tags.pop.eq(bus.rvalid & bus.rready & ~rst & (count_c + 1 == len0))]
+    _check(m, (tags.level == ar_level) & (tags.rd < N)
+           & (tags.wr == _wrap(tags.rd + tags.level, N)[:len(tags.wr)]),
+           "tags: one per burst in flight, pointers")
+    t0, t1 = tags.entries[tags.rd], tags.entries[_wrap(tags.rd + 1, N)]
+    e0, e1 = p0 & t0, p1 & t1                       # a burst in flight ends its command
+    w0, w1 = Mux(p0, len0 - count_c, 0), Mux(p1, len1, 0)   # its words still to come
+    D = cmds.depth
+    h = [cmds.entries[_wrap(cmds.rd + i, D)] for i in range(D)]
+    q = [cmds.level > i for i in range(D)]
+    _check(m, (cmds.rd < D) & (cmds.wr == _wrap(cmds.rd + cmds.level, D)[:len(cmds.wr)]),
+           "commands: pointers and level")
+    _check(m, cmds.level == e0 + e1 + splitting,
+           "commands: one per burst in flight that ends one, and the one being split")
+    _check(m, ~p0 | t0 | e1 | splitting,
+           "an untagged burst's command ends with a later burst in flight, or is being split")
+    _check(m, ~p1 | t1 | splitting, "the newest burst's command ends with it or is split")
+    _check(m, q[0] | (r_done == 0), "no words read of no command")
+    for i in range(D):
+        _check(m, ~q[i] | (h[i] != 0), f"command {i}: at least one word")
+    with m.If(q[0]):
+        _check(m, r_done < h[0], "the oldest command not over")
+        _check(m, h[0] - r_done == Mux(e0, w0, Mux(e1, w0 + w1, w0 + w1 + remaining)),
+               "the oldest command's words left: in flight, and not yet issued")
+    with m.If(q[1]):
+        _check(m, h[1] == Mux(e0 & e1, w1, Mux(e0, w1, 0) + remaining),
+               "the second command's words: in flight, and not yet issued")
+    with m.If(q[2]):
+        _check(m, h[2] == remaining, "a third command: being split, nothing issued")
+    # The reader's own queue of command lengths (`_run_ends` "commands", gap 2): pushed the
+    # cycle after the take, from registers.
+    push_r = d.reg("", "commands_push")
+    length_r, one_r = d.reg("", "commands_length"), d.reg("", "commands_one")
+    newest = cmds.entries[_wrap(cmds.wr + D - 1, D)]
+    _check(m, ~push_r | (active & ~fresh & (remaining == newest) & (cmds.level != 0)
+                         & (length_r == newest) & (one_r == (newest == 1))),
+           "a command being queued: taken last cycle, nothing issued")
+    queued = cmds.level - push_r
+    depth = 2 * N + 2
+    runs_dut = [(queued > i, h[i]) for i in range(D)] + [(Const(0), Const(0))] * (depth - D)
+    run_ends_invariants(m, d, "commands", depth, 2, len(length_r), runs_dut, r_done,
+                        r_done + 1 == h[0])
+    # the flags in the data FIFO, word for word
+    level, entry = data_fifo
+    F = flags.depth
+    _check(m, (flags.level == level) & (flags.rd < F)
+           & (flags.wr == _wrap(flags.rd + flags.level, F)[:len(flags.wr)]),
+           "flags: one per word in the data FIFO, pointers")
+    for j in range(F):
+        with m.If(j < level):
+            _check(m, entry(j)[dut.data_width] == flags.entries[_wrap(flags.rd + j, F)],
+                   f"the data FIFO's word {j}: its last flag")
 
 
 def writer_invariants(m: Module, d: Opened, c: Opened, dut, window=None):

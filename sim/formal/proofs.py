@@ -39,6 +39,7 @@ from sim.formal.axi import AXI4LiteChecker, AXI4ReadChecker, AXI4WriteChecker, Q
 from sim.formal.invariants import (
     Opened,
     count_invariants,
+    reader_ends_invariants,
     reader_invariants,
     tracked_invariants,
     writer_invariants,
@@ -263,14 +264,18 @@ def _add(m: Module, name: str, design, invariants: bool) -> Opened | None:
 
 def reader_harness(flaw: str | None = None, stream: bool = True, window: bool = True,
                    invariants: bool = True, order: bool = True,
-                   ends: bool = True) -> tuple[Module, list[Signal]]:
+                   ends: str | None = None) -> tuple[Module, list[Signal]]:
     """DmaReader with an AXI4 read checker, the window, and its output stream's order.
 
     ``flaw`` breaks the manager on purpose (for the test that the checkers bite):
     ``"drop_valid"`` lets ARVALID fall every other cycle, ``"cross_4k"`` shows the checker
     every burst one beat further on (so one that ends at a 4 KB boundary crosses it).
     ``invariants`` adds :func:`~sim.formal.invariants.reader_invariants` (for k-induction).
-    With ``stream``, ``order`` checks the words' order and ``ends`` the ``last`` flags.
+    With ``stream``, ``order`` checks the words' order and ``ends`` the ``last`` flags:
+    ``"output"`` counts the words of each command as they leave ``o_stream``; ``"read"``
+    counts them as they are read and carries each word's flag to ``o_stream`` in read order
+    (the same property, given the order ``order`` proves; with ``invariants``,
+    :func:`~sim.formal.invariants.reader_ends_invariants` make it inductive).
     """
     m = Module()
     dut = DmaReader(DATA_WIDTH, ADDR_WIDTH, burst_beats=BURST_BEATS, outstanding=OUTSTANDING)
@@ -334,7 +339,34 @@ def reader_harness(flaw: str | None = None, stream: bool = True, window: bool = 
                                "o_stream: the tracked word is the one read at that position")
         if invariants:
             tracked_invariants(m, o_seen, index, kept, have, data_fifo, depth, DATA_WIDTH)
-    if ends:
+    if ends not in (None, "output", "read"):
+        raise ValueError(f"ends must be None, 'output' or 'read', not {ends!r}")
+    if ends == "read":
+        # Each command's words counted as they are read (R): a word ends its command when it
+        # is the oldest unfinished command's last; that flag goes to o_stream with the word,
+        # in read order (the FIFO `ends_q`), and must be the word's `last` there.
+        cmds = Queue(m, "rcmd_q", 24, 4)
+        r_done = Signal(24, name="r_done")    # words read of the oldest unfinished command
+        cmd_take, r_ends = Signal(), Signal()
+        m.d.comb += cmd_take.eq(dut.cmd.valid & dut.cmd.ready & (dut.cmd.payload.beats != 0)
+                                & ~rst)
+        # the environment keeps at most 4 commands unfinished (a bound of the harness)
+        m.d.comb += Assume(~(cmd_take & cmds.full))
+        m.d.comb += [r_ends.eq(r_done + 1 == cmds.head), cmds.push.eq(cmd_take),
+                     cmds.w_data.eq(dut.cmd.payload.beats), cmds.pop.eq(r_beat & r_ends)]
+        with m.If(r_beat):
+            m.d.sync += r_done.eq(Mux(r_ends, 0, r_done + 1))
+        flags = Queue(m, "ends_q", 1, depth)
+        m.d.comb += [flags.push.eq(r_beat), flags.w_data.eq(r_ends), flags.pop.eq(o_beat)]
+        with m.If(live & r_beat):
+            m.d.comb += Assert(cmds.level != 0, "R: only words of commands taken")
+        with m.If(live & out.valid):
+            m.d.comb += Assert((flags.level != 0) & (out.payload.last == flags.head),
+                               "o_stream: last on the command's end")
+        if invariants:
+            reader_ends_invariants(m, d, c, dut, cmds, r_done, flags, data_fifo, aborted)
+        m.d.comb += Cover(o_beat & out.payload.last & (o_seen == 5))
+    if ends == "output":
         cmds = Queue(m, "cmd_q", 24, 4)
         done = Signal(24)                     # words of the head command delivered
         cmd_take = Signal()
@@ -418,13 +450,16 @@ PROOFS: dict[str, Proof] = {p.name: p for p in [
           "DmaReader: AXI4 read manager rules, bursts and beats in flight, no RLAST error"),
     Proof("dma_reader_window", lambda: reader_harness(stream=False), "prove", 1,
           "DmaReader: every AR burst inside the commands' window"),
-    Proof("dma_reader_stream", lambda: reader_harness(window=False, ends=False), "prove", 1,
+    Proof("dma_reader_stream", lambda: reader_harness(window=False), "prove", 1,
           "DmaReader: o_stream rules, words in the order read"),
-    # (k-induction does not close on the `last` flags in reasonable time: bounded, and without
-    # the invariants, which only slow a bounded check down)
-    Proof("dma_reader_ends", lambda: reader_harness(window=False, order=False,
-                                                    invariants=False), "bmc", 12,
-          "DmaReader: o_stream rules, `last` on command ends"),
+    Proof("dma_reader_ends", lambda: reader_harness(window=False, order=False, ends="read"),
+          "prove", 1, "DmaReader: o_stream rules, `last` on command ends"),
+    # (the same property counted at o_stream, as a user states it: k-induction does not
+    # close on it in reasonable time (it sums up to four 24-bit command lengths), so it is
+    # checked to a depth, without the invariants, which only slow a bounded check down)
+    Proof("dma_reader_ends_output", lambda: reader_harness(window=False, order=False,
+                                                           invariants=False, ends="output"),
+          "bmc", 12, "DmaReader: `last` on command ends, counted at o_stream"),
     Proof("dma_writer", lambda: writer_harness(order=False, window=False), "prove", 1,
           "DmaWriter: AXI4 write manager rules (W before AW allowed), WLAST, responses"),
     Proof("dma_writer_3", lambda: writer_harness(order=False, window=False, outstanding=3),
