@@ -221,7 +221,13 @@ class PackedPair(wiring.Component):
                                        reset_less=True))
         # P was a load; P is the tile's sum
         loaded = delay(m, first, PackedMac.LATENCY, "loaded", reset_less=True)
-        final = delay(m, last, PackedMac.LATENCY, "final", reset_less=True)
+        # The capture enables are a register of each pair's own (FDRE instances in board
+        # builds, which synthesis cannot merge): every pair on one anti-diagonal of the array
+        # sees the same flag, and merged into one flip-flop it would drive the 66 enables of
+        # each of them (1,024 loads on the ZCU104's 16 pair rows).
+        final, = register_copies(m, delay(m, last, PackedMac.LATENCY - 1, "final_pre",
+                                          reset_less=True), 1,
+                                 primitive=self.primitive, name="final")
 
         p = mac.p
 
@@ -237,8 +243,7 @@ class PackedPair(wiring.Component):
         # which lag by one cycle, on the next.
         layout = pair_result_layout(self.dsp_slice)
         tops = {"w_lo": p[shift - 2:shift], "w_top": p[46:48]}
-        final_d = Signal(reset_less=True)
-        m.d.sync += final_d.eq(final)
+        final_d, = register_copies(m, final, 1, primitive=self.primitive, name="final_d")
         result = Signal(layout, reset_less=True)
         with m.If(final):
             m.d.sync += result.p.eq(p)
