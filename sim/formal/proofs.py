@@ -277,6 +277,8 @@ def reader_harness(flaw: str | None = None, stream: bool = True, window: bool = 
     (the same property, given the order ``order`` proves; with ``invariants``,
     :func:`~sim.formal.invariants.reader_ends_invariants` make it inductive).
     """
+    if ends not in (None, "output", "read"):
+        raise ValueError(f"ends must be None, 'output' or 'read', not {ends!r}")
     m = Module()
     dut = DmaReader(DATA_WIDTH, ADDR_WIDTH, burst_beats=BURST_BEATS, outstanding=OUTSTANDING)
     depth = BURST_BEATS * OUTSTANDING
@@ -339,51 +341,39 @@ def reader_harness(flaw: str | None = None, stream: bool = True, window: bool = 
                                "o_stream: the tracked word is the one read at that position")
         if invariants:
             tracked_invariants(m, o_seen, index, kept, have, data_fifo, depth, DATA_WIDTH)
-    if ends not in (None, "output", "read"):
-        raise ValueError(f"ends must be None, 'output' or 'read', not {ends!r}")
-    if ends == "read":
-        # Each command's words counted as they are read (R): a word ends its command when it
-        # is the oldest unfinished command's last; that flag goes to o_stream with the word,
-        # in read order (the FIFO `ends_q`), and must be the word's `last` there.
-        cmds = Queue(m, "rcmd_q", 24, 4)
-        r_done = Signal(24, name="r_done")    # words read of the oldest unfinished command
-        cmd_take, r_ends = Signal(), Signal()
+    if ends is not None:
+        # The commands taken, their words counted where ``ends`` says: a word ends its
+        # command when it is the oldest unfinished command's last.
+        counted = r_beat if ends == "read" else o_beat
+        cmds = Queue(m, "cmd_q", 24, 4)
+        done = Signal(24, name="cmd_done")    # words counted of the oldest unfinished command
+        cmd_take, ends_now = Signal(), Signal()
         m.d.comb += cmd_take.eq(dut.cmd.valid & dut.cmd.ready & (dut.cmd.payload.beats != 0)
                                 & ~rst)
         # the environment keeps at most 4 commands unfinished (a bound of the harness)
         m.d.comb += Assume(~(cmd_take & cmds.full))
-        m.d.comb += [r_ends.eq(r_done + 1 == cmds.head), cmds.push.eq(cmd_take),
-                     cmds.w_data.eq(dut.cmd.payload.beats), cmds.pop.eq(r_beat & r_ends)]
-        with m.If(r_beat):
-            m.d.sync += r_done.eq(Mux(r_ends, 0, r_done + 1))
-        flags = Queue(m, "ends_q", 1, depth)
-        m.d.comb += [flags.push.eq(r_beat), flags.w_data.eq(r_ends), flags.pop.eq(o_beat)]
-        with m.If(live & r_beat):
-            m.d.comb += Assert(cmds.level != 0, "R: only words of commands taken")
-        with m.If(live & out.valid):
-            m.d.comb += Assert((flags.level != 0) & (out.payload.last == flags.head),
-                               "o_stream: last on the command's end")
-        if invariants:
-            reader_ends_invariants(m, d, c, dut, cmds, r_done, flags, data_fifo, aborted)
-        m.d.comb += Cover(o_beat & out.payload.last & (o_seen == 5))
-    if ends == "output":
-        cmds = Queue(m, "cmd_q", 24, 4)
-        done = Signal(24)                     # words of the head command delivered
-        cmd_take = Signal()
-        m.d.comb += cmd_take.eq(dut.cmd.valid & dut.cmd.ready & (dut.cmd.payload.beats != 0)
-                                & ~rst)
-        # The environment keeps at most 4 commands unfinished (a bound of the checker, not of
-        # the reader).
-        m.d.comb += Assume(~(cmd_take & cmds.full))
-        ends_now = Signal()
         m.d.comb += [ends_now.eq(done + 1 == cmds.head), cmds.push.eq(cmd_take),
-                     cmds.w_data.eq(dut.cmd.payload.beats), cmds.pop.eq(o_beat & ends_now)]
-        with m.If(o_beat):
+                     cmds.w_data.eq(dut.cmd.payload.beats), cmds.pop.eq(counted & ends_now)]
+        with m.If(counted):
             m.d.sync += done.eq(Mux(ends_now, 0, done + 1))
-        with m.If(live & out.valid):
-            m.d.comb += [Assert(cmds.level != 0, "o_stream: only words of commands taken"),
-                         Assert(out.payload.last == ends_now,
-                                "o_stream: last on the command's end")]
+        if ends == "output":
+            with m.If(live & out.valid):
+                m.d.comb += [Assert(cmds.level != 0, "o_stream: only words of commands taken"),
+                             Assert(out.payload.last == ends_now,
+                                    "o_stream: last on the command's end")]
+        else:
+            # each word's flag goes to o_stream with it, in read order (the FIFO `ends_q`),
+            # and must be the word's `last` there
+            flags = Queue(m, "ends_q", 1, depth)
+            m.d.comb += [flags.push.eq(r_beat), flags.w_data.eq(ends_now),
+                         flags.pop.eq(o_beat)]
+            with m.If(live & r_beat):
+                m.d.comb += Assert(cmds.level != 0, "R: only words of commands taken")
+            with m.If(live & out.valid):
+                m.d.comb += Assert((flags.level != 0) & (out.payload.last == flags.head),
+                                   "o_stream: last on the command's end")
+            if invariants:
+                reader_ends_invariants(m, d, c, dut, cmds, done, flags, data_fifo, aborted)
         m.d.comb += Cover(o_beat & out.payload.last & (o_seen == 5))
     return m, _free_inputs(dut) + extra
 
