@@ -48,6 +48,8 @@ SLICES = {
     "DSP48E2": {"shift": 18, "ad": 27, "a": 30, "d": 27, "opmode": 9},
     "DSP48E1": {"shift": 16, "ad": 25, "a": 30, "d": 25, "opmode": 7},
 }
+
+
 def slice_shift(dsp_slice) -> int:
     """The high product's position in ``P`` on ``dsp_slice``; ``ValueError`` naming
     ``dsp_slice`` if it is not a key of :data:`SLICES`."""
