@@ -256,7 +256,7 @@ class GemmEngine(wiring.Component):
         gb_b2 = Gearbox(self.data_width, C, tag_width) if RP == 3 else None
         striper = LoadStriper(tag_width) if RP == 3 else None
         interleave = VectorInterleave(gb_b.o_stream.payload.shape()) if RP == 3 else None
-        issue = CommandIssue(R, C, block=BL, tag_width=tag_width)
+        issue = CommandIssue(R, C, block=BL, tag_width=tag_width, primitive=self.primitive)
         WP = self.write_ports
         if WP == 1:
             writeback = WriteBack(R, C, data_width=self.data_width,

@@ -39,6 +39,11 @@ class Fifo(wiring.Component):
         pointers and flags (the same on every cycle: they see the same handshakes), so that no
         pointer or read enable drives the memory of every bit; the flags are the first
         slice's. ``None``: one FIFO.
+    lookahead : bool
+        Also give the word the output register takes next (:attr:`r_next`) and when it takes
+        it (:attr:`r_load`), so that a user can keep copies of a field of :attr:`r_data` in
+        registers of its own, each driving a share of that field's loads (an asynchronous
+        read port beside the registered one: distributed RAM has both).
 
     Members
     -------
@@ -52,19 +57,27 @@ class Fifo(wiring.Component):
         Entries held (combinational: the memory's count plus the output register).
     empty : Out(1)
         No entry held (``level == 0``, from two registers: no add before it).
+    r_next : Out(width)
+        With ``lookahead``: the word the output register holds after a cycle with
+        :attr:`r_load` high (``r_data`` is a register taking ``r_next`` when ``r_load``).
+    r_load : Out(1)
+        With ``lookahead``: the output register takes :attr:`r_next` at the next clock edge.
     """
 
-    def __init__(self, *, width: int, depth: int, slice_bits: int | None = None):
+    def __init__(self, *, width: int, depth: int, slice_bits: int | None = None,
+                 lookahead: bool = False):
         if not isinstance(width, int) or width < 0:
             raise TypeError(f"width must be a non-negative integer, not {width!r}")
         if not isinstance(depth, int) or depth < 2:
             raise ValueError(f"depth must be an integer of at least 2, not {depth!r}")
         self.slices = bit_slices(width, slice_bits)      # validates slice_bits
         self.width, self.depth, self.slice_bits = width, depth, slice_bits
+        self.lookahead = bool(lookahead)
         super().__init__({
             "w_data": In(width), "w_en": In(1), "w_rdy": Out(1),
             "r_data": Out(width), "r_en": In(1), "r_rdy": Out(1),
             "level": Out(range(depth + 1)), "empty": Out(1),
+            **({"r_next": Out(width), "r_load": Out(1)} if self.lookahead else {}),
         })
 
     def elaborate(self, platform):
@@ -72,10 +85,15 @@ class Fifo(wiring.Component):
         if len(self.slices) > 1:
             parts = []
             for lo, hi in self.slices:
-                part = m.submodules[f"slice{len(parts)}"] = Fifo(width=hi - lo, depth=self.depth)
+                part = m.submodules[f"slice{len(parts)}"] = Fifo(
+                    width=hi - lo, depth=self.depth, lookahead=self.lookahead)
                 m.d.comb += [part.w_data.eq(self.w_data[lo:hi]), part.w_en.eq(self.w_en),
                              part.r_en.eq(self.r_en), self.r_data[lo:hi].eq(part.r_data)]
+                if self.lookahead:
+                    m.d.comb += self.r_next[lo:hi].eq(part.r_next)
                 parts.append(part)
+            if self.lookahead:
+                m.d.comb += self.r_load.eq(parts[0].r_load)
             m.d.comb += [self.w_rdy.eq(parts[0].w_rdy), self.r_rdy.eq(parts[0].r_rdy),
                          self.level.eq(parts[0].level), self.empty.eq(parts[0].empty)]
             return m
@@ -106,6 +124,11 @@ class Fifo(wiring.Component):
             m.d.sync += produce.eq(incr(produce))
         with m.If(read):
             m.d.sync += consume.eq(incr(consume))
+        if self.lookahead:
+            # the same word as the registered port's: the addresses read and written differ
+            # whenever ``read`` is high (the memory is neither empty nor written at the head)
+            peek = storage.read_port(domain="comb")
+            m.d.comb += [peek.addr.eq(consume), self.r_next.eq(peek.data), self.r_load.eq(read)]
 
         with m.If(read):
             m.d.sync += self.r_rdy.eq(1)

@@ -1,14 +1,23 @@
 """Tile commands + exponent vectors -> datapath commands; operand vectors -> the datapath."""
 
-from amaranth import Array, Module, Mux, Signal, signed, unsigned
+from amaranth import Array, Cat, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from .checker import descriptor_layout
 from .datapath import command_layout
 from .fifo import Fifo
+from .xilinx import lane_copies
 
-__all__ = ["CommandIssue", "DESC_FIELDS", "tile_command_layout", "vector_layout"]
+__all__ = ["CommandIssue", "DESC_FIELDS", "LANES_PER_SELECT", "tile_command_layout",
+           "vector_layout"]
+
+#: Lanes of exponents chosen by one copy of the head command's ``i`` / ``j`` (and of its
+#: ``row_vec`` / ``col_vec``), and written by one copy of a register's write enable: a copy's two
+#: low bits each select in ``8 * 8 * 2 = 128`` LUT6s (eight lanes of 8-bit exponents out of
+#: block-many registers). One copy for every lane of the ZCU104 default's 64 columns drove
+#: 1,024 LUTs, over the build's fan-out budget.
+LANES_PER_SELECT = 8
 
 
 #: The descriptor's fields each tile command carries (:func:`tile_command_layout`), with
@@ -54,7 +63,8 @@ class CommandIssue(wiring.Component):
     The numpy model is :func:`sim.engine_models.issue`.
 
     Latency and throughput: a command leaves 2 cycles after it arrives (queue), one a cycle;
-    vectors pass combinationally; an exponent vector is usable the cycle after it arrives.
+    vectors pass combinationally; an exponent vector is usable two cycles after it arrives
+    (registered, then written).
 
     Parameters
     ----------
@@ -64,6 +74,10 @@ class CommandIssue(wiring.Component):
         C tiles per block side.
     tag_width : int
         Width of the gearbox tags (``1 + log2(block)``, at least 2).
+    primitive : bool
+        Build the copies of the head command's ``i`` / ``j`` (one per
+        :data:`LANES_PER_SELECT` lanes) as ``FDRE`` instances, which synthesis does not merge
+        back into one (:func:`rtl.xilinx.register_copies`).
 
     Members
     -------
@@ -75,8 +89,10 @@ class CommandIssue(wiring.Component):
     drained : Out(1)
     """
 
-    def __init__(self, rows: int = 8, cols: int = 8, *, block: int = 4, tag_width: int = 2):
+    def __init__(self, rows: int = 8, cols: int = 8, *, block: int = 4, tag_width: int = 2,
+                 primitive: bool = False):
         self.rows, self.cols, self.block, self.tag_width = rows, cols, block, tag_width
+        self.primitive = bool(primitive)
         slots = max(2, 2 * block)
         super().__init__({
             "i_cmd": In(stream.Signature(tile_command_layout(block))),
@@ -98,22 +114,37 @@ class CommandIssue(wiring.Component):
         cexp = [Signal(data.ArrayLayout(signed(8), C), name=f"cexp{j}", reset_less=True)
                 for j in range(BL)]
         exp_pending = Signal(range(2 * BL + 1))
-        exp_written = Signal(range(3))
+        exp_written = Signal(range(3))          # (registered: counted as the registers take them)
 
-        for vin, port, regs in ((self.a_vectors, self.a_stream, rexp),
-                                (self.b_vectors, self.b_stream, cexp)):
+        # An exponent vector is registered first, with its write enables in copies of their
+        # own for each LANES_PER_SELECT lanes, and written to its register the cycle after:
+        # no one flag enables every flip-flop of a block of exponents.
+        written = []
+        for side, vin, port, regs in (("a", self.a_vectors, self.a_stream, rexp),
+                                      ("b", self.b_vectors, self.b_stream, cexp)):
             is_exp = vin.payload.tag[0]
             m.d.comb += [port.payload.eq(vin.payload.data),
                          port.valid.eq(vin.valid & ~is_exp),
                          vin.ready.eq(Mux(is_exp, 1, port.ready))]
-            with m.If(vin.valid & is_exp):
-                m.d.sync += Array(regs)[vin.payload.tag[1:]].eq(vin.payload.data)
-        m.d.comb += exp_written.eq((self.a_vectors.valid & self.a_vectors.payload.tag[0])
-                                   + (self.b_vectors.valid & self.b_vectors.payload.tag[0]))
+            lanes = len(vin.payload.data)
+            vec_q = Signal.like(vin.payload.data, name=f"{side}_exp_q", reset_less=True)
+            m.d.sync += vec_q.eq(vin.payload.data)
+            take = Signal(name=f"{side}_exp_take")
+            m.d.sync += take.eq(vin.valid & is_exp)
+            written.append(take)
+            for reg, reg_value in enumerate(regs):
+                ens = lane_copies(m, vin.valid & is_exp & (vin.payload.tag[1:] == reg), lanes,
+                                  LANES_PER_SELECT, primitive=self.primitive,
+                                  name=f"{side}_exp_en{reg}_")
+                for lane in range(lanes):
+                    with m.If(ens[lane]):
+                        m.d.sync += reg_value[lane].eq(vec_q[lane])
+        m.d.comb += exp_written.eq(written[0] + written[1])
         m.d.sync += exp_pending.eq(exp_pending + self.exp_issued - exp_written)
 
         layout = tile_command_layout(BL)
-        m.submodules.queue = queue = Fifo(width=layout.size, depth=max(4, BL * BL))
+        m.submodules.queue = queue = Fifo(width=layout.size, depth=max(4, BL * BL),
+                                          lookahead=True)
         m.d.comb += [queue.w_data.eq(self.i_cmd.payload), queue.w_en.eq(self.i_cmd.valid),
                      self.i_cmd.ready.eq(queue.w_rdy)]
         head = d = data.View(layout, queue.r_data)      # (the command's descriptor fields)
@@ -129,10 +160,17 @@ class CommandIssue(wiring.Component):
             out.clear.eq(1), out.emit.eq(head.emit), out.store.eq(head.store),
             out.add.eq(head.add), out.acc_slot.eq(head.acc_slot), out.raw.eq(d.raw),
         ]
-        rsel = Array(rexp)[head.i]
-        csel = Array(cexp)[head.j]
-        for r in range(R):
-            m.d.comb += out.row_exp[r].eq(Mux(d.row_vec, rsel[r], d.row_exp))
-        for c in range(C):
-            m.d.comb += out.col_exp[c].eq(Mux(d.col_vec, csel[c], d.col_exp))
+        # head.i / head.j and row_vec / col_vec again, in registers of their own for each
+        # LANES_PER_SELECT lanes
+        nxt = data.View(layout, queue.r_next)
+        for name, vec, lanes, regs, scalar, outs in (
+                ("i", "row_vec", R, rexp, d.row_exp, out.row_exp),
+                ("j", "col_vec", C, cexp, d.col_exp, out.col_exp)):
+            sel = getattr(nxt, name)
+            copies = lane_copies(m, Cat(sel, getattr(nxt, vec)), lanes, LANES_PER_SELECT,
+                                 primitive=self.primitive, name=f"head_{name}",
+                                 enable=queue.r_load)
+            for lane, copy in enumerate(copies):
+                chosen = Array(reg[lane] for reg in regs)[copy[:len(sel)]]
+                m.d.comb += outs[lane].eq(Mux(copy[-1], chosen, scalar))
         return m

@@ -10,15 +10,19 @@ from amaranth.sim import Simulator
 from rtl.fifo import Fifo
 
 
+@pytest.mark.parametrize("lookahead", [False, True])
 @pytest.mark.parametrize("slice_bits", [None, 3])
 @pytest.mark.parametrize("depth", [2, 3, 4, 5, 8, 17])
-def test_same_as_sync_fifo_buffered(depth, slice_bits):
+def test_same_as_sync_fifo_buffered(depth, slice_bits, lookahead):
     """Both FIFOs get the same random writes and reads (bursts of each, long stalls, both
     at once); every output (``w_rdy``, ``r_rdy``, ``r_data`` while ready, ``level``; ``empty``
     against ``level == 0``) agrees on every cycle, and the words come out in order. Built
-    in slices of 3 bits (three FIFOs side by side), the same."""
+    in slices of 3 bits (three FIFOs side by side), the same. With ``lookahead``, a
+    register that takes ``r_next`` whenever ``r_load`` is high equals ``r_data`` on every
+    cycle, ready or not."""
     m = Module()
-    m.submodules.ours = ours = Fifo(width=8, depth=depth, slice_bits=slice_bits)
+    m.submodules.ours = ours = Fifo(width=8, depth=depth, slice_bits=slice_bits,
+                                    lookahead=lookahead)
     m.submodules.ref = ref = fifo.SyncFIFOBuffered(width=8, depth=depth)
     rng = random.Random(depth)
     out = []
@@ -26,6 +30,7 @@ def test_same_as_sync_fifo_buffered(depth, slice_bits):
     async def bench(ctx):
         word = 0
         p_write, p_read = 0.5, 0.5
+        shadow, loads = 0, 0
         for cycle in range(3000):
             if cycle % 200 == 0:          # phases: filling, draining, balanced, idle
                 p_write, p_read = rng.choice([(0.9, 0.2), (0.2, 0.9), (0.6, 0.6), (0, 0),
@@ -44,7 +49,12 @@ def test_same_as_sync_fifo_buffered(depth, slice_bits):
                     out.append(ctx.get(ours.r_data))
             if w_en and ctx.get(ref.w_rdy):
                 word = (word + 1) % 256
+            if lookahead:
+                assert ctx.get(ours.r_data) == shadow, cycle
+                if ctx.get(ours.r_load):
+                    shadow, loads = ctx.get(ours.r_next), loads + 1
             await ctx.tick()
+        assert not lookahead or loads > 500
 
     sim = Simulator(m)
     sim.add_clock(1e-6)
