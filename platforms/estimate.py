@@ -99,12 +99,14 @@ def _tag(family: str, mapping: str) -> str:
 
 def synthesize(verilog: str | Path, top: str, family: str, *,
                work_dir: str | Path | None = None, netlist: bool = False,
-               mapping: str = "abc") -> dict:
+               mapping: str = "abc", blackbox: tuple = ()) -> dict:
     """Synthesize ``top`` from ``verilog`` (``.v``, or RTLIL ``.il``) for ``family``.
 
     Returns the grouped cell counts (:func:`group_cells`). With ``netlist``, the flat
     netlist is also written as Yosys JSON (:func:`netlist_path`; what
-    :mod:`platforms.timing` analyses). ``mapping`` is one of :data:`MAPPINGS`.
+    :mod:`platforms.timing` analyses). ``mapping`` is one of :data:`MAPPINGS`. The modules
+    named in ``blackbox`` are emptied first (Yosys ``blackbox``): their ports stay, as cells
+    of an unknown type.
 
     Raises
     ------
@@ -128,6 +130,9 @@ def synthesize(verilog: str | Path, top: str, family: str, *,
     flat.unlink(missing_ok=True)
     reader = "read_rtlil" if verilog.suffix == ".il" else "read_verilog -sv"
     source = os_relpath(verilog, work)
+    load = f"{reader} {source};"
+    if blackbox:
+        load += " blackbox " + " ".join("\\" + name.lstrip("\\") for name in blackbox) + ";"
     synth = f"synth_xilinx -family {family} -top {top} -flatten -noiopad -noclkbuf"
     if mapping == "abc9":
         # ABC9's AIGER frontend can meet a wire name twice when it reads the mapped netlist
@@ -135,10 +140,10 @@ def synthesize(verilog: str | Path, top: str, family: str, *,
         # did once the accumulation buffer's read data was registered. Single-bit nets
         # before the LUT mapping avoid it (the fix proposed there); the mapping is the same.
         script = (f"scratchpad -set synth_xilinx.abc9.W {ABC9_WIRE_PS[family]}; "
-                  f"{reader} {source}; {synth} -abc9 -run :map_luts; splitnets; "
+                  f"{load} {synth} -abc9 -run :map_luts; splitnets; "
                   f"{synth} -abc9 -run map_luts:; ")
     else:
-        script = f"{reader} {source}; {synth}; "
+        script = f"{load} {synth}; "
     script += f"tee -q -o {stat.name} stat -json"
     if netlist:
         script += f"; write_json {flat.name}"

@@ -5,8 +5,14 @@ from amaranth.lib import data, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ._util import delay
+from .xilinx import lane_copies
 
-__all__ = ["TransposableBuffer", "buffer_command_layout"]
+__all__ = ["LANES_PER_ROTATION", "TransposableBuffer", "buffer_command_layout"]
+
+#: Lanes whose rotation (both sides) and write offsets one copy of the rotation amount
+#: drives: a copy's bit then selects in about ``16 * 8`` 2:1 multiplexer bits a stage. One
+#: amount for all 64 lanes of the ZCU104 default's B buffer drove 756 loads.
+LANES_PER_ROTATION = 16
 
 
 def buffer_command_layout(depth: int, slots: int = 2) -> data.StructLayout:
@@ -77,11 +83,15 @@ class TransposableBuffer(wiring.Component):
     r_valid, r_data : Out
         The vector read :attr:`READ_LATENCY` (3) cycles after ``r_en``: the block RAM, its
         output register, the rotation into a register.
+
+    The rotation amounts of both sides are registers in a copy per
+    :data:`LANES_PER_ROTATION` lanes (``FDRE`` instances with ``primitive``), so that no
+    one net selects in every lane.
     """
 
     READ_LATENCY = 3
 
-    def __init__(self, lanes: int, depth: int, slots: int = 2):
+    def __init__(self, lanes: int, depth: int, slots: int = 2, *, primitive: bool = False):
         if not isinstance(lanes, int) or isinstance(lanes, bool) or lanes < 1:
             raise ValueError(f"lanes must be a positive integer, not {lanes!r}")
         if not isinstance(depth, int) or isinstance(depth, bool) or not 1 <= depth <= 65535:
@@ -91,6 +101,7 @@ class TransposableBuffer(wiring.Component):
         self.lanes = lanes
         self.depth = depth
         self.slots = slots
+        self.primitive = bool(primitive)
         padded = -(-depth // lanes) * lanes
         self.slot_depth = 1 << (padded - 1).bit_length()   # slot base = slot << log2(depth)
         vector = data.ArrayLayout(signed(8), lanes)
@@ -201,11 +212,15 @@ class TransposableBuffer(wiring.Component):
                          last.eq(cmd.first_last)]
 
         slot_base = (slot + sub) * D  # D is a power of two: a shift
+        # `rot` again, a copy per LANES_PER_ROTATION banks: taken as `rot` is, from the same
+        # value (the copies have no reset: after one, no beat comes before a command's `take`)
+        w_rots = lane_copies(m, Mux(take, 0, rot_n), L, LANES_PER_ROTATION,
+                             primitive=self.primitive, name="w_rot_copy", enable=beat | take)
         # bank b takes beat value (b - rot) mod L
-        values = _rotate(m, [self.w_stream.payload[i] for i in range(L)], rot, -1, "w_rot")
+        values = _rotate(m, [self.w_stream.payload[i] for i in range(L)], w_rots, -1, "w_rot")
         for b, (wp, _) in enumerate(banks):
             offset = Signal(range(L), name=f"w_offset{b}")   # (b - rot) mod L
-            with m.Switch(rot):
+            with m.Switch(w_rots[b]):
                 for v in range(L):
                     with m.Case(v):
                         m.d.comb += offset.eq((b - v) % L)
@@ -223,7 +238,8 @@ class TransposableBuffer(wiring.Component):
             m.d.sync += r_rot.eq(Mux(rot_now == L - 1, 0, rot_now + 1))
         # The banks' block RAM read, then its output register (the primitive's own: a
         # block RAM's clock-to-out without it is several LUT levels), then the rotation.
-        rot_d = delay(m, rot_now, 2, "rot", reset_less=True)
+        rot_d = lane_copies(m, delay(m, rot_now, 1, "rot", reset_less=True), L,
+                            LANES_PER_ROTATION, primitive=self.primitive, name="r_rot_copy")
         en_d = delay(m, self.r_en, 2, "en")
         m.d.sync += self.r_valid.eq(en_d)
         r_base = self.r_slot * D
@@ -243,16 +259,18 @@ class TransposableBuffer(wiring.Component):
         return m
 
 
-def _rotate(m, values, amount, direction: int, name: str):
+def _rotate(m, values, amounts, direction: int, name: str):
     """``values`` rotated: element ``i`` of the result is ``values[(i + direction * amount)
     mod L]``, as ``log2(L)`` stages of 2:1 multiplexers (stage ``s`` rotates by ``2**s mod
     L`` when bit ``s`` of ``amount`` is set; ``amount < L``). Area ``L log L`` and depth
-    ``log L`` rather than an ``L``-way multiplexer per element (``L**2``)."""
+    ``log L`` rather than an ``L``-way multiplexer per element (``L**2``). ``amounts`` has
+    one entry per element, all equal in value (copies): element ``i`` of each stage is
+    selected by ``amounts[i]``."""
     L = len(values)
     for s in range(max(0, (L - 1).bit_length())):
         step = (direction * (1 << s)) % L
         stage = [Signal(signed(8), name=f"{name}{s}_{i}") for i in range(L)]
         for i in range(L):
-            m.d.comb += stage[i].eq(Mux(amount[s], values[(i + step) % L], values[i]))
+            m.d.comb += stage[i].eq(Mux(amounts[i][s], values[(i + step) % L], values[i]))
         values = stage
     return values

@@ -9,7 +9,7 @@ from .buffer import TransposableBuffer
 from .fifo import Fifo
 from .rescale import Rescaler, rescale_output_layout
 from .systolic import SystolicArray
-from .xilinx import lane_copies
+from .xilinx import lane_copies, lut_copies
 
 __all__ = ["ACC_RAMS", "GemmDatapath", "command_layout", "slr_cols"]
 
@@ -40,6 +40,9 @@ def command_layout(rows: int, cols: int, slots: int = 2,
 
 #: Columns one copy of the accumulation's ``add`` flag reaches (32 adder LUTs a column).
 LANES_PER_ADD = 8
+
+#: Lanes of exponents (8 flip-flops each) one copy of a command stage's enable reaches.
+LANES_PER_EXP = 16
 
 #: What :class:`GemmDatapath`'s accumulation slots can be built of (``acc_ram``).
 ACC_RAMS = ("auto", "ultra")
@@ -148,8 +151,9 @@ class GemmDatapath(wiring.Component):
         self.array = SystolicArray(rows, cols, packing=packing, primitive=primitive,
                                    dsp_rows=dsp_rows, slr_cols=slr_cols(cols, slr_groups),
                                    dsp_slice=dsp_slice)
-        self.a_buf = TransposableBuffer(rows, depth, slots)  # validates depth and slots
-        self.b_buf = TransposableBuffer(cols, depth, slots)
+        self.a_buf = TransposableBuffer(rows, depth, slots,   # validates depth and slots
+                                        primitive=primitive)
+        self.b_buf = TransposableBuffer(cols, depth, slots, primitive=primitive)
         self.rescaler = Rescaler(cols, primitive=primitive)
         self.primitive = bool(primitive)
         out_rows = 4 * rows if out_rows is None else out_rows
@@ -203,8 +207,8 @@ class GemmDatapath(wiring.Component):
             "raw": 1,
             "emit": 1, "store": 1, "add": 1, "acc_slot": range(self.acc_slots),
         })
-        m.submodules.info_fifo = info_fifo = Fifo(
-            width=info_layout.size, depth=4)
+        m.submodules.info_fifo = info_fifo = Fifo(      # (sliced: the exponents are wide)
+            width=info_layout.size, depth=4, slice_bits=FIFO_SLICE_BITS)
         m.submodules.out_fifo = out_fifo = Fifo(
             width=rescale_output_layout(C).size, depth=self.out_rows,
             slice_bits=FIFO_SLICE_BITS)
@@ -224,7 +228,7 @@ class GemmDatapath(wiring.Component):
             "load_a": 1, "load_b": 1})
         m.submodules.jobs = jobs = (
             fifo.SyncFIFO(width=job_layout.size, depth=2) if self.lookahead == 2 else
-            Fifo(width=job_layout.size, depth=self.lookahead))
+            Fifo(width=job_layout.size, depth=self.lookahead, slice_bits=FIFO_SLICE_BITS))
         head = data.View(job_layout, jobs.r_data)
         cur = Signal(job_layout)
         active = Signal()
@@ -301,8 +305,37 @@ class GemmDatapath(wiring.Component):
         p = self.cmd.payload
         m.d.comb += [move.eq(pre_valid & (~staged | take)),
                      self.cmd.ready.eq(~pre_valid | move)]
+        # The exponents (8 bits a lane of A and of B) pass through ``pre``, ``cmd`` and
+        # ``job`` under copies of those stages' enables, one per LANES_PER_EXP lanes (LUT
+        # instances in primitive builds): one enable for all of them drove 860-890 loads at
+        # the ZCU104 default, and would drive twice that at the VU9P's.
+        exp_lanes = R + C
+
+        def exps(v):
+            return [v.row_exp[r] for r in range(R)] + [v.col_exp[c] for c in range(C)]
+
+        def rest(dst, src):
+            return [getattr(dst, f).eq(getattr(src, f)) for f in self.cmd.payload.shape().members
+                    if f not in ("row_exp", "col_exp")]
+
+        def exp_copies(fn, inputs, name):
+            return lut_copies(m, fn, inputs, exp_lanes, LANES_PER_EXP,
+                              primitive=self.primitive, name=name)
+        pre_takes = exp_copies(lambda v, pv, st, tk: v & (~pv | (pv & (~st | tk))),
+                               [self.cmd.valid, pre_valid, staged, take], "pre_take")
+        moves = exp_copies(lambda pv, st, tk: pv & (~st | tk), [pre_valid, staged, take],
+                           "move_copy")
+        accepts = exp_copies(lambda tk, bd: tk & ~bd, [take, bad], "accept_copy")
+        for lane, (pre_e, p_e, cmd_e, job_e) in enumerate(zip(
+                exps(pre), exps(p), exps(cmd), exps(job.info), strict=True)):
+            with m.If(pre_takes[lane]):
+                m.d.sync += pre_e.eq(p_e)
+            with m.If(moves[lane]):
+                m.d.sync += cmd_e.eq(pre_e)
+            with m.If(accepts[lane]):
+                m.d.sync += job_e.eq(cmd_e)
         with m.If(self.cmd.valid & self.cmd.ready):
-            m.d.sync += [pre.eq(p), pre_valid.eq(1),
+            m.d.sync += [*rest(pre, p), pre_valid.eq(1),
                          pre_bad.eq((p.k == 0) | (p.k > self.depth)),
                          pre_a1h.eq(1 << p.a_slot), pre_b1h.eq(1 << p.b_slot),
                          pre_a_span.eq(span(p.load_a, p.a_slot, p.a_extra)),
@@ -314,7 +347,7 @@ class GemmDatapath(wiring.Component):
         with m.Elif(move):
             m.d.sync += pre_valid.eq(0)
         with m.If(move):
-            m.d.sync += [cmd.eq(pre), staged.eq(1), bad.eq(pre_bad),
+            m.d.sync += [*rest(cmd, pre), staged.eq(1), bad.eq(pre_bad),
                          cmd_a1h.eq(pre_a1h), cmd_b1h.eq(pre_b1h),
                          a_span.eq(pre_a_span), b_span.eq(pre_b_span),
                          a_fl.eq(pre_a_fl), b_fl.eq(pre_b_fl)]
@@ -395,8 +428,7 @@ class GemmDatapath(wiring.Component):
                     job.info.emit.eq(cmd.emit), job.info.store.eq(cmd.store),
                     job.info.add.eq(cmd.add), job.info.acc_slot.eq(cmd.acc_slot),
                     job.a_slot.eq(cmd.a_slot), job.b_slot.eq(cmd.b_slot),
-                    job.info.raw.eq(cmd.raw), job.info.row_exp.eq(cmd.row_exp),
-                    job.info.col_exp.eq(cmd.col_exp),
+                    job.info.raw.eq(cmd.raw),
                 ]
         for s_ in range(self.slots):
             for q, nz, one, slot_in, slot_out in (

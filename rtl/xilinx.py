@@ -11,7 +11,7 @@ Icarus and Yosys' simulation models of LUT6/MUXF7/MUXF8 (``tests/test_xilinx.py`
 
 from amaranth import Array, ClockSignal, Const, Instance, Module, Signal, Value
 
-__all__ = ["LUT6_MUX4_INIT", "lane_copies", "register_copies", "select"]
+__all__ = ["LUT6_MUX4_INIT", "lane_copies", "lut_copies", "register_copies", "select"]
 
 
 def _mux4_init() -> int:
@@ -111,4 +111,33 @@ def lane_copies(m: Module, value, lanes: int, per: int, *, primitive: bool, name
     logic of every lane."""
     copies = register_copies(m, value, -(-lanes // per), primitive=primitive, name=name,
                              enable=enable)
+    return [copies[i // per] for i in range(lanes)]
+
+
+def lut_copies(m: Module, fn, inputs, lanes: int, per: int, *, primitive: bool,
+               name: str) -> list:
+    """``fn(*inputs)`` (at most six 1-bit inputs; ``fn`` uses ``&``, ``|``, ``^``, ``~``)
+    once per ``per`` lanes, listed per lane as :func:`lane_copies` does: combinational
+    copies of one enable, each to drive a share of its loads, without the register stage
+    of :func:`register_copies`. With ``primitive`` each copy is a ``LUT1``..``LUT6``
+    instance, which neither Yosys nor Vivado merges with its twins; otherwise one signal
+    serves every lane."""
+    inputs = [Value.cast(v) for v in inputs]
+    if not 1 <= len(inputs) <= 6 or any(len(v) != 1 for v in inputs):
+        raise ValueError(f"inputs must be one to six 1-bit values, not {inputs!r}")
+    if not primitive:
+        one = Signal(name=name)
+        m.d.comb += one.eq(fn(*inputs))
+        return [one] * lanes
+    k = len(inputs)
+    init = 0
+    for index in range(1 << k):
+        init |= (fn(*[(index >> b) & 1 for b in range(k)]) & 1) << index
+    copies = []
+    for c in range(-(-lanes // per)):
+        o = Signal(name=f"{name}{c}")
+        m.submodules[f"{name}{c}_lut"] = Instance(
+            f"LUT{k}", p_INIT=Const(init, 1 << k),
+            **{f"i_I{b}": v for b, v in enumerate(inputs)}, o_O=o)
+        copies.append(o)
     return [copies[i // per] for i in range(lanes)]
