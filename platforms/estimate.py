@@ -165,9 +165,11 @@ FULL_LIMIT = 256
 
 
 def _synth_once(kind: str, name: str, family: str, work_dir: Path, progress=None,
-                netlist: bool = False, mapping: str = "abc", **params) -> dict:
+                netlist: bool = False, mapping: str = "abc", blackbox: tuple = (),
+                **params) -> dict:
     """Synthesize component ``kind`` once (per ``mapping``); the result is cached beside its
-    netlist, keyed by the netlist's digest (sources and parameters). With ``netlist``, the
+    netlist, keyed by the netlist's digest (sources and parameters) and the modules emptied
+    (``blackbox``: names below the top, as ``engine.datapath.array``). With ``netlist``, the
     flat netlist (:func:`netlist_path`) must be there too, or synthesis runs again to write
     it."""
     from rtl.export import generate_verilog
@@ -176,6 +178,9 @@ def _synth_once(kind: str, name: str, family: str, work_dir: Path, progress=None
     tag = _tag(family, mapping)
     cache = work_dir / f"{name}.{tag}.result.json"
     key = source.with_suffix(".il.digest").read_text()
+    blackbox = tuple(f"{name}.{b}" for b in blackbox)
+    if blackbox:
+        key += " blackbox " + " ".join(blackbox)
     if cache.exists():
         saved = json.loads(cache.read_text())
         flat = netlist_path(work_dir, name, family, mapping)
@@ -184,7 +189,8 @@ def _synth_once(kind: str, name: str, family: str, work_dir: Path, progress=None
     if progress:
         progress(f"Yosys synth_xilinx -family {family}"
                  f"{' -abc9' if mapping == 'abc9' else ''}: {name}")
-    res = synthesize(source, name, family, netlist=netlist, mapping=mapping)
+    res = synthesize(source, name, family, netlist=netlist, mapping=mapping,
+                     blackbox=blackbox)
     cache.write_text(json.dumps({"key": key, "resources": res, "netlist": netlist}))
     return res
 

@@ -516,19 +516,26 @@ MAPPING = "abc9"
 
 
 def synthesize_netlist(verilog: str | Path, top: str, family: str, *,
-                       work_dir: str | Path | None = None, mapping: str = MAPPING) -> Path:
+                       work_dir: str | Path | None = None, mapping: str = MAPPING,
+                       blackbox: tuple = ()) -> Path:
     """Run Yosys ``synth_xilinx -flatten`` (with ``-abc9`` for the ``abc9`` mapping) on
-    ``verilog`` (``.v`` or ``.il``) and return the path of the flat JSON netlist
-    (:func:`platforms.estimate.synthesize`)."""
+    ``verilog`` (``.v`` or ``.il``), the modules named in ``blackbox`` emptied, and return
+    the path of the flat JSON netlist (:func:`platforms.estimate.synthesize`)."""
     from .estimate import netlist_path, synthesize
     verilog = Path(verilog).resolve()
     work = Path(work_dir or verilog.parent)
-    synthesize(verilog, top, family, work_dir=work, netlist=True, mapping=mapping)
+    synthesize(verilog, top, family, work_dir=work, netlist=True, mapping=mapping,
+               blackbox=blackbox)
     return netlist_path(work, top, family, mapping)
 
 
+#: What ``without_array`` empties: the systolic array (its ports stay, as a cell).
+ARRAY_MODULE = "engine.datapath.array"
+
+
 def accelerator_timing(params: dict, family: str, target_mhz: float, work_dir: Path, *,
-                       whole: bool = False, progress=None) -> dict:
+                       whole: bool = False, without_array: bool = False,
+                       progress=None) -> dict:
     """The timing report of ``Accelerator(**params)`` on ``family`` at ``target_mhz``.
 
     Arrays up to :data:`platforms.estimate.FULL_LIMIT` PEs, or any with ``whole``, are
@@ -538,6 +545,12 @@ def accelerator_timing(params: dict, family: str, target_mhz: float, work_dir: P
     -- and the report says so (``measured_on``, ``whole_design`` false): the depth of the
     engine, buffers and DMA does not grow with the array, but array-wide muxes and the fan-out
     of broadcast nets do. Results are cached by the design's digest.
+
+    ``without_array`` (with ``whole``) synthesizes everything but the systolic array
+    (:data:`ARRAY_MODULE`, emptied): the engine, buffers, rescaler and DMA at the configured
+    lanes, for a default too large to synthesize whole here (the VU9P's); the nets inside
+    the array, and its loads on the nets that reach it, are not counted (``measured_on``
+    says so).
     """
     from .estimate import (
         ABC9_WIRE_PS,
@@ -554,16 +567,17 @@ def accelerator_timing(params: dict, family: str, target_mhz: float, work_dir: P
     if whole or rows * cols <= FULL_LIMIT:
         used, name = dict(params), f"accel_{rows}x{cols}_{tag}"
         if rows * cols > FULL_LIMIT:
-            name += "_whole"
+            name += "_noarray" if without_array else "_whole"
     else:
         r, c = max(FIT_POINTS, key=lambda p: p[0] * p[1])
         used = {k: v for k, v in params.items() if k != "dsp_rows"}
         used.update(rows=r, cols=c)
         name = f"accel_{r}x{c}_{tag}"
     work_dir.mkdir(parents=True, exist_ok=True)
+    without_array = without_array and whole
     _synth_once("accelerator", name, family, work_dir, progress, netlist=True,
-                mapping=MAPPING, **used)
-    key = (work_dir / f"{name}.il.digest").read_text()
+                mapping=MAPPING, blackbox=(ARRAY_MODULE,) if without_array else (), **used)
+    key = (work_dir / f"{name}.il.digest").read_text() + (" noarray" if without_array else "")
     cache = work_dir / f"{name}.{_tag(family, MAPPING)}.timing.json"
     ident = {"key": key, "mhz": target_mhz, "version": VERSION}
     if cache.exists():
@@ -574,10 +588,13 @@ def accelerator_timing(params: dict, family: str, target_mhz: float, work_dir: P
         progress(f"analysing the netlist of {name}")
     report = analyse_file(netlist_path(work_dir, name, family, MAPPING), family, target_mhz,
                           top=name)
-    whole_design = used == params
+    whole_design = used == params and not without_array
     report = {**report, "whole_design": whole_design,
               "measured_on": (f"{used['rows']}x{used['cols']} as configured"
                               if whole_design else
+                              f"{used['rows']}x{used['cols']} as configured, without the "
+                              "systolic array (emptied: its own nets and its loads not "
+                              "counted)" if without_array else
                               f"{used['rows']}x{used['cols']} (the estimate's largest whole "
                               f"fit point, all PEs on DSPs), not {rows}x{cols}: "
                               "run build.py --timing for the configured array"),
@@ -674,7 +691,12 @@ def main(argv=None) -> int:
     p.add_argument("--default", action="store_true",
                    help="the board's default configuration exactly as configured (its array "
                         "and packing), synthesized whole; --rows/--cols ignored")
+    p.add_argument("--without-array", action="store_true",
+                   help="with --default: everything but the systolic array (emptied), for a "
+                        "default too large to synthesize whole here (the VU9P's)")
     args = p.parse_args(argv)
+    if args.without_array and not args.default:
+        p.error("--without-array needs --default")
     board = PLATFORMS[args.board]
     if args.default:
         cfg = board.config()
@@ -688,14 +710,17 @@ def main(argv=None) -> int:
     except ValueError as e:
         p.error(f"unsupported configuration: {e}")
     report = accelerator_timing(cfg, board.family, board.clock_mhz, args.work_dir,
-                                whole=True, progress=lambda s: print(s, flush=True))
+                                whole=True, without_array=args.without_array,
+                                progress=lambda s: print(s, flush=True))
     print("\n".join(_summary(board.name, report)))
     saved = json.loads(args.out.read_text()) if args.out.exists() else {}
-    key = f"{board.name} {args.rows}x{args.cols}" + (" default" if args.default else "")
+    key = (f"{board.name} {args.rows}x{args.cols}" + (" default" if args.default else "")
+           + (" without array" if args.without_array else ""))
     saved[key] = {
         "command": "python -m platforms.timing " + " ".join(
             ["--board", board.name] + (["--default"] if args.default else
-                                       ["--rows", str(args.rows), "--cols", str(args.cols)])),
+                                       ["--rows", str(args.rows), "--cols", str(args.cols)])
+            + (["--without-array"] if args.without_array else [])),
         "config": cfg, **{k: report[k] for k in (
             "target_mhz", "budget_levels", "max_levels", "fanout_budget", "max_fanout",
             "measured_on", "deepest_paths", "high_fanout_nets")}}

@@ -1,6 +1,9 @@
 """The timing report (platforms/timing.py): logic levels and fan-out of known-answer designs,
 synthesized with Yosys or written by hand as netlists."""
 
+import json
+from collections import Counter
+
 import pytest
 
 from platforms.timing import (
@@ -294,8 +297,46 @@ def test_command_line_rejects_bad_arguments(capsys):
     """``python -m platforms.timing``: an unknown board or an array the RTL does not support
     exits 2 with a message, before any synthesis."""
     from platforms.timing import main
-    for bad in (["--board", "nope"], ["--board", "pynq-z1", "--rows", "3"], []):
+    for bad in (["--board", "nope"], ["--board", "pynq-z1", "--rows", "3"], [],
+                ["--board", "vu9p", "--without-array"]):
         with pytest.raises(SystemExit) as e:
             main(bad)
         assert e.value.code == 2
     assert "rows" in capsys.readouterr().err
+
+
+BOXED = """
+module inner(input clk, input [5:0] a, output reg q);
+  always @(posedge clk) q <= (a[0] & a[1]) ^ (a[2] | a[3]) ^ (a[4] & ~a[5]);
+endmodule
+module outer(input clk, input [5:0] a, output reg q);
+  reg [5:0] ar;
+  wire w;
+  inner u (.clk(clk), .a(ar), .q(w));
+  always @(posedge clk) begin ar <= a; q <= w; end
+endmodule
+"""
+
+
+def test_blackbox_empties_a_module_and_keeps_its_ports_as_boundaries(tmp_path):
+    """``synthesize_netlist(blackbox=...)`` (what ``--without-array`` empties the systolic
+    array with): the module's logic is gone, its instance stays as a cell of unknown timing
+    whose inputs are loads and whose outputs start paths; synthesized whole, the same
+    design has no unknown cell and one flip-flop more."""
+    reports = {}
+    for boxed in (False, True):
+        work = tmp_path / f"boxed{int(boxed)}"
+        work.mkdir()
+        (work / "outer.v").write_text(BOXED)
+        path = synthesize_netlist(work / "outer.v", "outer", "xcup",
+                                  blackbox=("inner",) if boxed else ())
+        reports[boxed] = analyse_file(path, "xcup", 200.0, paths=100)
+        reports[boxed]["cells"] = Counter(
+            c["type"] for c in json.loads(path.read_text())["modules"]["outer"]["cells"].values())
+    assert reports[False]["unknown_cells"] == {}
+    assert reports[True]["unknown_cells"] == {"inner": 1}
+    assert reports[False]["cells"]["FDRE"] == reports[True]["cells"]["FDRE"] + 1 == 8
+    assert reports[False]["max_levels"] >= 1
+    paths = reports[True]["deepest_paths"]
+    assert any(p["start"] == "w (inner)" for p in paths), paths
+    assert any(p["end"].endswith("(inner.a)") for p in paths), paths
