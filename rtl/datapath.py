@@ -4,7 +4,7 @@ from amaranth import Array, Cat, Const, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, fifo, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from ._util import FIFO_SLICE_BITS, delay
+from ._util import FIFO_SLICE_BITS, delay, own_reset
 from .buffer import TransposableBuffer
 from .fifo import Fifo
 from .rescale import Rescaler, rescale_output_layout
@@ -119,6 +119,13 @@ class GemmDatapath(wiring.Component):
         C write-back can trail the array by a tile and more without stalling it). Tiles
         reserve their rows in it before they start, so a stalled :attr:`o_stream` never loses
         data.
+    part_resets : bool
+        Give :attr:`part_resets`: one reset input per :data:`RESET_SUBPARTS` entry, each that
+        part's only reset (:func:`rtl._util.own_reset`), instead of the domain's. The engine
+        drives them with registered copies of its soft reset, taken on the same edge as the
+        datapath's own, so that the reset is the same cycle everywhere but no one net
+        reaches every flip-flop (the datapath's reset had 941 loads at the ZCU104 default,
+        and its FIFOs grow with the columns).
 
     Members
     -------
@@ -131,6 +138,8 @@ class GemmDatapath(wiring.Component):
         A command is loading, computing or has results not yet out.
     step : Out(1)
         The array takes a reduction step this cycle (``rows * cols`` useful MACs).
+    part_resets : In(len(RESET_SUBPARTS))
+        With ``part_resets``: the resets of the parts named in :data:`RESET_SUBPARTS`.
 
     Latency and throughput
     ----------------------
@@ -143,7 +152,8 @@ class GemmDatapath(wiring.Component):
     def __init__(self, rows: int, cols: int, depth: int = 512, out_rows: int | None = None,
                  *, slots: int = 2, acc_slots: int = 2, lookahead: int = 2, packing: int = 1,
                  primitive: bool = False, dsp_rows: int | None = None,
-                 acc_ram: str = "auto", slr_groups: int = 1, dsp_slice: str = "DSP48E2"):
+                 acc_ram: str = "auto", slr_groups: int = 1, dsp_slice: str = "DSP48E2",
+                 part_resets: bool = False):
         if acc_ram not in ACC_RAMS:
             raise ValueError(f"acc_ram must be one of {ACC_RAMS}, not {acc_ram!r}")
         self.acc_ram = acc_ram
@@ -165,6 +175,7 @@ class GemmDatapath(wiring.Component):
         if not isinstance(lookahead, int) or isinstance(lookahead, bool) or lookahead < 2:
             raise ValueError(f"lookahead must be an integer >= 2, not {lookahead!r}")
         self.slots, self.acc_slots, self.lookahead = slots, acc_slots, lookahead
+        self.has_part_resets = bool(part_resets)
         super().__init__({
             "cmd": In(stream.Signature(command_layout(rows, cols, slots, acc_slots))),
             "a_stream": In(stream.Signature(data.ArrayLayout(signed(8), rows))),
@@ -173,7 +184,11 @@ class GemmDatapath(wiring.Component):
             "error": Out(1),
             "busy": Out(1),
             "step": Out(1),
+            **({"part_resets": In(len(self.RESET_SUBPARTS))} if part_resets else {}),
         })
+
+    #: The submodules reset through :attr:`part_resets` (with ``part_resets``), in its order.
+    RESET_SUBPARTS = ("a_buf", "b_buf", "info_fifo", "out_fifo", "jobs")
 
     #: Registers on the command path: the first computes a command's checks, in the second
     #: it waits for its loads to be allowed.
@@ -197,9 +212,16 @@ class GemmDatapath(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         R, C = self.rows, self.cols
+        def add(name, part):
+            """``part`` as submodule ``name``, reset by its own input if it has one."""
+            if self.has_part_resets and name in self.RESET_SUBPARTS:
+                reset = self.part_resets[self.RESET_SUBPARTS.index(name)]
+                m.submodules[name] = own_reset(m, f"rst_{name}", part, reset)
+            else:
+                m.submodules[name] = part
+            return part
         m.submodules.array = array = self.array
-        m.submodules.a_buf = a_buf = self.a_buf
-        m.submodules.b_buf = b_buf = self.b_buf
+        a_buf, b_buf = add("a_buf", self.a_buf), add("b_buf", self.b_buf)
         m.submodules.rescaler = rescaler = self.rescaler
         info_layout = data.StructLayout({
             "row_exp": data.ArrayLayout(signed(8), R),
@@ -207,11 +229,11 @@ class GemmDatapath(wiring.Component):
             "raw": 1,
             "emit": 1, "store": 1, "add": 1, "acc_slot": range(self.acc_slots),
         })
-        m.submodules.info_fifo = info_fifo = Fifo(      # (sliced: the exponents are wide)
-            width=info_layout.size, depth=4, slice_bits=FIFO_SLICE_BITS)
-        m.submodules.out_fifo = out_fifo = Fifo(
+        info_fifo = add("info_fifo", Fifo(      # (sliced: the exponents are wide)
+            width=info_layout.size, depth=4, slice_bits=FIFO_SLICE_BITS))
+        out_fifo = add("out_fifo", Fifo(
             width=rescale_output_layout(C).size, depth=self.out_rows,
-            slice_bits=FIFO_SLICE_BITS)
+            slice_bits=FIFO_SLICE_BITS))
 
         # ---- jobs: loaded commands waiting for, or in, the array --------------------------
         # k - 2, k == 1 and max(0, interval - k) (``gap``: a read-out job may start once more
@@ -226,9 +248,9 @@ class GemmDatapath(wiring.Component):
             "clear": 1, "readout": 1, "info": info_layout,
             "a_slot": range(self.slots), "b_slot": range(self.slots),
             "load_a": 1, "load_b": 1})
-        m.submodules.jobs = jobs = (
+        jobs = add("jobs", (
             fifo.SyncFIFO(width=job_layout.size, depth=2) if self.lookahead == 2 else
-            Fifo(width=job_layout.size, depth=self.lookahead, slice_bits=FIFO_SLICE_BITS))
+            Fifo(width=job_layout.size, depth=self.lookahead, slice_bits=FIFO_SLICE_BITS)))
         head = data.View(job_layout, jobs.r_data)
         cur = Signal(job_layout)
         active = Signal()

@@ -90,7 +90,8 @@ class GemmEngine(wiring.Component):
     :attr:`soft_reset` resets the whole engine one cycle later, through a registered copy per
     part (:data:`RESET_PARTS`; kept apart in synthesis: ``keep``, and FDSE instances in
     primitive builds): no single net reaches every flip-flop, and each part's reset is its
-    own register ORed with the domain reset, not logic of the control block.
+    own register ORed with the domain reset, not logic of the control block; the datapath's
+    buffers and FIFOs have copies of their own (``GemmDatapath.RESET_SUBPARTS``).
 
     Memory is read through :attr:`rd_cmd` / :attr:`rd_data` (a :class:`rtl.dma.DmaReader`)
     and written through :attr:`wr_cmd` / :attr:`wr_data` / :attr:`wr_done` (a
@@ -184,7 +185,7 @@ class GemmEngine(wiring.Component):
                                      packing=packing,
                                      primitive=primitive, dsp_rows=dsp_rows,
                                      acc_ram=acc_ram, slr_groups=slr_groups,
-                                     dsp_slice=dsp_slice)
+                                     dsp_slice=dsp_slice, part_resets=True)
         super().__init__({
             "soft_reset": In(1),
             "start": In(1),
@@ -313,7 +314,7 @@ class GemmEngine(wiring.Component):
             parts["loader1"] = loader1
         if RP == 3:
             parts.update(loader2=loader2, gb_b2=gb_b2, striper=striper, interleave=interleave)
-        for name, part in parts.items():
+        def reset_copy(name):
             copy = Signal(init=1, name=f"rst_{name}", attrs={"keep": "true"})
             if self.primitive:
                 # an FDSE instance: Yosys merges equal plain registers whatever their
@@ -323,9 +324,15 @@ class GemmEngine(wiring.Component):
                     i_D=self.soft_reset, o_Q=copy, a_keep="true")
             else:
                 m.d.sync += copy.eq(self.soft_reset)
+            return copy
+        for name, part in parts.items():
             # the part's only reset is its copy (which the domain reset sets): no flip-flop of
             # it reads the external reset net
-            m.submodules[name] = own_reset(m, f"rst_{name}", part, copy)
+            m.submodules[name] = own_reset(m, f"rst_{name}", part, reset_copy(name))
+        # the datapath's buffers and FIFOs have copies of their own, taken on the same edge
+        # (GemmDatapath.RESET_SUBPARTS)
+        m.d.comb += dp.part_resets.eq(Cat(reset_copy(f"datapath_{sub}")
+                                          for sub in dp.RESET_SUBPARTS))
         m = control       # below: the engine's own logic, reset with the control part
 
         def from_fifo(q, into):
