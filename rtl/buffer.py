@@ -5,7 +5,7 @@ from amaranth.lib import data, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ._util import delay
-from .xilinx import lane_copies
+from .xilinx import lane_copies, lut_copies
 
 __all__ = ["LANES_PER_ROTATION", "TransposableBuffer", "buffer_command_layout"]
 
@@ -218,6 +218,10 @@ class TransposableBuffer(wiring.Component):
                              primitive=self.primitive, name="w_rot_copy", enable=beat | take)
         # bank b takes beat value (b - rot) mod L
         values = _rotate(m, [self.w_stream.payload[i] for i in range(L)], w_rots, -1, "w_rot")
+        # `beat` again, a LUT per LANES_PER_ROTATION banks: each bank's block RAM has eight
+        # write-enable pins (1,039 loads for the VU9P's 128 lanes of B from one LUT)
+        beats = lut_copies(m, lambda bz, v: bz & v, [busy, self.w_stream.valid], L,
+                           LANES_PER_ROTATION, primitive=self.primitive, name="beat_copy")
         for b, (wp, _) in enumerate(banks):
             offset = Signal(range(L), name=f"w_offset{b}")   # (b - rot) mod L
             with m.Switch(w_rots[b]):
@@ -225,7 +229,7 @@ class TransposableBuffer(wiring.Component):
                     with m.Case(v):
                         m.d.comb += offset.eq((b - v) % L)
             m.d.comb += [
-                wp.en.eq(beat),
+                wp.en.eq(beats[b]),
                 wp.addr.eq(slot_base + pos + Mux(k_major, 0, offset)),
                 wp.data.eq(values[b]),
             ]

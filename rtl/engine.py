@@ -6,7 +6,7 @@ from amaranth.lib.wiring import In, Out
 
 from firmware import regmap
 
-from ._util import own_reset
+from ._util import SLICE_BITS, own_reset
 from .checker import DescriptorChecker, descriptor_layout
 from .datapath import GemmDatapath
 from .dma import dma_command_layout, dma_write_layout
@@ -261,13 +261,14 @@ class GemmEngine(wiring.Component):
         WP = self.write_ports
         if WP == 1:
             writeback = WriteBack(R, C, data_width=self.data_width,
-                                  addr_width=self.addr_width, queue=max(4, BL * BL))
+                                  addr_width=self.addr_width, queue=max(4, BL * BL),
+                                  primitive=self.primitive)
             wb_cmd, wb_data, wb_done = [writeback.wr_cmd], [writeback.wr_data], \
                 [writeback.wr_done]
         else:
             writeback = WriteBackPorts(R, C, data_width=self.data_width,
                                        addr_width=self.addr_width, queue=max(4, BL * BL),
-                                       ports=WP)
+                                       ports=WP, primitive=self.primitive)
             wb_cmd, wb_data, wb_done = writeback.wr_cmd, writeback.wr_data, writeback.wr_done
         slice_shapes = dict(a_in=self.data_width, b_in=self.data_width,
                             a_out=gb_a.o_stream.payload.shape(),
@@ -284,7 +285,10 @@ class GemmEngine(wiring.Component):
             slice_shapes["b_in2"] = self.data_width
         slices = Module()
         for name, shape in slice_shapes.items():
-            slices.submodules[name] = RegisterSlice(shape)
+            # (the gearboxes' vectors, a lane's byte each, in skid slices of SLICE_BITS: one
+            # skid flag for the VU9P's 128 lanes of B selected in 1,134 LUTs)
+            slices.submodules[name] = RegisterSlice(
+                shape, slice_bits=SLICE_BITS if name in ("a_out", "b_out") else None)
         sl = slices.submodules
         if RP == 3:
             # each B gearbox's vectors queued for the interleave: while it takes a row from

@@ -10,8 +10,13 @@ from .dma import dma_command_layout, dma_write_layout
 from .fifo import Fifo
 from .pipe import RegisterSlice
 from .rescale import rescale_output_layout
+from .xilinx import register_copies
 
-__all__ = ["WriteBack", "WriteBackPorts", "write_job_layout"]
+__all__ = ["WORD_BITS_PER_SELECT", "WriteBack", "WriteBackPorts", "write_job_layout"]
+
+#: Bits of a write word one copy of the word select chooses (two LUT6s a bit for up to
+#: eight words a row): 256 loads a copy bit.
+WORD_BITS_PER_SELECT = 128
 
 
 def write_job_layout() -> data.StructLayout:
@@ -96,12 +101,13 @@ class WriteBack(wiring.Component):
     PREP_STAGES = 6
 
     def __init__(self, rows: int = 8, cols: int = 8, *, data_width: int = 128,
-                 addr_width: int = 32, queue: int = 16, phase: int = 0, ports: int = 1):
+                 addr_width: int = 32, queue: int = 16, phase: int = 0, ports: int = 1,
+                 primitive: bool = False):
         if (not isinstance(ports, int) or ports < 1 or ports & (ports - 1) or rows % ports
                 or not isinstance(phase, int) or not 0 <= phase < ports):
             raise ValueError(f"ports must be a power of two dividing rows ({rows}) and phase "
                              f"in 0..ports - 1, not ports={ports!r}, phase={phase!r}")
-        self.phase, self.ports = phase, ports
+        self.phase, self.ports, self.primitive = phase, ports, bool(primitive)
         self.rows, self.cols, self.queue = rows, cols, queue
         self.data_width, self.addr_width = data_width, addr_width
         super().__init__({
@@ -268,7 +274,6 @@ class WriteBack(wiring.Component):
         wdata = self.wr_data.payload
         if row_bytes >= bpw:
             chunks = [row_bits[8 * bpw * w:8 * bpw * (w + 1)] for w in range(words_per_row)]
-            m.d.comb += wdata.data.eq(Array(chunks)[wd_word])
             for t in range(bpw):
                 m.d.comb += wdata.strb[t].eq(
                     ((Cat(Const(t, wlog), wd_word) if wlog else wd_word) >> 2) < n_valid)
@@ -287,6 +292,19 @@ class WriteBack(wiring.Component):
         row_end_r = Signal()
         wd_in = Mux(tile_start, wd.rows_nz, wd_in_r)
         row_end = Mux(row_start, wd.words_one, row_end_r)
+        if row_bytes >= bpw:
+            # the word select again, in a register per WORD_BITS_PER_SELECT bits of the word
+            # (FDRE instances with ``primitive``), each taking the value wd_word takes: after
+            # a reset they agree again a cycle later, before the queue (reset with them) can
+            # give a word (one select for the VU9P's 512-bit words reached 1,029 LUTs)
+            lanes = 8 * bpw // WORD_BITS_PER_SELECT or 1
+            step = 8 * bpw // lanes
+            shake = self.wr_data.valid & self.wr_data.ready
+            sels = register_copies(m, Mux(shake, Mux(row_end, 0, wd_word + 1), wd_word),
+                                   lanes, primitive=self.primitive, name="wd_word_copy")
+            for q, sel in enumerate(sels):
+                m.d.comb += wdata.data[q * step:(q + 1) * step].eq(
+                    Array(c[q * step:(q + 1) * step] for c in chunks)[sel])
         m.d.comb += [
             self.wr_data.valid.eq(wq_data.r_rdy & self.i_stream.valid & wd_in),
             self.i_stream.ready.eq(wq_data.r_rdy & (~wd_in | (self.wr_data.ready & row_end))),
@@ -334,12 +352,14 @@ class WriteBackPorts(wiring.Component):
     """
 
     def __init__(self, rows: int = 8, cols: int = 8, *, data_width: int = 128,
-                 addr_width: int = 32, queue: int = 16, ports: int = 2):
+                 addr_width: int = 32, queue: int = 16, ports: int = 2,
+                 primitive: bool = False):
         if not isinstance(ports, int) or ports < 2 or ports & (ports - 1) or rows % ports:
             raise ValueError(f"ports must be a power of two of at least 2 dividing rows "
                              f"({rows}), not {ports!r}")
         self.parts = [WriteBack(rows, cols, data_width=data_width, addr_width=addr_width,
-                                queue=queue, phase=p, ports=ports) for p in range(ports)]
+                                queue=queue, phase=p, ports=ports, primitive=primitive)
+                      for p in range(ports)]
         self.rows, self.cols, self.ports = rows, cols, ports
         super().__init__({
             "jobs": In(stream.Signature(write_job_layout())),
