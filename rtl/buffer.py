@@ -5,7 +5,7 @@ from amaranth.lib import data, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ._util import delay
-from .xilinx import lane_copies, lut_copies
+from .xilinx import lane_copies, lut_copies, select
 
 __all__ = ["LANES_PER_ROTATION", "TransposableBuffer", "buffer_command_layout"]
 
@@ -217,7 +217,8 @@ class TransposableBuffer(wiring.Component):
         w_rots = lane_copies(m, Mux(take, 0, rot_n), L, LANES_PER_ROTATION,
                              primitive=self.primitive, name="w_rot_copy", enable=beat | take)
         # bank b takes beat value (b - rot) mod L
-        values = _rotate(m, [self.w_stream.payload[i] for i in range(L)], w_rots, -1, "w_rot")
+        values = _rotate(m, [self.w_stream.payload[i] for i in range(L)], w_rots, -1, "w_rot",
+                         primitive=self.primitive)
         # `beat` again, a LUT per LANES_PER_ROTATION banks: each bank's block RAM has eight
         # write-enable pins (1,039 loads for the VU9P's 128 lanes of B from one LUT)
         beats = lut_copies(m, lambda bz, v: bz & v, [busy, self.w_stream.valid], L,
@@ -253,7 +254,7 @@ class TransposableBuffer(wiring.Component):
                   for b in range(len(banks))]
         m.d.sync += [q.eq(rp.data) for q, (_, rp) in zip(bank_q, banks, strict=True)]
         # lane i of step k is in bank (i + k) mod L
-        lanes = _rotate(m, bank_q, rot_d, +1, "r_rot")
+        lanes = _rotate(m, bank_q, rot_d, +1, "r_rot", primitive=self.primitive)
         # (data registers, read under r_valid: no reset, so the domain's reset does not
         # fan out to them)
         r_data = Signal(self.r_data.shape(), name="r_data_q", reset_less=True)
@@ -263,18 +264,34 @@ class TransposableBuffer(wiring.Component):
         return m
 
 
-def _rotate(m, values, amounts, direction: int, name: str):
+def _rotate(m, values, amounts, direction: int, name: str, *, primitive: bool = False):
     """``values`` rotated: element ``i`` of the result is ``values[(i + direction * amount)
     mod L]``, as ``log2(L)`` stages of 2:1 multiplexers (stage ``s`` rotates by ``2**s mod
     L`` when bit ``s`` of ``amount`` is set; ``amount < L``). Area ``L log L`` and depth
     ``log L`` rather than an ``L``-way multiplexer per element (``L**2``). ``amounts`` has
     one entry per element, all equal in value (copies): element ``i`` of each stage is
-    selected by ``amounts[i]``."""
+    selected by ``amounts[i]``.
+
+    With ``primitive``, two stages at a time are one LUT6 per bit, a 4:1 multiplexer
+    (:func:`rtl.xilinx.select`): ``ceil(log2(L) / 2)`` levels (4 at the VU9P's 128 lanes of
+    B, where Yosys' own mapping of the seven 2:1 stages took 7 to 8)."""
     L = len(values)
-    for s in range(max(0, (L - 1).bit_length())):
-        step = (direction * (1 << s)) % L
-        stage = [Signal(signed(8), name=f"{name}{s}_{i}") for i in range(L)]
+    stages = max(0, (L - 1).bit_length())
+    s = 0
+    while s < stages:
+        width = 2 if primitive and s + 1 < stages else 1
+        steps = [(direction * ((b0 << s) + (b1 << (s + 1)))) % L
+                 for b1 in range(width) for b0 in range(2)]
+        stage = []
         for i in range(L):
-            m.d.comb += stage[i].eq(Mux(amounts[i][s], values[(i + step) % L], values[i]))
+            choices = [values[(i + step) % L] for step in steps]
+            sel = amounts[i][s:s + width]
+            if width == 2:
+                stage.append(select(m, choices, sel, primitive=True, name=f"{name}{s}_{i}"))
+            else:
+                out = Signal(signed(8), name=f"{name}{s}_{i}")
+                m.d.comb += out.eq(Mux(sel, choices[1], choices[0]))
+                stage.append(out)
         values = stage
+        s += width
     return values
