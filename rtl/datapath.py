@@ -595,10 +595,15 @@ class GemmDatapath(wiring.Component):
         x_info = Signal(info_layout, reset_less=True)
         y_info = Signal(info_layout, reset_less=True)
         y_acc = Signal(row_layout, reset_less=True)       # the RAM's output register
+        # the row's exponent, chosen from the tile's R as the row enters the y stage (an
+        # R:1 multiplexer before a register, not before the exponent add: 7 levels to the
+        # rescaler at the VU9P's 64 rows otherwise, against 6)
+        y_rexp = Signal(signed(8), reset_less=True)
         m.d.sync += [x_valid.eq(array.o_stream.valid), x_row.eq(res.row), x_last.eq(res.last),
                      x_data.eq(res.data), x_info.eq(info),
                      y_valid.eq(x_valid), y_row.eq(x_row), y_last.eq(x_last),
-                     y_data.eq(x_data), y_info.eq(x_info), y_acc.eq(acc_rd.data)]
+                     y_data.eq(x_data), y_info.eq(x_info), y_acc.eq(acc_rd.data),
+                     y_rexp.eq(Array(x_info.row_exp[i] for i in range(R))[x_row])]
         m.d.comb += [
             acc_rd.addr.eq(info.acc_slot * R + res.row),
             info_fifo.r_en.eq(array.o_stream.valid & res.last),
@@ -617,7 +622,6 @@ class GemmDatapath(wiring.Component):
             acc_wr.addr.eq(y_info.acc_slot * R + y_row),
             acc_wr.data.eq(total),
         ]
-        row_exp = Array(y_info.row_exp[i] for i in range(R))[y_row]
         m.d.comb += [
             rescaler.i_stream.valid.eq(y_valid & y_info.emit),
             rescaler.i_stream.payload.acc.eq(total),
@@ -626,7 +630,7 @@ class GemmDatapath(wiring.Component):
         ]
         for j in range(C):
             m.d.comb += rescaler.i_stream.payload.exp[j].eq(
-                row_exp.as_signed() + y_info.col_exp[j].as_signed())
+                y_rexp + y_info.col_exp[j].as_signed())
         # The rescaler never stalls here: the rows were reserved in the output FIFO (credits),
         # so its ready is a constant and its pipeline has no clock enable to broadcast.
         m.d.comb += [
