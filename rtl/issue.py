@@ -75,9 +75,10 @@ class CommandIssue(wiring.Component):
     tag_width : int
         Width of the gearbox tags (``1 + log2(block)``, at least 2).
     primitive : bool
-        Build the copies of the head command's ``i`` / ``j`` (one per
-        :data:`LANES_PER_SELECT` lanes) as ``FDRE`` instances, which synthesis does not merge
-        back into one (:func:`rtl.xilinx.register_copies`).
+        Build the copies of the head command's ``i`` / ``j`` / ``row_vec`` / ``col_vec`` and
+        of the exponent registers' write enables (one per :data:`LANES_PER_SELECT` lanes) as
+        ``FDRE`` instances, which synthesis does not merge back into one
+        (:func:`rtl.xilinx.register_copies`).
 
     Members
     -------

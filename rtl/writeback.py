@@ -292,6 +292,8 @@ class WriteBack(wiring.Component):
         row_end_r = Signal()
         wd_in = Mux(tile_start, wd.rows_nz, wd_in_r)
         row_end = Mux(row_start, wd.words_one, row_end_r)
+        shake = self.wr_data.valid & self.wr_data.ready
+        wd_word_next = Mux(row_end, 0, wd_word + 1)       # (the copies below take it too)
         if row_bytes >= bpw:
             # the word select again, in a register per WORD_BITS_PER_SELECT bits of the word
             # (FDRE instances with ``primitive``), each taking the value wd_word takes: after
@@ -299,8 +301,7 @@ class WriteBack(wiring.Component):
             # give a word (one select for the VU9P's 512-bit words reached 1,029 LUTs)
             lanes = 8 * bpw // WORD_BITS_PER_SELECT or 1
             step = 8 * bpw // lanes
-            shake = self.wr_data.valid & self.wr_data.ready
-            sels = register_copies(m, Mux(shake, Mux(row_end, 0, wd_word + 1), wd_word),
+            sels = register_copies(m, Mux(shake, wd_word_next, wd_word),
                                    lanes, primitive=self.primitive, name="wd_word_copy")
             for q, sel in enumerate(sels):
                 m.d.comb += wdata.data[q * step:(q + 1) * step].eq(
@@ -309,8 +310,8 @@ class WriteBack(wiring.Component):
             self.wr_data.valid.eq(wq_data.r_rdy & self.i_stream.valid & wd_in),
             self.i_stream.ready.eq(wq_data.r_rdy & (~wd_in | (self.wr_data.ready & row_end))),
         ]
-        with m.If(self.wr_data.valid & self.wr_data.ready):
-            m.d.sync += [wd_word.eq(Mux(row_end, 0, wd_word + 1)), row_start.eq(row_end),
+        with m.If(shake):
+            m.d.sync += [wd_word.eq(wd_word_next), row_start.eq(row_end),
                          row_end_r.eq(wd_word + 1 == wd.words_m1)]
         with m.If(self.i_stream.valid & self.i_stream.ready):
             m.d.sync += [wd_row.eq(wd_row + 1), tile_start.eq(0),
