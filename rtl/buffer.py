@@ -211,7 +211,14 @@ class TransposableBuffer(wiring.Component):
                          # the first beat (0, 0, 0) is the last: the sender's flag
                          last.eq(cmd.first_last)]
 
-        slot_base = (slot + sub) * D  # D is a power of two: a shift
+        # The write address is slot base + step + offset, with no carry out of the step and
+        # offset: D is a power of two at least the padded depth, above every address in a
+        # slot. Where an offset is added (lane-major beats) pos is a multiple of L and the
+        # offset below L, so for L a power of two step and offset share no bit either. The
+        # parts are then ORed, not added: the adder chain from the rotation's registers into
+        # every bank's address pins took 7 levels at the VU9P's 128 lanes of B.
+        slot_base = (slot + sub) * D  # a shift
+        pow2 = L & (L - 1) == 0
         # `rot` again, a copy per LANES_PER_ROTATION banks: taken as `rot` is, from the same
         # value (the copies have no reset: after one, no beat comes before a command's `take`)
         w_rots = lane_copies(m, Mux(take, 0, rot_n), L, LANES_PER_ROTATION,
@@ -229,9 +236,10 @@ class TransposableBuffer(wiring.Component):
                 for v in range(L):
                     with m.Case(v):
                         m.d.comb += offset.eq((b - v) % L)
+            lane_off = Mux(k_major, 0, offset)
             m.d.comb += [
                 wp.en.eq(beats[b]),
-                wp.addr.eq(slot_base + pos + Mux(k_major, 0, offset)),
+                wp.addr.eq(slot_base | (pos | lane_off if pow2 else pos + lane_off)),
                 wp.data.eq(values[b]),
             ]
 
