@@ -188,7 +188,7 @@ class TransposableBuffer(wiring.Component):
             with m.Else():
                 m.d.comb += [pos_n.eq(pos + L), last_n.eq((pos >= k_m2L) & (rot == L - 1))]
         with m.If(beat):
-            m.d.sync += [pos.eq(pos_n), sub.eq(sub_n), rot.eq(rot_n), last.eq(last_n)]
+            m.d.sync += [pos.eq(pos_n), sub.eq(sub_n), last.eq(last_n)]
         with m.If(finished):
             m.d.sync += busy.eq(0)
 
@@ -205,7 +205,7 @@ class TransposableBuffer(wiring.Component):
         with m.If(take):
             m.d.sync += [slot.eq(cmd.slot), k_major.eq(cmd.k_major),
                          extra.eq(cmd_extra), extra_m1.eq(cmd_extra - 1), sub.eq(0),
-                         pos.eq(0), rot.eq(0), busy.eq(cmd.k != 0),
+                         pos.eq(0), busy.eq(cmd.k != 0),
                          k_m1.eq(cmd_k_m1), k_mL.eq(cmd_k_mL), k_m2.eq(cmd.k - 2),
                          k_m2L.eq(cmd.k - 2 * L), short.eq(cmd.k <= L),
                          # the first beat (0, 0, 0) is the last: the sender's flag
@@ -219,10 +219,14 @@ class TransposableBuffer(wiring.Component):
         # every bank's address pins took 7 levels at the VU9P's 128 lanes of B.
         slot_base = (slot + sub) * D  # a shift
         pow2 = L & (L - 1) == 0
-        # `rot` again, a copy per LANES_PER_ROTATION banks: taken as `rot` is, from the same
-        # value (the copies have no reset: after one, no beat comes before a command's `take`)
-        w_rots = lane_copies(m, Mux(take, 0, rot_n), L, LANES_PER_ROTATION,
-                             primitive=self.primitive, name="w_rot_copy", enable=beat | take)
+        # `rot` (0 for a new command, else the next beat's) and its copies, one per
+        # LANES_PER_ROTATION banks, from the one update (the copies have no reset: after
+        # one, no beat comes before a command's `take`)
+        rot_d, rot_en = Mux(take, 0, rot_n), beat | take
+        with m.If(rot_en):
+            m.d.sync += rot.eq(rot_d)
+        w_rots = lane_copies(m, rot_d, L, LANES_PER_ROTATION,
+                             primitive=self.primitive, name="w_rot_copy", enable=rot_en)
         # bank b takes beat value (b - rot) mod L
         values = _rotate(m, [self.w_stream.payload[i] for i in range(L)], w_rots, -1, "w_rot",
                          primitive=self.primitive)

@@ -325,7 +325,21 @@ class GemmDatapath(wiring.Component):
             """The slots ``first .. first + extra`` if ``load``, as a mask."""
             return Mux(load, span_table[Cat(first[:slot_bits], extra[:slot_bits])], 0)
         p = self.cmd.payload
-        m.d.comb += [move.eq(pre_valid & (~staged | take)),
+
+        # The two stages' handshakes, written once: used for the control signals below and
+        # as the functions of the enables' LUT copies.
+        def moves_up(pv, st, tk):
+            """The pre-staged command moves up (``move``)."""
+            return pv & (~st | tk)
+
+        def enters(v, pv, st, tk):
+            """A command enters the pre stage (``cmd.valid & cmd.ready``)."""
+            return v & (~pv | moves_up(pv, st, tk))
+
+        def accepted(tk, bd):
+            """The staged command leaves for the buffers and the job queue (``accept``)."""
+            return tk & ~bd
+        m.d.comb += [move.eq(moves_up(pre_valid, staged, take)),
                      self.cmd.ready.eq(~pre_valid | move)]
         # The exponents (8 bits a lane of A and of B) pass through ``pre``, ``cmd`` and
         # ``job`` under copies of those stages' enables, one per LANES_PER_EXP lanes (LUT
@@ -343,11 +357,9 @@ class GemmDatapath(wiring.Component):
         def exp_copies(fn, inputs, name):
             return lut_copies(m, fn, inputs, exp_lanes, LANES_PER_EXP,
                               primitive=self.primitive, name=name)
-        pre_takes = exp_copies(lambda v, pv, st, tk: v & (~pv | (pv & (~st | tk))),
-                               [self.cmd.valid, pre_valid, staged, take], "pre_take")
-        moves = exp_copies(lambda pv, st, tk: pv & (~st | tk), [pre_valid, staged, take],
-                           "move_copy")
-        accepts = exp_copies(lambda tk, bd: tk & ~bd, [take, bad], "accept_copy")
+        pre_takes = exp_copies(enters, [self.cmd.valid, pre_valid, staged, take], "pre_take")
+        moves = exp_copies(moves_up, [pre_valid, staged, take], "move_copy")
+        accepts = exp_copies(accepted, [take, bad], "accept_copy")
         for lane, (pre_e, p_e, cmd_e, job_e) in enumerate(zip(
                 exps(pre), exps(p), exps(cmd), exps(job.info), strict=True)):
             with m.If(pre_takes[lane]):
@@ -414,7 +426,7 @@ class GemmDatapath(wiring.Component):
             b_buf.w_cmd.payload.first_last.eq(b_fl),
         ]
         accept = Signal()
-        m.d.comb += [jobs.w_en.eq(job_pending), jobs.w_data.eq(job)]
+        m.d.comb += [jobs.w_en.eq(job_pending), jobs.w_data.eq(job), accept.eq(accepted(take, bad))]
         with m.If(job_pending & jobs.w_rdy):
             m.d.sync += job_pending.eq(0)
         with m.If(a_buf.w_done):
@@ -432,8 +444,7 @@ class GemmDatapath(wiring.Component):
             with m.If(bad):
                 m.d.sync += self.error.eq(1)
             with m.Else():
-                m.d.comb += [accept.eq(1),
-                             a_buf.w_cmd.valid.eq(cmd.load_a),
+                m.d.comb += [a_buf.w_cmd.valid.eq(cmd.load_a),
                              b_buf.w_cmd.valid.eq(cmd.load_b)]
                 with m.If(cmd.load_a):        # (a buffer still loading stays busy)
                     m.d.sync += a_busy.eq(1)
