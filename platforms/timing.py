@@ -50,7 +50,8 @@ from collections import Counter
 from pathlib import Path
 
 __all__ = ["FAMILY_TIMING", "FANOUT_BUDGET", "budget_levels", "analyse", "analyse_file",
-           "synthesize_netlist", "accelerator_timing", "MAPPING", "violations", "markdown"]
+           "synthesize_netlist", "accelerator_timing", "array_timing", "MAPPING", "violations",
+           "markdown"]
 
 #: Per family: the speed grade the boards use, the delay of one logic level (a LUT and the
 #: net after it) and the fixed part of a register-to-register path (clock-to-out, setup,
@@ -606,6 +607,47 @@ def accelerator_timing(params: dict, family: str, target_mhz: float, work_dir: P
     return report
 
 
+def array_timing(params: dict, family: str, target_mhz: float, work_dir: Path, *,
+                 progress=None) -> dict:
+    """The timing report of the systolic array of ``Accelerator(**params)`` alone, at its
+    configured size (rows, columns, packing, SLR groups; the family's DSP slice), the
+    complement of ``accelerator_timing(..., without_array=True)``: its own nets and paths.
+    The array registers its inputs and outputs, so no path crosses the seam between the two
+    (its inputs are a register's and its loads on the nets that reach it are the gates of
+    its input stage). Cached by the design's digest."""
+    from .estimate import ABC9_WIRE_PS, _synth_once, _tag, netlist_path
+
+    rows, cols = params["rows"], params["cols"]
+    packing = params.get("packing")
+    groups = params.get("slr_groups", 1)
+    name = (f"array_{rows}x{cols}_{family}" + (f"_p{packing}" if packing else "")
+            + (f"_slr{groups}" if groups != 1 else "") + "_timing")
+    extra = {k: params[k] for k in ("packing", "slr_groups") if params.get(k) is not None}
+    work_dir.mkdir(parents=True, exist_ok=True)
+    _synth_once("array", name, family, work_dir, progress, netlist=True, mapping=MAPPING,
+                rows=rows, cols=cols, **extra)
+    key = (work_dir / f"{name}.il.digest").read_text()
+    cache = work_dir / f"{name}.{_tag(family, MAPPING)}.timing.json"
+    ident = {"key": key, "mhz": target_mhz, "version": VERSION}
+    if cache.exists():
+        saved = json.loads(cache.read_text())
+        if saved.get("ident") == ident:
+            return saved["timing"]
+    if progress:
+        progress(f"analysing the netlist of {name}")
+    report = analyse_file(netlist_path(work_dir, name, family, MAPPING), family, target_mhz,
+                          top=name)
+    report = {**report, "whole_design": False,
+              "measured_on": f"the {rows}x{cols} systolic array alone, as configured (the "
+                             "rest of the accelerator: --without-array)",
+              "mapping": MAPPING,
+              "method": f"Yosys synth_xilinx -family {family} -flatten -{MAPPING} (wire delay "
+                        f"{ABC9_WIRE_PS[family]} ps), write_json; platforms/timing.py "
+                        "(docs/timing.md)"}
+    cache.write_text(json.dumps({"ident": ident, "timing": report}))
+    return report
+
+
 # ---- report.md -----------------------------------------------------------------------------
 
 def markdown(report: dict) -> str:
@@ -694,9 +736,15 @@ def main(argv=None) -> int:
     p.add_argument("--without-array", action="store_true",
                    help="with --default: everything but the systolic array (emptied), for a "
                         "default too large to synthesize whole here (the VU9P's)")
+    p.add_argument("--array-only", action="store_true",
+                   help="with --default: the systolic array alone, as configured (what "
+                        "--without-array leaves out)")
     args = p.parse_args(argv)
-    if args.without_array and not args.default:
-        p.error("--without-array needs --default")
+    for flag in ("without_array", "array_only"):
+        if getattr(args, flag) and not args.default:
+            p.error(f"--{flag.replace('_', '-')} needs --default")
+    if args.without_array and args.array_only:
+        p.error("--without-array and --array-only exclude each other")
     board = PLATFORMS[args.board]
     if args.default:
         cfg = board.config()
@@ -709,18 +757,25 @@ def main(argv=None) -> int:
         Accelerator(**cfg)
     except ValueError as e:
         p.error(f"unsupported configuration: {e}")
-    report = accelerator_timing(cfg, board.family, board.clock_mhz, args.work_dir,
-                                whole=True, without_array=args.without_array,
-                                progress=lambda s: print(s, flush=True))
+    progress = lambda s: print(s, flush=True)  # noqa: E731
+    if args.array_only:
+        report = array_timing(cfg, board.family, board.clock_mhz, args.work_dir,
+                              progress=progress)
+    else:
+        report = accelerator_timing(cfg, board.family, board.clock_mhz, args.work_dir,
+                                    whole=True, without_array=args.without_array,
+                                    progress=progress)
     print("\n".join(_summary(board.name, report)))
     saved = json.loads(args.out.read_text()) if args.out.exists() else {}
     key = (f"{board.name} {args.rows}x{args.cols}" + (" default" if args.default else "")
-           + (" without array" if args.without_array else ""))
+           + (" without array" if args.without_array else "")
+           + (" array only" if args.array_only else ""))
     saved[key] = {
         "command": "python -m platforms.timing " + " ".join(
             ["--board", board.name] + (["--default"] if args.default else
                                        ["--rows", str(args.rows), "--cols", str(args.cols)])
-            + (["--without-array"] if args.without_array else [])),
+            + (["--without-array"] if args.without_array else [])
+            + (["--array-only"] if args.array_only else [])),
         "config": cfg, **{k: report[k] for k in (
             "target_mhz", "budget_levels", "max_levels", "fanout_budget", "max_fanout",
             "measured_on", "deepest_paths", "high_fanout_nets")}}

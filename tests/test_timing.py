@@ -298,7 +298,8 @@ def test_command_line_rejects_bad_arguments(capsys):
     exits 2 with a message, before any synthesis."""
     from platforms.timing import main
     for bad in (["--board", "nope"], ["--board", "pynq-z1", "--rows", "3"], [],
-                ["--board", "vu9p", "--without-array"]):
+                ["--board", "vu9p", "--without-array"], ["--board", "vu9p", "--array-only"],
+                ["--board", "vu9p", "--default", "--array-only", "--without-array"]):
         with pytest.raises(SystemExit) as e:
             main(bad)
         assert e.value.code == 2
@@ -340,3 +341,17 @@ def test_blackbox_empties_a_module_and_keeps_its_ports_as_boundaries(tmp_path):
     paths = reports[True]["deepest_paths"]
     assert any(p["start"] == "w (inner)" for p in paths), paths
     assert any(p["end"].endswith("(inner.a)") for p in paths), paths
+
+
+def test_array_timing_measures_the_array_alone(tmp_path):
+    """``array_timing`` (``--array-only``): the array of a configuration synthesized alone at
+    its size, its DSP slices registered (start and end points, none crossed
+    combinationally), the report saying what it measured, and cached."""
+    from platforms.timing import array_timing
+    t = array_timing({"rows": 2, "cols": 4, "packing": 2}, "xcup", 200.0, tmp_path)
+    assert not t["whole_design"] and "2x4 systolic array alone" in t["measured_on"]
+    assert 1 <= t["max_levels"] <= t["budget_levels"] == 8
+    assert t["unknown_cells"] == {}
+    assert t["combinational_dsps"] == 0          # every pair's slice registered
+    assert t["clocks"]["clk"]["endpoints"] > 1000
+    assert array_timing({"rows": 2, "cols": 4, "packing": 2}, "xcup", 200.0, tmp_path) == t
