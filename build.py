@@ -17,8 +17,11 @@ configuration that does not fit the device exits with status 1 naming the resour
 estimate carries a timing report (``"timing"``: logic levels and fan-out against a budget for
 the board's family and clock, :mod:`platforms.timing`, ``docs/timing.md``), measured on the
 configured design up to 256 PEs (the Pynq-Z1 default) and on the estimate's 8x8 fit point
-above that; ``--timing`` synthesizes the configured design whole for it (slow for large
-arrays). A report over budget
+above that, unless the configured design has been measured before (``--timing`` or
+``python -m platforms.timing --default``: its cached report is used). ``--timing`` measures
+the configured design: synthesized whole up to :data:`platforms.timing.WHOLE_LIMIT` PEs (the
+ZCU104 default, about 40 minutes), by parts above it (the accelerator without its array and
+the array alone; the VU9P default). A report over budget
 exits with status 1 naming the path or net (``--no-timing-strict``: only report it).
 ``--synth vivado`` runs ``build.tcl`` when Vivado is on PATH. ``--program`` loads the
 bitstream (openFPGALoader over JTAG, or a copy of the ``.bit``, ``.hwh`` and ``report.json``
@@ -113,6 +116,8 @@ def list_platforms() -> str:
 
 
 def parse_args(argv):
+    from platforms.timing import WHOLE_LIMIT
+
     parser = argparse.ArgumentParser(prog="build.py", description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--platform", choices=sorted(PLATFORMS),
@@ -144,8 +149,11 @@ def parse_args(argv):
     parser.add_argument("--out", type=Path, help="output directory (default build/<platform>)")
     parser.add_argument("--synth", choices=["yosys", "vivado", "none"], default="yosys")
     parser.add_argument("--timing", action="store_true",
-                        help="timing report on the configured design synthesized whole "
-                             "(default: whole up to 256 PEs, else the 8x8 fit point)")
+                        help="timing report on the configured design, synthesized whole "
+                             f"(by parts above {WHOLE_LIMIT} PEs; default: whole up to 256 "
+                             "PEs, else "
+                             "a report of the configured design measured before, else the "
+                             "8x8 fit point)")
     parser.add_argument("--timing-strict", action=argparse.BooleanOptionalAction,
                         default=None,
                         help="exit 1 when the timing report is over budget (the default "
@@ -260,17 +268,24 @@ def _host_report(board, cfg, out: Path) -> Path:
 
 def estimate(board, cfg, out: Path, whole: bool = False) -> tuple[dict, bool]:
     from platforms.estimate import estimate_accelerator
-    from platforms.timing import accelerator_timing, markdown
+    from platforms.timing import WHOLE_LIMIT, accelerator_timing, markdown
 
     def progress(message):
         sys.stderr.write(f"\n  {message}")
         sys.stderr.flush()
 
     # first: the timing report (its own ABC9 netlist of the design the estimate synthesizes)
+    work = ROOT / "build" / "estimates"
+    parts = cfg["rows"] * cfg["cols"] > WHOLE_LIMIT
     with step(f"timing report from Yosys for {board.family} at {board.clock_mhz:g} MHz"):
-        timing = accelerator_timing(cfg, board.family, board.clock_mhz,
-                                    ROOT / "build" / "estimates", whole=whole,
-                                    progress=progress)
+        # the configured design's report if it was measured before (whole or by parts),
+        # else whole (--timing), else what accelerator_timing measures by default
+        timing = None if whole else accelerator_timing(
+            cfg, board.family, board.clock_mhz, work, whole=True, parts=parts,
+            cached_only=True)
+        if timing is None:
+            timing = accelerator_timing(cfg, board.family, board.clock_mhz, work,
+                                        whole=whole, parts=parts, progress=progress)
     with step(f"estimating resources with Yosys for {board.family}"):
         res, method = estimate_accelerator(cfg, board.family, ROOT / "build" / "estimates",
                                            progress)

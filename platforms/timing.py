@@ -50,8 +50,8 @@ from collections import Counter
 from pathlib import Path
 
 __all__ = ["FAMILY_TIMING", "FANOUT_BUDGET", "budget_levels", "analyse", "analyse_file",
-           "synthesize_netlist", "accelerator_timing", "array_timing", "MAPPING", "violations",
-           "markdown"]
+           "synthesize_netlist", "accelerator_timing", "array_timing", "by_parts", "MAPPING",
+           "violations", "markdown", "WHOLE_LIMIT"]
 
 #: Per family: the speed grade the boards use, the delay of one logic level (a LUT and the
 #: net after it) and the fixed part of a register-to-register path (clock-to-out, setup,
@@ -533,10 +533,143 @@ def synthesize_netlist(verilog: str | Path, top: str, family: str, *,
 #: What ``without_array`` empties: the systolic array (its ports stay, as a cell).
 ARRAY_MODULE = "engine.datapath.array"
 
+#: Largest array (rows * cols) ``build.py --timing`` synthesizes whole; above it the design is
+#: measured by parts (:func:`accelerator_timing` ``parts``). The ZCU104 default's 2048 PEs
+#: took 36 minutes and 4.2 GB whole here; the VU9P's 8192 are measured by parts.
+WHOLE_LIMIT = 2048
+
+
+def _method(family: str) -> str:
+    from .estimate import ABC9_WIRE_PS
+    return (f"Yosys synth_xilinx -family {family} -flatten -{MAPPING} (wire delay "
+            f"{ABC9_WIRE_PS[family]} ps), write_json; platforms/timing.py (docs/timing.md)")
+
+
+def _measured(kind: str, name: str, params: dict, family: str, target_mhz: float,
+              work_dir: Path, *, blackbox: tuple = (), cached_only: bool = False,
+              progress=None) -> dict | None:
+    """The report of component ``kind`` synthesized flat (:data:`MAPPING`), ``blackbox``
+    emptied; cached by the design's digest. With ``cached_only``, the cached report or None,
+    without generating or synthesizing anything."""
+    from rtl.export import verilog_key
+
+    from .estimate import _synth_once, _tag, netlist_path
+
+    cache = work_dir / f"{name}.{_tag(family, MAPPING)}.timing.json"
+    stamp = work_dir / f"{name}.il.digest"
+
+    def ident():
+        key = stamp.read_text() + (" noarray" if blackbox else "")
+        return {"key": key, "mhz": target_mhz, "version": VERSION}
+    if cached_only:
+        if not (cache.exists() and stamp.exists()) or stamp.read_text() != verilog_key(
+                kind, name, family=family, **params):
+            return None
+        saved = json.loads(cache.read_text())
+        return saved["timing"] if saved.get("ident") == ident() else None
+    work_dir.mkdir(parents=True, exist_ok=True)
+    _synth_once(kind, name, family, work_dir, progress, netlist=True, mapping=MAPPING,
+                blackbox=blackbox, **params)
+    if cache.exists():
+        saved = json.loads(cache.read_text())
+        if saved.get("ident") == ident():
+            return saved["timing"]
+    if progress:
+        progress(f"analysing the netlist of {name}")
+    report = analyse_file(netlist_path(work_dir, name, family, MAPPING), family, target_mhz,
+                          top=name)
+    cache.write_text(json.dumps({"ident": ident(), "timing": report}))
+    return report
+
+
+def _array_params(params: dict) -> tuple[str, dict]:
+    """The cached name and parameters of the systolic array of ``Accelerator(**params)``."""
+    rows, cols = params["rows"], params["cols"]
+    packing, groups = params.get("packing"), params.get("slr_groups", 1)
+    name = (f"array_{rows}x{cols}" + (f"_p{packing}" if packing else "")
+            + (f"_slr{groups}" if groups != 1 else "") + "_timing")
+    extra = {k: params[k] for k in ("packing", "slr_groups") if params.get(k) is not None}
+    return name, {"rows": rows, "cols": cols, **extra}
+
+
+def array_timing(params: dict, family: str, target_mhz: float, work_dir: Path, *,
+                 cached_only: bool = False, progress=None) -> dict | None:
+    """The timing report of the systolic array of ``Accelerator(**params)`` alone, at its
+    configured size (rows, columns, packing, SLR groups; the family's DSP slice): the
+    complement of ``accelerator_timing(..., without_array=True)``. The array registers its
+    inputs and outputs, so no path crosses the seam between the two."""
+    name, used = _array_params(params)
+    report = _measured("array", f"{name}_{family}", used, family, target_mhz, work_dir,
+                       cached_only=cached_only, progress=progress)
+    if report is None:
+        return None
+    return {**report, "whole_design": False, "mapping": MAPPING, "method": _method(family),
+            "measured_on": f"the {params['rows']}x{params['cols']} systolic array alone, as "
+                           "configured (the rest of the accelerator: --without-array)"}
+
+
+def by_parts(rest: dict, array: dict, prefix: str = ARRAY_MODULE) -> dict:
+    """One report from the accelerator without its array (``rest``) and the array alone
+    (``array``), measured at the same family and clock: end points and histograms added, the
+    deepest paths and highest fan-out nets of both (the array's named below ``prefix``),
+    the emptied array cell no longer unknown. Exact for logic levels, as no path crosses the
+    seam (the array registers its inputs and outputs); a net that reaches the array counts
+    its loads on each side separately (outside: one load per array input bit it drives)."""
+    def named(report, key, fields):
+        out = []
+        for item in report[key]:
+            item = dict(item)
+            if report is array:
+                for f in fields:
+                    if f in item:
+                        item[f] = f"{prefix}.{item[f]}"
+            out.append(item)
+        return out
+    paths = sorted(named(rest, "deepest_paths", ("start", "end"))
+                   + named(array, "deepest_paths", ("start", "end")),
+                   key=lambda p: -p["levels"])[:len(rest["deepest_paths"])]
+    nets = sorted(named(rest, "high_fanout_nets", ("net", "driver"))
+                  + named(array, "high_fanout_nets", ("net", "driver")),
+                  key=lambda n: -n["fanout"])[:len(rest["high_fanout_nets"])]
+    hist = Counter()
+    for r in (rest, array):
+        hist.update({int(k): v for k, v in r["levels_histogram"].items()})
+    clocks = {}
+    for r in (rest, array):
+        for name, c in r["clocks"].items():
+            h = Counter({int(k): v for k, v in c["levels_histogram"].items()})
+            if name in clocks:
+                h.update(clocks[name])
+            clocks[name] = h
+    unknown = {k: v for k, v in rest["unknown_cells"].items()
+               if k.split(".")[-1] != prefix.split(".")[-1] and k != prefix}
+    for k, v in array["unknown_cells"].items():
+        unknown[k] = unknown.get(k, 0) + v
+    max_levels = max(hist) if hist else 0
+    max_fanout = max(rest["max_fanout"], array["max_fanout"])
+    loops = rest["combinational_loops"] + array["combinational_loops"]
+    return {
+        **{k: rest[k] for k in ("target_mhz", "family", "speed_grade", "level_ns",
+                                "overhead_ns", "budget_levels", "fanout_budget")},
+        "max_levels": max_levels,
+        "levels_histogram": {str(k): hist[k] for k in sorted(hist)},
+        "endpoints": sum(hist.values()),
+        "clocks": {k: {"endpoints": sum(c.values()), "max_levels": max(c),
+                       "levels_histogram": {str(x): c[x] for x in sorted(c)}}
+                   for k, c in sorted(clocks.items())},
+        "deepest_paths": paths, "max_fanout": max_fanout, "high_fanout_nets": nets,
+        "combinational_loops": loops,
+        "combinational_dsps": rest["combinational_dsps"] + array["combinational_dsps"],
+        "unknown_cells": unknown,
+        "within_budget": (max_levels <= rest["budget_levels"]
+                          and max_fanout <= rest["fanout_budget"] and not loops),
+    }
+
 
 def accelerator_timing(params: dict, family: str, target_mhz: float, work_dir: Path, *,
                        whole: bool = False, without_array: bool = False,
-                       progress=None) -> dict:
+                       parts: bool = False, cached_only: bool = False,
+                       progress=None) -> dict | None:
     """The timing report of ``Accelerator(**params)`` on ``family`` at ``target_mhz``.
 
     Arrays up to :data:`platforms.estimate.FULL_LIMIT` PEs, or any with ``whole``, are
@@ -549,22 +682,31 @@ def accelerator_timing(params: dict, family: str, target_mhz: float, work_dir: P
 
     ``without_array`` (with ``whole``) synthesizes everything but the systolic array
     (:data:`ARRAY_MODULE`, emptied): the engine, buffers, rescaler and DMA at the configured
-    lanes, for a default too large to synthesize whole here (the VU9P's); the nets inside
-    the array, and its loads on the nets that reach it, are not counted (``measured_on``
-    says so).
+    lanes; the nets inside the array, and its loads on the nets that reach it, are not
+    counted (``measured_on`` says so). ``parts`` (with ``whole``) measures that and the array
+    alone (:func:`array_timing`) and joins them (:func:`by_parts`): the configured design at
+    its size, for one too large to synthesize whole here (the VU9P's).
+
+    With ``cached_only``, a report already measured for exactly this design (the RTL and
+    parameters), or None, without synthesizing anything: what ``build.py`` reports when a
+    slower measurement of the configured design was run before.
     """
-    from .estimate import (
-        ABC9_WIRE_PS,
-        FIT_POINTS,
-        FULL_LIMIT,
-        _synth_once,
-        _tag,
-        design_tag,
-        netlist_path,
-    )
+    from .estimate import FIT_POINTS, FULL_LIMIT, design_tag
 
     rows, cols = params["rows"], params["cols"]
     tag = design_tag(params, family)
+    kw = {"cached_only": cached_only, "progress": progress}
+    if parts and whole:
+        rest = accelerator_timing(params, family, target_mhz, work_dir, whole=True,
+                                  without_array=True, **kw)
+        array = rest and array_timing(params, family, target_mhz, work_dir, **kw)
+        if array is None:
+            return None
+        return {**by_parts(rest, array), "whole_design": True, "mapping": MAPPING,
+                "method": _method(family) + "; by parts (platforms.timing.by_parts)",
+                "measured_on": f"{rows}x{cols} as configured, by parts: the accelerator "
+                               "without its array and the array alone (no path crosses "
+                               "the seam: the array registers its inputs and outputs)"}
     if whole or rows * cols <= FULL_LIMIT:
         used, name = dict(params), f"accel_{rows}x{cols}_{tag}"
         if rows * cols > FULL_LIMIT:
@@ -574,78 +716,22 @@ def accelerator_timing(params: dict, family: str, target_mhz: float, work_dir: P
         used = {k: v for k, v in params.items() if k != "dsp_rows"}
         used.update(rows=r, cols=c)
         name = f"accel_{r}x{c}_{tag}"
-    work_dir.mkdir(parents=True, exist_ok=True)
     without_array = without_array and whole
-    _synth_once("accelerator", name, family, work_dir, progress, netlist=True,
-                mapping=MAPPING, blackbox=(ARRAY_MODULE,) if without_array else (), **used)
-    key = (work_dir / f"{name}.il.digest").read_text() + (" noarray" if without_array else "")
-    cache = work_dir / f"{name}.{_tag(family, MAPPING)}.timing.json"
-    ident = {"key": key, "mhz": target_mhz, "version": VERSION}
-    if cache.exists():
-        saved = json.loads(cache.read_text())
-        if saved.get("ident") == ident:
-            return saved["timing"]
-    if progress:
-        progress(f"analysing the netlist of {name}")
-    report = analyse_file(netlist_path(work_dir, name, family, MAPPING), family, target_mhz,
-                          top=name)
+    report = _measured("accelerator", name, used, family, target_mhz, work_dir,
+                       blackbox=(ARRAY_MODULE,) if without_array else (), **kw)
+    if report is None:
+        return None
     whole_design = used == params and not without_array
-    report = {**report, "whole_design": whole_design,
-              "measured_on": (f"{used['rows']}x{used['cols']} as configured"
-                              if whole_design else
-                              f"{used['rows']}x{used['cols']} as configured, without the "
-                              "systolic array (emptied: its own nets and its loads not "
-                              "counted)" if without_array else
-                              f"{used['rows']}x{used['cols']} (the estimate's largest whole "
-                              f"fit point, all PEs on DSPs), not {rows}x{cols}: "
-                              "run build.py --timing for the configured array"),
-              "mapping": MAPPING,
-              "method": f"Yosys synth_xilinx -family {family} -flatten -{MAPPING} (wire delay "
-                        f"{ABC9_WIRE_PS[family]} ps), write_json; platforms/timing.py "
-                        "(docs/timing.md)"}
-    cache.write_text(json.dumps({"ident": ident, "timing": report}))
-    return report
-
-
-def array_timing(params: dict, family: str, target_mhz: float, work_dir: Path, *,
-                 progress=None) -> dict:
-    """The timing report of the systolic array of ``Accelerator(**params)`` alone, at its
-    configured size (rows, columns, packing, SLR groups; the family's DSP slice), the
-    complement of ``accelerator_timing(..., without_array=True)``: its own nets and paths.
-    The array registers its inputs and outputs, so no path crosses the seam between the two
-    (its inputs are a register's and its loads on the nets that reach it are the gates of
-    its input stage). Cached by the design's digest."""
-    from .estimate import ABC9_WIRE_PS, _synth_once, _tag, netlist_path
-
-    rows, cols = params["rows"], params["cols"]
-    packing = params.get("packing")
-    groups = params.get("slr_groups", 1)
-    name = (f"array_{rows}x{cols}_{family}" + (f"_p{packing}" if packing else "")
-            + (f"_slr{groups}" if groups != 1 else "") + "_timing")
-    extra = {k: params[k] for k in ("packing", "slr_groups") if params.get(k) is not None}
-    work_dir.mkdir(parents=True, exist_ok=True)
-    _synth_once("array", name, family, work_dir, progress, netlist=True, mapping=MAPPING,
-                rows=rows, cols=cols, **extra)
-    key = (work_dir / f"{name}.il.digest").read_text()
-    cache = work_dir / f"{name}.{_tag(family, MAPPING)}.timing.json"
-    ident = {"key": key, "mhz": target_mhz, "version": VERSION}
-    if cache.exists():
-        saved = json.loads(cache.read_text())
-        if saved.get("ident") == ident:
-            return saved["timing"]
-    if progress:
-        progress(f"analysing the netlist of {name}")
-    report = analyse_file(netlist_path(work_dir, name, family, MAPPING), family, target_mhz,
-                          top=name)
-    report = {**report, "whole_design": False,
-              "measured_on": f"the {rows}x{cols} systolic array alone, as configured (the "
-                             "rest of the accelerator: --without-array)",
-              "mapping": MAPPING,
-              "method": f"Yosys synth_xilinx -family {family} -flatten -{MAPPING} (wire delay "
-                        f"{ABC9_WIRE_PS[family]} ps), write_json; platforms/timing.py "
-                        "(docs/timing.md)"}
-    cache.write_text(json.dumps({"ident": ident, "timing": report}))
-    return report
+    return {**report, "whole_design": whole_design, "mapping": MAPPING,
+            "method": _method(family),
+            "measured_on": (f"{used['rows']}x{used['cols']} as configured"
+                            if whole_design else
+                            f"{used['rows']}x{used['cols']} as configured, without the "
+                            "systolic array (emptied: its own nets and its loads not "
+                            "counted)" if without_array else
+                            f"{used['rows']}x{used['cols']} (the estimate's largest whole "
+                            f"fit point, all PEs on DSPs), not {rows}x{cols}: "
+                            "run build.py --timing for the configured array")}
 
 
 # ---- report.md -----------------------------------------------------------------------------
@@ -739,12 +825,16 @@ def main(argv=None) -> int:
     p.add_argument("--array-only", action="store_true",
                    help="with --default: the systolic array alone, as configured (what "
                         "--without-array leaves out)")
+    p.add_argument("--by-parts", action="store_true",
+                   help="with --default: both of those, joined into the report of the whole "
+                        f"design (what build.py --timing does above {WHOLE_LIMIT} PEs)")
     args = p.parse_args(argv)
-    for flag in ("without_array", "array_only"):
-        if getattr(args, flag) and not args.default:
+    flags = [f for f in ("without_array", "array_only", "by_parts") if getattr(args, f)]
+    for flag in flags:
+        if not args.default:
             p.error(f"--{flag.replace('_', '-')} needs --default")
-    if args.without_array and args.array_only:
-        p.error("--without-array and --array-only exclude each other")
+    if len(flags) > 1:
+        p.error("--without-array, --array-only and --by-parts exclude each other")
     board = PLATFORMS[args.board]
     if args.default:
         cfg = board.config()
@@ -764,18 +854,20 @@ def main(argv=None) -> int:
     else:
         report = accelerator_timing(cfg, board.family, board.clock_mhz, args.work_dir,
                                     whole=True, without_array=args.without_array,
-                                    progress=progress)
+                                    parts=args.by_parts, progress=progress)
     print("\n".join(_summary(board.name, report)))
     saved = json.loads(args.out.read_text()) if args.out.exists() else {}
     key = (f"{board.name} {args.rows}x{args.cols}" + (" default" if args.default else "")
            + (" without array" if args.without_array else "")
-           + (" array only" if args.array_only else ""))
+           + (" array only" if args.array_only else "")
+           + (" by parts" if args.by_parts else ""))
     saved[key] = {
         "command": "python -m platforms.timing " + " ".join(
             ["--board", board.name] + (["--default"] if args.default else
                                        ["--rows", str(args.rows), "--cols", str(args.cols)])
             + (["--without-array"] if args.without_array else [])
-            + (["--array-only"] if args.array_only else [])),
+            + (["--array-only"] if args.array_only else [])
+            + (["--by-parts"] if args.by_parts else [])),
         "config": cfg, **{k: report[k] for k in (
             "target_mhz", "budget_levels", "max_levels", "fanout_budget", "max_fanout",
             "measured_on", "deepest_paths", "high_fanout_nets")}}

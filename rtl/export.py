@@ -20,7 +20,8 @@ from .datapath import GemmDatapath
 from .dma import DmaReader, DmaWriter
 from .systolic import SystolicArray
 
-__all__ = ["COMPONENTS", "FAMILY_DSP", "make", "generate_verilog", "to_verilog", "to_rtlil"]
+__all__ = ["COMPONENTS", "FAMILY_DSP", "make", "generate_verilog", "verilog_key", "to_verilog",
+           "to_rtlil"]
 
 #: Components that can be generated on their own, by name.
 COMPONENTS = {
@@ -145,6 +146,13 @@ def _source_digest() -> str:
     return h.hexdigest()[:16]
 
 
+def verilog_key(kind: str, name: str, **params) -> str:
+    """What :func:`generate_verilog` stores beside a file (``.digest``) and compares to reuse
+    it: a digest of the RTL sources, the component, its parameters and its name."""
+    return json.dumps({"src": _source_digest(), "kind": kind, "params": params, "name": name},
+                      sort_keys=True)
+
+
 def generate_verilog(kind: str, out_dir: str | Path, *, name: str | None = None,
                      fmt: str = "v", **params) -> Path:
     """Write ``<out_dir>/<name>.v`` for component ``kind``; reuse it if nothing changed.
@@ -161,8 +169,7 @@ def generate_verilog(kind: str, out_dir: str | Path, *, name: str | None = None,
         raise ValueError(f"fmt must be 'v' or 'il', not {fmt!r}")
     path = out_dir / f"{name}.{fmt}"
     stamp = out_dir / f"{name}.{fmt}.digest"
-    key = json.dumps({"src": _source_digest(), "kind": kind, "params": params, "name": name},
-                     sort_keys=True)
+    key = verilog_key(kind, name, **params)
     if path.exists() and stamp.exists() and stamp.read_text() == key:
         return path
     component = make(kind, **params)

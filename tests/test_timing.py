@@ -348,10 +348,65 @@ def test_array_timing_measures_the_array_alone(tmp_path):
     its size, its DSP slices registered (start and end points, none crossed
     combinationally), the report saying what it measured, and cached."""
     from platforms.timing import array_timing
-    t = array_timing({"rows": 2, "cols": 4, "packing": 2}, "xcup", 200.0, tmp_path)
+    cfg = {"rows": 2, "cols": 4, "packing": 2}
+    assert array_timing(cfg, "xcup", 200.0, tmp_path, cached_only=True) is None
+    t = array_timing(cfg, "xcup", 200.0, tmp_path)
     assert not t["whole_design"] and "2x4 systolic array alone" in t["measured_on"]
     assert 1 <= t["max_levels"] <= t["budget_levels"] == 8
     assert t["unknown_cells"] == {}
     assert t["combinational_dsps"] == 0          # every pair's slice registered
     assert t["clocks"]["clk"]["endpoints"] > 1000
-    assert array_timing({"rows": 2, "cols": 4, "packing": 2}, "xcup", 200.0, tmp_path) == t
+    assert array_timing(cfg, "xcup", 200.0, tmp_path) == t
+    # measured once, the report is there without synthesis; not at another clock
+    assert array_timing(cfg, "xcup", 200.0, tmp_path, cached_only=True) == t
+    assert array_timing(cfg, "xcup", 250.0, tmp_path, cached_only=True) is None
+
+
+def _fake(levels: dict, paths: list, nets: list, unknown=None) -> dict:
+    return {"target_mhz": 250.0, "family": "xcup", "speed_grade": "-2", "level_ns": 0.45,
+            "overhead_ns": 1.2, "budget_levels": 6, "fanout_budget": 1000,
+            "max_levels": max(levels), "levels_histogram": {str(k): v for k, v in levels.items()},
+            "endpoints": sum(levels.values()),
+            "clocks": {"clk": {"endpoints": sum(levels.values()), "max_levels": max(levels),
+                               "levels_histogram": {str(k): v for k, v in levels.items()}}},
+            "deepest_paths": [{"start": s, "end": e, "levels": n, "cells": []}
+                              for s, e, n in paths],
+            "max_fanout": max(f for _, f in nets),
+            "high_fanout_nets": [{"net": n, "fanout": f, "driver": n + "_ff",
+                                  "driver_type": "FDRE"} for n, f in nets],
+            "combinational_loops": [], "combinational_dsps": 0,
+            "unknown_cells": unknown or {}, "within_budget": True}
+
+
+def test_by_parts_joins_the_two_reports():
+    """``by_parts``: histograms added per level and per clock, the deepest paths and the
+    highest fan-out nets of both sorted together (the array's named below its instance), the
+    emptied array no longer an unknown cell, the budget verdict taken on the join."""
+    from platforms.timing import by_parts
+    rest = _fake({0: 10, 3: 5, 6: 2}, [("a", "b", 6), ("c", "d", 3)],
+                 [("rst", 900), ("sel", 400)], unknown={"engine.datapath.array": 1})
+    array = _fake({0: 100, 2: 50, 7: 1}, [("pe.p", "pe.q", 7), ("x", "y", 2)],
+                  [("readout_cur", 1200), ("gate", 30)])
+    j = by_parts(rest, array)
+    assert j["levels_histogram"] == {"0": 110, "2": 50, "3": 5, "6": 2, "7": 1}
+    assert j["clocks"]["clk"]["endpoints"] == j["endpoints"] == 168
+    assert j["max_levels"] == 7 and j["max_fanout"] == 1200
+    assert [p["levels"] for p in j["deepest_paths"]] == [7, 6]
+    assert j["deepest_paths"][0]["start"] == "engine.datapath.array.pe.p"
+    assert [n["net"] for n in j["high_fanout_nets"]] == ["engine.datapath.array.readout_cur",
+                                                          "rst"]
+    assert j["unknown_cells"] == {} and not j["within_budget"]
+    assert violations(j)[0].startswith("7 logic levels > budget 6")
+
+
+def test_cached_only_never_synthesizes(tmp_path):
+    """``accelerator_timing(cached_only=True)`` (what ``build.py`` asks first): for a design
+    not measured before, None at once, nothing generated or synthesized -- whole, by parts
+    or at the fit point."""
+    from platforms import PLATFORMS
+    from platforms.timing import accelerator_timing
+    board = PLATFORMS["vu9p"]
+    for kw in ({"whole": True, "parts": True}, {"whole": True}, {}):
+        assert accelerator_timing(board.config(), board.family, board.clock_mhz, tmp_path,
+                                  cached_only=True, **kw) is None
+    assert list(tmp_path.iterdir()) == []
