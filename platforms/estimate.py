@@ -156,8 +156,19 @@ def synthesize(verilog: str | Path, top: str, family: str, *,
 
 # ---- the whole accelerator, full or hierarchical ---------------------------------------------
 
-#: Array shapes the hierarchical estimate synthesizes in full and fits.
+#: Whole-accelerator shapes: the largest is the timing report's fit point
+#: (:func:`platforms.timing.accelerator_timing`), 4x4 the base of the LUT-multiplier PEs'
+#: difference.
 FIT_POINTS = ((4, 4), (4, 8), (8, 4), (8, 8))
+#: Shapes at which the rest of the accelerator (all but its array, emptied) is synthesized and
+#: fitted. Until this was used, the rest was the whole accelerator minus its array at
+#: :data:`FIT_POINTS`, 4 to 8 lanes, below a 128-bit bus's 16 bytes: extrapolated to the
+#: ZCU104's 32x64 it missed 11.9k of its 65.6k LUTs (-18 %), the per-lane parts (rescaler,
+#: write-back, operand buffers) costing more per lane at 32 to 64 lanes than from 4 to 8.
+REST_POINTS = ((8, 8), (8, 16), (16, 8), (16, 16))
+#: The systolic array's instance in the accelerator: what the rest's synthesis empties
+#: (Yosys ``blackbox``, its ports kept).
+ARRAY_MODULE = "engine.datapath.array"
 #: Largest array synthesized whole (rows * cols): the Pynq-Z1 default's 16x16 (256), whose
 #: hierarchical estimate missed full synthesis by -6.5 % on LUTs (26,887 against 28,764:
 #: the rest of the accelerator grows faster than linearly from its 4..8-lane fit points).
@@ -198,6 +209,13 @@ def _synth_once(kind: str, name: str, family: str, work_dir: Path, progress=None
 def _cached_synth(params: dict, family: str, work_dir: Path, name: str, progress=None) -> dict:
     """The whole accelerator with ``params``, synthesized once."""
     return _synth_once("accelerator", name, family, work_dir, progress, **params)
+
+
+def _cached_rest(params: dict, family: str, work_dir: Path, name: str, progress=None) -> dict:
+    """The accelerator with ``params`` but its array emptied (:data:`ARRAY_MODULE`),
+    synthesized once."""
+    return _synth_once("accelerator", name, family, work_dir, progress,
+                       blackbox=(ARRAY_MODULE,), **params)
 
 
 def _fit(points: dict, rows: int, cols: int) -> float:
@@ -293,8 +311,9 @@ def estimate_accelerator(params: dict, family: str, work_dir: Path, progress=Non
 
     Arrays up to :data:`FULL_LIMIT` PEs are synthesized whole. Larger ones are estimated
     hierarchically: the array, synthesized alone at :data:`ARRAY_POINTS`, fitted as
-    ``a + b·R + c·C + d·R·C``; the rest of the accelerator (whole accelerator minus its array
-    at :data:`FIT_POINTS`, everything else as configured) fitted as ``a + b·R + c·C``; block
+    ``a + b·R + c·C + d·R·C``; the rest of the accelerator (synthesized with its array
+    emptied at :data:`REST_POINTS`, everything else as configured) fitted as
+    ``a + b·R + c·C``; block
     RAM counted from the shapes of the large memories (:func:`bram_model`) plus the average
     rest at the fit points; PEs that multiply in LUTs (``dsp_rows``) add the measured
     difference between a LUT PE and a DSP PE.
@@ -308,33 +327,30 @@ def estimate_accelerator(params: dict, family: str, work_dir: Path, progress=Non
         return ({k: res.get(k, 0) for k in keys},
                 f"full: Yosys synth_xilinx -family {family} of the whole accelerator")
     base = {k: v for k, v in params.items() if k != "dsp_rows"}
-    points, small_arrays = {}, {}
-    for r, c in FIT_POINTS:
-        points[r, c] = _cached_synth({**base, "rows": r, "cols": c}, family, work_dir,
-                                     f"accel_{r}x{c}_{tag}", progress)
-        small_arrays[r, c] = _cached_array(r, c, base, family, work_dir, progress)
+    rests = {(r, c): _cached_rest({**base, "rows": r, "cols": c}, family, work_dir,
+                                  f"accel_{r}x{c}_{tag}_noarray", progress)
+             for r, c in REST_POINTS}
     arrays = {(r, c): _cached_array(r, c, base, family, work_dir, progress)
               for r, c in ARRAY_POINTS}
     res = {}
     for k in keys:
         # the array: fitted on arrays synthesized alone, up to 16x16
         array = _fit({p: v.get(k, 0) for p, v in arrays.items()}, rows, cols)
-        # the rest (engine, buffers, DMA, registers): accelerator minus its array at the fit
-        # points, linear in rows and columns (lanes of buffers, gearboxes, rescaler, FIFOs)
-        rest = _fit_linear({p: points[p].get(k, 0) - small_arrays[p].get(k, 0)
-                            for p in points}, rows, cols)
+        # the rest (engine, buffers, DMA, registers): the accelerator with its array emptied,
+        # linear in rows and columns (lanes of buffers, gearboxes, rescaler, FIFOs)
+        rest = _fit_linear({p: v.get(k, 0) for p, v in rests.items()}, rows, cols)
         res[k] = max(0.0, array + rest)
     # Block RAM comes in quantised shapes a linear fit cannot follow: count the large
     # memories' RAMs, plus what synthesis used beyond them at the fit points (the average).
     extra = sum(v.get("BRAM36", 0) - bram_model({**base, "rows": r, "cols": c})
-                for (r, c), v in points.items()) / len(points)
+                for (r, c), v in rests.items()) / len(rests)
     res["BRAM36"] = max(0.0, bram_model({**base, "rows": rows, "cols": cols}) + extra)
     res["URAM"] = uram_model(params)
     method = (f"hierarchical (Yosys synth_xilinx -family {family}): the array fitted as "
               f"a + b*R + c*C + d*R*C on arrays synthesized alone at "
               f"{', '.join(f'{r}x{c}' for r, c in ARRAY_POINTS)}; the rest of the accelerator "
-              f"(whole accelerator minus its array at "
-              f"{', '.join(f'{r}x{c}' for r, c in FIT_POINTS)}, bus, depth, block, packing as "
+              f"(synthesized with its array emptied at "
+              f"{', '.join(f'{r}x{c}' for r, c in REST_POINTS)}, bus, depth, block, packing as "
               f"configured) fitted as a + b*R + c*C; both evaluated at {rows}x{cols}; BRAM36 "
               f"counted from the large memories' shapes plus the average rest seen at the fit "
               f"points, URAM from the accumulation slots' shape")
@@ -342,7 +358,8 @@ def estimate_accelerator(params: dict, family: str, work_dir: Path, progress=Non
     if dsp_rows is not None and dsp_rows < rows:
         fabric = _cached_synth({**base, "rows": 4, "cols": 4, "dsp_rows": 0}, family, work_dir,
                                f"accel_4x4_{tag}_lut", progress)
-        dsp = points[4, 4]
+        dsp = _cached_synth({**base, "rows": 4, "cols": 4}, family, work_dir,
+                            f"accel_4x4_{tag}", progress)
         n = (rows - dsp_rows) * cols
         for k in keys:
             res[k] = max(0.0, res[k] + n * (fabric.get(k, 0) - dsp.get(k, 0)) / 16)

@@ -49,6 +49,9 @@ import re
 from collections import Counter
 from pathlib import Path
 
+#: What ``without_array`` empties: the systolic array (its ports stay, as a cell).
+from .estimate import ARRAY_MODULE
+
 __all__ = ["FAMILY_TIMING", "FANOUT_BUDGET", "budget_levels", "analyse", "analyse_file",
            "synthesize_netlist", "accelerator_timing", "array_timing", "by_parts", "MAPPING",
            "violations", "markdown", "WHOLE_LIMIT"]
@@ -530,8 +533,6 @@ def synthesize_netlist(verilog: str | Path, top: str, family: str, *,
     return netlist_path(work, top, family, mapping)
 
 
-#: What ``without_array`` empties: the systolic array (its ports stay, as a cell).
-ARRAY_MODULE = "engine.datapath.array"
 
 #: Largest array (rows * cols) ``build.py --timing`` synthesizes whole; above it the design is
 #: measured by parts (:func:`accelerator_timing` ``parts``). The ZCU104 default's 2048 PEs
