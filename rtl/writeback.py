@@ -12,11 +12,22 @@ from .pipe import RegisterSlice
 from .rescale import rescale_output_layout
 from .xilinx import register_copies
 
-__all__ = ["WORD_BITS_PER_SELECT", "WriteBack", "WriteBackPorts", "write_job_layout"]
+__all__ = ["WORD_BITS_PER_SELECT", "WriteBack", "WriteBackPorts", "select_bits",
+           "write_job_layout"]
 
-#: Bits of a write word one copy of the word select chooses (two LUT6s a bit for up to
-#: eight words a row): 256 loads a copy bit.
+#: Bits of a write word one copy of the word select chooses where a row is at most eight
+#: words (two LUT6s a bit: 256 loads a copy bit); where a row has more, proportionally fewer
+#: (:func:`select_bits`): the ZCU104's 16 words a row had 1,024 loads on each low select bit
+#: with one copy for its 128-bit word.
 WORD_BITS_PER_SELECT = 128
+
+
+def select_bits(word_bits: int, words_per_row: int) -> int:
+    """Bits of a ``word_bits``-bit write word one copy of the word select chooses, for rows
+    of ``words_per_row`` words: :data:`WORD_BITS_PER_SELECT` for up to eight words, then
+    halved as the words double (at least 16 bits), and never more than the word."""
+    bits = WORD_BITS_PER_SELECT * 8 // max(8, words_per_row)
+    return max(16, min(word_bits, bits))
 
 
 def write_job_layout() -> data.StructLayout:
@@ -299,8 +310,8 @@ class WriteBack(wiring.Component):
             # (FDRE instances with ``primitive``), each taking the value wd_word takes: after
             # a reset they agree again a cycle later, before the queue (reset with them) can
             # give a word (one select for the VU9P's 512-bit words reached 1,029 LUTs)
-            lanes = 8 * bpw // WORD_BITS_PER_SELECT or 1
-            step = 8 * bpw // lanes
+            lanes = -(-8 * bpw // select_bits(8 * bpw, words_per_row))
+            step = -(-8 * bpw // lanes)
             sels = register_copies(m, Mux(shake, wd_word_next, wd_word),
                                    lanes, primitive=self.primitive, name="wd_word_copy")
             for q, sel in enumerate(sels):

@@ -13,7 +13,9 @@ from sim.harness import run, stream_recv, stream_send
 
 @pytest.mark.parametrize("rows,cols,data_width,phase,ports", [
     (4, 4, 128, 0, 1), (2, 8, 64, 0, 1), (4, 2, 128, 0, 1), (8, 8, 512, 0, 1),
-    (2, 16, 128, 0, 1), (4, 4, 128, 1, 2), (8, 4, 64, 0, 2), (2, 16, 128, 1, 2)])
+    (2, 16, 128, 0, 1), (4, 4, 128, 1, 2), (8, 4, 64, 0, 2), (2, 16, 128, 1, 2),
+    # copies of the word select: two (16 words of 128 bits a row), four (8 of 512)
+    (2, 64, 128, 0, 1), (1, 128, 512, 0, 1)])
 @pytest.mark.parametrize("seed,addr_width", [(0, 32), (1, 32), (2, 40), (3, 64)])
 def test_matches_model(rows, cols, data_width, phase, ports, seed, addr_width):
     """Wider addresses carry out of the low 32 bits (the carry-save row address): a base just
@@ -167,3 +169,15 @@ def test_ports_args():
             WriteBackPorts(4, 4, ports=ports)
     with pytest.raises(ValueError, match="phase"):
         WriteBack(4, 4, phase=2, ports=2)
+
+
+def test_select_copies_follow_the_words_a_row():
+    """``select_bits``: a copy of the word select per 128 bits of the word up to eight words
+    a row, proportionally fewer bits beyond (the ZCU104's 16 words of 128 bits: two copies),
+    never more than the word (the Pynq-Z1's 64-bit word: one)."""
+    from rtl.writeback import select_bits
+    assert select_bits(512, 8) == 128           # VU9P default: four copies
+    assert select_bits(128, 16) == 64           # ZCU104 default: two
+    assert select_bits(64, 8) == 64             # Pynq-Z1 default: one
+    assert select_bits(128, 2) == 128
+    assert select_bits(512, 1024) == 16
