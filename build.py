@@ -287,8 +287,7 @@ def estimate(board, cfg, out: Path, whole: bool = False) -> tuple[dict, bool]:
             timing = accelerator_timing(cfg, board.family, board.clock_mhz, work,
                                         whole=whole, parts=parts, progress=progress)
     with step(f"estimating resources with Yosys for {board.family}"):
-        res, method = estimate_accelerator(cfg, board.family, ROOT / "build" / "estimates",
-                                           progress)
+        res, method = estimate_accelerator(cfg, board.family, work, progress)
     resources = {k: res[k] for k in RESOURCES}
     cap = board.capacity
     util = {k: (round(resources[k] / cap[k], 4) if cap[k] else (0.0 if not resources[k]

@@ -562,19 +562,23 @@ def _measured(kind: str, name: str, params: dict, family: str, target_mhz: float
     def ident():
         key = stamp.read_text() + (" noarray" if blackbox else "")
         return {"key": key, "mhz": target_mhz, "version": VERSION}
+
+    def cached():
+        if cache.exists() and stamp.exists():
+            saved = json.loads(cache.read_text())
+            if saved.get("ident") == ident():
+                return saved["timing"]
+        return None
     if cached_only:
-        if not (cache.exists() and stamp.exists()) or stamp.read_text() != verilog_key(
-                kind, name, family=family, **params):
-            return None
-        saved = json.loads(cache.read_text())
-        return saved["timing"] if saved.get("ident") == ident() else None
+        fresh = stamp.exists() and stamp.read_text() == verilog_key(kind, name, family=family,
+                                                                    **params)
+        return cached() if fresh else None
     work_dir.mkdir(parents=True, exist_ok=True)
     _synth_once(kind, name, family, work_dir, progress, netlist=True, mapping=MAPPING,
                 blackbox=blackbox, **params)
-    if cache.exists():
-        saved = json.loads(cache.read_text())
-        if saved.get("ident") == ident():
-            return saved["timing"]
+    report = cached()
+    if report is not None:
+        return report
     if progress:
         progress(f"analysing the netlist of {name}")
     report = analyse_file(netlist_path(work_dir, name, family, MAPPING), family, target_mhz,
@@ -616,34 +620,23 @@ def by_parts(rest: dict, array: dict, prefix: str = ARRAY_MODULE) -> dict:
     the emptied array cell no longer unknown. Exact for logic levels, as no path crosses the
     seam (the array registers its inputs and outputs); a net that reaches the array counts
     its loads on each side separately (outside: one load per array input bit it drives)."""
-    def named(report, key, fields):
-        out = []
-        for item in report[key]:
-            item = dict(item)
-            if report is array:
-                for f in fields:
-                    if f in item:
-                        item[f] = f"{prefix}.{item[f]}"
-            out.append(item)
-        return out
-    paths = sorted(named(rest, "deepest_paths", ("start", "end"))
-                   + named(array, "deepest_paths", ("start", "end")),
-                   key=lambda p: -p["levels"])[:len(rest["deepest_paths"])]
-    nets = sorted(named(rest, "high_fanout_nets", ("net", "driver"))
-                  + named(array, "high_fanout_nets", ("net", "driver")),
-                  key=lambda n: -n["fanout"])[:len(rest["high_fanout_nets"])]
-    hist = Counter()
-    for r in (rest, array):
-        hist.update({int(k): v for k, v in r["levels_histogram"].items()})
+    def joined(key, fields, order):
+        """Both reports' ``key`` lists, the array's ``fields`` named below ``prefix``,
+        sorted by ``order`` (largest first) and cut to the rest's length."""
+        inside = [{**item, **{f: f"{prefix}.{item[f]}" for f in fields if f in item}}
+                  for item in array[key]]
+        return sorted(rest[key] + inside, key=lambda x: -x[order])[:len(rest[key])]
+    paths = joined("deepest_paths", ("start", "end"), "levels")
+    nets = joined("high_fanout_nets", ("net", "driver"), "fanout")
     clocks = {}
     for r in (rest, array):
         for name, c in r["clocks"].items():
-            h = Counter({int(k): v for k, v in c["levels_histogram"].items()})
-            if name in clocks:
-                h.update(clocks[name])
-            clocks[name] = h
+            clocks.setdefault(name, Counter()).update(
+                {int(k): v for k, v in c["levels_histogram"].items()})
+    hist = sum(clocks.values(), Counter())
+    # the emptied array is a cell whose type is its module's name below the rest's top
     unknown = {k: v for k, v in rest["unknown_cells"].items()
-               if k.split(".")[-1] != prefix.split(".")[-1] and k != prefix}
+               if k != prefix and not k.endswith("." + prefix)}
     for k, v in array["unknown_cells"].items():
         unknown[k] = unknown.get(k, 0) + v
     max_levels = max(hist) if hist else 0
@@ -830,7 +823,10 @@ def main(argv=None) -> int:
                    help="with --default: both of those, joined into the report of the whole "
                         f"design (what build.py --timing does above {WHOLE_LIMIT} PEs)")
     args = p.parse_args(argv)
-    flags = [f for f in ("without_array", "array_only", "by_parts") if getattr(args, f)]
+    # the measurement modes: the argument and what the entry's key in --out says
+    modes = {"without_array": "without array", "array_only": "array only",
+             "by_parts": "by parts"}
+    flags = [f for f in modes if getattr(args, f)]
     for flag in flags:
         if not args.default:
             p.error(f"--{flag.replace('_', '-')} needs --default")
@@ -859,16 +855,12 @@ def main(argv=None) -> int:
     print("\n".join(_summary(board.name, report)))
     saved = json.loads(args.out.read_text()) if args.out.exists() else {}
     key = (f"{board.name} {args.rows}x{args.cols}" + (" default" if args.default else "")
-           + (" without array" if args.without_array else "")
-           + (" array only" if args.array_only else "")
-           + (" by parts" if args.by_parts else ""))
+           + "".join(f" {modes[f]}" for f in flags))
     saved[key] = {
         "command": "python -m platforms.timing " + " ".join(
             ["--board", board.name] + (["--default"] if args.default else
                                        ["--rows", str(args.rows), "--cols", str(args.cols)])
-            + (["--without-array"] if args.without_array else [])
-            + (["--array-only"] if args.array_only else [])
-            + (["--by-parts"] if args.by_parts else [])),
+            + [f"--{f.replace('_', '-')}" for f in flags]),
         "config": cfg, **{k: report[k] for k in (
             "target_mhz", "budget_levels", "max_levels", "fanout_budget", "max_fanout",
             "measured_on", "deepest_paths", "high_fanout_nets")}}

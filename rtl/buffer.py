@@ -154,11 +154,14 @@ class TransposableBuffer(wiring.Component):
         short = Signal()
         extra_m1 = Signal(range(-1, self.slots))    # the span's tiles - 2
 
+        def beat_of(bz, v):
+            """A beat is written: the tile is being written and the stream has a beat."""
+            return bz & v
         beat = Signal()
         last = Signal()               # the next beat is the tile's last (a register)
         finished = Signal()           # this beat is the tile's last
         m.d.comb += [
-            beat.eq(busy & self.w_stream.valid),
+            beat.eq(beat_of(busy, self.w_stream.valid)),
             finished.eq(beat & last),
             self.w_stream.ready.eq(busy),
             # The next command is taken in the cycle of the last beat: no gap between tiles.
@@ -232,7 +235,7 @@ class TransposableBuffer(wiring.Component):
                          primitive=self.primitive)
         # `beat` again, a LUT per LANES_PER_ROTATION banks: each bank's block RAM has eight
         # write-enable pins (1,039 loads for the VU9P's 128 lanes of B from one LUT)
-        beats = lut_copies(m, lambda bz, v: bz & v, [busy, self.w_stream.valid], L,
+        beats = lut_copies(m, beat_of, [busy, self.w_stream.valid], L,
                            LANES_PER_ROTATION, primitive=self.primitive, name="beat_copy")
         for b, (wp, _) in enumerate(banks):
             offset = Signal(range(L), name=f"w_offset{b}")   # (b - rot) mod L

@@ -332,15 +332,19 @@ class GemmDatapath(wiring.Component):
             """The pre-staged command moves up (``move``)."""
             return pv & (~st | tk)
 
+        def ready(pv, st, tk):
+            """The pre stage takes a command (``cmd.ready``)."""
+            return ~pv | moves_up(pv, st, tk)
+
         def enters(v, pv, st, tk):
             """A command enters the pre stage (``cmd.valid & cmd.ready``)."""
-            return v & (~pv | moves_up(pv, st, tk))
+            return v & ready(pv, st, tk)
 
         def accepted(tk, bd):
             """The staged command leaves for the buffers and the job queue (``accept``)."""
             return tk & ~bd
         m.d.comb += [move.eq(moves_up(pre_valid, staged, take)),
-                     self.cmd.ready.eq(~pre_valid | move)]
+                     self.cmd.ready.eq(ready(pre_valid, staged, take))]
         # The exponents (8 bits a lane of A and of B) pass through ``pre``, ``cmd`` and
         # ``job`` under copies of those stages' enables, one per LANES_PER_EXP lanes (LUT
         # instances in primitive builds): one enable for all of them drove 860-890 loads at

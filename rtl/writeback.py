@@ -306,7 +306,7 @@ class WriteBack(wiring.Component):
         shake = self.wr_data.valid & self.wr_data.ready
         wd_word_next = Mux(row_end, 0, wd_word + 1)       # (the copies below take it too)
         if row_bytes >= bpw:
-            # the word select again, in a register per WORD_BITS_PER_SELECT bits of the word
+            # the word select again, in a register per select_bits() bits of the word
             # (FDRE instances with ``primitive``), each taking the value wd_word takes: after
             # a reset they agree again a cycle later, before the queue (reset with them) can
             # give a word (one select for the VU9P's 512-bit words reached 1,029 LUTs)
