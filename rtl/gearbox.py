@@ -79,8 +79,8 @@ class Gearbox(wiring.Component):
             "sel": job.sel.shape(), "tag": unsigned(self.tag_width), "reading0": 1,
             "avail0": unsigned(17), "mask0": W, "vmask": W, "more0": 1,
             "nrows_m2": unsigned(16),
-            **({"left0": unsigned(16), "need0_m1": range(max(2, ratio)), "need0_nz": 1}
-               if wide else {})})
+            **({"cnt_row": unsigned(16), "row_one": 1, "tail_m1": range(max(2, ratio)),
+                "cnt0": unsigned(16), "nz0": 1, "one0": 1, "two0": 1} if wide else {})})
         m.submodules.queue = queue = Fifo(width=layout.size, depth=self.job_depth)
         entry = data.View(layout, queue.w_data)
         m.d.comb += [entry.nbeats_m2.eq(job.nbeats - 2),
@@ -100,17 +100,19 @@ class Gearbox(wiring.Component):
                      entry.more0.eq(job.nrows != 1), entry.nrows_m2.eq(job.nrows - 2),
                      queue.w_en.eq(self.jobs.valid), self.jobs.ready.eq(queue.w_rdy)]
         lr = ratio.bit_length() - 1
-
-        def next_need(left):
-            """``(words - 1, any words)`` of a vector with ``left`` words of its row still to
-            take: it takes min(left, ratio) (a power of two)."""
-            return Mux(left[lr:] != 0, ratio - 1, left[:lr] - 1), left != 0
-
         if wide:
-            left0 = Mux(job.nrows != 0, job.nwords, 0)
-            need0_m1, need0_nz = next_need(left0)
-            m.d.comb += [entry.left0.eq(left0), entry.need0_m1.eq(need0_m1),
-                         entry.need0_nz.eq(need0_nz)]
+            # A row of ``nwords`` words takes them in ceil(nwords / ratio) vectors, all but
+            # the last ``ratio`` words each, the last (nwords - 1) % ratio + 1. Whether a row
+            # has one or two such vectors are compares of nwords with constants (no add).
+            reading0 = job.nrows != 0
+            row_one = (job.nwords != 0) & (job.nwords <= ratio)
+            row_two = (job.nwords > ratio) & (job.nwords <= 2 * ratio)
+            cnt_row = job.nwords[lr:] + (job.nwords[:lr] != 0)
+            m.d.comb += [entry.cnt_row.eq(cnt_row), entry.row_one.eq(row_one),
+                         entry.tail_m1.eq(job.nwords[:lr] - 1),
+                         entry.cnt0.eq(Mux(reading0, cnt_row, 0)),
+                         entry.nz0.eq(reading0 & (job.nwords != 0)),
+                         entry.one0.eq(reading0 & row_one), entry.two0.eq(reading0 & row_two)]
         head = data.View(layout, queue.r_data)
         beat = Signal(16)
         row = Signal(17)
@@ -162,13 +164,18 @@ class Gearbox(wiring.Component):
                 self.i_stream.ready.eq(fire & needs_word & ((pos == ratio - 1) | last_beat)),
             ]
         else:
-            left_r = Signal(16)        # words of the row not yet taken
-            need_m1_r = Signal(range(max(2, ratio)))   # words of this vector - 1
-            need_nz_r = Signal()       # this vector takes words
-            left = Mux(job_start, head.left0, left_r)
-            need_m1 = Mux(job_start, head.need0_m1, need_m1_r)
-            need_nz = Mux(job_start, head.need0_nz, need_nz_r)
-            left_next_row = Mux(reading_next, head.nwords, 0)
+            # The row's word-taking vectors left, this one included, and as registers
+            # whether any is left and whether this is the last: the next vector's flags come
+            # from these and from a compare of the count register with 2, never from the
+            # count's decrement, so no carry chain lies before a compare.
+            cnt_r = Signal(16)
+            nz_r = Signal()
+            one_r = Signal()
+            cnt = Mux(job_start, head.cnt0, cnt_r)
+            need_nz = Mux(job_start, head.nz0, nz_r)       # this vector takes words
+            one = Mux(job_start, head.one0, one_r)         # ... the row's last ones
+            two = Mux(job_start, head.two0, cnt_r == 2)    # the next vector takes the last
+            need_m1 = Mux(one, head.tail_m1, ratio - 1)    # words of this vector - 1
             held = [Signal(self.data_width, name=f"held{i}") for i in range(ratio - 1)]
             got = Signal(range(ratio))
             collecting = head_ok & need_nz & (got != need_m1)
@@ -181,16 +188,14 @@ class Gearbox(wiring.Component):
             ]
             with m.If(collecting & self.i_stream.valid):
                 m.d.sync += [Array(held)[got].eq(word), got.eq(got + 1)]
-            # words left after this vector, and what the next vector needs: the vector takes
-            # min(left, ratio) words, so what is left is left - ratio or nothing, with no
-            # arithmetic on the vector's own need in between (ratio is a power of two)
-            left_after = Mux(left[lr:] != 0, left - ratio, 0)
-            left_n = Signal(16)
-            m.d.comb += left_n.eq(Mux(last_beat, left_next_row, left_after))
-            need_m1_n, need_nz_n = next_need(left_n)
             with m.If(fire):
-                m.d.sync += [got.eq(0), left_r.eq(left_n), need_m1_r.eq(need_m1_n),
-                             need_nz_r.eq(need_nz_n)]
+                m.d.sync += [
+                    got.eq(0),
+                    cnt_r.eq(Mux(last_beat, Mux(reading_next, head.cnt_row, 0),
+                                 Mux(need_nz, cnt - 1, 0))),
+                    nz_r.eq(Mux(last_beat, reading_next & head.nwords_nz, need_nz & ~one)),
+                    one_r.eq(Mux(last_beat, reading_next & head.row_one, need_nz & two)),
+                ]
         # The lanes that carry data (``avail > lane`` while the row has data left): a
         # register too, set for the next vector from compares of ``avail`` with constants,
         # so that no compare lies between the byte counters and the output. Its bit 0 says
