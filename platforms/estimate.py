@@ -99,14 +99,17 @@ def _tag(family: str, mapping: str) -> str:
 
 def synthesize(verilog: str | Path, top: str, family: str, *,
                work_dir: str | Path | None = None, netlist: bool = False,
-               mapping: str = "abc", blackbox: tuple = ()) -> dict:
+               mapping: str = "abc", blackbox: tuple = (), fsm: bool = True) -> dict:
     """Synthesize ``top`` from ``verilog`` (``.v``, or RTLIL ``.il``) for ``family``.
 
     Returns the grouped cell counts (:func:`group_cells`). With ``netlist``, the flat
     netlist is also written as Yosys JSON (:func:`netlist_path`; what
     :mod:`platforms.timing` analyses). ``mapping`` is one of :data:`MAPPINGS`. The modules
     named in ``blackbox`` are emptied first (Yosys ``blackbox``): their ports stay, as cells
-    of an unknown type.
+    of an unknown type. ``fsm=False`` skips Yosys' state-machine recoding (every wire
+    marked ``fsm_encoding "none"``): for a design with no state machine, whose
+    ``fsm_detect`` grows faster than its size (the systolic array: 54 % of the front end at
+    16x32, more than 55 minutes at the VU9P's 64x128).
 
     Raises
     ------
@@ -133,6 +136,8 @@ def synthesize(verilog: str | Path, top: str, family: str, *,
     load = f"{reader} {source};"
     if blackbox:
         load += " blackbox " + " ".join("\\" + name.lstrip("\\") for name in blackbox) + ";"
+    if not fsm:
+        load += ' setattr -set fsm_encoding "none" w:*;'
     synth = f"synth_xilinx -family {family} -top {top} -flatten -noiopad -noclkbuf"
     if mapping == "abc9":
         # ABC9's AIGER frontend can meet a wire name twice when it reads the mapped netlist
@@ -200,8 +205,9 @@ def _synth_once(kind: str, name: str, family: str, work_dir: Path, progress=None
     if progress:
         progress(f"Yosys synth_xilinx -family {family}"
                  f"{' -abc9' if mapping == 'abc9' else ''}: {name}")
+    # the array has no state machine to recode (see synthesize's fsm)
     res = synthesize(source, name, family, netlist=netlist, mapping=mapping,
-                     blackbox=blackbox)
+                     blackbox=blackbox, fsm=kind != "array")
     cache.write_text(json.dumps({"key": key, "resources": res, "netlist": netlist}))
     return res
 
