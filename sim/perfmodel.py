@@ -75,17 +75,24 @@ import sys
 
 from firmware import regmap
 from firmware.regmap import STRIPE_MIN_WORDS
+from rtl.checker import DescriptorChecker
 
 from .engine_models import tile_order, walk_chunks
 from .ports import dram_bytes_per_cycle
 
-__all__ = ["predict", "predict_queued", "best_block", "read_rate", "training_gemms", "main"]
+__all__ = ["predict", "predict_queued", "best_block", "read_rate", "training_gemms",
+           "check_records", "main"]
 
 #: Cycles of control per operand load (command phases, the address multiply).
 LOAD_OVERHEAD = 4
-#: Cycles from the last step of the last tile to its C rows leaving the array (about the
-#: datapath's fill latency), plus the write-back's own pipeline.
-DRAIN_OVERHEAD = 16
+#: Cycles from ``start`` to the walk's first job: the descriptor checked
+#: (:data:`rtl.checker.DescriptorChecker.LATENCY` + 1), the walk begun 2 cycles later
+#: (:class:`rtl.engine.GemmEngine`). Behind another descriptor in the queue it is hidden.
+START_LATENCY = DescriptorChecker.LATENCY + 1 + 2
+
+#: Cycles from a burst's last word reaching the DMA writer to its address and first word on
+#: the bus (:class:`rtl.dma.DmaWriter`: a burst is formed once all its words are in its FIFO).
+WRITE_FORM_LATENCY = 3
 #: C tiles the output FIFO holds (``4 * rows`` rows): how far the array may run ahead of the
 #: C write-back before it stalls.
 OUT_TILES = 4
@@ -192,6 +199,15 @@ def _cdiv(a: int, b: int) -> int:
 def _bursts(words: int, burst: int) -> list[int]:
     full, rest = divmod(words, burst)
     return [burst] * full + ([rest] if rest else [])
+
+
+@functools.lru_cache(maxsize=256)
+def fill_latency(rows: int, cols: int) -> int:
+    """Cycles from a tile's last step to its first C row leaving the datapath, as
+    :attr:`rtl.datapath.GemmDatapath.fill_latency` declares it from its parts (an array of
+    one MAC per PE: a packed array's is ``rows // 2 - 4`` cycles shorter)."""
+    from rtl.datapath import GemmDatapath
+    return GemmDatapath(rows, cols).fill_latency
 
 
 def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool = False, *,
@@ -437,9 +453,20 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
         # on 27 GEMMs at 0.8 to 2.0 GB/s on a 128-bit bus at 100 MHz, against 2 % with one.)
         reserve = {b: RESERVE_SHARE * v for b, v in ledger.reads().items()}
         end, wclock, votes = schedule(_DramLedger(dram, share, reserve=reserve))
-    last_rows = rows * _cdiv(4 * min(cols, n), bpw)
-    total = max(end + rows + cols + DRAIN_OVERHEAD + last_rows,
-                wclock + rows + cols + DRAIN_OVERHEAD) + lat_w
+    # the last tile's C rows, dealt to the write ports in turn (each port's write-back
+    # makes one word a cycle), after the array's drain
+    # After the last tile's last step: its first C row leaves the datapath (the declared fill
+    # latency), its rows are dealt to the write ports in turn (each port's write-back makes a
+    # word a cycle), the last row's burst forms in the DMA writer once its words are in and
+    # goes out, and its response comes back. The writes booked on the channel (wclock, from
+    # each tile's last step) are shifted by the same fill and forming latencies.
+    words = _cdiv(4 * min(cols, n), bpw)
+    fill = fill_latency(rows, cols)
+    end += START_LATENCY
+    wclock += START_LATENCY
+    last_rows = _cdiv(rows, write_ports) * words / keep
+    total = max(end + fill + last_rows + min(words, burst) / keep, wclock + fill) \
+        + WRITE_FORM_LATENCY + lat_w
     if dram is not None:
         total = max(total, sum(traffic) * bpw / dram + lat_r + lat_w)
     compute = sum(c["compute"] for c in chunks)
@@ -532,6 +559,41 @@ def training_gemms(batch: int, fan_in: int, fan_out: int) -> list[tuple]:
 LAYERS = [(784, 256), (256, 256), (256, 10), (576, 128), (1152, 256)]
 
 
+def check_records(paths) -> dict:
+    """The model against committed measurements, predicted again: for each file of
+    ``python -m sim.bench utilization`` (alone and queued, at the block sides each GEMM ran
+    with) or ``python -m sim.bench model`` records, per board (or port), the mean and
+    largest |error| and how many are within 5 %."""
+    import json
+    from pathlib import Path
+
+    from .ports import resolve_port
+
+    errors: dict[str, list[float]] = {}
+    for path in paths:
+        data = json.loads(Path(path).read_text())
+        for r in data["results"]:
+            config = dict(rows=r["rows"], cols=r["cols"], data_width=r["data_width"],
+                          depth=r.get("depth", 512), port=resolve_port(r["port"]),
+                          write_ports=r.get("write_ports", 1),
+                          read_ports=r.get("read_ports", 1))
+            shape = (r["m"], r["n"], r["k"], r["transpose_a"], r["transpose_b"])
+            label = f"{Path(path).stem}: {r.get('board', r['port'])}"
+            if "block_used" in r:              # a utilisation record: alone and queued
+                alone = predict(*shape, block=r["block_used"], **config)["cycles"]
+                errors.setdefault(label, []).append(alone / r["cycles"] - 1)
+                queued = predict_queued(*shape, block=r["block_used_queued"], **config)
+                errors.setdefault(label + " queued", []).append(
+                    queued / r["queued_cycles"] - 1)
+            else:                              # a model-check record
+                alone = predict(*shape, block=r["block"], **config)["cycles"]
+                errors.setdefault(label, []).append(alone / r["cycles"] - 1)
+    return {label: {"gemms": len(e), "mean_abs_error": round(sum(map(abs, e)) / len(e), 4),
+                    "max_abs_error": round(max(map(abs, e)), 4),
+                    "within_5_percent": sum(abs(x) <= 0.05 for x in e)}
+            for label, e in errors.items()}
+
+
 def main(argv=None) -> int:
     from platforms import PLATFORMS as BOARDS
     from sim.ports import BOARD_PORTS, resolve_port
@@ -543,7 +605,10 @@ def main(argv=None) -> int:
                     "with each GEMM's block side chosen by best_block (as Device.gemm does), "
                     "up to the board's block; C written through the board's write ports (or "
                     "--write-ports), A and B read through its read ports (or --read-ports).")
-    parser.add_argument("--board", choices=sorted(BOARDS), required=True)
+    parser.add_argument("--board", choices=sorted(BOARDS))
+    parser.add_argument("--check", nargs="+", metavar="JSON",
+                        help="instead: predict again the GEMMs measured in these files "
+                             "(sim.bench utilization or model output) and print the errors")
     parser.add_argument("--blocks", type=int, nargs="+", default=[2, 4, 8])
     parser.add_argument("--ports", type=int, nargs="+", choices=list(regmap.READ_PORTS),
                         default=list(regmap.READ_PORTS),
@@ -554,6 +619,19 @@ def main(argv=None) -> int:
     parser.add_argument("--read-ports", type=int, choices=list(regmap.READ_PORTS),
                         help="AXI read ports of the chosen-side column (default: the board's)")
     args = parser.parse_args(argv)
+    if args.check:
+        try:
+            summary = check_records(args.check)
+        except (OSError, ValueError, KeyError) as e:
+            parser.error(f"--check: {e}")
+        print("| measurements | GEMMs | mean abs error | largest | within 5 % |")
+        print("|---|---:|---:|---:|---:|")
+        for label, v in summary.items():
+            print(f"| {label} | {v['gemms']} | {100 * v['mean_abs_error']:.2f} % | "
+                  f"{100 * v['max_abs_error']:.2f} % | {v['within_5_percent']} |")
+        return 0
+    if args.board is None:
+        parser.error("--board is required (or --check)")
     for b in args.blocks:
         if b < 1 or b & (b - 1) or b > 16:
             parser.error(f"--blocks: a block must be a power of two in 1..16, not {b}")

@@ -207,15 +207,18 @@ def test_dram_ledger_serves_reads_first_and_keeps_every_byte():
 
 
 def _committed_runs():
-    """Each record of ``results/utilization.json`` with the model's configuration of it
-    and whether its DRAM moves less than a bus word a cycle."""
+    """Each record of ``results/utilization.json`` and of the ZCU104 default measured
+    directly (``results/utilization_zcu104_default.json``, ``--board zcu104 --default``),
+    with the model's configuration of it and whether its DRAM moves less than a bus word a
+    cycle."""
     import json
     from pathlib import Path
 
-    record = json.loads((Path(__file__).parents[1] / "results" / "utilization.json")
-                        .read_text())
-    assert len(record["results"]) >= 100
-    for r in record["results"]:
+    results = Path(__file__).parents[1] / "results"
+    record = json.loads((results / "utilization.json").read_text())
+    default = json.loads((results / "utilization_zcu104_default.json").read_text())
+    assert len(record["results"]) >= 100 and len(default["results"]) == 34
+    for r in record["results"] + default["results"]:
         port = resolve_port(r["port"])
         narrow = (dram_bytes_per_cycle(port, r["data_width"] // 8) or np.inf) \
             < r["data_width"] // 8
@@ -322,3 +325,25 @@ def test_the_accumulation_interval_is_the_datapaths():
     from rtl.datapath import GemmDatapath
 
     assert perfmodel.ACCUMULATE_INTERVAL == GemmDatapath.ACCUMULATE_STAGES + 1
+
+
+def test_cli_checks_committed_measurements(capsys, tmp_path):
+    """``python -m sim.perfmodel --check``: the committed model check predicted again, one
+    table row per file and port; a missing file exits 2 naming the option."""
+    from pathlib import Path
+
+    from sim.perfmodel import check_records, main
+
+    path = Path(__file__).parents[1] / "results" / "model_check_zcu104.json"
+    assert main(["--check", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "| model_check_zcu104: zynqmp-hp | 24 |" in out
+    summary = check_records([path])["model_check_zcu104: zynqmp-hp"]
+    assert summary["within_5_percent"] <= summary["gemms"] == 24
+    assert 0 < summary["mean_abs_error"] <= summary["max_abs_error"]
+    with pytest.raises(SystemExit) as e:
+        main(["--check", str(tmp_path / "missing.json")])
+    assert e.value.code == 2 and "--check" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as e:
+        main([])
+    assert e.value.code == 2
