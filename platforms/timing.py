@@ -569,9 +569,11 @@ def _measured(kind: str, name: str, params: dict, family: str, target_mhz: float
             if saved.get("ident") == ident():
                 return saved["timing"]
         return None
-    if cached_only:
-        fresh = stamp.exists() and stamp.read_text() == verilog_key(kind, name, family=family,
-                                                                    **params)
+    # a report of exactly this design (the RTL and parameters) needs neither the Verilog
+    # nor the netlist again (the netlists, hundreds of megabytes, may have been deleted)
+    fresh = stamp.exists() and stamp.read_text() == verilog_key(kind, name, family=family,
+                                                                **params)
+    if cached_only or (fresh and cached() is not None):
         return cached() if fresh else None
     work_dir.mkdir(parents=True, exist_ok=True)
     _synth_once(kind, name, family, work_dir, progress, netlist=True, mapping=MAPPING,
@@ -822,6 +824,11 @@ def main(argv=None) -> int:
     p.add_argument("--by-parts", action="store_true",
                    help="with --default: both of those, joined into the report of the whole "
                         f"design (what build.py --timing does above {WHOLE_LIMIT} PEs)")
+    p.add_argument("--array-cols", type=int, metavar="N",
+                   help="with --array-only: the array at N of its columns (its rows as "
+                        "configured, one SLR group), for an array too large for Yosys here "
+                        "(the VU9P's 64x128 runs out of the 4 GB of WebAssembly memory; its "
+                        "columns are two SLR groups of 64, each cut off by registers)")
     args = p.parse_args(argv)
     # the measurement modes: the argument and what the entry's key in --out says
     modes = {"without_array": "without array", "array_only": "array only",
@@ -832,6 +839,8 @@ def main(argv=None) -> int:
             p.error(f"--{flag.replace('_', '-')} needs --default")
     if len(flags) > 1:
         p.error("--without-array, --array-only and --by-parts exclude each other")
+    if args.array_cols is not None and not args.array_only:
+        p.error("--array-cols needs --array-only")
     board = PLATFORMS[args.board]
     if args.default:
         cfg = board.config()
@@ -846,21 +855,33 @@ def main(argv=None) -> int:
         p.error(f"unsupported configuration: {e}")
     progress = lambda s: print(s, flush=True)  # noqa: E731
     if args.array_only:
-        report = array_timing(cfg, board.family, board.clock_mhz, args.work_dir,
+        part = cfg
+        if args.array_cols is not None:
+            if not 1 <= args.array_cols <= cfg["cols"]:
+                p.error(f"--array-cols must be in 1..{cfg['cols']}, not {args.array_cols}")
+            part = {k: v for k, v in cfg.items() if k != "slr_groups"}     # one group
+            part["cols"] = args.array_cols
+        report = array_timing(part, board.family, board.clock_mhz, args.work_dir,
                               progress=progress)
+        if args.array_cols is not None:
+            report["measured_on"] = (
+                f"the {cfg['rows']}x{args.array_cols} systolic array alone, one SLR group: "
+                f"the default's rows and {args.array_cols} of its {cfg['cols']} columns")
     else:
         report = accelerator_timing(cfg, board.family, board.clock_mhz, args.work_dir,
                                     whole=True, without_array=args.without_array,
                                     parts=args.by_parts, progress=progress)
     print("\n".join(_summary(board.name, report)))
     saved = json.loads(args.out.read_text()) if args.out.exists() else {}
+    cut = [] if args.array_cols is None else ["--array-cols", str(args.array_cols)]
     key = (f"{board.name} {args.rows}x{args.cols}" + (" default" if args.default else "")
-           + "".join(f" {modes[f]}" for f in flags))
+           + "".join(f" {modes[f]}" for f in flags)
+           + (f" ({args.array_cols} columns)" if cut else ""))
     saved[key] = {
         "command": "python -m platforms.timing " + " ".join(
             ["--board", board.name] + (["--default"] if args.default else
                                        ["--rows", str(args.rows), "--cols", str(args.cols)])
-            + [f"--{f.replace('_', '-')}" for f in flags]),
+            + [f"--{f.replace('_', '-')}" for f in flags] + cut),
         "config": cfg, **{k: report[k] for k in (
             "target_mhz", "budget_levels", "max_levels", "fanout_budget", "max_fanout",
             "measured_on", "deepest_paths", "high_fanout_nets")}}

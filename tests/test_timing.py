@@ -299,7 +299,10 @@ def test_command_line_rejects_bad_arguments(capsys):
     from platforms.timing import main
     for bad in (["--board", "nope"], ["--board", "pynq-z1", "--rows", "3"], [],
                 ["--board", "vu9p", "--without-array"], ["--board", "vu9p", "--array-only"],
-                ["--board", "vu9p", "--default", "--array-only", "--without-array"]):
+                ["--board", "vu9p", "--default", "--array-only", "--without-array"],
+                ["--board", "vu9p", "--default", "--array-cols", "64"],
+                ["--board", "vu9p", "--default", "--array-only", "--array-cols", "0"],
+                ["--board", "vu9p", "--default", "--array-only", "--array-cols", "129"]):
         with pytest.raises(SystemExit) as e:
             main(bad)
         assert e.value.code == 2
@@ -360,6 +363,35 @@ def test_array_timing_measures_the_array_alone(tmp_path):
     # measured once, the report is there without synthesis; not at another clock
     assert array_timing(cfg, "xcup", 200.0, tmp_path, cached_only=True) == t
     assert array_timing(cfg, "xcup", 250.0, tmp_path, cached_only=True) is None
+    # nor without the netlist (hundreds of megabytes at size, may be deleted): a report of
+    # exactly this design is returned, not synthesized again (the result is not rewritten)
+    for netlist in tmp_path.glob("*.netlist.json"):
+        netlist.unlink()
+    result = next(tmp_path.glob("*.result.json"))
+    before = result.stat().st_mtime_ns
+    assert array_timing(cfg, "xcup", 200.0, tmp_path) == t
+    assert result.stat().st_mtime_ns == before
+
+
+def test_array_cols_measures_part_of_the_array(tmp_path, monkeypatch, capsys):
+    """``--array-only --array-cols N``: the array at the default's rows and N columns, one
+    SLR group, saved under its own key with the command that reproduces it."""
+    import json
+
+    import platforms.timing as timing
+    seen = {}
+
+    def fake(params, family, mhz, work_dir, **kw):
+        seen.update(params)
+        return _fake({4: 10, 5: 2}, [("a", "b", 5)], [("n", 642)])
+    monkeypatch.setattr(timing, "array_timing", fake)
+    out = tmp_path / "t.json"
+    assert timing.main(["--board", "vu9p", "--default", "--array-only", "--array-cols", "64",
+                        "--out", str(out)]) == 0
+    assert seen["rows"] == 64 and seen["cols"] == 64 and "slr_groups" not in seen
+    entry = json.loads(out.read_text())["vu9p 64x128 default array only (64 columns)"]
+    assert entry["command"].endswith("--default --array-only --array-cols 64")
+    assert "64 of its 128 columns" in entry["measured_on"] and entry["max_levels"] == 5
 
 
 def _fake(levels: dict, paths: list, nets: list, unknown=None) -> dict:
