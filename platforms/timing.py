@@ -615,13 +615,15 @@ def array_timing(params: dict, family: str, target_mhz: float, work_dir: Path, *
                            "configured (the rest of the accelerator: --without-array)"}
 
 
-def by_parts(rest: dict, array: dict, prefix: str = ARRAY_MODULE) -> dict:
+def by_parts(rest: dict, array: dict, prefix: str = ARRAY_MODULE, copies: int = 1) -> dict:
     """One report from the accelerator without its array (``rest``) and the array alone
     (``array``), measured at the same family and clock: end points and histograms added, the
     deepest paths and highest fan-out nets of both (the array's named below ``prefix``),
     the emptied array cell no longer unknown. Exact for logic levels, as no path crosses the
     seam (the array registers its inputs and outputs); a net that reaches the array counts
-    its loads on each side separately (outside: one load per array input bit it drives)."""
+    its loads on each side separately (outside: one load per array input bit it drives).
+    ``copies``: ``array`` is one of that many identical parts of the array (an SLR group,
+    registered at its edges): its end points and cells are counted that many times."""
     def joined(key, fields, order):
         """Both reports' ``key`` lists, the array's ``fields`` named below ``prefix``,
         sorted by ``order`` (largest first) and cut to the rest's length."""
@@ -631,16 +633,16 @@ def by_parts(rest: dict, array: dict, prefix: str = ARRAY_MODULE) -> dict:
     paths = joined("deepest_paths", ("start", "end"), "levels")
     nets = joined("high_fanout_nets", ("net", "driver"), "fanout")
     clocks = {}
-    for r in (rest, array):
+    for r, times in ((rest, 1), (array, copies)):
         for name, c in r["clocks"].items():
             clocks.setdefault(name, Counter()).update(
-                {int(k): v for k, v in c["levels_histogram"].items()})
+                {int(k): times * v for k, v in c["levels_histogram"].items()})
     hist = sum(clocks.values(), Counter())
     # the emptied array is a cell whose type is its module's name below the rest's top
     unknown = {k: v for k, v in rest["unknown_cells"].items()
                if k != prefix and not k.endswith("." + prefix)}
     for k, v in array["unknown_cells"].items():
-        unknown[k] = unknown.get(k, 0) + v
+        unknown[k] = unknown.get(k, 0) + copies * v
     max_levels = max(hist) if hist else 0
     max_fanout = max(rest["max_fanout"], array["max_fanout"])
     loops = rest["combinational_loops"] + array["combinational_loops"]
@@ -655,7 +657,8 @@ def by_parts(rest: dict, array: dict, prefix: str = ARRAY_MODULE) -> dict:
                    for k, c in sorted(clocks.items())},
         "deepest_paths": paths, "max_fanout": max_fanout, "high_fanout_nets": nets,
         "combinational_loops": loops,
-        "combinational_dsps": rest["combinational_dsps"] + array["combinational_dsps"],
+        "combinational_dsps": rest["combinational_dsps"]
+        + copies * array["combinational_dsps"],
         "unknown_cells": unknown,
         "within_budget": (max_levels <= rest["budget_levels"]
                           and max_fanout <= rest["fanout_budget"] and not loops),
@@ -695,14 +698,25 @@ def accelerator_timing(params: dict, family: str, target_mhz: float, work_dir: P
     if parts and whole:
         rest = accelerator_timing(params, family, target_mhz, work_dir, whole=True,
                                   without_array=True, **kw)
-        array = rest and array_timing(params, family, target_mhz, work_dir, **kw)
+        # an array of several SLR groups (registered where they meet) as one group, counted
+        # that many times: the VU9P's 64x128 whole runs Yosys out of its memory here
+        groups = params.get("slr_groups", 1)
+        part, copies = params, 1
+        if groups > 1 and cols % groups == 0:
+            part = {k: v for k, v in params.items() if k != "slr_groups"}
+            part["cols"], copies = cols // groups, groups
+        array = rest and array_timing(part, family, target_mhz, work_dir, **kw)
         if array is None:
             return None
-        return {**by_parts(rest, array), "whole_design": True, "mapping": MAPPING,
+        alone = ("the array alone" if copies == 1 else
+                 f"the array alone as {copies} SLR groups of {rows}x{cols // groups}, one "
+                 "measured (the groups meet through registers)")
+        return {**by_parts(rest, array, copies=copies), "whole_design": True,
+                "mapping": MAPPING,
                 "method": _method(family) + "; by parts (platforms.timing.by_parts)",
                 "measured_on": f"{rows}x{cols} as configured, by parts: the accelerator "
-                               "without its array and the array alone (no path crosses "
-                               "the seam: the array registers its inputs and outputs)"}
+                               f"without its array and {alone} (no path crosses the seam: "
+                               "the array registers its inputs and outputs)"}
     if whole or rows * cols <= FULL_LIMIT:
         used, name = dict(params), f"accel_{rows}x{cols}_{tag}"
         if rows * cols > FULL_LIMIT:

@@ -429,6 +429,37 @@ def test_by_parts_joins_the_two_reports():
                                                           "rst"]
     assert j["unknown_cells"] == {} and not j["within_budget"]
     assert violations(j)[0].startswith("7 logic levels > budget 6")
+    # an array of two SLR groups, one measured: its end points counted twice
+    two = by_parts(rest, array, copies=2)
+    assert two["levels_histogram"] == {"0": 210, "2": 100, "3": 5, "6": 2, "7": 2}
+    assert two["endpoints"] == 168 + 151 and two["max_levels"] == 7
+
+
+def test_by_parts_measures_one_slr_group(tmp_path, monkeypatch):
+    """``accelerator_timing(whole=True, parts=True)`` of an array in SLR groups (the
+    VU9P's) measures one group's array, at the configured rows and cols / groups columns,
+    and counts it once per group."""
+    import platforms.timing as timing
+    from platforms import PLATFORMS
+    asked = []
+
+    def fake_array(params, *a, **kw):
+        asked.append(dict(params))
+        return _fake({0: 100, 5: 1}, [("pe.p", "pe.q", 5)], [("clear", 642)])
+
+    def fake_measured(kind, name, params, *a, **kw):
+        return _fake({0: 10, 6: 2}, [("a", "b", 6)], [("rst", 734)],
+                     unknown={"engine.datapath.array": 1})
+    monkeypatch.setattr(timing, "array_timing", fake_array)
+    monkeypatch.setattr(timing, "_measured", fake_measured)
+    board = PLATFORMS["vu9p"]
+    cfg = board.config()
+    assert cfg["slr_groups"] == 2 and cfg["cols"] == 128
+    t = timing.accelerator_timing(cfg, board.family, board.clock_mhz, tmp_path, whole=True,
+                                  parts=True)
+    assert asked == [{**{k: v for k, v in cfg.items() if k != "slr_groups"}, "cols": 64}]
+    assert t["levels_histogram"] == {"0": 210, "5": 2, "6": 2}
+    assert "2 SLR groups of 64x64" in t["measured_on"] and t["within_budget"]
 
 
 def test_cached_only_never_synthesizes(tmp_path):
