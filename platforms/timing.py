@@ -573,8 +573,9 @@ def _measured(kind: str, name: str, params: dict, family: str, target_mhz: float
     # nor the netlist again (the netlists, hundreds of megabytes, may have been deleted)
     fresh = stamp.exists() and stamp.read_text() == verilog_key(kind, name, family=family,
                                                                 **params)
-    if cached_only or (fresh and cached() is not None):
-        return cached() if fresh else None
+    report = cached() if fresh else None
+    if report is not None or cached_only:
+        return report
     work_dir.mkdir(parents=True, exist_ok=True)
     _synth_once(kind, name, family, work_dir, progress, netlist=True, mapping=MAPPING,
                 blackbox=blackbox, **params)
@@ -587,6 +588,14 @@ def _measured(kind: str, name: str, params: dict, family: str, target_mhz: float
                           top=name)
     cache.write_text(json.dumps({"ident": ident(), "timing": report}))
     return report
+
+
+def _array_part(params: dict, cols: int) -> dict:
+    """``params`` with the array cut to ``cols`` columns in one SLR group (what
+    :func:`array_timing` measures of an array too large, or in several groups)."""
+    part = {k: v for k, v in params.items() if k != "slr_groups"}
+    part["cols"] = cols
+    return part
 
 
 def _array_params(params: dict) -> tuple[str, dict]:
@@ -703,8 +712,7 @@ def accelerator_timing(params: dict, family: str, target_mhz: float, work_dir: P
         groups = params.get("slr_groups", 1)
         part, copies = params, 1
         if groups > 1 and cols % groups == 0:
-            part = {k: v for k, v in params.items() if k != "slr_groups"}
-            part["cols"], copies = cols // groups, groups
+            part, copies = _array_part(params, cols // groups), groups
         array = rest and array_timing(part, family, target_mhz, work_dir, **kw)
         if array is None:
             return None
@@ -873,8 +881,7 @@ def main(argv=None) -> int:
         if args.array_cols is not None:
             if not 1 <= args.array_cols <= cfg["cols"]:
                 p.error(f"--array-cols must be in 1..{cfg['cols']}, not {args.array_cols}")
-            part = {k: v for k, v in cfg.items() if k != "slr_groups"}     # one group
-            part["cols"] = args.array_cols
+            part = _array_part(cfg, args.array_cols)
         report = array_timing(part, board.family, board.clock_mhz, args.work_dir,
                               progress=progress)
         if args.array_cols is not None:

@@ -81,7 +81,7 @@ from .engine_models import tile_order, walk_chunks
 from .ports import dram_bytes_per_cycle
 
 __all__ = ["predict", "predict_queued", "best_block", "read_rate", "training_gemms",
-           "check_records", "main"]
+           "record_config", "check_records", "main"]
 
 #: Cycles of control per operand load (command phases, the address multiply).
 LOAD_OVERHEAD = 4
@@ -453,20 +453,17 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
         # on 27 GEMMs at 0.8 to 2.0 GB/s on a 128-bit bus at 100 MHz, against 2 % with one.)
         reserve = {b: RESERVE_SHARE * v for b, v in ledger.reads().items()}
         end, wclock, votes = schedule(_DramLedger(dram, share, reserve=reserve))
-    # the last tile's C rows, dealt to the write ports in turn (each port's write-back
-    # makes one word a cycle), after the array's drain
     # After the last tile's last step: its first C row leaves the datapath (the declared fill
     # latency), its rows are dealt to the write ports in turn (each port's write-back makes a
     # word a cycle), the last row's burst forms in the DMA writer once its words are in and
     # goes out, and its response comes back. The writes booked on the channel (wclock, from
-    # each tile's last step) are shifted by the same fill and forming latencies.
+    # each tile's last step) are shifted by the same fill and forming latencies; all of it
+    # after the descriptor's check (START_LATENCY).
     words = _cdiv(4 * min(cols, n), bpw)
     fill = fill_latency(rows, cols)
-    end += START_LATENCY
-    wclock += START_LATENCY
     last_rows = _cdiv(rows, write_ports) * words / keep
-    total = max(end + fill + last_rows + min(words, burst) / keep, wclock + fill) \
-        + WRITE_FORM_LATENCY + lat_w
+    total = START_LATENCY + max(end + fill + last_rows + min(words, burst) / keep,
+                                wclock + fill) + WRITE_FORM_LATENCY + lat_w
     if dram is not None:
         total = max(total, sum(traffic) * bpw / dram + lat_r + lat_w)
     compute = sum(c["compute"] for c in chunks)
@@ -559,6 +556,17 @@ def training_gemms(batch: int, fan_in: int, fan_out: int) -> list[tuple]:
 LAYERS = [(784, 256), (256, 256), (256, 10), (576, 128), (1152, 256)]
 
 
+def record_config(record: dict) -> dict:
+    """The keyword arguments of :func:`predict` (all but ``block``) for a GEMM measured by
+    ``python -m sim.bench utilization`` or ``model`` (one of its JSON records)."""
+    from .ports import resolve_port
+
+    return dict(rows=record["rows"], cols=record["cols"], data_width=record["data_width"],
+                depth=record.get("depth", 512), port=resolve_port(record["port"]),
+                write_ports=record.get("write_ports", 1),
+                read_ports=record.get("read_ports", 1))
+
+
 def check_records(paths) -> dict:
     """The model against committed measurements, predicted again: for each file of
     ``python -m sim.bench utilization`` (alone and queued, at the block sides each GEMM ran
@@ -567,16 +575,11 @@ def check_records(paths) -> dict:
     import json
     from pathlib import Path
 
-    from .ports import resolve_port
-
     errors: dict[str, list[float]] = {}
     for path in paths:
         data = json.loads(Path(path).read_text())
         for r in data["results"]:
-            config = dict(rows=r["rows"], cols=r["cols"], data_width=r["data_width"],
-                          depth=r.get("depth", 512), port=resolve_port(r["port"]),
-                          write_ports=r.get("write_ports", 1),
-                          read_ports=r.get("read_ports", 1))
+            config = record_config(r)
             shape = (r["m"], r["n"], r["k"], r["transpose_a"], r["transpose_b"])
             label = f"{Path(path).stem}: {r.get('board', r['port'])}"
             if "block_used" in r:              # a utilisation record: alone and queued

@@ -219,12 +219,9 @@ def _committed_runs():
     default = json.loads((results / "utilization_zcu104_default.json").read_text())
     assert len(record["results"]) >= 100 and len(default["results"]) == 34
     for r in record["results"] + default["results"]:
-        port = resolve_port(r["port"])
-        narrow = (dram_bytes_per_cycle(port, r["data_width"] // 8) or np.inf) \
+        config = {**perfmodel.record_config(r), "block": r["block_used"]}
+        narrow = (dram_bytes_per_cycle(config["port"], r["data_width"] // 8) or np.inf) \
             < r["data_width"] // 8
-        config = dict(rows=r["rows"], cols=r["cols"], data_width=r["data_width"],
-                      depth=r["depth"], block=r["block_used"], port=port,
-                      write_ports=r.get("write_ports", 1), read_ports=r.get("read_ports", 1))
         yield r, narrow, config
 
 
