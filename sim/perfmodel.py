@@ -206,8 +206,20 @@ def fill_latency(rows: int, cols: int) -> int:
     """Cycles from a tile's last step to its first C row leaving the datapath, as
     :attr:`rtl.datapath.GemmDatapath.fill_latency` declares it from its parts (an array of
     one MAC per PE: a packed array's is ``rows // 2 - 4`` cycles shorter)."""
+    import gc
+    import warnings
+
+    from amaranth.hdl import UnusedElaboratable
+
     from rtl.datapath import GemmDatapath
-    return GemmDatapath(rows, cols).fill_latency
+
+    # built only to read its latency: collected here, without Amaranth's warning that the
+    # datapath and its parts were never elaborated
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UnusedElaboratable)
+        latency = GemmDatapath(rows, cols).fill_latency
+        gc.collect()
+    return latency
 
 
 def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool = False, *,
