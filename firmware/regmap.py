@@ -47,9 +47,10 @@ def check_write_ports(write_ports) -> int:
 
 #: The AXI read port counts a build may have (``CONFIG_BUS.READ_PORTS``): with 2, A is read
 #: through ``mem_r`` and B through ``mem_r1``, each with a DMA reader of its own; with 3, B's
-#: rows are striped over ``mem_r1`` (even rows) and ``mem_r2`` (odd rows).
-READ_PORTS = (1, 2, 3)
-#: With 3 read ports, a B load job is striped only when each of its rows is at least this many
+#: rows are striped over ``mem_r1`` (even rows) and ``mem_r2`` (odd rows); with 4, over
+#: ``mem_r1``, ``mem_r2`` and ``mem_r3`` (rows 0, 1, 2 mod 3).
+READ_PORTS = (1, 2, 3, 4)
+#: With 3 or 4 read ports, a B load job is striped only when each of its rows is at least this many
 #: bus words: a row is one read burst, and shorter ones would leave each port latency-bound
 #: (a job of rows that follow one another in memory is read as one long command on one port
 #: instead). Stated here, without Amaranth, for the RTL and the performance model alike.
@@ -59,7 +60,7 @@ STRIPE_MIN_WORDS = 4
 def check_read_ports(read_ports) -> int:
     """``read_ports`` if it is one of :data:`READ_PORTS`, else ValueError naming it."""
     if read_ports not in READ_PORTS or isinstance(read_ports, bool):
-        raise ValueError(f"read_ports must be 1, 2 or 3, not {read_ports!r}")
+        raise ValueError(f"read_ports must be 1, 2, 3 or 4, not {read_ports!r}")
     return read_ports
 
 
@@ -162,7 +163,8 @@ REGISTERS: tuple[Register, ...] = tuple([
          ("ADDR_WIDTH", 16, 8, "AXI address width in bits"),
          ("WRITE_PORTS", 24, 4, "AXI4 write ports C rows are dealt to (mem_w, mem_w1, ...)"),
          ("READ_PORTS", 28, 4, "AXI4 read ports: 1 (mem_r reads A and B), 2 (mem_r1 reads B) "
-                                "or 3 (B's rows striped over mem_r1 and mem_r2)")),
+                                "3 (B's rows striped over mem_r1 and mem_r2) or 4 (over "
+                                "mem_r1, mem_r2 and mem_r3)")),
     _reg("CTRL", 0x020, "w1p", "Control pulses",
          ("ENQUEUE", 0, 1, "copy the staged descriptor into the queue (starts the engine)"),
          ("SOFT_RESET", 1, 1, "abort everything, drain the bus, return to idle"),

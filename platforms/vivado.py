@@ -155,8 +155,8 @@ connect_bd_net [get_bd_pins accel/interrupt] [get_bd_pins ps/pl_ps_irq0]
 
 # The other memory ports (m_axi_mem1 ...: with ``write_ports`` 2 or 4 the write channels of
 # C's rows p mod P, with ``read_ports`` 2 m_axi_mem1's read channels reading B, with 3 also
-# m_axi_mem2's reading its odd rows), each on the
-# PS's HP port of its number ({p}; on the PS8, S_AXI_HPn_FPD is S_AXI_GP(n + 2)).
+# m_axi_mem2's reading its odd rows, with 4 m_axi_mem1 .. 3's its rows 0, 1, 2 mod 3), each on
+# the PS's HP port of its number ({p}; on the PS8, S_AXI_HPn_FPD is S_AXI_GP(n + 2)).
 _PS7_PORT = """set_property -dict [list CONFIG.PCW_USE_S_AXI_HP{p} {{1}} \\
     CONFIG.PCW_S_AXI_HP{p}_DATA_WIDTH {{{dw}}}] [get_bd_cells ps]
 apply_bd_automation -rule xilinx.com:bd_rule:axi4 \\
@@ -238,7 +238,7 @@ def _memory_ports(write_ports: int, read_ports: int) -> int:
 
 def build_tcl(board: Board, write_ports: int = 1, read_ports: int = 1) -> str:
     """The Vivado script: block design, implementation, bitstream. With ``write_ports`` 2 or 4
-    (or ``read_ports`` 2 or 3) the accelerator's memory interface ``p`` goes to the PS's HP port
+    (or ``read_ports`` 2 to 4) the accelerator's memory interface ``p`` goes to the PS's HP port
     ``p`` (S_AXI_HPp on the Zynq-7000, S_AXI_HPp_FPD on the Zynq UltraScale+; on the VCU118
     to the same DDR4 interconnect)."""
     stem = f"bfp_{board.name.replace('-', '_')}"

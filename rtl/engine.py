@@ -111,7 +111,10 @@ class GemmEngine(wiring.Component):
     :class:`rtl.stripe.VectorInterleave` puts their vectors back in order (each gearbox's
     vectors queued in a FIFO, ``b_mid`` and ``b_mid2``, of :meth:`B_MID_DEPTH` entries, so
     that one gearbox makes its next row while the other's is taken; two more cycles of
-    latency on B): B's rows arrive at up to two bus words a cycle.
+    latency on B): B's rows arrive at up to two bus words a cycle. With ``read_ports`` 4, the
+    striper deals B's rows to three (``loader3``, :attr:`rd_cmd3`, ``gb_b3``, ``b_mid3``;
+    two more cycles in the striper, which divides the rows by 3): B at up to three bus words
+    a cycle.
 
     Parameters
     ----------
@@ -127,8 +130,9 @@ class GemmEngine(wiring.Component):
         Passed to :class:`rtl.datapath.GemmDatapath`.
     write_ports : {1, 2, 4}
         DMA writers C rows are written through (at most ``rows``).
-    read_ports : {1, 2, 3}
-        DMA readers: one for A and B, one for A and one for B, or one for A and two for B.
+    read_ports : {1, 2, 3, 4}
+        DMA readers: one for A and B, one for A and one for B, or one for A and two or three
+        for B.
 
     Members
     -------
@@ -226,7 +230,7 @@ class GemmEngine(wiring.Component):
 
     @staticmethod
     def B_MID_DEPTH(block: int, depth: int, cols: int) -> int:
-        """With three read ports, the vectors queued after each B gearbox: two rows of the
+        """With three or four read ports, the vectors queued after each B gearbox: two rows of the
         longest (``block`` vectors of a k-major span, ``depth / cols`` of a lane run), a
         power of two, at least 4."""
         need = 2 * max(block, depth // cols, 2)
@@ -249,14 +253,20 @@ class GemmEngine(wiring.Component):
         # with three, two: B's jobs striped by row (LoadStriper), loader1 and its reader the
         # even rows into gb_b, loader2 and its reader the odd rows into gb_b2, and the two
         # gearboxes' vectors interleaved back in order
-        loader1, loader2 = (LoadSequencer(self.data_width, self.addr_width, a_lanes=R,
-                                          b_lanes=C, tag_width=tag_width) if RP > p else None
-                            for p in (1, 2))
+        # (with four, three: the rows dealt in turn to loader1, loader2 and loader3)
+        loader1, loader2, loader3 = (
+            LoadSequencer(self.data_width, self.addr_width, a_lanes=R, b_lanes=C,
+                          tag_width=tag_width) if RP > p else None for p in (1, 2, 3))
+        b_loaders = [ld for ld in (loader1, loader2, loader3) if ld is not None]
         gb_a = Gearbox(self.data_width, R, tag_width)
         gb_b = Gearbox(self.data_width, C, tag_width)
-        gb_b2 = Gearbox(self.data_width, C, tag_width) if RP == 3 else None
-        striper = LoadStriper(tag_width) if RP == 3 else None
-        interleave = VectorInterleave(gb_b.o_stream.payload.shape()) if RP == 3 else None
+        gb_b2, gb_b3 = (Gearbox(self.data_width, C, tag_width) if RP > p else None
+                        for p in (2, 3))
+        b_gearboxes = [gb for gb in (gb_b, gb_b2, gb_b3) if gb is not None]
+        WAYS = RP - 1                # B's ways with three or four read ports
+        striper = LoadStriper(tag_width, ways=WAYS) if RP >= 3 else None
+        interleave = VectorInterleave(gb_b.o_stream.payload.shape(),
+                                      ways=WAYS) if RP >= 3 else None
         issue = CommandIssue(R, C, block=BL, tag_width=tag_width, primitive=self.primitive)
         WP = self.write_ports
         if WP == 1:
@@ -280,9 +290,9 @@ class GemmEngine(wiring.Component):
             slice_shapes[f"wr_cmd{p}"] = dma_command_layout(self.addr_width)
         for p in range(1, RP):
             slice_shapes[f"rd_cmd{p}"] = dma_command_layout(self.addr_width)
-        if RP == 3:
-            # B's second reader's words -> gb_b2, as gb_b's
-            slice_shapes["b_in2"] = self.data_width
+        for p in range(2, RP):
+            # B's second (third) reader's words -> gb_b2 (gb_b3), as gb_b's
+            slice_shapes[f"b_in{p}"] = self.data_width
         slices = Module()
         for name, shape in slice_shapes.items():
             # (the gearboxes' vectors, a lane's byte each, in skid slices of SLICE_BITS: one
@@ -290,12 +300,12 @@ class GemmEngine(wiring.Component):
             slices.submodules[name] = RegisterSlice(
                 shape, slice_bits=SLICE_BITS if name in ("a_out", "b_out") else None)
         sl = slices.submodules
-        if RP == 3:
+        if RP >= 3:
             # each B gearbox's vectors queued for the interleave: while it takes a row from
-            # one, the other makes the next row's (a row is up to `block` vectors, or
-            # depth / cols), so both gearboxes run at once
+            # one, the others make their next rows' (a row is up to `block` vectors, or
+            # depth / cols), so all gearboxes run at once
             vec = gb_b.o_stream.payload.shape().size
-            for name in ("b_mid", "b_mid2"):
+            for name in ("b_mid", "b_mid2", "b_mid3")[:WAYS]:
                 slices.submodules[name] = Fifo(width=vec, depth=self.B_MID_DEPTH(
                     BL, self.depth, C), slice_bits=256)
         # the walker's write jobs, each with its descriptor's generation bit: a block's worth
@@ -316,8 +326,10 @@ class GemmEngine(wiring.Component):
         if router is None:
             del parts["router"]
             parts["loader1"] = loader1
-        if RP == 3:
+        if RP >= 3:
             parts.update(loader2=loader2, gb_b2=gb_b2, striper=striper, interleave=interleave)
+        if RP == 4:
+            parts.update(loader3=loader3, gb_b3=gb_b3)
         def reset_copy(name):
             copy = Signal(init=1, name=f"rst_{name}", attrs={"keep": "true"})
             if self.primitive:
@@ -394,23 +406,25 @@ class GemmEngine(wiring.Component):
                          queues[0].w_en.eq(job.valid & ~path),
                          queues[1].w_en.eq(job.valid & path),
                          job.ready.eq(Mux(path, queues[1].w_rdy, queues[0].w_rdy))]
-            # (with three read ports B's queue feeds the striper, which feeds loader1 and
-            # loader2)
+            # (with three or four read ports B's queue feeds the striper, which feeds
+            # loader1, loader2 (and loader3))
             takers = (loader.i_stream, loader1.i_stream if RP == 2 else striper.i_stream)
             for q, into in zip(queues, takers, strict=True):
                 from_fifo(q, into)
-            for p, ld in enumerate((loader, loader1, loader2)[:RP]):
+            for p, ld in enumerate((loader, *b_loaders)):
                 m.d.comb += ld.routes.ready.eq(1)
                 wiring.connect(m, ld.rd_cmd, sl[f"rd_cmd{p or ''}"].i_stream)
             wiring.connect(m, loader1.b_jobs, gb_b.jobs)
             words = [(self.rd_data, sl.a_in), (self.rd_data1, sl.b_in)]
-            if RP == 3:
-                wiring.connect(m, striper.o_even, loader1.i_stream)
-                wiring.connect(m, striper.o_odd, loader2.i_stream)
+            if RP >= 3:
+                for o, ld in zip(striper.o_jobs, b_loaders, strict=True):
+                    wiring.connect(m, o, ld.i_stream)
                 wiring.connect(m, striper.o_merge, interleave.jobs)
-                wiring.connect(m, loader2.b_jobs, gb_b2.jobs)
-                words.append((self.rd_data2, sl.b_in2))
-                wiring.connect(m, sl.b_in2.o_stream, gb_b2.i_stream)
+                for p in range(2, RP):
+                    ld, gb, b_in = b_loaders[p - 1], b_gearboxes[p - 1], sl[f"b_in{p}"]
+                    wiring.connect(m, ld.b_jobs, gb.jobs)
+                    words.append((getattr(self, f"rd_data{p}"), b_in))
+                    wiring.connect(m, b_in.o_stream, gb.i_stream)
             for word, into in words:
                 m.d.comb += [into.i_stream.payload.eq(word.payload.data),
                              into.i_stream.valid.eq(word.valid),
@@ -423,9 +437,9 @@ class GemmEngine(wiring.Component):
         wiring.connect(m, sl.b_in.o_stream, gb_b.i_stream)
         wiring.connect(m, gb_a.o_stream, sl.a_out.i_stream)
         wiring.connect(m, sl.a_out.o_stream, issue.a_vectors)
-        if RP == 3:
-            for gb, q, into in ((gb_b, sl.b_mid, interleave.i_stream0),
-                                (gb_b2, sl.b_mid2, interleave.i_stream1)):
+        if RP >= 3:
+            mids = [sl[name] for name in ("b_mid", "b_mid2", "b_mid3")[:WAYS]]
+            for gb, q, into in zip(b_gearboxes, mids, interleave.i_streams, strict=True):
                 m.d.comb += [q.w_data.eq(gb.o_stream.payload), q.w_en.eq(gb.o_stream.valid),
                              gb.o_stream.ready.eq(q.w_rdy)]
                 from_fifo(q, into)

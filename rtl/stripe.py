@@ -1,6 +1,7 @@
-"""One operand over two read ports: load jobs striped by row, and their vectors interleaved."""
+"""One operand over two or three read ports: load jobs striped by row, and their vectors
+interleaved."""
 
-from amaranth import Module, Mux, Signal, unsigned
+from amaranth import Array, Cat, Module, Mux, Signal, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -10,112 +11,185 @@ from ._util import carry_select_add
 from .fifo import Fifo
 from .loader import load_job_layout
 
-__all__ = ["LoadStriper", "VectorInterleave", "interleave_job_layout", "STRIPE_MIN_WORDS"]
+__all__ = ["LoadStriper", "VectorInterleave", "interleave_job_layout", "STRIPE_MIN_WORDS",
+           "STRIPE_WAYS", "div3"]
+
+#: The ways an operand's rows may be striped over (``Accelerator(read_ports=3)``: 2,
+#: ``read_ports=4``: 3).
+STRIPE_WAYS = (2, 3)
+
+
+def _check_ways(ways) -> int:
+    if ways not in STRIPE_WAYS or isinstance(ways, bool):
+        raise ValueError(f"ways must be 2 or 3, not {ways!r}")
+    return ways
+
+
+def div3(x, width: int = 17):
+    """``(x // 3, x % 3)`` of an unsigned ``width``-bit value (at most 18): the quotient as a
+    product by ``2**(width+2) // 3 + 1`` shifted right (exact below ``2**width``, checked for
+    every 17- and 18-bit value by ``tests/test_stripe.py``), the remainder from the low two
+    bits of ``x - 3 * q``. Combinational; a DSP slice or a constant multiplier."""
+    shift = width + 2
+    q = (x * ((1 << shift) // 3 + 1)) >> shift
+    return q[:width], (x[:2] - (q[:2] + (q[:2] << 1)))[:2]
+
 
 def interleave_job_layout() -> data.StructLayout:
     """What :class:`VectorInterleave` needs of one load job: its rows read (``nrows``), its
     zero rows after them (``nzero``), the vectors of a row (``nbeats``) and whether its rows
-    alternate between the two gearboxes (``striped``; else all come from the first)."""
+    are dealt to the gearboxes in turn (``striped``; else all come from the first)."""
     return data.StructLayout({"nrows": unsigned(17), "nzero": unsigned(17),
                               "nbeats": unsigned(16), "striped": 1})
 
 
 class LoadStriper(wiring.Component):
-    """Splits a load job into its even rows and its odd rows, for two load sequencers.
+    """Deals a load job's rows to ``ways`` load sequencers in turn.
 
-    A job of ``rows >= 2`` rows of ``nwords >= STRIPE_MIN_WORDS`` words (and a stride below
-    2**31) is *striped*: :attr:`o_even` gets rows 0, 2, 4, ... and the job's zero rows, as a
-    job of ``ceil(rows / 2)`` rows at twice the stride; :attr:`o_odd` rows 1, 3, ... as a job
-    of ``floor(rows / 2)``. Each first row's address stays ``base + row0 * stride + col``: the
-    job's ``row0 * stride`` becomes ``(row0 & 1) * stride`` added to ``base`` and
-    ``(row0 >> 1) * (2 * stride)``. Any other job goes whole to :attr:`o_even`. Either way
-    :attr:`o_merge` gets the job's :func:`interleave_job_layout` entry. The numpy model is
-    :func:`sim.engine_models.stripe`.
+    A job of ``rows >= ways`` rows of ``nwords >= STRIPE_MIN_WORDS`` words whose stride times
+    ``ways`` fits 32 bits is *striped*: :attr:`o_job0` gets rows 0, S, 2S, ... (``S`` =
+    ``ways``) and the job's zero rows, :attr:`o_job1` rows 1, S + 1, ..., each as a job of
+    ``ceil((rows - w) / S)`` rows at ``S`` times the stride. Each first row's address stays
+    ``base + (row0 + w) * stride + col``: with ``row0 + w = S q + r``, the way's job has
+    ``row0 = q`` and ``base + r * stride``. Any other job goes whole to :attr:`o_job0`.
+    Either way :attr:`o_merge` gets the job's :func:`interleave_job_layout` entry. The numpy
+    model is :func:`sim.engine_models.stripe`.
 
-    Latency and throughput: the outputs are registers, offered the cycle after a job is
-    taken; a job is taken when all three are empty, so one job every two cycles at most.
+    Latency and throughput: the outputs are registers. Two ways: offered the cycle after a job
+    is taken, a job taken when all outputs are empty (one every two cycles at most). Three
+    ways: :data:`LATENCY` 3 (the job registered, then ``row0`` and ``rows`` divided by 3 —
+    :func:`div3` — then the outputs); the next job is taken and divided while the outputs
+    wait for the load sequencers.
 
     Members
     -------
     i_stream : In(stream.Signature(load_job_layout(tag_width)))
-    o_even, o_odd : Out(stream.Signature(load_job_layout(tag_width)))
+    o_job0, o_job1 (, o_job2) : Out(stream.Signature(load_job_layout(tag_width)))
     o_merge : Out(stream.Signature(interleave_job_layout()))
     """
 
-    def __init__(self, tag_width: int = 1):
+    def __init__(self, tag_width: int = 1, ways: int = 2):
         self.tag_width = tag_width
+        self.ways = _check_ways(ways)
+        self.LATENCY = 1 if ways == 2 else 3
         layout = load_job_layout(tag_width)
         super().__init__({
             "i_stream": In(stream.Signature(layout)),
-            "o_even": Out(stream.Signature(layout)),
-            "o_odd": Out(stream.Signature(layout)),
+            **{f"o_job{w}": Out(stream.Signature(layout)) for w in range(ways)},
             "o_merge": Out(stream.Signature(interleave_job_layout())),
         })
 
+    @property
+    def o_jobs(self) -> list:
+        """:attr:`o_job0`, :attr:`o_job1` ..., one per way."""
+        return [getattr(self, f"o_job{w}") for w in range(self.ways)]
+
     def elaborate(self, platform):
         m = Module()
-        job = self.i_stream.payload
-        outs = (self.o_even, self.o_odd, self.o_merge)
+        S = self.ways
+        outs = (*self.o_jobs, self.o_merge)
         busy = Signal()
-        m.d.comb += busy.eq(self.o_even.valid | self.o_odd.valid | self.o_merge.valid)
+        m.d.comb += busy.eq(Cat(o.valid for o in outs).any())
         for o in outs:
             with m.If(o.ready):
                 m.d.sync += o.valid.eq(0)
-        m.d.comb += self.i_stream.ready.eq(~busy)
-        stripe = (job.rows[1:] != 0) & (job.nwords >= STRIPE_MIN_WORDS) & ~job.stride[31]
-        row1 = Signal(17)
-        m.d.comb += row1.eq(job.row0 + 1)
-        with m.If(self.i_stream.valid & ~busy):
-            m.d.sync += [self.o_even.payload.eq(job), self.o_odd.payload.eq(job),
-                         self.o_even.valid.eq(1), self.o_merge.valid.eq(1),
+        fire = Signal()                      # the outputs take the next job this cycle
+        if S == 2:
+            job = self.i_stream.payload
+            m.d.comb += [self.i_stream.ready.eq(~busy), fire.eq(self.i_stream.valid & ~busy)]
+            q0, r0, nq, nr = job.row0 >> 1, job.row0[0], job.rows >> 1, job.rows[0]
+            stride_s = job.stride << 1
+        else:
+            # the job is registered (held), then divided (job, with row0 and rows by 3, and
+            # three times its stride), then offered
+            layout = load_job_layout(self.tag_width)
+            held, job = Signal(layout), Signal(layout)
+            h_valid, d_valid = Signal(), Signal()
+            q0, nq = Signal(17), Signal(17)
+            r0, nr = Signal(2), Signal(2)
+            stride_s = Signal(34)
+            advance = Signal()
+            m.d.comb += [fire.eq(d_valid & ~busy),
+                         advance.eq(h_valid & (~d_valid | fire)),
+                         self.i_stream.ready.eq(~h_valid | advance)]
+            with m.If(self.i_stream.valid & self.i_stream.ready):
+                m.d.sync += [held.eq(self.i_stream.payload), h_valid.eq(1)]
+            with m.Elif(advance):
+                m.d.sync += h_valid.eq(0)
+            with m.If(advance):
+                (hq0, hr0), (hnq, hnr) = div3(held.row0), div3(held.rows)
+                m.d.sync += [job.eq(held), d_valid.eq(1), q0.eq(hq0), r0.eq(hr0),
+                             nq.eq(hnq), nr.eq(hnr),
+                             stride_s.eq(held.stride + (held.stride << 1))]
+            with m.Elif(fire):
+                m.d.sync += d_valid.eq(0)
+        stripe = ((job.rows >= S) & (job.nwords >= STRIPE_MIN_WORDS)
+                  & (job.stride <= (2**32 - 1) // S))
+        with m.If(fire):
+            m.d.sync += [self.o_job0.payload.eq(job), self.o_job0.valid.eq(1),
+                         self.o_merge.valid.eq(1),
                          self.o_merge.payload.nrows.eq(job.rows),
                          self.o_merge.payload.nzero.eq(job.nzero),
                          self.o_merge.payload.nbeats.eq(job.nbeats),
                          self.o_merge.payload.striped.eq(stripe)]
+            for w in range(1, S):
+                m.d.sync += self.o_jobs[w].payload.eq(job)
             with m.If(stripe):
-                for o, first, rows, nzero in (
-                        (self.o_even, job.row0, (job.rows + 1) >> 1, job.nzero),
-                        (self.o_odd, row1, job.rows >> 1, 0)):
+                # row0 + w = S * (q0 + wrap) + r: the way's first row, and r strides into
+                # the base
+                multiples = Array([0, job.stride, job.stride << 1][:S])
+                for w, o in enumerate(self.o_jobs):
+                    t = Signal(range(2 * S), name=f"t{w}")
+                    wrap = Signal(name=f"wrap{w}")
+                    m.d.comb += [t.eq(r0 + w), wrap.eq(t >= S)]
                     m.d.sync += [
                         o.payload.base.eq(carry_select_add(
-                            job.base, Mux(first[0], job.stride, 0), 64)),
-                        o.payload.row0.eq(first >> 1), o.payload.stride.eq(job.stride << 1),
-                        o.payload.rows.eq(rows), o.payload.nzero.eq(nzero)]
-                m.d.sync += self.o_odd.valid.eq(1)
+                            job.base, multiples[Mux(wrap, t - S, t)], 64)),
+                        o.payload.row0.eq(q0 + wrap), o.payload.stride.eq(stride_s),
+                        o.payload.rows.eq(nq + (nr > w)),
+                        o.payload.nzero.eq(job.nzero if w == 0 else 0),
+                        o.valid.eq(1)]
         return m
 
 
 class VectorInterleave(wiring.Component):
-    """Puts two gearboxes' vectors back in the order of the jobs they were striped from.
+    """Puts ``ways`` gearboxes' vectors back in the order of the jobs they were striped from.
 
     For each entry on :attr:`jobs` (:func:`interleave_job_layout`): for each of its
-    ``nrows`` rows, ``nbeats`` vectors from :attr:`i_stream0` (even rows, and every row of a
-    job not striped) or :attr:`i_stream1` (odd rows of a striped job), then ``nzero * nbeats``
-    vectors from :attr:`i_stream0`. The numpy model is :func:`sim.engine_models.interleave`.
+    ``nrows`` rows, ``nbeats`` vectors from input ``row mod ways`` (:attr:`i_stream0`,
+    :attr:`i_stream1` ...) of a striped job, or from :attr:`i_stream0` for every row of a
+    job not striped; then ``nzero * nbeats`` vectors from :attr:`i_stream0`. The numpy model
+    is :func:`sim.engine_models.interleave`.
 
-    Latency and throughput: combinational from an input vector to :attr:`o_stream` (a 2:1
-    multiplexer; ``ready`` follows the chosen input's); one vector a cycle. A job's first
-    vector passes the cycle after its entry reaches the queue's head; one idle cycle between
-    jobs (the queue is popped from a register).
+    Latency and throughput: combinational from an input vector to :attr:`o_stream` (a
+    ``ways``:1 multiplexer; ``ready`` follows the chosen input's); one vector a cycle. A job's
+    first vector passes the cycle after its entry reaches the queue's head; one idle cycle
+    between jobs (the queue is popped from a register).
 
     Members
     -------
     jobs : In(stream.Signature(interleave_job_layout()))
-    i_stream0, i_stream1 : In(stream.Signature(shape))
+    i_stream0, i_stream1 (, i_stream2) : In(stream.Signature(shape))
     o_stream : Out(stream.Signature(shape))
     """
 
-    def __init__(self, shape, depth: int = 8):
+    def __init__(self, shape, depth: int = 8, ways: int = 2):
         self.depth = depth
+        self.ways = _check_ways(ways)
         super().__init__({
             "jobs": In(stream.Signature(interleave_job_layout())),
-            "i_stream0": In(stream.Signature(shape)),
-            "i_stream1": In(stream.Signature(shape)),
+            **{f"i_stream{w}": In(stream.Signature(shape)) for w in range(ways)},
             "o_stream": Out(stream.Signature(shape)),
         })
 
+    @property
+    def i_streams(self) -> list:
+        """:attr:`i_stream0`, :attr:`i_stream1` ..., one per way."""
+        return [getattr(self, f"i_stream{w}") for w in range(self.ways)]
+
     def elaborate(self, platform):
         m = Module()
+        S = self.ways
         # The queue holds what the sequencing compares with, precomputed: the row and beat
         # indices of a job's last row read, its last row and a row's last vector.
         layout = data.StructLayout({"nrows_m1": unsigned(17), "rows_m1": unsigned(18),
@@ -129,24 +203,26 @@ class VectorInterleave(wiring.Component):
         head = data.View(layout, queue.r_data)
         beat = Signal(16)
         row = Signal(18)
-        src = Signal()             # the vector comes from i_stream1
+        phase = Signal(range(S))   # row mod ways
+        src = Signal(range(S))     # the input this row's vectors come from
         pop = Signal()             # the head's job ended last cycle
         ok = Signal()
         m.d.comb += ok.eq(queue.r_rdy & ~pop)
-        i0, i1, out = self.i_stream0, self.i_stream1, self.o_stream
-        m.d.comb += [out.valid.eq(ok & Mux(src, i1.valid, i0.valid)),
-                     out.payload.eq(Mux(src, i1.payload, i0.payload)),
-                     i0.ready.eq(ok & ~src & out.ready),
-                     i1.ready.eq(ok & src & out.ready)]
+        ins, out = self.i_streams, self.o_stream
+        m.d.comb += [out.valid.eq(ok & Array(i.valid for i in ins)[src]),
+                     out.payload.eq(Array(i.payload for i in ins)[src])]
+        for w, i in enumerate(ins):
+            m.d.comb += i.ready.eq(ok & (src == w) & out.ready)
         last_beat = beat == head.nbeats_m1
         last_row = row == head.rows_m1
         with m.If(out.valid & out.ready):
             m.d.sync += beat.eq(Mux(last_beat, 0, beat + 1))
             with m.If(last_beat):
-                m.d.sync += [row.eq(Mux(last_row, 0, row + 1)),
-                             # the next row is odd and read (a striped job's row < nrows)
-                             src.eq(~last_row & head.striped & ~row[0]
-                                    & (row < head.nrows_m1))]
+                nxt = Mux(last_row | (phase == S - 1), 0, phase + 1)
+                m.d.sync += [row.eq(Mux(last_row, 0, row + 1)), phase.eq(nxt),
+                             # the next row is a striped job's and read (row < nrows)
+                             src.eq(Mux(~last_row & head.striped & (row < head.nrows_m1),
+                                        nxt, 0))]
         m.d.sync += pop.eq(out.valid & out.ready & last_beat & last_row)
         m.d.comb += queue.r_en.eq(pop)
         return m

@@ -350,38 +350,41 @@ def load_sequence(jobs, data_width: int, addr_width: int, a_lanes: int, b_lanes:
     return rd, gb[0], gb[1], routes
 
 
-def stripe(job: dict, min_words: int = STRIPE_MIN_WORDS):
-    """What :class:`rtl.stripe.LoadStriper` makes of one load job: ``(even, odd, merge)``.
+def stripe(job: dict, min_words: int = STRIPE_MIN_WORDS, ways: int = 2):
+    """What :class:`rtl.stripe.LoadStriper` makes of one load job: ``(jobs, merge)``.
 
-    A job of at least two rows of at least ``min_words`` words (stride below 2**31) is split
-    into its even rows (with its zero rows) and its odd rows, each a job at twice the stride
-    whose first row is where the job's row 0 or 1 is: ``base + (row0 & 1) * stride``,
-    ``row0 >> 1``. Otherwise ``even`` is the job and ``odd`` None. ``merge`` is the
-    :class:`rtl.stripe.VectorInterleave` entry."""
-    striped = job["rows"] >= 2 and job["nwords"] >= min_words and job["stride"] < 1 << 31
+    A job of at least ``ways`` rows of at least ``min_words`` words whose stride times
+    ``ways`` fits 32 bits is dealt to the ``ways`` load sequencers in turn: way ``w`` gets
+    rows ``w, w + ways, ...`` (way 0 also the zero rows), as a job at ``ways`` times the
+    stride whose first row is where the job's row ``w`` is: with ``row0 + w = ways * q + r``,
+    ``row0 = q`` and ``base + r * stride``. ``jobs`` is the list of the ways' jobs (a job not
+    striped: ``[job]``, to way 0 alone); ``merge`` the :class:`rtl.stripe.VectorInterleave`
+    entry."""
+    striped = (job["rows"] >= ways and job["nwords"] >= min_words
+               and job["stride"] * ways < 1 << 32)
     merge = {"nrows": job["rows"], "nzero": job["nzero"], "nbeats": job["nbeats"],
              "striped": int(striped)}
     if not striped:
-        return dict(job), None, merge
-    halves = []
-    for first, rows, nzero in ((job["row0"], (job["rows"] + 1) // 2, job["nzero"]),
-                               (job["row0"] + 1, job["rows"] // 2, 0)):
-        first &= (1 << 17) - 1
-        halves.append({**job, "base": (job["base"] + (first & 1) * job["stride"]) % (1 << 64),
-                       "row0": first >> 1, "stride": 2 * job["stride"], "rows": rows,
-                       "nzero": nzero})
-    return halves[0], halves[1], merge
+        return [dict(job)], merge
+    out = []
+    for w in range(ways):
+        q, r = divmod(job["row0"] + w, ways)
+        out.append({**job, "base": (job["base"] + r * job["stride"]) % (1 << 64),
+                    "row0": q, "stride": ways * job["stride"],
+                    "rows": (job["rows"] + ways - 1 - w) // ways,
+                    "nzero": job["nzero"] if w == 0 else 0})
+    return out, merge
 
 
-def interleave(merges, v0, v1):
+def interleave(merges, *inputs):
     """The vectors :class:`rtl.stripe.VectorInterleave` sends for ``merges`` (its job
-    entries), taking from ``v0`` and ``v1`` (iterables of vectors) in turn: each row read of a
-    striped job from ``v1`` if it is odd, every other row from ``v0``; ``nbeats`` vectors a
-    row."""
-    v0, v1, out = iter(v0), iter(v1), []
+    entries), taking from ``inputs`` (one iterable of vectors per way) in turn: each row read
+    of a striped job from input ``row mod ways``, every other row from the first; ``nbeats``
+    vectors a row."""
+    inputs, out = [iter(v) for v in inputs], []
     for j in merges:
         for r in range(j["nrows"] + j["nzero"]):
-            src = v1 if j["striped"] and r < j["nrows"] and r % 2 else v0
+            src = inputs[r % len(inputs) if j["striped"] and r < j["nrows"] else 0]
             out += [next(src) for _ in range(j["nbeats"])]
     return out
 

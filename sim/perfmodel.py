@@ -55,7 +55,8 @@ cycle. After the last chunk the array drains and the last C rows are written.
 
 ``read_ports=2`` predicts the accelerator built with two read ports
 (``Accelerator(read_ports=2)``: A's jobs on one, B's on the other, each with the port's limits
-of its own); the DRAM behind them is still shared.
+of its own); 3 and 4, B's rows striped over two and three ports. The DRAM behind them is
+still shared.
 
 ``copies`` walks the chunks of that many descriptors of the GEMM as one schedule, as the
 engine runs them queued with ``DESC_FLAGS.OVERLAP`` (each one's loads after the one
@@ -239,8 +240,9 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
         ``read_latency``, ``write_latency``, ``max_burst``, ``pause`` (0 if absent) and the
         DRAM (``dram_gbps`` with ``clock_mhz`` and ``data_width``; absent: unlimited) — as
         :func:`sim.ports.resolve_port` returns.
-    read_ports : {1, 2}
-        AXI read ports (``Accelerator(read_ports=...)``): 2 reads A and B in parallel.
+    read_ports : {1, 2, 3, 4}
+        AXI read ports (``Accelerator(read_ports=...)``): 2 reads A and B in parallel, 3 and
+        4 stripe B's rows over two and three.
     write_ports : {1, 2, 4}
         AXI write ports C rows are dealt to in turn (``Accelerator(write_ports=...)``), each
         with the port's limits of its own.
@@ -281,27 +283,30 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
         traffic[0] += beats
         return beats / read_rate(beats / len(bursts), o_rd, lat_r, keep)
 
+    ways = read_ports - 1 if read_ports >= 3 else 1
+
     def striped(runs, vectors, lanes, zero_vectors=0):
-        """A job whose rows (``runs``) :class:`rtl.stripe.LoadStriper` deals to two read
-        ports: ``("stripe", even rows, odd rows, all vectors)``, each half with its
-        gearbox's share of the vectors (the zero rows' on the even side)."""
-        n1 = len(runs) // 2
-        v1 = vectors * n1 // (len(runs) + zero_vectors)
-        return ("stripe", job_cycles(runs[0::2], vectors - v1, lanes),
-                job_cycles(runs[1::2], v1, lanes), vectors)
+        """A job whose rows (``runs``) :class:`rtl.stripe.LoadStriper` deals to the ``ways``
+        B read ports in turn: ``("stripe", way 0's rows, way 1's, ..., all vectors)``, each
+        with its gearbox's share of the vectors (the zero rows' on way 0)."""
+        parts = [runs[w::ways] for w in range(ways)]
+        shares = [vectors * len(p) // (len(runs) + zero_vectors) for p in parts]
+        shares[0] = vectors - sum(shares[1:])
+        return ("stripe", *(job_cycles(p, v, lanes)
+                            for p, v in zip(parts, shares, strict=True)), vectors)
 
     def operand_jobs(k_major, lanes, x_blk, limit, tiles, kc, stripe=False):
         """The load jobs of one operand in a chunk, each as its read and gearbox cycles: a
         k-major operand is one job for the block (a run of bus words per step), a lane-run
         one a job per tile (a run per lane inside the matrix). A gearbox makes one vector a
         cycle: a k-major step a vector per tile, a lane run one per ``lanes`` steps. With
-        ``stripe`` (B with three read ports) a job of two or more runs of at least
-        :data:`firmware.regmap.STRIPE_MIN_WORDS` words is striped over two ports."""
+        ``stripe`` (B with three or four read ports) a job of ``ways`` or more runs of at
+        least :data:`firmware.regmap.STRIPE_MIN_WORDS` words is striped over ``ways`` ports."""
         if k_major:
             v = min(tiles * lanes, limit - x_blk)
             offset = x_blk % bpw if lanes <= bpw else 0
             words = _cdiv(offset + v, bpw)
-            if stripe and kc >= 2 and words >= STRIPE_MIN_WORDS:
+            if stripe and kc >= ways and words >= STRIPE_MIN_WORDS:
                 return [striped([words] * kc, kc * tiles, lanes)]
             # the run is a whole stored row of a packed matrix: the rows follow one another
             runs = [words * kc] if words == _cdiv(limit, bpw) else [words] * kc
@@ -312,7 +317,7 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
         stripe = stripe and words >= STRIPE_MIN_WORDS
         # striped where a tile has two rows or more; else a tile's rows of one chunk are
         # whole rows (kc == k): one run
-        return [striped([words] * r, vectors, lanes, lanes - r) if stripe and r >= 2 else
+        return [striped([words] * r, vectors, lanes, lanes - r) if stripe and r >= ways else
                 job_cycles([words * r] if kc == k else [words] * r, vectors, lanes)
                 for r in rows_in]
 
@@ -341,7 +346,7 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
         # a block that keeps an operand's tiles (block_order) loads none of them
         a_jobs = [] if keep_a else operand_jobs(transpose_a, rows, m_blk, m, bm, kc)
         b_jobs = [] if keep_b else operand_jobs(not transpose_b, cols, n_blk, n, bn, kc,
-                                                read_ports == 3)
+                                                read_ports >= 3)
         # The walker's order (tile_order); each command's A load, then B.
         loads, tiles = [], []
         a_at, b_at = {}, {}
@@ -385,7 +390,7 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
     share = (FAIR_SHARE, FAIR_SHARE) if rr else (1.0, 0.0)
 
     def schedule(ledger):
-        read_end = [[0.0] * 3 for _ in chunks]     # each port's (one: all the same)
+        read_end = [[0.0] * 4 for _ in chunks]     # each port's (one: all the same)
         comp_end = [0.0] * len(chunks)
         votes = {"compute": 0, "reads": 0, "writes": 0}
         wclock = 0.0
@@ -393,18 +398,18 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
         # when the last job's vectors are made: through one router to both gearboxes in read
         # order, or with two read ports, each gearbox from its own reader (and each buffer
         # taking its loads independently of the other's)
-        gearbox = [0.0] * 3
+        gearbox = [0.0] * 4
         # with two read ports: when the last load began into its buffer (the datapath takes
         # commands in order, so a load begins once its buffer has taken the load before it
         # and the load before it, of either operand, has begun)
         begin = 0.0
         for i, c in enumerate(chunks):
-            clock = list(read_end[i - 1]) if i else [0.0] * 3
+            clock = list(read_end[i - 1]) if i else [0.0] * 4
             done = []
             for path, job in c["loads"]:
                 # the ports (and gearbox clocks) the job's rows go through: one, or with three
-                # read ports B's even rows on port 1 and its odd rows on port 2
-                subs = [(1, job[1]), (2, job[2])] if job[0] == "stripe" else \
+                # (four) read ports B's rows dealt to ports 1 and 2 (and 3) in turn
+                subs = [(1 + w, job[1 + w]) for w in range(ways)] if job[0] == "stripe" else \
                     [(path if read_ports >= 2 else 0, job)]
                 j = c["after"][path]
                 free = 0.0 if j is None else comp_end[j]
@@ -424,11 +429,13 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
                                      clock[p] + lat_r)
                     ends.append(gearbox[p])
                 if job[0] == "stripe":
-                    # the interleave passes the two gearboxes' vectors in order, one a cycle
-                    gearbox[1] = gearbox[2] = max(*ends, free + job[3])
-                    ends.append(gearbox[1])
+                    # the interleave passes the gearboxes' vectors in order, one a cycle
+                    merged = max(*ends, free + job[-1])
+                    for w in range(ways):
+                        gearbox[1 + w] = merged
+                    ends.append(merged)
                 done.append(max(ends))
-            read_end[i] = clock if read_ports >= 2 else [max(clock)] * 3
+            read_end[i] = clock if read_ports >= 2 else [max(clock)] * 4
             t = comp_end[i - 1] if i else 0.0
             waited = stalled = 0.0
             per_tile = c["write"] / len(c["tiles"])

@@ -14,10 +14,11 @@ from sim import golden
 # (rows, cols, data_width, write_ports, read_ports): lanes below, equal to and above the bus
 # width; C rows narrower and wider than a bus word; C rows dealt to two and to four write ports
 # (one row of each tile a port); A and B read through two read ports, and B's rows striped
-# over two more; and the Pynq-Z1 default's shape in small (four write ports, two read ports,
-# two MACs per DSP48E1).
+# over two more, and over three; and the Pynq-Z1 default's shape in small (four write ports,
+# two read ports, two MACs per DSP48E1).
 CONFIGS = [(8, 8, 128, 1, 1), (4, 16, 64, 1, 1), (8, 8, 512, 1, 1), (4, 8, 64, 2, 1),
-           (4, 4, 128, 4, 1), (4, 8, 64, 2, 2), (4, 8, 64, 2, 3), (4, 8, 64, 4, 2, "DSP48E1")]
+           (4, 4, 128, 4, 1), (4, 8, 64, 2, 2), (4, 8, 64, 2, 3), (4, 8, 64, 2, 4),
+           (4, 8, 64, 4, 2, "DSP48E1")]
 
 
 @pytest.fixture(scope="module", params=CONFIGS, ids=lambda c: "x".join(map(str, c[:3]))
@@ -177,16 +178,19 @@ def test_overlapped_descriptors(dev):
     assert busy[True] < busy[False], busy
 
 
-@pytest.mark.parametrize("port", [
-    {"write_order": "w-first", "outstanding_reads": 2, "outstanding_writes": 1, "pause": 0.3},
-    {"write_order": "random", "outstanding_reads": 1, "read_latency": 90, "pause": 0.1},
-    "zynq7-hp"], ids=["w-first", "random", "zynq7-hp"])
-def test_overlapped_descriptors_behind_hostile_ports(port):
+@pytest.mark.parametrize("port,read_ports", [
+    ({"write_order": "w-first", "outstanding_reads": 2, "outstanding_writes": 1, "pause": 0.3},
+     3),
+    ({"write_order": "random", "outstanding_reads": 1, "read_latency": 90, "pause": 0.1}, 3),
+    ("zynq7-hp", 3),
+    ({"write_order": "random", "outstanding_reads": 2, "read_latency": 70, "pause": 0.25}, 4)],
+    ids=["w-first", "random", "zynq7-hp", "random-4r"])
+def test_overlapped_descriptors_behind_hostile_ports(port, read_ports):
     """Queued descriptors with OVERLAP behind subordinates that order W before AW (or at
     random), take few bursts in flight, answer late: every C bit-exact, no protocol
     violation, no hang, one DONE per descriptor."""
     dev = Device("rtl", rows=4, cols=8, data_width=64, port=port, seed=3, write_ports=2,
-                 read_ports=3)
+                 read_ports=read_ports)
     drv = dev.driver
     jobs = _overlap_jobs(dev, np.random.default_rng(13), 6, True)
     done_before = drv.read("DONE_COUNT")
