@@ -226,7 +226,7 @@ def _training_gemms(batch, fan_in, fan_out):
 BENCH_CONFIGS = {
     "pynq-z1": {"rows": 16, "cols": 16, "data_width": 64, "write_ports": 4, "read_ports": 2,
                 "packing": 2, "dsp_slice": "DSP48E1"},
-    "zcu104": {"rows": 16, "cols": 32, "data_width": 64, "write_ports": 2, "read_ports": 3},
+    "zcu104": {"rows": 16, "cols": 32, "data_width": 64, "write_ports": 2, "read_ports": 4},
     "vu9p": {"rows": 8, "cols": 16, "data_width": 64},
 }
 #: How many times larger each board's default is than its BENCH_CONFIGS array, in rows,

@@ -58,13 +58,14 @@ def test_generates_verilog_top_constraints_and_scripts(generated):
     tcl = (out / "build.tcl").read_text()
     assert PLATFORMS[name].part in tcl and "write_bitstream" in tcl
     # write port p on the PS's HP port p (Pynq-Z1 and ZCU104: 4); the VU9P has one; the
-    # second read port (Pynq-Z1, ZCU104) is m_axi_mem1's read channels, the third (ZCU104)
-    # m_axi_mem2's
+    # second read port (Pynq-Z1, ZCU104) is m_axi_mem1's read channels, the third and fourth
+    # (ZCU104) m_axi_mem2's and m_axi_mem3's
     ports = PLATFORMS[name].config().get("write_ports", 1)
     read_ports = PLATFORMS[name].config().get("read_ports", 1)
     assert ("m_axi_mem1_awaddr" in top) == (ports > 1)
     assert ("m_axi_mem1_araddr" in top) == (read_ports > 1) == (name != "vu9p")
-    assert ("m_axi_mem2_araddr" in top) == (read_ports == 3) == (name == "zcu104")
+    assert ("m_axi_mem2_araddr" in top) == (read_ports >= 3) == (name == "zcu104")
+    assert ("m_axi_mem3_araddr" in top) == (read_ports == 4) == (name == "zcu104")
     assert ("m_axi_mem3_awaddr" in top) == (ports == 4)
     assert ("accel/m_axi_mem1" in tcl) == (ports > 1)
     assert ("S_AXI_HP3_FPD" in tcl) == (name == "zcu104")
