@@ -283,6 +283,10 @@ def roofline(m, n, k, rows, cols, data_width, port, write_ports=1, read_ports=1)
     ``bound = MACs / (PEs * max(compute, traffic))``; ``bound_by`` names the binding term
     (``"compute"``, ``"port"`` or ``"dram"``).
 
+    :func:`dram_bound` leaves the ports out: ``MACs / (PEs * max(compute, DRAM traffic))``,
+    the bound as issue 9 states it (the DRAM's sustainable bytes a cycle, whatever ports the
+    build has); :func:`board_summary` counts against both.
+
     ``latency_bound`` adds what no schedule of an output-stationary array can hide: the read
     latency before its first step, and after its last the array's skew (``rows + cols - 1``
     cycles until the last sum is out), the write latency and the writing of the smallest C
@@ -312,6 +316,17 @@ def roofline(m, n, k, rows, cols, data_width, port, write_ports=1, read_ports=1)
             "bound": m * n * k / (rows * cols * cycles), "bound_by": by,
             "latency_cycles": latency,
             "latency_bound": m * n * k / (rows * cols * (cycles + latency))}
+
+
+def dram_bound(record: dict) -> float:
+    """A utilisation record's bound without the ports (:func:`roofline`'s ``dram_bound``),
+    from the compute cycles, compulsory bytes and DRAM rate its ``roofline`` carries: the
+    compute bound alone where the port has no DRAM."""
+    rl = record["roofline"]
+    cycles = rl["compute_cycles"]
+    if rl.get("dram_bytes_per_cycle"):
+        cycles = max(cycles, (rl["read_bytes"] + rl["write_bytes"]) / rl["dram_bytes_per_cycle"])
+    return record["m"] * record["n"] * record["k"] / (record["rows"] * record["cols"] * cycles)
 
 
 def _rounded_bound(bound: dict, util: float) -> tuple[dict, float, float]:
@@ -618,12 +633,19 @@ def board_summary(results) -> dict:
     # records written before the queued runs carry none: None
     queued = [r["queued_over_bound"] for r in results] \
         if all("queued_over_bound" in r for r in results) else None
+    # against the DRAM alone (ports left out): the issue's bound
+    by_dram = [r["utilization"] / dram_bound(r) for r in results]
+    queued_by_dram = [r["queued_utilization"] / dram_bound(r) for r in results] \
+        if queued else None
     return {"gemms": len(results), "cycles": sum(r["cycles"] for r in results),
             "at_90_percent_of_bound": sum(x >= AT_90 for x in sim),
             "queued_cycles": sum(r["queued_cycles"] for r in results) if queued else None,
             "queued_at_90_percent_of_bound": sum(x >= AT_90 for x in queued)
             if queued else None,
             "queued_mean_util_over_bound": round(float(np.mean(queued)), 4)
+            if queued else None,
+            "at_90_percent_of_dram_bound": sum(x >= AT_90 for x in by_dram),
+            "queued_at_90_percent_of_dram_bound": sum(x >= AT_90 for x in queued_by_dram)
             if queued else None,
             "queued_model_error": [
                 round(float(np.mean([abs(r["queued_model_error"]) for r in results])), 4),
@@ -685,6 +707,10 @@ def utilization_table(results) -> str:
                    f"{sm['default_predicted_queued_at_90_percent_of_bound']} at >= 90 % of its "
                    f"bound" if sm.get("default_predicted_queued_at_90_percent_of_bound")
                    is not None else "")
+                + (f"; against the DRAM alone (ports left out): "
+                   f"{sm['at_90_percent_of_dram_bound']}"
+                   + (f", queued {sm['queued_at_90_percent_of_dram_bound']}"
+                      if sm["queued_at_90_percent_of_dram_bound"] is not None else ""))
                 + f"; mean util / bound {100 * sm['mean_util_over_bound']:.1f} %; model "
                 f"error mean {100 * sm['model_error'][0]:.2f} %, largest "
                 f"{100 * sm['model_error'][1]:.1f} %", ""]

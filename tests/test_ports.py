@@ -237,6 +237,25 @@ def test_roofline_counts_partly_filled_tiles_and_traffic():
     assert r2["traffic_cycles"] == 128 * 784 * 4 // 16 and r2["bound_by"] == "port"
 
 
+def test_dram_bound_leaves_the_ports_out():
+    """The issue's bound: the ZCU104 default's batch-64 weight gradient of 256->256 writes
+    256 KB of C through four 16-byte write ports (4096 cycles: port-bound at half the array)
+    but the DRAM alone would take it with A and B in (256 + 32 KB) / 84 bytes a cycle; a
+    port without a DRAM leaves the compute bound."""
+    from sim.bench import dram_bound, roofline
+
+    port = PORTS["zynqmp-hp"]
+    m, n, k = 256, 256, 64
+    r = roofline(m, n, k, 32, 64, 128, port, 4, 4)
+    assert r["bound_by"] == "port" and r["bound"] == pytest.approx(2048 / 4096)
+    record = {"m": m, "n": n, "k": k, "rows": 32, "cols": 64, "roofline": r}
+    dram = (m * k + k * n + 4 * m * n) / r["dram_bytes_per_cycle"]
+    assert dram_bound(record) == pytest.approx(2048 / dram)
+    assert 0.5 < dram_bound(record) < 0.6
+    r = roofline(m, n, k, 32, 64, 128, port | {"dram_gbps": None}, 4, 4)
+    assert dram_bound({**record, "roofline": r}) == 1.0
+
+
 def test_latency_bound_adds_what_no_schedule_hides():
     from sim.bench import roofline
 
