@@ -623,7 +623,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m sim.perfmodel",
         description="Predict a board's default configuration over the training GEMMs of "
-                    "typical layers, for several block sizes and one or two read ports, and "
+                    "typical layers, for several block sizes and read port counts, and "
                     "with each GEMM's block side chosen by best_block (as Device.gemm does), "
                     "up to the board's block; C written through the board's write ports (or "
                     "--write-ports), A and B read through its read ports (or --read-ports).")
