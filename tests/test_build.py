@@ -289,7 +289,7 @@ def test_a_second_read_port_alone_gets_an_hp_port_of_its_own(tmp_path):
     assert "m_axi_mem2_araddr" in top and "m_axi_mem2_awaddr" not in top
     assert '/ps/S_AXI_HP2" Clk' in tcl and "accel/m_axi_mem2]" in tcl
     assert "S_AXI_HP3" not in tcl
-    proc = run_build("--platform", "pynq-z1", "--read-ports", "4", "--synth", "none",
+    proc = run_build("--platform", "pynq-z1", "--read-ports", "5", "--synth", "none",
                      "--out", str(tmp_path))
     assert proc.returncode == 2 and "--read-ports" in proc.stderr
 
