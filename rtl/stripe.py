@@ -57,9 +57,10 @@ class LoadStriper(wiring.Component):
 
     Latency and throughput: the outputs are registers. Two ways: offered the cycle after a job
     is taken, a job taken when all outputs are empty (one every two cycles at most). Three
-    ways: :data:`LATENCY` 3 (the job registered, then ``row0`` and ``rows`` divided by 3 —
-    :func:`div3` — then the outputs); the next job is taken and divided while the outputs
-    wait for the load sequencers.
+    ways: ``LATENCY`` 3 (the job registered; then ``row0`` and ``rows`` divided by 3 —
+    :func:`div3` — and the base plus 0, 1 and 2 strides, into registers; then the outputs,
+    which only select among them); the next job is taken and divided while the outputs wait
+    for the load sequencers.
 
     Members
     -------
@@ -94,20 +95,29 @@ class LoadStriper(wiring.Component):
             with m.If(o.ready):
                 m.d.sync += o.valid.eq(0)
         fire = Signal()                      # the outputs take the next job this cycle
+        stripe = Signal()                    # the job is dealt to the ways
         if S == 2:
             job = self.i_stream.payload
-            m.d.comb += [self.i_stream.ready.eq(~busy), fire.eq(self.i_stream.valid & ~busy)]
+            m.d.comb += [self.i_stream.ready.eq(~busy), fire.eq(self.i_stream.valid & ~busy),
+                         stripe.eq((job.rows >= S) & (job.nwords >= STRIPE_MIN_WORDS)
+                                   & ~job.stride[31])]
             q0, r0, nq, nr = job.row0 >> 1, job.row0[0], job.rows >> 1, job.rows[0]
             stride_s = job.stride << 1
+            # the way's first row is r rows into the base: base + r * stride
+            bases = Array([job.base, carry_select_add(job.base, job.stride, 64)])
         else:
-            # the job is registered (held), then divided (job, with row0 and rows by 3, and
-            # three times its stride), then offered
+            # The job is registered (held), then divided into registers: row0 and rows by 3,
+            # three times its stride, whether it is striped, and its base plus 0, 1 and 2
+            # strides. The outputs then only select and increment (no compare or 64-bit add
+            # after the division's product).
             layout = load_job_layout(self.tag_width)
             held, job = Signal(layout), Signal(layout)
             h_valid, d_valid = Signal(), Signal()
             q0, nq = Signal(17), Signal(17)
             r0, nr = Signal(2), Signal(2)
-            stride_s = Signal(34)
+            stride_s = Signal(32)
+            base_r = [Signal(64, name=f"base_r{r}") for r in range(S)]
+            bases = Array(base_r)
             advance = Signal()
             m.d.comb += [fire.eq(d_valid & ~busy),
                          advance.eq(h_valid & (~d_valid | fire)),
@@ -118,13 +128,17 @@ class LoadStriper(wiring.Component):
                 m.d.sync += h_valid.eq(0)
             with m.If(advance):
                 (hq0, hr0), (hnq, hnr) = div3(held.row0), div3(held.rows)
+                twice = held.stride << 1
                 m.d.sync += [job.eq(held), d_valid.eq(1), q0.eq(hq0), r0.eq(hr0),
                              nq.eq(hnq), nr.eq(hnr),
-                             stride_s.eq(held.stride + (held.stride << 1))]
+                             stride_s.eq(carry_select_add(held.stride, twice, 32)),
+                             stripe.eq((held.rows >= S) & (held.nwords >= STRIPE_MIN_WORDS)
+                                       & (held.stride <= (2**32 - 1) // S)),
+                             base_r[0].eq(held.base),
+                             base_r[1].eq(carry_select_add(held.base, held.stride, 64)),
+                             base_r[2].eq(carry_select_add(held.base, twice, 64))]
             with m.Elif(fire):
                 m.d.sync += d_valid.eq(0)
-        stripe = ((job.rows >= S) & (job.nwords >= STRIPE_MIN_WORDS)
-                  & (job.stride <= (2**32 - 1) // S))
         with m.If(fire):
             m.d.sync += [self.o_job0.payload.eq(job), self.o_job0.valid.eq(1),
                          self.o_merge.valid.eq(1),
@@ -137,14 +151,12 @@ class LoadStriper(wiring.Component):
             with m.If(stripe):
                 # row0 + w = S * (q0 + wrap) + r: the way's first row, and r strides into
                 # the base
-                multiples = Array([0, job.stride, job.stride << 1][:S])
                 for w, o in enumerate(self.o_jobs):
                     t = Signal(range(2 * S), name=f"t{w}")
                     wrap = Signal(name=f"wrap{w}")
                     m.d.comb += [t.eq(r0 + w), wrap.eq(t >= S)]
                     m.d.sync += [
-                        o.payload.base.eq(carry_select_add(
-                            job.base, multiples[Mux(wrap, t - S, t)], 64)),
+                        o.payload.base.eq(bases[Mux(wrap, t - S, t)]),
                         o.payload.row0.eq(q0 + wrap), o.payload.stride.eq(stride_s),
                         o.payload.rows.eq(nq + (nr > w)),
                         o.payload.nzero.eq(job.nzero if w == 0 else 0),
