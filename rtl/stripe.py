@@ -102,6 +102,7 @@ class LoadStriper(wiring.Component):
                          stripe.eq((job.rows >= S) & (job.nwords >= STRIPE_MIN_WORDS)
                                    & ~job.stride[31])]
             q0, r0, nq, nr = job.row0 >> 1, job.row0[0], job.rows >> 1, job.rows[0]
+            q0p1, nqp1 = q0 + 1, nq + 1
             stride_s = job.stride << 1
             # the way's first row is r rows into the base: base + r * stride
             bases = Array([job.base, carry_select_add(job.base, job.stride, 64)])
@@ -110,13 +111,17 @@ class LoadStriper(wiring.Component):
             # three times its stride, whether it is striped, and its base plus 0, 1 and 2
             # strides. The outputs then only select and increment (no compare or 64-bit add
             # after the division's product).
+            # (data registers without reset: only the valid flags need one, and the part's
+            # reset copy would otherwise drive a thousand flip-flops)
             layout = load_job_layout(self.tag_width)
-            held, job = Signal(layout), Signal(layout)
+            held = Signal(layout, reset_less=True)
+            job = Signal(layout, reset_less=True)
             h_valid, d_valid = Signal(), Signal()
-            q0, nq = Signal(17), Signal(17)
-            r0, nr = Signal(2), Signal(2)
-            stride_s = Signal(32)
-            base_r = [Signal(64, name=f"base_r{r}") for r in range(S)]
+            q0, nq, q0p1, nqp1 = (Signal(17, name=n, reset_less=True)
+                                  for n in ("q0", "nq", "q0p1", "nqp1"))
+            r0, nr = Signal(2, reset_less=True), Signal(2, reset_less=True)
+            stride_s = Signal(32, reset_less=True)
+            base_r = [Signal(64, name=f"base_r{r}", reset_less=True) for r in range(S)]
             bases = Array(base_r)
             advance = Signal()
             m.d.comb += [fire.eq(d_valid & ~busy),
@@ -131,6 +136,10 @@ class LoadStriper(wiring.Component):
                 twice = held.stride << 1
                 m.d.sync += [job.eq(held), d_valid.eq(1), q0.eq(hq0), r0.eq(hr0),
                              nq.eq(hnq), nr.eq(hnr),
+                             # the quotients plus one, for the ways whose first row wraps
+                             # (and those that get one row more)
+                             q0p1.eq(carry_select_add(hq0, 1, 17)),
+                             nqp1.eq(carry_select_add(hnq, 1, 17)),
                              stride_s.eq(carry_select_add(held.stride, twice, 32)),
                              stripe.eq((held.rows >= S) & (held.nwords >= STRIPE_MIN_WORDS)
                                        & (held.stride <= (2**32 - 1) // S)),
@@ -139,27 +148,31 @@ class LoadStriper(wiring.Component):
                              base_r[2].eq(carry_select_add(held.base, twice, 64))]
             with m.Elif(fire):
                 m.d.sync += d_valid.eq(0)
+        # each output's payload from a register without reset (valid has one)
+        pays = [Signal(o.payload.shape(), name=f"pay{w}", reset_less=True)
+                for w, o in enumerate(self.o_jobs)]
+        merge = Signal(self.o_merge.payload.shape(), reset_less=True)
+        m.d.comb += [self.o_merge.payload.eq(merge),
+                     *(o.payload.eq(p) for o, p in zip(self.o_jobs, pays, strict=True))]
         with m.If(fire):
-            m.d.sync += [self.o_job0.payload.eq(job), self.o_job0.valid.eq(1),
+            m.d.sync += [pays[0].eq(job), self.o_job0.valid.eq(1),
                          self.o_merge.valid.eq(1),
-                         self.o_merge.payload.nrows.eq(job.rows),
-                         self.o_merge.payload.nzero.eq(job.nzero),
-                         self.o_merge.payload.nbeats.eq(job.nbeats),
-                         self.o_merge.payload.striped.eq(stripe)]
+                         merge.nrows.eq(job.rows), merge.nzero.eq(job.nzero),
+                         merge.nbeats.eq(job.nbeats), merge.striped.eq(stripe)]
             for w in range(1, S):
-                m.d.sync += self.o_jobs[w].payload.eq(job)
+                m.d.sync += pays[w].eq(job)
             with m.If(stripe):
                 # row0 + w = S * (q0 + wrap) + r: the way's first row, and r strides into
                 # the base
-                for w, o in enumerate(self.o_jobs):
+                for w, (o, pay) in enumerate(zip(self.o_jobs, pays, strict=True)):
                     t = Signal(range(2 * S), name=f"t{w}")
                     wrap = Signal(name=f"wrap{w}")
                     m.d.comb += [t.eq(r0 + w), wrap.eq(t >= S)]
                     m.d.sync += [
-                        o.payload.base.eq(bases[Mux(wrap, t - S, t)]),
-                        o.payload.row0.eq(q0 + wrap), o.payload.stride.eq(stride_s),
-                        o.payload.rows.eq(nq + (nr > w)),
-                        o.payload.nzero.eq(job.nzero if w == 0 else 0),
+                        pay.base.eq(bases[Mux(wrap, t - S, t)]),
+                        pay.row0.eq(Mux(wrap, q0p1, q0)), pay.stride.eq(stride_s),
+                        pay.rows.eq(Mux(nr > w, nqp1, nq)),
+                        pay.nzero.eq(job.nzero if w == 0 else 0),
                         o.valid.eq(1)]
         return m
 
