@@ -300,12 +300,14 @@ class GemmEngine(wiring.Component):
             slices.submodules[name] = RegisterSlice(
                 shape, slice_bits=SLICE_BITS if name in ("a_out", "b_out") else None)
         sl = slices.submodules
+        # each B gearbox's vector FIFO, by way
+        mid_names = ("b_mid", "b_mid2", "b_mid3")[:WAYS] if RP >= 3 else ()
         if RP >= 3:
             # each B gearbox's vectors queued for the interleave: while it takes a row from
             # one, the others make their next rows' (a row is up to `block` vectors, or
             # depth / cols), so all gearboxes run at once
             vec = gb_b.o_stream.payload.shape().size
-            for name in ("b_mid", "b_mid2", "b_mid3")[:WAYS]:
+            for name in mid_names:
                 slices.submodules[name] = Fifo(width=vec, depth=self.B_MID_DEPTH(
                     BL, self.depth, C), slice_bits=256)
         # the walker's write jobs, each with its descriptor's generation bit: a block's worth
@@ -438,7 +440,7 @@ class GemmEngine(wiring.Component):
         wiring.connect(m, gb_a.o_stream, sl.a_out.i_stream)
         wiring.connect(m, sl.a_out.o_stream, issue.a_vectors)
         if RP >= 3:
-            mids = [sl[name] for name in ("b_mid", "b_mid2", "b_mid3")[:WAYS]]
+            mids = [sl[name] for name in mid_names]
             for gb, q, into in zip(b_gearboxes, mids, interleave.i_streams, strict=True):
                 m.d.comb += [q.w_data.eq(gb.o_stream.payload), q.w_en.eq(gb.o_stream.valid),
                              gb.o_stream.ready.eq(q.w_rdy)]

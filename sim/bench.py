@@ -319,9 +319,9 @@ def roofline(m, n, k, rows, cols, data_width, port, write_ports=1, read_ports=1)
 
 
 def dram_bound(record: dict) -> float:
-    """A utilisation record's bound without the ports (:func:`roofline`'s ``dram_bound``),
-    from the compute cycles, compulsory bytes and DRAM rate its ``roofline`` carries: the
-    compute bound alone where the port has no DRAM."""
+    """A utilisation record's bound without the ports, from the compute cycles, compulsory
+    bytes and DRAM rate its ``roofline`` (:func:`roofline`) carries: the compute bound alone
+    where the port has no DRAM."""
     rl = record["roofline"]
     cycles = rl["compute_cycles"]
     if rl.get("dram_bytes_per_cycle"):
