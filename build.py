@@ -200,6 +200,12 @@ def parse_args(argv):
         Accelerator(**cfg)
     except ValueError as e:
         parser.error(f"unsupported configuration for the RTL: {e}")
+    from platforms import vivado
+    ports = max(cfg.get("write_ports", 1), cfg.get("read_ports", 1))
+    if ports > vivado.MEMORY_PORTS.get(board.name, ports):
+        parser.error(f"--write-ports / --read-ports: the {board.name}'s PS has "
+                     f"{vivado.MEMORY_PORTS[board.name]} memory ports for the fabric, not "
+                     f"{ports}")
     args.board, args.cfg = board, cfg
     return parser, args
 

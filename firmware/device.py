@@ -45,7 +45,7 @@ allocates once per shape and reuses them every step. On ``golden`` a handle simp
 array.
 
 Backend options (keyword arguments of :class:`Device`): ``depth``, ``block``, ``packing``,
-``write_ports`` (hardware configuration, ``rtl`` and ``model``; 2 or 4 deal C rows to that
+``write_ports`` (hardware configuration, ``rtl`` and ``model``; 2 to 6 deal C rows to that
 many AXI write ports, each with the ``port``'s limits); ``read_ports`` (the same; 2 reads A
 and B through an AXI read port each, 3 stripes B's rows over two); ``dsp_slice`` (``rtl``,
 with ``packing=2``: the pairs modelled on a ``"DSP48E2"``, the default, or a ``"DSP48E1"``,

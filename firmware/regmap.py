@@ -33,15 +33,21 @@ MAGIC = 0x42465038
 #: Register map version (major << 16 | minor): changes when the map does.
 VERSION = 0x0001_0006
 
-#: The AXI write port counts a build may have (``CONFIG_BUS.WRITE_PORTS``): the RTL, the
-#: functional model, the performance model and the command lines take these.
-WRITE_PORTS = (1, 2, 4)
+#: The AXI write port counts a build may have (``CONFIG_BUS.WRITE_PORTS``; at most the
+#: array's rows): the RTL, the functional model, the performance model and the command lines
+#: take these. Six is what a Zynq UltraScale+ PS offers the fabric for bulk traffic
+#: (S_AXI_HP0..3_FPD and S_AXI_HPC0..1_FPD, UG1085); the Zynq-7000 PS has four HP ports.
+WRITE_PORTS = (1, 2, 3, 4, 5, 6)
 
 
-def check_write_ports(write_ports) -> int:
-    """``write_ports`` if it is one of :data:`WRITE_PORTS`, else ValueError naming it."""
+def check_write_ports(write_ports, rows: int | None = None) -> int:
+    """``write_ports`` if it is one of :data:`WRITE_PORTS` (and at most ``rows``: a port
+    takes whole rows of a C tile), else ValueError naming it."""
     if write_ports not in WRITE_PORTS or isinstance(write_ports, bool):
-        raise ValueError(f"write_ports must be 1, 2 or 4, not {write_ports!r}")
+        raise ValueError(f"write_ports must be one of {', '.join(map(str, WRITE_PORTS))}, "
+                         f"not {write_ports!r}")
+    if rows is not None and write_ports > rows:
+        raise ValueError(f"write_ports ({write_ports}) must be at most rows ({rows})")
     return write_ports
 
 

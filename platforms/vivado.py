@@ -153,10 +153,13 @@ apply_bd_automation -rule xilinx.com:bd_rule:axi4 \\
 connect_bd_net [get_bd_pins accel/interrupt] [get_bd_pins ps/pl_ps_irq0]
 """
 
-# The other memory ports (m_axi_mem1 ...: with ``write_ports`` 2 or 4 the write channels of
+# The other memory ports (m_axi_mem1 ...: with ``write_ports`` 2 to 6 the write channels of
 # C's rows p mod P, with ``read_ports`` 2 m_axi_mem1's read channels reading B, with 3 also
 # m_axi_mem2's reading its odd rows, with 4 m_axi_mem1 .. 3's its rows 0, 1, 2 mod 3), each on
-# the PS's HP port of its number ({p}; on the PS8, S_AXI_HPn_FPD is S_AXI_GP(n + 2)).
+# the PS's HP port of its number ({p}; on the PS8, S_AXI_HPn_FPD is S_AXI_GP(n + 2)), and on
+# the PS8 m_axi_mem4 and 5 on S_AXI_HPC0_FPD and S_AXI_HPC1_FPD (S_AXI_GP0 and 1: the
+# coherent ports, used here without coherence: AxCACHE 0, through the CCI to the DDR
+# controller, UG1085 "PS-PL AXI Interfaces").
 _PS7_PORT = """set_property -dict [list CONFIG.PCW_USE_S_AXI_HP{p} {{1}} \\
     CONFIG.PCW_S_AXI_HP{p}_DATA_WIDTH {{{dw}}}] [get_bd_cells ps]
 apply_bd_automation -rule xilinx.com:bd_rule:axi4 \\
@@ -166,7 +169,7 @@ apply_bd_automation -rule xilinx.com:bd_rule:axi4 \\
 _PS8_PORT = """set_property -dict [list CONFIG.PSU__USE__S_AXI_GP{gp} {{1}} \\
     CONFIG.PSU__SAXIGP{gp}__DATA_WIDTH {{{dw}}}] [get_bd_cells ps]
 apply_bd_automation -rule xilinx.com:bd_rule:axi4 \\
-    -config {{Slave "/ps/S_AXI_HP{p}_FPD" Clk "/ps/pl_clk0"}} \\
+    -config {{Slave "/ps/{slave}" Clk "/ps/pl_clk0"}} \\
     [get_bd_intf_pins accel/m_axi_mem{p}]
 """
 
@@ -230,6 +233,12 @@ file copy -force $hwh [file join $origin {stem}.hwh]
 """
 
 
+#: The PS's memory ports the block design can connect, by board: the Zynq-7000's S_AXI_HP0..3
+#: (UG585), the Zynq UltraScale+'s S_AXI_HP0..3_FPD and S_AXI_HPC0..1_FPD (UG1085); the
+#: VU9P's interfaces all go to one DDR4 interconnect (no limit).
+MEMORY_PORTS = {"pynq-z1": 4, "zcu104": 6}
+
+
 def _memory_ports(write_ports: int, read_ports: int) -> int:
     """The AXI4 interfaces m_axi_mem, m_axi_mem1 ...: write port p and read port p share
     interface p (``mem_w1`` and ``mem_r1`` are m_axi_mem1's write and read channels)."""
@@ -237,10 +246,11 @@ def _memory_ports(write_ports: int, read_ports: int) -> int:
 
 
 def build_tcl(board: Board, write_ports: int = 1, read_ports: int = 1) -> str:
-    """The Vivado script: block design, implementation, bitstream. With ``write_ports`` 2 or 4
+    """The Vivado script: block design, implementation, bitstream. With ``write_ports`` 2 to 6
     (or ``read_ports`` 2 to 4) the accelerator's memory interface ``p`` goes to the PS's HP port
-    ``p`` (S_AXI_HPp on the Zynq-7000, S_AXI_HPp_FPD on the Zynq UltraScale+; on the VCU118
-    to the same DDR4 interconnect)."""
+    ``p`` (S_AXI_HPp on the Zynq-7000, S_AXI_HPp_FPD on the Zynq UltraScale+, then
+    S_AXI_HPC0_FPD and S_AXI_HPC1_FPD for interfaces 4 and 5; on the VCU118 to the same DDR4
+    interconnect). ValueError if the board's PS has fewer ports (the Zynq-7000: four)."""
     stem = f"bfp_{board.name.replace('-', '_')}"
     zynq = board.name in ("pynq-z1", "zcu104")
     fmt = {"title": board.title, "stem": stem, "part": board.part, "core": CORE, "top": TOP,
@@ -251,8 +261,15 @@ def build_tcl(board: Board, write_ports: int = 1, read_ports: int = 1) -> str:
            "mig_arbitration": MIG_ARBITRATION[PORTS[BOARD_PORTS[board.name]]["dram_arbitration"]]}
     body = {"pynq-z1": _PS7, "zcu104": _PS8, "vu9p": _XDMA}[board.name]
     extra = {"pynq-z1": _PS7_PORT, "zcu104": _PS8_PORT, "vu9p": _XDMA_PORT}[board.name]
-    ports = "".join(extra.format(p=p, gp=p + 2, **fmt)
-                    for p in range(1, _memory_ports(write_ports, read_ports)))
+    count = _memory_ports(write_ports, read_ports)
+    if count > MEMORY_PORTS.get(board.name, count):
+        raise ValueError(f"the {board.title}'s PS has {MEMORY_PORTS[board.name]} memory "
+                         f"ports for the fabric, not {count} (write_ports {write_ports}, "
+                         f"read_ports {read_ports})")
+    ports = "".join(extra.format(p=p, gp=p + 2 if p < 4 else p - 4,
+                                 slave=f"S_AXI_HP{p}_FPD" if p < 4 else f"S_AXI_HPC{p - 4}_FPD",
+                                 **fmt)
+                    for p in range(1, count))
     return (_HEAD.format(**fmt) + body.format(**fmt) + ports
             + _TAIL.format(stem=stem, hwh_copy=_HWH.format(stem=stem) if zynq else "",
                            **_address(board)))

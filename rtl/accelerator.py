@@ -28,7 +28,7 @@ class Accelerator(wiring.Component):
     writes its C (``QUEUE_LEVEL`` counts the queue and the engine's two). The engine reads
     A, B and exponent vectors and writes C through an AXI4 manager (read half
     :attr:`mem_r`, write half :attr:`mem_w`), never outside
-    ``[WINDOW_BASE, WINDOW_LIMIT)``. With ``write_ports`` P of 2 or 4, P - 1 more AXI4 write
+    ``[WINDOW_BASE, WINDOW_LIMIT)``. With ``write_ports`` P of 2 to 6, P - 1 more AXI4 write
     managers, :attr:`mem_w1` ..., write the C tiles' rows ``p mod P``
     (:class:`rtl.writeback.WriteBackPorts`): connected to other memory ports (the Zynq PS's
     other HP ports), C leaves at up to P bus words a cycle. With ``read_ports`` 2, a second
@@ -57,7 +57,7 @@ class Accelerator(wiring.Component):
         Descriptor queue depth.
     burst_beats, outstanding : int
         DMA bursts (see :class:`rtl.dma.DmaReader`).
-    write_ports : {1, 2, 4}
+    write_ports : {1, 2, 3, 4, 5, 6}
         AXI4 write managers (``CONFIG_BUS.WRITE_PORTS``); at most ``rows``.
     read_ports : {1, 2, 3, 4}
         AXI4 read managers (``CONFIG_BUS.READ_PORTS``).
@@ -67,8 +67,8 @@ class Accelerator(wiring.Component):
     ctrl : In(AXI4LiteSignature(12))
     mem_r : Out(AXI4ReadSignature(addr_width, data_width))
     mem_w : Out(AXI4WriteSignature(addr_width, data_width))
-    mem_w1, mem_w2, mem_w3 : Out(AXI4WriteSignature(addr_width, data_width))
-        With ``write_ports`` 2 (``mem_w1``) or 4.
+    mem_w1 ... mem_w5 : Out(AXI4WriteSignature(addr_width, data_width))
+        With ``write_ports`` 2 (``mem_w1``) to 6.
     mem_r1, mem_r2, mem_r3 : Out(AXI4ReadSignature(addr_width, data_width))
         With ``read_ports`` 2 (``mem_r1``), 3 (and ``mem_r2``) or 4.
     irq : Out(1)

@@ -95,7 +95,7 @@ class GemmEngine(wiring.Component):
 
     Memory is read through :attr:`rd_cmd` / :attr:`rd_data` (a :class:`rtl.dma.DmaReader`)
     and written through :attr:`wr_cmd` / :attr:`wr_data` / :attr:`wr_done` (a
-    :class:`rtl.dma.DmaWriter`); with ``write_ports`` P of 2 or 4, the rows ``p mod P`` of
+    :class:`rtl.dma.DmaWriter`); with ``write_ports`` P of 2 to 6, the rows ``p mod P`` of
     each C tile through :attr:`wr_cmd1` / :attr:`wr_data1` / :attr:`wr_done1` ... (a writer
     each, on AXI ports of their own), by :class:`rtl.writeback.WriteBackPorts`. With
     ``read_ports`` 2, A (and the row exponents) is read through :attr:`rd_cmd` /
@@ -128,8 +128,9 @@ class GemmEngine(wiring.Component):
         C tiles per block side (buffer slots ``2 * block``, accumulation slots ``block**2``).
     packing, primitive, dsp_rows, acc_ram, slr_groups, dsp_slice :
         Passed to :class:`rtl.datapath.GemmDatapath`.
-    write_ports : {1, 2, 4}
-        DMA writers C rows are written through (at most ``rows``).
+    write_ports : {1, 2, 3, 4, 5, 6}
+        DMA writers C rows are written through (at most ``rows``; where it does not divide
+        ``rows``, each tile's rows are dealt from the first writer again).
     read_ports : {1, 2, 3, 4}
         DMA readers: one for A and B, one for A and one for B, or one for A and two or three
         for B.
@@ -164,7 +165,7 @@ class GemmEngine(wiring.Component):
                  packing: int = 1, primitive: bool = False, dsp_rows: int | None = None,
                  acc_ram: str = "auto", write_ports: int = 1, slr_groups: int = 1,
                  read_ports: int = 1, dsp_slice: str = "DSP48E2"):
-        self.write_ports = regmap.check_write_ports(write_ports)
+        self.write_ports = regmap.check_write_ports(write_ports, rows)
         self.read_ports = regmap.check_read_ports(read_ports)
         for name, v in (("rows", rows), ("cols", cols)):
             if not isinstance(v, int) or v < 2 or v & (v - 1) or v > 256:
@@ -179,8 +180,6 @@ class GemmEngine(wiring.Component):
                              f"to 32768, not {depth!r}")
         if not isinstance(block, int) or block < 1 or block & (block - 1) or block > 16:
             raise ValueError(f"block must be a power of two in 1..16, not {block!r}")
-        if rows % write_ports:
-            raise ValueError(f"write_ports ({write_ports}) must divide rows ({rows})")
         self.rows, self.cols, self.depth, self.block = rows, cols, depth, block
         self.primitive = bool(primitive)
         self.data_width, self.addr_width = data_width, addr_width

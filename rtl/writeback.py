@@ -12,7 +12,7 @@ from .pipe import RegisterSlice
 from .rescale import rescale_output_layout
 from .xilinx import register_copies
 
-__all__ = ["WORD_BITS_PER_SELECT", "WriteBack", "WriteBackPorts", "select_bits",
+__all__ = ["WORD_BITS_PER_SELECT", "WriteBack", "WriteBackPorts", "phase_rows", "select_bits",
            "write_job_layout"]
 
 #: Bits of a write word one copy of the word select chooses where a row is at most eight
@@ -28,6 +28,12 @@ def select_bits(word_bits: int, words_per_row: int) -> int:
     halved as the words double (at least 16 bits), and never more than the word."""
     bits = WORD_BITS_PER_SELECT * 8 // max(8, words_per_row)
     return max(16, min(word_bits, bits))
+
+
+def phase_rows(rows: int, ports: int, phase: int) -> int:
+    """Rows ``phase``, ``phase + ports``, ... below ``rows``: the rows of a tile of ``rows``
+    rows that the write-back of ``phase`` of ``ports`` takes."""
+    return len(range(phase, rows, ports))
 
 
 def write_job_layout() -> data.StructLayout:
@@ -77,7 +83,7 @@ class WriteBack(wiring.Component):
     last row, from a register: one idle cycle per tile between write commands.
 
     With ``ports = P > 1`` it writes one phase of the rows: tile rows ``phase``,
-    ``phase + P``, ... (``rows / P`` of each tile on :attr:`i_stream`, the others go to the
+    ``phase + P``, ... (:func:`phase_rows` of each tile on :attr:`i_stream`, the others go to the
     write-backs of the other phases, each with a DMA writer and an AXI port of its own; see
     :class:`WriteBackPorts`); its row addresses start ``phase`` rows in and step by
     ``P * c_stride``.
@@ -91,8 +97,8 @@ class WriteBack(wiring.Component):
     queue : int
         Jobs queued on each side.
     phase, ports : int
-        The rows this write-back takes: ``phase`` modulo ``ports`` (a power of two that
-        divides ``rows``).
+        The rows this write-back takes: ``phase`` modulo ``ports`` (1 to ``rows``; where
+        ``ports`` does not divide ``rows`` the phases take a row more or less of each tile).
 
     Members
     -------
@@ -114,10 +120,10 @@ class WriteBack(wiring.Component):
     def __init__(self, rows: int = 8, cols: int = 8, *, data_width: int = 128,
                  addr_width: int = 32, queue: int = 16, phase: int = 0, ports: int = 1,
                  primitive: bool = False):
-        if (not isinstance(ports, int) or ports < 1 or ports & (ports - 1) or rows % ports
+        if (not isinstance(ports, int) or isinstance(ports, bool) or not 1 <= ports <= rows
                 or not isinstance(phase, int) or not 0 <= phase < ports):
-            raise ValueError(f"ports must be a power of two dividing rows ({rows}) and phase "
-                             f"in 0..ports - 1, not ports={ports!r}, phase={phase!r}")
+            raise ValueError(f"ports must be 1 .. rows ({rows}) and phase in 0 .. ports - 1, "
+                             f"not ports={ports!r}, phase={phase!r}")
         self.phase, self.ports, self.primitive = phase, ports, bool(primitive)
         self.rows, self.cols, self.queue = rows, cols, queue
         self.data_width, self.addr_width = data_width, addr_width
@@ -135,8 +141,9 @@ class WriteBack(wiring.Component):
         m = Module()
         R, C, AW = self.rows, self.cols, self.addr_width
         P, ph = self.ports, self.phase
-        plog = P.bit_length() - 1
-        RP = R // P                       # rows of a tile this write-back takes
+        pow2 = not P & (P - 1)
+        plog = (P - 1).bit_length()       # bits of P * c_stride beyond c_stride's
+        RP = phase_rows(R, P, ph)         # rows of a tile this write-back takes
         bpw = self.data_width // 8
         wlog = bpw.bit_length() - 1
         d = self.desc
@@ -198,7 +205,10 @@ class WriteBack(wiring.Component):
         p3_lo, p3_hi = reg("p3_lo", 33), reg("p3_hi", 16)
         # this phase's rows of those inside: rows r = phase (mod P) below p2_rows
         p3_rows = reg("p3_rows", range(RP + 1))
-        m.d.sync += p3_rows.eq((p2_rows + (P - 1 - ph)) >> plog if P > 1 else p2_rows)
+        if pow2:
+            m.d.sync += p3_rows.eq((p2_rows + (P - 1 - ph)) >> plog if P > 1 else p2_rows)
+        else:                             # (a table of R + 1 entries: a LUT6 a bit)
+            m.d.sync += p3_rows.eq(Array(phase_rows(n, P, ph) for n in range(R + 1))[p2_rows])
         if row_bytes <= bpw:
             words_m1 = 0
         else:
@@ -255,8 +265,14 @@ class WriteBack(wiring.Component):
                          wc_row.eq(0)]
             if AW > 32:
                 m.d.sync += wc_hi.eq(wc.addr[32:])
+        if pow2:
+            step = d.c_stride << plog
+        else:                             # P * c_stride by shift and add (no DSP slice),
+            step = reg("wc_step", 32 + plog)  # registered: c_stride is held while tiles pass
+            m.d.sync += step.eq(sum(d.c_stride << i for i in range(P.bit_length())
+                                    if P >> i & 1))
         with m.If(advance):
-            nxt = wc_lo + (d.c_stride << plog)                     # 33 + plog bits
+            nxt = wc_lo + step                                     # 33 + plog bits
             m.d.sync += [wc_row.eq(wc_row + 1), wc_lo.eq(nxt[:32]), wc_carry.eq(nxt[32:])]
             if AW > 32:
                 m.d.sync += wc_hi.eq(wc_hi + wc_carry)
@@ -353,7 +369,9 @@ class WriteBackPorts(wiring.Component):
     rows, cols, data_width, addr_width, queue :
         As :class:`WriteBack`.
     ports : int
-        Write-backs (and writers): a power of two of at least 2 that divides ``rows``.
+        Write-backs (and writers): 2 to ``rows``. Each tile is dealt from its first row
+        (to phase 0), so where ``ports`` does not divide ``rows`` (the ZCU104's six ports
+        and 32 rows) the first phases take a row more of each tile than the others.
 
     Members
     -------
@@ -366,9 +384,8 @@ class WriteBackPorts(wiring.Component):
     def __init__(self, rows: int = 8, cols: int = 8, *, data_width: int = 128,
                  addr_width: int = 32, queue: int = 16, ports: int = 2,
                  primitive: bool = False):
-        if not isinstance(ports, int) or ports < 2 or ports & (ports - 1) or rows % ports:
-            raise ValueError(f"ports must be a power of two of at least 2 dividing rows "
-                             f"({rows}), not {ports!r}")
+        if not isinstance(ports, int) or isinstance(ports, bool) or not 2 <= ports <= rows:
+            raise ValueError(f"ports must be 2 .. rows ({rows}), not {ports!r}")
         self.parts = [WriteBack(rows, cols, data_width=data_width, addr_width=addr_width,
                                 queue=queue, phase=p, ports=ports, primitive=primitive)
                       for p in range(ports)]
@@ -411,6 +428,10 @@ class WriteBackPorts(wiring.Component):
         # the rows dealt in turn
         m.d.comb += self.i_stream.ready.eq(Cat(*(r.ready for r in rows_in)).bit_select(turn, 1))
         with m.If(self.i_stream.valid & self.i_stream.ready):
-            m.d.sync += turn.eq(turn + 1)
+            if self.rows % P:         # a tile's first row goes to phase 0
+                m.d.sync += turn.eq(Mux((turn == P - 1) | self.i_stream.payload.last, 0,
+                                        turn + 1))
+            else:
+                m.d.sync += turn.eq(turn + 1)
         m.d.comb += self.idle.eq(Cat(*(wb.idle for wb in self.parts)).all())
         return m

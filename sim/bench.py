@@ -215,9 +215,9 @@ def _training_gemms(batch, fan_in, fan_out):
 #: (64 bits is the narrowest bus; the arrays are the smallest powers of two with the ratio).
 #: C's ratio — bytes of a C tile over the bytes a cycle its write ports take,
 #: rows * cols * 4 / (write_ports * bus bytes) — is kept too on the ZCU104: its default
-#: writes through four 16-byte ports, 32 * 64 * 4 / 64 = 128, the stand-in through two 8-byte
-#: ports, 16 * 32 * 4 / 16 = 128 (with one port each, before, the stand-in's C left twice as
-#: easily as the board's). The VU9P's
+#: writes through six 16-byte ports, 32 * 64 * 4 / 96 = 85.3, the stand-in through three
+#: 8-byte ports, 16 * 32 * 4 / 24 = 85.3 (with one port each, before, the stand-in's C left
+#: twice as easily as the board's). The VU9P's
 #: (64 * 128 * 4 / 64 = 512) cannot be kept with its operand ratio at any smaller size: its
 #: stand-in's (8 * 16 * 4 / 8 = 64) writes are 8 times easier than the board's;
 #: sim.perfmodel predicts the default itself. The ZCU104 reads A and B through two ports, as
@@ -226,7 +226,7 @@ def _training_gemms(batch, fan_in, fan_out):
 BENCH_CONFIGS = {
     "pynq-z1": {"rows": 16, "cols": 16, "data_width": 64, "write_ports": 4, "read_ports": 2,
                 "packing": 2, "dsp_slice": "DSP48E1"},
-    "zcu104": {"rows": 16, "cols": 32, "data_width": 64, "write_ports": 2, "read_ports": 4},
+    "zcu104": {"rows": 16, "cols": 32, "data_width": 64, "write_ports": 3, "read_ports": 4},
     "vu9p": {"rows": 8, "cols": 16, "data_width": 64},
 }
 #: How many times larger each board's default is than its BENCH_CONFIGS array, in rows,

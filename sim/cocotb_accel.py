@@ -9,7 +9,7 @@ The test runs once per memory port in ``ACC_PORTS``: ``;``-separated keys of
 writes in flight, latency 40, 16-beat bursts, a random write order and 20 % pauses). The
 memory must see no AXI violation and be left with nothing in flight.
 Configuration from the environment: ``ACC_ROWS``, ``ACC_COLS``, ``ACC_WIDTH``, ``ACC_SEED``,
-``ACC_WRITE_PORTS`` (2 or 4: the accelerator's other write ports ``mem_w1`` ... are each
+``ACC_WRITE_PORTS`` (2 to 6: the accelerator's other write ports ``mem_w1`` ... are each
 answered by a memory of the same knobs on the same bytes, checked the same way),
 ``ACC_READ_PORTS`` (2: the second read port ``mem_r1``, which reads B, likewise).
 """

@@ -436,8 +436,9 @@ def issue(program, rows: int, cols: int):
 def write_back(jobs, c_rows, desc: dict, rows: int, cols: int, data_width: int,
                addr_width: int, phase: int = 0, ports: int = 1):
     """What :class:`rtl.writeback.WriteBack` sends for ``jobs`` (``{"m0", "n0"}``) and the C
-    rows (``rows // ports`` per job: its rows ``phase``, ``phase + ports``, ...; each ``cols``
-    uint32 words).
+    rows (its rows ``phase``, ``phase + ports``, ... below ``rows`` per job: a row more or
+    less for some phases where ``ports`` does not divide ``rows``; each ``cols`` uint32
+    words).
 
     Returns ``(wr_cmds, words)``: ``{"addr", "beats"}`` and ``(data, strb)`` integers.
     """
@@ -445,7 +446,7 @@ def write_back(jobs, c_rows, desc: dict, rows: int, cols: int, data_width: int,
     row_bytes = 4 * cols
     cmds, words = [], []
     c_rows = list(c_rows)
-    rp = rows // ports
+    rp = len(range(phase, rows, ports))
     for t, job in enumerate(jobs):
         m0, n0 = job["m0"], job["n0"]
         n_valid = min(desc["n"] - n0, cols)

@@ -60,7 +60,7 @@ class FunctionalAccelerator:
                  data_width: int = 128, addr_width: int = 32, packing: int = 1,
                  queue: int = 4, port: str | dict = "ideal", memory: int = 256 << 20,
                  write_ports: int = 1, read_ports: int = 1):
-        regmap.check_write_ports(write_ports)
+        regmap.check_write_ports(write_ports, rows)
         regmap.check_read_ports(read_ports)
         self.cfg = dict(rows=rows, cols=cols, depth=depth, block=block,
                         data_width=data_width)

@@ -8,7 +8,7 @@ through ``ctypes``; :class:`firmware.device.Device` drives it with the same regi
 driver that drives a board.
 
 The memory behind the accelerator's AXI port (and its other write ports, ``mem_w1`` ...,
-with ``write_ports`` 2 or 4: the same memory, each write port with its own bursts in flight)
+with ``write_ports`` 2 to 6: the same memory, each write port with its own bursts in flight)
 is timed by ``port``: a preset of
 :data:`sim.ports.PORTS` (``"ideal"``, ``"zynq7-hp"``, ``"zynqmp-hp"``, ``"vcu118-ddr4"``) or a
 dict of knobs (bursts in flight each way, read latency, write response latency, longest burst,

@@ -243,9 +243,11 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
     read_ports : {1, 2, 3, 4}
         AXI read ports (``Accelerator(read_ports=...)``): 2 reads A and B in parallel, 3 and
         4 stripe B's rows over two and three.
-    write_ports : {1, 2, 4}
+    write_ports : {1, 2, 3, 4, 5, 6}
         AXI write ports C rows are dealt to in turn (``Accelerator(write_ports=...)``), each
-        with the port's limits of its own.
+        with the port's limits of its own; where they do not divide ``rows``, each tile is
+        dealt from the first port again, and its rows leave at the pace of the ports that
+        take ``ceil(rows / write_ports)`` of them.
     copies : int
         The GEMM queued this many times back to back, each after the first with
         ``DESC_FLAGS.OVERLAP`` (its chunks walked after the one before's, the slot parities
@@ -260,7 +262,9 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
         or "writes") and ``chunks``.
     """
     regmap.check_read_ports(read_ports)
-    regmap.check_write_ports(write_ports)
+    regmap.check_write_ports(write_ports, rows)
+    # a tile's rows dealt from the first write port: the ports with the most rows set its pace
+    wports = rows / _cdiv(rows, write_ports)
     bpw = data_width // 8
     burst = min(dma_burst, port.get("max_burst") or dma_burst)
     o_rd = min(dma_outstanding, port.get("outstanding_reads") or dma_outstanding)
@@ -368,7 +372,7 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
                 words = _cdiv(4 * cols_in, bpw) if 4 * cols > bpw else 1
                 runs += [words] * sum(rows_in)
             beats = sum(runs) / len(runs)
-            wrate = write_ports * read_rate(beats, o_wr, lat_w + 2, keep)
+            wrate = wports * read_rate(beats, o_wr, lat_w + 2, keep)
             if dram is not None:
                 wrate = min(wrate, dram / bpw)
             traffic[1] += sum(runs)

@@ -13,11 +13,13 @@ from sim import golden
 
 # (rows, cols, data_width, write_ports, read_ports): lanes below, equal to and above the bus
 # width; C rows narrower and wider than a bus word; C rows dealt to two and to four write ports
-# (one row of each tile a port); A and B read through two read ports, and B's rows striped
+# (one row of each tile a port), and to three (two, one and one: the ZCU104's six over 32 rows
+# in small); A and B read through two read ports, and B's rows striped
 # over two more, and over three; and the Pynq-Z1 default's shape in small (four write ports,
 # two read ports, two MACs per DSP48E1).
 CONFIGS = [(8, 8, 128, 1, 1), (4, 16, 64, 1, 1), (8, 8, 512, 1, 1), (4, 8, 64, 2, 1),
            (4, 4, 128, 4, 1), (4, 8, 64, 2, 2), (4, 8, 64, 2, 3), (4, 8, 64, 2, 4),
+           (4, 8, 64, 3, 4),
            (4, 8, 64, 4, 2, "DSP48E1")]
 
 
@@ -393,13 +395,12 @@ def test_interrupt_and_identification(dev):
 def test_device_options_are_checked():
     with pytest.raises(TypeError, match="unknown option"):
         Device("rtl", rows=8, cols=8, speed=3)
-    for bad, match in ((3, "write_ports must be 1, 2 or 4"), (True, "write_ports must be"),
-                       (4, r"write_ports \(4\) must divide rows \(2\)")):
-        with pytest.raises(ValueError, match=match):     # before any model is built
-            Device("rtl", rows=2, cols=8, write_ports=bad)
-        with pytest.raises(ValueError, match="write_ports must be 1, 2 or 4" if bad != 4
-                           else "write_ports"):
-            Device("model", rows=2, cols=8, write_ports=bad if bad != 4 else 5)
+    for bad, match in ((7, "write_ports must be one of 1, 2, 3, 4, 5, 6"),
+                       (True, "write_ports must be"),
+                       (3, r"write_ports \(3\) must be at most rows \(2\)")):
+        for backend in ("rtl", "model"):          # before any model is built
+            with pytest.raises(ValueError, match=match):
+                Device(backend, rows=2, cols=8, write_ports=bad)
     with pytest.raises(TypeError, match="golden backend takes no options"):
         Device("golden", latency=3)
 

@@ -57,16 +57,19 @@ def test_generates_verilog_top_constraints_and_scripts(generated):
         assert port in top
     tcl = (out / "build.tcl").read_text()
     assert PLATFORMS[name].part in tcl and "write_bitstream" in tcl
-    # write port p on the PS's HP port p (Pynq-Z1 and ZCU104: 4); the VU9P has one; the
-    # second read port (Pynq-Z1, ZCU104) is m_axi_mem1's read channels, the third and fourth
-    # (ZCU104) m_axi_mem2's and m_axi_mem3's
+    # write port p on the PS's HP port p (Pynq-Z1: 4; ZCU104: 6, the last two on its HPC
+    # ports); the VU9P has one; the second read port (Pynq-Z1, ZCU104) is m_axi_mem1's read
+    # channels, the third and fourth (ZCU104) m_axi_mem2's and m_axi_mem3's
     ports = PLATFORMS[name].config().get("write_ports", 1)
     read_ports = PLATFORMS[name].config().get("read_ports", 1)
     assert ("m_axi_mem1_awaddr" in top) == (ports > 1)
     assert ("m_axi_mem1_araddr" in top) == (read_ports > 1) == (name != "vu9p")
     assert ("m_axi_mem2_araddr" in top) == (read_ports >= 3) == (name == "zcu104")
     assert ("m_axi_mem3_araddr" in top) == (read_ports == 4) == (name == "zcu104")
-    assert ("m_axi_mem3_awaddr" in top) == (ports == 4)
+    assert ("m_axi_mem3_awaddr" in top) == (ports >= 4)
+    assert ("m_axi_mem5_awaddr" in top) == (ports == 6) == (name == "zcu104")
+    assert "m_axi_mem4_araddr" not in top and "m_axi_mem6" not in top
+    assert ('/ps/S_AXI_HPC1_FPD" Clk' in tcl) == (name == "zcu104")
     assert ("accel/m_axi_mem1" in tcl) == (ports > 1)
     assert ("S_AXI_HP3_FPD" in tcl) == (name == "zcu104")
     assert ("/ps/S_AXI_HP1\"" in tcl) == (name == "pynq-z1")
@@ -95,6 +98,26 @@ def test_four_write_ports_go_to_four_hp_ports(tmp_path):
     for p in (1, 2, 3):
         assert f'/ps/S_AXI_HP{p}_FPD" Clk' in tcl and f"accel/m_axi_mem{p}]" in tcl
         assert f"PSU__USE__S_AXI_GP{p + 2} {{1}}" in tcl
+
+
+def test_six_write_ports_take_the_zcu104_hpc_ports(tmp_path):
+    """Write ports 4 and 5 are write-only interfaces on S_AXI_HPC0_FPD and S_AXI_HPC1_FPD
+    (the PS8's S_AXI_GP0 and GP1); the Pynq-Z1's PS has four HP ports, so five are refused
+    with exit status 2."""
+    proc = run_build("--platform", "zcu104", "--rows", "8", "--cols", "8", "--write-ports", "6",
+                     "--read-ports", "2", "--synth", "none", "--out", str(tmp_path))
+    assert proc.returncode == 0, proc.stderr
+    top = (tmp_path / "bfp_accel_top.v").read_text()
+    tcl = (tmp_path / "build.tcl").read_text()
+    assert "m_axi_mem5_wdata" in top and "m_axi_mem5_araddr" not in top
+    assert "m_axi_mem2_araddr" not in top and "m_axi_mem6" not in top
+    for p, gp, slave in ((4, 0, "S_AXI_HPC0_FPD"), (5, 1, "S_AXI_HPC1_FPD")):
+        assert f'/ps/{slave}" Clk' in tcl and f"accel/m_axi_mem{p}]" in tcl
+        assert f"PSU__USE__S_AXI_GP{gp} {{1}}" in tcl
+    proc = run_build("--platform", "pynq-z1", "--write-ports", "5", "--synth", "none",
+                     "--out", str(tmp_path / "pynq"))
+    assert proc.returncode == 2
+    assert "pynq-z1's PS has 4 memory ports" in proc.stderr
 
 
 def test_generated_tcl_and_xdc_parse_in_tclsh(generated):

@@ -18,7 +18,8 @@ from sim.ports import BOARD_PORTS, DRAM_ARBITRATIONS, KNOBS, PORTS, WRITE_ORDERS
 
 # Configurations tests/test_accelerator.py builds, so no extra compile: one write port, two,
 # four; two write ports and two read ports ("2r": A and B each through a read port of its own)
-# or three ("3r": B's rows striped over two), or four ("4r": over three).
+# or three ("3r": B's rows striped over two), or four ("4r": over three); three write ports
+# with four read ports ("3w"; test_accelerator's "4x8x64-3w-4r").
 CONFIG = {"rows": 8, "cols": 8, "data_width": 128}
 CONFIGS_BY_PORTS = {1: CONFIG, 2: {"rows": 4, "cols": 8, "data_width": 64, "write_ports": 2},
                     4: {"rows": 4, "cols": 4, "data_width": 128, "write_ports": 4},
@@ -27,6 +28,10 @@ CONFIGS_BY_PORTS = {1: CONFIG, 2: {"rows": 4, "cols": 8, "data_width": 64, "writ
                     "3r": {"rows": 4, "cols": 8, "data_width": 64, "write_ports": 2,
                            "read_ports": 3},
                     "4r": {"rows": 4, "cols": 8, "data_width": 64, "write_ports": 2,
+                           "read_ports": 4},
+                    # three write ports over four rows (two, one, one a tile): the ZCU104's
+                    # six write ports over 32 rows in small, with its four read ports
+                    "3w": {"rows": 4, "cols": 8, "data_width": 64, "write_ports": 3,
                            "read_ports": 4}}
 
 
@@ -50,7 +55,7 @@ def _check_port_kept(dev):
         assert limit is None or c[f"max_{way}_in_flight"] <= limit, (way, c)
 
 
-@pytest.mark.parametrize("write_ports", [1, 2, 4, "2r", "3r"])
+@pytest.mark.parametrize("write_ports", [1, 2, 4, "2r", "3r", "3w"])
 @pytest.mark.parametrize("order", WRITE_ORDERS)
 @pytest.mark.parametrize("preset", sorted(PORTS))
 def test_every_preset_and_write_order_is_exact(preset, order, write_ports):
@@ -73,7 +78,8 @@ def test_every_preset_and_write_order_is_exact(preset, order, write_ports):
        latency=st.integers(1, 80), pause=st.sampled_from([0.0, 0.3]),
        m=st.integers(1, 50), n=st.integers(1, 50), k=st.integers(1, 200),
        ta=st.booleans(), tb=st.booleans(), seed=st.integers(0, 2**16),
-       order=st.sampled_from(WRITE_ORDERS), write_ports=st.sampled_from([1, 2, 4, "2r", "3r"]),
+       order=st.sampled_from(WRITE_ORDERS),
+       write_ports=st.sampled_from([1, 2, 4, "2r", "3r", "3w"]),
        arbitration=st.sampled_from(DRAM_ARBITRATIONS))
 def test_random_knobs(preset, order, outstanding, latency, pause, m, n, k, ta, tb, seed,
                       write_ports, arbitration):
@@ -289,7 +295,7 @@ def test_bench_cli_checks_its_arguments():
             ("--block", "3", r"--block: a power of two in 1\.\.16"),
             ("--block", "0", r"--block: a power of two in 1\.\.16"),
             ("--block", "32", r"--block: a power of two in 1\.\.16"),
-            ("--write-ports", "3", r"--write-ports: invalid choice")):
+            ("--write-ports", "7", r"--write-ports: invalid choice")):
         res = subprocess.run([*run, option, bad], capture_output=True, text=True)
         assert res.returncode == 2
         assert option in res.stderr

@@ -15,7 +15,10 @@ from sim.harness import run, stream_recv, stream_send
     (4, 4, 128, 0, 1), (2, 8, 64, 0, 1), (4, 2, 128, 0, 1), (8, 8, 512, 0, 1),
     (2, 16, 128, 0, 1), (4, 4, 128, 1, 2), (8, 4, 64, 0, 2), (2, 16, 128, 1, 2),
     # copies of the word select: two (16 words of 128 bits a row), four (8 of 512)
-    (2, 64, 128, 0, 1), (1, 128, 512, 0, 1)])
+    (2, 64, 128, 0, 1), (1, 128, 512, 0, 1),
+    # ports that do not divide the rows: a row more (phase 0 of 3 over 8) or fewer (phase 2;
+    # phase 5 of 6 over 8 takes one row, the row step 6 * c_stride)
+    (8, 4, 64, 0, 3), (8, 8, 128, 2, 3), (8, 4, 128, 5, 6)])
 @pytest.mark.parametrize("seed,addr_width", [(0, 32), (1, 32), (2, 40), (3, 64)])
 def test_matches_model(rows, cols, data_width, phase, ports, seed, addr_width):
     """Wider addresses carry out of the low 32 bits (the carry-save row address): a base just
@@ -34,7 +37,7 @@ def test_matches_model(rows, cols, data_width, phase, ports, seed, addr_width):
     rng.shuffle(jobs)
     c_rows = np.random.default_rng(seed).integers(0, 2**32, (len(jobs) * rows, cols),
                                                   dtype=np.uint32)
-    c_rows = c_rows[:len(jobs) * rows // ports]
+    c_rows = c_rows[:len(jobs) * len(range(phase, rows, ports))]
     want_cmds, want_words = em.write_back(jobs, c_rows, desc, rows, cols, data_width,
                                           addr_width, phase, ports)
     dut = WriteBack(rows, cols, data_width=data_width, addr_width=addr_width, queue=4,
@@ -47,7 +50,7 @@ def test_matches_model(rows, cols, data_width, phase, ports, seed, addr_width):
         await stream_send(ctx, dut.jobs, jobs, rng=random.Random(seed + 1), stall=0.3)
 
     async def send_rows(ctx):
-        rp = rows // ports
+        rp = len(range(phase, rows, ports))
         beats = [{"data": [int(x) for x in r], "last": int(i % rp == rp - 1)}
                  for i, r in enumerate(c_rows)]
         await stream_send(ctx, dut.i_stream, beats, rng=random.Random(seed + 2), stall=0.3)
@@ -76,8 +79,13 @@ def test_matches_model(rows, cols, data_width, phase, ports, seed, addr_width):
         ctx.set(dut.wr_done, 0)
         while "words" not in got or "rows_sent" not in got:
             await ctx.tick()
-        await ctx.tick().repeat(2)
-        got["idle"] = ctx.get(dut.idle)
+        # idle within a few cycles a tile: the command side may still pass tiles with no
+        # rows of this phase (a few cycles each) after the data side dropped their rows
+        for _ in range(4 * len(jobs) + 4):
+            await ctx.tick()
+            got["idle"] = ctx.get(dut.idle)
+            if got["idle"]:
+                break
 
     run(dut, send_jobs, send_rows, take_cmds, take_words, respond, deadline_cycles=20_000)
     assert got["cmds"] == want_cmds
@@ -93,11 +101,13 @@ def test_model_strobes_leave_columns_beyond_n():
     assert words == [(int.from_bytes(np.arange(4, dtype="<u4").tobytes(), "little"), 0x0FFF)]
 
 
-@pytest.mark.parametrize("rows,cols,data_width,seed", [(4, 4, 64, 0), (2, 8, 128, 1),
-                                                       (8, 16, 64, 2)])
-def test_ports_match_model(rows, cols, data_width, seed):
+@pytest.mark.parametrize("rows,cols,data_width,ports,seed", [
+    (4, 4, 64, 2, 0), (2, 8, 128, 2, 1), (8, 16, 64, 2, 2),
+    # ports that do not divide the rows: each tile dealt from phase 0 again
+    (8, 4, 64, 3, 3), (8, 8, 128, 6, 4), (4, 4, 64, 3, 5)])
+def test_ports_match_model(rows, cols, data_width, ports, seed):
     """WriteBackPorts: each writer gets its phase's commands and words (the model per phase),
-    under random stalls on every stream and done pulses on both writers at once."""
+    under random stalls on every stream and done pulses on all writers at once."""
     from rtl.writeback import WriteBackPorts
 
     rng = random.Random(seed)
@@ -109,11 +119,13 @@ def test_ports_match_model(rows, cols, data_width, seed):
     rng.shuffle(jobs)
     c_rows = np.random.default_rng(seed).integers(0, 2**32, (len(jobs) * rows, cols),
                                                   dtype=np.uint32)
-    want = [em.write_back(jobs, c_rows[p::2], desc, rows, cols, data_width, 32, p, 2)
-            for p in range(2)]
-    dut = WriteBackPorts(rows, cols, data_width=data_width, addr_width=32, queue=4, ports=2)
+    P = ports
+    want = [em.write_back(jobs, [r for t in range(len(jobs))
+                                 for r in c_rows[t * rows + p:(t + 1) * rows:P]],
+                          desc, rows, cols, data_width, 32, p, P) for p in range(P)]
+    dut = WriteBackPorts(rows, cols, data_width=data_width, addr_width=32, queue=4, ports=P)
     got = {}
-    issued = [0, 0]
+    issued = [0] * P
 
     async def send_jobs(ctx):
         ctx.set(dut.desc, desc)
@@ -140,22 +152,23 @@ def test_ports_match_model(rows, cols, data_width, seed):
 
     async def respond(ctx):
         rng_d = random.Random(seed + 7)
-        done = [0, 0]
+        done = [0] * P
         while done != [len(w[0]) for w in want]:
-            for p in range(2):
+            for p in range(P):
                 fire = done[p] < issued[p] and rng_d.random() < 0.5
                 ctx.set(dut.wr_done[p], fire)
                 done[p] += fire
             await ctx.tick()
-        for p in range(2):
+        for p in range(P):
             ctx.set(dut.wr_done[p], 0)
-        while any((p, "words") not in got for p in range(2)) or "rows_sent" not in got:
+        while any((p, "words") not in got for p in range(P)) or "rows_sent" not in got:
             await ctx.tick()
         await ctx.tick().repeat(3)
         got["idle"] = ctx.get(dut.idle)
 
-    run(dut, send_jobs, send_rows, *taker(0), *taker(1), respond, deadline_cycles=20_000)
-    for p in range(2):
+    run(dut, send_jobs, send_rows, *(f for p in range(P) for f in taker(p)), respond,
+        deadline_cycles=20_000)
+    for p in range(P):
         assert got[p, "cmds"] == want[p][0]
         assert got[p, "words"] == want[p][1]
     assert got["idle"]
@@ -164,11 +177,23 @@ def test_ports_match_model(rows, cols, data_width, seed):
 def test_ports_args():
     from rtl.writeback import WriteBackPorts
 
-    for ports in (1, 3, 8):
+    for ports in (1, 5, 8, True, 2.0):
         with pytest.raises(ValueError, match="ports"):
             WriteBackPorts(4, 4, ports=ports)
     with pytest.raises(ValueError, match="phase"):
         WriteBack(4, 4, phase=2, ports=2)
+    with pytest.raises(ValueError, match="ports"):
+        WriteBack(4, 4, phase=0, ports=5)
+
+
+def test_phase_rows():
+    """Each tile's rows dealt from phase 0: the ZCU104's 32 rows over six ports are 6, 6, 5,
+    5, 5, 5; they add up to the rows for every count of ports."""
+    from rtl.writeback import phase_rows
+    assert [phase_rows(32, 6, p) for p in range(6)] == [6, 6, 5, 5, 5, 5]
+    for rows in range(1, 17):
+        for ports in range(1, rows + 1):
+            assert sum(phase_rows(rows, ports, p) for p in range(ports)) == rows
 
 
 def test_select_copies_follow_the_words_a_row():

@@ -4,7 +4,7 @@
 // Compiled with -DMODEL=<Verilated class> -DMODEL_H="<header>" -DDW=<AXI data width in bits>.
 //
 // Memory model: a flat byte array at address 0 behind one AXI subordinate port (with
-// -DWRITE_PORTS=2 or 4 more write ports, mem_w1 ... mem_w3, and with -DREAD_PORTS=2, 3 or 4 a second,
+// -DWRITE_PORTS=2 .. 6 more write ports, mem_w1 ... mem_w5, and with -DREAD_PORTS=2, 3 or 4 a second,
 // third and fourth read port, mem_r1 ... mem_r3, on the same memory, each port with the knobs below of its own) whose timing is set by a few knobs (sim_configure; sim/ports.py has
 // the boards' presets):
 //
@@ -233,7 +233,15 @@ struct Sim {
 #endif
 #if WRITE_PORTS > 2
         wports.push_back(WriteState{WRITE_PINS(top, mem_w2__)});
+#endif
+#if WRITE_PORTS > 3
         wports.push_back(WriteState{WRITE_PINS(top, mem_w3__)});
+#endif
+#if WRITE_PORTS > 4
+        wports.push_back(WriteState{WRITE_PINS(top, mem_w4__)});
+#endif
+#if WRITE_PORTS > 5
+        wports.push_back(WriteState{WRITE_PINS(top, mem_w5__)});
 #endif
         top->clk = 0;
         top->rst = 1;
