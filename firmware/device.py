@@ -99,6 +99,7 @@ class _Call:
         self.a, self.b, self.m, self.n, self.k, self.ta, self.tb = a, b, m, n, k, ta, tb
         self.re, self.ce, self.k_exp, self.runs = re, ce, k_exp, runs
         self.out, self.as_tensor, self.block = out, as_tensor, block
+        self.turned = False             # run as C^T = op(B)^T op(A)^T (Device._plan)
         self.result = None
 
 
@@ -412,9 +413,13 @@ class Device:
         ``block``: the side, in C tiles, of the blocks the accelerator walks C in (1 up to
         the buffers' block, ``CONFIG_BUFFER.BLOCK_LOG2``): A and B are read once per block
         row and column, C leaves block by block. ``None`` lets
-        :func:`sim.perfmodel.best_block` choose for the device's memory port (the hardware's
-        largest where the port is unknown). It changes the time, never the result;
-        ``stats["block"]`` says which was used.
+        :func:`sim.perfmodel.best_plan` choose for the device's memory port (the hardware's
+        largest where the port is unknown), and also whether to run the GEMM as its
+        transpose, ``C^T = op(B)^T op(A)^T``, where that is predicted faster (a small N: the
+        short side on the array's rows, the long operand read as B is) — then C is returned
+        as the transpose of the C^T written, a view (never with ``as_tensor``). It changes the
+        time, never the result; ``stats["block"]`` and ``stats["transposed"]`` say which
+        was used.
 
         ``a``, ``b``: int8 matrices, as numpy arrays or :class:`DeviceTensor`. ``row_exp``,
         ``col_exp``: int8 scalars or vectors. ``k_exp``: ``None`` or an integer vector, one
@@ -538,9 +543,10 @@ class Device:
                       "dma_stall_cycles": None}
         if single:
             c = calls[0]
-            self.stats.update(m=c.m, n=c.n, k=c.k, block=None)
+            self.stats.update(m=c.m, n=c.n, k=c.k, block=None, transposed=False)
         else:
-            self.stats["gemms"] = [dict(m=c.m, n=c.n, k=c.k, block=None) for c in calls]
+            self.stats["gemms"] = [dict(m=c.m, n=c.n, k=c.k, block=None, transposed=False)
+                                   for c in calls]
         if self.driver is None:
             with self.profile.time("wait"):
                 return [self._golden(c) for c in calls]
@@ -555,9 +561,13 @@ class Device:
                     c.b = self.tensor(c.b)
                     temps.append(c.b)
                 if c.block is None:        # behind the GEMM before it: chosen queued
-                    c.block = self._choose_block(c.m, c.n, c.k, c.ta, c.tb, queued=i > 0)
-                (self.stats if single else self.stats["gemms"][i])["block"] = int(c.block)
+                    self._plan(c, queued=i > 0)
+                (self.stats if single else self.stats["gemms"][i]).update(
+                    block=int(c.block), transposed=c.turned)
             results = self._run(calls, temps)
+            for i, c in enumerate(calls):
+                if c.turned:               # C^T was written: C is its transpose (a view)
+                    c.result = results[i] = results[i].T
             for i, (c, r) in enumerate(zip(calls, results, strict=True)):
                 if c.as_tensor and not isinstance(r, DeviceTensor):     # combined on the host
                     c.result = results[i] = self.tensor(r)
@@ -596,16 +606,33 @@ class Device:
         board = getattr(getattr(self.driver, "target", None), "board", None)
         return resolve_port(BOARD_PORTS[board]) if board in BOARD_PORTS else None
 
-    def _choose_block(self, m, n, k, ta, tb, queued=False) -> int:
+    def _plan(self, c: _Call, queued=False) -> None:
+        """``c``'s block and whether it runs as its transpose (:func:`sim.perfmodel.best_plan`
+        for the device's memory port; the hardware's largest block, as given, where the port is
+        unknown). A transposed call (never one kept ``as_tensor``: C would be left transposed
+        in device memory) has its operands, shape, flags and exponents turned here; its result
+        is turned back after the run."""
         info = self.driver.info
         port = self.memory_port()
         if port is None:
-            return info.block
-        from sim.perfmodel import best_block
-        return best_block(m, n, k, ta, tb, rows=info.rows, cols=info.cols, depth=info.depth,
-                          block=info.block, data_width=info.data_width, port=port,
-                          write_ports=info.write_ports, read_ports=info.read_ports,
-                          queued=queued)
+            c.block = info.block
+            return
+        from sim.perfmodel import best_plan
+        turned, c.block = best_plan(
+            c.m, c.n, c.k, c.ta, c.tb, rows=info.rows, cols=info.cols, depth=info.depth,
+            block=info.block, data_width=info.data_width, port=port,
+            write_ports=info.write_ports, read_ports=info.read_ports, queued=queued)
+        if turned and c.as_tensor:
+            from sim.perfmodel import best_block
+            c.block = best_block(c.m, c.n, c.k, c.ta, c.tb, rows=info.rows, cols=info.cols,
+                                 depth=info.depth, block=info.block,
+                                 data_width=info.data_width, port=port,
+                                 write_ports=info.write_ports, read_ports=info.read_ports,
+                                 queued=queued)
+        elif turned:
+            c.a, c.b, c.m, c.n = c.b, c.a, c.n, c.m
+            c.ta, c.tb, c.re, c.ce = not c.tb, not c.ta, c.ce, c.re
+            c.turned = True
 
     def _run(self, calls: list[_Call], temps: list) -> list:
         """Every call's descriptors, queued back to back; returns the calls' results in order.

@@ -362,24 +362,29 @@ def _run_checked(dev, label, m, n, k, ta, tb, rng, block=None) -> float:
     return wall
 
 
-def _run_queued(dev, label, m, n, k, ta, tb, rng, block) -> int:
+def _run_queued(dev, label, m, n, k, ta, tb, rng, block, turned=False) -> int:
     """The GEMM's cycles behind another in the descriptor queue: the same GEMM (new operands
     from ``rng``) queued twice, the second with ``DESC_FLAGS.OVERLAP`` (it reads nothing the
     first writes), less the first alone (``BUSY_CYCLES`` of each run; at reuse block
-    ``block``). The second C is checked bit for bit against :func:`sim.golden.gemm`."""
+    ``block``; ``turned``: run as its transpose, as :class:`firmware.Device` runs it where
+    :func:`sim.perfmodel.best_plan` says so). The second C is checked bit for bit against
+    :func:`sim.golden.gemm`."""
     from sim import golden
 
     a, b = _operands(rng, m, n, k, ta, tb)
     drv = dev.driver
     ta_, tb_ = dev.tensor(a), dev.tensor(b)
-    cs = [dev.empty((m, n), np.int32) for _ in range(2)]
+    # the GEMM run: C = op(A) op(B), or C^T = op(B)^T op(A)^T
+    run = ((tb_, ta_, n, m, not tb, not ta) if turned else (ta_, tb_, m, n, ta, tb))
+    cs = [dev.empty(run[2:4], np.int32) for _ in range(2)]
     try:
-        descs = [drv.descriptors(ta_, tb_, c, m=m, n=n, k0=0, k1=k, transpose_a=ta,
-                                 transpose_b=tb, row_exp=0, col_exp=0, raw=True,
-                                 block=block) for c in cs]
+        descs = [drv.descriptors(run[0], run[1], c, m=run[2], n=run[3], k0=0, k1=k,
+                                 transpose_a=run[4], transpose_b=run[5], row_exp=0,
+                                 col_exp=0, raw=True, block=block) for c in cs]
         one = drv.run(*descs[0])["busy_cycles"]
         two = drv.run(*descs[0], *descs[1])["busy_cycles"]
-        if not np.array_equal(cs[1].numpy(), golden.gemm(a, b, ta, tb)):
+        c = cs[1].numpy()
+        if not np.array_equal(c.T if turned else c, golden.gemm(a, b, ta, tb)):
             raise AssertionError(f"{label}, queued: the accelerator's result differs from "
                                  f"golden")
         if dev.sim.violations:
@@ -391,25 +396,31 @@ def _run_queued(dev, label, m, n, k, ta, tb, rng, block) -> int:
             t.free()
 
 
+def _run_shape(m, n, k, ta, tb, turned) -> tuple:
+    """The GEMM the accelerator runs: ``(m, n, k, ta, tb)``, or its transpose's."""
+    return (n, m, k, not tb, not ta) if turned else (m, n, k, ta, tb)
+
+
 def _board_prediction(board, bm, bn, k, ta, tb, port) -> dict:
     """The board default's roofline and the model's prediction of the GEMM ``bm x bn x k``
     on it (at the block side its driver would choose), alone and queued behind another
     (:func:`sim.perfmodel.predict_queued`), for a stand-in's record."""
-    from sim.perfmodel import best_block, predict, predict_queued
+    from sim.perfmodel import best_plan, predict, predict_queued
 
     kw = {"rows": board["rows"], "cols": board["cols"], "data_width": board["data_width"],
           "depth": board["depth"], "port": port, "write_ports": board.get("write_ports", 1),
           "read_ports": board.get("read_ports", 1)}
-    side = best_block(bm, bn, k, ta, tb, block=board["block"], **kw)
-    cycles = predict(bm, bn, k, ta, tb, block=side, **kw)["cycles"]
+    turned, side = best_plan(bm, bn, k, ta, tb, block=board["block"], **kw)
+    cycles = predict(*_run_shape(bm, bn, k, ta, tb, turned), block=side, **kw)["cycles"]
     bound = roofline(bm, bn, k, board["rows"], board["cols"], board["data_width"], port,
                      kw["write_ports"], kw["read_ports"])
     util = bm * bn * k / (board["rows"] * board["cols"] * cycles)
     rounded, over, over_latency = _rounded_bound(bound, util)
-    q_side = best_block(bm, bn, k, ta, tb, block=board["block"], queued=True, **kw)
-    queued = predict_queued(bm, bn, k, ta, tb, block=q_side, **kw)
+    q_turned, q_side = best_plan(bm, bn, k, ta, tb, block=board["block"], queued=True, **kw)
+    queued = predict_queued(*_run_shape(bm, bn, k, ta, tb, q_turned), block=q_side, **kw)
     q_util = bm * bn * k / (board["rows"] * board["cols"] * queued)
-    return {"m": bm, "n": bn, "k": k, "block": side, "predicted_cycles": cycles,
+    return {"m": bm, "n": bn, "k": k, "block": side, "transposed": turned,
+            "transposed_queued": q_turned, "predicted_cycles": cycles,
             "predicted_utilization": round(util, 4), "roofline": rounded,
             "predicted_over_bound": over, "predicted_over_latency_bound": over_latency,
             "block_queued": q_side, "predicted_queued_cycles": queued,
@@ -424,7 +435,7 @@ def utilization(configs, quick=False) -> list[dict]:
     the board's configuration and shape, its roofline at the board's configuration, and the
     model's prediction of the default itself (:func:`_board_prediction`)."""
     from firmware import Device
-    from sim.perfmodel import best_block, predict, predict_queued
+    from sim.perfmodel import best_plan, predict, predict_queued
     from sim.ports import resolve_port
 
     out = []
@@ -446,15 +457,18 @@ def utilization(configs, quick=False) -> list[dict]:
             config = dict(rows=rows, cols=cols, data_width=width,
                           depth=params.get("depth", 512), port=port,
                           write_ports=write_ports, read_ports=read_ports)
-            # queued, the driver chooses the block by the queued prediction
-            q_side = best_block(m, n, k, ta, tb, block=dev.driver.info.block, queued=True,
-                                **config)
-            queued = _run_queued(dev, name, m, n, k, ta, tb, rng, q_side)
+            # queued, the driver chooses the block (and the transpose) by the queued
+            # prediction
+            q_turned, q_side = best_plan(m, n, k, ta, tb, block=dev.driver.info.block,
+                                         queued=True, **config)
+            queued = _run_queued(dev, name, m, n, k, ta, tb, rng, q_side, q_turned)
             bound = roofline(m, n, k, rows, cols, width, port, write_ports, read_ports)
             util = st["utilization"]
             rounded, over, over_latency = _rounded_bound(bound, util)
-            model = predict(m, n, k, ta, tb, block=st["block"], **config)
-            model_queued = predict_queued(m, n, k, ta, tb, block=q_side, **config)
+            model = predict(*_run_shape(m, n, k, ta, tb, st["transposed"]),
+                            block=st["block"], **config)
+            model_queued = predict_queued(*_run_shape(m, n, k, ta, tb, q_turned),
+                                          block=q_side, **config)
             q_util = m * n * k / (rows * cols * queued)
             out.append({
                 "board": label, **params, "port": port["name"],
@@ -464,6 +478,9 @@ def utilization(configs, quick=False) -> list[dict]:
                 "group": group, "gemm": name, "m": m, "n": n, "k": k,
                 "transpose_a": ta, "transpose_b": tb, "block_used": st["block"],
                 "block_used_queued": q_side,
+                # run as C^T = op(B)^T op(A)^T (sim.perfmodel.best_plan); the roofline is
+                # the GEMM's as given
+                "transposed": st["transposed"], "transposed_queued": q_turned,
                 "cycles": st["cycles"],
                 "active_cycles": st["active_cycles"],
                 "dma_stall_cycles": st["dma_stall_cycles"],
@@ -600,11 +617,13 @@ def board_table(results) -> str:
         q_block = r.get("block_used_queued", r["block_used"])
         queued = (f"{r['queued_cycles']} ({100 * r['queued_over_bound']:.0f}%; model "
                   f"{100 * r['queued_model_error']:+.1f}%"
-                  + (f"; block {q_block}" if q_block != r["block_used"] else "") + ")"
+                  + (f"; block {q_block}" if q_block != r["block_used"] else "")
+                  + ("; as C^T" if r.get("transposed_queued") else "") + ")"
                   if "queued_model_error" in r else "—")
+        block = f"{r['block_used']}" + (" (C^T)" if r.get("transposed") else "")
         lines.append(
             f"| {r['group']}: {r['gemm']} | {shape} | {'as board' if sim == shape else sim} | "
-            f"{r['block_used']} | {r['cycles']} | {100 * r['utilization']:.1f}% | "
+            f"{block} | {r['cycles']} | {100 * r['utilization']:.1f}% | "
             f"{100 * rl['bound']:.1f}% | {100 * r['utilization_over_bound']:.0f}% | "
             f"{lat} | {queued} | {rl['bound_by']} | "
             f"{r['predicted_cycles']} ({100 * r['model_error']:+.1f}%) | "

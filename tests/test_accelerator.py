@@ -460,7 +460,7 @@ def test_block_side_changes_the_schedule_not_the_result(dev):
     """One GEMM at every reuse-block side: the same bits, the cycles the model predicts for
     each side (within 15 %: this port pauses at random), and the automatic choice the
     model's."""
-    from sim.perfmodel import best_block, predict
+    from sim.perfmodel import best_plan, predict
     rng = np.random.default_rng(11)
     m, n, k = 5 * dev.rows + 3, 6 * dev.cols + 1, 100
     a, b = _operands(rng, m, n, k, True, False)
@@ -478,7 +478,8 @@ def test_block_side_changes_the_schedule_not_the_result(dev):
         assert abs(model / cycles[side] - 1) < 0.15, (side, model, cycles[side])
     assert len(set(cycles.values())) > 1
     np.testing.assert_array_equal(dev.gemm(a, b, transpose_a=True, out="int32"), want)
-    assert dev.stats["block"] == best_block(m, n, k, True, False, block=info.block, **cfg)
+    assert (dev.stats["transposed"], dev.stats["block"]) == best_plan(
+        m, n, k, True, False, block=info.block, **cfg)
 
 
 def test_block_argument_is_checked(dev):

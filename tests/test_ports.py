@@ -367,3 +367,51 @@ def test_three_and_four_read_ports_stripe_b():
     assert dev.driver.info.read_ports == 4
     assert cycles["3r"] < 0.65 * cycles["2r"], cycles
     assert cycles["4r"] < 0.8 * cycles["3r"], cycles
+
+
+def test_small_n_runs_as_its_transpose():
+    """A GEMM of small N on three write and four read ports (the ZCU104's shape in small):
+    the driver runs it as C^T = op(B)^T op(A)^T (sim.perfmodel.best_plan), the 3 columns on
+    the array's rows and A read as B is, striped over three ports; C comes back as the
+    transpose of the C^T written, bit for bit — int32, float32 with row and column exponent
+    vectors, and a K cut into runs by k_exp (pieces combined on the host) — faster than the
+    GEMM as given (a block given, nothing turned) and as the model predicts. Kept on the
+    device (``as_tensor``), C is never left transposed."""
+    from sim.perfmodel import best_plan, predict
+
+    dev = _device("zynqmp-hp", write_ports="3w")
+    info = dev.driver.info
+    cfg = dict(rows=info.rows, cols=info.cols, depth=info.depth, data_width=info.data_width,
+               port=dev.sim.port, write_ports=info.write_ports, read_ports=info.read_ports)
+    rng = np.random.default_rng(11)
+    m, n, k = 64, 3, 128
+    for ta in (False, True):
+        a = rng.integers(-128, 128, (k, m) if ta else (m, k), dtype=np.int8)
+        b = rng.integers(-128, 128, (k, n), dtype=np.int8)
+        turned, side = best_plan(m, n, k, ta, False, block=info.block, **cfg)
+        assert turned
+        got = dev.gemm(a, b, transpose_a=ta, out="int32")
+        np.testing.assert_array_equal(got, golden.gemm(a, b, ta, False))
+        assert dev.stats["transposed"] and dev.stats["block"] == side
+        turned_cycles = dev.stats["cycles"]
+        want = predict(n, m, k, True, not ta, block=side, **cfg)["cycles"]
+        assert abs(want / turned_cycles - 1) < 0.05, (turned_cycles, want)
+        as_given = dev.gemm(a, b, transpose_a=ta, out="int32", block=side)
+        np.testing.assert_array_equal(as_given, got)
+        assert not dev.stats["transposed"]
+        assert turned_cycles < 0.7 * dev.stats["cycles"], (turned_cycles, dev.stats["cycles"])
+        # scaled: each output's exponent is its row's plus its column's
+        re = rng.integers(-20, 20, m).astype(np.int8)
+        ce = rng.integers(-20, 20, n).astype(np.int8)
+        got = dev.gemm(a, b, transpose_a=ta, row_exp=re, col_exp=ce)
+        assert dev.stats["transposed"]
+        np.testing.assert_array_equal(got, golden.gemm_scaled(a, b, ta, False, re, ce))
+        k_exp = np.repeat([3, -2], [k // 2, k - k // 2])
+        got = dev.gemm(a, b, transpose_a=ta, row_exp=re, col_exp=ce, k_exp=k_exp)
+        assert dev.stats["transposed"]
+        np.testing.assert_array_equal(got, golden.gemm_scaled(a, b, ta, False, re, ce, k_exp))
+        kept = dev.gemm(a, b, transpose_a=ta, out="int32", as_tensor=True)
+        assert not dev.stats["transposed"] and kept.shape == (m, n)
+        np.testing.assert_array_equal(kept.numpy(), golden.gemm(a, b, ta, False))
+        kept.free()
+    _check_port_kept(dev)
