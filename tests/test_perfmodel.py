@@ -134,9 +134,26 @@ def test_bad_ports_argument():
     with pytest.raises(ValueError, match="read_ports"):
         predict(8, 8, 8, rows=8, cols=8, depth=512, block=4, data_width=128,
                 port=resolve_port("ideal"), read_ports=5)
-    with pytest.raises(ValueError, match="write_ports"):
+    with pytest.raises(ValueError, match="write_ports must be one of"):
         predict(8, 8, 8, rows=8, cols=8, depth=512, block=4, data_width=128,
-                port=resolve_port("ideal"), write_ports=3)
+                port=resolve_port("ideal"), write_ports=7)
+    with pytest.raises(ValueError, match=r"write_ports \(6\) must be at most rows \(4\)"):
+        predict(8, 8, 8, rows=4, cols=8, depth=512, block=4, data_width=128,
+                port=resolve_port("ideal"), write_ports=6)
+
+
+def test_write_ports_that_do_not_divide_the_rows_pace_c_by_the_busiest():
+    """Six write ports over 32 rows take 6, 6, 5, 5, 5, 5 rows of each tile: C leaves at
+    32 / 6 ports' pace, not 6 (five ports: 32 / 7); a GEMM bound by C's writes (the ZCU104's
+    batch-64 weight gradient, on a port without a DRAM limit) is predicted at that pace."""
+    cfg = dict(rows=32, cols=64, depth=256, block=2, data_width=128,
+               port={**resolve_port("zynqmp-hp"), "dram_gbps": None}, read_ports=4)
+    cycles = {wp: predict(784, 256, 64, True, False, write_ports=wp, **cfg)["cycles"]
+              for wp in (4, 5, 6)}
+    assert cycles[6] < cycles[5] < cycles[4]
+    for wp in (5, 6):                 # 32 / 7 and 32 / 6 ports' pace, against 4
+        pace = 32 / -(-32 // wp)
+        assert cycles[4] / cycles[wp] == pytest.approx(pace / 4, rel=0.03), cycles
 
 
 def test_two_write_ports_halve_a_write_bound_gemm():
