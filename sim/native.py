@@ -24,6 +24,7 @@ import ctypes
 import fcntl
 import hashlib
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -114,9 +115,7 @@ def _compile(verilog: str, out: Path, lib: Path, dw: int, flags: list[str]) -> N
     # Verilator spells "__" in port names as "___05F".
     harness = tmp / "harness.cpp"
     text = HARNESS.read_text()
-    for bus in ("ctrl", "mem_r", "mem_r1", "mem_r2", "mem_r3", "mem_w", "mem_w1", "mem_w2",
-                "mem_w3"):
-        text = text.replace(f"{bus}__", f"{bus}___05F")
+    text = re.sub(r"\b(ctrl|mem_[rw]\d*)__", r"\1___05F", text)
     harness.write_text(text)
     cmd = ["g++", *flags, f"-I{inc}", f"-I{inc / 'vltstd'}", f"-I{tmp / 'obj'}",
            "-DMODEL=Vtop", '-DMODEL_H="Vtop.h"', f"-DDW={dw}", "-DVM_TRACE=0",
