@@ -96,6 +96,12 @@ def _build(**params) -> Path:
     return lib
 
 
+def harness_source() -> str:
+    """The harness's C++ with the accelerator's port names as Verilator spells them: every
+    bus's ``__`` separator (``mem_w5__wdata``) as ``___05F``."""
+    return re.sub(r"\b(ctrl|mem_[rw]\d*)__", r"\1___05F", HARNESS.read_text())
+
+
 def _compile(verilog: str, out: Path, lib: Path, dw: int, flags: list[str]) -> None:
     exe, root = _verilator()
     tmp = out.with_name(out.name + f".tmp{os.getpid()}")
@@ -112,11 +118,8 @@ def _compile(verilog: str, out: Path, lib: Path, dw: int, flags: list[str]) -> N
     sources = sorted(str(p) for p in (tmp / "obj").glob("*.cpp"))
     inc = root / "include"
     sources += [str(inc / "verilated.cpp"), str(inc / "verilated_threads.cpp")]
-    # Verilator spells "__" in port names as "___05F".
     harness = tmp / "harness.cpp"
-    text = HARNESS.read_text()
-    text = re.sub(r"\b(ctrl|mem_[rw]\d*)__", r"\1___05F", text)
-    harness.write_text(text)
+    harness.write_text(harness_source())
     cmd = ["g++", *flags, f"-I{inc}", f"-I{inc / 'vltstd'}", f"-I{tmp / 'obj'}",
            "-DMODEL=Vtop", '-DMODEL_H="Vtop.h"', f"-DDW={dw}", "-DVM_TRACE=0",
            "-DVM_COVERAGE=0", "-DVM_SC=0", str(harness), *sources, "-o", str(tmp / lib.name),

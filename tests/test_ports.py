@@ -415,3 +415,23 @@ def test_small_n_runs_as_its_transpose():
         np.testing.assert_array_equal(kept.numpy(), golden.gemm(a, b, ta, False))
         kept.free()
     _check_port_kept(dev)
+
+
+def test_the_harness_names_every_port_of_the_widest_build():
+    """The native harness reaches every AXI bus of the build with the most ports (six write,
+    four read) by Verilator's spelling of its ports (``mem_w5___05Fwdata``): a name left as
+    written (``mem_w5__``) fails the model's C++ build after the minutes Verilator takes."""
+    import re
+
+    from firmware import regmap
+    from rtl.accelerator import Accelerator
+    from sim.native import harness_source
+
+    text = harness_source()
+    acc = Accelerator(rows=8, cols=8, depth=512, data_width=64,
+                      write_ports=max(regmap.WRITE_PORTS), read_ports=4)
+    buses = [name for name in acc.signature.members if name.startswith("mem_")]
+    assert len(buses) == 1 + 1 + 5 + 3
+    for bus in buses:
+        assert f"{bus}___05F" in text, bus
+    assert not re.search(r"\bmem_[rw]\d*__(?!_05F)", text)
