@@ -19,9 +19,9 @@ the board's family and clock, :mod:`platforms.timing`, ``docs/timing.md``), meas
 configured design up to 256 PEs (the Pynq-Z1 default) and on the estimate's 8x8 fit point
 above that, unless the configured design has been measured before (``--timing`` or
 ``python -m platforms.timing --default``: its cached report is used). ``--timing`` measures
-the configured design: synthesized whole up to :data:`platforms.timing.WHOLE_LIMIT` PEs (the
-ZCU104 default, about 40 minutes), by parts above it (the accelerator without its array and
-the array alone; the VU9P default). A report over budget
+the configured design: synthesized whole up to :data:`platforms.timing.WHOLE_LIMIT` PEs, by
+parts above it (the accelerator without its array and the array alone; the ZCU104 and VU9P
+defaults, each about an hour). A report over budget
 exits with status 1 naming the path or net (``--no-timing-strict``: only report it).
 ``--synth vivado`` runs ``build.tcl`` when Vivado is on PATH. ``--program`` loads the
 bitstream (openFPGALoader over JTAG, or a copy of the ``.bit``, ``.hwh`` and ``report.json``
