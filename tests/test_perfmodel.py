@@ -256,7 +256,8 @@ def test_model_within_5_percent_of_the_committed_benchmark():
         # narrower than a bus word a cycle (the VU9P stand-in), where reads first leave the
         # C writes what is left and the schedule is not walked twice, to 10 %.
         tolerance = 0.15 if r["k"] < 12 else 0.10 if narrow else 0.05
-        tolerance = KNOWN_MISSES.get(_key(r), tolerance)
+        if r.get("transposed") and r["n"] <= r["rows"]:
+            tolerance = max(tolerance, TURNED_ONE_ROW_TOLERANCE)
         want = predict(*_as_run(r, r.get("transposed")), **config)["cycles"]
         if abs(want / r["cycles"] - 1) > tolerance:
             off.append((r["board"], r["gemm"], r["m"], r["n"], r["k"], r["cycles"], want))
@@ -272,13 +273,12 @@ def test_model_within_5_percent_of_the_committed_benchmark():
 QUEUED_KNOWN_MISSES = {("zcu104 (default)", 64, 576, 128, False, True): 0.09,
                        ("zcu104 (default)", 128, 576, 128, False, True): 0.09}
 
-#: GEMMs alone the model misses by more than 5 %: the ZCU104 default's 256->10 batch-64
-#: forward and weight gradient, which the driver runs as their transpose (10 x 64 x 256 and
-#: 10 x 256 x 64: one partly filled tile row, 800-900 cycles), over-predicted by 6.3 and
-#: 6.5 % (about 55 cycles: the model's fixed costs of a GEMM of one tile row, README, "What
-#: is not here yet").
-KNOWN_MISSES = {("zcu104 (default)", 64, 10, 256, False, False): 0.08,
-                ("zcu104 (default)", 256, 10, 64, True, False): 0.08}
+#: GEMMs alone the driver ran as their transpose (perfmodel.best_plan) whose turned M — the
+#: N as given — fills one partial tile row: the 256->10 forwards and weight gradients (10 of
+#: the ZCU104 default's 32 rows, 5 of its stand-in's 16), 350-900 cycles, are over-predicted
+#: by 3.5-6.5 % (about 50 cycles: the model's fixed costs of a GEMM of one tile row, README,
+#: "What is not here yet"); held to this.
+TURNED_ONE_ROW_TOLERANCE = 0.08
 
 
 def _key(r) -> tuple:
