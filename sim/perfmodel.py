@@ -536,11 +536,16 @@ def best_block(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: b
     Cached by shape, configuration and port (a training run asks for the same few shapes
     every step).
     """
-    knobs = tuple(sorted((key, port.get(key)) for key in (
-        "outstanding_reads", "outstanding_writes", "read_latency", "write_latency",
-        "max_burst", "pause", "dram_gbps", "clock_mhz", "data_width", "dram_arbitration")))
+    knobs = _port_key(port)
     return _best_block(m, n, k, bool(transpose_a), bool(transpose_b), rows, cols, depth, block,
                        data_width, knobs, write_ports, read_ports, bool(queued))
+
+
+def _port_key(port: dict) -> tuple:
+    """The port's knobs the model reads, as a hashable key for the caches below."""
+    return tuple(sorted((key, port.get(key)) for key in (
+        "outstanding_reads", "outstanding_writes", "read_latency", "write_latency",
+        "max_burst", "pause", "dram_gbps", "clock_mhz", "data_width", "dram_arbitration")))
 
 
 @functools.lru_cache(maxsize=4096)
@@ -582,9 +587,7 @@ def best_plan(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bo
     (predicted 2.9 times faster). The result is the same bit for bit: every output is the
     same sum, and the rescaler's exponents are a row's plus a column's.
     """
-    knobs = tuple(sorted((key, port.get(key)) for key in (
-        "outstanding_reads", "outstanding_writes", "read_latency", "write_latency",
-        "max_burst", "pause", "dram_gbps", "clock_mhz", "data_width", "dram_arbitration")))
+    knobs = _port_key(port)
     return _best_plan(m, n, k, bool(transpose_a), bool(transpose_b), rows, cols, depth, block,
                       data_width, knobs, write_ports, read_ports, bool(queued))
 
