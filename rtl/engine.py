@@ -277,7 +277,7 @@ class GemmEngine(wiring.Component):
         else:
             writeback = WriteBackPorts(R, C, data_width=self.data_width,
                                        addr_width=self.addr_width, queue=max(4, BL * BL),
-                                       ports=WP, primitive=self.primitive)
+                                       ports=WP, primitive=self.primitive, part_resets=True)
             wb_cmd, wb_data, wb_done = writeback.wr_cmd, writeback.wr_data, writeback.wr_done
         slice_shapes = dict(a_in=self.data_width, b_in=self.data_width,
                             a_out=gb_a.o_stream.payload.shape(),
@@ -350,6 +350,9 @@ class GemmEngine(wiring.Component):
         # (GemmDatapath.RESET_SUBPARTS)
         m.d.comb += dp.part_resets.eq(Cat(reset_copy(f"datapath_{sub}")
                                           for sub in dp.RESET_SUBPARTS))
+        if WP > 1:                # each write port's write-back a copy of its own too
+            m.d.comb += writeback.part_resets.eq(Cat(reset_copy(f"writeback_{p}")
+                                                     for p in range(WP)))
         m = control       # below: the engine's own logic, reset with the control part
 
         def from_fifo(q, into):

@@ -4,7 +4,7 @@ from amaranth import Array, Cat, Const, Module, Mux, Signal, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from ._util import SLICE_BITS, delay, occupancy
+from ._util import SLICE_BITS, delay, occupancy, own_reset
 from .checker import descriptor_layout
 from .dma import dma_command_layout, dma_write_layout
 from .fifo import Fifo
@@ -372,6 +372,10 @@ class WriteBackPorts(wiring.Component):
         Write-backs (and writers): 2 to ``rows``. Each tile is dealt from its first row
         (to phase 0), so where ``ports`` does not divide ``rows`` (the ZCU104's six ports
         and 32 rows) the first phases take a row more of each tile than the others.
+    part_resets : bool
+        Give :attr:`part_resets`: each write-back's (and its row slice's) only reset
+        (:func:`rtl._util.own_reset`), instead of the domain's: the engine gives each its
+        own registered copy, where one copy for all six of the ZCU104's reached 1,401 loads.
 
     Members
     -------
@@ -379,11 +383,13 @@ class WriteBackPorts(wiring.Component):
         As :class:`WriteBack`.
     wr_cmd, wr_data, wr_done :
         As :class:`WriteBack`'s, an array of ``ports``.
+    part_resets : In(ports)
+        With ``part_resets``: write-back ``p``'s reset, bit ``p``.
     """
 
     def __init__(self, rows: int = 8, cols: int = 8, *, data_width: int = 128,
                  addr_width: int = 32, queue: int = 16, ports: int = 2,
-                 primitive: bool = False):
+                 primitive: bool = False, part_resets: bool = False):
         if not isinstance(ports, int) or isinstance(ports, bool) or not 2 <= ports <= rows:
             raise ValueError(f"ports must be 2 .. rows ({rows}), not {ports!r}")
         self.parts = [WriteBack(rows, cols, data_width=data_width, addr_width=addr_width,
@@ -398,7 +404,9 @@ class WriteBackPorts(wiring.Component):
             "wr_data": Out(stream.Signature(dma_write_layout(data_width))).array(ports),
             "wr_done": In(1).array(ports),
             "idle": Out(1),
+            **({"part_resets": In(ports)} if part_resets else {}),
         })
+        self.has_part_resets = bool(part_resets)
 
     def elaborate(self, platform):
         m = Module()
@@ -408,9 +416,14 @@ class WriteBackPorts(wiring.Component):
         turn = Signal(range(P))           # the phase of the next row
         rows_in = []
         for p, wb in enumerate(self.parts):
-            m.submodules[f"wb{p}"] = wb
-            m.submodules[f"row{p}"] = row = RegisterSlice(rescale_output_layout(self.cols),
-                                                          slice_bits=SLICE_BITS)
+            row = RegisterSlice(rescale_output_layout(self.cols), slice_bits=SLICE_BITS)
+            if self.has_part_resets:      # the write-back and its row slice, reset together
+                phase = Module()
+                phase.submodules.wb, phase.submodules.row = wb, row
+                m.submodules[f"phase{p}"] = own_reset(m, f"rst_phase{p}", phase,
+                                                      self.part_resets[p])
+            else:
+                m.submodules[f"wb{p}"], m.submodules[f"row{p}"] = wb, row
             rows_in.append(row.i_stream)
             wiring.connect(m, row.o_stream, wb.i_stream)
             wiring.connect(m, wb.wr_cmd, wiring.flipped(self.wr_cmd[p]))
