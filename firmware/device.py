@@ -617,22 +617,17 @@ class Device:
         if port is None:
             c.block = info.block
             return
-        from sim.perfmodel import best_plan
-        turned, c.block = best_plan(
-            c.m, c.n, c.k, c.ta, c.tb, rows=info.rows, cols=info.cols, depth=info.depth,
-            block=info.block, data_width=info.data_width, port=port,
-            write_ports=info.write_ports, read_ports=info.read_ports, queued=queued)
-        if turned and c.as_tensor:
-            from sim.perfmodel import best_block
-            c.block = best_block(c.m, c.n, c.k, c.ta, c.tb, rows=info.rows, cols=info.cols,
-                                 depth=info.depth, block=info.block,
-                                 data_width=info.data_width, port=port,
-                                 write_ports=info.write_ports, read_ports=info.read_ports,
-                                 queued=queued)
-        elif turned:
-            c.a, c.b, c.m, c.n = c.b, c.a, c.n, c.m
-            c.ta, c.tb, c.re, c.ce = not c.tb, not c.ta, c.ce, c.re
-            c.turned = True
+        from sim.perfmodel import best_block, best_plan, run_shape
+        config = dict(rows=info.rows, cols=info.cols, depth=info.depth, block=info.block,
+                      data_width=info.data_width, port=port, write_ports=info.write_ports,
+                      read_ports=info.read_ports, queued=queued)
+        if c.as_tensor:                # C stays in device memory as written: never turned
+            c.block = best_block(c.m, c.n, c.k, c.ta, c.tb, **config)
+            return
+        c.turned, c.block = best_plan(c.m, c.n, c.k, c.ta, c.tb, **config)
+        if c.turned:
+            c.m, c.n, _, c.ta, c.tb = run_shape(c.m, c.n, c.k, c.ta, c.tb, True)
+            c.a, c.b, c.re, c.ce = c.b, c.a, c.ce, c.re
 
     def _run(self, calls: list[_Call], temps: list) -> list:
         """Every call's descriptors, queued back to back; returns the calls' results in order.

@@ -370,17 +370,19 @@ def _run_queued(dev, label, m, n, k, ta, tb, rng, block, turned=False) -> int:
     :func:`sim.perfmodel.best_plan` says so). The second C is checked bit for bit against
     :func:`sim.golden.gemm`."""
     from sim import golden
+    from sim.perfmodel import run_shape
 
     a, b = _operands(rng, m, n, k, ta, tb)
     drv = dev.driver
     ta_, tb_ = dev.tensor(a), dev.tensor(b)
     # the GEMM run: C = op(A) op(B), or C^T = op(B)^T op(A)^T
-    run = ((tb_, ta_, n, m, not tb, not ta) if turned else (ta_, tb_, m, n, ta, tb))
-    cs = [dev.empty(run[2:4], np.int32) for _ in range(2)]
+    x, y = (tb_, ta_) if turned else (ta_, tb_)
+    rm, rn, _, rta, rtb = run_shape(m, n, k, ta, tb, turned)
+    cs = [dev.empty((rm, rn), np.int32) for _ in range(2)]
     try:
-        descs = [drv.descriptors(run[0], run[1], c, m=run[2], n=run[3], k0=0, k1=k,
-                                 transpose_a=run[4], transpose_b=run[5], row_exp=0,
-                                 col_exp=0, raw=True, block=block) for c in cs]
+        descs = [drv.descriptors(x, y, c, m=rm, n=rn, k0=0, k1=k, transpose_a=rta,
+                                 transpose_b=rtb, row_exp=0, col_exp=0, raw=True,
+                                 block=block) for c in cs]
         one = drv.run(*descs[0])["busy_cycles"]
         two = drv.run(*descs[0], *descs[1])["busy_cycles"]
         c = cs[1].numpy()
@@ -396,28 +398,23 @@ def _run_queued(dev, label, m, n, k, ta, tb, rng, block, turned=False) -> int:
             t.free()
 
 
-def _run_shape(m, n, k, ta, tb, turned) -> tuple:
-    """The GEMM the accelerator runs: ``(m, n, k, ta, tb)``, or its transpose's."""
-    return (n, m, k, not tb, not ta) if turned else (m, n, k, ta, tb)
-
-
 def _board_prediction(board, bm, bn, k, ta, tb, port) -> dict:
     """The board default's roofline and the model's prediction of the GEMM ``bm x bn x k``
     on it (at the block side its driver would choose), alone and queued behind another
     (:func:`sim.perfmodel.predict_queued`), for a stand-in's record."""
-    from sim.perfmodel import best_plan, predict, predict_queued
+    from sim.perfmodel import best_plan, predict, predict_queued, run_shape
 
     kw = {"rows": board["rows"], "cols": board["cols"], "data_width": board["data_width"],
           "depth": board["depth"], "port": port, "write_ports": board.get("write_ports", 1),
           "read_ports": board.get("read_ports", 1)}
     turned, side = best_plan(bm, bn, k, ta, tb, block=board["block"], **kw)
-    cycles = predict(*_run_shape(bm, bn, k, ta, tb, turned), block=side, **kw)["cycles"]
+    cycles = predict(*run_shape(bm, bn, k, ta, tb, turned), block=side, **kw)["cycles"]
     bound = roofline(bm, bn, k, board["rows"], board["cols"], board["data_width"], port,
                      kw["write_ports"], kw["read_ports"])
     util = bm * bn * k / (board["rows"] * board["cols"] * cycles)
     rounded, over, over_latency = _rounded_bound(bound, util)
     q_turned, q_side = best_plan(bm, bn, k, ta, tb, block=board["block"], queued=True, **kw)
-    queued = predict_queued(*_run_shape(bm, bn, k, ta, tb, q_turned), block=q_side, **kw)
+    queued = predict_queued(*run_shape(bm, bn, k, ta, tb, q_turned), block=q_side, **kw)
     q_util = bm * bn * k / (board["rows"] * board["cols"] * queued)
     return {"m": bm, "n": bn, "k": k, "block": side, "transposed": turned,
             "transposed_queued": q_turned, "predicted_cycles": cycles,
@@ -435,7 +432,7 @@ def utilization(configs, quick=False) -> list[dict]:
     the board's configuration and shape, its roofline at the board's configuration, and the
     model's prediction of the default itself (:func:`_board_prediction`)."""
     from firmware import Device
-    from sim.perfmodel import best_plan, predict, predict_queued
+    from sim.perfmodel import best_plan, predict, predict_queued, run_shape
     from sim.ports import resolve_port
 
     out = []
@@ -465,9 +462,9 @@ def utilization(configs, quick=False) -> list[dict]:
             bound = roofline(m, n, k, rows, cols, width, port, write_ports, read_ports)
             util = st["utilization"]
             rounded, over, over_latency = _rounded_bound(bound, util)
-            model = predict(*_run_shape(m, n, k, ta, tb, st["transposed"]),
+            model = predict(*run_shape(m, n, k, ta, tb, st["transposed"]),
                             block=st["block"], **config)
-            model_queued = predict_queued(*_run_shape(m, n, k, ta, tb, q_turned),
+            model_queued = predict_queued(*run_shape(m, n, k, ta, tb, q_turned),
                                           block=q_side, **config)
             q_util = m * n * k / (rows * cols * queued)
             out.append({

@@ -81,8 +81,8 @@ from rtl.checker import DescriptorChecker
 from .engine_models import tile_order, walk_chunks
 from .ports import dram_bytes_per_cycle
 
-__all__ = ["predict", "predict_queued", "best_block", "best_plan", "read_rate", "training_gemms",
-           "record_config", "check_records", "main"]
+__all__ = ["predict", "predict_queued", "best_block", "best_plan", "run_shape", "read_rate",
+           "training_gemms", "record_config", "check_records", "main"]
 
 #: Cycles of control per operand load (command phases, the address multiply).
 LOAD_OVERHEAD = 4
@@ -565,6 +565,15 @@ def _best_block(m, n, k, ta, tb, rows, cols, depth, block, data_width, knobs,
     return side if behind[side] < behind[alone] * (1 - QUEUED_BLOCK_MARGIN) else alone
 
 
+def run_shape(m: int, n: int, k: int, transpose_a: bool, transpose_b: bool,
+              turned: bool) -> tuple:
+    """``(m, n, k, transpose_a, transpose_b)`` of the GEMM the accelerator runs: as given, or
+    (``turned``, :func:`best_plan`) its transpose ``C^T = op(B)^T op(A)^T``."""
+    if turned:
+        return n, m, k, not transpose_b, not transpose_a
+    return m, n, k, transpose_a, transpose_b
+
+
 #: :func:`best_plan` runs a GEMM as its transpose only where that is predicted at least this
 #: much faster: the model's error on the GEMMs it turns (a few per cent) stays below it.
 TRANSPOSE_MARGIN = 0.1
@@ -598,7 +607,8 @@ def _best_plan(m, n, k, ta, tb, rows, cols, depth, block, data_width, knobs, wri
     config = dict(rows=rows, cols=cols, depth=depth, data_width=data_width, port=dict(knobs),
                   write_ports=write_ports, read_ports=read_ports)
     plans = []
-    for turned, shape in ((False, (m, n, k, ta, tb)), (True, (n, m, k, not tb, not ta))):
+    for turned in (False, True):
+        shape = run_shape(m, n, k, ta, tb, turned)
         side = _best_block(*shape, rows, cols, depth, block, data_width, knobs, write_ports,
                            read_ports, queued)
         cycles = (predict_queued(*shape, block=side, **config) if queued
@@ -655,12 +665,10 @@ def check_records(paths) -> dict:
             label = f"{Path(path).stem}: {r.get('board', r['port'])}"
             if "block_used" in r:              # a utilisation record: alone and queued
                 # (as run: the transpose where the driver turned it, best_plan)
-                m, n, k, ta, tb = shape
-                turned = (n, m, k, not tb, not ta)
-                alone = predict(*(turned if r.get("transposed") else shape),
+                alone = predict(*run_shape(*shape, r.get("transposed", False)),
                                 block=r["block_used"], **config)["cycles"]
                 errors.setdefault(label, []).append(alone / r["cycles"] - 1)
-                queued = predict_queued(*(turned if r.get("transposed_queued") else shape),
+                queued = predict_queued(*run_shape(*shape, r.get("transposed_queued", False)),
                                         block=r["block_used_queued"], **config)
                 errors.setdefault(label + " queued", []).append(
                     queued / r["queued_cycles"] - 1)

@@ -42,9 +42,8 @@ def test_prediction_within_5_percent(device, m, n, k, ta, tb):
     np.testing.assert_array_equal(got, golden.gemm(a, b, ta, tb))
     side = dev.stats["block"]            # the side the driver chose for this GEMM
     # (and whether it ran it as its transpose, perfmodel.best_plan)
-    shape = (n, m, k, not tb, not ta) if dev.stats["transposed"] else (m, n, k, ta, tb)
-    want = predict(*shape, port=resolve_port(PORTS[name]),
-                   **{**CONFIG, "block": side})["cycles"]
+    want = predict(*perfmodel.run_shape(m, n, k, ta, tb, dev.stats["transposed"]),
+                   port=resolve_port(PORTS[name]), **{**CONFIG, "block": side})["cycles"]
     measured = dev.stats["cycles"]
     assert abs(want / measured - 1) <= 0.05, (name, measured, want)
 
@@ -288,8 +287,8 @@ def _key(r) -> tuple:
 def _as_run(r, turned) -> tuple:
     """A record's GEMM as the accelerator ran it: its transpose where the driver turned it
     (``transposed``, ``transposed_queued``: perfmodel.best_plan)."""
-    m, n, k, ta, tb = r["m"], r["n"], r["k"], r["transpose_a"], r["transpose_b"]
-    return (n, m, k, not tb, not ta) if turned else (m, n, k, ta, tb)
+    return perfmodel.run_shape(r["m"], r["n"], r["k"], r["transpose_a"], r["transpose_b"],
+                               bool(turned))
 
 
 def test_queued_model_within_the_committed_benchmark():
