@@ -201,11 +201,11 @@ def parse_args(argv):
     except ValueError as e:
         parser.error(f"unsupported configuration for the RTL: {e}")
     from platforms import vivado
-    ports = max(cfg.get("write_ports", 1), cfg.get("read_ports", 1))
-    if ports > vivado.MEMORY_PORTS.get(board.name, ports):
-        parser.error(f"--write-ports / --read-ports: the {board.name}'s PS has "
-                     f"{vivado.MEMORY_PORTS[board.name]} memory ports for the fabric, not "
-                     f"{ports}")
+    try:
+        vivado.check_memory_ports(board.name, cfg.get("write_ports", 1),
+                                  cfg.get("read_ports", 1))
+    except ValueError as e:
+        parser.error(f"--write-ports / --read-ports: {e}")
     args.board, args.cfg = board, cfg
     return parser, args
 

@@ -245,6 +245,17 @@ def _memory_ports(write_ports: int, read_ports: int) -> int:
     return max(write_ports, read_ports)
 
 
+def check_memory_ports(board: str, write_ports: int, read_ports: int) -> int:
+    """The AXI4 interfaces a build with these ports has (:func:`_memory_ports`), or
+    ValueError if the board's PS has fewer (:data:`MEMORY_PORTS`)."""
+    count = _memory_ports(write_ports, read_ports)
+    if count > MEMORY_PORTS.get(board, count):
+        raise ValueError(f"the {board}'s PS has {MEMORY_PORTS[board]} memory ports for the "
+                         f"fabric, not {count} (write_ports {write_ports}, read_ports "
+                         f"{read_ports})")
+    return count
+
+
 def build_tcl(board: Board, write_ports: int = 1, read_ports: int = 1) -> str:
     """The Vivado script: block design, implementation, bitstream. With ``write_ports`` 2 to 6
     (or ``read_ports`` 2 to 4) the accelerator's memory interface ``p`` goes to the PS's HP port
@@ -261,11 +272,7 @@ def build_tcl(board: Board, write_ports: int = 1, read_ports: int = 1) -> str:
            "mig_arbitration": MIG_ARBITRATION[PORTS[BOARD_PORTS[board.name]]["dram_arbitration"]]}
     body = {"pynq-z1": _PS7, "zcu104": _PS8, "vu9p": _XDMA}[board.name]
     extra = {"pynq-z1": _PS7_PORT, "zcu104": _PS8_PORT, "vu9p": _XDMA_PORT}[board.name]
-    count = _memory_ports(write_ports, read_ports)
-    if count > MEMORY_PORTS.get(board.name, count):
-        raise ValueError(f"the {board.title}'s PS has {MEMORY_PORTS[board.name]} memory "
-                         f"ports for the fabric, not {count} (write_ports {write_ports}, "
-                         f"read_ports {read_ports})")
+    count = check_memory_ports(board.name, write_ports, read_ports)
     ports = "".join(extra.format(p=p, gp=p + 2 if p < 4 else p - 4,
                                  slave=f"S_AXI_HP{p}_FPD" if p < 4 else f"S_AXI_HPC{p - 4}_FPD",
                                  **fmt)
