@@ -79,7 +79,7 @@ BOARDS: dict[str, BoardInfo] = {b.name: b for b in (
     BoardInfo("pynq-z1", "xc7", base_addr=0x43C0_0000, address_space="ps/Data",
               clock_mhz=100.0, data_width=64, addr_width=32,
               default={"rows": 16, "cols": 16, "depth": 256, "block": 8, "packing": 2,
-                       "write_ports": 4, "read_ports": 2}),
+                       "write_ports": 4, "read_ports": 3}),
     BoardInfo("zcu104", "xcup", base_addr=0xA000_0000, address_space="ps/Data",
               clock_mhz=200.0, data_width=128, addr_width=40,
               default={"rows": 32, "cols": 64, "depth": 256, "block": 8,

@@ -224,7 +224,7 @@ def _training_gemms(batch, fan_in, fan_out):
 #: its default does (two 16-byte ports for 96 operand bytes a cycle, 3 per bus byte; the
 #: stand-in's two 8-byte ports for 48, 3 too).
 BENCH_CONFIGS = {
-    "pynq-z1": {"rows": 16, "cols": 16, "data_width": 64, "write_ports": 4, "read_ports": 2,
+    "pynq-z1": {"rows": 16, "cols": 16, "data_width": 64, "write_ports": 4, "read_ports": 3,
                 "packing": 2, "dsp_slice": "DSP48E1"},
     "zcu104": {"rows": 16, "cols": 32, "data_width": 64, "write_ports": 3, "read_ports": 4},
     "vu9p": {"rows": 8, "cols": 16, "data_width": 64},
