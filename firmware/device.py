@@ -417,9 +417,9 @@ class Device:
         largest where the port is unknown), and also whether to run the GEMM as its
         transpose, ``C^T = op(B)^T op(A)^T``, where that is predicted faster (a small N: the
         short side on the array's rows, the long operand read as B is) — then C is returned
-        as the transpose of the C^T written, a view (never with ``as_tensor``). It changes the
-        time, never the result; ``stats["block"]`` and ``stats["transposed"]`` say which
-        was used.
+        as the transpose of the C^T written, copied into row-major order (never with
+        ``as_tensor``). It changes the time, never the result, nor its memory order;
+        ``stats["block"]`` and ``stats["transposed"]`` say which was used.
 
         ``a``, ``b``: int8 matrices, as numpy arrays or :class:`DeviceTensor`. ``row_exp``,
         ``col_exp``: int8 scalars or vectors. ``k_exp``: ``None`` or an integer vector, one
@@ -566,8 +566,13 @@ class Device:
                     block=int(c.block), transposed=c.turned)
             results = self._run(calls, temps)
             for i, c in enumerate(calls):
-                if c.turned:               # C^T was written: C is its transpose (a view)
-                    c.result = results[i] = results[i].T
+                if c.turned:
+                    # C^T was written: C is its transpose, made row-major as an unturned
+                    # result is. (A transposed view holds the same values, but numpy's float
+                    # reductions sum in memory order, so the host's float work on it rounded
+                    # differently: training on the simulated Pynq-Z1 left the golden backend's
+                    # weights.)
+                    c.result = results[i] = np.ascontiguousarray(results[i].T)
             for i, (c, r) in enumerate(zip(calls, results, strict=True)):
                 if c.as_tensor and not isinstance(r, DeviceTensor):     # combined on the host
                     c.result = results[i] = self.tensor(r)
