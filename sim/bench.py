@@ -279,7 +279,9 @@ def roofline(m, n, k, rows, cols, data_width, port, write_ports=1, read_ports=1)
     (:func:`sim.ports.dram_bytes_per_cycle`, which the memory model enforces too). With
     ``write_ports`` write ports, C is written at that many bus words a cycle; with
     ``read_ports`` 2, A is read through one port and B through the other (the larger of the
-    two takes its bus words a cycle); with 3, B through two (striped by row).
+    two takes its bus words a cycle); with 3, B through two (striped by row) — or, where the
+    GEMM may run as its transpose (:func:`sim.perfmodel.best_plan`), A in B's place, through
+    two: the ports' term is the smaller of the two orientations'.
     ``bound = MACs / (PEs * max(compute, traffic))``; ``bound_by`` names the binding term
     (``"compute"``, ``"port"`` or ``"dram"``).
 
@@ -298,7 +300,8 @@ def roofline(m, n, k, rows, cols, data_width, port, write_ports=1, read_ports=1)
     bus = data_width // 8
     compute = -(-m // rows) * -(-n // cols) * k
     rd, wr = m * k + k * n, 4 * m * n
-    per_port = rd if read_ports == 1 else max(m * k, k * n / (read_ports - 1))
+    per_port = rd if read_ports == 1 else min(max(m * k, k * n / (read_ports - 1)),
+                                              max(k * n, m * k / (read_ports - 1)))
     port_cycles = max(per_port / bus, wr / (bus * write_ports))
     traffic = port_cycles
     dram = dram_bytes_per_cycle(port, bus)

@@ -241,6 +241,12 @@ def test_roofline_counts_partly_filled_tiles_and_traffic():
     # Two write ports: C leaves at twice the bus width (K = 10 above: the bound doubles).
     r2 = roofline(128, 784, 10, 16, 16, 64, PORTS["zynq7-hp"] | {"dram_gbps": None}, 2)
     assert r2["traffic_cycles"] == 128 * 784 * 4 // 16 and r2["bound_by"] == "port"
+    # Three read ports (the Pynq-Z1's): 256->10's forward reads A (64 x 256) through one port
+    # as given, but run as its transpose A^T takes B's two: the bound is the better one's.
+    r3 = roofline(64, 10, 256, 16, 16, 64, PORTS["zynq7-hp"] | {"dram_gbps": None}, 4, 3)
+    assert r3["traffic_cycles"] == 64 * 256 // 2 // 8 and r3["bound_by"] == "compute"
+    r1 = roofline(64, 10, 256, 16, 16, 64, PORTS["zynq7-hp"] | {"dram_gbps": None}, 4, 2)
+    assert r1["traffic_cycles"] == 64 * 256 // 8 and r1["bound_by"] == "port"
 
 
 def test_dram_bound_leaves_the_ports_out():
