@@ -13,7 +13,7 @@ from .rescale import rescale_output_layout
 from .xilinx import register_copies
 
 __all__ = ["WORD_BITS_PER_SELECT", "WriteBack", "WriteBackPorts", "phase_rows", "select_bits",
-           "write_job_layout"]
+           "tile_phase", "write_job_layout"]
 
 #: Bits of a write word one copy of the word select chooses where a row is at most eight
 #: words (two LUT6s a bit: 256 loads a copy bit); where a row has more, proportionally fewer
@@ -32,8 +32,18 @@ def select_bits(word_bits: int, words_per_row: int) -> int:
 
 def phase_rows(rows: int, ports: int, phase: int) -> int:
     """Rows ``phase``, ``phase + ports``, ... below ``rows``: the rows of a tile of ``rows``
-    rows that the write-back of ``phase`` of ``ports`` takes."""
+    rows that a write-back takes whose first row of the tile is ``phase``."""
     return len(range(phase, rows, ports))
+
+
+def tile_phase(tile: int, rows: int, ports: int, phase: int) -> int:
+    """The first row of tile ``tile`` (counted from 0 since reset) that the write-back of
+    ``phase`` of ``ports`` takes: the datapath's rows are dealt to the ports in turn without a
+    break between tiles, row ``i`` of the stream to port ``i % ports``, so tile ``t`` starts
+    at port ``t * rows % ports`` and port ``phase`` takes its rows ``(phase - t * rows) %
+    ports``, that plus ``ports``, ... Where ``ports`` divides ``rows`` that is ``phase`` for
+    every tile."""
+    return (phase - tile * rows) % ports
 
 
 def write_job_layout() -> data.StructLayout:
@@ -41,9 +51,14 @@ def write_job_layout() -> data.StructLayout:
     return data.StructLayout({"m0": unsigned(17), "n0": unsigned(17)})
 
 
-def _queue_layout(rows: int, cols: int, addr_width: int, words: int, bpw: int):
-    """A job as queued, with what each side needs precomputed (see :class:`WriteBack`)."""
+def _queue_layout(rows: int, cols: int, addr_width: int, words: int, bpw: int,
+                  rotate_rows: int = 0):
+    """A job as queued, with what each side needs precomputed (see :class:`WriteBack`);
+    ``rotate_rows``: the most rows of a tile the write-back takes, where that varies."""
+    rotating = {"rp_m1": range(max(2, rotate_rows)),  # the tile's rows here - 1
+                "rp_one": 1} if rotate_rows else {}   # rp_m1 == 0
     return data.StructLayout({
+        **rotating,
         "rows_in": range(rows + 1),       # rows of the tile inside the matrix
         "n_valid": range(cols + 1),       # columns of the tile inside the matrix
         "words_m1": range(max(2, words)),  # bus words a row - 1
@@ -82,11 +97,14 @@ class WriteBack(wiring.Component):
     cycle while the queues have room. The command queue is popped the cycle after its tile's
     last row, from a register: one idle cycle per tile between write commands.
 
-    With ``ports = P > 1`` it writes one phase of the rows: tile rows ``phase``,
-    ``phase + P``, ... (:func:`phase_rows` of each tile on :attr:`i_stream`, the others go to the
-    write-backs of the other phases, each with a DMA writer and an AXI port of its own; see
-    :class:`WriteBackPorts`); its row addresses start ``phase`` rows in and step by
-    ``P * c_stride``.
+    With ``ports = P > 1`` it writes one phase of the rows: of the datapath's stream of rows,
+    rows ``phase``, ``phase + P``, ... (the others go to the write-backs of the other phases,
+    each with a DMA writer and an AXI port of its own; see :class:`WriteBackPorts`). Where
+    ``P`` divides ``rows`` those are tile rows ``phase``, ``phase + P``, ... of every tile;
+    where it does not, the deal runs on across tiles and each tile's first row here is
+    :func:`tile_phase`: a register steps it by ``rows mod P`` per job, and the queue entry
+    carries the tile's rows for both sides (:func:`phase_rows`, from a table). Its row
+    addresses start that many rows in and step by ``P * c_stride``.
 
     Parameters
     ----------
@@ -98,7 +116,8 @@ class WriteBack(wiring.Component):
         Jobs queued on each side.
     phase, ports : int
         The rows this write-back takes: ``phase`` modulo ``ports`` (1 to ``rows``; where
-        ``ports`` does not divide ``rows`` the phases take a row more or less of each tile).
+        ``ports`` does not divide ``rows`` a tile's rows here are a row more or fewer as the
+        tiles' first rows rotate over the ports, the same over ``ports`` tiles).
 
     Members
     -------
@@ -143,13 +162,15 @@ class WriteBack(wiring.Component):
         P, ph = self.ports, self.phase
         pow2 = not P & (P - 1)
         plog = (P - 1).bit_length()       # bits of P * c_stride beyond c_stride's
-        RP = phase_rows(R, P, ph)         # rows of a tile this write-back takes
+        rotate = R % P != 0               # each tile's first row here: tile_phase()
+        # rows of a tile this write-back takes (rotating: the most)
+        RP = -(-R // P) if rotate else phase_rows(R, P, ph)
         bpw = self.data_width // 8
         wlog = bpw.bit_length() - 1
         d = self.desc
         row_bytes = 4 * C
         words_per_row = max(1, row_bytes // bpw)
-        qlayout = _queue_layout(R, C, AW, words_per_row, bpw)
+        qlayout = _queue_layout(R, C, AW, words_per_row, bpw, RP if rotate else 0)
         m.submodules.wq_cmd = wq_cmd = Fifo(width=qlayout.size, depth=self.queue)
         m.submodules.wq_data = wq_data = Fifo(width=qlayout.size, depth=self.queue)
 
@@ -181,8 +202,19 @@ class WriteBack(wiring.Component):
         # 0: the job (m0: its first row; mp: this phase's first row)
         p0_m0, p0_n0 = reg("p0_m0", 17), reg("p0_n0", 17)
         p0_mp = reg("p0_mp", 17)
-        m.d.sync += [p0_m0.eq(self.jobs.payload.m0), p0_n0.eq(self.jobs.payload.n0),
-                     p0_mp.eq(self.jobs.payload.m0 + ph if ph else self.jobs.payload.m0)]
+        if rotate:
+            # the first row here of the next job's tile (tile_phase()): rows mod P less
+            # for each job taken; and down the prep stages with its job
+            S = R % P
+            tph = Signal(range(P), init=ph, name="tile_phase")
+            with m.If(take):
+                m.d.sync += tph.eq(Mux(tph >= S, tph - S, tph + (P - S)))
+            p0_ph, p1_ph, p2_ph = (reg(f"p{i}_ph", range(P)) for i in range(3))
+            m.d.sync += [p0_ph.eq(tph), p1_ph.eq(p0_ph), p2_ph.eq(p1_ph),
+                         p0_mp.eq(self.jobs.payload.m0 + tph)]
+        else:
+            m.d.sync += p0_mp.eq(self.jobs.payload.m0 + ph if ph else self.jobs.payload.m0)
+        m.d.sync += [p0_m0.eq(self.jobs.payload.m0), p0_n0.eq(self.jobs.payload.n0)]
         # 1: distances to the edges; m0 * c_stride as two 16 x 16 products; the column offset
         p1_left_n, p1_left_m = reg("p1_left_n", 17), reg("p1_left_m", 17)
         p1_plo, p1_phi = reg("p1_plo", 32), reg("p1_phi", 32)
@@ -205,7 +237,13 @@ class WriteBack(wiring.Component):
         p3_lo, p3_hi = reg("p3_lo", 33), reg("p3_hi", 16)
         # this phase's rows of those inside: rows r = phase (mod P) below p2_rows
         p3_rows = reg("p3_rows", range(RP + 1))
-        if pow2:
+        if rotate:                        # (a table of P x (R + 1) entries) and the tile's
+            p3_rp_m1 = reg("p3_rp_m1", range(RP))                  # rows here, less one
+            m.d.sync += [
+                p3_rows.eq(Array(Array(phase_rows(n, P, f) for n in range(R + 1))
+                                 for f in range(P))[p2_ph][p2_rows]),
+                p3_rp_m1.eq(Array(phase_rows(R, P, f) - 1 for f in range(P))[p2_ph])]
+        elif pow2:
             m.d.sync += p3_rows.eq((p2_rows + (P - 1 - ph)) >> plog if P > 1 else p2_rows)
         else:                             # (a table of R + 1 entries: a LUT6 a bit)
             m.d.sync += p3_rows.eq(Array(phase_rows(n, P, ph) for n in range(R + 1))[p2_rows])
@@ -230,9 +268,14 @@ class WriteBack(wiring.Component):
             entry.n_valid.eq(delay(m, p2_nv, 3, "q_nv", reset_less=True)),
             entry.off.eq(delay(m, p2_off, 3, "q_off", reset_less=True)),
             entry.words_m1.eq(delay(m, p3_words_m1, 2, "q_words_m1", reset_less=True)),
-            entry.rows_nz.eq(delay(m, p2_rows > ph, 3, "q_rows_nz", reset_less=True)),
+            entry.rows_nz.eq(delay(m, p2_rows > (p2_ph if rotate else ph), 3, "q_rows_nz",
+                                   reset_less=True)),
             entry.words_one.eq(delay(m, p3_words_m1 == 0, 2, "q_words_one", reset_less=True)),
             entry.addr.eq(addr)]
+        if rotate:
+            m.d.comb += [entry.rp_m1.eq(delay(m, p3_rp_m1, 2, "q_rp_m1", reset_less=True)),
+                         entry.rp_one.eq(delay(m, p3_rp_m1 == 0, 2, "q_rp_one",
+                                               reset_less=True))]
         m.d.comb += [wq_cmd.w_data.eq(entry), wq_data.w_data.eq(entry),
                      wq_cmd.w_en.eq(pv[-1]), wq_data.w_en.eq(pv[-1])]
 
@@ -276,7 +319,7 @@ class WriteBack(wiring.Component):
             m.d.sync += [wc_row.eq(wc_row + 1), wc_lo.eq(nxt[:32]), wc_carry.eq(nxt[32:])]
             if AW > 32:
                 m.d.sync += wc_hi.eq(wc_hi + wc_carry)
-            with m.If(wc_row == RP - 1):
+            with m.If(wc_row == (wc.rp_m1 if rotate else RP - 1)):
                 m.d.sync += [cmd_pop_now.eq(1), wc_setup.eq(0)]
         # the registered command output (the carry resolved here)
         with m.If(self.wr_cmd.ready | ~cmd_valid):
@@ -319,6 +362,11 @@ class WriteBack(wiring.Component):
         row_end_r = Signal()
         wd_in = Mux(tile_start, wd.rows_nz, wd_in_r)
         row_end = Mux(row_start, wd.words_one, row_end_r)
+        if rotate:                        # "this row is the tile's last here", the same way
+            wd_last_r = Signal()
+            wd_last = Mux(tile_start, wd.rp_one, wd_last_r)
+        else:
+            wd_last = wd_row == RP - 1
         shake = self.wr_data.valid & self.wr_data.ready
         wd_word_next = Mux(row_end, 0, wd_word + 1)       # (the copies below take it too)
         if row_bytes >= bpw:
@@ -343,7 +391,9 @@ class WriteBack(wiring.Component):
         with m.If(self.i_stream.valid & self.i_stream.ready):
             m.d.sync += [wd_row.eq(wd_row + 1), tile_start.eq(0),
                          wd_in_r.eq(wd_row + 1 < wd.rows_in)]
-            with m.If(wd_row == RP - 1):
+            if rotate:
+                m.d.sync += wd_last_r.eq(wd_row + 1 == wd.rp_m1)
+            with m.If(wd_last):
                 m.d.comb += wq_data.r_en.eq(1)
                 m.d.sync += [wd_row.eq(0), tile_start.eq(1)]
         return m
@@ -357,9 +407,10 @@ class WriteBackPorts(wiring.Component):
     A single write-back cuts one bus word a cycle out of its rows, so C leaves at most a bus
     word a cycle whatever the port; here each phase cuts its own rows, ``ports`` words a cycle
     in all. Every job goes to every write-back (a fork: each takes it when it has room). The
-    datapath's rows are dealt in turn, each into a :class:`rtl.pipe.RegisterSlice` that holds
-    it (and the next row of that phase) while its write-back cuts it, so the next phase's row
-    passes meanwhile. The numpy model is :func:`sim.engine_models.write_back` per phase.
+    datapath's rows are dealt in turn, row ``i`` of its stream to phase ``i % ports`` with no
+    break between tiles, each into a :class:`rtl.pipe.RegisterSlice` that holds it (and the
+    next row of that phase) while its write-back cuts it, so the next phase's row passes
+    meanwhile. The numpy model is :func:`sim.engine_models.write_back` per phase.
 
     Latency: a row reaches its write-back ``RegisterSlice.LATENCY`` cycles after it is taken;
     otherwise as :class:`WriteBack`. Throughput: ``ports`` words a cycle.
@@ -369,9 +420,12 @@ class WriteBackPorts(wiring.Component):
     rows, cols, data_width, addr_width, queue :
         As :class:`WriteBack`.
     ports : int
-        Write-backs (and writers): 2 to ``rows``. Each tile is dealt from its first row
-        (to phase 0), so where ``ports`` does not divide ``rows`` (the ZCU104's six ports
-        and 32 rows) the first phases take a row more of each tile than the others.
+        Write-backs (and writers): 2 to ``rows``. Where ``ports`` does not divide ``rows``
+        (the ZCU104's six ports and 32 rows) the tiles' first rows rotate over the phases
+        (:func:`tile_phase`): each phase takes every ``ports``-th row, as it does where
+        ``ports`` divides ``rows``. (Dealt from phase 0 again each tile, as until
+        this change, phases 0 and 1 took 6 of each 32 rows and the others 5: the six ports
+        wrote at the pace of 5.3, and the stand-in's three over 16 rows at that of 2.7.)
     part_resets : bool
         Give :attr:`part_resets`: each write-back's (and its row slice's) only reset
         (:func:`rtl._util.own_reset`), instead of the domain's: the engine gives each its
@@ -441,9 +495,8 @@ class WriteBackPorts(wiring.Component):
         # the rows dealt in turn
         m.d.comb += self.i_stream.ready.eq(Cat(*(r.ready for r in rows_in)).bit_select(turn, 1))
         with m.If(self.i_stream.valid & self.i_stream.ready):
-            if self.rows % P:         # a tile's first row goes to phase 0
-                m.d.sync += turn.eq(Mux((turn == P - 1) | self.i_stream.payload.last, 0,
-                                        turn + 1))
+            if P & (P - 1):
+                m.d.sync += turn.eq(Mux(turn == P - 1, 0, turn + 1))
             else:
                 m.d.sync += turn.eq(turn + 1)
         m.d.comb += self.idle.eq(Cat(*(wb.idle for wb in self.parts)).all())

@@ -436,27 +436,29 @@ def issue(program, rows: int, cols: int):
 def write_back(jobs, c_rows, desc: dict, rows: int, cols: int, data_width: int,
                addr_width: int, phase: int = 0, ports: int = 1):
     """What :class:`rtl.writeback.WriteBack` sends for ``jobs`` (``{"m0", "n0"}``) and the C
-    rows (its rows ``phase``, ``phase + ports``, ... below ``rows`` per job: a row more or
-    less for some phases where ``ports`` does not divide ``rows``; each ``cols`` uint32
-    words).
+    rows (each ``cols`` uint32 words), the jobs' tiles counted from reset: of tile ``t`` it
+    takes rows ``f``, ``f + ports``, ... below ``rows`` with ``f = (phase - t * rows) %
+    ports``: row ``i`` of the datapath's stream goes to port ``i % ports`` (so ``f`` is
+    ``phase`` where ``ports`` divides ``rows``; else the deal runs on across tiles and a
+    tile's rows here are a row more or fewer as ``f`` rotates).
 
     Returns ``(wr_cmds, words)``: ``{"addr", "beats"}`` and ``(data, strb)`` integers.
     """
     bpw = data_width // 8
     row_bytes = 4 * cols
     cmds, words = [], []
-    c_rows = list(c_rows)
-    rp = len(range(phase, rows, ports))
+    c_rows = iter(list(c_rows))
     for t, job in enumerate(jobs):
         m0, n0 = job["m0"], job["n0"]
         n_valid = min(desc["n"] - n0, cols)
         nwords = 1 if row_bytes <= bpw else -(-4 * n_valid // bpw)
-        for i, r in enumerate(range(phase, rows, ports)):
+        for r in range((phase - t * rows) % ports, rows, ports):
             addr = (desc["c_addr"] + (m0 + r) * desc["c_stride"] + 4 * n0 // bpw * bpw) \
                 % (1 << 64)
+            row = next(c_rows)
             if m0 + r < desc["m"]:
                 cmds.append({"addr": addr % (1 << addr_width), "beats": nwords})
-                row = np.asarray(c_rows[t * rp + i], np.uint32)
+                row = np.asarray(row, np.uint32)
                 bits = int.from_bytes(row.astype("<u4").tobytes(), "little")
                 strb = sum(0xF << 4 * c for c in range(cols) if c < n_valid)
                 if row_bytes >= bpw:

@@ -245,9 +245,10 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
         4 stripe B's rows over two and three.
     write_ports : {1, 2, 3, 4, 5, 6}
         AXI write ports C rows are dealt to in turn (``Accelerator(write_ports=...)``), each
-        with the port's limits of its own; where they do not divide ``rows``, each tile is
-        dealt from the first port again, and its rows leave at the pace of the ports that
-        take ``ceil(rows / write_ports)`` of them.
+        with the port's limits of its own; where they do not divide ``rows`` the deal runs
+        on across tiles (:func:`rtl.writeback.tile_phase`), so each port takes every
+        ``write_ports``-th row and C leaves at all the ports' pace (the last tile, below,
+        at that of the ports that take ``ceil(rows / write_ports)`` of its rows).
     copies : int
         The GEMM queued this many times back to back, each after the first with
         ``DESC_FLAGS.OVERLAP`` (its chunks walked after the one before's, the slot parities
@@ -263,8 +264,8 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
     """
     regmap.check_read_ports(read_ports)
     regmap.check_write_ports(write_ports, rows)
-    # a tile's rows dealt from the first write port: the ports with the most rows set its pace
-    wports = rows / _cdiv(rows, write_ports)
+    # the rows dealt to the write ports in turn, across tiles: each takes every P-th
+    wports = write_ports
     bpw = data_width // 8
     burst = min(dma_burst, port.get("max_burst") or dma_burst)
     o_rd = min(dma_outstanding, port.get("outstanding_reads") or dma_outstanding)

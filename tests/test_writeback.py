@@ -6,7 +6,7 @@ import random
 import numpy as np
 import pytest
 
-from rtl.writeback import WriteBack
+from rtl.writeback import WriteBack, phase_rows, tile_phase
 from sim import engine_models as em
 from sim.harness import run, stream_recv, stream_send
 
@@ -16,8 +16,9 @@ from sim.harness import run, stream_recv, stream_send
     (2, 16, 128, 0, 1), (4, 4, 128, 1, 2), (8, 4, 64, 0, 2), (2, 16, 128, 1, 2),
     # copies of the word select: two (16 words of 128 bits a row), four (8 of 512)
     (2, 64, 128, 0, 1), (1, 128, 512, 0, 1),
-    # ports that do not divide the rows: a row more (phase 0 of 3 over 8) or fewer (phase 2;
-    # phase 5 of 6 over 8 takes one row, the row step 6 * c_stride)
+    # ports that do not divide the rows: each tile's first row here rotates (tile_phase), so
+    # a tile's rows here are three or two (3 over 8), or two or one (6 over 8; the row step
+    # 6 * c_stride)
     (8, 4, 64, 0, 3), (8, 8, 128, 2, 3), (8, 4, 128, 5, 6)])
 @pytest.mark.parametrize("seed,addr_width", [(0, 32), (1, 32), (2, 40), (3, 64)])
 def test_matches_model(rows, cols, data_width, phase, ports, seed, addr_width):
@@ -37,7 +38,8 @@ def test_matches_model(rows, cols, data_width, phase, ports, seed, addr_width):
     rng.shuffle(jobs)
     c_rows = np.random.default_rng(seed).integers(0, 2**32, (len(jobs) * rows, cols),
                                                   dtype=np.uint32)
-    c_rows = c_rows[:len(jobs) * len(range(phase, rows, ports))]
+    c_rows = c_rows[:sum(phase_rows(rows, ports, tile_phase(t, rows, ports, phase))
+                         for t in range(len(jobs)))]
     want_cmds, want_words = em.write_back(jobs, c_rows, desc, rows, cols, data_width,
                                           addr_width, phase, ports)
     dut = WriteBack(rows, cols, data_width=data_width, addr_width=addr_width, queue=4,
@@ -49,10 +51,8 @@ def test_matches_model(rows, cols, data_width, phase, ports, seed, addr_width):
         ctx.set(dut.desc, desc)
         await stream_send(ctx, dut.jobs, jobs, rng=random.Random(seed + 1), stall=0.3)
 
-    async def send_rows(ctx):
-        rp = len(range(phase, rows, ports))
-        beats = [{"data": [int(x) for x in r], "last": int(i % rp == rp - 1)}
-                 for i, r in enumerate(c_rows)]
+    async def send_rows(ctx):             # ("last" is not read here)
+        beats = [{"data": [int(x) for x in r], "last": 0} for r in c_rows]
         await stream_send(ctx, dut.i_stream, beats, rng=random.Random(seed + 2), stall=0.3)
         got["rows_sent"] = True
 
@@ -103,7 +103,7 @@ def test_model_strobes_leave_columns_beyond_n():
 
 @pytest.mark.parametrize("rows,cols,data_width,ports,seed", [
     (4, 4, 64, 2, 0), (2, 8, 128, 2, 1), (8, 16, 64, 2, 2),
-    # ports that do not divide the rows: each tile dealt from phase 0 again
+    # ports that do not divide the rows: the deal runs on across tiles
     (8, 4, 64, 3, 3), (8, 8, 128, 6, 4), (4, 4, 64, 3, 5)])
 def test_ports_match_model(rows, cols, data_width, ports, seed):
     """WriteBackPorts: each writer gets its phase's commands and words (the model per phase),
@@ -120,9 +120,8 @@ def test_ports_match_model(rows, cols, data_width, ports, seed):
     c_rows = np.random.default_rng(seed).integers(0, 2**32, (len(jobs) * rows, cols),
                                                   dtype=np.uint32)
     P = ports
-    want = [em.write_back(jobs, [r for t in range(len(jobs))
-                                 for r in c_rows[t * rows + p:(t + 1) * rows:P]],
-                          desc, rows, cols, data_width, 32, p, P) for p in range(P)]
+    want = [em.write_back(jobs, c_rows[p::P], desc, rows, cols, data_width, 32, p, P)
+            for p in range(P)]
     dut = WriteBackPorts(rows, cols, data_width=data_width, addr_width=32, queue=4, ports=P)
     got = {}
     issued = [0] * P
@@ -187,10 +186,20 @@ def test_ports_args():
 
 
 def test_phase_rows():
-    """Each tile's rows dealt from phase 0: the ZCU104's 32 rows over six ports are 6, 6, 5,
-    5, 5, 5; they add up to the rows for every count of ports."""
-    from rtl.writeback import phase_rows
+    """The rows of a tile a phase takes add up to the rows for every count of ports. The
+    ZCU104's 32 rows over six ports: a tile's first row goes to port 0, 2 and 4 in turn
+    (tile_phase), so each port takes 6, 5 and 5 rows of three tiles, 16 each — as
+    sim.engine_models.write_back deals them, and as the datapath's stream dealt in turn
+    gives them."""
     assert [phase_rows(32, 6, p) for p in range(6)] == [6, 6, 5, 5, 5, 5]
+    for p in range(6):
+        assert [phase_rows(32, 6, tile_phase(t, 32, 6, p)) for t in range(3)] in (
+            [6, 5, 5], [5, 6, 5], [5, 5, 6])
+    for rows, ports in ((32, 6), (16, 3), (8, 3), (8, 4), (4, 3)):
+        for p in range(ports):
+            taken = [t * rows + r for t in range(2 * ports)
+                     for r in range(tile_phase(t, rows, ports, p), rows, ports)]
+            assert taken == list(range(p, 2 * ports * rows, ports))
     for rows in range(1, 17):
         for ports in range(1, rows + 1):
             assert sum(phase_rows(rows, ports, p) for p in range(ports)) == rows
