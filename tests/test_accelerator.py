@@ -13,8 +13,9 @@ from sim import golden
 
 # (rows, cols, data_width, write_ports, read_ports): lanes below, equal to and above the bus
 # width; C rows narrower and wider than a bus word; C rows dealt to two and to four write ports
-# (one row of each tile a port), and to three (two, one and one: the ZCU104's six over 32 rows
-# in small); A and B read through two read ports, and B's rows striped
+# (one row of each tile a port), and to three (two, one and one of a tile, each tile's first
+# row to the next port: the ZCU104's six over 32 rows in small); A and B read through two read
+# ports, and B's rows striped
 # over two more, and over three; and the Pynq-Z1 default's shape in small (four write ports,
 # two read ports, two MACs per DSP48E1).
 CONFIGS = [(8, 8, 128, 1, 1), (4, 16, 64, 1, 1), (8, 8, 512, 1, 1), (4, 8, 64, 2, 1),
