@@ -1,8 +1,9 @@
 """Pynq-Z1: Zynq-7020 (xc7z020clg400-1, the Arty Z7-20's chip and package).
 
 The accelerator sits on the Zynq PS7: AXI4-Lite control from M_AXI_GP0, its DMA on all four
-64-bit high-performance ports, S_AXI_HP0-HP3 (A read on HP0 and B on HP1; C's rows written
-through all four, row r on HP(r mod 4)), clock FCLK_CLK0, interrupt on IRQ_F2P. The host is
+64-bit high-performance ports, S_AXI_HP0-HP3 (A read on HP0, B's rows striped over HP1 and
+HP2 — a GEMM with a small N runs as its transpose, its long operand read as B is; C's rows
+written through all four, row r on HP(r mod 4)), clock FCLK_CLK0, interrupt on IRQ_F2P. The host is
 the ARM running PYNQ; the ``pynq`` backend drives it with ``pynq.Overlay`` + the ``.hwh``.
 
 The default array is 16x16 (256 MACs/cycle) with two MACs per DSP48E1 (``packing=2``: each
