@@ -9,8 +9,8 @@ the ARM running PYNQ; the ``pynq`` backend drives it with ``pynq.Overlay`` + the
 The default array is 16x16 (256 MACs/cycle) with two MACs per DSP48E1 (``packing=2``: each
 slice computes ``P += (a_hi * 2**16 + a_lo) * b`` for two rows sharing ``b``, the fabric
 keeping the bits the slice lacks; ``rtl.dsp``, ``rtl.systolic.PackedPair``): 128 slices for
-the array, 16 for the engine's own multipliers (two load sequencers' and four write-backs'
-address products), 144 of the 220. (With one MAC per slice, ``--packing 1 --dsp-rows 10``,
+the array, 19 for the engine's own multipliers (three load sequencers' and four write-backs'
+address products), 147 of the 220 by Yosys' synthesis of the whole design. (With one MAC per slice, ``--packing 1 --dsp-rows 10``,
 160 PEs used DSP48E1 slices and 96 multiplied in LUTs, ~216 LUTs each.)
 """
 
