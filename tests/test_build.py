@@ -58,13 +58,13 @@ def test_generates_verilog_top_constraints_and_scripts(generated):
     tcl = (out / "build.tcl").read_text()
     assert PLATFORMS[name].part in tcl and "write_bitstream" in tcl
     # write port p on the PS's HP port p (Pynq-Z1: 4; ZCU104: 6, the last two on its HPC
-    # ports); the VU9P has one; the second read port (Pynq-Z1, ZCU104) is m_axi_mem1's read
-    # channels, the third and fourth (ZCU104) m_axi_mem2's and m_axi_mem3's
+    # ports); the VU9P has one; the second and third read ports (Pynq-Z1, ZCU104) are
+    # m_axi_mem1's and m_axi_mem2's read channels, the fourth (ZCU104) m_axi_mem3's
     ports = PLATFORMS[name].config().get("write_ports", 1)
     read_ports = PLATFORMS[name].config().get("read_ports", 1)
     assert ("m_axi_mem1_awaddr" in top) == (ports > 1)
     assert ("m_axi_mem1_araddr" in top) == (read_ports > 1) == (name != "vu9p")
-    assert ("m_axi_mem2_araddr" in top) == (read_ports >= 3) == (name == "zcu104")
+    assert ("m_axi_mem2_araddr" in top) == (read_ports >= 3) == (name != "vu9p")
     assert ("m_axi_mem3_araddr" in top) == (read_ports == 4) == (name == "zcu104")
     assert ("m_axi_mem3_awaddr" in top) == (ports >= 4)
     assert ("m_axi_mem5_awaddr" in top) == (ports == 6) == (name == "zcu104")
