@@ -171,7 +171,9 @@ class LoadStriper(wiring.Component):
                     m.d.sync += [
                         pay.base.eq(bases[Mux(wrap, t - S, t)]),
                         pay.row0.eq(Mux(wrap, q0p1, q0)), pay.stride.eq(stride_s),
-                        pay.rows.eq(Mux(nr > w, nqp1, nq)),
+                        # (a way beyond the remainder's range never has a row more: the
+                        # second of two ways, whose compare with a 1-bit remainder is constant)
+                        pay.rows.eq(Mux(nr > w, nqp1, nq) if w < (1 << len(nr)) - 1 else nq),
                         pay.nzero.eq(job.nzero if w == 0 else 0),
                         o.valid.eq(1)]
         return m
