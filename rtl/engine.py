@@ -96,7 +96,8 @@ class GemmEngine(wiring.Component):
     Memory is read through :attr:`rd_cmd` / :attr:`rd_data` (a :class:`rtl.dma.DmaReader`)
     and written through :attr:`wr_cmd` / :attr:`wr_data` / :attr:`wr_done` (a
     :class:`rtl.dma.DmaWriter`); with ``write_ports`` P of 2 to 6, the rows ``p mod P`` of
-    each C tile through :attr:`wr_cmd1` / :attr:`wr_data1` / :attr:`wr_done1` ... (a writer
+    the datapath's stream of C rows (dealt on across tiles) through :attr:`wr_cmd1` /
+    :attr:`wr_data1` / :attr:`wr_done1` ... (a writer
     each, on AXI ports of their own), by :class:`rtl.writeback.WriteBackPorts`. With
     ``read_ports`` 2, A (and the row exponents) is read through :attr:`rd_cmd` /
     :attr:`rd_data` and B (and the column exponents) through :attr:`rd_cmd1` /
@@ -212,8 +213,12 @@ class GemmEngine(wiring.Component):
     #: Cycles from ``start`` to :attr:`macs` (shift and add: a step per bit of N, a reload,
     #: a step per bit of K).
     MACS_CYCLES = 2 * MACS_OPERAND_BITS + 1
-    #: The parts with their own registered copy of :attr:`soft_reset` (with two read ports,
-    #: the router is not there and B's load sequencer, ``loader1``, is).
+    #: The parts with their own registered copy of :attr:`soft_reset`. With two or more read
+    #: ports the router is not there and B's load sequencer, ``loader1``, is; with three or
+    #: four also ``loader2``, ``gb_b2``, the ``striper`` and the ``interleave``, and with
+    #: four ``loader3`` and ``gb_b3``. The datapath's buffers and FIFOs
+    #: (``GemmDatapath.RESET_SUBPARTS``) and, with two or more write ports, each write port's
+    #: write-back (``writeback_0`` ...) have copies of their own beside these.
     RESET_PARTS = ("datapath", "checker", "walker", "loader", "router", "gb_a", "gb_b", "issue",
                    "writeback", "slices", "control")
 
