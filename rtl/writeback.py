@@ -235,18 +235,18 @@ class WriteBack(wiring.Component):
         # 3: words a row; offset = product + column, low 32 bits (with carry)
         p3_words_m1 = reg("p3_words_m1", range(max(2, words_per_row)))
         p3_lo, p3_hi = reg("p3_lo", 33), reg("p3_hi", 16)
-        # this phase's rows of those inside: rows r = phase (mod P) below p2_rows
+        # this phase's rows of those inside: rows r = first (mod P) below p2_rows, ``first``
+        # the tile's first row here (the phase, or rotating its register down the stages)
+        first = p2_ph if rotate else ph
         p3_rows = reg("p3_rows", range(RP + 1))
-        if rotate:                        # (a table of P x (R + 1) entries) and the tile's
-            p3_rp_m1 = reg("p3_rp_m1", range(RP))                  # rows here, less one
-            m.d.sync += [
-                p3_rows.eq(Array(Array(phase_rows(n, P, f) for n in range(R + 1))
-                                 for f in range(P))[p2_ph][p2_rows]),
-                p3_rp_m1.eq(Array(phase_rows(R, P, f) - 1 for f in range(P))[p2_ph])]
-        elif pow2:
+        if pow2 and not rotate:
             m.d.sync += p3_rows.eq((p2_rows + (P - 1 - ph)) >> plog if P > 1 else p2_rows)
-        else:                             # (a table of R + 1 entries: a LUT6 a bit)
-            m.d.sync += p3_rows.eq(Array(phase_rows(n, P, ph) for n in range(R + 1))[p2_rows])
+        else:                             # a table: R + 1 entries (a LUT6 a bit), P x that
+            m.d.sync += p3_rows.eq(Array(Array(phase_rows(n, P, f) for n in range(R + 1))
+                                         for f in range(P))[first][p2_rows])
+        if rotate:                        # and the tile's rows here, less one
+            p3_rp_m1 = reg("p3_rp_m1", range(RP))
+            m.d.sync += p3_rp_m1.eq(Array(phase_rows(R, P, f) - 1 for f in range(P))[p2_ph])
         if row_bytes <= bpw:
             words_m1 = 0
         else:
@@ -268,8 +268,7 @@ class WriteBack(wiring.Component):
             entry.n_valid.eq(delay(m, p2_nv, 3, "q_nv", reset_less=True)),
             entry.off.eq(delay(m, p2_off, 3, "q_off", reset_less=True)),
             entry.words_m1.eq(delay(m, p3_words_m1, 2, "q_words_m1", reset_less=True)),
-            entry.rows_nz.eq(delay(m, p2_rows > (p2_ph if rotate else ph), 3, "q_rows_nz",
-                                   reset_less=True)),
+            entry.rows_nz.eq(delay(m, p2_rows > first, 3, "q_rows_nz", reset_less=True)),
             entry.words_one.eq(delay(m, p3_words_m1 == 0, 2, "q_words_one", reset_less=True)),
             entry.addr.eq(addr)]
         if rotate:

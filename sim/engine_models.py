@@ -447,7 +447,7 @@ def write_back(jobs, c_rows, desc: dict, rows: int, cols: int, data_width: int,
     bpw = data_width // 8
     row_bytes = 4 * cols
     cmds, words = [], []
-    c_rows = iter(list(c_rows))
+    c_rows = iter(c_rows)
     for t, job in enumerate(jobs):
         m0, n0 = job["m0"], job["n0"]
         n_valid = min(desc["n"] - n0, cols)

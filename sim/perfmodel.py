@@ -264,8 +264,6 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
     """
     regmap.check_read_ports(read_ports)
     regmap.check_write_ports(write_ports, rows)
-    # the rows dealt to the write ports in turn, across tiles: each takes every P-th
-    wports = write_ports
     bpw = data_width // 8
     burst = min(dma_burst, port.get("max_burst") or dma_burst)
     o_rd = min(dma_outstanding, port.get("outstanding_reads") or dma_outstanding)
@@ -373,7 +371,8 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
                 words = _cdiv(4 * cols_in, bpw) if 4 * cols > bpw else 1
                 runs += [words] * sum(rows_in)
             beats = sum(runs) / len(runs)
-            wrate = wports * read_rate(beats, o_wr, lat_w + 2, keep)
+            # the rows dealt to the write ports in turn, across tiles: each takes every P-th
+            wrate = write_ports * read_rate(beats, o_wr, lat_w + 2, keep)
             if dram is not None:
                 wrate = min(wrate, dram / bpw)
             traffic[1] += sum(runs)
