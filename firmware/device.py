@@ -111,7 +111,8 @@ class DeviceTensor:
     """A matrix in device memory (or, on the golden backend, the array itself).
 
     ``shape`` and ``dtype`` are the matrix's; ``stride`` the bytes between its rows in the
-    buffer (rounded up to the bus width). :meth:`numpy` copies it back; :meth:`write`
+    buffer (rounded up to the bus width, but for int8 rows shorter than a bus word: those are
+    packed). :meth:`numpy` copies it back; :meth:`write`
     overwrites it with an array of the same shape and dtype; :meth:`free` returns the buffer
     to the device's pool (the handle is unusable afterwards).
     """
@@ -355,7 +356,9 @@ class Device:
         self.pool.put(buf)
 
     def empty(self, shape, dtype=np.int8) -> DeviceTensor:
-        """An uninitialised device matrix (rows aligned to the bus)."""
+        """An uninitialised device matrix: rows a whole number of bus words apart, except an
+        int8 matrix of rows shorter than a word, stored packed (rows ``shape[1]`` bytes
+        apart)."""
         shape = tuple(int(s) for s in shape)
         if len(shape) != 2 or min(shape) < 1:
             raise ValueError(f"shape must be two positive integers, not {shape}")
@@ -363,6 +366,10 @@ class Device:
         if self.driver is None:
             return DeviceTensor(self, shape, dtype, array=np.empty(shape, dtype))
         stride = _round_up(shape[1] * dtype.itemsize, self.bytes_per_word)
+        if dtype.itemsize == 1 and shape[1] < self.bytes_per_word:
+            # an int8 operand of rows shorter than a bus word is stored packed: one run of
+            # words read for all its rows, not a word a row (rtl.loader.LoadSequencer)
+            stride = shape[1]
         buf = self.pool.get(shape[0] * stride)
         return DeviceTensor(self, shape, dtype, buf, stride)
 

@@ -107,7 +107,8 @@ class ErrorCode(IntEnum):
     NONE = 0
     ZERO_DIMENSION = 1       # M, N or K is zero
     K_TOO_LARGE = 2          # K above 65535
-    MISALIGNED = 3           # an address or stride is not a multiple of the bus width
+    MISALIGNED = 3           # an address, or a stride (A, B: one of a word or more), not a
+    #                          multiple of the bus width
     OUT_OF_WINDOW = 4        # a transfer would leave [WINDOW_BASE, WINDOW_LIMIT)
     BAD_STRIDE = 5           # a row stride shorter than the row
     READ_ERROR = 6           # SLVERR/DECERR on a read
@@ -125,7 +126,8 @@ _ERROR_MEANINGS = {
     ErrorCode.NONE: "no error",
     ErrorCode.ZERO_DIMENSION: "a dimension (M, N or K) is zero",
     ErrorCode.K_TOO_LARGE: "K exceeds 65535 (a descriptor's limit; sums stay exact to 131071)",
-    ErrorCode.MISALIGNED: "an address or row stride is not aligned to the bus width",
+    ErrorCode.MISALIGNED: "an address, or a row stride (of A and B: one of a bus word or "
+                          "more), is not aligned to the bus width",
     ErrorCode.OUT_OF_WINDOW: "an access would fall outside the programmed address window",
     ErrorCode.BAD_STRIDE: "a row stride is shorter than the row it steps over",
     ErrorCode.READ_ERROR: "the memory answered a read with SLVERR or DECERR",

@@ -1,6 +1,6 @@
 """The GEMM descriptor and its checks: dimensions, alignment, strides, the address window."""
 
-from amaranth import Cat, Module, Mux, Signal, signed, unsigned
+from amaranth import Cat, Const, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -36,18 +36,21 @@ class DescriptorChecker(wiring.Component):
     In order, the first failing check decides the :class:`firmware.regmap.ErrorCode`:
     ``ZERO_DIMENSION`` (M, N or K is 0), ``DIMENSION_TOO_LARGE`` (M or N > 65535),
     ``K_TOO_LARGE`` (K > 65535), then, over the five regions (A, B, C, and the row / column
-    exponent vectors when used): ``MISALIGNED`` (a base or stride not a multiple of the bus
-    width), ``BAD_STRIDE`` (rows of a region overlap), ``OUT_OF_WINDOW`` (a region's last byte,
-    rounded up to a bus word, beyond ``window_limit`` or ``2**addr_width``, or its base below
-    ``window_base``). The numpy model is :func:`sim.engine_models.check`.
+    exponent vectors when used): ``MISALIGNED`` (a base not a multiple of the bus width, or a
+    stride neither a multiple of it nor, for A and B, smaller: rows of fewer bytes than a
+    bus word may be stored packed, see :class:`rtl.loader.LoadSequencer`), ``BAD_STRIDE``
+    (rows of a region overlap), ``OUT_OF_WINDOW`` (a region's last byte, rounded up to a bus
+    word, beyond ``window_limit`` or ``2**addr_width``, or its base below ``window_base``).
+    The numpy model is :func:`sim.engine_models.check`.
 
     The regions go through a pipeline of :data:`REGION_STAGES` registered stages, one region a
     cycle, with no more logic per stage than a 32-bit carry chain (timing by construction,
-    whatever the clock): select the region; ``rows - 1``, the row bytes rounded up to a bus
-    word, the alignment and stride checks; ``(rows - 1) * stride`` as two 16 x 16 products
-    (one DSP slice each, inputs and outputs registered); their sum; ``+`` the rounded row
-    bytes, then ``+`` the base, each in two 32-bit halves; the window comparisons in 32-bit
-    halves; their combination into the sticky flags.
+    whatever the clock): select the region; ``rows - 1``, the row bytes plus a bus word less
+    one, the alignment and stride checks; ``(rows - 1) * stride`` as two 16 x 16 products
+    (one DSP slice each, inputs and outputs registered); their sum; ``+`` those row bytes,
+    rounded down to a bus word (so the sum is the last byte's offset rounded up), then ``+``
+    the base, each in two 32-bit halves; the window comparisons in 32-bit halves; their
+    combination into the sticky flags.
 
     The descriptor on :attr:`i_stream` stays there (not ready) while it is checked; it is
     taken in the cycle its verdict is taken from :attr:`o_stream`.
@@ -108,14 +111,14 @@ class DescriptorChecker(wiring.Component):
         # ---- dimensions, then the regions one a cycle --------------------------------------
         # After the dimension check every M, N, K is in 1..65535: a region's rows fit 16 bits
         # and its row bytes (at most 4 N) 18.
-        regions = [   # base, stored rows, stride, bytes a row, used
+        regions = [   # base, stored rows, stride, bytes a row, used, may be packed
             (d.a_addr, Mux(d.transpose_a, d.k, d.m), d.a_stride, Mux(d.transpose_a, d.m, d.k),
-             1),
+             1, 1),
             (d.b_addr, Mux(d.transpose_b, d.n, d.k), d.b_stride, Mux(d.transpose_b, d.k, d.n),
-             1),
-            (d.c_addr, d.m, d.c_stride, d.n << 2, 1),
-            (d.row_exp_addr, 1, 0, d.m, d.row_vec),
-            (d.col_exp_addr, 1, 0, d.n, d.col_vec),
+             1, 1),
+            (d.c_addr, d.m, d.c_stride, d.n << 2, 1, 0),
+            (d.row_exp_addr, 1, 0, d.m, d.row_vec, 0),
+            (d.col_exp_addr, 1, 0, d.n, d.col_vec, 0),
         ]
         assert len(regions) == self.REGIONS
         dims_code = Signal(8)
@@ -127,20 +130,22 @@ class DescriptorChecker(wiring.Component):
         # stage 0: the selected region
         s0_base, s0_rows = stage("s0_base", 64), stage("s0_rows", 16)
         s0_stride, s0_bytes, s0_on = stage("s0_stride", 32), stage("s0_bytes", 18), Signal()
+        s0_pk = Signal()
         with m.Switch(region):
-            for idx, (base, rows, stride, nbytes, on) in enumerate(regions):
+            for idx, (base, rows, stride, nbytes, on, pk) in enumerate(regions):
                 with m.Case(idx):
                     m.d.sync += [s0_base.eq(base), s0_rows.eq(rows), s0_stride.eq(stride),
-                                 s0_bytes.eq(nbytes), s0_on.eq(on)]
-        # stage 1: rows - 1, the bytes rounded up, alignment and overlap
+                                 s0_bytes.eq(nbytes), s0_on.eq(on), s0_pk.eq(pk)]
+        # stage 1: rows - 1, the bytes plus a word less one, alignment and overlap
         s1_m1, s1_stride, s1_round = stage("s1_m1", 16), stage("s1_stride", 32), stage(
             "s1_round", 19)
         s1_flags = Signal(3)          # used, misaligned, overlapping: to the last stage as is
         m.d.sync += [
             s1_m1.eq(s0_rows - 1), s1_stride.eq(s0_stride),
-            s1_round.eq(((s0_bytes + bpw - 1) >> wlog) << wlog),
+            s1_round.eq(s0_bytes + bpw - 1),
             s1_flags.eq(Cat(s0_on,
-                            (s0_base[:wlog] != 0) | (s0_stride[:wlog] != 0),
+                            (s0_base[:wlog] != 0)
+                            | ((s0_stride[:wlog] != 0) & ~(s0_pk & (s0_stride[wlog:] == 0))),
                             (s0_rows > 1) & (s0_stride[18:] == 0)
                             & (s0_stride[:18] < s0_bytes))),
         ]
@@ -153,11 +158,12 @@ class DescriptorChecker(wiring.Component):
         # stage 3: the product (48 bits), its upper 32 bits one add
         s3_prod = stage("s3_prod", 48)
         m.d.sync += s3_prod.eq(Cat(s2_plo[:16], s2_plo[16:] + s2_phi))
-        # stages 4 and 5: offset = product + rounded bytes (49 bits), low half then high half
+        # stages 4 and 5: offset = product + bytes + a word less one (49 bits), low half then
+        # high half, rounded down to a word: the end of the region's last word
         s4_lo, s4_hi = stage("s4_lo", 33), stage("s4_hi", 16)
         m.d.sync += [s4_lo.eq(s3_prod[:32] + s3_round), s4_hi.eq(s3_prod[32:])]
         s5_off = stage("s5_off", 49)
-        m.d.sync += s5_off.eq(Cat(s4_lo[:32], s4_hi + s4_lo[32]))
+        m.d.sync += s5_off.eq(Cat(Const(0, wlog), s4_lo[wlog:32], s4_hi + s4_lo[32]))
         # stages 6 and 7: end = base + offset (65 bits), low half then high half; the base
         # against the window's base meanwhile, in halves
         s6_base_hi, s6_off_hi = stage("s6_base_hi", 32), stage("s6_off_hi", 17)

@@ -1,6 +1,6 @@
 """Bus words -> operand vectors: the read side's width converter, with edge zero-padding."""
 
-from amaranth import Array, Cat, Module, Mux, Signal, signed, unsigned
+from amaranth import Array, Cat, Const, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -20,6 +20,9 @@ def gearbox_job_layout(data_width: int, lanes: int, tag_width: int = 1) -> data.
         "valid": unsigned(17),     # bytes of each row that are data; the rest read as 0
         "sel": range(max(2, bus_bytes // lanes)),  # first vector's position in the first word
         "tag": unsigned(tag_width),  # passed through to every vector of the job
+        # rows packed closer than a word: pstride bytes apart from byte off of in_words words
+        "pack": 1, "off": range(bus_bytes), "pstride": range(bus_bytes),
+        "in_words": unsigned(24),
     })
 
 
@@ -33,6 +36,14 @@ class Gearbox(wiring.Component):
     the padding of a lane run, are zeros). A zero row makes ``nbeats`` zero vectors and takes
     no word (rows beyond the matrix edge). ``lanes`` and the bus width are powers of two; when
     ``lanes`` exceeds the bus width a vector gathers several words.
+
+    A *packed* job (``pack``: a matrix whose rows are fewer bytes than a bus word, stored
+    ``pstride < bus bytes`` apart and read as one run of ``in_words`` words) has its rows
+    realigned first: row ``r`` is handed on as the word of bytes from ``off + r * pstride``
+    on, as if it began a word (its ``nwords`` must be 1: the row's data lies within its
+    first ``bus bytes - 1`` bytes). A two-word window (the word held and the next on
+    :attr:`i_stream`) and a byte shifter do it: one row a cycle, a cycle to take the job's
+    first word.
 
     The numpy model is :func:`sim.models.gearbox`.
 
@@ -79,6 +90,8 @@ class Gearbox(wiring.Component):
             "sel": job.sel.shape(), "tag": unsigned(self.tag_width), "reading0": 1,
             "avail0": unsigned(17), "mask0": W, "vmask": W, "more0": 1,
             "nrows_m2": unsigned(16),
+            "pack": 1, "off": job.off.shape(), "pstride": job.pstride.shape(),
+            "in_m1": unsigned(24), "in_one": 1, "nrows": unsigned(16),
             **({"cnt_row": unsigned(16), "row_one": 1, "tail_m1": range(max(2, ratio)),
                 "cnt0": unsigned(16), "nz0": 1, "one0": 1, "two0": 1} if wide else {})})
         m.submodules.queue = queue = Fifo(width=layout.size, depth=self.job_depth)
@@ -98,6 +111,9 @@ class Gearbox(wiring.Component):
                      # the lanes a row's data fills; a second row to read; rows - 2
                      entry.vmask.eq(Cat(job.valid > t for t in range(W))),
                      entry.more0.eq(job.nrows != 1), entry.nrows_m2.eq(job.nrows - 2),
+                     entry.pack.eq(job.pack & (job.nrows != 0)), entry.off.eq(job.off),
+                     entry.pstride.eq(job.pstride), entry.in_m1.eq(job.in_words - 1),
+                     entry.in_one.eq(job.in_words == 1), entry.nrows.eq(job.nrows),
                      queue.w_en.eq(self.jobs.valid), self.jobs.ready.eq(queue.w_rdy)]
         lr = ratio.bit_length() - 1
         if wide:
@@ -142,7 +158,12 @@ class Gearbox(wiring.Component):
                      last_row.eq(Mux(job_start, head.rows_one, last_row_r))]
         avail = Signal(17)
         m.d.comb += avail.eq(Mux(job_start, head.avail0, avail_r))
-        word = self.i_stream.payload
+        # The words the row logic below takes: the input's as they come, or a packed job's
+        # rows realigned (``_realign``)
+        word = Signal(self.data_width)
+        w_valid = Signal()
+        w_ready = Signal()
+        self._realign(m, head, head_ok, pop, word, w_valid, w_ready)
 
         # the next row's state, for when this vector ends its row: another row to read
         # (row != nrows - 1) is a register, set as the previous row ended (row - 1 !=
@@ -157,11 +178,11 @@ class Gearbox(wiring.Component):
                                if ratio > 1 else 0)
             needs_word = reading & head.nwords_nz
             m.d.comb += [
-                out.valid.eq(head_ok & (~needs_word | self.i_stream.valid)),
+                out.valid.eq(head_ok & (~needs_word | w_valid)),
                 vector.eq(Mux(needs_word,
                               Array(word[8 * W * i:8 * W * (i + 1)] for i in range(ratio))[pos],
                               0)),
-                self.i_stream.ready.eq(fire & needs_word & ((pos == ratio - 1) | last_beat)),
+                w_ready.eq(fire & needs_word & ((pos == ratio - 1) | last_beat)),
             ]
         else:
             # The row's word-taking vectors left, this one included, and as registers
@@ -180,13 +201,13 @@ class Gearbox(wiring.Component):
             got = Signal(range(ratio))
             collecting = head_ok & need_nz & (got != need_m1)
             m.d.comb += [
-                out.valid.eq(head_ok & (~need_nz | ((got == need_m1) & self.i_stream.valid))),
-                self.i_stream.ready.eq(collecting | (fire & need_nz)),
+                out.valid.eq(head_ok & (~need_nz | ((got == need_m1) & w_valid))),
+                w_ready.eq(collecting | (fire & need_nz)),
                 vector.eq(Cat(*(Mux(need_nz & (j < need_m1), held[j] if j < ratio - 1 else 0,
                                     Mux(need_nz & (j == need_m1), word, 0))
                                 for j in range(ratio)))),
             ]
-            with m.If(collecting & self.i_stream.valid):
+            with m.If(collecting & w_valid):
                 m.d.sync += [Array(held)[got].eq(word), got.eq(got + 1)]
             with m.If(fire):
                 m.d.sync += [
@@ -226,3 +247,56 @@ class Gearbox(wiring.Component):
         m.d.sync += pop.eq(fire & last_beat & last_row)
         m.d.comb += queue.r_en.eq(pop)
         return m
+
+    def _realign(self, m, head, head_ok, pop, word, w_valid, w_ready):
+        """Drives ``word`` and ``w_valid`` from :attr:`i_stream` (and its ``ready`` from
+        ``w_ready``): as they are, or, for a packed head job, its rows realigned.
+
+        A packed job's first word is taken into ``cur`` (a cycle without output), ``p`` set to
+        ``off``; then each row is ``Cat(cur, next word)`` from byte ``p`` on. When the row is
+        taken, ``p`` steps by ``pstride``; past a word, the next word becomes ``cur``. The
+        next word is waited for while one is left (``in_left``) even where the row ends in
+        ``cur``: it is on its way, in the same read. After the job's last row the word left,
+        if any, is taken too, and nothing more until the job is popped (its zero rows).
+        """
+        bpw = self.data_width // 8
+        wlog = bpw.bit_length() - 1
+        i = self.i_stream
+        cur = Signal(self.data_width)
+        have = Signal()                  # cur holds the packed job's current word
+        done = Signal()                  # the job's rows are all out
+        p = Signal(range(bpw))
+        in_left = Signal(24)             # words after cur still to take
+        in_none = Signal()               # ... none
+        rows_left = Signal(16)
+        last_row = Signal()              # rows_left == 1
+        packed = head_ok & head.pack
+        take = Signal()
+        step = Signal(wlog + 1)
+        m.d.comb += [take.eq(w_valid & w_ready), step.eq(p + head.pstride)]
+        window = Cat(cur, i.payload)
+        with m.If(~packed):
+            m.d.comb += [word.eq(i.payload), w_valid.eq(i.valid), i.ready.eq(w_ready)]
+        with m.Elif(done):
+            pass
+        with m.Elif(~have):
+            m.d.comb += i.ready.eq(1)
+            with m.If(i.valid):
+                m.d.sync += [cur.eq(i.payload), have.eq(1), p.eq(head.off),
+                             in_left.eq(head.in_m1), in_none.eq(head.in_one),
+                             rows_left.eq(head.nrows), last_row.eq(head.nrows == 1)]
+        with m.Else():
+            carry = step[wlog]
+            m.d.comb += [word.eq(window.bit_select(Cat(Const(0, 3), p), self.data_width)),
+                         w_valid.eq(in_none | i.valid),
+                         i.ready.eq(take & (carry | last_row) & ~in_none)]
+            with m.If(take):
+                m.d.sync += [p.eq(step[:wlog]), rows_left.eq(rows_left - 1),
+                             last_row.eq(rows_left == 2)]
+                with m.If((carry | last_row) & ~in_none):
+                    m.d.sync += [cur.eq(i.payload), in_left.eq(in_left - 1),
+                                 in_none.eq(in_left == 1)]
+                with m.If(last_row):
+                    m.d.sync += [have.eq(0), done.eq(1)]
+        with m.If(pop):
+            m.d.sync += done.eq(0)

@@ -49,6 +49,14 @@ class LoadSequencer(wiring.Component):
     port's longest length instead of one short burst per row, and the gearbox receives the
     same words.
 
+    Rows closer together than a bus word (``0 < stride < bus bytes``: a matrix of fewer
+    bytes a row than a word, stored without padding) are *packed*: one command reads the
+    words from the first row's start to the last row's last byte used (``sel * lanes +
+    valid`` bytes of each row, where ``lanes`` is below the bus bytes, else ``valid``), its
+    address rounded down to a word, and the gearbox job says where the rows are in them
+    (``pack``, ``off``, ``pstride``, ``in_words``; ``nwords`` 1), with a routing entry of one
+    row.
+
     Latency and throughput: the gearbox job and routing entry leave 1 cycle after the job
     arrives (the products are registered), the first read command 2 cycles after them (the
     address is summed in two registered steps), then one read command a cycle; the next job
@@ -75,6 +83,7 @@ class LoadSequencer(wiring.Component):
     def __init__(self, data_width: int = 128, addr_width: int = 32, *, a_lanes: int = 8,
                  b_lanes: int = 8, tag_width: int = 1):
         self.data_width, self.addr_width, self.tag_width = data_width, addr_width, tag_width
+        self.a_lanes, self.b_lanes = a_lanes, b_lanes
         super().__init__({
             "i_stream": In(stream.Signature(load_job_layout(tag_width))),
             "rd_cmd": Out(stream.Signature(dma_command_layout(addr_width))),
@@ -119,6 +128,25 @@ class LoadSequencer(wiring.Component):
                      all_words.eq(job.rows * job.nwords)]
         merged = Signal()
         m.d.comb += merged.eq(contig & (all_words[24:] == 0))
+        # Packed rows (see above): ``packed`` and the bytes from the first row's start to the
+        # last row's last byte used, in MUL; the words to read, from the first row's byte
+        # offset in its word, in JOBS (where the gearbox job needs them).
+        bpw = self.data_width // 8
+        packed = Signal()
+        pk_span = Signal(25)
+
+        def sel_bytes(lanes):
+            return job.sel[:(bpw // lanes).bit_length() - 1] * lanes if lanes < bpw else 0
+
+        m.d.sync += [packed.eq((job.stride[wlog:] == 0) & (job.stride[:wlog] != 0)
+                               & (job.rows != 0)),
+                     pk_span.eq((job.rows - 1)[:17] * job.stride[:wlog] + job.valid
+                                + Mux(job.path, sel_bytes(self.b_lanes),
+                                      sel_bytes(self.a_lanes)))]
+        pk_off = Signal(wlog)
+        pk_words = Signal(24)
+        m.d.comb += [pk_off.eq(job.base[:wlog] + job.col[:wlog] + p_lo[:wlog]),
+                     pk_words.eq((pk_off + pk_span + bpw - 1) >> wlog)]
         # The read commands' length, a register set in JOBS: the DMA's burst splitter reads
         # it, so no multiplexer lies in front of that.
         beats = Signal(24)
@@ -134,12 +162,17 @@ class LoadSequencer(wiring.Component):
 
         for gb in (self.a_jobs, self.b_jobs):
             m.d.comb += [gb.payload.nrows.eq(job.rows), gb.payload.nzero.eq(job.nzero),
-                         gb.payload.nwords.eq(job.nwords), gb.payload.nbeats.eq(job.nbeats),
+                         gb.payload.nwords.eq(Mux(packed, 1, job.nwords)),
+                         gb.payload.nbeats.eq(job.nbeats),
                          gb.payload.valid.eq(job.valid), gb.payload.sel.eq(job.sel),
-                         gb.payload.tag.eq(job.tag)]
+                         gb.payload.tag.eq(job.tag), gb.payload.pack.eq(packed),
+                         # (0 unless packed)
+                         gb.payload.off.eq(Mux(packed, pk_off, 0)),
+                         gb.payload.pstride.eq(Mux(packed, job.stride[:wlog], 0)),
+                         gb.payload.in_words.eq(Mux(packed, pk_words, 0))]
         m.d.comb += [self.routes.payload.path.eq(job.path),
-                     self.routes.payload.rows.eq(Mux(merged, 1, job.rows)),
-                     self.rd_cmd.payload.addr.eq(addr),
+                     self.routes.payload.rows.eq(Mux(merged | packed, 1, job.rows)),
+                     self.rd_cmd.payload.addr.eq(Mux(packed, addr >> wlog << wlog, addr)),
                      self.rd_cmd.payload.beats.eq(beats)]
 
         with m.FSM(name="load"):
@@ -155,9 +188,11 @@ class LoadSequencer(wiring.Component):
                                       | (self.b_jobs.valid & self.b_jobs.ready))
                 route_out = route_sent | ~rows_nz | self.routes.ready
                 m.d.sync += [job_sent.eq(job_out), route_sent.eq(route_out),
-                             left.eq(Mux(merged, 1, job.rows)), none_left.eq(~rows_nz),
-                             one_left.eq(merged | (job.rows == 1)),
-                             beats.eq(Mux(merged, all_words, job.nwords))]
+                             left.eq(Mux(merged | packed, 1, job.rows)),
+                             none_left.eq(~rows_nz),
+                             one_left.eq(merged | packed | (job.rows == 1)),
+                             beats.eq(Mux(packed, pk_words,
+                                          Mux(merged, all_words, job.nwords)))]
                 with m.If(job_out & route_out):
                     m.d.sync += at_addr.eq(1)
                     m.next = "ADDR"

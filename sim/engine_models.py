@@ -53,19 +53,21 @@ def check(desc: dict, window_base: int, window_limit: int, data_width: int = 128
     if d["k"] > 65535:
         return int(ErrorCode.K_TOO_LARGE)
     ta, tb = d["transpose_a"], d["transpose_b"]
-    regions = [   # base, stored rows, stride, bytes a row, used
-        (d["a_addr"], d["k"] if ta else d["m"], d["a_stride"], d["m"] if ta else d["k"], 1),
-        (d["b_addr"], d["n"] if tb else d["k"], d["b_stride"], d["k"] if tb else d["n"], 1),
-        (d["c_addr"], d["m"], d["c_stride"], d["n"] << 2, 1),
-        (d["row_exp_addr"], 1, 0, d["m"], d["row_vec"]),
-        (d["col_exp_addr"], 1, 0, d["n"], d["col_vec"]),
+    regions = [   # base, stored rows, stride, bytes a row, used, may be packed
+        (d["a_addr"], d["k"] if ta else d["m"], d["a_stride"], d["m"] if ta else d["k"], 1, 1),
+        (d["b_addr"], d["n"] if tb else d["k"], d["b_stride"], d["k"] if tb else d["n"], 1, 1),
+        (d["c_addr"], d["m"], d["c_stride"], d["n"] << 2, 1, 0),
+        (d["row_exp_addr"], 1, 0, d["m"], d["row_vec"], 0),
+        (d["col_exp_addr"], 1, 0, d["n"], d["col_vec"], 0),
     ]
     align = stride = window = False
-    for base, rows, pitch, nbytes, on in regions:
+    for base, rows, pitch, nbytes, on, packable in regions:
         if not on:
             continue
-        end = base + ((rows - 1) & 0xFFFF_FFFF) * pitch + _ceil_to(nbytes, bpw)
-        align |= bool(base % bpw or pitch % bpw)
+        # the last byte's offset, rounded up to a word (for an aligned stride, the rows
+        # before the last plus the last's bytes rounded up)
+        end = base + _ceil_to(((rows - 1) & 0xFFFF_FFFF) * pitch + nbytes, bpw)
+        align |= bool(base % bpw or (pitch % bpw and not (packable and pitch < bpw)))
         stride |= rows > 1 and pitch < nbytes
         window |= base < window_base or end > window_limit or end > 1 << addr_width
     if align:
@@ -325,18 +327,38 @@ def load_sequence(jobs, data_width: int, addr_width: int, a_lanes: int, b_lanes:
     nwords * bus bytes``, ``rows * nwords < 2**24``) are one command of ``rows * nwords``
     words with a routing entry of one row.
 
+    Rows closer than a bus word (``0 < stride < bus bytes``) are *packed*: one command from
+    the first row's word to the word of the last row's last byte used (``sel * lanes +
+    valid`` bytes of a row, ``valid`` where ``lanes >= bus bytes``), its address rounded down
+    to a word, a routing entry of one row, and a gearbox job with ``pack`` set, ``off`` the
+    first row's byte in its word, ``pstride`` the stride, ``in_words`` the command's words
+    and ``nwords`` 1 (:func:`sim.models.gearbox`).
+
     Returns ``(rd_cmds, a_jobs, b_jobs, routes)``.
     """
+    bpw = data_width // 8
     rd, gb, routes = [], ([], []), []
     for j in jobs:
         lanes = (a_lanes, b_lanes)[j["path"]]
+        sel = j["sel"] & ((1 << _sel_bits(data_width, lanes)) - 1)
+        addr = (j["base"] + j["row0"] * j["stride"] + j["col"]) % (1 << 64)
+        packed = bool(j["rows"]) and 0 < j["stride"] < bpw
+        off = addr % bpw if packed else 0
+        used = j["valid"] + (sel * lanes if lanes < bpw else 0)
+        in_words = (off + (j["rows"] - 1) * j["stride"] + used + bpw - 1) // bpw \
+            if packed else 0
         gb[j["path"]].append({"nrows": j["rows"] & 0xFFFF, "nzero": j["nzero"] & 0xFFFF,
-                              "nwords": j["nwords"], "nbeats": j["nbeats"], "valid": j["valid"],
-                              "sel": j["sel"] & ((1 << _sel_bits(data_width, lanes)) - 1),
-                              "tag": j["tag"]})
+                              "nwords": 1 if packed else j["nwords"], "nbeats": j["nbeats"],
+                              "valid": j["valid"], "sel": sel, "tag": j["tag"],
+                              "pack": int(packed), "off": off,
+                              "pstride": j["stride"] if packed else 0,
+                              "in_words": in_words % (1 << 24)})
         if j["rows"]:
             routes.append({"path": j["path"], "rows": j["rows"] & 0xFFFF})
-        addr = (j["base"] + j["row0"] * j["stride"] + j["col"]) % (1 << 64)
+        if packed:
+            routes[-1]["rows"] = 1
+            rd.append({"addr": (addr - off) % (1 << addr_width), "beats": in_words % (1 << 24)})
+            continue
         words = j["rows"] * j["nwords"]
         if j["rows"] and j["nwords"] and j["stride"] == j["nwords"] * (data_width // 8) \
                 and words < 1 << 24:

@@ -170,12 +170,13 @@ class FunctionalAccelerator:
             regions.append((self._reg64("DESC_COL_EXP_ADDR"), (1, n), 0))
         lo, hi = self._reg64("WINDOW_BASE"), self._reg64("WINDOW_LIMIT")
         bad = set()
-        for base, (rows, nbytes), stride in regions:
-            if base % self.bpw or stride % self.bpw:
+        for i, (base, (rows, nbytes), stride) in enumerate(regions):
+            # A and B (regions 0 and 1) may be packed: a stride below the bus width
+            if base % self.bpw or (stride % self.bpw and not (i < 2 and stride < self.bpw)):
                 bad.add(ErrorCode.MISALIGNED)
             if rows > 1 and stride < nbytes:
                 bad.add(ErrorCode.BAD_STRIDE)
-            end = base + (rows - 1) * stride + -(-nbytes // self.bpw) * self.bpw
+            end = base + -(-((rows - 1) * stride + nbytes) // self.bpw) * self.bpw
             if base < lo or end > hi or end > min(self.size, 1 << self.addr_width):
                 bad.add(ErrorCode.OUT_OF_WINDOW)
         for code in (ErrorCode.MISALIGNED, ErrorCode.BAD_STRIDE, ErrorCode.OUT_OF_WINDOW):

@@ -178,7 +178,9 @@ def datapath(commands, rows: int, cols: int) -> list[np.ndarray]:
 @dataclass
 class GearboxJob:
     """``nrows`` runs of ``nwords`` bus words, each cut into ``nbeats`` vectors, then
-    ``nzero`` rows of zero vectors (see :func:`gearbox`)."""
+    ``nzero`` rows of zero vectors (see :func:`gearbox`). ``pack``: the rows are packed
+    closer than a bus word, ``pstride`` bytes apart from byte ``off`` of ``in_words`` words
+    (``nwords`` is then 1)."""
 
     nwords: int
     nbeats: int
@@ -187,6 +189,10 @@ class GearboxJob:
     tag: int = 0
     nrows: int = 1
     nzero: int = 0
+    pack: int = 0
+    off: int = 0
+    pstride: int = 0
+    in_words: int = 0
 
 
 def gearbox(words, jobs, data_width: int, lanes: int) -> list[tuple[np.ndarray, int]]:
@@ -196,14 +202,25 @@ def gearbox(words, jobs, data_width: int, lanes: int) -> list[tuple[np.ndarray, 
     next ``nwords`` of them. The job's byte run starts ``sel * lanes`` bytes into its first
     word; vector ``b`` holds run bytes ``b * lanes ...``, each kept only below ``valid``.
     A job repeats that for ``nrows`` rows, then adds ``nzero * nbeats`` zero vectors.
+
+    A packed job (``pack``) takes ``in_words`` words, and its row ``r`` is the bus word's
+    worth of their bytes from byte ``off + r * pstride`` on (zeros past the last word): rows
+    closer together than a bus word, read as one run, each handed on as if it began a word.
     """
     bpw = data_width // 8
     words = list(words)
     out = []
     for job in jobs:
-        for _ in range(job.nrows):
-            chunk, words = words[:job.nwords], words[job.nwords:]
-            run = b"".join(int(w).to_bytes(bpw, "little") for w in chunk)
+        if job.pack:
+            taken, words = words[:job.in_words], words[job.in_words:]
+            packed = b"".join(int(w).to_bytes(bpw, "little") for w in taken) + bytes(bpw)
+            rows = [packed[job.off + r * job.pstride:][:bpw] for r in range(job.nrows)]
+        else:
+            rows = []
+            for _ in range(job.nrows):
+                chunk, words = words[:job.nwords], words[job.nwords:]
+                rows.append(b"".join(int(w).to_bytes(bpw, "little") for w in chunk))
+        for run in rows:
             run = run[job.sel * lanes:] if lanes <= bpw else run
             run = np.frombuffer(run.ljust(job.nbeats * lanes, b"\0"), np.int8)
             run = run[:job.nbeats * lanes].copy()

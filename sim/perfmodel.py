@@ -17,7 +17,9 @@ within a chunk, tile by tile in the walker's order:
   is one job for the whole block, a run of ``ceil(bytes of the block's row / bus bytes)``
   words per step. Runs that follow one another in memory (the matrices are packed: a span
   over whole rows of a k-major operand, a lane-run tile whose chunk is all of K) are one run,
-  as :class:`rtl.loader.LoadSequencer` merges them. A job's runs are cut into bursts of at
+  as :class:`rtl.loader.LoadSequencer` merges them; rows shorter than a bus word are stored
+  packed (:class:`firmware.Device`) and read as one run from the first row's start to the
+  last row's last byte, through the gearbox a row a cycle. A job's runs are cut into bursts of at
   most ``max_burst``; a burst holds one of the ``outstanding`` slots for ``read_latency +
   beats`` cycles, so the job moves ``min(1, outstanding * beats / (read_latency + beats))``
   words per cycle at its mean burst length (``outstanding`` is the smaller of the port's
@@ -307,6 +309,12 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
         least :data:`firmware.regmap.STRIPE_MIN_WORDS` words is striped over ``ways`` ports."""
         if k_major:
             v = min(tiles * lanes, limit - x_blk)
+            if limit < bpw:
+                # rows shorter than a word are stored packed (firmware.Device): one run from
+                # the chunk's first row (k0, a multiple of the bus bytes: at a word's start)
+                # to its last row's last byte, a row a cycle through the gearbox
+                return [job_cycles([_cdiv((kc - 1) * limit + v, bpw)], kc * tiles, lanes,
+                                   packed=True)]
             offset = x_blk % bpw if lanes <= bpw else 0
             words = _cdiv(offset + v, bpw)
             if stripe and kc >= ways and words >= STRIPE_MIN_WORDS:
@@ -316,6 +324,11 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
             return [job_cycles(runs, kc * tiles, lanes)]
         rows_in = [min(lanes, limit - x_blk - t * lanes) for t in range(tiles)]
         vectors = lanes * _cdiv(kc, lanes)        # the zero rows beyond the edge included
+        if k < bpw:
+            # packed rows of k bytes (kc == k): a tile's rows one run, from its first row's
+            # byte in its word
+            return [job_cycles([_cdiv((x_blk + t * lanes) * k % bpw + r * k, bpw)], vectors,
+                               lanes, packed=True) for t, r in enumerate(rows_in)]
         words = _cdiv(kc, bpw)
         stripe = stripe and words >= STRIPE_MIN_WORDS
         # striped where a tile has two rows or more; else a tile's rows of one chunk are
@@ -324,11 +337,12 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
                 job_cycles([words * r] if kc == k else [words] * r, vectors, lanes)
                 for r in rows_in]
 
-    def job_cycles(runs, vectors, lanes):
+    def job_cycles(runs, vectors, lanes, packed=False):
         """(read cycles, gearbox cycles, words): the gearbox's only where a vector is
-        narrower than a bus word (else it keeps up with the bus)."""
-        return (read_cycles(runs) + LOAD_OVERHEAD, vectors + 1 if lanes < bpw else 0,
-                sum(runs))
+        narrower than a bus word or the rows are packed, a row a cycle (else it keeps up
+        with the bus)."""
+        return (read_cycles(runs) + LOAD_OVERHEAD,
+                vectors + 1 if lanes < bpw or packed else 0, sum(runs))
 
     # the array's least interval between two tiles' last steps (SystolicArray.
     # min_emit_interval: rows + cols - 1, packed or not, one SLR group), and at least the

@@ -113,6 +113,30 @@ def test_every_code_and_its_priority():
     assert codes == [int(code) for _, code in cases]
 
 
+def test_packed_strides():
+    """A and B may have a stride below the bus width (rows stored packed), C may not; a
+    packed region's end is its last byte rounded up to a word, not its rows' strides plus
+    the row rounded up."""
+    base = dict(m=3, n=5, k=7, transpose_a=0, transpose_b=0, a_addr=0x1000, a_stride=16,
+                b_addr=0x2000, b_stride=16, c_addr=0x3000, c_stride=32)
+    # B of 7 rows of 5 bytes ends at 0x2000 + 6 * 5 + 5 = 0x2023 -> 0x2030
+    cases = [
+        (dict(base, b_stride=5), 0),
+        (dict(base, a_stride=7), 0),
+        (dict(base, b_stride=7, transpose_b=1, n=2), 0),      # B^T: 2 rows of 7 bytes
+        (dict(base, b_stride=4), ErrorCode.BAD_STRIDE),       # rows of 5 bytes overlap
+        (dict(base, c_stride=20), ErrorCode.MISALIGNED),
+        (dict(base, b_stride=24), ErrorCode.MISALIGNED),      # over a word, not a multiple
+        (dict(base, b_stride=5, b_addr=0x2003), ErrorCode.MISALIGNED),
+    ]
+    codes = check([c for c, _ in cases], 128, 32, 2, window=(0x1000, 0x4000))
+    assert codes == [int(code) for _, code in cases]
+    edge = dict(base, c_addr=0x1800)
+    assert check([dict(edge, b_stride=5)], 128, 32, 3, window=(0x1000, 0x2030)) == [0]
+    assert check([dict(edge, b_stride=5)], 128, 32, 3, window=(0x1000, 0x202F)) == [
+        int(ErrorCode.OUT_OF_WINDOW)]
+
+
 def test_latency():
     """A good descriptor's verdict ``LATENCY`` cycles after it, a bad dimension's
     ``DIMENSION_LATENCY`` after."""

@@ -16,7 +16,7 @@ def _jobs(draw, data_width, lanes):
     bpw = data_width // 8
     jobs = []
     for _ in range(draw(st.integers(1, 6))):
-        kind = draw(st.sampled_from(["run", "row", "zeros"]))
+        kind = draw(st.sampled_from(["run", "row", "zeros", "packed"]))
         nrows, nzero = draw(st.integers(1, 3)), draw(st.integers(0, 2))
         tag = draw(st.integers(0, 3))
         if kind == "run":                              # lane runs of k bytes
@@ -29,6 +29,16 @@ def _jobs(draw, data_width, lanes):
             jobs.append(models.GearboxJob(-(-(sel * lanes + valid) // bpw) if lanes <= bpw
                                           else -(-valid // bpw), 1, valid, sel, tag,
                                           nrows=nrows, nzero=nzero))
+        elif kind == "packed":                         # rows closer than a word
+            pstride, off = draw(st.integers(1, bpw - 1)), draw(st.integers(0, bpw - 1))
+            sel = draw(st.integers(0, (pstride - 1) // lanes)) if lanes < bpw else 0
+            valid = draw(st.integers(1, min(pstride - sel * lanes,
+                                            lanes if lanes < bpw else pstride)))
+            nbeats = 1 if lanes < bpw else -(-valid // lanes)
+            in_words = -(-(off + (nrows - 1) * pstride + sel * lanes + valid) // bpw)
+            jobs.append(models.GearboxJob(1, nbeats, valid, sel, tag, nrows=nrows, nzero=nzero,
+                                          pack=1, off=off, pstride=pstride,
+                                          in_words=in_words))
         else:
             jobs.append(models.GearboxJob(0, draw(st.integers(1, 3)), 0, tag=tag,
                                           nrows=0, nzero=nzero + 1))
@@ -37,7 +47,8 @@ def _jobs(draw, data_width, lanes):
 
 def check(data_width, lanes, jobs, seed):
     rng = random.Random(seed)
-    words = [rng.getrandbits(data_width) for _ in range(sum(j.nwords * j.nrows for j in jobs))]
+    words = [rng.getrandbits(data_width)
+             for _ in range(sum(j.in_words if j.pack else j.nwords * j.nrows for j in jobs))]
     expected = models.gearbox(words, jobs, data_width, lanes)
     dut = Gearbox(data_width, lanes, tag_width=2)
     got = []
@@ -45,7 +56,8 @@ def check(data_width, lanes, jobs, seed):
     async def feed_jobs(ctx):
         await stream_send(ctx, dut.jobs, [
             {"nwords": j.nwords, "nbeats": j.nbeats, "valid": j.valid, "sel": j.sel,
-             "tag": j.tag, "nrows": j.nrows, "nzero": j.nzero} for j in jobs],
+             "tag": j.tag, "nrows": j.nrows, "nzero": j.nzero, "pack": j.pack, "off": j.off,
+             "pstride": j.pstride, "in_words": j.in_words} for j in jobs],
             rng=random.Random(seed + 1), stall=0.3)
 
     async def feed_words(ctx):
@@ -71,6 +83,42 @@ def check(data_width, lanes, jobs, seed):
 @given(data=st.data())
 def test_gearbox_matches_model(data_width, lanes, data):
     check(data_width, lanes, _jobs(data.draw, data_width, lanes), data.draw(st.integers(0, 99)))
+
+
+def test_packed_rows_one_a_cycle():
+    """Eight 3-byte rows packed from byte 5 of four 8-byte words: after the cycle that takes
+    the first word, a row (vector) a cycle, each the row's bytes, and all four words taken."""
+    data = bytes(range(1, 33))
+    words = [int.from_bytes(data[i:i + 8], "little") for i in range(0, 32, 8)]
+    job = models.GearboxJob(1, 1, 3, nrows=8, pack=1, off=5, pstride=3, in_words=4)
+    want = [list(data[5 + 3 * r:8 + 3 * r]) + [0] * 5 for r in range(8)]
+    assert [list(v) for v, _ in models.gearbox(words, [job], 64, 8)] == want
+    dut = Gearbox(64, 8)
+    got = []
+
+    async def bench(ctx):
+        ctx.set(dut.jobs.payload, {"nwords": 1, "nbeats": 1, "valid": 3, "nrows": 8, "pack": 1,
+                                   "off": 5, "pstride": 3, "in_words": 4})
+        ctx.set(dut.jobs.valid, 1)
+        await ctx.tick()
+        ctx.set(dut.jobs.valid, 0)
+        ctx.set(dut.o_stream.ready, 1)
+        ctx.set(dut.i_stream.valid, 1)
+        left = list(words)
+        for cycle in range(16):
+            ctx.set(dut.i_stream.payload, left[0] if left else 0)
+            ctx.set(dut.i_stream.valid, bool(left))
+            _, _, taken, out, vec = await ctx.tick().sample(
+                dut.i_stream.ready, dut.o_stream.valid, dut.o_stream.payload.data)
+            if taken and left:
+                left.pop(0)
+            if out:
+                got.append((cycle, [int(x) & 0xFF for x in vec]))
+        assert not left
+
+    run(dut, bench, deadline_cycles=100)
+    assert [v for _, v in got] == want
+    assert [c for c, _ in got] == list(range(got[0][0], got[0][0] + 8))
 
 
 def test_model_pads_and_selects():

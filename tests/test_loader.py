@@ -20,8 +20,11 @@ def random_job(rng, tag_width, data_width):
             "nwords": rng.randint(1, 5), "nbeats": rng.randint(1, 4),
             "valid": rng.randint(0, 70), "sel": rng.getrandbits(8),
             "tag": rng.getrandbits(tag_width), "path": rng.randint(0, 1)}
-    if rng.random() < 0.4:       # rows that follow one another: one merged read command
+    r = rng.random()
+    if r < 0.4:                  # rows that follow one another: one merged read command
         job["stride"] = job["nwords"] * data_width // 8
+    elif r < 0.6:                # rows closer than a word: packed, one read command
+        job["stride"] = rng.randint(1, data_width // 8 - 1)
     return job
 
 
@@ -32,8 +35,10 @@ def test_matches_model(data_width, addr_width, a_lanes, b_lanes, seed):
     rng = random.Random(seed)
     tag_width = 3
     jobs = [random_job(rng, tag_width, data_width) for _ in range(12)]
+    jobs[0].update(stride=3, rows=5)          # a packed job in every case
     want = em.load_sequence(jobs, data_width, addr_width, a_lanes, b_lanes)
     assert len(want[0]) < sum(j["rows"] for j in jobs), "no rows merged in this case"
+    assert any(j["pack"] for j in want[1] + want[2])
     dut = LoadSequencer(data_width, addr_width, a_lanes=a_lanes, b_lanes=b_lanes,
                         tag_width=tag_width)
     got = {}
