@@ -716,7 +716,11 @@ class Device:
         """The descriptors of one piece of ``call``, writing ``c``."""
         _, k0, k1, _ = piece
         a, b, j0, j1 = call.a, call.b, k0, k1
-        if k0 % self.bytes_per_word and (not call.ta or call.tb):   # K offset inside a row
+        # the operands' first byte at K offset k0 (inside a row, or k0 rows on), off a bus
+        # word: inside a row, or rows on in a packed operand (rows shorter than a word)
+        a_off = k0 * a.stride if call.ta else k0
+        b_off = k0 if call.tb else k0 * b.stride
+        if (a_off | b_off) % self.bytes_per_word:
             with self.profile.time("layout"):
                 a = self._k_slice(call.a, call.ta, k0, k1, temps)
                 b = self._k_slice(call.b, not call.tb, k0, k1, temps)

@@ -42,8 +42,8 @@ class Gearbox(wiring.Component):
     realigned first: row ``r`` is handed on as the word of bytes from ``off + r * pstride``
     on, as if it began a word (its ``nwords`` must be 1: the row's data lies within its
     first ``bus bytes - 1`` bytes). A two-word window (the word held and the next on
-    :attr:`i_stream`) and a byte shifter do it: one row a cycle, a cycle to take the job's
-    first word.
+    :attr:`i_stream`) and a byte shifter into a row register do it: one row a cycle, two
+    cycles from the job's first word to its first row.
 
     The numpy model is :func:`sim.models.gearbox`.
 
@@ -252,51 +252,56 @@ class Gearbox(wiring.Component):
         """Drives ``word`` and ``w_valid`` from :attr:`i_stream` (and its ``ready`` from
         ``w_ready``): as they are, or, for a packed head job, its rows realigned.
 
-        A packed job's first word is taken into ``cur`` (a cycle without output), ``p`` set to
-        ``off``; then each row is ``Cat(cur, next word)`` from byte ``p`` on. When the row is
-        taken, ``p`` steps by ``pstride``; past a word, the next word becomes ``cur``. The
-        next word is waited for while one is left (``in_left``) even where the row ends in
-        ``cur``: it is on its way, in the same read. After the job's last row the word left,
-        if any, is taken too, and nothing more until the job is popped (its zero rows).
+        A packed job's first word is taken into ``cur``, ``p`` set to ``off``; then each row
+        is made into a register (``row``, so that the shifter is all that lies between the
+        input's registers and it) as ``Cat(cur, next word)`` from byte ``p`` on, while the
+        row before is taken. ``p`` then steps by ``pstride``; past a word, the next word
+        becomes ``cur``. The next word is waited for while one is left (``in_left``) even
+        where the row ends in ``cur``: it is on its way, in the same read. With the job's
+        last row the word left, if any, is taken too, and nothing more until the job is
+        popped (its zero rows). Two cycles from a packed job's first word to its first row.
         """
         bpw = self.data_width // 8
         wlog = bpw.bit_length() - 1
         i = self.i_stream
         cur = Signal(self.data_width)
-        have = Signal()                  # cur holds the packed job's current word
-        done = Signal()                  # the job's rows are all out
+        have = Signal()                  # cur holds a word, and rows are left to make
+        done = Signal()                  # the job's rows are all made
         p = Signal(range(bpw))
         in_left = Signal(24)             # words after cur still to take
         in_none = Signal()               # ... none
-        rows_left = Signal(16)
-        last_row = Signal()              # rows_left == 1
+        rows_left = Signal(16)           # rows to make
+        last_row = Signal()              # ... one
+        row = Signal(self.data_width)
+        row_v = Signal()
         packed = head_ok & head.pack
-        take = Signal()
+        take = Signal()                  # the row logic takes the made row
+        make = Signal()                  # the next row is made
         step = Signal(wlog + 1)
-        m.d.comb += [take.eq(w_valid & w_ready), step.eq(p + head.pstride)]
-        window = Cat(cur, i.payload)
+        carry = step[wlog]
+        consume = (carry | last_row) & ~in_none
+        m.d.comb += [take.eq(packed & row_v & w_ready), step.eq(p + head.pstride),
+                     make.eq(packed & have & (~row_v | take) & (in_none | i.valid))]
         with m.If(~packed):
             m.d.comb += [word.eq(i.payload), w_valid.eq(i.valid), i.ready.eq(w_ready)]
-        with m.Elif(done):
-            pass
-        with m.Elif(~have):
-            m.d.comb += i.ready.eq(1)
-            with m.If(i.valid):
-                m.d.sync += [cur.eq(i.payload), have.eq(1), p.eq(head.off),
-                             in_left.eq(head.in_m1), in_none.eq(head.in_one),
-                             rows_left.eq(head.nrows), last_row.eq(head.nrows == 1)]
         with m.Else():
-            carry = step[wlog]
-            m.d.comb += [word.eq(window.bit_select(Cat(Const(0, 3), p), self.data_width)),
-                         w_valid.eq(in_none | i.valid),
-                         i.ready.eq(take & (carry | last_row) & ~in_none)]
-            with m.If(take):
-                m.d.sync += [p.eq(step[:wlog]), rows_left.eq(rows_left - 1),
-                             last_row.eq(rows_left == 2)]
-                with m.If((carry | last_row) & ~in_none):
-                    m.d.sync += [cur.eq(i.payload), in_left.eq(in_left - 1),
-                                 in_none.eq(in_left == 1)]
-                with m.If(last_row):
-                    m.d.sync += [have.eq(0), done.eq(1)]
+            m.d.comb += [word.eq(row), w_valid.eq(row_v),
+                         i.ready.eq((~have & ~done) | (make & consume))]
+        with m.If(packed & ~have & ~done & i.valid):
+            m.d.sync += [cur.eq(i.payload), have.eq(1), p.eq(head.off),
+                         in_left.eq(head.in_m1), in_none.eq(head.in_one),
+                         rows_left.eq(head.nrows), last_row.eq(head.nrows == 1)]
+        with m.If(make):
+            m.d.sync += [row.eq(Cat(cur, i.payload).bit_select(Cat(Const(0, 3), p),
+                                                                self.data_width)),
+                         row_v.eq(1), p.eq(step[:wlog]), rows_left.eq(rows_left - 1),
+                         last_row.eq(rows_left == 2)]
+            with m.If(consume):
+                m.d.sync += [cur.eq(i.payload), in_left.eq(in_left - 1),
+                             in_none.eq(in_left == 1)]
+            with m.If(last_row):
+                m.d.sync += [have.eq(0), done.eq(1)]
+        with m.Elif(take):
+            m.d.sync += row_v.eq(0)
         with m.If(pop):
             m.d.sync += done.eq(0)

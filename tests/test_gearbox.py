@@ -118,7 +118,7 @@ def test_packed_rows_one_a_cycle():
 
     run(dut, bench, deadline_cycles=100)
     assert [v for _, v in got] == want
-    assert [c for c, _ in got] == list(range(got[0][0], got[0][0] + 8))
+    assert [c for c, _ in got] == list(range(got[0][0], got[0][0] + 8))  # a row a cycle
 
 
 def test_model_pads_and_selects():
