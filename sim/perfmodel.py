@@ -262,7 +262,8 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
     dict
         ``cycles``, ``compute_cycles`` (the array busy), ``utilization`` (MACs over
         ``rows * cols * cycles``), ``bound_by`` (what limits most chunks: "compute", "reads"
-        or "writes") and ``chunks``.
+        or "writes"), ``chunks``, and the bus words read and written (``read_words``,
+        ``write_words``).
     """
     regmap.check_read_ports(read_ports)
     regmap.check_write_ports(write_ports, rows)
@@ -334,15 +335,18 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
         # striped where a tile has two rows or more; else a tile's rows of one chunk are
         # whole rows (kc == k): one run
         return [striped([words] * r, vectors, lanes, lanes - r) if stripe and r >= ways else
-                job_cycles([words * r] if kc == k else [words] * r, vectors, lanes)
+                job_cycles([words * r] if kc == k else [words] * r, vectors, lanes,
+                           zero=(lanes - r) * _cdiv(kc, lanes))
                 for r in rows_in]
 
-    def job_cycles(runs, vectors, lanes, packed=False):
-        """(read cycles, gearbox cycles, words): the gearbox's only where a vector is
-        narrower than a bus word or the rows are packed, a row a cycle (else it keeps up
-        with the bus)."""
-        return (read_cycles(runs) + LOAD_OVERHEAD,
-                vectors + 1 if lanes < bpw or packed else 0, sum(runs))
+    def job_cycles(runs, vectors, lanes, packed=False, zero=0):
+        """(read cycles, gearbox cycles, words, tail): the gearbox's cycles only where a
+        vector is narrower than a bus word or the rows are packed, a row a cycle (else it
+        keeps up with the bus); ``tail``, where it does, the ``zero`` vectors of the rows
+        beyond the matrix's edge, one a cycle after the last word."""
+        narrow = lanes < bpw or packed
+        return (read_cycles(runs) + LOAD_OVERHEAD, vectors + 1 if narrow else 0, sum(runs),
+                0 if narrow else zero)
 
     # the array's least interval between two tiles' last steps (SystolicArray.
     # min_emit_interval: rows + cols - 1, packed or not, one SLR group), and at least the
@@ -434,7 +438,7 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
                 if read_ports >= 2:
                     free = begin = max(begin, *(gearbox[p] for p, _ in subs), free)
                 ends = []
-                for p, (cycles, vectors, words) in subs:
+                for p, (cycles, vectors, words, tail) in subs:
                     # the job's words wait in the DMA's FIFO for its slots: its reads may
                     # begin up to a FIFO's worth of words before they free
                     lead = cycles * min(1.0, READ_FIFO / words) if words else 0.0
@@ -444,7 +448,7 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
                     # previous job's and its own words (reads run on meanwhile, into the
                     # FIFO), once its slots are free
                     gearbox[p] = max(max(gearbox[p], start + lat_r, free) + vectors,
-                                     clock[p] + lat_r)
+                                     clock[p] + lat_r + tail)
                     ends.append(gearbox[p])
                 if job[0] == "stripe":
                     # the interleave passes the gearboxes' vectors in order, one a cycle
@@ -506,7 +510,8 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
     compute = sum(c["compute"] for c in chunks)
     return {"cycles": int(round(total)), "compute_cycles": compute,
             "utilization": m * n * k / (rows * cols * total),
-            "bound_by": max(votes, key=votes.get), "chunks": len(chunks)}
+            "bound_by": max(votes, key=votes.get), "chunks": len(chunks),
+            "read_words": traffic[0], "write_words": traffic[1]}
 
 
 def predict_queued(m: int, n: int, k: int, transpose_a: bool = False,
