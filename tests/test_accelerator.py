@@ -316,7 +316,7 @@ def test_rejected_descriptor_touches_nothing(dev, what, change, code):
     drv.set_window(0x100000, 0x200000)
     if what == "misaligned stride":
         # over a bus word and not a multiple of it (a stride below a word is a packed one)
-        change = dict(b_stride=drv.bytes_per_word + 8)
+        change = dict(b_stride=drv.bytes_per_word * 3 // 2)
     reads, writes = sim.read_beats, sim.write_beats
     with pytest.raises(AcceleratorError) as info:
         drv.run({**desc, **change})
