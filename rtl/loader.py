@@ -128,11 +128,14 @@ class LoadSequencer(wiring.Component):
                      all_words.eq(job.rows * job.nwords)]
         merged = Signal()
         m.d.comb += merged.eq(contig & (all_words[24:] == 0))
-        # Packed rows (see above): ``packed`` and the bytes from the first row's start to the
-        # last row's last byte used, in MUL; the words to read, from the first row's byte
-        # offset in its word, in JOBS (where the gearbox job needs them).
+        # Packed rows (see above): ``packed``, the first row's byte offset in its word (the
+        # low bits of base + col + row0 * stride: those of row0 * stride are those of the
+        # product of their low bits) and the bytes from that row's start to the last row's
+        # last byte used, in MUL; the words to read, one add of those registers, in JOBS
+        # (where the gearbox job needs them).
         bpw = self.data_width // 8
         packed = Signal()
+        pk_off = Signal(wlog)
         pk_span = Signal(25)
 
         def sel_bytes(lanes):
@@ -140,13 +143,13 @@ class LoadSequencer(wiring.Component):
 
         m.d.sync += [packed.eq((job.stride[wlog:] == 0) & (job.stride[:wlog] != 0)
                                & (job.rows != 0)),
+                     pk_off.eq(job.base[:wlog] + job.col[:wlog]
+                               + job.row0[:wlog] * job.stride[:wlog]),
                      pk_span.eq((job.rows - 1)[:17] * job.stride[:wlog] + job.valid
                                 + Mux(job.path, sel_bytes(self.b_lanes),
                                       sel_bytes(self.a_lanes)))]
-        pk_off = Signal(wlog)
         pk_words = Signal(24)
-        m.d.comb += [pk_off.eq(job.base[:wlog] + job.col[:wlog] + p_lo[:wlog]),
-                     pk_words.eq((pk_off + pk_span + bpw - 1) >> wlog)]
+        m.d.comb += pk_words.eq((pk_off + pk_span + bpw - 1) >> wlog)
         # The read commands' length, a register set in JOBS: the DMA's burst splitter reads
         # it, so no multiplexer lies in front of that.
         beats = Signal(24)
