@@ -91,7 +91,7 @@ class Gearbox(wiring.Component):
             "avail0": unsigned(17), "mask0": W, "vmask": W, "more0": 1,
             "nrows_m2": unsigned(16),
             "pack": 1, "off": job.off.shape(), "pstride": job.pstride.shape(),
-            "in_m1": unsigned(24), "in_one": 1, "nrows": unsigned(16),
+            "in_m1": unsigned(24), "in_one": 1,
             **({"cnt_row": unsigned(16), "row_one": 1, "tail_m1": range(max(2, ratio)),
                 "cnt0": unsigned(16), "nz0": 1, "one0": 1, "two0": 1} if wide else {})})
         m.submodules.queue = queue = Fifo(width=layout.size, depth=self.job_depth)
@@ -113,7 +113,7 @@ class Gearbox(wiring.Component):
                      entry.more0.eq(job.nrows != 1), entry.nrows_m2.eq(job.nrows - 2),
                      entry.pack.eq(job.pack & (job.nrows != 0)), entry.off.eq(job.off),
                      entry.pstride.eq(job.pstride), entry.in_m1.eq(job.in_words - 1),
-                     entry.in_one.eq(job.in_words == 1), entry.nrows.eq(job.nrows),
+                     entry.in_one.eq(job.in_words == 1),
                      queue.w_en.eq(self.jobs.valid), self.jobs.ready.eq(queue.w_rdy)]
         lr = ratio.bit_length() - 1
         if wide:
@@ -270,8 +270,8 @@ class Gearbox(wiring.Component):
         p = Signal(range(bpw))
         in_left = Signal(24)             # words after cur still to take
         in_none = Signal()               # ... none
-        rows_left = Signal(16)           # rows to make
-        last_row = Signal()              # ... one
+        rows_m2 = Signal(16)             # rows to make, less 2 (from the entry's nrows_m2)
+        last_row = Signal()              # ... one left (the entry's ~more0 at the start)
         row = Signal(self.data_width)
         row_v = Signal()
         packed = head_ok & head.pack
@@ -290,12 +290,12 @@ class Gearbox(wiring.Component):
         with m.If(packed & ~have & ~done & i.valid):
             m.d.sync += [cur.eq(i.payload), have.eq(1), p.eq(head.off),
                          in_left.eq(head.in_m1), in_none.eq(head.in_one),
-                         rows_left.eq(head.nrows), last_row.eq(head.nrows == 1)]
+                         rows_m2.eq(head.nrows_m2), last_row.eq(~head.more0)]
         with m.If(make):
             m.d.sync += [row.eq(Cat(cur, i.payload).bit_select(Cat(Const(0, 3), p),
                                                                 self.data_width)),
-                         row_v.eq(1), p.eq(step[:wlog]), rows_left.eq(rows_left - 1),
-                         last_row.eq(rows_left == 2)]
+                         row_v.eq(1), p.eq(step[:wlog]), rows_m2.eq(rows_m2 - 1),
+                         last_row.eq(rows_m2 == 0)]
             with m.If(consume):
                 m.d.sync += [cur.eq(i.payload), in_left.eq(in_left - 1),
                              in_none.eq(in_left == 1)]
