@@ -69,6 +69,10 @@ class GemmEngine(wiring.Component):
     queue (:data:`SLICES`; each adds one cycle of latency, no bubbles). The engine itself
     holds the descriptors and sequences check, walk and completion. A descriptor is checked
     ``DescriptorChecker.LATENCY + 1`` cycles after ``start``; the walk starts 2 cycles later.
+    Between the router and each gearbox a FIFO of :data:`WORD_FIFO` bus words (``a_words``,
+    ``b_words``; 2 cycles more on the way in) lets the router take a job's words at the
+    bus's pace while a slower gearbox (packed rows, a row a cycle) works through them, and
+    go on to the other operand's next job.
 
     **Two descriptors in flight.** The *front* checks and walks a descriptor; when the walk
     is over (the walker has handed out every job) and the *back* is empty, the descriptor
@@ -228,6 +232,10 @@ class GemmEngine(wiring.Component):
     #: two read ports, ``rd_cmd1`` -> :attr:`rd_cmd1`, and the load job queues ``jobs_a``,
     #: ``jobs_b``, :data:`LOAD_QUEUE` jobs each).
     SLICES = ("a_in", "b_in", "a_out", "b_out", "rd_cmd", "wr_cmd")
+    #: With one read port, bus words queued per operand between the router and its gearbox
+    #: (``a_words``, ``b_words``): a packed job's words (a chunk of 10-byte rows of 256->10's
+    #: W is 40 words on the VU9P's bus, or 80 at its depth of 512) pass at the bus's pace.
+    WORD_FIFO = 64
     #: With two read ports, load jobs queued per operand: a block's A jobs (one per tile row,
     #: plus its exponent vector) fit, so B's next job is not held behind them.
     LOAD_QUEUE = 16
@@ -304,6 +312,15 @@ class GemmEngine(wiring.Component):
             slices.submodules[name] = RegisterSlice(
                 shape, slice_bits=SLICE_BITS if name in ("a_out", "b_out") else None)
         sl = slices.submodules
+        if RP == 1:
+            # each operand's words queued between the router and its gearbox: the router
+            # hands the reader's words over in read order, so a gearbox slower than the bus
+            # (a packed job, a row a cycle; lanes narrower than a word) would hold the other
+            # operand's words behind it. With WORD_FIFO words queued, it takes a job's words
+            # at the bus's pace and goes on to the next job while the gearbox works.
+            for name in ("a_words", "b_words"):
+                slices.submodules[name] = Fifo(width=self.data_width, depth=self.WORD_FIFO,
+                                               slice_bits=256)
         # each B gearbox's vector FIFO, by way
         mid_names = ("b_mid", "b_mid2", "b_mid3")[:WAYS] if RP >= 3 else ()
         if RP >= 3:
@@ -400,8 +417,11 @@ class GemmEngine(wiring.Component):
             wiring.connect(m, loader.rd_cmd, sl.rd_cmd.i_stream)
             wiring.connect(m, loader.routes, router.routes)
             wiring.connect(m, wiring.flipped(self.rd_data), router.i_stream)
-            wiring.connect(m, router.a_stream, sl.a_in.i_stream)
-            wiring.connect(m, router.b_stream, sl.b_in.i_stream)
+            for words, out, into in ((sl.a_words, router.a_stream, sl.a_in.i_stream),
+                                     (sl.b_words, router.b_stream, sl.b_in.i_stream)):
+                m.d.comb += [words.w_data.eq(out.payload), words.w_en.eq(out.valid),
+                             out.ready.eq(words.w_rdy)]
+                from_fifo(words, into)
         else:
             # Each load job is queued by its operand (``path``) for that operand's load
             # sequencer, whose read commands go to that operand's reader and whose words go

@@ -110,6 +110,9 @@ DMA_BURST = 16
 #: Words the DMA reader's FIFO holds (``burst_beats * outstanding``): how far a load's reads
 #: may run ahead of its buffer slots' freeing.
 READ_FIFO = DMA_BURST * DMA_OUTSTANDING
+#: With one read port, the words queued between the router and each operand's gearbox
+#: (``rtl.engine.GemmEngine.WORD_FIFO``): how far the reads run ahead of a slower gearbox.
+WORD_FIFO = 64
 
 
 def read_rate(beats: float, outstanding: int, latency: int, keep: float = 1.0) -> float:
@@ -439,17 +442,24 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
                     free = begin = max(begin, *(gearbox[p] for p, _ in subs), free)
                 ends = []
                 for p, (cycles, vectors, words, tail) in subs:
+                    # (with one read port, one channel and each operand's own gearbox)
+                    g = p if read_ports >= 2 else path
                     # the job's words wait in the DMA's FIFO for its slots: its reads may
                     # begin up to a FIFO's worth of words before they free
                     lead = cycles * min(1.0, READ_FIFO / words) if words else 0.0
                     start = max(clock[p], free - lead - lat_r)
                     clock[p] = ledger.move(start, cycles, words * bpw)
-                    # the router hands words over in read order: a job's vectors follow the
-                    # previous job's and its own words (reads run on meanwhile, into the
-                    # FIFO), once its slots are free
-                    gearbox[p] = max(max(gearbox[p], start + lat_r, free) + vectors,
+                    # a job's vectors follow its gearbox's previous job's and its own words
+                    # (reads run on meanwhile, into the FIFO), once its slots are free
+                    gearbox[g] = max(max(gearbox[g], start + lat_r, free) + vectors,
                                      clock[p] + lat_r + tail)
-                    ends.append(gearbox[p])
+                    ends.append(gearbox[g])
+                    if read_ports == 1 and vectors:
+                        # the router hands words over in read order: the reads run on at
+                        # most the DMA's FIFO and the operand's word FIFO ahead of a gearbox
+                        # slower than the bus
+                        clock[p] = max(clock[p], gearbox[g] - lat_r
+                                       - (READ_FIFO + WORD_FIFO) * vectors / words)
                 if job[0] == "stripe":
                     # the interleave passes the gearboxes' vectors in order, one a cycle
                     merged = max(*ends, free + job[-1])

@@ -398,6 +398,12 @@ def test_the_accumulation_interval_is_the_datapaths():
     assert perfmodel.ACCUMULATE_INTERVAL == GemmDatapath.ACCUMULATE_STAGES + 1
 
 
+def test_the_word_fifo_is_the_engines():
+    from rtl.engine import GemmEngine
+
+    assert perfmodel.WORD_FIFO == GemmEngine.WORD_FIFO
+
+
 def test_cli_checks_committed_measurements(capsys, tmp_path):
     """``python -m sim.perfmodel --check``: the committed model check predicted again, one
     table row per file and port; a missing file exits 2 naming the option."""
