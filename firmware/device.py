@@ -76,6 +76,7 @@ import numpy as np
 
 from sim import golden
 
+from . import regmap
 from .driver import AcceleratorError, Driver
 from .profile import Profile
 
@@ -366,7 +367,7 @@ class Device:
         if self.driver is None:
             return DeviceTensor(self, shape, dtype, array=np.empty(shape, dtype))
         stride = _round_up(shape[1] * dtype.itemsize, self.bytes_per_word)
-        if dtype.itemsize == 1 and shape[1] < self.bytes_per_word:
+        if regmap.stored_packed(shape[1], dtype.itemsize, self.bytes_per_word):
             # an int8 operand of rows shorter than a bus word is stored packed: one run of
             # words read for all its rows, not a word a row (rtl.loader.LoadSequencer)
             stride = shape[1]

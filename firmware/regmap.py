@@ -25,7 +25,8 @@ from dataclasses import dataclass, field
 from enum import IntEnum
 
 __all__ = ["Field", "Register", "REGISTERS", "ErrorCode", "MAGIC", "VERSION", "WRITE_PORTS",
-           "READ_PORTS", "STRIPE_MIN_WORDS", "check_write_ports", "check_read_ports", "by_name",
+           "READ_PORTS", "STRIPE_MIN_WORDS", "check_write_ports", "check_read_ports",
+           "packed_stride", "stored_packed", "by_name",
            "offset", "field_value", "pack", "markdown_table"]
 
 #: ``ID`` register contents: ASCII "BFP8".
@@ -61,6 +62,23 @@ READ_PORTS = (1, 2, 3, 4)
 #: (a job of rows that follow one another in memory is read as one long command on one port
 #: instead). Stated here, without Amaranth, for the RTL and the performance model alike.
 STRIPE_MIN_WORDS = 4
+
+
+def packed_stride(stride: int, bus_bytes: int) -> bool:
+    """Whether an A or B operand whose rows are ``stride`` bytes apart is *packed*: rows
+    closer than a bus word (``0 < stride < bus_bytes``), read as one run of words from the
+    first row's word to the last row's last byte and realigned a row a cycle
+    (:class:`rtl.loader.LoadSequencer`, :class:`rtl.gearbox.Gearbox`). Such a stride is
+    legal for A and B only (``ErrorCode.MISALIGNED`` for C's). The hardware's rule, stated
+    once for the models, the checker's models and the driver."""
+    return 0 < stride < bus_bytes
+
+
+def stored_packed(row_bytes: int, itemsize: int, bus_bytes: int) -> bool:
+    """Whether :meth:`firmware.Device.empty` stores a matrix packed (its stride its rows'
+    bytes, a :func:`packed_stride`): an int8 matrix whose rows are shorter than a bus word.
+    Any other matrix's rows start on a word."""
+    return itemsize == 1 and row_bytes < bus_bytes
 
 
 def check_read_ports(read_ports) -> int:

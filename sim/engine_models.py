@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from firmware.regmap import STRIPE_MIN_WORDS, ErrorCode
+from firmware.regmap import STRIPE_MIN_WORDS, ErrorCode, packed_stride
 
 __all__ = ["descriptor", "check", "chunk_align", "ramp_start", "k_chunks", "block_chunks",
            "block_side", "tile_order", "walk", "load_sequence", "stripe", "interleave", "route",
@@ -67,7 +67,8 @@ def check(desc: dict, window_base: int, window_limit: int, data_width: int = 128
         # the last byte's offset, rounded up to a word (for an aligned stride, the rows
         # before the last plus the last's bytes rounded up)
         end = base + _ceil_to(((rows - 1) & 0xFFFF_FFFF) * pitch + nbytes, bpw)
-        align |= bool(base % bpw or (pitch % bpw and not (packable and pitch < bpw)))
+        align |= bool(base % bpw or (pitch % bpw and not (packable
+                                                          and packed_stride(pitch, bpw))))
         stride |= rows > 1 and pitch < nbytes
         window |= base < window_base or end > window_limit or end > 1 << addr_width
     if align:
@@ -342,7 +343,7 @@ def load_sequence(jobs, data_width: int, addr_width: int, a_lanes: int, b_lanes:
         lanes = (a_lanes, b_lanes)[j["path"]]
         sel = j["sel"] & ((1 << _sel_bits(data_width, lanes)) - 1)
         addr = (j["base"] + j["row0"] * j["stride"] + j["col"]) % (1 << 64)
-        packed = bool(j["rows"]) and 0 < j["stride"] < bpw
+        packed = bool(j["rows"]) and packed_stride(j["stride"], bpw)
         off = addr % bpw if packed else 0
         used = j["valid"] + (sel * lanes if lanes < bpw else 0)
         in_words = (off + (j["rows"] - 1) * j["stride"] + used + bpw - 1) // bpw \

@@ -172,7 +172,8 @@ class FunctionalAccelerator:
         bad = set()
         for i, (base, (rows, nbytes), stride) in enumerate(regions):
             # A and B (regions 0 and 1) may be packed: a stride below the bus width
-            if base % self.bpw or (stride % self.bpw and not (i < 2 and stride < self.bpw)):
+            if base % self.bpw or (stride % self.bpw
+                                   and not (i < 2 and regmap.packed_stride(stride, self.bpw))):
                 bad.add(ErrorCode.MISALIGNED)
             if rows > 1 and stride < nbytes:
                 bad.add(ErrorCode.BAD_STRIDE)

@@ -313,7 +313,7 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
         least :data:`firmware.regmap.STRIPE_MIN_WORDS` words is striped over ``ways`` ports."""
         if k_major:
             v = min(tiles * lanes, limit - x_blk)
-            if limit < bpw:
+            if regmap.stored_packed(limit, 1, bpw):
                 # rows shorter than a word are stored packed (firmware.Device): one run from
                 # the chunk's first row (k0, a multiple of the bus bytes: at a word's start)
                 # to its last row's last byte, a row a cycle through the gearbox
@@ -328,7 +328,7 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
             return [job_cycles(runs, kc * tiles, lanes)]
         rows_in = [min(lanes, limit - x_blk - t * lanes) for t in range(tiles)]
         vectors = lanes * _cdiv(kc, lanes)        # the zero rows beyond the edge included
-        if k < bpw:
+        if regmap.stored_packed(k, 1, bpw):
             # packed rows of k bytes (kc == k): a tile's rows one run, from its first row's
             # byte in its word
             return [job_cycles([_cdiv((x_blk + t * lanes) * k % bpw + r * k, bpw)], vectors,
