@@ -30,7 +30,7 @@ from firmware import regmap
 from firmware.regmap import ErrorCode, field_value, offset
 
 from . import golden
-from .engine_models import block_side
+from .engine_models import block_side, check, descriptor
 from .perfmodel import predict
 from .ports import resolve_port
 
@@ -153,12 +153,6 @@ class FunctionalAccelerator:
         flags = self._reg("DESC_FLAGS")
         f = {fl.name: field_value("DESC_FLAGS", fl.name, flags)
              for fl in regmap.by_name("DESC_FLAGS").fields}
-        if 0 in (m, n, k):
-            return ErrorCode.ZERO_DIMENSION
-        if m > 65535 or n > 65535:
-            return ErrorCode.DIMENSION_TOO_LARGE
-        if k > 65535:
-            return ErrorCode.K_TOO_LARGE
         ta, tb = bool(f["TRANSPOSE_A"]), bool(f["TRANSPOSE_B"])
         a = (self._reg64("DESC_A_ADDR"), (k, m) if ta else (m, k), self._reg("DESC_A_STRIDE"))
         b = (self._reg64("DESC_B_ADDR"), (n, k) if tb else (k, n), self._reg("DESC_B_STRIDE"))
@@ -168,21 +162,18 @@ class FunctionalAccelerator:
             regions.append((self._reg64("DESC_ROW_EXP_ADDR"), (1, m), 0))
         if f["COL_EXP_VECTOR"]:
             regions.append((self._reg64("DESC_COL_EXP_ADDR"), (1, n), 0))
-        lo, hi = self._reg64("WINDOW_BASE"), self._reg64("WINDOW_LIMIT")
-        bad = set()
-        for i, (base, (rows, nbytes), stride) in enumerate(regions):
-            # A and B (regions 0 and 1) may be packed: a stride below the bus width
-            if base % self.bpw or (stride % self.bpw
-                                   and not (i < 2 and regmap.packed_stride(stride, self.bpw))):
-                bad.add(ErrorCode.MISALIGNED)
-            if rows > 1 and stride < nbytes:
-                bad.add(ErrorCode.BAD_STRIDE)
-            end = base + -(-((rows - 1) * stride + nbytes) // self.bpw) * self.bpw
-            if base < lo or end > hi or end > min(self.size, 1 << self.addr_width):
-                bad.add(ErrorCode.OUT_OF_WINDOW)
-        for code in (ErrorCode.MISALIGNED, ErrorCode.BAD_STRIDE, ErrorCode.OUT_OF_WINDOW):
-            if code in bad:
-                return code
+        # the checker's rules (sim.engine_models.check), with the end of this model's memory
+        # as a limit too
+        desc = descriptor(
+            m=m, n=n, k=k, transpose_a=ta, transpose_b=tb, row_vec=f["ROW_EXP_VECTOR"],
+            col_vec=f["COL_EXP_VECTOR"], a_addr=a[0], a_stride=a[2], b_addr=b[0],
+            b_stride=b[2], c_addr=c[0], c_stride=c[2],
+            row_exp_addr=self._reg64("DESC_ROW_EXP_ADDR"),
+            col_exp_addr=self._reg64("DESC_COL_EXP_ADDR"))
+        code = check(desc, self._reg64("WINDOW_BASE"),
+                     min(self._reg64("WINDOW_LIMIT"), self.size), 8 * self.bpw, self.addr_width)
+        if code:
+            return ErrorCode(code)
         am = self._matrix(a[0], *a[1], a[2]).view(np.int8)
         bm = self._matrix(b[0], *b[1], b[2]).view(np.int8)
         acc = golden.gemm(am, bm, ta, tb)
