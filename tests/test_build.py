@@ -209,7 +209,10 @@ def test_program_without_a_bitstream_or_vivado_fails_clearly(tmp_path):
         assert "vivado -mode batch -source build.tcl" in proc.stderr
 
 
+@pytest.mark.slow
 def test_yosys_estimate_of_a_small_configuration(tmp_path):
+    """The whole estimate flow (two Yosys runs of a 4x4 accelerator: about 6 minutes, so
+    ``slow``; the report's fit logic runs by default below, on a given estimate)."""
     proc = run_build("--platform", "pynq-z1", "--rows", "4", "--cols", "4", "--out",
                      str(tmp_path))
     assert proc.returncode == 0, proc.stderr
@@ -228,6 +231,22 @@ def test_a_configuration_that_does_not_fit_exits_1_naming_the_resource(tmp_path,
     import dataclasses
 
     import build
+    import platforms.estimate
+    import platforms.timing
+
+    # the estimate and the timing report as Yosys would give them (the flow itself:
+    # test_yosys_estimate_of_a_small_configuration, slow); what is checked is what build.py
+    # makes of them
+    resources = {"LUT": 9000, "FF": 12000, "DSP": 16, "BRAM36": 8.0, "URAM": 0, "CARRY": 300,
+                 "LUTRAM": 200}
+    timing = {"family": "xc7", "target_mhz": 100.0, "budget_levels": 13, "max_levels": 9,
+              "fanout_budget": 1000, "max_fanout": 400, "within_budget": True,
+              "measured_on": "the whole design", "clocks": {}, "deepest_paths": [],
+              "high_fanout_nets": [], "combinational_loops": []}
+    monkeypatch.setattr(platforms.estimate, "estimate_accelerator",
+                        lambda *args, **kwargs: (dict(resources), "full (given)"))
+    monkeypatch.setattr(platforms.timing, "accelerator_timing",
+                        lambda *args, **kwargs: dict(timing))
     tiny = dataclasses.replace(PLATFORMS["pynq-z1"],
                                capacity={"LUT": 53200, "FF": 106400, "DSP": 10, "BRAM36": 140,
                                          "URAM": 0})
