@@ -81,13 +81,14 @@ def test_best_block_is_the_largest_near_the_fastest():
 def test_best_block_queued_departs_only_for_a_clear_gain():
     """Queued (behind another GEMM), the block is the one chosen alone unless another is
     predicted QUEUED_BLOCK_MARGIN faster queued; on the Pynq-Z1 default the 256->10 layer's
-    batch-64 weight gradient (256x10x64, A transposed) takes a larger block queued than
-    alone (its longer first loads hide under the one before)."""
+    batch-128 forward, run turned (10x128x256, both transposed), takes a larger block queued
+    than alone (its longer first loads hide under the one before)."""
     from sim.perfmodel import predict_queued
     config = {"rows": 16, "cols": 16, "depth": 256, "data_width": 64, "write_ports": 4,
-              "read_ports": 2, "port": resolve_port("zynq7-hp")}
+              "read_ports": 3, "port": resolve_port("zynq7-hp")}
     cases = [(128, 128, 256, True, False), (64, 10, 256, False, False),
-             (64, 256, 10, False, True), (256, 10, 64, True, False)]
+             (64, 256, 10, False, True), (256, 10, 64, True, False),
+             (10, 128, 256, True, True)]
     departed = 0
     for m, n, k, ta, tb in cases:
         alone = best_block(m, n, k, ta, tb, block=8, **config)
@@ -100,8 +101,8 @@ def test_best_block_queued_departs_only_for_a_clear_gain():
         else:
             best = min(q.values())
             assert best >= q[alone] * (1 - perfmodel.QUEUED_BLOCK_MARGIN)
-    assert best_block(256, 10, 64, True, False, block=8, queued=True, **config) > \
-        best_block(256, 10, 64, True, False, block=8, **config)
+    assert best_block(10, 128, 256, True, True, block=8, queued=True, **config) > \
+        best_block(10, 128, 256, True, True, block=8, **config)
     assert departed >= 1
 
 
