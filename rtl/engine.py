@@ -382,6 +382,12 @@ class GemmEngine(wiring.Component):
             m.d.comb += [into.payload.eq(q.r_data), into.valid.eq(q.r_rdy),
                          q.r_en.eq(into.ready)]
 
+        def through_fifo(src, q, into):
+            """Stream ``src`` -> :class:`rtl.fifo.Fifo` ``q`` -> stream ``into``."""
+            m.d.comb += [q.w_data.eq(src.payload), q.w_en.eq(src.valid),
+                         src.ready.eq(q.w_rdy)]
+            from_fifo(q, into)
+
         d = Signal(descriptor_layout(), reset_less=True)     # the front's descriptor (data)
         # Two descriptors may be in flight: the back, walked, its C still being written
         # (b_valid; d_back, b_gen, macs_back), and the front, being checked or walked (d,
@@ -417,11 +423,8 @@ class GemmEngine(wiring.Component):
             wiring.connect(m, loader.rd_cmd, sl.rd_cmd.i_stream)
             wiring.connect(m, loader.routes, router.routes)
             wiring.connect(m, wiring.flipped(self.rd_data), router.i_stream)
-            for words, out, into in ((sl.a_words, router.a_stream, sl.a_in.i_stream),
-                                     (sl.b_words, router.b_stream, sl.b_in.i_stream)):
-                m.d.comb += [words.w_data.eq(out.payload), words.w_en.eq(out.valid),
-                             out.ready.eq(words.w_rdy)]
-                from_fifo(words, into)
+            through_fifo(router.a_stream, sl.a_words, sl.a_in.i_stream)
+            through_fifo(router.b_stream, sl.b_words, sl.b_in.i_stream)
         else:
             # Each load job is queued by its operand (``path``) for that operand's load
             # sequencer, whose read commands go to that operand's reader and whose words go
@@ -469,9 +472,7 @@ class GemmEngine(wiring.Component):
         if RP >= 3:
             mids = [sl[name] for name in mid_names]
             for gb, q, into in zip(b_gearboxes, mids, interleave.i_streams, strict=True):
-                m.d.comb += [q.w_data.eq(gb.o_stream.payload), q.w_en.eq(gb.o_stream.valid),
-                             gb.o_stream.ready.eq(q.w_rdy)]
-                from_fifo(q, into)
+                through_fifo(gb.o_stream, q, into)
             wiring.connect(m, interleave.o_stream, sl.b_out.i_stream)
         else:
             wiring.connect(m, gb_b.o_stream, sl.b_out.i_stream)
