@@ -270,10 +270,9 @@ class GemmEngine(wiring.Component):
             LoadSequencer(self.data_width, self.addr_width, a_lanes=R, b_lanes=C,
                           tag_width=tag_width) if RP > p else None for p in (1, 2, 3))
         b_loaders = [ld for ld in (loader1, loader2, loader3) if ld is not None]
-        gb_a = Gearbox(self.data_width, R, tag_width)
-        gb_b = Gearbox(self.data_width, C, tag_width)
-        gb_b2, gb_b3 = (Gearbox(self.data_width, C, tag_width) if RP > p else None
-                        for p in (2, 3))
+        gb_a, gb_b, gb_b2, gb_b3 = (
+            Gearbox(self.data_width, lanes, tag_width, primitive=self.primitive)
+            if RP > p else None for lanes, p in ((R, 0), (C, 0), (C, 2), (C, 3)))
         b_gearboxes = [gb for gb in (gb_b, gb_b2, gb_b3) if gb is not None]
         WAYS = RP - 1                # B's ways with three or four read ports
         striper = LoadStriper(tag_width, ways=WAYS) if RP >= 3 else None

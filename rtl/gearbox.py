@@ -1,10 +1,11 @@
 """Bus words -> operand vectors: the read side's width converter, with edge zero-padding."""
 
-from amaranth import Array, Cat, Const, Module, Mux, Signal, signed, unsigned
+from amaranth import Array, Cat, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from .fifo import Fifo
+from .xilinx import byte_shift, register_copies
 
 __all__ = ["Gearbox", "gearbox_job_layout"]
 
@@ -51,6 +52,23 @@ class Gearbox(wiring.Component):
     cycle while ``lanes <= bus bytes``, else one word per cycle. One idle cycle between jobs
     (the queue is popped from a register).
 
+    Parameters
+    ----------
+    data_width : int
+        Bus width (64, 128, 256 or 512 bits).
+    lanes : int
+        Bytes of a vector (a power of two).
+    tag_width : int
+        Width of the job's tag.
+    job_depth : int
+        Jobs queued.
+    primitive : bool
+        The realigner's byte shifter from ``LUT6``/``MUXF7``/``MUXF8`` instances
+        (:func:`rtl.xilinx.byte_shift`: four levels at 512 bits, where Yosys maps the plain
+        one eight deep), and the copies of its byte offset (one per :attr:`REALIGN_BYTES`
+        output bytes, on buses wider than that) as ``FDRE`` instances, which synthesis keeps
+        apart (:func:`rtl.xilinx.register_copies`).
+
     Members
     -------
     jobs : In(stream.Signature(gearbox_job_layout(data_width, lanes, tag_width)))
@@ -58,13 +76,17 @@ class Gearbox(wiring.Component):
     o_stream : Out(stream.Signature({"data": ArrayLayout(signed(8), lanes), "tag": tag_width}))
     """
 
-    def __init__(self, data_width: int, lanes: int, tag_width: int = 1, job_depth: int = 4):
+    #: Output bytes of the packed realigner's shifter steered by one copy of its byte offset.
+    REALIGN_BYTES = 16
+
+    def __init__(self, data_width: int, lanes: int, tag_width: int = 1, job_depth: int = 4,
+                 *, primitive: bool = False):
         if data_width not in (64, 128, 256, 512):
             raise ValueError(f"data_width must be 64, 128, 256 or 512, not {data_width!r}")
         if not isinstance(lanes, int) or lanes < 1 or lanes & (lanes - 1):
             raise ValueError(f"lanes must be a power of two, not {lanes!r}")
         self.data_width, self.lanes, self.tag_width = data_width, lanes, tag_width
-        self.job_depth = job_depth
+        self.job_depth, self.primitive = job_depth, bool(primitive)
         super().__init__({
             "jobs": In(stream.Signature(gearbox_job_layout(data_width, lanes, tag_width))),
             "i_stream": In(stream.Signature(data_width)),
@@ -91,7 +113,7 @@ class Gearbox(wiring.Component):
             "avail0": unsigned(17), "mask0": W, "vmask": W, "more0": 1,
             "nrows_m2": unsigned(16),
             "pack": 1, "off": job.off.shape(), "pstride": job.pstride.shape(),
-            "in_m1": unsigned(24), "in_one": 1,
+            "in_words": unsigned(24),
             **({"cnt_row": unsigned(16), "row_one": 1, "tail_m1": range(max(2, ratio)),
                 "cnt0": unsigned(16), "nz0": 1, "one0": 1, "two0": 1} if wide else {})})
         m.submodules.queue = queue = Fifo(width=layout.size, depth=self.job_depth)
@@ -112,8 +134,8 @@ class Gearbox(wiring.Component):
                      entry.vmask.eq(Cat(job.valid > t for t in range(W))),
                      entry.more0.eq(job.nrows != 1), entry.nrows_m2.eq(job.nrows - 2),
                      entry.pack.eq(job.pack & (job.nrows != 0)), entry.off.eq(job.off),
-                     entry.pstride.eq(job.pstride), entry.in_m1.eq(job.in_words - 1),
-                     entry.in_one.eq(job.in_words == 1),
+                     # (as it comes: no arithmetic on it before the queue)
+                     entry.pstride.eq(job.pstride), entry.in_words.eq(job.in_words),
                      queue.w_en.eq(self.jobs.valid), self.jobs.ready.eq(queue.w_rdy)]
         lr = ratio.bit_length() - 1
         if wide:
@@ -264,15 +286,15 @@ class Gearbox(wiring.Component):
         bpw = self.data_width // 8
         wlog = bpw.bit_length() - 1
         i = self.i_stream
-        cur = Signal(self.data_width)
+        cur = Signal(self.data_width, reset_less=True)     # (read under ``have`` only)
         have = Signal()                  # cur holds a word, and rows are left to make
         done = Signal()                  # the job's rows are all made
         p = Signal(range(bpw))
-        in_left = Signal(24)             # words after cur still to take
-        in_none = Signal()               # ... none
+        in_left = Signal(24)             # the job's words from cur on (cur's included)
+        in_none = Signal()               # ... cur's alone: none after it to take
         rows_m2 = Signal(16)             # rows to make, less 2 (from the entry's nrows_m2)
         last_row = Signal()              # ... one left (the entry's ~more0 at the start)
-        row = Signal(self.data_width)
+        row = Signal(self.data_width, reset_less=True)     # (read under ``row_v`` only)
         row_v = Signal()
         packed = head_ok & head.pack
         take = Signal()                  # the row logic takes the made row
@@ -287,18 +309,37 @@ class Gearbox(wiring.Component):
         with m.Else():
             m.d.comb += [word.eq(row), w_valid.eq(row_v),
                          i.ready.eq((~have & ~done) | (make & consume))]
-        with m.If(packed & ~have & ~done & i.valid):
-            m.d.sync += [cur.eq(i.payload), have.eq(1), p.eq(head.off),
-                         in_left.eq(head.in_m1), in_none.eq(head.in_one),
+        # ``p``: the job's offset with its first word, then a step with each row made
+        p_next = Signal.like(p)
+        p_en = Signal()
+        first = packed & ~have & ~done & i.valid
+        m.d.comb += [p_en.eq(first | make), p_next.eq(Mux(first, head.off, step[:wlog]))]
+        with m.If(p_en):
+            m.d.sync += p.eq(p_next)
+        with m.If(first):
+            m.d.sync += [cur.eq(i.payload), have.eq(1),
+                         in_left.eq(head.in_words), in_none.eq(head.in_words == 1),
                          rows_m2.eq(head.nrows_m2), last_row.eq(~head.more0)]
+        # ``row`` loads the shifter whenever it is free (its bits are only read under
+        # ``row_v``), so that ``make`` does not reach its enable; with a wide word the
+        # shifter is cut into :attr:`REALIGN_BYTES`-byte parts, each steered by its own
+        # copy of ``p`` (at 512 bits one ``p`` would steer over a thousand LUTs).
+        window = Cat(cur, i.payload)
+        parts = max(1, bpw // self.REALIGN_BYTES)
+        part = self.data_width // parts
+        copies = [p] if parts == 1 else register_copies(m, p_next, parts, name="p_copy",
+                                                         primitive=self.primitive, enable=p_en)
+        shifted = Cat(byte_shift(m, window[g * part:(g + 1) * part + self.data_width - 8],
+                                 copies[g], part // 8, primitive=self.primitive,
+                                 name=f"realign{g}") for g in range(parts))
+        with m.If(~row_v | take):
+            m.d.sync += row.eq(shifted)
         with m.If(make):
-            m.d.sync += [row.eq(Cat(cur, i.payload).bit_select(Cat(Const(0, 3), p),
-                                                                self.data_width)),
-                         row_v.eq(1), p.eq(step[:wlog]), rows_m2.eq(rows_m2 - 1),
+            m.d.sync += [row_v.eq(1), rows_m2.eq(rows_m2 - 1),
                          last_row.eq(rows_m2 == 0)]
             with m.If(consume):
                 m.d.sync += [cur.eq(i.payload), in_left.eq(in_left - 1),
-                             in_none.eq(in_left == 1)]
+                             in_none.eq(in_left == 2)]
             with m.If(last_row):
                 m.d.sync += [have.eq(0), done.eq(1)]
         with m.Elif(take):

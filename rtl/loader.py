@@ -39,8 +39,9 @@ class LoadSequencer(wiring.Component):
     :attr:`b_jobs` (by ``path``) and, when the job reads rows, a routing entry to
     :attr:`routes`; then it issues one DMA read command per row on :attr:`rd_cmd`. The job
     stays on :attr:`i_stream` while it runs and is taken with its last read command (or, with
-    no rows, once its gearbox job is out). Own two 17 x 16 multipliers for ``row0 * stride``
-    and one for ``rows * nwords``. The numpy model is :func:`sim.engine_models.load_sequence`.
+    no rows, once its gearbox job is out). Own two 17 x 16 multipliers for ``row0 * stride``,
+    one for ``rows * nwords`` and one 17 x log2(bus bytes) for a packed job's span. The numpy
+    model is :func:`sim.engine_models.load_sequence`.
 
     Rows that follow one another in memory (``stride == nwords * bus bytes``: a tile or span
     that covers its matrix's whole rows, such as a narrow B stored k-major or a lane-run tile
@@ -55,12 +56,14 @@ class LoadSequencer(wiring.Component):
     valid`` bytes of each row, where ``lanes`` is below the bus bytes, else ``valid``), its
     address rounded down to a word, and the gearbox job says where the rows are in them
     (``pack``, ``off``, ``pstride``, ``in_words``; ``nwords`` 1), with a routing entry of one
-    row.
+    row. A packed job's rows must each lie within a word's bytes less one (``sel * lanes +
+    valid < bus bytes``), as the gearbox's realigner needs; the walker's always do, since a
+    packed matrix's rows are no longer than its stride.
 
-    Latency and throughput: the gearbox job and routing entry leave 1 cycle after the job
-    arrives (the products are registered), the first read command 2 cycles after them (the
-    address is summed in two registered steps), then one read command a cycle; the next job
-    may start in the cycle after the last read command.
+    Latency and throughput: the gearbox job and routing entry leave 2 cycles after the job
+    arrives (the products, then the sums, registered), the first read command 1 cycle after
+    them (the address, summed in registered steps, is registered with them), then one read
+    command a cycle; the next job may start in the cycle after the last read command.
 
     Parameters
     ----------
@@ -93,16 +96,16 @@ class LoadSequencer(wiring.Component):
         })
 
     #: Cycles from a job arriving to its gearbox job and routing entry being offered.
-    JOB_LATENCY = 1
+    JOB_LATENCY = 2
     #: Cycles from those to the job's first read command.
-    READ_LATENCY = 2
+    READ_LATENCY = 1
 
     def elaborate(self, platform):
         m = Module()
         job = self.i_stream.payload
         # The first row's address in registered steps, no carry chain over 16 bits: in MUL the
         # two 17 x 16 halves of ``row0 * stride`` (a DSP slice each) and ``base + col``; in
-        # JOBS the halves' sum; in ADDR the address.
+        # PREP the halves' sum; in JOBS the address.
         p_lo = Signal(33)
         p_hi = Signal(33)
         base_col = Signal(64)
@@ -111,7 +114,7 @@ class LoadSequencer(wiring.Component):
                      base_col.eq(carry_select_add(job.base, job.col, 64)),
                      offset.eq(carry_select_add(p_lo, p_hi << 16, 64))]
         addr = Signal(64)
-        # One adder for the first row's address (in ADDR: base + col, plus the offset) and
+        # One adder for the first row's address (in JOBS: base + col, plus the offset) and
         # the next rows' (in ROWS: the address plus the stride): its operands selected in
         # the LUTs in front of its carry chains, by a register, so that no multiplexer
         # follows the sum.
@@ -128,28 +131,35 @@ class LoadSequencer(wiring.Component):
                      all_words.eq(job.rows * job.nwords)]
         merged = Signal()
         m.d.comb += merged.eq(contig & (all_words[24:] == 0))
-        # Packed rows (see above): ``packed``, the first row's byte offset in its word (the
-        # low bits of base + col + row0 * stride: those of row0 * stride are those of the
-        # product of their low bits) and the bytes from that row's start to the last row's
-        # last byte used, in MUL; the words to read, one add of those registers, in JOBS
-        # (where the gearbox job needs them).
+        # Packed rows (see above): ``packed`` in MUL. The first row's byte offset in its
+        # word, ``pk_off``, is the low bits of base + col + row0 * stride, summed in PREP from
+        # MUL's ``base_col`` and ``p_lo``. The words to read, ceil((pk_off + (rows - 1) * s +
+        # used) / bpw) with ``s`` the stride and ``used`` the bytes a row uses (below bpw), are
+        # (pk_off + rows * s + used + bpw - 1 - s) >> log2(bpw): ``rows * s`` (a DSP slice)
+        # and ``used + bpw - 1 - s`` (``~s``: s is below bpw) in MUL, their sum in PREP, and
+        # ``pk_off`` added in JOBS, where the gearbox job and ``beats`` take them.
         bpw = self.data_width // 8
         packed = Signal()
+        pk_prod = Signal(17 + wlog)
+        pk_small = Signal(wlog + 2)
+        pk_sum = Signal(17 + wlog + 1)
         pk_off = Signal(wlog)
-        pk_span = Signal(25)
 
         def sel_bytes(lanes):
             return job.sel[:(bpw // lanes).bit_length() - 1] * lanes if lanes < bpw else 0
 
-        m.d.sync += [packed.eq((job.stride[wlog:] == 0) & (job.stride[:wlog] != 0)
-                               & (job.rows != 0)),
-                     pk_off.eq(job.base[:wlog] + job.col[:wlog]
-                               + job.row0[:wlog] * job.stride[:wlog]),
-                     pk_span.eq((job.rows - 1)[:17] * job.stride[:wlog] + job.valid
-                                + Mux(job.path, sel_bytes(self.b_lanes),
-                                      sel_bytes(self.a_lanes)))]
+        s = job.stride[:wlog]
+        m.d.sync += [packed.eq((job.stride[wlog:] == 0) & (s != 0) & (job.rows != 0)),
+                     pk_prod.eq(job.rows * s),
+                     pk_small.eq(job.valid[:wlog] + Mux(job.path, sel_bytes(self.b_lanes),
+                                                         sel_bytes(self.a_lanes)) + ~s),
+                     pk_sum.eq(pk_prod + pk_small),
+                     pk_off.eq(base_col[:wlog] + p_lo[:wlog])]
         pk_words = Signal(24)
-        m.d.comb += pk_words.eq((pk_off + pk_span + bpw - 1) >> wlog)
+        m.d.comb += pk_words.eq(carry_select_add(pk_sum, pk_off, len(pk_sum) + 1) >> wlog)
+        # the read commands' length where not packed, a register set in PREP
+        np_beats = Signal(24)
+        m.d.sync += np_beats.eq(Mux(merged, all_words, job.nwords))
         # The read commands' length, a register set in JOBS: the DMA's burst splitter reads
         # it, so no multiplexer lies in front of that.
         beats = Signal(24)
@@ -182,7 +192,10 @@ class LoadSequencer(wiring.Component):
             with m.State("MUL"):
                 m.d.sync += [job_sent.eq(0), route_sent.eq(0), rows_nz.eq(job.rows != 0)]
                 with m.If(self.i_stream.valid):
-                    m.next = "JOBS"
+                    m.next = "PREP"
+            with m.State("PREP"):
+                m.d.sync += at_addr.eq(1)
+                m.next = "JOBS"
             with m.State("JOBS"):
                 m.d.comb += [self.a_jobs.valid.eq((job.path == 0) & ~job_sent),
                              self.b_jobs.valid.eq((job.path == 1) & ~job_sent),
@@ -191,17 +204,14 @@ class LoadSequencer(wiring.Component):
                                       | (self.b_jobs.valid & self.b_jobs.ready))
                 route_out = route_sent | ~rows_nz | self.routes.ready
                 m.d.sync += [job_sent.eq(job_out), route_sent.eq(route_out),
+                             addr.eq(next_addr),
                              left.eq(Mux(merged | packed, 1, job.rows)),
                              none_left.eq(~rows_nz),
                              one_left.eq(merged | packed | (job.rows == 1)),
-                             beats.eq(Mux(packed, pk_words,
-                                          Mux(merged, all_words, job.nwords)))]
+                             beats.eq(Mux(packed, pk_words, np_beats))]
                 with m.If(job_out & route_out):
-                    m.d.sync += at_addr.eq(1)
-                    m.next = "ADDR"
-            with m.State("ADDR"):
-                m.d.sync += [addr.eq(next_addr), at_addr.eq(0)]
-                m.next = "ROWS"
+                    m.d.sync += at_addr.eq(0)
+                    m.next = "ROWS"
             with m.State("ROWS"):
                 m.d.comb += self.rd_cmd.valid.eq(~none_left)
                 with m.If(self.rd_cmd.ready & ~none_left):

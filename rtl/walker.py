@@ -205,6 +205,14 @@ class Walker(wiring.Component):
         ei = Signal(range(2 * BL + 1))       # exponent vector being fetched
         eidx = ei[:max(1, _log2(BL))] if BL > 1 else Const(0, 1)   # row vector ei
         cidx = (ei - BL)[:len(eidx)]                                  # column vector ei - BL
+        # EXP's decisions on ei, registers (read in EXP, a cycle after EXP_PREP follows ei)
+        e_end = Signal()                     # every vector done
+        e_row = Signal()                     # ei names a row vector (else a column one)
+        e_load_row = Signal()                # ... that the block has and the descriptor wants
+        e_load_col = Signal()
+        m.d.sync += [e_end.eq(ei == 2 * BL), e_row.eq(ei < BL),
+                     e_load_row.eq(d.row_vec & (ei < bm)),
+                     e_load_col.eq(d.col_vec & (ei - BL < bn))]
 
         # What a load job needs, in registers computed every cycle from the walk's state: a
         # tile's (or span's, or vector's) lanes inside the matrix, words and beats of a chunk.
@@ -352,19 +360,19 @@ class Walker(wiring.Component):
             with m.State("EXP_PREP"):      # the registers above follow ei
                 m.next = "EXP"
             with m.State("EXP"):
-                with m.If(ei == 2 * BL):
+                with m.If(e_end):
                     m.next = "CMD"
-                with m.Elif(ei < BL):
+                with m.Elif(e_row):
                     m.d.sync += ei.eq(ei + 1)
                     m.next = "EXP_PREP"
-                    with m.If(d.row_vec & (ei < bm)):
+                    with m.If(e_load_row):
                         setup_load(0, R, 0, v_re, ex_m0, d.row_exp_addr, 0,
                                    tag=Cat(Const(1, 1), ei[:tag_width - 1]), exp=True)
                         m.next = "LOAD"
                 with m.Else():
                     m.d.sync += ei.eq(ei + 1)
                     m.next = "EXP_PREP"
-                    with m.If(d.col_vec & (ei - BL < bn)):
+                    with m.If(e_load_col):
                         setup_load(1, C, 0, v_ce, ex_n0, d.col_exp_addr, 0,
                                    tag=Cat(Const(1, 1), (ei - BL)[:tag_width - 1]), exp=True)
                         m.next = "LOAD"

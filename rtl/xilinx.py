@@ -9,9 +9,10 @@ plain-RTL version (``primitive=False``); the primitive netlist is checked agains
 Icarus and Yosys' simulation models of LUT6/MUXF7/MUXF8 (``tests/test_xilinx.py``).
 """
 
-from amaranth import Array, ClockSignal, Const, Instance, Module, Signal, Value
+from amaranth import Array, Cat, ClockSignal, Const, Instance, Module, Mux, Signal, Value
 
-__all__ = ["LUT6_MUX4_INIT", "lane_copies", "lut_copies", "register_copies", "select"]
+__all__ = ["LUT6_MUX4_INIT", "byte_shift", "lane_copies", "lut_copies", "register_copies",
+           "select"]
 
 
 def _mux4_init() -> int:
@@ -77,6 +78,47 @@ def select(m: Module, inputs, sel, *, primitive: bool, name: str) -> Signal:
     else:
         m.d.comb += out.eq(Array(group_outs)[sel[shift:]])
     return out
+
+
+def byte_shift(m: Module, window, offset, n_bytes: int, *, primitive: bool,
+               name: str) -> Value:
+    """Bytes ``offset`` .. ``offset + n_bytes - 1`` of ``window`` (a value of whole bytes,
+    at least ``n_bytes + 2**len(offset) - 1`` of them): a byte shifter.
+
+    Plain, it is radix-4 stages (a 4:1 multiplexer a byte for each two bits of ``offset``,
+    lowest first). With ``primitive`` the first stage is ``LUT6`` instances and the rest one
+    :func:`select` a byte over the remaining bits (up to four: a 16:1 of LUT6, MUXF7 and
+    MUXF8), four levels in all for a 6-bit offset: left to itself ABC maps a 64:1 byte
+    shifter eight levels deep.
+    """
+    window, offset = Value.cast(window), Value.cast(offset)
+    b = [window[8 * i:8 * i + 8] for i in range(len(window) // 8)]
+    if len(b) < n_bytes + (1 << len(offset)) - 1:
+        raise ValueError(f"window must hold {n_bytes + (1 << len(offset)) - 1} bytes for "
+                         f"{n_bytes} bytes at a {len(offset)}-bit offset, not {len(b)}")
+    if not primitive or len(offset) < 2:
+        for lo in range(0, len(offset), 2):
+            sel, step = offset[lo:lo + 2], 1 << lo
+            if len(sel) == 2:
+                b = [Mux(sel[1], Mux(sel[0], b[k + 3 * step], b[k + 2 * step]),
+                         Mux(sel[0], b[k + step], b[k])) for k in range(len(b) - 3 * step)]
+            else:
+                b = [Mux(sel[0], b[k + step], b[k]) for k in range(len(b) - step)]
+        return Cat(*b[:n_bytes])
+    rest = len(offset) - 2
+    first = []
+    for k in range(n_bytes + (1 << len(offset)) - 4):
+        byte = Signal(8, name=f"{name}_s{k}")
+        for bit in range(8):
+            m.submodules[f"{name}_s{k}_b{bit}"] = Instance(
+                "LUT6", p_INIT=Const(LUT6_MUX4_INIT, 64),
+                **{f"i_I{i}": b[k + i][bit] for i in range(4)},
+                i_I4=offset[0], i_I5=offset[1], o_O=byte[bit])
+        first.append(byte)
+    if rest == 0:
+        return Cat(*first[:n_bytes])
+    return Cat(*(select(m, [first[j + 4 * i] for i in range(1 << rest)], offset[2:],
+                        primitive=True, name=f"{name}_o{j}") for j in range(n_bytes)))
 
 
 def register_copies(m: Module, value, n: int, *, primitive: bool, name: str,

@@ -333,19 +333,24 @@ def load_sequence(jobs, data_width: int, addr_width: int, a_lanes: int, b_lanes:
     valid`` bytes of a row, ``valid`` where ``lanes >= bus bytes``), its address rounded down
     to a word, a routing entry of one row, and a gearbox job with ``pack`` set, ``off`` the
     first row's byte in its word, ``pstride`` the stride, ``in_words`` the command's words
-    and ``nwords`` 1 (:func:`sim.models.gearbox`).
+    and ``nwords`` 1 (:func:`sim.models.gearbox`). A packed job's rows must each use fewer
+    bytes than a word (``sel * lanes + valid < bus bytes``; ValueError otherwise): the
+    walker's do, a packed matrix's rows being no longer than their stride.
 
     Returns ``(rd_cmds, a_jobs, b_jobs, routes)``.
     """
     bpw = data_width // 8
     rd, gb, routes = [], ([], []), []
-    for j in jobs:
+    for i, j in enumerate(jobs):
         lanes = (a_lanes, b_lanes)[j["path"]]
         sel = j["sel"] & ((1 << _sel_bits(data_width, lanes)) - 1)
         addr = (j["base"] + j["row0"] * j["stride"] + j["col"]) % (1 << 64)
         packed = bool(j["rows"]) and packed_stride(j["stride"], bpw)
         off = addr % bpw if packed else 0
         used = j["valid"] + (sel * lanes if lanes < bpw else 0)
+        if packed and used >= bpw:
+            raise ValueError(f"jobs[{i}] is packed (stride {j['stride']}) but its rows use "
+                             f"{used} bytes: a packed row must use fewer than {bpw}")
         in_words = (off + (j["rows"] - 1) * j["stride"] + used + bpw - 1) // bpw \
             if packed else 0
         gb[j["path"]].append({"nrows": j["rows"] & 0xFFFF, "nzero": j["nzero"] & 0xFFFF,

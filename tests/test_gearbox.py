@@ -121,6 +121,28 @@ def test_packed_rows_one_a_cycle():
     assert [c for c, _ in got] == list(range(got[0][0], got[0][0] + 8))  # a row a cycle
 
 
+@pytest.mark.parametrize("data_width,lanes,pstride,off,sel,valid", [
+    (512, 64, 61, 50, 0, 61), (512, 16, 63, 62, 3, 14), (256, 32, 29, 31, 0, 29),
+    (256, 8, 30, 3, 2, 13)])
+def test_packed_rows_through_every_part_of_the_shifter(data_width, lanes, pstride, off, sel,
+                                                       valid):
+    """At 256 and 512 bits the realigner's shifter is cut into 16-byte parts, each steered by
+    its own copy of the byte offset: rows whose bytes reach the last part, starting at
+    offsets that wrap past a word, come out as the model makes them."""
+    bpw = data_width // 8
+    assert bpw // Gearbox.REALIGN_BYTES > 1
+    nrows = 7
+    used = sel * lanes + valid if lanes < bpw else valid
+    assert used <= pstride < bpw
+    in_words = -(-(off + (nrows - 1) * pstride + used) // bpw)
+    nbeats = 1 if lanes < bpw else -(-valid // lanes)
+    jobs = [models.GearboxJob(1, nbeats, valid, sel, 1, nrows=nrows, nzero=1, pack=1, off=off,
+                              pstride=pstride, in_words=in_words),
+            models.GearboxJob(1, nbeats, valid, sel, 2, nrows=2, pack=1, off=bpw - 1,
+                              pstride=pstride, in_words=-(-(bpw - 1 + pstride + used) // bpw))]
+    check(data_width, lanes, jobs, seed=bpw)
+
+
 def test_model_pads_and_selects():
     word = int.from_bytes(bytes(range(1, 17)), "little")
     got = models.gearbox([word], [models.GearboxJob(1, 1, 5, sel=1)], 128, 8)
