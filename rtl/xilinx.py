@@ -9,7 +9,7 @@ plain-RTL version (``primitive=False``); the primitive netlist is checked agains
 Icarus and Yosys' simulation models of LUT6/MUXF7/MUXF8 (``tests/test_xilinx.py``).
 """
 
-from amaranth import Array, Cat, ClockSignal, Const, Instance, Module, Mux, Signal, Value
+from amaranth import Array, Cat, ClockSignal, Const, Instance, Module, Signal, Value
 
 __all__ = ["LUT6_MUX4_INIT", "byte_shift", "lane_copies", "lut_copies", "register_copies",
            "select"]
@@ -85,11 +85,11 @@ def byte_shift(m: Module, window, offset, n_bytes: int, *, primitive: bool,
     """Bytes ``offset`` .. ``offset + n_bytes - 1`` of ``window`` (a value of whole bytes,
     at least ``n_bytes + 2**len(offset) - 1`` of them): a byte shifter.
 
-    Plain, it is radix-4 stages (a 4:1 multiplexer a byte for each two bits of ``offset``,
-    lowest first). With ``primitive`` the first stage is ``LUT6`` instances and the rest one
-    :func:`select` a byte over the remaining bits (up to four: a 16:1 of LUT6, MUXF7 and
-    MUXF8), four levels in all for a 6-bit offset: left to itself ABC maps a 64:1 byte
-    shifter eight levels deep.
+    Plain, it is a shift (``bit_select``). With ``primitive`` it is two stages: ``LUT6``
+    instances as 4:1 multiplexers over the offset's two low bits, then one :func:`select` a
+    byte over the rest (up to four bits: a 16:1 of LUT6, MUXF7 and MUXF8), four levels in
+    all for a 6-bit offset, where ABC maps the plain shift of a 64:1 byte shifter eight
+    levels deep.
     """
     window, offset = Value.cast(window), Value.cast(offset)
     b = [window[8 * i:8 * i + 8] for i in range(len(window) // 8)]
@@ -97,14 +97,7 @@ def byte_shift(m: Module, window, offset, n_bytes: int, *, primitive: bool,
         raise ValueError(f"window must hold {n_bytes + (1 << len(offset)) - 1} bytes for "
                          f"{n_bytes} bytes at a {len(offset)}-bit offset, not {len(b)}")
     if not primitive or len(offset) < 2:
-        for lo in range(0, len(offset), 2):
-            sel, step = offset[lo:lo + 2], 1 << lo
-            if len(sel) == 2:
-                b = [Mux(sel[1], Mux(sel[0], b[k + 3 * step], b[k + 2 * step]),
-                         Mux(sel[0], b[k + step], b[k])) for k in range(len(b) - 3 * step)]
-            else:
-                b = [Mux(sel[0], b[k + step], b[k]) for k in range(len(b) - step)]
-        return Cat(*b[:n_bytes])
+        return window.bit_select(Cat(Const(0, 3), offset), 8 * n_bytes)
     rest = len(offset) - 2
     first = []
     for k in range(n_bytes + (1 << len(offset)) - 4):
