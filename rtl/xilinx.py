@@ -92,12 +92,13 @@ def byte_shift(m: Module, window, offset, n_bytes: int, *, primitive: bool,
     levels deep.
     """
     window, offset = Value.cast(window), Value.cast(offset)
-    b = [window[8 * i:8 * i + 8] for i in range(len(window) // 8)]
-    if len(b) < n_bytes + (1 << len(offset)) - 1:
+    if len(window) // 8 < n_bytes + (1 << len(offset)) - 1:
         raise ValueError(f"window must hold {n_bytes + (1 << len(offset)) - 1} bytes for "
-                         f"{n_bytes} bytes at a {len(offset)}-bit offset, not {len(b)}")
+                         f"{n_bytes} bytes at a {len(offset)}-bit offset, not "
+                         f"{len(window) // 8}")
     if not primitive or len(offset) < 2:
         return window.bit_select(Cat(Const(0, 3), offset), 8 * n_bytes)
+    b = [window[8 * i:8 * i + 8] for i in range(len(window) // 8)]
     rest = len(offset) - 2
     first = []
     for k in range(n_bytes + (1 << len(offset)) - 4):
