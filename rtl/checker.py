@@ -202,13 +202,21 @@ class DescriptorChecker(wiring.Component):
         with m.If(feeding):
             m.d.sync += region.eq(region + 1)
 
-        # The dimension checks, each a 32-bit OR, registered from the payload every cycle; the
-        # FSM reads them a cycle after the descriptor arrives, when they are its own.
-        zero, too_large, k_too_large = Signal(), Signal(), Signal()
-        # (as ORs of bits: a compare with 65535 would be mapped to a carry chain)
-        m.d.sync += [zero.eq(~d.m.any() | ~d.n.any() | ~d.k.any()),
-                     too_large.eq(d.m[16:].any() | d.n[16:].any()),
-                     k_too_large.eq(d.k[16:].any())]
+        # The dimension checks: the ORs of each half of M, N and K, registered from the
+        # payload every cycle (the FSM reads them a cycle after the descriptor arrives, when
+        # they are its own), combined there in one LUT. (ORs of bits, not compares with 0 or
+        # 65535, which would be mapped to carry chains; one 96-bit OR before the register was
+        # 7 levels on UltraScale+ where the budget at 250 MHz is 6.)
+        halves = {f"{f}_{h}": Signal(name=f"{f}_{h}_any")
+                  for f in "mnk" for h in ("lo", "hi")}
+        m.d.sync += [halves[f"{f}_lo"].eq(d[f][:16].any()) for f in "mnk"]
+        m.d.sync += [halves[f"{f}_hi"].eq(d[f][16:].any()) for f in "mnk"]
+        zero = Signal()
+        too_large = Signal()
+        k_too_large = Signal()
+        m.d.comb += [zero.eq(Cat(*(~(halves[f"{f}_lo"] | halves[f"{f}_hi"]) for f in "mnk")).any()),
+                     too_large.eq(halves["m_hi"] | halves["n_hi"]),
+                     k_too_large.eq(halves["k_hi"])]
 
         with m.FSM(name="check"):
             with m.State("IDLE"):
