@@ -162,8 +162,9 @@ def _run_ends(m, name, depth, push, length, beat, *, gap=1):
     register, says that the next beat ends the oldest run.
 
     The lengths wait in a :func:`_queue` as ``length - 1`` with a flag for ``length == 1``;
-    a word count and the count + 1 are registers, so ``last`` is set from compares of
-    registers, or on the beat that ends a run from the flag of the next head. A run's first
+    the oldest run's words still to come (less one) are a register counted down from its
+    entry, so ``last`` is set from that register compared with 1, or on the beat that ends a
+    run from the flag of the next head. A run's first
     beat must come at least ``gap`` cycles after its push (1: AXI's R after AR;
     with 2, the push and the length are registered first, so that nothing of the pusher's
     handshake precedes the queue). Returns ``(last, room)``: ``room`` (a register) is
@@ -188,15 +189,18 @@ def _run_ends(m, name, depth, push, length, beat, *, gap=1):
     m.d.comb += pop.eq(beat & last)
     room = occupancy(m, f"{name}_runs", depth - gap + 1, push, pop)
     head, popped, to_head = _queue(m, name, width + 1, depth, push, entry, pop)
-    count = Signal(width, name=f"{name}_count")
-    count_p1 = Signal(width, name=f"{name}_count_p1", init=1)
+    # the words of the oldest run still to come, less one: counted down from the run's
+    # entry, so that ``last`` is set from a compare of one register with a constant (a
+    # 24-bit count against the head, as before, was a 7-level path in the VU9P's timing)
+    rem = Signal(width, name=f"{name}_rem")
     with m.If(beat):
-        m.d.sync += [count.eq(Mux(last, 0, count_p1)),
-                     count_p1.eq(Mux(last, 1, count_p1 + 1))]
-    # a run's end: the next head's flag; within a run: count + 1 against it; no beat: the
-    # count against the head, or a run pushed into the empty queue (count 0) its flag
-    m.d.sync += last.eq(Mux(beat, Mux(last, popped[width], count_p1 == head[:width]),
-                            Mux(to_head, entry[width], count == head[:width])))
+        m.d.sync += rem.eq(Mux(last, popped[:width], rem - 1))
+    with m.Elif(to_head):
+        m.d.sync += rem.eq(entry[:width])
+    # a run's end: the next head's flag; within a run: whether one word is left after this
+    # one; no beat: as it was, or a run pushed into the empty queue its flag
+    m.d.sync += last.eq(Mux(beat, Mux(last, popped[width], rem == 1),
+                            Mux(to_head, entry[width], last)))
     return last, room
 
 

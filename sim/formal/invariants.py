@@ -176,12 +176,10 @@ def run_ends_invariants(m: Module, d: Opened, name: str, depth: int, gap: int, w
     size = max(2, 1 << (depth - 1).bit_length())
     produce, consume = d.reg("", f"{name}_produce"), d.reg("", f"{name}_consume")
     after = d.reg("", f"{name}_after")
-    count, count_p1 = d.reg("", f"{name}_count"), d.reg("", f"{name}_count_p1")
+    rem = d.reg("", f"{name}_rem")
     head, last = d.reg("", f"{name}_head"), d.reg("", f"{name}_last")
     _check(m, after == (consume + 1)[:len(after)], f"{name}: read pointer + 1")
     _check(m, produce == (consume + level)[:len(produce)], f"{name}: pointers and level")
-    _check(m, count == count_c[:len(count)], f"{name}: words of the oldest run")
-    _check(m, count_p1 == (count + 1)[:len(count)], f"{name}: words + 1")
     _check(m, (level != 0) | (count_c == 0), f"{name}: no words of no run")
     words = [[d.word(f"{name}{copy}", i) for i in range(size)] for copy in (0, 1)]
     for i, (present, length) in enumerate(runs):
@@ -194,6 +192,7 @@ def run_ends_invariants(m: Module, d: Opened, name: str, depth: int, gap: int, w
     with m.If(present):
         _check(m, head == _run_entry(length, width), f"{name}: head register")
         _check(m, count_c < length, f"{name}: the oldest run not over")
+        _check(m, rem == (length - 1 - count_c)[:len(rem)], f"{name}: words left, less one")
         _check(m, last == beat_last, f"{name}: last")
     return level
 
