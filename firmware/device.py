@@ -101,6 +101,7 @@ class _Call:
         self.re, self.ce, self.k_exp, self.runs = re, ce, k_exp, runs
         self.out, self.as_tensor, self.block = out, as_tensor, block
         self.turned = False             # run as C^T = op(B)^T op(A)^T (Device._plan)
+        self.chunk = 0                  # DESC_FLAGS.CHUNK (Device._plan)
         self.result = None
 
 
@@ -426,8 +427,10 @@ class Device:
         transpose, ``C^T = op(B)^T op(A)^T``, where that is predicted faster (a small N: the
         short side on the array's rows, the long operand read as B is) — then C is returned
         as the transpose of the C^T written, copied into row-major order (never with
-        ``as_tensor``). It changes the time, never the result, nor its memory order;
-        ``stats["block"]`` and ``stats["transposed"]`` say which was used.
+        ``as_tensor``), and how K is cut into chunks (``DESC_FLAGS.CHUNK``,
+        :func:`sim.perfmodel.best_chunk`). It changes the time, never the result, nor its
+        memory order; ``stats["block"]``, ``stats["transposed"]`` and ``stats["chunk"]`` say
+        which was used.
 
         ``a``, ``b``: int8 matrices, as numpy arrays or :class:`DeviceTensor`. ``row_exp``,
         ``col_exp``: int8 scalars or vectors. ``k_exp``: ``None`` or an integer vector, one
@@ -571,7 +574,7 @@ class Device:
                 if c.block is None:        # behind the GEMM before it: chosen queued
                     self._plan(c, queued=i > 0)
                 (self.stats if single else self.stats["gemms"][i]).update(
-                    block=int(c.block), transposed=c.turned)
+                    block=int(c.block), transposed=c.turned, chunk=int(c.chunk))
             results = self._run(calls, temps)
             for i, c in enumerate(calls):
                 if c.turned:
@@ -630,17 +633,18 @@ class Device:
         if port is None:
             c.block = info.block
             return
-        from sim.perfmodel import best_block, best_plan, run_shape
+        from sim.perfmodel import best_block, best_chunk, best_plan, run_shape
         config = dict(rows=info.rows, cols=info.cols, depth=info.depth, block=info.block,
                       data_width=info.data_width, port=port, write_ports=info.write_ports,
                       read_ports=info.read_ports, queued=queued)
         if c.as_tensor:                # C stays in device memory as written: never turned
             c.block = best_block(c.m, c.n, c.k, c.ta, c.tb, **config)
-            return
-        c.turned, c.block = best_plan(c.m, c.n, c.k, c.ta, c.tb, **config)
+        else:
+            c.turned, c.block = best_plan(c.m, c.n, c.k, c.ta, c.tb, **config)
         if c.turned:
             c.m, c.n, _, c.ta, c.tb = run_shape(c.m, c.n, c.k, c.ta, c.tb, True)
             c.a, c.b, c.re, c.ce = c.b, c.a, c.ce, c.re
+        c.chunk = best_chunk(c.m, c.n, c.k, c.ta, c.tb, **{**config, "block": c.block})
 
     def _run(self, calls: list[_Call], temps: list) -> list:
         """Every call's descriptors, queued back to back; returns the calls' results in order.
@@ -729,7 +733,7 @@ class Device:
         return self.driver.descriptors(
             a, b, c, m=call.m, n=call.n, k0=j0, k1=j1, transpose_a=call.ta,
             transpose_b=call.tb, row_exp=call.row, col_exp=call.col, raw=call.raw,
-            limit=self._chunk, block=call.block)
+            limit=self._chunk, block=call.block, chunk=call.chunk)
 
     @property
     def _chunk(self) -> int:

@@ -216,7 +216,8 @@ class Driver:
     # -- GEMM descriptors --------------------------------------------------------------------
     def descriptors(self, a, b, c, *, m: int, n: int, k0: int, k1: int, transpose_a: bool,
                     transpose_b: bool, row_exp, col_exp, raw: bool,
-                    limit: int = 65535, block: int = 0, overlap: bool = True) -> list[dict]:
+                    limit: int = 65535, block: int = 0, overlap: bool = True,
+                    chunk: int = 0) -> list[dict]:
         """Descriptors for ``C = op(A)[:, k0:k1] @ op(B)[k0:k1, :]``, tiled so that no
         dimension exceeds ``limit`` (tiles start at multiples of ``limit``, which must be a
         multiple of the bus width in bytes so every tile's addresses stay aligned).
@@ -227,7 +228,8 @@ class Driver:
         ``overlap``: ``DESC_FLAGS.OVERLAP``, each descriptor may start while the one queued
         before it still writes its C (true unless A, B or the exponents are the C of a
         descriptor queued before them in the same :meth:`run`: these descriptors write C
-        tiles of their own and read only A, B and the exponents).
+        tiles of their own and read only A, B and the exponents); ``chunk``:
+        ``DESC_FLAGS.CHUNK``, the longest K chunk (:func:`sim.engine_models.chunk_depth`).
         Arguments are trusted (checked by :class:`firmware.Device`).
         """
         if limit % self.bytes_per_word and max(m, n, k1 - k0) > limit:
@@ -235,7 +237,8 @@ class Driver:
                              f"({self.bytes_per_word} bytes)")
         k = k1 - k0
         flags = {"TRANSPOSE_A": int(transpose_a), "TRANSPOSE_B": int(transpose_b),
-                 "RAW": int(raw), "BLOCK": int(block), "OVERLAP": int(overlap)}
+                 "RAW": int(raw), "BLOCK": int(block), "OVERLAP": int(overlap),
+                 "CHUNK": int(chunk)}
         for name, e in (("ROW", row_exp), ("COL", col_exp)):
             if isinstance(e, (int, np.integer)):
                 flags[f"{name}_EXP"] = int(e)

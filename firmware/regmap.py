@@ -223,6 +223,10 @@ REGISTERS: tuple[Register, ...] = tuple([
          ("OVERLAP", 5, 1, "may start (check, read A and B, compute) while the descriptor "
                            "before it still writes C: set only if it reads nothing that one "
                            "writes (its own C tiles wait for that one's to be in memory)"),
+         ("CHUNK", 6, 2, "the longest K chunk: 0, the buffers' depth, the first block's chunks "
+                         "ramped up to it; 1, 2, 3: the depth, half, a quarter (no less than "
+                         "max(rows, cols, bus bytes)), every block cut into about equal "
+                         "chunks; the schedule, never the result"),
          ("ROW_EXP", 8, 8, "scalar row exponent (int8) when not ROW_EXP_VECTOR"),
          ("COL_EXP", 16, 8, "scalar column exponent (int8) when not COL_EXP_VECTOR"),
          ("BLOCK", 24, 5, "side of the reuse blocks in C tiles, 1..2**CONFIG_BUFFER.BLOCK_LOG2 "

@@ -189,6 +189,7 @@ class Accelerator(wiring.Component):
             staged.col_exp.eq(field("DESC_FLAGS", "COL_EXP")),
             staged.block.eq(field("DESC_FLAGS", "BLOCK")),
             staged.overlap.eq(field("DESC_FLAGS", "OVERLAP")),
+            staged.chunk.eq(field("DESC_FLAGS", "CHUNK")),
             staged.a_stride.eq(csr.desc_a_stride), staged.b_stride.eq(csr.desc_b_stride),
             staged.c_stride.eq(csr.desc_c_stride),
             q.w_data.eq(staged),

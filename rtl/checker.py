@@ -21,7 +21,7 @@ def descriptor_layout() -> data.StructLayout:
         "b_addr": unsigned(64), "b_stride": unsigned(32),
         "c_addr": unsigned(64), "c_stride": unsigned(32),
         "row_exp_addr": unsigned(64), "col_exp_addr": unsigned(64),
-        "overlap": 1,
+        "overlap": 1, "chunk": unsigned(2),
     })
 
 

@@ -23,7 +23,10 @@ class Walker(wiring.Component):
     ``rows + cols - 1`` steps (:func:`sim.engine_models.ramp_start`: no shorter than the
     array's read-out interval), and every block cuts what is
     left (all of K after the first) into chunks of about equal length; a first block too
-    short to ramp cuts its first chunk short. ``b`` is
+    short to ramp cuts its first chunk short. With the descriptor's ``chunk`` field
+    (``DESC_FLAGS.CHUNK``) not 0 no block ramps: every one, the first too, is cut into about
+    equal chunks of at most ``depth``, half or a quarter of it
+    (:func:`sim.engine_models.chunk_depth`). ``b`` is
     the descriptor's ``block`` field, or ``block`` (the buffers' slots) where that is 0 or
     larger: it sets the schedule (operand reuse against how soon C leaves), never the sums.
 
@@ -52,7 +55,8 @@ class Walker(wiring.Component):
     job. A load job stays on :attr:`o_load` until taken; the walker waits for it.
 
     Latency and throughput: a block's first command is offered 2 cycles after the descriptor
-    arrives or the previous block's last command (its first exponent load 4 cycles after,
+    arrives (:data:`CUT_WAIT` more with ``chunk``) or the previous block's last command (its
+    first exponent load 4 cycles after,
     once drained); each tile command takes 5 cycles, plus, for each of its load jobs, the
     cycles until the job is taken (at least 3 with :class:`rtl.loader.LoadSequencer`); the
     exponent vectors take 2 cycles per index (``2 * block`` indices) plus the same wait per
@@ -78,6 +82,11 @@ class Walker(wiring.Component):
     drained : In(1)
         No command is queued and no exponent vector is awaited downstream.
     """
+
+    #: Cycles a descriptor with ``chunk`` (``DESC_FLAGS.CHUNK``) not 0 waits before its first
+    #: block, while the balanced cut of its K (three registered stages behind the chunk's
+    #: depth, itself a register) follows it.
+    CUT_WAIT = 3
 
     def __init__(self, rows: int = 8, cols: int = 8, *, depth: int = 512, block: int = 4,
                  data_width: int = 128, tag_width: int = 2):
@@ -158,23 +167,41 @@ class Walker(wiring.Component):
                 m.d.sync += [kc_reg.eq((r_m1[:_log2(D)] | align) + 1),
                              after_reg.eq((r_m1 & ~Const(D - 1, 17)) - (~r_m1 & align))]
 
+        # The longest chunk of the descriptor's balanced cuts (sim.engine_models.chunk_depth):
+        # D, or with CHUNK 2 or 3 half or a quarter of it (no less than the alignment);
+        # ``plain`` (CHUNK 0) ramps the first block, else every block is cut balanced.
+        depths = [max(D >> max(0, c - 1), align + 1) for c in range(4)]
+        cdepth = Signal(range(D + 1))
+        cmask = Signal(range(D))                          # cdepth - 1
+        cplus = Signal(range(D + 2 * (align + 1)))        # cdepth + 2 A - 1
+        with m.Switch(d.chunk):
+            for c, dc in enumerate(depths):
+                with m.Case(c):
+                    m.d.sync += [cdepth.eq(dc), cmask.eq(dc - 1),
+                                 cplus.eq(dc + 2 * (align + 1) - 1)]
+        plain = Signal()
+        m.d.comb += plain.eq(d.chunk == 0)
+
         def balanced(rest, name):
-            """The balanced cut of ``rest`` steps (the blocks after the first): over ``D``, a
-            chunk of ``ceil((s + D) / 2A) * A`` steps (``s`` the short-first chunk, ``A`` the
-            alignment), else all of it. Three registered stages, none with more than one
+            """The balanced cut of ``rest`` steps (the blocks after the first): over ``cdepth``
+            (``D`` where CHUNK is 0 or 1), a chunk of ``ceil((s + cdepth) / 2A) * A`` steps
+            (``s`` the short-first chunk below ``cdepth``, ``A`` the alignment), else all of
+            it. Three registered stages, none with more than one
             short carry chain: ``s``; the chunk; what follows it. Returns the chunk, what
             follows, and whether this is the last chunk."""
             lg = _log2(D)
             s_r = Signal(max(lg, _log2(align + 1)) + 1, name=f"{name}_s")
+            # (the cut's depth is ``cdepth``, a power of two no larger than D: the low bits
+            # of rest - 1 below it are those below D masked with ``cdepth - 1``)
             rest1, rest2 = Signal(17, name=f"{name}_rest1"), Signal(17, name=f"{name}_rest2")
             big1, big2 = Signal(name=f"{name}_big1"), Signal(name=f"{name}_big2")
             kcb = Signal(17, name=f"{name}_kcb")
             kc_o, after_o = Signal(17, name=f"{name}_kc"), Signal(17, name=f"{name}_after")
             last_o = Signal(name=f"{name}_last")
-            low_m1 = (rest[:lg] - 1)[:lg] if lg else Const(0, 1)
+            low_m1 = ((rest[:lg] - 1)[:lg] & cmask[:lg]) if lg else Const(0, 1)
             la = _log2(align + 1)
-            m.d.sync += [s_r.eq((low_m1 | align) + 1), rest1.eq(rest), big1.eq(rest > D),
-                         kcb.eq((s_r + (D + 2 * (align + 1) - 1)) >> (la + 1) << la),
+            m.d.sync += [s_r.eq((low_m1 | align) + 1), rest1.eq(rest), big1.eq(rest > cdepth),
+                         kcb.eq((s_r + cplus) >> (la + 1) << la),
                          rest2.eq(rest1), big2.eq(big1),
                          kc_o.eq(Mux(big2, kcb, rest2)),
                          after_o.eq(Mux(big2, rest2 - kcb, 0)), last_o.eq(~big2)]
@@ -183,9 +210,11 @@ class Walker(wiring.Component):
         first_kc, first_after = Signal(17), Signal(17)
         split(d.k, first_kc, first_after)
         # (the balanced pairs trail k_after by 3 cycles: NEXT reads them at least 4 after it
-        # (or BLOCK) sets k_after; from the descriptor, a block after the first reads them
-        # long after; the first block's first chunk is the short-first cut, a cycle after
-        # the descriptor, or the ramp's)
+        # (or BLOCK) sets k_after; from the descriptor (and ``cdepth``, a cycle behind it),
+        # by 4: a block after the first reads them long after; the first block's first
+        # chunk is the short-first cut, a cycle after the descriptor, or the ramp's, or with
+        # CHUNK (no ramp, balanced from the first block) the balanced cut, read after CUT's
+        # wait)
         bfirst_kc, bfirst_after, bfirst_last = balanced(d.k, "bfirst")
         bnext_kc, bnext_after, bnext_last = balanced(k_after, "bnext")
         ramp_start = Signal()        # the first block starts a ramp at ``start`` steps
@@ -194,7 +223,7 @@ class Walker(wiring.Component):
         ramp_after = Signal(17)
         # (6 kc registered first: ramp_more trails kc by 2 cycles, read 4 after it changes)
         kc6 = Signal(20)
-        m.d.sync += [ramp_start.eq((d.k >= 3 * start) if start <= D else 0),
+        m.d.sync += [ramp_start.eq(((d.k >= 3 * start) if start <= D else 0) & plain),
                      ramp_after0.eq(d.k - start),
                      kc6.eq((kc << 2) + (kc << 1)),
                      ramp_more.eq(ramping & ((kc << 1) <= D) & (k_after >= kc6)),
@@ -320,6 +349,7 @@ class Walker(wiring.Component):
             m.d.sync += col_order.eq(k_fits & more_m & (~more_n | wider))
 
         phase = Signal(2)        # CMD: 0 issue, 1 load A, 2 load B, 3 next
+        cut_wait = Signal(range(max(2, self.CUT_WAIT)))
         cmd_sent = Signal()      # phase 0: the command (write job) is already taken
         write_sent = Signal()
 
@@ -334,18 +364,31 @@ class Walker(wiring.Component):
                     m.d.sync += [m_blk.eq(0), n_blk.eq(0), k0.eq(0), first_block.eq(1),
                                  tiles_m.eq(m_tiles), tiles_m0.eq(m_tiles),
                                  tiles_n.eq(n_tiles), tiles_n0.eq(n_tiles),
-                                 keep_a.eq(0), keep_b.eq(0), k_fits.eq(d.k <= D),
+                                 keep_a.eq(0), keep_b.eq(0),
                                  wider.eq(1 if C > R else (d.m > d.n) if C == R else 0)]
+                    with m.Switch(d.chunk):
+                        for c, dc in enumerate(depths):
+                            with m.Case(c):
+                                m.d.sync += k_fits.eq(d.k <= dc)
+                    with m.If(plain):
+                        m.next = "BLOCK"
+                    with m.Else():
+                        m.d.sync += cut_wait.eq(self.CUT_WAIT - 1)
+                        m.next = "CUT"
+            with m.State("CUT"):           # CHUNK: the balanced cut follows cdepth and K
+                m.d.sync += cut_wait.eq(cut_wait - 1)
+                with m.If(cut_wait == 0):
                     m.next = "BLOCK"
             with m.State("BLOCK"):
                 m.d.sync += [bm.eq(Mux(below(tiles_m, blk), tiles_m, blk)),
                              bn.eq(Mux(below(tiles_n, blk), tiles_n, blk)),
                              ti.eq(0), tj.eq(0), m0.eq(m_blk), n0.eq(n_blk), k0.eq(0),
                              phase.eq(0), ei.eq(0), multi.eq(0),
-                             kc.eq(Mux(first_block, first_kc, bfirst_kc)),
-                             k_after.eq(Mux(first_block, first_after, bfirst_after)),
+                             kc.eq(Mux(first_block & plain, first_kc, bfirst_kc)),
+                             k_after.eq(Mux(first_block & plain, first_after, bfirst_after)),
                              ramping.eq(0),
-                             last_chunk.eq(Mux(first_block, first_after == 0, bfirst_last)),
+                             last_chunk.eq(Mux(first_block & plain, first_after == 0,
+                                               bfirst_last)),
                              cmd_sent.eq(0), write_sent.eq(0)]
                 with m.If(first_block & ramp_start):
                     m.d.sync += [kc.eq(start), k_after.eq(ramp_after0), ramping.eq(1),

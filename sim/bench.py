@@ -365,13 +365,13 @@ def _run_checked(dev, label, m, n, k, ta, tb, rng, block=None) -> float:
     return wall
 
 
-def _run_queued(dev, label, m, n, k, ta, tb, rng, block, turned=False) -> int:
+def _run_queued(dev, label, m, n, k, ta, tb, rng, block, turned=False, chunk=0) -> int:
     """The GEMM's cycles behind another in the descriptor queue: the same GEMM (new operands
     from ``rng``) queued twice, the second with ``DESC_FLAGS.OVERLAP`` (it reads nothing the
     first writes), less the first alone (``BUSY_CYCLES`` of each run; at reuse block
     ``block``; ``turned``: run as its transpose, as :class:`firmware.Device` runs it where
-    :func:`sim.perfmodel.best_plan` says so). The second C is checked bit for bit against
-    :func:`sim.golden.gemm`."""
+    :func:`sim.perfmodel.best_plan` says so; ``chunk``: ``DESC_FLAGS.CHUNK``). The second C
+    is checked bit for bit against :func:`sim.golden.gemm`."""
     from sim import golden
     from sim.perfmodel import run_shape
 
@@ -385,7 +385,7 @@ def _run_queued(dev, label, m, n, k, ta, tb, rng, block, turned=False) -> int:
     try:
         descs = [drv.descriptors(x, y, c, m=rm, n=rn, k0=0, k1=k, transpose_a=rta,
                                  transpose_b=rtb, row_exp=0, col_exp=0, raw=True,
-                                 block=block) for c in cs]
+                                 block=block, chunk=chunk) for c in cs]
         one = drv.run(*descs[0])["busy_cycles"]
         two = drv.run(*descs[0], *descs[1])["busy_cycles"]
         c = cs[1].numpy()
@@ -405,25 +405,29 @@ def _board_prediction(board, bm, bn, k, ta, tb, port) -> dict:
     """The board default's roofline and the model's prediction of the GEMM ``bm x bn x k``
     on it (at the block side its driver would choose), alone and queued behind another
     (:func:`sim.perfmodel.predict_queued`), for a stand-in's record."""
-    from sim.perfmodel import best_plan, predict, predict_queued, run_shape
+    from sim.perfmodel import best_chunk, best_plan, predict, predict_queued, run_shape
 
     kw = {"rows": board["rows"], "cols": board["cols"], "data_width": board["data_width"],
           "depth": board["depth"], "port": port, "write_ports": board.get("write_ports", 1),
           "read_ports": board.get("read_ports", 1)}
     turned, side = best_plan(bm, bn, k, ta, tb, block=board["block"], **kw)
-    cycles = predict(*run_shape(bm, bn, k, ta, tb, turned), block=side, **kw)["cycles"]
+    shape = run_shape(bm, bn, k, ta, tb, turned)
+    chunk = best_chunk(*shape, block=side, **kw)
+    cycles = predict(*shape, block=side, chunk=chunk, **kw)["cycles"]
     bound = roofline(bm, bn, k, board["rows"], board["cols"], board["data_width"], port,
                      kw["write_ports"], kw["read_ports"])
     util = bm * bn * k / (board["rows"] * board["cols"] * cycles)
     rounded, over, over_latency = _rounded_bound(bound, util)
     q_turned, q_side = best_plan(bm, bn, k, ta, tb, block=board["block"], queued=True, **kw)
-    queued = predict_queued(*run_shape(bm, bn, k, ta, tb, q_turned), block=q_side, **kw)
+    q_shape = run_shape(bm, bn, k, ta, tb, q_turned)
+    q_chunk = best_chunk(*q_shape, block=q_side, queued=True, **kw)
+    queued = predict_queued(*q_shape, block=q_side, chunk=q_chunk, **kw)
     q_util = bm * bn * k / (board["rows"] * board["cols"] * queued)
-    return {"m": bm, "n": bn, "k": k, "block": side, "transposed": turned,
+    return {"m": bm, "n": bn, "k": k, "block": side, "chunk": chunk, "transposed": turned,
             "transposed_queued": q_turned, "predicted_cycles": cycles,
             "predicted_utilization": round(util, 4), "roofline": rounded,
             "predicted_over_bound": over, "predicted_over_latency_bound": over_latency,
-            "block_queued": q_side, "predicted_queued_cycles": queued,
+            "block_queued": q_side, "chunk_queued": q_chunk, "predicted_queued_cycles": queued,
             "predicted_queued_over_bound": round(q_util / rounded["bound"], 4)}
 
 
@@ -435,7 +439,7 @@ def utilization(configs, quick=False) -> list[dict]:
     the board's configuration and shape, its roofline at the board's configuration, and the
     model's prediction of the default itself (:func:`_board_prediction`)."""
     from firmware import Device
-    from sim.perfmodel import best_plan, predict, predict_queued, run_shape
+    from sim.perfmodel import best_chunk, best_plan, predict, predict_queued, run_shape
     from sim.ports import resolve_port
 
     out = []
@@ -461,14 +465,15 @@ def utilization(configs, quick=False) -> list[dict]:
             # prediction
             q_turned, q_side = best_plan(m, n, k, ta, tb, block=dev.driver.info.block,
                                          queued=True, **config)
-            queued = _run_queued(dev, name, m, n, k, ta, tb, rng, q_side, q_turned)
+            q_shape = run_shape(m, n, k, ta, tb, q_turned)
+            q_chunk = best_chunk(*q_shape, block=q_side, queued=True, **config)
+            queued = _run_queued(dev, name, m, n, k, ta, tb, rng, q_side, q_turned, q_chunk)
             bound = roofline(m, n, k, rows, cols, width, port, write_ports, read_ports)
             util = st["utilization"]
             rounded, over, over_latency = _rounded_bound(bound, util)
             model = predict(*run_shape(m, n, k, ta, tb, st["transposed"]),
-                            block=st["block"], **config)
-            model_queued = predict_queued(*run_shape(m, n, k, ta, tb, q_turned),
-                                          block=q_side, **config)
+                            block=st["block"], chunk=st["chunk"], **config)
+            model_queued = predict_queued(*q_shape, block=q_side, chunk=q_chunk, **config)
             q_util = m * n * k / (rows * cols * queued)
             out.append({
                 "board": label, **params, "port": port["name"],
@@ -478,6 +483,8 @@ def utilization(configs, quick=False) -> list[dict]:
                 "group": group, "gemm": name, "m": m, "n": n, "k": k,
                 "transpose_a": ta, "transpose_b": tb, "block_used": st["block"],
                 "block_used_queued": q_side,
+                # DESC_FLAGS.CHUNK (sim.perfmodel.best_chunk), alone and queued
+                "chunk_used": st["chunk"], "chunk_used_queued": q_chunk,
                 # run as C^T = op(B)^T op(A)^T (sim.perfmodel.best_plan); the roofline is
                 # the GEMM's as given
                 "transposed": st["transposed"], "transposed_queued": q_turned,

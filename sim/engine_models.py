@@ -17,7 +17,8 @@ import numpy as np
 
 from firmware.regmap import STRIPE_MIN_WORDS, ErrorCode, packed_stride
 
-__all__ = ["descriptor", "check", "chunk_align", "ramp_start", "k_chunks", "block_chunks",
+__all__ = ["descriptor", "check", "chunk_align", "ramp_start", "chunk_depth", "k_chunks",
+           "block_chunks",
            "block_side", "tile_order", "walk", "load_sequence", "stripe", "interleave", "route",
            "issue", "write_back"]
 
@@ -26,7 +27,7 @@ CMD_DESC_FIELDS = ("transpose_a", "transpose_b", "raw", "row_vec", "col_vec", "r
                    "col_exp")
 _DESC_FIELDS = ("m", "n", "k", "transpose_a", "transpose_b", "raw", "row_vec", "col_vec",
                 "row_exp", "col_exp", "a_addr", "a_stride", "b_addr", "b_stride", "c_addr",
-                "c_stride", "row_exp_addr", "col_exp_addr", "block", "overlap")
+                "c_stride", "row_exp_addr", "col_exp_addr", "block", "overlap", "chunk")
 
 
 def descriptor(**fields) -> dict:
@@ -97,6 +98,20 @@ def ramp_start(rows: int, cols: int, data_width: int) -> int:
     return -(-(rows + cols - 1) // align) * align
 
 
+#: ``DESC_FLAGS.CHUNK`` values: 0, the buffers' depth after a ramp in the first block; 1, 2
+#: and 3, the depth, half and a quarter of it, balanced in every block (:func:`chunk_depth`).
+CHUNK_CHOICES = (0, 1, 2, 3)
+
+
+def chunk_depth(depth: int, chunk: int, rows: int, cols: int, data_width: int) -> int:
+    """The longest K chunk of a descriptor whose ``DESC_FLAGS.CHUNK`` is ``chunk``: ``depth``
+    for 0 and 1, ``depth / 2`` for 2, ``depth / 4`` for 3, never less than
+    :func:`chunk_align` (a power of two, as ``depth`` is)."""
+    if chunk not in CHUNK_CHOICES:
+        raise ValueError(f"chunk must be one of {CHUNK_CHOICES}, not {chunk!r}")
+    return max(depth >> max(0, chunk - 1), chunk_align(rows, cols, data_width))
+
+
 def k_chunks(k: int, depth: int, align: int = 1, ramp: bool = False,
              balanced: bool = False, start: int | None = None) -> list[tuple[int, int]]:
     """The K chunks ``(k0, kc)`` a block is walked over, in order.
@@ -162,11 +177,19 @@ def block_chunks(k: int, depth: int, align: int, first: bool,
 
 
 def array_block_chunks(k: int, rows: int, cols: int, depth: int, data_width: int,
-                       first: bool) -> list[tuple[int, int]]:
+                       first: bool, chunk: int = 0) -> list[tuple[int, int]]:
     """:func:`block_chunks` as the walker of a ``rows x cols`` array on a ``data_width``-bit
-    bus cuts a block: aligned to :func:`chunk_align`, its ramp from :func:`ramp_start`."""
-    return block_chunks(k, depth, chunk_align(rows, cols, data_width), first,
-                        start=ramp_start(rows, cols, data_width))
+    bus cuts a block: aligned to :func:`chunk_align`, its ramp from :func:`ramp_start`.
+    With ``chunk`` (``DESC_FLAGS.CHUNK``) not 0, no ramp: every block is cut balanced into
+    chunks of at most :func:`chunk_depth` steps — about equal chunks, so that each chunk's
+    loads run under the compute of one as long (a load-bound descriptor of one block: 256
+    steps on an 8 x 16 array at depth 512 as 128 + 128, not the ramp's 32, 64 and 160,
+    whose last chunk computes alone)."""
+    align = chunk_align(rows, cols, data_width)
+    if chunk:
+        return block_chunks(k, chunk_depth(depth, chunk, rows, cols, data_width), align,
+                            first=False)
+    return block_chunks(k, depth, align, first, start=ramp_start(rows, cols, data_width))
 
 
 def block_side(field: int, block: int) -> int:
@@ -190,16 +213,17 @@ def column_order(m: int, n: int, k: int, rows: int, cols: int, depth: int,
 
 
 def block_order(m: int, n: int, k: int, rows: int, cols: int, depth: int, data_width: int,
-                side: int) -> list[tuple[int, int, bool, bool]]:
+                side: int, chunk: int = 0) -> list[tuple[int, int, bool, bool]]:
     """The blocks of a GEMM in :class:`rtl.walker.Walker`'s order: ``(m_blk, n_blk, keep_a,
     keep_b)``, the block's first row and column and whether it keeps the A (B) tiles of
     the block before it instead of loading them — when that block was one K chunk and shares
     its rows of blocks (columns, in :func:`column_order`)."""
     ms, ns = range(0, m, side * rows), range(0, n, side * cols)
-    down = column_order(m, n, k, rows, cols, depth, side)
+    down = column_order(m, n, k, rows, cols, chunk_depth(depth, chunk, rows, cols, data_width),
+                        side)
     order = [(mb, nb) for nb in ns for mb in ms] if down else [(mb, nb) for mb in ms for nb in ns]
     # whether the first block, and those after it, are one K chunk
-    one = [len(array_block_chunks(k, rows, cols, depth, data_width, first=f)) == 1
+    one = [len(array_block_chunks(k, rows, cols, depth, data_width, first=f, chunk=chunk)) == 1
            for f in (True, False)]
     out = [(*order[0], False, False)] if order else []
     for idx in range(1, len(order)):
@@ -225,19 +249,21 @@ def tile_order(bm: int, bn: int, transpose_b: bool) -> list[tuple[int, int]]:
 
 
 def walk_chunks(m: int, n: int, k: int, rows: int, cols: int, depth: int, data_width: int,
-                side: int, parity: tuple[int, int] = (0, 0)):
+                side: int, parity: tuple[int, int] = (0, 0), chunk: int = 0):
     """The K chunks of a GEMM in :class:`rtl.walker.Walker`'s order, each with its block and
     the buffer slot parities of its operands: ``(m_blk, n_blk, keep_a, keep_b, k0, kc,
-    a_par, b_par)`` (:func:`block_order`, :func:`block_chunks`). Each operand goes to the
-    other set of slots from chunk to chunk, but stays in its set for a block that keeps it.
+    a_par, b_par)`` (:func:`block_order`, :func:`array_block_chunks`, ``chunk`` its
+    ``DESC_FLAGS.CHUNK``). Each operand goes to the other set of slots from chunk to chunk,
+    but stays in its set for a block that keeps it.
 
     Returns the chunks and the parities ``(A's, B's)`` after the last one.
     """
     a_par, b_par = parity
-    blocks = block_order(m, n, k, rows, cols, depth, data_width, side)
+    blocks = block_order(m, n, k, rows, cols, depth, data_width, side, chunk)
     out = []
     for idx, (m_blk, n_blk, keep_a, keep_b) in enumerate(blocks):
-        for k0, kc in array_block_chunks(k, rows, cols, depth, data_width, first=idx == 0):
+        for k0, kc in array_block_chunks(k, rows, cols, depth, data_width, first=idx == 0,
+                                         chunk=chunk):
             out.append((m_blk, n_blk, keep_a, keep_b, k0, kc, a_par, b_par))
             nxt = blocks[idx + 1] if k0 + kc == k and idx + 1 < len(blocks) else None
             a_par ^= not (nxt and nxt[2])
@@ -280,7 +306,8 @@ def walk(desc: dict, rows: int, cols: int, depth: int, block: int, data_width: i
         loads.append(job)
 
     chunks, parity = walk_chunks(m, n, k, R, C, D, data_width, side,
-                                 (parity, parity) if isinstance(parity, int) else parity)
+                                 (parity, parity) if isinstance(parity, int) else parity,
+                                 chunk=desc.get("chunk", 0))
     for m_blk, n_blk, keep_a, keep_b, k0, kc, a_par, b_par in chunks:
         bm = min(-(-(m - m_blk) // R), side)
         bn = min(-(-(n - n_blk) // C), side)

@@ -189,7 +189,7 @@ class FunctionalAccelerator:
         self._matrix(c[0], m, n, c[2], np.int32)[...] = out.view(np.int32)
         cfg = {**self.cfg, "block": block_side(f["BLOCK"], self.cfg["block"])}
         p = predict(m, n, k, ta, tb, port=self.port, write_ports=self.write_ports,
-                    read_ports=self.read_ports, **cfg)
+                    read_ports=self.read_ports, chunk=f["CHUNK"], **cfg)
         self.descriptors += 1
         for name, v in (("CYCLES", p["cycles"]), ("BUSY_CYCLES", p["cycles"]),
                         ("ACTIVE_CYCLES", p["compute_cycles"]),

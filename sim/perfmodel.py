@@ -79,11 +79,13 @@ import sys
 from firmware import regmap
 from firmware.regmap import STRIPE_MIN_WORDS
 from rtl.checker import DescriptorChecker
+from rtl.walker import Walker
 
-from .engine_models import tile_order, walk_chunks
+from .engine_models import CHUNK_CHOICES, tile_order, walk_chunks
 from .ports import dram_bytes_per_cycle
 
-__all__ = ["predict", "predict_queued", "best_block", "best_plan", "run_shape", "read_rate",
+__all__ = ["predict", "predict_queued", "best_block", "best_plan", "best_chunk", "run_shape",
+           "read_rate",
            "training_gemms", "record_config", "check_records", "main"]
 
 #: Cycles of control per operand load (command phases, the address multiply).
@@ -231,7 +233,7 @@ def fill_latency(rows: int, cols: int) -> int:
 def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool = False, *,
             rows: int, cols: int, depth: int, block: int, data_width: int, port: dict,
             read_ports: int = 1, write_ports: int = 1, dma_outstanding: int = DMA_OUTSTANDING,
-            dma_burst: int = DMA_BURST, copies: int = 1) -> dict:
+            dma_burst: int = DMA_BURST, copies: int = 1, chunk: int = 0) -> dict:
     """Predicted cycles of one GEMM descriptor, from its start to its last C row in memory.
 
     Parameters
@@ -254,6 +256,9 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
         on across tiles (:func:`rtl.writeback.tile_phase`), so each port takes every
         ``write_ports``-th row and C leaves at all the ports' pace (the last tile, below,
         at that of the ports that take ``ceil(rows / write_ports)`` of its rows).
+    chunk : {0, 1, 2, 3}
+        ``DESC_FLAGS.CHUNK``: the longest K chunk and whether the first block ramps
+        (:func:`sim.engine_models.array_block_chunks`).
     copies : int
         The GEMM queued this many times back to back, each after the first with
         ``DESC_FLAGS.OVERLAP`` (its chunks walked after the one before's, the slot parities
@@ -361,7 +366,8 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
         raise ValueError(f"copies must be a positive integer, not {copies!r}")
     walked, parity = [], (0, 0)
     for _ in range(copies):
-        more, parity = walk_chunks(m, n, k, rows, cols, depth, data_width, block, parity)
+        more, parity = walk_chunks(m, n, k, rows, cols, depth, data_width, block, parity,
+                                   chunk=chunk)
         walked += more
     for m_blk, n_blk, keep_a, keep_b, k0, kc, a_par, b_par in walked:
         bm = min(block, _cdiv(m - m_blk, rows))
@@ -513,8 +519,9 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
     words = _cdiv(4 * min(cols, n), bpw)
     fill = fill_latency(rows, cols)
     last_rows = _cdiv(rows, write_ports) * words / keep
-    total = START_LATENCY + max(end + fill + last_rows + min(words, burst) / keep,
-                                wclock + fill) + WRITE_FORM_LATENCY + lat_w
+    start = START_LATENCY + (Walker.CUT_WAIT if chunk else 0)
+    total = start + max(end + fill + last_rows + min(words, burst) / keep,
+                        wclock + fill) + WRITE_FORM_LATENCY + lat_w
     if dram is not None:
         total = max(total, sum(traffic) * bpw / dram + lat_r + lat_w)
     compute = sum(c["compute"] for c in chunks)
@@ -595,6 +602,47 @@ def _best_block(m, n, k, ta, tb, rows, cols, depth, block, data_width, knobs,
               for side, c in one.items()}
     side = _largest_near_fastest(behind)
     return side if behind[side] < behind[alone] * (1 - QUEUED_BLOCK_MARGIN) else alone
+
+
+#: A ``DESC_FLAGS.CHUNK`` other than 0 (the first block's ramp) is taken only if predicted
+#: at least this much faster than 0, as :data:`QUEUED_BLOCK_MARGIN` for the block: within it,
+#: the model's error decides.
+CHUNK_MARGIN = 0.04
+
+
+def best_chunk(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool = False,
+               *, rows: int, cols: int, depth: int, block: int, data_width: int, port: dict,
+               write_ports: int = 1, read_ports: int = 1, queued: bool = False) -> int:
+    """The ``DESC_FLAGS.CHUNK`` (:func:`sim.engine_models.chunk_depth`) with the fewest
+    predicted cycles (:func:`predict`, or :func:`predict_queued` with ``queued``) for the
+    GEMM at reuse block ``block`` (the side it runs at: :func:`best_plan`'s); 0 unless
+    another is :data:`CHUNK_MARGIN` faster.
+
+    The ramp (0) starts the array after a short first chunk's loads; it pays where the
+    descriptor's blocks are compute-bound. Where a descriptor is one block bound by its
+    loads, the ramp's long last chunk computes with nothing of its own to load beside it,
+    and the next descriptor's first chunk waits for those slots: about equal chunks of a
+    quarter of the depth keep loads and compute side by side throughout (the VU9P
+    stand-in's 256->10 forward at batch 64: 518 -> 356 cycles queued, predicted).
+    """
+    knobs = _port_key(port)
+    return _best_chunk(m, n, k, bool(transpose_a), bool(transpose_b), rows, cols, depth, block,
+                       data_width, knobs, write_ports, read_ports, bool(queued))
+
+
+@functools.lru_cache(maxsize=4096)
+def _best_chunk(m, n, k, ta, tb, rows, cols, depth, block, data_width, knobs, write_ports,
+                read_ports, queued) -> int:
+    config = dict(rows=rows, cols=cols, depth=depth, block=block, data_width=data_width,
+                  port=dict(knobs), write_ports=write_ports, read_ports=read_ports)
+    cycles = {}
+    for chunk in CHUNK_CHOICES:
+        if queued:
+            cycles[chunk] = predict_queued(m, n, k, ta, tb, chunk=chunk, **config)
+        else:
+            cycles[chunk] = predict(m, n, k, ta, tb, chunk=chunk, **config)["cycles"]
+    best = min(CHUNK_CHOICES, key=lambda c: (cycles[c], c))
+    return best if cycles[best] < cycles[0] * (1 - CHUNK_MARGIN) else 0
 
 
 def run_shape(m: int, n: int, k: int, transpose_a: bool, transpose_b: bool,
@@ -698,10 +746,12 @@ def check_records(paths) -> dict:
             if "block_used" in r:              # a utilisation record: alone and queued
                 # (as run: the transpose where the driver turned it, best_plan)
                 alone = predict(*run_shape(*shape, r.get("transposed", False)),
-                                block=r["block_used"], **config)["cycles"]
+                                block=r["block_used"], chunk=r.get("chunk_used", 0),
+                                **config)["cycles"]
                 errors.setdefault(label, []).append(alone / r["cycles"] - 1)
                 queued = predict_queued(*run_shape(*shape, r.get("transposed_queued", False)),
-                                        block=r["block_used_queued"], **config)
+                                        block=r["block_used_queued"],
+                                        chunk=r.get("chunk_used_queued", 0), **config)
                 errors.setdefault(label + " queued", []).append(
                     queued / r["queued_cycles"] - 1)
             else:                              # a model-check record

@@ -62,7 +62,10 @@ def random_desc(rng, rows, cols, depth, block):
         b_addr=rng.getrandbits(32), b_stride=rng.getrandbits(16),
         row_exp_addr=rng.getrandbits(32), col_exp_addr=rng.getrandbits(32),
         # the descriptor's reuse block: the buffers' (0 or too large) or any smaller side
-        block=rng.choice([0, block, rng.randint(1, block), block + 1, 31]))
+        block=rng.choice([0, block, rng.randint(1, block), block + 1, 31]),
+        # the longest K chunk (DESC_FLAGS.CHUNK): ramped to the depth, or balanced at it,
+        # half or a quarter of it
+        chunk=rng.choice([0, 0, 1, 2, 3]))
 
 
 CONFIGS = [  # rows, cols, depth, block, data_width
@@ -239,3 +242,25 @@ def test_blocks_keep_the_shared_operand(rows, cols, m, n, down):
     assert em.block_order(m, n, 2 * depth, rows, cols, depth, 128, block)[1][2:] == (
         False, False)
     simulate([d, {**d, "k": 2 * depth}], rows, cols, depth, block, 128, seed=11)
+
+
+def test_chunk_field_cuts_every_block_balanced():
+    """``DESC_FLAGS.CHUNK``: no ramp, every block cut into about equal chunks of at most the
+    depth, half or a quarter of it, never under the alignment (the model, then the RTL)."""
+    # an 8 x 16 array on a 64-bit bus (align 16, ramp from 32) at depth 512: K = 256
+    rows, cols, depth, width = 8, 16, 512, 64
+    want = {0: [32, 64, 160], 1: [256], 2: [256], 3: [128, 128]}
+    for chunk, kcs in want.items():
+        got = em.array_block_chunks(256, rows, cols, depth, width, first=True, chunk=chunk)
+        assert [kc for _, kc in got] == kcs, chunk
+    # later blocks: the balanced cut at the chunk's depth (0 and 1 alike)
+    assert [kc for _, kc in em.array_block_chunks(600, rows, cols, depth, width, first=False,
+                                                  chunk=3)] == [112, 128, 128, 128, 104]
+    assert em.chunk_depth(16, 3, 4, 16, 64) == 16          # a quarter of 16, not under 16
+    with pytest.raises(ValueError, match="chunk"):
+        em.chunk_depth(512, 4, 8, 8, 128)
+    # in the RTL: one descriptor per choice, back to back, at a depth where each differs
+    descs = [em.descriptor(m=20, n=9, k=k, chunk=c, transpose_a=ta, a_addr=0x1000,
+                           a_stride=0x400, b_addr=0x8000, b_stride=0x40)
+             for c, k, ta in [(3, 256, 0), (2, 100, 1), (1, 200, 0), (0, 256, 1), (3, 33, 0)]]
+    simulate(descs, 4, 4, 64, 2, 64, seed=7)
