@@ -129,9 +129,9 @@ def test_wide_strides_and_queued_descriptors(dev):
 
 
 def _overlap_jobs(dev, rng, count, overlap):
-    """``count`` GEMM descriptors of varied shapes, transposes and exponents, each in regions
-    of its own, the later ones with ``DESC_FLAGS.OVERLAP`` = ``overlap``; (descriptor, the
-    expected C as uint32)."""
+    """``count`` GEMM descriptors of varied shapes, transposes, exponents and K chunkings,
+    each in regions of its own, the later ones with ``DESC_FLAGS.OVERLAP`` = ``overlap``;
+    (descriptor, the expected C as uint32)."""
     drv = dev.driver
     bpw = drv.bytes_per_word
     rows, cols, depth = drv.info.rows, drv.info.cols, drv.info.depth
@@ -146,7 +146,9 @@ def _overlap_jobs(dev, rng, count, overlap):
         a_addr, b_addr, c_addr = base, base + 0x10000, base + 0x20000     # 64 KB each
         _layout(dev, a_addr, *a.shape, sa, a)
         _layout(dev, b_addr, *b.shape, sb, b)
-        flags = {"TRANSPOSE_A": ta, "TRANSPOSE_B": tb, "RAW": raw, "OVERLAP": overlap and i > 0}
+        # (each K chunking in turn, DESC_FLAGS.CHUNK: the schedule, never the result)
+        flags = {"TRANSPOSE_A": ta, "TRANSPOSE_B": tb, "RAW": raw, "OVERLAP": overlap and i > 0,
+                 "CHUNK": i % 4}
         acc = golden.gemm(a, b, ta, tb)
         if raw:
             want = acc.view(np.uint32)
@@ -482,6 +484,10 @@ def test_block_side_changes_the_schedule_not_the_result(dev):
     np.testing.assert_array_equal(dev.gemm(a, b, transpose_a=True, out="int32"), want)
     assert (dev.stats["transposed"], dev.stats["block"]) == best_plan(
         m, n, k, True, False, block=info.block, **cfg)
+    from sim.perfmodel import best_chunk, run_shape
+    assert dev.stats["chunk"] == best_chunk(
+        *run_shape(m, n, k, True, False, dev.stats["transposed"]), block=dev.stats["block"],
+        **cfg)
 
 
 def test_block_argument_is_checked(dev):
@@ -506,4 +512,34 @@ def test_slr_groups_bit_exact(packing):
                             (9, 30, 700, False, True), (33, 17, 64, True, True)):
         a, b = _operands(rng, m, n, k, ta, tb, extremes=m == 4)
         _check(dev, a, b, ta, tb, 0, 0, "int32")
+    assert dev.sim.violations == 0
+
+
+def test_chunk_field_reaches_the_walker():
+    """``DESC_FLAGS.CHUNK`` through the register block to the walker: the same GEMM at each
+    chunking, on a port without pauses (so a run's cycles are its schedule's alone), is
+    bit-exact each time, takes cycles that differ with the chunking, each within 15 % of the
+    model's."""
+    from sim.perfmodel import predict
+    dev = Device("rtl", rows=4, cols=8, data_width=64, write_ports=2, read_ports=3,
+                 port={"pause": 0.0, "read_latency": 20})
+    drv, info = dev.driver, dev.driver.info
+    rng = np.random.default_rng(3)
+    m, n, k = 8, 16, 2 * info.depth + 40
+    a, b = _operands(rng, m, n, k, False, False)
+    x, y = dev.tensor(a), dev.tensor(b)
+    c = dev.empty((m, n), np.int32)
+    cfg = dict(rows=info.rows, cols=info.cols, depth=info.depth, data_width=info.data_width,
+               port=dev.memory_port(), write_ports=info.write_ports,
+               read_ports=info.read_ports, block=info.block)
+    cycles = {}
+    for chunk in range(4):
+        descs = drv.descriptors(x, y, c, m=m, n=n, k0=0, k1=k, transpose_a=False,
+                                transpose_b=False, row_exp=0, col_exp=0, raw=True,
+                                chunk=chunk)
+        cycles[chunk] = drv.run(*descs)["busy_cycles"]
+        np.testing.assert_array_equal(c.numpy(), golden.gemm(a, b, False, False))
+        model = predict(m, n, k, chunk=chunk, **cfg)["cycles"]
+        assert abs(model / cycles[chunk] - 1) < 0.15, (chunk, model, cycles[chunk])
+    assert cycles[3] != cycles[0], cycles
     assert dev.sim.violations == 0

@@ -106,6 +106,32 @@ def test_best_block_queued_departs_only_for_a_clear_gain():
     assert departed >= 1
 
 
+def test_best_chunk_departs_from_the_ramp_only_for_a_clear_gain():
+    """DESC_FLAGS.CHUNK: 0 (the ramp) unless another is predicted CHUNK_MARGIN faster, then
+    the fastest; a load-bound descriptor of one block on the VU9P stand-in (256->10's forward
+    at batch 64, 8x2x256) leaves the ramp queued, a compute-bound square does not; cached."""
+    from sim.perfmodel import best_chunk, predict_queued
+    config = {"rows": 8, "cols": 16, "depth": 512, "data_width": 64,
+              "port": resolve_port("vcu118-ddr4")}
+    for shape in [(8, 2, 256, False, False), (64, 64, 128, False, False),
+                  (98, 32, 128, True, False)]:
+        for queued in (False, True):
+            chunk = best_chunk(*shape, block=8, queued=queued, **config)
+            cycles = {c: (predict_queued(*shape, block=8, chunk=c, **config) if queued else
+                          predict(*shape, block=8, chunk=c, **config)["cycles"])
+                      for c in range(4)}
+            if chunk:
+                assert cycles[chunk] < cycles[0] * (1 - perfmodel.CHUNK_MARGIN)
+                assert cycles[chunk] == min(cycles.values())
+            else:
+                assert min(cycles.values()) >= cycles[0] * (1 - perfmodel.CHUNK_MARGIN)
+    assert best_chunk(8, 2, 256, block=8, queued=True, **config) != 0
+    assert best_chunk(64, 64, 128, block=8, queued=True, **config) == 0
+    hits = perfmodel._best_chunk.cache_info().hits
+    best_chunk(8, 2, 256, block=8, queued=True, **config)
+    assert perfmodel._best_chunk.cache_info().hits == hits + 1
+
+
 def test_best_block_follows_the_dram_arbitration():
     """The side is cached by every knob the model reads, the DRAM's arbitration too: the
     VU9P stand-in's 128x10x256 forward is one block of 8 behind its round-robin DRAM, of 7
