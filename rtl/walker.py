@@ -313,6 +313,23 @@ class Walker(wiring.Component):
         load_b = Signal()
         m.d.comb += [load_a.eq(Mux(d.transpose_a, first_cmd, tj == 0) & ~keep_a),
                      load_b.eq(Mux(d.transpose_b, ti == 0, first_cmd) & ~keep_b)]
+        # A command's loads go out A's first, or B's where B alone is stored packed
+        # (sim.engine_models.b_first): its gearbox, a row a cycle, is slower than the bus, and
+        # behind A's words it would start last.
+        b_first = Signal()
+        m.d.sync += b_first.eq(~d.transpose_b & (d.b_stride[wlog:] == 0)
+                               & ~(d.transpose_a & (d.a_stride[wlog:] == 0)))
+
+        def load_a_job():
+            setup_load(0, R, ~d.transpose_a, v_a, m0, d.a_addr, d.a_stride, span=bm,
+                       v_span=v_as)
+            m.next = "LOAD"
+
+        def load_b_job():
+            setup_load(1, C, d.transpose_b, v_b, n0, d.b_addr, d.b_stride, span=bn,
+                       v_span=v_bs)
+            m.next = "LOAD"
+
         cmd = self.o_cmd.payload
         m.d.comb += [cmd.k.eq(kc), cmd.a_slot.eq(Cat(ti, a_par) if BL > 1 else a_par),
                      cmd.b_slot.eq(Cat(tj, b_par) if BL > 1 else b_par),
@@ -428,18 +445,20 @@ class Walker(wiring.Component):
                     m.d.sync += [cmd_sent.eq(cmd_out), write_sent.eq(write_out)]
                     with m.If(cmd_out & write_out):
                         m.d.sync += [phase.eq(1), cmd_sent.eq(0), write_sent.eq(0)]
-                with m.Elif(phase == 1):
+                with m.Elif(phase == 1):      # the first operand's load (A's, or B's)
                     m.d.sync += phase.eq(2)
-                    with m.If(load_a):
-                        setup_load(0, R, ~d.transpose_a, v_a, m0, d.a_addr, d.a_stride,
-                                   span=bm, v_span=v_as)
-                        m.next = "LOAD"
-                with m.Elif(phase == 2):
+                    with m.If(b_first):
+                        with m.If(load_b):
+                            load_b_job()
+                    with m.Elif(load_a):
+                        load_a_job()
+                with m.Elif(phase == 2):      # the other's
                     m.d.sync += phase.eq(3)
-                    with m.If(load_b):
-                        setup_load(1, C, d.transpose_b, v_b, n0, d.b_addr, d.b_stride,
-                                   span=bn, v_span=v_bs)
-                        m.next = "LOAD"
+                    with m.If(b_first):
+                        with m.If(load_a):
+                            load_a_job()
+                    with m.Elif(load_b):
+                        load_b_job()
                 with m.Else():
                     m.d.sync += phase.eq(0)
                     m.next = "NEXT"

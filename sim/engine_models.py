@@ -18,7 +18,7 @@ import numpy as np
 from firmware.regmap import STRIPE_MIN_WORDS, ErrorCode, packed_stride
 
 __all__ = ["descriptor", "check", "chunk_align", "ramp_start", "chunk_depth", "k_chunks",
-           "block_chunks",
+           "block_chunks", "b_first",
            "block_side", "tile_order", "walk", "load_sequence", "stripe", "interleave", "route",
            "issue", "write_back"]
 
@@ -271,6 +271,16 @@ def walk_chunks(m: int, n: int, k: int, rows: int, cols: int, depth: int, data_w
     return out, (a_par, b_par)
 
 
+def b_first(desc: dict, data_width: int) -> bool:
+    """Whether :class:`rtl.walker.Walker` offers a command's B load before its A load: where
+    B alone is stored packed, k-major with a stride under a bus word (its gearbox makes a
+    row a cycle, slower than the bus: read behind A's words it would start last, and the
+    command's compute wait for it; read first, it runs while A's words arrive)."""
+    bpw = data_width // 8
+    return (not desc["transpose_b"] and desc["b_stride"] < bpw
+            and not (desc["transpose_a"] and desc["a_stride"] < bpw))
+
+
 def walk(desc: dict, rows: int, cols: int, depth: int, block: int, data_width: int,
          tag_width: int | None = None, parity: int | tuple[int, int] = 0):
     """What :class:`rtl.walker.Walker` issues for one (checked) descriptor.
@@ -305,6 +315,7 @@ def walk(desc: dict, rows: int, cols: int, depth: int, block: int, data_width: i
                        sel=off // lanes if lanes <= bpw else 0)
         loads.append(job)
 
+    first_b = b_first(desc, data_width)
     chunks, parity = walk_chunks(m, n, k, R, C, D, data_width, side,
                                  (parity, parity) if isinstance(parity, int) else parity,
                                  chunk=desc.get("chunk", 0))
@@ -334,12 +345,15 @@ def walk(desc: dict, rows: int, cols: int, depth: int, block: int, data_width: i
                 **{f: desc[f] for f in CMD_DESC_FIELDS}})
             if last:
                 writes.append({"m0": m0, "n0": n0})
+            jobs = []                 # (A's, then B's; B's first where b_first)
             if load_a:
-                load(0, R, not ta, min(m - m0, R), m0, desc["a_addr"],
-                     desc["a_stride"], k0, kc, span=bm, v_span=min(m - m_blk, side * R))
+                jobs.append(((0, R, not ta, min(m - m0, R), m0, desc["a_addr"],
+                              desc["a_stride"], k0, kc), min(m - m_blk, side * R), bm))
             if load_b:
-                load(1, C, tb, min(n - n0, C), n0, desc["b_addr"], desc["b_stride"],
-                     k0, kc, span=bn, v_span=min(n - n_blk, side * C))
+                jobs.append(((1, C, tb, min(n - n0, C), n0, desc["b_addr"],
+                              desc["b_stride"], k0, kc), min(n - n_blk, side * C), bn))
+            for args, v_span, span in (jobs[::-1] if first_b else jobs):
+                load(*args, span=span, v_span=v_span)
     return cmds, loads, writes, parity
 
 

@@ -364,6 +364,9 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
     last_use = [{}, {}]          # operand -> parity -> the last chunk that used those slots
     if not isinstance(copies, int) or copies < 1:
         raise ValueError(f"copies must be a positive integer, not {copies!r}")
+    # (as the driver stores them: rows shorter than a bus word packed)
+    first_b = (not transpose_b and regmap.stored_packed(n, 1, bpw)
+               and not (transpose_a and regmap.stored_packed(m, 1, bpw)))
     walked, parity = [], (0, 0)
     for _ in range(copies):
         more, parity = walk_chunks(m, n, k, rows, cols, depth, data_width, block, parity,
@@ -377,18 +380,18 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
         a_jobs = [] if keep_a else operand_jobs(transpose_a, rows, m_blk, m, bm, kc)
         b_jobs = [] if keep_b else operand_jobs(not transpose_b, cols, n_blk, n, bn, kc,
                                                 read_ports >= 3)
-        # The walker's order (tile_order); each command's A load, then B.
+        # The walker's order (tile_order); each command's A load, then B — or B's first
+        # where B alone is stored packed (sim.engine_models.b_first)
         loads, tiles = [], []
         a_at, b_at = {}, {}
         for i, j in tile_order(bm, bn, transpose_b):
             ai = 0 if len(a_jobs) == 1 else i
             bi = 0 if len(b_jobs) == 1 else j
-            if a_jobs and ai not in a_at:
-                a_at[ai] = len(loads)
-                loads.append((0, a_jobs[ai]))
-            if b_jobs and bi not in b_at:
-                b_at[bi] = len(loads)
-                loads.append((1, b_jobs[bi]))
+            for x in ((1, 0) if first_b else (0, 1)):
+                jobs, at, idx = (a_jobs, a_at, ai) if x == 0 else (b_jobs, b_at, bi)
+                if jobs and idx not in at:
+                    at[idx] = len(loads)
+                    loads.append((x, jobs[idx]))
             tiles.append((a_at.get(ai), b_at.get(bi)))
         write = 0.0
         if k0 + kc == k:

@@ -58,8 +58,10 @@ def random_desc(rng, rows, cols, depth, block):
         k=rng.choice([1, depth, depth + 1, rng.randint(1, 3 * depth)]),
         transpose_a=rng.randint(0, 1), transpose_b=rng.randint(0, 1),
         row_vec=rng.randint(0, 1), col_vec=rng.randint(0, 1),
-        a_addr=rng.getrandbits(32), a_stride=rng.getrandbits(16),
-        b_addr=rng.getrandbits(32), b_stride=rng.getrandbits(16),
+        # strides under a bus word too (packed operands: B's load goes first where B alone
+        # is packed, em.b_first)
+        a_addr=rng.getrandbits(32), a_stride=rng.choice([rng.getrandbits(16), rng.randint(1, 7)]),
+        b_addr=rng.getrandbits(32), b_stride=rng.choice([rng.getrandbits(16), rng.randint(1, 7)]),
         row_exp_addr=rng.getrandbits(32), col_exp_addr=rng.getrandbits(32),
         # the descriptor's reuse block: the buffers' (0 or too large) or any smaller side
         block=rng.choice([0, block, rng.randint(1, block), block + 1, 31]),
@@ -97,7 +99,8 @@ def test_edges():
 
 def test_model_spans():
     """k-major A (transposed) loads the block's tiles with the first command, as one span."""
-    d = em.descriptor(m=20, n=8, k=5, transpose_a=1, a_addr=0x1000, a_stride=0x40)
+    d = em.descriptor(m=20, n=8, k=5, transpose_a=1, a_addr=0x1000, a_stride=0x40,
+                      b_stride=0x40)
     cmds, loads, _, _ = em.walk(d, 8, 8, 16, 4, 128)
     assert [c["load_a"] for c in cmds] == [1, 0, 0]
     assert [c["a_extra"] for c in cmds] == [2, 2, 2]
@@ -264,3 +267,20 @@ def test_chunk_field_cuts_every_block_balanced():
                            a_stride=0x400, b_addr=0x8000, b_stride=0x40)
              for c, k, ta in [(3, 256, 0), (2, 100, 1), (1, 200, 0), (0, 256, 1), (3, 33, 0)]]
     simulate(descs, 4, 4, 64, 2, 64, seed=7)
+
+
+def test_packed_b_loads_first():
+    """A command's B load goes before its A load where B alone is stored packed (k-major,
+    stride under a bus word): in the model, then the RTL."""
+    base = dict(m=8, n=2, k=64, a_addr=0x1000, b_addr=0x8000)
+    cases = [  # (transpose_a, a_stride, transpose_b, b_stride), B first
+        ((0, 0x40, 0, 2), True), ((0, 0x40, 0, 0x10), False), ((0, 0x40, 1, 2), False),
+        ((1, 8, 0, 2), False), ((1, 0x10, 0, 2), True)]
+    descs = []
+    for (ta, sa, tb, sb), first in cases:
+        d = em.descriptor(**base, transpose_a=ta, a_stride=sa, transpose_b=tb, b_stride=sb)
+        assert em.b_first(d, 128) == first
+        _, loads, _, _ = em.walk(d, 4, 4, 64, 2, 128)
+        assert [j["path"] for j in loads[:2]] == ([1, 0] if first else [0, 1])
+        descs.append(d)
+    simulate(descs, 4, 4, 64, 2, 128, seed=5)
