@@ -115,20 +115,20 @@ def test_the_dram_limits_every_channel_together():
     port = {"dram_gbps": 0.5, "clock_mhz": 100.0, "data_width": 128}
     assert dram_bytes_per_cycle(resolve_port(port), 16) == pytest.approx(4.0)
     assert dram_bytes_per_cycle(resolve_port(port), 8) == pytest.approx(2.0)  # a stand-in
-    cycles = {}
+    cycles, moved = {}, {}
     for name, p in (("dram", port), ("bare", {**port, "dram_gbps": None})):
         dev = _device(p)
         _gemm(dev, np.random.default_rng(1), 64, 64, 64, False, False)
         cycles[name] = dev.stats["cycles"]
         c = dev.sim.counters
-        moved = 16 * (c["read_beats"] + c["write_beats"])
+        moved[name] = 16 * (c["read_beats"] + c["write_beats"])
         assert dev.sim.violations == 0
         want = predict(64, 64, 64, port=dev.sim.port, block=dev.stats["block"], depth=512,
-                       rows=8, cols=8, data_width=128)["cycles"]
+                       rows=8, cols=8, data_width=128, chunk=dev.stats["chunk"])["cycles"]
         assert abs(want / cycles[name] - 1) < 0.08, (name, cycles[name], want)
     # (the DRAM's budget starts with 32 bus words banked)
-    assert (moved - 32 * 16) / 4 <= cycles["dram"] <= 1.1 * moved / 4
-    assert cycles["bare"] < 0.6 * cycles["dram"]             # compute-bound without it
+    assert (moved["dram"] - 32 * 16) / 4 <= cycles["dram"] <= 1.1 * moved["dram"] / 4
+    assert cycles["bare"] < 0.7 * cycles["dram"]             # compute-bound without it
 
 
 @pytest.mark.parametrize("arbitration", DRAM_ARBITRATIONS)
@@ -400,7 +400,8 @@ def test_small_n_runs_as_its_transpose():
         np.testing.assert_array_equal(got, golden.gemm(a, b, ta, False))
         assert dev.stats["transposed"] and dev.stats["block"] == side
         turned_cycles = dev.stats["cycles"]
-        want = predict(n, m, k, True, not ta, block=side, **cfg)["cycles"]
+        want = predict(n, m, k, True, not ta, block=side, chunk=dev.stats["chunk"],
+                       **cfg)["cycles"]
         assert abs(want / turned_cycles - 1) < 0.05, (turned_cycles, want)
         as_given = dev.gemm(a, b, transpose_a=ta, out="int32", block=side)
         np.testing.assert_array_equal(as_given, got)
