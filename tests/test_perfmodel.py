@@ -266,7 +266,8 @@ def _committed_runs():
     default = json.loads((results / "utilization_zcu104_default.json").read_text())
     assert len(record["results"]) >= 100 and len(default["results"]) == 34
     for r in record["results"] + default["results"]:
-        config = {**perfmodel.record_config(r), "block": r["block_used"]}
+        config = {**perfmodel.record_config(r), "block": r["block_used"],
+                  "chunk": r.get("chunk_used", 0)}
         narrow = (dram_bytes_per_cycle(config["port"], r["data_width"] // 8) or np.inf) \
             < r["data_width"] // 8
         yield r, narrow, config
@@ -359,6 +360,7 @@ def test_queued_model_within_the_committed_benchmark():
         tolerance = 0.15 if narrow or r["k"] < 12 else 0.06
         tolerance = QUEUED_KNOWN_MISSES.get(_key(r), tolerance)
         config["block"] = r.get("block_used_queued", r["block_used"])    # as queued
+        config["chunk"] = r.get("chunk_used_queued", 0)
         want = predict_queued(*_as_run(r, r.get("transposed_queued")), **config)
         if abs(want / r["queued_cycles"] - 1) > tolerance:
             off.append((r["board"], r["gemm"], r["m"], r["n"], r["k"], r["queued_cycles"],
@@ -385,9 +387,11 @@ def test_committed_zcu104_stand_in_tracks_its_default():
     """The benchmark's ZCU104 stand-in (16x32 @ 64 running the board's GEMMs with M and N
     halved) is what the README reports for the board: its simulated utilisation must stay
     near the model's prediction of the 32x64 @ 128 default at the board's shapes (never
-    more pessimistic than 5 %, at most 20 % optimistic: the board's tiles wait rows + cols - 1
-    = 95 cycles between read-outs, the stand-in's 47) — as it was not before the shapes were
-    scaled (68 % simulated against 35 % predicted for 64x256x256)."""
+    more pessimistic than 5 %, at most 25 % optimistic: the board's tiles wait rows + cols - 1
+    = 95 cycles between read-outs, the stand-in's 47; 256->10's batch-64 forward alone, a
+    few hundred cycles, is the furthest, 18 % and, since both run it at a DESC_FLAGS.CHUNK,
+    23 %) — as it was not before the shapes were scaled (68 % simulated against 35 %
+    predicted for 64x256x256)."""
     import json
     from pathlib import Path
 
@@ -400,7 +404,7 @@ def test_committed_zcu104_stand_in_tracks_its_default():
         assert board["scale"] == 2 and board["board_config"]["rows"] == 2 * r["rows"]
         assert (board["m"], board["n"], board["k"]) != (r["m"], r["n"], r["k"])
         ratio = r["utilization"] / board["predicted_utilization"]
-        assert 0.95 <= ratio <= 1.20, (r["group"], r["gemm"], ratio)
+        assert 0.95 <= ratio <= 1.25, (r["group"], r["gemm"], ratio)
 
 
 def test_bench_cases_scale_the_boards_gemms():
