@@ -42,7 +42,9 @@ class Walker(wiring.Component):
     (``j`` inner, or ``i`` inner where B is transposed: :func:`sim.engine_models.tile_order`),
     it issues the tile command on :attr:`o_cmd` (and on the last chunk the
     tile's write job on :attr:`o_write`) and then the loads that command needs on
-    :attr:`o_load`. The command goes first so the datapath can take operands as they arrive.
+    :attr:`o_load`, A's then B's (B's first where B alone is stored packed:
+    :func:`sim.engine_models.b_first`). The command goes first so the datapath can take
+    operands as they arrive.
 
     Loads: operands stored k-major (A transposed, B as stored) load the block's ``bm`` (``bn``)
     tiles of the chunk as one span with the block's first command that uses them, one row of
@@ -365,7 +367,7 @@ class Walker(wiring.Component):
         with m.If(first_block):
             m.d.sync += col_order.eq(k_fits & more_m & (~more_n | wider))
 
-        phase = Signal(2)        # CMD: 0 issue, 1 load A, 2 load B, 3 next
+        phase = Signal(2)        # CMD: 0 issue, 1 load A (or B), 2 load B (or A), 3 next
         cut_wait = Signal(range(max(2, self.CUT_WAIT)))
         cmd_sent = Signal()      # phase 0: the command (write job) is already taken
         write_sent = Signal()
