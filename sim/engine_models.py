@@ -287,7 +287,8 @@ def walk(desc: dict, rows: int, cols: int, depth: int, block: int, data_width: i
 
     Blocks of ``b x b`` tiles, ``b`` the descriptor's ``block`` (if present and in
     ``1..block``; else ``block``, the buffers' slots), chunk by chunk as
-    :func:`walk_chunks` orders them and assigns their slots.
+    :func:`walk_chunks` orders them (K cut as its ``chunk`` says) and assigns their slots;
+    each command's A load, then B's, or B's first where :func:`b_first`.
 
     Returns ``(commands, loads, writes, parity)``: the payloads on ``o_cmd``, ``o_load`` and
     ``o_write`` in order, and the slot parities ``(A's, B's)`` the next descriptor starts with
