@@ -18,7 +18,7 @@ import numpy as np
 from firmware.regmap import STRIPE_MIN_WORDS, ErrorCode, packed_stride
 
 __all__ = ["descriptor", "check", "chunk_align", "ramp_start", "chunk_depth", "k_chunks",
-           "block_chunks", "b_first",
+           "block_chunks", "b_first", "loads_b_first",
            "block_side", "tile_order", "walk", "load_sequence", "stripe", "interleave", "route",
            "issue", "write_back"]
 
@@ -271,14 +271,22 @@ def walk_chunks(m: int, n: int, k: int, rows: int, cols: int, depth: int, data_w
     return out, (a_par, b_par)
 
 
+def loads_b_first(transpose_a: bool, a_packed: bool, transpose_b: bool,
+                  b_packed: bool) -> bool:
+    """The rule of :func:`b_first` on whether each operand is stored packed (rows under a
+    bus word): B alone packed and k-major (as stored). The performance model applies it to
+    the layout the driver chooses."""
+    return not transpose_b and b_packed and not (transpose_a and a_packed)
+
+
 def b_first(desc: dict, data_width: int) -> bool:
     """Whether :class:`rtl.walker.Walker` offers a command's B load before its A load: where
     B alone is stored packed, k-major with a stride under a bus word (its gearbox makes a
     row a cycle, slower than the bus: read behind A's words it would start last, and the
     command's compute wait for it; read first, it runs while A's words arrive)."""
     bpw = data_width // 8
-    return (not desc["transpose_b"] and desc["b_stride"] < bpw
-            and not (desc["transpose_a"] and desc["a_stride"] < bpw))
+    return loads_b_first(desc["transpose_a"], desc["a_stride"] < bpw, desc["transpose_b"],
+                         desc["b_stride"] < bpw)
 
 
 def walk(desc: dict, rows: int, cols: int, depth: int, block: int, data_width: int,

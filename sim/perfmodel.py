@@ -81,7 +81,7 @@ from firmware.regmap import STRIPE_MIN_WORDS
 from rtl.checker import DescriptorChecker
 from rtl.walker import Walker
 
-from .engine_models import CHUNK_CHOICES, tile_order, walk_chunks
+from .engine_models import CHUNK_CHOICES, loads_b_first, tile_order, walk_chunks
 from .ports import dram_bytes_per_cycle
 
 __all__ = ["predict", "predict_queued", "best_block", "best_plan", "best_chunk", "run_shape",
@@ -365,8 +365,8 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
     if not isinstance(copies, int) or copies < 1:
         raise ValueError(f"copies must be a positive integer, not {copies!r}")
     # (as the driver stores them: rows shorter than a bus word packed)
-    first_b = (not transpose_b and regmap.stored_packed(n, 1, bpw)
-               and not (transpose_a and regmap.stored_packed(m, 1, bpw)))
+    first_b = loads_b_first(transpose_a, regmap.stored_packed(m, 1, bpw), transpose_b,
+                            regmap.stored_packed(n, 1, bpw))
     walked, parity = [], (0, 0)
     for _ in range(copies):
         more, parity = walk_chunks(m, n, k, rows, cols, depth, data_width, block, parity,
