@@ -207,16 +207,16 @@ class DescriptorChecker(wiring.Component):
         # they are its own), combined there in one LUT. (ORs of bits, not compares with 0 or
         # 65535, which would be mapped to carry chains; one 96-bit OR before the register was
         # 7 levels on UltraScale+ where the budget at 250 MHz is 6.)
-        halves = {f"{f}_{h}": Signal(name=f"{f}_{h}_any")
-                  for f in "mnk" for h in ("lo", "hi")}
-        m.d.sync += [halves[f"{f}_lo"].eq(d[f][:16].any()) for f in "mnk"]
-        m.d.sync += [halves[f"{f}_hi"].eq(d[f][16:].any()) for f in "mnk"]
+        lo = {f: Signal(name=f"{f}_lo_any") for f in "mnk"}
+        hi = {f: Signal(name=f"{f}_hi_any") for f in "mnk"}
+        m.d.sync += [lo[f].eq(d[f][:16].any()) for f in "mnk"]
+        m.d.sync += [hi[f].eq(d[f][16:].any()) for f in "mnk"]
         zero = Signal()
         too_large = Signal()
         k_too_large = Signal()
-        m.d.comb += [zero.eq(Cat(*(~(halves[f"{f}_lo"] | halves[f"{f}_hi"]) for f in "mnk")).any()),
-                     too_large.eq(halves["m_hi"] | halves["n_hi"]),
-                     k_too_large.eq(halves["k_hi"])]
+        m.d.comb += [zero.eq(Cat(*(~(lo[f] | hi[f]) for f in "mnk")).any()),
+                     too_large.eq(hi["m"] | hi["n"]),
+                     k_too_large.eq(hi["k"])]
 
         with m.FSM(name="check"):
             with m.State("IDLE"):
