@@ -37,17 +37,18 @@ within a chunk, tile by tile in the walker's order:
 * **C write-back** in a block's last chunk: each tile's C rows (only words holding columns
   < N), one burst per row, at ``min(1, outstanding_writes * beats / (beats + write_latency +
   2))`` words per cycle, once the tile has computed and the tiles before it are written, on
-  one write channel shared from block to block; the array runs ahead of it by at most the
-  output FIFO (:data:`OUT_TILES` tiles) and stalls beyond.
+  one write channel shared from block to block; the array starts a tile only once the
+  tile :data:`OUT_TILES` before it is written (a tile reserves its rows in the output FIFO
+  as it starts).
 
 Behind a DRAM of :func:`sim.ports.dram_bytes_per_cycle` bytes a cycle, no channel moves more
 than that, and the GEMM takes at least its reads and writes over that rate (plus a read and
 a write latency). The DRAM's bytes are booked in time buckets in schedule order, as the
-port's ``dram_arbitration`` serves them. Reads first (the Zynq presets): a read takes what it
-needs of a bucket, and the C writes booked there before it move to the buckets after; where
-the DRAM moves more than one channel, the schedule is walked a second time with the first
-walk's reads held back from the writes, so that the array is paced by the writes that the
-reads leave room for. Round-robin (the VCU118's MIG): each direction is sure of
+port's ``dram_arbitration`` serves them. Reads first (the Zynq presets): the loads made
+while a chunk computes are booked before its C writes, a read takes what it needs of a bucket
+(C writes booked there before it move to the buckets after), and the writes have what the
+reads leave, and at least :data:`WRITE_FLOOR` of a bucket: so the array is paced by the
+writes the reads leave room for. Round-robin (the VCU118's MIG): each direction is sure of
 :data:`FAIR_SHARE` of a bucket, the other moving on as before.
 
 Under a port whose subordinate holds a channel back with probability ``pause`` each cycle
@@ -98,8 +99,9 @@ START_LATENCY = DescriptorChecker.LATENCY + 1 + 2
 #: Cycles from a burst's last word reaching the DMA writer to its address and first word on
 #: the bus (:class:`rtl.dma.DmaWriter`: a burst is formed once all its words are in its FIFO).
 WRITE_FORM_LATENCY = 3
-#: C tiles the output FIFO holds (``4 * rows`` rows): how far the array may run ahead of the
-#: C write-back before it stalls.
+#: C tiles the output FIFO holds (``4 * rows`` rows, :class:`rtl.datapath.GemmDatapath`'s
+#: ``out_rows``; a tile reserves ``rows`` of them as it starts, whatever its rows in M): how
+#: far the array may run ahead of the C write-back before it stalls.
 OUT_TILES = 4
 #: The least cycles between two read-outs of the datapath's accumulation slots
 #: (``rtl.datapath.GemmDatapath.ACCUMULATE_STAGES + 1``; ``tests/test_perfmodel.py`` holds
@@ -123,16 +125,17 @@ def read_rate(beats: float, outstanding: int, latency: int, keep: float = 1.0) -
     return min(keep, outstanding * beats / (latency + beats / keep))
 
 
-#: Under a reads-first DRAM, the share of the first walk's reads the second walk holds back
-#: from the writes (:func:`predict`). The first walk books its reads where an array that
-#: never waits for C would ask for them, denser than the RTL's, which the writes' stalls
-#: spread out; all of them over-corrects where the read ports can take nearly all the DRAM
-#: (the Pynq-Z1's default, two read ports: 16 of its 16.8 bytes a cycle). Calibrated on the
-#: Pynq-Z1 default's 34 benchmark GEMMs (0.6 / 0.7 / 0.8 / 0.9 / 1.0: mean error 0.93 /
-#: 0.85 / 0.84 / 0.95 / 1.42 %, largest 5.4 / 4.9 / 3.6 / 5.6 / 8.5 %; the ZCU104's and
-#: VU9P's stand-ins do not move) and held out on random GEMMs (``python -m sim.bench
-#: model``, README).
-RESERVE_SHARE = 0.8
+#: Under a reads-first DRAM, the share of the DRAM's bytes the writes are sure of while the
+#: reads would take them all: the memory model raises an R beat first, but the read ports
+#: leave gaps (their pauses, a burst's latency, the budget's whole words) in which a W beat
+#: takes a word. Measured on the native model: 10 x 128 x 256 (both transposed) on the
+#: Pynq-Z1's default behind ``zynq7-hp``, where three read ports ask for more than the DRAM
+#: moves for 2,600 cycles, the four write ports took 13-15 of each 140 words (about 10 %).
+#: 0.15 fits best of 0.05-0.2 over 37 GEMMs of that configuration (alone and queued, at
+#: block sides the driver does not choose: 10 x 128 x 256, 10 x 256 x 64 and 128, 112-128 x
+#: 224-256 x 256; mean error 3.0 %, 5 over 5 %, against 4.4 % and 13 with the second walk
+#: this replaced) and over the committed benchmarks.
+WRITE_FLOOR = 0.15
 
 
 #: Under a round-robin DRAM (``dram_arbitration``), the share of the DRAM's bytes each
@@ -148,16 +151,13 @@ class _DramLedger:
     whatever the other direction booked before them — (1, 0) for a DRAM that serves reads
     first, (:data:`FAIR_SHARE`, :data:`FAIR_SHARE`) for round-robin; what a transfer takes
     of the other direction's bytes, those move to the next bucket (and on, while full).
-    ``reserve``: bytes a bucket's reads are known to take (:meth:`reads` of an earlier
-    walk), held back from the writes."""
+    """
 
     BUCKET = 32
 
-    def __init__(self, rate: float | None, share: tuple = (0.0, 0.0),
-                 reserve: dict | None = None):
+    def __init__(self, rate: float | None, share: tuple = (0.0, 0.0)):
         self.rate = rate                  # bytes a cycle, None: unlimited
         self.share = share
-        self.reserve = reserve or {}
         self.used: dict[int, list[float]] = {}    # bucket -> [bytes read, bytes written]
 
     def move(self, start: float, cycles: float, nbytes: float, way: int = 0) -> float:
@@ -171,7 +171,7 @@ class _DramLedger:
             b = int(t // B)
             span = (b + 1) * B - t
             used = self.used.setdefault(b, [0.0, 0.0])
-            free = self.rate * B - max(used[0], self.reserve.get(b, 0.0)) - used[1]
+            free = self.rate * B - used[0] - used[1]
             room = max(free, self.rate * B * self.share[way] - used[way])
             room = max(0.0, room)
             speed = min(own, room / span)
@@ -182,10 +182,6 @@ class _DramLedger:
                 return t + left / speed
             left -= speed * span
             t = (b + 1) * B
-
-    def reads(self) -> dict:
-        """Bytes read in each bucket."""
-        return {b: used[0] for b, used in self.used.items() if used[0]}
 
     def _spill(self, b: int, way: int) -> None:
         """Move ``way``'s bytes beyond bucket ``b``'s capacity to the buckets after it."""
@@ -407,21 +403,33 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
                 wrate = min(wrate, dram / bpw)
             traffic[1] += sum(runs)
             write = sum(runs) / wrate
-            slack = OUT_TILES * rows * beats / wrate
-        # A load into an operand's slots waits for the last chunk that used them.
-        after = [last_use[x].get(par) for x, par in ((0, a_par), (1, b_par))]
+        # A load into an operand's slots waits for the last chunk that used them (a kept
+        # operand loads nothing and waits for none).
+        after = [None if kept else last_use[x].get(par)
+                 for x, par, kept in ((0, a_par, keep_a), (1, b_par, keep_b))]
         last_use[0][a_par] = last_use[1][b_par] = len(chunks)
         chunks.append({"compute": bm * bn * kc, "kc": kc, "loads": loads,
                        "after": after,
                        "tiles": tiles, "write": write,
-                       "write_words": sum(runs) if write else 0,
-                       "slack": slack if write else 0.0})
+                       "write_words": sum(runs) if write else 0})
     # The schedule: a chunk's load jobs one after the other (with two ports, A's and B's
     # each on their own), each into its operand's slots once the last chunk using them has
     # computed; each tile computes once the tile before it has and its operands are in, and
     # in a last chunk hands its C rows to the write channel.
     rr = port.get("dram_arbitration", "reads-first") == "round-robin"
-    share = (FAIR_SHARE, FAIR_SHARE) if rr else (1.0, 0.0)
+    share = (FAIR_SHARE, FAIR_SHARE) if rr else (1.0, WRITE_FLOOR)
+
+    # The order the walk books its transfers in the DRAM ledger. Reads first: chunk i + 1's
+    # loads, made while chunk i computes, before chunk i's tiles and C writes wherever they
+    # wait for nothing chunk i computes (their slots last used two chunks back or earlier),
+    # so that they take the DRAM's bytes first and the writes have what they leave
+    # (WRITE_FLOOR at least). Round-robin: in the schedule's order, chunk by chunk.
+    steps = [("load", 0)]
+    for i in range(len(chunks)):
+        ahead = i + 1 < len(chunks) and not rr and all(
+            j is None or j < i for j in chunks[i + 1]["after"])
+        steps += [("load", i + 1)] * ahead + [("compute", i)]
+        steps += [("load", i + 1)] * (i + 1 < len(chunks) and not ahead)
 
     def schedule(ledger):
         read_end = [[0.0] * 4 for _ in chunks]     # each port's (one: all the same)
@@ -437,46 +445,53 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
         # commands in order, so a load begins once its buffer has taken the load before it
         # and the load before it, of either operand, has begun)
         begin = 0.0
-        for i, c in enumerate(chunks):
-            clock = list(read_end[i - 1]) if i else [0.0] * 4
-            done = []
-            for path, job in c["loads"]:
-                # the ports (and gearbox clocks) the job's rows go through: one, or with three
-                # (four) read ports B's rows dealt to ports 1 and 2 (and 3) in turn
-                subs = [(1 + w, job[1 + w]) for w in range(ways)] if job[0] == "stripe" else \
-                    [(path if read_ports >= 2 else 0, job)]
-                j = c["after"][path]
-                free = 0.0 if j is None else comp_end[j]
-                if read_ports >= 2:
-                    free = begin = max(begin, *(gearbox[p] for p, _ in subs), free)
-                ends = []
-                for p, (cycles, vectors, words, tail) in subs:
-                    # (with one read port, one channel and each operand's own gearbox)
-                    g = p if read_ports >= 2 else path
-                    # the job's words wait in the DMA's FIFO for its slots: its reads may
-                    # begin up to a FIFO's worth of words before they free
-                    lead = cycles * min(1.0, READ_FIFO / words) if words else 0.0
-                    start = max(clock[p], free - lead - lat_r)
-                    clock[p] = ledger.move(start, cycles, words * bpw)
-                    # a job's vectors follow its gearbox's previous job's and its own words
-                    # (reads run on meanwhile, into the FIFO), once its slots are free
-                    gearbox[g] = max(max(gearbox[g], start + lat_r, free) + vectors,
-                                     clock[p] + lat_r + tail)
-                    ends.append(gearbox[g])
-                    if read_ports == 1 and vectors:
-                        # the router hands words over in read order: the reads run on at
-                        # most the DMA's FIFO and the operand's word FIFO ahead of a gearbox
-                        # slower than the bus
-                        clock[p] = max(clock[p], gearbox[g] - lat_r
-                                       - (READ_FIFO + WORD_FIFO) * vectors / words)
-                if job[0] == "stripe":
-                    # the interleave passes the gearboxes' vectors in order, one a cycle
-                    merged = max(*ends, free + job[-1])
-                    for w in range(ways):
-                        gearbox[1 + w] = merged
-                    ends.append(merged)
-                done.append(max(ends))
-            read_end[i] = clock if read_ports >= 2 else [max(clock)] * 4
+        dones = [None] * len(chunks)
+        wends = []
+        for kind, i in steps:
+            c = chunks[i]
+            if kind == "load":
+                clock = list(read_end[i - 1]) if i else [0.0] * 4
+                done = []
+                for path, job in c["loads"]:
+                    # the ports (and gearbox clocks) the job's rows go through: one, or with three
+                    # (four) read ports B's rows dealt to ports 1 and 2 (and 3) in turn
+                    subs = [(1 + w, job[1 + w]) for w in range(ways)] if job[0] == "stripe" else \
+                        [(path if read_ports >= 2 else 0, job)]
+                    j = c["after"][path]
+                    free = 0.0 if j is None else comp_end[j]
+                    if read_ports >= 2:
+                        free = begin = max(begin, *(gearbox[p] for p, _ in subs), free)
+                    ends = []
+                    for p, (cycles, vectors, words, tail) in subs:
+                        # (with one read port, one channel and each operand's own gearbox)
+                        g = p if read_ports >= 2 else path
+                        # the job's words wait in the DMA's FIFO for its slots: its reads may
+                        # begin up to a FIFO's worth of words before they free
+                        lead = cycles * min(1.0, READ_FIFO / words) if words else 0.0
+                        start = max(clock[p], free - lead - lat_r)
+                        clock[p] = ledger.move(start, cycles, words * bpw)
+                        # a job's vectors follow its gearbox's previous job's and its own words
+                        # (reads run on meanwhile, into the FIFO), once its slots are free
+                        gearbox[g] = max(max(gearbox[g], start + lat_r, free) + vectors,
+                                         clock[p] + lat_r + tail)
+                        ends.append(gearbox[g])
+                        if read_ports == 1 and vectors:
+                            # the router hands words over in read order: the reads run on at
+                            # most the DMA's FIFO and the operand's word FIFO ahead of a gearbox
+                            # slower than the bus
+                            clock[p] = max(clock[p], gearbox[g] - lat_r
+                                           - (READ_FIFO + WORD_FIFO) * vectors / words)
+                    if job[0] == "stripe":
+                        # the interleave passes the gearboxes' vectors in order, one a cycle
+                        merged = max(*ends, free + job[-1])
+                        for w in range(ways):
+                            gearbox[1 + w] = merged
+                        ends.append(merged)
+                    done.append(max(ends))
+                read_end[i] = clock if read_ports >= 2 else [max(clock)] * 4
+                dones[i] = done
+                continue
+            done = dones[i]
             t = comp_end[i - 1] if i else 0.0
             waited = stalled = 0.0
             per_tile = c["write"] / len(c["tiles"])
@@ -487,32 +502,25 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
                 if ready > t:
                     waited += ready - t
                     t = ready
+                if per_tile and len(wends) >= OUT_TILES and wends[-OUT_TILES] > t:
+                    # the array starts a tile once the output FIFO has room for its C rows:
+                    # the tile OUT_TILES before it written
+                    stalled += wends[-OUT_TILES] - t
+                    t = wends[-OUT_TILES]
                 # a tile read out (every tile: stored, or emitted) ends at least the array's
                 # read-out interval after the one before
                 t = max(t + c["kc"], last_end + interval)
                 last_end = t
                 if per_tile:
-                    # the tile's C rows go out once it has computed, after those before it;
-                    # the array waits while the output FIFO holds OUT_TILES tiles unwritten
+                    # the tile's C rows go out once it has computed, after those before it
                     wclock = ledger.move(max(wclock, t), per_tile, tile_bytes, 1)
-                    if wclock - c["slack"] > t:
-                        stalled += wclock - c["slack"] - t
-                        t = wclock - c["slack"]
+                    wends.append(wclock)
             comp_end[i] = t
             worst = max((waited, "reads"), (stalled, "writes"), (c["compute"] / 2, "compute"))
             votes[worst[1]] += 1
         return comp_end[-1], wclock, votes
 
-    ledger = _DramLedger(dram, share)
-    end, wclock, votes = schedule(ledger)
-    if dram is not None and not rr and dram > bpw:
-        # Reads first: the writes a chunk's reads took bytes from were booked, and the array
-        # paced by them, before those reads. Walk again with the writes seeing the first
-        # walk's reads (RESERVE_SHARE of them) as taken. (Where the DRAM moves no more than
-        # one channel, the reads alone fill it and the second walk over-corrects: +14 % mean
-        # on 27 GEMMs at 0.8 to 2.0 GB/s on a 128-bit bus at 100 MHz, against 2 % with one.)
-        reserve = {b: RESERVE_SHARE * v for b, v in ledger.reads().items()}
-        end, wclock, votes = schedule(_DramLedger(dram, share, reserve=reserve))
+    end, wclock, votes = schedule(_DramLedger(dram, share))
     # After the last tile's last step: its first C row leaves the datapath (the declared fill
     # latency), its rows are dealt to the write ports in turn (each port's write-back makes a
     # word a cycle), the last row's burst forms in the DMA writer once its words are in and
