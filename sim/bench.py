@@ -532,7 +532,7 @@ def model_check(rows, cols, data_width, depth, block, ports, count, seed,
 
     from firmware import Device
     from sim.perfmodel import predict
-    from sim.ports import resolve_port
+    from sim.ports import KNOBS, resolve_port
 
     rng = random.Random(seed)
     ms = [max(1, d * rows // 8) for d in (8, 24, 40, 72, 136, 200)]
@@ -553,7 +553,12 @@ def model_check(rows, cols, data_width, depth, block, ports, count, seed,
             predicted = predict(m, n, k, ta, tb, rows=rows, cols=cols, depth=depth,
                                 block=side, data_width=data_width, port=port,
                                 write_ports=write_ports, read_ports=read_ports)["cycles"]
-            out.append({"port": port["name"], "rows": rows, "cols": cols,
+            out.append({"port": port["name"],
+                        # the port as resolved, so that a dict of knobs (named "<preset>+")
+                        # can be predicted again (sim.perfmodel.record_config)
+                        "port_spec": {key: port[key] for key in (*KNOBS, "data_width",
+                                                                  "clock_mhz") if key in port},
+                        "rows": rows, "cols": cols,
                         "data_width": data_width, "write_ports": write_ports,
                         "read_ports": read_ports,
                         "depth": depth, "block": side, "m": m,

@@ -733,8 +733,10 @@ def record_config(record: dict) -> dict:
     ``python -m sim.bench utilization`` or ``model`` (one of its JSON records)."""
     from .ports import resolve_port
 
+    # (a model-check record carries its port as resolved: a dict of knobs has no preset name)
+    port = resolve_port(record.get("port_spec", record["port"]))
     return dict(rows=record["rows"], cols=record["cols"], data_width=record["data_width"],
-                depth=record.get("depth", 512), port=resolve_port(record["port"]),
+                depth=record.get("depth", 512), port=port,
                 write_ports=record.get("write_ports", 1),
                 read_ports=record.get("read_ports", 1))
 
