@@ -20,6 +20,12 @@
                                    RTL on random GEMMs (shapes, transposes, block sides) of one
                                    configuration (default 8x8 @ 128 bits, the tests'), behind
                                    the ideal port and a Zynq-like one (:data:`MODEL_PORTS`).
+``python -m sim.bench trace``      One GEMM's bus words read and written per interval of its
+                                   run (alone, or behind a copy of itself), on one board's
+                                   benchmark array behind its port preset: where the reads
+                                   hold the DRAM and the C writes wait (``--board``,
+                                   ``--gemm MxNxK``, ``--transpose-a``/``-b``, ``--block``,
+                                   ``--chunk``, ``--queued``, ``--every``, ``--port``).
 ``python -m sim.bench host``       Host share of a training step: a Fashion-MNIST-shaped CNN
                                    at batch 128 over each board's default on the functional
                                    model (:mod:`sim.hostbench`; its own options).
@@ -41,7 +47,7 @@ from firmware import regmap
 
 from .ports import DRAM_EFFICIENCY, dram_bytes_per_cycle
 
-__all__ = ["resources", "cycles", "utilization", "model_check", "main"]
+__all__ = ["resources", "cycles", "utilization", "model_check", "trace", "main"]
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -516,6 +522,71 @@ def utilization(configs, quick=False) -> list[dict]:
     return out
 
 
+def trace(dev, m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool = False,
+          *, block: int, chunk: int = 0, queued: bool = False, every: int = 32) -> dict:
+    """Bus words read and written in each ``every`` cycles of one GEMM's run on ``dev`` (a
+    ``Device("rtl")``), random operands, at reuse block ``block`` and ``DESC_FLAGS.CHUNK``
+    ``chunk``; ``queued``: two descriptors of it back to back, the second with OVERLAP (the
+    samples cover both). The driver's status polls are the sampling points, so the first
+    interval starts at the enqueue. The C is checked bit for bit against
+    :func:`sim.golden.gemm`.
+
+    Returns
+    -------
+    dict
+        ``busy_cycles`` (``BUSY_CYCLES``), ``every``, ``samples``: ``[cycle from the first
+        sample, words read, words written]`` per interval, and the totals ``read_words``,
+        ``write_words``.
+    """
+    from sim import golden
+
+    if not isinstance(every, int) or isinstance(every, bool) or every < 1:
+        raise ValueError(f"every must be a positive integer, not {every!r}")
+    a, b = _operands(np.random.default_rng(0), m, n, k, transpose_a, transpose_b)
+    drv, sim = dev.driver, dev.sim
+    x, y = dev.tensor(a), dev.tensor(b)
+    cs = [dev.empty((m, n), np.int32) for _ in range(2 if queued else 1)]
+    samples, step, poll = [], sim.step, drv.poll_cycles
+
+    def sampled(cycles):
+        step(cycles)
+        samples.append((sim.cycle, sim.read_beats, sim.write_beats))
+    try:
+        descs = [d for c in cs for d in drv.descriptors(
+            x, y, c, m=m, n=n, k0=0, k1=k, transpose_a=transpose_a, transpose_b=transpose_b,
+            row_exp=0, col_exp=0, raw=True, block=block, chunk=chunk)]
+        samples.append((sim.cycle, sim.read_beats, sim.write_beats))
+        sim.step, drv.poll_cycles = sampled, every
+        busy = drv.run(*descs)["busy_cycles"]
+        sim.step, drv.poll_cycles = step, poll
+        for c in cs:
+            if not np.array_equal(c.numpy(), golden.gemm(a, b, transpose_a, transpose_b)):
+                raise AssertionError("trace: the accelerator's result differs from golden")
+    finally:
+        sim.step, drv.poll_cycles = step, poll
+        for t in (x, y, *cs):
+            t.free()
+    c0, r0, w0 = samples[0]
+    rows = [[c - c0, r - rp, w - wp]
+            for (c, r, w), (_, rp, wp) in zip(samples[1:], samples[:-1], strict=True)]
+    return {"busy_cycles": busy, "every": every, "samples": rows,
+            "read_words": samples[-1][1] - r0, "write_words": samples[-1][2] - w0}
+
+
+def trace_table(record: dict, width: int = 40) -> str:
+    """A trace (:func:`trace`) as rows of words per interval, read (``r``) and written
+    (``w``) drawn to scale against the most words any interval moved."""
+    peak = max([r + w for _, r, w in record["samples"]] + [1])
+    lines = [f"| cycle | read | written | (each {record['every']} cycles) |",
+             "|---:|---:|---:|---|"]
+    for c, r, w in record["samples"]:
+        bar = "r" * round(width * r / peak) + "w" * round(width * w / peak)
+        lines.append(f"| {c} | {r} | {w} | `{bar}` |")
+    lines.append(f"\nBUSY_CYCLES {record['busy_cycles']}; {record['read_words']} words read, "
+                 f"{record['write_words']} written")
+    return "\n".join(lines)
+
+
 #: The ports ``python -m sim.bench model`` checks the model behind by default: the ideal
 #: memory and a Zynq-like port without pauses (``tests/test_perfmodel.py``'s two).
 MODEL_PORTS = ["ideal", {"outstanding_reads": 8, "outstanding_writes": 8, "read_latency": 40,
@@ -763,6 +834,16 @@ def _block_arg(text: str) -> int:
     return block
 
 
+def _gemm_arg(text: str) -> tuple[int, int, int]:
+    try:
+        m, n, k = (int(x) for x in text.lower().split("x"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must look like 64x256x128, not {text!r}") from None
+    if min(m, n, k) < 1 or max(m, n, k) > 65535:
+        raise argparse.ArgumentTypeError(f"M, N and K must be in 1..65535, not {text!r}")
+    return m, n, k
+
+
 def _port_arg(text: str):
     from sim.ports import PORTS, resolve_port
 
@@ -834,6 +915,24 @@ def main(argv=None) -> int:
                         "ZCU104's 32x64 model took 13 minutes to compile here (once), the "
                         "VU9P's 64x128 would take hours")
     p.add_argument("--out", type=Path, default=ROOT / "results" / "utilization.json")
+    p = sub.add_parser("trace", help="one GEMM's bus words per interval of its run")
+    p.add_argument("--board", choices=sorted(BENCH_CONFIGS), default="pynq-z1",
+                   help="the benchmark array (BENCH_CONFIGS) at the board's depth, behind its "
+                        "port preset")
+    p.add_argument("--gemm", type=_gemm_arg, required=True, metavar="MxNxK")
+    p.add_argument("--transpose-a", action="store_true")
+    p.add_argument("--transpose-b", action="store_true")
+    p.add_argument("--block", type=int, default=None,
+                   help="reuse block side, 1 to the board's (default: the driver's choice, "
+                        "sim.perfmodel.best_block)")
+    p.add_argument("--chunk", type=int, choices=[0, 1, 2, 3], default=0,
+                   help="DESC_FLAGS.CHUNK")
+    p.add_argument("--queued", action="store_true",
+                   help="two descriptors of the GEMM back to back (the second with OVERLAP)")
+    p.add_argument("--every", type=int, default=32, help="cycles per interval")
+    p.add_argument("--port", type=_port_arg, default=None,
+                   help="a preset name or JSON knobs instead of the board's preset")
+    p.add_argument("--out", type=Path, default=ROOT / "build" / "trace.json")
     p = sub.add_parser(
         "model", help="the performance model against the RTL on random GEMMs",
         description="Random GEMMs (shapes, transposes, block sides) on the RTL behind each "
@@ -905,6 +1004,34 @@ def main(argv=None) -> int:
               f"GEMM calls ({cycles_run / max(wall, 1e-9):,.0f} cycles per second of "
               f"simulation); {time.monotonic() - t0:.0f} s in all, builds included",
               file=sys.stderr)
+    elif args.what == "trace":
+        from firmware import Device
+        from platforms import PLATFORMS
+        from sim.perfmodel import best_block
+        from sim.ports import BOARD_PORTS, resolve_port
+
+        default = PLATFORMS[args.board].default
+        params = {**BENCH_CONFIGS[args.board], "depth": default["depth"],
+                  "block": default["block"]}
+        if args.every < 1:
+            parser.error(f"--every must be positive, not {args.every}")
+        if args.block is not None and not 1 <= args.block <= params["block"]:
+            parser.error(f"--block must be in 1..{params['block']}, not {args.block}")
+        m, n, k = args.gemm
+        port = resolve_port(args.port or BOARD_PORTS[args.board])
+        block = args.block or best_block(
+            m, n, k, args.transpose_a, args.transpose_b, rows=params["rows"],
+            cols=params["cols"], depth=params["depth"], block=params["block"],
+            data_width=params["data_width"], port=port,
+            write_ports=params.get("write_ports", 1), read_ports=params.get("read_ports", 1),
+            queued=args.queued)
+        dev = Device("rtl", port=port, **params)
+        results = {"board": args.board, **params, "port": port["name"], "m": m, "n": n,
+                   "k": k, "transpose_a": args.transpose_a, "transpose_b": args.transpose_b,
+                   "block_used": block, "chunk": args.chunk, "queued": args.queued,
+                   **trace(dev, m, n, k, args.transpose_a, args.transpose_b, block=block,
+                           chunk=args.chunk, queued=args.queued, every=args.every)}
+        table = trace_table(results)
     elif args.what == "model":
         if args.count < 1:
             parser.error(f"--count must be positive, not {args.count}")

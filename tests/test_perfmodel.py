@@ -440,3 +440,36 @@ def test_cli_checks_committed_measurements(capsys, tmp_path):
     with pytest.raises(SystemExit) as e:
         main([])
     assert e.value.code == 2
+
+
+def test_bench_trace_counts_every_bus_word(device):
+    """``sim.bench.trace``: the words read and written per interval of one GEMM's run sum to
+    its totals; it writes C's words exactly (M rows of two 16-byte words per 8-column tile),
+    twice behind a copy of itself, and reads at least A and B once each."""
+    from sim.bench import trace
+
+    _, dev = device
+    one = trace(dev, 48, 40, 64, block=2, every=16)
+    two = trace(dev, 48, 40, 64, block=2, every=16, queued=True)
+    for record in (one, two):
+        samples = np.array(record["samples"])
+        assert samples[:, 1].sum() == record["read_words"]
+        assert samples[:, 2].sum() == record["write_words"]
+        assert (np.diff(samples[:, 0]) >= 16).all()
+        assert samples[-1, 0] >= record["busy_cycles"]
+    assert one["write_words"] == 48 * 5 * 2 and two["write_words"] == 2 * one["write_words"]
+    assert one["read_words"] >= (48 * 64 + 64 * 40) // 16
+    assert one["busy_cycles"] < two["busy_cycles"] < 2 * one["busy_cycles"]
+    with pytest.raises(ValueError, match="every"):
+        trace(dev, 48, 40, 64, block=2, every=0)
+
+
+@pytest.mark.parametrize("argv", [["--gemm", "8x8"], ["--gemm", "0x8x8"],
+                                  ["--gemm", "8x8x8", "--every", "0"],
+                                  ["--gemm", "8x8x8", "--block", "9"]])
+def test_bench_trace_bad_arguments_exit_2(argv, capsys):
+    from sim import bench
+
+    with pytest.raises(SystemExit) as e:
+        bench.main(["trace", *argv])
+    assert e.value.code == 2 and capsys.readouterr().err
