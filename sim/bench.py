@@ -558,7 +558,6 @@ def trace(dev, m: int, n: int, k: int, transpose_a: bool = False, transpose_b: b
         samples.append((sim.cycle, sim.read_beats, sim.write_beats))
         sim.step, drv.poll_cycles = sampled, every
         busy = drv.run(*descs)["busy_cycles"]
-        sim.step, drv.poll_cycles = step, poll
         for c in cs:
             if not np.array_equal(c.numpy(), golden.gemm(a, b, transpose_a, transpose_b)):
                 raise AssertionError("trace: the accelerator's result differs from golden")

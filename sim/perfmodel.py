@@ -148,9 +148,10 @@ class _DramLedger:
     """The DRAM's bytes, spent in time buckets of :data:`BUCKET` cycles by the transfers the
     schedule asks for (each at most its own rate, the buckets at most the DRAM's): a fluid
     model of channels sharing the DRAM. ``share``: the part of a bucket reads (writes) get
-    whatever the other direction booked before them — (1, 0) for a DRAM that serves reads
-    first, (:data:`FAIR_SHARE`, :data:`FAIR_SHARE`) for round-robin; what a transfer takes
-    of the other direction's bytes, those move to the next bucket (and on, while full).
+    whatever the other direction booked before them — (1, :data:`WRITE_FLOOR`) for a DRAM
+    that serves reads first, (:data:`FAIR_SHARE`, :data:`FAIR_SHARE`) for round-robin;
+    what a transfer takes of the other direction's bytes, those move to the next bucket (and
+    on, while full).
     """
 
     BUCKET = 32
@@ -426,10 +427,9 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
     # (WRITE_FLOOR at least). Round-robin: in the schedule's order, chunk by chunk.
     steps = [("load", 0)]
     for i in range(len(chunks)):
-        ahead = i + 1 < len(chunks) and not rr and all(
-            j is None or j < i for j in chunks[i + 1]["after"])
-        steps += [("load", i + 1)] * ahead + [("compute", i)]
-        steps += [("load", i + 1)] * (i + 1 < len(chunks) and not ahead)
+        nxt = [("load", i + 1)] if i + 1 < len(chunks) else []
+        ahead = nxt and not rr and all(j is None or j < i for j in chunks[i + 1]["after"])
+        steps += nxt + [("compute", i)] if ahead else [("compute", i)] + nxt
 
     def schedule(ledger):
         read_end = [[0.0] * 4 for _ in chunks]     # each port's (one: all the same)
