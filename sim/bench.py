@@ -26,6 +26,11 @@
                                    hold the DRAM and the C writes wait (``--board``,
                                    ``--gemm MxNxK``, ``--transpose-a``/``-b``, ``--block``,
                                    ``--chunk``, ``--queued``, ``--every``, ``--port``).
+``python -m sim.bench sweep``      Every schedule the driver can give a GEMM (as given or
+                                   turned, each reuse block, each ``DESC_FLAGS.CHUNK``), run
+                                   and predicted: the driver's choice against the fastest the
+                                   RTL runs (``--board``, ``--gemm``, or ``--only`` among the
+                                   benchmark GEMMs, ``--queued``, ``--port``).
 ``python -m sim.bench host``       Host share of a training step: a Fashion-MNIST-shaped CNN
                                    at batch 128 over each board's default on the functional
                                    model (:mod:`sim.hostbench`; its own options).
@@ -47,7 +52,7 @@ from firmware import regmap
 
 from .ports import DRAM_EFFICIENCY, dram_bytes_per_cycle
 
-__all__ = ["resources", "cycles", "utilization", "model_check", "trace", "main"]
+__all__ = ["resources", "cycles", "utilization", "model_check", "trace", "sweep", "main"]
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -371,13 +376,15 @@ def _run_checked(dev, label, m, n, k, ta, tb, rng, block=None) -> float:
     return wall
 
 
-def _run_queued(dev, label, m, n, k, ta, tb, rng, block, turned=False, chunk=0) -> int:
-    """The GEMM's cycles behind another in the descriptor queue: the same GEMM (new operands
-    from ``rng``) queued twice, the second with ``DESC_FLAGS.OVERLAP`` (it reads nothing the
-    first writes), less the first alone (``BUSY_CYCLES`` of each run; at reuse block
-    ``block``; ``turned``: run as its transpose, as :class:`firmware.Device` runs it where
-    :func:`sim.perfmodel.best_plan` says so; ``chunk``: ``DESC_FLAGS.CHUNK``). The second C
-    is checked bit for bit against :func:`sim.golden.gemm`."""
+def _run_plan(dev, label, m, n, k, ta, tb, rng, block, turned=False, chunk=0,
+              queued=True) -> int:
+    """One schedule of a random GEMM (operands from ``rng``) on ``dev``: at reuse block
+    ``block``, ``DESC_FLAGS.CHUNK`` ``chunk``, and as its transpose where ``turned`` (as
+    :class:`firmware.Device` runs it where :func:`sim.perfmodel.best_plan` says so). Its
+    ``BUSY_CYCLES`` alone, or with ``queued`` its cycles behind another in the descriptor
+    queue: the same GEMM queued twice, the second with ``DESC_FLAGS.OVERLAP`` (it reads
+    nothing the first writes), less the first alone. The last C is checked bit for bit
+    against :func:`sim.golden.gemm`, and the run for AXI protocol violations."""
     from sim import golden
     from sim.perfmodel import run_shape
 
@@ -387,21 +394,20 @@ def _run_queued(dev, label, m, n, k, ta, tb, rng, block, turned=False, chunk=0) 
     # the GEMM run: C = op(A) op(B), or C^T = op(B)^T op(A)^T
     x, y = (tb_, ta_) if turned else (ta_, tb_)
     rm, rn, _, rta, rtb = run_shape(m, n, k, ta, tb, turned)
-    cs = [dev.empty((rm, rn), np.int32) for _ in range(2)]
+    cs = [dev.empty((rm, rn), np.int32) for _ in range(2 if queued else 1)]
+    what = f"{label}, queued" if queued else label
     try:
         descs = [drv.descriptors(x, y, c, m=rm, n=rn, k0=0, k1=k, transpose_a=rta,
                                  transpose_b=rtb, row_exp=0, col_exp=0, raw=True,
                                  block=block, chunk=chunk) for c in cs]
         one = drv.run(*descs[0])["busy_cycles"]
-        two = drv.run(*descs[0], *descs[1])["busy_cycles"]
-        c = cs[1].numpy()
+        two = drv.run(*descs[0], *descs[1])["busy_cycles"] if queued else None
+        c = cs[-1].numpy()
         if not np.array_equal(c.T if turned else c, golden.gemm(a, b, ta, tb)):
-            raise AssertionError(f"{label}, queued: the accelerator's result differs from "
-                                 f"golden")
+            raise AssertionError(f"{what}: the accelerator's result differs from golden")
         if dev.sim.violations:
-            raise AssertionError(f"{label}, queued: {dev.sim.violations} AXI protocol "
-                                 f"violations")
-        return two - one
+            raise AssertionError(f"{what}: {dev.sim.violations} AXI protocol violations")
+        return two - one if queued else one
     finally:
         for t in (ta_, tb_, *cs):
             t.free()
@@ -473,7 +479,7 @@ def utilization(configs, quick=False) -> list[dict]:
                                          queued=True, **config)
             q_shape = run_shape(m, n, k, ta, tb, q_turned)
             q_chunk = best_chunk(*q_shape, block=q_side, queued=True, **config)
-            queued = _run_queued(dev, name, m, n, k, ta, tb, rng, q_side, q_turned, q_chunk)
+            queued = _run_plan(dev, name, m, n, k, ta, tb, rng, q_side, q_turned, q_chunk)
             bound = roofline(m, n, k, rows, cols, width, port, write_ports, read_ports)
             util = st["utilization"]
             rounded, over, over_latency = _rounded_bound(bound, util)
@@ -586,6 +592,102 @@ def trace_table(record: dict, width: int = 40) -> str:
     return "\n".join(lines)
 
 
+def _sides(m: int, n: int, rows: int, cols: int, block: int) -> list[int]:
+    """The reuse block sides (``1..block``, as :func:`sim.perfmodel.best_block` chooses
+    among) that walk an ``m x n`` C differently: a side at least the larger count of tile
+    rows and columns is one block of the whole C, as every larger side is."""
+    return list(range(1, min(block, max(-(-m // rows), -(-n // cols))) + 1))
+
+
+def sweep(dev, m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool = False,
+          *, config: dict, queued: bool = False, seed: int = 0) -> dict:
+    """Every schedule the driver can give one GEMM, each run on ``dev`` (a
+    ``Device("rtl")`` of ``config``: :func:`sim.perfmodel.predict`'s keywords with the
+    buffers' ``block``) and predicted: as given and as its transpose
+    (:func:`sim.perfmodel.run_shape`), at each reuse block side that walks C differently
+    (:func:`_sides`) and each ``DESC_FLAGS.CHUNK``; alone, or with ``queued`` behind a copy
+    of itself (:func:`_run_plan`). Each C is checked bit for bit.
+
+    What it answers: how far the driver's choice (:func:`sim.perfmodel.best_plan`,
+    :func:`~sim.perfmodel.best_chunk`, margins included) is from the fastest schedule the
+    RTL can run, and how far the model's own fastest (no margins) is; and whether any
+    schedule reaches a bound the chosen one misses. The port's random pauses come from one
+    stream for the whole sweep, so schedules a few cycles apart are within its noise.
+
+    Returns
+    -------
+    dict
+        ``schedules``: ``{"turned", "block", "chunk", "cycles", "predicted"}`` each;
+        ``driver``, ``fastest`` and ``model_fastest``: the schedule so chosen (the driver's
+        and the model's measured in the sweep); ``driver_regret`` and ``model_regret``:
+        their cycles over the fastest's, less 1.
+    """
+    from sim.engine_models import CHUNK_CHOICES
+    from sim.perfmodel import best_chunk, best_plan, predict, predict_queued, run_shape
+
+    kw = {key: config[key] for key in ("rows", "cols", "depth", "data_width", "port",
+                                       "write_ports", "read_ports")}
+    rng = np.random.default_rng(seed)
+    label = f"{m}x{n}x{k}"
+    schedules = []
+    for turned in (False, True):
+        shape = run_shape(m, n, k, transpose_a, transpose_b, turned)
+        for side in _sides(shape[0], shape[1], kw["rows"], kw["cols"], config["block"]):
+            for chunk in CHUNK_CHOICES:
+                cycles = _run_plan(dev, label, m, n, k, transpose_a, transpose_b, rng, side,
+                                   turned, chunk, queued)
+                predicted = (predict_queued(*shape, block=side, chunk=chunk, **kw) if queued
+                             else predict(*shape, block=side, chunk=chunk, **kw)["cycles"])
+                schedules.append({"turned": turned, "block": side, "chunk": chunk,
+                                  "cycles": cycles, "predicted": predicted})
+    turned, side = best_plan(m, n, k, transpose_a, transpose_b, block=config["block"],
+                             queued=queued, **kw)
+    chunk = best_chunk(*run_shape(m, n, k, transpose_a, transpose_b, turned), block=side,
+                       queued=queued, **kw)
+    # a side past those that walk C differently walks it as the last of them does
+    sides = _sides(*run_shape(m, n, k, transpose_a, transpose_b, turned)[:2], kw["rows"],
+                   kw["cols"], config["block"])
+    driver = next(s for s in schedules if (s["turned"], s["block"], s["chunk"]) == (
+        turned, side if side in sides else sides[-1], chunk))
+    fastest = min(schedules, key=lambda s: s["cycles"])
+    model_fastest = min(schedules, key=lambda s: s["predicted"])
+    return {"m": m, "n": n, "k": k, "transpose_a": transpose_a, "transpose_b": transpose_b,
+            "queued": queued, "schedules": schedules, "driver": driver, "fastest": fastest,
+            "model_fastest": model_fastest,
+            "driver_regret": round(driver["cycles"] / fastest["cycles"] - 1, 4),
+            "model_regret": round(model_fastest["cycles"] / fastest["cycles"] - 1, 4)}
+
+
+def _schedule(s: dict) -> str:
+    return f"{'turned, ' if s['turned'] else ''}block {s['block']}, chunk {s['chunk']}"
+
+
+def sweep_table(results) -> str:
+    """Sweeps (:func:`sweep`) as one row per GEMM: the driver's schedule, the fastest and
+    the model's fastest, their cycles and utilisation over the GEMM's bound."""
+    lines = ["| GEMM | schedules | driver: schedule, cycles (util / bound) | fastest "
+             "| model's fastest | driver / fastest | model's / fastest |",
+             "|---|---:|---|---|---|---:|---:|"]
+    for r in results:
+        form = "".join(t for t, on in (("A^T ", r["transpose_a"]), ("B^T", r["transpose_b"]))
+                       if on).strip() or "as stored"
+        name = f"{r.get('name', '')} {r['m']}x{r['n']}x{r['k']} {form}".strip()
+        cells = [f"{_schedule(r[w])}: {r[w]['cycles']}"
+                 + (f" ({100 * r[w]['over_bound']:.1f}%)" if "over_bound" in r[w] else "")
+                 for w in ("driver", "fastest", "model_fastest")]
+        lines.append(f"| {name} | {len(r['schedules'])} | {' | '.join(cells)} | "
+                     f"{100 * r['driver_regret']:+.1f}% | {100 * r['model_regret']:+.1f}% |")
+    regrets = np.array([r["driver_regret"] for r in results])
+    lines.append(f"\ndriver within 1 % of the fastest schedule on {int(np.sum(regrets <= 0.01))} "
+                 f"of {len(results)}, within 5 % on {int(np.sum(regrets <= 0.05))}; mean "
+                 f"{100 * regrets.mean():.1f} %, largest {100 * regrets.max():.1f} %")
+    errors = np.abs([s["predicted"] / s["cycles"] - 1 for r in results for s in r["schedules"]])
+    lines.append(f"the model on all {len(errors)} schedules: mean |error| "
+                 f"{100 * errors.mean():.1f} %, within 5 %: {int(np.sum(errors <= 0.05))}, "
+                 f"largest {100 * errors.max():.1f} %")
+    return "\n".join(lines)
+
+
 #: The ports ``python -m sim.bench model`` checks the model behind by default: the ideal
 #: memory and a Zynq-like port without pauses (``tests/test_perfmodel.py``'s two).
 MODEL_PORTS = ["ideal", {"outstanding_reads": 8, "outstanding_writes": 8, "read_latency": 40,
@@ -677,7 +779,7 @@ def board_table(results) -> str:
     array's, at the simulated shape. For a stand-in (``scale`` > 1) the last column is the
     model's prediction of the board's default itself at the board's shape: its utilisation,
     the roofline bound at the board's configuration, their ratio and what binds. *queued*:
-    the GEMM behind another in the descriptor queue (``queued_cycles``, :func:`_run_queued`)
+    the GEMM behind another in the descriptor queue (``queued_cycles``, :func:`_run_plan`)
     — its cycles, its utilisation over the bound and :func:`sim.perfmodel.predict_queued`'s
     error, and its block where the queued choice differs."""
     lines = ["| GEMM | board M x N x K | simulated | block | cycles | PE utilisation | bound "
@@ -933,6 +1035,28 @@ def main(argv=None) -> int:
                    help="a preset name or JSON knobs instead of the board's preset")
     p.add_argument("--out", type=Path, default=ROOT / "build" / "trace.json")
     p = sub.add_parser(
+        "sweep", help="every schedule of GEMMs against the driver's choice",
+        description="Every schedule the driver can give each GEMM (as given or turned, each "
+                    "reuse block side, each DESC_FLAGS.CHUNK), run on a board's benchmark "
+                    "array behind its port and predicted: how far the driver's choice and "
+                    "the model's fastest are from the fastest measured.")
+    p.add_argument("--board", choices=sorted(BENCH_CONFIGS), default="pynq-z1",
+                   help="the benchmark array (BENCH_CONFIGS) at the board's depth and block, "
+                        "behind its port preset")
+    p.add_argument("--gemm", type=_gemm_arg, nargs="+", default=None, metavar="MxNxK",
+                   help="GEMMs to sweep (default: the board's benchmark GEMMs, as "
+                        "python -m sim.bench utilization runs them)")
+    p.add_argument("--transpose-a", action="store_true", help="with --gemm")
+    p.add_argument("--transpose-b", action="store_true", help="with --gemm")
+    p.add_argument("--only", default=None,
+                   help="of the benchmark GEMMs, those whose name contains this text "
+                        "(e.g. '256->10')")
+    p.add_argument("--queued", action="store_true",
+                   help="each schedule behind a copy of itself (the second with OVERLAP)")
+    p.add_argument("--port", type=_port_arg, default=None,
+                   help="a preset name or JSON knobs instead of the board's preset")
+    p.add_argument("--out", type=Path, default=ROOT / "build" / "sweep.json")
+    p = sub.add_parser(
         "model", help="the performance model against the RTL on random GEMMs",
         description="Random GEMMs (shapes, transposes, block sides) on the RTL behind each "
                     "port, beside the performance model's prediction.")
@@ -1031,6 +1155,48 @@ def main(argv=None) -> int:
                    **trace(dev, m, n, k, args.transpose_a, args.transpose_b, block=block,
                            chunk=args.chunk, queued=args.queued, every=args.every)}
         table = trace_table(results)
+    elif args.what == "sweep":
+        from firmware import Device
+        from platforms import PLATFORMS
+        from sim.ports import BOARD_PORTS, resolve_port
+
+        default = PLATFORMS[args.board].default
+        params = {**BENCH_CONFIGS[args.board], "depth": default["depth"],
+                  "block": default["block"]}
+        if args.gemm and args.only:
+            parser.error("--only picks among the benchmark GEMMs: not with --gemm")
+        if (args.transpose_a or args.transpose_b) and not args.gemm:
+            parser.error("--transpose-a/-b go with --gemm")
+        if args.gemm:
+            cases = [("", m, n, k, args.transpose_a, args.transpose_b)
+                     for m, n, k in args.gemm]
+        else:
+            cases = [(f"{group} {name}", m, n, k, ta, tb) for group, name, m, n, k, ta, tb, _, _
+                     in _bench_cases(params["rows"], params["cols"], False,
+                                     BENCH_SCALE[args.board])
+                     if args.only is None or args.only in f"{group} {name}"]
+            if not cases:
+                parser.error(f"--only {args.only!r}: no benchmark GEMM's name contains it")
+        port = resolve_port(args.port or BOARD_PORTS[args.board])
+        config = {**{key: params.get(key, 1) for key in (
+            "rows", "cols", "data_width", "depth", "block", "write_ports", "read_ports")},
+            "port": port}
+        dev = Device("rtl", port=port, **params)
+        results = []
+        for name, m, n, k, ta, tb in cases:
+            r = {"name": name, **sweep(dev, m, n, k, ta, tb, config=config,
+                                       queued=args.queued)}
+            bound = roofline(m, n, k, config["rows"], config["cols"], config["data_width"],
+                             port, config["write_ports"], config["read_ports"])["bound"]
+            for which in ("driver", "fastest", "model_fastest"):
+                util = m * n * k / (config["rows"] * config["cols"] * r[which]["cycles"])
+                r[which] = {**r[which], "over_bound": round(util / bound, 4)}
+            results.append(r)
+            print(f"  {name} {m}x{n}x{k}: driver {r['driver']['cycles']}, fastest "
+                  f"{r['fastest']['cycles']}", file=sys.stderr)
+        results = [{"board": args.board, **params, "port": port["name"], **r}
+                   for r in results]
+        table = sweep_table(results)
     elif args.what == "model":
         if args.count < 1:
             parser.error(f"--count must be positive, not {args.count}")

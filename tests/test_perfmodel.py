@@ -477,3 +477,54 @@ def test_bench_trace_bad_arguments_exit_2(argv, capsys):
     with pytest.raises(SystemExit) as e:
         bench.main(["trace", *argv])
     assert e.value.code == 2 and capsys.readouterr().err
+
+
+def test_sides_walk_c_differently():
+    """``_sides``: every side up to the first that covers C's larger tile count."""
+    from sim.bench import _sides
+
+    assert _sides(8, 8, 8, 8, 4) == [1]
+    assert _sides(48, 40, 8, 8, 4) == [1, 2, 3, 4]    # 6 x 5 tiles: 4 is not one block
+    assert _sides(24, 8, 8, 8, 8) == [1, 2, 3]        # 3 tiles: 3 covers them
+    assert _sides(512, 8, 8, 8, 8) == list(range(1, 9))   # up to the buffers' block
+
+
+def test_bench_sweep_measures_every_schedule(device):
+    """``sim.bench.sweep`` runs one GEMM at each (turned, side, chunk), checking each C; the
+    driver's schedule is among them, and the fastest is no slower than it or the model's
+    fastest; the driver's schedule measures what the driver's own run of the GEMM does
+    (``Device.gemm``, a run alone with the same schedule)."""
+    from sim import bench
+    from sim.perfmodel import run_shape
+
+    name, dev = device
+    config = {**CONFIG, "port": resolve_port(PORTS[name]), "write_ports": 1, "read_ports": 1}
+    m, n, k, ta, tb = 48, 24, 64, True, False
+    r = bench.sweep(dev, m, n, k, ta, tb, config=config)
+    sides = {t: bench._sides(*run_shape(m, n, k, ta, tb, t)[:2], 8, 8, 4) for t in (0, 1)}
+    assert len(r["schedules"]) == 4 * (len(sides[0]) + len(sides[1]))
+    assert {(s["turned"], s["block"], s["chunk"]) for s in r["schedules"]} == {
+        (t, side, c) for t in (False, True) for side in sides[t] for c in range(4)}
+    assert r["driver"] in r["schedules"]
+    assert r["fastest"]["cycles"] == min(s["cycles"] for s in r["schedules"])
+    assert r["model_fastest"]["predicted"] == min(s["predicted"] for s in r["schedules"])
+    assert r["driver_regret"] >= 0 and r["model_regret"] >= 0
+    rng = np.random.default_rng(1)
+    a = rng.integers(-128, 128, (k, m), dtype=np.int8)
+    b = rng.integers(-128, 128, (k, n), dtype=np.int8)
+    dev.gemm(a, b, transpose_a=ta, transpose_b=tb, out="int32")
+    st = dev.stats
+    assert (st["transposed"], st["chunk"]) == (r["driver"]["turned"], r["driver"]["chunk"])
+    assert st["cycles"] == r["driver"]["cycles"]         # (neither port pauses)
+    assert "driver within" in bench.sweep_table([{**r, "name": "t"}])
+
+
+@pytest.mark.parametrize("argv", [["--gemm", "8x8"], ["--only", "no such layer"],
+                                  ["--gemm", "8x8x8", "--only", "256"],
+                                  ["--transpose-a"]])
+def test_bench_sweep_bad_arguments_exit_2(argv, capsys):
+    from sim import bench
+
+    with pytest.raises(SystemExit) as e:
+        bench.main(["sweep", *argv])
+    assert e.value.code == 2 and capsys.readouterr().err
