@@ -1158,7 +1158,7 @@ def main(argv=None) -> int:
     elif args.what == "sweep":
         from firmware import Device
         from platforms import PLATFORMS
-        from sim.ports import BOARD_PORTS, resolve_port
+        from sim.ports import BOARD_PORTS, KNOBS, resolve_port
 
         default = PLATFORMS[args.board].default
         params = {**BENCH_CONFIGS[args.board], "depth": default["depth"],
@@ -1194,7 +1194,9 @@ def main(argv=None) -> int:
             results.append(r)
             print(f"  {name} {m}x{n}x{k}: driver {r['driver']['cycles']}, fastest "
                   f"{r['fastest']['cycles']}", file=sys.stderr)
-        results = [{"board": args.board, **params, "port": port["name"], **r}
+        results = [{"board": args.board, **params, "port": port["name"],
+                    "port_spec": {key: port[key] for key in (*KNOBS, "data_width", "clock_mhz")
+                                  if key in port}, **r}
                    for r in results]
         table = sweep_table(results)
     elif args.what == "model":

@@ -580,9 +580,12 @@ def best_block(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: b
 
     Larger blocks read A and B fewer times; smaller ones let C leave earlier (a GEMM of one
     or two blocks writes all of C at its end) and start computing after fewer loads. The
-    largest side within :data:`BLOCK_MARGIN` of the fastest wins. ``queued``: the fewest
-    cycles behind another GEMM in the descriptor queue (:func:`predict_queued`), where the
-    fill hides under that one's drain and a larger block's longer first loads cost less.
+    largest side within :data:`BLOCK_MARGIN` of the fastest wins, each side at its fastest
+    ``DESC_FLAGS.CHUNK`` (which :func:`best_chunk` then chooses). ``queued``: the fewest
+    cycles behind another GEMM in the descriptor queue (:func:`predict_queued`, at the
+    ramp), where the fill hides under that one's drain and a larger block's longer first
+    loads cost less, taken only :data:`QUEUED_BLOCK_MARGIN` faster than the side chosen
+    alone at the ramp.
     Cached by shape, configuration and port (a training run asks for the same few shapes
     every step).
     """
@@ -598,16 +601,41 @@ def _port_key(port: dict) -> tuple:
         "max_burst", "pause", "dram_gbps", "clock_mhz", "data_width", "dram_arbitration")))
 
 
+@functools.lru_cache(maxsize=16384)
+def _fastest_chunk(m, n, k, ta, tb, rows, cols, depth, side, data_width, knobs, write_ports,
+                   read_ports) -> tuple[int, int]:
+    """``(cycles, chunk)``: the ``DESC_FLAGS.CHUNK`` predicted fastest alone at reuse block
+    ``side`` (the lowest of a tie), and its cycles. A chunk that walks the GEMM as a lower
+    one does (the same chunks in the same order, :func:`walk_chunks`) is predicted alike,
+    and skipped."""
+    config = dict(rows=rows, cols=cols, depth=depth, data_width=data_width, port=dict(knobs),
+                  write_ports=write_ports, read_ports=read_ports)
+    walks, best = set(), None
+    for chunk in CHUNK_CHOICES:
+        walk = tuple(walk_chunks(m, n, k, rows, cols, depth, data_width, side, chunk=chunk)[0])
+        if walk in walks:
+            continue
+        walks.add(walk)
+        cycles = predict(m, n, k, ta, tb, block=side, chunk=chunk, **config)["cycles"]
+        if best is None or cycles < best[0]:
+            best = (cycles, chunk)
+    return best
+
+
 @functools.lru_cache(maxsize=4096)
 def _best_block(m, n, k, ta, tb, rows, cols, depth, block, data_width, knobs,
                 write_ports, read_ports, queued) -> int:
     config = dict(rows=rows, cols=cols, depth=depth, data_width=data_width, port=dict(knobs),
                   write_ports=write_ports, read_ports=read_ports)
+    if not queued:
+        # alone, each side at its fastest chunk (best_chunk's choice there: no margin)
+        return _largest_near_fastest({side: _fastest_chunk(
+            m, n, k, ta, tb, rows, cols, depth, side, data_width, knobs, write_ports,
+            read_ports)[0] for side in range(1, block + 1)})
+    # queued: the side chosen alone at the ramp (chunk 0) is the one to depart from
     one = {side: predict(m, n, k, ta, tb, block=side, **config)["cycles"]
            for side in range(1, block + 1)}
     alone = _largest_near_fastest(one)
-    if not queued:
-        return alone
     # predict_queued's two copies less one, the one already predicted above
     behind = {side: predict(m, n, k, ta, tb, block=side, copies=2, **config)["cycles"] - c
               for side, c in one.items()}
@@ -615,9 +643,14 @@ def _best_block(m, n, k, ta, tb, rows, cols, depth, block, data_width, knobs,
     return side if behind[side] < behind[alone] * (1 - QUEUED_BLOCK_MARGIN) else alone
 
 
-#: A ``DESC_FLAGS.CHUNK`` other than 0 (the first block's ramp) is taken only if predicted
-#: at least this much faster than 0, as :data:`QUEUED_BLOCK_MARGIN` for the block: within it,
-#: the model's error decides.
+#: Queued, a ``DESC_FLAGS.CHUNK`` other than 0 (the first block's ramp) is taken only if
+#: predicted at least this much faster than 0, as :data:`QUEUED_BLOCK_MARGIN` for the block:
+#: within it, the model's error decides. Alone there is no margin: the block side and the
+#: chunk are chosen together, the pair predicted fastest. Measured by ``python -m sim.bench
+#: sweep`` (every schedule of the 102 benchmark GEMMs run alone): with this margin alone and
+#: the side chosen at chunk 0 first, the driver's cycles were 0.55 / 0.25 / 0.61 % over the
+#: fastest schedule's on the Pynq-Z1 / ZCU104 / VU9P stand-ins (largest 4.0 / 4.0 / 10.6 %);
+#: chosen together without it, 0.28 / 0.18 / 0.39 % (2.0 / 1.9 / 6.4 %).
 CHUNK_MARGIN = 0.04
 
 
@@ -626,8 +659,8 @@ def best_chunk(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: b
                write_ports: int = 1, read_ports: int = 1, queued: bool = False) -> int:
     """The ``DESC_FLAGS.CHUNK`` (:func:`sim.engine_models.chunk_depth`) with the fewest
     predicted cycles (:func:`predict`, or :func:`predict_queued` with ``queued``) for the
-    GEMM at reuse block ``block`` (the side it runs at: :func:`best_plan`'s); 0 unless
-    another is :data:`CHUNK_MARGIN` faster.
+    GEMM at reuse block ``block`` (the side it runs at: :func:`best_plan`'s); queued, 0
+    unless another is :data:`CHUNK_MARGIN` faster.
 
     The ramp (0) starts the array after a short first chunk's loads; it pays where the
     descriptor's blocks are compute-bound. Where a descriptor is one block bound by its
@@ -644,14 +677,13 @@ def best_chunk(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: b
 @functools.lru_cache(maxsize=4096)
 def _best_chunk(m, n, k, ta, tb, rows, cols, depth, block, data_width, knobs, write_ports,
                 read_ports, queued) -> int:
+    if not queued:
+        return _fastest_chunk(m, n, k, ta, tb, rows, cols, depth, block, data_width, knobs,
+                              write_ports, read_ports)[1]
     config = dict(rows=rows, cols=cols, depth=depth, block=block, data_width=data_width,
                   port=dict(knobs), write_ports=write_ports, read_ports=read_ports)
-    cycles = {}
-    for chunk in CHUNK_CHOICES:
-        if queued:
-            cycles[chunk] = predict_queued(m, n, k, ta, tb, chunk=chunk, **config)
-        else:
-            cycles[chunk] = predict(m, n, k, ta, tb, chunk=chunk, **config)["cycles"]
+    cycles = {chunk: predict_queued(m, n, k, ta, tb, chunk=chunk, **config)
+              for chunk in CHUNK_CHOICES}
     best = min(CHUNK_CHOICES, key=lambda c: (cycles[c], c))
     return best if cycles[best] < cycles[0] * (1 - CHUNK_MARGIN) else 0
 
@@ -679,8 +711,9 @@ def best_plan(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bo
     not transpose_b`` and A in B's with ``transpose_b = not transpose_a``, the same operand
     bytes read in place), and the reuse block (:func:`best_block`) of the GEMM run.
 
-    The transpose is taken where it is predicted (:func:`predict`, or
-    :func:`predict_queued` with ``queued``) at least :data:`TRANSPOSE_MARGIN` faster. It pays
+    The transpose is taken where it is predicted (:func:`predict` at each orientation's
+    fastest chunk, or :func:`predict_queued` at the ramp with ``queued``) at least
+    :data:`TRANSPOSE_MARGIN` faster. It pays
     where N is small and M large: a 64 x 10 x 256 forward GEMM on the ZCU104's 32 x 64
     array fills 10 of its 64 columns and reads all of A through A's one port; turned, the
     10 rows of B^T take 10 of 32 rows and A^T is read as B is, striped over three ports
@@ -703,7 +736,8 @@ def _best_plan(m, n, k, ta, tb, rows, cols, depth, block, data_width, knobs, wri
         side = _best_block(*shape, rows, cols, depth, block, data_width, knobs, write_ports,
                            read_ports, queued)
         cycles = (predict_queued(*shape, block=side, **config) if queued
-                  else predict(*shape, block=side, **config)["cycles"])
+                  else _fastest_chunk(*shape, rows, cols, depth, side, data_width, knobs,
+                                      write_ports, read_ports)[0])
         plans.append((turned, side, cycles))
     (_, side, cycles), (_, t_side, t_cycles) = plans
     return (True, t_side) if t_cycles < cycles * (1 - TRANSPOSE_MARGIN) else (False, side)
@@ -744,8 +778,8 @@ def record_config(record: dict) -> dict:
 def check_records(paths) -> dict:
     """The model against committed measurements, predicted again: for each file of
     ``python -m sim.bench utilization`` (alone and queued, at the block sides each GEMM ran
-    with) or ``python -m sim.bench model`` records, per board (or port), the mean and
-    largest |error| and how many are within 5 %."""
+    with), ``python -m sim.bench model`` or ``sweep`` records (every schedule), per board (or
+    port), the mean and largest |error| and how many are within 5 %."""
     import json
     from pathlib import Path
 
@@ -756,7 +790,16 @@ def check_records(paths) -> dict:
             config = record_config(r)
             shape = (r["m"], r["n"], r["k"], r["transpose_a"], r["transpose_b"])
             label = f"{Path(path).stem}: {r.get('board', r['port'])}"
-            if "block_used" in r:              # a utilisation record: alone and queued
+            if "schedules" in r:               # a sweep record: every schedule it ran
+                label += " sweep" + (" queued" if r["queued"] else "")
+                for sch in r["schedules"]:
+                    run = run_shape(*shape, sch["turned"])
+                    got = (predict_queued(*run, block=sch["block"], chunk=sch["chunk"],
+                                          **config) if r["queued"] else
+                           predict(*run, block=sch["block"], chunk=sch["chunk"],
+                                   **config)["cycles"])
+                    errors.setdefault(label, []).append(got / sch["cycles"] - 1)
+            elif "block_used" in r:            # a utilisation record: alone and queued
                 # (as run: the transpose where the driver turned it, best_plan)
                 alone = predict(*run_shape(*shape, r.get("transposed", False)),
                                 block=r["block_used"], chunk=r.get("chunk_used", 0),
@@ -790,7 +833,7 @@ def main(argv=None) -> int:
     parser.add_argument("--board", choices=sorted(BOARDS))
     parser.add_argument("--check", nargs="+", metavar="JSON",
                         help="instead: predict again the GEMMs measured in these files "
-                             "(sim.bench utilization or model output) and print the errors")
+                             "(sim.bench utilization, model or sweep output) and print the errors")
     parser.add_argument("--blocks", type=int, nargs="+", default=[2, 4, 8])
     parser.add_argument("--ports", type=int, nargs="+", choices=list(regmap.READ_PORTS),
                         default=list(regmap.READ_PORTS),

@@ -109,9 +109,10 @@ def test_best_block_queued_departs_only_for_a_clear_gain():
 
 
 def test_best_chunk_departs_from_the_ramp_only_for_a_clear_gain():
-    """DESC_FLAGS.CHUNK: 0 (the ramp) unless another is predicted CHUNK_MARGIN faster, then
-    the fastest; a load-bound descriptor of one block on the VU9P stand-in (256->10's forward
-    at batch 64, 8x2x256) leaves the ramp queued, a compute-bound square does not; cached."""
+    """DESC_FLAGS.CHUNK queued: 0 (the ramp) unless another is predicted CHUNK_MARGIN faster,
+    then the fastest; alone, the fastest (the lowest of a tie). A load-bound descriptor of one
+    block on the VU9P stand-in (256->10's forward at batch 64, 8x2x256) leaves the ramp
+    queued, a compute-bound square does not; cached."""
     from sim.perfmodel import best_chunk, predict_queued
     config = {"rows": 8, "cols": 16, "depth": 512, "data_width": 64,
               "port": resolve_port("vcu118-ddr4")}
@@ -122,7 +123,9 @@ def test_best_chunk_departs_from_the_ramp_only_for_a_clear_gain():
             cycles = {c: (predict_queued(*shape, block=8, chunk=c, **config) if queued else
                           predict(*shape, block=8, chunk=c, **config)["cycles"])
                       for c in range(4)}
-            if chunk:
+            if not queued:
+                assert chunk == min(range(4), key=lambda c: (cycles[c], c))
+            elif chunk:
                 assert cycles[chunk] < cycles[0] * (1 - perfmodel.CHUNK_MARGIN)
                 assert cycles[chunk] == min(cycles.values())
             else:
@@ -134,19 +137,47 @@ def test_best_chunk_departs_from_the_ramp_only_for_a_clear_gain():
     assert perfmodel._best_chunk.cache_info().hits == hits + 1
 
 
+def test_alone_block_and_chunk_are_chosen_together():
+    """Alone, best_block takes the side whose fastest chunk is fastest (the largest of a
+    tie), best_chunk that chunk, and best_plan compares the orientations at those: the pair
+    predicted fastest over every side and chunk (here the VU9P stand-in's 576->128 batch-128
+    weight gradient, 72x16x128: at the ramp block 8 is fastest, but block 6 with chunk 3 is
+    faster still — measured 2,658 -> 2,404 cycles by python -m sim.bench sweep)."""
+    from sim.perfmodel import best_chunk, best_plan, run_shape
+    config = {"rows": 8, "cols": 16, "depth": 512, "data_width": 64,
+              "port": resolve_port("vcu118-ddr4")}
+    for shape in [(72, 16, 128, True, False), (16, 32, 256, False, True),
+                  (64, 64, 128, False, False)]:
+        turned, side = best_plan(*shape, block=8, **config)
+        chunk = best_chunk(*run_shape(*shape, turned), block=side, **config)
+        table = {(t, b, c): predict(*run_shape(*shape, t), block=b, chunk=c,
+                                    **config)["cycles"]
+                 for t in (False, True) for b in range(1, 9) for c in range(4)}
+        fastest = {t: min(v for (tt, _, _), v in table.items() if tt == t) for t in (0, 1)}
+        # the transpose only for a clear gain (TRANSPOSE_MARGIN), as before
+        assert turned == (fastest[1] < fastest[0] * (1 - perfmodel.TRANSPOSE_MARGIN))
+        assert table[turned, side, chunk] == fastest[turned]
+        assert side == max(b for (t, b, _), v in table.items()
+                           if t == turned and v == fastest[turned])
+    assert best_plan(72, 16, 128, True, False, block=8, **config) == (False, 6)
+    assert best_chunk(72, 16, 128, True, False, block=6, **config) != 0
+
+
 def test_best_block_follows_the_dram_arbitration():
     """The side is cached by every knob the model reads, the DRAM's arbitration too: the
-    VU9P stand-in's 128x10x256 forward is one block of 8 behind its round-robin DRAM, of 7
-    behind a reads-first one, and best_block agrees with the predictions made directly."""
+    VU9P stand-in's 72x16x128 weight gradient (A transposed) takes block 6 behind its
+    round-robin DRAM, 4 behind a reads-first one (alone, each side at its fastest chunk),
+    and best_block agrees with the predictions made directly."""
     geometry = {"rows": 8, "cols": 16, "depth": 512, "data_width": 64}
     sides = {}
     for arb in ("round-robin", "reads-first"):
         port = resolve_port({"preset": "vcu118-ddr4", "dram_arbitration": arb})
-        cycles = {s: predict(128, 10, 256, block=s, port=port, **geometry)["cycles"]
-                  for s in range(1, 9)}
+        cycles = {s: min(predict(72, 16, 128, True, block=s, chunk=c, port=port,
+                                 **geometry)["cycles"] for c in range(4))
+                  for s in range(1, 9)}     # alone, each side at its fastest chunk
         fastest = min(cycles.values())
         want = max(s for s, c in cycles.items() if c <= fastest * (1 + perfmodel.BLOCK_MARGIN))
-        sides[arb] = best_block(128, 10, 256, block=8, port=port, **geometry)
+        sides[arb] = best_block(72, 16, 128, True, block=8, port=port, **geometry)
         assert sides[arb] == want, (arb, cycles)
     assert sides["round-robin"] != sides["reads-first"], sides
 
