@@ -29,8 +29,9 @@
 ``python -m sim.bench sweep``      Every schedule the driver can give a GEMM (as given or
                                    turned, each reuse block, each ``DESC_FLAGS.CHUNK``), run
                                    and predicted: the driver's choice against the fastest the
-                                   RTL runs (``--board``, ``--gemm``, or ``--only`` among the
-                                   benchmark GEMMs, ``--queued``, ``--port``).
+                                   RTL runs (``--board``, ``--gemm``, ``--only`` among the
+                                   benchmark GEMMs, or ``--random N --seed S``;
+                                   ``--queued``, ``--port``).
 ``python -m sim.bench host``       Host share of a training step: a Fashion-MNIST-shaped CNN
                                    at batch 128 over each board's default on the functional
                                    model (:mod:`sim.hostbench`; its own options).
@@ -658,6 +659,22 @@ def sweep(dev, m: int, n: int, k: int, transpose_a: bool = False, transpose_b: b
             "model_regret": round(model_fastest["cycles"] / fastest["cycles"] - 1, 4)}
 
 
+def _random_gemms(rows: int, cols: int, count: int, seed: int) -> list[tuple]:
+    """``count`` random GEMMs ``(name, M, N, K, transpose_a, transpose_b)`` for an array of
+    ``rows x cols``: M and N from partial, whole and many tiles (N = 10 too), K from 24 to
+    520, each transpose a coin's throw; drawn from ``seed``."""
+    import random
+
+    rng = random.Random(seed)
+    out = []
+    for i in range(count):
+        m = rng.choice([rows // 2 + 3, rows, 3 * rows, 5 * rows + 7, 8 * rows, 12 * rows])
+        n = rng.choice([10, cols, 2 * cols + 5, 4 * cols, 9 * cols, 12 * cols])
+        k = rng.choice([24, 72, 160, 300, 520])
+        out.append((f"random {i}", m, n, k, rng.random() < 0.5, rng.random() < 0.5))
+    return out
+
+
 def _schedule(s: dict) -> str:
     return f"{'turned, ' if s['turned'] else ''}block {s['block']}, chunk {s['chunk']}"
 
@@ -1051,6 +1068,10 @@ def main(argv=None) -> int:
     p.add_argument("--only", default=None,
                    help="of the benchmark GEMMs, those whose name contains this text "
                         "(e.g. '256->10')")
+    p.add_argument("--random", type=int, default=None, metavar="COUNT",
+                   help="instead: COUNT random GEMMs (shapes around the array, random "
+                        "transposes; held out from the benchmark), drawn from --seed")
+    p.add_argument("--seed", type=int, default=45, help="with --random")
     p.add_argument("--queued", action="store_true",
                    help="each schedule behind a copy of itself (the second with OVERLAP)")
     p.add_argument("--port", type=_port_arg, default=None,
@@ -1163,13 +1184,17 @@ def main(argv=None) -> int:
         default = PLATFORMS[args.board].default
         params = {**BENCH_CONFIGS[args.board], "depth": default["depth"],
                   "block": default["block"]}
-        if args.gemm and args.only:
-            parser.error("--only picks among the benchmark GEMMs: not with --gemm")
+        if sum(x is not None for x in (args.gemm, args.only, args.random)) > 1:
+            parser.error("--gemm, --only and --random are alternatives: give one")
         if (args.transpose_a or args.transpose_b) and not args.gemm:
             parser.error("--transpose-a/-b go with --gemm")
+        if args.random is not None and args.random < 1:
+            parser.error(f"--random must be positive, not {args.random}")
         if args.gemm:
             cases = [("", m, n, k, args.transpose_a, args.transpose_b)
                      for m, n, k in args.gemm]
+        elif args.random:
+            cases = _random_gemms(params["rows"], params["cols"], args.random, args.seed)
         else:
             cases = [(f"{group} {name}", m, n, k, ta, tb) for group, name, m, n, k, ta, tb, _, _
                      in _bench_cases(params["rows"], params["cols"], False,
@@ -1183,9 +1208,9 @@ def main(argv=None) -> int:
             "port": port}
         dev = Device("rtl", port=port, **params)
         results = []
-        for name, m, n, k, ta, tb in cases:
+        for i, (name, m, n, k, ta, tb) in enumerate(cases):
             r = {"name": name, **sweep(dev, m, n, k, ta, tb, config=config,
-                                       queued=args.queued)}
+                                       queued=args.queued, seed=i if args.random else 0)}
             bound = roofline(m, n, k, config["rows"], config["cols"], config["data_width"],
                              port, config["write_ports"], config["read_ports"])["bound"]
             for which in ("driver", "fastest", "model_fastest"):
