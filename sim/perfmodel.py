@@ -625,14 +625,14 @@ def _fastest_chunk(m, n, k, ta, tb, rows, cols, depth, side, data_width, knobs, 
 @functools.lru_cache(maxsize=4096)
 def _best_block(m, n, k, ta, tb, rows, cols, depth, block, data_width, knobs,
                 write_ports, read_ports, queued) -> int:
-    config = dict(rows=rows, cols=cols, depth=depth, data_width=data_width, port=dict(knobs),
-                  write_ports=write_ports, read_ports=read_ports)
     if not queued:
         # alone, each side at its fastest chunk (best_chunk's choice there: no margin)
         return _largest_near_fastest({side: _fastest_chunk(
             m, n, k, ta, tb, rows, cols, depth, side, data_width, knobs, write_ports,
             read_ports)[0] for side in range(1, block + 1)})
     # queued: the side chosen alone at the ramp (chunk 0) is the one to depart from
+    config = dict(rows=rows, cols=cols, depth=depth, data_width=data_width, port=dict(knobs),
+                  write_ports=write_ports, read_ports=read_ports)
     one = {side: predict(m, n, k, ta, tb, block=side, **config)["cycles"]
            for side in range(1, block + 1)}
     alone = _largest_near_fastest(one)
@@ -827,7 +827,8 @@ def main(argv=None) -> int:
         prog="python -m sim.perfmodel",
         description="Predict a board's default configuration over the training GEMMs of "
                     "typical layers, for several block sizes and read port counts, and "
-                    "with each GEMM's block side chosen by best_block (as Device.gemm does), "
+                    "with each GEMM's block side and chunk chosen by best_block and "
+                    "best_chunk (as Device.gemm does, the GEMM as given), "
                     "up to the board's block; C written through the board's write ports (or "
                     "--write-ports), A and B read through its read ports (or --read-ports).")
     parser.add_argument("--board", choices=sorted(BOARDS))
@@ -889,10 +890,12 @@ def main(argv=None) -> int:
                 own = cfg.get("read_ports", 1)
                 side = best_block(m, n, k, ta, tb, block=cfg["block"], port=port, **geometry,
                                   read_ports=own)
-                u = predict(m, n, k, ta, tb, block=side, port=port, **geometry,
+                chunk = best_chunk(m, n, k, ta, tb, block=side, port=port, **geometry,
+                                   read_ports=own)
+                u = predict(m, n, k, ta, tb, block=side, chunk=chunk, port=port, **geometry,
                             read_ports=own)["utilization"]
                 means[-1] += u
-                row.append(f"{100 * u:.1f} (side {side})")
+                row.append(f"{100 * u:.1f} (side {side}, chunk {chunk})")
                 count += 1
                 print(f"| {fan_in}->{fan_out} b{batch} {name} | {m}x{n}x{k} | "
                       + " | ".join(row) + " |")
