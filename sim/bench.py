@@ -607,7 +607,8 @@ def sweep(dev, m: int, n: int, k: int, transpose_a: bool = False, transpose_b: b
     buffers' ``block``) and predicted: as given and as its transpose
     (:func:`sim.perfmodel.run_shape`), at each reuse block side that walks C differently
     (:func:`_sides`) and each ``DESC_FLAGS.CHUNK``; alone, or with ``queued`` behind a copy
-    of itself (:func:`_run_plan`). Each C is checked bit for bit.
+    of itself (:func:`_run_plan`). Each C is checked bit for bit; the operands come from a
+    random stream seeded with ``seed``.
 
     What it answers: how far the driver's choice (:func:`sim.perfmodel.best_plan`,
     :func:`~sim.perfmodel.best_chunk`, margins included) is from the fastest schedule the
