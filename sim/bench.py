@@ -257,6 +257,16 @@ LAYERS = [("fc 784->256", 784, 256), ("fc 256->256", 256, 256), ("fc 256->10", 2
           ("conv 576->128", 576, 128), ("conv 1152->256", 1152, 256)]
 
 
+def _bench_params(board: str) -> dict:
+    """A board's benchmark array (:data:`BENCH_CONFIGS`) at the board's default buffer depth
+    and reuse block: the ``Device("rtl", ...)`` keywords ``utilization``, ``trace`` and
+    ``sweep`` build it with."""
+    from platforms import PLATFORMS
+
+    default = PLATFORMS[board].default
+    return {**BENCH_CONFIGS[board], "depth": default["depth"], "block": default["block"]}
+
+
 def _bench_cases(rows, cols, quick, scale=1):
     """(group, name, M, N, K, transpose_a, transpose_b, board M, board N) of one board's run.
 
@@ -350,6 +360,14 @@ def _rounded_bound(bound: dict, util: float) -> tuple[dict, float, float]:
     return ({**bound, "bound": round(bound["bound"], 4),
              "latency_bound": round(bound["latency_bound"], 4)},
             round(util / bound["bound"], 4), round(util / bound["latency_bound"], 4))
+
+
+def _port_spec(port: dict) -> dict:
+    """A resolved port's knobs as a record carries them (``port_spec``), so that a dict of
+    knobs (named ``"<preset>+"``) can be predicted again (:func:`sim.perfmodel.record_config`)."""
+    from sim.ports import KNOBS
+
+    return {key: port[key] for key in (*KNOBS, "data_width", "clock_mhz") if key in port}
 
 
 def _operands(rng, m, n, k, ta, tb):
@@ -600,6 +618,24 @@ def _sides(m: int, n: int, rows: int, cols: int, block: int) -> list[int]:
     return list(range(1, min(block, max(-(-m // rows), -(-n // cols))) + 1))
 
 
+def _driver_schedule(m: int, n: int, k: int, transpose_a: bool, transpose_b: bool, *,
+                     config: dict, queued: bool = False) -> tuple[bool, int, int]:
+    """``(turned, side, chunk)``: the schedule the driver gives the GEMM
+    (:func:`sim.perfmodel.best_plan`, :func:`~sim.perfmodel.best_chunk`) among those
+    :func:`sweep` runs: a side past those that walk C differently (:func:`_sides`) as the last
+    of them, which walks it alike. ``config`` as :func:`sweep`'s."""
+    from sim.perfmodel import best_chunk, best_plan, run_shape
+
+    kw = {key: config[key] for key in ("rows", "cols", "depth", "data_width", "port",
+                                       "write_ports", "read_ports")}
+    turned, side = best_plan(m, n, k, transpose_a, transpose_b, block=config["block"],
+                             queued=queued, **kw)
+    run = run_shape(m, n, k, transpose_a, transpose_b, turned)
+    chunk = best_chunk(*run, block=side, queued=queued, **kw)
+    sides = _sides(run[0], run[1], kw["rows"], kw["cols"], config["block"])
+    return turned, side if side in sides else sides[-1], chunk
+
+
 def sweep(dev, m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool = False,
           *, config: dict, queued: bool = False, seed: int = 0) -> dict:
     """Every schedule the driver can give one GEMM, each run on ``dev`` (a
@@ -625,7 +661,7 @@ def sweep(dev, m: int, n: int, k: int, transpose_a: bool = False, transpose_b: b
         their cycles over the fastest's, less 1.
     """
     from sim.engine_models import CHUNK_CHOICES
-    from sim.perfmodel import best_chunk, best_plan, predict, predict_queued, run_shape
+    from sim.perfmodel import predict, predict_queued, run_shape
 
     kw = {key: config[key] for key in ("rows", "cols", "depth", "data_width", "port",
                                        "write_ports", "read_ports")}
@@ -642,15 +678,8 @@ def sweep(dev, m: int, n: int, k: int, transpose_a: bool = False, transpose_b: b
                              else predict(*shape, block=side, chunk=chunk, **kw)["cycles"])
                 schedules.append({"turned": turned, "block": side, "chunk": chunk,
                                   "cycles": cycles, "predicted": predicted})
-    turned, side = best_plan(m, n, k, transpose_a, transpose_b, block=config["block"],
-                             queued=queued, **kw)
-    chunk = best_chunk(*run_shape(m, n, k, transpose_a, transpose_b, turned), block=side,
-                       queued=queued, **kw)
-    # a side past those that walk C differently walks it as the last of them does
-    sides = _sides(*run_shape(m, n, k, transpose_a, transpose_b, turned)[:2], kw["rows"],
-                   kw["cols"], config["block"])
-    driver = next(s for s in schedules if (s["turned"], s["block"], s["chunk"]) == (
-        turned, side if side in sides else sides[-1], chunk))
+    want = _driver_schedule(m, n, k, transpose_a, transpose_b, config=config, queued=queued)
+    driver = next(s for s in schedules if (s["turned"], s["block"], s["chunk"]) == want)
     fastest = min(schedules, key=lambda s: s["cycles"])
     model_fastest = min(schedules, key=lambda s: s["predicted"])
     return {"m": m, "n": n, "k": k, "transpose_a": transpose_a, "transpose_b": transpose_b,
@@ -722,7 +751,7 @@ def model_check(rows, cols, data_width, depth, block, ports, count, seed,
 
     from firmware import Device
     from sim.perfmodel import predict
-    from sim.ports import KNOBS, resolve_port
+    from sim.ports import resolve_port
 
     rng = random.Random(seed)
     ms = [max(1, d * rows // 8) for d in (8, 24, 40, 72, 136, 200)]
@@ -744,10 +773,7 @@ def model_check(rows, cols, data_width, depth, block, ports, count, seed,
                                 block=side, data_width=data_width, port=port,
                                 write_ports=write_ports, read_ports=read_ports)["cycles"]
             out.append({"port": port["name"],
-                        # the port as resolved, so that a dict of knobs (named "<preset>+")
-                        # can be predicted again (sim.perfmodel.record_config)
-                        "port_spec": {key: port[key] for key in (*KNOBS, "data_width",
-                                                                  "clock_mhz") if key in port},
+                        "port_spec": _port_spec(port),
                         "rows": rows, "cols": cols,
                         "data_width": data_width, "write_ports": write_ports,
                         "read_ports": read_ports,
@@ -1100,7 +1126,6 @@ def main(argv=None) -> int:
 
     if args.what == "utilization":
         from firmware.boards import BOARDS
-        from platforms import PLATFORMS
         from sim.ports import BOARD_PORTS
 
         blk = {} if args.block is None else {"block": args.block}
@@ -1121,7 +1146,6 @@ def main(argv=None) -> int:
         if args.default and args.sizes:
             parser.error("--default runs the boards' defaults: not with --sizes")
         for board in [] if args.sizes else args.board:
-            default = PLATFORMS[board].default
             if args.default:
                 # the board's own array, bus, reuse block and ports (the options the native
                 # model takes), its GEMMs at their own shapes
@@ -1132,8 +1156,7 @@ def main(argv=None) -> int:
                     "write_ports", "read_ports") if key in cfg},
                     args.port or BOARD_PORTS[board]))
                 continue
-            params = {**BENCH_CONFIGS[board], "depth": default["depth"],
-                      "block": default["block"], **blk, **wports}
+            params = {**_bench_params(board), **blk, **wports}
             configs.append((board, params, args.port or BOARD_PORTS[board]))
             if BENCH_SCALE[board] > 1:     # a stand-in: the board's own default beside it
                 configs[-1] += (BOARDS[board].config(block=args.block,
@@ -1151,13 +1174,10 @@ def main(argv=None) -> int:
               file=sys.stderr)
     elif args.what == "trace":
         from firmware import Device
-        from platforms import PLATFORMS
         from sim.perfmodel import best_block
         from sim.ports import BOARD_PORTS, resolve_port
 
-        default = PLATFORMS[args.board].default
-        params = {**BENCH_CONFIGS[args.board], "depth": default["depth"],
-                  "block": default["block"]}
+        params = _bench_params(args.board)
         if args.every < 1:
             parser.error(f"--every must be positive, not {args.every}")
         if args.block is not None and not 1 <= args.block <= params["block"]:
@@ -1179,12 +1199,9 @@ def main(argv=None) -> int:
         table = trace_table(results)
     elif args.what == "sweep":
         from firmware import Device
-        from platforms import PLATFORMS
-        from sim.ports import BOARD_PORTS, KNOBS, resolve_port
+        from sim.ports import BOARD_PORTS, resolve_port
 
-        default = PLATFORMS[args.board].default
-        params = {**BENCH_CONFIGS[args.board], "depth": default["depth"],
-                  "block": default["block"]}
+        params = _bench_params(args.board)
         if sum(x is not None for x in (args.gemm, args.only, args.random)) > 1:
             parser.error("--gemm, --only and --random are alternatives: give one")
         if (args.transpose_a or args.transpose_b) and not args.gemm:
@@ -1221,8 +1238,7 @@ def main(argv=None) -> int:
             print(f"  {name} {m}x{n}x{k}: driver {r['driver']['cycles']}, fastest "
                   f"{r['fastest']['cycles']}", file=sys.stderr)
         results = [{"board": args.board, **params, "port": port["name"],
-                    "port_spec": {key: port[key] for key in (*KNOBS, "data_width", "clock_mhz")
-                                  if key in port}, **r}
+                    "port_spec": _port_spec(port), **r}
                    for r in results]
         table = sweep_table(results)
     elif args.what == "model":

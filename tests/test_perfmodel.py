@@ -593,18 +593,14 @@ def test_committed_sweeps_hold_the_drivers_choice():
     """Each committed sweep's ``driver`` schedule is what the driver chooses today (so the
     file is re-measured when the rule changes), and the regret fields follow from the
     schedules."""
-    from sim.bench import _sides
-    from sim.perfmodel import best_chunk, best_plan, record_config, run_shape
+    from sim.bench import _driver_schedule
+    from sim.perfmodel import record_config
 
     for path in SWEEPS:
         for r in json.loads(path.read_text())["results"]:
-            config = record_config(r)
-            shape = (r["m"], r["n"], r["k"], r["transpose_a"], r["transpose_b"])
-            turned, side = best_plan(*shape, block=r["block"], **config)
-            run = run_shape(*shape, turned)
-            chunk = best_chunk(*run, block=side, **config)
-            sides = _sides(*run[:2], config["rows"], config["cols"], r["block"])
-            want = (turned, side if side in sides else sides[-1], chunk)
+            config = {**record_config(r), "block": r["block"]}
+            want = _driver_schedule(r["m"], r["n"], r["k"], r["transpose_a"],
+                                    r["transpose_b"], config=config, queued=r["queued"])
             driver = r["driver"]
             assert (driver["turned"], driver["block"], driver["chunk"]) == want, (path, r["name"])
             fastest = min(s["cycles"] for s in r["schedules"])
