@@ -661,7 +661,7 @@ def sweep(dev, m: int, n: int, k: int, transpose_a: bool = False, transpose_b: b
         their cycles over the fastest's, less 1.
     """
     from sim.engine_models import CHUNK_CHOICES
-    from sim.perfmodel import predict, predict_queued, run_shape
+    from sim.perfmodel import predict_cycles, run_shape
 
     kw = {key: config[key] for key in ("rows", "cols", "depth", "data_width", "port",
                                        "write_ports", "read_ports")}
@@ -674,8 +674,8 @@ def sweep(dev, m: int, n: int, k: int, transpose_a: bool = False, transpose_b: b
             for chunk in CHUNK_CHOICES:
                 cycles = _run_plan(dev, label, m, n, k, transpose_a, transpose_b, rng, side,
                                    turned, chunk, queued)
-                predicted = (predict_queued(*shape, block=side, chunk=chunk, **kw) if queued
-                             else predict(*shape, block=side, chunk=chunk, **kw)["cycles"])
+                predicted = predict_cycles(*shape, block=side, chunk=chunk, queued=queued,
+                                           **kw)
                 schedules.append({"turned": turned, "block": side, "chunk": chunk,
                                   "cycles": cycles, "predicted": predicted})
     want = _driver_schedule(m, n, k, transpose_a, transpose_b, config=config, queued=queued)

@@ -85,8 +85,8 @@ from rtl.walker import Walker
 from .engine_models import CHUNK_CHOICES, loads_b_first, tile_order, walk_chunks
 from .ports import dram_bytes_per_cycle
 
-__all__ = ["predict", "predict_queued", "best_block", "best_plan", "best_chunk", "run_shape",
-           "read_rate",
+__all__ = ["predict", "predict_queued", "predict_cycles", "best_block", "best_plan",
+           "best_chunk", "run_shape", "read_rate",
            "training_gemms", "record_config", "check_records", "main"]
 
 #: Cycles of control per operand load (command phases, the address multiply).
@@ -551,6 +551,16 @@ def predict_queued(m: int, n: int, k: int, transpose_a: bool = False,
     return two - predict(m, n, k, transpose_a, transpose_b, **config)["cycles"]
 
 
+def predict_cycles(m: int, n: int, k: int, transpose_a: bool = False,
+                   transpose_b: bool = False, *, queued: bool = False, **config) -> int:
+    """Predicted cycles of the GEMM alone (:func:`predict`'s ``cycles``) or, with ``queued``,
+    behind another (:func:`predict_queued`): what ``python -m sim.bench`` measures of a
+    schedule run either way."""
+    if queued:
+        return predict_queued(m, n, k, transpose_a, transpose_b, **config)
+    return predict(m, n, k, transpose_a, transpose_b, **config)["cycles"]
+
+
 #: A smaller block is chosen only if predicted at least this much faster: within it, the
 #: larger block, which reads each operand fewer times. It was 2 % while the model did not
 #: charge for the DRAM's bytes; the board presets' DRAM is in the model now (the ledger), so
@@ -793,11 +803,8 @@ def check_records(paths) -> dict:
             if "schedules" in r:               # a sweep record: every schedule it ran
                 label += " sweep" + (" queued" if r["queued"] else "")
                 for sch in r["schedules"]:
-                    run = run_shape(*shape, sch["turned"])
-                    got = (predict_queued(*run, block=sch["block"], chunk=sch["chunk"],
-                                          **config) if r["queued"] else
-                           predict(*run, block=sch["block"], chunk=sch["chunk"],
-                                   **config)["cycles"])
+                    got = predict_cycles(*run_shape(*shape, sch["turned"]), block=sch["block"],
+                                         chunk=sch["chunk"], queued=r["queued"], **config)
                     errors.setdefault(label, []).append(got / sch["cycles"] - 1)
             elif "block_used" in r:            # a utilisation record: alone and queued
                 # (as run: the transpose where the driver turned it, best_plan)
