@@ -11,7 +11,7 @@ Writes ``DIR`` (default ``build/<platform>/``): ``bfp_accel.v`` (the accelerator
 ``build.tcl`` (Vivado: block design with the PS7 / PS8 / XDMA, bitstream, and the ``.hwh``
 for ``pynq.Overlay`` on the Zynq boards), ``report.json`` (the configuration and a ``"host"``
 section: register base address, clock, bitstream name, array shape and bus width -- what
-``python -m firmware.train --backend pynq --board B`` reads). ``--synth yosys`` (default)
+``python -m firmware.ml.train --backend pynq --board B`` reads). ``--synth yosys`` (default)
 estimates resources with Yosys and adds them to ``report.json`` / ``report.md``; a
 configuration that does not fit the device exits with status 1 naming the resource. The
 estimate carries a timing report (``"timing"``: logic levels and fan-out against a budget for
@@ -46,7 +46,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT))
 
-from firmware import regmap  # noqa: E402
+from firmware.spec import regmap  # noqa: E402
 from platforms import PLATFORMS, RESOURCES  # noqa: E402
 
 # Components built only to read their ports (the board top, argument checks) are never
@@ -246,7 +246,7 @@ def generate(board, cfg, out: Path) -> dict:
 
 
 def _host_section(board, cfg) -> dict:
-    from firmware.boards import host_section
+    from firmware.spec.boards import host_section
     return host_section(board.name, cfg)
 
 

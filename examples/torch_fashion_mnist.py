@@ -28,7 +28,7 @@ from torch.optim.swa_utils import AveragedModel
 
 import firmware.torch as ft
 from firmware import Device
-from firmware.data import fashion_mnist
+from firmware.ml.data import fashion_mnist
 from firmware.torch.distributed import broadcast_parameters, reduce_gradients, shard
 
 

@@ -1,5 +1,5 @@
 """Host runtime: the ``Device`` driver and the register map."""
 
-from .device import AcceleratorError, Device
+from firmware.runtime.device import AcceleratorError, Device
 
 __all__ = ["Device", "AcceleratorError"]

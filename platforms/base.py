@@ -2,7 +2,7 @@
 default accelerator configuration, and how the accelerator is hooked to the host.
 
 The facts the host driver needs too (bus, clock, default configuration, register base address)
-are stated in :mod:`firmware.boards` (plain Python, importable on the board) and taken from
+are stated in :mod:`firmware.spec.boards` (plain Python, importable on the board) and taken from
 there."""
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ class Board:
     memory_port: str          # where the DMA's AXI4 master goes
     default: dict = field(default_factory=dict)   # accelerator parameters
     program: str = "jtag"     # "jtag" (openFPGALoader), "pynq" (ssh copy), "vivado"
-    base_addr: int = 0        # the registers' address on the control port (firmware.boards)
+    base_addr: int = 0        # the registers' address on the control port (firmware.spec.boards)
     # Stacked-silicon devices: the SLR of each of the array's column groups (the default's
     # ``slr_groups``), group 0 first, which the rest of the accelerator shares; the
     # constraints put each in a pblock (:func:`platforms.vivado.xdc`). Empty: no pblocks.
@@ -39,12 +39,12 @@ class Board:
 
     @property
     def packing(self) -> int:
-        """MACs per DSP slice of the default (:attr:`firmware.boards.BoardInfo.packing`)."""
-        from firmware.boards import board
+        """MACs per DSP slice of the default (:attr:`firmware.spec.boards.BoardInfo.packing`)."""
+        from firmware.spec.boards import board
         return board(self.name).packing
 
     def config(self, **overrides) -> dict:
         """The accelerator parameters: the board's default with ``overrides`` (not None)
-        applied — :meth:`firmware.boards.BoardInfo.config`, where they are stated once."""
-        from firmware.boards import board
+        applied — :meth:`firmware.spec.boards.BoardInfo.config`, where they are stated once."""
+        from firmware.spec.boards import board
         return board(self.name).config(**overrides)

@@ -17,7 +17,7 @@ LUTs, ~216 LUTs each.)
 
 from amaranth_boards.arty_z7 import ArtyZ720Platform
 
-from firmware.boards import BOARDS
+from firmware.spec.boards import BOARDS
 
 from .base import Board
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from amaranth.lib.wiring import In
 
-from sim.ports import BOARD_PORTS, MIG_ARBITRATION, PORTS
+from firmware.spec.ports import BOARD_PORTS, MIG_ARBITRATION, PORTS
 
 from .base import Board
 
@@ -187,7 +187,7 @@ set_property -dict [list CONFIG.axilite_master_en {{true}} CONFIG.axilite_master
     CONFIG.axilite_master_scale {{Megabytes}}] [get_bd_cells xdma]
 create_bd_cell -type ip -vlnv xilinx.com:ip:ddr4:2.2 ddr4
 apply_board_connection -board_interface "ddr4_sdram_c1" -ip_intf "ddr4/C0_DDR4" -diagram "bfp"
-# Reads and C's writes share the DRAM: {mig_arbitration} (sim.ports, the vcu118-ddr4 preset's
+# Reads and C's writes share the DRAM: {mig_arbitration} (firmware.spec.ports, the vcu118-ddr4 preset's
 # dram_arbitration; the MIG's default, RD_PRI_REG, lets a block's reads starve C's writes).
 set_property CONFIG.C0.DDR4_AxiArbitrationScheme {{{mig_arbitration}}} [get_bd_cells ddr4]
 apply_bd_automation -rule xilinx.com:bd_rule:axi4 \\
@@ -201,7 +201,7 @@ connect_bd_net [get_bd_pins accel/interrupt] [get_bd_pins xdma/usr_irq_req]
 """
 
 _TAIL = """assign_bd_address
-# The registers' address is fixed (firmware/boards.py): the host driver and report.json use it.
+# The registers' address is fixed (firmware/spec/boards.py): the host driver and report.json use it.
 set seg [get_bd_addr_segs -of_objects [get_bd_addr_spaces {space}] -filter {{NAME =~ "SEG_{ip}_*"}}]
 if {{[llength $seg] != 1}} {{
     error "expected one address segment of {ip} in {space}, found: $seg"
@@ -283,8 +283,8 @@ def build_tcl(board: Board, write_ports: int = 1, read_ports: int = 1) -> str:
 
 
 def _address(board: Board) -> dict:
-    """Where the registers go: the host facts of :mod:`firmware.boards`."""
-    from firmware.boards import BOARDS, IP_NAME, REGISTER_RANGE
+    """Where the registers go: the host facts of :mod:`firmware.spec.boards`."""
+    from firmware.spec.boards import BOARDS, IP_NAME, REGISTER_RANGE
     host = BOARDS[board.name]
     return {"space": host.address_space, "ip": IP_NAME, "base": f"0x{board.base_addr:08X}",
             "range": f"{REGISTER_RANGE // 1024}K"}

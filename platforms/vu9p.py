@@ -15,7 +15,7 @@ group 1 to SLR0. Which SLR the DDR4 C1 banks are in was not checked here: with t
 view open, change :data:`BOARD`'s ``slrs`` if group 1 belongs in SLR2.
 """
 
-from firmware.boards import BOARDS
+from firmware.spec.boards import BOARDS
 
 from .base import Board
 

@@ -9,7 +9,7 @@ array is 2048 MACs/cycle on 1024 DSP slices (59 % of 1728), with operand buffers
 per slot (K chunks of 256).
 """
 
-from firmware.boards import BOARDS
+from firmware.spec.boards import BOARDS
 
 from .base import Board
 

@@ -7,8 +7,8 @@ from amaranth import ClockSignal, Instance, Module, Mux, ResetInserter, ResetSig
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from firmware import regmap
-from firmware.regmap import ErrorCode
+from firmware.spec import regmap
+from firmware.spec.regmap import ErrorCode
 
 from ._util import own_reset, wide_accumulator
 from .csr import AXI4LiteSignature, RegisterBlock
@@ -20,7 +20,7 @@ __all__ = ["Accelerator"]
 
 
 class Accelerator(wiring.Component):
-    """The int8 GEMM accelerator a host drives through :data:`firmware.regmap.REGISTERS`.
+    """The int8 GEMM accelerator a host drives through :data:`firmware.spec.regmap.REGISTERS`.
 
     The host stages a descriptor in the ``DESC_*`` registers and writes ``CTRL.ENQUEUE``; the
     descriptor is copied into a queue of ``queue`` entries and run by :class:`GemmEngine` in

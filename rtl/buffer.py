@@ -55,8 +55,8 @@ class TransposableBuffer(wiring.Component):
     The buffer has ``slots`` tile slots: the next tile is written while the array reads
     another, and a tile can stay in its slot to be read by several commands (operand reuse).
 
-    The numpy model is :func:`sim.models.operand_beats` (what is written) and
-    :func:`sim.models.buffer_read` (what is read).
+    The numpy model is :func:`sim.models.datapath.operand_beats` (what is written) and
+    :func:`sim.models.datapath.buffer_read` (what is read).
 
     Parameters
     ----------

@@ -4,7 +4,7 @@ from amaranth import Cat, Const, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from firmware.regmap import ErrorCode
+from firmware.spec.regmap import ErrorCode
 
 from ._util import delay
 
@@ -33,7 +33,7 @@ def verdict_layout() -> data.StructLayout:
 class DescriptorChecker(wiring.Component):
     """Checks a descriptor before anything touches memory; one verdict per descriptor.
 
-    In order, the first failing check decides the :class:`firmware.regmap.ErrorCode`:
+    In order, the first failing check decides the :class:`firmware.spec.regmap.ErrorCode`:
     ``ZERO_DIMENSION`` (M, N or K is 0), ``DIMENSION_TOO_LARGE`` (M or N > 65535),
     ``K_TOO_LARGE`` (K > 65535), then, over the five regions (A, B, C, and the row / column
     exponent vectors when used): ``MISALIGNED`` (a base not a multiple of the bus width, or a
@@ -41,7 +41,7 @@ class DescriptorChecker(wiring.Component):
     bus word may be stored packed, see :class:`rtl.loader.LoadSequencer`), ``BAD_STRIDE``
     (rows of a region overlap), ``OUT_OF_WINDOW`` (a region's last byte, rounded up to a bus
     word, beyond ``window_limit`` or ``2**addr_width``, or its base below ``window_base``).
-    The numpy model is :func:`sim.engine_models.check`.
+    The numpy model is :func:`sim.models.engine.check`.
 
     The regions go through a pipeline of :data:`REGION_STAGES` registered stages, one region a
     cycle, with no more logic per stage than a 32-bit carry chain (timing by construction,

@@ -1,10 +1,10 @@
-"""AXI4-Lite register block generated from :data:`firmware.regmap.REGISTERS`."""
+"""AXI4-Lite register block generated from :data:`firmware.spec.regmap.REGISTERS`."""
 
 from amaranth import Cat, Module, Mux, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from firmware import regmap
+from firmware.spec import regmap
 
 __all__ = ["AXI4LiteSignature", "RegisterBlock", "RESP_OKAY", "RESP_SLVERR"]
 

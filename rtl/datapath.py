@@ -64,7 +64,7 @@ class GemmDatapath(wiring.Component):
     ``cols`` int8 values a beat (see :class:`rtl.buffer.TransposableBuffer` for the two forms;
     ``transpose_a`` / ``transpose_b`` choose them). When the command has ``emit`` set, the C
     tile leaves :attr:`o_stream` one row per beat, ``last`` on the final row: float32 bits of
-    ``C * 2**(row_exp[m] + col_exp[n])`` as :func:`sim.golden.rescale`, or raw int32.
+    ``C * 2**(row_exp[m] + col_exp[n])`` as :func:`sim.models.golden.rescale`, or raw int32.
 
     Each buffer has ``slots`` tile slots; a command names the slot of each operand and whether
     that operand arrives with it (``load_a`` / ``load_b``) or the tile already in the slot is
@@ -72,7 +72,7 @@ class GemmDatapath(wiring.Component):
     slot is reloaded only after every earlier command reading it has finished. The next
     command's operands load while the array computes, and the array starts a tile in the cycle
     after the previous one ends, so in steady state it does ``rows * cols`` MACs every cycle.
-    The numpy model is :func:`sim.models.datapath`.
+    The numpy model is :func:`sim.models.datapath.datapath`.
 
     A command can load a *span* of neighbouring k-major tiles at once (``a_extra`` /
     ``b_extra`` further tiles into the following slots, their beats interleaved as the rows of

@@ -4,7 +4,7 @@ from amaranth import Cat, ClockSignal, Instance, Module, Mux, ResetSignal, Signa
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from firmware import regmap
+from firmware.spec import regmap
 
 from ._util import SLICE_BITS, own_reset
 from .checker import DescriptorChecker, descriptor_layout
@@ -36,7 +36,7 @@ class GemmEngine(wiring.Component):
 
     1. checks the descriptor before touching memory (dimensions, alignment to the bus width,
        strides, the ``[window_base, window_limit)`` address window) and reports the first
-       failing :class:`firmware.regmap.ErrorCode` on :attr:`fail` / :attr:`code`;
+       failing :class:`firmware.spec.regmap.ErrorCode` on :attr:`fail` / :attr:`code`;
     2. walks blocks of ``block x block`` C tiles; for each K chunk of at most ``depth`` it
        loads the block's ``block`` A tiles and ``block`` B tiles once (A and B read as stored,
        transposed or not: the datapath's buffers transpose) and runs the ``block**2`` tile

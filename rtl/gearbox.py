@@ -46,7 +46,7 @@ class Gearbox(wiring.Component):
     :attr:`i_stream`) and a byte shifter into a row register do it: one row a cycle, two
     cycles from the job's first word to its first row.
 
-    The numpy model is :func:`sim.models.gearbox`.
+    The numpy model is :func:`sim.models.datapath.gearbox`.
 
     Latency and throughput: combinational from a word to its first vector; one vector per
     cycle while ``lanes <= bus bytes``, else one word per cycle. One idle cycle between jobs

@@ -60,7 +60,7 @@ class CommandIssue(wiring.Component):
     :attr:`a_stream` / :attr:`b_stream`. A pulse on :attr:`exp_issued` announces one exponent
     vector load; commands wait until every announced vector is in. :attr:`drained` says that no
     command is queued and no vector awaited: the walker's cue to load the next block's vectors.
-    The numpy model is :func:`sim.engine_models.issue`.
+    The numpy model is :func:`sim.models.engine.issue`.
 
     Latency and throughput: a command leaves 2 cycles after it arrives (queue), one a cycle;
     vectors pass combinationally; an exponent vector is usable two cycles after it arrives

@@ -41,7 +41,7 @@ class LoadSequencer(wiring.Component):
     stays on :attr:`i_stream` while it runs and is taken with its last read command (or, with
     no rows, once its gearbox job is out). Own two 17 x 16 multipliers for ``row0 * stride``,
     one for ``rows * nwords`` and one 17 x log2(bus bytes) for a packed job's span. The numpy
-    model is :func:`sim.engine_models.load_sequence`.
+    model is :func:`sim.models.engine.load_sequence`.
 
     Rows that follow one another in memory (``stride == nwords * bus bytes``: a tile or span
     that covers its matrix's whole rows, such as a narrow B stored k-major or a lane-run tile

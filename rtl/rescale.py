@@ -69,8 +69,8 @@ class Rescaler(wiring.Component):
     """Pipelined int32 -> float32 conversion with a power-of-two scale per lane.
 
     Each lane computes the float32 nearest to ``acc * 2**exp`` (round to nearest, ties to even;
-    subnormals; +-inf on overflow), bit-exact with :func:`sim.golden.rescale` and following the
-    integer algorithm written down in :func:`sim.golden.rescale_bits`. With ``raw`` set the
+    subnormals; +-inf on overflow), bit-exact with :func:`sim.models.golden.rescale` and following the
+    integer algorithm written down in :func:`sim.models.golden.rescale_bits`. With ``raw`` set the
     int32 passes through unchanged.
 
     Parameters

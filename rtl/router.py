@@ -16,7 +16,7 @@ class ReadRouter(wiring.Component):
     A routing entry on :attr:`routes` says that the next ``rows`` rows (runs of words ending
     with ``last``) on :attr:`i_stream` go to :attr:`a_stream` (``path`` 0) or :attr:`b_stream`
     (``path`` 1). Entries queue in a FIFO of ``depth``, so the loads ahead of the reader's
-    words can be announced early. The numpy model is :func:`sim.engine_models.route`.
+    words can be announced early. The numpy model is :func:`sim.models.engine.route`.
 
     Latency and throughput: combinational from a word to its output (``ready`` follows the
     chosen output's); one word a cycle. An entry can route words from the second cycle after

@@ -5,7 +5,7 @@ from amaranth import Array, Cat, Module, Mux, Signal, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from firmware.regmap import STRIPE_MIN_WORDS
+from firmware.spec.regmap import STRIPE_MIN_WORDS
 
 from ._util import carry_select_add
 from .fifo import Fifo
@@ -53,7 +53,7 @@ class LoadStriper(wiring.Component):
     ``base + (row0 + w) * stride + col``: with ``row0 + w = S q + r``, the way's job has
     ``row0 = q`` and ``base + r * stride``. Any other job goes whole to :attr:`o_job0`.
     Either way :attr:`o_merge` gets the job's :func:`interleave_job_layout` entry. The numpy
-    model is :func:`sim.engine_models.stripe`.
+    model is :func:`sim.models.engine.stripe`.
 
     Latency and throughput: the outputs are registers. Two ways: offered the cycle after a job
     is taken, a job taken when all outputs are empty (one every two cycles at most). Three
@@ -186,7 +186,7 @@ class VectorInterleave(wiring.Component):
     ``nrows`` rows, ``nbeats`` vectors from input ``row mod ways`` (:attr:`i_stream0`,
     :attr:`i_stream1` ...) of a striped job, or from :attr:`i_stream0` for every row of a
     job not striped; then ``nzero * nbeats`` vectors from :attr:`i_stream0`. The numpy model
-    is :func:`sim.engine_models.interleave`.
+    is :func:`sim.models.engine.interleave`.
 
     Latency and throughput: combinational from an input vector to :attr:`o_stream` (a
     ``ways``:1 multiplexer; ``ready`` follows the chosen input's); one vector a cycle. A job's

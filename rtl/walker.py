@@ -18,32 +18,32 @@ def _log2(x):
 
 class Walker(wiring.Component):
     """Walks a GEMM: blocks of ``b x b`` C tiles, each over K chunks of at most
-    ``depth`` steps (:func:`sim.engine_models.k_chunks`): the descriptor's first block ramps
+    ``depth`` steps (:func:`sim.models.engine.k_chunks`): the descriptor's first block ramps
     its chunks up from the least multiple of ``max(rows, cols, bus bytes)`` that is at least
-    ``rows + cols - 1`` steps (:func:`sim.engine_models.ramp_start`: no shorter than the
+    ``rows + cols - 1`` steps (:func:`sim.models.engine.ramp_start`: no shorter than the
     array's read-out interval), and every block cuts what is
     left (all of K after the first) into chunks of about equal length; a first block too
     short to ramp cuts its first chunk short. With the descriptor's ``chunk`` field
     (``DESC_FLAGS.CHUNK``) not 0 no block ramps: every one, the first too, is cut into about
     equal chunks of at most ``depth``, half or a quarter of it
-    (:func:`sim.engine_models.chunk_depth`). ``b`` is
+    (:func:`sim.models.engine.chunk_depth`). ``b`` is
     the descriptor's ``block`` field, or ``block`` (the buffers' slots) where that is 0 or
     larger: it sets the schedule (operand reuse against how soon C leaves), never the sums.
 
     For a descriptor on :attr:`i_stream` (already checked) it visits blocks row-major (N
     inner) or, where K fits one chunk, there is more than one row of blocks and one column of
     blocks or more columns than rows in the array (or as many, and M > N), column-major (M
-    inner: :func:`sim.engine_models.column_order`); a block
+    inner: :func:`sim.models.engine.column_order`); a block
     after a one-chunk block in the same row (column) of blocks keeps that block's A (B)
     tiles in their slots and loads only the other operand. For each block it first loads
     the block's exponent vectors (``row_vec`` /
     ``col_vec``: one load job each, tagged ``1 + 2 * index``), once :attr:`drained` says the
     previous block's commands have all left; then, per K chunk, for each C tile ``(i, j)``
-    (``j`` inner, or ``i`` inner where B is transposed: :func:`sim.engine_models.tile_order`),
+    (``j`` inner, or ``i`` inner where B is transposed: :func:`sim.models.engine.tile_order`),
     it issues the tile command on :attr:`o_cmd` (and on the last chunk the
     tile's write job on :attr:`o_write`) and then the loads that command needs on
     :attr:`o_load`, A's then B's (B's first where B alone is stored packed:
-    :func:`sim.engine_models.b_first`). The command goes first so the datapath can take
+    :func:`sim.models.engine.b_first`). The command goes first so the datapath can take
     operands as they arrive.
 
     Loads: operands stored k-major (A transposed, B as stored) load the block's ``bm`` (``bn``)
@@ -51,7 +51,7 @@ class Walker(wiring.Component):
     the span per K step; the others load a tile with the first command using it, one row per
     lane, padded with zero rows beyond the matrix edge. Chunks alternate between two sets of
     ``block`` buffer slots, each operand's own (its parity, kept from one descriptor to the
-    next; a kept operand's stays). The numpy model is :func:`sim.engine_models.walk`.
+    next; a kept operand's stays). The numpy model is :func:`sim.models.engine.walk`.
 
     The descriptor stays on :attr:`i_stream` for the whole walk and is taken with its last
     job. A load job stays on :attr:`o_load` until taken; the walker waits for it.
@@ -142,13 +142,13 @@ class Walker(wiring.Component):
         def above(x, lim):
             w = len(lim)
             return (x[w:] != 0) | (x[:w] > lim)
-        # K chunks (sim.engine_models.k_chunks): ``kc`` steps in this chunk, ``k_after`` in
+        # K chunks (sim.models.engine.k_chunks): ``kc`` steps in this chunk, ``k_after`` in
         # the chunks after it; ``ramping`` while the descriptor's first block doubles its
         # chunks. The next chunk's pair is computed in registers from the current one (which
         # holds for at least the 4 cycles of a command before NEXT uses it), and the first
         # chunk's from the descriptor (held for the whole walk; ready in BLOCK).
         align = max(R, C, bpw) - 1
-        # the ramp's first chunk (sim.engine_models.ramp_start): a multiple of the alignment
+        # the ramp's first chunk (sim.models.engine.ramp_start): a multiple of the alignment
         # no shorter than the array's least read-out interval, rows + cols - 1
         start = -(-(R + C - 1) // (align + 1)) * (align + 1)
         kc = Signal(17)
@@ -169,7 +169,7 @@ class Walker(wiring.Component):
                 m.d.sync += [kc_reg.eq((r_m1[:_log2(D)] | align) + 1),
                              after_reg.eq((r_m1 & ~Const(D - 1, 17)) - (~r_m1 & align))]
 
-        # The longest chunk of the descriptor's balanced cuts (sim.engine_models.chunk_depth):
+        # The longest chunk of the descriptor's balanced cuts (sim.models.engine.chunk_depth):
         # D, or with CHUNK 2 or 3 half or a quarter of it (no less than the alignment);
         # ``plain`` (CHUNK 0) ramps the first block, else every block is cut balanced.
         depths = [max(D >> max(0, c - 1), align + 1) for c in range(4)]
@@ -316,7 +316,7 @@ class Walker(wiring.Component):
         m.d.comb += [load_a.eq(Mux(d.transpose_a, first_cmd, tj == 0) & ~keep_a),
                      load_b.eq(Mux(d.transpose_b, ti == 0, first_cmd) & ~keep_b)]
         # A command's loads go out A's first, or B's where B alone is stored packed
-        # (sim.engine_models.b_first): its gearbox, a row a cycle, is slower than the bus, and
+        # (sim.models.engine.b_first): its gearbox, a row a cycle, is slower than the bus, and
         # behind A's words it would start last.
         b_first = Signal()
         m.d.sync += b_first.eq(~d.transpose_b & (d.b_stride[wlog:] == 0)
@@ -362,7 +362,7 @@ class Walker(wiring.Component):
         more_n = Signal()
         more_m = Signal()
         m.d.sync += [more_n.eq(above(tiles_n, blk)), more_m.eq(above(tiles_m, blk))]
-        # The walk's order (sim.engine_models.column_order), set through the first block from
+        # The walk's order (sim.models.engine.column_order), set through the first block from
         # registers that hold for all of it (its more_m and more_n: whole M and N).
         with m.If(first_block):
             m.d.sync += col_order.eq(k_fits & more_m & (~more_n | wider))
@@ -465,7 +465,7 @@ class Walker(wiring.Component):
                     m.d.sync += phase.eq(0)
                     m.next = "NEXT"
             with m.State("NEXT"):
-                # the block's next tile (sim.engine_models.tile_order): j inner, or i inner
+                # the block's next tile (sim.models.engine.tile_order): j inner, or i inner
                 # where B is transposed
                 with m.If(more_tj & ~d.transpose_b):
                     m.d.sync += [tj.eq(tj + 1), n0.eq(n0 + C)]

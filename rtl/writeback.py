@@ -80,7 +80,7 @@ class WriteBack(wiring.Component):
     such row into those words on :attr:`wr_data`, with strobes on the bytes of columns below
     ``N``. Rows beyond ``M`` are taken and dropped. :attr:`idle` says that no job is queued or
     running and every issued write has been acknowledged on :attr:`wr_done`. The numpy model
-    is :func:`sim.engine_models.write_back`.
+    is :func:`sim.models.engine.write_back`.
 
     Timing by construction: a job first passes a :data:`PREP_STAGES`-stage pipeline that
     computes, from the (held) descriptor, its rows and columns inside the matrix, its words a
@@ -409,7 +409,7 @@ class WriteBackPorts(wiring.Component):
     datapath's rows are dealt in turn, row ``i`` of its stream to phase ``i % ports`` with no
     break between tiles, each into a :class:`rtl.pipe.RegisterSlice` that holds it (and the
     next row of that phase) while its write-back cuts it, so the next phase's row passes
-    meanwhile. The numpy model is :func:`sim.engine_models.write_back` per phase.
+    meanwhile. The numpy model is :func:`sim.models.engine.write_back` per phase.
 
     Latency: a row reaches its write-back ``RegisterSlice.LATENCY`` cycles after it is taken;
     otherwise as :class:`WriteBack`. Throughput: ``ports`` words a cycle.

@@ -15,7 +15,7 @@ cd "$(dirname "$0")/.."
 missing=""
 command -v iverilog >/dev/null 2>&1 || missing="$missing iverilog"
 command -v tclsh >/dev/null 2>&1 || missing="$missing tcl"    # checks the generated Tcl
-# the fashion-mlp / fashion-cnn training tasks (firmware.data.fashion_mnist)
+# the fashion-mlp / fashion-cnn training tasks (firmware.ml.data.fashion_mnist)
 fashion=/usr/share/datasets/fashion-mnist
 [ -n "${BFP_FASHION_DIR:-}" ] || [ -f "$fashion/t10k-labels-idx1-ubyte.gz" ] \
     || missing="$missing dataset-fashion-mnist"

@@ -7,9 +7,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from firmware import Device
-from firmware.device import AcceleratorError
-from firmware.regmap import ErrorCode, pack
-from sim import golden
+from firmware.runtime.device import AcceleratorError
+from firmware.spec.regmap import ErrorCode, pack
+from sim.models import golden
 
 # (rows, cols, data_width, write_ports, read_ports): lanes below, equal to and above the bus
 # width; C rows narrower and wider than a bus word; C rows dealt to two and to four write ports
@@ -464,7 +464,7 @@ def test_block_side_changes_the_schedule_not_the_result(dev):
     """One GEMM at every reuse-block side: the same bits, the cycles the model predicts for
     each side (within 15 %: this port pauses at random), and the automatic choice the
     model's."""
-    from sim.perfmodel import best_plan, predict
+    from firmware.runtime.perfmodel import best_plan, predict
     rng = np.random.default_rng(11)
     m, n, k = 5 * dev.rows + 3, 6 * dev.cols + 1, 100
     a, b = _operands(rng, m, n, k, True, False)
@@ -484,7 +484,7 @@ def test_block_side_changes_the_schedule_not_the_result(dev):
     np.testing.assert_array_equal(dev.gemm(a, b, transpose_a=True, out="int32"), want)
     assert (dev.stats["transposed"], dev.stats["block"]) == best_plan(
         m, n, k, True, False, block=info.block, **cfg)
-    from sim.perfmodel import best_chunk, run_shape
+    from firmware.runtime.perfmodel import best_chunk, run_shape
     assert dev.stats["chunk"] == best_chunk(
         *run_shape(m, n, k, True, False, dev.stats["transposed"]), block=dev.stats["block"],
         **cfg)
@@ -520,7 +520,7 @@ def test_chunk_field_reaches_the_walker():
     chunking, on a port without pauses (so a run's cycles are its schedule's alone), is
     bit-exact each time, takes cycles that differ with the chunking, each within 15 % of the
     model's."""
-    from sim.perfmodel import predict
+    from firmware.runtime.perfmodel import predict
     dev = Device("rtl", rows=4, cols=8, data_width=64, write_ports=2, read_ports=3,
                  port={"pause": 0.0, "read_latency": 20})
     drv, info = dev.driver, dev.driver.info

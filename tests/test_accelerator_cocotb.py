@@ -1,5 +1,5 @@
 """The whole accelerator's generated Verilog under cocotb (AxiLiteMaster + the hostile AXI memory
-of :mod:`sim.cocotb_mem`), on Icarus and on Verilator."""
+of :mod:`sim.testbenches.mem`), on Icarus and on Verilator."""
 
 import os
 from pathlib import Path
@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from rtl.export import generate_verilog
-from sim.cocotb_runner import available, run_cocotb
+from sim.testbenches.runner import available, run_cocotb
 
 ROOT = Path(__file__).resolve().parent.parent
 BUILD = ROOT / "build" / "cocotb"
@@ -40,7 +40,7 @@ def test_accelerator(simulator, rows, cols, width, seed, ports, write_ports, rea
     env = {"ACC_WIDTH": str(width), "ACC_SEED": str(seed), "ACC_PORTS": ports,
            "ACC_WRITE_PORTS": str(write_ports), "ACC_READ_PORTS": str(read_ports),
            "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    tests, failed = run_cocotb(simulator, verilog, name, "sim.cocotb_accel",
+    tests, failed = run_cocotb(simulator, verilog, name, "sim.testbenches.accel",
                                BUILD / f"{simulator}_{name}", env)
     want = len(ports.split(";"))
     assert tests == want and failed == 0, f"{failed} of {tests} cocotb tests failed"

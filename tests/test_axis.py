@@ -4,8 +4,9 @@ import numpy as np
 
 from rtl.axis import StreamCore
 from rtl.datapath import command_layout
-from sim import golden, models
-from sim.harness import run
+from sim.models import datapath as models
+from sim.models import golden
+from sim.testbenches.harness import run
 
 
 def test_stream_core_tiles_match_golden():

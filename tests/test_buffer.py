@@ -6,8 +6,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rtl.buffer import TransposableBuffer
-from sim import models
-from sim.harness import run, stream_send
+from sim.models import datapath as models
+from sim.testbenches.harness import run, stream_send
 
 
 def simulate(lanes, depth, tiles, *, seed=0, stall=0.3):

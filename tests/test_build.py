@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from platforms import PLATFORMS
-from sim.cocotb_runner import verilator_env, xilinx_cell_models
+from sim.testbenches.runner import verilator_env, xilinx_cell_models
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -1,14 +1,14 @@
-"""rtl.checker.DescriptorChecker against sim.engine_models.check: every error code, random
+"""rtl.checker.DescriptorChecker against sim.models.engine.check: every error code, random
 descriptors, back-to-back descriptors with random stalls."""
 
 import random
 
 import pytest
 
-from firmware.regmap import ErrorCode
+from firmware.spec.regmap import ErrorCode
 from rtl.checker import DescriptorChecker
-from sim import engine_models as em
-from sim.harness import run, stream_recv, stream_send
+from sim.models import engine as em
+from sim.testbenches.harness import run, stream_recv, stream_send
 
 WINDOW = (0x1000, 0x4000_0000)
 

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from rtl.export import generate_verilog
-from sim.cocotb_runner import available, run_cocotb, xilinx_cell_models
+from sim.testbenches.runner import available, run_cocotb, xilinx_cell_models
 
 ROOT = Path(__file__).resolve().parent.parent
 BUILD = ROOT / "build" / "cocotb"
@@ -40,6 +40,6 @@ def test_datapath(simulator, rows, cols, depth, seed, packing, primitive):
     env = {"DP_ROWS": str(rows), "DP_COLS": str(cols), "DP_DEPTH": str(depth),
            "DP_SEED": str(seed), "DP_TILES": "6", "DP_STALL": "0.3",
            "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    tests, failed = run_cocotb(simulator, verilog, name, "sim.cocotb_datapath",
+    tests, failed = run_cocotb(simulator, verilog, name, "sim.testbenches.datapath",
                                BUILD / f"{simulator}_{name}", env)
     assert tests == 1 and failed == 0, f"{failed} of {tests} cocotb tests failed"

@@ -1,4 +1,4 @@
-"""The hostile AXI memory of the cocotb testbenches (:mod:`sim.cocotb_mem`) catches a broken
+"""The hostile AXI memory of the cocotb testbenches (:mod:`sim.testbenches.mem`) catches a broken
 manager: a scripted one, through a shell module with nothing but input ports, on Icarus."""
 
 import os
@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from sim.cocotb_mem import KNOBS, PRESETS, AxiMemory, port_knobs
-from sim.cocotb_runner import available, run_cocotb
+from sim.testbenches.mem import KNOBS, PRESETS, AxiMemory, port_knobs
+from sim.testbenches.runner import available, run_cocotb
 
 ROOT = Path(__file__).resolve().parent.parent
 BUILD = ROOT / "build" / "cocotb"
@@ -35,7 +35,7 @@ def test_checker_catches_a_broken_manager():
         pytest.fail("icarus is not installed: run scripts/bootstrap.sh")
     verilog = shell_verilog(BUILD / "rtl" / "axi_shell.v")
     env = {"PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    tests, failed = run_cocotb("icarus", verilog, "axi_shell", "sim.cocotb_mem_check",
+    tests, failed = run_cocotb("icarus", verilog, "axi_shell", "sim.testbenches.mem_check",
                                BUILD / "icarus_axi_shell", env)
     assert tests == 8 and failed == 0, f"{failed} of {tests} cocotb tests failed"
 

@@ -6,10 +6,10 @@ from pathlib import Path
 import pytest
 from amaranth.sim import Simulator
 
-from firmware import regmap
+from firmware.spec import regmap
 from rtl.csr import RegisterBlock
 from rtl.export import generate_verilog
-from sim.cocotb_runner import available, run_cocotb
+from sim.testbenches.runner import available, run_cocotb
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -46,7 +46,7 @@ def test_register_block_with_axi_lite_master(simulator):
     build = ROOT / "build" / "cocotb"
     verilog = generate_verilog("csr", build / "rtl", name="csr_block", addr_width=12)
     env = {"PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    tests, failed = run_cocotb(simulator, verilog, "csr_block", "sim.cocotb_csr",
+    tests, failed = run_cocotb(simulator, verilog, "csr_block", "sim.testbenches.csr",
                                build / f"{simulator}_csr", env)
     assert tests == 3 and failed == 0, f"{failed} of {tests} cocotb tests failed"
 

@@ -6,8 +6,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rtl.datapath import GemmDatapath
-from sim import golden, models
-from sim.harness import run, stream_recv, stream_send
+from sim.models import datapath as models
+from sim.models import golden
+from sim.testbenches.harness import run, stream_recv, stream_send
 
 
 def simulate(rows, cols, commands, *, depth=None, seed=0, stall=0.3, extra_cmds=(), packing=1,

@@ -2,8 +2,8 @@ import numpy as np
 import pytest
 
 from firmware import AcceleratorError, Device
-from firmware.regmap import ErrorCode
-from sim import golden
+from firmware.spec.regmap import ErrorCode
+from sim.models import golden
 
 
 @pytest.mark.parametrize("ta,tb", [(False, False), (True, False), (False, True), (True, True)])

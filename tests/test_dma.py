@@ -7,8 +7,8 @@ import pytest
 
 from rtl.dma import DmaReader, DmaWriter
 from rtl.export import generate_verilog
-from sim.cocotb_dma import PORTS
-from sim.cocotb_runner import available, run_cocotb
+from sim.testbenches.dma import PORTS
+from sim.testbenches.runner import available, run_cocotb
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -27,7 +27,7 @@ def test_dma(kind, simulator, data_width, burst):
            "DMA_DATA_WIDTH": str(data_width), "DMA_ADDR_WIDTH": "32", "DMA_SEED": str(burst),
            "COCOTB_TEST_FILTER": "random_reads|bus_error" if kind == "reader" else
                                  "random_writes|write_error"}
-    tests, failed = run_cocotb(simulator, verilog, name, "sim.cocotb_dma",
+    tests, failed = run_cocotb(simulator, verilog, name, "sim.testbenches.dma",
                                build / f"{simulator}_{name}", env)
     assert tests == len(PORTS) + 1 and failed == 0, f"{failed} of {tests} cocotb tests failed"
 

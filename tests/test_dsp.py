@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 
 from rtl.dsp import SLICES, PackedMac
-from sim.harness import run
+from sim.testbenches.harness import run
 
 
 def _stimulus(n, seed=0):

@@ -9,8 +9,8 @@ import struct
 import numpy as np
 import pytest
 
-from firmware import data, nn
-from firmware.train import TASKS, TrainConfig, main, run
+from firmware.ml import data, nn
+from firmware.ml.train import TASKS, TrainConfig, main, run
 
 STEMS = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte",
          "t10k-labels-idx1-ubyte")

@@ -1,4 +1,4 @@
-"""rtl.gearbox.Gearbox against sim.models.gearbox, with random stalls on every stream."""
+"""rtl.gearbox.Gearbox against sim.models.datapath.gearbox, with random stalls on every stream."""
 
 import random
 
@@ -8,8 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rtl.gearbox import Gearbox
-from sim import models
-from sim.harness import run, stream_recv, stream_send
+from sim.models import datapath as models
+from sim.testbenches.harness import run, stream_recv, stream_send
 
 
 def _jobs(draw, data_width, lanes):

@@ -4,7 +4,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from sim.golden import MAX_K, float32_bits, gemm, gemm_scaled, k_runs, rescale, rescale_bits
+from sim.models.golden import MAX_K, float32_bits, gemm, gemm_scaled, k_runs, rescale, rescale_bits
 
 int8_matrices = hnp.arrays(np.int8, hnp.array_shapes(min_dims=2, max_dims=2, max_side=12))
 

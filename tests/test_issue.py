@@ -1,4 +1,4 @@
-"""rtl.issue.CommandIssue against sim.engine_models.issue: exponent vectors per block, commands
+"""rtl.issue.CommandIssue against sim.models.engine.issue: exponent vectors per block, commands
 that wait for them, operand vectors passed through; random stalls on every stream."""
 
 import random
@@ -7,8 +7,8 @@ import pytest
 
 from rtl.datapath import command_layout
 from rtl.issue import CommandIssue
-from sim import engine_models as em
-from sim.harness import run, stream_collect, stream_send
+from sim.models import engine as em
+from sim.testbenches.harness import run, stream_collect, stream_send
 
 ROWS, COLS, BLOCK, TAG = 4, 8, 2, 2
 

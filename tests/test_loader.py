@@ -1,4 +1,4 @@
-"""rtl.loader.LoadSequencer against sim.engine_models.load_sequence, random stalls on every
+"""rtl.loader.LoadSequencer against sim.models.engine.load_sequence, random stalls on every
 stream (the gearbox jobs, routing entries and read commands each stall on their own)."""
 
 import random
@@ -8,8 +8,8 @@ import pytest
 from rtl.dma import dma_command_layout
 from rtl.gearbox import gearbox_job_layout
 from rtl.loader import LoadSequencer, route_layout
-from sim import engine_models as em
-from sim.harness import layout_fields, run, stream_collect, stream_recv, stream_send
+from sim.models import engine as em
+from sim.testbenches.harness import layout_fields, run, stream_collect, stream_recv, stream_send
 
 
 def random_job(rng, tag_width, data_width, a_lanes, b_lanes):

@@ -1,4 +1,4 @@
-"""The analytic performance model (sim.perfmodel) against the RTL's cycle counts."""
+"""The analytic performance model (firmware.runtime.perfmodel) against the RTL's cycle counts."""
 
 import json
 from pathlib import Path
@@ -7,9 +7,10 @@ import numpy as np
 import pytest
 
 from firmware import Device
-from sim import golden, perfmodel
-from sim.perfmodel import best_block, predict, read_rate
-from sim.ports import dram_bytes_per_cycle, resolve_port
+from firmware.runtime import perfmodel
+from firmware.runtime.perfmodel import best_block, predict, read_rate
+from firmware.spec.ports import dram_bytes_per_cycle, resolve_port
+from sim.models import golden
 
 # The hardware configuration the accelerator tests already build (no extra compile).
 CONFIG = {"rows": 8, "cols": 8, "data_width": 128, "depth": 512, "block": 4}
@@ -25,7 +26,7 @@ GEMMS = [(96, 80, 200, False, False), (72, 64, 300, True, False), (64, 88, 160, 
          (32, 32, 64, True, False),
          # a one-tile-wide edge block with short k-major reads: predicted up to 10 % slow
          # when each block reloaded B; since the blocks go down the column keeping B
-         # (sim.engine_models.block_order), within 2.2 %
+         # (sim.models.engine.block_order), within 2.2 %
          (200, 40, 64, True, False)]
 
 
@@ -88,7 +89,7 @@ def test_best_block_queued_departs_only_for_a_clear_gain():
     stand-in's GEMMs. The stand-in's 784->256 batch-128 weight gradient, run turned
     (128x392x64 there, A transposed), takes a larger block queued than alone (its longer
     first loads hide under the one before)."""
-    from sim.perfmodel import predict_queued
+    from firmware.runtime.perfmodel import predict_queued
     pynq = {"rows": 16, "cols": 16, "depth": 256, "data_width": 64, "write_ports": 4,
             "read_ports": 3, "port": resolve_port("zynq7-hp")}
     zcu = {"rows": 16, "cols": 32, "depth": 256, "data_width": 64, "write_ports": 3,
@@ -116,7 +117,7 @@ def test_best_chunk_departs_from_the_ramp_only_for_a_clear_gain():
     then the fastest; alone, the fastest (the lowest of a tie). A load-bound descriptor of one
     block on the VU9P stand-in (256->10's forward at batch 64, 8x2x256) leaves the ramp
     queued, a compute-bound square does not; cached."""
-    from sim.perfmodel import best_chunk, predict_queued
+    from firmware.runtime.perfmodel import best_chunk, predict_queued
     config = {"rows": 8, "cols": 16, "depth": 512, "data_width": 64,
               "port": resolve_port("vcu118-ddr4")}
     for shape in [(8, 2, 256, False, False), (64, 64, 128, False, False),
@@ -146,7 +147,7 @@ def test_alone_block_and_chunk_are_chosen_together():
     predicted fastest over every side and chunk (here the VU9P stand-in's 576->128 batch-128
     weight gradient, 72x16x128: at the ramp block 8 is fastest, but block 6 with chunk 3 is
     faster still — measured 2,658 -> 2,404 cycles by python -m sim.bench sweep)."""
-    from sim.perfmodel import best_chunk, best_plan, run_shape
+    from firmware.runtime.perfmodel import best_chunk, best_plan, run_shape
     config = {"rows": 8, "cols": 16, "depth": 512, "data_width": 64,
               "port": resolve_port("vcu118-ddr4")}
     for shape in [(72, 16, 128, True, False), (16, 32, 256, False, True),
@@ -367,7 +368,7 @@ def test_queued_model_within_the_committed_benchmark():
     128 x 10 x 256 forward, run turned at the same block and chunk, measured 2,531 cycles
     queued in session 44 and 2,555 in 45 — the port's random pauses drawn from one stream
     for all the GEMMs run — the model's error -5.9 and -6.8 %)."""
-    from sim.perfmodel import predict_queued
+    from firmware.runtime.perfmodel import predict_queued
 
     off = []
     for r, narrow, config in _committed_runs():
@@ -387,7 +388,7 @@ def test_queued_copies_hide_the_fill():
     a square that computes for long gains little; ``copies`` is checked."""
     cfg = dict(rows=16, cols=32, data_width=64, depth=256, block=8,
                port=resolve_port("zynqmp-hp"), write_ports=2, read_ports=3)
-    from sim.perfmodel import predict_queued
+    from firmware.runtime.perfmodel import predict_queued
     alone = predict(32, 5, 256, **cfg)["cycles"]
     assert predict_queued(32, 5, 256, **cfg) < 0.85 * alone
     alone = predict(256, 256, 512, **cfg)["cycles"]
@@ -465,11 +466,11 @@ def test_the_word_fifo_is_the_engines():
 
 
 def test_cli_checks_committed_measurements(capsys, tmp_path):
-    """``python -m sim.perfmodel --check``: the committed model check predicted again, one
+    """``python -m firmware.runtime.perfmodel --check``: the committed model check predicted again, one
     table row per file and port; a missing file exits 2 naming the option."""
     from pathlib import Path
 
-    from sim.perfmodel import check_records, main
+    from firmware.runtime.perfmodel import check_records, main
 
     path = Path(__file__).parents[1] / "results" / "model_check_zcu104.json"
     assert main(["--check", str(path)]) == 0
@@ -534,8 +535,8 @@ def test_bench_sweep_measures_every_schedule(device):
     driver's schedule is among them, and the fastest is no slower than it or the model's
     fastest; the driver's schedule measures what the driver's own run of the GEMM does
     (``Device.gemm``, a run alone with the same schedule)."""
+    from firmware.runtime.perfmodel import run_shape
     from sim import bench
-    from sim.perfmodel import run_shape
 
     name, dev = device
     config = {**CONFIG, "port": resolve_port(PORTS[name]), "write_ports": 1, "read_ports": 1}
@@ -593,8 +594,8 @@ def test_committed_sweeps_hold_the_drivers_choice():
     """Each committed sweep's ``driver`` schedule is what the driver chooses today (so the
     file is re-measured when the rule changes), and the regret fields follow from the
     schedules."""
+    from firmware.runtime.perfmodel import record_config
     from sim.bench import _driver_schedule
-    from sim.perfmodel import record_config
 
     for path in SWEEPS:
         for r in json.loads(path.read_text())["results"]:

@@ -1,4 +1,4 @@
-"""The memory model's board-like ports (:mod:`sim.ports`): the accelerator stays bit-exact and
+"""The memory model's board-like ports (:mod:`firmware.spec.ports`): the accelerator stays bit-exact and
 finishes under every preset and every AW/W order with pauses, with no AXI protocol violation;
 the port's limits hold; a burst over the port's limit is flagged; bad ports are refused.
 
@@ -11,10 +11,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from firmware import AcceleratorError, Device
-from firmware.regmap import ErrorCode
+from firmware.spec.ports import (
+    BOARD_PORTS,
+    DRAM_ARBITRATIONS,
+    KNOBS,
+    PORTS,
+    WRITE_ORDERS,
+    resolve_port,
+)
+from firmware.spec.regmap import ErrorCode
 from platforms import PLATFORMS
-from sim import golden
-from sim.ports import BOARD_PORTS, DRAM_ARBITRATIONS, KNOBS, PORTS, WRITE_ORDERS, resolve_port
+from sim.models import golden
 
 # Configurations tests/test_accelerator.py builds, so no extra compile: one write port, two,
 # four; two write ports and two read ports ("2r": A and B each through a read port of its own)
@@ -109,8 +116,8 @@ def test_the_dram_limits_every_channel_together():
     """A DRAM of 4 bytes a cycle behind a 16-byte port: a GEMM whose reads and writes
     computes in ~4,400 cycles on the bare port takes its bytes over 4 (reads and writes
     together), within a few per cent, bit-exact; the perf model follows; None lifts it."""
-    from sim.perfmodel import predict
-    from sim.ports import dram_bytes_per_cycle
+    from firmware.runtime.perfmodel import predict
+    from firmware.spec.ports import dram_bytes_per_cycle
 
     port = {"dram_gbps": 0.5, "clock_mhz": 100.0, "data_width": 128}
     assert dram_bytes_per_cycle(resolve_port(port), 16) == pytest.approx(4.0)
@@ -323,7 +330,7 @@ def test_two_read_ports_overlap_a_and_b():
     one-port run here, by -24 %: it lets B's words past the router while A's narrow vectors
     are still being made — the case of vectors narrower than a bus word, which no board
     configuration has.)"""
-    from sim.perfmodel import predict
+    from firmware.runtime.perfmodel import predict
 
     port = {"preset": "zynqmp-hp", "pause": 0.0}
     m, n, k = 32, 32, 1024
@@ -352,7 +359,7 @@ def test_three_and_four_read_ports_stripe_b():
     striped over two read ports (and two gearboxes whose vectors are interleaved) it takes
     at most 65 % of its two-port cycles (about half), over three at most 80 % of those
     (about two thirds), and the model follows every run."""
-    from sim.perfmodel import predict
+    from firmware.runtime.perfmodel import predict
 
     port = {"preset": "zynqmp-hp", "pause": 0.0, "outstanding_reads": 2, "read_latency": 60}
     m, n, k = 4, 256, 512
@@ -377,13 +384,13 @@ def test_three_and_four_read_ports_stripe_b():
 
 def test_small_n_runs_as_its_transpose():
     """A GEMM of small N on three write and four read ports (the ZCU104's shape in small):
-    the driver runs it as C^T = op(B)^T op(A)^T (sim.perfmodel.best_plan), the 3 columns on
+    the driver runs it as C^T = op(B)^T op(A)^T (firmware.runtime.perfmodel.best_plan), the 3 columns on
     the array's rows and A read as B is, striped over three ports; C comes back as the
     transpose of the C^T written, bit for bit — int32, float32 with row and column exponent
     vectors, and a K cut into runs by k_exp (pieces combined on the host) — faster than the
     GEMM as given (a block given, nothing turned) and as the model predicts. Kept on the
     device (``as_tensor``), C is never left transposed."""
-    from sim.perfmodel import best_plan, predict
+    from firmware.runtime.perfmodel import best_plan, predict
 
     dev = _device("zynqmp-hp", write_ports="3w")
     info = dev.driver.info
@@ -435,7 +442,7 @@ def test_the_harness_names_every_port_of_the_widest_build():
     written (``mem_w5__``) fails the model's C++ build after the minutes Verilator takes."""
     import re
 
-    from firmware import regmap
+    from firmware.spec import regmap
     from rtl.accelerator import Accelerator
     from sim.native import harness_source
 
@@ -455,7 +462,7 @@ def test_narrow_operands_are_stored_and_read_packed():
     (k-major) takes 48 words a pass instead of 256, a 40 x 5 A (lane runs) 13 instead of
     40. Bit-exact behind a port that pauses; the RTL reads the words the performance model
     counts (``read_words``), each narrow operand's packed."""
-    from sim.perfmodel import predict
+    from firmware.runtime.perfmodel import predict
 
     dev = _device({"preset": "zynq7-hp", "pause": 0.2})
     port = dev.sim.port

@@ -1,6 +1,6 @@
-"""The board path: firmware.boards, the pynq backend's resolution of bitstream, report, .hwh
+"""The board path: firmware.spec.boards, the pynq backend's resolution of bitstream, report, .hwh
 and base address, the command line (``--backend pynq --board B``), and the simulated board
-(sim.pynq_sim) it all runs on here."""
+(sim.native.pynq_sim) it all runs on here."""
 
 import ast
 import dataclasses
@@ -12,15 +12,18 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from firmware import Device, boards, pynq_backend, train
-from sim.pynq_sim import SimBoard, hwh_text, write_bitstream_dir, write_hwh, write_report
+from firmware import Device
+from firmware.ml import train
+from firmware.runtime import pynq_backend
+from firmware.spec import boards
+from sim.native.pynq_sim import SimBoard, hwh_text, write_bitstream_dir, write_hwh, write_report
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture
 def board(monkeypatch, tmp_path):
-    """The Pynq-Z1 (its default configuration from firmware.boards) as a simulated board,
+    """The Pynq-Z1 (its default configuration from firmware.spec.boards) as a simulated board,
     installed as ``pynq``; no real overlay directory or repository build is looked at."""
     monkeypatch.setattr(pynq_backend, "OVERLAY_DIR", tmp_path / "no-overlays")
     monkeypatch.setattr(pynq_backend, "_REPO", tmp_path / "repo")
@@ -36,7 +39,7 @@ def _operands(seed=4, m=37, k=70, n=29):
             rng.integers(-128, 128, (k, n), dtype=np.int8))
 
 
-# -- firmware.boards and the build ---------------------------------------------------------------
+# -- firmware.spec.boards and the build ---------------------------------------------------------------
 def test_board_facts_are_stated_once():
     from platforms import PLATFORMS
     from platforms.vivado import build_tcl
@@ -49,7 +52,7 @@ def test_board_facts_are_stated_once():
         assert p.config() == b.config() and p.packing == b.packing
         assert f"set_property offset 0x{b.base_addr:08X}" in build_tcl(p)
     # the VCU118's MIG arbitrates as its port preset (the memory model) says
-    from sim.ports import MIG_ARBITRATION, PORTS
+    from firmware.spec.ports import MIG_ARBITRATION, PORTS
     mig = MIG_ARBITRATION[PORTS["vcu118-ddr4"]["dram_arbitration"]]
     assert f"DDR4_AxiArbitrationScheme {{{mig}}}" in build_tcl(PLATFORMS["vu9p"])
     cfg = boards.config("pynq-z1")
@@ -111,7 +114,7 @@ def test_resolution_order(tmp_path, monkeypatch):
     monkeypatch.setattr(pynq_backend, "OVERLAY_DIR", tmp_path / "none")
     monkeypatch.setattr(pynq_backend, "_REPO", tmp_path / "repo")
     monkeypatch.chdir(tmp_path)
-    # nothing but the board: firmware.boards
+    # nothing but the board: firmware.spec.boards
     t = pynq_backend.resolve(board="zcu104")
     assert (t.base_addr, t.clock_hz, t.bitfile, t.report) == (0xA000_0000, 200e6, None, None)
     assert t.sources["base_addr"] == "board default" and t.expected is None
@@ -252,11 +255,12 @@ class Block(importlib.abc.MetaPathFinder):
         if name.split(".")[0] in {_BLOCKED!r}:
             raise ImportError("blocked: " + name)
 sys.meta_path.insert(0, Block())
-import firmware, firmware.device, firmware.driver, firmware.regmap, firmware.boards
-import firmware.pynq_backend, firmware.train, firmware.nn, firmware.quant, firmware.optim
-from firmware.pynq_backend import resolve
+import firmware, firmware.runtime.device, firmware.runtime.driver, firmware.spec.regmap
+import firmware.spec.boards, firmware.runtime.pynq_backend, firmware.ml.train, firmware.ml.nn
+import firmware.ml.quant, firmware.ml.optim
+from firmware.runtime.pynq_backend import resolve
 print(resolve(board="pynq-z1", base_addr=0x43C00000).base_addr)
-from firmware.train import TrainConfig, run
+from firmware.ml.train import TrainConfig, run
 r = run(TrainConfig(task="rf-anomaly", precision="int8", epochs=1), quiet=True)
 print(r["metric"], r["gemms"] > 0)
 """
@@ -268,7 +272,7 @@ print(r["metric"], r["gemms"] > 0)
 
 def test_board_side_code_parses_as_python_3_10():
     """PYNQ's image has Python 3.10: no 3.11 syntax, no 3.11-only modules in firmware/."""
-    for path in sorted((ROOT / "firmware").glob("*.py")):
+    for path in sorted((ROOT / "firmware").rglob("*.py")):
         tree = ast.parse(path.read_text(), feature_version=(3, 10))
         for node in ast.walk(tree):
             names = ([a.name for a in node.names] if isinstance(node, ast.Import) else

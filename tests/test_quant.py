@@ -1,4 +1,4 @@
-"""firmware.quant: block floating point quantiser."""
+"""firmware.ml.quant: block floating point quantiser."""
 
 import numpy as np
 import pytest
@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from firmware.quant import block_exponent, dequantize, quantize
+from firmware.ml.quant import block_exponent, dequantize, quantize
 
 floats = hnp.arrays(np.float32, hnp.array_shapes(min_dims=2, max_dims=2, max_side=12),
                     elements=st.floats(-1e6, 1e6, width=32))

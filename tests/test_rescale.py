@@ -6,8 +6,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rtl.rescale import Rescaler
-from sim.golden import rescale_bits
-from sim.harness import run, stream_recv, stream_send
+from sim.models.golden import rescale_bits
+from sim.testbenches.harness import run, stream_recv, stream_send
 
 
 def expected_word(acc: int, exp: int, raw: bool) -> int:

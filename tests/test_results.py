@@ -1,4 +1,4 @@
-"""The statistics and tables of ``firmware.results``: sample standard deviations, Student t
+"""The statistics and tables of ``firmware.ml.results``: sample standard deviations, Student t
 intervals, paired differences, and a two-seed run of the command line."""
 
 import json
@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from firmware.results import (
+from firmware.ml.results import (
     CONTRASTS,
     METHODS,
     collect,

@@ -1,12 +1,12 @@
-"""rtl.router.ReadRouter against sim.engine_models.route, random stalls on every stream."""
+"""rtl.router.ReadRouter against sim.models.engine.route, random stalls on every stream."""
 
 import random
 
 import pytest
 
 from rtl.router import ReadRouter
-from sim import engine_models as em
-from sim.harness import run, stream_collect, stream_send
+from sim.models import engine as em
+from sim.testbenches.harness import run, stream_collect, stream_send
 
 
 @pytest.mark.parametrize("data_width", [64, 512])

@@ -4,11 +4,12 @@ descriptor's limits, blocks along K, and the profile."""
 import numpy as np
 import pytest
 
-from firmware import Device, nn
-from firmware.device import DeviceTensor
-from firmware.profile import Profile
-from firmware.quant import dequantize, quantize
-from sim import golden
+from firmware import Device
+from firmware.ml import nn
+from firmware.ml.quant import dequantize, quantize
+from firmware.runtime.device import DeviceTensor
+from firmware.runtime.profile import Profile
+from sim.models import golden
 
 
 def _same(x, y):
@@ -62,7 +63,7 @@ def test_no_host_arithmetic_over_the_operands_on_rtl(rtl, ta, tb):
 
 def test_training_on_rtl_calls_no_golden_model(monkeypatch):
     """Two int8 steps on the simulated accelerator with the golden models booby-trapped."""
-    from firmware import train
+    from firmware.ml import train
     r = train.build(train.TrainConfig(task="digits-mlp", precision="int8", epochs=1,
                                       batch=32, blocks="tensor"), "rtl", 8, 8)
     r.data = tuple(a[:64] for a in r.data)
@@ -244,7 +245,7 @@ def test_bad_block_policies():
 
 
 def test_command_line_profile_blocks_and_the_model_backend(capsys):
-    from firmware.train import main
+    from firmware.ml.train import main
     assert main(["--task", "rf-anomaly", "--backend", "model", "--board", "zcu104",
                  "--epochs", "1", "--profile", "--blocks", "tensor"]) == 0
     out = capsys.readouterr()
@@ -263,8 +264,8 @@ def test_command_line_profile_blocks_and_the_model_backend(capsys):
 
 
 def test_functional_model_checks_descriptors_like_the_hardware():
-    from firmware.driver import AcceleratorError
-    from firmware.regmap import ErrorCode
+    from firmware.runtime.driver import AcceleratorError
+    from firmware.spec.regmap import ErrorCode
     dev = Device("model", rows=8, cols=8, data_width=128)
     drv = dev.driver
     t = dev.tensor(np.ones((4, 16), np.int8))
@@ -284,7 +285,7 @@ def test_functional_model_checks_descriptors_like_the_hardware():
 
 
 def test_host_benchmark_measures_a_step():
-    from sim import hostbench
+    from sim.bench import host as hostbench
     r = hostbench.measure("pynq-z1", "tensor", batch=4, steps=1)
     assert r["config"] == "16x16@64" and r["clock_mhz"] == 100
     assert r["gemms_per_step"] == 4 * 3 - 1                  # the first layer: no dx
@@ -403,7 +404,7 @@ def test_queued_gemms_bad_arguments(rtl):
 def test_queued_gemms_free_every_buffer_when_a_run_fails(monkeypatch):
     """A C left on the device for an earlier call goes back to the pool when a later run of
     the same queued call fails: nothing leaks."""
-    import firmware.device as device
+    import firmware.runtime.device as device
     dev = Device("model", rows=8, cols=8, queue=1)
     monkeypatch.setattr(device, "C_BUDGET", 1)            # one piece per driver run
     real, seen = dev.driver.run, []

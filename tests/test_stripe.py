@@ -1,5 +1,5 @@
-"""rtl.stripe: LoadStriper against sim.engine_models.stripe and VectorInterleave against
-sim.engine_models.interleave, over two and three ways, random stalls on every stream; the
+"""rtl.stripe: LoadStriper against sim.models.engine.stripe and VectorInterleave against
+sim.models.engine.interleave, over two and three ways, random stalls on every stream; the
 model's striped rows are the job's rows (each row's address, in order once interleaved); and
 div3 is exact on every 17- and 18-bit value."""
 
@@ -19,8 +19,8 @@ from rtl.stripe import (
     div3,
     interleave_job_layout,
 )
-from sim import engine_models as em
-from sim.harness import layout_fields, run, stream_collect, stream_recv, stream_send
+from sim.models import engine as em
+from sim.testbenches.harness import layout_fields, run, stream_collect, stream_recv, stream_send
 
 
 def random_job(rng, tag_width=3):

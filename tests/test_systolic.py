@@ -6,8 +6,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rtl.systolic import SystolicArray
-from sim import golden, models
-from sim.harness import run
+from sim.models import datapath as models
+from sim.models import golden
+from sim.testbenches.harness import run
 
 
 def simulate(rows, cols, schedule, packing=1, dsp_rows=None, slr_cols=(), dsp_slice="DSP48E2"):

@@ -1,5 +1,5 @@
 """The PyTorch front end (firmware.torch): fp32 mode against torch's own layers and finite
-differences, int8 mode against firmware.nn and golden against rtl bit for bit, convert(), the
+differences, int8 mode against firmware.ml.nn and golden against rtl bit for bit, convert(), the
 8-bit optimiser, weight averaging, argument checks."""
 
 import numpy as np
@@ -9,8 +9,9 @@ torch = pytest.importorskip("torch", reason="PyTorch is the optional extra 'torc
                                             "pip install -e '.[torch]'")
 
 import firmware.torch as ft  # noqa: E402
-from firmware import Device, nn, optim  # noqa: E402
-from firmware.quant import quantize  # noqa: E402
+from firmware import Device  # noqa: E402
+from firmware.ml import nn, optim  # noqa: E402
+from firmware.ml.quant import quantize  # noqa: E402
 
 F = torch.nn.functional
 
@@ -81,7 +82,7 @@ def test_fp32_gradients_against_finite_differences():
             fast_mode=True)
 
 
-# -- int8 mode: firmware.nn semantics, golden == rtl -----------------------------------------
+# -- int8 mode: firmware.ml.nn semantics, golden == rtl -----------------------------------------
 def test_int8_linear_is_firmware_nn(golden):
     rng = np.random.default_rng(1)
     ref = nn.Linear(6, 4, rng)

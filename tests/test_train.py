@@ -6,9 +6,10 @@ import json
 import numpy as np
 import pytest
 
-from firmware import Device, nn
-from firmware.optim import SGD, SWA, schedule_lr, swalp_lr
-from firmware.train import TrainConfig, main, run
+from firmware import Device
+from firmware.ml import nn
+from firmware.ml.optim import SGD, SWA, schedule_lr, swalp_lr
+from firmware.ml.train import TrainConfig, main, run
 
 
 def _numeric_grad(f, x, eps=1e-3):
@@ -153,7 +154,7 @@ def test_swalp_schedule_and_averaging():
 def test_every_arm_runs_the_same_schedule_until_the_averaging_phase(schedule):
     """fp32 SGD, int8 SGD, fp32 SWA and int8 SWALP see the same learning rate over the
     pre-averaging budget (15 of 20 epochs); the averaging arms then run at swa_lr."""
-    from firmware import train
+    from firmware.ml import train
     arms = {(p, swa): train.build(TrainConfig(task="digits-mlp", precision=p, swa=swa,
                                               epochs=20, schedule=schedule))
             for p in ("fp32", "int8") for swa in (False, True)}
@@ -219,7 +220,7 @@ def test_checkpoint_resume_is_bit_identical(tmp_path):
 
 
 def test_swa_every_iteration_and_8bit_weights_without_swa():
-    from firmware import train
+    from firmware.ml import train
     counts = {}
     for every in ("epoch", "iteration"):
         r = train.build(TrainConfig(task="mnist-logreg", precision="int8", swa=True, epochs=4,
@@ -258,7 +259,7 @@ def test_hardware_in_the_loop_rtl_equals_golden():
     cfg = dict(task="digits-mlp", precision="int8", epochs=1, seed=3, batch=64)
     results = {}
     for backend in ("golden", "rtl"):
-        from firmware import train
+        from firmware.ml import train
         r = train.build(TrainConfig(**cfg), backend, 8, 8)
         r.data = tuple(a[:256] for a in r.data)
         r.train_epoch()

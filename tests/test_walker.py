@@ -1,4 +1,4 @@
-"""rtl.walker.Walker against sim.engine_models.walk: random GEMM shapes on several array and
+"""rtl.walker.Walker against sim.models.engine.walk: random GEMM shapes on several array and
 bus shapes, back-to-back descriptors (slot parity carried over), random stalls everywhere."""
 
 import random
@@ -9,8 +9,8 @@ from rtl.issue import tile_command_layout
 from rtl.loader import load_job_layout
 from rtl.walker import Walker
 from rtl.writeback import write_job_layout
-from sim import engine_models as em
-from sim.harness import layout_fields, run, stream_collect, stream_send
+from sim.models import engine as em
+from sim.testbenches.harness import layout_fields, run, stream_collect, stream_send
 
 
 def simulate(descs, rows, cols, depth, block, data_width, seed, stall=0.3):
@@ -220,7 +220,7 @@ def test_balanced_chunks_in_rtl():
     (8, 8, 40, 16, True)])      # one column of blocks: down it
 def test_blocks_keep_the_shared_operand(rows, cols, m, n, down):
     """K in one chunk: the walk goes along the inner direction of
-    :func:`sim.engine_models.column_order`, and every block after the first of its row
+    :func:`sim.models.engine.column_order`, and every block after the first of its row
     (column) of blocks loads no A (B) tile, reading the one before's slots; a K of two
     chunks walks the rows and keeps nothing. The RTL walks it the same."""
     depth, block, k = 16, 2, 12

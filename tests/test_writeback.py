@@ -1,4 +1,4 @@
-"""rtl.writeback.WriteBack against sim.engine_models.write_back: C rows narrower, as wide as and
+"""rtl.writeback.WriteBack against sim.models.engine.write_back: C rows narrower, as wide as and
 wider than a bus word, ragged edges in M and N, random stalls and delayed write responses."""
 
 import random
@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from rtl.writeback import WriteBack, phase_rows, tile_phase
-from sim import engine_models as em
-from sim.harness import run, stream_recv, stream_send
+from sim.models import engine as em
+from sim.testbenches.harness import run, stream_recv, stream_send
 
 
 @pytest.mark.parametrize("rows,cols,data_width,phase,ports", [
@@ -189,7 +189,7 @@ def test_phase_rows():
     """The rows of a tile a phase takes add up to the rows for every count of ports. The
     ZCU104's 32 rows over six ports: a tile's first row goes to port 0, 2 and 4 in turn
     (tile_phase), so each port takes 6, 5 and 5 rows of three tiles, 16 each — as
-    sim.engine_models.write_back deals them, and as the datapath's stream dealt in turn
+    sim.models.engine.write_back deals them, and as the datapath's stream dealt in turn
     gives them."""
     assert [phase_rows(32, 6, p) for p in range(6)] == [6, 6, 5, 5, 5, 5]
     for p in range(6):

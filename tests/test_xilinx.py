@@ -82,7 +82,7 @@ def test_byte_shift_primitives_equal_the_plain_shifter(tmp_path, window_bytes, o
     and offset by Yosys' SAT solver, with Yosys' models of the primitives, at every offset
     width the gearboxes use (3 to 6 bits: 64- to 512-bit buses; the 512-bit realigner's
     parts are 79 bytes to 16, here 4 bytes out of 67 to keep the proof short)."""
-    from sim.cocotb_runner import xilinx_cell_models
+    from sim.testbenches.runner import xilinx_cell_models
 
     for primitive in (False, True):
         (tmp_path / f"{'prim' if primitive else 'plain'}.v").write_text(verilog.convert(

@@ -18,26 +18,26 @@ constructor, weight layout ``out x in`` / ``cout x cin x kh x kw``, initialisati
 :class:`firmware.Device`) and ``precision`` (``"int8"``, the default, or ``"fp32"``). Their
 forward pass is a ``torch.autograd.Function`` whose three GEMMs -- forward ``x Wᵀ``,
 backward-data ``δ W`` and weight-gradient ``δᵀ x`` -- run on the Device in 8-bit block
-floating point with the runtime's own machinery (:mod:`firmware.nn`: :class:`~firmware.nn.Engine`,
-:class:`~firmware.nn.Blocks`, :class:`~firmware.nn.Q`, :func:`firmware.quant.quantize`), with
-the same semantics as :class:`firmware.nn.Linear` / :class:`firmware.nn.Conv2d` (tested bit for
+floating point with the runtime's own machinery (:mod:`firmware.ml.nn`: :class:`~firmware.ml.nn.Engine`,
+:class:`~firmware.ml.nn.Blocks`, :class:`~firmware.ml.nn.Q`, :func:`firmware.ml.quant.quantize`), with
+the same semantics as :class:`firmware.ml.nn.Linear` / :class:`firmware.ml.nn.Conv2d` (tested bit for
 bit):
 
 * each tensor is quantised **once per step** with stochastic rounding: ``x̄`` and ``W̄`` in
   the forward pass (kept, and on the device, for the backward pass), ``δ̄`` once in the
   backward pass for both of its GEMMs;
-* block granularity per tensor (:class:`firmware.nn.Blocks`, default Fox et al.'s: one
+* block granularity per tensor (:class:`firmware.ml.nn.Blocks`, default Fox et al.'s: one
   exponent for the weights, one per sample for activations and deltas);
 * GEMMs that autograd does not need are skipped (``ctx.needs_input_grad``): the first
   layer's backward-data GEMM when the input does not require grad, the weight gradient of a
   frozen weight.
 
 Bias, activations, pooling and the loss stay in float32 torch on the host. In ``eval()`` mode
-the quantisation rounds to nearest (deterministic inference, as :mod:`firmware.train`
+the quantisation rounds to nearest (deterministic inference, as :mod:`firmware.ml.train`
 evaluates). ``precision="fp32"`` runs the same ``autograd.Function`` with the GEMMs in torch
 in the input's dtype (float32, or float64 for gradient checks).
 
-:class:`SGD` is the 8-bit optimiser of :class:`firmware.optim.SGD` (``weights="int8"``:
+:class:`SGD` is the 8-bit optimiser of :class:`firmware.ml.optim.SGD` (``weights="int8"``:
 weights, gradients and momentum in 8-bit block floating point, stochastic rounding, one
 exponent per tensor -- SWALP) as a ``torch.optim.Optimizer``; a param group may ask for
 float32 master weights (``weights="fp32"``). :func:`swalp_scheduler` is SWALP's learning-rate
@@ -59,11 +59,11 @@ except ImportError as e:                                     # pragma: no cover
     raise ImportError("firmware.torch needs PyTorch: pip install -e '.[torch]' (README, "
                       "'PyTorch front end')") from e
 
-from firmware.device import Device
-from firmware.nn import FOX, Blocks, Engine, Q, _patch_blocks
-from firmware.optim import schedule_lr
-from firmware.quant import dequantize, quantize
-from sim import golden
+from firmware.ml.nn import FOX, Blocks, Engine, Q, _patch_blocks
+from firmware.ml.optim import schedule_lr
+from firmware.ml.quant import dequantize, quantize
+from firmware.runtime.device import Device
+from sim.models import golden
 
 __all__ = ["Accel", "Linear", "Conv2d", "convert", "SGD", "swalp_scheduler", "PRECISIONS"]
 
@@ -82,9 +82,9 @@ class Accel:
     ----------
     device : firmware.Device
         Any backend (``golden``, ``rtl``, ``pynq``, ``model``).
-    blocks : firmware.nn.Blocks or str, optional
-        Block granularity: a :class:`~firmware.nn.Blocks` or a string for
-        :meth:`firmware.nn.Blocks.parse` (``"fox"``, ``"tensor"``, ``"W,x,δ"``). Default Fox.
+    blocks : firmware.ml.nn.Blocks or str, optional
+        Block granularity: a :class:`~firmware.ml.nn.Blocks` or a string for
+        :meth:`firmware.ml.nn.Blocks.parse` (``"fox"``, ``"tensor"``, ``"W,x,δ"``). Default Fox.
     rounding : {"stochastic", "nearest"}
         Rounding of the training passes (``eval()`` always rounds to nearest).
     seed : int
@@ -104,7 +104,7 @@ class Accel:
     sample_offset : int
         Global index of the first sample of the next batch (``per_sample``; set by
         :func:`firmware.torch.distributed.shard`).
-    engine, eval_engine : firmware.nn.Engine
+    engine, eval_engine : firmware.ml.nn.Engine
         The training (stochastic) and evaluation (nearest) engines over ``device``.
     """
 
@@ -115,7 +115,7 @@ class Accel:
         if isinstance(blocks, str):
             blocks = Blocks.parse(blocks)
         elif not isinstance(blocks, Blocks):
-            raise TypeError(f"blocks must be a firmware.nn.Blocks or a string, not "
+            raise TypeError(f"blocks must be a firmware.ml.nn.Blocks or a string, not "
                             f"{type(blocks).__name__}")
         if rounding not in ("stochastic", "nearest"):
             raise ValueError(f"rounding must be 'stochastic' or 'nearest', not {rounding!r}")
@@ -150,7 +150,7 @@ class Accel:
 
     @property
     def profile(self):
-        """Host time by kind and accelerator cycles (:class:`firmware.profile.Profile`)."""
+        """Host time by kind and accelerator cycles (:class:`firmware.runtime.profile.Profile`)."""
         return self.engine.profile
 
     @property
@@ -312,7 +312,7 @@ class _Layer:
         return np.concatenate(qs), np.concatenate(es)
 
     def _quantize_weight(self, w_in_out: np.ndarray, call) -> Q:
-        """``W̄`` as ``firmware.nn`` holds it (``fan_in x fan_out``)."""
+        """``W̄`` as ``firmware.ml.nn`` holds it (``fan_in x fan_out``)."""
         eng = self._engine()
         axis = _axis(self.accel.blocks.weights, None, 1)
         if not self._per_sample():
@@ -350,7 +350,7 @@ class _Layer:
         return s.result()
 
     def _bias_grad(self, per_sample_rows, dy32_sum) -> np.ndarray:
-        """The bias gradient: ``dy32_sum()`` (float32, as firmware.nn), or in ``per_sample``
+        """The bias gradient: ``dy32_sum()`` (float32, as firmware.ml.nn), or in ``per_sample``
         mode the float64 sum of ``per_sample_rows()`` (one row per sample) in sample order,
         kept for the ordered reduction."""
         if not self._per_sample():
@@ -496,7 +496,7 @@ def _pair(v) -> tuple[int, int]:
 
 class Conv2d(_Layer, torch.nn.Conv2d):
     """``torch.nn.Conv2d`` whose GEMMs run on the accelerator (``im2col`` on the host, as
-    :class:`firmware.nn.Conv2d`: layout only).
+    :class:`firmware.ml.nn.Conv2d`: layout only).
 
     Parameters
     ----------
@@ -550,7 +550,7 @@ class Conv2d(_Layer, torch.nn.Conv2d):
 
     # -- im2col ------------------------------------------------------------------------------
     def _cols(self, x: np.ndarray):
-        """``(n oh ow) x (c kh kw)`` patches of an NCHW array (as firmware.nn.Conv2d)."""
+        """``(n oh ow) x (c kh kw)`` patches of an NCHW array (as firmware.ml.nn.Conv2d)."""
         n, c, h, w = x.shape
         kh, kw = self.kernel_size
         sh, sw = self.stride
@@ -758,14 +758,14 @@ def convert(model: torch.nn.Module, accel: Accel | Device | None, *,
 
 # -- the 8-bit optimiser -------------------------------------------------------------------
 def _q(x: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-    """As :func:`firmware.optim._q`: one exponent per tensor, stochastic rounding."""
+    """As :func:`firmware.ml.optim._q`: one exponent per tensor, stochastic rounding."""
     q, e = quantize(np.asarray(x, np.float32), rounding="stochastic", rng=rng)
     return dequantize(q, e)
 
 
 class SGD(torch.optim.Optimizer):
     """SGD with momentum and weight decay, 8-bit (SWALP) or float32, as a
-    ``torch.optim.Optimizer``: the update of :class:`firmware.optim.SGD`, bit for bit.
+    ``torch.optim.Optimizer``: the update of :class:`firmware.ml.optim.SGD`, bit for bit.
 
     Per param group, ``weights="int8"`` keeps weights, gradients and momentum in 8-bit block
     floating point, one exponent per tensor, quantised with stochastic rounding after every
@@ -886,7 +886,7 @@ def _check_group(g: dict) -> None:
 
 def swalp_scheduler(optimizer: torch.optim.Optimizer, budget: float, *,
                     swa_lr: float | None = None, schedule: str = "swalp"):
-    """SWALP's learning-rate schedule (:func:`firmware.optim.schedule_lr`) as a
+    """SWALP's learning-rate schedule (:func:`firmware.ml.optim.schedule_lr`) as a
     ``torch.optim.lr_scheduler.LambdaLR``: call ``step()`` once per epoch.
 
     Parameters

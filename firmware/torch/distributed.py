@@ -44,7 +44,7 @@ Two ways to combine the gradients:
     (seed, layer, step): the same draws whatever process the sample lands on.
   - The weight gradient is ``Σ_r float64(P_r) 2**e_r`` over the maximal runs of equal
     per-sample exponents along the batch, added in float64 **in order** and rounded once
-    (:func:`sim.golden.gemm_scaled`, the Device's own ``k_exp`` semantics). Float64
+    (:func:`sim.models.golden.gemm_scaled`, the Device's own ``k_exp`` semantics). Float64
     addition is not associative, so the processes cannot add their own partial sums and
     all-reduce them: instead the running float64 sum is passed along the ranks in order
     (rank 0 -> 1 -> ... -> the last), each adding its runs' exact int32 partials, a run

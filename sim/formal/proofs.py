@@ -32,7 +32,7 @@ from amaranth.back import rtlil
 from amaranth.hdl import Assert, Assume, Cover
 from amaranth.lib import wiring
 
-from firmware import regmap
+from firmware.spec import regmap
 from rtl.csr import RESP_OKAY, RESP_SLVERR, RegisterBlock, _latched_pair
 from rtl.dma import DmaReader, DmaWriter
 from sim.formal.axi import AXI4LiteChecker, AXI4ReadChecker, AXI4WriteChecker, Queue, watch

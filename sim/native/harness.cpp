@@ -1,11 +1,11 @@
 // Native Verilator harness for the accelerator: the AXI4 memory model and an AXI4-Lite host,
-// in C++, behind a small C API (loaded by sim/native.py through ctypes).
+// in C++, behind a small C API (loaded by sim/native/__init__.py through ctypes).
 //
 // Compiled with -DMODEL=<Verilated class> -DMODEL_H="<header>" -DDW=<AXI data width in bits>.
 //
 // Memory model: a flat byte array at address 0 behind one AXI subordinate port (with
 // -DWRITE_PORTS=2 .. 6 more write ports, mem_w1 ... mem_w5, and with -DREAD_PORTS=2, 3 or 4 a second,
-// third and fourth read port, mem_r1 ... mem_r3, on the same memory, each port with the knobs below of its own) whose timing is set by a few knobs (sim_configure; sim/ports.py has
+// third and fourth read port, mem_r1 ... mem_r3, on the same memory, each port with the knobs below of its own) whose timing is set by a few knobs (sim_configure; firmware/spec/ports.py has
 // the boards' presets):
 //
 // * outstanding_reads: AR bursts accepted and not yet fully returned; ARREADY is low at the
@@ -101,7 +101,7 @@ template <typename T> uint64_t get_strb(const T &sig) {
 
 enum WriteOrder : unsigned { AW_FIRST = 0, W_FIRST = 1, RANDOM_ORDER = 2 };
 
-// Counters, in the order sim_counter() numbers them (sim/native.py names them).
+// Counters, in the order sim_counter() numbers them (sim/native/__init__.py names them).
 enum Counter : int {
     READ_BEATS, WRITE_BEATS, READ_BURSTS, WRITE_BURSTS, MAX_READS_IN_FLIGHT,
     MAX_WRITES_IN_FLIGHT, VIOLATIONS, STABILITY_VIOLATIONS, BURST_VIOLATIONS, AR_STALLS,

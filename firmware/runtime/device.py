@@ -5,22 +5,22 @@ from firmware import Device
 dev = Device(backend="golden", rows=8, cols=8)
 c = dev.gemm(a, b, transpose_a=False, transpose_b=False, row_exp=0, col_exp=0, out="float32")
 dev.stats     # of the last call
-dev.profile   # host time and accelerator cycles, accumulated (firmware.profile.Profile)
+dev.profile   # host time and accelerator cycles, accumulated (firmware.runtime.profile.Profile)
 ```
 
-The result always equals :func:`sim.golden.gemm_scaled` (``sim.golden.rescale(
-sim.golden.gemm(...), row_exp, col_exp)`` without ``k_exp``; the raw int32 GEMM with
+The result always equals :func:`sim.models.golden.gemm_scaled` (``sim.models.golden.rescale(
+sim.models.golden.gemm(...), row_exp, col_exp)`` without ``k_exp``; the raw int32 GEMM with
 ``out="int32"``) bit for bit. Backends:
 
 * ``"golden"``: numpy only, instant; ``stats`` has the MAC count (no cycles: nothing is timed).
 * ``"rtl"``: the generated Verilog of the whole accelerator (:class:`rtl.accelerator.Accelerator`)
   as a native Verilator model with an AXI memory model (:mod:`sim.native`), cycle-accurate,
-  driven by the register-level :class:`firmware.driver.Driver`. The model is compiled once per
+  driven by the register-level :class:`firmware.runtime.driver.Driver`. The model is compiled once per
   configuration and cached. ``stats`` has the hardware's counters.
 * ``"pynq"``: the same driver over a board, through the ``pynq`` package (``MMIO`` and
-  ``allocate``); see :mod:`firmware.pynq_backend`. ``rows``, ``cols`` and ``data_width``
+  ``allocate``); see :mod:`firmware.runtime.pynq_backend`. ``rows``, ``cols`` and ``data_width``
   default to what the hardware's configuration registers say.
-* ``"model"``: the same driver over :class:`sim.functional.FunctionalAccelerator`, a
+* ``"model"``: the same driver over :class:`sim.models.functional.FunctionalAccelerator`, a
   register-level functional model: results from the golden models at once, cycles from the
   analytic performance model. For measuring the host's side at board sizes the
   cycle-accurate model cannot reach; not a test of the hardware.
@@ -35,7 +35,7 @@ express the GEMM, and :attr:`Device.profile` times it as ``combine``:
   chunks whose exact int32 partial sums the host adds in int64 (then rescales);
 * ``k_exp`` with more than one run of equal values (blocks along the reduction axis, as in
   Fox et al.'s per-sample weight gradient): one descriptor per run, raw int32 partials
-  combined in float64 as :func:`sim.golden.gemm_scaled` specifies.
+  combined in float64 as :func:`sim.models.golden.gemm_scaled` specifies.
 
 Device memory (``rtl``, ``pynq``): :meth:`Device.tensor` copies an int8 matrix into a device
 buffer once and returns a :class:`DeviceTensor` handle that any number of GEMMs can take in
@@ -52,11 +52,11 @@ with ``packing=2``: the pairs modelled on a ``"DSP48E2"``, the default, or a ``"
 as the Pynq-Z1 builds them; the same results and cycles); ``slr_groups``
 (``rtl``: the array's columns in that many SLR groups with crossing registers, as on the
 VU9P); ``port`` (the
-memory port's timing, ``rtl``: a preset name of :data:`sim.ports.PORTS` -- ``"ideal"`` (the
+memory port's timing, ``rtl``: a preset name of :data:`firmware.spec.ports.PORTS` -- ``"ideal"`` (the
 default), ``"zynq7-hp"``, ``"zynqmp-hp"``, ``"vcu118-ddr4"`` -- or a dict of knobs, see
-:mod:`sim.ports`); ``latency``, ``pause``,
+:mod:`firmware.spec.ports`); ``latency``, ``pause``,
 ``memory`` (bytes), ``seed`` (``rtl``); ``board``, ``bitfile``, ``report``, ``base_addr``,
-``ip_name``, ``clock_hz`` (``pynq``, see :func:`firmware.pynq_backend.connect`); ``max_dim``
+``ip_name``, ``clock_hz`` (``pynq``, see :func:`firmware.runtime.pynq_backend.connect`); ``max_dim``
 (every backend but golden: the largest M, N or K of one descriptor, :data:`MAX_DIM` by
 default; smaller values exercise the splitting).
 
@@ -74,11 +74,10 @@ import inspect
 
 import numpy as np
 
-from sim import golden
-
-from . import regmap
-from .driver import AcceleratorError, Driver
-from .profile import Profile
+from firmware.runtime.driver import AcceleratorError, Driver
+from firmware.runtime.profile import Profile
+from firmware.spec import regmap
+from sim.models import golden
 
 __all__ = ["Device", "DeviceTensor", "AcceleratorError", "BACKENDS", "MAX_DIM"]
 
@@ -316,7 +315,7 @@ class Device:
         self.profile = Profile()
         self.driver = None
         if backend == "pynq":
-            from .pynq_backend import connect
+            from firmware.runtime.pynq_backend import connect
             self.driver = connect(**options)
             info = self.driver.info
             want = (rows or info.rows, cols or info.cols, data_width or info.data_width)
@@ -344,7 +343,7 @@ class Device:
             if unknown:
                 raise TypeError(f"unknown option(s) for the model backend: {sorted(unknown)}; "
                                 f"valid: {sorted(allowed)}")
-            from sim.functional import FunctionalAccelerator
+            from sim.models.functional import FunctionalAccelerator
             self.sim = FunctionalAccelerator(rows=rows, cols=cols, data_width=data_width,
                                              **options)
             self.driver = Driver(_SimRegs(self.sim), _SimMemory(self.sim))
@@ -414,7 +413,7 @@ class Device:
     def gemm(self, a, b, *, transpose_a: bool = False, transpose_b: bool = False,
              row_exp=0, col_exp=0, k_exp=None, out: str = "float32",
              as_tensor: bool = False, block: int | None = None):
-        """:func:`sim.golden.gemm_scaled` as float32, or the int32 GEMM (``out="int32"``).
+        """:func:`sim.models.golden.gemm_scaled` as float32, or the int32 GEMM (``out="int32"``).
 
         ``as_tensor``: return C as a :class:`DeviceTensor` left in device memory (not read
         back; ``.numpy()`` reads it) instead of a numpy array.
@@ -422,13 +421,13 @@ class Device:
         ``block``: the side, in C tiles, of the blocks the accelerator walks C in (1 up to
         the buffers' block, ``CONFIG_BUFFER.BLOCK_LOG2``): A and B are read once per block
         row and column, C leaves block by block. ``None`` lets
-        :func:`sim.perfmodel.best_plan` choose for the device's memory port (the hardware's
+        :func:`firmware.runtime.perfmodel.best_plan` choose for the device's memory port (the hardware's
         largest where the port is unknown), and also whether to run the GEMM as its
         transpose, ``C^T = op(B)^T op(A)^T``, where that is predicted faster (a small N: the
         short side on the array's rows, the long operand read as B is) — then C is returned
         as the transpose of the C^T written, copied into row-major order (never with
         ``as_tensor``), and how K is cut into chunks (``DESC_FLAGS.CHUNK``,
-        :func:`sim.perfmodel.best_chunk`). It changes the time, never the result, nor its
+        :func:`firmware.runtime.perfmodel.best_chunk`). It changes the time, never the result, nor its
         memory order; ``stats["block"]``, ``stats["transposed"]`` and ``stats["chunk"]`` say
         which was used.
 
@@ -443,7 +442,7 @@ class Device:
         TypeError
             An operand is not an int8 matrix, a flag not a bool, an exponent not int8.
         ValueError
-            Shapes do not match, a dimension is 0, K above :data:`sim.golden.MAX_K`, an
+            Shapes do not match, a dimension is 0, K above :data:`sim.models.golden.MAX_K`, an
             exponent vector has the wrong length, ``k_exp`` with ``out="int32"``, ``out`` is
             not ``"float32"`` / ``"int32"``, or ``block`` is outside ``1..`` the hardware's.
         AcceleratorError
@@ -614,16 +613,16 @@ class Device:
         return y
 
     def memory_port(self) -> dict | None:
-        """The memory port's knobs (:func:`sim.ports.resolve_port`) where known: the
+        """The memory port's knobs (:func:`firmware.spec.ports.resolve_port`) where known: the
         simulators', or the preset of the board the pynq backend found; else None."""
-        from sim.ports import BOARD_PORTS, resolve_port
+        from firmware.spec.ports import BOARD_PORTS, resolve_port
         if self.backend in ("rtl", "model"):
             return self.sim.port
         board = getattr(getattr(self.driver, "target", None), "board", None)
         return resolve_port(BOARD_PORTS[board]) if board in BOARD_PORTS else None
 
     def _plan(self, c: _Call, queued=False) -> None:
-        """``c``'s block and whether it runs as its transpose (:func:`sim.perfmodel.best_plan`
+        """``c``'s block and whether it runs as its transpose (:func:`firmware.runtime.perfmodel.best_plan`
         for the device's memory port; the hardware's largest block, as given, where the port is
         unknown). A transposed call (never one kept ``as_tensor``: C would be left transposed
         in device memory) has its operands, shape, flags and exponents turned here; its result
@@ -633,7 +632,7 @@ class Device:
         if port is None:
             c.block = info.block
             return
-        from sim.perfmodel import best_block, best_chunk, best_plan, run_shape
+        from firmware.runtime.perfmodel import best_block, best_chunk, best_plan, run_shape
         config = dict(rows=info.rows, cols=info.cols, depth=info.depth, block=info.block,
                       data_width=info.data_width, port=port, write_ports=info.write_ports,
                       read_ports=info.read_ports, queued=queued)
@@ -789,7 +788,7 @@ def _shaped(x):
 
 
 def _int8(e: np.ndarray):
-    """``e`` as an exponent argument of :mod:`sim.golden` (a scalar when it is constant)."""
+    """``e`` as an exponent argument of :mod:`sim.models.golden` (a scalar when it is constant)."""
     if np.all(e == e[0]) and golden.EXP_MIN <= e[0] <= golden.EXP_MAX:
         return int(e[0])
     return e.astype(np.int8)

@@ -1,4 +1,4 @@
-"""Block-level numpy models of the datapath components, built on :mod:`sim.golden`.
+"""Block-level numpy models of the datapath components, built on :mod:`sim.models.golden`.
 
 Each model states, bit for bit, what the matching component in :mod:`rtl` produces:
 
@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import golden
+from sim.models import golden
 
 __all__ = ["systolic_array", "operand_beats", "buffer_read", "TileCommand", "datapath",
            "GearboxJob", "gearbox"]

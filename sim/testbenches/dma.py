@@ -1,4 +1,4 @@
-"""cocotb testbenches of the DMA masters against the hostile AXI memory (:mod:`sim.cocotb_mem`).
+"""cocotb testbenches of the DMA masters against the hostile AXI memory (:mod:`sim.testbenches.mem`).
 
 Each data test runs under several memory ports (:data:`PORTS`: ideal; 8 bursts in flight,
 latency 40, bursts of at most 16 beats; 2 in flight with write data before its address;
@@ -15,11 +15,11 @@ import cocotb
 from cocotb.clock import Clock
 from cocotb.triggers import ClockCycles, ReadOnly, RisingEdge, SimTimeoutError, with_timeout
 
-from sim.cocotb_mem import AxiMemory, port_knobs
-from sim.cocotb_streams import receive, send
+from sim.testbenches.mem import AxiMemory, port_knobs
+from sim.testbenches.streams import receive, send
 
 BAD = range(0xF000, 0x10000)
-#: The memory ports every data test runs under (keys of :data:`sim.cocotb_mem.PRESETS`);
+#: The memory ports every data test runs under (keys of :data:`sim.testbenches.mem.PRESETS`);
 #: ``DMA_PORTS`` (``;``-separated preset names or JSON knobs) replaces them.
 DEFAULT_PORTS = ("ideal", "deep", "narrow-w-first", "random-pause")
 PORTS = tuple(os.environ.get("DMA_PORTS", ";".join(DEFAULT_PORTS)).split(";"))

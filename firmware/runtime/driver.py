@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import regmap
-from .regmap import ErrorCode, field_value, offset, pack
+from firmware.spec import regmap
+from firmware.spec.regmap import ErrorCode, field_value, offset, pack
 
 __all__ = ["Driver", "AcceleratorError", "HardwareInfo"]
 
@@ -172,10 +172,10 @@ class Driver:
         descriptor may carry ``regions``: ``(start, end)`` byte ranges). ``max_cycles``
         (default: a generous bound from the descriptors' sizes) ends the wait with
         ``TimeoutError``. On an error code: soft-resets the engine (so it works again) and
-        raises :class:`AcceleratorError`. ``profile`` (a :class:`firmware.profile.Profile`)
+        raises :class:`AcceleratorError`. ``profile`` (a :class:`firmware.runtime.profile.Profile`)
         gets the time spent writing registers (``driver``) and polling (``wait``).
         """
-        from .profile import Profile
+        from firmware.runtime.profile import Profile
         prof = profile or Profile()
         if max_cycles is None:
             max_cycles = 64 * 256 + sum(
@@ -229,7 +229,7 @@ class Driver:
         before it still writes its C (true unless A, B or the exponents are the C of a
         descriptor queued before them in the same :meth:`run`: these descriptors write C
         tiles of their own and read only A, B and the exponents); ``chunk``:
-        ``DESC_FLAGS.CHUNK``, the longest K chunk (:func:`sim.engine_models.chunk_depth`).
+        ``DESC_FLAGS.CHUNK``, the longest K chunk (:func:`sim.models.engine.chunk_depth`).
         Arguments are trusted (checked by :class:`firmware.Device`).
         """
         if limit % self.bytes_per_word and max(m, n, k1 - k0) > limit:

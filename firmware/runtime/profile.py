@@ -1,7 +1,7 @@
 """Where a training step's time goes: host time by kind, beside the accelerator's cycles.
 
 :class:`Profile` accumulates wall-clock seconds per kind of host work and the accelerator's
-busy cycles. :class:`firmware.Device` and :class:`firmware.nn.Engine` share one:
+busy cycles. :class:`firmware.Device` and :class:`firmware.ml.nn.Engine` share one:
 
 ``quantize``  float → int8 block floating point (and exponents), on the host;
 ``layout``    copies into and out of device buffers, ``im2col`` / ``col2im``, transposes;

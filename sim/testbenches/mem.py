@@ -4,7 +4,7 @@
 as the AXI4 specification lets a subordinate: it limits the bursts in flight, answers after a
 latency, waits for a burst's write data before taking its address if it likes (A3.3.1), pauses
 any channel at random, and rejects bursts longer than the port takes. Its knobs have the names
-and meanings of the native model's (``sim/ports.py``): ``outstanding_reads``,
+and meanings of the native model's (``firmware/spec/ports.py``): ``outstanding_reads``,
 ``outstanding_writes``, ``read_latency``, ``write_latency``, ``max_burst``, ``write_order``,
 ``pause``.
 
@@ -45,12 +45,12 @@ from cocotb.triggers import ReadOnly, RisingEdge
 
 __all__ = ["AxiMemory", "KNOBS", "PRESETS", "ProtocolViolation", "port_knobs"]
 
-#: The knobs, as in ``sim/ports.py``, and their values in the ``"ideal"`` port.
+#: The knobs, as in ``firmware/spec/ports.py``, and their values in the ``"ideal"`` port.
 KNOBS = {"outstanding_reads": None, "outstanding_writes": None, "read_latency": 32,
          "write_latency": 9, "max_burst": 256, "write_order": "aw-first", "pause": 0.0}
 
 #: Settings the testbenches run (``"zynq7-hp"``: the Pynq-Z1 port, made harsher: a longer read
-#: latency, a random write order and more back-pressure than ``sim/ports.py``'s preset).
+#: latency, a random write order and more back-pressure than ``firmware/spec/ports.py``'s preset).
 PRESETS = {
     "ideal": {},
     "deep": {"outstanding_reads": 8, "outstanding_writes": 8, "read_latency": 40,

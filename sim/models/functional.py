@@ -2,15 +2,15 @@
 
 :class:`FunctionalAccelerator` has the interface of :class:`sim.native.NativeSim`
 (``read32``, ``write32``, ``step``, ``memory``, ``size``) and the register map of
-:mod:`firmware.regmap`, so :class:`firmware.driver.Driver` drives it unchanged
+:mod:`firmware.spec.regmap`, so :class:`firmware.runtime.driver.Driver` drives it unchanged
 (``Device("model", ...)``). ``CTRL.ENQUEUE`` copies the staged descriptor into the queue
 (``STATUS.BUSY`` and ``QUEUE_LEVEL`` show it; ``QUEUE_OVERFLOW`` when full); the next
 :meth:`~FunctionalAccelerator.step` runs everything queued: each descriptor is checked as
 :class:`rtl.checker.DescriptorChecker` checks it (same error codes, same order: dimensions,
 then alignment, strides, the address window), its operands are read from memory, the result
-computed with the golden models (:mod:`sim.golden`) and C written. So the model's own
+computed with the golden models (:mod:`sim.models.golden`) and C written. So the model's own
 computing happens while the driver waits, as the hardware's would. The counters advance by
-the analytic performance model's prediction (:func:`sim.perfmodel.predict`) for the
+the analytic performance model's prediction (:func:`firmware.runtime.perfmodel.predict`) for the
 configuration and port, one descriptor after the other (the RTL starts a descriptor with
 ``DESC_FLAGS.OVERLAP`` while the one before it writes its C, so its runs of several
 descriptors are shorter than these counters say).
@@ -26,13 +26,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from firmware import regmap
-from firmware.regmap import ErrorCode, field_value, offset
-
-from . import golden
-from .engine_models import block_side, check, descriptor
-from .perfmodel import predict
-from .ports import resolve_port
+from firmware.runtime.perfmodel import predict
+from firmware.spec import regmap
+from firmware.spec.ports import resolve_port
+from firmware.spec.regmap import ErrorCode, field_value, offset
+from sim.models import golden
+from sim.models.engine import block_side, check, descriptor
 
 __all__ = ["FunctionalAccelerator"]
 
@@ -51,7 +50,7 @@ class FunctionalAccelerator:
     rows, cols, depth, block, data_width, addr_width, packing, queue, write_ports, read_ports :
         The configuration the registers report (and the performance model uses).
     port : str or dict
-        The memory port (:func:`sim.ports.resolve_port`), for the cycle prediction.
+        The memory port (:func:`firmware.spec.ports.resolve_port`), for the cycle prediction.
     memory : int
         Bytes of memory at address 0.
     """
@@ -162,7 +161,7 @@ class FunctionalAccelerator:
             regions.append((self._reg64("DESC_ROW_EXP_ADDR"), (1, m), 0))
         if f["COL_EXP_VECTOR"]:
             regions.append((self._reg64("DESC_COL_EXP_ADDR"), (1, n), 0))
-        # the checker's rules (sim.engine_models.check), with the end of this model's memory
+        # the checker's rules (sim.models.engine.check), with the end of this model's memory
         # as a limit too
         desc = descriptor(
             m=m, n=n, k=k, transpose_a=ta, transpose_b=tb, row_vec=f["ROW_EXP_VECTOR"],

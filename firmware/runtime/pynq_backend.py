@@ -1,4 +1,4 @@
-"""The ``pynq`` backend: :class:`firmware.driver.Driver` over a board through the ``pynq`` package.
+"""The ``pynq`` backend: :class:`firmware.runtime.driver.Driver` over a board through the ``pynq`` package.
 
 Only this module knows about PYNQ. It maps the accelerator's registers with ``pynq.MMIO`` and
 allocates operand buffers with ``pynq.allocate`` (physically contiguous, cache-managed with
@@ -7,7 +7,7 @@ handling — is the driver the ``rtl`` backend uses. It needs numpy and the stan
 only (plus ``pynq`` itself when connecting), and runs on PYNQ's Python 3.10.
 
 ```python
-from firmware.pynq_backend import connect
+from firmware.runtime.pynq_backend import connect
 drv = connect(board="pynq-z1")     # finds bfp_pynq_z1.bit, its .hwh and report.json
 drv.info                           # HardwareInfo: the array and bus, from CONFIG registers
 drv.target                         # what was used: bitfile, report, base address, clock
@@ -24,7 +24,7 @@ Where each fact comes from (:func:`resolve`), first found wins:
   else none (the design is taken as already loaded);
 * the **base address**: ``base_addr=``, else the report's ``host.base_addr``, else the
   ``MEMRANGE`` of instance ``ip_name`` (default ``accel``) in the ``.hwh`` beside the bitfile,
-  else :mod:`firmware.boards`' address for the board, else the first IP of the loaded overlay
+  else :mod:`firmware.spec.boards`' address for the board, else the first IP of the loaded overlay
   whose ``ID`` register reads "BFP8". A report and a ``.hwh`` that disagree are an error;
 * the **clock** (for turning poll intervals into sleeps): ``clock_hz=``, else the report's,
   else the board's, else 100 MHz.
@@ -42,14 +42,14 @@ import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import boards, regmap
-from .driver import Driver
+from firmware.runtime.driver import Driver
+from firmware.spec import boards, regmap
 
 __all__ = ["connect", "resolve", "Target", "hwh_ranges", "hwh_base_addr", "OVERLAY_DIR"]
 
 #: Where ``build.py --program --host`` copies the bitstream, ``.hwh`` and ``report.json``.
 OVERLAY_DIR = Path("/home/xilinx/overlays")
-_REPO = Path(__file__).resolve().parent.parent
+_REPO = Path(__file__).resolve().parents[2]
 
 
 class _Regs:

@@ -3,14 +3,14 @@ and memory port.
 
 DarkFPGA-style: the engine's schedule (:mod:`rtl.engine`) is walked at the granularity at which
 it overlaps work — one K chunk of one block of ``block x block`` C tiles, the blocks in the
-walker's order (:func:`sim.engine_models.block_order`: along the rows or down the columns of
+walker's order (:func:`sim.models.engine.block_order`: along the rows or down the columns of
 blocks, a block keeping the operand it shares with the one before when that was one chunk,
-and loading none of it), the chunks cut as :func:`sim.engine_models.block_chunks` cuts them
+and loading none of it), the chunks cut as :func:`sim.models.engine.block_chunks` cuts them
 (the first block ramps up and cuts short first, the blocks after it are balanced) — and,
 within a chunk, tile by tile in the walker's order:
 
 * **operand reads**: the chunk's load jobs in the order the walker issues them (tile ``(i, j)``
-  in :func:`sim.engine_models.tile_order`, ``j`` inner or, B transposed, ``i`` inner; a
+  in :func:`sim.models.engine.tile_order`, ``j`` inner or, B transposed, ``i`` inner; a
   command's A load, then its B load): a lane-run tile (A as stored, B
   transposed) is one job of ``min(lanes, rows left)`` runs of ``ceil(kc / bus bytes)`` words,
   loaded with the first command that uses it; a k-major operand (A transposed, B as stored)
@@ -41,7 +41,7 @@ within a chunk, tile by tile in the walker's order:
   tile :data:`OUT_TILES` before it is written (a tile reserves its rows in the output FIFO
   as it starts).
 
-Behind a DRAM of :func:`sim.ports.dram_bytes_per_cycle` bytes a cycle, no channel moves more
+Behind a DRAM of :func:`firmware.spec.ports.dram_bytes_per_cycle` bytes a cycle, no channel moves more
 than that, and the GEMM takes at least its reads and writes over that rate (plus a read and
 a write latency). The DRAM's bytes are booked in time buckets in schedule order, as the
 port's ``dram_arbitration`` serves them. Reads first (the Zynq presets): the loads made
@@ -67,7 +67,7 @@ before's, into the slots its chunks free, its C after the one before's):
 :func:`predict_queued` is two copies less one.
 
 The model is checked against the RTL by ``tests/test_perfmodel.py`` and printed beside every
-measurement by ``python -m sim.bench utilization``. ``python -m sim.perfmodel --board B``
+measurement by ``python -m sim.bench utilization``. ``python -m firmware.runtime.perfmodel --board B``
 predicts a board's default configuration over the training GEMMs for several block sizes.
 """
 
@@ -77,13 +77,12 @@ import argparse
 import functools
 import sys
 
-from firmware import regmap
-from firmware.regmap import STRIPE_MIN_WORDS
+from firmware.spec import regmap
+from firmware.spec.ports import dram_bytes_per_cycle
+from firmware.spec.regmap import STRIPE_MIN_WORDS
 from rtl.checker import DescriptorChecker
 from rtl.walker import Walker
-
-from .engine_models import CHUNK_CHOICES, loads_b_first, tile_order, walk_chunks
-from .ports import dram_bytes_per_cycle
+from sim.models.engine import CHUNK_CHOICES, loads_b_first, tile_order, walk_chunks
 
 __all__ = ["predict", "predict_queued", "predict_cycles", "best_block", "best_plan",
            "best_chunk", "run_shape", "read_rate",
@@ -243,7 +242,7 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
         ``outstanding_reads``, ``outstanding_writes`` (``None``: unlimited),
         ``read_latency``, ``write_latency``, ``max_burst``, ``pause`` (0 if absent) and the
         DRAM (``dram_gbps`` with ``clock_mhz`` and ``data_width``; absent: unlimited) — as
-        :func:`sim.ports.resolve_port` returns.
+        :func:`firmware.spec.ports.resolve_port` returns.
     read_ports : {1, 2, 3, 4}
         AXI read ports (``Accelerator(read_ports=...)``): 2 reads A and B in parallel, 3 and
         4 stripe B's rows over two and three.
@@ -255,7 +254,7 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
         at that of the ports that take ``ceil(rows / write_ports)`` of its rows).
     chunk : {0, 1, 2, 3}
         ``DESC_FLAGS.CHUNK``: the longest K chunk and whether the first block ramps
-        (:func:`sim.engine_models.array_block_chunks`).
+        (:func:`sim.models.engine.array_block_chunks`).
     copies : int
         The GEMM queued this many times back to back, each after the first with
         ``DESC_FLAGS.OVERLAP`` (its chunks walked after the one before's, the slot parities
@@ -312,7 +311,7 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
         one a job per tile (a run per lane inside the matrix). A gearbox makes one vector a
         cycle: a k-major step a vector per tile, a lane run one per ``lanes`` steps. With
         ``stripe`` (B with three or four read ports) a job of ``ways`` or more runs of at
-        least :data:`firmware.regmap.STRIPE_MIN_WORDS` words is striped over ``ways`` ports."""
+        least :data:`firmware.spec.regmap.STRIPE_MIN_WORDS` words is striped over ``ways`` ports."""
         if k_major:
             v = min(tiles * lanes, limit - x_blk)
             if regmap.stored_packed(limit, 1, bpw):
@@ -378,7 +377,7 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
         b_jobs = [] if keep_b else operand_jobs(not transpose_b, cols, n_blk, n, bn, kc,
                                                 read_ports >= 3)
         # The walker's order (tile_order); each command's A load, then B — or B's first
-        # where B alone is stored packed (sim.engine_models.b_first)
+        # where B alone is stored packed (sim.models.engine.b_first)
         loads, tiles = [], []
         a_at, b_at = {}, {}
         for i, j in tile_order(bm, bn, transpose_b):
@@ -667,7 +666,7 @@ CHUNK_MARGIN = 0.04
 def best_chunk(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool = False,
                *, rows: int, cols: int, depth: int, block: int, data_width: int, port: dict,
                write_ports: int = 1, read_ports: int = 1, queued: bool = False) -> int:
-    """The ``DESC_FLAGS.CHUNK`` (:func:`sim.engine_models.chunk_depth`) with the fewest
+    """The ``DESC_FLAGS.CHUNK`` (:func:`sim.models.engine.chunk_depth`) with the fewest
     predicted cycles (:func:`predict`, or :func:`predict_queued` with ``queued``) for the
     GEMM at reuse block ``block`` (the side it runs at: :func:`best_plan`'s); queued, 0
     unless another is :data:`CHUNK_MARGIN` faster.
@@ -775,7 +774,7 @@ LAYERS = [(784, 256), (256, 256), (256, 10), (576, 128), (1152, 256)]
 def record_config(record: dict) -> dict:
     """The keyword arguments of :func:`predict` (all but ``block``) for a GEMM measured by
     ``python -m sim.bench utilization`` or ``model`` (one of its JSON records)."""
-    from .ports import resolve_port
+    from firmware.spec.ports import resolve_port
 
     # (a model-check record carries its port as resolved: a dict of knobs has no preset name)
     port = resolve_port(record.get("port_spec", record["port"]))
@@ -827,11 +826,11 @@ def check_records(paths) -> dict:
 
 
 def main(argv=None) -> int:
+    from firmware.spec.ports import BOARD_PORTS, resolve_port
     from platforms import PLATFORMS as BOARDS
-    from sim.ports import BOARD_PORTS, resolve_port
 
     parser = argparse.ArgumentParser(
-        prog="python -m sim.perfmodel",
+        prog="python -m firmware.runtime.perfmodel",
         description="Predict a board's default configuration over the training GEMMs of "
                     "typical layers, for several block sizes and read port counts, and "
                     "with each GEMM's block side and chunk chosen by best_block and "

@@ -4,7 +4,7 @@ An :class:`Engine` decides where the GEMMs run: ``precision="fp32"`` computes th
 numpy (the reference); ``precision="int8"`` runs them on the Device in 8-bit block floating
 point, as Fox et al.'s Algorithm 1 partitions the work:
 
-* each tensor is quantised **once per step** (:func:`firmware.quant.quantize`, stochastic
+* each tensor is quantised **once per step** (:func:`firmware.ml.quant.quantize`, stochastic
   rounding): the weights ``W̄`` in the forward pass (reused by backward-data), the input
   activations ``x̄`` in the forward pass (kept in 8 bits, and on the device, for the
   weight gradient), the deltas ``δ̄`` once in the backward pass (for backward-data and the
@@ -30,13 +30,13 @@ weights, one per sample for the activations and the deltas. Blocks along a GEMM'
 or columns become the descriptor's ``row_exp`` / ``col_exp``; blocks along its reduction axis
 (per-sample ``x̄`` and ``δ̄`` in the weight gradient, where the batch is the reduction) become
 ``k_exp``: one descriptor per run of equal exponents, whose exact int32 partial sums the host
-combines (:func:`sim.golden.gemm_scaled`) — Fox et al.'s per-sample weight-gradient loop.
+combines (:func:`sim.models.golden.gemm_scaled`) — Fox et al.'s per-sample weight-gradient loop.
 ``Blocks("tensor", "tensor", "tensor")`` (SWALP's big block) makes every GEMM one descriptor
 with no host arithmetic. Convolutions quantise ``x`` and ``δ`` in their NCHW layout and then
 ``im2col`` the 8-bit values (layout only); ``"row"`` quantises the ``im2col`` matrix instead.
 
 Bias, activations, pooling and the losses stay in float32 on the host. The Engine's
-:class:`firmware.profile.Profile` times every kind of host work.
+:class:`firmware.runtime.profile.Profile` times every kind of host work.
 """
 
 from __future__ import annotations
@@ -45,8 +45,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .profile import Profile
-from .quant import quantize
+from firmware.ml.quant import quantize
+from firmware.runtime.profile import Profile
 
 __all__ = ["Engine", "Blocks", "FOX", "BIG_BLOCK", "POLICIES", "Q", "Linear", "Conv2d", "ReLU",
            "MaxPool2d", "Flatten", "Network", "softmax_cross_entropy", "mse"]
@@ -127,7 +127,7 @@ class Engine:
         if rounding not in ("nearest", "stochastic"):
             raise ValueError(f"rounding must be 'nearest' or 'stochastic', not {rounding!r}")
         if not isinstance(blocks, Blocks):
-            raise TypeError(f"blocks must be a firmware.nn.Blocks, not {type(blocks).__name__}")
+            raise TypeError(f"blocks must be a firmware.ml.nn.Blocks, not {type(blocks).__name__}")
         self.precision, self.device, self.rounding = precision, device, rounding
         self.rng = rng if rng is not None else np.random.default_rng(0)
         self.blocks = blocks

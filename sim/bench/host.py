@@ -1,10 +1,10 @@
 """Host share of a training step: ``python -m sim.bench host``.
 
 A VGG-style CNN on Fashion-MNIST-shaped input (1×28×28; conv 3×3 1→32, pool, conv 3×3 32→64,
-pool, 3136→128→10), batch 128, trained in int8 with the runtime of :mod:`firmware.nn` over
+pool, 3136→128→10), batch 128, trained in int8 with the runtime of :mod:`firmware.ml.nn` over
 ``Device("model")`` — the real driver, buffer pool and copies over the register-level
-functional model of the accelerator (:mod:`sim.functional`) configured as each board's default
-on its memory port. Per step it reports the host time by kind (:mod:`firmware.profile`),
+functional model of the accelerator (:mod:`sim.models.functional`) configured as each board's default
+on its memory port. Per step it reports the host time by kind (:mod:`firmware.runtime.profile`),
 measured on the machine that runs the benchmark, the accelerator cycles (the analytic
 performance model's, summed over the step's descriptors) and their time at the board's
 clock, and the host share ``host / (host + accelerator)``. The images are the first 128 of
@@ -27,13 +27,13 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 __all__ = ["fashion_cnn", "measure", "table", "main"]
 
 
 def fashion_cnn(rng):
-    from firmware import nn
+    from firmware.ml import nn
     return nn.Network([
         nn.Conv2d(1, 32, 3, rng, padding=1), nn.ReLU(), nn.MaxPool2d(2),
         nn.Conv2d(32, 64, 3, rng, padding=1), nn.ReLU(), nn.MaxPool2d(2),
@@ -41,7 +41,7 @@ def fashion_cnn(rng):
 
 
 def _images(batch):
-    from firmware import data
+    from firmware.ml import data
     x, y, _, _ = data.mnist()
     reps = -(-batch // len(x))
     x = np.concatenate([x] * reps)[:batch].reshape(batch, 1, 28, 28)
@@ -49,7 +49,7 @@ def _images(batch):
 
 
 def _step(net, eng, opt, x, y):
-    from firmware import nn
+    from firmware.ml import nn
     with eng.profile.time("float"):
         out = net.forward(x, eng)
         _, grad = nn.softmax_cross_entropy(out, y)
@@ -59,11 +59,11 @@ def _step(net, eng, opt, x, y):
 
 def measure(board: str, blocks: str, batch: int = 128, steps: int = 3) -> dict:
     """One board's default on its port, ``steps`` steps after a warm-up step."""
-    from firmware import Device, nn
-    from firmware.optim import SGD
+    from firmware import Device
+    from firmware.ml import nn
+    from firmware.ml.optim import SGD
+    from firmware.spec.ports import BOARD_PORTS
     from platforms import PLATFORMS
-
-    from .ports import BOARD_PORTS
     b = PLATFORMS[board]
     cfg = b.config()
     dev = Device("model", rows=cfg["rows"], cols=cfg["cols"], data_width=cfg["data_width"],
@@ -96,8 +96,8 @@ def measure(board: str, blocks: str, batch: int = 128, steps: int = 3) -> dict:
 
 def fp32_step(batch: int = 128, steps: int = 3) -> float:
     """Seconds of the same step in float32 numpy on this machine."""
-    from firmware import nn
-    from firmware.optim import SGD
+    from firmware.ml import nn
+    from firmware.ml.optim import SGD
     rng = np.random.default_rng(0)
     net = fashion_cnn(rng)
     eng = nn.Engine("fp32")
@@ -140,7 +140,7 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     if args.batch < 1 or args.steps < 1:
         p.error("--batch and --steps must be at least 1")
-    from firmware import nn
+    from firmware.ml import nn
     for b in args.blocks:
         try:
             nn.Blocks.parse(b)

@@ -6,7 +6,7 @@
                                    the ideal, single tiles and back-to-back streams.
 ``python -m sim.bench utilization`` PE utilisation of whole GEMMs on the accelerator (native
                                    Verilator model) behind each board's memory port preset
-                                   (:mod:`sim.ports`), beside each GEMM's roofline bound
+                                   (:mod:`firmware.spec.ports`), beside each GEMM's roofline bound
                                    (:func:`roofline`): the four transpose forms of a square
                                    GEMM and the forward, backward-data and weight-gradient
                                    GEMMs of fully connected and convolution-shaped layers at
@@ -16,7 +16,7 @@
                                    the boards' own defaults instead (slow to compile).
                                    ``--board``, ``--port`` (preset name or JSON knobs),
                                    ``--block``, ``--quick``.
-``python -m sim.bench model``      The performance model (:mod:`sim.perfmodel`) against the
+``python -m sim.bench model``      The performance model (:mod:`firmware.runtime.perfmodel`) against the
                                    RTL on random GEMMs (shapes, transposes, block sides) of one
                                    configuration (default 8x8 @ 128 bits, the tests'), behind
                                    the ideal port and a Zynq-like one (:data:`MODEL_PORTS`).
@@ -34,7 +34,7 @@
                                    ``--queued``, ``--port``).
 ``python -m sim.bench host``       Host share of a training step: a Fashion-MNIST-shaped CNN
                                    at batch 128 over each board's default on the functional
-                                   model (:mod:`sim.hostbench`; its own options).
+                                   model (:mod:`sim.bench.host`; its own options).
 
 Each prints a Markdown table and writes JSON (``--out``).
 """
@@ -49,13 +49,12 @@ from pathlib import Path
 
 import numpy as np
 
-from firmware import regmap
-
-from .ports import DRAM_EFFICIENCY, dram_bytes_per_cycle
+from firmware.spec import regmap
+from firmware.spec.ports import DRAM_EFFICIENCY, dram_bytes_per_cycle
 
 __all__ = ["resources", "cycles", "utilization", "model_check", "trace", "sweep", "main"]
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _size(text: str) -> tuple[int, int]:
@@ -116,8 +115,8 @@ def resources_table(results) -> str:
 def _run_datapath(rows, cols, k, tiles, packing=1):
     """Simulate ``tiles`` back-to-back tile GEMMs of length ``k``; return cycle marks."""
     from rtl.datapath import GemmDatapath
-    from sim import models
-    from sim.harness import run, stream_recv, stream_send
+    from sim.models import datapath as models
+    from sim.testbenches.harness import run, stream_recv, stream_send
 
     rng = np.random.default_rng(0)
     dut = GemmDatapath(rows, cols, depth=k, packing=packing)
@@ -232,7 +231,7 @@ def _training_gemms(batch, fan_in, fan_out):
 #: twice as easily as the board's). The VU9P's
 #: (64 * 128 * 4 / 64 = 512) cannot be kept with its operand ratio at any smaller size: its
 #: stand-in's (8 * 16 * 4 / 8 = 64) writes are 8 times easier than the board's;
-#: sim.perfmodel predicts the default itself. The ZCU104 reads A and B through two ports, as
+#: firmware.runtime.perfmodel predicts the default itself. The ZCU104 reads A and B through two ports, as
 #: its default does (two 16-byte ports for 96 operand bytes a cycle, 3 per bus byte; the
 #: stand-in's two 8-byte ports for 48, 3 too).
 BENCH_CONFIGS = {
@@ -246,7 +245,7 @@ BENCH_CONFIGS = {
 #: VU9P 64x128 @ 512 over 8x16 @ 64). The board's GEMMs run with M and N divided by it
 #: (:func:`_bench_cases`): a 16x32 array running the board's 64x256x256 would find four tile
 #: rows to reuse each B tile over where the board's 32 rows find two, and report 68 % where
-#: the board gets 35 % (sim.perfmodel's prediction of both). With M and N scaled the model
+#: the board gets 35 % (firmware.runtime.perfmodel's prediction of both). With M and N scaled the model
 #: predicts the ZCU104 stand-in within 4 % of the 32x64 default on average (11 % at most);
 #: the VU9P stand-in stays optimistic (its C is 8 times easier, above), so its table
 #: carries the model's prediction of the default beside the measurement.
@@ -298,11 +297,11 @@ def roofline(m, n, k, rows, cols, data_width, port, write_ports=1, read_ports=1)
     per cycle: the port's bus width on each of the read and write channels, and the DRAM's
     ``dram_gbps * DRAM_EFFICIENCY`` at the board clock (shared by both directions), scaled by
     the simulated bus over the board's bus where a smaller configuration stands in
-    (:func:`sim.ports.dram_bytes_per_cycle`, which the memory model enforces too). With
+    (:func:`firmware.spec.ports.dram_bytes_per_cycle`, which the memory model enforces too). With
     ``write_ports`` write ports, C is written at that many bus words a cycle; with
     ``read_ports`` 2, A is read through one port and B through the other (the larger of the
     two takes its bus words a cycle); with 3, B through two (striped by row) — or, where the
-    GEMM may run as its transpose (:func:`sim.perfmodel.best_plan`), A in B's place, through
+    GEMM may run as its transpose (:func:`firmware.runtime.perfmodel.best_plan`), A in B's place, through
     two: the ports' term is the smaller of the two orientations'.
     ``bound = MACs / (PEs * max(compute, traffic))``; ``bound_by`` names the binding term
     (``"compute"``, ``"port"`` or ``"dram"``).
@@ -364,8 +363,8 @@ def _rounded_bound(bound: dict, util: float) -> tuple[dict, float, float]:
 
 def _port_spec(port: dict) -> dict:
     """A resolved port's knobs as a record carries them (``port_spec``), so that a dict of
-    knobs (named ``"<preset>+"``) can be predicted again (:func:`sim.perfmodel.record_config`)."""
-    from sim.ports import KNOBS
+    knobs (named ``"<preset>+"``) can be predicted again (:func:`firmware.runtime.perfmodel.record_config`)."""
+    from firmware.spec.ports import KNOBS
 
     return {key: port[key] for key in (*KNOBS, "data_width", "clock_mhz") if key in port}
 
@@ -378,9 +377,9 @@ def _operands(rng, m, n, k, ta, tb):
 
 def _run_checked(dev, label, m, n, k, ta, tb, rng, block=None) -> float:
     """One random int32 GEMM on ``dev`` (operands from ``rng``), checked bit for bit against
-    :func:`sim.golden.gemm`, for AXI protocol violations and for the memory model's own DRAM
+    :func:`sim.models.golden.gemm`, for AXI protocol violations and for the memory model's own DRAM
     accounting; its wall seconds."""
-    from sim import golden
+    from sim.models import golden
 
     a, b = _operands(rng, m, n, k, ta, tb)
     t0 = time.monotonic()
@@ -399,13 +398,13 @@ def _run_plan(dev, label, m, n, k, ta, tb, rng, block, turned=False, chunk=0,
               queued=True) -> int:
     """One schedule of a random GEMM (operands from ``rng``) on ``dev``: at reuse block
     ``block``, ``DESC_FLAGS.CHUNK`` ``chunk``, and as its transpose where ``turned`` (as
-    :class:`firmware.Device` runs it where :func:`sim.perfmodel.best_plan` says so). Its
+    :class:`firmware.Device` runs it where :func:`firmware.runtime.perfmodel.best_plan` says so). Its
     ``BUSY_CYCLES`` alone, or with ``queued`` its cycles behind another in the descriptor
     queue: the same GEMM queued twice, the second with ``DESC_FLAGS.OVERLAP`` (it reads
     nothing the first writes), less the first alone. The last C is checked bit for bit
-    against :func:`sim.golden.gemm`, and the run for AXI protocol violations."""
-    from sim import golden
-    from sim.perfmodel import run_shape
+    against :func:`sim.models.golden.gemm`, and the run for AXI protocol violations."""
+    from firmware.runtime.perfmodel import run_shape
+    from sim.models import golden
 
     a, b = _operands(rng, m, n, k, ta, tb)
     drv = dev.driver
@@ -435,8 +434,14 @@ def _run_plan(dev, label, m, n, k, ta, tb, rng, block, turned=False, chunk=0,
 def _board_prediction(board, bm, bn, k, ta, tb, port) -> dict:
     """The board default's roofline and the model's prediction of the GEMM ``bm x bn x k``
     on it (at the block side its driver would choose), alone and queued behind another
-    (:func:`sim.perfmodel.predict_queued`), for a stand-in's record."""
-    from sim.perfmodel import best_chunk, best_plan, predict, predict_queued, run_shape
+    (:func:`firmware.runtime.perfmodel.predict_queued`), for a stand-in's record."""
+    from firmware.runtime.perfmodel import (
+        best_chunk,
+        best_plan,
+        predict,
+        predict_queued,
+        run_shape,
+    )
 
     kw = {"rows": board["rows"], "cols": board["cols"], "data_width": board["data_width"],
           "depth": board["depth"], "port": port, "write_ports": board.get("write_ports", 1),
@@ -464,14 +469,20 @@ def _board_prediction(board, bm, bn, k, ta, tb, port) -> dict:
 
 def utilization(configs, quick=False) -> list[dict]:
     """Run each ``(label, accelerator params, port[, board config, scale])`` of ``configs``;
-    one record per GEMM. With a board config (``firmware.boards``' default) and its
+    one record per GEMM. With a board config (``firmware.spec.boards``' default) and its
     :data:`BENCH_SCALE` (> 1), the simulated array stands in for it: the board's GEMMs run
     scaled (:func:`_bench_cases`) and each record carries, under ``"stand_in"``, the scale,
     the board's configuration and shape, its roofline at the board's configuration, and the
     model's prediction of the default itself (:func:`_board_prediction`)."""
     from firmware import Device
-    from sim.perfmodel import best_chunk, best_plan, predict, predict_queued, run_shape
-    from sim.ports import resolve_port
+    from firmware.runtime.perfmodel import (
+        best_chunk,
+        best_plan,
+        predict,
+        predict_queued,
+        run_shape,
+    )
+    from firmware.spec.ports import resolve_port
 
     out = []
     for label, params, port, *stand_for in configs:
@@ -514,9 +525,9 @@ def utilization(configs, quick=False) -> list[dict]:
                 "group": group, "gemm": name, "m": m, "n": n, "k": k,
                 "transpose_a": ta, "transpose_b": tb, "block_used": st["block"],
                 "block_used_queued": q_side,
-                # DESC_FLAGS.CHUNK (sim.perfmodel.best_chunk), alone and queued
+                # DESC_FLAGS.CHUNK (firmware.runtime.perfmodel.best_chunk), alone and queued
                 "chunk_used": st["chunk"], "chunk_used_queued": q_chunk,
-                # run as C^T = op(B)^T op(A)^T (sim.perfmodel.best_plan); the roofline is
+                # run as C^T = op(B)^T op(A)^T (firmware.runtime.perfmodel.best_plan); the roofline is
                 # the GEMM's as given
                 "transposed": st["transposed"], "transposed_queued": q_turned,
                 "cycles": st["cycles"],
@@ -554,7 +565,7 @@ def trace(dev, m: int, n: int, k: int, transpose_a: bool = False, transpose_b: b
     ``chunk``; ``queued``: two descriptors of it back to back, the second with OVERLAP (the
     samples cover both). The driver's status polls are the sampling points, so the first
     interval starts at the enqueue. The C is checked bit for bit against
-    :func:`sim.golden.gemm`.
+    :func:`sim.models.golden.gemm`.
 
     Returns
     -------
@@ -563,7 +574,7 @@ def trace(dev, m: int, n: int, k: int, transpose_a: bool = False, transpose_b: b
         sample, words read, words written]`` per interval, and the totals ``read_words``,
         ``write_words``.
     """
-    from sim import golden
+    from sim.models import golden
 
     if not isinstance(every, int) or isinstance(every, bool) or every < 1:
         raise ValueError(f"every must be a positive integer, not {every!r}")
@@ -612,7 +623,7 @@ def trace_table(record: dict, width: int = 40) -> str:
 
 
 def _sides(m: int, n: int, rows: int, cols: int, block: int) -> list[int]:
-    """The reuse block sides (``1..block``, as :func:`sim.perfmodel.best_block` chooses
+    """The reuse block sides (``1..block``, as :func:`firmware.runtime.perfmodel.best_block` chooses
     among) that walk an ``m x n`` C differently: a side at least the larger count of tile
     rows and columns is one block of the whole C, as every larger side is."""
     return list(range(1, min(block, max(-(-m // rows), -(-n // cols))) + 1))
@@ -621,10 +632,10 @@ def _sides(m: int, n: int, rows: int, cols: int, block: int) -> list[int]:
 def _driver_schedule(m: int, n: int, k: int, transpose_a: bool, transpose_b: bool, *,
                      config: dict, queued: bool = False) -> tuple[bool, int, int]:
     """``(turned, side, chunk)``: the schedule the driver gives the GEMM
-    (:func:`sim.perfmodel.best_plan`, :func:`~sim.perfmodel.best_chunk`) among those
+    (:func:`firmware.runtime.perfmodel.best_plan`, :func:`~firmware.runtime.perfmodel.best_chunk`) among those
     :func:`sweep` runs: a side past those that walk C differently (:func:`_sides`) as the last
     of them, which walks it alike. ``config`` as :func:`sweep`'s."""
-    from sim.perfmodel import best_chunk, best_plan, run_shape
+    from firmware.runtime.perfmodel import best_chunk, best_plan, run_shape
 
     kw = {key: config[key] for key in ("rows", "cols", "depth", "data_width", "port",
                                        "write_ports", "read_ports")}
@@ -639,15 +650,15 @@ def _driver_schedule(m: int, n: int, k: int, transpose_a: bool, transpose_b: boo
 def sweep(dev, m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool = False,
           *, config: dict, queued: bool = False, seed: int = 0) -> dict:
     """Every schedule the driver can give one GEMM, each run on ``dev`` (a
-    ``Device("rtl")`` of ``config``: :func:`sim.perfmodel.predict`'s keywords with the
+    ``Device("rtl")`` of ``config``: :func:`firmware.runtime.perfmodel.predict`'s keywords with the
     buffers' ``block``) and predicted: as given and as its transpose
-    (:func:`sim.perfmodel.run_shape`), at each reuse block side that walks C differently
+    (:func:`firmware.runtime.perfmodel.run_shape`), at each reuse block side that walks C differently
     (:func:`_sides`) and each ``DESC_FLAGS.CHUNK``; alone, or with ``queued`` behind a copy
     of itself (:func:`_run_plan`). Each C is checked bit for bit; the operands come from a
     random stream seeded with ``seed``.
 
-    What it answers: how far the driver's choice (:func:`sim.perfmodel.best_plan`,
-    :func:`~sim.perfmodel.best_chunk`, margins included) is from the fastest schedule the
+    What it answers: how far the driver's choice (:func:`firmware.runtime.perfmodel.best_plan`,
+    :func:`~firmware.runtime.perfmodel.best_chunk`, margins included) is from the fastest schedule the
     RTL can run, and how far the model's own fastest (no margins) is; and whether any
     schedule reaches a bound the chosen one misses. The port's random pauses come from one
     stream for the whole sweep, so schedules a few cycles apart are within its noise.
@@ -660,8 +671,8 @@ def sweep(dev, m: int, n: int, k: int, transpose_a: bool = False, transpose_b: b
         and the model's measured in the sweep); ``driver_regret`` and ``model_regret``:
         their cycles over the fastest's, less 1.
     """
-    from sim.engine_models import CHUNK_CHOICES
-    from sim.perfmodel import predict_cycles, run_shape
+    from firmware.runtime.perfmodel import predict_cycles, run_shape
+    from sim.models.engine import CHUNK_CHOICES
 
     kw = {key: config[key] for key in ("rows", "cols", "depth", "data_width", "port",
                                        "write_ports", "read_ports")}
@@ -744,14 +755,14 @@ MODEL_PORTS = ["ideal", {"outstanding_reads": 8, "outstanding_writes": 8, "read_
 def model_check(rows, cols, data_width, depth, block, ports, count, seed,
                 write_ports=1, read_ports=1) -> list[dict]:
     """``count`` random GEMMs (seeded), each run on the RTL behind every port of ``ports``
-    and predicted by :func:`sim.perfmodel.predict` at the block side it ran with. M and N are
+    and predicted by :func:`firmware.runtime.perfmodel.predict` at the block side it ran with. M and N are
     drawn from multiples of the array (edge tiles and blocks included), K from 16 to 300.
     C is written through ``write_ports`` AXI write ports, A and B read through ``read_ports``."""
     import random
 
     from firmware import Device
-    from sim.perfmodel import predict
-    from sim.ports import resolve_port
+    from firmware.runtime.perfmodel import predict
+    from firmware.spec.ports import resolve_port
 
     rng = random.Random(seed)
     ms = [max(1, d * rows // 8) for d in (8, 24, 40, 72, 136, 200)]
@@ -824,7 +835,7 @@ def board_table(results) -> str:
     model's prediction of the board's default itself at the board's shape: its utilisation,
     the roofline bound at the board's configuration, their ratio and what binds. *queued*:
     the GEMM behind another in the descriptor queue (``queued_cycles``, :func:`_run_plan`)
-    — its cycles, its utilisation over the bound and :func:`sim.perfmodel.predict_queued`'s
+    — its cycles, its utilisation over the bound and :func:`firmware.runtime.perfmodel.predict_queued`'s
     error, and its block where the queued choice differs."""
     lines = ["| GEMM | board M x N x K | simulated | block | cycles | PE utilisation | bound "
              "| util / bound | util / latency bound | queued: cycles (util / bound) "
@@ -990,7 +1001,7 @@ def _gemm_arg(text: str) -> tuple[int, int, int]:
 
 
 def _port_arg(text: str):
-    from sim.ports import PORTS, resolve_port
+    from firmware.spec.ports import PORTS, resolve_port
 
     if text in PORTS:
         return text
@@ -1010,7 +1021,7 @@ def _port_arg(text: str):
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["host"]:
-        from .hostbench import main as host
+        from sim.bench.host import main as host
         return host(argv[1:])
     parser = argparse.ArgumentParser(prog="python -m sim.bench", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -1035,7 +1046,7 @@ def main(argv=None) -> int:
                    help="boards to run (default: all), each with its port preset and the "
                         "configuration of BENCH_CONFIGS")
     p.add_argument("--port", type=_port_arg, default=None,
-                   help="a port preset name of sim.ports.PORTS, or a JSON object of knobs "
+                   help="a port preset name of firmware.spec.ports.PORTS, or a JSON object of knobs "
                         "(e.g. '{\"preset\": \"zynq7-hp\", \"pause\": 0}'), instead of "
                         "each board's preset")
     p.add_argument("--sizes", type=_size, nargs="+", default=None,
@@ -1055,7 +1066,7 @@ def main(argv=None) -> int:
     p.add_argument("--quick", action="store_true",
                    help="smaller square GEMMs and one layer (256->10, batch 64) only")
     p.add_argument("--default", action="store_true",
-                   help="each board at its own default configuration (firmware.boards) and "
+                   help="each board at its own default configuration (firmware.spec.boards) and "
                         "its own GEMM shapes, not through a BENCH_CONFIGS stand-in: the "
                         "ZCU104's 32x64 model took 13 minutes to compile here (once), the "
                         "VU9P's 64x128 would take hours")
@@ -1069,7 +1080,7 @@ def main(argv=None) -> int:
     p.add_argument("--transpose-b", action="store_true")
     p.add_argument("--block", type=int, default=None,
                    help="reuse block side, 1 to the board's (default: the driver's choice, "
-                        "sim.perfmodel.best_block)")
+                        "firmware.runtime.perfmodel.best_block)")
     p.add_argument("--chunk", type=int, choices=[0, 1, 2, 3], default=0,
                    help="DESC_FLAGS.CHUNK")
     p.add_argument("--queued", action="store_true",
@@ -1125,8 +1136,8 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
 
     if args.what == "utilization":
-        from firmware.boards import BOARDS
-        from sim.ports import BOARD_PORTS
+        from firmware.spec.boards import BOARDS
+        from firmware.spec.ports import BOARD_PORTS
 
         blk = {} if args.block is None else {"block": args.block}
         wports = {} if args.write_ports is None else {"write_ports": args.write_ports}
@@ -1174,8 +1185,8 @@ def main(argv=None) -> int:
               file=sys.stderr)
     elif args.what == "trace":
         from firmware import Device
-        from sim.perfmodel import best_block
-        from sim.ports import BOARD_PORTS, resolve_port
+        from firmware.runtime.perfmodel import best_block
+        from firmware.spec.ports import BOARD_PORTS, resolve_port
 
         params = _bench_params(args.board)
         if args.every < 1:
@@ -1199,7 +1210,7 @@ def main(argv=None) -> int:
         table = trace_table(results)
     elif args.what == "sweep":
         from firmware import Device
-        from sim.ports import BOARD_PORTS, resolve_port
+        from firmware.spec.ports import BOARD_PORTS, resolve_port
 
         params = _bench_params(args.board)
         if sum(x is not None for x in (args.gemm, args.only, args.random)) > 1:

@@ -1,7 +1,7 @@
-"""Training on the accelerator: the Python API and ``python -m firmware.train``.
+"""Training on the accelerator: the Python API and ``python -m firmware.ml.train``.
 
 ```
-python -m firmware.train --task {digits-mlp,digits-cnn,mnist-logreg,rf-anomaly,
+python -m firmware.ml.train --task {digits-mlp,digits-cnn,mnist-logreg,rf-anomaly,
                                 fashion-mlp,fashion-cnn} [--train-subset N]
        --precision {fp32,int8} [--swa] --backend {golden,rtl,pynq} [--rows R --cols C]
        [--data-width W] [--board {pynq-z1,zcu104,vu9p} [--bitfile F] [--base-addr A]
@@ -11,7 +11,7 @@ python -m firmware.train --task {digits-mlp,digits-cnn,mnist-logreg,rf-anomaly,
 
 ``fp32`` trains in float32 numpy with float32 SGD (the reference). ``int8`` runs every GEMM of
 training — forward, backward-data, weight-gradient — on a :class:`firmware.Device` in 8-bit
-block floating point with stochastic rounding (see :mod:`firmware.nn`), with float32 master
+block floating point with stochastic rounding (see :mod:`firmware.ml.nn`), with float32 master
 weights; with ``--swa`` it is SWALP: 8-bit weights, gradients and momentum, the SWALP
 learning-rate schedule, and weights averaged once per epoch (``--swa-every iteration``: every
 step) over the last quarter of the epochs, evaluated with the average. ``--weights`` picks
@@ -35,8 +35,8 @@ from pathlib import Path
 
 import numpy as np
 
-from . import data, nn
-from .optim import SCHEDULES, SGD, SWA, schedule_lr
+from firmware.ml import data, nn
+from firmware.ml.optim import SCHEDULES, SGD, SWA, schedule_lr
 
 __all__ = ["TASKS", "TrainConfig", "build", "fit", "evaluate", "run", "main"]
 
@@ -116,12 +116,12 @@ class TrainConfig:
     #: SWA averaging "epoch" (once per epoch) or "iteration" (every step), once started
     swa_every: str = "epoch"
     #: the learning-rate schedule of every arm, "swalp" or "constant" (see
-    #: :func:`firmware.optim.schedule_lr`): the same over the pre-averaging budget (the first
+    #: :func:`firmware.ml.optim.schedule_lr`): the same over the pre-averaging budget (the first
     #: ``round(0.75 epochs)`` epochs) with or without ``swa``; ``swa`` adds the averaging phase
     schedule: str = "swalp"
     #: the averaging phase's constant learning rate (None: 0.1 times the initial one)
     swa_lr: float | None = None
-    #: block floating-point granularity, :meth:`firmware.nn.Blocks.parse`: "fox" (weights
+    #: block floating-point granularity, :meth:`firmware.ml.nn.Blocks.parse`: "fox" (weights
     #: per tensor, activations and deltas per sample), "tensor", or "weights,activations,deltas"
     blocks: str = "fox"
     #: train on the first ``train_subset`` training examples only (quick runs; the test set
@@ -310,8 +310,8 @@ def build(cfg: TrainConfig, backend: str = "golden", rows: int | None = 8,
     On ``pynq``, ``rows``, ``cols`` and ``data_width`` of None mean the hardware's (read from
     its CONFIG registers and checked against the build report); ``board``, ``bitfile``,
     ``report``, ``base_addr``, ``clock_hz`` and ``ip_name`` say which board and build (see
-    :func:`firmware.pynq_backend.connect`)."""
-    from .device import Device
+    :func:`firmware.runtime.pynq_backend.connect`)."""
+    from firmware.runtime.device import Device
     if cfg.precision != "int8":
         return Run(cfg, None)
     if backend != "pynq":
@@ -394,7 +394,7 @@ def run(cfg: TrainConfig, *, backend="golden", rows=8, cols=8, checkpoint=None,
 
 
 def _profile_text(s: dict) -> str:
-    """The ``--profile`` printout of a :meth:`firmware.profile.Profile.summary`."""
+    """The ``--profile`` printout of a :meth:`firmware.runtime.profile.Profile.summary`."""
     steps = s["counts"].get("steps", 0) or 1
     host = s["host_seconds"] or 1e-12
     lines = [f"profile of {steps} training steps (per step; evaluation excluded):"]
@@ -441,8 +441,8 @@ def _address(text: str) -> int:
 
 
 def main(argv=None) -> int:
-    from . import boards
-    p = argparse.ArgumentParser(prog="python -m firmware.train", description=__doc__,
+    from firmware.spec import boards
+    p = argparse.ArgumentParser(prog="python -m firmware.ml.train", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--task", choices=sorted(TASKS), required=True)
     p.add_argument("--precision", choices=["fp32", "int8"], default="int8")
@@ -452,7 +452,7 @@ def main(argv=None) -> int:
     p.add_argument("--swa-every", choices=["epoch", "iteration"], default="epoch")
     p.add_argument("--backend", choices=["golden", "rtl", "pynq", "model"], default="golden",
                    help="golden: numpy; rtl: the cycle-accurate Verilator model; pynq: a "
-                        "board; model: the driver over a functional model (sim.functional)")
+                        "board; model: the driver over a functional model (sim.models.functional)")
     p.add_argument("--blocks", default="fox",
                    help="block floating-point granularity: fox (weights per tensor, "
                         "activations and deltas per sample), tensor, or three of "
@@ -513,7 +513,7 @@ def main(argv=None) -> int:
         if args.board is None and args.report is None:
             p.error(f"--backend pynq needs --board ({', '.join(sorted(boards.BOARDS))}) or "
                     "--report")
-        from .pynq_backend import resolve
+        from firmware.runtime.pynq_backend import resolve
         try:
             target = resolve(**board_args)
         except (ValueError, FileNotFoundError) as e:
@@ -533,7 +533,7 @@ def main(argv=None) -> int:
         if args.board is not None and args.backend == "golden":
             p.error("--board: only with --backend pynq, rtl or model")
         if args.board is not None:        # rtl / model: the board's default on its port
-            from sim.ports import BOARD_PORTS
+            from firmware.spec.ports import BOARD_PORTS
             bcfg = boards.config(args.board)
             args.rows, args.cols = args.rows or bcfg["rows"], args.cols or bcfg["cols"]
             device_options.setdefault("data_width", bcfg["data_width"])

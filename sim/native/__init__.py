@@ -4,15 +4,15 @@
 (the AXI4 memory model and an AXI4-Lite host, in C++) and links one shared library, cached
 under ``build/native/`` by a digest of the Verilog, the harness and the flags: the first build
 of a configuration takes a minute or two, later ones are instant. :class:`NativeSim` loads it
-through ``ctypes``; :class:`firmware.device.Device` drives it with the same register-level
+through ``ctypes``; :class:`firmware.runtime.device.Device` drives it with the same register-level
 driver that drives a board.
 
 The memory behind the accelerator's AXI port (and its other write ports, ``mem_w1`` ...,
 with ``write_ports`` 2 to 6: the same memory, each write port with its own bursts in flight)
 is timed by ``port``: a preset of
-:data:`sim.ports.PORTS` (``"ideal"``, ``"zynq7-hp"``, ``"zynqmp-hp"``, ``"vcu118-ddr4"``) or a
+:data:`firmware.spec.ports.PORTS` (``"ideal"``, ``"zynq7-hp"``, ``"zynqmp-hp"``, ``"vcu118-ddr4"``) or a
 dict of knobs (bursts in flight each way, read latency, write response latency, longest burst,
-the order of AW and W, random pauses); see :mod:`sim.ports`. The model counts AXI protocol
+the order of AW and W, random pauses); see :mod:`firmware.spec.ports`. The model counts AXI protocol
 violations (:attr:`NativeSim.violations`: 4 KB crossings, WLAST, size, bursts over the port's
 limit, VALID or payload dropped before READY) and keeps counters of its traffic
 (:attr:`NativeSim.counters`).
@@ -31,7 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .ports import WRITE_ORDERS
+from firmware.spec.ports import WRITE_ORDERS
 
 __all__ = ["build", "NativeSim", "BUILD_ROOT", "COUNTERS"]
 
@@ -40,10 +40,10 @@ COUNTERS = ("read_beats", "write_beats", "read_bursts", "write_bursts", "max_rea
             "max_writes_in_flight", "violations", "stability_violations", "burst_violations",
             "ar_stall_cycles", "aw_stall_cycles", "w_stall_cycles", "dram_overdrawn_cycles")
 
-HARNESS = Path(__file__).parent / "native" / "harness.cpp"
+HARNESS = Path(__file__).parent / "harness.cpp"
 #: Where compiled models are cached (override with ``BFP_NATIVE_CACHE``).
 BUILD_ROOT = Path(os.environ.get("BFP_NATIVE_CACHE",
-                                 Path(__file__).resolve().parent.parent / "build" / "native"))
+                                 Path(__file__).resolve().parents[2] / "build" / "native"))
 TOP = "bfp_accel"
 
 
@@ -56,7 +56,7 @@ _DEFINES = ("-DVM_TRACE=0", "-DVM_COVERAGE=0", "-DVM_SC=0")
 
 
 def _verilator() -> tuple[Path, Path]:
-    from .cocotb_runner import verilator_env
+    from sim.testbenches.runner import verilator_env
     verilator_env()
     exe = shutil.which("verilator")
     if exe is None:
@@ -172,8 +172,8 @@ class NativeSim:
     memory : int
         Bytes of memory at address 0.
     port : str or dict
-        The memory port's timing: a preset name of :data:`sim.ports.PORTS` or a dict of knobs
-        (the rest from ``"ideal"``), see :func:`sim.ports.resolve_port`.
+        The memory port's timing: a preset name of :data:`firmware.spec.ports.PORTS` or a dict of knobs
+        (the rest from ``"ideal"``), see :func:`firmware.spec.ports.resolve_port`.
     latency : int, optional
         Overrides the port's ``read_latency`` (cycles from a read address to its first beat).
     pause : float, optional
@@ -192,7 +192,7 @@ class NativeSim:
     def __init__(self, *, memory: int = 64 << 20, port: str | dict = "ideal",
                  latency: int | None = None, pause: float | None = None, seed: int = 1,
                  **params):
-        from .ports import resolve_port
+        from firmware.spec.ports import resolve_port
 
         overrides = {k: v for k, v in (("read_latency", latency), ("pause", pause))
                      if v is not None}
@@ -301,7 +301,7 @@ class NativeSim:
 
     def configure(self, port: str | dict) -> None:
         """Change the port's knobs from now on (bursts already accepted keep their timing)."""
-        from .ports import resolve_port
+        from firmware.spec.ports import resolve_port
 
         p = self.port = resolve_port(port)
         self._lib.sim_configure(self._h, p["outstanding_reads"] or 0,
@@ -313,11 +313,11 @@ class NativeSim:
     @property
     def dram_bytes_per_cycle(self) -> float | None:
         """What the memory moves a cycle at most, every channel together
-        (:func:`sim.ports.dram_bytes_per_cycle` of the port at this bus; None: unlimited)."""
-        from .ports import dram_bytes_per_cycle
+        (:func:`firmware.spec.ports.dram_bytes_per_cycle` of the port at this bus; None: unlimited)."""
+        from firmware.spec.ports import dram_bytes_per_cycle
         return dram_bytes_per_cycle(self.port, self.params.get("data_width", 128) // 8)
 
     def _set_dram(self) -> None:
-        from .ports import DRAM_ARBITRATIONS
+        from firmware.spec.ports import DRAM_ARBITRATIONS
         self._lib.sim_set_dram(self._h, self.dram_bytes_per_cycle or 0.0,
                                DRAM_ARBITRATIONS.index(self.port["dram_arbitration"]))

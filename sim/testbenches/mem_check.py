@@ -1,4 +1,4 @@
-"""cocotb tests of :mod:`sim.cocotb_mem` itself: its checker catches a broken manager.
+"""cocotb tests of :mod:`sim.testbenches.mem` itself: its checker catches a broken manager.
 
 The DUT is a shell whose ports are all inputs (``tests/test_cocotb_mem.py`` writes it), so the
 memory drives its outputs into it and a scripted manager here drives the rest; each test breaks
@@ -11,7 +11,7 @@ import cocotb
 from cocotb.clock import Clock
 from cocotb.triggers import ClockCycles, ReadOnly, RisingEdge
 
-from sim.cocotb_mem import SLVERR, AxiMemory
+from sim.testbenches.mem import SLVERR, AxiMemory
 
 MANAGER = {"arvalid": 0, "rready": 0, "awvalid": 0, "wvalid": 0, "bready": 0, "arsize": 3,
            "awsize": 3, "arburst": 1, "awburst": 1, "arlen": 0, "awlen": 0, "wlast": 0,

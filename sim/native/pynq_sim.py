@@ -2,7 +2,7 @@
 
 :class:`SimBoard` holds one simulated accelerator (its Verilog as a native model with its AXI
 memory) at the board's register address, and :meth:`SimBoard.module` returns a module object
-to install as ``sys.modules["pynq"]``, so :mod:`firmware.pynq_backend` runs unchanged:
+to install as ``sys.modules["pynq"]``, so :mod:`firmware.runtime.pynq_backend` runs unchanged:
 
 * ``Overlay(bitfile)``: "loads" a bitstream: the file must exist; its ``ip_dict``
   (``{name: {"phys_addr", "addr_range", ...}}``) comes from the ``.hwh`` beside it, or from
@@ -34,8 +34,8 @@ from pathlib import Path
 
 import numpy as np
 
-from firmware import boards, regmap
-from firmware.boards import REGISTER_RANGE
+from firmware.spec import boards, regmap
+from firmware.spec.boards import REGISTER_RANGE
 
 __all__ = ["SimBoard", "write_hwh", "hwh_text", "write_report", "write_bitstream_dir"]
 
@@ -212,7 +212,7 @@ class SimBoard:
     Parameters
     ----------
     board : str
-        A :data:`firmware.boards.BOARDS` name: the register address and the default
+        A :data:`firmware.spec.boards.BOARDS` name: the register address and the default
         configuration.
     config : dict, optional
         The accelerator's configuration (a report's ``"config"``), default the board's.
@@ -229,7 +229,7 @@ class SimBoard:
     def __init__(self, board: str = "pynq-z1", config: dict | None = None, *,
                  base_addr: int | None = None, cycles_per_access: int = 64,
                  memory: int = 16 << 20, **options):
-        from .native import NativeSim
+        from sim.native import NativeSim
 
         self.board = boards.board(board)
         self.config = dict(config) if config is not None else self.board.config()
@@ -246,7 +246,7 @@ class SimBoard:
     def module(self) -> types.ModuleType:
         """A stand-in ``pynq`` module bound to this board."""
         board = self
-        mod = types.ModuleType("pynq", "simulated PYNQ (sim.pynq_sim)")
+        mod = types.ModuleType("pynq", "simulated PYNQ (sim.native.pynq_sim)")
 
         class Overlay:
             def __init__(self, bitfile, download=True, **kwargs):

@@ -5,7 +5,7 @@ from cocotb.clock import Clock
 from cocotb.triggers import ClockCycles, ReadOnly, RisingEdge
 from cocotbext.axi import AxiLiteBus, AxiLiteMaster
 
-from firmware import regmap
+from firmware.spec import regmap
 from rtl.csr import RESP_OKAY, RESP_SLVERR
 
 

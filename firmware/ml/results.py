@@ -1,6 +1,6 @@
 """Training results: fp32 SGD, int8 SGD, fp32 SWA and int8 SWALP on every task, over seeds.
 
-``python -m firmware.results [--seeds 5] [--epochs 20] [--tasks ...] [--schedule swalp]
+``python -m firmware.ml.results [--seeds 5] [--epochs 20] [--tasks ...] [--schedule swalp]
 [--methods ...] [--jobs N]`` trains each (task, method, seed) on the golden backend
 (bit-identical to the simulated accelerator, see the hardware-in-the-loop test), prints
 Markdown tables, and writes ``results/training.json`` (every run, its per-epoch history, the
@@ -8,7 +8,7 @@ summaries and the test-set sizes) and ``results/training.png`` (test metric per 
 and 95 % interval).
 
 Every method runs under the same learning-rate schedule (``--schedule``, SWALP's by default:
-see :func:`firmware.optim.swalp_lr`) over the same pre-averaging budget, the first
+see :func:`firmware.ml.optim.swalp_lr`) over the same pre-averaging budget, the first
 ``round(0.75 epochs)`` epochs; the averaging methods (fp32 SWA, int8 SWALP) then run the rest
 at the constant ``swa_lr`` = 0.1 ``lr0`` and are evaluated with the averaged weights, the
 others continue at the schedule's last rate. So int8 SGD − fp32 SGD and int8 SWALP − fp32 SWA
@@ -32,13 +32,13 @@ from pathlib import Path
 
 import numpy as np
 
-from .optim import SCHEDULES
-from .train import TASKS, TrainConfig, run
+from firmware.ml.optim import SCHEDULES
+from firmware.ml.train import TASKS, TrainConfig, run
 
 __all__ = ["METHODS", "CONTRASTS", "t975", "summarize", "paired_difference", "sizes_of_test_sets",
            "collect", "summaries", "table", "plot", "main"]
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 #: method -> (precision, weight averaging); int8 with averaging is SWALP (8-bit weights)
 METHODS = {"fp32 SGD": ("fp32", False), "int8 SGD": ("int8", False),
            "fp32 SWA": ("fp32", True), "int8 SWALP": ("int8", True)}
@@ -105,7 +105,7 @@ def sizes_of_test_sets(tasks) -> dict:
     return out
 
 
-#: What ``python -m firmware.results`` trains unless told otherwise (minutes, not hours).
+#: What ``python -m firmware.ml.results`` trains unless told otherwise (minutes, not hours).
 DEFAULT_TASKS = tuple(t for t in TASKS if not t.startswith("fashion-"))
 
 
@@ -123,9 +123,9 @@ def _train_one(task, method, seed, epochs, schedule, config) -> dict:
 def collect(tasks, seeds, epochs, schedule: str = "swalp", *, methods=None, jobs: int = 1,
             on_result=None, **config) -> list[dict]:
     """Train every (task, method, seed) with ``seeds`` seeds 0, 1, ...; the run dictionaries
-    of :func:`firmware.train.run` with ``method`` and ``schedule`` added, in (task, method,
+    of :func:`firmware.ml.train.run` with ``method`` and ``schedule`` added, in (task, method,
     seed) order. ``methods``: names of :data:`METHODS` (default all). ``config``: more
-    :class:`firmware.train.TrainConfig` fields, the same for every run (``blocks``,
+    :class:`firmware.ml.train.TrainConfig` fields, the same for every run (``blocks``,
     ``swa_every``, ``train_subset``).
 
     ``jobs`` > 1 trains that many runs at once in separate processes (each run is seeded on
@@ -276,12 +276,12 @@ def plot(results, path: Path) -> None:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m firmware.results", description=__doc__,
+    p = argparse.ArgumentParser(prog="python -m firmware.ml.results", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--tasks", nargs="+", choices=sorted(TASKS), default=list(DEFAULT_TASKS),
                    help=f"default: {' '.join(DEFAULT_TASKS)} (the Fashion-MNIST tasks take "
                         f"hours at full size: name them)")
-    p.add_argument("--blocks", default="fox", help="block granularity (firmware.train)")
+    p.add_argument("--blocks", default="fox", help="block granularity (firmware.ml.train)")
     p.add_argument("--swa-every", choices=["epoch", "iteration"], default="epoch",
                    help="average once per epoch or every step of the averaging phase")
     p.add_argument("--train-subset", type=int, help="train on the first N images only")
@@ -311,7 +311,7 @@ def main(argv=None) -> int:
         p.error(str(e))
     sizes = sizes_of_test_sets(args.tasks)
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    command = "python -m firmware.results " + " ".join(sys.argv[1:] if argv is None else argv)
+    command = "python -m firmware.ml.results " + " ".join(sys.argv[1:] if argv is None else argv)
 
     def save(results, complete):
         doc = {"command": command.strip(), "schedule": args.schedule,

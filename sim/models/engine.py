@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from firmware.regmap import STRIPE_MIN_WORDS, ErrorCode, packed_stride
+from firmware.spec.regmap import STRIPE_MIN_WORDS, ErrorCode, packed_stride
 
 __all__ = ["descriptor", "check", "chunk_align", "ramp_start", "chunk_depth", "k_chunks",
            "block_chunks", "b_first", "loads_b_first",
@@ -383,7 +383,7 @@ def load_sequence(jobs, data_width: int, addr_width: int, a_lanes: int, b_lanes:
     valid`` bytes of a row, ``valid`` where ``lanes >= bus bytes``), its address rounded down
     to a word, a routing entry of one row, and a gearbox job with ``pack`` set, ``off`` the
     first row's byte in its word, ``pstride`` the stride, ``in_words`` the command's words
-    and ``nwords`` 1 (:func:`sim.models.gearbox`). A packed job's rows must each use fewer
+    and ``nwords`` 1 (:func:`sim.models.datapath.gearbox`). A packed job's rows must each use fewer
     bytes than a word (``sel * lanes + valid < bus bytes``; ValueError otherwise): the
     walker's do, a packed matrix's rows being no longer than their stride.
 

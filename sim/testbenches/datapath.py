@@ -1,4 +1,4 @@
-"""cocotb testbench of the generated ``gemm_datapath`` Verilog against :mod:`sim.models`.
+"""cocotb testbench of the generated ``gemm_datapath`` Verilog against :mod:`sim.models.datapath`.
 
 Parameters come from the environment (set by ``tests/test_cocotb.py``): ``DP_ROWS``,
 ``DP_COLS``, ``DP_DEPTH``, ``DP_SEED``, ``DP_TILES``, ``DP_STALL`` (probability of an idle
@@ -19,8 +19,8 @@ from cocotb.triggers import ClockCycles
 
 from rtl.datapath import command_layout
 from rtl.rescale import rescale_output_layout
-from sim import models
-from sim.cocotb_streams import receive, send
+from sim.models import datapath as models
+from sim.testbenches.streams import receive, send
 
 
 def _env(name, default):

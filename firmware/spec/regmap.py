@@ -3,7 +3,7 @@
 Everything else is derived from :data:`REGISTERS`: the AXI4-Lite register block in
 :mod:`rtl.csr`, the driver's offsets and field helpers (this module, used by
 :class:`firmware.Device`), and the register table in the README
-(``python -m firmware.regmap`` prints it; a test keeps the README in sync).
+(``python -m firmware.spec.regmap`` prints it; a test keeps the README in sync).
 
 This module is plain Python on purpose: the board-side driver imports it without Amaranth.
 

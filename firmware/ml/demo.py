@@ -1,4 +1,4 @@
-"""``python -m firmware.demo``: train digits-mlp in float32 and in int8 on the simulated
+"""``python -m firmware.ml.demo``: train digits-mlp in float32 and in int8 on the simulated
 accelerator (the generated Verilog, natively simulated), and print both accuracies.
 
 Options: ``--epochs N`` (default 5), ``--seed S``, ``--rows R --cols C`` (default 8x8),
@@ -12,11 +12,11 @@ import argparse
 import sys
 import time
 
-from .train import TrainConfig, _profile_text, run
+from firmware.ml.train import TrainConfig, _profile_text, run
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m firmware.demo", description=__doc__)
+    p = argparse.ArgumentParser(prog="python -m firmware.ml.demo", description=__doc__)
     p.add_argument("--epochs", type=int, default=5)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--rows", type=int, default=8)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .quant import dequantize, quantize
+from firmware.ml.quant import dequantize, quantize
 
 __all__ = ["SCHEDULES", "SGD", "SWA", "schedule_lr", "swalp_lr"]
 
@@ -61,7 +61,7 @@ class SGD:
         self.lr = state["lr"]
 
 
-#: the learning-rate schedules a :class:`firmware.train.TrainConfig` can name
+#: the learning-rate schedules a :class:`firmware.ml.train.TrainConfig` can name
 SCHEDULES = ("swalp", "constant")
 #: SWALP's final learning rate before averaging, as a fraction of ``lr0``
 FINAL_RATIO = 0.01

@@ -1,11 +1,11 @@
 """cocotb testbench of the whole accelerator: cocotbext-axi's AxiLiteMaster on the control
-port and the hostile AXI memory of :mod:`sim.cocotb_mem` on the memory port.
+port and the hostile AXI memory of :mod:`sim.testbenches.mem` on the memory port.
 
 GEMMs of random shapes (not multiples of the array), every transpose combination, scalar and
 vector exponents at the extremes, float32 and int32 output, checked bit for bit against
-:mod:`sim.golden`; then a rejected descriptor, a soft reset, and a correct GEMM again.
+:mod:`sim.models.golden`; then a rejected descriptor, a soft reset, and a correct GEMM again.
 The test runs once per memory port in ``ACC_PORTS``: ``;``-separated keys of
-:data:`sim.cocotb_mem.PRESETS` or JSON objects of knobs, e.g. ``"zynq7-hp"`` (8 reads and 8
+:data:`sim.testbenches.mem.PRESETS` or JSON objects of knobs, e.g. ``"zynq7-hp"`` (8 reads and 8
 writes in flight, latency 40, 16-beat bursts, a random write order and 20 % pauses). The
 memory must see no AXI violation and be left with nothing in flight.
 Configuration from the environment: ``ACC_ROWS``, ``ACC_COLS``, ``ACC_WIDTH``, ``ACC_SEED``,
@@ -22,9 +22,9 @@ from cocotb.clock import Clock
 from cocotb.triggers import ClockCycles
 from cocotbext.axi import AxiLiteBus, AxiLiteMaster
 
-from firmware.regmap import ErrorCode, field_value, offset, pack
-from sim import golden
-from sim.cocotb_mem import AxiMemory, port_knobs
+from firmware.spec.regmap import ErrorCode, field_value, offset, pack
+from sim.models import golden
+from sim.testbenches.mem import AxiMemory, port_knobs
 
 MEM = 1 << 20
 
@@ -53,7 +53,7 @@ async def setup(dut, seed, port):
 
 
 class Host:
-    """The register sequence of :class:`firmware.driver.Driver`, over cocotbext-axi."""
+    """The register sequence of :class:`firmware.runtime.driver.Driver`, over cocotbext-axi."""
 
     def __init__(self, lite, ram, bpw):
         self.lite, self.ram, self.bpw = lite, ram, bpw
