@@ -1,7 +1,6 @@
 """Formal proofs of the AXI interfaces (SymbiYosys), and that the checkers catch broken managers.
 
-Each proof's time on a loaded 2-core machine is in docs/formal.md; those over ~2 minutes are
-marked slow (``pytest -m slow``).
+Proofs flagged ``slow`` in :data:`sim.formal.proofs.PROOFS` run with ``pytest -m slow``.
 """
 
 import pytest
@@ -9,16 +8,13 @@ import pytest
 from sim.formal import proofs
 from sim.formal.axi import AXI4ReadChecker, AXI4WriteChecker
 
-#: The `last` flags counted at the output, bounded: a plain restatement of what
-#: dma_reader_ends proves unboundedly, kept out of the default run for its time.
-SLOW: set[str] = {"dma_reader_ends_output"}
 #: Proven by k-induction (unbounded), not only checked to a depth.
 UNBOUNDED = {"csr", "dma_reader", "dma_reader_window", "dma_reader_stream", "dma_reader_ends",
              "dma_writer", "dma_writer_3", "dma_writer_window", "dma_writer_order"}
 
 
 def _param(name):
-    return pytest.param(name, marks=pytest.mark.slow) if name in SLOW else name
+    return pytest.param(name, marks=pytest.mark.slow) if proofs.PROOFS[name].slow else name
 
 
 @pytest.mark.parametrize("name", [_param(n) for n in proofs.PROOFS])

@@ -11,7 +11,7 @@ Command line::
     python -m sim.formal.proofs [--list] [NAME ...]
 
 prints each proof's result, mode, depth and time; exit status 1 if any fails, 2 on bad
-arguments. See ``docs/formal.md`` for what each proof covers.
+arguments. ``docs/verification.md`` says what each proof covers.
 """
 
 from __future__ import annotations
@@ -62,7 +62,27 @@ SCRIPT_EXTRA: list[str] = ["memory_map", "opt -fast"]
 
 @dataclass(frozen=True)
 class Proof:
-    """One proof: a harness builder, the SymbiYosys mode and depth, and what it covers."""
+    """One proof: a harness builder, the SymbiYosys mode and depth, and what it covers.
+
+    Attributes
+    ----------
+    name : str
+        The proof's name, on the command line and as its work directory.
+    build : callable
+        Returns the harness (a :class:`~amaranth.hdl.Module`) and its free inputs.
+    mode : str
+        SymbiYosys' mode: ``"prove"`` (k-induction, unbounded) or ``"bmc"`` (bounded).
+    depth : int
+        The induction length for ``"prove"``, the number of cycles from reset for ``"bmc"``.
+    doc : str
+        One line on what the proof checks.
+    expect_pass : bool
+        False for a deliberately flawed harness, which must fail.
+    slow : bool
+        Left out of the default ``pytest`` run (``pytest -m slow`` runs it).
+    engine : str
+        SymbiYosys' engine line.
+    """
 
     name: str
     build: Callable[[], tuple[Module, list[Signal]]]
@@ -70,11 +90,26 @@ class Proof:
     depth: int
     doc: str
     expect_pass: bool = True
+    slow: bool = False
     engine: str = "smtbmc yices"
 
 
 @dataclass(frozen=True)
 class Result:
+    """The outcome of one SymbiYosys run.
+
+    Attributes
+    ----------
+    name, mode, depth
+        The proof's.
+    passed : bool
+        SymbiYosys' verdict: True when every assertion held.
+    seconds : float
+        Wall time of the run.
+    log : str
+        SymbiYosys' standard output and error.
+    """
+
     name: str
     passed: bool
     mode: str
@@ -83,6 +118,7 @@ class Result:
     log: str
 
     def line(self) -> str:
+        """The result as the command line prints it: name, verdict, mode, depth, time."""
         verdict = "PASS" if self.passed else "FAIL"
         return (f"{self.name:<22} {verdict}  {self.mode:<5} depth {self.depth:<3} "
                 f"{self.seconds:6.1f} s")
@@ -432,6 +468,7 @@ def writer_harness(order: bool = True, window: bool = True, outstanding: int = O
     return m, _free_inputs(dut) + extra + [index]
 
 
+#: The proofs, by name: each must pass.
 PROOFS: dict[str, Proof] = {p.name: p for p in [
     Proof("csr", csr_harness, "prove", 6,
           "RegisterBlock: AXI4-Lite subordinate rules, each register's write and read "
@@ -444,12 +481,12 @@ PROOFS: dict[str, Proof] = {p.name: p for p in [
           "DmaReader: o_stream rules, words in the order read"),
     Proof("dma_reader_ends", lambda: reader_harness(window=False, order=False, ends="read"),
           "prove", 1, "DmaReader: o_stream rules, `last` on command ends"),
-    # (the same property counted at o_stream, as a user states it: k-induction does not
-    # close on it in reasonable time (it sums up to four 24-bit command lengths), so it is
-    # checked to a depth, without the invariants, which only slow a bounded check down)
+    # the same property counted at o_stream, as a user states it: k-induction does not close
+    # on it in reasonable time (its invariants would sum up to four 24-bit command lengths),
+    # so it is checked to a depth, without the invariants, which only slow a bounded check
     Proof("dma_reader_ends_output", lambda: reader_harness(window=False, order=False,
                                                            invariants=False, ends="output"),
-          "bmc", 12, "DmaReader: `last` on command ends, counted at o_stream"),
+          "bmc", 12, "DmaReader: `last` on command ends, counted at o_stream", slow=True),
     Proof("dma_writer", lambda: writer_harness(order=False, window=False), "prove", 1,
           "DmaWriter: AXI4 write manager rules (W before AW allowed), WLAST, responses"),
     Proof("dma_writer_3", lambda: writer_harness(order=False, window=False, outstanding=3),
@@ -495,7 +532,24 @@ def _tool(name: str) -> str:
 
 
 def run(proof: Proof, build: Path = BUILD) -> Result:
-    """Write the harness and its .sby file under ``build/<name>`` and run SymbiYosys."""
+    """Write a proof's harness and ``.sby`` file under ``build/<name>`` and run SymbiYosys.
+
+    Parameters
+    ----------
+    proof : Proof
+        One of :data:`PROOFS` or :data:`FLAWED`.
+    build : Path
+        The directory of the work directories (default ``build/formal``).
+
+    Returns
+    -------
+    Result
+
+    Raises
+    ------
+    FileNotFoundError
+        A SymbiYosys, Yosys or solver executable is not installed.
+    """
     work = build / proof.name
     work.mkdir(parents=True, exist_ok=True)
     top, ports = proof.build()
@@ -512,6 +566,14 @@ def run(proof: Proof, build: Path = BUILD) -> Result:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The command line: ``python -m sim.formal.proofs [--list] [NAME ...]``.
+
+    Returns
+    -------
+    int
+        0 when every proof run gave its expected verdict, 1 otherwise (exit status 2 on bad
+        arguments, through :class:`SystemExit`).
+    """
     everything = {**PROOFS, **FLAWED}
     parser = argparse.ArgumentParser(prog="python -m sim.formal.proofs", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
