@@ -20,9 +20,9 @@ configured design up to 256 PEs (the Pynq-Z1 default) and on the estimate's 8x8 
 above that, unless the configured design has been measured before (``--timing`` or
 ``python -m platforms.timing --default``: its cached report is used). ``--timing`` measures
 the configured design: synthesized whole up to :data:`platforms.timing.WHOLE_LIMIT` PEs, by
-parts above it (the accelerator without its array and the array alone; the ZCU104 and VU9P
-defaults, each about an hour). A report over budget
-exits with status 1 naming the path or net (``--no-timing-strict``: only report it).
+parts above it (the accelerator without its array and the array alone, as for the ZCU104 and
+VU9P defaults, which take long). A report over budget exits with status 1 naming the path or
+net (``--no-timing-strict``: only report it).
 ``--synth vivado`` runs ``build.tcl`` when Vivado is on PATH. ``--program`` loads the
 bitstream (openFPGALoader over JTAG, or a copy of the ``.bit``, ``.hwh`` and ``report.json``
 to a PYNQ board with ``--host``; Vivado's hardware manager for the VCU118); ``--dry-run``
@@ -102,6 +102,7 @@ def step(message: str):
 
 
 def list_platforms() -> str:
+    """The platforms as a Markdown table (``--list``): device, family, bus, clock, default."""
     lines = ["| platform | device | family | memory bus | clock | default array | MACs/cycle |",
              "|---|---|---|---:|---:|---|---:|"]
     for b in PLATFORMS.values():
@@ -116,6 +117,25 @@ def list_platforms() -> str:
 
 
 def parse_args(argv):
+    """Parse and check the command line.
+
+    Parameters
+    ----------
+    argv : list of str or None
+        The arguments (None: ``sys.argv[1:]``).
+
+    Returns
+    -------
+    parser : argparse.ArgumentParser
+    args : argparse.Namespace
+        With ``board`` (the :class:`platforms.base.Board`) and ``cfg`` (the accelerator's
+        configuration) added, unless ``--list``.
+
+    Raises
+    ------
+    SystemExit
+        Status 2 on a bad argument or a configuration the RTL or the board refuses.
+    """
     from platforms.timing import WHOLE_LIMIT
 
     parser = argparse.ArgumentParser(prog="build.py", description=__doc__.split("\n\n")[0],
@@ -215,6 +235,21 @@ def _shown(path: Path) -> str:
 
 
 def generate(board, cfg, out: Path) -> dict:
+    """Write the Verilog, the board top, the XDC, the Vivado scripts and ``report.json``.
+
+    Parameters
+    ----------
+    board : platforms.base.Board
+    cfg : dict
+        The accelerator's configuration.
+    out : Path
+        The output directory.
+
+    Returns
+    -------
+    dict
+        The files written, by role (``"core"``, ``"top"``, ``"xdc"``, ``"tcl"``, ...).
+    """
     from platforms import vivado
     from rtl.accelerator import Accelerator
     from rtl.export import FAMILY_DSP, generate_verilog
@@ -273,6 +308,25 @@ def _host_report(board, cfg, out: Path) -> Path:
 
 
 def estimate(board, cfg, out: Path, whole: bool = False) -> tuple[dict, bool]:
+    """Estimate resources and timing with Yosys; write ``report.json`` and ``report.md``.
+
+    Parameters
+    ----------
+    board : platforms.base.Board
+    cfg : dict
+        The accelerator's configuration.
+    out : Path
+        The output directory.
+    whole : bool
+        Measure timing on the configured design (``--timing``).
+
+    Returns
+    -------
+    report : dict
+        The report written to ``report.json``.
+    fits : bool
+        Whether every resource fits the device.
+    """
     from platforms.estimate import estimate_accelerator
     from platforms.timing import WHOLE_LIMIT, accelerator_timing, markdown
 
@@ -330,12 +384,13 @@ def estimate(board, cfg, out: Path, whole: bool = False) -> tuple[dict, bool]:
 
 
 def run_vivado(out: Path, dry_run: bool) -> int:
+    """Run ``build.tcl`` in Vivado (or print the command); the exit status."""
     cmd = ["vivado", "-mode", "batch", "-source", "build.tcl"]
     if dry_run:
         print(f"(cd {_shown(out)} && {' '.join(cmd)})")
         return 0
     if shutil.which("vivado") is None:
-        print(f"Vivado is not on PATH here. On a machine with Vivado (2022.1 or later):\n"
+        print(f"Vivado is not on PATH. On a machine with Vivado (2022.1 or later):\n"
               f"    cd {_shown(out)} && vivado -mode batch -source build.tcl\n"
               "It writes the bitstream (and the .hwh for PYNQ) into that directory.",
               file=sys.stderr)
@@ -346,6 +401,7 @@ def run_vivado(out: Path, dry_run: bool) -> int:
 
 
 def program(board, out: Path, host, dry_run: bool) -> int:
+    """Load the bitstream onto ``board`` (or copy the overlay to ``host``); the exit status."""
     from platforms.vivado import program_commands
     cmds = program_commands(board, out.resolve(), host)
     if dry_run:
@@ -372,6 +428,7 @@ def program(board, out: Path, host, dry_run: bool) -> int:
 
 
 def main(argv=None) -> int:
+    """The command line; the exit status (0, 1 on a failed step, 2 on bad arguments)."""
     parser, args = parse_args(argv)
     if args.list:
         print(list_platforms())

@@ -17,6 +17,42 @@ RESOURCES = ("LUT", "FF", "DSP", "BRAM36", "URAM")
 
 @dataclass(frozen=True)
 class Board:
+    """One board: the device, its capacity, the memory bus, the clock and the default.
+
+    Attributes
+    ----------
+    name : str
+        Command-line name (``build.py --platform``).
+    title : str
+        Human-readable name.
+    part : str
+        Vivado part.
+    board_part : str or None
+        Vivado board part (board files), if the flow uses one.
+    family : str
+        Yosys ``synth_xilinx`` family: ``"xc7"`` or ``"xcup"``.
+    capacity : dict
+        :data:`RESOURCES` -> count on the device.
+    data_width, addr_width : int
+        The accelerator's AXI memory bus.
+    clock_mhz : float
+        Target clock.
+    host, control_port, memory_port : str
+        How the host reaches the accelerator, where AXI4-Lite control comes from and where
+        the DMA's AXI4 masters go (report text).
+    default : dict
+        The default accelerator parameters.
+    program : str
+        How the bitstream is loaded: ``"jtag"`` (openFPGALoader), ``"pynq"`` (copied over
+        ssh) or ``"vivado"`` (Vivado's hardware manager).
+    base_addr : int
+        The registers' address on the control port (:mod:`firmware.spec.boards`).
+    slrs : tuple of str
+        Stacked-silicon devices: the SLR of each of the array's column groups (the default's
+        ``slr_groups``), group 0 first, which the rest of the accelerator shares; the
+        constraints put each in a pblock (:func:`platforms.vivado.xdc`). Empty: no pblocks.
+    """
+
     name: str                 # command-line name
     title: str
     part: str                 # Vivado part

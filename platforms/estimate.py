@@ -102,14 +102,33 @@ def synthesize(verilog: str | Path, top: str, family: str, *,
                mapping: str = "abc", blackbox: tuple = (), fsm: bool = True) -> dict:
     """Synthesize ``top`` from ``verilog`` (``.v``, or RTLIL ``.il``) for ``family``.
 
-    Returns the grouped cell counts (:func:`group_cells`). With ``netlist``, the flat
-    netlist is also written as Yosys JSON (:func:`netlist_path`; what
-    :mod:`platforms.timing` analyses). ``mapping`` is one of :data:`MAPPINGS`. The modules
-    named in ``blackbox`` are emptied first (Yosys ``blackbox``): their ports stay, as cells
-    of an unknown type. ``fsm=False`` skips Yosys' state-machine recoding (every wire
-    marked ``fsm_encoding "none"``): for a design with no state machine, whose
-    ``fsm_detect`` grows faster than its size (the systolic array: 54 % of the front end at
-    16x32, more than 55 minutes at the VU9P's 64x128).
+    Parameters
+    ----------
+    verilog : str or Path
+        The design, Verilog or RTLIL.
+    top : str
+        The top module's name.
+    family : str
+        One of :data:`FAMILIES`.
+    work_dir : str or Path, optional
+        Where Yosys' log and outputs go (default: beside ``verilog``).
+    netlist : bool
+        Also write the flat netlist as Yosys JSON (:func:`netlist_path`), what
+        :mod:`platforms.timing` analyses.
+    mapping : str
+        One of :data:`MAPPINGS`.
+    blackbox : tuple of str
+        Modules emptied first (Yosys ``blackbox``): their ports stay, as cells of an unknown
+        type.
+    fsm : bool
+        False skips Yosys' state-machine recoding (every wire marked ``fsm_encoding
+        "none"``), for a design with no state machine whose ``fsm_detect`` time grows faster
+        than its size (the systolic array).
+
+    Returns
+    -------
+    dict
+        The grouped cell counts (:func:`group_cells`).
 
     Raises
     ------
@@ -141,9 +160,10 @@ def synthesize(verilog: str | Path, top: str, family: str, *,
     synth = f"synth_xilinx -family {family} -top {top} -flatten -noiopad -noclkbuf"
     if mapping == "abc9":
         # ABC9's AIGER frontend can meet a wire name twice when it reads the mapped netlist
-        # back (an assertion, `count_id(wire->name) == 0`; Yosys issues 4349 and 4451): it
-        # did once the accumulation buffer's read data was registered. Single-bit nets
-        # before the LUT mapping avoid it (the fix proposed there); the mapping is the same.
+        # back (an assertion, `count_id(wire->name) == 0`; YosysHQ/yosys#4349 and #4451), as
+        # it does on the registered read data of the accumulation buffer. Single-bit nets
+        # before the LUT mapping avoid it (the workaround proposed there); the mapping is the
+        # same.
         script = (f"scratchpad -set synth_xilinx.abc9.W {ABC9_WIRE_PS[family]}; "
                   f"{load} {synth} -abc9 -run :map_luts; splitnets; "
                   f"{synth} -abc9 -run map_luts:; ")
@@ -166,17 +186,14 @@ def synthesize(verilog: str | Path, top: str, family: str, *,
 #: difference.
 FIT_POINTS = ((4, 4), (4, 8), (8, 4), (8, 8))
 #: Shapes at which the rest of the accelerator (all but its array, emptied) is synthesized and
-#: fitted. Until this was used, the rest was the whole accelerator minus its array at
-#: :data:`FIT_POINTS`, 4 to 8 lanes, below a 128-bit bus's 16 bytes: extrapolated to the
-#: ZCU104's 32x64 it missed 11.9k of its 65.6k LUTs (-18 %), the per-lane parts (rescaler,
-#: write-back, operand buffers) costing more per lane at 32 to 64 lanes than from 4 to 8.
+#: fitted: 8 to 16 lanes, as the per-lane parts (rescaler, write-back, operand buffers) cost
+#: more per lane at 32 to 64 lanes than a fit from 4 to 8 lanes extrapolates.
 REST_POINTS = ((8, 8), (8, 16), (16, 8), (16, 16))
 #: The systolic array's instance in the accelerator: what the rest's synthesis empties
 #: (Yosys ``blackbox``, its ports kept).
 ARRAY_MODULE = "engine.datapath.array"
-#: Largest array synthesized whole (rows * cols): the Pynq-Z1 default's 16x16 (256), whose
-#: hierarchical estimate missed full synthesis by -6.5 % on LUTs (26,887 against 28,764:
-#: the rest of the accelerator grows faster than linearly from its 4..8-lane fit points).
+#: Largest array synthesized whole (rows * cols): the Pynq-Z1 default's 16x16 (256), so that
+#: its resources are of the design itself, not of the hierarchical fit.
 FULL_LIMIT = 256
 
 
@@ -313,8 +330,28 @@ def _family_packing(family: str) -> int:
 
 
 def estimate_accelerator(params: dict, family: str, work_dir: Path, progress=None):
-    """Resources of ``Accelerator(**params)`` for ``family``: ``(resources, method)``.
+    """Resources of ``Accelerator(**params)`` for ``family``.
 
+    Parameters
+    ----------
+    params : dict
+        The accelerator's parameters (``rows``, ``cols``, ``data_width``, ...).
+    family : str
+        One of :data:`FAMILIES`.
+    work_dir : Path
+        Where the netlists and cached results go.
+    progress : callable, optional
+        Called with a line of text before each Yosys run.
+
+    Returns
+    -------
+    resources : dict
+        LUT, FF, DSP, BRAM36, URAM, CARRY and LUTRAM.
+    method : str
+        How they were obtained, for the build report.
+
+    Notes
+    -----
     Arrays up to :data:`FULL_LIMIT` PEs are synthesized whole. Larger ones are estimated
     hierarchically: the array, synthesized alone at :data:`ARRAY_POINTS`, fitted as
     ``a + b·R + c·C + d·R·C``; the rest of the accelerator (synthesized with its array

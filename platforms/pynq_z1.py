@@ -9,10 +9,9 @@ the ARM running PYNQ; the ``pynq`` backend drives it with ``pynq.Overlay`` + the
 The default array is 16x16 (256 MACs/cycle) with two MACs per DSP48E1 (``packing=2``: each
 slice computes ``P += (a_hi * 2**16 + a_lo) * b`` for two rows sharing ``b``, the fabric
 keeping the bits the slice lacks; ``rtl.dsp``, ``rtl.systolic.PackedPair``): 128 slices for
-the array, 19 for the engine's own multipliers (three load sequencers' and four write-backs'
-address products), 147 of the 220 by Yosys' synthesis of the whole design. (With one MAC
-per slice, ``--packing 1 --dsp-rows 10``, 160 PEs used DSP48E1 slices and 96 multiplied in
-LUTs, ~216 LUTs each.)
+the array, the rest of the 220 for the engine's own multipliers (the load sequencers' and
+write-backs' address products). With one MAC per slice (``--packing 1 --dsp-rows N``) the
+array does not fit the DSP slices: N rows of PEs use them and the others multiply in LUTs.
 """
 
 from amaranth_boards.arty_z7 import ArtyZ720Platform

@@ -1,9 +1,9 @@
 """Logic depth and fan-out of a Yosys ``synth_xilinx`` netlist, like Vivado's
 ``report_design_analysis``.
 
-Nobody here runs Vivado, so the build states how deep its paths are instead. The netlist is
+The build runs without Vivado, so it states how deep its paths are instead. The netlist is
 the flat one Yosys writes (``synth_xilinx -flatten``, ``write_json``; see
-:func:`platforms.estimate.synthesize`), analysed here in Python:
+:func:`platforms.estimate.synthesize`), analysed in Python:
 
 * **Start and end points** are the sequential cells -- flip-flops and latches (``FD*``,
   ``LD*``), shift registers (``SRL16E``, ``SRLC32E``), block RAM (``RAMB18E1/E2``,
@@ -535,10 +535,8 @@ def synthesize_netlist(verilog: str | Path, top: str, family: str, *,
 
 
 #: Largest array (rows * cols) ``build.py --timing`` synthesizes whole; above it the design is
-#: measured by parts (:func:`accelerator_timing` ``parts``). The ZCU104 default's 2048 PEs
-#: took 36 minutes and 4.2 GB whole here with four write ports; with six (since session 38)
-#: Yosys runs out of YoWASP's 4 GB of WebAssembly memory in ABC9, so it is measured by parts
-#: too, as the VU9P's 8192 are.
+#: measured by parts (:func:`accelerator_timing` ``parts``): whole, the ZCU104 default's 2048
+#: PEs run Yosys out of YoWASP's 4 GB of WebAssembly memory in ABC9, as the VU9P's 8192 do.
 WHOLE_LIMIT = 1024
 
 
@@ -630,7 +628,7 @@ def by_parts(rest: dict, array: dict, prefix: str = ARRAY_MODULE, copies: int = 
     """One report from the accelerator without its array (``rest``) and the array alone
     (``array``), measured at the same family and clock: end points and histograms added, the
     deepest paths and highest fan-out nets of both (the array's named below ``prefix``),
-    the emptied array cell no longer unknown. Exact for logic levels, as no path crosses the
+    the emptied array cell not counted as unknown. Exact for logic levels, as no path crosses the
     seam (the array registers its inputs and outputs); a net that reaches the array counts
     its loads on each side separately (outside: one load per array input bit it drives).
     ``copies``: ``array`` is one of that many identical parts of the array (an SLR group,
@@ -695,7 +693,7 @@ def accelerator_timing(params: dict, family: str, target_mhz: float, work_dir: P
     lanes; the nets inside the array, and its loads on the nets that reach it, are not
     counted (``measured_on`` says so). ``parts`` (with ``whole``) measures that and the array
     alone (:func:`array_timing`) and joins them (:func:`by_parts`): the configured design at
-    its size, for one too large to synthesize whole here (the VU9P's).
+    its size, for one too large to synthesize whole (the VU9P's).
 
     With ``cached_only``, a report already measured for exactly this design (the RTL and
     parameters), or None, without synthesizing anything: what ``build.py`` reports when a
@@ -710,7 +708,7 @@ def accelerator_timing(params: dict, family: str, target_mhz: float, work_dir: P
         rest = accelerator_timing(params, family, target_mhz, work_dir, whole=True,
                                   without_array=True, **kw)
         # an array of several SLR groups (registered where they meet) as one group, counted
-        # that many times: the VU9P's 64x128 whole runs Yosys out of its memory here
+        # that many times: the VU9P's 64x128 whole runs Yosys out of its memory
         groups = params.get("slr_groups", 1)
         part, copies = params, 1
         if groups > 1 and cols % groups == 0:
@@ -841,7 +839,7 @@ def main(argv=None) -> int:
                         "and packing), synthesized whole; --rows/--cols ignored")
     p.add_argument("--without-array", action="store_true",
                    help="with --default: everything but the systolic array (emptied), for a "
-                        "default too large to synthesize whole here (the VU9P's)")
+                        "default too large to synthesize whole (the VU9P's)")
     p.add_argument("--array-only", action="store_true",
                    help="with --default: the systolic array alone, as configured (what "
                         "--without-array leaves out)")
@@ -850,7 +848,7 @@ def main(argv=None) -> int:
                         f"design (what build.py --timing does above {WHOLE_LIMIT} PEs)")
     p.add_argument("--array-cols", type=int, metavar="N",
                    help="with --array-only: the array at N of its columns (its rows as "
-                        "configured, one SLR group), for an array too large for Yosys here "
+                        "configured, one SLR group), for an array too large for Yosys "
                         "(the VU9P's 64x128 runs out of the 4 GB of WebAssembly memory; its "
                         "columns are two SLR groups of 64, each cut off by registers)")
     args = p.parse_args(argv)

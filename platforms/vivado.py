@@ -187,8 +187,9 @@ set_property -dict [list CONFIG.axilite_master_en {{true}} CONFIG.axilite_master
     CONFIG.axilite_master_scale {{Megabytes}}] [get_bd_cells xdma]
 create_bd_cell -type ip -vlnv xilinx.com:ip:ddr4:2.2 ddr4
 apply_board_connection -board_interface "ddr4_sdram_c1" -ip_intf "ddr4/C0_DDR4" -diagram "bfp"
-# Reads and C's writes share the DRAM: {mig_arbitration} (firmware.spec.ports, the vcu118-ddr4 preset's
-# dram_arbitration; the MIG's default, RD_PRI_REG, lets a block's reads starve C's writes).
+# Reads and C's writes share the DRAM: {mig_arbitration} (firmware.spec.ports, the
+# vcu118-ddr4 preset's dram_arbitration; the MIG's default, RD_PRI_REG, lets a block's reads
+# starve C's writes).
 set_property CONFIG.C0.DDR4_AxiArbitrationScheme {{{mig_arbitration}}} [get_bd_cells ddr4]
 apply_bd_automation -rule xilinx.com:bd_rule:axi4 \\
     -config {{Master "/xdma/M_AXI_LITE" Clk "/xdma/axi_aclk"}} \\

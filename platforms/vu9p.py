@@ -11,8 +11,8 @@ in one: its columns are split into two groups (``slr_groups``, :class:`rtl.systo
 SystolicArray`'s ``slr_cols``), 64 columns (2048 DSP slices) each, with registers at every
 crossing. Group 0 and the rest of the accelerator go to SLR1, where the PCIe block the XDMA
 uses sits (clock regions X4Y5-X5Y8 on the VCU118, as Corundum's VCU118 placement has it);
-group 1 to SLR0. Which SLR the DDR4 C1 banks are in was not checked here: with the device
-view open, change :data:`BOARD`'s ``slrs`` if group 1 belongs in SLR2.
+group 1 to SLR0. Which SLR the DDR4 C1 banks are in is not verified: with the device view
+open, change :data:`BOARD`'s ``slrs`` if group 1 belongs in SLR2.
 """
 
 from firmware.spec.boards import BOARDS
