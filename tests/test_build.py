@@ -211,8 +211,8 @@ def test_program_without_a_bitstream_or_vivado_fails_clearly(tmp_path):
 
 @pytest.mark.slow
 def test_yosys_estimate_of_a_small_configuration(tmp_path):
-    """The whole estimate flow (two Yosys runs of a 4x4 accelerator: about 6 minutes, so
-    ``slow``; the report's fit logic runs by default below, on a given estimate)."""
+    """The whole estimate flow (two Yosys runs of a 4x4 accelerator, so ``slow``; the
+    report's fit logic runs by default below, on a given estimate)."""
     proc = run_build("--platform", "pynq-z1", "--rows", "4", "--cols", "4", "--out",
                      str(tmp_path))
     assert proc.returncode == 0, proc.stderr
@@ -261,9 +261,8 @@ def test_a_configuration_that_does_not_fit_exits_1_naming_the_resource(tmp_path,
 
 # The configuration the hierarchical estimate is checked on against full synthesis: 32x32
 # with the ZCU104's settings (xcup, two MACs per DSP48E2, block 8, accumulation slots in
-# URAM: the quadratic parts at four times the fit points' size; about 20 minutes). (The
-# Pynq-Z1 default, 16x16 with two MACs per DSP48E1, is synthesised whole since the estimate
-# missed it by -6.5 % on LUTs: platforms.estimate.FULL_LIMIT.)
+# URAM: the quadratic parts at four times the fit points' size). The Pynq-Z1 default, 16x16
+# with two MACs per DSP48E1, is synthesised whole (platforms.estimate.FULL_LIMIT).
 FULL_CHECKS = {
     "zcu104 32x32": ("zcu104", {"rows": 32, "cols": 32}, "xcup", "accel_32x32_full",
                      lambda c: c["acc_ram"] == "ultra" and c["packing"] == 2),

@@ -12,9 +12,9 @@ ROOT = Path(__file__).resolve().parent.parent
 BUILD = ROOT / "build" / "cocotb"
 
 
-# The largest two configurations, and the packed xc7 netlist with its DSP48E1 cell models
-# (nearly three minutes), take minutes to verilate: on Verilator they run with
-# `pytest -m slow` (Icarus runs every configuration by default).
+# The largest two configurations, and the packed xc7 netlist with its DSP48E1 cell models,
+# take minutes to verilate: on Verilator they run with `pytest -m slow` (Icarus runs every
+# configuration by default).
 _SLOW_ON_VERILATOR = {(8, 8, 20, 3, 1, False), (6, 3, 10, 5, 1, True), (5, 3, 10, 6, 2, True)}
 
 

@@ -413,7 +413,7 @@ def _fake(levels: dict, paths: list, nets: list, unknown=None) -> dict:
 def test_by_parts_joins_the_two_reports():
     """``by_parts``: histograms added per level and per clock, the deepest paths and the
     highest fan-out nets of both sorted together (the array's named below its instance), the
-    emptied array no longer an unknown cell, the budget verdict taken on the join."""
+    emptied array not counted as an unknown cell, the budget verdict taken on the join."""
     from platforms.timing import by_parts
     rest = _fake({0: 10, 3: 5, 6: 2}, [("a", "b", 6), ("c", "d", 3)],
                  [("rst", 900), ("sel", 400)], unknown={"engine.datapath.array": 1})

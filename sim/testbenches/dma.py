@@ -1,4 +1,4 @@
-"""cocotb testbenches of the DMA masters against the hostile AXI memory (:mod:`sim.testbenches.mem`).
+"""cocotb testbenches of the DMA masters against the hostile AXI memory (sim.testbenches.mem).
 
 Each data test runs under several memory ports (:data:`PORTS`: ideal; 8 bursts in flight,
 latency 40, bursts of at most 16 beats; 2 in flight with write data before its address;

@@ -32,7 +32,13 @@ def verilator_env() -> None:
 
 
 def available(simulator: str) -> bool:
-    """Whether ``simulator`` can run here."""
+    """Whether ``simulator`` (one of :data:`SIMULATORS`) is installed.
+
+    Raises
+    ------
+    ValueError
+        ``simulator`` is not one of :data:`SIMULATORS`.
+    """
     if simulator == "icarus":
         return shutil.which("iverilog") is not None
     if simulator == "verilator":
@@ -49,9 +55,27 @@ def xilinx_cell_models() -> Path:
 
 def run_cocotb(simulator: str, verilog, toplevel: str, test_module: str,
                build_dir: Path, env: dict[str, str]) -> tuple[int, int]:
-    """Build ``verilog`` (a path or a list of paths) and run the tests in ``test_module``.
+    """Build ``verilog`` and run the cocotb tests in ``test_module`` on it.
 
-    Returns ``(tests, failures)`` from the results file.
+    Parameters
+    ----------
+    simulator : str
+        One of :data:`SIMULATORS`.
+    verilog : Path or list of Path
+        The Verilog sources.
+    toplevel : str
+        The top module's name.
+    test_module : str
+        The Python module of the cocotb tests (e.g. ``"sim.testbenches.accel"``).
+    build_dir : Path
+        The simulator's build and run directory.
+    env : dict
+        Extra environment variables for the test run (the testbench's configuration).
+
+    Returns
+    -------
+    tests, failures : int
+        Counted from the results file.
     """
     sources = list(verilog) if isinstance(verilog, (list, tuple)) else [verilog]
     from cocotb_tools.runner import get_results, get_runner
@@ -61,9 +85,9 @@ def run_cocotb(simulator: str, verilog, toplevel: str, test_module: str,
     runner = get_runner(simulator)
     build_args = []
     if simulator == "verilator":
-        # (the C++ at -O0: compiling a whole accelerator at Verilator's default -Os took
-        # 205 s here, at -O1 120 s, at -O0 21 s; cocotb's Python, not the model, sets the
-        # pace of these tests)
+        # the C++ at -O0: a whole accelerator compiles several times faster than at
+        # Verilator's default -Os, and cocotb's Python, not the model, sets the pace of
+        # these tests
         build_args = ["--output-split", "0", "--no-timing", "-Wno-fatal", "-Wno-WIDTHEXPAND",
                       "-Wno-WIDTHTRUNC", "-O3", "-CFLAGS", "-O0"]
     runner.build(sources=sources, hdl_toplevel=toplevel, build_dir=build_dir,
