@@ -15,7 +15,7 @@ section: register base address, clock, bitstream name, array shape and bus width
 estimates resources with Yosys and adds them to ``report.json`` / ``report.md``; a
 configuration that does not fit the device exits with status 1 naming the resource. The
 estimate carries a timing report (``"timing"``: logic levels and fan-out against a budget for
-the board's family and clock, :mod:`platforms.timing`, ``docs/timing.md``), measured on the
+the board's family and clock, :mod:`platforms.timing`, ``docs/performance.md``), measured on the
 configured design up to 256 PEs (the Pynq-Z1 default) and on the estimate's 8x8 fit point
 above that, unless the configured design has been measured before (``--timing`` or
 ``python -m platforms.timing --default``: its cached report is used). ``--timing`` measures

@@ -27,7 +27,7 @@ extensions = [
 
 source_suffix = {".md": "markdown"}
 root_doc = "index"
-exclude_patterns = ["_build", "engine-plan.md", "formal.md", "timing.md"]
+exclude_patterns = ["_build", "engine-plan.md", "formal.md"]
 
 # Markdown: fenced ```{directive} blocks, heading anchors for in-page links.
 myst_enable_extensions = ["colon_fence", "deflist"]

@@ -80,7 +80,7 @@ MAPPINGS = ("abc", "abc9")
 #: fewer large ones. A device's route costs every LUT a net of 0.3-0.5 ns whatever its size
 #: (the ``level_ns`` of :data:`platforms.timing.FAMILY_TIMING`), several times a LUT's own
 #: delay, so the timing netlists are mapped with a net that dominates, as Vivado's
-#: level-driven mapping does (docs/timing.md measures both).
+#: level-driven mapping does (docs/performance.md measures both).
 ABC9_WIRE_PS = {"xc7": 1000, "xcup": 1000}
 
 

@@ -38,7 +38,7 @@ constants excluded. Net names are the ones Yosys keeps (public wire names, i.e. 
 signal names with their hierarchy, ``hdlname``), so a reader can find the RTL.
 
 The budget (:data:`FAMILY_TIMING`, :func:`budget_levels`, :data:`FANOUT_BUDGET`) and where
-its numbers come from are in ``docs/timing.md``.
+its numbers come from are in ``docs/performance.md``.
 """
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ __all__ = ["FAMILY_TIMING", "FANOUT_BUDGET", "budget_levels", "analyse", "analys
 
 #: Per family: the speed grade the boards use, the delay of one logic level (a LUT and the
 #: net after it) and the fixed part of a register-to-register path (clock-to-out, setup,
-#: clock uncertainty, a reserve for the first and last net); see ``docs/timing.md``.
+#: clock uncertainty, a reserve for the first and last net); see ``docs/performance.md``.
 FAMILY_TIMING = {
     "xc7": {"speed_grade": "-1", "level_ns": 0.60, "overhead_ns": 2.0,
             "devices": "Zynq-7000 / Artix-7 fabric, -1 (Pynq-Z1: xc7z020clg400-1)"},
@@ -66,7 +66,7 @@ FAMILY_TIMING = {
              "devices": "Zynq / Virtex UltraScale+, -2 (ZCU104: xczu7ev-2, VCU118: xcvu9p-2L)"},
 }
 
-#: Most loads on one non-clock net before it counts as over budget (see ``docs/timing.md``).
+#: Most loads on one non-clock net before it counts as over budget (see ``docs/performance.md``).
 FANOUT_BUDGET = 1000
 
 #: Bump when the analysis changes: cached reports are keyed by it.
@@ -98,7 +98,7 @@ _CASCADE_OUT = {"Q15", "Q31", "MC31"}
 
 
 #: Level equivalents of a DSP slice crossed combinationally (its registers off): a multiply-add
-#: through an unregistered DSP48 costs about as much as four LUT levels (docs/timing.md).
+#: through an unregistered DSP48 costs about as much as four LUT levels (docs/performance.md).
 DSP_LEVELS = 4
 
 #: DSP input pins -> the parameters whose registers (any > 0) end the path at that pin; the
@@ -515,7 +515,7 @@ def violations(report: dict) -> list[str]:
 #: The LUT mapping the timing reports are measured on (:data:`platforms.estimate.MAPPINGS`):
 #: Yosys' timing-driven ABC9, as Vivado's synthesis is timing-driven. The area-oriented
 #: default maps many 7- and 8-input functions into LUT6 + MUXF7 + MUXF8 chains (three
-#: levels) where a timing-driven mapper spends a LUT more instead (docs/timing.md).
+#: levels) where a timing-driven mapper spends a LUT more instead (docs/performance.md).
 MAPPING = "abc9"
 
 
@@ -543,7 +543,7 @@ WHOLE_LIMIT = 1024
 def _method(family: str) -> str:
     from .estimate import ABC9_WIRE_PS
     return (f"Yosys synth_xilinx -family {family} -flatten -{MAPPING} (wire delay "
-            f"{ABC9_WIRE_PS[family]} ps), write_json; platforms/timing.py (docs/timing.md)")
+            f"{ABC9_WIRE_PS[family]} ps), write_json; platforms/timing.py (docs/performance.md)")
 
 
 def _measured(kind: str, name: str, params: dict, family: str, target_mhz: float,
@@ -763,7 +763,7 @@ def markdown(report: dict) -> str:
              f"Budget at {report['target_mhz']:g} MHz on {t['devices']}: "
              f"**{report['budget_levels']} levels** = floor(({1000 / report['target_mhz']:g} ns"
              f" - {t['overhead_ns']} ns) / {t['level_ns']} ns per LUT+net); fan-out budget "
-             f"{report['fanout_budget']} (docs/timing.md).", "",
+             f"{report['fanout_budget']} (docs/performance.md).", "",
              f"Deepest path: **{report['max_levels']} levels** "
              f"({'within' if report['max_levels'] <= report['budget_levels'] else 'OVER'} "
              f"budget); highest fan-out: **{report['max_fanout']}** "

@@ -1,0 +1,524 @@
+"""Regenerate the tables of figures in README.md and docs/*.md from the JSON files in results/.
+
+A generated table sits between two markers in a Markdown file::
+
+    <!-- table: NAME -->
+    ...
+    <!-- end table -->
+
+and everything between them is rewritten from the table's sources: the JSON in ``results/``
+and, for the register map and the boards, the descriptions in ``firmware/spec/`` and
+``platforms/``. Each table ends with the command that produced its figures.
+
+Usage::
+
+    .venv/bin/python docs/tables.py            # rewrite every stale table
+    .venv/bin/python docs/tables.py --check    # exit 1 and print a diff if any is stale
+
+Exit status 2 on a marker naming an unknown table, a missing or unreadable JSON file, or a
+marker without its end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import json
+import re
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+RESULTS = ROOT / "results"
+BOARD_NAMES = ("pynq-z1", "zcu104", "vu9p")
+TITLES = {"pynq-z1": "Pynq-Z1", "zcu104": "ZCU104", "vu9p": "VU9P"}
+PY = ".venv/bin/python"
+
+MARKER = re.compile(r"<!-- table: ([\w-]+) -->\n(.*?)<!-- end table -->", re.S)
+START = re.compile(r"<!-- table: ([\w-]+) -->")
+
+
+class TableError(Exception):
+    """A table that cannot be made: unknown name, missing JSON, bad markers."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Sources
+
+
+def load(name: str) -> dict:
+    """``results/<name>``, parsed; TableError if it is missing or not JSON."""
+    path = RESULTS / name
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        raise TableError(f"missing JSON: results/{name}") from None
+    except json.JSONDecodeError as e:
+        raise TableError(f"results/{name} is not JSON: {e}") from None
+
+
+def command(data: dict) -> str:
+    """The command recorded in a results file, as run from the repository's root."""
+    return re.sub(r"(^|\s)python ", rf"\g<1>{PY} ", data["command"].strip(), count=1)
+
+
+def build(board: str) -> dict:
+    """``results/build_<board>.json``: ``build.py``'s ``report.json`` of the board default."""
+    return load(f"build_{board}.json")
+
+
+def board_default(board: str) -> dict:
+    from firmware.spec.boards import config
+
+    return config(board)
+
+
+def is_default(cfg: dict, board: str) -> bool:
+    """Whether a recorded configuration is the board's default (every parameter the
+    default states, and the array, equal)."""
+    default = board_default(board)
+    keys = ("rows", "cols", "depth", "block", "data_width", "packing", "write_ports",
+            "read_ports", "slr_groups")
+    return all(cfg.get(k, default.get(k)) == default.get(k) for k in keys if k in default)
+
+
+# ---------------------------------------------------------------------------------------------
+# Formatting
+
+
+def table(header: list[str], rows: list[list], align: str | None = None) -> str:
+    """A Markdown table; ``align`` one of ``l``/``r`` per column (default: first left)."""
+    align = align or "l" + "r" * (len(header) - 1)
+    sep = ["---" if a == "l" else "---:" for a in align]
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join(sep) + "|"]
+    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def pct(x: float, digits: int = 1) -> str:
+    return f"{100 * x:.{digits}f} %"
+
+
+def num(x) -> str:
+    if isinstance(x, float) and not x.is_integer():
+        return f"{x:,.1f}"
+    return f"{int(x):,}"
+
+
+def produced_by(*commands: str) -> str:
+    cmds = list(dict.fromkeys(commands))
+    if len(cmds) == 1:
+        return f"Produced by `{cmds[0]}`."
+    return "Produced by:\n\n" + "\n".join(f"- `{c}`" for c in cmds)
+
+
+def array(cfg: dict) -> str:
+    return f"{cfg['rows']}×{cfg['cols']}"
+
+
+def used(report: dict, kind: str) -> str:
+    return f"{num(report['resources'][kind])} ({pct(report['utilization'][kind], 0)})"
+
+
+def build_command(board: str) -> str:
+    return (f"{PY} build.py --platform {board} --synth yosys --dry-run --out DIR "
+            f"(DIR/report.json is results/build_{board}.json)")
+
+
+# ---------------------------------------------------------------------------------------------
+# Tables: each returns (Markdown, the commands that produced its figures)
+
+
+def t_headline():
+    util = load("utilization.json")
+    summary = util["summary"]
+    rows, cmds = [], []
+    for b in BOARD_NAMES:
+        r, s = build(b), summary[b]
+        cfg = r["config"]
+        rows.append([
+            TITLES[b], array(cfg), num(r["macs_per_cycle"]), f"{r['timing']['target_mhz']:g} MHz",
+            used(r, "LUT"), used(r, "DSP"), used(r, "BRAM36"),
+            f"{pct(s['mean_util_over_bound'])}, {s['at_90_percent_of_bound']} / {s['gemms']}",
+            f"{pct(s['queued_mean_util_over_bound'])}, "
+            f"{s['queued_at_90_percent_of_bound']} / {s['gemms']}",
+            pct(s["model_error"][0]),
+        ])
+        cmds.append(build_command(b))
+    md = table(["board", "array", "MACs/cycle", "clock", "LUT", "DSP", "BRAM36",
+                "utilisation / bound alone: mean, GEMMs ≥ 90 %",
+                "queued: mean, GEMMs ≥ 90 %", "model's mean error"], rows)
+    note = ("Utilisation is measured in simulation of the accelerator's Verilog on the board's "
+            "benchmark GEMMs behind its memory port model; the ZCU104 and VU9P run a scaled "
+            "stand-in array (see the performance page).")
+    return md + "\n\n" + note, [*cmds, command(util)]
+
+
+TRAINING_FILES = ("training.json", "fashion.json", "fashion_cnn.json")
+METHODS = ("fp32 SGD", "int8 SGD", "fp32 SWA", "int8 SWALP")
+
+
+def t_training_accuracy():
+    rows, cmds = [], []
+    for name in TRAINING_FILES:
+        data = load(name)
+        cmds.append(command(data))
+        for task, s in data["summary"].items():
+            cells = []
+            for m in METHODS:
+                v = s["methods"].get(m)
+                cells.append("—" if v is None else f"{v['mean']:.2f} ± {v['std']:.2f}")
+            n = max(v["n"] for v in s["methods"].values())
+            metric = f"{s['metric']} ({s['unit']})" if s["unit"] else s["metric"]
+            rows.append([f"`{task}`", metric, data["epochs"], n, *cells])
+    md = table(["task", "metric", "epochs", "seeds", *METHODS], rows)
+    return md + "\n\nMean ± standard deviation over the seeds.", cmds
+
+
+def t_regmap():
+    from firmware.spec import regmap
+
+    rows = []
+    for r in regmap.REGISTERS:
+        rows.append([f"`0x{r.offset:03X}`", f"`{r.name}`", r.access, "",
+                     r.doc.replace("|", "\\|")])
+        for f in r.fields:
+            bits = f"[{f.lsb + f.width - 1}:{f.lsb}]" if f.width > 1 else f"[{f.lsb}]"
+            rows.append(["", "", "", f"`{bits}` {f.name}", f.doc.replace("|", "\\|")])
+    md = table(["offset", "register", "access", "field", "description"], rows, "rllll")
+    return md, [f"{PY} -m firmware.spec.regmap (the register map, firmware/spec/regmap.py)"]
+
+
+def _timing_of_default(board: str) -> tuple[str, dict]:
+    """The timing.json entry that measured the board's default as a whole, else the build's."""
+    data = load("timing.json")
+    for key, entry in data.items():
+        if key.startswith(board + " ") and is_default(entry["config"], board) \
+                and "without" not in key and "only" not in key:
+            return command(entry), entry
+    return build_command(board), build(board)["timing"]
+
+
+def t_boards():
+    from firmware.spec.boards import board as board_info
+    from firmware.spec.ports import BOARD_PORTS, PORTS
+    from platforms import PLATFORMS
+
+    cols = {b: [] for b in BOARD_NAMES}
+    cmds = []
+    for b in BOARD_NAMES:
+        info, plat, r = board_info(b), PLATFORMS[b], build(b)
+        cfg = board_default(b)
+        port = PORTS[BOARD_PORTS[b]]
+        tcmd, timing = _timing_of_default(b)
+        cmds += [build_command(b), tcmd]
+        cols[b] = [
+            f"`{plat.part}`",
+            f"{info.family}, {info.dsp_slice}",
+            f"{array(cfg)}, {cfg['packing']} MACs/DSP, block {cfg['block']}, "
+            f"depth {cfg['depth']}",
+            num(r["macs_per_cycle"]),
+            f"{cfg['data_width']} bits",
+            f"{cfg.get('read_ports', 1)} read, {cfg.get('write_ports', 1)} write",
+            f"`{BOARD_PORTS[b]}`: {port['protocol']}, bursts ≤ {port['max_burst']}, "
+            f"DRAM {port['dram_gbps']:g} GB/s",
+            f"{info.clock_mhz:g} MHz",
+            used(r, "LUT"), used(r, "FF"), used(r, "DSP"), used(r, "BRAM36"),
+            used(r, "URAM"),
+            ("fits" if r["fits"] else "does not fit")
+            + f" (≤ {pct(r['headroom_limit'], 0)} of each)" * bool(r["within_headroom"]),
+            f"{timing['max_levels']} of {timing['budget_levels']}",
+            f"{timing['max_fanout']} (budget {timing['fanout_budget']})",
+        ]
+    names = ["device", "family, DSP slice", "array (default)", "MACs/cycle", "memory bus",
+             "AXI ports", "port preset", "clock", "LUT", "FF", "DSP", "BRAM36", "URAM",
+             "fit", "logic levels (deepest / budget)", "largest fan-out"]
+    rows = [[n, *(cols[b][i] for b in BOARD_NAMES)] for i, n in enumerate(names)]
+    md = table(["", *(TITLES[b] for b in BOARD_NAMES)], rows, "llll")
+    return md, cmds
+
+
+def t_port_presets():
+    from firmware.spec.ports import PORTS
+
+    rows = []
+    for name, p in PORTS.items():
+        def lim(v):
+            return "∞" if v is None else v
+        rows.append([f"`{name}`", p["protocol"], lim(p["outstanding_reads"]),
+                     lim(p["outstanding_writes"]), p["read_latency"], p["write_latency"],
+                     p["max_burst"], p["write_order"], f"{p['pause']:g}",
+                     "∞" if p["dram_gbps"] is None else f"{p['dram_gbps']:g}",
+                     p["dram_arbitration"]])
+    md = table(["preset", "protocol", "reads in flight", "writes in flight", "read latency",
+                "write response", "longest burst", "write order", "pause", "DRAM GB/s",
+                "DRAM arbitration"], rows, "llrrrrrlrrl")
+    return md, ["firmware/spec/ports.py (PORTS)"]
+
+
+def t_utilization():
+    util = load("utilization.json")
+    rows = []
+    for b in BOARD_NAMES:
+        s = util["summary"][b]
+        recs = [r for r in util["results"] if r["board"] == b]
+        cfg = util["bench_configs"][b]
+        scale = util["bench_scale"][b]
+        rows.append([
+            TITLES[b], f"{array(cfg)} @ {cfg['data_width']}" + (f" (1/{scale})" if scale > 1
+                                                              else ""),
+            s["gemms"],
+            pct(s["mean_util_over_bound"]),
+            pct(min(r["utilization_over_bound"] for r in recs)),
+            f"{s['at_90_percent_of_bound']}",
+            f"{s['at_90_percent_of_latency_bound']}",
+            pct(s["queued_mean_util_over_bound"]),
+            pct(min(r["queued_over_bound"] for r in recs)),
+            f"{s['queued_at_90_percent_of_bound']}",
+        ])
+    md = table(["board", "benchmark array (scale)", "GEMMs", "alone: mean util / bound", "min",
+                "≥ 90 % of bound", "≥ 90 % of latency bound", "queued: mean", "min",
+                "≥ 90 % of bound"], rows)
+    return md, [command(util)]
+
+
+def t_utilization_default():
+    data = load("utilization_zcu104_default.json")
+    s = data["summary"]["zcu104 (default)"]
+    recs = data["results"]
+    md = table(["board", "array", "GEMMs", "alone: mean util / bound", "min", "≥ 90 %",
+                "queued: mean", "≥ 90 %", "model's mean error"],
+               [["ZCU104", f"{array(recs[0])} @ {recs[0]['data_width']}", s["gemms"],
+                 pct(s["mean_util_over_bound"]),
+                 pct(min(r["utilization_over_bound"] for r in recs)),
+                 s["at_90_percent_of_bound"], pct(s["queued_mean_util_over_bound"]),
+                 s["queued_at_90_percent_of_bound"], pct(s["model_error"][0])]])
+    return md, [command(data)]
+
+
+def _errors(data: dict) -> dict[str, list[float]]:
+    """Recorded relative errors of the model's predictions per group of a results file."""
+    out: dict[str, list[float]] = {}
+    for r in data["results"]:
+        if "schedules" in r:
+            key = r["board"] + (" queued" if r["queued"] else "")
+            out.setdefault(key, []).extend(s["predicted"] / s["cycles"] - 1
+                                           for s in r["schedules"])
+        elif "model_error" in r:
+            out.setdefault(r["board"], []).append(r["model_error"])
+            if "queued_model_error" in r:
+                out.setdefault(r["board"] + " queued", []).append(r["queued_model_error"])
+        else:
+            out.setdefault(r["port"], []).append(r["predicted_cycles"] / r["cycles"] - 1)
+    return out
+
+
+MODEL_FILES = (
+    ("utilization.json", "benchmark GEMMs, the driver's schedule"),
+    ("sweep_pynq-z1.json", "every schedule of the benchmark GEMMs"),
+    ("sweep_zcu104.json", "every schedule of the benchmark GEMMs"),
+    ("sweep_vu9p.json", "every schedule of the benchmark GEMMs"),
+    ("queued_sweep_vu9p.json", "every schedule, queued"),
+    ("queued_sweep_pynq-z1_256-10.json", "every schedule of the 256→10 GEMMs, queued"),
+    ("sweep_pynq-z1_random.json", "random shapes held out from the benchmark"),
+    ("sweep_vu9p_random.json", "random shapes held out from the benchmark"),
+    ("model_check_pynq-z1.json", "random configurations and shapes"),
+    ("model_check_zcu104.json", "random configurations and shapes"),
+    ("model_check_vu9p.json", "random configurations and shapes"),
+    ("model_check.json", "random configurations and shapes, ideal port"),
+)
+
+
+def t_model_accuracy():
+    rows, cmds = [], []
+    for name, what in MODEL_FILES:
+        data = load(name)
+        cmds.append(command(data))
+        for group, errs in _errors(data).items():
+            a = [abs(e) for e in errs]
+            rows.append([f"`{name}`", group, what, len(a), pct(sum(a) / len(a)),
+                         pct(max(a)), pct(sum(x <= 0.05 for x in a) / len(a), 0)])
+    md = table(["results", "board or port", "what ran", "runs", "mean error", "largest",
+                "within ±5 %"], rows, "lllrrrr")
+    return md, [*cmds, f"{PY} -m firmware.runtime.perfmodel --check results/FILE.json "
+                       "(predicts every run again)"]
+
+
+def t_timing():
+    data = load("timing.json")
+    rows, cmds = [], []
+    for key, e in data.items():
+        b = key.split()[0]
+        if not is_default(e["config"], b):
+            continue
+        rows.append([TITLES[b], e["measured_on"], f"{e['target_mhz']:g} MHz",
+                     f"{e['max_levels']} / {e['budget_levels']}",
+                     f"{e['max_fanout']} / {e['fanout_budget']}"])
+        cmds.append(command(e))
+    md = table(["board", "measured on", "clock", "logic levels: deepest / budget",
+                "fan-out: largest / budget"], rows, "llrrr")
+    return md, cmds
+
+
+def t_timing_budget():
+    rows, cmds = [], []
+    for b in BOARD_NAMES:
+        t = build(b)["timing"]
+        period = 1000 / t["target_mhz"]
+        rows.append([TITLES[b], f"`{build(b)['device']}`", t["family"], t["speed_grade"],
+                     f"{t['target_mhz']:g} MHz", f"{t['level_ns']:.2f} ns",
+                     f"{t['overhead_ns']:.1f} ns",
+                     f"⌊({period:g} − {t['overhead_ns']:g}) / {t['level_ns']:g}⌋ = "
+                     f"{t['budget_levels']}"])
+        cmds.append(build_command(b))
+    md = table(["board", "device", "family", "speed grade", "clock", "LUT + net", "overhead",
+                "budget (levels)"], rows, "lllllrrl")
+    return md, cmds
+
+
+def t_resources():
+    rows, cmds = [], []
+    for b in BOARD_NAMES:
+        r = build(b)
+        macs = r["macs_per_cycle"]
+        method = r["estimate_method"].split(":")[0].split(" (")[0]
+        rows.append([TITLES[b], array(r["config"]), num(macs), used(r, "LUT"), used(r, "FF"),
+                     used(r, "DSP"), used(r, "BRAM36"), used(r, "URAM"),
+                     f"{r['resources']['LUT'] / macs:.0f}", "yes" if r["fits"] else "no",
+                     method])
+        cmds.append(build_command(b))
+    md = table(["board", "array", "MACs/cycle", "LUT", "FF", "DSP", "BRAM36", "URAM",
+                "LUT/MAC", "fits", "estimate"], rows, "llrrrrrrrll")
+    return md, cmds
+
+
+def t_array_resources():
+    data = load("resources.json")
+    rows = []
+    for r in data["results"]:
+        res, per = r["resources"], r["per_mac"]
+        rows.append([f"{r['rows']}×{r['cols']}", r["family"], r["mapping"], num(res["LUT"]),
+                     num(res["FF"]), num(res["DSP"]), f"{per['LUT']:.1f}", f"{per['FF']:.1f}",
+                     f"{per['DSP']:g}"])
+    md = table(["array", "family", "DSP mapping", "LUT", "FF", "DSP", "LUT/MAC", "FF/MAC",
+                "DSP/MAC"], rows, "lllrrrrrr")
+    return md, [command(data)]
+
+
+def t_host_profile():
+    data = load("host_profile.json")
+    kinds = list(data["results"][0]["host_seconds"])
+    rows = []
+    for r in data["results"]:
+        hs = r["host_seconds"]
+        rows.append([TITLES.get(r["board"], r["board"]), r["config"], r["blocks"], r["batch"],
+                     *(f"{1000 * hs[k]:.0f}" for k in kinds),
+                     f"{1000 * r['accelerator_seconds']:.1f}", pct(r["host_share"], 0)])
+    md = table(["board", "array @ bus", "blocks", "batch", *(f"{k} (ms)" for k in kinds),
+                "accelerator (ms)", "host share"], rows, "lllr" + "r" * (len(kinds) + 2))
+    note = (f"Seconds per training step, measured on {data['machine']} (Python "
+            f"{data['python']}); a float32 step on the host alone takes "
+            f"{1000 * data['fp32_step_seconds']:.0f} ms.")
+    return md + "\n\n" + note, [command(data)]
+
+
+def t_cycles():
+    data = load("cycles.json")
+    rows = []
+    for r in data["results"]:
+        t, s = r["single_tile"], r["stream"]
+        rows.append([f"{r['rows']}×{r['cols']}", r["packing"], r["k"], t["array_cycles"],
+                     t["ideal_array_cycles"], t["overhead_cycles"],
+                     f"{pct(s['array_utilization'])} (T={r['tiles']})",
+                     pct(s["end_to_end_utilization"])])
+    md = table(["array", "MACs/DSP", "K", "1 tile: first step to last row",
+                "ideal K+2R+C−2", "overhead over K", "stream of T tiles: array busy",
+                "end to end"], rows)
+    return md, [command(data)]
+
+
+TABLES = {
+    "headline": t_headline,
+    "training-accuracy": t_training_accuracy,
+    "regmap": t_regmap,
+    "boards": t_boards,
+    "port-presets": t_port_presets,
+    "utilization": t_utilization,
+    "utilization-default": t_utilization_default,
+    "model-accuracy": t_model_accuracy,
+    "timing": t_timing,
+    "timing-budget": t_timing_budget,
+    "resources": t_resources,
+    "array-resources": t_array_resources,
+    "host-profile": t_host_profile,
+    "cycles": t_cycles,
+}
+
+
+# ---------------------------------------------------------------------------------------------
+# Files
+
+
+def render(name: str, cache: dict) -> str:
+    """What goes between the markers of table ``name``."""
+    if name not in TABLES:
+        raise TableError(f"unknown table {name!r}; known: {', '.join(TABLES)}")
+    if name not in cache:
+        md, cmds = TABLES[name]()
+        cache[name] = f"\n{md}\n\n{produced_by(*cmds)}\n\n"
+    return cache[name]
+
+
+def pages(root: Path = ROOT) -> list[Path]:
+    return [p for p in [root / "README.md", *sorted((root / "docs").glob("**/*.md"))]
+            if "_build" not in p.parts and p.exists()]
+
+
+def regenerate(text: str, cache: dict, where: str = "") -> str:
+    starts = START.findall(text)
+    blocks = MARKER.findall(text)
+    if len(starts) != len(blocks):
+        raise TableError(f"{where}: a '<!-- table: NAME -->' marker without "
+                         "'<!-- end table -->'")
+    return MARKER.sub(lambda m: f"<!-- table: {m.group(1)} -->\n"
+                                f"{render(m.group(1), cache)}<!-- end table -->", text)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--check", action="store_true",
+                        help="change nothing; exit 1 with a diff if a table is stale")
+    parser.add_argument("--root", type=Path, default=ROOT,
+                        help="the repository whose README.md and docs/ to treat")
+    args = parser.parse_args(argv)
+    cache: dict = {}
+    stale = 0
+    try:
+        for path in pages(args.root):
+            old = path.read_text()
+            new = regenerate(old, cache, str(path.relative_to(args.root)))
+            if new == old:
+                continue
+            stale += 1
+            rel = str(path.relative_to(args.root))
+            if args.check:
+                sys.stdout.writelines(difflib.unified_diff(
+                    old.splitlines(True), new.splitlines(True), f"{rel} (committed)",
+                    f"{rel} (from results/)"))
+            else:
+                path.write_text(new)
+                print(f"rewrote tables in {rel}")
+    except TableError as e:
+        print(f"docs/tables.py: {e}", file=sys.stderr)
+        return 2
+    if args.check and stale:
+        print(f"{stale} file(s) with stale tables: run {PY} docs/tables.py", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
