@@ -1,5 +1,7 @@
 """The tile GEMM datapath: operand buffers -> systolic array -> rescaler, between streams."""
 
+from types import SimpleNamespace
+
 from amaranth import Array, Cat, Const, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, fifo, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
@@ -59,32 +61,16 @@ def slr_cols(cols: int, groups: int) -> tuple:
 class GemmDatapath(wiring.Component):
     """One tile GEMM per command: ``C = op(A) op(B)`` (+ the previous sums), from streams.
 
-    A command on :attr:`cmd` names a tile of reduction length ``k``. Its A tile then arrives on
-    :attr:`a_stream` and its B tile on :attr:`b_stream`, each row-major as stored, ``rows`` /
-    ``cols`` int8 values a beat (see :class:`rtl.buffer.TransposableBuffer` for the two forms;
-    ``transpose_a`` / ``transpose_b`` choose them). When the command has ``emit`` set, the C
-    tile leaves :attr:`o_stream` one row per beat, ``last`` on the final row: float32 bits of
-    ``C * 2**(row_exp[m] + col_exp[n])`` as :func:`sim.models.golden.rescale`, or raw int32.
-
-    Each buffer has ``slots`` tile slots; a command names the slot of each operand and whether
-    that operand arrives with it (``load_a`` / ``load_b``) or the tile already in the slot is
-    reused — so a block of C tiles can be computed from a few A and B tiles loaded once. A
-    slot is reloaded only after every earlier command reading it has finished. The next
-    command's operands load while the array computes, and the array starts a tile in the cycle
-    after the previous one ends, so in steady state it does ``rows * cols`` MACs every cycle.
-    The numpy model is :func:`sim.models.datapath.datapath`.
-
-    A command can load a *span* of neighbouring k-major tiles at once (``a_extra`` /
-    ``b_extra`` further tiles into the following slots, their beats interleaved as the rows of
-    the block lie in memory), so the engine reads a block's k-major operand in long bursts;
-    the slots of a span are reloaded only once no command reads any of them.
-
-    Partial sums across K chunks, for several C tiles in turn: a command with ``store`` keeps
-    its C tile in accumulation slot ``acc_slot`` (int32, on chip) instead of or besides
-    emitting it, and one with ``add`` adds that slot's sums to its tile first — so the engine
-    can interleave a block of C tiles over K chunks.
-
-    A command with ``k = 0`` or ``k > depth`` is dropped and sets :attr:`error` (sticky).
+    A command on :attr:`cmd` names a tile of reduction length ``k``, the buffer slots of its
+    operands and whether each arrives with it (``load_a`` / ``load_b``) or is reused from its
+    slot. Its A tile then arrives on :attr:`a_stream` and its B tile on :attr:`b_stream`, each
+    row-major as stored (:class:`rtl.buffer.TransposableBuffer` transposes). A command with
+    ``emit`` sends the C tile out of :attr:`o_stream`, one row per beat: float32 bits of
+    ``C * 2**(row_exp[m] + col_exp[n])`` as :func:`sim.models.golden.rescale`, or raw int32;
+    one with ``store`` keeps it in an accumulation slot, one with ``add`` adds that slot first.
+    A command with ``k = 0`` or ``k > depth`` is dropped and sets :attr:`error` (sticky). The
+    numpy model is :func:`sim.models.datapath.datapath`; the structure is described in the
+    architecture page of the documentation.
 
     Parameters
     ----------
@@ -124,11 +110,10 @@ class GemmDatapath(wiring.Component):
         part's only reset (:func:`rtl._util.own_reset`), instead of the domain's. The engine
         drives them with registered copies of its soft reset, taken on the same edge as the
         datapath's own, so that the reset is the same cycle everywhere but no one net
-        reaches every flip-flop (the datapath's reset had 941 loads at the ZCU104 default,
-        and its FIFOs grow with the columns).
+        reaches every flip-flop (the FIFOs grow with the columns).
 
-    Members
-    -------
+    Attributes
+    ----------
     cmd : In(stream.Signature(command_layout(rows, cols)))
     a_stream : In(stream.Signature(data.ArrayLayout(signed(8), rows)))
     b_stream : In(stream.Signature(data.ArrayLayout(signed(8), cols)))
@@ -141,12 +126,19 @@ class GemmDatapath(wiring.Component):
     part_resets : In(len(RESET_SUBPARTS))
         With ``part_resets``: the resets of the parts named in :data:`RESET_SUBPARTS`.
 
-    Latency and throughput
-    ----------------------
-    A tile of ``k`` steps occupies the array for ``k`` cycles (plus idle cycles only when an
-    emitting tile follows another within the array's
-    :attr:`~rtl.systolic.SystolicArray.min_emit_interval`, or the output FIFO is full). Its
-    first C row leaves :attr:`fill_latency` cycles after its last step starts.
+    Latency
+    -------
+    The first C row of a tile leaves :attr:`fill_latency` cycles after its last step starts
+    (``TransposableBuffer.READ_LATENCY + array.latency + ACCUMULATE_STAGES +
+    Rescaler.LATENCY + OUT_FIFO_LATENCY``); a command passes :data:`COMMAND_STAGES` registers
+    before its loads start.
+
+    Throughput
+    ----------
+    ``rows * cols`` MACs a cycle in steady state: a tile of ``k`` steps occupies the array for
+    ``k`` cycles, plus idle cycles only when an emitting tile follows another within the
+    array's :attr:`~rtl.systolic.SystolicArray.min_emit_interval`, or the output FIFO is full.
+    The next command's operands load while the array computes.
     """
 
     def __init__(self, rows: int, cols: int, depth: int = 512, out_rows: int | None = None,
@@ -211,7 +203,23 @@ class GemmDatapath(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        R, C = self.rows, self.cols
+        s = SimpleNamespace(m=m, R=self.rows, C=self.cols)
+        self._parts(s)
+        self._shared_state(s)
+        self._command_stages(s)
+        self._loader(s)
+        self._compute(s)
+        self._output(s)
+        m.d.comb += self.busy.eq(s.pre_valid | s.staged | s.job_pending | s.a_busy | s.b_busy
+                                 | s.jobs.r_rdy | s.active
+                                 | s.rows_out)
+        return m
+
+    def _parts(self, s):
+        """The array, the operand buffers, the rescaler, the FIFOs and the job queue, as
+        submodules of ``s.m`` (each in :data:`RESET_SUBPARTS` reset by its own input if it has
+        one)."""
+        m, R, C = s.m, s.R, s.C
         def add(name, part):
             """``part`` as submodule ``name``, reset by its own input if it has one."""
             if self.has_part_resets and name in self.RESET_SUBPARTS:
@@ -252,6 +260,14 @@ class GemmDatapath(wiring.Component):
             fifo.SyncFIFO(width=job_layout.size, depth=2) if self.lookahead == 2 else
             Fifo(width=job_layout.size, depth=self.lookahead, slice_bits=FIFO_SLICE_BITS)))
         head = data.View(job_layout, jobs.r_data)
+        vars(s).update(array=array, a_buf=a_buf, b_buf=b_buf, rescaler=rescaler,
+                       info_layout=info_layout, info_fifo=info_fifo, out_fifo=out_fifo,
+                       interval=interval, job_layout=job_layout, jobs=jobs, head=head)
+
+    def _shared_state(self, s):
+        """The registers the sections share: the job in the array, the readers of each slot, the
+        buffers' loads and the job being queued."""
+        job_layout = s.job_layout
         cur = Signal(job_layout)
         active = Signal()
         kk = Signal(unsigned(16))
@@ -288,7 +304,16 @@ class GemmDatapath(wiring.Component):
         b_busy = Signal()
         job = Signal(job_layout, reset_less=True)         # read under job_pending
         job_pending = Signal()           # ``job`` is queued this cycle
+        vars(s).update(cur=cur, active=active, kk=kk, finishing=finishing, fresh=fresh,
+                       pend_a=pend_a, pend_b=pend_b, pend_a_nz=pend_a_nz, pend_b_nz=pend_b_nz,
+                       pend_a_one=pend_a_one, pend_b_one=pend_b_one, cur_a1h=cur_a1h,
+                       cur_b1h=cur_b1h, cmd_a1h=cmd_a1h, cmd_b1h=cmd_b1h, a_busy=a_busy,
+                       b_busy=b_busy, job=job, job_pending=job_pending)
 
+    def _command_stages(self, s):
+        """The command stages (:data:`COMMAND_STAGES`): :attr:`cmd` -> ``pre`` -> ``cmd``, each
+        command registered beside its checks, slot masks and the buffers' flags."""
+        m, R, C, job, cmd_a1h, cmd_b1h = s.m, s.R, s.C, s.job, s.cmd_a1h, s.cmd_b1h
         # ---- command stages: the command registered beside what its checks need ----------
         # (k out of range; the slots a load writes, as masks and one-hot), so that the loader
         # decides from registers and a few gates. Two stages (COMMAND_STAGES): ``pre`` takes
@@ -347,8 +372,8 @@ class GemmDatapath(wiring.Component):
                      self.cmd.ready.eq(ready(pre_valid, staged, take))]
         # The exponents (8 bits a lane of A and of B) pass through ``pre``, ``cmd`` and
         # ``job`` under copies of those stages' enables, one per LANES_PER_EXP lanes (LUT
-        # instances in primitive builds): one enable for all of them drove 860-890 loads at
-        # the ZCU104 default, and would drive twice that at the VU9P's.
+        # instances in primitive builds): one enable for all of them would drive 8 (R + C)
+        # loads.
         exp_lanes = R + C
 
         def exps(v):
@@ -391,6 +416,24 @@ class GemmDatapath(wiring.Component):
                          a_fl.eq(pre_a_fl), b_fl.eq(pre_b_fl)]
         with m.Elif(take):
             m.d.sync += staged.eq(0)
+        vars(s).update(pre_valid=pre_valid, pre_a_span=pre_a_span, pre_b_span=pre_b_span, a_fl=a_fl,
+                       b_fl=b_fl, cmd=cmd, staged=staged, bad=bad, a_span=a_span, b_span=b_span,
+                       take=take, accepted=accepted)
+
+    def _loader(self, s):
+        """The loader: the staged command's loads into the buffers once its slots have no readers
+        left, its job into the queue; the readers of each slot counted."""
+        m, pend_a, pend_b = s.m, s.pend_a, s.pend_b
+        pend_a_nz, cur_a1h, pend_a_one = s.pend_a_nz, s.cur_a1h, s.pend_a_one
+        finishing, pend_b_nz, cur_b1h = s.finishing, s.pend_b_nz, s.cur_b1h
+        pend_b_one, cmd_a1h, staged = s.pend_b_one, s.cmd_a1h, s.staged
+        cmd_b1h, pre_a_span, pre_b_span = s.cmd_b1h, s.pre_a_span, s.pre_b_span
+        a_span, b_span, take = s.a_span, s.b_span, s.take
+        a_buf, b_buf, cmd = s.a_buf, s.b_buf, s.cmd
+        a_fl, b_fl, jobs = s.a_fl, s.b_fl, s.jobs
+        job_pending, job, accepted = s.job_pending, s.job, s.accepted
+        bad, a_busy, b_busy = s.bad, s.a_busy, s.b_busy
+        interval, cur = s.interval, s.cur
         # A load's slots still have readers: from registers, set for the command staged next
         # cycle from the readers left after this cycle's last steps (registers only), and,
         # for a command moving up, the staged one's slots (it leaves as the other moves:
@@ -481,6 +524,13 @@ class GemmDatapath(wiring.Component):
                     with m.If(q == 1):
                         m.d.sync += nz.eq(0)
 
+    def _compute(self, s):
+        """The compute sequencer: starts the queued jobs on the array, keeping the read-out
+        interval and the output FIFO's room, and reads their operands from the buffers."""
+        m, R, interval, finishing, cur = s.m, s.R, s.interval, s.finishing, s.cur
+        head, a_buf, b_buf, jobs, info_fifo = s.head, s.a_buf, s.b_buf, s.jobs, s.info_fifo
+        active, fresh, kk, cur_a1h, cur_b1h = s.active, s.fresh, s.kk, s.cur_a1h, s.cur_b1h
+        array = s.array
         # ---- compute sequencer: buffers -> array ------------------------------------------
         # Tiles read out of the array (emitted or stored) keep min_emit_interval cycles between
         # their last steps (the array's result registers are read out meanwhile); emitted
@@ -589,7 +639,13 @@ class GemmDatapath(wiring.Component):
             array.i_stream.payload.first.eq(first),
             array.i_stream.payload.last.eq(last),
         ]
+        vars(s).update(rows_out=rows_out)
 
+    def _output(self, s):
+        """The array's rows -> the accumulation RAM -> the rescaler -> the output FIFO ->
+        :attr:`o_stream`."""
+        m, R, C, info_layout, info_fifo, array = s.m, s.R, s.C, s.info_layout, s.info_fifo, s.array
+        rescaler, out_fifo = s.rescaler, s.out_fifo
         # ---- array -> accumulation buffer -> rescaler -> output FIFO ------------------------
         # Each row read out of the array is registered (``x``) while its partial sums are read
         # from the accumulation buffer, then again (``y``) beside the registered read data;
@@ -611,8 +667,8 @@ class GemmDatapath(wiring.Component):
         y_info = Signal(info_layout, reset_less=True)
         y_acc = Signal(row_layout, reset_less=True)       # the RAM's output register
         # the row's exponent, chosen from the tile's R as the row enters the y stage (an
-        # R:1 multiplexer before a register, not before the exponent add: 7 levels to the
-        # rescaler at the VU9P's 64 rows otherwise, against 6)
+        # R:1 multiplexer before a register, not before the exponent add, where it would
+        # lengthen the path into the rescaler)
         y_rexp = Signal(signed(8), reset_less=True)
         m.d.sync += [x_valid.eq(array.o_stream.valid), x_row.eq(res.row), x_last.eq(res.last),
                      x_data.eq(res.data), x_info.eq(info),
@@ -656,8 +712,3 @@ class GemmDatapath(wiring.Component):
             self.o_stream.payload.eq(out_fifo.r_data),
             out_fifo.r_en.eq(self.o_stream.ready),
         ]
-
-        m.d.comb += self.busy.eq(pre_valid | staged | job_pending | a_busy | b_busy
-                                 | jobs.r_rdy | active
-                                 | rows_out)
-        return m

@@ -1,5 +1,7 @@
 """The descriptor engine: one whole GEMM per descriptor, tiled over the datapath, through DMA."""
 
+from types import SimpleNamespace
+
 from amaranth import Cat, ClockSignal, Instance, Module, Mux, ResetSignal, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
@@ -28,98 +30,20 @@ def _log2(x):
 
 
 class GemmEngine(wiring.Component):
-    """Runs GEMM descriptors: checks each, tiles it, moves it, computes it; the next one's
-    check, loads and compute under the last C rows of the one before (``overlap``).
+    """Runs GEMM descriptors: checks each, tiles it, moves it by DMA and computes it.
 
     ``C[M x N] = rescale(op(A) op(B), row_exp, col_exp)`` with A, B int8 and C float32 (or raw
-    int32) in memory, row-major with byte strides. The engine
-
-    1. checks the descriptor before touching memory (dimensions, alignment to the bus width,
-       strides, the ``[window_base, window_limit)`` address window) and reports the first
-       failing :class:`firmware.spec.regmap.ErrorCode` on :attr:`fail` / :attr:`code`;
-    2. walks blocks of ``block x block`` C tiles; for each K chunk of at most ``depth`` it
-       loads the block's ``block`` A tiles and ``block`` B tiles once (A and B read as stored,
-       transposed or not: the datapath's buffers transpose) and runs the ``block**2`` tile
-       GEMMs, keeping partial sums on chip; chunks alternate between two sets of buffer slots,
-       so the next chunk loads while this one computes;
-    3. fetches exponent vectors per block; rescales; writes C rows with byte strobes that leave
-       everything beyond column N untouched.
-
-    Rows and columns of a tile beyond the matrix edge are zeros (never read); C rows beyond M
-    are dropped.
-
-    Structure (each part a component with stream interfaces, its own model and tests)::
-
-        desc -> DescriptorChecker -> Walker -+-> tile commands -> CommandIssue -> datapath
-                                             +-> load jobs -> LoadSequencer -> rd_cmd
-                                             |      gearbox jobs -> gb_a / gb_b
-                                             |      routes -> ReadRouter <- rd_data
-                                             |         -> | gb_a / gb_b | -> CommandIssue
-                                             +-> write jobs -> wjobs -> WriteBack <- C rows
-                                                                   -> wr_cmd, wr_data
-
+    int32) in memory, row-major with byte strides. A composition of
     :class:`rtl.checker.DescriptorChecker`, :class:`rtl.walker.Walker`,
-    :class:`rtl.loader.LoadSequencer`, :class:`rtl.router.ReadRouter`,
-    :class:`rtl.gearbox.Gearbox` (two), :class:`rtl.issue.CommandIssue`,
-    :class:`rtl.writeback.WriteBack`. A :class:`rtl.pipe.RegisterSlice` (``|``) sits on
-    either side of each gearbox, so that the ready chain from the datapath's buffers to the DMA
-    reader's FIFO, and the gearbox's byte selection into the buffers' rotators, are cut into
-    short paths; another on :attr:`rd_cmd` keeps the reader's credit check out of the load
-    sequencer, and one on :attr:`wr_cmd` the writer's burst forming out of the write-back's
-    queue (:data:`SLICES`; each adds one cycle of latency, no bubbles). The engine itself
-    holds the descriptors and sequences check, walk and completion. A descriptor is checked
-    ``DescriptorChecker.LATENCY + 1`` cycles after ``start``; the walk starts 2 cycles later.
-    Between the router and each gearbox a FIFO of :data:`WORD_FIFO` bus words (``a_words``,
-    ``b_words``; 2 cycles more on the way in) lets the router take a job's words at the
-    bus's pace while a slower gearbox (packed rows, a row a cycle) works through them, and
-    go on to the other operand's next job.
-
-    **Two descriptors in flight.** The *front* checks and walks a descriptor; when the walk
-    is over (the walker has handed out every job) and the *back* is empty, the descriptor
-    moves to the back, where it stays until its C is in memory (:attr:`done`, with its
-    :attr:`macs`), and :attr:`ready` rises: the front takes the next descriptor while the
-    back's last tiles compute and its C rows leave. Every part works on a stream of jobs:
-    tile commands carry their descriptor's transposes, ``raw`` and exponents
-    (:func:`rtl.issue.tile_command_layout`), so the next descriptor's loads and commands
-    follow the last ones of the descriptor before through the loaders, gearboxes, issue and
-    datapath (its first chunk loads into the slot set the one before has done with: the
-    walker keeps the slot parity from one descriptor to the next). Only the write-back reads
-    the descriptor itself (C's address, stride, M and N), so write jobs queue in ``wjobs``
-    (``max(4, block**2)``, a block's worth) tagged with their descriptor's generation bit,
-    and pass to the write-back only once their descriptor is the back's. A descriptor
-    without ``overlap`` (``DESC_FLAGS.OVERLAP``) is checked but not walked until the one
-    before is in memory (it may read that one's C); a rejected one raises :attr:`fail` only
-    after the one before is done.
-
-    :attr:`soft_reset` resets the whole engine one cycle later, through a registered copy per
-    part (:data:`RESET_PARTS`; kept apart in synthesis: ``keep``, and FDSE instances in
-    primitive builds): no single net reaches every flip-flop, and each part's reset is its
-    own register ORed with the domain reset, not logic of the control block; the datapath's
-    buffers and FIFOs have copies of their own (``GemmDatapath.RESET_SUBPARTS``).
-
-    Memory is read through :attr:`rd_cmd` / :attr:`rd_data` (a :class:`rtl.dma.DmaReader`)
-    and written through :attr:`wr_cmd` / :attr:`wr_data` / :attr:`wr_done` (a
-    :class:`rtl.dma.DmaWriter`); with ``write_ports`` P of 2 to 6, the rows ``p mod P`` of
-    the datapath's stream of C rows (dealt on across tiles) through :attr:`wr_cmd1` /
-    :attr:`wr_data1` / :attr:`wr_done1` ... (a writer
-    each, on AXI ports of their own), by :class:`rtl.writeback.WriteBackPorts`. With
-    ``read_ports`` 2, A (and the row exponents) is read through :attr:`rd_cmd` /
-    :attr:`rd_data` and B (and the column exponents) through :attr:`rd_cmd1` /
-    :attr:`rd_data1`, a DMA reader each on an AXI port of its own: the walker's load jobs are
-    queued by operand, each queue with a load sequencer of its own whose read commands go to
-    its reader, and each reader's words go straight to its gearbox (no
-    :class:`rtl.router.ReadRouter`): A's and B's reads overlap, neither waits behind the
-    other's, and each operand has a port's bandwidth to itself. With ``read_ports`` 3, B's
-    queue feeds a :class:`rtl.stripe.LoadStriper`: a job's even rows go to ``loader1`` and
-    :attr:`rd_cmd1`, its odd rows to ``loader2`` and :attr:`rd_cmd2` (a reader on a third
-    port), each reader's words to a gearbox of its own (``gb_b``, ``gb_b2``), and a
-    :class:`rtl.stripe.VectorInterleave` puts their vectors back in order (each gearbox's
-    vectors queued in a FIFO, ``b_mid`` and ``b_mid2``, of :meth:`B_MID_DEPTH` entries, so
-    that one gearbox makes its next row while the other's is taken; two more cycles of
-    latency on B): B's rows arrive at up to two bus words a cycle. With ``read_ports`` 4, the
-    striper deals B's rows to three (``loader3``, :attr:`rd_cmd3`, ``gb_b3``, ``b_mid3``;
-    two more cycles in the striper, which divides the rows by 3): B at up to three bus words
-    a cycle.
+    :class:`rtl.loader.LoadSequencer`, :class:`rtl.router.ReadRouter`, two
+    :class:`rtl.gearbox.Gearbox`, :class:`rtl.issue.CommandIssue`,
+    :class:`rtl.datapath.GemmDatapath` and :class:`rtl.writeback.WriteBack`, joined by streams
+    through register slices (:data:`SLICES`) and FIFOs. Two descriptors may be in flight: the
+    front is checked and walked while the back's last C rows are written (``overlap``). Memory
+    is read through ``rd_cmd`` / ``rd_data`` (a :class:`rtl.dma.DmaReader` each) and written
+    through ``wr_cmd`` / ``wr_data`` / ``wr_done`` (a :class:`rtl.dma.DmaWriter` each). The
+    block diagram, the walk, the overlap of descriptors, the reset copies and the read and
+    write ports are described in the architecture page of the documentation.
 
     Parameters
     ----------
@@ -134,14 +58,15 @@ class GemmEngine(wiring.Component):
     packing, primitive, dsp_rows, acc_ram, slr_groups, dsp_slice :
         Passed to :class:`rtl.datapath.GemmDatapath`.
     write_ports : {1, 2, 3, 4, 5, 6}
-        DMA writers C rows are written through (at most ``rows``; where it does not divide
-        ``rows``, each tile's rows are dealt from the first writer again).
+        DMA writers C rows are written through (at most ``rows``): row ``i`` of the
+        datapath's stream of C rows through writer ``i % write_ports``
+        (:class:`rtl.writeback.WriteBackPorts`).
     read_ports : {1, 2, 3, 4}
         DMA readers: one for A and B, one for A and one for B, or one for A and two or three
         for B.
 
-    Members
-    -------
+    Attributes
+    ----------
     soft_reset : In(1)
         Synchronous reset of every part of the engine, effective the next cycle.
     start : In(1)
@@ -163,6 +88,25 @@ class GemmEngine(wiring.Component):
         :data:`MACS_CYCLES` cycles after its ``start``; the move to the back waits for it).
     step, wait_dma : Out(1)
         The array does useful MACs this cycle; the datapath waits for operand data.
+    rd_cmd, rd_data : Out / In (stream)
+        DMA read commands and the words read (``rd_cmd1`` ... with more ``read_ports``).
+    wr_cmd, wr_data : Out (stream)
+        DMA write commands and words with strobes (``wr_cmd1`` ... with more
+        ``write_ports``).
+    wr_done : In(1)
+        Pulses once per completed write command (``wr_done1`` ...).
+
+    Latency
+    -------
+    A descriptor is checked ``DescriptorChecker.LATENCY + 1`` cycles after :attr:`start`;
+    its walk starts 2 cycles later; :attr:`macs` is ready :data:`MACS_CYCLES` cycles after
+    :attr:`start`. Each slice of :data:`SLICES` adds ``RegisterSlice.LATENCY`` cycles on its
+    path, each word FIFO 2.
+
+    Throughput
+    ----------
+    One descriptor's check, loads and compute overlap the last C rows of the one before
+    (with ``overlap``).
     """
 
     def __init__(self, rows: int = 8, cols: int = 8, *, depth: int = 512,
@@ -250,7 +194,68 @@ class GemmEngine(wiring.Component):
 
     # ------------------------------------------------------------------------------------------
     def elaborate(self, platform):
-        top = m = Module()
+        top = Module()
+        p = self._parts()
+        slices, mid_names = self._slices(p)
+        control = Module()            # the engine's own registers are a part too
+        self._add_parts(top, p, slices, control)
+        m = control                   # below: the engine's own logic, reset with its part
+        sl = slices.submodules
+
+        d = Signal(descriptor_layout(), reset_less=True)     # the front's descriptor (data)
+        # Two descriptors may be in flight: the back, walked, its C still being written
+        # (b_valid; d_back, b_gen, macs_back), and the front, being checked or walked (d,
+        # f_gen). The walker's write jobs queue (wjobs) tagged with the front's generation
+        # bit; the queue's head passes to the write-back only if it is the back's (head.gen
+        # == b_gen), so the write-back only ever holds jobs of d_back. While the back is
+        # empty it follows the front, a cycle late (the front's jobs reach the queue's head
+        # long after its start).
+        d_back = Signal(descriptor_layout(), reset_less=True)
+        b_valid = Signal()
+        f_gen = Signal()
+        b_gen = Signal()
+        macs_back = Signal(48)
+
+        wq_back = self._connect_jobs(m, p, sl, f_gen, b_gen)
+        self._connect_reads(m, p, sl, mid_names)
+        self._connect_writes(m, p, sl)
+        exp_job = Signal()                       # an exponent vector load is issued
+        macs_ready, macs = self._macs_counter(m, d, macs_back)
+        self._announce_exponents(m, p, exp_job)
+        m.d.comb += [
+            p.issue.exp_issued.eq(exp_job),
+            p.walker.drained.eq(p.issue.drained),
+            p.writeback.desc.eq(d_back),
+            p.checker.i_stream.payload.eq(d), p.walker.i_stream.payload.eq(d),
+            p.checker.window_base.eq(self.window_base),
+            p.checker.window_limit.eq(self.window_limit),
+            self.step.eq(p.dp.step),
+            self.wait_dma.eq((p.dp.a_stream.ready & ~p.dp.a_stream.valid)
+                             | (p.dp.b_stream.ready & ~p.dp.b_stream.valid)),
+        ]
+
+        # ---- the back: done once its C is in memory ----------------------------------------
+        handoff = Signal()           # the front's walk is over: its descriptor to the back
+        with m.If(~b_valid):
+            m.d.sync += [d_back.eq(d), b_gen.eq(f_gen)]
+        with m.If(b_valid & p.writeback.idle & ~wq_back):
+            # the back was walked (its jobs are all queued) and none of its jobs is left
+            # in the queue or the write-back: its C rows are all written
+            m.d.comb += self.done.eq(1)
+            m.d.sync += b_valid.eq(0)
+        with m.If(handoff):          # (only with the back empty: never with the above)
+            m.d.sync += [b_valid.eq(1), macs_back.eq(macs)]
+
+        fsm = self._front(m, p, d, f_gen, b_valid, macs_ready, handoff)
+        m.d.comb += [self.busy.eq((~fsm.ongoing("IDLE") & ~fsm.ongoing("FAIL")) | b_valid
+                                  | sl.wjobs.r_rdy | ~p.issue.drained | p.dp.busy
+                                  | ~p.writeback.idle),
+                     self.ready.eq(fsm.ongoing("IDLE"))]
+        return top
+
+    def _parts(self):
+        """The engine's components, by the names of :data:`RESET_PARTS` (``None`` where a
+        configuration has no such part), with the extra read ways' and the write ports'."""
         R, C, BL = self.rows, self.cols, self.block
         tag_width = 1 + max(1, _log2(BL))
         dp = self.datapath
@@ -291,26 +296,37 @@ class GemmEngine(wiring.Component):
                                        addr_width=self.addr_width, queue=max(4, BL * BL),
                                        ports=WP, primitive=self.primitive, part_resets=True)
             wb_cmd, wb_data, wb_done = writeback.wr_cmd, writeback.wr_data, writeback.wr_done
+        return SimpleNamespace(
+            dp=dp, checker=checker, walker=walker, loader=loader, router=router,
+            loader1=loader1, loader2=loader2, loader3=loader3, b_loaders=b_loaders,
+            gb_a=gb_a, gb_b=gb_b, gb_b2=gb_b2, gb_b3=gb_b3, b_gearboxes=b_gearboxes,
+            ways=WAYS, striper=striper, interleave=interleave, issue=issue,
+            writeback=writeback, wb_cmd=wb_cmd, wb_data=wb_data, wb_done=wb_done)
+
+    def _slices(self, p):
+        """The register slices and FIFOs between the parts, in a module of their own (the
+        ``slices`` part), and the names of B's vector FIFOs (three or four read ports)."""
+        BL, C = self.block, self.cols
+        RP, WP = self.read_ports, self.write_ports
         slice_shapes = dict(a_in=self.data_width, b_in=self.data_width,
-                            a_out=gb_a.o_stream.payload.shape(),
-                            b_out=gb_b.o_stream.payload.shape(),
+                            a_out=p.gb_a.o_stream.payload.shape(),
+                            b_out=p.gb_b.o_stream.payload.shape(),
                             rd_cmd=dma_command_layout(self.addr_width),
                             wr_cmd=dma_command_layout(self.addr_width))
         assert tuple(slice_shapes) == self.SLICES
-        for p in range(1, WP):
-            slice_shapes[f"wr_cmd{p}"] = dma_command_layout(self.addr_width)
-        for p in range(1, RP):
-            slice_shapes[f"rd_cmd{p}"] = dma_command_layout(self.addr_width)
-        for p in range(2, RP):
+        for q in range(1, WP):
+            slice_shapes[f"wr_cmd{q}"] = dma_command_layout(self.addr_width)
+        for q in range(1, RP):
+            slice_shapes[f"rd_cmd{q}"] = dma_command_layout(self.addr_width)
+        for q in range(2, RP):
             # B's second (third) reader's words -> gb_b2 (gb_b3), as gb_b's
-            slice_shapes[f"b_in{p}"] = self.data_width
+            slice_shapes[f"b_in{q}"] = self.data_width
         slices = Module()
         for name, shape in slice_shapes.items():
-            # (the gearboxes' vectors, a lane's byte each, in skid slices of SLICE_BITS: one
-            # skid flag for the VU9P's 128 lanes of B selected in 1,134 LUTs)
+            # (the gearboxes' vectors, a lane's byte each, in skid slices of SLICE_BITS, so
+            # that no one skid flag selects every lane)
             slices.submodules[name] = RegisterSlice(
                 shape, slice_bits=SLICE_BITS if name in ("a_out", "b_out") else None)
-        sl = slices.submodules
         if RP == 1:
             # each operand's words queued between the router and its gearbox: the router
             # hands the reader's words over in read order, so a gearbox slower than the bus
@@ -321,37 +337,43 @@ class GemmEngine(wiring.Component):
                 slices.submodules[name] = Fifo(width=self.data_width, depth=self.WORD_FIFO,
                                                slice_bits=256)
         # each B gearbox's vector FIFO, by way
-        mid_names = ("b_mid", "b_mid2", "b_mid3")[:WAYS] if RP >= 3 else ()
+        mid_names = ("b_mid", "b_mid2", "b_mid3")[:p.ways] if RP >= 3 else ()
         if RP >= 3:
             # each B gearbox's vectors queued for the interleave: while it takes a row from
             # one, the others make their next rows' (a row is up to `block` vectors, or
             # depth / cols), so all gearboxes run at once
-            vec = gb_b.o_stream.payload.shape().size
+            vec = p.gb_b.o_stream.payload.shape().size
             for name in mid_names:
                 slices.submodules[name] = Fifo(width=vec, depth=self.B_MID_DEPTH(
                     BL, self.depth, C), slice_bits=256)
         # the walker's write jobs, each with its descriptor's generation bit: a block's worth
         # of the next descriptor's jobs queue while the one before writes its C
-        slices.submodules["wjobs"] = Fifo(width=walker.o_write.payload.shape().size + 1,
+        slices.submodules["wjobs"] = Fifo(width=p.walker.o_write.payload.shape().size + 1,
                                           depth=max(4, BL * BL))
         if RP >= 2:
             # the walker's load jobs, A's and B's, each queued for its load sequencer
-            job_bits = walker.o_load.payload.shape().size
+            job_bits = p.walker.o_load.payload.shape().size
             for name in ("jobs_a", "jobs_b"):
                 slices.submodules[name] = Fifo(width=job_bits, depth=self.LOAD_QUEUE)
-        # the engine's own registers are a part too
-        control = Module()
-        parts = dict(datapath=dp, checker=checker, walker=walker, loader=loader,
-                     router=router, gb_a=gb_a, gb_b=gb_b, issue=issue, writeback=writeback,
-                     slices=slices, control=control)
+        return slices, mid_names
+
+    def _add_parts(self, m, p, slices, control):
+        """Each part into ``m``, reset by a registered copy of :attr:`soft_reset` of its own
+        (and the datapath's and write-backs' sub-parts by theirs)."""
+        RP, WP = self.read_ports, self.write_ports
+        parts = dict(datapath=p.dp, checker=p.checker, walker=p.walker, loader=p.loader,
+                     router=p.router, gb_a=p.gb_a, gb_b=p.gb_b, issue=p.issue,
+                     writeback=p.writeback, slices=slices, control=control)
         assert tuple(parts) == self.RESET_PARTS
-        if router is None:
+        if p.router is None:
             del parts["router"]
-            parts["loader1"] = loader1
+            parts["loader1"] = p.loader1
         if RP >= 3:
-            parts.update(loader2=loader2, gb_b2=gb_b2, striper=striper, interleave=interleave)
+            parts.update(loader2=p.loader2, gb_b2=p.gb_b2, striper=p.striper,
+                         interleave=p.interleave)
         if RP == 4:
-            parts.update(loader3=loader3, gb_b3=gb_b3)
+            parts.update(loader3=p.loader3, gb_b3=p.gb_b3)
+
         def reset_copy(name):
             copy = Signal(init=1, name=f"rst_{name}", attrs={"keep": "true"})
             if self.primitive:
@@ -369,41 +391,18 @@ class GemmEngine(wiring.Component):
             m.submodules[name] = own_reset(m, f"rst_{name}", part, reset_copy(name))
         # the datapath's buffers and FIFOs have copies of their own, taken on the same edge
         # (GemmDatapath.RESET_SUBPARTS)
-        m.d.comb += dp.part_resets.eq(Cat(reset_copy(f"datapath_{sub}")
-                                          for sub in dp.RESET_SUBPARTS))
+        m.d.comb += p.dp.part_resets.eq(Cat(reset_copy(f"datapath_{sub}")
+                                            for sub in p.dp.RESET_SUBPARTS))
         if WP > 1:                # each write port's write-back a copy of its own too
-            m.d.comb += writeback.part_resets.eq(Cat(reset_copy(f"writeback_{p}")
-                                                     for p in range(WP)))
-        m = control       # below: the engine's own logic, reset with the control part
+            m.d.comb += p.writeback.part_resets.eq(Cat(reset_copy(f"writeback_{q}")
+                                                       for q in range(WP)))
 
-        def from_fifo(q, into):
-            """A :class:`rtl.fifo.Fifo`'s head -> stream ``into``."""
-            m.d.comb += [into.payload.eq(q.r_data), into.valid.eq(q.r_rdy),
-                         q.r_en.eq(into.ready)]
-
-        def through_fifo(src, q, into):
-            """Stream ``src`` -> :class:`rtl.fifo.Fifo` ``q`` -> stream ``into``."""
-            m.d.comb += [q.w_data.eq(src.payload), q.w_en.eq(src.valid),
-                         src.ready.eq(q.w_rdy)]
-            from_fifo(q, into)
-
-        d = Signal(descriptor_layout(), reset_less=True)     # the front's descriptor (data)
-        # Two descriptors may be in flight: the back, walked, its C still being written
-        # (b_valid; d_back, b_gen, macs_back), and the front, being checked or walked (d,
-        # f_gen). The walker's write jobs queue (wjobs) tagged with the front's generation
-        # bit; the queue's head passes to the write-back only if it is the back's (head.gen
-        # == b_gen), so the write-back only ever holds jobs of d_back. While the back is
-        # empty it follows the front, a cycle late (the front's jobs reach the queue's head
-        # long after its start).
-        d_back = Signal(descriptor_layout(), reset_less=True)
-        b_valid = Signal()
-        f_gen = Signal()
-        b_gen = Signal()
-        macs_back = Signal(48)
-
-        # walker -> loads -> DMA reader -> router -> gearboxes -> issue -> datapath -> write-back
-        wiring.connect(m, walker.o_cmd, issue.i_cmd)
-        # the walker's write jobs -> wjobs (tagged f_gen) -> the write-back, the back's only
+    def _connect_jobs(self, m, p, sl, f_gen, b_gen):
+        """The walker's tile commands to the issue, its write jobs through ``wjobs`` (tagged
+        ``f_gen``) to the write-back, the back's (``b_gen``) only, and its load jobs to the
+        load sequencers. Returns the signal that a job of the back's is at ``wjobs``'s head."""
+        walker, writeback, loader = p.walker, p.writeback, p.loader
+        wiring.connect(m, walker.o_cmd, p.issue.i_cmd)
         wjob = walker.o_write.payload.shape()
         wq = sl.wjobs
         wq_head = data.View(data.StructLayout({"job": wjob, "gen": 1}), wq.r_data)
@@ -415,15 +414,23 @@ class GemmEngine(wiring.Component):
                      writeback.jobs.payload.eq(wq_head.job),
                      writeback.jobs.valid.eq(wq_back),
                      wq.r_en.eq(writeback.jobs.ready & head_back)]
-        wiring.connect(m, loader.a_jobs, gb_a.jobs)
+        wiring.connect(m, loader.a_jobs, p.gb_a.jobs)
+        return wq_back
+
+    def _connect_reads(self, m, p, sl, mid_names):
+        """Load jobs -> load sequencers -> DMA read commands; the words read -> the
+        gearboxes -> the issue: through the router with one read port, else each operand's
+        (or way's) reader straight into its gearbox."""
+        RP = self.read_ports
+        walker, loader, router = p.walker, p.loader, p.router
         if RP == 1:
             wiring.connect(m, walker.o_load, loader.i_stream)
-            wiring.connect(m, loader.b_jobs, gb_b.jobs)
+            wiring.connect(m, loader.b_jobs, p.gb_b.jobs)
             wiring.connect(m, loader.rd_cmd, sl.rd_cmd.i_stream)
             wiring.connect(m, loader.routes, router.routes)
             wiring.connect(m, wiring.flipped(self.rd_data), router.i_stream)
-            through_fifo(router.a_stream, sl.a_words, sl.a_in.i_stream)
-            through_fifo(router.b_stream, sl.b_words, sl.b_in.i_stream)
+            _through_fifo(m, router.a_stream, sl.a_words, sl.a_in.i_stream)
+            _through_fifo(m, router.b_stream, sl.b_words, sl.b_in.i_stream)
         else:
             # Each load job is queued by its operand (``path``) for that operand's load
             # sequencer, whose read commands go to that operand's reader and whose words go
@@ -439,58 +446,64 @@ class GemmEngine(wiring.Component):
                          job.ready.eq(Mux(path, queues[1].w_rdy, queues[0].w_rdy))]
             # (with three or four read ports B's queue feeds the striper, which feeds
             # loader1, loader2 (and loader3))
-            takers = (loader.i_stream, loader1.i_stream if RP == 2 else striper.i_stream)
+            takers = (loader.i_stream,
+                      p.loader1.i_stream if RP == 2 else p.striper.i_stream)
             for q, into in zip(queues, takers, strict=True):
-                from_fifo(q, into)
-            for p, ld in enumerate((loader, *b_loaders)):
+                _from_fifo(m, q, into)
+            for q, ld in enumerate((loader, *p.b_loaders)):
                 m.d.comb += ld.routes.ready.eq(1)
-                wiring.connect(m, ld.rd_cmd, sl[f"rd_cmd{p or ''}"].i_stream)
-            wiring.connect(m, loader1.b_jobs, gb_b.jobs)
+                wiring.connect(m, ld.rd_cmd, sl[f"rd_cmd{q or ''}"].i_stream)
+            wiring.connect(m, p.loader1.b_jobs, p.gb_b.jobs)
             words = [(self.rd_data, sl.a_in), (self.rd_data1, sl.b_in)]
             if RP >= 3:
-                for o, ld in zip(striper.o_jobs, b_loaders, strict=True):
+                for o, ld in zip(p.striper.o_jobs, p.b_loaders, strict=True):
                     wiring.connect(m, o, ld.i_stream)
-                wiring.connect(m, striper.o_merge, interleave.jobs)
-                for p in range(2, RP):
-                    ld, gb, b_in = b_loaders[p - 1], b_gearboxes[p - 1], sl[f"b_in{p}"]
+                wiring.connect(m, p.striper.o_merge, p.interleave.jobs)
+                for q in range(2, RP):
+                    ld, gb, b_in = p.b_loaders[q - 1], p.b_gearboxes[q - 1], sl[f"b_in{q}"]
                     wiring.connect(m, ld.b_jobs, gb.jobs)
-                    words.append((getattr(self, f"rd_data{p}"), b_in))
+                    words.append((getattr(self, f"rd_data{q}"), b_in))
                     wiring.connect(m, b_in.o_stream, gb.i_stream)
             for word, into in words:
                 m.d.comb += [into.i_stream.payload.eq(word.payload.data),
                              into.i_stream.valid.eq(word.valid),
                              word.ready.eq(into.i_stream.ready)]
-        for p in range(RP):
-            suffix = str(p or "")
+        for q in range(RP):
+            suffix = str(q or "")
             wiring.connect(m, sl[f"rd_cmd{suffix}"].o_stream,
                            wiring.flipped(getattr(self, f"rd_cmd{suffix}")))
-        wiring.connect(m, sl.a_in.o_stream, gb_a.i_stream)
-        wiring.connect(m, sl.b_in.o_stream, gb_b.i_stream)
-        wiring.connect(m, gb_a.o_stream, sl.a_out.i_stream)
-        wiring.connect(m, sl.a_out.o_stream, issue.a_vectors)
+        wiring.connect(m, sl.a_in.o_stream, p.gb_a.i_stream)
+        wiring.connect(m, sl.b_in.o_stream, p.gb_b.i_stream)
+        wiring.connect(m, p.gb_a.o_stream, sl.a_out.i_stream)
+        wiring.connect(m, sl.a_out.o_stream, p.issue.a_vectors)
         if RP >= 3:
             mids = [sl[name] for name in mid_names]
-            for gb, q, into in zip(b_gearboxes, mids, interleave.i_streams, strict=True):
-                through_fifo(gb.o_stream, q, into)
-            wiring.connect(m, interleave.o_stream, sl.b_out.i_stream)
+            for gb, q, into in zip(p.b_gearboxes, mids, p.interleave.i_streams, strict=True):
+                _through_fifo(m, gb.o_stream, q, into)
+            wiring.connect(m, p.interleave.o_stream, sl.b_out.i_stream)
         else:
-            wiring.connect(m, gb_b.o_stream, sl.b_out.i_stream)
-        wiring.connect(m, sl.b_out.o_stream, issue.b_vectors)
-        wiring.connect(m, issue.cmd, dp.cmd)
-        wiring.connect(m, issue.a_stream, dp.a_stream)
-        wiring.connect(m, issue.b_stream, dp.b_stream)
-        wiring.connect(m, dp.o_stream, writeback.i_stream)
-        for p in range(WP):
-            suffix = str(p or "")
-            wiring.connect(m, wb_cmd[p], sl[f"wr_cmd{suffix}"].i_stream)
+            wiring.connect(m, p.gb_b.o_stream, sl.b_out.i_stream)
+        wiring.connect(m, sl.b_out.o_stream, p.issue.b_vectors)
+
+    def _connect_writes(self, m, p, sl):
+        """The issue -> the datapath -> the write-back -> DMA write commands and words."""
+        dp = p.dp
+        wiring.connect(m, p.issue.cmd, dp.cmd)
+        wiring.connect(m, p.issue.a_stream, dp.a_stream)
+        wiring.connect(m, p.issue.b_stream, dp.b_stream)
+        wiring.connect(m, dp.o_stream, p.writeback.i_stream)
+        for q in range(self.write_ports):
+            suffix = str(q or "")
+            wiring.connect(m, p.wb_cmd[q], sl[f"wr_cmd{suffix}"].i_stream)
             wiring.connect(m, sl[f"wr_cmd{suffix}"].o_stream,
                            wiring.flipped(getattr(self, f"wr_cmd{suffix}")))
-            wiring.connect(m, wb_data[p], wiring.flipped(getattr(self, f"wr_data{suffix}")))
-            m.d.comb += wb_done[p].eq(getattr(self, f"wr_done{suffix}"))
+            wiring.connect(m, p.wb_data[q], wiring.flipped(getattr(self, f"wr_data{suffix}")))
+            m.d.comb += p.wb_done[q].eq(getattr(self, f"wr_done{suffix}"))
 
-        exp_job = Signal()                       # an exponent vector load is issued
-        # m * n * k of the running descriptor (for the MACS counter), by shift and add: no
-        # DSP slice (three 16 x 16 products took three, which the Pynq-Z1 needs for its
+    def _macs_counter(self, m, d, macs_back):
+        """``m * n * k`` of the descriptor started (for :attr:`macs`, which shows
+        ``macs_back``). Returns the signal that it is ready and its value."""
+        # By shift and add: no DSP slice (the Pynq-Z1 needs its slices for the array and the
         # ports), one 33-bit add a cycle. m * n over n's 16 bits, a cycle to reload, then
         # that times k over k's: MACS_CYCLES after a start, and HANDOFF waits for it (a
         # descriptor takes longer anyway). Each step adds the multiplicand to the high half
@@ -514,40 +527,25 @@ class GemmEngine(wiring.Component):
         with m.Elif(~macs_ready):
             m.d.sync += [mul_hi.eq(mul_sum[1:]), mul_lo.eq(Cat(mul_lo[1:], mul_sum[0])),
                          mul_step.eq(mul_step + 1)]
-        if RP == 1:
+        return macs_ready, Cat(mul_lo, mul_hi)
+
+    def _announce_exponents(self, m, p, exp_job):
+        """``exp_job``: an exponent vector load is issued (for the issue's count)."""
+        if self.read_ports == 1:
+            a_jobs, b_jobs = p.loader.a_jobs, p.loader.b_jobs
             m.d.comb += exp_job.eq(
-                (loader.a_jobs.valid & loader.a_jobs.ready & loader.a_jobs.payload.tag[0])
-                | (loader.b_jobs.valid & loader.b_jobs.ready & loader.b_jobs.payload.tag[0]))
+                (a_jobs.valid & a_jobs.ready & a_jobs.payload.tag[0])
+                | (b_jobs.valid & b_jobs.ready & b_jobs.payload.tag[0]))
         else:
             # announced as the walker hands the job to its queue: before any command after
             # it (a load sequencer takes the job from its queue cycles later)
-            m.d.comb += exp_job.eq(walker.o_load.valid & walker.o_load.ready
-                                   & walker.o_load.payload.tag[0])
-        m.d.comb += [
-            issue.exp_issued.eq(exp_job),
-            walker.drained.eq(issue.drained),
-            writeback.desc.eq(d_back),
-            checker.i_stream.payload.eq(d), walker.i_stream.payload.eq(d),
-            checker.window_base.eq(self.window_base),
-            checker.window_limit.eq(self.window_limit),
-            self.step.eq(dp.step),
-            self.wait_dma.eq((dp.a_stream.ready & ~dp.a_stream.valid)
-                             | (dp.b_stream.ready & ~dp.b_stream.valid)),
-        ]
+            o_load = p.walker.o_load
+            m.d.comb += exp_job.eq(o_load.valid & o_load.ready & o_load.payload.tag[0])
 
-        # ---- the back: done once its C is in memory ----------------------------------------
-        handoff = Signal()           # the front's walk is over: its descriptor to the back
-        with m.If(~b_valid):
-            m.d.sync += [d_back.eq(d), b_gen.eq(f_gen)]
-        with m.If(b_valid & writeback.idle & ~wq_back):
-            # the back was walked (its jobs are all queued) and none of its jobs is left
-            # in the queue or the write-back: its C rows are all written
-            m.d.comb += self.done.eq(1)
-            m.d.sync += b_valid.eq(0)
-        with m.If(handoff):          # (only with the back empty: never with the above)
-            m.d.sync += [b_valid.eq(1), macs_back.eq(Cat(mul_lo, mul_hi))]
-
-        # ---- the front: check, walk --------------------------------------------------------
+    def _front(self, m, p, d, f_gen, b_valid, macs_ready, handoff):
+        """The front's sequence: take a descriptor, check it, wait for the back where it
+        must, walk it, hand it to the back. Returns the FSM."""
+        checker, walker = p.checker, p.walker
         with m.FSM(name="engine") as fsm:
             with m.State("IDLE"):
                 with m.If(self.start):
@@ -580,7 +578,15 @@ class GemmEngine(wiring.Component):
                 with m.If(macs_ready & ~b_valid):
                     m.d.comb += handoff.eq(1)
                     m.next = "IDLE"
-        m.d.comb += [self.busy.eq((~fsm.ongoing("IDLE") & ~fsm.ongoing("FAIL")) | b_valid
-                                  | wq.r_rdy | ~issue.drained | dp.busy | ~writeback.idle),
-                     self.ready.eq(fsm.ongoing("IDLE"))]
-        return top
+        return fsm
+
+
+def _from_fifo(m, q, into):
+    """A :class:`rtl.fifo.Fifo`'s head -> stream ``into``."""
+    m.d.comb += [into.payload.eq(q.r_data), into.valid.eq(q.r_rdy), q.r_en.eq(into.ready)]
+
+
+def _through_fifo(m, src, q, into):
+    """Stream ``src`` -> :class:`rtl.fifo.Fifo` ``q`` -> stream ``into``."""
+    m.d.comb += [q.w_data.eq(src.payload), q.w_en.eq(src.valid), src.ready.eq(q.w_rdy)]
+    _from_fifo(m, q, into)
