@@ -438,36 +438,9 @@ def test_bench_cases_scale_the_boards_gemms():
     assert ("fc 256->10 b64", "forward y = x W", 8, 2, 256, False, False, 64, 10) in scaled
 
 
-def test_the_accumulation_interval_is_the_datapaths():
-    from rtl.datapath import GemmDatapath
-
-    assert perfmodel.ACCUMULATE_INTERVAL == GemmDatapath.ACCUMULATE_STAGES + 1
-
-
-def test_the_output_fifo_is_the_datapaths():
-    """OUT_TILES is the datapath's default output FIFO, in tiles of ``rows`` rows (a tile
-    reserves ``rows`` rows as it starts)."""
-    import warnings
-
-    from amaranth.hdl import UnusedElaboratable
-
-    from rtl.datapath import GemmDatapath
-
-    with warnings.catch_warnings():       # built only to read its FIFO's depth
-        warnings.simplefilter("ignore", UnusedElaboratable)
-        for rows, cols in ((4, 4), (16, 8)):
-            assert GemmDatapath(rows, cols).out_rows == perfmodel.OUT_TILES * rows
-
-
-def test_the_word_fifo_is_the_engines():
-    from rtl.engine import GemmEngine
-
-    assert perfmodel.WORD_FIFO == GemmEngine.WORD_FIFO
-
-
 def test_cli_checks_committed_measurements(capsys, tmp_path):
-    """``python -m firmware.runtime.perfmodel --check``: the committed model check predicted again, one
-    table row per file and port; a missing file exits 2 naming the option."""
+    """``python -m firmware.runtime.perfmodel --check``: the committed model check predicted
+    again, one table row per file and port; a missing file exits 2 naming the option."""
     from pathlib import Path
 
     from firmware.runtime.perfmodel import check_records, main

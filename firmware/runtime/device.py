@@ -343,9 +343,10 @@ class Device:
             if unknown:
                 raise TypeError(f"unknown option(s) for the model backend: {sorted(unknown)}; "
                                 f"valid: {sorted(allowed)}")
+            from firmware.runtime.perfmodel import predict
             from sim.models.functional import FunctionalAccelerator
             self.sim = FunctionalAccelerator(rows=rows, cols=cols, data_width=data_width,
-                                             **options)
+                                             predict=predict, **options)
             self.driver = Driver(_SimRegs(self.sim), _SimMemory(self.sim))
         elif backend == "golden" and options:
             raise TypeError(f"the golden backend takes no options, not {sorted(options)}")

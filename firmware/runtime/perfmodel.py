@@ -77,11 +77,9 @@ import argparse
 import functools
 import sys
 
-from firmware.spec import regmap
+from firmware.spec import hw, regmap
 from firmware.spec.ports import dram_bytes_per_cycle
 from firmware.spec.regmap import STRIPE_MIN_WORDS
-from rtl.checker import DescriptorChecker
-from rtl.walker import Walker
 from sim.models.engine import CHUNK_CHOICES, loads_b_first, tile_order, walk_chunks
 
 __all__ = ["predict", "predict_queued", "predict_cycles", "best_block", "best_plan",
@@ -90,32 +88,13 @@ __all__ = ["predict", "predict_queued", "predict_cycles", "best_block", "best_pl
 
 #: Cycles of control per operand load (command phases, the address multiply).
 LOAD_OVERHEAD = 4
-#: Cycles from ``start`` to the walk's first job: the descriptor checked
-#: (:data:`rtl.checker.DescriptorChecker.LATENCY` + 1), the walk begun 2 cycles later
-#: (:class:`rtl.engine.GemmEngine`). Behind another descriptor in the queue it is hidden.
-START_LATENCY = DescriptorChecker.LATENCY + 1 + 2
-
-#: Cycles from a burst's last word reaching the DMA writer to its address and first word on
-#: the bus (:class:`rtl.dma.DmaWriter`: a burst is formed once all its words are in its FIFO).
-WRITE_FORM_LATENCY = 3
-#: C tiles the output FIFO holds (``4 * rows`` rows, :class:`rtl.datapath.GemmDatapath`'s
-#: ``out_rows``; a tile reserves ``rows`` of them as it starts, whatever its rows in M): how
-#: far the array may run ahead of the C write-back before it stalls.
-OUT_TILES = 4
-#: The least cycles between two read-outs of the datapath's accumulation slots
-#: (``rtl.datapath.GemmDatapath.ACCUMULATE_STAGES + 1``; ``tests/test_perfmodel.py`` holds
-#: them equal): binds only on arrays of one or two PEs a side.
-ACCUMULATE_INTERVAL = 3
-#: The DMA masters' own limit on bursts in flight (``Accelerator(outstanding=...)``).
-DMA_OUTSTANDING = 8
-#: The DMA masters' longest burst (``Accelerator(burst_beats=...)``).
-DMA_BURST = 16
+#: Cycles from ``start`` to the walk's first job: the descriptor checked, the verdict
+#: registered, the walk begun (:mod:`firmware.spec.hw`). Behind another descriptor in the
+#: queue it is hidden.
+START_LATENCY = hw.CHECK_LATENCY + 1 + hw.WALK_START_DELAY
 #: Words the DMA reader's FIFO holds (``burst_beats * outstanding``): how far a load's reads
 #: may run ahead of its buffer slots' freeing.
-READ_FIFO = DMA_BURST * DMA_OUTSTANDING
-#: With one read port, the words queued between the router and each operand's gearbox
-#: (``rtl.engine.GemmEngine.WORD_FIFO``): how far the reads run ahead of a slower gearbox.
-WORD_FIFO = 64
+READ_FIFO = hw.DMA_BURST * hw.DMA_OUTSTANDING
 
 
 def read_rate(beats: float, outstanding: int, latency: int, keep: float = 1.0) -> float:
@@ -205,31 +184,11 @@ def _bursts(words: int, burst: int) -> list[int]:
     return [burst] * full + ([rest] if rest else [])
 
 
-@functools.lru_cache(maxsize=256)
-def fill_latency(rows: int, cols: int) -> int:
-    """Cycles from a tile's last step to its first C row leaving the datapath, as
-    :attr:`rtl.datapath.GemmDatapath.fill_latency` declares it from its parts (an array of
-    one MAC per PE: a packed array's is ``rows // 2 - 4`` cycles shorter)."""
-    import gc
-    import warnings
-
-    from amaranth.hdl import UnusedElaboratable
-
-    from rtl.datapath import GemmDatapath
-
-    # built only to read its latency: collected here, without Amaranth's warning that the
-    # datapath and its parts were never elaborated
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UnusedElaboratable)
-        latency = GemmDatapath(rows, cols).fill_latency
-        gc.collect()
-    return latency
-
-
 def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool = False, *,
             rows: int, cols: int, depth: int, block: int, data_width: int, port: dict,
-            read_ports: int = 1, write_ports: int = 1, dma_outstanding: int = DMA_OUTSTANDING,
-            dma_burst: int = DMA_BURST, copies: int = 1, chunk: int = 0) -> dict:
+            read_ports: int = 1, write_ports: int = 1,
+            dma_outstanding: int = hw.DMA_OUTSTANDING, dma_burst: int = hw.DMA_BURST,
+            copies: int = 1, chunk: int = 0) -> dict:
     """Predicted cycles of one GEMM descriptor, from its start to its last C row in memory.
 
     Parameters
@@ -355,7 +314,7 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
     # the array's least interval between two tiles' last steps (SystolicArray.
     # min_emit_interval: rows + cols - 1, packed or not, one SLR group), and at least the
     # datapath's accumulation read, add and write (GemmDatapath: ACCUMULATE_STAGES + 1)
-    interval = max(rows + cols - 1, ACCUMULATE_INTERVAL)
+    interval = hw.accumulate_interval(rows, cols)
     chunks = []
     last_use = [{}, {}]          # operand -> parity -> the last chunk that used those slots
     if not isinstance(copies, int) or copies < 1:
@@ -479,7 +438,7 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
                             # most the DMA's FIFO and the operand's word FIFO ahead of a gearbox
                             # slower than the bus
                             clock[p] = max(clock[p], gearbox[g] - lat_r
-                                           - (READ_FIFO + WORD_FIFO) * vectors / words)
+                                           - (READ_FIFO + hw.WORD_FIFO) * vectors / words)
                     if job[0] == "stripe":
                         # the interleave passes the gearboxes' vectors in order, one a cycle
                         merged = max(*ends, free + job[-1])
@@ -501,11 +460,11 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
                 if ready > t:
                     waited += ready - t
                     t = ready
-                if per_tile and len(wends) >= OUT_TILES and wends[-OUT_TILES] > t:
+                if per_tile and len(wends) >= hw.OUT_FIFO_TILES and wends[-hw.OUT_FIFO_TILES] > t:
                     # the array starts a tile once the output FIFO has room for its C rows:
                     # the tile OUT_TILES before it written
-                    stalled += wends[-OUT_TILES] - t
-                    t = wends[-OUT_TILES]
+                    stalled += wends[-hw.OUT_FIFO_TILES] - t
+                    t = wends[-hw.OUT_FIFO_TILES]
                 # a tile read out (every tile: stored, or emitted) ends at least the array's
                 # read-out interval after the one before
                 t = max(t + c["kc"], last_end + interval)
@@ -527,11 +486,11 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
     # each tile's last step) are shifted by the same fill and forming latencies; all of it
     # after the descriptor's check (START_LATENCY).
     words = _cdiv(4 * min(cols, n), bpw)
-    fill = fill_latency(rows, cols)
+    fill = hw.fill_latency(rows, cols)
     last_rows = _cdiv(rows, write_ports) * words / keep
-    start = START_LATENCY + (Walker.CUT_WAIT if chunk else 0)
+    start = START_LATENCY + (hw.CUT_WAIT if chunk else 0)
     total = start + max(end + fill + last_rows + min(words, burst) / keep,
-                        wclock + fill) + WRITE_FORM_LATENCY + lat_w
+                        wclock + fill) + hw.WRITE_FORM_LATENCY + lat_w
     if dram is not None:
         total = max(total, sum(traffic) * bpw / dram + lat_r + lat_w)
     compute = sum(c["compute"] for c in chunks)
@@ -826,8 +785,8 @@ def check_records(paths) -> dict:
 
 
 def main(argv=None) -> int:
+    from firmware.spec.boards import BOARDS
     from firmware.spec.ports import BOARD_PORTS, resolve_port
-    from platforms import PLATFORMS as BOARDS
 
     parser = argparse.ArgumentParser(
         prog="python -m firmware.runtime.perfmodel",
@@ -871,7 +830,7 @@ def main(argv=None) -> int:
     cfg = board.config(write_ports=args.write_ports, read_ports=args.read_ports)
     port = resolve_port(BOARD_PORTS[args.board])
     variants = [(bl, p) for bl in args.blocks for p in args.ports]
-    print(f"{board.title}: {cfg['rows']}x{cfg['cols']}, depth {cfg['depth']}, "
+    print(f"{board.name}: {cfg['rows']}x{cfg['cols']}, depth {cfg['depth']}, "
           f"{cfg['data_width']}-bit bus, port preset {port['name']} "
           f"(default block {cfg['block']}), {cfg.get('write_ports', 1)} write port(s), "
           f"{cfg.get('read_ports', 1)} read port(s); "

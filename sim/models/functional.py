@@ -10,8 +10,9 @@
 then alignment, strides, the address window), its operands are read from memory, the result
 computed with the golden models (:mod:`sim.models.golden`) and C written. So the model's own
 computing happens while the driver waits, as the hardware's would. The counters advance by
-the analytic performance model's prediction (:func:`firmware.runtime.perfmodel.predict`) for the
-configuration and port, one descriptor after the other (the RTL starts a descriptor with
+the cycles ``predict`` gives (``Device("model")`` passes the analytic performance model's
+:func:`firmware.runtime.perfmodel.predict`) for the configuration and port, one descriptor
+after the other (the RTL starts a descriptor with
 ``DESC_FLAGS.OVERLAP`` while the one before it writes its C, so its runs of several
 descriptors are shorter than these counters say).
 
@@ -26,7 +27,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from firmware.runtime.perfmodel import predict
 from firmware.spec import regmap
 from firmware.spec.ports import resolve_port
 from firmware.spec.regmap import ErrorCode, field_value, offset
@@ -53,13 +53,21 @@ class FunctionalAccelerator:
         The memory port (:func:`firmware.spec.ports.resolve_port`), for the cycle prediction.
     memory : int
         Bytes of memory at address 0.
+    predict : callable, optional
+        ``predict(m, n, k, transpose_a, transpose_b, *, rows, cols, depth, block, data_width,
+        port, write_ports, read_ports, chunk)`` returning a dict with ``cycles`` and
+        ``compute_cycles`` (:func:`firmware.runtime.perfmodel.predict`). Default: the
+        array's compute cycles alone, ``ceil(m / rows) * ceil(n / cols) * k``.
     """
 
     def __init__(self, *, rows: int = 8, cols: int = 8, depth: int = 512, block: int = 4,
                  data_width: int = 128, addr_width: int = 32, packing: int = 1,
                  queue: int = 4, port: str | dict = "ideal", memory: int = 256 << 20,
-                 write_ports: int = 1, read_ports: int = 1):
+                 write_ports: int = 1, read_ports: int = 1, predict=None):
         regmap.check_write_ports(write_ports, rows)
+        if predict is not None and not callable(predict):
+            raise TypeError(f"predict must be callable or None, not {type(predict).__name__}")
+        self.predict = predict
         regmap.check_read_ports(read_ports)
         self.cfg = dict(rows=rows, cols=cols, depth=depth, block=block,
                         data_width=data_width)
@@ -187,8 +195,12 @@ class FunctionalAccelerator:
             out = golden.rescale(acc, re, ce)
         self._matrix(c[0], m, n, c[2], np.int32)[...] = out.view(np.int32)
         cfg = {**self.cfg, "block": block_side(f["BLOCK"], self.cfg["block"])}
-        p = predict(m, n, k, ta, tb, port=self.port, write_ports=self.write_ports,
-                    read_ports=self.read_ports, chunk=f["CHUNK"], **cfg)
+        if self.predict is None:
+            compute = -(-m // cfg["rows"]) * -(-n // cfg["cols"]) * k
+            p = {"cycles": compute, "compute_cycles": compute}
+        else:
+            p = self.predict(m, n, k, ta, tb, port=self.port, write_ports=self.write_ports,
+                             read_ports=self.read_ports, chunk=f["CHUNK"], **cfg)
         self.descriptors += 1
         for name, v in (("CYCLES", p["cycles"]), ("BUSY_CYCLES", p["cycles"]),
                         ("ACTIVE_CYCLES", p["compute_cycles"]),
