@@ -60,6 +60,7 @@ DOCSTRING_FORMAT_PENDING = {
     "rtl.rescale.Rescaler",
     "rtl.systolic.PackedPair",
     "rtl.systolic.SystolicArray",
+    "sim.bench",
 }
 
 
