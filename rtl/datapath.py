@@ -423,17 +423,13 @@ class GemmDatapath(wiring.Component):
     def _loader(self, s):
         """The loader: the staged command's loads into the buffers once its slots have no readers
         left, its job into the queue; the readers of each slot counted."""
-        m, pend_a, pend_b = s.m, s.pend_a, s.pend_b
-        pend_a_nz, cur_a1h, pend_a_one = s.pend_a_nz, s.cur_a1h, s.pend_a_one
-        finishing, pend_b_nz, cur_b1h = s.finishing, s.pend_b_nz, s.cur_b1h
-        pend_b_one, cmd_a1h, staged = s.pend_b_one, s.cmd_a1h, s.staged
-        cmd_b1h, pre_a_span, pre_b_span = s.cmd_b1h, s.pre_a_span, s.pre_b_span
-        a_span, b_span, take = s.a_span, s.b_span, s.take
-        a_buf, b_buf, cmd = s.a_buf, s.b_buf, s.cmd
-        a_fl, b_fl, jobs = s.a_fl, s.b_fl, s.jobs
-        job_pending, job, accepted = s.job_pending, s.job, s.accepted
-        bad, a_busy, b_busy = s.bad, s.a_busy, s.b_busy
-        interval, cur = s.interval, s.cur
+        m, pend_a, pend_b, pend_a_nz, cur_a1h = s.m, s.pend_a, s.pend_b, s.pend_a_nz, s.cur_a1h
+        pend_a_one, finishing, pend_b_nz = s.pend_a_one, s.finishing, s.pend_b_nz
+        cur_b1h, pend_b_one, cmd_a1h, staged = s.cur_b1h, s.pend_b_one, s.cmd_a1h, s.staged
+        cmd_b1h, pre_a_span, pre_b_span, a_span = s.cmd_b1h, s.pre_a_span, s.pre_b_span, s.a_span
+        b_span, take, a_buf, b_buf, cmd, a_fl = s.b_span, s.take, s.a_buf, s.b_buf, s.cmd, s.a_fl
+        b_fl, jobs, job_pending, job, accepted = s.b_fl, s.jobs, s.job_pending, s.job, s.accepted
+        bad, a_busy, b_busy, interval, cur = s.bad, s.a_busy, s.b_busy, s.interval, s.cur
         # A load's slots still have readers: from registers, set for the command staged next
         # cycle from the readers left after this cycle's last steps (registers only), and,
         # for a command moving up, the staged one's slots (it leaves as the other moves:
@@ -527,10 +523,9 @@ class GemmDatapath(wiring.Component):
     def _compute(self, s):
         """The compute sequencer: starts the queued jobs on the array, keeping the read-out
         interval and the output FIFO's room, and reads their operands from the buffers."""
-        m, R, interval, finishing, cur = s.m, s.R, s.interval, s.finishing, s.cur
-        head, a_buf, b_buf, jobs, info_fifo = s.head, s.a_buf, s.b_buf, s.jobs, s.info_fifo
-        active, fresh, kk, cur_a1h, cur_b1h = s.active, s.fresh, s.kk, s.cur_a1h, s.cur_b1h
-        array = s.array
+        m, R, interval, finishing, cur, head = s.m, s.R, s.interval, s.finishing, s.cur, s.head
+        a_buf, b_buf, jobs, info_fifo, active = s.a_buf, s.b_buf, s.jobs, s.info_fifo, s.active
+        fresh, kk, cur_a1h, cur_b1h, array = s.fresh, s.kk, s.cur_a1h, s.cur_b1h, s.array
         # ---- compute sequencer: buffers -> array ------------------------------------------
         # Tiles read out of the array (emitted or stored) keep min_emit_interval cycles between
         # their last steps (the array's result registers are read out meanwhile); emitted

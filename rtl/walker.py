@@ -1,5 +1,7 @@
 """A checked descriptor -> tile commands, load jobs and write-back jobs, block by block."""
 
+from types import SimpleNamespace
+
 from amaranth import Cat, Const, Module, Mux, Signal
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
@@ -16,55 +18,31 @@ def _log2(x):
     return x.bit_length() - 1
 
 
+def _below(x, lim):
+    """``x < lim`` for a narrow ``lim``: a compare of ``len(lim)`` bits and a NOR of the rest,
+    not a carry chain over ``x``."""
+    w = len(lim)
+    return (x[w:] == 0) & (x[:w] < lim)
+
+
+def _above(x, lim):
+    """``x > lim`` for a narrow ``lim``, as :func:`_below`."""
+    w = len(lim)
+    return (x[w:] != 0) | (x[:w] > lim)
+
+
 class Walker(wiring.Component):
-    """Walks a GEMM: blocks of ``b x b`` C tiles, each over K chunks of at most
-    ``depth`` steps (:func:`sim.models.engine.k_chunks`): the descriptor's first block ramps
-    its chunks up from the least multiple of ``max(rows, cols, bus bytes)`` that is at least
-    ``rows + cols - 1`` steps (:func:`sim.models.engine.ramp_start`: no shorter than the
-    array's read-out interval), and every block cuts what is
-    left (all of K after the first) into chunks of about equal length; a first block too
-    short to ramp cuts its first chunk short. With the descriptor's ``chunk`` field
-    (``DESC_FLAGS.CHUNK``) not 0 no block ramps: every one, the first too, is cut into about
-    equal chunks of at most ``depth``, half or a quarter of it
-    (:func:`sim.models.engine.chunk_depth`). ``b`` is
-    the descriptor's ``block`` field, or ``block`` (the buffers' slots) where that is 0 or
-    larger: it sets the schedule (operand reuse against how soon C leaves), never the sums.
+    """Walks a checked descriptor: tile commands, load jobs and write jobs, block by block.
 
-    For a descriptor on :attr:`i_stream` (already checked) it visits blocks row-major (N
-    inner) or, where K fits one chunk, there is more than one row of blocks and one column of
-    blocks or more columns than rows in the array (or as many, and M > N), column-major (M
-    inner: :func:`sim.models.engine.column_order`); a block
-    after a one-chunk block in the same row (column) of blocks keeps that block's A (B)
-    tiles in their slots and loads only the other operand. For each block it first loads
-    the block's exponent vectors (``row_vec`` /
-    ``col_vec``: one load job each, tagged ``1 + 2 * index``), once :attr:`drained` says the
-    previous block's commands have all left; then, per K chunk, for each C tile ``(i, j)``
-    (``j`` inner, or ``i`` inner where B is transposed: :func:`sim.models.engine.tile_order`),
-    it issues the tile command on :attr:`o_cmd` (and on the last chunk the
-    tile's write job on :attr:`o_write`) and then the loads that command needs on
-    :attr:`o_load`, A's then B's (B's first where B alone is stored packed:
-    :func:`sim.models.engine.b_first`). The command goes first so the datapath can take
-    operands as they arrive.
-
-    Loads: operands stored k-major (A transposed, B as stored) load the block's ``bm`` (``bn``)
-    tiles of the chunk as one span with the block's first command that uses them, one row of
-    the span per K step; the others load a tile with the first command using it, one row per
-    lane, padded with zero rows beyond the matrix edge. Chunks alternate between two sets of
-    ``block`` buffer slots, each operand's own (its parity, kept from one descriptor to the
-    next; a kept operand's stays). The numpy model is :func:`sim.models.engine.walk`.
-
-    The descriptor stays on :attr:`i_stream` for the whole walk and is taken with its last
-    job. A load job stays on :attr:`o_load` until taken; the walker waits for it.
-
-    Latency and throughput: a block's first command is offered 2 cycles after the descriptor
-    arrives (:data:`CUT_WAIT` more with ``chunk``) or the previous block's last command (its
-    first exponent load 4 cycles after,
-    once drained); each tile command takes 5 cycles, plus, for each of its load jobs, the
-    cycles until the job is taken (at least 3 with :class:`rtl.loader.LoadSequencer`); the
-    exponent vectors take 2 cycles per index (``2 * block`` indices) plus the same wait per
-    load. The descriptor is taken in the last tile's fifth cycle. What a load job needs is
-    computed in registers ahead of the cycle that sets the job up, so no address or count
-    arithmetic is chained into another.
+    For the descriptor on :attr:`i_stream` it visits blocks of ``b x b`` C tiles (``b`` the
+    descriptor's ``block`` field, or ``block`` where that is 0 or larger), each over K chunks
+    of at most ``depth`` steps. Per block it first loads the block's exponent vectors (once
+    :attr:`drained`), then, per K chunk and C tile, offers the tile command on :attr:`o_cmd`
+    (on the last chunk with the tile's write job on :attr:`o_write`) and then the loads that
+    command needs on :attr:`o_load`. The descriptor stays on :attr:`i_stream` for the whole
+    walk and is taken with its last job. The numpy model is :func:`sim.models.engine.walk`;
+    the chunking, block order and loads are described in the architecture page of the
+    documentation.
 
     Parameters
     ----------
@@ -75,14 +53,26 @@ class Walker(wiring.Component):
     tag_width : int
         Width of the gearbox tags (``1 + max(1, log2(block))``).
 
-    Members
-    -------
+    Attributes
+    ----------
     i_stream : In(stream.Signature(descriptor_layout()))
     o_cmd : Out(stream.Signature(rtl.issue.tile_command_layout(block)))
     o_load : Out(stream.Signature(rtl.loader.load_job_layout(tag_width)))
     o_write : Out(stream.Signature(rtl.writeback.write_job_layout()))
     drained : In(1)
         No command is queued and no exponent vector is awaited downstream.
+
+    Latency
+    -------
+    A block's first command is offered 2 cycles after the descriptor arrives
+    (:data:`CUT_WAIT` more with ``chunk``) or after the previous block's last command (its
+    first exponent load 4 cycles after, once drained).
+
+    Throughput
+    ----------
+    A tile command every 5 cycles, plus, for each of its load jobs, the cycles until the job is
+    taken; the exponent vectors take 2 cycles per index (``2 * block`` indices) plus the same
+    wait per load. The descriptor is taken in the last tile's fifth cycle.
     """
 
     #: Cycles a descriptor with ``chunk`` (``DESC_FLAGS.CHUNK``) not 0 waits before its first
@@ -106,10 +96,31 @@ class Walker(wiring.Component):
         m = Module()
         R, C, D, BL = self.rows, self.cols, self.depth, self.block
         bpw = self.data_width // 8
-        wlog = _log2(bpw)
-        tag_width = self.tag_width
-        d = self.i_stream.payload
+        s = SimpleNamespace(m=m, R=R, C=C, D=D, BL=BL, bpw=bpw, wlog=_log2(bpw),
+                            tag_width=self.tag_width, d=self.i_stream.payload)
+        self._walk_state(s)
+        self._chunks(s)
+        self._load_geometry(s)
+        self._jobs(s)
+        self._counts(s)
+        with m.FSM(name="walk"):
+            self._walk_start(s)
+            self._walk_exponents(s)
+            self._walk_command(s)
+            self._walk_next(s)
+            with m.State("LOAD"):
+                m.d.comb += self.o_load.valid.eq(1)
+                with m.If(self.o_load.ready):
+                    with m.If(s.ld_exp):
+                        m.next = "EXP_PREP"
+                    with m.Else():
+                        m.next = "CMD"
+        return m
 
+    def _walk_state(self, s):
+        """The walk's registers: the block, the tile, the K chunk's start, the slot
+        parities, the reuse block's size and the walk's order."""
+        BL, R, C = s.BL, s.R, s.C
         m_blk = Signal(17)       # first row / column of the block
         n_blk = Signal(17)
         k0 = Signal(17)
@@ -132,16 +143,14 @@ class Walker(wiring.Component):
         blk = Signal(range(BL + 1))
         blk_r = Signal(range(BL * R + 1))
         blk_c = Signal(range(BL * C + 1))
+        vars(s).update(m_blk=m_blk, n_blk=n_blk, k0=k0, ti=ti, tj=tj, bm=bm, bn=bn, a_par=a_par,
+                       b_par=b_par, keep_a=keep_a, keep_b=keep_b, col_order=col_order,
+                       k_fits=k_fits, wider=wider, multi=multi, blk=blk, blk_r=blk_r, blk_c=blk_c)
 
-        def below(x, lim):
-            """``x < lim`` for a narrow ``lim``: a compare of ``len(lim)`` bits and a NOR of
-            the rest, not a carry chain over ``x``."""
-            w = len(lim)
-            return (x[w:] == 0) & (x[:w] < lim)
-
-        def above(x, lim):
-            w = len(lim)
-            return (x[w:] != 0) | (x[:w] > lim)
+    def _chunks(self, s):
+        """The K chunks: ``kc`` steps in this chunk, ``k_after`` after it, the first block's
+        ramp and the balanced cuts, all computed in registers ahead of their use."""
+        R, C, bpw, D, m, d = s.R, s.C, s.bpw, s.D, s.m, s.d
         # K chunks (sim.models.engine.k_chunks): ``kc`` steps in this chunk, ``k_after`` in
         # the chunks after it; ``ramping`` while the descriptor's first block doubles its
         # chunks. The next chunk's pair is computed in registers from the current one (which
@@ -230,6 +239,19 @@ class Walker(wiring.Component):
                      kc6.eq((kc << 2) + (kc << 1)),
                      ramp_more.eq(ramping & ((kc << 1) <= D) & (k_after >= kc6)),
                      ramp_after.eq(k_after - (kc << 1))]
+        vars(s).update(start=start, kc=kc, k_after=k_after, last_chunk=last_chunk, ramping=ramping,
+                       first_block=first_block, depths=depths, plain=plain, ramp_start=ramp_start,
+                       ramp_after0=ramp_after0, ramp_more=ramp_more, ramp_after=ramp_after,
+                       first_kc=first_kc, first_after=first_after, bfirst_kc=bfirst_kc,
+                       bfirst_after=bfirst_after, bfirst_last=bfirst_last, bnext_kc=bnext_kc,
+                       bnext_after=bnext_after, bnext_last=bnext_last)
+
+    def _load_geometry(self, s):
+        """What a load job needs, in registers: the tile's and exponent vector's corner, its
+        lanes inside the matrix, the words and beats of a chunk."""
+        R, C, BL, m, m_blk, n_blk, ti, tj = s.R, s.C, s.BL, s.m, s.m_blk, s.n_blk, s.ti, s.tj
+        blk_r, blk_c, wlog, d, bm, bn, kc = s.blk_r, s.blk_c, s.wlog, s.d, s.bm, s.bn, s.kc
+        bpw = s.bpw
         # The first row / column of tile (ti, tj), kept beside ti and tj by the FSM.
         m0 = Signal(17)
         n0 = Signal(17)
@@ -262,8 +284,8 @@ class Walker(wiring.Component):
         v_b = lanes_valid("v_b", C, rem_n - (tj << _log2(C)))
         v_as = Signal(range(BL * R + 1))               # a span of k-major A tiles
         v_bs = Signal(range(BL * C + 1))
-        m.d.sync += [v_as.eq(Mux(below(rem_m, blk_r), rem_m, blk_r)),
-                     v_bs.eq(Mux(below(rem_n, blk_c), rem_n, blk_c))]
+        m.d.sync += [v_as.eq(Mux(_below(rem_m, blk_r), rem_m, blk_r)),
+                     v_bs.eq(Mux(_below(rem_n, blk_c), rem_n, blk_c))]
         v_re = lanes_valid("v_re", R, rem_m - (eidx << _log2(R)))
         v_ce = lanes_valid("v_ce", C, rem_n - (cidx << _log2(C)))
         ex_m0 = Signal(17)
@@ -274,6 +296,17 @@ class Walker(wiring.Component):
                      ex_n0.eq(n_blk + (cidx << _log2(C))),
                      kc_words.eq((kc + bpw - 1) >> wlog)]
         m.d.sync += [b.eq((kc + lanes - 1) >> _log2(lanes)) for lanes, b in kc_beats.items()]
+        vars(s).update(m0=m0, n0=n0, ei=ei, e_end=e_end, e_row=e_row, e_load_row=e_load_row,
+                       e_load_col=e_load_col, v_a=v_a, v_b=v_b, v_as=v_as, v_bs=v_bs, v_re=v_re,
+                       v_ce=v_ce, ex_m0=ex_m0, ex_n0=ex_n0, kc_words=kc_words, kc_beats=kc_beats)
+
+    def _jobs(self, s):
+        """The load job (:attr:`o_load`), set up by ``setup_load``, and the tile command and
+        write job (:attr:`o_cmd`, :attr:`o_write`) offered for the current tile."""
+        wlog, ti, tj, m, R, v_a, m0, C, v_b = s.wlog, s.ti, s.tj, s.m, s.R, s.v_a, s.m0, s.C, s.v_b
+        n0, kc, last_chunk, bpw, k0, kc_words = s.n0, s.kc, s.last_chunk, s.bpw, s.k0, s.kc_words
+        d, bm, v_as, bn, v_bs, a_par, b_par = s.d, s.bm, s.v_as, s.bn, s.v_bs, s.a_par, s.b_par
+        kc_beats, keep_a, keep_b, BL = s.kc_beats, s.keep_a, s.keep_b, s.BL
 
         ld = self.o_load.payload           # the load job being offered (registered)
         ld_exp = Signal()                  # it fetches an exponent vector (return to EXP)
@@ -343,6 +376,14 @@ class Walker(wiring.Component):
                      cmd.i.eq(ti), cmd.j.eq(tj),
                      *(getattr(cmd, f).eq(getattr(d, f)) for f in DESC_FIELDS),
                      self.o_write.payload.m0.eq(m0), self.o_write.payload.n0.eq(n0)]
+        vars(s).update(setup_load=setup_load, load_a_job=load_a_job, load_b_job=load_b_job,
+                       ld_exp=ld_exp, load_a=load_a, load_b=load_b, b_first=b_first)
+
+    def _counts(self, s):
+        """Whether another tile or block follows in each direction (registers), and the
+        tiles left to the matrix's edges."""
+        m, first_block, bn, bm, blk, col_order = s.m, s.first_block, s.bn, s.bm, s.blk, s.col_order
+        tj, ti, k_fits, wider = s.tj, s.ti, s.k_fits, s.wider
 
         # Another tile to the right in the block, or below: likewise (ti, tj, bm and bn change
         # at least 4 cycles before NEXT).
@@ -361,7 +402,7 @@ class Walker(wiring.Component):
         # reads them), so that no compare lies before the FSM's next state.
         more_n = Signal()
         more_m = Signal()
-        m.d.sync += [more_n.eq(above(tiles_n, blk)), more_m.eq(above(tiles_m, blk))]
+        m.d.sync += [more_n.eq(_above(tiles_n, blk)), more_m.eq(_above(tiles_m, blk))]
         # The walk's order (sim.models.engine.column_order), set through the first block from
         # registers that hold for all of it (its more_m and more_n: whole M and N).
         with m.If(first_block):
@@ -371,159 +412,190 @@ class Walker(wiring.Component):
         cut_wait = Signal(range(max(2, self.CUT_WAIT)))
         cmd_sent = Signal()      # phase 0: the command (write job) is already taken
         write_sent = Signal()
+        vars(s).update(more_tj=more_tj, more_ti=more_ti, tiles_m=tiles_m, tiles_n=tiles_n,
+                       tiles_n0=tiles_n0, tiles_m0=tiles_m0, more_n=more_n, more_m=more_m,
+                       phase=phase, cut_wait=cut_wait, cmd_sent=cmd_sent, write_sent=write_sent)
 
-        with m.FSM(name="walk"):
-            with m.State("IDLE"):
-                with m.If(self.i_stream.valid):
-                    n_tiles = (d.n + C - 1) >> _log2(C)
-                    side = Mux((d.block == 0) | (d.block > BL), BL, d.block)
-                    m.d.sync += [blk.eq(side), blk_r.eq(side << _log2(R)),
-                                 blk_c.eq(side << _log2(C))]
-                    m_tiles = (d.m + R - 1) >> _log2(R)
-                    m.d.sync += [m_blk.eq(0), n_blk.eq(0), k0.eq(0), first_block.eq(1),
-                                 tiles_m.eq(m_tiles), tiles_m0.eq(m_tiles),
-                                 tiles_n.eq(n_tiles), tiles_n0.eq(n_tiles),
-                                 keep_a.eq(0), keep_b.eq(0),
-                                 wider.eq(1 if C > R else (d.m > d.n) if C == R else 0)]
-                    with m.Switch(d.chunk):
-                        for c, dc in enumerate(depths):
-                            with m.Case(c):
-                                m.d.sync += k_fits.eq(d.k <= dc)
-                    with m.If(plain):
-                        m.next = "BLOCK"
-                    with m.Else():
-                        m.d.sync += cut_wait.eq(self.CUT_WAIT - 1)
-                        m.next = "CUT"
-            with m.State("CUT"):           # CHUNK: the balanced cut follows cdepth and K
-                m.d.sync += cut_wait.eq(cut_wait - 1)
-                with m.If(cut_wait == 0):
+    def _walk_start(self, s):
+        """States IDLE, CUT and BLOCK: take a descriptor, wait for its balanced cut, set up a
+        block."""
+        m, BL, cut_wait, m_blk, n_blk, C, d = s.m, s.BL, s.cut_wait, s.m_blk, s.n_blk, s.C, s.d
+        R, depths, plain, bm, tiles_m, blk = s.R, s.depths, s.plain, s.bm, s.tiles_m, s.blk
+        bn, tiles_n, ti, tj, m0, n0, k0 = s.bn, s.tiles_n, s.ti, s.tj, s.m0, s.n0, s.k0
+        phase, ei, multi, kc, first_kc = s.phase, s.ei, s.multi, s.kc, s.first_kc
+        bfirst_kc, k_after, first_after = s.bfirst_kc, s.k_after, s.first_after
+        bfirst_after, ramping, last_chunk = s.bfirst_after, s.ramping, s.last_chunk
+        bfirst_last, cmd_sent, write_sent = s.bfirst_last, s.cmd_sent, s.write_sent
+        first_block, ramp_start, start = s.first_block, s.ramp_start, s.start
+        ramp_after0, blk_r, blk_c, tiles_m0 = s.ramp_after0, s.blk_r, s.blk_c, s.tiles_m0
+        tiles_n0, keep_a, keep_b, wider, k_fits = s.tiles_n0, s.keep_a, s.keep_b, s.wider, s.k_fits
+        with m.State("IDLE"):
+            with m.If(self.i_stream.valid):
+                n_tiles = (d.n + C - 1) >> _log2(C)
+                side = Mux((d.block == 0) | (d.block > BL), BL, d.block)
+                m.d.sync += [blk.eq(side), blk_r.eq(side << _log2(R)),
+                             blk_c.eq(side << _log2(C))]
+                m_tiles = (d.m + R - 1) >> _log2(R)
+                m.d.sync += [m_blk.eq(0), n_blk.eq(0), k0.eq(0), first_block.eq(1),
+                             tiles_m.eq(m_tiles), tiles_m0.eq(m_tiles),
+                             tiles_n.eq(n_tiles), tiles_n0.eq(n_tiles),
+                             keep_a.eq(0), keep_b.eq(0),
+                             wider.eq(1 if C > R else (d.m > d.n) if C == R else 0)]
+                with m.Switch(d.chunk):
+                    for c, dc in enumerate(depths):
+                        with m.Case(c):
+                            m.d.sync += k_fits.eq(d.k <= dc)
+                with m.If(plain):
                     m.next = "BLOCK"
-            with m.State("BLOCK"):
-                m.d.sync += [bm.eq(Mux(below(tiles_m, blk), tiles_m, blk)),
-                             bn.eq(Mux(below(tiles_n, blk), tiles_n, blk)),
-                             ti.eq(0), tj.eq(0), m0.eq(m_blk), n0.eq(n_blk), k0.eq(0),
-                             phase.eq(0), ei.eq(0), multi.eq(0),
-                             kc.eq(Mux(first_block & plain, first_kc, bfirst_kc)),
-                             k_after.eq(Mux(first_block & plain, first_after, bfirst_after)),
-                             ramping.eq(0),
-                             last_chunk.eq(Mux(first_block & plain, first_after == 0,
-                                               bfirst_last)),
-                             cmd_sent.eq(0), write_sent.eq(0)]
-                with m.If(first_block & ramp_start):
-                    m.d.sync += [kc.eq(start), k_after.eq(ramp_after0), ramping.eq(1),
-                                 last_chunk.eq(ramp_after0 == 0)]
-                with m.If(d.row_vec | d.col_vec):
-                    m.next = "EXP_WAIT"
                 with m.Else():
-                    m.next = "CMD"
-            with m.State("EXP_WAIT"):      # the previous block's commands have taken theirs
-                with m.If(self.drained):
-                    m.next = "EXP_PREP"
-            with m.State("EXP_PREP"):      # the registers above follow ei
-                m.next = "EXP"
-            with m.State("EXP"):
-                with m.If(e_end):
-                    m.next = "CMD"
-                with m.Elif(e_row):
-                    m.d.sync += ei.eq(ei + 1)
-                    m.next = "EXP_PREP"
-                    with m.If(e_load_row):
-                        setup_load(0, R, 0, v_re, ex_m0, d.row_exp_addr, 0,
-                                   tag=Cat(Const(1, 1), ei[:tag_width - 1]), exp=True)
-                        m.next = "LOAD"
-                with m.Else():
-                    m.d.sync += ei.eq(ei + 1)
-                    m.next = "EXP_PREP"
-                    with m.If(e_load_col):
-                        setup_load(1, C, 0, v_ce, ex_n0, d.col_exp_addr, 0,
-                                   tag=Cat(Const(1, 1), (ei - BL)[:tag_width - 1]), exp=True)
-                        m.next = "LOAD"
-            with m.State("CMD"):
-                with m.If(phase == 0):
-                    m.d.comb += [self.o_cmd.valid.eq(~cmd_sent),
-                                 self.o_write.valid.eq(last_chunk & ~write_sent)]
-                    cmd_out = cmd_sent | self.o_cmd.ready
-                    write_out = ~last_chunk | write_sent | self.o_write.ready
-                    m.d.sync += [cmd_sent.eq(cmd_out), write_sent.eq(write_out)]
-                    with m.If(cmd_out & write_out):
-                        m.d.sync += [phase.eq(1), cmd_sent.eq(0), write_sent.eq(0)]
-                with m.Elif(phase == 1):      # the first operand's load (A's, or B's)
-                    m.d.sync += phase.eq(2)
-                    with m.If(b_first):
-                        with m.If(load_b):
-                            load_b_job()
-                    with m.Elif(load_a):
-                        load_a_job()
-                with m.Elif(phase == 2):      # the other's
-                    m.d.sync += phase.eq(3)
-                    with m.If(b_first):
-                        with m.If(load_a):
-                            load_a_job()
-                    with m.Elif(load_b):
+                    m.d.sync += cut_wait.eq(self.CUT_WAIT - 1)
+                    m.next = "CUT"
+        with m.State("CUT"):           # CHUNK: the balanced cut follows cdepth and K
+            m.d.sync += cut_wait.eq(cut_wait - 1)
+            with m.If(cut_wait == 0):
+                m.next = "BLOCK"
+        with m.State("BLOCK"):
+            m.d.sync += [bm.eq(Mux(_below(tiles_m, blk), tiles_m, blk)),
+                         bn.eq(Mux(_below(tiles_n, blk), tiles_n, blk)),
+                         ti.eq(0), tj.eq(0), m0.eq(m_blk), n0.eq(n_blk), k0.eq(0),
+                         phase.eq(0), ei.eq(0), multi.eq(0),
+                         kc.eq(Mux(first_block & plain, first_kc, bfirst_kc)),
+                         k_after.eq(Mux(first_block & plain, first_after, bfirst_after)),
+                         ramping.eq(0),
+                         last_chunk.eq(Mux(first_block & plain, first_after == 0,
+                                           bfirst_last)),
+                         cmd_sent.eq(0), write_sent.eq(0)]
+            with m.If(first_block & ramp_start):
+                m.d.sync += [kc.eq(start), k_after.eq(ramp_after0), ramping.eq(1),
+                             last_chunk.eq(ramp_after0 == 0)]
+            with m.If(d.row_vec | d.col_vec):
+                m.next = "EXP_WAIT"
+            with m.Else():
+                m.next = "CMD"
+
+    def _walk_exponents(self, s):
+        """States EXP_WAIT, EXP_PREP and EXP: load the block's exponent vectors once the
+        previous block's commands have left."""
+        m, e_end, e_row, ei, e_load_row = s.m, s.e_end, s.e_row, s.ei, s.e_load_row
+        setup_load, R, v_re, ex_m0, e_load_col = s.setup_load, s.R, s.v_re, s.ex_m0, s.e_load_col
+        C, v_ce, ex_n0, d, BL, tag_width = s.C, s.v_ce, s.ex_n0, s.d, s.BL, s.tag_width
+        with m.State("EXP_WAIT"):      # the previous block's commands have taken theirs
+            with m.If(self.drained):
+                m.next = "EXP_PREP"
+        with m.State("EXP_PREP"):      # the registers above follow ei
+            m.next = "EXP"
+        with m.State("EXP"):
+            with m.If(e_end):
+                m.next = "CMD"
+            with m.Elif(e_row):
+                m.d.sync += ei.eq(ei + 1)
+                m.next = "EXP_PREP"
+                with m.If(e_load_row):
+                    setup_load(0, R, 0, v_re, ex_m0, d.row_exp_addr, 0,
+                               tag=Cat(Const(1, 1), ei[:tag_width - 1]), exp=True)
+                    m.next = "LOAD"
+            with m.Else():
+                m.d.sync += ei.eq(ei + 1)
+                m.next = "EXP_PREP"
+                with m.If(e_load_col):
+                    setup_load(1, C, 0, v_ce, ex_n0, d.col_exp_addr, 0,
+                               tag=Cat(Const(1, 1), (ei - BL)[:tag_width - 1]), exp=True)
+                    m.next = "LOAD"
+
+    def _walk_command(self, s):
+        """State CMD: offer the tile command (and write job), then its loads."""
+        m, cmd_sent, phase, write_sent, b_first = s.m, s.cmd_sent, s.phase, s.write_sent, s.b_first
+        load_a, load_a_job, load_b, load_b_job = s.load_a, s.load_a_job, s.load_b, s.load_b_job
+        last_chunk = s.last_chunk
+        with m.State("CMD"):
+            with m.If(phase == 0):
+                m.d.comb += [self.o_cmd.valid.eq(~cmd_sent),
+                             self.o_write.valid.eq(last_chunk & ~write_sent)]
+                cmd_out = cmd_sent | self.o_cmd.ready
+                write_out = ~last_chunk | write_sent | self.o_write.ready
+                m.d.sync += [cmd_sent.eq(cmd_out), write_sent.eq(write_out)]
+                with m.If(cmd_out & write_out):
+                    m.d.sync += [phase.eq(1), cmd_sent.eq(0), write_sent.eq(0)]
+            with m.Elif(phase == 1):      # the first operand's load (A's, or B's)
+                m.d.sync += phase.eq(2)
+                with m.If(b_first):
+                    with m.If(load_b):
                         load_b_job()
+                with m.Elif(load_a):
+                    load_a_job()
+            with m.Elif(phase == 2):      # the other's
+                m.d.sync += phase.eq(3)
+                with m.If(b_first):
+                    with m.If(load_a):
+                        load_a_job()
+                with m.Elif(load_b):
+                    load_b_job()
+            with m.Else():
+                m.d.sync += phase.eq(0)
+                m.next = "NEXT"
+
+    def _walk_next(self, s):
+        """State NEXT: the block's next tile, the next K chunk or the next block."""
+        m, col_order, more_m, more_n, more_tj = s.m, s.col_order, s.more_m, s.more_n, s.more_tj
+        more_ti, n_blk, m_blk, last_chunk = s.more_ti, s.n_blk, s.m_blk, s.last_chunk
+        ramp_more, multi, tj, n0, C, ti, m0 = s.ramp_more, s.multi, s.tj, s.n0, s.C, s.ti, s.m0
+        R, d, k0, kc, a_par, b_par = s.R, s.d, s.k0, s.kc, s.a_par, s.b_par
+        ramp_after, bnext_kc, bnext_after = s.ramp_after, s.bnext_kc, s.bnext_after
+        bnext_last, first_block, keep_a, keep_b = s.bnext_last, s.first_block, s.keep_a, s.keep_b
+        k_after, ramping, tiles_m0, tiles_n0 = s.k_after, s.ramping, s.tiles_m0, s.tiles_n0
+        blk_r, tiles_m, blk, blk_c, tiles_n = s.blk_r, s.tiles_m, s.blk, s.blk_c, s.tiles_n
+        with m.State("NEXT"):
+            # the block's next tile (sim.models.engine.tile_order): j inner, or i inner
+            # where B is transposed
+            with m.If(more_tj & ~d.transpose_b):
+                m.d.sync += [tj.eq(tj + 1), n0.eq(n0 + C)]
+                m.next = "CMD"
+            with m.Elif(more_ti & ~d.transpose_b):
+                m.d.sync += [tj.eq(0), ti.eq(ti + 1), m0.eq(m0 + R), n0.eq(n_blk)]
+                m.next = "CMD"
+            with m.Elif(more_ti & d.transpose_b):
+                m.d.sync += [ti.eq(ti + 1), m0.eq(m0 + R)]
+                m.next = "CMD"
+            with m.Elif(more_tj & d.transpose_b):
+                m.d.sync += [ti.eq(0), tj.eq(tj + 1), n0.eq(n0 + C), m0.eq(m_blk)]
+                m.next = "CMD"
+            with m.Elif(~last_chunk):
+                m.d.sync += [tj.eq(0), ti.eq(0), m0.eq(m_blk), n0.eq(n_blk),
+                             k0.eq(k0 + kc), a_par.eq(~a_par), b_par.eq(~b_par),
+                             multi.eq(1)]
+                with m.If(ramp_more):
+                    m.d.sync += [kc.eq(kc << 1), k_after.eq(ramp_after),
+                                 last_chunk.eq(ramp_after == 0)]
                 with m.Else():
-                    m.d.sync += phase.eq(0)
-                    m.next = "NEXT"
-            with m.State("NEXT"):
-                # the block's next tile (sim.models.engine.tile_order): j inner, or i inner
-                # where B is transposed
-                with m.If(more_tj & ~d.transpose_b):
-                    m.d.sync += [tj.eq(tj + 1), n0.eq(n0 + C)]
-                    m.next = "CMD"
-                with m.Elif(more_ti & ~d.transpose_b):
-                    m.d.sync += [tj.eq(0), ti.eq(ti + 1), m0.eq(m0 + R), n0.eq(n_blk)]
-                    m.next = "CMD"
-                with m.Elif(more_ti & d.transpose_b):
-                    m.d.sync += [ti.eq(ti + 1), m0.eq(m0 + R)]
-                    m.next = "CMD"
-                with m.Elif(more_tj & d.transpose_b):
-                    m.d.sync += [ti.eq(0), tj.eq(tj + 1), n0.eq(n0 + C), m0.eq(m_blk)]
-                    m.next = "CMD"
-                with m.Elif(~last_chunk):
-                    m.d.sync += [tj.eq(0), ti.eq(0), m0.eq(m_blk), n0.eq(n_blk),
-                                 k0.eq(k0 + kc), a_par.eq(~a_par), b_par.eq(~b_par),
-                                 multi.eq(1)]
-                    with m.If(ramp_more):
-                        m.d.sync += [kc.eq(kc << 1), k_after.eq(ramp_after),
-                                     last_chunk.eq(ramp_after == 0)]
-                    with m.Else():
-                        m.d.sync += [kc.eq(bnext_kc), k_after.eq(bnext_after),
-                                     ramping.eq(0), last_chunk.eq(bnext_last)]
-                    m.next = "CMD"
+                    m.d.sync += [kc.eq(bnext_kc), k_after.eq(bnext_after),
+                                 ramping.eq(0), last_chunk.eq(bnext_last)]
+                m.next = "CMD"
+            with m.Else():
+                # The next block along the walk's inner direction keeps the operand
+                # they share (A along a row of blocks, B down a column) if this block
+                # was one K chunk (then so is every block after the first): its tiles
+                # stay in their slots, the other operand's go to the other set.
+                inner = Mux(col_order, more_m, more_n)
+                outer = Mux(col_order, more_n, more_m)
+                keep = inner & ~multi
+                m.d.sync += [first_block.eq(0), keep_a.eq(keep & ~col_order),
+                             keep_b.eq(keep & col_order),
+                             a_par.eq(a_par ^ ~(keep & ~col_order)),
+                             b_par.eq(b_par ^ ~(keep & col_order))]
+                with m.If(inner | outer):
+                    m.next = "BLOCK"
                 with m.Else():
-                    # The next block along the walk's inner direction keeps the operand
-                    # they share (A along a row of blocks, B down a column) if this block
-                    # was one K chunk (then so is every block after the first): its tiles
-                    # stay in their slots, the other operand's go to the other set.
-                    inner = Mux(col_order, more_m, more_n)
-                    outer = Mux(col_order, more_n, more_m)
-                    keep = inner & ~multi
-                    m.d.sync += [first_block.eq(0), keep_a.eq(keep & ~col_order),
-                                 keep_b.eq(keep & col_order),
-                                 a_par.eq(a_par ^ ~(keep & ~col_order)),
-                                 b_par.eq(b_par ^ ~(keep & col_order))]
-                    with m.If(inner | outer):
-                        m.next = "BLOCK"
-                    with m.Else():
-                        m.d.comb += self.i_stream.ready.eq(1)
-                        m.next = "IDLE"
-                    with m.If(col_order):
-                        with m.If(more_m):
-                            m.d.sync += [m_blk.eq(m_blk + blk_r), tiles_m.eq(tiles_m - blk)]
-                        with m.Elif(more_n):
-                            m.d.sync += [m_blk.eq(0), n_blk.eq(n_blk + blk_c),
-                                         tiles_m.eq(tiles_m0), tiles_n.eq(tiles_n - blk)]
-                    with m.Else():
-                        with m.If(more_n):
-                            m.d.sync += [n_blk.eq(n_blk + blk_c), tiles_n.eq(tiles_n - blk)]
-                        with m.Elif(more_m):
-                            m.d.sync += [n_blk.eq(0), m_blk.eq(m_blk + blk_r),
-                                         tiles_n.eq(tiles_n0), tiles_m.eq(tiles_m - blk)]
-            with m.State("LOAD"):
-                m.d.comb += self.o_load.valid.eq(1)
-                with m.If(self.o_load.ready):
-                    with m.If(ld_exp):
-                        m.next = "EXP_PREP"
-                    with m.Else():
-                        m.next = "CMD"
-        return m
+                    m.d.comb += self.i_stream.ready.eq(1)
+                    m.next = "IDLE"
+                with m.If(col_order):
+                    with m.If(more_m):
+                        m.d.sync += [m_blk.eq(m_blk + blk_r), tiles_m.eq(tiles_m - blk)]
+                    with m.Elif(more_n):
+                        m.d.sync += [m_blk.eq(0), n_blk.eq(n_blk + blk_c),
+                                     tiles_m.eq(tiles_m0), tiles_n.eq(tiles_n - blk)]
+                with m.Else():
+                    with m.If(more_n):
+                        m.d.sync += [n_blk.eq(n_blk + blk_c), tiles_n.eq(tiles_n - blk)]
+                    with m.Elif(more_m):
+                        m.d.sync += [n_blk.eq(0), m_blk.eq(m_blk + blk_r),
+                                     tiles_n.eq(tiles_n0), tiles_m.eq(tiles_m - blk)]
