@@ -180,6 +180,9 @@ class NativeSim:
         Overrides the port's ``pause`` (probability that each AXI channel pauses in a cycle).
     seed : int
         Seeds the pauses and the ``"random"`` write order.
+    library : str or Path, optional
+        A model :func:`build` compiled for the same ``params``, loaded as it is: nothing is
+        generated or compiled, so neither Amaranth nor Verilator is needed.
     **params
         The accelerator's parameters (:class:`rtl.accelerator.Accelerator`).
 
@@ -191,7 +194,7 @@ class NativeSim:
 
     def __init__(self, *, memory: int = 64 << 20, port: str | dict = "ideal",
                  latency: int | None = None, pause: float | None = None, seed: int = 1,
-                 **params):
+                 library: str | Path | None = None, **params):
         from firmware.spec.ports import resolve_port
 
         overrides = {k: v for k, v in (("read_latency", latency), ("pause", pause))
@@ -202,7 +205,9 @@ class NativeSim:
             port = {**({"preset": port} if isinstance(port, str) else port), **overrides}
         self.port = resolve_port(port)
         self.params = params
-        lib = ctypes.CDLL(str(build(**params)))
+        if library is not None and not Path(library).is_file():
+            raise FileNotFoundError(f"library: no compiled model at {library}")
+        lib = ctypes.CDLL(str(build(**params) if library is None else library))
         for name, res, args in (
                 ("sim_new", ctypes.c_void_p, [ctypes.c_uint64, ctypes.c_uint, ctypes.c_double,
                                               ctypes.c_uint64]),

@@ -37,12 +37,18 @@ import numpy as np
 from firmware.spec import boards, regmap
 from firmware.spec.boards import REGISTER_RANGE
 
-__all__ = ["SimBoard", "write_hwh", "hwh_text", "write_report", "write_bitstream_dir"]
+__all__ = ["SimBoard", "sim_params", "write_hwh", "hwh_text", "write_report", "write_bitstream_dir"]
 
 PAGE = 4096
 #: The accelerator parameters :class:`sim.native.NativeSim` takes from a configuration.
 _SIM_PARAMS = ("rows", "cols", "depth", "block", "queue", "data_width", "addr_width",
                "packing", "dsp_slice", "write_ports", "read_ports")
+
+
+def sim_params(config: dict) -> dict:
+    """The parameters of :class:`sim.native.NativeSim` (and :func:`sim.native.build`) for an
+    accelerator configuration, as :class:`SimBoard` builds it."""
+    return {k: config[k] for k in _SIM_PARAMS if k in config}
 
 
 def hwh_text(board: str, base_addr: int | None = None, ip_name: str = boards.IP_NAME) -> str:
@@ -235,8 +241,7 @@ class SimBoard:
         self.config = dict(config) if config is not None else self.board.config()
         self.base_addr = self.board.base_addr if base_addr is None else base_addr
         self.cycles_per_access = cycles_per_access
-        params = {k: self.config[k] for k in _SIM_PARAMS if k in self.config}
-        self.sim = NativeSim(memory=memory, **options, **params)
+        self.sim = NativeSim(memory=memory, **options, **sim_params(self.config))
         self.sim.memory[:] = 0xCD                     # DRAM garbage
         self._allocator = _Allocator(PAGE, memory)
         self.loaded: list[str] = []                   # bitfiles "downloaded"
