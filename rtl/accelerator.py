@@ -62,8 +62,8 @@ class Accelerator(wiring.Component):
     read_ports : {1, 2, 3, 4}
         AXI4 read managers (``CONFIG_BUS.READ_PORTS``).
 
-    Members
-    -------
+    Attributes
+    ----------
     ctrl : In(AXI4LiteSignature(12))
     mem_r : Out(AXI4ReadSignature(addr_width, data_width))
     mem_w : Out(AXI4WriteSignature(addr_width, data_width))

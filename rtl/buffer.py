@@ -69,8 +69,8 @@ class TransposableBuffer(wiring.Component):
         multiple of ``lanes`` and then to a power of two: one BRAM18 per bank for 2 slots of
         1024.
 
-    Members
-    -------
+    Attributes
+    ----------
     w_cmd : In(stream.Signature(buffer_command_layout(depth)))
         Accepted when no tile is being written, or in the cycle of its last beat. ``k = 0``
         writes nothing. ``extra`` must be 0 unless ``k_major``, and ``slot + extra < slots``.

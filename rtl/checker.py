@@ -55,22 +55,28 @@ class DescriptorChecker(wiring.Component):
     The descriptor on :attr:`i_stream` stays there (not ready) while it is checked; it is
     taken in the cycle its verdict is taken from :attr:`o_stream`.
 
-    Latency and throughput: the verdict is valid :data:`DIMENSION_LATENCY` cycles after the
-    descriptor for a bad dimension (the dimension checks are registered), else
-    :data:`LATENCY` cycles after it; one descriptor at a time.
-
     Parameters
     ----------
     data_width, addr_width : int
         AXI bus (alignment unit) and address width (the end of the address space).
 
-    Members
-    -------
+    Attributes
+    ----------
     i_stream : In(stream.Signature(descriptor_layout()))
     window_base, window_limit : In(64)
         ``[window_base, window_limit)``: the addresses a descriptor may touch; held while a
         descriptor is checked.
     o_stream : Out(stream.Signature(verdict_layout()))
+
+    Latency
+    -------
+    The verdict is valid :data:`LATENCY` (``DIMENSION_LATENCY + REGIONS + REGION_STAGES``)
+    cycles after the descriptor, :data:`DIMENSION_LATENCY` for a bad dimension (the dimension
+    checks are registered).
+
+    Throughput
+    ----------
+    One descriptor at a time.
     """
 
     #: Regions checked per descriptor (A, B, C, row and column exponent vectors).

@@ -64,8 +64,8 @@ class RegisterBlock(wiring.Component):
     address, then the register in its group of 16, then the group are registered:
     :data:`READ_LATENCY`).
 
-    Members
-    -------
+    Attributes
+    ----------
     bus : In(AXI4LiteSignature(addr_width))
     <register> : In(32) / Out(32)
     <register>_set : In(32)  (w1c only)

@@ -349,13 +349,6 @@ class DmaReader(_DmaMaster):
     completed, as AXI requires) and refuses commands; the bursts in flight still arrive.
     :attr:`busy` falls once nothing is in flight or buffered; reset the reader then.
 
-    Latency and throughput: a command's first burst address is offered 2 cycles after the
-    command is taken (its length computed from registers), its further bursts every other
-    cycle at most (so single-burst commands go one every 2 cycles), the next command taken
-    in the cycle the previous one's last burst is issued; at most ``outstanding`` bursts in
-    flight, so a memory of latency ``L`` streams at full rate when ``outstanding`` bursts
-    hold ``L`` beats.
-
     Parameters
     ----------
     data_width : {64, 128, 256, 512}
@@ -365,13 +358,25 @@ class DmaReader(_DmaMaster):
     outstanding : int
         Bursts in flight (the output FIFO holds ``burst_beats * outstanding`` words).
 
-    Members
-    -------
+    Attributes
+    ----------
     cmd : In(stream.Signature(dma_command_layout(addr_width)))
     o_stream : Out(stream.Signature({"data": data_width, "last": 1}))
     bus : Out(AXI4ReadSignature(addr_width, data_width))
     error, protocol, busy : Out(1)
     abort : In(1)
+
+    Latency
+    -------
+    A command's first burst address is offered 2 cycles after the command is taken (its
+    length computed from registers).
+
+    Throughput
+    ----------
+    Further bursts every other cycle at most (so single-burst commands go one every 2
+    cycles), the next command taken in the cycle the previous one's last burst is issued; at
+    most ``outstanding`` bursts in flight, so a memory of latency ``L`` streams at full rate
+    when ``outstanding`` bursts hold ``L`` beats.
     """
 
     def __init__(self, data_width: int = 128, addr_width: int = 32, *, burst_beats: int = 16,
@@ -474,16 +479,21 @@ class DmaWriter(_DmaMaster):
     (memory unchanged), and their responses awaited. :attr:`busy` falls once nothing is
     outstanding; reset the writer then.
 
-    Latency and throughput: a burst's address and first word go out three cycles after its
-    last word arrives; one word per cycle.
-
-    Members
-    -------
+    Attributes
+    ----------
     cmd : In(stream.Signature(dma_command_layout(addr_width)))
     i_stream : In(stream.Signature(dma_write_layout(data_width)))
     bus : Out(AXI4WriteSignature(addr_width, data_width))
     error, busy, done : Out(1)
     abort : In(1)
+
+    Latency
+    -------
+    A burst's address and first word go out three cycles after its last word arrives.
+
+    Throughput
+    ----------
+    One word per cycle.
     """
 
     def __init__(self, data_width: int = 128, addr_width: int = 32, *, burst_beats: int = 16,

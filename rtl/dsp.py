@@ -79,8 +79,8 @@ class PackedMac(wiring.Component):
         ``b`` comes from :attr:`bcin` (the previous slice's :attr:`bcout`) instead of
         :attr:`b`.
 
-    Members
-    -------
+    Attributes
+    ----------
     hi, lo, b : In(signed(8))
         Operands of one step (``b`` unused with ``cascade``).
     bcin : In(signed(18))

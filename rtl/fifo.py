@@ -26,9 +26,6 @@ class Fifo(wiring.Component):
     (:func:`rtl._util.counter`), so ``w_en``, ``r_en`` and the flags are a LUT or two
     from the next register.
 
-    Latency and throughput: a word written to an empty FIFO is readable 2 cycles later; one
-    word a cycle in and out.
-
     Parameters
     ----------
     width : int
@@ -45,8 +42,8 @@ class Fifo(wiring.Component):
         registers of its own, each driving a share of that field's loads (an asynchronous
         read port beside the registered one: distributed RAM has both).
 
-    Members
-    -------
+    Attributes
+    ----------
     w_data : In(width)
     w_en : In(1)
     w_rdy : Out(1)
@@ -62,6 +59,14 @@ class Fifo(wiring.Component):
         :attr:`r_load` high (``r_data`` is a register taking ``r_next`` when ``r_load``).
     r_load : Out(1)
         With ``lookahead``: the output register takes :attr:`r_next` at the next clock edge.
+
+    Latency
+    -------
+    A word written to an empty FIFO is readable 2 cycles later.
+
+    Throughput
+    ----------
+    One word a cycle in and out.
     """
 
     def __init__(self, *, width: int, depth: int, slice_bits: int | None = None,

@@ -48,10 +48,6 @@ class Gearbox(wiring.Component):
 
     The numpy model is :func:`sim.models.datapath.gearbox`.
 
-    Latency and throughput: combinational from a word to its first vector; one vector per
-    cycle while ``lanes <= bus bytes``, else one word per cycle. One idle cycle between jobs
-    (the queue is popped from a register).
-
     Parameters
     ----------
     data_width : int
@@ -69,11 +65,21 @@ class Gearbox(wiring.Component):
         output bytes, on buses wider than that) as ``FDRE`` instances, which synthesis keeps
         apart (:func:`rtl.xilinx.register_copies`).
 
-    Members
-    -------
+    Attributes
+    ----------
     jobs : In(stream.Signature(gearbox_job_layout(data_width, lanes, tag_width)))
     i_stream : In(stream.Signature(data_width))
     o_stream : Out(stream.Signature({"data": ArrayLayout(signed(8), lanes), "tag": tag_width}))
+
+    Latency
+    -------
+    Combinational from a word to its first vector; a packed job's first row 2 cycles after
+    its first word.
+
+    Throughput
+    ----------
+    One vector per cycle while ``lanes <= bus bytes``, else one word per cycle. One idle
+    cycle between jobs (the queue is popped from a register).
     """
 
     #: Output bytes of the packed realigner's shifter steered by one copy of its byte offset.

@@ -62,10 +62,6 @@ class CommandIssue(wiring.Component):
     command is queued and no vector awaited: the walker's cue to load the next block's vectors.
     The numpy model is :func:`sim.models.engine.issue`.
 
-    Latency and throughput: a command leaves 2 cycles after it arrives (queue), one a cycle;
-    vectors pass combinationally; an exponent vector is usable two cycles after it arrives
-    (registered, then written).
-
     Parameters
     ----------
     rows, cols : int
@@ -80,14 +76,23 @@ class CommandIssue(wiring.Component):
         ``FDRE`` instances, which synthesis does not merge back into one
         (:func:`rtl.xilinx.register_copies`).
 
-    Members
-    -------
+    Attributes
+    ----------
     i_cmd : In(stream.Signature(tile_command_layout(block)))
     a_vectors, b_vectors : In(stream.Signature(vector_layout(rows / cols, tag_width)))
     exp_issued : In(1)
     cmd : Out(stream.Signature(rtl.datapath.command_layout(rows, cols, 2 * block, block**2)))
     a_stream, b_stream : Out(stream.Signature(ArrayLayout(signed(8), rows / cols)))
     drained : Out(1)
+
+    Latency
+    -------
+    A command leaves 2 cycles after it arrives (queue); vectors pass combinationally; an
+    exponent vector is usable two cycles after it arrives (registered, then written).
+
+    Throughput
+    ----------
+    One command a cycle.
     """
 
     def __init__(self, rows: int = 8, cols: int = 8, *, block: int = 4, tag_width: int = 2,

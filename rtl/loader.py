@@ -60,11 +60,6 @@ class LoadSequencer(wiring.Component):
     valid < bus bytes``), as the gearbox's realigner needs; the walker's always do, since a
     packed matrix's rows are no longer than its stride.
 
-    Latency and throughput: the gearbox job and routing entry leave 2 cycles after the job
-    arrives (the products, then the sums, registered), the first read command 1 cycle after
-    them (the address, summed in registered steps, is registered with them), then one read
-    command a cycle; the next job may start in the cycle after the last read command.
-
     Parameters
     ----------
     data_width, addr_width : int
@@ -74,13 +69,24 @@ class LoadSequencer(wiring.Component):
     tag_width : int
         Width of the gearbox tags.
 
-    Members
-    -------
+    Attributes
+    ----------
     i_stream : In(stream.Signature(load_job_layout(tag_width)))
     rd_cmd : Out(stream.Signature(dma_command_layout(addr_width)))
     a_jobs : Out(stream.Signature(gearbox_job_layout(data_width, a_lanes, tag_width)))
     b_jobs : Out(stream.Signature(gearbox_job_layout(data_width, b_lanes, tag_width)))
     routes : Out(stream.Signature(route_layout()))
+
+    Latency
+    -------
+    The gearbox job and routing entry leave :data:`JOB_LATENCY` cycles after the job arrives
+    (the products, then the sums, registered), the first read command :data:`READ_LATENCY`
+    cycle after them (the address, summed in registered steps, is registered with them).
+
+    Throughput
+    ----------
+    One read command a cycle; the next job may start in the cycle after the last read
+    command.
     """
 
     def __init__(self, data_width: int = 128, addr_width: int = 32, *, a_lanes: int = 8,

@@ -22,9 +22,6 @@ class RegisterSlice(wiring.Component):
     since ``ready`` upstream can only fall a cycle later. Payload registers have no reset (they
     are only read under ``valid``), so synthesis is free to place them.
 
-    Latency and throughput: a word is on :attr:`o_stream` the cycle after it is taken; one
-    word a cycle, with any pattern of ``ready``.
-
     Parameters
     ----------
     shape : shape-like
@@ -34,10 +31,18 @@ class RegisterSlice(wiring.Component):
         with its own flags (the same on every cycle), so that no flag selects the payload of
         every bit; ``ready`` and ``valid`` are the first slice's. ``None``: one slice.
 
-    Members
-    -------
+    Attributes
+    ----------
     i_stream : In(stream.Signature(shape))
     o_stream : Out(stream.Signature(shape))
+
+    Latency
+    -------
+    A word is on :attr:`o_stream` :data:`LATENCY` cycle after it is taken.
+
+    Throughput
+    ----------
+    One word a cycle, with any pattern of ``ready``.
     """
 
     #: Cycles from a word taken on :attr:`i_stream` to it on :attr:`o_stream`.

@@ -68,10 +68,10 @@ def _infinity(sign):
 class Rescaler(wiring.Component):
     """Pipelined int32 -> float32 conversion with a power-of-two scale per lane.
 
-    Each lane computes the float32 nearest to ``acc * 2**exp`` (round to nearest, ties to even;
-    subnormals; +-inf on overflow), bit-exact with :func:`sim.models.golden.rescale` and following the
-    integer algorithm written down in :func:`sim.models.golden.rescale_bits`. With ``raw`` set the
-    int32 passes through unchanged.
+    Each lane computes the float32 nearest to ``acc * 2**exp`` (round to nearest, ties to
+    even; subnormals; +-inf on overflow), bit-exact with :func:`sim.models.golden.rescale` and
+    following the integer algorithm written down in :func:`sim.models.golden.rescale_bits`.
+    With ``raw`` set the int32 passes through unchanged.
 
     Parameters
     ----------
@@ -82,20 +82,23 @@ class Rescaler(wiring.Component):
         ``FDRE`` instances, so that synthesis keeps them apart (:func:`rtl.xilinx.
         register_copies`).
 
-    Members
-    -------
+    Attributes
+    ----------
     i_stream : In(stream.Signature(rescale_input_layout(lanes)))
     o_stream : Out(stream.Signature(rescale_output_layout(lanes)))
 
-    Latency and throughput
-    ----------------------
-    :attr:`LATENCY` (7) cycles from an accepted input to a valid output; one beat (``lanes``
-    results) per cycle. The pipeline stalls as a whole while ``o_stream.ready`` is low.
+    Latency
+    -------
+    :attr:`LATENCY` cycles from an accepted input to a valid output. The stages: the input
+    registered; sign and magnitude; leading and trailing zeros per group of 8 bits; the zero
+    counts; the normalised significand and exponent; the alignment shift (with the exponent
+    field's three candidates); the rounding and the output word. None has a carry chain after
+    another.
 
-    Stages: the input registered; sign and magnitude; leading and trailing zeros per group of
-    8 bits; the zero counts; the normalised significand and exponent; the alignment shift
-    (with the exponent field's three candidates); the rounding and the output word. None has
-    a carry chain after another.
+    Throughput
+    ----------
+    One beat (``lanes`` results) per cycle. The pipeline stalls as a whole while
+    ``o_stream.ready`` is low.
     """
 
     LATENCY = 7

@@ -18,10 +18,6 @@ class ReadRouter(wiring.Component):
     (``path`` 1). Entries queue in a FIFO of ``depth``, so the loads ahead of the reader's
     words can be announced early. The numpy model is :func:`sim.models.engine.route`.
 
-    Latency and throughput: combinational from a word to its output (``ready`` follows the
-    chosen output's); one word a cycle. An entry can route words from the second cycle after
-    it arrives; an entry of ``rows = 0`` would stall (the load sequencer never sends one).
-
     Parameters
     ----------
     data_width : int
@@ -29,11 +25,21 @@ class ReadRouter(wiring.Component):
     depth : int
         Routing entries queued.
 
-    Members
-    -------
+    Attributes
+    ----------
     routes : In(stream.Signature(route_layout()))
     i_stream : In(stream.Signature({"data": data_width, "last": 1}))
     a_stream, b_stream : Out(stream.Signature(data_width))
+
+    Latency
+    -------
+    Combinational from a word to its output (``ready`` follows the chosen output's). An
+    entry can route words from the second cycle after it arrives.
+
+    Throughput
+    ----------
+    One word a cycle. An entry of ``rows = 0`` would stall (the load sequencer never sends
+    one).
     """
 
     def __init__(self, data_width: int = 128, depth: int = 8):

@@ -55,18 +55,23 @@ class LoadStriper(wiring.Component):
     Either way :attr:`o_merge` gets the job's :func:`interleave_job_layout` entry. The numpy
     model is :func:`sim.models.engine.stripe`.
 
-    Latency and throughput: the outputs are registers. Two ways: offered the cycle after a job
-    is taken, a job taken when all outputs are empty (one every two cycles at most). Three
-    ways: ``LATENCY`` 3 (the job registered; then ``row0`` and ``rows`` divided by 3 —
-    :func:`div3` — and the base plus 0, 1 and 2 strides, into registers; then the outputs,
-    which only select among them); the next job is taken and divided while the outputs wait
-    for the load sequencers.
-
-    Members
-    -------
+    Attributes
+    ----------
     i_stream : In(stream.Signature(load_job_layout(tag_width)))
     o_job0, o_job1 (, o_job2) : Out(stream.Signature(load_job_layout(tag_width)))
     o_merge : Out(stream.Signature(interleave_job_layout()))
+
+    Latency
+    -------
+    The outputs are registers: ``LATENCY`` cycles from a job to its outputs (1 with two ways;
+    3 with three: the job registered, then ``row0`` and ``rows`` divided by 3 -- :func:`div3`
+    -- and the base plus 0, 1 and 2 strides into registers, then the outputs, which only
+    select among them).
+
+    Throughput
+    ----------
+    Two ways: a job taken when all outputs are empty (one every two cycles at most). Three
+    ways: the next job is taken and divided while the outputs wait for the load sequencers.
     """
 
     def __init__(self, tag_width: int = 1, ways: int = 2):
@@ -188,16 +193,21 @@ class VectorInterleave(wiring.Component):
     job not striped; then ``nzero * nbeats`` vectors from :attr:`i_stream0`. The numpy model
     is :func:`sim.models.engine.interleave`.
 
-    Latency and throughput: combinational from an input vector to :attr:`o_stream` (a
-    ``ways``:1 multiplexer; ``ready`` follows the chosen input's); one vector a cycle. A job's
-    first vector passes the cycle after its entry reaches the queue's head; one idle cycle
-    between jobs (the queue is popped from a register).
-
-    Members
-    -------
+    Attributes
+    ----------
     jobs : In(stream.Signature(interleave_job_layout()))
     i_stream0, i_stream1 (, i_stream2) : In(stream.Signature(shape))
     o_stream : Out(stream.Signature(shape))
+
+    Latency
+    -------
+    Combinational from an input vector to :attr:`o_stream` (a ``ways``:1 multiplexer;
+    ``ready`` follows the chosen input's). A job's first vector passes the cycle after its
+    entry reaches the queue's head.
+
+    Throughput
+    ----------
+    One vector a cycle; one idle cycle between jobs (the queue is popped from a register).
     """
 
     def __init__(self, shape, depth: int = 8, ways: int = 2):

@@ -69,8 +69,8 @@ class ProcessingElement(wiring.Component):
     accumulator the final sum is copied into :attr:`result`, freeing the accumulator for the
     next tile the very next cycle.
 
-    Members
-    -------
+    Attributes
+    ----------
     a_i, first_i, last_i, b_i : In
         Operands and flags from the left / top neighbour.
     a_o, first_o, last_o, b_o : Out
@@ -158,8 +158,8 @@ class PackedPair(wiring.Component):
     ``B1`` register — the same one cycle per pair row as a fabric register, with neither the
     register nor its route in the fabric.
 
-    Members
-    -------
+    Attributes
+    ----------
     hi_i, lo_i, first_i, last_i, b_i : In
     hi_o, lo_o, first_o, last_o : Out
         Operands and flags, passed on one cycle later as in :class:`ProcessingElement`
@@ -332,17 +332,22 @@ class SystolicArray(wiring.Component):
         ``SLR_STAGES * (groups - 1)`` cycles later (:attr:`latency`); the results are the
         same.
 
-    Members
-    -------
+    Attributes
+    ----------
     i_stream : In(stream.Signature(array_input_layout(rows, cols), always_ready=True))
     o_stream : Out(stream.Signature(array_output_layout(rows, cols), always_ready=True))
 
-    Latency and throughput
-    ----------------------
-    One MAC per PE per cycle in steady state. Row 0 of a tile leaves :attr:`o_stream`
-    :attr:`latency` cycles after the step with ``last`` was accepted (``rows + cols + 4``;
-    ``ceil(rows / 2) + cols + 8`` packed; ``4 (groups - 1)`` more with SLR groups); row ``r``
-    follows ``r`` cycles later.
+    Latency
+    -------
+    Row 0 of a tile leaves :attr:`o_stream` :attr:`latency` cycles after the step with
+    ``last`` is accepted (``readout_delay`` plus the read-out registers: ``rows + cols + 4``;
+    ``ceil(rows / 2) + cols + 8`` packed; ``SLR_STAGES * (groups - 1)`` more with SLR groups);
+    row ``r`` follows ``r`` cycles later.
+
+    Throughput
+    ----------
+    One MAC per PE per cycle in steady state; steps with ``last`` at least
+    :attr:`min_emit_interval` cycles apart.
     """
 
     #: Registers between :attr:`i_stream` and the skew chains: the step's operands and

@@ -17,8 +17,7 @@ __all__ = ["WORD_BITS_PER_SELECT", "WriteBack", "WriteBackPorts", "phase_rows", 
 
 #: Bits of a write word one copy of the word select chooses where a row is at most eight
 #: words (two LUT6s a bit: 256 loads a copy bit); where a row has more, proportionally fewer
-#: (:func:`select_bits`): the ZCU104's 16 words a row had 1,024 loads on each low select bit
-#: with one copy for its 128-bit word.
+#: (:func:`select_bits`), so that a copy's loads stay the same as the rows grow.
 WORD_BITS_PER_SELECT = 128
 
 
@@ -73,38 +72,15 @@ class WriteBack(wiring.Component):
     """Writes C tiles, row by row, leaving memory beyond the matrix untouched.
 
     Each job on :attr:`jobs` announces the next ``rows`` C rows on :attr:`i_stream` (one tile,
-    ``cols`` 32-bit words a row). A command side issues, per row inside the matrix
-    (``m0 + row < M``), one DMA write command on :attr:`wr_cmd` at
-    ``c_addr + (m0 + row) * c_stride + n0 * 4`` (rounded down to a bus word, modulo
-    ``2**addr_width``) of the bus words holding columns below ``N``; a data side cuts each
-    such row into those words on :attr:`wr_data`, with strobes on the bytes of columns below
-    ``N``. Rows beyond ``M`` are taken and dropped. :attr:`idle` says that no job is queued or
-    running and every issued write has been acknowledged on :attr:`wr_done`. The numpy model
-    is :func:`sim.models.engine.write_back`.
-
-    Timing by construction: a job first passes a :data:`PREP_STAGES`-stage pipeline that
-    computes, from the (held) descriptor, its rows and columns inside the matrix, its words a
-    row and its first row's address (``m0 * c_stride`` as two 16 x 16 products, the sums in
-    32-bit pieces), and only then enters the two queues; so neither side does wide arithmetic
-    on its handshake paths. Row addresses advance by ``c_stride`` in a carry-save pair (low 32
-    bits, high bits and a pending carry) resolved in the registered command output.
-
-    This is where output quantisation will go.
-
-    Latency and throughput: a tile's first write command leaves ``PREP_STAGES + 4`` cycles
-    after its job arrives, then one per cycle; a row's first word leaves combinationally from
-    the row (once its job is at the queue head), then one word a cycle. Jobs are taken one a
-    cycle while the queues have room. The command queue is popped the cycle after its tile's
-    last row, from a register: one idle cycle per tile between write commands.
-
-    With ``ports = P > 1`` it writes one phase of the rows: of the datapath's stream of rows,
-    rows ``phase``, ``phase + P``, ... (the others go to the write-backs of the other phases,
-    each with a DMA writer and an AXI port of its own; see :class:`WriteBackPorts`). Where
-    ``P`` divides ``rows`` those are tile rows ``phase``, ``phase + P``, ... of every tile;
-    where it does not, the deal runs on across tiles and each tile's first row here is
-    :func:`tile_phase`: a register steps it by ``rows mod P`` per job, and the queue entry
-    carries the tile's rows for both sides (:func:`phase_rows`, from a table). Its row
-    addresses start that many rows in and step by ``P * c_stride``.
+    ``cols`` 32-bit words a row). A command side issues one DMA write command on
+    :attr:`wr_cmd` per row inside the matrix, of the bus words holding columns below ``N``; a
+    data side cuts each such row into those words on :attr:`wr_data`, with strobes on the
+    bytes of columns below ``N``. Rows beyond ``M`` are taken and dropped. A job first passes
+    :data:`PREP_STAGES` registered stages that compute its geometry and first address, so
+    neither side does wide arithmetic on its handshake paths. With ``ports = P > 1`` it
+    writes one phase of the rows (see :class:`WriteBackPorts`). The numpy model is
+    :func:`sim.models.engine.write_back`; the write-back is described in the architecture
+    page of the documentation.
 
     Parameters
     ----------
@@ -119,8 +95,8 @@ class WriteBack(wiring.Component):
         ``ports`` does not divide ``rows`` a tile's rows here are a row more or fewer as the
         tiles' first rows rotate over the ports, the same over ``ports`` tiles).
 
-    Members
-    -------
+    Attributes
+    ----------
     jobs : In(stream.Signature(write_job_layout()))
     i_stream : In(stream.Signature(rtl.rescale.rescale_output_layout(cols)))
     desc : In(descriptor_layout())
@@ -131,6 +107,18 @@ class WriteBack(wiring.Component):
     wr_done : In(1)
         Pulses once per completed write command.
     idle : Out(1)
+        No job is queued or running and every issued write has been acknowledged.
+
+    Latency
+    -------
+    A tile's first write command leaves ``PREP_STAGES + 4`` cycles after its job arrives; a
+    row's first word leaves combinationally from the row (once its job is at the queue head).
+
+    Throughput
+    ----------
+    One write command and one word a cycle; jobs are taken one a cycle while the queues have
+    room. One idle cycle per tile between write commands (the command queue is popped from a
+    register, the cycle after its tile's last row).
     """
 
     #: Registered stages between a job and the queues (see the class documentation).
@@ -399,20 +387,15 @@ class WriteBack(wiring.Component):
 
 
 class WriteBackPorts(wiring.Component):
-    """C tiles written through ``ports`` DMA writers at once: one :class:`WriteBack` per
-    phase of the rows (tile row ``r`` goes to write-back ``r % ports``), each with its own
-    write commands and words for its own writer and AXI port.
+    """C tiles written through ``ports`` DMA writers at once, one :class:`WriteBack` per
+    phase of the rows.
 
-    A single write-back cuts one bus word a cycle out of its rows, so C leaves at most a bus
-    word a cycle whatever the port; here each phase cuts its own rows, ``ports`` words a cycle
-    in all. Every job goes to every write-back (a fork: each takes it when it has room). The
-    datapath's rows are dealt in turn, row ``i`` of its stream to phase ``i % ports`` with no
-    break between tiles, each into a :class:`rtl.pipe.RegisterSlice` that holds it (and the
-    next row of that phase) while its write-back cuts it, so the next phase's row passes
-    meanwhile. The numpy model is :func:`sim.models.engine.write_back` per phase.
-
-    Latency: a row reaches its write-back ``RegisterSlice.LATENCY`` cycles after it is taken;
-    otherwise as :class:`WriteBack`. Throughput: ``ports`` words a cycle.
+    The datapath's rows are dealt in turn, row ``i`` of its stream to phase ``i % ports`` with
+    no break between tiles, each into a :class:`rtl.pipe.RegisterSlice` that holds it while its
+    write-back cuts it, so the next phase's row passes meanwhile. Every job goes to every
+    write-back (a fork: each takes it when it has room). Each phase has its own write commands
+    and words for its own writer and AXI port. The numpy model is
+    :func:`sim.models.engine.write_back` per phase.
 
     Parameters
     ----------
@@ -420,24 +403,30 @@ class WriteBackPorts(wiring.Component):
         As :class:`WriteBack`.
     ports : int
         Write-backs (and writers): 2 to ``rows``. Where ``ports`` does not divide ``rows``
-        (the ZCU104's six ports and 32 rows) the tiles' first rows rotate over the phases
-        (:func:`tile_phase`): each phase takes every ``ports``-th row, as it does where
-        ``ports`` divides ``rows``. (Dealt from phase 0 again each tile, as until
-        this change, phases 0 and 1 took 6 of each 32 rows and the others 5: the six ports
-        wrote at the pace of 5.3, and the stand-in's three over 16 rows at that of 2.7.)
+        the tiles' first rows rotate over the phases (:func:`tile_phase`), so that each phase
+        takes every ``ports``-th row of the stream and every port writes at the same pace.
     part_resets : bool
         Give :attr:`part_resets`: each write-back's (and its row slice's) only reset
         (:func:`rtl._util.own_reset`), instead of the domain's: the engine gives each its
-        own registered copy, where one copy for all six of the ZCU104's reached 1,401 loads.
+        own registered copy, so that no one reset net reaches every write-back.
 
-    Members
-    -------
+    Attributes
+    ----------
     jobs, i_stream, desc, idle :
         As :class:`WriteBack`.
     wr_cmd, wr_data, wr_done :
         As :class:`WriteBack`'s, an array of ``ports``.
     part_resets : In(ports)
         With ``part_resets``: write-back ``p``'s reset, bit ``p``.
+
+    Latency
+    -------
+    A row reaches its write-back ``RegisterSlice.LATENCY`` cycles after it is taken;
+    otherwise as :class:`WriteBack`.
+
+    Throughput
+    ----------
+    ``ports`` words a cycle.
     """
 
     def __init__(self, rows: int = 8, cols: int = 8, *, data_width: int = 128,
