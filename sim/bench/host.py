@@ -3,17 +3,17 @@
 A VGG-style CNN on Fashion-MNIST-shaped input (1×28×28; conv 3×3 1→32, pool, conv 3×3 32→64,
 pool, 3136→128→10), batch 128, trained in int8 with the runtime of :mod:`firmware.ml.nn` over
 ``Device("model")`` — the real driver, buffer pool and copies over the register-level
-functional model of the accelerator (:mod:`sim.models.functional`) configured as each board's default
-on its memory port. Per step it reports the host time by kind (:mod:`firmware.runtime.profile`),
-measured on the machine that runs the benchmark, the accelerator cycles (the analytic
-performance model's, summed over the step's descriptors) and their time at the board's
-clock, and the host share ``host / (host + accelerator)``. The images are the first 128 of
-the bundled MNIST subset (28×28, the Fashion-MNIST shape; the host's work does not depend on
-which images).
+functional model of the accelerator (:mod:`sim.models.functional`) configured as each board's
+default on its memory port. Per step it reports the host time by kind
+(:mod:`firmware.runtime.profile`), measured on the machine that runs the benchmark, the
+accelerator cycles (the analytic performance model's, summed over the step's descriptors)
+and their time at the board's clock, and the host share ``host / (host + accelerator)``. The
+images are the first 128 of the bundled MNIST subset (28×28, the Fashion-MNIST shape; the
+host's work does not depend on which images).
 
-Host time here is an x86 core's; a board's Cortex-A9 (Pynq-Z1) or Cortex-A53 (ZCU104) is
-several times slower, so the share on a board is higher still. The fp32 row is the same step
-in float32 numpy on this machine, for scale.
+Host time on a workstation is an x86 core's; a board's Cortex-A9 (Pynq-Z1) or Cortex-A53
+(ZCU104) is several times slower, so the share on a board is higher still. The fp32 row is
+the same step in float32 numpy on the same machine, for scale.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ __all__ = ["fashion_cnn", "measure", "table", "main"]
 
 
 def fashion_cnn(rng):
+    """The benchmark's CNN (:class:`firmware.ml.nn.Network`), weights drawn from ``rng``."""
     from firmware.ml import nn
     return nn.Network([
         nn.Conv2d(1, 32, 3, rng, padding=1), nn.ReLU(), nn.MaxPool2d(2),
@@ -58,7 +59,24 @@ def _step(net, eng, opt, x, y):
 
 
 def measure(board: str, blocks: str, batch: int = 128, steps: int = 3) -> dict:
-    """One board's default on its port, ``steps`` steps after a warm-up step."""
+    """One board's default on its port, ``steps`` steps after a warm-up step.
+
+    Parameters
+    ----------
+    board : str
+        A board's name (``platforms.PLATFORMS``).
+    blocks : str
+        Which tensors stay on the device (:meth:`firmware.ml.nn.Blocks.parse`).
+    batch : int
+        The batch size.
+    steps : int
+        Steps measured.
+
+    Returns
+    -------
+    dict
+        Host seconds by kind, accelerator cycles and seconds, and the host share.
+    """
     from firmware import Device
     from firmware.ml import nn
     from firmware.ml.optim import SGD
@@ -111,6 +129,7 @@ def fp32_step(batch: int = 128, steps: int = 3) -> float:
 
 
 def table(results, fp32: float | None = None) -> str:
+    """Records of :func:`measure` as a Markdown table, with the fp32 step for scale."""
     kinds = ("quantize", "layout", "driver", "combine", "float")
     lines = ["| board (default, port, clock) | blocks | GEMMs / descriptors per step | "
              + " | ".join(f"host {k} (ms)" for k in kinds)
@@ -129,6 +148,7 @@ def table(results, fp32: float | None = None) -> str:
 
 
 def main(argv=None) -> int:
+    """The command line, ``python -m sim.bench host``; the exit status."""
     p = argparse.ArgumentParser(prog="python -m sim.bench host", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--boards", nargs="+", default=["zcu104", "pynq-z1", "vu9p"],
