@@ -10,8 +10,8 @@ from .xilinx import lane_copies, lut_copies, select
 __all__ = ["LANES_PER_ROTATION", "TransposableBuffer", "buffer_command_layout"]
 
 #: Lanes whose rotation (both sides) and write offsets one copy of the rotation amount
-#: drives: a copy's bit then selects in about ``16 * 8`` 2:1 multiplexer bits a stage. One
-#: amount for all 64 lanes of the ZCU104 default's B buffer drove 756 loads.
+#: drives: a copy's bit then selects in about ``16 * 8`` 2:1 multiplexer bits a stage,
+#: however many lanes the buffer has.
 LANES_PER_ROTATION = 16
 
 
@@ -218,8 +218,8 @@ class TransposableBuffer(wiring.Component):
         # offset: D is a power of two at least the padded depth, above every address in a
         # slot. Where an offset is added (lane-major beats) pos is a multiple of L and the
         # offset below L, so for L a power of two step and offset share no bit either. The
-        # parts are then ORed, not added: the adder chain from the rotation's registers into
-        # every bank's address pins took 7 levels at the VU9P's 128 lanes of B.
+        # parts are then ORed, not added: no adder chain from the rotation's registers into
+        # every bank's address pins.
         slot_base = (slot + sub) * D  # a shift
         pow2 = L & (L - 1) == 0
         # `rot` (0 for a new command, else the next beat's) and its copies, one per
@@ -234,7 +234,7 @@ class TransposableBuffer(wiring.Component):
         values = _rotate(m, [self.w_stream.payload[i] for i in range(L)], w_rots, -1, "w_rot",
                          primitive=self.primitive)
         # `beat` again, a LUT per LANES_PER_ROTATION banks: each bank's block RAM has eight
-        # write-enable pins (1,039 loads for the VU9P's 128 lanes of B from one LUT)
+        # write-enable pins, too many loads for one LUT on a wide buffer
         beats = lut_copies(m, beat_of, [busy, self.w_stream.valid], L,
                            LANES_PER_ROTATION, primitive=self.primitive, name="beat_copy")
         for b, (wp, _) in enumerate(banks):
@@ -288,8 +288,8 @@ def _rotate(m, values, amounts, direction: int, name: str, *, primitive: bool = 
     selected by ``amounts[i]``.
 
     With ``primitive``, two stages at a time are one LUT6 per bit, a 4:1 multiplexer
-    (:func:`rtl.xilinx.select`): ``ceil(log2(L) / 2)`` levels (4 at the VU9P's 128 lanes of
-    B, where Yosys' own mapping of the seven 2:1 stages took 7 to 8)."""
+    (:func:`rtl.xilinx.select`): ``ceil(log2(L) / 2)`` levels, about half as many as
+    Yosys' own mapping of the 2:1 stages."""
     L = len(values)
     stages = max(0, (L - 1).bit_length())
     s = 0

@@ -211,8 +211,8 @@ class DescriptorChecker(wiring.Component):
         # The dimension checks: the ORs of each half of M, N and K, registered from the
         # payload every cycle (the FSM reads them a cycle after the descriptor arrives, when
         # they are its own), combined there in one LUT. (ORs of bits, not compares with 0 or
-        # 65535, which would be mapped to carry chains; one 96-bit OR before the register was
-        # 7 levels on UltraScale+ where the budget at 250 MHz is 6.)
+        # 65535, which would be mapped to carry chains; one 96-bit OR before the register
+        # would be deeper than the logic budget at the boards' clocks.)
         lo = {f: Signal(name=f"{f}_lo_any") for f in "mnk"}
         hi = {f: Signal(name=f"{f}_hi_any") for f in "mnk"}
         m.d.sync += [lo[f].eq(d[f][:16].any()) for f in "mnk"]

@@ -558,8 +558,8 @@ class GemmDatapath(wiring.Component):
 
         # Loads finished and not yet taken by a starting job, per buffer, with "some" as a
         # register beside each count. A finished load counts from the second cycle after
-        # its last beat (``*_in_d``): as early as a job could start before, when it was
-        # queued only then.
+        # its last beat (``*_in_d``), the earliest a job queued with that beat could
+        # start.
         start = Signal()
         loaded = []
         for name, buf, need in (("a", a_buf, head.load_a), ("b", b_buf, head.load_b)):

@@ -190,8 +190,8 @@ def _run_ends(m, name, depth, push, length, beat, *, gap=1):
     room = occupancy(m, f"{name}_runs", depth - gap + 1, push, pop)
     head, popped, to_head = _queue(m, name, width + 1, depth, push, entry, pop)
     # the words of the oldest run still to come, less one: counted down from the run's
-    # entry, so that ``last`` is set from a compare of one register with a constant (a
-    # 24-bit count against the head, as before, was a 7-level path in the VU9P's timing)
+    # entry, so that ``last`` is set from a compare of one register with a constant, not
+    # of a 24-bit count against the head
     rem = Signal(width, name=f"{name}_rem")
     with m.If(beat):
         m.d.sync += rem.eq(Mux(last, popped[:width], rem - 1))
@@ -401,7 +401,8 @@ class DmaReader(_DmaMaster):
         # next command is taken only once the previous one's last burst is issued, so at most
         # `outstanding` commands with bursts in flight and the one being split wait: a queue
         # of `2 * outstanding + 2` (its room never binds) is a LUT-RAM read of one level
-        # before ``last``, where one of `burst_beats * outstanding` was a multiplexer tree.
+        # before ``last``, where one of `burst_beats * outstanding` would be a multiplexer
+        # tree.
         beat = Signal()
         take_, issued_ = Signal(), Signal()
         n_ = Signal(range(self.burst_beats + 1))
@@ -420,9 +421,9 @@ class DmaReader(_DmaMaster):
         credits = Signal(range(depth + 1), init=depth)
         credits_next = Signal.like(credits)
         room = Signal(init=1)
-        # (the first burst's length from registers too, as the writer's: the command's
-        # splitter behind the command slice was the reader's longest path, 7-8 levels where
-        # the budget at 200-250 MHz is 6-8; a command's first burst goes a cycle later)
+        # (the first burst's length from registers too, as the writer's, so that the
+        # command's splitter is not behind the command slice on one path; a command's first
+        # burst goes a cycle later)
         active, valid, ready, issued, _, addr, n, take = self._bursts(
             m, lambda n: room & burst_room, cmd_room, first_from_registers=True)
         self._drive_address(m, "ar", valid, addr, n)
@@ -540,7 +541,7 @@ class DmaWriter(_DmaMaster):
         def may_raise(n):
             return (free_words >= n) & b_room
         # (the first burst's length from registers: a C row's words take longer to buffer
-        # than the cycle that costs, and the command's splitter was the writer's longest path)
+        # than the cycle that costs, and the command's splitter stays off the burst's path)
         active, valid, ready, issued, last_burst, addr, n, _ = self._bursts(
             m, may_raise, first_from_registers=True)
         m.d.comb += issued_.eq(issued)

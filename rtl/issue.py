@@ -15,8 +15,8 @@ __all__ = ["CommandIssue", "DESC_FIELDS", "LANES_PER_SELECT", "tile_command_layo
 #: Lanes of exponents chosen by one copy of the head command's ``i`` / ``j`` (and of its
 #: ``row_vec`` / ``col_vec``), and written by one copy of a register's write enable: a copy's two
 #: low bits each select in ``8 * 8 * 2 = 128`` LUT6s (eight lanes of 8-bit exponents out of
-#: block-many registers). One copy for every lane of the ZCU104 default's 64 columns drove
-#: 1,024 LUTs, over the build's fan-out budget.
+#: block-many registers), whatever the number of lanes: one copy for every lane would drive
+#: ``16 * lanes`` LUTs.
 LANES_PER_SELECT = 8
 
 

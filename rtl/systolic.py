@@ -223,8 +223,8 @@ class PackedPair(wiring.Component):
         loaded = delay(m, first, PackedMac.LATENCY, "loaded", reset_less=True)
         # The capture enables are a register of each pair's own (FDRE instances in board
         # builds, which synthesis cannot merge): every pair on one anti-diagonal of the array
-        # sees the same flag, and merged into one flip-flop it drove the result enables of
-        # all of them (1,025 loads on the ZCU104 default's 16 pair rows).
+        # sees the same flag, and merged into one flip-flop it would drive the result enables
+        # of all of them.
         final, = register_copies(m, delay(m, last, PackedMac.LATENCY - 1, "final_pre",
                                           reset_less=True), 1,
                                  primitive=self.primitive, name="final")

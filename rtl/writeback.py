@@ -360,7 +360,7 @@ class WriteBack(wiring.Component):
             # the word select again, in a register per select_bits() bits of the word
             # (FDRE instances with ``primitive``), each taking the value wd_word takes: after
             # a reset they agree again a cycle later, before the queue (reset with them) can
-            # give a word (one select for the VU9P's 512-bit words reached 1,029 LUTs)
+            # give a word (one select for a whole 512-bit word would drive a thousand LUTs)
             lanes = -(-8 * bpw // select_bits(8 * bpw, words_per_row))
             step = -(-8 * bpw // lanes)
             sels = register_copies(m, Mux(shake, wd_word_next, wd_word),
