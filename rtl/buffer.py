@@ -58,6 +58,10 @@ class TransposableBuffer(wiring.Component):
     The numpy model is :func:`sim.models.datapath.operand_beats` (what is written) and
     :func:`sim.models.datapath.buffer_read` (what is read).
 
+    The rotation amounts of both sides are registers in a copy per
+    :data:`LANES_PER_ROTATION` lanes (``FDRE`` instances with ``primitive``), so that no
+    one net selects in every lane.
+
     Parameters
     ----------
     lanes : int
@@ -81,12 +85,16 @@ class TransposableBuffer(wiring.Component):
         Read step ``r_k`` of the tile in ``r_slot``. The steps of one tile must be read in
         order 0, 1, 2, ... (idle cycles in between are allowed).
     r_valid, r_data : Out
-        The vector read :attr:`READ_LATENCY` (3) cycles after ``r_en``: the block RAM, its
+        The vector read :attr:`READ_LATENCY` cycles after ``r_en``: the block RAM, its
         output register, the rotation into a register.
 
-    The rotation amounts of both sides are registers in a copy per
-    :data:`LANES_PER_ROTATION` lanes (``FDRE`` instances with ``primitive``), so that no
-    one net selects in every lane.
+    Latency
+    -------
+    A vector is read :attr:`READ_LATENCY` cycles after ``r_en``.
+
+    Throughput
+    ----------
+    One beat written and one vector read per cycle, in either form.
     """
 
     READ_LATENCY = 3

@@ -58,17 +58,24 @@ class RegisterBlock(wiring.Component):
     read-only 64-bit pair latches ``X_HI``, so the host reads a consistent 64-bit counter.
 
     Unmapped addresses and writes to read-only registers answer SLVERR. One transaction of
-    each direction is in flight at a time; a write's response is valid 2 cycles after its
-    address and data are taken (:data:`WRITE_LATENCY`: the write is registered, then
-    applied); a read's data is valid 3 cycles after its address is taken (the
-    address, then the register in its group of 16, then the group are registered:
-    :data:`READ_LATENCY`).
+    each direction is in flight at a time.
 
     Attributes
     ----------
     bus : In(AXI4LiteSignature(addr_width))
     <register> : In(32) / Out(32)
     <register>_set : In(32)  (w1c only)
+
+    Latency
+    -------
+    A write's response is valid :data:`WRITE_LATENCY` cycles after its address and data are
+    taken (the write is registered, then applied); a read's data is valid
+    :data:`READ_LATENCY` cycles after its address is taken (the address, then the register in
+    its group of 16, then the group are registered).
+
+    Throughput
+    ----------
+    One read and one write transaction in flight at a time.
     """
 
     #: ``rw`` registers whose name starts with this are data: no reset.

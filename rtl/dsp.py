@@ -88,9 +88,18 @@ class PackedMac(wiring.Component):
     bcout : Out(signed(18))
         ``b`` as registered in ``B1``: :attr:`b` (or :attr:`bcin`) one cycle later.
     clear : In(1)
-        Load instead of accumulate; presented 2 cycles after the step's operands.
+        Load instead of accumulate; presented :data:`CLEAR_DELAY` cycles after the step's
+        operands.
     p : Out(signed(48))
-        The accumulator, 4 cycles after the step's operands.
+        The accumulator, :data:`LATENCY` cycles after the step's operands.
+
+    Latency
+    -------
+    ``p`` reflects a step :data:`LATENCY` cycles after its operands are presented.
+
+    Throughput
+    ----------
+    One step a cycle.
     """
 
     hi: In(signed(8))

@@ -65,9 +65,13 @@ class ProcessingElement(wiring.Component):
     ``a`` (with the ``first``/``last`` flags) passes to the right and ``b`` passes down, one
     register each. The product and the accumulator are registered, so the cell maps onto one
     DSP48 slice with its M and P registers and the clear done by the DSP's Z multiplexer; no
-    fabric adder is needed (checked by :mod:`sim.estimate`). When ``last`` reaches the
+    fabric adder is needed (checked by :mod:`platforms.estimate`). When ``last`` reaches the
     accumulator the final sum is copied into :attr:`result`, freeing the accumulator for the
     next tile the very next cycle.
+
+    With ``fabric=True`` the product is a sum of shifted partial products instead of a
+    multiplication, so synthesis builds it from LUTs and carry chains rather than a DSP slice
+    (for arrays with more PEs than the device has DSP slices). Same behaviour, same timing.
 
     Attributes
     ----------
@@ -80,9 +84,14 @@ class ProcessingElement(wiring.Component):
         is high until the next capture (:attr:`OVERWRITE_LATENCY` cycles after the next
         ``last_i``).
 
-    With ``fabric=True`` the product is a sum of shifted partial products instead of a
-    multiplication, so synthesis builds it from LUTs and carry chains rather than a DSP slice
-    (for arrays with more PEs than the device has DSP slices). Same behaviour, same timing.
+    Latency
+    -------
+    ``a``, ``b`` and the flags pass on one cycle later; the sum is on :attr:`result`
+    :data:`RESULT_LATENCY` cycles after ``last_i``.
+
+    Throughput
+    ----------
+    One MAC a cycle.
     """
 
     #: Cycles from ``last_i`` to :attr:`result` holding the sum: the flag register, the
@@ -172,6 +181,15 @@ class PackedPair(wiring.Component):
         The captured ``P`` and high bits, from :attr:`RESULT_LATENCY` cycles after the cycle
         ``last_i`` is high until the next capture (``P`` changes :attr:`OVERWRITE_LATENCY`
         cycles after the next ``last_i``, the counts one cycle later).
+
+    Latency
+    -------
+    Operands and flags pass on one cycle later; the two sums are on :attr:`result`
+    :data:`RESULT_LATENCY` cycles after ``last_i``.
+
+    Throughput
+    ----------
+    Two MACs a cycle.
     """
 
     #: Cycles from ``last_i`` to :attr:`result` holding the sums: the operand register, the
