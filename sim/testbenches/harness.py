@@ -16,7 +16,24 @@ __all__ = ["run", "stream_send", "stream_recv", "stream_collect", "layout_fields
 def run(dut, *testbenches, processes=(), deadline_cycles: int = 200_000):
     """Simulate ``dut`` with a 1 MHz ``sync`` clock until every testbench returns.
 
-    ``deadline_cycles`` bounds the run so a hung design fails the test instead of hanging it.
+    Parameters
+    ----------
+    dut : amaranth.lib.wiring.Component
+        The design under test.
+    *testbenches : async callable
+        Testbenches (``sim.add_testbench``), each taking the simulator context.
+    processes : iterable of async callable
+        Processes (``sim.add_process``).
+    deadline_cycles : int
+        Bounds the run, so that a hung design fails the test instead of hanging it.
+
+    Returns
+    -------
+    amaranth.sim.Simulator
+
+    Notes
+    -----
+    ``DNN_VCD=path.vcd`` in the environment writes the run's waveforms there.
     """
     sim = Simulator(dut)
     sim.add_clock(1e-6)
@@ -35,7 +52,20 @@ def run(dut, *testbenches, processes=(), deadline_cycles: int = 200_000):
 
 async def stream_send(ctx, stream, payloads, *, rng: random.Random | None = None,
                       stall: float = 0.0):
-    """Drive ``payloads`` onto ``stream`` in order, idling a random cycle with prob. ``stall``."""
+    """Drive ``payloads`` onto ``stream`` in order.
+
+    Parameters
+    ----------
+    ctx : amaranth.sim.SimulatorContext
+    stream : amaranth.lib.stream.Interface
+        The stream the testbench drives (``valid``, ``payload``; it reads ``ready``).
+    payloads : iterable
+        The payloads, in order.
+    rng : random.Random, optional
+        With ``stall``, draws the idle cycles.
+    stall : float
+        Probability of an idle cycle (``valid`` low) before each beat.
+    """
     for payload in payloads:
         while rng is not None and rng.random() < stall:
             ctx.set(stream.valid, 0)
@@ -48,9 +78,26 @@ async def stream_send(ctx, stream, payloads, *, rng: random.Random | None = None
 
 async def stream_recv(ctx, stream, count: int, *, rng: random.Random | None = None,
                       stall: float = 0.0, convert=lambda p: p):
-    """Accept ``count`` beats from ``stream``, deasserting ready at random with prob. ``stall``.
+    """Accept ``count`` beats from ``stream``.
 
-    Returns the list of ``convert(payload)`` for each beat, in order.
+    Parameters
+    ----------
+    ctx : amaranth.sim.SimulatorContext
+    stream : amaranth.lib.stream.Interface
+        The stream the testbench takes (it drives ``ready``).
+    count : int
+        Beats to accept.
+    rng : random.Random, optional
+        With ``stall``, draws the cycles with ``ready`` low.
+    stall : float
+        Probability of ``ready`` low in a cycle.
+    convert : callable
+        Applied to each payload (e.g. :func:`layout_fields`).
+
+    Returns
+    -------
+    list
+        ``convert(payload)`` of each beat, in order.
     """
     beats = []
     while len(beats) < count:

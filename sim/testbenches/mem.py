@@ -158,8 +158,8 @@ class AxiMemory:
     raise_on_violation : bool
         Raise :class:`ProtocolViolation` at the first violation as well as listing it.
 
-    Members
-    -------
+    Attributes
+    ----------
     violations : list of str
         What the manager got wrong, with the cycle and the channel, in order.
     mem : bytearray
