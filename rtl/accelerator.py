@@ -2,6 +2,7 @@
 
 import operator
 from functools import reduce
+from types import SimpleNamespace
 
 from amaranth import ClockSignal, Instance, Module, Mux, ResetInserter, ResetSignal, Signal, Value
 from amaranth.lib import wiring
@@ -17,6 +18,20 @@ from .engine import GemmEngine, descriptor_layout
 from .fifo import Fifo
 
 __all__ = ["Accelerator"]
+
+
+
+def _field(csr, reg, name):
+    """Field ``name`` of register ``reg``'s port on ``csr``."""
+    f = regmap.by_name(reg).field(name)
+    return getattr(csr, reg.lower())[f.lsb:f.lsb + f.width]
+
+
+def _pack(csr, reg, **values):
+    """Statements driving the named fields of register ``reg``'s port on ``csr``."""
+    port = getattr(csr, reg.lower())
+    return [port[regmap.by_name(reg).field(k).lsb:][:regmap.by_name(reg).field(k).width]
+            .eq(v) for k, v in values.items()]
 
 
 class Accelerator(wiring.Component):
@@ -116,6 +131,19 @@ class Accelerator(wiring.Component):
         core_rst = Signal()
         dma_rst = Signal()
         queue_rst = Signal()
+        s = SimpleNamespace(m=m, core_rst=core_rst, dma_rst=dma_rst, queue_rst=queue_rst)
+        self._submodules(s)
+        self._identification(s)
+        self._descriptor_queue(s)
+        self._control(s)
+        self._dma(s)
+        self._status(s)
+        return m
+
+    def _submodules(self, s):
+        """The register block, the engine and the DMA masters, each master reset through a
+        registered copy of ``dma_rst`` of its own; the bus ports."""
+        core_rst, m, dma_rst = s.core_rst, s.m, s.dma_rst
         m.submodules.csr = csr = self.csr
         # The engine resets through its own registered, per-part copies of core_rst (one cycle
         # later, see GemmEngine.soft_reset); core_rst_d tracks them, so that nothing starts
@@ -146,26 +174,26 @@ class Accelerator(wiring.Component):
             wiring.connect(m, r.bus, wiring.flipped(getattr(self, f"mem_r{p or ''}")))
         for p, w in enumerate(writers):
             wiring.connect(m, w.bus, wiring.flipped(getattr(self, f"mem_w{p or ''}")))
+        vars(s).update(csr=csr, engine=engine, core_rst_d=core_rst_d, readers=readers,
+                       writers=writers)
 
-        def field(reg, name):
-            f = regmap.by_name(reg).field(name)
-            return getattr(csr, reg.lower())[f.lsb:f.lsb + f.width]
-
-        def pack(reg, **values):
-            port = getattr(csr, reg.lower())
-            return [port[regmap.by_name(reg).field(k).lsb:][:regmap.by_name(reg).field(k).width]
-                    .eq(v) for k, v in values.items()]
-
+    def _identification(self, s):
+        """The identification and configuration registers."""
+        m, csr = s.m, s.csr
         # ---- identification and configuration ---------------------------------------------
         m.d.comb += [
             csr.id.eq(regmap.MAGIC), csr.version.eq(regmap.VERSION),
-            *pack("CONFIG_ARRAY", ROWS=self.rows, COLS=self.cols),
-            *pack("CONFIG_BUFFER", DEPTH=self.depth, QUEUE=self.queue, PACKING=self.packing,
-                  BLOCK_LOG2=self.block.bit_length() - 1),
-            *pack("CONFIG_BUS", DATA_WIDTH=self.data_width, ADDR_WIDTH=self.addr_width,
-                  WRITE_PORTS=self.write_ports, READ_PORTS=self.read_ports),
+            *_pack(csr, "CONFIG_ARRAY", ROWS=self.rows, COLS=self.cols),
+            *_pack(csr, "CONFIG_BUFFER", DEPTH=self.depth, QUEUE=self.queue, PACKING=self.packing,
+                   BLOCK_LOG2=self.block.bit_length() - 1),
+            *_pack(csr, "CONFIG_BUS", DATA_WIDTH=self.data_width, ADDR_WIDTH=self.addr_width,
+                   WRITE_PORTS=self.write_ports, READ_PORTS=self.read_ports),
         ]
 
+    def _descriptor_queue(self, s):
+        """The descriptor staged in the ``DESC_*`` registers, and the queue it is enqueued
+        into."""
+        m, queue_rst, csr = s.m, s.queue_rst, s.csr
         # ---- descriptor queue -------------------------------------------------------------
         layout = descriptor_layout()
         m.submodules.queue = q = ResetInserter(queue_rst)(
@@ -180,23 +208,30 @@ class Accelerator(wiring.Component):
             m.d.comb += getattr(staged, name).eq(hi << 32 | lo)
         m.d.comb += [
             staged.m.eq(csr.desc_m), staged.n.eq(csr.desc_n), staged.k.eq(csr.desc_k),
-            staged.transpose_a.eq(field("DESC_FLAGS", "TRANSPOSE_A")),
-            staged.transpose_b.eq(field("DESC_FLAGS", "TRANSPOSE_B")),
-            staged.raw.eq(field("DESC_FLAGS", "RAW")),
-            staged.row_vec.eq(field("DESC_FLAGS", "ROW_EXP_VECTOR")),
-            staged.col_vec.eq(field("DESC_FLAGS", "COL_EXP_VECTOR")),
-            staged.row_exp.eq(field("DESC_FLAGS", "ROW_EXP")),
-            staged.col_exp.eq(field("DESC_FLAGS", "COL_EXP")),
-            staged.block.eq(field("DESC_FLAGS", "BLOCK")),
-            staged.overlap.eq(field("DESC_FLAGS", "OVERLAP")),
-            staged.chunk.eq(field("DESC_FLAGS", "CHUNK")),
+            staged.transpose_a.eq(_field(csr, "DESC_FLAGS", "TRANSPOSE_A")),
+            staged.transpose_b.eq(_field(csr, "DESC_FLAGS", "TRANSPOSE_B")),
+            staged.raw.eq(_field(csr, "DESC_FLAGS", "RAW")),
+            staged.row_vec.eq(_field(csr, "DESC_FLAGS", "ROW_EXP_VECTOR")),
+            staged.col_vec.eq(_field(csr, "DESC_FLAGS", "COL_EXP_VECTOR")),
+            staged.row_exp.eq(_field(csr, "DESC_FLAGS", "ROW_EXP")),
+            staged.col_exp.eq(_field(csr, "DESC_FLAGS", "COL_EXP")),
+            staged.block.eq(_field(csr, "DESC_FLAGS", "BLOCK")),
+            staged.overlap.eq(_field(csr, "DESC_FLAGS", "OVERLAP")),
+            staged.chunk.eq(_field(csr, "DESC_FLAGS", "CHUNK")),
             staged.a_stride.eq(csr.desc_a_stride), staged.b_stride.eq(csr.desc_b_stride),
             staged.c_stride.eq(csr.desc_c_stride),
             q.w_data.eq(staged),
         ]
-        enqueue = field("CTRL", "ENQUEUE")
-        soft_reset = field("CTRL", "SOFT_RESET")
+        enqueue = _field(csr, "CTRL", "ENQUEUE")
+        soft_reset = _field(csr, "CTRL", "SOFT_RESET")
+        vars(s).update(q=q, enqueue=enqueue, soft_reset=soft_reset)
 
+    def _control(self, s):
+        """Starts the engine on the queue's descriptors; aborts on an error or a soft reset,
+        draining and resetting the DMA masters."""
+        m, core_rst_d, soft_reset, q, engine = s.m, s.core_rst_d, s.soft_reset, s.q, s.engine
+        writers, readers, core_rst, csr = s.writers, s.readers, s.core_rst, s.csr
+        enqueue, queue_rst, dma_rst = s.enqueue, s.queue_rst, s.dma_rst
         # ---- control ----------------------------------------------------------------------
         error_code = Signal(8)
         # descriptors the engine holds: 0, 1, or 2 (one walked and writing C, the next
@@ -259,7 +294,13 @@ class Accelerator(wiring.Component):
                 m.d.sync += error_code.eq(int(ErrorCode.QUEUE_OVERFLOW))
             m.d.sync += [aborting.eq(1), clear_after.eq(0)]
         m.d.comb += irq_done.eq(engine.done & ~aborting & ~halted)
+        vars(s).update(error_code=error_code, running=running, aborting=aborting, halted=halted,
+                       irq_done=irq_done, irq_error=irq_error)
 
+    def _dma(self, s):
+        """The engine's DMA commands and words to and from the masters, held off while
+        aborting."""
+        readers, writers, m, engine, aborting = s.readers, s.writers, s.m, s.engine, s.aborting
         # ---- engine <-> DMA ---------------------------------------------------------------
         def gated(src, dst, drain=False):
             """``src`` -> ``dst``, held off while aborting; with ``drain``, ``src``'s words are
@@ -275,6 +316,11 @@ class Accelerator(wiring.Component):
             gated(getattr(engine, f"wr_data{p or ''}"), writer.i_stream)
             m.d.comb += getattr(engine, f"wr_done{p or ''}").eq(writer.done)
 
+    def _status(self, s):
+        """``STATUS``, the interrupts and the counters."""
+        q, irq_done, m, queue_rst, aborting = s.q, s.irq_done, s.m, s.queue_rst, s.aborting
+        running, engine, csr, error_code = s.running, s.engine, s.csr, s.error_code
+        irq_error, halted = s.irq_error, s.halted
         # ---- status, interrupts, counters -------------------------------------------------
         # The queue's entries counted here, with "any" as a register of its own: the FIFO's
         # level is a sum (its inner level and its output register), which would lie before
@@ -299,8 +345,8 @@ class Accelerator(wiring.Component):
         level = Signal(8)
         m.d.sync += level.eq(entries + running)
         m.d.comb += [
-            *pack("STATUS", BUSY=busy, ERROR=halted | (error_code != 0), QUEUE_FULL=~q.w_rdy,
-                  QUEUE_LEVEL=level, ERROR_CODE=error_code),
+            *_pack(csr, "STATUS", BUSY=busy, ERROR=halted | (error_code != 0), QUEUE_FULL=~q.w_rdy,
+                   QUEUE_LEVEL=level, ERROR_CODE=error_code),
             csr.irq_status_set.eq(irq_done | (irq_error << 1)),
             self.irq.eq((csr.irq_status & csr.irq_enable)[:2] != 0),
         ]
@@ -315,10 +361,9 @@ class Accelerator(wiring.Component):
         }
         # 64-bit counters in 32-bit pieces with their increments registered (a few cycles of
         # lag; no wide carry chain, no path from the datapath's control into one)
-        clear = field("CTRL", "CLEAR_COUNTERS")
+        clear = _field(csr, "CTRL", "CLEAR_COUNTERS")
         counters["macs"] = Mux(irq_done, engine.macs, 0)
         for name, inc in counters.items():
             count = wide_accumulator(m, name, Value.cast(inc), clear)
             m.d.comb += [getattr(csr, f"{name}_lo").eq(count[:32]),
                          getattr(csr, f"{name}_hi").eq(count[32:])]
-        return m

@@ -1,5 +1,7 @@
 """C tiles -> DMA write commands and bus words with byte strobes."""
 
+from types import SimpleNamespace
+
 from amaranth import Array, Cat, Const, Module, Mux, Signal, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
@@ -66,6 +68,12 @@ def _queue_layout(rows: int, cols: int, addr_width: int, words: int, bpw: int,
         "rows_nz": 1,                     # rows_in != 0
         "words_one": 1,                   # words_m1 == 0
     })
+
+
+
+def _reg(name, shape):
+    """A register without reset (read only under its stage's valid)."""
+    return Signal(shape, name=name, reset_less=True)
 
 
 class WriteBack(wiring.Component):
@@ -162,9 +170,21 @@ class WriteBack(wiring.Component):
         m.submodules.wq_cmd = wq_cmd = Fifo(width=qlayout.size, depth=self.queue)
         m.submodules.wq_data = wq_data = Fifo(width=qlayout.size, depth=self.queue)
 
-        def reg(name, shape):
-            return Signal(shape, name=name, reset_less=True)
+        s = SimpleNamespace(m=m, R=R, C=C, AW=AW, P=P, ph=ph, pow2=pow2, plog=plog,
+                            rotate=rotate, RP=RP, bpw=bpw, wlog=wlog, d=d, row_bytes=row_bytes,
+                            words_per_row=words_per_row, qlayout=qlayout, wq_cmd=wq_cmd,
+                            wq_data=wq_data)
+        self._prep(s)
+        self._command_side(s)
+        self._data_side(s)
+        return m
 
+    def _prep(self, s):
+        """A job -> its queue entry, through :data:`PREP_STAGES` registered stages (``s.in_prep``
+        counts the jobs in them)."""
+        rotate, m, ph, pow2, row_bytes, bpw = s.rotate, s.m, s.ph, s.pow2, s.row_bytes, s.bpw
+        qlayout, wq_data, wq_cmd, R, P, AW = s.qlayout, s.wq_data, s.wq_cmd, s.R, s.P, s.AW
+        wlog, C, words_per_row, RP, plog, d = s.wlog, s.C, s.words_per_row, s.RP, s.plog, s.d
         # ---- prep: a job -> its queue entry, PREP_STAGES registered stages -------------------
         # M, N <= 65535 (checked), so m0, n0 and the distances to the edges fit 17 bits.
         PS = self.PREP_STAGES
@@ -188,8 +208,8 @@ class WriteBack(wiring.Component):
         m.d.sync += [pv[0].eq(take)] + [pv[i].eq(pv[i - 1]) for i in range(1, PS)]
         m.d.sync += in_prep.eq(in_prep + take - pv[-1])
         # 0: the job (m0: its first row; mp: this phase's first row)
-        p0_m0, p0_n0 = reg("p0_m0", 17), reg("p0_n0", 17)
-        p0_mp = reg("p0_mp", 17)
+        p0_m0, p0_n0 = _reg("p0_m0", 17), _reg("p0_n0", 17)
+        p0_mp = _reg("p0_mp", 17)
         if rotate:
             # the first row here of the next job's tile (tile_phase()): rows mod P less
             # for each job taken; and down the prep stages with its job
@@ -197,43 +217,43 @@ class WriteBack(wiring.Component):
             tph = Signal(range(P), init=ph, name="tile_phase")
             with m.If(take):
                 m.d.sync += tph.eq(Mux(tph >= S, tph - S, tph + (P - S)))
-            p0_ph, p1_ph, p2_ph = (reg(f"p{i}_ph", range(P)) for i in range(3))
+            p0_ph, p1_ph, p2_ph = (_reg(f"p{i}_ph", range(P)) for i in range(3))
             m.d.sync += [p0_ph.eq(tph), p1_ph.eq(p0_ph), p2_ph.eq(p1_ph),
                          p0_mp.eq(self.jobs.payload.m0 + tph)]
         else:
             m.d.sync += p0_mp.eq(self.jobs.payload.m0 + ph if ph else self.jobs.payload.m0)
         m.d.sync += [p0_m0.eq(self.jobs.payload.m0), p0_n0.eq(self.jobs.payload.n0)]
         # 1: distances to the edges; m0 * c_stride as two 16 x 16 products; the column offset
-        p1_left_n, p1_left_m = reg("p1_left_n", 17), reg("p1_left_m", 17)
-        p1_plo, p1_phi = reg("p1_plo", 32), reg("p1_phi", 32)
+        p1_left_n, p1_left_m = _reg("p1_left_n", 17), _reg("p1_left_m", 17)
+        p1_plo, p1_phi = _reg("p1_plo", 32), _reg("p1_phi", 32)
         col_byte = Cat(Const(0, 2), p0_n0)                         # n0 * 4 (19 bits)
-        p1_col, p1_off = reg("p1_col", 19), reg("p1_off", max(1, wlog))
+        p1_col, p1_off = _reg("p1_col", 19), _reg("p1_off", max(1, wlog))
         m.d.sync += [p1_left_n.eq(d.n[:17] - p0_n0), p1_left_m.eq(d.m[:17] - p0_m0),
                      p1_plo.eq(p0_mp[:16] * d.c_stride[:16]),
                      p1_phi.eq(p0_mp[:16] * d.c_stride[16:]),
                      p1_col.eq(col_byte >> wlog << wlog),
                      p1_off.eq(col_byte[:wlog] if wlog else 0)]
         # 2: clamped counts; the product (48 bits, one 32-bit add)
-        p2_nv, p2_rows = reg("p2_nv", range(C + 1)), reg("p2_rows", range(R + 1))
-        p2_prod, p2_col, p2_off = reg("p2_prod", 48), reg("p2_col", 19), reg("p2_off", 8)
+        p2_nv, p2_rows = _reg("p2_nv", range(C + 1)), _reg("p2_rows", range(R + 1))
+        p2_prod, p2_col, p2_off = _reg("p2_prod", 48), _reg("p2_col", 19), _reg("p2_off", 8)
         m.d.sync += [p2_nv.eq(Mux(p1_left_n < C, p1_left_n, C)),
                      p2_rows.eq(Mux(p1_left_m < R, p1_left_m, R)),
                      p2_prod.eq(Cat(p1_plo[:16], p1_plo[16:] + p1_phi)),
                      p2_col.eq(p1_col), p2_off.eq(p1_off)]
         # 3: words a row; offset = product + column, low 32 bits (with carry)
-        p3_words_m1 = reg("p3_words_m1", range(max(2, words_per_row)))
-        p3_lo, p3_hi = reg("p3_lo", 33), reg("p3_hi", 16)
+        p3_words_m1 = _reg("p3_words_m1", range(max(2, words_per_row)))
+        p3_lo, p3_hi = _reg("p3_lo", 33), _reg("p3_hi", 16)
         # this phase's rows of those inside: rows r = first (mod P) below p2_rows, ``first``
         # the tile's first row here (the phase, or rotating its register down the stages)
         first = p2_ph if rotate else ph
-        p3_rows = reg("p3_rows", range(RP + 1))
+        p3_rows = _reg("p3_rows", range(RP + 1))
         if pow2 and not rotate:
             m.d.sync += p3_rows.eq((p2_rows + (P - 1 - ph)) >> plog if P > 1 else p2_rows)
         else:                             # a table: R + 1 entries (a LUT6 a bit), P x that
             m.d.sync += p3_rows.eq(Array(Array(phase_rows(n, P, f) for n in range(R + 1))
                                          for f in range(P))[first][p2_rows])
         if rotate:                        # and the tile's rows here, less one
-            p3_rp_m1 = reg("p3_rp_m1", range(RP))
+            p3_rp_m1 = _reg("p3_rp_m1", range(RP))
             m.d.sync += p3_rp_m1.eq(Array(phase_rows(R, P, f) - 1 for f in range(P))[p2_ph])
         if row_bytes <= bpw:
             words_m1 = 0
@@ -242,10 +262,10 @@ class WriteBack(wiring.Component):
         m.d.sync += [p3_words_m1.eq(words_m1),
                      p3_lo.eq(p2_prod[:32] + p2_col), p3_hi.eq(p2_prod[32:])]
         # 4: the offset's high bits; 5: + c_addr, low 32 bits (the high bits after it)
-        p4_offset = reg("p4_offset", 49)
+        p4_offset = _reg("p4_offset", 49)
         m.d.sync += p4_offset.eq(Cat(p3_lo[:32], p3_hi + p3_lo[32]))
-        p5_lo = reg("p5_lo", 33)
-        p5_hi_a, p5_hi_b = reg("p5_hi_a", 32), reg("p5_hi_b", 17)
+        p5_lo = _reg("p5_lo", 33)
+        p5_hi_a, p5_hi_b = _reg("p5_hi_a", 32), _reg("p5_hi_b", 17)
         m.d.sync += [p5_lo.eq(d.c_addr[:32] + p4_offset[:32]),
                      p5_hi_a.eq(d.c_addr[32:64]), p5_hi_b.eq(p4_offset[32:])]
         assert PS == 6
@@ -265,6 +285,13 @@ class WriteBack(wiring.Component):
                                                reset_less=True))]
         m.d.comb += [wq_cmd.w_data.eq(entry), wq_data.w_data.eq(entry),
                      wq_cmd.w_en.eq(pv[-1]), wq_data.w_en.eq(pv[-1])]
+        vars(s).update(in_prep=in_prep)
+
+    def _command_side(self, s):
+        """One DMA write command per C row inside the matrix, from the command queue; and
+        :attr:`idle`."""
+        pow2, qlayout, m, wq_cmd, plog, AW, R = s.pow2, s.qlayout, s.m, s.wq_cmd, s.plog, s.AW, s.R
+        d, rotate, RP, wq_data, P, in_prep = s.d, s.rotate, s.RP, s.wq_data, s.P, s.in_prep
 
         # write commands issued, not yet done (at most the writer's queue and bursts in
         # flight); wr_done registered first, so no path runs from the writer into the count
@@ -276,9 +303,9 @@ class WriteBack(wiring.Component):
         # The row address in carry-save form: lo (32 bits) + (hi + carry) << 32.
         wc = data.View(qlayout, wq_cmd.r_data)
         wc_row = Signal(range(R + 1))
-        wc_lo = reg("wc_lo", 32)
-        wc_hi = reg("wc_hi", max(1, AW - 32))
-        wc_carry = reg("wc_carry", 1 + plog)
+        wc_lo = _reg("wc_lo", 32)
+        wc_hi = _reg("wc_hi", max(1, AW - 32))
+        wc_carry = _reg("wc_carry", 1 + plog)
         wc_setup = Signal()           # the row address holds the tile's first row
         cmd_valid = Signal()          # the registered command output holds a command
         cmd = self.wr_cmd.payload
@@ -298,7 +325,7 @@ class WriteBack(wiring.Component):
         if pow2:
             step = d.c_stride << plog
         else:                             # P * c_stride by shift and add (no DSP slice),
-            step = reg("wc_step", 32 + plog)  # registered: c_stride is held while tiles pass
+            step = _reg("wc_step", 32 + plog)  # registered: c_stride is held while tiles pass
             m.d.sync += step.eq(sum(d.c_stride << i for i in range(P.bit_length())
                                     if P >> i & 1))
         with m.If(advance):
@@ -319,6 +346,11 @@ class WriteBack(wiring.Component):
                                    - done_q)
         m.d.comb += self.idle.eq((in_prep == 0) & wq_cmd.empty & wq_data.empty
                                  & ~wc_setup & ~cmd_valid & (outstanding == 0))
+
+    def _data_side(self, s):
+        """The C rows, cut into words with strobes, from the data queue."""
+        rotate, qlayout, row_bytes, bpw = s.rotate, s.qlayout, s.row_bytes, s.bpw
+        wq_data, C, m, RP, words_per_row, wlog = s.wq_data, s.C, s.m, s.RP, s.words_per_row, s.wlog
 
         # ---- data side: the C rows, cut into words ------------------------------------------
         wd = data.View(qlayout, wq_data.r_data)
@@ -383,7 +415,7 @@ class WriteBack(wiring.Component):
             with m.If(wd_last):
                 m.d.comb += wq_data.r_en.eq(1)
                 m.d.sync += [wd_row.eq(0), tile_start.eq(1)]
-        return m
+
 
 
 class WriteBackPorts(wiring.Component):
