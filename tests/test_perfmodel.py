@@ -324,16 +324,14 @@ def test_model_within_5_percent_of_the_committed_benchmark():
     """Every GEMM of ``results/utilization.json`` (``python -m sim.bench utilization``: the
     three boards' configurations behind their port presets, DRAM limits, pauses and two or
     more write ports, which the tests above do not build) against the model at the block
-    side it ran with. Re-run the benchmark after a change to the RTL's schedule."""
+    side it ran with. The benchmark is run again after a change to the RTL's schedule."""
     off = []
     for r, narrow, config in _committed_runs():
-        # Below K = 12 the model misses the datapath's own tile rate (README, "What is not
-        # here yet"): those GEMMs of a few hundred cycles are held to 15 %. Behind a DRAM
-        # narrower than a bus word a cycle (the VU9P stand-in's, round-robin), where the
-        # DRAM ledger's shares of a bucket are coarsest, to 12 % (10 % until the driver
-        # chose the block and chunk together, session 45: of the pairs it predicts
-        # fastest, 576->128's batch-128 backward-data, 16 x 72 x 128 at CHUNK 1, measures
-        # 11.4 % slower; every schedule of the sweeps: mean 1.5 % here, largest 11.5 %).
+        # Below K = 12 the model misses the datapath's own tile rate: those GEMMs of a few
+        # hundred cycles are held to 15 %. Behind a DRAM narrower than a bus word a cycle
+        # (the VU9P stand-in's, round-robin), where the DRAM ledger's shares of a bucket are
+        # coarsest, to 12 % (576->128's batch-128 backward-data, 16 x 72 x 128 at CHUNK 1,
+        # measures 11.4 % slower than predicted).
         tolerance = 0.15 if r["k"] < 12 else 0.12 if narrow else 0.05
         if r.get("transposed") and r["n"] <= r["rows"]:
             tolerance = max(tolerance, TURNED_ONE_ROW_TOLERANCE)
@@ -343,12 +341,12 @@ def test_model_within_5_percent_of_the_committed_benchmark():
     assert not off, off
 
 
-#: GEMMs alone the driver ran as their transpose (perfmodel.best_plan) whose turned M — the
-#: N as given — fills one partial tile row: the 256->10 forwards and weight gradients (10 of
-#: the ZCU104 default's 32 rows, 5 of its stand-in's 16), 350-900 cycles, are over-predicted
-#: by 3.5-6.5 % (about 50 cycles: the model's fixed costs of a GEMM of one tile row, README,
-#: "What is not here yet"), and the Pynq-Z1's 256->10 batch-128 weight gradient (10 x 256 x
-#: 128, A^T's rows of 10 bytes on one port, block 2) under-predicted by 6.8 %; held to this.
+#: GEMMs alone the driver ran as their transpose (perfmodel.best_plan) whose turned M — the N as
+#: given — fills one partial tile row: the 256->10 forwards and weight gradients (10 of the
+#: ZCU104 default's 32 rows, 5 of its stand-in's 16), 350-900 cycles, are over-predicted by
+#: 3.5-6.5 % (about 50 cycles: the model's fixed costs of a GEMM of one tile row), and the
+#: Pynq-Z1's 256->10 batch-128 weight gradient (10 x 256 x 128, A^T's rows of 10 bytes on one
+#: port, block 2) under-predicted by 6.8 %; held to this.
 TURNED_ONE_ROW_TOLERANCE = 0.08
 
 
@@ -364,10 +362,9 @@ def test_queued_model_within_the_committed_benchmark():
     two copies with ``DESC_FLAGS.OVERLAP`` less one, at the block chosen queued) against
     :func:`predict_queued`: within
     7 % behind the Zynq ports, 15 % behind the VU9P stand-in's DRAM narrower than a bus word
-    a cycle (as alone, above, plus the noise of a difference of two runs: the Pynq-Z1's
-    128 x 10 x 256 forward, run turned at the same block and chunk, measured 2,531 cycles
-    queued in session 44 and 2,555 in 45 — the port's random pauses drawn from one stream
-    for all the GEMMs run — the model's error -5.9 and -6.8 %)."""
+    a cycle (as alone, above, plus the noise of a difference of two runs: the port's random
+    pauses are drawn from one stream for all the GEMMs run, so the same GEMM measures a few
+    per cent apart from run to run)."""
     from firmware.runtime.perfmodel import predict_queued
 
     off = []
@@ -399,7 +396,7 @@ def test_queued_copies_hide_the_fill():
 
 def test_committed_zcu104_stand_in_tracks_its_default():
     """The benchmark's ZCU104 stand-in (16x32 @ 64 running the board's GEMMs with M and N
-    halved) is what the README reports for the board: its simulated utilisation must stay
+    halved) is what the documentation reports for the board: its simulated utilisation must stay
     near the model's prediction of the 32x64 @ 128 default at the board's shapes (never
     more pessimistic than 5 %, at most 25 % optimistic: the board's tiles wait rows + cols - 1
     = 95 cycles between read-outs, the stand-in's 47; 256->10's batch-64 forward alone, a

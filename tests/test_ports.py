@@ -1,9 +1,10 @@
-"""The memory model's board-like ports (:mod:`firmware.spec.ports`): the accelerator stays bit-exact and
-finishes under every preset and every AW/W order with pauses, with no AXI protocol violation;
-the port's limits hold; a burst over the port's limit is flagged; bad ports are refused.
+"""The memory model's board-like ports (:mod:`firmware.spec.ports`): the accelerator stays
+bit-exact and finishes under every preset and every AW/W order with pauses, with no AXI
+protocol violation; the port's limits hold; a burst over the port's limit is flagged; bad ports
+are refused.
 
 "w-first" (AWREADY only after the burst's W data) needs a manager that raises WVALID without
-waiting for AWREADY, as AXI requires: the DmaWriter does since main's commit 40bb489."""
+waiting for AWREADY, as AXI requires: the DmaWriter does."""
 
 import numpy as np
 import pytest
@@ -257,7 +258,7 @@ def test_roofline_counts_partly_filled_tiles_and_traffic():
 
 
 def test_dram_bound_leaves_the_ports_out():
-    """The issue's bound: the ZCU104 default's batch-64 weight gradient of 256->256 writes
+    """The DRAM bound: the ZCU104 default's batch-64 weight gradient of 256->256 writes
     256 KB of C through four 16-byte write ports (4096 cycles: port-bound at half the array)
     but the DRAM alone would take it with A and B in (256 + 32 KB) / 84 bytes a cycle; a
     port without a DRAM leaves the compute bound."""
@@ -384,8 +385,8 @@ def test_three_and_four_read_ports_stripe_b():
 
 def test_small_n_runs_as_its_transpose():
     """A GEMM of small N on three write and four read ports (the ZCU104's shape in small):
-    the driver runs it as C^T = op(B)^T op(A)^T (firmware.runtime.perfmodel.best_plan), the 3 columns on
-    the array's rows and A read as B is, striped over three ports; C comes back as the
+    the driver runs it as C^T = op(B)^T op(A)^T (firmware.runtime.perfmodel.best_plan), the 3
+    columns on the array's rows and A read as B is, striped over three ports; C comes back as the
     transpose of the C^T written, bit for bit — int32, float32 with row and column exponent
     vectors, and a K cut into runs by k_exp (pieces combined on the host) — faster than the
     GEMM as given (a block given, nothing turned) and as the model predicts. Kept on the

@@ -247,6 +247,16 @@ def _backward_gemms(eng: Engine, layer, qx: Q, qd: Q, need_input_grad: bool):
 
 
 class Layer:
+    """A layer: ``forward(x, eng)`` and ``backward(dy, eng)``, float32 arrays in and out.
+
+    Attributes
+    ----------
+    params : dict
+        The trainable arrays by name, updated in place by the optimiser.
+    grads : dict
+        Their gradients from the last :meth:`backward`.
+    """
+
     params: dict
     grads: dict
 
@@ -255,7 +265,20 @@ class Layer:
 
 
 class Linear(Layer):
-    """``y = x W + b`` with ``W`` of shape ``in x out`` (He-uniform initialised)."""
+    """Fully connected layer ``y = x W + b``.
+
+    Parameters
+    ----------
+    fan_in, fan_out : int
+        ``W`` is ``fan_in x fan_out`` (He-uniform initialised); ``b`` has ``fan_out`` zeros.
+    rng : numpy.random.Generator
+        Draws the initial weights.
+
+    Notes
+    -----
+    With an int8 :class:`Engine` the forward, backward-data and weight-gradient GEMMs run
+    on its device (see the module documentation).
+    """
 
     def __init__(self, fan_in: int, fan_out: int, rng: np.random.Generator):
         super().__init__()
@@ -287,8 +310,19 @@ class Linear(Layer):
 
 
 class Conv2d(Layer):
-    """2-D convolution (NCHW) as a GEMM over ``im2col`` patches; ``W`` is
-    ``(cin * k * k) x cout``."""
+    """2-D convolution (NCHW) as a GEMM over ``im2col`` patches.
+
+    Parameters
+    ----------
+    cin, cout : int
+        Input and output channels.
+    k : int
+        The square kernel's side; ``W`` is ``(cin * k * k) x cout``.
+    rng : numpy.random.Generator
+        Draws the initial weights (He-uniform).
+    stride, padding : int
+        As in PyTorch's ``Conv2d``.
+    """
 
     def __init__(self, cin: int, cout: int, k: int, rng: np.random.Generator, *,
                  stride: int = 1, padding: int = 0):
@@ -382,6 +416,8 @@ class Conv2d(Layer):
 
 
 class ReLU(Layer):
+    """``max(x, 0)``, element-wise."""
+
     def forward(self, x, eng):
         self.mask = x > 0
         return np.where(self.mask, x, x.dtype.type(0))
@@ -391,7 +427,18 @@ class ReLU(Layer):
 
 
 class MaxPool2d(Layer):
-    """Non-overlapping ``k x k`` max pooling (NCHW; H and W multiples of ``k``)."""
+    """Non-overlapping ``k x k`` max pooling (NCHW).
+
+    Parameters
+    ----------
+    k : int
+        The window's side; the input's height and width must be multiples of it.
+
+    Raises
+    ------
+    ValueError
+        From :meth:`forward`: H or W is not a multiple of ``k``.
+    """
 
     def __init__(self, k: int = 2):
         super().__init__()
@@ -423,6 +470,8 @@ class MaxPool2d(Layer):
 
 
 class Flatten(Layer):
+    """``(N, ...)`` to ``(N, -1)``."""
+
     def forward(self, x, eng):
         self.shape = x.shape
         return x.reshape(x.shape[0], -1)
@@ -432,7 +481,13 @@ class Flatten(Layer):
 
 
 class Network:
-    """A sequence of layers."""
+    """A sequence of layers.
+
+    Parameters
+    ----------
+    layers : iterable of Layer
+        Applied in order by :meth:`forward`, in reverse by :meth:`backward`.
+    """
 
     def __init__(self, layers):
         self.layers = list(layers)
@@ -443,9 +498,22 @@ class Network:
         return x
 
     def backward(self, dy, eng, need_input_grad: bool = False):
-        """Gradients of every parameter from ``dy``, the loss's gradient w.r.t. the output.
-        The first layer's backward-data GEMM runs only with ``need_input_grad`` (then the
-        input's gradient is returned; else None)."""
+        """Every parameter's gradient, from the loss's gradient w.r.t. the output.
+
+        Parameters
+        ----------
+        dy : numpy.ndarray
+            The loss's gradient w.r.t. the network's output.
+        eng : Engine
+            Where the GEMMs run.
+        need_input_grad : bool
+            Run the first layer's backward-data GEMM too.
+
+        Returns
+        -------
+        numpy.ndarray or None
+            The input's gradient with ``need_input_grad``, else None.
+        """
         for i in range(len(self.layers) - 1, -1, -1):
             layer = self.layers[i]
             if i == 0 and isinstance(layer, (Linear, Conv2d)):
@@ -461,18 +529,34 @@ class Network:
                 for name, p in layer.params.items()]
 
     def gradients(self):
+        """The gradients, in :meth:`parameters`' order."""
         return [layer.grads[name] for layer in self.layers for name in layer.params]
 
     def state(self) -> dict:
+        """A copy of every parameter, by name."""
         return {name: p.copy() for name, p in self.parameters()}
 
     def load_state(self, state: dict) -> None:
+        """Overwrite the parameters with :meth:`state`'s copies."""
         for name, p in self.parameters():
             p[...] = state[name]
 
 
 def softmax_cross_entropy(logits, labels):
-    """Mean cross-entropy of integer ``labels`` and its gradient w.r.t. ``logits``."""
+    """Softmax cross-entropy.
+
+    Parameters
+    ----------
+    logits : numpy.ndarray
+        ``N x classes``.
+    labels : numpy.ndarray
+        ``N`` integer class labels.
+
+    Returns
+    -------
+    tuple of (float, numpy.ndarray)
+        The mean loss and its float32 gradient w.r.t. ``logits``.
+    """
     z = logits - logits.max(axis=1, keepdims=True)
     p = np.exp(z)
     p /= p.sum(axis=1, keepdims=True)
@@ -484,6 +568,17 @@ def softmax_cross_entropy(logits, labels):
 
 
 def mse(pred, target):
-    """Mean squared error (mean over every element) and its gradient."""
+    """Mean squared error over every element.
+
+    Parameters
+    ----------
+    pred, target : numpy.ndarray
+        Of the same shape.
+
+    Returns
+    -------
+    tuple of (float, numpy.ndarray)
+        The loss and its float32 gradient w.r.t. ``pred``.
+    """
     diff = pred - target
     return float(np.mean(diff ** 2)), (2 * diff / diff.size).astype(np.float32)

@@ -25,6 +25,30 @@ def _q(x, rng):
 
 
 class SGD:
+    """SGD with momentum and weight decay, in float32 or fully 8-bit.
+
+    Parameters
+    ----------
+    params : list of (str, numpy.ndarray)
+        The parameters (:meth:`firmware.ml.nn.Network.parameters`), updated in place.
+    lr : float
+        The learning rate (positive); :attr:`lr` may be changed between steps.
+    momentum : float
+        In ``[0, 1)``.
+    weight_decay : float
+        At least 0.
+    weights : {"fp32", "int8"}
+        Float32 master weights and momentum, or weights, gradients and momentum in 8-bit
+        block floating point (one exponent per tensor, stochastic rounding).
+    rng : numpy.random.Generator, optional
+        The stochastic rounding's draws.
+
+    Raises
+    ------
+    ValueError
+        An argument out of range.
+    """
+
     def __init__(self, params, *, lr: float = 0.1, momentum: float = 0.9,
                  weight_decay: float = 0.0, weights: str = "fp32",
                  rng: np.random.Generator | None = None):
@@ -42,6 +66,7 @@ class SGD:
                 p[...] = _q(p, self.rng)
 
     def step(self, grads) -> None:
+        """One update from ``grads`` (in ``params``' order)."""
         for p, g, v in zip(self.params, grads, self.velocity, strict=True):
             if self.weights == "fp32":
                 v *= self.momentum
@@ -53,9 +78,11 @@ class SGD:
                 p[...] = _q(p - self.lr * v, self.rng)
 
     def state(self) -> dict:
+        """The momentum and learning rate, for a checkpoint."""
         return {"velocity": [v.copy() for v in self.velocity], "lr": self.lr}
 
     def load_state(self, state) -> None:
+        """Restore :meth:`state`."""
         for v, s in zip(self.velocity, state["velocity"], strict=True):
             v[...] = s
         self.lr = state["lr"]
@@ -70,23 +97,35 @@ SWA_LR_RATIO = 0.1
 
 
 def swalp_lr(epoch: float, lr0: float, budget: float, swa_lr: float | None = None) -> float:
-    """SWALP's learning-rate schedule (Yang et al. 2019; ``schedule()`` in the authors' code,
-    github.com/stevenygd/SWALP, ``train.py``).
+    """SWALP's learning-rate schedule (Yang et al. 2019).
 
-    With ``t = epoch / budget``, ``budget`` the pre-averaging budget (SWALP's ``swa_start``)
-    and ``epoch`` counted from 0 for the epoch about to be trained::
+    Parameters
+    ----------
+    epoch : float
+        The epoch about to be trained, from 0.
+    lr0 : float
+        The initial learning rate.
+    budget : float
+        The epochs before averaging (SWALP's ``swa_start``).
+    swa_lr : float, optional
+        The averaging phase's learning rate; None for a run without one (it stays at
+        ``0.01 lr0`` after the budget).
 
-        lr = lr0                                          t <= 0.5
-        lr = lr0 * (1 - (1 - 0.01) * (t - 0.5) / 0.4)     0.5 < t <= 0.9
-        lr = 0.01 * lr0                                   0.9 < t < 1
-        lr = swa_lr                                       t >= 1 (the averaging phase)
+    Returns
+    -------
+    float
+        With ``t = epoch / budget``: ``lr0`` for ``t <= 0.5``, a linear decay to
+        ``0.01 lr0`` by ``t = 0.9``, ``0.01 lr0`` to ``t < 1``, then ``swa_lr``.
 
-    so ``lr0`` for the first half of the budget, a linear decay to ``0.01 lr0`` by 90 % of it,
-    constant to its end, then the averaging phase at its own constant ``swa_lr``.
-    ``swa_lr=None`` is a run without an averaging phase: it stays at ``0.01 lr0`` after the
-    budget, so an SGD run follows the same curve as an averaging run up to the budget. (The
-    authors' scripts use ``swa_lr = 0.01`` with ``lr0 = 0.1`` for PreResNet-164 and with
-    ``lr0 = 0.05`` for VGG-16, i.e. 0.1 or 0.2 ``lr0``; :data:`SWA_LR_RATIO` takes 0.1.)
+    Raises
+    ------
+    ValueError
+        ``lr0``, ``budget`` or ``swa_lr`` is not positive.
+
+    Notes
+    -----
+    As ``schedule()`` in the authors' code (github.com/stevenygd/SWALP, ``train.py``). Their
+    scripts use ``swa_lr`` 0.1 or 0.2 times ``lr0``; :data:`SWA_LR_RATIO` takes 0.1.
     """
     if lr0 <= 0:
         raise ValueError(f"lr0 must be positive, not {lr0!r}")
@@ -115,6 +154,15 @@ def schedule_lr(schedule: str, epoch: float, lr0: float, budget: float,
         ``swa_lr`` in the averaging phase (``epoch >= budget``) of a run that averages.
     epoch, lr0, budget, swa_lr
         As :func:`swalp_lr`; ``swa_lr=None`` for a run without an averaging phase.
+
+    Returns
+    -------
+    float
+
+    Raises
+    ------
+    ValueError
+        An unknown schedule, or as :func:`swalp_lr`.
     """
     if schedule == "swalp":
         return swalp_lr(epoch, lr0, budget, swa_lr)
@@ -128,7 +176,13 @@ def schedule_lr(schedule: str, epoch: float, lr0: float, budget: float,
 
 
 class SWA:
-    """Running average of the weights (in float64), from ``start`` on."""
+    """Running average of the weights, in float64.
+
+    Parameters
+    ----------
+    params : list of (str, numpy.ndarray)
+        The parameters to average (their names and shapes).
+    """
 
     def __init__(self, params):
         self.names = [n for n, _ in params]
@@ -136,11 +190,13 @@ class SWA:
         self.count = 0
 
     def update(self, params) -> None:
+        """Add the parameters' current values to the average."""
         self.count += 1
         for n, p in params:
             self.mean[n] += (p - self.mean[n]) / self.count
 
     def averaged(self) -> dict:
+        """The average so far, float32, by name."""
         return {n: m.astype(np.float32) for n, m in self.mean.items()}
 
     def state(self) -> dict:

@@ -33,7 +33,18 @@ ROUNDING = ("nearest", "stochastic")
 
 
 def block_exponent(maxabs: np.ndarray) -> np.ndarray:
-    """``floor(log2(maxabs))`` exactly (0 where ``maxabs`` is 0)."""
+    """``floor(log2(maxabs))``, exactly (from the IEEE exponent).
+
+    Parameters
+    ----------
+    maxabs : numpy.ndarray
+        Non-negative magnitudes.
+
+    Returns
+    -------
+    numpy.ndarray
+        int64 exponents, 0 where ``maxabs`` is 0.
+    """
     _, e = np.frexp(np.asarray(maxabs, np.float64))
     return np.where(np.asarray(maxabs) > 0, e - 1, 0).astype(np.int64)
 
@@ -56,9 +67,34 @@ def _check(x, bits, axis, rounding, rng):
 
 def quantize(x: np.ndarray, *, bits: int = 8, axis: int | None = None,
              rounding: str = "nearest", rng: np.random.Generator | None = None):
-    """``(q, exp)``: int8 mantissas shaped like ``x`` and the blocks' exponents.
+    """Quantise to block floating point (see the module documentation).
 
-    ``exp`` is an int8 scalar (``axis=None``) or a vector of length ``x.shape[axis]``.
+    Parameters
+    ----------
+    x : numpy.ndarray
+        A finite floating-point array.
+    bits : int
+        Mantissa bits, 2 to 8.
+    axis : int, optional
+        None: one block, the whole tensor; else one block per slice along ``axis``.
+    rounding : {"nearest", "stochastic"}
+        Round to nearest, or stochastically with ``rng``'s draws.
+    rng : numpy.random.Generator, optional
+        Needed for stochastic rounding.
+
+    Returns
+    -------
+    q : numpy.ndarray
+        int8 mantissas shaped like ``x``, in ``-(2**(bits-1) - 1)..2**(bits-1) - 1``.
+    exp : numpy.int8 or numpy.ndarray
+        The blocks' exponents: a scalar, or a vector of length ``x.shape[axis]``.
+
+    Raises
+    ------
+    TypeError
+        ``x`` is not a floating-point array, or stochastic rounding has no ``rng``.
+    ValueError
+        ``x`` is not finite, or ``bits``, ``axis`` or ``rounding`` is out of range.
     """
     _check(x, bits, axis, rounding, rng)
     x64 = np.asarray(x, np.float64)
@@ -84,7 +120,21 @@ def quantize(x: np.ndarray, *, bits: int = 8, axis: int | None = None,
 
 
 def dequantize(q: np.ndarray, exp, axis: int | None = None) -> np.ndarray:
-    """``q * 2**exp`` as float32 (``exp`` per block along ``axis``, as :func:`quantize`)."""
+    """``q * 2**exp`` as float32.
+
+    Parameters
+    ----------
+    q : numpy.ndarray
+        Mantissas.
+    exp : int or numpy.ndarray
+        Exponents, as :func:`quantize` returns them.
+    axis : int, optional
+        The axis ``exp`` runs along (None: a scalar exponent).
+
+    Returns
+    -------
+    numpy.ndarray
+    """
     q = np.asarray(q)
     exp = np.asarray(exp, np.float64)
     if axis is not None:

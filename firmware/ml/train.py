@@ -1,13 +1,13 @@
 """Training on the accelerator: the Python API and ``python -m firmware.ml.train``.
 
-```
-python -m firmware.ml.train --task {digits-mlp,digits-cnn,mnist-logreg,rf-anomaly,
-                                fashion-mlp,fashion-cnn} [--train-subset N]
-       --precision {fp32,int8} [--swa] --backend {golden,rtl,pynq} [--rows R --cols C]
-       [--data-width W] [--board {pynq-z1,zcu104,vu9p} [--bitfile F] [--base-addr A]
-       [--report R]]
-       --epochs N --seed S [--out results.json] [--checkpoint DIR] [--resume]
-```
+.. code-block:: text
+
+    python -m firmware.ml.train --task {digits-mlp,digits-cnn,mnist-logreg,rf-anomaly,
+                                    fashion-mlp,fashion-cnn} [--train-subset N]
+           --precision {fp32,int8} [--swa] --backend {golden,rtl,pynq} [--rows R --cols C]
+           [--data-width W] [--board {pynq-z1,zcu104,vu9p} [--bitfile F] [--base-addr A]
+           [--report R]]
+           --epochs N --seed S [--out results.json] [--checkpoint DIR] [--resume]
 
 ``fp32`` trains in float32 numpy with float32 SGD (the reference). ``int8`` runs every GEMM of
 training — forward, backward-data, weight-gradient — on a :class:`firmware.Device` in 8-bit
@@ -102,6 +102,41 @@ TASKS = {
 
 @dataclass
 class TrainConfig:
+    """One training run's settings (the command line's options).
+
+    Attributes
+    ----------
+    task : str
+        A :data:`TASKS` name.
+    precision : {"fp32", "int8"}
+        float32 numpy GEMMs, or int8 block floating point on a :class:`firmware.Device`.
+    swa : bool
+        Average the weights (SWA) after the pre-averaging budget, the first
+        ``round(0.75 epochs)`` epochs.
+    epochs, seed : int
+        Epochs to train; the seed of the data order, rounding and initial weights.
+    batch : int, optional
+        Minibatch size (None: the task's).
+    lr : float, optional
+        Initial learning rate (None: the task's).
+    momentum, weight_decay : float
+        :class:`firmware.ml.optim.SGD`'s.
+    weights : {"fp32", "int8"}, optional
+        Float32 master weights, or weights, gradients and momentum in int8 (None: int8 with
+        SWA, else float32).
+    swa_every : {"epoch", "iteration"}
+        How often the average takes the weights once it has started.
+    schedule : {"swalp", "constant"}
+        The learning-rate schedule (:func:`firmware.ml.optim.schedule_lr`).
+    swa_lr : float, optional
+        The averaging phase's learning rate (None: 0.1 times the initial one).
+    blocks : str
+        Block granularity (:meth:`firmware.ml.nn.Blocks.parse`): ``"fox"``, ``"tensor"`` or
+        ``"weights,activations,deltas"``.
+    train_subset : int, optional
+        Train on the first this many examples only (the test set is whole).
+    """
+
     task: str = "digits-mlp"
     precision: str = "fp32"
     swa: bool = False
@@ -111,21 +146,11 @@ class TrainConfig:
     lr: float | None = None
     momentum: float = 0.9
     weight_decay: float = 5e-4
-    #: "fp32" master weights or "int8" weights, gradients and momentum (None: int8 with SWA)
     weights: str | None = None
-    #: SWA averaging "epoch" (once per epoch) or "iteration" (every step), once started
     swa_every: str = "epoch"
-    #: the learning-rate schedule of every arm, "swalp" or "constant" (see
-    #: :func:`firmware.ml.optim.schedule_lr`): the same over the pre-averaging budget (the first
-    #: ``round(0.75 epochs)`` epochs) with or without ``swa``; ``swa`` adds the averaging phase
     schedule: str = "swalp"
-    #: the averaging phase's constant learning rate (None: 0.1 times the initial one)
     swa_lr: float | None = None
-    #: block floating-point granularity, :meth:`firmware.ml.nn.Blocks.parse`: "fox" (weights
-    #: per tensor, activations and deltas per sample), "tensor", or "weights,activations,deltas"
     blocks: str = "fox"
-    #: train on the first ``train_subset`` training examples only (quick runs; the test set
-    #: is whole); None: all of them
     train_subset: int | None = None
 
     def check(self):
@@ -353,12 +378,43 @@ def _bar(epoch, epochs):
 def run(cfg: TrainConfig, *, backend="golden", rows=8, cols=8, checkpoint=None,
         resume=False, quiet=False, stop_after: int | None = None,
         clock_mhz: float | None = None, **device_options) -> dict:
-    """Train as the command line does; returns the results dictionary.
+    """Train as the command line does.
 
-    ``stop_after`` ends the call after that many epochs (as if interrupted; resume later).
-    ``clock_mhz``: the accelerator clock at which the profile (``"profile"`` in the results,
-    training steps only) turns cycles into seconds (default: the board's on ``pynq``, else
-    none)."""
+    Parameters
+    ----------
+    cfg : TrainConfig
+        What to train and how.
+    backend : {"golden", "rtl", "pynq", "model"}
+        Where int8 GEMMs run (:class:`firmware.Device`).
+    rows, cols : int, optional
+        The array's shape; on ``pynq`` pass None to take the hardware's.
+    checkpoint : path-like, optional
+        A directory where each epoch's state is saved.
+    resume : bool
+        Continue from the checkpoint there.
+    quiet : bool
+        Print no progress.
+    stop_after : int, optional
+        End after this many epochs, as if interrupted (resume later).
+    clock_mhz : float, optional
+        The clock at which the profile turns cycles into seconds (default: the board's on
+        ``pynq``, else none).
+    **device_options :
+        More :class:`firmware.Device` options (``board``, ``bitfile``, ``port``...).
+
+    Returns
+    -------
+    dict
+        The results: ``test_metric``, ``history`` (per epoch), ``gemms``,
+        ``accelerator_cycles``, ``profile``, ``weights_digest`` and the settings.
+
+    Raises
+    ------
+    FileNotFoundError
+        ``resume`` without a checkpoint.
+    ValueError
+        A bad setting in ``cfg``.
+    """
     r = build(cfg, backend, rows, cols, **device_options)
     ckpt = Path(checkpoint) if checkpoint else None
     if resume:

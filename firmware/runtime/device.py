@@ -1,71 +1,32 @@
 """``firmware.Device``: one GEMM API over the golden model, the simulated RTL and a board.
 
-```python
-from firmware import Device
-dev = Device(backend="golden", rows=8, cols=8)
-c = dev.gemm(a, b, transpose_a=False, transpose_b=False, row_exp=0, col_exp=0, out="float32")
-dev.stats     # of the last call
-dev.profile   # host time and accelerator cycles, accumulated (firmware.runtime.profile.Profile)
-```
+The result always equals :func:`sim.models.golden.gemm_scaled` (the raw int32 GEMM with
+``out="int32"``) bit for bit, whatever the backend:
 
-The result always equals :func:`sim.models.golden.gemm_scaled` (``sim.models.golden.rescale(
-sim.models.golden.gemm(...), row_exp, col_exp)`` without ``k_exp``; the raw int32 GEMM with
-``out="int32"``) bit for bit. Backends:
+* ``"golden"``: numpy only, instant; nothing is timed.
+* ``"rtl"``: the accelerator's Verilog as a native Verilator model with an AXI memory model
+  (:mod:`sim.native`), cycle-accurate, driven by :class:`firmware.runtime.driver.Driver`.
+* ``"pynq"``: the same driver over a board through the ``pynq`` package
+  (:mod:`firmware.runtime.pynq_backend`).
+* ``"model"``: the same driver over :class:`sim.models.functional.FunctionalAccelerator`:
+  results from the golden models, cycles from :mod:`firmware.runtime.perfmodel`.
 
-* ``"golden"``: numpy only, instant; ``stats`` has the MAC count (no cycles: nothing is timed).
-* ``"rtl"``: the generated Verilog of the whole accelerator (:class:`rtl.accelerator.Accelerator`)
-  as a native Verilator model with an AXI memory model (:mod:`sim.native`), cycle-accurate,
-  driven by the register-level :class:`firmware.runtime.driver.Driver`. The model is compiled once per
-  configuration and cached. ``stats`` has the hardware's counters.
-* ``"pynq"``: the same driver over a board, through the ``pynq`` package (``MMIO`` and
-  ``allocate``); see :mod:`firmware.runtime.pynq_backend`. ``rows``, ``cols`` and ``data_width``
-  default to what the hardware's configuration registers say.
-* ``"model"``: the same driver over :class:`sim.models.functional.FunctionalAccelerator`, a
-  register-level functional model: results from the golden models at once, cycles from the
-  analytic performance model. For measuring the host's side at board sizes the
-  cycle-accurate model cannot reach; not a test of the hardware.
+On ``rtl`` and ``pynq`` the product is the accelerator's; the host only copies operands
+into device buffers. It adds partial sums only where one descriptor cannot express the GEMM
+(a dimension above :data:`MAX_DIM`, or ``k_exp`` with several runs of equal values), timed
+as ``combine`` in :attr:`Device.profile`.
 
-On ``rtl`` and ``pynq`` the host computes nothing over the operands: the arguments are checked
-from their shapes and dtypes, operands are copied into device buffers (layout only), and the
-product is the accelerator's. Host arithmetic happens only where one descriptor cannot
-express the GEMM, and :attr:`Device.profile` times it as ``combine``:
+Examples
+--------
+.. code-block:: python
 
-* a dimension above :data:`MAX_DIM` (the register map's 16-bit fields): M and N are cut into
-  tiles (descriptors over sub-ranges of the same buffers, no arithmetic); K is cut into
-  chunks whose exact int32 partial sums the host adds in int64 (then rescales);
-* ``k_exp`` with more than one run of equal values (blocks along the reduction axis, as in
-  Fox et al.'s per-sample weight gradient): one descriptor per run, raw int32 partials
-  combined in float64 as :func:`sim.models.golden.gemm_scaled` specifies.
-
-Device memory (``rtl``, ``pynq``): :meth:`Device.tensor` copies an int8 matrix into a device
-buffer once and returns a :class:`DeviceTensor` handle that any number of GEMMs can take in
-place of the array (weights across a step's three GEMMs, the quantised activations from the
-forward pass to the weight gradient). Buffers come from a pool keyed by size: a training loop
-allocates once per shape and reuses them every step. On ``golden`` a handle simply wraps the
-array.
-
-Backend options (keyword arguments of :class:`Device`): ``depth``, ``block``, ``packing``,
-``write_ports`` (hardware configuration, ``rtl`` and ``model``; 2 to 6 deal C rows to that
-many AXI write ports, each with the ``port``'s limits); ``read_ports`` (the same; 2 reads A
-and B through an AXI read port each, 3 stripes B's rows over two); ``dsp_slice`` (``rtl``,
-with ``packing=2``: the pairs modelled on a ``"DSP48E2"``, the default, or a ``"DSP48E1"``,
-as the Pynq-Z1 builds them; the same results and cycles); ``slr_groups``
-(``rtl``: the array's columns in that many SLR groups with crossing registers, as on the
-VU9P); ``port`` (the
-memory port's timing, ``rtl``: a preset name of :data:`firmware.spec.ports.PORTS` -- ``"ideal"`` (the
-default), ``"zynq7-hp"``, ``"zynqmp-hp"``, ``"vcu118-ddr4"`` -- or a dict of knobs, see
-:mod:`firmware.spec.ports`); ``latency``, ``pause``,
-``memory`` (bytes), ``seed`` (``rtl``); ``board``, ``bitfile``, ``report``, ``base_addr``,
-``ip_name``, ``clock_hz`` (``pynq``, see :func:`firmware.runtime.pynq_backend.connect`); ``max_dim``
-(every backend but golden: the largest M, N or K of one descriptor, :data:`MAX_DIM` by
-default; smaller values exercise the splitting).
-
-```python
-dev = Device("rtl", rows=16, cols=16, data_width=64, port="zynq7-hp")
-w = dev.tensor(w_q)                       # resident int8 weights
-y = dev.gemm(x_q, w, row_exp=x_e, col_exp=w_e)
-dx = dev.gemm(d_q, w, transpose_b=True, row_exp=d_e, col_exp=w_e)
-```
+    from firmware import Device
+    dev = Device("rtl", rows=16, cols=16, data_width=64, port="zynq7-hp")
+    w = dev.tensor(w_q)                       # resident int8 weights
+    y = dev.gemm(x_q, w, row_exp=x_e, col_exp=w_e)
+    dx = dev.gemm(d_q, w, transpose_b=True, row_exp=d_e, col_exp=w_e)
+    dev.stats     # of the last call
+    dev.profile   # host time and accelerator cycles, accumulated
 """
 
 from __future__ import annotations
@@ -109,13 +70,20 @@ def _round_up(x: int, to: int) -> int:
 
 
 class DeviceTensor:
-    """A matrix in device memory (or, on the golden backend, the array itself).
+    """A matrix in device memory (on the golden backend, the array itself).
 
-    ``shape`` and ``dtype`` are the matrix's; ``stride`` the bytes between its rows in the
-    buffer (rounded up to the bus width, but for int8 rows shorter than a bus word: those are
-    packed). :meth:`numpy` copies it back; :meth:`write`
-    overwrites it with an array of the same shape and dtype; :meth:`free` returns the buffer
-    to the device's pool (the handle is unusable afterwards).
+    Made by :meth:`Device.tensor` or :meth:`Device.empty`, or returned by :meth:`Device.gemm`
+    with ``as_tensor=True``; any GEMM of the same device takes it in place of an array.
+
+    Attributes
+    ----------
+    shape : tuple of int
+        The matrix's shape.
+    dtype : numpy.dtype
+        Its element type.
+    stride : int
+        Bytes between its rows in the buffer: a whole number of bus words, or the row's
+        bytes for int8 rows shorter than a bus word (stored packed).
     """
 
     def __init__(self, device, shape, dtype, buffer=None, stride=0, array=None):
@@ -141,7 +109,18 @@ class DeviceTensor:
         return view[:, :cols * self.dtype.itemsize]
 
     def write(self, x: np.ndarray) -> None:
-        """Copy ``x`` (same shape and dtype) into the tensor's buffer."""
+        """Overwrite the tensor with ``x``.
+
+        Parameters
+        ----------
+        x : numpy.ndarray
+            Of the tensor's shape and dtype.
+
+        Raises
+        ------
+        ValueError
+            ``x`` has another shape or dtype, or the tensor was freed.
+        """
         self._live()
         if not isinstance(x, np.ndarray) or x.shape != self.shape or x.dtype != self.dtype:
             raise ValueError(f"x must be a {self.dtype} array of shape {self.shape}, not "
@@ -156,7 +135,13 @@ class DeviceTensor:
             self.buffer.flush()
 
     def numpy(self) -> np.ndarray:
-        """A host copy of the tensor."""
+        """A host copy of the tensor.
+
+        Raises
+        ------
+        ValueError
+            The tensor was freed.
+        """
         self._live()
         if self.buffer is None:
             return self._array
@@ -165,6 +150,7 @@ class DeviceTensor:
             return self._rows().copy().view(self.dtype).reshape(self.shape)
 
     def free(self) -> None:
+        """Return the buffer to the device's pool; the handle is unusable afterwards."""
         if self.device is not None and self.buffer is not None:
             self.device._release(self.buffer)
         self.device, self.buffer, self._array = None, None, None
@@ -283,18 +269,55 @@ def _int_arg(name, v, allow_none=False):
 
 
 class Device:
-    """An int8 GEMM accelerator (see the module documentation).
+    """An int8 GEMM accelerator behind one of :data:`BACKENDS`.
 
     Parameters
     ----------
-    backend : {"golden", "rtl", "pynq"}
-    rows, cols : int
-        Systolic array shape (used by the ``rtl`` backend; checked everywhere). Default 8, or
-        on ``pynq`` the hardware's.
-    data_width : {64, 128, 256, 512}
-        Memory bus width in bits. Default 128, or on ``pynq`` the hardware's.
-    **options
-        Backend options (see the module documentation).
+    backend : {"golden", "rtl", "pynq", "model"}
+        Where the GEMMs run (see the module documentation).
+    rows, cols : int, optional
+        The systolic array's shape. Default 8, or on ``pynq`` the hardware's (checked
+        against it when given).
+    data_width : {64, 128, 256, 512}, optional
+        The memory bus in bits. Default 128, or on ``pynq`` the hardware's.
+    max_dim : int
+        Every backend but ``golden``: the largest M, N or K of one descriptor (default
+        :data:`MAX_DIM`); smaller values exercise the splitting.
+    depth, block, packing, queue, write_ports, read_ports : int
+        ``rtl`` and ``model``: the hardware configuration
+        (:class:`rtl.accelerator.Accelerator`); ``queue`` on ``model`` only.
+    dsp_slice : {"DSP48E2", "DSP48E1"}
+        ``rtl`` with ``packing=2``: the DSP slice the pairs model.
+    slr_groups : int
+        ``rtl``: the array's columns in that many SLR groups.
+    port : str or dict
+        ``rtl`` and ``model``: the memory port's timing, a preset of
+        :data:`firmware.spec.ports.PORTS` (default ``"ideal"``) or a dict of knobs.
+    latency, pause, seed : optional
+        ``rtl``: the port's read latency, its random pauses, their seed.
+    memory : int
+        ``rtl`` and ``model``: bytes of simulated memory.
+    addr_width : int
+        ``model``: the address width the registers report.
+    board, bitfile, report, base_addr, ip_name, clock_hz :
+        ``pynq``: which board and build (:func:`firmware.runtime.pynq_backend.connect`).
+
+    Attributes
+    ----------
+    stats : dict
+        The last call's MACs, descriptors, cycles, utilisation, block, chunk and transpose.
+    profile : firmware.runtime.profile.Profile
+        Host time by kind and accelerator cycles, accumulated over calls.
+    driver : firmware.runtime.driver.Driver or None
+        The register-level driver (None on ``golden``).
+
+    Raises
+    ------
+    ValueError
+        An unknown backend, a bad ``rows``, ``cols``, ``data_width`` or ``max_dim``, or a
+        board whose hardware differs from what was asked.
+    TypeError
+        An option the backend does not take.
     """
 
     def __init__(self, backend: str = "golden", *, rows: int | None = None,
@@ -358,9 +381,26 @@ class Device:
         self.pool.put(buf)
 
     def empty(self, shape, dtype=np.int8) -> DeviceTensor:
-        """An uninitialised device matrix: rows a whole number of bus words apart, except an
-        int8 matrix of rows shorter than a word, stored packed (rows ``shape[1]`` bytes
-        apart)."""
+        """An uninitialised device matrix.
+
+        Parameters
+        ----------
+        shape : tuple of int
+            Rows and columns, each at least 1.
+        dtype : numpy.dtype
+            The element type.
+
+        Returns
+        -------
+        DeviceTensor
+            Rows a whole number of bus words apart, or ``shape[1]`` bytes apart for an int8
+            matrix of rows shorter than a bus word (stored packed).
+
+        Raises
+        ------
+        ValueError
+            ``shape`` is not two positive integers.
+        """
         shape = tuple(int(s) for s in shape)
         if len(shape) != 2 or min(shape) < 1:
             raise ValueError(f"shape must be two positive integers, not {shape}")
@@ -376,9 +416,27 @@ class Device:
         return DeviceTensor(self, shape, dtype, buf, stride)
 
     def tensor(self, x: np.ndarray, *, into: DeviceTensor | None = None) -> DeviceTensor:
-        """Copy the matrix ``x`` (int8; a vector is taken as one row) into device memory.
+        """Copy a matrix into device memory.
 
-        ``into``: an existing tensor of the same shape and dtype to overwrite (no allocation).
+        Parameters
+        ----------
+        x : numpy.ndarray
+            A non-empty matrix (int8 for a GEMM operand); a vector is taken as one row.
+        into : DeviceTensor, optional
+            A tensor of this device, of ``x``'s shape and dtype, to overwrite instead of
+            allocating one.
+
+        Returns
+        -------
+        DeviceTensor
+
+        Raises
+        ------
+        TypeError
+            ``x`` is not a numpy array.
+        ValueError
+            ``x`` is empty or has more than two dimensions, or ``into`` is not a tensor of
+            this device of ``x``'s shape and dtype.
         """
         if not isinstance(x, np.ndarray):
             raise TypeError(f"x must be a numpy array, not {type(x).__name__}")
@@ -414,29 +472,36 @@ class Device:
     def gemm(self, a, b, *, transpose_a: bool = False, transpose_b: bool = False,
              row_exp=0, col_exp=0, k_exp=None, out: str = "float32",
              as_tensor: bool = False, block: int | None = None):
-        """:func:`sim.models.golden.gemm_scaled` as float32, or the int32 GEMM (``out="int32"``).
+        """``C = op(A) op(B)``, rescaled to float32 or raw int32.
 
-        ``as_tensor``: return C as a :class:`DeviceTensor` left in device memory (not read
-        back; ``.numpy()`` reads it) instead of a numpy array.
+        Parameters
+        ----------
+        a, b : numpy.ndarray or DeviceTensor
+            int8 matrices.
+        transpose_a, transpose_b : bool
+            Use ``A^T`` (``B^T``): ``a`` is stored K x M (``b`` N x K).
+        row_exp, col_exp : int or numpy.ndarray
+            int8 exponents, a scalar or one per row of C (per column of C).
+        k_exp : numpy.ndarray, optional
+            One exponent per k: blocks along the reduction axis
+            (:func:`sim.models.golden.gemm_scaled`); only with ``out="float32"``.
+        out : {"float32", "int32"}
+            :func:`sim.models.golden.gemm_scaled` as float32, or the exact int32 GEMM.
+        as_tensor : bool
+            Leave C in device memory and return it as a :class:`DeviceTensor`.
+        block : int, optional
+            The side, in C tiles, of the blocks C is walked in (1 to the hardware's
+            ``CONFIG_BUFFER.BLOCK_LOG2``). None: :func:`firmware.runtime.perfmodel.best_plan`
+            chooses it for the device's memory port, with whether to run the GEMM as its
+            transpose ``C^T = op(B)^T op(A)^T`` (never with ``as_tensor``) and the K chunk
+            (:func:`firmware.runtime.perfmodel.best_chunk`); the hardware's largest block
+            where the port is unknown. The choice changes the time, never the result.
 
-        ``block``: the side, in C tiles, of the blocks the accelerator walks C in (1 up to
-        the buffers' block, ``CONFIG_BUFFER.BLOCK_LOG2``): A and B are read once per block
-        row and column, C leaves block by block. ``None`` lets
-        :func:`firmware.runtime.perfmodel.best_plan` choose for the device's memory port (the hardware's
-        largest where the port is unknown), and also whether to run the GEMM as its
-        transpose, ``C^T = op(B)^T op(A)^T``, where that is predicted faster (a small N: the
-        short side on the array's rows, the long operand read as B is) — then C is returned
-        as the transpose of the C^T written, copied into row-major order (never with
-        ``as_tensor``), and how K is cut into chunks (``DESC_FLAGS.CHUNK``,
-        :func:`firmware.runtime.perfmodel.best_chunk`). It changes the time, never the result, nor its
-        memory order; ``stats["block"]``, ``stats["transposed"]`` and ``stats["chunk"]`` say
-        which was used.
-
-        ``a``, ``b``: int8 matrices, as numpy arrays or :class:`DeviceTensor`. ``row_exp``,
-        ``col_exp``: int8 scalars or vectors. ``k_exp``: ``None`` or an integer vector, one
-        exponent per k (blocks along the reduction axis; only with ``out="float32"``).
-
-        Several independent GEMMs run faster queued together: see :meth:`gemms`.
+        Returns
+        -------
+        numpy.ndarray or DeviceTensor
+            C, M x N, row-major. :attr:`stats` says how it ran (``block``, ``transposed``,
+            ``chunk``, ``cycles``...).
 
         Raises
         ------
@@ -448,30 +513,32 @@ class Device:
             not ``"float32"`` / ``"int32"``, or ``block`` is outside ``1..`` the hardware's.
         AcceleratorError
             The hardware reported an error code.
+
+        See Also
+        --------
+        gemms : several independent GEMMs queued together, faster.
         """
         return self._gemms([dict(a=a, b=b, transpose_a=transpose_a, transpose_b=transpose_b,
                                  row_exp=row_exp, col_exp=col_exp, k_exp=k_exp, out=out,
                                  as_tensor=as_tensor, block=block)], single=True)[0]
 
     def gemms(self, calls) -> list:
-        """Several independent GEMMs queued on the accelerator together; their results in order.
+        """Several independent GEMMs queued on the accelerator together.
 
-        ``calls``: a sequence of dicts, each the keyword arguments of one :meth:`gemm`
-        (``a`` and ``b`` included), e.g. a layer's weight gradient and backward-data GEMMs::
+        Each call's descriptors go to the queue back to back with ``DESC_FLAGS.OVERLAP``, so
+        a GEMM's loads run under the last C rows of the one before; a call after the first
+        takes its block from the queued prediction. Every call is checked before any runs.
 
-            dw, dx = dev.gemms([dict(a=x, b=d, transpose_a=True),
-                                dict(a=d, b=w, transpose_b=True)])
+        Parameters
+        ----------
+        calls : sequence of dict
+            Each the keyword arguments of one :meth:`gemm`, ``a`` and ``b`` included.
 
-        Every result is bit for bit what :meth:`gemm` returns for the same call. The calls
-        are independent by construction (each C is a new buffer, no call reads another's), so
-        their descriptors go to the accelerator queued back to back with
-        ``DESC_FLAGS.OVERLAP``: each GEMM's loads and first tiles run under the last C rows of
-        the one before, with no wait for the host between them while the queue holds them
-        (runs are cut where the C buffers pass :data:`C_BUDGET`, see :meth:`_run`). A call
-        after the first takes its block from the queued prediction (it usually runs behind
-        the one before). Every call is checked before any runs. ``stats``
-        then covers the whole run: ``macs``, ``descriptors`` and the counters summed, and
-        ``gemms``, each call's ``m``, ``n``, ``k`` and ``block``.
+        Returns
+        -------
+        list
+            The results in order, each bit for bit what :meth:`gemm` returns for its call.
+            :attr:`stats` covers the whole run, with ``gemms``: each call's shape and block.
 
         Raises
         ------
@@ -480,6 +547,13 @@ class Device:
             call, ``calls[i]``).
         ValueError
             ``calls`` is empty, or as :meth:`gemm`.
+
+        Examples
+        --------
+        A layer's weight gradient and backward-data GEMMs::
+
+            dw, dx = dev.gemms([dict(a=x, b=d, transpose_a=True),
+                                dict(a=d, b=w, transpose_b=True)])
         """
         if isinstance(calls, dict) or not isinstance(calls, (list, tuple)):
             raise TypeError(f"calls must be a list of dicts (gemm's keyword arguments), not "
@@ -614,8 +688,14 @@ class Device:
         return y
 
     def memory_port(self) -> dict | None:
-        """The memory port's knobs (:func:`firmware.spec.ports.resolve_port`) where known: the
-        simulators', or the preset of the board the pynq backend found; else None."""
+        """The memory port the schedule is planned for.
+
+        Returns
+        -------
+        dict or None
+            The port's knobs (:func:`firmware.spec.ports.resolve_port`): the simulator's, or
+            the preset of the board the pynq backend found; None where unknown.
+        """
         from firmware.spec.ports import BOARD_PORTS, resolve_port
         if self.backend in ("rtl", "model"):
             return self.sim.port
@@ -623,11 +703,11 @@ class Device:
         return resolve_port(BOARD_PORTS[board]) if board in BOARD_PORTS else None
 
     def _plan(self, c: _Call, queued=False) -> None:
-        """``c``'s block and whether it runs as its transpose (:func:`firmware.runtime.perfmodel.best_plan`
-        for the device's memory port; the hardware's largest block, as given, where the port is
-        unknown). A transposed call (never one kept ``as_tensor``: C would be left transposed
-        in device memory) has its operands, shape, flags and exponents turned here; its result
-        is turned back after the run."""
+        """``c``'s block, chunk and whether it runs as its transpose
+        (:func:`firmware.runtime.perfmodel.best_plan` for the device's memory port; the
+        hardware's largest block where the port is unknown). A transposed call (never one
+        kept ``as_tensor``) has its operands, shape, flags and exponents turned here; its
+        result is turned back after the run."""
         info = self.driver.info
         port = self.memory_port()
         if port is None:
@@ -754,7 +834,7 @@ class Device:
             call.acc[...] = 0
 
     def close(self) -> None:
-        """Free every pooled buffer."""
+        """Give every idle pooled buffer back to the device's memory."""
         if self.pool is not None:
             self.pool.trim()
 

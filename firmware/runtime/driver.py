@@ -75,9 +75,28 @@ def _round_up(x: int, to: int) -> int:
 
 
 class Driver:
-    """Runs GEMMs on an accelerator through its registers (see the module documentation).
+    """Runs GEMM descriptors on an accelerator through its registers.
 
-    ``poll_cycles``: how long to let the hardware run between two STATUS reads.
+    Parameters
+    ----------
+    regs : object
+        ``read32(offset)``, ``write32(offset, value)`` and ``wait(cycles)`` (see the module
+        documentation).
+    memory : object
+        ``buffer(nbytes)``, optionally ``free(buffer)``, and ``release()``.
+    poll_cycles : int
+        Cycles to let the hardware run between two STATUS reads.
+
+    Attributes
+    ----------
+    info : HardwareInfo
+        What the configuration registers say (array, buffers, bus, ports).
+
+    Raises
+    ------
+    RuntimeError
+        No accelerator answers with the register map's ID, or its version is not this
+        driver's.
     """
 
     def __init__(self, regs, memory, *, poll_cycles: int = 256):
@@ -103,6 +122,7 @@ class Driver:
         return self.read(f"{name}_HI") << 32 | lo
 
     def status(self) -> dict:
+        """``STATUS``'s fields, by lower-case name."""
         word = self.read("STATUS")
         return {f.name.lower(): field_value("STATUS", f.name, word)
                 for f in regmap.by_name("STATUS").fields}
@@ -135,13 +155,17 @@ class Driver:
     def submit(self, desc: dict) -> None:
         """Stage one descriptor and enqueue it.
 
-        ``desc`` has ``m, n, k``, ``flags`` (a dict of ``DESC_FLAGS`` fields), and
-        ``a_addr, a_stride, b_addr, b_stride, c_addr, c_stride, row_exp_addr,
-        col_exp_addr`` (missing addresses and strides are 0).
+        Parameters
+        ----------
+        desc : dict
+            ``m``, ``n``, ``k``, ``flags`` (a dict of ``DESC_FLAGS`` fields) and ``a_addr``,
+            ``a_stride``, ``b_addr``, ``b_stride``, ``c_addr``, ``c_stride``,
+            ``row_exp_addr``, ``col_exp_addr`` (0 where missing).
 
-        The staging registers keep their values after ENQUEUE, so only those that differ
-        from the previous descriptor's are written (a run of descriptors that differ in
-        their addresses costs a few register writes each, not seventeen).
+        Notes
+        -----
+        The staging registers keep their values after ``CTRL.ENQUEUE``: only those that
+        differ from the previous descriptor's are written.
         """
         words = {f"DESC_{name.upper()}": desc[name] for name in ("m", "n", "k")}
         words["DESC_FLAGS"] = pack("DESC_FLAGS", **desc.get("flags", {}))
@@ -161,19 +185,39 @@ class Driver:
         self.write("CTRL", pack("CTRL", ENQUEUE=1))
 
     def counters(self) -> dict:
+        """The 64-bit counters, by lower-case register name."""
         return {name.lower(): self.read64(name) for name in (
             "CYCLES", "BUSY_CYCLES", "ACTIVE_CYCLES", "STALL_CYCLES", "MACS")}
 
     def run(self, *descs: dict, max_cycles: int | None = None, profile=None) -> dict:
-        """Run descriptors to completion, queued back to back; returns the counters.
+        """Run descriptors to completion, queued back to back.
 
-        More descriptors than the queue holds are fed in as it drains (``STATUS.QUEUE_LEVEL``).
-        The address window is set to cover every region the descriptors name (each
-        descriptor may carry ``regions``: ``(start, end)`` byte ranges). ``max_cycles``
-        (default: a generous bound from the descriptors' sizes) ends the wait with
-        ``TimeoutError``. On an error code: soft-resets the engine (so it works again) and
-        raises :class:`AcceleratorError`. ``profile`` (a :class:`firmware.runtime.profile.Profile`)
-        gets the time spent writing registers (``driver``) and polling (``wait``).
+        More descriptors than the queue holds are fed in as it drains
+        (``STATUS.QUEUE_LEVEL``). The address window is set to cover every ``regions``
+        entry the descriptors carry.
+
+        Parameters
+        ----------
+        *descs : dict
+            Descriptors as :meth:`submit` takes them, each optionally with ``regions``:
+            ``(start, end)`` byte ranges it touches.
+        max_cycles : int, optional
+            How long to wait; default a generous bound from the descriptors' sizes.
+        profile : firmware.runtime.profile.Profile, optional
+            Gets the time spent writing registers (``driver``) and polling (``wait``).
+
+        Returns
+        -------
+        dict
+            The counters: ``cycles``, ``busy_cycles``, ``active_cycles``,
+            ``stall_cycles``, ``macs``.
+
+        Raises
+        ------
+        AcceleratorError
+            The engine stopped on an error code (it is soft-reset first, so it works again).
+        TimeoutError
+            The descriptors did not finish within ``max_cycles``.
         """
         from firmware.runtime.profile import Profile
         prof = profile or Profile()
@@ -219,18 +263,45 @@ class Driver:
                     limit: int = 65535, block: int = 0, overlap: bool = True,
                     chunk: int = 0) -> list[dict]:
         """Descriptors for ``C = op(A)[:, k0:k1] @ op(B)[k0:k1, :]``, tiled so that no
-        dimension exceeds ``limit`` (tiles start at multiples of ``limit``, which must be a
-        multiple of the bus width in bytes so every tile's addresses stay aligned).
+        dimension exceeds ``limit``.
 
-        ``a``, ``b``, ``c``: device matrices (``addr``, ``stride``); ``row_exp`` / ``col_exp``:
-        an int (the descriptor's scalar exponent) or a device vector (``addr``); ``block``: the
-        reuse blocks' side in C tiles (``DESC_FLAGS.BLOCK``; 0: the largest the hardware has);
-        ``overlap``: ``DESC_FLAGS.OVERLAP``, each descriptor may start while the one queued
-        before it still writes its C (true unless A, B or the exponents are the C of a
-        descriptor queued before them in the same :meth:`run`: these descriptors write C
-        tiles of their own and read only A, B and the exponents); ``chunk``:
-        ``DESC_FLAGS.CHUNK``, the longest K chunk (:func:`sim.models.engine.chunk_depth`).
-        Arguments are trusted (checked by :class:`firmware.Device`).
+        Parameters
+        ----------
+        a, b, c : DeviceTensor
+            Device matrices (``addr``, ``stride``).
+        m, n, k0, k1 : int
+            C's shape and the range of K.
+        transpose_a, transpose_b, raw : bool
+            ``DESC_FLAGS`` fields.
+        row_exp, col_exp : int or DeviceTensor
+            A scalar exponent, or a device vector.
+        limit : int
+            The largest dimension of one descriptor; tiles start at its multiples, so it
+            must be a multiple of the bus width in bytes.
+        block : int
+            ``DESC_FLAGS.BLOCK``: the reuse blocks' side in C tiles (0: the hardware's
+            largest).
+        overlap : bool
+            ``DESC_FLAGS.OVERLAP``: a descriptor may start while the one before it writes
+            its C (false where A, B or an exponent vector is the C of a descriptor queued
+            before it in the same :meth:`run`).
+        chunk : int
+            ``DESC_FLAGS.CHUNK``: the longest K chunk
+            (:func:`sim.models.engine.chunk_depth`).
+
+        Returns
+        -------
+        list of dict
+            Descriptors for :meth:`run`, each with its ``regions``.
+
+        Raises
+        ------
+        ValueError
+            ``limit`` is not a multiple of the bus width where it cuts a dimension.
+
+        Notes
+        -----
+        The other arguments are trusted (:class:`firmware.Device` checks them).
         """
         if limit % self.bytes_per_word and max(m, n, k1 - k0) > limit:
             raise ValueError(f"limit={limit} is not a multiple of the bus width "

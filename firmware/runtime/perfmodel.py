@@ -1,74 +1,32 @@
 """Analytic performance model of a GEMM on the accelerator: cycles from shapes, configuration
-and memory port.
+and memory port; the schedule :class:`firmware.Device` plans with it.
 
-DarkFPGA-style: the engine's schedule (:mod:`rtl.engine`) is walked at the granularity at which
-it overlaps work — one K chunk of one block of ``block x block`` C tiles, the blocks in the
-walker's order (:func:`sim.models.engine.block_order`: along the rows or down the columns of
-blocks, a block keeping the operand it shares with the one before when that was one chunk,
-and loading none of it), the chunks cut as :func:`sim.models.engine.block_chunks` cuts them
-(the first block ramps up and cuts short first, the blocks after it are balanced) — and,
-within a chunk, tile by tile in the walker's order:
+The engine's schedule is walked at the granularity at which it overlaps work: one K chunk of
+one block of ``block x block`` C tiles, blocks and chunks in the walker's order
+(:func:`sim.models.engine.walk_chunks`), and within a chunk tile by tile
+(:func:`sim.models.engine.tile_order`):
 
-* **operand reads**: the chunk's load jobs in the order the walker issues them (tile ``(i, j)``
-  in :func:`sim.models.engine.tile_order`, ``j`` inner or, B transposed, ``i`` inner; a
-  command's A load, then its B load): a lane-run tile (A as stored, B
-  transposed) is one job of ``min(lanes, rows left)`` runs of ``ceil(kc / bus bytes)`` words,
-  loaded with the first command that uses it; a k-major operand (A transposed, B as stored)
-  is one job for the whole block, a run of ``ceil(bytes of the block's row / bus bytes)``
-  words per step. Runs that follow one another in memory (the matrices are packed: a span
-  over whole rows of a k-major operand, a lane-run tile whose chunk is all of K) are one run,
-  as :class:`rtl.loader.LoadSequencer` merges them; rows shorter than a bus word are stored
-  packed (:class:`firmware.Device`) and read as one run from the first row's start to the
-  last row's last byte, through the gearbox a row a cycle. A job's runs are cut into bursts of at
-  most ``max_burst``; a burst holds one of the ``outstanding`` slots for ``read_latency +
-  beats`` cycles, so the job moves ``min(1, outstanding * beats / (read_latency + beats))``
-  words per cycle at its mean burst length (``outstanding`` is the smaller of the port's
-  limit and the DMA reader's), plus :data:`LOAD_OVERHEAD` cycles. Where a vector is
-  narrower than a bus word, the gearboxes pace a job instead — one vector a cycle, taken in
-  read order (the router hands words over in order), while the reads run on into the DMA's
-  FIFO. A job's reads follow the previous job's, and begin at most a DMA read FIFO's worth
-  of words (:data:`READ_FIFO`) before its buffer slots are free (the last chunk that used
-  that operand's slots has computed: two back, or further for a kept operand); its vectors
-  enter the slots once they are;
-* **compute**: each tile takes ``kc`` array cycles, once the tile before it has and its
-  operands are in (``read_latency`` after its jobs) — so the first row (column) of a block,
-  which waits for a new operand tile per tile, is paced by the reads when a tile loads slower
-  than it computes;
-* **C write-back** in a block's last chunk: each tile's C rows (only words holding columns
-  < N), one burst per row, at ``min(1, outstanding_writes * beats / (beats + write_latency +
-  2))`` words per cycle, once the tile has computed and the tiles before it are written, on
-  one write channel shared from block to block; the array starts a tile only once the
-  tile :data:`OUT_TILES` before it is written (a tile reserves its rows in the output FIFO
-  as it starts).
+* **operand reads**: each load job's runs of bus words, cut into bursts of at most
+  ``max_burst``, at ``min(1, outstanding * beats / (read_latency + beats))`` words a cycle
+  (:func:`read_rate`) plus :data:`LOAD_OVERHEAD`; rows shorter than a bus word are stored
+  packed and pass the gearbox a row a cycle. A job's reads may begin a DMA FIFO's worth of
+  words (:data:`READ_FIFO`) before its buffer slots are free;
+* **compute**: each tile takes ``kc`` array cycles once the tile before it has and its
+  operands are in, at least :func:`firmware.spec.hw.accumulate_interval` after it;
+* **C write-back** in a block's last chunk, one burst per row over the write ports; the
+  array starts a tile only once the tile :data:`firmware.spec.hw.OUT_FIFO_TILES` before it
+  is written.
 
-Behind a DRAM of :func:`firmware.spec.ports.dram_bytes_per_cycle` bytes a cycle, no channel moves more
-than that, and the GEMM takes at least its reads and writes over that rate (plus a read and
-a write latency). The DRAM's bytes are booked in time buckets in schedule order, as the
-port's ``dram_arbitration`` serves them. Reads first (the Zynq presets): the loads made
-while a chunk computes are booked before its C writes, a read takes what it needs of a bucket
-(C writes booked there before it move to the buckets after), and the writes have what the
-reads leave, and at least :data:`WRITE_FLOOR` of a bucket: so the array is paced by the
-writes the reads leave room for. Round-robin (the VCU118's MIG): each direction is sure of
-:data:`FAIR_SHARE` of a bucket, the other moving on as before.
+Behind a DRAM of :func:`firmware.spec.ports.dram_bytes_per_cycle` bytes a cycle the bytes are
+booked in time buckets (:class:`_DramLedger`): reads first (the Zynq presets, the writes
+sure of :data:`WRITE_FLOOR` of a bucket) or round-robin (:data:`FAIR_SHARE` each way). A
+port's random back-pressure ``pause`` stretches each burst's beats by ``1 / (1 - pause)``.
+The hardware latencies come from :mod:`firmware.spec.hw`; nothing here imports the RTL.
 
-Under a port whose subordinate holds a channel back with probability ``pause`` each cycle
-(the presets' random back-pressure) a burst's beats take ``1 / (1 - pause)`` times as long
-(its latency does not stretch) and a data channel moves at most ``1 - pause`` words a
-cycle. After the last chunk the array drains and the last C rows are written.
-
-``read_ports=2`` predicts the accelerator built with two read ports
-(``Accelerator(read_ports=2)``: A's jobs on one, B's on the other, each with the port's limits
-of its own); 3 and 4, B's rows striped over two and three ports. The DRAM behind them is
-still shared.
-
-``copies`` walks the chunks of that many descriptors of the GEMM as one schedule, as the
-engine runs them queued with ``DESC_FLAGS.OVERLAP`` (each one's loads after the one
-before's, into the slots its chunks free, its C after the one before's):
-:func:`predict_queued` is two copies less one.
-
-The model is checked against the RTL by ``tests/test_perfmodel.py`` and printed beside every
-measurement by ``python -m sim.bench utilization``. ``python -m firmware.runtime.perfmodel --board B``
-predicts a board's default configuration over the training GEMMs for several block sizes.
+``python -m firmware.runtime.perfmodel --board B`` predicts a board's default configuration
+over the training GEMMs of typical layers; ``--check JSON...`` predicts committed
+measurements again and prints the errors. ``tests/test_perfmodel.py`` checks the model
+against the cycle-accurate model.
 """
 
 from __future__ import annotations
@@ -98,21 +56,31 @@ READ_FIFO = hw.DMA_BURST * hw.DMA_OUTSTANDING
 
 
 def read_rate(beats: float, outstanding: int, latency: int, keep: float = 1.0) -> float:
-    """Words per cycle on a channel that keeps ``outstanding`` bursts of ``beats`` in flight,
-    each ``latency`` cycles plus its beats at ``keep`` words a cycle (``1 - pause``)."""
+    """Words per cycle on a channel that keeps bursts in flight.
+
+    Parameters
+    ----------
+    beats : float
+        The mean burst length in words.
+    outstanding : int
+        Bursts in flight at most.
+    latency : int
+        Cycles from a burst's address to its first beat.
+    keep : float
+        Words a cycle the channel moves at most (``1 - pause``).
+
+    Returns
+    -------
+    float
+        ``min(keep, outstanding * beats / (latency + beats / keep))``.
+    """
     return min(keep, outstanding * beats / (latency + beats / keep))
 
 
 #: Under a reads-first DRAM, the share of the DRAM's bytes the writes are sure of while the
-#: reads would take them all: the memory model raises an R beat first, but the read ports
-#: leave gaps (their pauses, a burst's latency, the budget's whole words) in which a W beat
-#: takes a word. Measured on the native model: 10 x 128 x 256 (both transposed) on the
-#: Pynq-Z1's default behind ``zynq7-hp``, where three read ports ask for more than the DRAM
-#: moves for 2,600 cycles, the four write ports took 13-15 of each 140 words (about 10 %).
-#: 0.15 fits best of 0.05-0.2 over 37 GEMMs of that configuration (alone and queued, at
-#: block sides the driver does not choose: 10 x 128 x 256, 10 x 256 x 64 and 128, 112-128 x
-#: 224-256 x 256; mean error 3.0 %, 5 over 5 %, against 4.4 % and 13 with the second walk
-#: this replaced) and over the committed benchmarks.
+#: reads would take them all: the read ports leave gaps (pauses, a burst's latency) in which
+#: a write beat takes a word. Fitted over the Pynq-Z1 default's GEMMs behind ``zynq7-hp``
+#: (0.05 to 0.2 tried; ``python -m firmware.runtime.perfmodel --check`` gives the errors).
 WRITE_FLOOR = 0.15
 
 
@@ -502,41 +470,57 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
 
 def predict_queued(m: int, n: int, k: int, transpose_a: bool = False,
                    transpose_b: bool = False, **config) -> int:
-    """Predicted cycles of the GEMM behind another (the same) in the descriptor queue: two
-    copies (:func:`predict`'s ``copies``) less one, as ``python -m sim.bench utilization``
-    measures ``queued_cycles``."""
+    """Predicted cycles of the GEMM behind another (the same) in the descriptor queue.
+
+    Parameters
+    ----------
+    m, n, k, transpose_a, transpose_b :
+        The GEMM.
+    **config :
+        :func:`predict`'s keyword arguments.
+
+    Returns
+    -------
+    int
+        Two copies' cycles (:func:`predict`'s ``copies``) less one copy's, as
+        ``python -m sim.bench utilization`` measures ``queued_cycles``.
+    """
     two = predict(m, n, k, transpose_a, transpose_b, copies=2, **config)["cycles"]
     return two - predict(m, n, k, transpose_a, transpose_b, **config)["cycles"]
 
 
 def predict_cycles(m: int, n: int, k: int, transpose_a: bool = False,
                    transpose_b: bool = False, *, queued: bool = False, **config) -> int:
-    """Predicted cycles of the GEMM alone (:func:`predict`'s ``cycles``) or, with ``queued``,
-    behind another (:func:`predict_queued`): what ``python -m sim.bench`` measures of a
-    schedule run either way."""
+    """Predicted cycles of the GEMM alone or queued.
+
+    Parameters
+    ----------
+    m, n, k, transpose_a, transpose_b :
+        The GEMM.
+    queued : bool
+        Behind another copy of it (:func:`predict_queued`) instead of alone
+        (:func:`predict`'s ``cycles``).
+    **config :
+        :func:`predict`'s keyword arguments.
+
+    Returns
+    -------
+    int
+    """
     if queued:
         return predict_queued(m, n, k, transpose_a, transpose_b, **config)
     return predict(m, n, k, transpose_a, transpose_b, **config)["cycles"]
 
 
 #: A smaller block is chosen only if predicted at least this much faster: within it, the
-#: larger block, which reads each operand fewer times. It was 2 % while the model did not
-#: charge for the DRAM's bytes; the board presets' DRAM is in the model now (the ledger), so
-#: only an exact tie goes to the larger block. (2 % -> 0, predicted: the Pynq-Z1's 34
-#: GEMMs -0.27 % cycles, the ZCU104 default's -0.56 %, the VU9P's -0.01 %; measured on the
-#: Pynq-Z1's 256->256 batch-64 forward, block 7 -> 4: 18,631 -> 18,247 cycles.)
+#: larger block, which reads each operand fewer times. 0: only an exact tie goes to the
+#: larger block (the model charges for the DRAM's bytes).
 BLOCK_MARGIN = 0.0
 
 #: Queued, a block other than the one chosen alone is taken only if predicted at least this
-#: much faster: the queued prediction misses by up to 16 % on a few shapes, where a switch on
-#: a small predicted gain loses. Measured by ``python -m sim.bench utilization`` (the 102
-#: GEMMs' queued mean utilisation over their bound, against the block chosen alone): at 0,
-#: Pynq-Z1 +0.3, ZCU104 stand-in -0.3 points (30 -> 28 GEMMs at >= 90 %), VU9P stand-in
-#: +0.2. 1 % -> 4 %: the Pynq-Z1 33 -> 34 GEMMs at >= 90 % queued (256->10's batch-128
-#: weight gradient, turned, at block 2, not 4, where the reads-first DRAM starves C's writes
-#: and the model is 16 % fast: 3,192 -> 2,767 cycles; 256->256's batch-64 forward at 2, not
-#: 7: 18,107 -> 17,198), mean 96.8 -> 97.4 %; the ZCU104 stand-in 30 -> 31 (784->256's
-#: batch-128 weight gradient 12,811 -> 13,308 cycles, still 96 %), the VU9P stand-in the same.
+#: much faster: the queued prediction misses by up to 16 % on a few shapes, where a switch
+#: on a small predicted gain loses. Chosen by ``python -m sim.bench utilization`` over the
+#: benchmark GEMMs (queued utilisation against the block chosen alone).
 QUEUED_BLOCK_MARGIN = 0.04
 
 
@@ -544,18 +528,31 @@ def best_block(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: b
                *, rows: int, cols: int, depth: int, block: int, data_width: int,
                port: dict, write_ports: int = 1, read_ports: int = 1,
                queued: bool = False) -> int:
-    """The reuse block's side (``1..block`` C tiles) with the fewest predicted cycles.
+    """The reuse block's side with the fewest predicted cycles.
 
-    Larger blocks read A and B fewer times; smaller ones let C leave earlier (a GEMM of one
-    or two blocks writes all of C at its end) and start computing after fewer loads. The
-    largest side within :data:`BLOCK_MARGIN` of the fastest wins, each side at its fastest
-    ``DESC_FLAGS.CHUNK`` (which :func:`best_chunk` then chooses). ``queued``: the fewest
-    cycles behind another GEMM in the descriptor queue (:func:`predict_queued`, at the
-    ramp), where the fill hides under that one's drain and a larger block's longer first
-    loads cost less, taken only :data:`QUEUED_BLOCK_MARGIN` faster than the side chosen
-    alone at the ramp.
-    Cached by shape, configuration and port (a training run asks for the same few shapes
-    every step).
+    Larger blocks read A and B fewer times; smaller ones let C leave earlier and start
+    computing after fewer loads.
+
+    Parameters
+    ----------
+    m, n, k, transpose_a, transpose_b :
+        The GEMM.
+    rows, cols, depth, block, data_width, port, write_ports, read_ports :
+        As :func:`predict` takes them; ``block`` is the largest side tried.
+    queued : bool
+        Fewest cycles behind another GEMM in the queue (:func:`predict_queued`, at chunk 0),
+        taken only :data:`QUEUED_BLOCK_MARGIN` faster than the side chosen alone.
+
+    Returns
+    -------
+    int
+        The largest side in ``1..block`` within :data:`BLOCK_MARGIN` of the fastest, each
+        side at its fastest ``DESC_FLAGS.CHUNK``.
+
+    Notes
+    -----
+    Cached by shape, configuration and port: a training run asks for the same few shapes
+    every step.
     """
     knobs = _port_key(port)
     return _best_block(m, n, k, bool(transpose_a), bool(transpose_b), rows, cols, depth, block,
@@ -612,30 +609,36 @@ def _best_block(m, n, k, ta, tb, rows, cols, depth, block, data_width, knobs,
 
 
 #: Queued, a ``DESC_FLAGS.CHUNK`` other than 0 (the first block's ramp) is taken only if
-#: predicted at least this much faster than 0, as :data:`QUEUED_BLOCK_MARGIN` for the block:
-#: within it, the model's error decides. Alone there is no margin: the block side and the
-#: chunk are chosen together, the pair predicted fastest. Measured by ``python -m sim.bench
-#: sweep`` (every schedule of the 102 benchmark GEMMs run alone): with this margin alone and
-#: the side chosen at chunk 0 first, the driver's cycles were 0.55 / 0.25 / 0.61 % over the
-#: fastest schedule's on the Pynq-Z1 / ZCU104 / VU9P stand-ins (largest 4.0 / 4.0 / 10.6 %);
-#: chosen together without it, 0.28 / 0.18 / 0.39 % (2.0 / 1.9 / 6.4 %).
+#: predicted at least this much faster than 0, as :data:`QUEUED_BLOCK_MARGIN` for the block.
+#: Alone there is no margin: the block side and the chunk are chosen together. Chosen by
+#: ``python -m sim.bench sweep`` (every schedule of the benchmark GEMMs).
 CHUNK_MARGIN = 0.04
 
 
 def best_chunk(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool = False,
                *, rows: int, cols: int, depth: int, block: int, data_width: int, port: dict,
                write_ports: int = 1, read_ports: int = 1, queued: bool = False) -> int:
-    """The ``DESC_FLAGS.CHUNK`` (:func:`sim.models.engine.chunk_depth`) with the fewest
-    predicted cycles (:func:`predict`, or :func:`predict_queued` with ``queued``) for the
-    GEMM at reuse block ``block`` (the side it runs at: :func:`best_plan`'s); queued, 0
-    unless another is :data:`CHUNK_MARGIN` faster.
+    """The ``DESC_FLAGS.CHUNK`` with the fewest predicted cycles at a given block side.
 
-    The ramp (0) starts the array after a short first chunk's loads; it pays where the
-    descriptor's blocks are compute-bound. Where a descriptor is one block bound by its
-    loads, the ramp's long last chunk computes with nothing of its own to load beside it,
-    and the next descriptor's first chunk waits for those slots: about equal chunks of a
-    quarter of the depth keep loads and compute side by side throughout (the VU9P
-    stand-in's 256->10 forward at batch 64: 518 -> 356 cycles queued, predicted).
+    The ramp (0) starts the array after a short first chunk's loads, which pays where the
+    blocks are compute-bound; about equal chunks keep loads and compute side by side where a
+    descriptor is one block bound by its loads.
+
+    Parameters
+    ----------
+    m, n, k, transpose_a, transpose_b :
+        The GEMM.
+    rows, cols, depth, block, data_width, port, write_ports, read_ports :
+        As :func:`predict` takes them; ``block`` is the side the GEMM runs at
+        (:func:`best_plan`'s).
+    queued : bool
+        Fewest cycles behind another GEMM (:func:`predict_queued`); then 0 unless another
+        chunk is :data:`CHUNK_MARGIN` faster.
+
+    Returns
+    -------
+    int
+        A ``DESC_FLAGS.CHUNK`` value (:func:`sim.models.engine.chunk_depth`).
     """
     knobs = _port_key(port)
     return _best_chunk(m, n, k, bool(transpose_a), bool(transpose_b), rows, cols, depth, block,
@@ -658,8 +661,20 @@ def _best_chunk(m, n, k, ta, tb, rows, cols, depth, block, data_width, knobs, wr
 
 def run_shape(m: int, n: int, k: int, transpose_a: bool, transpose_b: bool,
               turned: bool) -> tuple:
-    """``(m, n, k, transpose_a, transpose_b)`` of the GEMM the accelerator runs: as given, or
-    (``turned``, :func:`best_plan`) its transpose ``C^T = op(B)^T op(A)^T``."""
+    """The GEMM the accelerator runs.
+
+    Parameters
+    ----------
+    m, n, k, transpose_a, transpose_b :
+        The GEMM as given.
+    turned : bool
+        Run as its transpose ``C^T = op(B)^T op(A)^T`` (:func:`best_plan`).
+
+    Returns
+    -------
+    tuple
+        ``(m, n, k, transpose_a, transpose_b)`` of the GEMM run.
+    """
     if turned:
         return n, m, k, not transpose_b, not transpose_a
     return m, n, k, transpose_a, transpose_b
@@ -674,19 +689,26 @@ def best_plan(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bo
               *, rows: int, cols: int, depth: int, block: int, data_width: int, port: dict,
               write_ports: int = 1, read_ports: int = 1,
               queued: bool = False) -> tuple[bool, int]:
-    """``(turned, block)``: whether to run ``C = op(A) op(B)`` as its transpose,
-    ``C^T = op(B)^T op(A)^T`` (an ``n x m x k`` GEMM, B in A's place with ``transpose_a =
-    not transpose_b`` and A in B's with ``transpose_b = not transpose_a``, the same operand
-    bytes read in place), and the reuse block (:func:`best_block`) of the GEMM run.
+    """Whether to run a GEMM as its transpose, and the reuse block of the GEMM run.
 
-    The transpose is taken where it is predicted (:func:`predict` at each orientation's
-    fastest chunk, or :func:`predict_queued` at the ramp with ``queued``) at least
-    :data:`TRANSPOSE_MARGIN` faster. It pays
-    where N is small and M large: a 64 x 10 x 256 forward GEMM on the ZCU104's 32 x 64
-    array fills 10 of its 64 columns and reads all of A through A's one port; turned, the
-    10 rows of B^T take 10 of 32 rows and A^T is read as B is, striped over three ports
-    (predicted 2.9 times faster). The result is the same bit for bit: every output is the
-    same sum, and the rescaler's exponents are a row's plus a column's.
+    The transpose ``C^T = op(B)^T op(A)^T`` (an ``n x m x k`` GEMM reading the same operand
+    bytes in place) pays where N is small and M large: the short side goes on the array's
+    rows and the long operand is read as B is, over B's read ports. The result is the same
+    bit for bit.
+
+    Parameters
+    ----------
+    m, n, k, transpose_a, transpose_b :
+        The GEMM.
+    rows, cols, depth, block, data_width, port, write_ports, read_ports, queued :
+        As :func:`best_block` takes them.
+
+    Returns
+    -------
+    tuple of (bool, int)
+        ``(turned, block)``: turned where predicted (:func:`predict` at each orientation's
+        fastest chunk, or :func:`predict_queued`) at least :data:`TRANSPOSE_MARGIN` faster;
+        the block as :func:`best_block` chooses it for the GEMM run.
     """
     knobs = _port_key(port)
     return _best_plan(m, n, k, bool(transpose_a), bool(transpose_b), rows, cols, depth, block,
@@ -718,21 +740,41 @@ def _largest_near_fastest(cycles: dict) -> int:
 
 
 def training_gemms(batch: int, fan_in: int, fan_out: int) -> list[tuple]:
-    """The GEMMs of one training step of a layer ``y = x W`` (x: batch x fan_in), as
-    ``(name, M, N, K, transpose_a, transpose_b)`` with operands stored as the layer keeps
-    them."""
+    """The GEMMs of one training step of a fully connected layer ``y = x W``.
+
+    Parameters
+    ----------
+    batch, fan_in, fan_out : int
+        ``x`` is ``batch x fan_in``, ``W`` is ``fan_in x fan_out``.
+
+    Returns
+    -------
+    list of tuple
+        ``(name, M, N, K, transpose_a, transpose_b)`` of the forward, backward-data and
+        weight-gradient GEMMs, operands stored as the layer keeps them.
+    """
     return [("forward", batch, fan_out, fan_in, False, False),
             ("backward-data", batch, fan_in, fan_out, False, True),
             ("weight-gradient", fan_in, fan_out, batch, True, False)]
 
 
-#: The layers of issue 9's utilisation target: fully connected and convolution-shaped.
+#: Typical layers ``(fan_in, fan_out)``, fully connected and convolution-shaped, that the
+#: command line predicts.
 LAYERS = [(784, 256), (256, 256), (256, 10), (576, 128), (1152, 256)]
 
 
 def record_config(record: dict) -> dict:
-    """The keyword arguments of :func:`predict` (all but ``block``) for a GEMM measured by
-    ``python -m sim.bench utilization`` or ``model`` (one of its JSON records)."""
+    """:func:`predict`'s keyword arguments (all but ``block``) for a measured GEMM.
+
+    Parameters
+    ----------
+    record : dict
+        One JSON record of ``python -m sim.bench utilization``, ``model`` or ``sweep``.
+
+    Returns
+    -------
+    dict
+    """
     from firmware.spec.ports import resolve_port
 
     # (a model-check record carries its port as resolved: a dict of knobs has no preset name)
@@ -744,10 +786,25 @@ def record_config(record: dict) -> dict:
 
 
 def check_records(paths) -> dict:
-    """The model against committed measurements, predicted again: for each file of
-    ``python -m sim.bench utilization`` (alone and queued, at the block sides each GEMM ran
-    with), ``python -m sim.bench model`` or ``sweep`` records (every schedule), per board (or
-    port), the mean and largest |error| and how many are within 5 %."""
+    """The model against committed measurements, predicted again.
+
+    Parameters
+    ----------
+    paths : iterable of path-like
+        JSON files of ``python -m sim.bench utilization`` (alone and queued, at the block
+        sides each GEMM ran with), ``model`` or ``sweep`` (every schedule).
+
+    Returns
+    -------
+    dict
+        Per file and board (or port): ``gemms``, ``mean_abs_error``, ``max_abs_error`` and
+        ``within_5_percent``.
+
+    Raises
+    ------
+    OSError, ValueError, KeyError
+        A file is missing or not such a record.
+    """
     import json
     from pathlib import Path
 
@@ -785,6 +842,7 @@ def check_records(paths) -> dict:
 
 
 def main(argv=None) -> int:
+    """The command line, ``python -m firmware.runtime.perfmodel``; exits 2 on bad arguments."""
     from firmware.spec.boards import BOARDS
     from firmware.spec.ports import BOARD_PORTS, resolve_port
 

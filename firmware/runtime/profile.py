@@ -3,16 +3,21 @@
 :class:`Profile` accumulates wall-clock seconds per kind of host work and the accelerator's
 busy cycles. :class:`firmware.Device` and :class:`firmware.ml.nn.Engine` share one:
 
-``quantize``  float → int8 block floating point (and exponents), on the host;
-``layout``    copies into and out of device buffers, ``im2col`` / ``col2im``, transposes;
-``driver``    descriptor planning and register writes;
-``wait``      polling for the accelerator (on ``rtl`` the simulator's own run time, on
-              ``golden`` the numpy model standing in for the hardware — neither is host work
-              a board would do);
-``combine``   host arithmetic over GEMM results where one descriptor cannot express a GEMM
-              (K chunks above the register map's limit, blocks along K);
-``float``     the rest of the step in float32 on the host: bias, activations, pooling, loss,
-              optimiser.
+``quantize``
+    float to int8 block floating point (and exponents), on the host.
+``layout``
+    Copies into and out of device buffers, ``im2col`` / ``col2im``, transposes.
+``driver``
+    Descriptor planning and register writes.
+``wait``
+    Polling for the accelerator (on ``rtl`` the simulator's own run time, on ``golden`` the
+    numpy model standing in for the hardware: neither is host work a board would do).
+``combine``
+    Host arithmetic over GEMM results where one descriptor cannot express a GEMM (K chunks
+    above the register map's limit, blocks along K).
+``float``
+    The rest of the step in float32 on the host: bias, activations, pooling, loss,
+    optimiser.
 
 The accelerator's time is ``cycles / clock``; a board's host share of a step is
 ``host / (host + accelerator)`` with ``host`` the sum of every kind but ``wait``.

@@ -1,4 +1,5 @@
-"""The ``pynq`` backend: :class:`firmware.runtime.driver.Driver` over a board through the ``pynq`` package.
+"""The ``pynq`` backend: :class:`firmware.runtime.driver.Driver` over a board through the
+``pynq`` package.
 
 Only this module knows about PYNQ. It maps the accelerator's registers with ``pynq.MMIO`` and
 allocates operand buffers with ``pynq.allocate`` (physically contiguous, cache-managed with
@@ -6,12 +7,12 @@ allocates operand buffers with ``pynq.allocate`` (physically contiguous, cache-m
 handling — is the driver the ``rtl`` backend uses. It needs numpy and the standard library
 only (plus ``pynq`` itself when connecting), and runs on PYNQ's Python 3.10.
 
-```python
-from firmware.runtime.pynq_backend import connect
-drv = connect(board="pynq-z1")     # finds bfp_pynq_z1.bit, its .hwh and report.json
-drv.info                           # HardwareInfo: the array and bus, from CONFIG registers
-drv.target                         # what was used: bitfile, report, base address, clock
-```
+.. code-block:: python
+
+    from firmware.runtime.pynq_backend import connect
+    drv = connect(board="pynq-z1")     # finds bfp_pynq_z1.bit, its .hwh and report.json
+    drv.info                           # HardwareInfo: the array and bus, from CONFIG registers
+    drv.target                         # what was used: bitfile, report, base address, clock
 
 Where each fact comes from (:func:`resolve`), first found wins:
 

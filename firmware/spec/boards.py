@@ -1,7 +1,7 @@
 """What the host needs to know about each board, in plain Python (no Amaranth).
 
-The board-side code (``firmware.runtime.pynq_backend`` on the ARM) and the build (``platforms/*.py``,
-``build.py``) both read these facts, so each is stated once:
+The board-side code (``firmware.runtime.pynq_backend`` on the ARM) and the build
+(``platforms/*.py``, ``build.py``) both read these facts, so each is stated once:
 
 * ``base_addr``: where the accelerator's AXI4-Lite registers sit in the host's address map.
   The generated Vivado script (:func:`platforms.vivado.build_tcl`) assigns exactly this

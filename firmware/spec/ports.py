@@ -40,16 +40,16 @@ and, as metadata (used by benchmarks, not by the model): ``data_width`` (bits), 
 (``"AXI3"``/``"AXI4"``), ``clock_mhz`` (the accelerator's clock on that board) and
 ``source``.
 
-``PORTS["ideal"]`` is the model as it was before the presets (unlimited bursts in flight, read
-latency 32, any burst length, AW before W, no pauses). :func:`resolve_port` turns a preset
+``PORTS["ideal"]`` is the simplest memory (unlimited bursts in flight, read latency 32, any
+burst length, AW before W, no pauses). :func:`resolve_port` turns a preset
 name, or a dict overriding some knobs of ``"ideal"``, into a checked full dict;
 :data:`BOARD_PORTS` names each board's preset.
 
-```python
-from firmware import Device
-dev = Device("rtl", rows=8, cols=8, data_width=64, port="zynq7-hp")
-dev = Device("rtl", rows=8, cols=8, port={"outstanding_reads": 2, "write_order": "w-first"})
-```
+.. code-block:: python
+
+    from firmware import Device
+    dev = Device("rtl", rows=8, cols=8, data_width=64, port="zynq7-hp")
+    dev = Device("rtl", rows=8, cols=8, port={"outstanding_reads": 2, "write_order": "w-first"})
 """
 
 from __future__ import annotations

@@ -2,8 +2,8 @@
 
 Everything else is derived from :data:`REGISTERS`: the AXI4-Lite register block in
 :mod:`rtl.csr`, the driver's offsets and field helpers (this module, used by
-:class:`firmware.Device`), and the register table in the README
-(``python -m firmware.spec.regmap`` prints it; a test keeps the README in sync).
+:class:`firmware.Device`), and the register table of the documentation
+(``python -m firmware.spec.regmap`` prints it).
 
 This module is plain Python on purpose: the board-side driver imports it without Amaranth.
 
@@ -302,7 +302,7 @@ _check()
 
 
 def markdown_table() -> str:
-    """The register table for the README."""
+    """The register table, as Markdown."""
     lines = ["| offset | register | access | fields | description |",
              "|---:|---|---|---|---|"]
     for r in REGISTERS:

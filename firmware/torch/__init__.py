@@ -1,16 +1,16 @@
 """A PyTorch front end: ``Linear`` and ``Conv2d`` whose GEMMs run on a :class:`firmware.Device`.
 
-```python
-import torch
-from firmware import Device
-import firmware.torch as ft
+.. code-block:: python
 
-accel = ft.Accel(Device("golden"), seed=0)            # or Device("rtl"), Device("pynq")
-model = torch.nn.Sequential(ft.Conv2d(1, 8, 3, padding=1, accel=accel), torch.nn.ReLU(),
-                            torch.nn.Flatten(), ft.Linear(8 * 28 * 28, 10, accel=accel))
-model = ft.convert(existing_model, accel)            # or swap the layers of a model
-opt = ft.SGD(model.parameters(), lr=0.05, momentum=0.9)   # 8-bit weights, grads, momentum
-```
+    import torch
+    from firmware import Device
+    import firmware.torch as ft
+
+    accel = ft.Accel(Device("golden"), seed=0)            # or Device("rtl"), Device("pynq")
+    model = torch.nn.Sequential(ft.Conv2d(1, 8, 3, padding=1, accel=accel), torch.nn.ReLU(),
+                                torch.nn.Flatten(), ft.Linear(8 * 28 * 28, 10, accel=accel))
+    model = ft.convert(existing_model, accel)            # or swap the layers of a model
+    opt = ft.SGD(model.parameters(), lr=0.05, momentum=0.9)   # 8-bit weights, grads, momentum
 
 :class:`Linear` and :class:`Conv2d` subclass ``torch.nn.Linear`` / ``torch.nn.Conv2d`` (same
 constructor, weight layout ``out x in`` / ``cout x cin x kh x kw``, initialisation and
@@ -18,9 +18,10 @@ constructor, weight layout ``out x in`` / ``cout x cin x kh x kw``, initialisati
 :class:`firmware.Device`) and ``precision`` (``"int8"``, the default, or ``"fp32"``). Their
 forward pass is a ``torch.autograd.Function`` whose three GEMMs -- forward ``x Wᵀ``,
 backward-data ``δ W`` and weight-gradient ``δᵀ x`` -- run on the Device in 8-bit block
-floating point with the runtime's own machinery (:mod:`firmware.ml.nn`: :class:`~firmware.ml.nn.Engine`,
-:class:`~firmware.ml.nn.Blocks`, :class:`~firmware.ml.nn.Q`, :func:`firmware.ml.quant.quantize`), with
-the same semantics as :class:`firmware.ml.nn.Linear` / :class:`firmware.ml.nn.Conv2d` (tested bit for
+floating point with the runtime's own machinery (:mod:`firmware.ml.nn`:
+:class:`~firmware.ml.nn.Engine`, :class:`~firmware.ml.nn.Blocks`, :class:`~firmware.ml.nn.Q`,
+:func:`firmware.ml.quant.quantize`), with the same semantics as :class:`firmware.ml.nn.Linear`
+/ :class:`firmware.ml.nn.Conv2d` (tested bit for
 bit):
 
 * each tensor is quantised **once per step** with stochastic rounding: ``x̄`` and ``W̄`` in
@@ -56,8 +57,7 @@ try:
     import torch.nn.functional as F
     from torch.autograd.function import once_differentiable
 except ImportError as e:                                     # pragma: no cover
-    raise ImportError("firmware.torch needs PyTorch: pip install -e '.[torch]' (README, "
-                      "'PyTorch front end')") from e
+    raise ImportError("firmware.torch needs PyTorch: pip install -e '.[torch]'") from e
 
 from firmware.ml.nn import FOX, Blocks, Engine, Q, _patch_blocks
 from firmware.ml.optim import schedule_lr

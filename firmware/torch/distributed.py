@@ -5,21 +5,21 @@ contiguous share of every global batch; after ``loss.backward()`` the gradients 
 across the processes (summed, then scaled by ``1 / world_size``) and every process takes the
 same optimiser step, so the weights stay identical everywhere.
 
-```python
-import torch.distributed as dist
-from firmware.torch.distributed import shard, reduce_gradients, broadcast_parameters
+.. code-block:: python
 
-dist.init_process_group("gloo")               # torchrun sets RANK, WORLD_SIZE, MASTER_*
-accel = ft.Accel(Device("pynq", board="zcu104"), per_sample=True, seed=0)
-model = ...; broadcast_parameters(model)
-opt = ft.SGD(model.parameters(), lr=0.05, seed=0)          # the same seed everywhere
-for xb, yb in batches:                                       # the global batch
-    x, y = shard(accel, xb, yb)                              # this process's share
-    opt.zero_grad()
-    F.cross_entropy(model(x), y).backward()
-    reduce_gradients(model, exact=True)
-    opt.step()
-```
+    import torch.distributed as dist
+    from firmware.torch.distributed import shard, reduce_gradients, broadcast_parameters
+
+    dist.init_process_group("gloo")               # torchrun sets RANK, WORLD_SIZE, MASTER_*
+    accel = ft.Accel(Device("pynq", board="zcu104"), per_sample=True, seed=0)
+    model = ...; broadcast_parameters(model)
+    opt = ft.SGD(model.parameters(), lr=0.05, seed=0)          # the same seed everywhere
+    for xb, yb in batches:                                       # the global batch
+        x, y = shard(accel, xb, yb)                              # this process's share
+        opt.zero_grad()
+        F.cross_entropy(model(x), y).backward()
+        reduce_gradients(model, exact=True)
+        opt.step()
 
 Two ways to combine the gradients:
 

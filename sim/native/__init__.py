@@ -4,17 +4,18 @@
 (the AXI4 memory model and an AXI4-Lite host, in C++) and links one shared library, cached
 under ``build/native/`` by a digest of the Verilog, the harness and the flags: the first build
 of a configuration takes a minute or two, later ones are instant. :class:`NativeSim` loads it
-through ``ctypes``; :class:`firmware.runtime.device.Device` drives it with the same register-level
-driver that drives a board.
+through ``ctypes`` (given ``library=``, a model already built, with neither Amaranth nor
+Verilator installed); :class:`firmware.runtime.device.Device` drives it with the same
+register-level driver that drives a board.
 
-The memory behind the accelerator's AXI port (and its other write ports, ``mem_w1`` ...,
-with ``write_ports`` 2 to 6: the same memory, each write port with its own bursts in flight)
-is timed by ``port``: a preset of
-:data:`firmware.spec.ports.PORTS` (``"ideal"``, ``"zynq7-hp"``, ``"zynqmp-hp"``, ``"vcu118-ddr4"``) or a
-dict of knobs (bursts in flight each way, read latency, write response latency, longest burst,
-the order of AW and W, random pauses); see :mod:`firmware.spec.ports`. The model counts AXI protocol
-violations (:attr:`NativeSim.violations`: 4 KB crossings, WLAST, size, bursts over the port's
-limit, VALID or payload dropped before READY) and keeps counters of its traffic
+The memory behind the accelerator's AXI port (and its other write ports, ``mem_w1`` ..., with
+``write_ports`` 2 to 6: the same memory, each write port with its own bursts in flight) is
+timed by ``port``: a preset of :data:`firmware.spec.ports.PORTS` (``"ideal"``, ``"zynq7-hp"``,
+``"zynqmp-hp"``, ``"vcu118-ddr4"``) or a dict of knobs (bursts in flight each way, read
+latency, write response latency, longest burst, the order of AW and W, random pauses); see
+:mod:`firmware.spec.ports`. The model counts AXI protocol violations
+(:attr:`NativeSim.violations`: 4 KB crossings, WLAST, size, bursts over the port's limit, VALID
+or payload dropped before READY) and keeps counters of its traffic
 (:attr:`NativeSim.counters`).
 """
 
@@ -172,8 +173,8 @@ class NativeSim:
     memory : int
         Bytes of memory at address 0.
     port : str or dict
-        The memory port's timing: a preset name of :data:`firmware.spec.ports.PORTS` or a dict of knobs
-        (the rest from ``"ideal"``), see :func:`firmware.spec.ports.resolve_port`.
+        The memory port's timing: a preset name of :data:`firmware.spec.ports.PORTS` or a
+        dict of knobs (the rest from ``"ideal"``), see :func:`firmware.spec.ports.resolve_port`.
     latency : int, optional
         Overrides the port's ``read_latency`` (cycles from a read address to its first beat).
     pause : float, optional
@@ -318,7 +319,8 @@ class NativeSim:
     @property
     def dram_bytes_per_cycle(self) -> float | None:
         """What the memory moves a cycle at most, every channel together
-        (:func:`firmware.spec.ports.dram_bytes_per_cycle` of the port at this bus; None: unlimited)."""
+        (:func:`firmware.spec.ports.dram_bytes_per_cycle` of the port at this bus; None:
+        unlimited)."""
         from firmware.spec.ports import dram_bytes_per_cycle
         return dram_bytes_per_cycle(self.port, self.params.get("data_width", 128) // 8)
 
