@@ -27,7 +27,7 @@ extensions = [
 
 source_suffix = {".md": "markdown"}
 root_doc = "index"
-exclude_patterns = ["_build", "engine-plan.md", "formal.md"]
+exclude_patterns = ["_build"]
 
 # Markdown: fenced ```{directive} blocks, heading anchors for in-page links.
 myst_enable_extensions = ["colon_fence", "deflist"]
@@ -50,16 +50,6 @@ html_title = "bfp-train"
 # formatting warnings are dropped so that -W guards the pages and everything else; set
 # BFP_DOCS_STRICT=1 to see them. Only warnings located in a docstring are dropped.
 DOCSTRING_FORMAT_PENDING = {
-    "firmware.ml.train",
-    "firmware.runtime.perfmodel.check_records",
-    "firmware.runtime.profile",
-    "firmware.torch",
-    "firmware.torch.distributed",
-    "rtl.buffer.TransposableBuffer",
-    "rtl.datapath.GemmDatapath",
-    "rtl.rescale.Rescaler",
-    "rtl.systolic.PackedPair",
-    "rtl.systolic.SystolicArray",
     "sim.bench",
 }
 

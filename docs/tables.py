@@ -440,7 +440,21 @@ def t_cycles():
     return md, [command(data)]
 
 
+def t_proofs():
+    from sim.formal import proofs
+
+    rows = []
+    for p in [*proofs.PROOFS.values(), *proofs.FLAWED.values()]:
+        rows.append([f"`{p.name}`", p.doc + ("" if p.expect_pass else " (must fail)"),
+                     "k-induction" if p.mode == "prove" else "BMC", p.depth,
+                     "no (`-m slow`)" if p.slow else "yes"])
+    md = table(["proof", "what it checks", "mode", "depth", "default `pytest` run"], rows,
+               "lllrl")
+    return md, [f"{PY} -m sim.formal.proofs --list (the registry in sim/formal/proofs.py)"]
+
+
 TABLES = {
+    "proofs": t_proofs,
     "headline": t_headline,
     "training-accuracy": t_training_accuracy,
     "regmap": t_regmap,

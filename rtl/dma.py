@@ -490,12 +490,17 @@ class DmaWriter(_DmaMaster):
 
     Latency
     -------
-    A burst's address and first word go out three cycles after its last word arrives.
+    A burst's address and first word go out :data:`FORM_LATENCY` cycles after its last word
+    arrives.
 
     Throughput
     ----------
     One word per cycle.
     """
+
+    #: Cycles from a burst's last word entering the FIFO to its address and first word on the
+    #: bus.
+    FORM_LATENCY = 3
 
     def __init__(self, data_width: int = 128, addr_width: int = 32, *, burst_beats: int = 16,
                  outstanding: int = 4):

@@ -99,9 +99,9 @@ class GemmEngine(wiring.Component):
     Latency
     -------
     A descriptor is checked ``DescriptorChecker.LATENCY + 1`` cycles after :attr:`start`;
-    its walk starts 2 cycles later; :attr:`macs` is ready :data:`MACS_CYCLES` cycles after
-    :attr:`start`. Each slice of :data:`SLICES` adds ``RegisterSlice.LATENCY`` cycles on its
-    path, each word FIFO 2.
+    its walk starts :data:`WALK_START_DELAY` cycles later; :attr:`macs` is ready
+    :data:`MACS_CYCLES` cycles after :attr:`start`. Each slice of :data:`SLICES` adds
+    ``RegisterSlice.LATENCY`` cycles on its path, each word FIFO 2.
 
     Throughput
     ----------
@@ -158,6 +158,9 @@ class GemmEngine(wiring.Component):
 
     #: Width of M, N and K in :attr:`macs`' product (each at most 65535, checked).
     MACS_OPERAND_BITS = 16
+    #: Cycles from a descriptor's verdict to its walk's first job (the queue's read, the
+    #: walker's start register).
+    WALK_START_DELAY = 2
     #: Cycles from ``start`` to :attr:`macs` (shift and add: a step per bit of N, a reload,
     #: a step per bit of K).
     MACS_CYCLES = 2 * MACS_OPERAND_BITS + 1

@@ -162,9 +162,8 @@ def test_constants_equal_the_rtls():
         "DMA_OUTSTANDING": defaults["outstanding"],
         "DMA_BURST": defaults["burst_beats"],
         "SLR_STAGES": SystolicArray.SLR_STAGES,
-        # stated in the RTL's documentation, compared once the RTL declares them
-        "WALK_START_DELAY": getattr(GemmEngine, "WALK_START_DELAY", hw.WALK_START_DELAY),
-        "WRITE_FORM_LATENCY": getattr(DmaWriter, "FORM_LATENCY", hw.WRITE_FORM_LATENCY),
+        "WALK_START_DELAY": GemmEngine.WALK_START_DELAY,
+        "WRITE_FORM_LATENCY": DmaWriter.FORM_LATENCY,
     }
     assert {name: getattr(hw, name) for name in declared} == declared
     constants = {name for name in hw.__all__ if name.isupper()}
