@@ -8,7 +8,6 @@ the runtime into the API reference. Pages are MyST Markdown. Build with::
 """
 
 import os
-import re
 import sys
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
@@ -45,26 +44,3 @@ autodoc_typehints = "description"
 
 html_theme = "furo"
 html_title = "bfp-train"
-
-# Docstrings that are not yet valid reStructuredText. Until they are fixed, their docutils
-# formatting warnings are dropped so that -W guards the pages and everything else; set
-# BFP_DOCS_STRICT=1 to see them. Only warnings located in a docstring are dropped.
-DOCSTRING_FORMAT_PENDING = {
-    "sim.bench",
-}
-
-
-def _pending_docstring_warning(record):
-    if getattr(record, "type", None) != "docutils":
-        return True
-    match = re.search(r"docstring of ([\w.]+)", str(getattr(record, "location", "") or ""))
-    return not (match and match.group(1) in DOCSTRING_FORMAT_PENDING)
-
-
-def setup(app):
-    if os.environ.get("BFP_DOCS_STRICT"):
-        return
-    import logging
-
-    for handler in logging.getLogger("sphinx").handlers:
-        handler.filters.insert(0, _pending_docstring_warning)

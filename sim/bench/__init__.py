@@ -1,23 +1,26 @@
 """Benchmarks of the accelerator: resources (Yosys) and cycle counts (simulation).
 
-``python -m sim.bench resources``   Yosys ``synth_xilinx`` of the systolic array for xc7 and
-                                    xcup: LUT, FF, DSP, BRAM, and each per MAC.
-``python -m sim.bench cycles``      Tile GEMMs on the datapath in the Amaranth simulator,
-                                    single and back to back, against the ideal cycle count.
-``python -m sim.bench utilization`` PE utilisation of whole GEMMs on the native Verilator
-                                    model behind each board's memory port preset, beside
-                                    each GEMM's roofline bound: square GEMMs in every
-                                    transpose form and the three GEMMs of a training step of
-                                    fully connected and convolution-shaped layers. A board
-                                    too large to simulate runs as a smaller array with the
-                                    same operand-to-bus ratio (``--default``: the boards' own
-                                    defaults, slow to compile).
-``python -m sim.bench model``       The performance model against the RTL on random GEMMs.
-``python -m sim.bench trace``       One GEMM's bus words read and written per interval of its
-                                    run.
-``python -m sim.bench sweep``       Every schedule the driver can give a GEMM, run and
-                                    predicted: the driver's choice against the fastest.
-``python -m sim.bench host``        The host's share of a training step (its own options).
+``python -m sim.bench resources``
+    Yosys ``synth_xilinx`` of the systolic array for xc7 and xcup: LUT, FF, DSP, BRAM, and
+    each per MAC.
+``python -m sim.bench cycles``
+    Tile GEMMs on the datapath in the Amaranth simulator, single and back to back, against
+    the ideal cycle count.
+``python -m sim.bench utilization``
+    PE utilisation of whole GEMMs on the native Verilator model behind each board's memory
+    port preset, beside each GEMM's roofline bound: square GEMMs in every transpose form and
+    the three GEMMs of a training step of fully connected and convolution-shaped layers. A
+    board too large to simulate runs as a smaller array with the same operand-to-bus ratio
+    (``--default``: the boards' own defaults, slow to compile).
+``python -m sim.bench model``
+    The performance model against the RTL on random GEMMs.
+``python -m sim.bench trace``
+    One GEMM's bus words read and written per interval of its run.
+``python -m sim.bench sweep``
+    Every schedule the driver can give a GEMM, run and predicted: the driver's choice
+    against the fastest.
+``python -m sim.bench host``
+    The host's share of a training step (its own options).
 
 Each prints a Markdown table and writes JSON (``--out``).
 """
