@@ -428,3 +428,29 @@ def test_engine_queued_gemms_names_a_bad_option():
     q = nn.Q(np.ones((2, 3), np.int8))
     with pytest.raises(TypeError, match=r"calls\[0\].*tranpose_a"):
         eng.queued_gemms([(q, q, {"tranpose_a": True})])
+
+
+@pytest.mark.parametrize("board", ["pynq-z1", "zcu104"])
+def test_command_line_board_gives_the_model_backend_its_ports(monkeypatch, board, capsys):
+    """--board on the model backend runs the board's default as built: its array, port
+    preset and its read and write ports."""
+    from firmware.ml import train
+    from firmware.runtime import device
+    from firmware.spec import boards
+    from firmware.spec.ports import BOARD_PORTS
+    made = []
+    real = device.Device
+
+    def spy(backend, **options):
+        made.append(options)
+        return real(backend, **options)
+
+    monkeypatch.setattr(device, "Device", spy)
+    assert train.main(["--task", "rf-anomaly", "--backend", "model", "--board", board,
+                       "--epochs", "1"]) == 0
+    cfg = boards.config(board)
+    (options,) = made
+    assert (options["rows"], options["cols"]) == (cfg["rows"], cfg["cols"])
+    assert options["read_ports"] == cfg["read_ports"]
+    assert options["write_ports"] == cfg["write_ports"]
+    assert options["port"] == BOARD_PORTS[board]

@@ -498,7 +498,10 @@ def _address(text: str) -> int:
 
 def main(argv=None) -> int:
     from firmware.spec import boards
-    p = argparse.ArgumentParser(prog="python -m firmware.ml.train", description=__doc__,
+    # the module docstring without its usage block (argparse prints its own)
+    about = __doc__.split("\n\n")
+    description = "\n\n".join([about[0], *about[3:]])
+    p = argparse.ArgumentParser(prog="python -m firmware.ml.train", description=description,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--task", choices=sorted(TASKS), required=True)
     p.add_argument("--precision", choices=["fp32", "int8"], default="int8")
@@ -594,7 +597,9 @@ def main(argv=None) -> int:
             args.rows, args.cols = args.rows or bcfg["rows"], args.cols or bcfg["cols"]
             device_options.setdefault("data_width", bcfg["data_width"])
             device_options.update(depth=bcfg["depth"], block=bcfg["block"],
-                                  packing=bcfg["packing"], port=BOARD_PORTS[args.board])
+                                  packing=bcfg["packing"], port=BOARD_PORTS[args.board],
+                                  read_ports=bcfg.get("read_ports", 1),
+                                  write_ports=bcfg.get("write_ports", 1))
             if args.backend == "rtl":     # the pairs modelled on the board's own slice
                 device_options["dsp_slice"] = bcfg["dsp_slice"]
         args.rows, args.cols = args.rows or 8, args.cols or 8
