@@ -161,13 +161,17 @@ def parse_args(argv):
                         help="AXI write ports C rows are dealt to (default: the platform's)")
     parser.add_argument("--read-ports", type=int, choices=list(regmap.READ_PORTS),
                         help="AXI read ports: 2 reads B through a port of its own, 3 "
-                             "stripes B's rows over two (default: the platform's)")
+                             "or 4 stripe B's rows over two or three (default: the "
+                             "platform's)")
     parser.add_argument("--slr-groups", type=_positive,
                         help="the array's columns in this many groups, one per SLR, with "
                              "crossing registers and a pblock each (default: the platform's; "
                              "1: none)")
     parser.add_argument("--out", type=Path, help="output directory (default build/<platform>)")
-    parser.add_argument("--synth", choices=["yosys", "vivado", "none"], default="yosys")
+    parser.add_argument("--synth", choices=["yosys", "vivado", "none"], default="yosys",
+                        help="yosys: a resource estimate and timing report (default); vivado: "
+                             "the bitstream and .hwh through Vivado; none: Verilog and the "
+                             "project files only")
     parser.add_argument("--timing", action="store_true",
                         help="timing report on the configured design, synthesized whole "
                              f"(by parts above {WHOLE_LIMIT} PEs; default: whole up to 256 "

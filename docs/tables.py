@@ -108,11 +108,19 @@ def num(x) -> str:
     return f"{int(x):,}"
 
 
-def produced_by(*commands: str) -> str:
+def _source(c) -> str:
+    """A command in a code span, with its note outside (``(command, note)``), or a sentence
+    (a string that starts with "the ")."""
+    if isinstance(c, tuple):
+        return f"`{c[0]}` ({c[1]})"
+    return c if c.startswith("the ") else f"`{c}`"
+
+
+def produced_by(*commands) -> str:
     cmds = list(dict.fromkeys(commands))
     if len(cmds) == 1:
-        return f"Produced by `{cmds[0]}`."
-    return "Produced by:\n\n" + "\n".join(f"- `{c}`" for c in cmds)
+        return f"Produced by {_source(cmds[0])}."
+    return "Produced by:\n\n" + "\n".join(f"- {_source(c)}" for c in cmds)
 
 
 def array(cfg: dict) -> str:
@@ -123,9 +131,9 @@ def used(report: dict, kind: str) -> str:
     return f"{num(report['resources'][kind])} ({pct(report['utilization'][kind], 0)})"
 
 
-def build_command(board: str) -> str:
-    return (f"{PY} build.py --platform {board} --synth yosys --dry-run --out DIR "
-            f"(DIR/report.json is results/build_{board}.json)")
+def build_command(board: str) -> tuple[str, str]:
+    return (f"{PY} build.py --platform {board}",
+            f"its build/{board}/report.json is results/build_{board}.json")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -192,7 +200,7 @@ def t_regmap():
             bits = f"[{f.lsb + f.width - 1}:{f.lsb}]" if f.width > 1 else f"[{f.lsb}]"
             rows.append(["", "", "", f"`{bits}` {f.name}", f.doc.replace("|", "\\|")])
     md = table(["offset", "register", "access", "field", "description"], rows, "rllll")
-    return md, [f"{PY} -m firmware.spec.regmap (the register map, firmware/spec/regmap.py)"]
+    return md, ["the register descriptions `REGISTERS` in `firmware/spec/regmap.py`"]
 
 
 def _timing_of_default(board: str) -> tuple[str, dict]:
@@ -262,7 +270,7 @@ def t_port_presets():
     md = table(["preset", "protocol", "reads in flight", "writes in flight", "read latency",
                 "write response", "longest burst", "write order", "pause", "DRAM GB/s",
                 "DRAM arbitration"], rows, "llrrrrrlrrl")
-    return md, ["firmware/spec/ports.py (PORTS)"]
+    return md, ["the presets `PORTS` in `firmware/spec/ports.py`"]
 
 
 def t_utilization():
@@ -334,7 +342,8 @@ MODEL_FILES = (
     ("model_check_pynq-z1.json", "random configurations and shapes"),
     ("model_check_zcu104.json", "random configurations and shapes"),
     ("model_check_vu9p.json", "random configurations and shapes"),
-    ("model_check.json", "random configurations and shapes, ideal port"),
+    ("model_check.json", "random configurations and shapes behind the ideal port (ideal) and "
+                         "a Zynq-like port without pauses (ideal+)"),
 )
 
 
@@ -349,8 +358,8 @@ def t_model_accuracy():
                          pct(max(a)), pct(sum(x <= 0.05 for x in a) / len(a), 0)])
     md = table(["results", "board or port", "what ran", "runs", "mean error", "largest",
                 "within ±5 %"], rows, "lllrrrr")
-    return md, [*cmds, f"{PY} -m firmware.runtime.perfmodel --check results/FILE.json "
-                       "(predicts every run again)"]
+    return md, [*cmds, (f"{PY} -m firmware.runtime.perfmodel --check results/FILE.json",
+                        "predicts every run of a file again")]
 
 
 def t_timing():
@@ -425,7 +434,7 @@ def t_host_profile():
                      f"{1000 * r['accelerator_seconds']:.1f}", pct(r["host_share"], 0)])
     md = table(["board", "array @ bus", "blocks", "batch", *(f"{k} (ms)" for k in kinds),
                 "accelerator (ms)", "host share"], rows, "lllr" + "r" * (len(kinds) + 2))
-    note = (f"Seconds per training step, measured on {data['machine']} (Python "
+    note = (f"Milliseconds per training step, measured on {data['machine']} (Python "
             f"{data['python']}); a float32 step on the host alone takes "
             f"{1000 * data['fp32_step_seconds']:.0f} ms.")
     return md + "\n\n" + note, [command(data)]
@@ -456,7 +465,7 @@ def t_proofs():
                      "no (`-m slow`)" if p.slow else "yes"])
     md = table(["proof", "what it checks", "mode", "depth", "default `pytest` run"], rows,
                "lllrl")
-    return md, [f"{PY} -m sim.formal.proofs --list (the registry in sim/formal/proofs.py)"]
+    return md, [(f"{PY} -m sim.formal.proofs --list", "lists the registry in sim/formal/proofs.py")]
 
 
 TABLES = {

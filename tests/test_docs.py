@@ -114,3 +114,19 @@ def test_history_patterns():
 def test_no_development_history():
     hits = history_hits()
     assert not hits, f"{len(hits)} lines with development history:\n" + "\n".join(hits)
+
+
+def test_getting_started_device_example_prints_what_the_page_says():
+    """The Device example of docs/getting-started.md runs and prints what the page shows
+    (the cycle figures, elided there, aside)."""
+    text = (ROOT / "docs" / "getting-started.md").read_text()
+    section = text[text.index("## The Device"):]
+    code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    shown = re.search(r"prints[^\n]*\n\n```text\n(.*?)```", section, re.S).group(1)
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         cwd=ROOT, timeout=120)
+    assert run.returncode == 0, run.stderr[-3000:]
+    got, want = run.stdout.splitlines(), shown.splitlines()
+    assert got[:2] == want[:2]
+    prefix = want[2].split("'cycles'")[0]
+    assert got[2].startswith(prefix), (got[2], prefix)

@@ -526,7 +526,8 @@ def main(argv=None) -> int:
     p.add_argument("--board", choices=sorted(boards.BOARDS),
                    help="pynq: the board; its array, bus, register address and clock come "
                         "from its build report (build/BOARD/report.json or beside the "
-                        "bitstream), the .hwh and the hardware's CONFIG registers")
+                        "bitstream), the .hwh and the hardware's CONFIG registers. rtl, "
+                        "model: the board's default configuration behind its port preset")
     p.add_argument("--bitfile", type=Path,
                    help="pynq: the overlay to load (default: the board build's, if found)")
     p.add_argument("--base-addr", type=_address,

@@ -174,6 +174,8 @@ def _counter(prefix, offset, what):
 _IRQ_FIELDS = (("DONE", 0, 1, "a descriptor finished"),
                ("ERROR", 1, 1, "the engine stopped on an error"))
 
+#: Every register of the map, in address order: the one description the RTL's register block,
+#: the driver, the documentation and the tests are derived from.
 REGISTERS: tuple[Register, ...] = tuple([
     _reg("ID", 0x000, "ro", "Identification: 0x42465038 (\"BFP8\")"),
     _reg("VERSION", 0x004, "ro", "Register map version (major << 16 | minor)"),

@@ -19,8 +19,8 @@ from firmware.spec.regmap import STRIPE_MIN_WORDS, ErrorCode, packed_stride
 
 __all__ = ["descriptor", "check", "chunk_align", "ramp_start", "chunk_depth", "k_chunks",
            "block_chunks", "b_first", "loads_b_first",
-           "block_side", "tile_order", "walk", "load_sequence", "stripe", "interleave", "route",
-           "issue", "write_back"]
+           "block_side", "column_order", "tile_order", "walk", "load_sequence", "stripe",
+           "interleave", "route", "issue", "write_back"]
 
 #: The descriptor's fields each tile command carries (``rtl.issue.DESC_FIELDS``).
 CMD_DESC_FIELDS = ("transpose_a", "transpose_b", "raw", "row_vec", "col_vec", "row_exp",
