@@ -2,6 +2,8 @@
 differences, int8 mode against firmware.ml.nn and golden against rtl bit for bit, convert(), the
 8-bit optimiser, weight averaging, argument checks."""
 
+import warnings
+
 import numpy as np
 import pytest
 
@@ -244,9 +246,165 @@ def test_convert_sequential(golden):
     assert accel.gemms == 2
     single = ft.convert(torch.nn.Linear(3, 2), golden)
     assert isinstance(single, ft.Linear) and isinstance(single.accel, ft.Accel)
-    with pytest.raises(ValueError, match=r"^1: .*groups=2"):
+    with pytest.raises(ValueError, match=r"accelerator.*: 1: a Conv2d with groups=2"):
         ft.convert(torch.nn.Sequential(torch.nn.ReLU(), torch.nn.Conv2d(2, 2, 3, groups=2)),
                    golden)
+
+
+def test_convert_is_all_or_nothing(golden):
+    class MyLinear(torch.nn.Linear):
+        pass
+
+    def build():
+        torch.manual_seed(0)
+        return torch.nn.Sequential(
+            torch.nn.Conv2d(2, 4, 3, padding=1), torch.nn.ReLU(),
+            torch.nn.Conv2d(4, 4, 3, padding=1, groups=4),                  # depthwise
+            torch.nn.Conv2d(4, 4, 3, padding=1, padding_mode="reflect"),
+            torch.nn.Flatten(), torch.nn.Linear(4 * 25, 6), MyLinear(6, 5),
+            torch.nn.Linear(5, 3, device="meta"))
+
+    model = build()
+    before = list(model)
+    with pytest.raises(ValueError, match=r"nothing was converted") as e:
+        ft.convert(model, golden)
+    for name, what in [("2", "groups=4"), ("3", "padding_mode='reflect'"),
+                       ("6", "MyLinear is a subclass"), ("7", "parameters on meta")]:
+        assert f"; {name}: " in str(e.value) or f": {name}: " in str(e.value)
+        assert what in str(e.value)
+    assert list(model) == before and not hasattr(model, "conversion")       # untouched
+    with pytest.warns(UserWarning, match=r"stay in torch.*2: a Conv2d with groups=4"):
+        assert ft.convert(model, golden, unsupported="keep") is model
+    assert model.conversion.swapped == ["0", "5"]
+    assert list(model.conversion.kept) == ["2", "3", "6", "7"]
+    assert [type(m) for m in model] == [ft.Conv2d, torch.nn.ReLU, torch.nn.Conv2d,
+                                        torch.nn.Conv2d, torch.nn.Flatten, ft.Linear, MyLinear,
+                                        torch.nn.Linear]
+    assert "on the accelerator: 0, 5" in str(model.conversion)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert ft.convert(build()[:2], golden).conversion.kept == {}
+
+
+def test_convert_keeps_shared_layers_and_parameters(golden):
+    lin = torch.nn.Linear(4, 4)
+    model = torch.nn.Sequential(lin, torch.nn.ReLU(), lin, torch.nn.Linear(4, 2))
+    model[3].weight.requires_grad_(False)
+    params = list(model.parameters())
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)          # built before the conversion
+    ft.convert(model, golden)
+    assert model[0] is model[2] and type(model[0]) is ft.Linear
+    assert all(p is q for p, q in zip(model.parameters(), params, strict=True))
+    assert not model[3].weight.requires_grad
+    model(torch.randn(3, 4)).sum().backward()
+    w = lin.weight.detach().clone()
+    opt.step()
+    assert not torch.equal(model[0].weight, w)
+
+
+def test_convert_refuses_what_bypasses_the_accelerator(golden):
+    torch.manual_seed(0)
+    enc = torch.nn.TransformerEncoderLayer(8, 2, dim_feedforward=16, batch_first=True)
+    model = torch.nn.Sequential(enc, torch.nn.Flatten(), torch.nn.Linear(3 * 8, 2))
+    with pytest.raises(ValueError, match=r"0: in eval\(\) under no_grad.*fast path"):
+        ft.convert(model, golden)
+    assert type(enc.linear1) is torch.nn.Linear
+    accel = ft.Accel(golden)
+    with pytest.warns(UserWarning, match=r"0: in eval\(\).*fast path"):
+        ft.convert(model, accel, unsupported="keep")
+    assert model.conversion.swapped == ["2"] and list(model.conversion.kept) == ["0"]
+    assert type(enc.linear1) is torch.nn.Linear and type(enc.linear2) is torch.nn.Linear
+    model.eval()
+    with torch.no_grad():
+        model(torch.randn(2, 3, 8))
+    assert accel.gemms == 1            # the head, the one layer the report says is swapped
+    attn = torch.nn.Sequential(torch.nn.MultiheadAttention(8, 2))
+    with pytest.warns(UserWarning, match=r"0: MultiheadAttention .*in_proj_weight"):
+        ft.convert(attn, golden, unsupported="keep")
+    tr = torch.nn.Transformer(8, 2, 1, 1, 16, batch_first=True)
+    with pytest.raises(ValueError) as e:
+        ft.convert(tr, golden)
+    assert [n for n in tr.state_dict() if n.endswith("linear1.weight")]        # untouched
+    for name in ("encoder.layers.0", "decoder.layers.0.self_attn",
+                 "decoder.layers.0.multihead_attn"):
+        assert f" {name}: " in str(e.value)
+    assert "decoder.layers.0.linear1" not in str(e.value)          # that one runs as a module
+
+
+@pytest.mark.parametrize("dtype", [torch.uint8, torch.int64, torch.int32, torch.bool,
+                                   torch.complex64])
+def test_non_float_input_refused(golden, dtype):
+    model = ft.convert(torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(4, 2)), golden)
+    with pytest.raises(TypeError, match=rf"^Linear '1': x must be a floating-point .*, not "
+                                        rf"{dtype}$"):
+        model(torch.ones(3, 2, 2, dtype=dtype))
+    conv = ft.Conv2d(1, 2, 3, accel=golden)
+    with pytest.raises(TypeError, match=rf"^Conv2d: x must be .*{dtype}$"):
+        conv(torch.ones(1, 1, 4, 4, dtype=dtype))
+    fp32 = ft.Linear(4, 2, precision="fp32")
+    with pytest.raises(TypeError, match=rf"^Linear: x must be .*{dtype}$"):
+        fp32(torch.ones(3, 4, dtype=dtype))
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("half_weights", [False, True])
+@pytest.mark.parametrize("precision", ["int8", "fp32"])
+@pytest.mark.parametrize("kind", ["linear", "conv"])
+def test_half_precision_is_computed_in_float32(golden, dtype, half_weights, precision, kind):
+    torch.manual_seed(0)
+    x = torch.randn(3, 2, 5, 5).to(dtype)
+    if kind == "linear":
+        x = x.reshape(3, 5, 10)
+    runs = {}
+    for inp in (x, x.float()):
+        accel = ft.Accel(golden, seed=3) if precision == "int8" else None
+        layer = ft.Linear(10, 4, accel=accel, precision=precision) if kind == "linear" \
+            else ft.Conv2d(2, 4, 3, accel=accel, precision=precision)
+        torch.manual_seed(1)
+        with torch.no_grad():
+            for p in layer.parameters():
+                p.copy_(torch.randn_like(p).to(dtype))                # on the half grid
+        if half_weights and inp.dtype == dtype:
+            layer.to(dtype)
+        xi = inp.clone().requires_grad_()
+        y = layer(xi)
+        assert y.dtype == inp.dtype
+        y.backward(torch.linspace(-1, 1, y.numel()).reshape(y.shape).to(dtype).to(inp.dtype))
+        runs[inp.dtype] = y.detach(), xi.grad, [p.grad for p in layer.parameters()]
+    (y, dx, dps), (y32, dx32, dps32) = runs[dtype], runs[torch.float32]
+    assert dx.dtype == dtype
+    assert all(p.dtype == (dtype if half_weights else torch.float32) for p in dps)
+    assert _same(y, y32.to(dtype)) and _same(dx, dx32.to(dtype))
+    assert all(_same(p, q.to(p.dtype)) for p, q in zip(dps, dps32, strict=True))
+
+
+@pytest.mark.parametrize("precision, accel_kw", [
+    ("int8", dict(rounding="nearest")), ("int8", dict(per_sample=True, seed=2)),
+    ("fp32", None)])
+def test_backward_twice_with_retain_graph(golden, precision, accel_kw):
+    torch.manual_seed(0)
+    accel = ft.Accel(golden, **accel_kw) if accel_kw is not None else None
+    model = torch.nn.Sequential(ft.Conv2d(1, 2, 3, accel=accel, precision=precision),
+                                torch.nn.Flatten(),
+                                ft.Linear(8, 3, accel=accel, precision=precision))
+    x = torch.randn(2, 1, 4, 4, requires_grad=True)
+    loss = model(x).square().sum()
+    loss.backward(retain_graph=True)
+    once = [t.grad.clone() for t in (x, *model.parameters())]
+    loss.backward()                    # quantised operands kept by retain_graph: same grads
+    assert all(torch.equal(t.grad, 2 * g) for t, g in zip((x, *model.parameters()), once,
+                                                          strict=True))
+    with pytest.raises(RuntimeError, match="backward through the graph a second time"):
+        loss.backward()
+
+
+@pytest.mark.parametrize("precision", ["int8", "fp32"])
+def test_double_backward_refused(golden, precision):
+    model = ft.convert(torch.nn.Sequential(torch.nn.Linear(4, 3)),
+                       golden if precision == "int8" else None, precision=precision)
+    x = torch.randn(2, 4, requires_grad=True)
+    with pytest.raises(RuntimeError, match=r"^Linear '0': double backward .*create_graph"):
+        torch.autograd.grad(model(x).square().sum(), x, create_graph=True)
 
 
 # -- the optimiser and weight averaging ------------------------------------------------------
@@ -341,6 +499,8 @@ def test_swalp_with_averaged_model(golden):
     (lambda d: ft.Linear(3, 2, accel=d)(np.zeros((2, 3))), TypeError, "x"),
     (lambda d: ft.Conv2d(1, 2, 3, accel=d)(torch.zeros(2, 3, 5)), ValueError, "x"),
     (lambda d: ft.convert([torch.nn.Linear(2, 2)], d), TypeError, "model"),
+    (lambda d: ft.convert(torch.nn.Linear(2, 2), d, unsupported="skip"), ValueError,
+     "unsupported"),
     (lambda d: ft.SGD([torch.nn.Parameter(torch.zeros(2))], lr=-1), ValueError, "lr"),
     (lambda d: ft.SGD([torch.nn.Parameter(torch.zeros(2))], momentum=1), ValueError,
      "momentum"),

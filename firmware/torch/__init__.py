@@ -36,7 +36,24 @@ bit):
 Bias, activations, pooling and the loss stay in float32 torch on the host. In ``eval()`` mode
 the quantisation rounds to nearest (deterministic inference, as :mod:`firmware.ml.train`
 evaluates). ``precision="fp32"`` runs the same ``autograd.Function`` with the GEMMs in torch
-in the input's dtype (float32, or float64 for gradient checks).
+in float32 (float64 for float64 input, for gradient checks).
+
+What the layers refuse, and what they accept:
+
+* the input must be floating point: an integer, boolean or complex tensor raises
+  ``TypeError`` naming the layer (its class and, after :func:`convert`, its name in the model)
+  and the dtype;
+* float16 and bfloat16 inputs and parameters are computed in float32 (where each of their
+  values is exact): output and gradients come back in the input's and the parameters' dtypes,
+  bit for bit the float32 results cast to them;
+* a second backward pass through the same graph works with ``retain_graph=True`` (the
+  quantised ``x̄`` and ``W̄`` are kept until autograd frees the graph; ``δ`` is quantised again
+  in each pass), else autograd refuses it as for any torch layer; double backward
+  (``create_graph=True``) raises ``RuntimeError``;
+* :func:`convert` checks every layer before it swaps any and lists those it cannot swap
+  (grouped convolutions, other padding modes, layers inside attention modules whose forward
+  pass would skip them, ...); ``unsupported="keep"`` leaves them in torch, with a warning,
+  and ``model.conversion`` records what was swapped and what was kept.
 
 :class:`SGD` is the 8-bit optimiser of :class:`firmware.ml.optim.SGD` (``weights="int8"``:
 weights, gradients and momentum in 8-bit block floating point, stochastic rounding, one
@@ -49,13 +66,13 @@ Data-parallel training over several accelerators: :mod:`firmware.torch.distribut
 from __future__ import annotations
 
 import itertools
+import warnings
 
 import numpy as np
 
 try:
     import torch
     import torch.nn.functional as F
-    from torch.autograd.function import once_differentiable
 except ImportError as e:                                     # pragma: no cover
     raise ImportError("firmware.torch needs PyTorch: pip install -e '.[torch]'") from e
 
@@ -65,7 +82,8 @@ from firmware.ml.quant import dequantize, quantize
 from firmware.runtime.device import Device
 from sim.models import golden
 
-__all__ = ["Accel", "Linear", "Conv2d", "convert", "SGD", "swalp_scheduler", "PRECISIONS"]
+__all__ = ["Accel", "Linear", "Conv2d", "convert", "Conversion", "SGD", "swalp_scheduler",
+           "PRECISIONS"]
 
 PRECISIONS = ("int8", "fp32")
 
@@ -290,6 +308,12 @@ class _Layer:
         self._index = self.accel._register() if self.accel is not None else 0
         self._calls = 0
         self._terms: list = []
+        self._layer_name: str | None = None
+
+    def _label(self) -> str:
+        """The layer's class and, once :func:`convert` has named it, its name in the model."""
+        kind = type(self).__name__
+        return kind if self._layer_name is None else f"{kind} {self._layer_name or 'model'!r}"
 
     def _engine(self) -> Engine:
         return self.accel.engine if self.training else self.accel.eval_engine
@@ -360,6 +384,9 @@ class _Layer:
         return _ordered_sum(np.zeros(rows.shape[1]), rows).astype(np.float32)
 
     def _forward(self, x, fn):
+        if not x.is_floating_point():
+            raise TypeError(f"{self._label()}: x must be a floating-point tensor (float32, "
+                            f"float64, float16 or bfloat16), not {x.dtype}")
         if self.precision == "int8" and self._per_sample() and torch.is_grad_enabled():
             self._terms = []              # a new step: the last one's terms are spent
         return fn.apply(x, self.weight, self.bias, self)
@@ -369,25 +396,46 @@ class _Function(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weight, bias, layer):
         ctx.layer = layer
+        ctx.dtypes = x.dtype, weight.dtype
         if layer.precision == "fp32":
-            y, ctx.extra = layer._fp32_forward(x, weight, bias)
-            ctx.save_for_backward(x, weight)
+            ct = torch.promote_types(x.dtype, torch.float32)
+            xc, wc = x.to(ct), weight.to(ct)
+            y, ctx.extra = layer._fp32_forward(xc, wc, None if bias is None else bias.to(ct))
+            ctx.save_for_backward(xc, wc)
             ctx.state = None
-        else:
-            y, ctx.state = layer._int8_forward(x, weight, bias)
+            return y.to(x.dtype)
+        y, ctx.state = layer._int8_forward(x, weight, bias)
+        # the quantised operands as saved tensors (sharing their memory): autograd frees them
+        # after a backward pass unless retain_graph=True, and refuses a second pass then
+        for q in ctx.state[:2]:
+            if not q.data.flags.writeable:
+                q.data = q.data.copy()
+        ctx.save_for_backward(*(torch.from_numpy(q.data) for q in ctx.state[:2]))
         return y
 
     @staticmethod
-    @once_differentiable
     def backward(ctx, dy):
         layer = ctx.layer
+        if torch.is_grad_enabled():
+            raise RuntimeError(f"{layer._label()}: double backward (a backward pass with "
+                               f"create_graph=True) is not supported: its gradients are not "
+                               f"differentiable")
+        saved = ctx.saved_tensors
         need = ctx.needs_input_grad[:3]
+        xdtype, wdtype = ctx.dtypes
         if layer.precision == "fp32":
-            x, weight = ctx.saved_tensors
-            dx, dw, db = layer._fp32_backward(x, weight, ctx.extra, dy, *need)
-        else:
+            x, weight = saved
+            dx, dw, db = layer._fp32_backward(x, weight, ctx.extra, dy.to(x.dtype), *need)
+            return (None if dx is None else dx.to(xdtype), None if dw is None else dw.to(wdtype),
+                    None if db is None else db.to(wdtype), None)
+        qs = ctx.state[:2]
+        for q, t in zip(qs, saved, strict=True):
+            q.data = t.numpy()
+        try:
             dx, dw, db = layer._int8_backward(ctx.state, dy, *need)
-            ctx.state = None
+        finally:
+            for q in qs:                 # the saved tensors own the memory
+                q.data = None
         return dx, dw, db, None
 
 
@@ -403,7 +451,8 @@ class Linear(_Layer, torch.nn.Linear):
         for ``precision="int8"``.
     precision : {"int8", "fp32"}
         ``"int8"``: block floating point on the Device. ``"fp32"``: the same autograd
-        Function with the GEMMs in torch, in the input's dtype (the reference).
+        Function with the GEMMs in torch, in float32 or the input's wider dtype (the
+        reference).
 
     Notes
     -----
@@ -700,59 +749,195 @@ class Conv2d(_Layer, torch.nn.Conv2d):
         return dx, _tensor(dw, wdtype), _tensor(db, wdtype)
 
 
-def convert(model: torch.nn.Module, accel: Accel | Device | None, *,
-            precision: str = "int8") -> torch.nn.Module:
-    """Swap every ``torch.nn.Linear`` and ``torch.nn.Conv2d`` of ``model`` for :class:`Linear`
-    / :class:`Conv2d` on ``accel``, copying the weights (and ``requires_grad``).
+class Conversion:
+    """What :func:`convert` did to a model, kept as its ``conversion`` attribute.
 
-    Only modules whose type is exactly ``torch.nn.Linear`` / ``torch.nn.Conv2d`` are swapped
-    (not subclasses, nor layers already converted). ``model`` is changed in place; the
-    return value is ``model``, or the new layer when ``model`` itself is one.
+    Attributes
+    ----------
+    swapped : list of str
+        The names (as ``model.named_modules()`` gives them, ``""`` for ``model`` itself) of the
+        layers now on the accelerator.
+    kept : dict of str to str
+        The layers left in torch, by name, each with the reason (``unsupported="keep"``).
+    """
+
+    def __init__(self, swapped: list[str], kept: dict[str, str]):
+        self.swapped, self.kept = list(swapped), dict(kept)
+
+    def __repr__(self) -> str:
+        return f"Conversion(swapped={self.swapped!r}, kept={self.kept!r})"
+
+    def __str__(self) -> str:
+        lines = [f"on the accelerator: "
+                 f"{', '.join(n or 'model' for n in self.swapped) or 'none'}"]
+        lines += [f"kept in torch: {n or 'model'}: {why}" for n, why in self.kept.items()]
+        return "\n".join(lines)
+
+
+#: Modules whose forward pass computes with their own (or their children's) weights directly,
+#: so swapped layers inside them would not run, or not always.
+_BYPASSES = {
+    torch.nn.MultiheadAttention:
+        "MultiheadAttention computes its projections from in_proj_weight and out_proj.weight "
+        "directly (torch.nn.functional.multi_head_attention_forward), never through Linear "
+        "modules",
+    torch.nn.TransformerEncoderLayer:
+        "in eval() under no_grad, TransformerEncoderLayer's fast path "
+        "(torch._transformer_encoder_layer_fwd) computes linear1, linear2 and its attention "
+        "from their weights directly, bypassing swapped layers",
+}
+
+
+def _unsupported(m: torch.nn.Module) -> str | None:
+    """Why ``m`` (a ``torch.nn.Linear`` or ``torch.nn.Conv2d``) cannot be swapped, or None."""
+    if isinstance(m, torch.nn.modules.lazy.LazyModuleMixin) and m.has_uninitialized_params():
+        return (f"{type(m).__name__} has uninitialised parameters (run a batch through the "
+                f"model before converting it)")
+    if type(m) not in (torch.nn.Linear, torch.nn.Conv2d):
+        base = "Linear" if isinstance(m, torch.nn.Linear) else "Conv2d"
+        return (f"{type(m).__name__} is a subclass of torch.nn.{base} (its forward pass may "
+                f"differ from {base}'s)")
+    bad = []
+    if type(m) is torch.nn.Conv2d:
+        if m.groups != 1:
+            bad.append(f"groups={m.groups} (grouped and depthwise convolutions are not one "
+                       f"GEMM; groups=1 only)")
+        if m.padding_mode != "zeros":
+            bad.append(f"padding_mode={m.padding_mode!r} ('zeros' only)")
+    devices = {p.device.type for p in m.parameters(recurse=False)}
+    if devices - {"cpu"}:
+        bad.append(f"parameters on {', '.join(sorted(devices - {'cpu'}))} (CPU only)")
+    ints = {p.dtype for p in m.parameters(recurse=False) if not p.is_floating_point()}
+    if ints:
+        bad.append(f"parameters of dtype {', '.join(map(str, ints))} (floating point only)")
+    return f"a {type(m).__name__} with " + " and ".join(bad) if bad else None
+
+
+def convert(model: torch.nn.Module, accel: Accel | Device | None, *, precision: str = "int8",
+            unsupported: str = "raise") -> torch.nn.Module:
+    """Swap every ``torch.nn.Linear`` and ``torch.nn.Conv2d`` of ``model`` for :class:`Linear`
+    / :class:`Conv2d` on ``accel``, all or nothing.
+
+    The new layers take over the old ones' parameters (the same ``Parameter`` objects, so
+    ``requires_grad``, tied weights and an optimiser built before the conversion carry over),
+    their training mode and their name in the model (in error messages). A layer that appears
+    at several places in the model becomes one new layer.
+
+    Every layer is checked before anything is changed. These cannot be swapped:
+
+    * a ``Conv2d`` with ``groups != 1`` (grouped, depthwise) or a ``padding_mode`` other than
+      ``"zeros"``, a layer with parameters not on the CPU;
+    * subclasses of ``torch.nn.Linear`` / ``torch.nn.Conv2d`` (their forward pass may differ),
+      and lazy layers not yet initialised;
+    * the layers of a ``torch.nn.MultiheadAttention`` (it computes its projections from its
+      weights directly, never through its ``Linear`` modules) and of a
+      ``torch.nn.TransformerEncoderLayer`` (in ``eval()`` under ``no_grad`` its fast path does
+      the same), and so of ``torch.nn.Transformer`` / ``TransformerEncoder`` built of them:
+      swapped, they would be skipped without a word.
+
+    Parameters
+    ----------
+    model : torch.nn.Module
+        Changed in place.
+    accel : Accel or firmware.Device or None
+        The accelerator (``None`` only with ``precision="fp32"``).
+    precision : {"int8", "fp32"}
+        As :class:`Linear`.
+    unsupported : {"raise", "keep"}
+        ``"raise"``: if any layer cannot be swapped, raise and leave ``model`` untouched.
+        ``"keep"``: swap the others and leave those in torch, with a warning.
+
+    Returns
+    -------
+    torch.nn.Module
+        ``model``, or the new layer when ``model`` itself is one. Its attribute
+        ``conversion`` (a :class:`Conversion`) lists the layers swapped and those kept in
+        torch, with the reasons.
 
     Raises
     ------
     TypeError
         ``model`` is not a ``torch.nn.Module``, or ``accel`` is of the wrong type.
     ValueError
-        A convolution has ``groups != 1`` or a ``padding_mode`` other than ``"zeros"`` (the
-        message names it), or ``precision`` is unknown.
+        Some layers cannot be swapped and ``unsupported="raise"`` (the message names each
+        one and why); ``model`` has a ``conversion`` attribute of its own; ``precision`` or
+        ``unsupported`` is unknown.
+
+    Warns
+    -----
+    UserWarning
+        With ``unsupported="keep"``, when layers stay in torch (naming them).
     """
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, not {type(model).__name__}")
+    if unsupported not in ("raise", "keep"):
+        raise ValueError(f"unsupported must be 'raise' or 'keep', not {unsupported!r}")
     accel = _check_accel(accel, precision)
+    if not isinstance(getattr(model, "conversion", None), (Conversion, type(None))):
+        raise ValueError("model has an attribute 'conversion' of its own, where convert "
+                         "records what it did; rename it")
 
-    def swap(m: torch.nn.Module, name: str):
-        if type(m) not in (torch.nn.Linear, torch.nn.Conv2d):
-            return None
+    # plan: (parent or None, attribute, name, module) to swap; the names kept, and why
+    plan, kept = [], {}
+    inside: list[str] = []                  # modules whose layers are not swapped
+
+    def visit(parent, attr, name, m):
+        if isinstance(m, (Linear, Conv2d)):
+            return
+        for kind, why in _BYPASSES.items():
+            if isinstance(m, kind):
+                kept.setdefault(name, why)
+                inside.append(name)
+                return
+        if not isinstance(m, (torch.nn.Linear, torch.nn.Conv2d)):
+            return
+        why = _unsupported(m)
+        if why is not None:
+            kept.setdefault(name, why)
+        else:
+            plan.append((parent, attr, name, m))
+
+    visit(None, None, "", model)
+    for name, parent in model.named_modules():
+        if any(name == p or name.startswith(p + ".") for p in inside if p) or "" in inside:
+            continue
+        for attr, child in list(parent._modules.items()):      # each place of a shared one
+            if child is not None:
+                visit(parent, attr, f"{name}.{attr}" if name else attr, child)
+    if kept and unsupported == "raise":
+        raise ValueError("convert: these layers cannot run on the accelerator (nothing was "
+                         "converted; unsupported='keep' leaves them in torch): "
+                         + "; ".join(f"{n or 'model'}: {why}" for n, why in kept.items()))
+
+    new_of: dict[int, torch.nn.Module] = {}
+    for _, _, name, m in plan:              # build every new layer before changing anything
+        if id(m) in new_of:
+            continue
         kw = dict(device=m.weight.device, dtype=m.weight.dtype, accel=accel,
                   precision=precision)
         if type(m) is torch.nn.Linear:
             new = Linear(m.in_features, m.out_features, bias=m.bias is not None, **kw)
         else:
-            if m.groups != 1 or m.padding_mode != "zeros":
-                raise ValueError(f"{name or 'model'}: a Conv2d with groups={m.groups}, "
-                                 f"padding_mode={m.padding_mode!r} cannot be converted "
-                                 f"(groups=1 and padding_mode='zeros' only)")
             new = Conv2d(m.in_channels, m.out_channels, m.kernel_size, stride=m.stride,
                          padding=m.padding, dilation=m.dilation, bias=m.bias is not None, **kw)
-        with torch.no_grad():
-            for pname in ("weight", "bias"):
-                old = getattr(m, pname)
-                if old is not None:
-                    getattr(new, pname).copy_(old)
-                    getattr(new, pname).requires_grad_(old.requires_grad)
+        new.weight = m.weight
+        if m.bias is not None:
+            new.bias = m.bias
         new.train(m.training)
-        return new
-
-    new = swap(model, "")
-    if new is not None:
-        return new
-    for name, parent in list(model.named_modules()):
-        for child_name, child in list(parent.named_children()):
-            full = f"{name}.{child_name}" if name else child_name
-            new = swap(child, full)
-            if new is not None:
-                setattr(parent, child_name, new)
+        new._layer_name = name
+        new_of[id(m)] = new
+    swapped = []
+    for parent, attr, name, m in plan:
+        if parent is None:
+            model = new_of[id(m)]
+        else:
+            setattr(parent, attr, new_of[id(m)])
+        swapped.append(name)
+    if kept:
+        warnings.warn("convert: these layers stay in torch, not on the accelerator: "
+                      + "; ".join(f"{n or 'model'}: {why}" for n, why in kept.items()),
+                      stacklevel=2)
+    model.conversion = Conversion(swapped, kept)
     return model
 
 
