@@ -40,12 +40,17 @@ from firmware.runtime.profile import Profile
 from firmware.spec import regmap
 from sim.models import golden
 
-__all__ = ["Device", "DeviceTensor", "AcceleratorError", "BACKENDS", "MAX_DIM"]
+__all__ = ["Device", "DeviceTensor", "AcceleratorError", "BACKENDS", "MAX_DIM", "POOL_SHARE"]
 
 BACKENDS = ("golden", "rtl", "pynq", "model")
 
 #: Largest M, N or K of one descriptor (16-bit fields of the register map).
 MAX_DIM = 65535
+
+#: The share of a board's CMA (:attr:`firmware.runtime.pynq_backend.Target.cma_bytes`) the
+#: ``pynq`` backend's buffer pool may hold by default: the rest is left to the program's other
+#: buffers and other programs.
+POOL_SHARE = 0.5
 
 #: Bytes of C buffers one driver run may hold (beyond the queue's depth of pieces): GEMMs cut
 #: into many pieces (``k_exp`` runs, K chunks) run this much at a time.
@@ -147,7 +152,8 @@ class DeviceTensor:
             return self._array
         with self.device.profile.time("layout"):
             self.buffer.invalidate()
-            return self._rows().copy().view(self.dtype).reshape(self.shape)
+            # np.array, not .copy(): a plain ndarray, never the board's buffer class
+            return np.array(self._rows()).view(self.dtype).reshape(self.shape)
 
     def free(self) -> None:
         """Return the buffer to the device's pool; the handle is unusable afterwards."""
@@ -221,44 +227,141 @@ class _SimRegs:
         self.sim.step(cycles)
 
 
+def _out_of_memory(e: BaseException) -> bool:
+    """Whether an allocator's exception says the memory is full: a ``MemoryError``, or the
+    ``RuntimeError("BO allocation failed: ...")`` of ``pynq.allocate`` when the CMA is."""
+    return isinstance(e, MemoryError) or (isinstance(e, RuntimeError)
+                                          and "BO allocation failed" in str(e))
+
+
 class _Pool:
-    """Device buffers kept for reuse, keyed by size (bytes)."""
+    """Device buffers kept for reuse, keyed by size (bytes).
 
-    def __init__(self, memory):
-        self.memory, self.idle, self.live = memory, {}, 0
+    A buffer asked for takes an idle one of its size, else a new one from the memory. Before
+    a new buffer would take the bytes held (in use and idle) past ``budget``, idle buffers go
+    back to the memory, least recently used first, whatever their size. When the memory is
+    full (:func:`_out_of_memory`), every idle buffer goes back and the allocation is tried
+    again; if it still fails, a ``MemoryError`` names the bytes asked for, what was freed and
+    what stays in use.
 
-    def get(self, nbytes):
+    Parameters
+    ----------
+    memory : object
+        The driver's memory (``buffer(nbytes)``, ``free(buf)``).
+    budget : int, optional
+        Bytes the pool may hold before it frees idle buffers; None: as many as the memory
+        gives. Buffers in use are never freed: the budget is exceeded when they alone need
+        more.
+    profile : callable, optional
+        Returns the :class:`firmware.runtime.profile.Profile` (the device's, which an engine
+        may replace) that counts ``pool_trims`` (idle buffers freed) and
+        ``pool_trimmed_bytes``, and keeps ``pool_high_water_bytes``.
+
+    Attributes
+    ----------
+    live : int
+        Buffers in use.
+    held : int
+        Bytes of the buffers in use and idle.
+    high_water : int
+        The most bytes held at once.
+    """
+
+    def __init__(self, memory, budget: int | None = None, profile=None):
+        self.memory, self.budget, self.profile = memory, budget, profile
+        self.idle: dict[int, list] = {}
+        self._order: list = []                # idle buffers, least recently used first
+        self.live = self.held = self.high_water = 0
+
+    def get(self, nbytes: int):
         stack = self.idle.get(nbytes)
         if stack:
             buf = stack.pop()
+            if not stack:
+                del self.idle[nbytes]
+            self._order = [b for b in self._order if b is not buf]
         else:
-            try:
-                buf = self.memory.buffer(nbytes)
-            except MemoryError:
-                self.trim()
-                buf = self.memory.buffer(nbytes)
+            if self.budget is not None:
+                self._trim_to(self.budget - nbytes)
+            buf = self._allocate(nbytes)
             buf.pool_size = nbytes
+            self.held += nbytes
+            self.high_water = max(self.high_water, self.held)
+            if self.profile is not None:
+                counts = self.profile().counts
+                counts["pool_high_water_bytes"] = max(
+                    counts.get("pool_high_water_bytes", 0), self.held)
         self.live += 1
         return buf
+
+    def _allocate(self, nbytes: int):
+        try:
+            return self.memory.buffer(nbytes)
+        except (MemoryError, RuntimeError) as e:
+            if not _out_of_memory(e):
+                raise
+        buffers, freed = self.idle_buffers, self.trim()
+        try:
+            return self.memory.buffer(nbytes)
+        except (MemoryError, RuntimeError) as e:
+            if not _out_of_memory(e):
+                raise
+            raise MemoryError(
+                f"cannot allocate {nbytes} bytes of device memory: the buffer pool gave back "
+                f"all its {buffers} idle buffers ({freed} bytes) and still holds {self.held} "
+                f"bytes in {self.live} buffers in use (free DeviceTensors no longer needed, "
+                f"use smaller batches, or give the board more memory; the allocator said: "
+                f"{e})") from e
 
     def put(self, buf):
         self.live -= 1
         self.idle.setdefault(buf.pool_size, []).append(buf)
+        self._order.append(buf)
 
-    def trim(self):
-        """Give every idle buffer back to the memory."""
+    def _free(self, buf):
         free = getattr(self.memory, "free", None)
-        for stack in self.idle.values():
-            for buf in stack:
-                if free is not None:
-                    free(buf)
-                elif hasattr(buf, "free"):
-                    buf.free()
-        self.idle = {}
+        if free is not None:
+            free(buf)
+        elif hasattr(buf, "free"):
+            buf.free()
+        self.held -= buf.pool_size
+        if self.profile is not None:
+            self.profile().count("pool_trims")
+            self.profile().count("pool_trimmed_bytes", buf.pool_size)
+
+    def _trim_to(self, limit: int) -> None:
+        """Free idle buffers, least recently used first, until at most ``limit`` bytes are
+        held or none is idle."""
+        while self._order and self.held > limit:
+            buf = self._order.pop(0)
+            stack = self.idle[buf.pool_size]
+            stack[:] = [b for b in stack if b is not buf]
+            if not stack:
+                del self.idle[buf.pool_size]
+            self._free(buf)
+
+    def trim(self) -> int:
+        """Give every idle buffer back to the memory.
+
+        Returns
+        -------
+        int
+            The bytes freed.
+        """
+        before = self.held
+        for buf in self._order:
+            self._free(buf)
+        self.idle, self._order = {}, []
+        return before - self.held
 
     @property
     def idle_buffers(self) -> int:
-        return sum(len(s) for s in self.idle.values())
+        return len(self._order)
+
+    def stats(self) -> dict:
+        """``pool_bytes`` (held now), ``pool_high_water`` and ``pool_budget``."""
+        return {"pool_bytes": self.held, "pool_high_water": self.high_water,
+                "pool_budget": self.budget}
 
 
 def _int_arg(name, v, allow_none=False):
@@ -301,21 +404,32 @@ class Device:
         ``model``: the address width the registers report.
     board, bitfile, report, base_addr, ip_name, clock_hz :
         ``pynq``: which board and build (:func:`firmware.runtime.pynq_backend.connect`).
+    pool_budget : int, optional
+        Every backend but ``golden``: bytes of device buffers the pool may hold (in use and
+        idle) before it gives idle ones back, least recently used first. Default on ``pynq``
+        :data:`POOL_SHARE` of the board's CMA
+        (:attr:`firmware.runtime.pynq_backend.Target.cma_bytes`), elsewhere no limit but the
+        simulated memory's. Whatever the budget, a full memory makes the pool give back every
+        idle buffer and try again.
 
     Attributes
     ----------
     stats : dict
-        The last call's MACs, descriptors, cycles, utilisation, block, chunk and transpose.
+        The last call's MACs, descriptors, cycles, utilisation, block, chunk and transpose;
+        and the buffer pool's bytes: ``pool_bytes`` held after the call, ``pool_high_water``
+        (the most held at once since the device was made) and ``pool_budget``.
     profile : firmware.runtime.profile.Profile
-        Host time by kind and accelerator cycles, accumulated over calls.
+        Host time by kind and accelerator cycles, accumulated over calls; its ``counts``
+        have the pool's ``pool_high_water_bytes``, and ``pool_trims`` / ``pool_trimmed_bytes``
+        (idle buffers given back to the memory).
     driver : firmware.runtime.driver.Driver or None
         The register-level driver (None on ``golden``).
 
     Raises
     ------
     ValueError
-        An unknown backend, a bad ``rows``, ``cols``, ``data_width`` or ``max_dim``, or a
-        board whose hardware differs from what was asked.
+        An unknown backend, a bad ``rows``, ``cols``, ``data_width``, ``max_dim`` or
+        ``pool_budget``, or a board whose hardware differs from what was asked.
     TypeError
         An option the backend does not take.
     """
@@ -333,6 +447,14 @@ class Device:
                 or not 1 <= self.max_dim <= MAX_DIM):
             raise ValueError(f"max_dim must be an integer in [1, {MAX_DIM}], not "
                              f"{self.max_dim!r}")
+        pool_budget = options.pop("pool_budget", None)
+        if pool_budget is not None and (not isinstance(pool_budget, int)
+                                        or isinstance(pool_budget, bool) or pool_budget < 1):
+            raise ValueError(f"pool_budget must be a positive number of bytes or None, not "
+                             f"{pool_budget!r}")
+        if backend == "golden" and pool_budget is not None:
+            raise TypeError("the golden backend takes no options, not ['pool_budget'] (it has "
+                            "no device memory)")
         self.backend = backend
         self.stats: dict = {}
         self.profile = Profile()
@@ -347,6 +469,8 @@ class Device:
                                  f"{info.data_width}-bit bus, not {want[0]}x{want[1]} on "
                                  f"{want[2]} bits")
             rows, cols, data_width = info.rows, info.cols, info.data_width
+            if pool_budget is None:
+                pool_budget = int(POOL_SHARE * self.driver.target.cma_bytes)
         rows, cols, data_width = rows or 8, cols or 8, data_width or 128
         self.rows, self.cols, self.data_width = rows, cols, data_width
         if backend == "rtl":
@@ -373,7 +497,8 @@ class Device:
             self.driver = Driver(_SimRegs(self.sim), _SimMemory(self.sim))
         elif backend == "golden" and options:
             raise TypeError(f"the golden backend takes no options, not {sorted(options)}")
-        self.pool = _Pool(self.driver.memory) if self.driver else None
+        self.pool = _Pool(self.driver.memory, pool_budget, lambda: self.profile) if self.driver \
+            else None
         self.bytes_per_word = data_width // 8
 
     # -- device memory -----------------------------------------------------------------------
@@ -670,6 +795,7 @@ class Device:
         finally:
             for t in temps:
                 t.free()
+            self.stats.update(self.pool.stats())
 
     def _exponents(self, e, temps):
         """A scalar for the descriptor's flags, or a device vector."""

@@ -28,7 +28,10 @@ Where each fact comes from (:func:`resolve`), first found wins:
   else :mod:`firmware.spec.boards`' address for the board, else the first IP of the loaded overlay
   whose ``ID`` register reads "BFP8". A report and a ``.hwh`` that disagree are an error;
 * the **clock** (for turning poll intervals into sleeps): ``clock_hz=``, else the report's,
-  else the board's, else 100 MHz.
+  else the board's, else 100 MHz;
+* the **CMA size** (the memory ``pynq.allocate`` draws from, whose share
+  :data:`firmware.runtime.device.POOL_SHARE` the device's buffer pool keeps by default):
+  ``CmaTotal`` of ``/proc/meminfo`` (:func:`cma_size`), else :data:`PYNQ_CMA_BYTES`.
 
 The array shape and bus width are read from the hardware's CONFIG registers
 (``Driver.info``) and checked against the report's configuration: a bitstream from another
@@ -43,14 +46,23 @@ import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
+
 from firmware.runtime.driver import Driver
 from firmware.spec import boards, regmap
 
-__all__ = ["connect", "resolve", "Target", "hwh_ranges", "hwh_base_addr", "OVERLAY_DIR"]
+__all__ = ["connect", "resolve", "Target", "hwh_ranges", "hwh_base_addr", "cma_size",
+           "OVERLAY_DIR", "MEMINFO", "PYNQ_CMA_BYTES"]
 
 #: Where ``build.py --program --host`` copies the bitstream, ``.hwh`` and ``report.json``.
 OVERLAY_DIR = Path("/home/xilinx/overlays")
 _REPO = Path(__file__).resolve().parents[2]
+#: Where Linux reports the CMA's size (``CmaTotal``).
+MEMINFO = Path("/proc/meminfo")
+#: The CMA of a PYNQ image when ``/proc/meminfo`` does not say: 128 MiB, the
+#: ``CONFIG_CMA_SIZE_MBYTES=128`` of PYNQ's kernel configuration
+#: (``sdbuild/boot/meta-pynq/recipes-kernel/linux/linux-xlnx/pynq.cfg`` in Xilinx/PYNQ).
+PYNQ_CMA_BYTES = 128 << 20
 
 
 class _Regs:
@@ -69,7 +81,10 @@ class _Regs:
 
 class _Buffer:
     def __init__(self, buf):
-        self.buf, self.array, self.addr = buf, buf, int(buf.device_address)
+        # the CPU's view as a plain ndarray: results copied out of it are plain arrays, and
+        # numpy never goes through the buffer class's own methods
+        self.buf, self.addr = buf, int(buf.device_address)
+        self.array = buf.view(np.ndarray)
 
     def flush(self):
         self.buf.flush()
@@ -83,7 +98,6 @@ class _Memory:
         self.pynq, self.live = pynq, []
 
     def buffer(self, nbytes):
-        import numpy as np
         buf = _Buffer(self.pynq.allocate(shape=(nbytes,), dtype=np.uint8))
         self.live.append(buf)
         return buf
@@ -143,6 +157,8 @@ class Target:
     base_addr: int | None = None
     clock_hz: float = 100e6
     ip_name: str = boards.IP_NAME
+    #: bytes of the CMA ``pynq.allocate`` draws from (:func:`cma_size`), set by :func:`connect`
+    cma_bytes: int = PYNQ_CMA_BYTES
     #: the report's configuration (rows, cols, data_width...), None without a report
     config: dict | None = None
     sources: dict = field(default_factory=dict)
@@ -276,6 +292,36 @@ def resolve(*, board: str | None = None, bitfile=None, base_addr=None, report=No
     return t
 
 
+def cma_size(meminfo=None) -> tuple[int, str]:
+    """The bytes of the board's CMA and where the figure came from.
+
+    Parameters
+    ----------
+    meminfo : path, optional
+        Linux's memory report, default :data:`MEMINFO`.
+
+    Returns
+    -------
+    tuple of (int, str)
+        ``CmaTotal`` of the report and its path, or :data:`PYNQ_CMA_BYTES` and "PYNQ's
+        kernel default" where the report has no (or a zero) ``CmaTotal``.
+    """
+    path = Path(MEMINFO if meminfo is None else meminfo)
+    try:
+        lines = path.read_text().splitlines()
+    except OSError:
+        lines = []
+    for line in lines:
+        key, _, value = line.partition(":")
+        if key.strip() == "CmaTotal":
+            fields = value.split()
+            if fields and fields[0].isdigit() and int(fields[0]) > 0:
+                unit = fields[1].lower() if len(fields) > 1 else "b"
+                scale = {"kb": 1 << 10, "mb": 1 << 20, "gb": 1 << 30}.get(unit, 1)
+                return int(fields[0]) * scale, str(path)
+    return PYNQ_CMA_BYTES, "PYNQ's kernel default"
+
+
 def _describe(rows, cols, data_width) -> str:
     return f"a {rows}x{cols} array on a {data_width}-bit bus"
 
@@ -321,6 +367,7 @@ def connect(*, board: str | None = None, bitfile=None, ip_name: str | None = Non
         else:
             raise RuntimeError("no accelerator (ID 'BFP8') found in the overlay")
     drv = Driver(_Regs(pynq.MMIO(t.base_addr, regmap.SIZE), t.clock_hz), _Memory(pynq))
+    t.cma_bytes, t.sources["cma_bytes"] = cma_size()
     drv.target = t
     want = t.expected
     if want is not None:

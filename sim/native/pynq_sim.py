@@ -13,8 +13,10 @@ to install as ``sys.modules["pynq"]``, so :mod:`firmware.runtime.pynq_backend` r
   the simulated clock run ``cycles_per_access`` cycles (time passes while the ARM polls);
 * ``allocate(shape, dtype)``: an ndarray subclass with ``device_address`` /
   ``physical_address``, ``flush()``, ``invalidate()``, ``freebuffer()`` (and ``close()``,
-  ``sync_to_device()``, ``sync_from_device()``), carved out of the simulated DRAM by a
-  first-fit allocator (4 KB pages, like PYNQ's CMA buffers). The array the CPU sees is **not**
+  ``sync_to_device()``, ``sync_from_device()``), carved out of the simulated CMA (``cma``
+  bytes of the DRAM) by a first-fit allocator (4 KB pages, like PYNQ's CMA buffers); a full
+  CMA raises ``RuntimeError("BO allocation failed: ...")``, as ``pynq.allocate`` does on a
+  board. The array the CPU sees is **not**
   the DRAM: ``flush()`` copies it to the DRAM and ``invalidate()`` copies the DRAM back, as a
   cache would, and both sides start with different garbage — so a driver that forgets either
   computes on stale data and a test notices.
@@ -134,10 +136,11 @@ def write_bitstream_dir(directory, board: str, config: dict | None = None, *,
 
 
 class _Allocator:
-    """First-fit over whole pages of ``[base, limit)``."""
+    """First-fit over whole pages of ``[base, limit)``; ``used`` and ``peak`` bytes."""
 
     def __init__(self, base: int, limit: int):
         self.free = [(base, limit)]
+        self.size, self.used, self.peak = limit - base, 0, 0
 
     def alloc(self, nbytes: int) -> int:
         size = max(PAGE, -(-nbytes // PAGE) * PAGE)
@@ -146,11 +149,17 @@ class _Allocator:
                 self.free[i] = (lo + size, hi)
                 if lo + size == hi:
                     del self.free[i]
+                self.used += size
+                self.peak = max(self.peak, self.used)
                 return lo
-        raise MemoryError(f"the simulated board's DRAM has no {size} contiguous bytes left")
+        largest = max((hi - lo for lo, hi in self.free), default=0)
+        raise RuntimeError(f"BO allocation failed: {nbytes} bytes asked for, the simulated "
+                           f"CMA of {self.size} bytes has {self.size - self.used} free, "
+                           f"{largest} contiguous")
 
     def release(self, addr: int, nbytes: int) -> None:
         size = max(PAGE, -(-nbytes // PAGE) * PAGE)
+        self.used -= size
         self.free.append((addr, addr + size))
         self.free.sort()
         merged = [self.free[0]]
@@ -228,14 +237,31 @@ class SimBoard:
         Simulated cycles per register access.
     memory : int
         Bytes of simulated DRAM (from address 0).
+    cma : int, optional
+        Bytes of the DRAM ``allocate`` hands out (from the second 4 KB page); default all but
+        the first page. A multiple of 4096.
     **options
         More :class:`sim.native.NativeSim` options (``port``, ``latency``, ``seed``...).
+
+    Attributes
+    ----------
+    loaded : list of str
+        The bitfiles "downloaded".
+    live, flushes, invalidates, accesses, refused : int
+        Buffers allocated and not freed, cache operations, register accesses, and
+        allocations the full CMA refused.
     """
 
     def __init__(self, board: str = "pynq-z1", config: dict | None = None, *,
                  base_addr: int | None = None, cycles_per_access: int = 64,
-                 memory: int = 16 << 20, **options):
+                 memory: int = 16 << 20, cma: int | None = None, **options):
         from sim.native import NativeSim
+
+        cma = memory - PAGE if cma is None else cma
+        if (not isinstance(cma, int) or isinstance(cma, bool) or cma < PAGE or cma % PAGE
+                or cma > memory - PAGE):
+            raise ValueError(f"cma must be a multiple of {PAGE} bytes in [{PAGE}, "
+                             f"{memory - PAGE}] (memory less a page), not {cma!r}")
 
         self.board = boards.board(board)
         self.config = dict(config) if config is not None else self.board.config()
@@ -243,9 +269,10 @@ class SimBoard:
         self.cycles_per_access = cycles_per_access
         self.sim = NativeSim(memory=memory, **options, **sim_params(self.config))
         self.sim.memory[:] = 0xCD                     # DRAM garbage
-        self._allocator = _Allocator(PAGE, memory)
+        self._allocator = _Allocator(PAGE, PAGE + cma)
         self.loaded: list[str] = []                   # bitfiles "downloaded"
         self.live = self.flushes = self.invalidates = self.accesses = 0
+        self.refused = 0                              # allocations the full CMA refused
 
     # -- the pynq API --------------------------------------------------------------------------
     def module(self) -> types.ModuleType:
@@ -296,7 +323,11 @@ class SimBoard:
         def allocate(shape, dtype="u4", target=None, **kwargs):
             cpu = np.empty(shape, dtype=dtype)
             cpu.view(np.uint8).reshape(-1)[:] = 0x5A              # stale cache contents
-            addr = board._allocator.alloc(cpu.nbytes)
+            try:
+                addr = board._allocator.alloc(cpu.nbytes)
+            except RuntimeError:
+                board.refused += 1
+                raise
             buf = cpu.view(SimBuffer)
             buf._board, buf._owner = board, None
             buf.device_address = buf.physical_address = addr
@@ -317,6 +348,16 @@ class SimBoard:
         else:
             sys.modules["pynq"] = mod
         return mod
+
+    @property
+    def cma_used(self) -> int:
+        """Bytes of the CMA in buffers not freed (whole pages)."""
+        return self._allocator.used
+
+    @property
+    def cma_peak(self) -> int:
+        """The most bytes of the CMA in buffers at once."""
+        return self._allocator.peak
 
     def reads_id(self) -> bool:
         return self.sim.read32(regmap.offset("ID")) == regmap.MAGIC
