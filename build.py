@@ -167,6 +167,10 @@ def parse_args(argv):
                         help="the array's columns in this many groups, one per SLR, with "
                              "crossing registers and a pblock each (default: the platform's; "
                              "1: none)")
+    parser.add_argument("--burst-beats", type=_positive,
+                        help="the DMA's longest burst in bus words (default: 16, or what the "
+                             "platform's memory port takes where shorter; at most what it "
+                             "takes)")
     parser.add_argument("--out", type=Path, help="output directory (default build/<platform>)")
     parser.add_argument("--synth", choices=["yosys", "vivado", "none"], default="yosys",
                         help="yosys: a resource estimate and timing report (default); vivado: "
@@ -192,10 +196,13 @@ def parse_args(argv):
     if args.platform is None:
         parser.error(f"--platform is required: one of {', '.join(sorted(PLATFORMS))}")
     board = PLATFORMS[args.platform]
-    cfg = board.config(rows=args.rows, cols=args.cols, depth=args.depth, block=args.block,
-                       dsp_rows=args.dsp_rows, acc_ram=args.acc_ram, packing=args.packing,
-                       write_ports=args.write_ports, read_ports=args.read_ports,
-                       slr_groups=args.slr_groups)
+    try:
+        cfg = board.config(rows=args.rows, cols=args.cols, depth=args.depth, block=args.block,
+                           dsp_rows=args.dsp_rows, acc_ram=args.acc_ram, packing=args.packing,
+                           write_ports=args.write_ports, read_ports=args.read_ports,
+                           slr_groups=args.slr_groups, burst_beats=args.burst_beats)
+    except ValueError as e:
+        parser.error(f"--burst-beats: {e}")
     if cfg.get("slr_groups", 1) == 1:
         cfg.pop("slr_groups", None)
     elif cfg["slr_groups"] != len(board.slrs):

@@ -181,6 +181,9 @@ def test_repeated_generation_is_cached(generated):
     (["--platform", "zcu104", "--slr-groups", "2"], "one SLR"),
     (["--platform", "vu9p", "--slr-groups", "3"], "SLR1, SLR0"),
     (["--platform", "vu9p", "--slr-groups", "0"], "--slr-groups"),
+    (["--platform", "pynq-z1", "--burst-beats", "32"], "burst_beats 32 is longer than port "
+                                                       "'zynq7-hp' takes (max_burst 16"),
+    (["--platform", "zcu104", "--burst-beats", "0"], "--burst-beats"),
 ])
 def test_bad_arguments_exit_2_with_the_choices(args, message):
     proc = run_build(*args)
@@ -341,3 +344,26 @@ def test_the_pynq_z1_default_is_synthesised_whole():
     cfg = PLATFORMS["pynq-z1"].config()
     assert cfg["rows"] * cfg["cols"] <= FULL_LIMIT
     assert cfg["packing"] == 2 and cfg["dsp_slice"] == "DSP48E1" and "dsp_rows" not in cfg
+
+
+def test_the_dma_bursts_follow_the_boards_port(tmp_path):
+    """Every board's default bursts are the accelerator's default 16 beats (the Zynq ports'
+    limit; the VCU118's MIG takes 256, the design keeps 16), so the default configuration
+    does not name them; a shorter or (where the port takes it) longer burst is built and
+    recorded for the host."""
+    from firmware.spec import boards
+    from firmware.spec.ports import PORTS
+
+    for name, board in PLATFORMS.items():
+        assert "burst_beats" not in board.config(), name
+        assert board.config(burst_beats=8)["burst_beats"] == 8
+        assert boards.host_section(name, board.config())["burst_beats"] == 16
+    assert PORTS[boards.board("pynq-z1").port]["protocol"] == "AXI3"
+    assert PLATFORMS["vu9p"].config(burst_beats=64)["burst_beats"] == 64
+    with pytest.raises(ValueError, match=r"burst_beats 32 .*max_burst 16"):
+        PLATFORMS["zcu104"].config(burst_beats=32)
+    proc = run_build("--platform", "pynq-z1", "--rows", "8", "--cols", "8", "--burst-beats",
+                     "4", "--synth", "none", "--out", str(tmp_path))
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert report["config"]["burst_beats"] == 4 and report["host"]["burst_beats"] == 4

@@ -74,3 +74,25 @@ def test_accelerator_error_names_the_code():
     err = AcceleratorError(int(ErrorCode.OUT_OF_WINDOW))
     assert err.code is ErrorCode.OUT_OF_WINDOW
     assert "OUT_OF_WINDOW" in str(err) and "window" in str(err)
+
+
+def test_the_model_predicts_with_the_bursts_it_is_configured_with():
+    """``Device("model")`` takes its bursts from the port (or ``burst_beats``) and predicts,
+    and plans, with them: 2-beat bursts behind a 32-cycle read latency take longer."""
+    from firmware.runtime.perfmodel import predict
+
+    rng = np.random.default_rng(0)
+    a = rng.integers(-128, 128, (8, 4096), dtype=np.int8)         # bound by its reads
+    b = rng.integers(-128, 128, (4096, 8), dtype=np.int8)
+    cycles = {}
+    for name, options in (("16", {}), ("2", {"port": {"max_burst": 2}}),
+                          ("2 asked", {"burst_beats": 2})):
+        dev = Device("model", rows=8, cols=8, **options)
+        np.testing.assert_array_equal(dev.gemm(a, b, out="int32"), golden.gemm(a, b))
+        cycles[name] = dev.stats["cycles"]
+        assert dev.dma_burst == int(name.split()[0])
+    assert cycles["2"] > 1.2 * cycles["16"] and cycles["2 asked"] > 1.2 * cycles["16"]
+    config = dict(rows=8, cols=8, depth=512, block=1, data_width=128,
+                  port=Device("model").memory_port())
+    assert predict(8, 8, 4096, dma_burst=2, **config)["cycles"] > \
+        1.2 * predict(8, 8, 4096, **config)["cycles"]

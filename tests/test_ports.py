@@ -103,7 +103,10 @@ def test_random_knobs(preset, order, outstanding, latency, pause, m, n, k, ta, t
 
 
 def test_a_burst_over_the_port_limit_is_flagged_and_refused():
-    dev = _device({"max_burst": 4})                 # the DMA issues bursts of up to 16 beats
+    dev = _device("ideal")                          # the DMA issues bursts of up to 16 beats
+    with pytest.raises(ValueError, match="burst_beats 16 is longer .*max_burst 4"):
+        dev.sim.configure({"max_burst": 4})         # refused before anything runs ...
+    dev.sim.configure({"max_burst": 4}, check=False)    # ... or the memory model's check
     rng = np.random.default_rng(0)
     with pytest.raises(AcceleratorError) as info:
         _gemm(dev, rng, 8, 8, 200, False, False)    # rows of 200 bytes: 13-beat bursts
@@ -111,6 +114,47 @@ def test_a_burst_over_the_port_limit_is_flagged_and_refused():
     assert dev.sim.counters["burst_violations"] > 0
     assert dev.sim.violations >= dev.sim.counters["burst_violations"]
     assert dev.sim.counters["stability_violations"] == 0
+
+
+# test_accelerator's 4x4 build with four write ports, at each burst length (16: its own build)
+BURST_CONFIG = CONFIGS_BY_PORTS[4]
+
+
+@pytest.mark.parametrize("burst", [4, 16, *(pytest.param(b, marks=pytest.mark.slow)
+                                            for b in (1, 2, 8))])
+def test_the_bursts_follow_the_port(burst):
+    """On a port that takes bursts of at most ``burst`` beats the accelerator is built with
+    that length: GEMMs of every transpose form, with long rows and pauses, are bit-exact, and
+    no burst is over the port's limit."""
+    dev = Device("rtl", **BURST_CONFIG, port={"max_burst": burst, "pause": 0.1}, seed=burst)
+    assert dev.sim.params["burst_beats"] == dev.dma_burst == burst
+    rng = np.random.default_rng(burst)
+    for ta, tb in ((False, False), (True, False), (False, True), (True, True)):
+        m, n, k = (int(x) for x in rng.integers(1, 30, 3))
+        _gemm(dev, rng, m, n, 8 * k + 1, ta, tb)
+    _gemm(dev, rng, 19, 21, 301, True, False)       # long A^T columns: many short bursts
+    _check_port_kept(dev)
+    c = dev.sim.counters
+    assert c["burst_violations"] == 0 and c["read_bursts"] >= c["read_beats"] / burst
+
+
+def test_bursts_longer_than_the_port_takes_are_refused_before_a_gemm():
+    """Asked for, bursts longer than the port takes are refused naming both lengths (nothing
+    built); an AXI3 port takes at most 16."""
+    from firmware.spec.ports import burst_beats
+
+    for backend in ("rtl", "model"):
+        with pytest.raises(ValueError, match=r"burst_beats 16 is longer than port 'ideal\+' "
+                                             r"takes \(max_burst 4 beats\)"):
+            Device(backend, **CONFIG, port={"max_burst": 4}, burst_beats=16)
+    assert burst_beats("ideal") == 16 and burst_beats("vcu118-ddr4") == 16
+    assert burst_beats({"max_burst": 2}) == 2 and burst_beats("vcu118-ddr4", 256) == 256
+    with pytest.raises(ValueError, match="AXI3 limit of 16"):
+        burst_beats({"preset": "zynq7-hp", "max_burst": 64}, 32)
+    with pytest.raises(ValueError, match=r"burst_beats must be in 1\.\.256, not 0"):
+        burst_beats("ideal", 0)
+    with pytest.raises(TypeError, match="burst_beats must be an integer"):
+        burst_beats("ideal", 4.0)
 
 
 def test_the_dram_limits_every_channel_together():

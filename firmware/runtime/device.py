@@ -396,6 +396,11 @@ class Device:
     port : str or dict
         ``rtl`` and ``model``: the memory port's timing, a preset of
         :data:`firmware.spec.ports.PORTS` (default ``"ideal"``) or a dict of knobs.
+    burst_beats : int, optional
+        ``rtl`` and ``model``: the DMA's longest burst in bus words, which the accelerator
+        is built (``rtl``) or predicted (``model``) with. Default: what the port takes
+        (:func:`firmware.spec.ports.burst_beats`: 16, or the port's ``max_burst`` where
+        shorter).
     latency, pause, seed : optional
         ``rtl``: the port's read latency, its random pauses, their seed.
     memory : int
@@ -424,12 +429,16 @@ class Device:
         (idle buffers given back to the memory).
     driver : firmware.runtime.driver.Driver or None
         The register-level driver (None on ``golden``).
+    dma_burst : int or None
+        The DMA's longest burst the schedule is planned with: the one built (``rtl``),
+        configured (``model``) or the board's port takes (``pynq``); None on ``golden``.
 
     Raises
     ------
     ValueError
         An unknown backend, a bad ``rows``, ``cols``, ``data_width``, ``max_dim`` or
-        ``pool_budget``, or a board whose hardware differs from what was asked.
+        ``pool_budget``, a board whose hardware differs from what was asked, or a
+        ``burst_beats`` longer than the port takes (naming both lengths).
     TypeError
         An option the backend does not take.
     """
@@ -459,6 +468,7 @@ class Device:
         self.stats: dict = {}
         self.profile = Profile()
         self.driver = None
+        self.dma_burst = None
         if backend == "pynq":
             from firmware.runtime.pynq_backend import connect
             self.driver = connect(**options)
@@ -471,29 +481,42 @@ class Device:
             rows, cols, data_width = info.rows, info.cols, info.data_width
             if pool_budget is None:
                 pool_budget = int(POOL_SHARE * self.driver.target.cma_bytes)
+            from firmware.spec.hw import DMA_BURST
+            from firmware.spec.ports import BOARD_PORTS, burst_beats
+            board = getattr(self.driver.target, "board", None)
+            self.dma_burst = burst_beats(BOARD_PORTS[board]) if board in BOARD_PORTS \
+                else DMA_BURST
         rows, cols, data_width = rows or 8, cols or 8, data_width or 128
         self.rows, self.cols, self.data_width = rows, cols, data_width
         if backend == "rtl":
             allowed = {"depth", "block", "packing", "port", "latency", "pause", "memory",
-                       "seed", "write_ports", "read_ports", "slr_groups", "dsp_slice"}
+                       "seed", "write_ports", "read_ports", "slr_groups", "dsp_slice",
+                       "burst_beats"}
             unknown = set(options) - allowed
             if unknown:
                 raise TypeError(f"unknown option(s) for the rtl backend: {sorted(unknown)}; "
                                 f"valid: {sorted(allowed)}")
             from sim.native import NativeSim
             self.sim = NativeSim(rows=rows, cols=cols, data_width=data_width, **options)
+            self.dma_burst = self.sim.params["burst_beats"]
             self.driver = Driver(_SimRegs(self.sim), _SimMemory(self.sim))
         elif backend == "model":
             allowed = {"depth", "block", "packing", "queue", "port", "memory", "addr_width",
-                       "write_ports", "read_ports"}
+                       "write_ports", "read_ports", "burst_beats"}
             unknown = set(options) - allowed
             if unknown:
                 raise TypeError(f"unknown option(s) for the model backend: {sorted(unknown)}; "
                                 f"valid: {sorted(allowed)}")
+            from functools import partial
+
             from firmware.runtime.perfmodel import predict
+            from firmware.spec.ports import burst_beats
             from sim.models.functional import FunctionalAccelerator
+            self.dma_burst = burst_beats(options.get("port", "ideal"),
+                                         options.pop("burst_beats", None))
             self.sim = FunctionalAccelerator(rows=rows, cols=cols, data_width=data_width,
-                                             predict=predict, **options)
+                                             predict=partial(predict, dma_burst=self.dma_burst),
+                                             **options)
             self.driver = Driver(_SimRegs(self.sim), _SimMemory(self.sim))
         elif backend == "golden" and options:
             raise TypeError(f"the golden backend takes no options, not {sorted(options)}")
@@ -842,7 +865,7 @@ class Device:
         from firmware.runtime.perfmodel import best_block, best_chunk, best_plan, run_shape
         config = dict(rows=info.rows, cols=info.cols, depth=info.depth, block=info.block,
                       data_width=info.data_width, port=port, write_ports=info.write_ports,
-                      read_ports=info.read_ports, queued=queued)
+                      read_ports=info.read_ports, queued=queued, dma_burst=self.dma_burst)
         if c.as_tensor:                # C stays in device memory as written: never turned
             c.block = best_block(c.m, c.n, c.k, c.ta, c.tb, **config)
         else:

@@ -6,8 +6,9 @@ one block of ``block x block`` C tiles, blocks and chunks in the walker's order
 (:func:`sim.models.engine.walk_chunks`), and within a chunk tile by tile
 (:func:`sim.models.engine.tile_order`):
 
-* **operand reads**: each load job's runs of bus words, cut into bursts of at most
-  ``max_burst``, at ``min(1, outstanding * beats / (read_latency + beats))`` words a cycle
+* **operand reads**: each load job's runs of bus words, cut into bursts of at most the port's
+  ``max_burst`` and the DMA's own (``dma_burst``, the ``burst_beats`` it was built with), at
+  ``min(1, outstanding * beats / (read_latency + beats))`` words a cycle
   (:func:`read_rate`) plus :data:`LOAD_OVERHEAD`; rows shorter than a bus word are stored
   packed and pass the gearbox a row a cycle. A job's reads may begin a DMA FIFO's worth of
   words (:data:`READ_FIFO`) before its buffer slots are free;
@@ -50,8 +51,9 @@ LOAD_OVERHEAD = 4
 #: registered, the walk begun (:mod:`firmware.spec.hw`). Behind another descriptor in the
 #: queue it is hidden.
 START_LATENCY = hw.CHECK_LATENCY + 1 + hw.WALK_START_DELAY
-#: Words the DMA reader's FIFO holds (``burst_beats * outstanding``): how far a load's reads
-#: may run ahead of its buffer slots' freeing.
+#: Words the DMA reader's FIFO holds (``burst_beats * outstanding``) at the default bursts:
+#: how far a load's reads may run ahead of its buffer slots' freeing (:func:`predict` takes
+#: it from its ``dma_burst`` and ``dma_outstanding``).
 READ_FIFO = hw.DMA_BURST * hw.DMA_OUTSTANDING
 
 
@@ -182,6 +184,11 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
     chunk : {0, 1, 2, 3}
         ``DESC_FLAGS.CHUNK``: the longest K chunk and whether the first block ramps
         (:func:`sim.models.engine.array_block_chunks`).
+    dma_outstanding, dma_burst : int
+        The DMA masters' bursts in flight and longest burst in bus words
+        (``Accelerator(outstanding=..., burst_beats=...)``): the bursts are at most
+        ``dma_burst`` and the port's ``max_burst`` long, and the reader's FIFO holds
+        ``dma_burst * dma_outstanding`` words.
     copies : int
         The GEMM queued this many times back to back, each after the first with
         ``DESC_FLAGS.OVERLAP`` (its chunks walked after the one before's, the slot parities
@@ -200,6 +207,7 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
     regmap.check_write_ports(write_ports, rows)
     bpw = data_width // 8
     burst = min(dma_burst, port.get("max_burst") or dma_burst)
+    read_fifo = dma_burst * dma_outstanding
     o_rd = min(dma_outstanding, port.get("outstanding_reads") or dma_outstanding)
     o_wr = min(dma_outstanding, port.get("outstanding_writes") or dma_outstanding)
     lat_r, lat_w = port["read_latency"], port["write_latency"]
@@ -393,7 +401,7 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
                         g = p if read_ports >= 2 else path
                         # the job's words wait in the DMA's FIFO for its slots: its reads may
                         # begin up to a FIFO's worth of words before they free
-                        lead = cycles * min(1.0, READ_FIFO / words) if words else 0.0
+                        lead = cycles * min(1.0, read_fifo / words) if words else 0.0
                         start = max(clock[p], free - lead - lat_r)
                         clock[p] = ledger.move(start, cycles, words * bpw)
                         # a job's vectors follow its gearbox's previous job's and its own words
@@ -406,7 +414,7 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
                             # most the DMA's FIFO and the operand's word FIFO ahead of a gearbox
                             # slower than the bus
                             clock[p] = max(clock[p], gearbox[g] - lat_r
-                                           - (READ_FIFO + hw.WORD_FIFO) * vectors / words)
+                                           - (read_fifo + hw.WORD_FIFO) * vectors / words)
                     if job[0] == "stripe":
                         # the interleave passes the gearboxes' vectors in order, one a cycle
                         merged = max(*ends, free + job[-1])
@@ -527,7 +535,7 @@ QUEUED_BLOCK_MARGIN = 0.04
 def best_block(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool = False,
                *, rows: int, cols: int, depth: int, block: int, data_width: int,
                port: dict, write_ports: int = 1, read_ports: int = 1,
-               queued: bool = False) -> int:
+               queued: bool = False, dma_burst: int = hw.DMA_BURST) -> int:
     """The reuse block's side with the fewest predicted cycles.
 
     Larger blocks read A and B fewer times; smaller ones let C leave earlier and start
@@ -537,7 +545,7 @@ def best_block(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: b
     ----------
     m, n, k, transpose_a, transpose_b :
         The GEMM.
-    rows, cols, depth, block, data_width, port, write_ports, read_ports :
+    rows, cols, depth, block, data_width, port, write_ports, read_ports, dma_burst :
         As :func:`predict` takes them; ``block`` is the largest side tried.
     queued : bool
         Fewest cycles behind another GEMM in the queue (:func:`predict_queued`, at chunk 0),
@@ -554,16 +562,24 @@ def best_block(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: b
     Cached by shape, configuration and port: a training run asks for the same few shapes
     every step.
     """
-    knobs = _port_key(port)
+    knobs = _port_key(port, dma_burst)
     return _best_block(m, n, k, bool(transpose_a), bool(transpose_b), rows, cols, depth, block,
                        data_width, knobs, write_ports, read_ports, bool(queued))
 
 
-def _port_key(port: dict) -> tuple:
-    """The port's knobs the model reads, as a hashable key for the caches below."""
+def _port_key(port: dict, dma_burst: int) -> tuple:
+    """The port's knobs the model reads and the DMA's burst length, as a hashable key for the
+    caches below (:func:`_config` turns it back into :func:`predict`'s arguments)."""
     return tuple(sorted((key, port.get(key)) for key in (
         "outstanding_reads", "outstanding_writes", "read_latency", "write_latency",
-        "max_burst", "pause", "dram_gbps", "clock_mhz", "data_width", "dram_arbitration")))
+        "max_burst", "pause", "dram_gbps", "clock_mhz", "data_width", "dram_arbitration"))) \
+        + (("dma_burst", dma_burst),)
+
+
+def _config(knobs: tuple, **config) -> dict:
+    """:func:`predict`'s keyword arguments from a :func:`_port_key` and the rest."""
+    port = dict(knobs)
+    return dict(port=port, dma_burst=port.pop("dma_burst"), **config)
 
 
 @functools.lru_cache(maxsize=16384)
@@ -573,8 +589,8 @@ def _fastest_chunk(m, n, k, ta, tb, rows, cols, depth, side, data_width, knobs, 
     ``side`` (the lowest of a tie), and its cycles. A chunk that walks the GEMM as a lower
     one does (the same chunks in the same order, :func:`walk_chunks`) is predicted alike,
     and skipped."""
-    config = dict(rows=rows, cols=cols, depth=depth, data_width=data_width, port=dict(knobs),
-                  write_ports=write_ports, read_ports=read_ports)
+    config = _config(knobs, rows=rows, cols=cols, depth=depth, data_width=data_width,
+                     write_ports=write_ports, read_ports=read_ports)
     walks, best = set(), None
     for chunk in CHUNK_CHOICES:
         walk = tuple(walk_chunks(m, n, k, rows, cols, depth, data_width, side, chunk=chunk)[0])
@@ -596,8 +612,8 @@ def _best_block(m, n, k, ta, tb, rows, cols, depth, block, data_width, knobs,
             m, n, k, ta, tb, rows, cols, depth, side, data_width, knobs, write_ports,
             read_ports)[0] for side in range(1, block + 1)})
     # queued: the side chosen alone at the ramp (chunk 0) is the one to depart from
-    config = dict(rows=rows, cols=cols, depth=depth, data_width=data_width, port=dict(knobs),
-                  write_ports=write_ports, read_ports=read_ports)
+    config = _config(knobs, rows=rows, cols=cols, depth=depth, data_width=data_width,
+                     write_ports=write_ports, read_ports=read_ports)
     one = {side: predict(m, n, k, ta, tb, block=side, **config)["cycles"]
            for side in range(1, block + 1)}
     alone = _largest_near_fastest(one)
@@ -617,7 +633,8 @@ CHUNK_MARGIN = 0.04
 
 def best_chunk(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool = False,
                *, rows: int, cols: int, depth: int, block: int, data_width: int, port: dict,
-               write_ports: int = 1, read_ports: int = 1, queued: bool = False) -> int:
+               write_ports: int = 1, read_ports: int = 1, queued: bool = False,
+               dma_burst: int = hw.DMA_BURST) -> int:
     """The ``DESC_FLAGS.CHUNK`` with the fewest predicted cycles at a given block side.
 
     The ramp (0) starts the array after a short first chunk's loads, which pays where the
@@ -628,7 +645,7 @@ def best_chunk(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: b
     ----------
     m, n, k, transpose_a, transpose_b :
         The GEMM.
-    rows, cols, depth, block, data_width, port, write_ports, read_ports :
+    rows, cols, depth, block, data_width, port, write_ports, read_ports, dma_burst :
         As :func:`predict` takes them; ``block`` is the side the GEMM runs at
         (:func:`best_plan`'s).
     queued : bool
@@ -640,7 +657,7 @@ def best_chunk(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: b
     int
         A ``DESC_FLAGS.CHUNK`` value (:func:`sim.models.engine.chunk_depth`).
     """
-    knobs = _port_key(port)
+    knobs = _port_key(port, dma_burst)
     return _best_chunk(m, n, k, bool(transpose_a), bool(transpose_b), rows, cols, depth, block,
                        data_width, knobs, write_ports, read_ports, bool(queued))
 
@@ -651,8 +668,8 @@ def _best_chunk(m, n, k, ta, tb, rows, cols, depth, block, data_width, knobs, wr
     if not queued:
         return _fastest_chunk(m, n, k, ta, tb, rows, cols, depth, block, data_width, knobs,
                               write_ports, read_ports)[1]
-    config = dict(rows=rows, cols=cols, depth=depth, block=block, data_width=data_width,
-                  port=dict(knobs), write_ports=write_ports, read_ports=read_ports)
+    config = _config(knobs, rows=rows, cols=cols, depth=depth, block=block,
+                     data_width=data_width, write_ports=write_ports, read_ports=read_ports)
     cycles = {chunk: predict_queued(m, n, k, ta, tb, chunk=chunk, **config)
               for chunk in CHUNK_CHOICES}
     best = min(CHUNK_CHOICES, key=lambda c: (cycles[c], c))
@@ -688,7 +705,7 @@ TRANSPOSE_MARGIN = 0.1
 def best_plan(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool = False,
               *, rows: int, cols: int, depth: int, block: int, data_width: int, port: dict,
               write_ports: int = 1, read_ports: int = 1,
-              queued: bool = False) -> tuple[bool, int]:
+              queued: bool = False, dma_burst: int = hw.DMA_BURST) -> tuple[bool, int]:
     """Whether to run a GEMM as its transpose, and the reuse block of the GEMM run.
 
     The transpose ``C^T = op(B)^T op(A)^T`` (an ``n x m x k`` GEMM reading the same operand
@@ -700,7 +717,7 @@ def best_plan(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bo
     ----------
     m, n, k, transpose_a, transpose_b :
         The GEMM.
-    rows, cols, depth, block, data_width, port, write_ports, read_ports, queued :
+    rows, cols, depth, block, data_width, port, write_ports, read_ports, queued, dma_burst :
         As :func:`best_block` takes them.
 
     Returns
@@ -710,7 +727,7 @@ def best_plan(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bo
         fastest chunk, or :func:`predict_queued`) at least :data:`TRANSPOSE_MARGIN` faster;
         the block as :func:`best_block` chooses it for the GEMM run.
     """
-    knobs = _port_key(port)
+    knobs = _port_key(port, dma_burst)
     return _best_plan(m, n, k, bool(transpose_a), bool(transpose_b), rows, cols, depth, block,
                       data_width, knobs, write_ports, read_ports, bool(queued))
 
@@ -718,8 +735,8 @@ def best_plan(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bo
 @functools.lru_cache(maxsize=4096)
 def _best_plan(m, n, k, ta, tb, rows, cols, depth, block, data_width, knobs, write_ports,
                read_ports, queued) -> tuple[bool, int]:
-    config = dict(rows=rows, cols=cols, depth=depth, data_width=data_width, port=dict(knobs),
-                  write_ports=write_ports, read_ports=read_ports)
+    config = _config(knobs, rows=rows, cols=cols, depth=depth, data_width=data_width,
+                     write_ports=write_ports, read_ports=read_ports)
     plans = []
     for turned in (False, True):
         shape = run_shape(m, n, k, ta, tb, turned)
@@ -782,7 +799,8 @@ def record_config(record: dict) -> dict:
     return dict(rows=record["rows"], cols=record["cols"], data_width=record["data_width"],
                 depth=record.get("depth", 512), port=port,
                 write_ports=record.get("write_ports", 1),
-                read_ports=record.get("read_ports", 1))
+                read_ports=record.get("read_ports", 1),
+                dma_burst=record.get("burst_beats", hw.DMA_BURST))
 
 
 def check_records(paths) -> dict:
@@ -899,6 +917,7 @@ def main(argv=None) -> int:
     print("|---|---|" + "---:|" * (len(variants) + 1))
     geometry = {key: cfg[key] for key in ("rows", "cols", "depth", "data_width")}
     geometry["write_ports"] = cfg.get("write_ports", 1)
+    geometry["dma_burst"] = cfg.get("burst_beats", hw.DMA_BURST)
     means = [0.0] * (len(variants) + 1)
     count = 0
     for batch in args.batch:

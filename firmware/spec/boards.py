@@ -13,7 +13,9 @@ The board-side code (``firmware.runtime.pynq_backend`` on the ARM) and the build
   address is on XDMA's AXI side, not a host physical address).
 * ``clock_mhz``: the accelerator's clock (FCLK_CLK0 / pl_clk0 / XDMA's axi_aclk).
 * ``stem``: the bitstream's file stem (``<stem>.bit`` with ``<stem>.hwh`` beside it).
-* ``default``: the default accelerator configuration (:func:`config`).
+* ``default``: the default accelerator configuration (:func:`config`); its DMA bursts are as
+  long as the board's memory port takes (:func:`firmware.spec.ports.burst_beats` of its
+  :data:`firmware.spec.ports.BOARD_PORTS` preset).
 * ``ip_name``: the accelerator's instance in the block design (the key of ``pynq.Overlay``'s
   ``ip_dict`` and the ``INSTANCE`` of its ``MEMRANGE`` in the ``.hwh``).
 """
@@ -21,6 +23,9 @@ The board-side code (``firmware.runtime.pynq_backend`` on the ARM) and the build
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+
+from firmware.spec.hw import DMA_BURST
+from firmware.spec.ports import BOARD_PORTS, burst_beats
 
 __all__ = ["BoardInfo", "BOARDS", "board", "config", "host_section", "IP_NAME",
            "REGISTER_RANGE"]
@@ -65,13 +70,25 @@ class BoardInfo:
     def dsp_slice(self) -> str:
         return "DSP48E2" if self.family == "xcup" else "DSP48E1"
 
+    @property
+    def port(self) -> str:
+        """The board's memory port preset (:data:`firmware.spec.ports.BOARD_PORTS`)."""
+        return BOARD_PORTS[self.name]
+
     def config(self, **overrides) -> dict:
         """The accelerator parameters: the default, with ``overrides`` (not None) applied.
-        ``dsp_slice`` is the family's (what the simulators model with ``packing=2``)."""
+        ``dsp_slice`` is the family's (what the simulators model with ``packing=2``).
+        ``burst_beats`` follows the board's port (:func:`firmware.spec.ports.burst_beats`);
+        it is in the dict only where it differs from :data:`firmware.spec.hw.DMA_BURST`, the
+        accelerator's default. Raises ValueError for a ``burst_beats`` longer than the port
+        takes, naming both lengths."""
         cfg = {"rows": 8, "cols": 8, "depth": 512, "block": 4, "queue": 4,
                "data_width": self.data_width, "addr_width": self.addr_width,
                "packing": self.packing, "dsp_slice": self.dsp_slice, **self.default}
         cfg.update({k: v for k, v in overrides.items() if v is not None})
+        cfg["burst_beats"] = burst_beats(self.port, cfg.get("burst_beats"))
+        if cfg["burst_beats"] == DMA_BURST:
+            del cfg["burst_beats"]
         return cfg
 
 
@@ -112,4 +129,5 @@ def host_section(name: str, cfg: dict) -> dict:
     return {"board": b.name, "base_addr": f"0x{b.base_addr:08X}",
             "addr_range": f"{REGISTER_RANGE:#x}", "ip_name": IP_NAME,
             "clock_mhz": b.clock_mhz, "bitfile": b.bitfile, "hwh": f"{b.stem}.hwh",
-            "rows": cfg["rows"], "cols": cfg["cols"], "data_width": cfg["data_width"]}
+            "rows": cfg["rows"], "cols": cfg["cols"], "data_width": cfg["data_width"],
+            "burst_beats": cfg.get("burst_beats", DMA_BURST)}

@@ -40,6 +40,12 @@ and, as metadata (used by benchmarks, not by the model): ``data_width`` (bits), 
 (``"AXI3"``/``"AXI4"``), ``clock_mhz`` (the accelerator's clock on that board) and
 ``source``.
 
+The accelerator's DMA bursts follow the port: :func:`burst_beats` is the longest burst it is
+built with for a port (:data:`firmware.spec.hw.DMA_BURST` or the port's ``max_burst``,
+whichever is shorter, at most 16 beats on an AXI3 port), and refuses a length the port does
+not take. ``Device("rtl")`` and ``Device("model")`` build or configure their accelerator so,
+and the board builds from their presets.
+
 ``PORTS["ideal"]`` is the simplest memory (unlimited bursts in flight, read latency 32, any
 burst length, AW before W, no pauses). :func:`resolve_port` turns a preset
 name, or a dict overriding some knobs of ``"ideal"``, into a checked full dict;
@@ -50,12 +56,16 @@ name, or a dict overriding some knobs of ``"ideal"``, into a checked full dict;
     from firmware import Device
     dev = Device("rtl", rows=8, cols=8, data_width=64, port="zynq7-hp")
     dev = Device("rtl", rows=8, cols=8, port={"outstanding_reads": 2, "write_order": "w-first"})
+    dev = Device("rtl", rows=8, cols=8, port={"max_burst": 4})   # bursts of at most 4 beats
 """
 
 from __future__ import annotations
 
 __all__ = ["PORTS", "BOARD_PORTS", "KNOBS", "METADATA", "WRITE_ORDERS", "DRAM_ARBITRATIONS",
-           "MIG_ARBITRATION", "DRAM_EFFICIENCY", "resolve_port", "dram_bytes_per_cycle"]
+           "MIG_ARBITRATION", "DRAM_EFFICIENCY", "AXI3_MAX_BURST", "resolve_port",
+           "dram_bytes_per_cycle", "burst_beats"]
+
+from firmware.spec.hw import DMA_BURST
 
 #: The knobs the memory model implements.
 KNOBS = ("outstanding_reads", "outstanding_writes", "read_latency", "write_latency",
@@ -127,6 +137,9 @@ PORTS: dict[str, dict] = {
                   "the next block's reads starve C's writes).",
     },
 }
+
+#: The longest burst AXI3 has (AWLEN/ARLEN of 4 bits).
+AXI3_MAX_BURST = 16
 
 #: Board name (``platforms/``) -> its port preset.
 BOARD_PORTS = {"pynq-z1": "zynq7-hp", "zcu104": "zynqmp-hp", "vu9p": "vcu118-ddr4"}
@@ -224,3 +237,44 @@ def dram_bytes_per_cycle(port: dict, bus_bytes: int) -> float | None:
     rate = port["dram_gbps"] * DRAM_EFFICIENCY * 1e3 / port["clock_mhz"]
     board_bus = (port.get("data_width") or 8 * bus_bytes) // 8
     return rate * bus_bytes / board_bus
+
+
+def burst_beats(port: str | dict, given: int | None = None) -> int:
+    """The longest DMA burst, in bus words, of an accelerator on ``port``.
+
+    Parameters
+    ----------
+    port : str or dict
+        A preset name or dict of knobs (:func:`resolve_port`), or a resolved port.
+    given : int, optional
+        The length asked for (``Accelerator(burst_beats=...)``). None:
+        :data:`firmware.spec.hw.DMA_BURST`, or the port's ``max_burst`` where that is
+        shorter (and :data:`AXI3_MAX_BURST` on an AXI3 port).
+
+    Returns
+    -------
+    int
+        The burst length to build, in ``1..256``.
+
+    Raises
+    ------
+    TypeError
+        ``given`` is not an integer.
+    ValueError
+        ``given`` is out of ``1..256``, or longer than the port takes (the message names
+        both lengths).
+    """
+    p = resolve_port(port)
+    limit = min(p["max_burst"], AXI3_MAX_BURST if p.get("protocol") == "AXI3" else 256)
+    if given is None:
+        return min(DMA_BURST, limit)
+    if not isinstance(given, int) or isinstance(given, bool):
+        raise TypeError(f"burst_beats must be an integer, not {given!r}")
+    if not 1 <= given <= 256:
+        raise ValueError(f"burst_beats must be in 1..256, not {given!r}")
+    if given > limit:
+        what = f"max_burst {p['max_burst']}" if limit == p["max_burst"] else \
+            f"AXI3 limit of {limit}"
+        raise ValueError(f"burst_beats {given} is longer than port {p['name']!r} takes "
+                         f"({what} beats): build the accelerator with burst_beats <= {limit}")
+    return given

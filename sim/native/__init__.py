@@ -17,6 +17,11 @@ latency, write response latency, longest burst, the order of AW and W, random pa
 (:attr:`NativeSim.violations`: 4 KB crossings, WLAST, size, bursts over the port's limit, VALID
 or payload dropped before READY) and keeps counters of its traffic
 (:attr:`NativeSim.counters`).
+
+The accelerator's DMA bursts follow the port: without ``burst_beats`` among its parameters,
+:class:`NativeSim` builds it with :func:`firmware.spec.ports.burst_beats` of the port (the
+default 16 beats, or the port's ``max_burst`` where shorter), and refuses a ``burst_beats``
+longer than the port takes, naming both lengths, before anything runs.
 """
 
 from __future__ import annotations
@@ -185,12 +190,20 @@ class NativeSim:
         A model :func:`build` compiled for the same ``params``, loaded as it is: nothing is
         generated or compiled, so neither Amaranth nor Verilator is needed.
     **params
-        The accelerator's parameters (:class:`rtl.accelerator.Accelerator`).
+        The accelerator's parameters (:class:`rtl.accelerator.Accelerator`); ``burst_beats``
+        defaults to the port's (:func:`firmware.spec.ports.burst_beats`).
 
     Attributes
     ----------
     port : dict
         The resolved port (knobs and metadata).
+    params : dict
+        The accelerator's parameters, ``burst_beats`` among them.
+
+    Raises
+    ------
+    ValueError
+        A ``burst_beats`` longer than the port takes (naming both lengths), or a bad port.
     """
 
     def __init__(self, *, memory: int = 64 << 20, port: str | dict = "ideal",
@@ -204,7 +217,10 @@ class NativeSim:
             resolve_port(port)                      # raises the TypeError naming port
         if overrides:
             port = {**({"preset": port} if isinstance(port, str) else port), **overrides}
+        from firmware.spec.ports import burst_beats
+
         self.port = resolve_port(port)
+        params["burst_beats"] = burst_beats(self.port, params.get("burst_beats"))
         self.params = params
         if library is not None and not Path(library).is_file():
             raise FileNotFoundError(f"library: no compiled model at {library}")
@@ -305,11 +321,30 @@ class NativeSim:
         self._lib.sim_set_timing(self._h, latency, pause)
         self.port = {**self.port, "read_latency": latency, "pause": float(pause)}
 
-    def configure(self, port: str | dict) -> None:
-        """Change the port's knobs from now on (bursts already accepted keep their timing)."""
-        from firmware.spec.ports import resolve_port
+    def configure(self, port: str | dict, *, check: bool = True) -> None:
+        """Change the port's knobs from now on (bursts already accepted keep their timing).
 
-        p = self.port = resolve_port(port)
+        Parameters
+        ----------
+        port : str or dict
+            As :class:`NativeSim` takes it.
+        check : bool
+            Refuse a port that takes shorter bursts than the accelerator was built with
+            (False: the memory model answers those bursts SLVERR and counts them as
+            violations, which is what a test of the model wants).
+
+        Raises
+        ------
+        ValueError
+            With ``check``, a port whose ``max_burst`` is below the accelerator's
+            ``burst_beats`` (naming both).
+        """
+        from firmware.spec.ports import burst_beats, resolve_port
+
+        p = resolve_port(port)
+        if check:
+            burst_beats(p, self.params["burst_beats"])
+        self.port = p
         self._lib.sim_configure(self._h, p["outstanding_reads"] or 0,
                                 p["outstanding_writes"] or 0, p["read_latency"],
                                 p["write_latency"], p["max_burst"],

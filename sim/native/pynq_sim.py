@@ -44,7 +44,7 @@ __all__ = ["SimBoard", "sim_params", "write_hwh", "hwh_text", "write_report", "w
 PAGE = 4096
 #: The accelerator parameters :class:`sim.native.NativeSim` takes from a configuration.
 _SIM_PARAMS = ("rows", "cols", "depth", "block", "queue", "data_width", "addr_width",
-               "packing", "dsp_slice", "write_ports", "read_ports")
+               "packing", "dsp_slice", "write_ports", "read_ports", "burst_beats")
 
 
 def sim_params(config: dict) -> dict:
