@@ -3,14 +3,29 @@
 Proofs flagged ``slow`` in :data:`sim.formal.proofs.PROOFS` run with ``pytest -m slow``.
 """
 
+import ast
+from pathlib import Path
+
 import pytest
 
 from sim.formal import proofs
-from sim.formal.axi import AXI4ReadChecker, AXI4WriteChecker
+from sim.formal.axi import AXI4ReadChecker, AXI4WriteChecker, axsize
 
 #: Proven by k-induction (unbounded), not only checked to a depth.
-UNBOUNDED = {"csr", "dma_reader", "dma_reader_window", "dma_reader_stream", "dma_reader_ends",
-             "dma_writer", "dma_writer_3", "dma_writer_window", "dma_writer_order"}
+UNBOUNDED = {"csr", "csr_live", "dma_reader", "dma_reader_window", "dma_reader_stream",
+             "dma_reader_ends", "dma_writer", "dma_writer_3", "dma_writer_window",
+             "dma_writer_order"}
+
+#: Each broken harness or seeded design bug, and (part of) the property that must catch it.
+CAUGHT_BY = {
+    "flaw_drop_valid": "VALID held until READY",
+    "flaw_cross_4k": "no 4 KB boundary crossed",
+    "mutant_tiling": "the burst starts where its command's words go on",
+    "mutant_burst_encoding": "INCR",
+    "mutant_resp_encoding": "SLVERR otherwise",
+    "mutant_waits_bready": "accepted within the latency",
+    "mutant_w1p_readback": "a w1p register reads as 0",
+}
 
 
 def _param(name):
@@ -28,15 +43,40 @@ def test_unbounded_proofs_use_k_induction():
         assert proofs.PROOFS[name].mode == "prove", name
 
 
-@pytest.mark.parametrize("name, property", [
-    ("flaw_drop_valid", "VALID held until READY"),
-    ("flaw_cross_4k", "no 4 KB boundary crossed"),
-])
-def test_checkers_catch_a_broken_manager(name, property):
+def test_each_induction_has_a_deeper_bounded_check():
+    for name in UNBOUNDED:
+        bmc = proofs.PROOFS[f"{name}_bmc"]
+        assert bmc.mode == "bmc" and bmc.depth > proofs.PROOFS[name].depth, name
+
+
+def test_checkers_share_only_bus_signatures_with_the_design():
+    """The checkers import nothing of ``rtl`` but signatures (so no encoding constant); the
+    harnesses only the designs under test."""
+    allowed = {"axi.py": lambda n: n.endswith("Signature"),
+               "proofs.py": lambda n: n in {"RegisterBlock", "DmaReader", "DmaWriter"}}
+    for file, ok in allowed.items():
+        tree = ast.parse((Path(proofs.__file__).parent / file).read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("rtl"):
+                assert all(ok(a.name) for a in node.names), (file, [a.name for a in node.names])
+
+
+def test_every_flaw_is_named():
+    assert set(CAUGHT_BY) == set(proofs.FLAWED)
+
+
+@pytest.mark.parametrize("name", list(CAUGHT_BY))
+def test_proofs_catch_a_broken_design(name):
     result = proofs.run(proofs.FLAWED[name])
-    assert not result.passed
+    assert not result.passed, result.line()
     failed = proofs.failed_properties(result.log)
-    assert any(property in text for text in failed), failed
+    assert any(CAUGHT_BY[name] in text for text in failed), failed
+
+
+def test_mutation_text_must_occur_once():
+    build = proofs._mutated("rtl.csr", "no such text", "", proofs.csr_harness)
+    with pytest.raises(ValueError, match="occurs 0 times"):
+        build()
 
 
 def test_command_line(capsys):
@@ -54,3 +94,6 @@ def test_checker_arguments():
         AXI4ReadChecker(64, 32, max_burst=0)
     with pytest.raises(ValueError, match="max_w_ahead"):
         AXI4WriteChecker(64, 32, max_w_ahead=0)
+    assert [axsize(w) for w in (8, 32, 64, 128, 1024)] == [0, 2, 3, 4, 7]
+    with pytest.raises(ValueError, match="data_width"):
+        axsize(24)

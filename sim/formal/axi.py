@@ -16,6 +16,10 @@ high, and all VALIDs must be low in the cycle after it. The checkers keep their 
 (handshake history, queues of burst lengths, outstanding counts) in registers of their own.
 
 The AXI4 checkers cover one ID (the DMA masters use ID 0): ``*ID`` must be 0.
+
+The checkers spell out the AXI encodings (:data:`BURST_INCR`, :data:`RESP_OKAY`, ...) from the
+AXI specification themselves: they share only the bus signatures with the design, so a wrong
+constant in the design is checked against the specification's, not against itself.
 """
 
 from amaranth import Array, Cat, Module, Mux, ResetSignal, Signal
@@ -24,10 +28,26 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from rtl.csr import AXI4LiteSignature
-from rtl.dma import BURST_INCR, AXI4ReadSignature, AXI4WriteSignature
+from rtl.dma import AXI4ReadSignature, AXI4WriteSignature
 
 __all__ = ["AXI4LiteChecker", "AXI4ReadChecker", "AXI4WriteChecker", "monitor_signature",
-           "watch", "Queue"]
+           "watch", "Queue", "BURST_FIXED", "BURST_INCR", "BURST_WRAP", "RESP_OKAY",
+           "RESP_EXOKAY", "RESP_SLVERR", "RESP_DECERR", "axsize"]
+
+#: AxBURST encodings (AXI specification, table "Burst type encoding").
+BURST_FIXED, BURST_INCR, BURST_WRAP = 0b00, 0b01, 0b10
+#: xRESP encodings (AXI specification, table "RRESP and BRESP encoding").
+RESP_OKAY, RESP_EXOKAY, RESP_SLVERR, RESP_DECERR = 0b00, 0b01, 0b10, 0b11
+
+
+def axsize(data_width: int) -> int:
+    """AxSIZE of a full-width beat: log2 of the bytes a beat carries (1 byte is 0b000)."""
+    nbytes = data_width // 8
+    if data_width % 8 or nbytes & (nbytes - 1) or not 1 <= nbytes <= 128:
+        raise ValueError(f"data_width must be 8 times a power of 2 up to 1024, not "
+                         f"{data_width!r}")
+    return {1: 0b000, 2: 0b001, 4: 0b010, 8: 0b011, 16: 0b100, 32: 0b101, 64: 0b110,
+            128: 0b111}[nbytes]
 
 MANAGER, SUBORDINATE = "manager", "subordinate"
 
@@ -148,7 +168,7 @@ class _AXI4Checker(_Checker):
         with m.If(self.live & valid):
             m.d.comb += [
                 self._by(MANAGER, getattr(bus, f"{ch}burst") == BURST_INCR, f"{ch_up}: INCR"),
-                self._by(MANAGER, getattr(bus, f"{ch}size") == self.shift,
+                self._by(MANAGER, getattr(bus, f"{ch}size") == axsize(self.data_width),
                          f"{ch_up}: full bus size"),
                 self._by(MANAGER, addr[:self.shift] == 0, f"{ch_up}: aligned to the bus"),
                 self._by(MANAGER, beats <= self.max_burst, f"{ch_up}: at most max_burst beats"),

@@ -17,14 +17,16 @@ arguments. ``docs/verification.md`` says what each proof covers.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from amaranth import Cat, Module, Mux, ResetSignal, Signal, Value
@@ -33,9 +35,17 @@ from amaranth.hdl import Assert, Assume, Cover
 from amaranth.lib import wiring
 
 from firmware.spec import regmap
-from rtl.csr import RESP_OKAY, RESP_SLVERR, RegisterBlock, _latched_pair
+from rtl.csr import RegisterBlock
 from rtl.dma import DmaReader, DmaWriter
-from sim.formal.axi import AXI4LiteChecker, AXI4ReadChecker, AXI4WriteChecker, Queue, watch
+from sim.formal.axi import (
+    RESP_OKAY,
+    RESP_SLVERR,
+    AXI4LiteChecker,
+    AXI4ReadChecker,
+    AXI4WriteChecker,
+    Queue,
+    watch,
+)
 from sim.formal.invariants import (
     Opened,
     count_invariants,
@@ -45,7 +55,7 @@ from sim.formal.invariants import (
     writer_invariants,
 )
 
-__all__ = ["PROOFS", "Proof", "Result", "run", "main"]
+__all__ = ["PROOFS", "FLAWED", "MUTANTS", "Proof", "Result", "run", "main"]
 
 ROOT = Path(__file__).resolve().parents[2]
 BUILD = ROOT / "build" / "formal"
@@ -210,8 +220,17 @@ def _first(m: Module) -> Signal:
 
 # ---- harnesses -------------------------------------------------------------------------------
 
-def csr_harness(addr_width: int = 12) -> tuple[Module, list[Signal]]:
-    """RegisterBlock with an AXI4-Lite checker, and what each register does with a write."""
+def csr_harness(addr_width: int = 12, fair: int | None = None) -> tuple[Module, list[Signal]]:
+    """RegisterBlock with an AXI4-Lite checker, and what each register does with a write.
+
+    Every register is checked on read-back over the bus, its expected value computed from its
+    access type in :data:`firmware.spec.regmap.REGISTERS`: ``rw`` as WDATA and WSTRB wrote it,
+    ``w1c`` with only the written 1 bits cleared, ``ro`` the hardware's value whatever is
+    written, ``w1p`` always 0. With ``fair`` (cycles), the manager raises BREADY and RREADY
+    within ``fair`` cycles of BVALID and RVALID (and not necessarily before), and every request
+    offered must be accepted within the response latency plus ``fair`` cycles: the block may
+    hold a request until its previous response is taken, and must not wait for more.
+    """
     m = Module()
     m.submodules.dut = dut = RegisterBlock(addr_width)
     W, R = RegisterBlock.WRITE_LATENCY, RegisterBlock.READ_LATENCY
@@ -259,11 +278,15 @@ def csr_harness(addr_width: int = 12) -> tuple[Module, list[Signal]]:
                 m.d.comb += Assert(port == 0, f"{reg.name}: 0 after reset")
             with m.If(live):
                 m.d.comb += Assert(port == want, f"{reg.name}: written as WDATA and WSTRB say")
-        # Reads return the value the register had the cycle after the address was taken.
-        if reg.access in ("rw", "ro", "w1c") and _latched_pair_hi(reg) is None:
+        # Reads return the value the register had the cycle after the address was taken;
+        # a write-1-pulse register reads as 0.
+        if reg.access in ("rw", "ro", "w1c") and not _latched_hi(reg):
             sampled = _ago(m, port, R - 1, f"sampled_{name}")
             with m.If(live & read & (raddr == reg.offset >> 2)):
                 m.d.comb += Assert(bus.rdata == sampled, f"{reg.name}: read returns its value")
+        elif reg.access == "w1p":
+            with m.If(live & read & (raddr == reg.offset >> 2)):
+                m.d.comb += Assert(bus.rdata == 0, f"{reg.name}: a w1p register reads as 0")
         m.d.comb += Cover(live & hit & (strb != 0) & (strb != 0xF), f"{reg.name}: partial write")
     with m.If(live & wrote):
         m.d.comb += Assert(bus.bresp == Mux(writable, RESP_OKAY, RESP_SLVERR),
@@ -273,18 +296,40 @@ def csr_harness(addr_width: int = 12) -> tuple[Module, list[Signal]]:
                            "RRESP: OKAY for a register, SLVERR otherwise")
         with m.If(~mapped):
             m.d.comb += Assert(bus.rdata == 0, "RDATA: 0 for an unmapped address")
+    if fair is not None:
+        _fair_manager(m, bus, fair, W, R)
     return m, _free_inputs(dut)
 
 
-def _latched_pair_hi(reg) -> str | None:
-    """``reg``'s name if it is the HI half of a latched pair (it reads the latch)."""
-    if reg.access == "ro" and reg.name.endswith("_HI"):
-        lo = reg.name[:-3] + "_LO"
-        try:
-            return reg.name if _latched_pair(regmap.by_name(lo)) == reg.name else None
-        except KeyError:
-            return None
-    return None
+def _fair_manager(m: Module, bus, fair: int, write_latency: int, read_latency: int) -> None:
+    """Assume BREADY and RREADY within ``fair`` cycles of their VALID; assert a request
+    offered (AWVALID with WVALID, or ARVALID) waits at most its latency plus ``fair`` - 1
+    cycles: its predecessor's response, and no more."""
+    rst = ResetSignal()
+    for what, valid, ready in [("B", bus.bvalid, bus.bready), ("R", bus.rvalid, bus.rready)]:
+        stalled = Signal(range(fair + 1), name=f"{what.lower()}_stalled")
+        m.d.sync += stalled.eq(Mux(valid & ~ready & ~rst & (stalled < fair), stalled + 1, 0))
+        m.d.comb += Assume(~(valid & ~ready) | (stalled < fair - 1) | rst)
+    for what, offered, accepted, bound in [
+            ("AW and W", bus.awvalid & bus.wvalid, bus.awready, write_latency + fair - 1),
+            ("AR", bus.arvalid, bus.arready, read_latency + fair - 1)]:
+        waits = Signal(range(bound + 2), name=f"{what[:2].lower()}_waits")
+        m.d.sync += waits.eq(Mux(offered & ~accepted & ~rst & (waits <= bound), waits + 1, 0))
+        with m.If(~rst & offered & ~accepted):
+            m.d.comb += Assert(waits < bound, f"{what}: accepted within the latency plus the "
+                               "manager's READY bound")
+        m.d.comb += Cover(~rst & offered & accepted & (waits == bound - 1))
+
+
+def _latched_hi(reg) -> bool:
+    """Whether ``reg`` is the HI half of a read-only 64-bit pair, which reads a copy of HI
+    latched when LO is read (the map's ``X_LO``/``X_HI`` read-only pairs)."""
+    if reg.access != "ro" or not reg.name.endswith("_HI"):
+        return False
+    try:
+        return regmap.by_name(reg.name[:-3] + "_LO").access == "ro"
+    except KeyError:
+        return False
 
 
 def _add(m: Module, name: str, design, invariants: bool) -> Opened | None:
@@ -296,6 +341,84 @@ def _add(m: Module, name: str, design, invariants: bool) -> Opened | None:
     opened = Opened(design, m)
     m.submodules[name] = opened.top
     return opened
+
+
+def _ledger(m: Module, dut, ch: str, live) -> Signal:
+    """The commands ``dut`` takes, and the bursts on its address channel ``ch`` ("ar" or
+    "aw") checked against them: each burst starts where the oldest unfinished command's
+    previous one ended (at the command's own address for its first), and none goes past the
+    command's end; a command is finished when its bursts' lengths add up to its words, and
+    only then does the next one's first burst come. Returns the words of the commands taken
+    (a 32-bit count: four commands of up to 2 ** 24 words fit)."""
+    rst = ResetSignal()
+    bus = dut.bus
+    shift = (DATA_WIDTH // 8).bit_length() - 1
+    cmd = dut.cmd
+    take = Signal(name=f"{ch}_ledger_take")
+    m.d.comb += take.eq(cmd.valid & cmd.ready & (cmd.payload.beats != 0) & ~rst)
+    word_bits = ADDR_WIDTH - shift
+    cmds = Queue(m, f"{ch}_ledger", word_bits + 24, 4)
+    # the environment keeps at most 4 commands unfinished (a bound of the harness)
+    m.d.comb += Assume(~(take & cmds.full))
+    m.d.comb += [cmds.push.eq(take),
+                 cmds.w_data.eq(Cat((cmd.payload.addr >> shift)[:word_bits],
+                                    cmd.payload.beats))]
+    head_word, head_beats = cmds.head[:word_bits], cmds.head[word_bits:word_bits + 24]
+    used = Signal(24, name=f"{ch}_ledger_used")      # words of the oldest command issued
+    valid, ready = getattr(bus, f"{ch}valid"), getattr(bus, f"{ch}ready")
+    addr = getattr(bus, f"{ch}addr")
+    beats = Signal(9, name=f"{ch}_ledger_beats")
+    expect = Signal(ADDR_WIDTH, name=f"{ch}_ledger_expect")
+    ends = Signal(name=f"{ch}_ledger_ends")
+    m.d.comb += [beats.eq(getattr(bus, f"{ch}len") + 1),
+                 expect.eq((head_word + used) << shift),
+                 ends.eq(valid & ready & ~rst & (used + beats == head_beats)),
+                 cmds.pop.eq(ends)]
+    with m.If(valid & ready & ~rst):
+        m.d.sync += used.eq(Mux(ends, 0, used + beats))
+    CH = ch.upper()
+    with m.If(live & valid):
+        m.d.comb += [
+            Assert(cmds.level != 0, f"{CH}: a burst only for a command taken"),
+            Assert(addr == expect, f"{CH}: the burst starts where its command's words go on"),
+            Assert(used + beats <= head_beats, f"{CH}: no burst past its command's end"),
+        ]
+    words = Signal(32, name=f"{ch}_ledger_words")
+    m.d.sync += words.eq(words + Mux(take, cmd.payload.beats, 0))
+    return words, cmds
+
+
+def ledger_harness(writer: bool) -> tuple[Module, list[Signal]]:
+    """DmaReader or DmaWriter with its AXI4 checker and the command ledger
+    (:func:`_ledger`): the bursts of each command cover exactly its words, in order, once;
+    once the master is idle (no abort) every command taken is covered; the writer's W beats
+    are the commands' words."""
+    m = Module()
+    kind = DmaWriter if writer else DmaReader
+    dut = kind(DATA_WIDTH, ADDR_WIDTH, burst_beats=BURST_BEATS, outstanding=OUTSTANDING)
+    checker = AXI4WriteChecker if writer else AXI4ReadChecker
+    kw = {"max_w_ahead": OUTSTANDING} if writer else {}
+    m.submodules.dut = dut
+    m.submodules.axi = axi = checker(DATA_WIDTH, ADDR_WIDTH, dut="manager",
+                                     max_burst=BURST_BEATS, max_bursts=OUTSTANDING, **kw)
+    watch(m, axi.bus, dut.bus)
+    rst = ResetSignal()
+    after_reset = _after_reset(m)
+    live = ~rst & ~after_reset
+    aborted = _sticky_abort(m, dut.abort)
+    words, cmds = _ledger(m, dut, "aw" if writer else "ar", live)
+    with m.If(live & ~aborted & ~dut.busy):
+        m.d.comb += Assert(cmds.level == 0, "idle: every command taken covered by its bursts")
+    if writer:
+        _stream_rules(m, dut.i_stream, Assume, "i_stream", after_reset)
+        w_seen = Signal(32)
+        m.d.sync += w_seen.eq(w_seen + (dut.bus.wvalid & dut.bus.wready & ~rst))
+        with m.If(live & ~aborted):
+            m.d.comb += Assert(w_seen <= words, "W: no more beats than the commands' words")
+            with m.If(~dut.busy):
+                m.d.comb += Assert(w_seen == words, "idle: a W beat for every command word")
+    m.d.comb += Cover(live & ~aborted & ~dut.busy & (words > BURST_BEATS + 1))
+    return m, _free_inputs(dut)
 
 
 def reader_harness(flaw: str | None = None, stream: bool = True, window: bool = True,
@@ -468,11 +591,28 @@ def writer_harness(order: bool = True, window: bool = True, outstanding: int = O
     return m, _free_inputs(dut) + extra + [index]
 
 
-#: The proofs, by name: each must pass.
-PROOFS: dict[str, Proof] = {p.name: p for p in [
+#: The manager's READY bound of the liveness proof, in cycles.
+FAIR = 2
+#: Cycles a bounded check from reset goes beyond its k-induction's length (at least 8).
+BMC_MARGIN = 3
+
+
+def _bmc_of(proof: Proof, slow: bool = False) -> Proof:
+    """A bounded check from reset paired with a k-induction proof: the same harness, a few
+    cycles deeper than the induction (at least 8), so that a failure comes with a trace from
+    reset where the induction could only say that it did not close."""
+    return replace(proof, name=f"{proof.name}_bmc", mode="bmc",
+                   depth=max(proof.depth + BMC_MARGIN, 8), slow=slow or proof.slow,
+                   doc=f"bounded check from reset of `{proof.name}`")
+
+
+_INDUCTIONS = [
     Proof("csr", csr_harness, "prove", 6,
-          "RegisterBlock: AXI4-Lite subordinate rules, each register's write and read "
-          "behaviour (WSTRB)"),
+          "RegisterBlock: AXI4-Lite subordinate rules, each register's write and read-back "
+          "by access type (RW with WSTRB, RO, W1C, W1P reads 0)"),
+    Proof("csr_live", lambda: csr_harness(fair=FAIR), "prove", 8,
+          f"RegisterBlock under a manager whose READYs come within {FAIR} cycles: every "
+          "request accepted within its latency plus that"),
     Proof("dma_reader", lambda: reader_harness(stream=False, window=False), "prove", 1,
           "DmaReader: AXI4 read manager rules, bursts and beats in flight, no RLAST error"),
     Proof("dma_reader_window", lambda: reader_harness(stream=False), "prove", 1,
@@ -495,6 +635,19 @@ PROOFS: dict[str, Proof] = {p.name: p for p in [
           "DmaWriter: every AW burst inside the commands' window"),
     Proof("dma_writer_order", lambda: writer_harness(window=False), "prove", 1,
           "DmaWriter: W beats carry i_stream's words and strobes in order"),
+]
+
+#: The proofs, by name: each must pass.
+PROOFS: dict[str, Proof] = {p.name: p for p in [
+    *_INDUCTIONS,
+    # (the bounded check of the longest induction is as slow as the induction)
+    *[_bmc_of(p, slow=p.name == "dma_reader_ends") for p in _INDUCTIONS if p.mode == "prove"],
+    Proof("dma_reader_ledger", lambda: ledger_harness(writer=False), "bmc", 14,
+          "DmaReader: the AR bursts of each command cover exactly its words, in order, once",
+          slow=True),
+    Proof("dma_writer_ledger", lambda: ledger_harness(writer=True), "bmc", 14,
+          "DmaWriter: the AW bursts of each command cover exactly its words, in order, once; "
+          "W beats in step", slow=True),
 ]}
 
 #: Deliberately broken managers: the proof must fail (the checkers bite).
@@ -506,6 +659,68 @@ FLAWED: dict[str, Proof] = {p.name: p for p in [
                                                    invariants=False),
           "bmc", 8, "AR addresses one beat further on: bursts cross 4 KB", expect_pass=False),
 ]}
+
+
+# ---- seeded design bugs ----------------------------------------------------------------------
+
+#: The design classes a harness builds, by the module that defines them.
+_CLASSES = {"rtl.csr": ["RegisterBlock"], "rtl.dma": ["DmaReader", "DmaWriter"]}
+
+
+def _mutated(module: str, old: str, new: str, build: Callable[[], tuple[Module, list[Signal]]]):
+    """A harness builder that builds ``build``'s harness around a copy of ``module`` (one of
+    ``rtl.csr``, ``rtl.dma``) with the text ``old`` replaced by ``new``: the copy is loaded
+    from a temporary directory, and stands in for the design's classes while the harness is
+    built."""
+    def mutant_build():
+        path = ROOT / (module.replace(".", "/") + ".py")
+        source = path.read_text()
+        if source.count(old) != 1:
+            raise ValueError(f"the text to replace occurs {source.count(old)} times in "
+                             f"{path.name}, not once: {old!r}")
+        with tempfile.TemporaryDirectory() as tmp:
+            copy = Path(tmp) / path.name
+            copy.write_text(source.replace(old, new))
+            spec = importlib.util.spec_from_file_location(module, copy)
+            mutant = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(mutant)
+            names = _CLASSES[module]
+            saved = {name: globals()[name] for name in names}
+            globals().update({name: getattr(mutant, name) for name in names})
+            try:
+                return build()
+            finally:
+                globals().update(saved)
+    return mutant_build
+
+
+def _mutant(name: str, module: str, old: str, new: str, proof: str, doc: str) -> Proof:
+    base = PROOFS[proof]
+    # (a bug is found in a few cycles, however long the proof takes to pass)
+    return replace(base, name=name, build=_mutated(module, old, new, base.build), doc=doc,
+                   expect_pass=False, slow=False)
+
+
+#: Seeded design bugs, one per class of bug the proofs must catch: each is a small textual
+#: change to a copy of the design, run under one of :data:`PROOFS` (a bounded check, so the
+#: failure comes with a trace from reset), which must fail.
+MUTANTS: dict[str, Proof] = {p.name: p for p in [
+    _mutant("mutant_tiling", "rtl.dma", "in_page.eq(addr[:12] + (n << shift))",
+            "in_page.eq(addr[:12] + ((n - 1) << shift))", "dma_reader_ledger",
+            "DmaReader (mutated): each burst starts a word early, so bursts overlap and a "
+            "command's last words are never read"),
+    _mutant("mutant_burst_encoding", "rtl.dma", "BURST_INCR = 0b01", "BURST_INCR = 0b10",
+            "dma_reader_bmc", "DmaReader (mutated): INCR encoded as WRAP's 0b10"),
+    _mutant("mutant_resp_encoding", "rtl.csr", "RESP_SLVERR = 0b10", "RESP_SLVERR = 0b11",
+            "csr_bmc", "RegisterBlock (mutated): SLVERR encoded as DECERR's 0b11"),
+    _mutant("mutant_waits_bready", "rtl.csr",
+            "take_write.eq(bus.awvalid & bus.wvalid & ~bus.bvalid & ~wpend)",
+            "take_write.eq(bus.awvalid & bus.wvalid & ~bus.bvalid & ~wpend & bus.bready)",
+            "csr_live_bmc", "RegisterBlock (mutated): a write is accepted only with BREADY high"),
+    _mutant("mutant_w1p_readback", "rtl.csr", 'if reg.access != "w1p":', "if True:",
+            "csr_bmc", "RegisterBlock (mutated): a w1p register reads back its pulse"),
+]}
+FLAWED.update(MUTANTS)
 
 
 def _sby_text(proof: Proof) -> str:
