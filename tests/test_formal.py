@@ -25,6 +25,7 @@ CAUGHT_BY = {
     "mutant_resp_encoding": "SLVERR otherwise",
     "mutant_waits_bready": "accepted within the latency",
     "mutant_w1p_readback": "a w1p register reads as 0",
+    "mutant_latch": "reads HI as latched",
 }
 
 
