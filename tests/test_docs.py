@@ -90,7 +90,7 @@ def history_files() -> list[Path]:
     files += [p for p in (ROOT / "docs").rglob("*.md") if "_build" not in p.parts]
     for top in ("rtl", "sim", "firmware", "platforms", "tests", "examples", "scripts"):
         files += sorted((ROOT / top).rglob("*.py"))
-    return [p for p in files if p.exists() and p.name != "test_docs.py"]
+    return [p for p in files if p.exists()]
 
 
 def history_hits() -> list[str]:
@@ -102,10 +102,18 @@ def history_hits() -> list[str]:
     return hits
 
 
+#: One sample per kind of history the patterns find, each split in two so that this file
+#: passes its own scan.
+HISTORY_SAMPLES = ["sess" "ion 45", "iss" "ue #10", "at `16a" "114f`", "since 9ceb" "38a",
+                   "this ro" "und", "the round be" "fore", "before this ch" "ange",
+                   "previous" "ly"]
+
+
 def test_history_patterns():
-    text = ("session 45; issue #10; at `16a114f`; since 9ceb38a; this round; "
-            "before this change; previous" "ly")
-    assert sum(bool(p.search(text)) for p in HISTORY) == 7
+    for sample in HISTORY_SAMPLES:
+        assert any(p.search(sample) for p in HISTORY), sample
+    for pattern in HISTORY:
+        assert any(pattern.search(s) for s in HISTORY_SAMPLES), pattern.pattern
     for clean in ("base 0x43C0_0000", "MAGIC = 0x42465038", "at 1000000 cycles",
                   "at abcdefg", "the issue queue", "`deadbeef_`"):
         assert not any(p.search(clean) for p in HISTORY), clean
