@@ -269,17 +269,15 @@ class _Pool:
 
     def __init__(self, memory, budget: int | None = None, profile=None):
         self.memory, self.budget, self.profile = memory, budget, profile
-        self.idle: dict[int, list] = {}
-        self._order: list = []                # idle buffers, least recently used first
+        self.idle: list = []                  # least recently used first
         self.live = self.held = self.high_water = 0
 
     def get(self, nbytes: int):
-        stack = self.idle.get(nbytes)
-        if stack:
-            buf = stack.pop()
-            if not stack:
-                del self.idle[nbytes]
-            self._order = [b for b in self._order if b is not buf]
+        # the most recently used idle buffer of this size, if any
+        i = next((i for i in range(len(self.idle) - 1, -1, -1)
+                  if self.idle[i].pool_size == nbytes), None)
+        if i is not None:
+            buf = self.idle.pop(i)
         else:
             if self.budget is not None:
                 self._trim_to(self.budget - nbytes)
@@ -315,8 +313,7 @@ class _Pool:
 
     def put(self, buf):
         self.live -= 1
-        self.idle.setdefault(buf.pool_size, []).append(buf)
-        self._order.append(buf)
+        self.idle.append(buf)
 
     def _free(self, buf):
         free = getattr(self.memory, "free", None)
@@ -332,13 +329,8 @@ class _Pool:
     def _trim_to(self, limit: int) -> None:
         """Free idle buffers, least recently used first, until at most ``limit`` bytes are
         held or none is idle."""
-        while self._order and self.held > limit:
-            buf = self._order.pop(0)
-            stack = self.idle[buf.pool_size]
-            stack[:] = [b for b in stack if b is not buf]
-            if not stack:
-                del self.idle[buf.pool_size]
-            self._free(buf)
+        while self.idle and self.held > limit:
+            self._free(self.idle.pop(0))
 
     def trim(self) -> int:
         """Give every idle buffer back to the memory.
@@ -349,14 +341,14 @@ class _Pool:
             The bytes freed.
         """
         before = self.held
-        for buf in self._order:
+        for buf in self.idle:
             self._free(buf)
-        self.idle, self._order = {}, []
+        self.idle = []
         return before - self.held
 
     @property
     def idle_buffers(self) -> int:
-        return len(self._order)
+        return len(self.idle)
 
     def stats(self) -> dict:
         """``pool_bytes`` (held now), ``pool_high_water`` and ``pool_budget``."""
