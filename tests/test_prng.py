@@ -1,9 +1,13 @@
 """Threefry-2x32-20 and the stochastic-rounding bits: the numpy model and the RTL."""
 
+import random
+
 import numpy as np
 import pytest
 
+from rtl.prng import RandomLanes, Threefry2x32
 from sim.models.prng import random_bits, threefry2x32
+from sim.testbenches.harness import run, stream_recv, stream_send
 
 M32 = 0xFFFFFFFF
 
@@ -134,3 +138,88 @@ def test_random_bits_large_indices():
     x0, x1 = threefry_scalar(M32, M32, M32, 2**32 - 1)
     w = x0 | (x1 << 32)
     assert int(random_bits(seed, M32, 2**34 - 1)) == w >> 48
+
+
+# --- the RTL ---------------------------------------------------------------------------------
+
+def simulate_threefry(items, *, seed=0, stall=0.3):
+    """``items``: (k0, k1, c0, c1) tuples; returns the (x0, x1) the pipeline emits."""
+    dut = Threefry2x32()
+    rng = random.Random(seed)
+    payloads = [{"key": [k0, k1], "ctr": [c0, c1]} for k0, k1, c0, c1 in items]
+    got = []
+
+    async def producer(ctx):
+        await stream_send(ctx, dut.i_stream, payloads, rng=rng, stall=stall)
+
+    async def consumer(ctx):
+        got.extend(await stream_recv(ctx, dut.o_stream, len(items), rng=rng, stall=stall,
+                                     convert=lambda p: (int(p.x[0]), int(p.x[1]))))
+
+    run(dut, producer, consumer, deadline_cycles=10 * len(items) + 200)
+    return got
+
+
+def test_rtl_threefry_known_answers_and_random():
+    rng = np.random.default_rng(3)
+    items = [(*key, *ctr) for key, ctr, _ in KAT]
+    items += [(0, 0, M32, M32), (M32, M32, 0, 0), (1, 0, 0, 0), (0, 0, 0, 1), (0x80000000,) * 4]
+    items += [tuple(int(w) for w in row) for row in
+              rng.integers(0, 2**32, size=(300, 4), dtype=np.uint64)]
+    got = simulate_threefry(items)
+    assert got[:3] == [want for _, _, want in KAT]
+    arr = np.array(items, dtype=np.uint64).T
+    x0, x1 = threefry2x32(*arr)
+    assert got == list(zip(map(int, x0), map(int, x1), strict=True))
+
+
+def test_rtl_threefry_latency_full_rate():
+    # Without stalls a beat goes in every cycle and the first comes out LATENCY cycles later.
+    dut = Threefry2x32()
+    count = 8
+    seen = []
+
+    async def bench(ctx):
+        ctx.set(dut.o_stream.ready, 1)
+        ctx.set(dut.i_stream.valid, 1)
+        for cycle in range(count + dut.LATENCY + 2):
+            ctx.set(dut.i_stream.payload, {"key": [5, 6], "ctr": [cycle, 0]})
+            assert ctx.get(dut.i_stream.ready)
+            _, _, valid, x = await ctx.tick().sample(dut.o_stream.valid, dut.o_stream.payload.x)
+            if valid:
+                seen.append((cycle, int(x[0])))
+
+    run(dut, bench)
+    assert seen[0][0] == dut.LATENCY
+    want = threefry2x32(5, 6, np.arange(len(seen)), 0)[0]
+    assert [x for _, x in seen] == [int(w) for w in want]
+
+
+@pytest.mark.parametrize("lanes", [4, 12])
+def test_rtl_random_lanes(lanes):
+    rng = random.Random(lanes)
+    beats = [(0, 0, 0), (2**64 - 1, M32, 2**34 - 4 * (lanes // 4)), (2**64 - 1, M32, 2**34 - 4)]
+    beats += [(rng.getrandbits(64), rng.getrandbits(32), 4 * rng.getrandbits(32))
+              for _ in range(60)]
+    dut = RandomLanes(lanes)
+    got = []
+
+    async def producer(ctx):
+        await stream_send(ctx, dut.i_stream,
+                          [{"seed": s, "m": row, "n0": n0} for s, row, n0 in beats],
+                          rng=rng, stall=0.3)
+
+    async def consumer(ctx):
+        got.extend(await stream_recv(ctx, dut.o_stream, len(beats), rng=rng, stall=0.3,
+                                     convert=lambda p: [int(v) for v in p.r]))
+
+    run(dut, producer, consumer, deadline_cycles=10 * len(beats) + 200)
+    for (s, row, n0), words in zip(beats, got, strict=True):
+        n = (n0 + np.arange(lanes)) % 2**34   # the column block counter wraps at 2**32
+        assert words == [int(v) for v in random_bits(s, row, n)], (s, row, n0)
+
+
+def test_random_lanes_rejects_lanes():
+    for bad in (0, 2, 6, -4, 4.0, True):
+        with pytest.raises(ValueError, match="lanes"):
+            RandomLanes(bad)
