@@ -1,0 +1,396 @@
+"""BFP8 tile blocks (``bfp8-t32``): the number format of the on-chip training step, and the
+write-back epilogue that produces it. The golden model of record: the RTL and every backend
+are checked bit for bit against these functions.
+
+The format
+    A float32 matrix ``X`` (M x N) is cut into square blocks of ``T x T`` elements aligned at
+    (0, 0), edge blocks partial (``block=T``, a power of two from 4 to 64; the hardware uses
+    32). Each block stores int8 mantissas ``q`` in [-127, 127] and one int8 exponent ``exp``:
+    ``x ~ q * 2**exp``. Mantissas are the int8 matrix (row-major); exponents a separate int8
+    matrix of shape ``(ceil(M/T), ceil(N/T))``. Read transposed, the exponent grid transposes
+    with its matrix, so one quantised copy serves ``X`` and ``X.T``.
+
+The block exponent
+    ``e = floor(log2(max|x|))`` over the block, exact (from the IEEE exponent, as
+    :func:`numpy.frexp` gives it; subnormals included), and ``exp = max(e - 6, -128)``. An
+    all-zero block has ``exp = 0``. Inf or NaN in the input is an error.
+
+One element (the integer form, bit-exact in every implementation)::
+
+    Y = floor(v * 2**(16 - exp))            # an exact integer, |Y| < 2**23
+    q = clamp((Y + r) >> 16, -127, 127)     # >> the arithmetic (floor) shift
+    r = 2**15                               # rounding="nearest" (round half up)
+    r = random_bits(seed, m, n)             # rounding="stochastic": 16 bits, 0..65535
+
+that is ``q = clamp(floor(v * 2**-exp + r / 2**16), -127, 127)``. ``random_bits`` is
+:func:`sim.models.prng.random_bits` (Threefry-2x32-20, counter-based): the bits of element
+``(m, n)`` depend only on the seed and the element's coordinates in the matrix as stored.
+
+The epilogue (:func:`epilogue`), per element of a GEMM's float32 result, in this order: plus
+a bias per row or per column (an IEEE binary32 add), ReLU (recording its 1-bit mask),
+multiplication by a stored mask (``mask_in``, the backward pass of ReLU), then float32 out or
+quantisation to tile blocks.
+
+Exponents along K (:func:`gemm_kblocks`, :func:`gemm_kruns`): each K block's exact int32
+partial is rescaled once to float32 (:func:`sim.models.golden.rescale`) and the partials are
+summed in float32, in K order, from +0.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from sim.models.golden import EXP_MIN, gemm, gemm_shape, rescale
+
+__all__ = ["FORMAT_NAME", "BLOCKS", "ROUNDING", "FRACTION_BITS", "MX_BLOCK", "MX_SCALE_BIAS",
+           "quantize_tiles", "dequantize_tiles", "tile_exponents", "tile_grid",
+           "gemm_kblocks", "gemm_kruns"]
+
+#: The format's name.
+FORMAT_NAME = "bfp8-t32"
+
+#: Block sizes the golden model accepts (the hardware uses 32).
+BLOCKS = (4, 8, 16, 32, 64)
+
+#: Rounding modes of the quantiser.
+ROUNDING = ("nearest", "stochastic")
+
+#: Fraction bits below the mantissa's LSB that the quantiser keeps before rounding (and the
+#: width of the random number ``r``).
+FRACTION_BITS = 16
+
+#: Mantissa bits below the exponent of the block's largest element: ``exp = e - 6``.
+_MANT_SHIFT = 6
+
+#: Largest mantissa magnitude (symmetric clamp: quantising again changes nothing).
+_QMAX = 127
+
+#: Elements per OCP MXINT8 block.
+MX_BLOCK = 32
+
+#: ``E8M0 = exp + MX_SCALE_BIAS``: the E8M0 bias (127) plus the 6 fraction bits MXINT8 gives its
+#: int8 elements.
+MX_SCALE_BIAS = 127 + _MANT_SHIFT
+
+_QCANON = np.uint32(0x7FC00000)
+
+
+# --------------------------------------------------------------------------- argument checks
+
+def _check_block(block) -> int:
+    if isinstance(block, (bool, np.bool_)) or not isinstance(block, (int, np.integer)):
+        raise TypeError(f"block must be an int, not {type(block).__name__}")
+    if int(block) not in BLOCKS:
+        raise ValueError(f"block must be one of {BLOCKS}, not {block}")
+    return int(block)
+
+
+def _check_matrix(name: str, x, dtype) -> np.ndarray:
+    if not isinstance(x, np.ndarray):
+        raise TypeError(f"{name} must be a numpy.ndarray of dtype {np.dtype(dtype)}, "
+                        f"not {type(x).__name__}")
+    if x.dtype != dtype:
+        raise TypeError(f"{name} must have dtype {np.dtype(dtype)}, not {x.dtype}")
+    if x.ndim != 2:
+        raise ValueError(f"{name} must be a 2-D matrix, not an array of shape {x.shape}")
+    if 0 in x.shape:
+        raise ValueError(f"{name} must have nonzero dimensions, not shape {x.shape}")
+    return x
+
+
+def _check_rounding(rounding: str, seed) -> int:
+    if rounding not in ROUNDING:
+        raise ValueError(f"rounding must be one of {ROUNDING}, not {rounding!r}")
+    if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer)):
+        raise TypeError(f"seed must be an int, not {type(seed).__name__}")
+    if not 0 <= int(seed) < 2**64:
+        raise ValueError(f"seed must lie in [0, 2**64), not {seed}")
+    return int(seed)
+
+
+def tile_grid(shape, *, block: int = 32) -> tuple[int, int]:
+    """The shape of the exponent matrix of an M x N matrix: ``(ceil(M/T), ceil(N/T))``.
+
+    Parameters
+    ----------
+    shape : tuple of int
+        ``(M, N)``.
+    block : int
+        The block size ``T``.
+
+    Returns
+    -------
+    tuple of int
+    """
+    block = _check_block(block)
+    try:
+        m, n = (int(s) for s in shape)
+    except (TypeError, ValueError):
+        raise TypeError(f"shape must be a pair of ints, not {shape!r}") from None
+    if m < 1 or n < 1:
+        raise ValueError(f"shape must be positive, not {shape!r}")
+    return -(-m // block), -(-n // block)
+
+
+def _check_exp(name: str, exp, shape, block: int) -> np.ndarray:
+    _check_matrix(name, exp, np.int8)
+    grid = tile_grid(shape, block=block)
+    if exp.shape != grid:
+        raise ValueError(f"{name} must have shape {grid} (blocks of {block} over a "
+                         f"{shape[0]}x{shape[1]} matrix), not {exp.shape}")
+    return exp
+
+
+# --------------------------------------------------------------------------- the format
+
+def _block_maxabs(x64: np.ndarray, block: int) -> np.ndarray:
+    m, n = x64.shape
+    gm, gn = tile_grid((m, n), block=block)
+    pad = np.zeros((gm * block, gn * block), np.float64)
+    pad[:m, :n] = np.abs(x64)
+    return pad.reshape(gm, block, gn, block).max(axis=(1, 3))
+
+
+def _block_exponents(maxabs: np.ndarray) -> np.ndarray:
+    """``max(floor(log2(maxabs)) - 6, -128)``, 0 where ``maxabs`` is 0 (int64)."""
+    _, e = np.frexp(maxabs)                 # maxabs = f * 2**e, 0.5 <= f < 1: exact
+    exp = np.maximum(e.astype(np.int64) - 1 - _MANT_SHIFT, EXP_MIN)
+    return np.where(maxabs > 0, exp, 0)
+
+
+def tile_exponents(exp: np.ndarray, shape, *, block: int = 32) -> np.ndarray:
+    """Each element's exponent: ``exp`` expanded over its blocks.
+
+    Parameters
+    ----------
+    exp : numpy.ndarray of int8, shape (ceil(M/T), ceil(N/T))
+        The block exponents.
+    shape : tuple of int
+        ``(M, N)``, the matrix's shape.
+    block : int
+        The block size ``T``.
+
+    Returns
+    -------
+    numpy.ndarray of int64, shape (M, N)
+        ``exp[m // T, n // T]`` at ``(m, n)``.
+
+    Raises
+    ------
+    TypeError
+        ``exp`` is not an int8 ndarray, or ``block`` or ``shape`` is not made of ints.
+    ValueError
+        ``block`` is not one of :data:`BLOCKS`, or ``exp`` does not have the grid's shape.
+    """
+    block = _check_block(block)
+    _check_exp("exp", exp, shape, block)
+    m, n = (int(s) for s in shape)
+    full = np.repeat(np.repeat(exp.astype(np.int64), block, axis=0), block, axis=1)
+    return full[:m, :n]
+
+
+def quantize_tiles(x: np.ndarray, *, block: int = 32, rounding: str = "nearest",
+                   seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Quantise a float32 matrix to BFP8 tile blocks.
+
+    Parameters
+    ----------
+    x : numpy.ndarray of float32, shape (M, N)
+        Finite values.
+    block : int
+        The block size ``T``, one of :data:`BLOCKS`.
+    rounding : {"nearest", "stochastic"}
+        ``r = 2**15`` (round half up), or ``r = random_bits(seed, m, n)``.
+    seed : int
+        The 64-bit seed of the random bits (stochastic rounding only).
+
+    Returns
+    -------
+    q : numpy.ndarray of int8, shape (M, N)
+        ``clamp(floor(x[m, n] * 2**-exp + r / 2**16), -127, 127)`` with ``exp`` the element's
+        block exponent; computed as ``(floor(x * 2**(16 - exp)) + r) >> 16``, exactly.
+    exp : numpy.ndarray of int8, shape (ceil(M/T), ceil(N/T))
+        ``max(floor(log2(max|x|)) - 6, -128)`` per block; 0 for an all-zero block.
+
+    Raises
+    ------
+    TypeError
+        ``x`` is not a float32 ndarray, or ``block`` or ``seed`` is not an int.
+    ValueError
+        ``x`` is not 2-D or is empty or holds inf or NaN; ``block``, ``rounding`` or ``seed``
+        is out of range.
+
+    Notes
+    -----
+    ``x * 2**(16 - exp)`` is exact in float64 (a float32 times a power of two that keeps it in
+    range), so its floor ``Y`` is exact too, and ``|Y| < 2**23``. The clamp only acts on a
+    block's extreme elements, which can round to +-128. Quantising ``dequantize_tiles(q, exp)``
+    again gives back ``q`` and ``exp`` whatever the rounding: every scaled value is an integer
+    and ``r < 2**16`` rounds an integer to itself.
+
+    Stochastic rounding: ``E[q] = floor(v * 2**(16 - exp)) / 2**16`` over uniform ``r``, so it
+    is exactly unbiased when ``v * 2**-exp`` has at most 16 fraction bits, and otherwise
+    biased by ``(-2**-16, 0]`` of the mantissa's LSB (clamped extremes aside).
+    """
+    _check_matrix("x", x, np.float32)
+    block = _check_block(block)
+    seed = _check_rounding(rounding, seed)
+    if not np.isfinite(x).all():
+        raise ValueError("x must be finite (it holds inf or NaN)")
+    x64 = x.astype(np.float64)
+    exp = _block_exponents(_block_maxabs(x64, block)).astype(np.int8)
+    e = tile_exponents(exp, x.shape, block=block)
+    y = np.floor(np.ldexp(x64, FRACTION_BITS - e)).astype(np.int64)
+    if rounding == "nearest":
+        r = np.int64(1 << (FRACTION_BITS - 1))
+    else:
+        from sim.models.prng import random_bits
+        mm, nn = np.indices(x.shape, dtype=np.uint64)
+        r = random_bits(seed, mm, nn).astype(np.int64)
+    q = np.clip((y + r) >> FRACTION_BITS, -_QMAX, _QMAX).astype(np.int8)
+    return q, exp
+
+
+def dequantize_tiles(q: np.ndarray, exp: np.ndarray, *, block: int = 32) -> np.ndarray:
+    """``q * 2**exp`` per element, as float32 (exact).
+
+    Parameters
+    ----------
+    q : numpy.ndarray of int8, shape (M, N)
+    exp : numpy.ndarray of int8, shape (ceil(M/T), ceil(N/T))
+    block : int
+
+    Returns
+    -------
+    numpy.ndarray of float32, shape (M, N)
+        Exact: ``|q| <= 128`` needs 8 significant bits and ``2**-128 * q`` down to ``2**-128``
+        is a float32 (subnormal); ``127 * 2**127`` overflows to inf, which no quantised block
+        produces (its exponent is at most 121).
+
+    Raises
+    ------
+    TypeError
+        ``q`` or ``exp`` is not an int8 ndarray.
+    ValueError
+        ``q`` is not 2-D, or ``exp`` does not have the grid's shape.
+    """
+    _check_matrix("q", q, np.int8)
+    block = _check_block(block)
+    e = tile_exponents(exp, q.shape, block=block)
+    with np.errstate(over="ignore"):
+        return np.ldexp(q.astype(np.float64), e).astype(np.float32)
+
+
+# --------------------------------------------------------------------------- exponents along K
+
+def gemm_kruns(a: np.ndarray, a_exp: np.ndarray, b: np.ndarray, b_exp: np.ndarray,
+               k_stops, *, transpose_a: bool = False, transpose_b: bool = False) -> np.ndarray:
+    """A GEMM whose operands' exponents change along K, in runs: the general form of
+    :func:`gemm_kblocks` (it also covers a weight gradient's per-sample exponents).
+
+    The reduction axis is cut at ``k_stops`` into runs ``[k_0, k_1), [k_1, k_2), ...``
+    (``k_0 = 0``, the last stop ``K``). Run ``j``'s exact int32 partial ``P_j`` is rescaled
+    once to float32 with the exponent ``a_exp[m, j] + b_exp[j, n]``
+    (:func:`sim.models.golden.rescale`: round to nearest even) and accumulated in float32::
+
+        S = +0.0;  for j in order: S = float32(S + rescale(P_j, a_exp[:, j] + b_exp[j, :]))
+
+    Parameters
+    ----------
+    a, b : numpy.ndarray of int8
+        The operands as for :func:`sim.models.golden.gemm`: ``op(a)`` is M x K, ``op(b)`` K x N.
+    a_exp : numpy.ndarray of int8, shape (M, R)
+        Row ``m`` of ``op(a)``'s exponent in each run.
+    b_exp : numpy.ndarray of int8, shape (R, N)
+        Column ``n`` of ``op(b)``'s exponent in each run.
+    k_stops : sequence of int
+        The R increasing ends of the runs, the last ``K``.
+    transpose_a, transpose_b : bool
+
+    Returns
+    -------
+    numpy.ndarray of float32, shape (M, N)
+
+    Raises
+    ------
+    TypeError
+        An operand or exponent matrix has the wrong dtype; a flag is not a bool.
+    ValueError
+        Shapes do not agree; ``k_stops`` is not increasing or does not end at K.
+    """
+    m, n, k = gemm_shape(a, b, transpose_a, transpose_b)
+    stops = [int(s) for s in np.asarray(k_stops).reshape(-1)]
+    if (not stops or stops[-1] != k or stops[0] <= 0
+            or any(s1 <= s0 for s0, s1 in zip(stops, stops[1:], strict=False))):
+        raise ValueError(f"k_stops must increase from above 0 to K={k}, not {stops}")
+    runs = len(stops)
+    _check_matrix("a_exp", a_exp, np.int8)
+    _check_matrix("b_exp", b_exp, np.int8)
+    if a_exp.shape != (m, runs):
+        raise ValueError(f"a_exp must have shape {(m, runs)} (rows of op(a) x runs), "
+                         f"not {a_exp.shape}")
+    if b_exp.shape != (runs, n):
+        raise ValueError(f"b_exp must have shape {(runs, n)} (runs x columns of op(b)), "
+                         f"not {b_exp.shape}")
+    op_a = a.T if transpose_a else a
+    op_b = b.T if transpose_b else b
+    total = np.zeros((m, n), np.float32)
+    start = 0
+    for j, stop in enumerate(stops):
+        part = gemm(np.ascontiguousarray(op_a[:, start:stop]),
+                    np.ascontiguousarray(op_b[start:stop]))
+        with np.errstate(over="ignore", invalid="ignore"):
+            total = total + rescale(part, a_exp[:, j].copy(), b_exp[j].copy())
+        start = stop
+    return total
+
+
+def gemm_kblocks(a: np.ndarray, a_exp: np.ndarray, b: np.ndarray, b_exp: np.ndarray, *,
+                 transpose_a: bool = False, transpose_b: bool = False,
+                 block: int = 32) -> np.ndarray:
+    """``op(A) @ op(B)`` of two tile-quantised operands, one K block of ``T`` at a time.
+
+    Parameters
+    ----------
+    a : numpy.ndarray of int8
+        Mantissas of ``A`` as stored: M x K, or K x M when ``transpose_a``.
+    a_exp : numpy.ndarray of int8
+        ``a``'s tile exponents, the grid of ``a`` as stored (it is read transposed with it).
+    b : numpy.ndarray of int8
+        Mantissas of ``B`` as stored: K x N, or N x K when ``transpose_b``.
+    b_exp : numpy.ndarray of int8
+        ``b``'s tile exponents, as stored.
+    transpose_a, transpose_b : bool
+    block : int
+        The block size ``T`` of both operands.
+
+    Returns
+    -------
+    numpy.ndarray of float32, shape (M, N)
+        With ``P_kb`` the exact int32 product over K block ``kb`` (K columns ``kb*T`` up to
+        ``(kb+1)*T``) and ``E_kb[m, n] = op(a_exp)[m//T, kb] + op(b_exp)[kb, n//T]``::
+
+            S = +0.0;  for kb in order: S = float32(S + rescale(P_kb, E_kb))
+
+        Each term is rounded once (to nearest even) and each addition once: with ``nb`` K
+        blocks, ``|S - exact| <= (nb + 1) * 2**-24 * sum_kb |P_kb * 2**E_kb|`` (to first
+        order, away from the subnormal range).
+
+    Raises
+    ------
+    TypeError
+        An operand or exponent grid is not int8, a flag not a bool.
+    ValueError
+        Shapes disagree, or ``block`` is not one of :data:`BLOCKS`.
+    """
+    block = _check_block(block)
+    m, n, k = gemm_shape(a, b, transpose_a, transpose_b)
+    _check_exp("a_exp", a_exp, a.shape, block)
+    _check_exp("b_exp", b_exp, b.shape, block)
+    ea = a_exp.T if transpose_a else a_exp          # (ceil(M/T), ceil(K/T))
+    eb = b_exp.T if transpose_b else b_exp          # (ceil(K/T), ceil(N/T))
+    row_exp = np.repeat(ea, block, axis=0)[:m]      # (M, runs)
+    col_exp = np.repeat(eb, block, axis=1)[:, :n]   # (runs, N)
+    stops = list(range(block, k, block)) + [k]
+    return gemm_kruns(a, np.ascontiguousarray(row_exp), b, np.ascontiguousarray(col_exp), stops,
+                      transpose_a=transpose_a, transpose_b=transpose_b)

@@ -1,0 +1,334 @@
+"""BFP8 tile blocks (:mod:`sim.models.bfp`): the quantiser against an independent float64
+formulation, its invariants and edge cases, the K-block GEMM, the epilogue, the masks, the
+MXINT8 export, and the unbiasedness of stochastic rounding."""
+
+import itertools
+import math
+from fractions import Fraction
+
+import numpy as np
+import pytest
+
+from sim.models import bfp
+from sim.models.bfp import (
+    BLOCKS,
+    dequantize_tiles,
+    gemm_kblocks,
+    gemm_kruns,
+    quantize_tiles,
+    tile_exponents,
+)
+from sim.models.golden import gemm, rescale
+
+
+def _random_matrix(rng, shape, *, spread=6.0, zeros=0.1):
+    """float32 values whose magnitudes spread over ``2**±spread`` decades-ish, with some zeros
+    and some per-block scale changes (so blocks differ in exponent)."""
+    x = rng.standard_normal(shape) * np.exp2(rng.uniform(-spread, spread, shape))
+    x *= np.exp2(rng.integers(-20, 20, (1, 1)))
+    x[rng.random(shape) < zeros] = 0.0
+    return x.astype(np.float32)
+
+
+def _exp_float32(v: np.ndarray) -> np.ndarray:
+    """floor(log2|v|) of float32 values from their bit fields (independent of frexp)."""
+    bits = v.view(np.uint32).astype(np.int64)
+    field = (bits >> 23) & 0xFF
+    mant = bits & 0x7FFFFF
+    sub = np.array([int(m).bit_length() - 1 - 149 for m in mant.ravel()]).reshape(v.shape)
+    return np.where(field > 0, field - 127, sub)
+
+
+def _reference_quantize(x, block, r):
+    """The float64 formulation: ``clamp(floor(x 2**-exp + r 2**-16))`` evaluated exactly as an
+    integer part plus a comparison of the fraction (no rounded sum)."""
+    m, n = x.shape
+    exp = np.zeros((-(-m // block), -(-n // block)), np.int64)
+    for i, j in itertools.product(range(exp.shape[0]), range(exp.shape[1])):
+        tile = x[i * block:(i + 1) * block, j * block:(j + 1) * block]
+        if np.any(tile != 0):
+            e = _exp_float32(np.abs(tile)[tile != 0]).max()
+            exp[i, j] = max(e - 6, -128)
+    full = np.kron(exp, np.ones((block, block), np.int64))[:m, :n]
+    scaled = x.astype(np.float64) * np.exp2(-full.astype(np.float64))    # exact
+    whole = np.floor(scaled)
+    frac = scaled - whole                                                   # exact, [0, 1)
+    q = whole + (frac >= 1.0 - np.asarray(r, np.float64) / 65536.0)
+    return np.clip(q, -127, 127).astype(np.int8), exp.astype(np.int8)
+
+
+def _bits(seed, shape):
+    from sim.models.prng import random_bits
+    mm, nn = np.indices(shape, dtype=np.uint64)
+    return random_bits(seed, mm, nn).astype(np.int64)
+
+
+# --------------------------------------------------------------------------- the quantiser
+
+@pytest.mark.parametrize("block", BLOCKS)
+@pytest.mark.parametrize("shape", [(1, 1), (37, 70), (64, 64), (5, 129)])
+def test_nearest_matches_float64_formulation(block, shape):
+    rng = np.random.default_rng(block * 1000 + shape[0])
+    x = _random_matrix(rng, shape)
+    q, exp = quantize_tiles(x, block=block)
+    rq, rexp = _reference_quantize(x, block, 2**15)
+    np.testing.assert_array_equal(exp, rexp)
+    np.testing.assert_array_equal(q, rq)
+    assert q.dtype == np.int8 and exp.dtype == np.int8
+
+
+@pytest.mark.parametrize("block", [4, 32, 64])
+def test_stochastic_matches_float64_formulation(block):
+    rng = np.random.default_rng(block)
+    x = _random_matrix(rng, (45, 77))
+    for seed in (0, 1, 2**64 - 1, 0x243F6A8885A308D3):
+        q, exp = quantize_tiles(x, block=block, rounding="stochastic", seed=seed)
+        rq, rexp = _reference_quantize(x, block, _bits(seed, x.shape))
+        np.testing.assert_array_equal(exp, rexp)
+        np.testing.assert_array_equal(q, rq)
+
+
+def test_matches_exact_rationals():
+    """A sample against Python's exact rationals, ties and near-ties included."""
+    rng = np.random.default_rng(7)
+    base = rng.uniform(-127.5, 127.5, (8, 8))
+    base[0, :4] = [0.5, 1.5, -0.5, -2.5]                       # ties round up (half up)
+    base[1, :3] = [3 - 2.0**-30, -3 + 2.0**-30, 126.99999]     # far-down fraction bits
+    base[2, 0] = 127.75                                        # the block's extreme
+    x = (base * 2.0**-10).astype(np.float32)
+    for rounding, seed in (("nearest", 0), ("stochastic", 11)):
+        q, exp = quantize_tiles(x, block=8, rounding=rounding, seed=seed)
+        r = np.full(x.shape, 2**15) if rounding == "nearest" else _bits(seed, x.shape)
+        e = int(exp[0, 0])
+        assert e == -10 + 6 - 6
+        for m, n in itertools.product(range(8), range(8)):
+            exact = Fraction(float(x[m, n])) / Fraction(2) ** e + Fraction(int(r[m, n]), 2**16)
+            assert q[m, n] == max(-127, min(127, math.floor(exact))), (m, n, rounding)
+
+
+@pytest.mark.parametrize("rounding", ["nearest", "stochastic"])
+def test_quantising_again_changes_nothing(rounding):
+    rng = np.random.default_rng(3)
+    for block in BLOCKS:
+        x = _random_matrix(rng, (50, 90), spread=10)
+        q, exp = quantize_tiles(x, block=block, rounding=rounding, seed=5)
+        y = dequantize_tiles(q, exp, block=block)
+        for seed in (5, 6, 2**63):
+            q2, exp2 = quantize_tiles(y, block=block, rounding=rounding, seed=seed)
+            np.testing.assert_array_equal(dequantize_tiles(q2, exp2, block=block), y)
+            np.testing.assert_array_equal(q2, q)
+            np.testing.assert_array_equal(exp2, exp)
+
+
+def test_transposed_matrix_gives_transposed_blocks():
+    rng = np.random.default_rng(4)
+    for block in BLOCKS:
+        x = _random_matrix(rng, (70, 33))
+        q, exp = quantize_tiles(x, block=block)
+        qt, expt = quantize_tiles(np.ascontiguousarray(x.T), block=block)
+        np.testing.assert_array_equal(qt, q.T)
+        np.testing.assert_array_equal(expt, exp.T)
+
+
+def test_dequantize_is_exact():
+    rng = np.random.default_rng(8)
+    q = rng.integers(-127, 128, (40, 40)).astype(np.int8)
+    exp = rng.integers(-128, 122, (2, 2)).astype(np.int8)
+    got = dequantize_tiles(q, exp)
+    want = [[Fraction(int(q[m, n])) * Fraction(2) ** int(exp[m // 32, n // 32])
+             for n in range(40)] for m in range(40)]
+    assert all(Fraction(float(got[m, n])) == want[m][n]
+               for m in range(40) for n in range(40))
+
+
+def test_tile_exponents():
+    exp = np.array([[1, -2], [3, 4]], np.int8)
+    full = tile_exponents(exp, (6, 5), block=4)
+    assert full.dtype == np.int64 and full.shape == (6, 5)
+    assert full[3, 3] == 1 and full[0, 4] == -2 and full[4, 0] == 3 and full[5, 4] == 4
+
+
+# --------------------------------------------------------------------------- edge cases
+
+def test_zero_block_has_exponent_zero():
+    x = np.zeros((64, 64), np.float32)
+    x[40, 40] = 3.0
+    x[1, 33] = -0.0
+    q, exp = quantize_tiles(x)
+    np.testing.assert_array_equal(exp, [[0, 0], [0, 1 - 6]])
+    assert not q[:32].any() and q[40, 40] == 96
+
+
+def test_subnormal_block():
+    x = np.zeros((4, 4), np.float32)
+    x[0, 0] = np.float32(2.0**-149)                   # the smallest subnormal
+    x[1, 1] = np.float32(3 * 2.0**-140)
+    q, exp = quantize_tiles(x, block=4)
+    assert exp[0, 0] == -128                          # floor(log2) - 6 = -145, floored
+    assert q[1, 1] == 0 and q[0, 0] == 0              # below 2**-129: rounds to 0
+    x[2, 2] = np.float32(-(2.0**-127) - 2.0**-149 * 3)
+    q, exp = quantize_tiles(x, block=4)
+    assert exp[0, 0] == -128 and q[2, 2] == -2
+
+
+def test_exponent_floor():
+    """Blocks whose largest magnitude is below 2**-122 share the floor -128; the mantissas
+    lose their low bits there, exactly as the integer form says."""
+    for e in range(-149, -118):
+        v = np.float32(1.5 * 2.0**e) if e > -149 else np.float32(2.0**e)
+        q, exp = quantize_tiles(np.full((4, 4), v, np.float32), block=4)
+        assert exp[0, 0] == max(e - 6, -128)
+        want = math.floor(Fraction(float(v)) / Fraction(2) ** int(exp[0, 0]) + Fraction(1, 2))
+        assert q[0, 0] == want
+
+
+def test_mantissas_clamp_at_127():
+    x = np.zeros((4, 4), np.float32)
+    x[0, 0] = np.float32(127.75 / 64)                 # e = 0, exp = -6: rounds to 128
+    x[0, 1] = -x[0, 0]
+    q, exp = quantize_tiles(x, block=4)
+    assert exp[0, 0] == -6 and q[0, 0] == 127 and q[0, 1] == -127
+    big = np.full((4, 4), np.finfo(np.float32).max)   # the largest exponent: 127 - 6
+    q, exp = quantize_tiles(big, block=4)
+    assert exp[0, 0] == 121 and (q == 127).all()
+    assert np.isfinite(dequantize_tiles(q, exp, block=4)).all()
+
+
+def test_partial_edge_blocks():
+    x = np.ones((33, 65), np.float32)
+    x[32, 64] = 1000.0                                # alone in the corner block
+    q, exp = quantize_tiles(x)
+    assert exp.shape == (2, 3)
+    assert exp[1, 2] == 9 - 6 and q[32, 64] == round(1000 / 8)
+    assert (exp[:, :2] == -6).all() and exp[0, 2] == -6
+
+
+@pytest.mark.parametrize("bad", [np.inf, -np.inf, np.nan])
+def test_non_finite_is_an_error(bad):
+    x = np.zeros((8, 8), np.float32)
+    x[3, 5] = bad
+    with pytest.raises(ValueError, match="x must be finite"):
+        quantize_tiles(x)
+
+
+@pytest.mark.parametrize("call, exc, word", [
+    (lambda: quantize_tiles(np.zeros((4, 4))), TypeError, "x"),
+    (lambda: quantize_tiles([[1.0]]), TypeError, "x"),
+    (lambda: quantize_tiles(np.zeros(4, np.float32)), ValueError, "x"),
+    (lambda: quantize_tiles(np.zeros((0, 4), np.float32)), ValueError, "x"),
+    (lambda: quantize_tiles(np.zeros((4, 4), np.float32), block=12), ValueError, "block"),
+    (lambda: quantize_tiles(np.zeros((4, 4), np.float32), block=2.0), TypeError, "block"),
+    (lambda: quantize_tiles(np.zeros((4, 4), np.float32), rounding="up"), ValueError,
+     "rounding"),
+    (lambda: quantize_tiles(np.zeros((4, 4), np.float32), seed=-1), ValueError, "seed"),
+    (lambda: quantize_tiles(np.zeros((4, 4), np.float32), seed=1.0), TypeError, "seed"),
+    (lambda: dequantize_tiles(np.zeros((4, 4), np.int16), np.zeros((1, 1), np.int8)),
+     TypeError, "q"),
+    (lambda: dequantize_tiles(np.zeros((40, 4), np.int8), np.zeros((1, 1), np.int8)),
+     ValueError, "exp"),
+    (lambda: tile_exponents(np.zeros((1, 1), np.int64), (4, 4)), TypeError, "exp"),
+])
+def test_bad_arguments_are_named(call, exc, word):
+    with pytest.raises(exc, match=rf"\b{word}\b"):
+        call()
+
+
+# --------------------------------------------------------------------------- exponents along K
+
+def _operand(rng, rows, cols, block, transpose):
+    """A tile-quantised operand stored as (rows, cols), or transposed."""
+    x = _random_matrix(rng, (cols, rows) if transpose else (rows, cols), spread=3, zeros=0.02)
+    return quantize_tiles(x, block=block)
+
+
+def _kblock_loop(a, a_exp, b, b_exp, ta, tb, block):
+    """The plain loop: per (row block, column block, K block), in K order."""
+    op_a, ea = (a.T, a_exp.T) if ta else (a, a_exp)
+    op_b, eb = (b.T, b_exp.T) if tb else (b, b_exp)
+    m, k = op_a.shape
+    n = op_b.shape[1]
+    out = np.zeros((m, n), np.float32)
+    for i, j in itertools.product(range(ea.shape[0]), range(eb.shape[1])):
+        rows, cols = slice(i * block, (i + 1) * block), slice(j * block, (j + 1) * block)
+        acc = np.float32(0.0) * np.ones(out[rows, cols].shape, np.float32)
+        for kb in range(ea.shape[1]):
+            ks = slice(kb * block, (kb + 1) * block)
+            p = gemm(np.ascontiguousarray(op_a[rows, ks]), np.ascontiguousarray(op_b[ks, cols]))
+            acc = acc + rescale(p, int(ea[i, kb]) + int(eb[kb, j]))
+        out[rows, cols] = acc
+    return out
+
+
+@pytest.mark.parametrize("ta, tb", list(itertools.product([False, True], repeat=2)))
+@pytest.mark.parametrize("block", [8, 32])
+def test_gemm_kblocks_against_block_loop_and_exact(ta, tb, block):
+    rng = np.random.default_rng(block + 2 * ta + tb)
+    m, n, k = 37, 45, 3 * block + 5
+    a, a_exp = _operand(rng, m, k, block, ta)
+    b, b_exp = _operand(rng, k, n, block, tb)
+    got = gemm_kblocks(a, a_exp, b, b_exp, transpose_a=ta, transpose_b=tb, block=block)
+    assert got.dtype == np.float32 and got.shape == (m, n)
+    np.testing.assert_array_equal(got, _kblock_loop(a, a_exp, b, b_exp, ta, tb, block))
+    # exact float64 reference and the documented bound: one rounding per term, one per add
+    da = dequantize_tiles(a, a_exp, block=block).astype(np.float64)
+    db = dequantize_tiles(b, b_exp, block=block).astype(np.float64)
+    da, db = (da.T if ta else da), (db.T if tb else db)
+    exact = da @ db
+    nb = -(-k // block)
+    terms = sum(np.abs(da[:, s:s + block] @ db[s:s + block]) for s in range(0, k, block))
+    bound = (nb + 1) * 2.0**-24 * terms * (1 + 1e-6)
+    assert (np.abs(got - exact) <= bound).all()
+
+
+def test_gemm_kblocks_one_block_is_rescaled_gemm():
+    rng = np.random.default_rng(1)
+    a, a_exp = _operand(rng, 32, 32, 32, False)
+    b, b_exp = _operand(rng, 32, 32, 32, False)
+    got = gemm_kblocks(a, a_exp, b, b_exp)
+    np.testing.assert_array_equal(got, rescale(gemm(a, b), a_exp[0, 0], b_exp[0, 0]))
+
+
+def test_gemm_kblocks_rounds_per_block():
+    """Two K blocks whose sum is not a float32: the result is the float32 sum of the two
+    rescaled partials (a fused sum would round once, differently)."""
+    a = np.zeros((4, 8), np.int8)
+    b = np.zeros((8, 4), np.int8)
+    a[0, 0], b[0, 0] = 1, 1              # block 0: 1 * 2**(24 + 0)
+    a[0, 4], b[4, 0] = 1, 1              # block 1: 1 * 2**0, then 1 more
+    a[0, 5], b[5, 0] = 1, 1
+    a_exp = np.array([[24, 0]], np.int8)
+    b_exp = np.zeros((2, 1), np.int8)
+    got = gemm_kblocks(a, a_exp, b, b_exp, block=4)
+    assert got[0, 0] == np.float32(2.0**24) + np.float32(2.0)
+    assert got[0, 0] == 2.0**24 + 2
+
+
+def test_gemm_kruns_per_sample_exponents():
+    """The weight-gradient form: one K run per sample, exponents per sample on both sides."""
+    rng = np.random.default_rng(2)
+    batch, fin, fout = 6, 10, 7
+    d = rng.integers(-127, 128, (batch, fout)).astype(np.int8)
+    x = rng.integers(-127, 128, (batch, fin)).astype(np.int8)
+    ed = rng.integers(-20, 0, batch).astype(np.int8)
+    ex = rng.integers(-20, 0, batch).astype(np.int8)
+    got = gemm_kruns(d, np.tile(ed, (fout, 1)), x, np.tile(ex[:, None], (1, fin)),
+                     list(range(1, batch + 1)), transpose_a=True)
+    want = np.zeros((fout, fin), np.float32)
+    for s in range(batch):
+        want = want + rescale(gemm(d[s:s + 1], x[s:s + 1], transpose_a=True), ed[s], ex[s])
+    np.testing.assert_array_equal(got, want)
+    with pytest.raises(ValueError, match="k_stops"):
+        gemm_kruns(d, np.zeros((fout, 2), np.int8), x, np.zeros((2, fin), np.int8), [3, 2],
+                   transpose_a=True)
+
+
+def test_gemm_kblocks_checks_exponent_grids():
+    a = np.zeros((40, 40), np.int8)
+    with pytest.raises(ValueError, match="a_exp"):
+        gemm_kblocks(a, np.zeros((1, 1), np.int8), a, np.zeros((2, 2), np.int8))
+    with pytest.raises(TypeError, match="b_exp"):
+        gemm_kblocks(a, np.zeros((2, 2), np.int8), a, np.zeros((2, 2), np.int16))
+
+
+def test_module_names():
+    assert bfp.FORMAT_NAME == "bfp8-t32"
