@@ -104,6 +104,7 @@ class Accelerator(wiring.Component):
                                  primitive=primitive, dsp_rows=dsp_rows, acc_ram=acc_ram,
                                  write_ports=write_ports, slr_groups=slr_groups,
                                  read_ports=read_ports, dsp_slice=dsp_slice)
+        self.burst_beats, self.outstanding = burst_beats, outstanding
         self.readers = [DmaReader(data_width, addr_width, burst_beats=burst_beats,
                                   outstanding=outstanding) for _ in range(read_ports)]
         self.reader = self.readers[0]
@@ -188,6 +189,8 @@ class Accelerator(wiring.Component):
                    BLOCK_LOG2=self.block.bit_length() - 1),
             *_pack(csr, "CONFIG_BUS", DATA_WIDTH=self.data_width, ADDR_WIDTH=self.addr_width,
                    WRITE_PORTS=self.write_ports, READ_PORTS=self.read_ports),
+            *_pack(csr, "CONFIG_DMA", BURST_BEATS=self.burst_beats,
+                   OUTSTANDING=self.outstanding),
         ]
 
     def _descriptor_queue(self, s):

@@ -128,6 +128,8 @@ def test_the_bursts_follow_the_port(burst):
     no burst is over the port's limit."""
     dev = Device("rtl", **BURST_CONFIG, port={"max_burst": burst, "pause": 0.1}, seed=burst)
     assert dev.sim.params["burst_beats"] == dev.dma_burst == burst
+    # the build says its burst length in CONFIG_DMA
+    assert dev.driver.info.burst_beats == burst and dev.driver.info.outstanding >= 1
     rng = np.random.default_rng(burst)
     for ta, tb in ((False, False), (True, False), (False, True), (True, True)):
         m, n, k = (int(x) for x in rng.integers(1, 30, 3))
@@ -530,3 +532,23 @@ def test_narrow_operands_are_stored_and_read_packed():
         _check_port_kept(dev)
         da.free()
         db.free()
+
+
+def test_a_board_build_longer_than_its_port_is_refused(monkeypatch, tmp_path):
+    """The pynq backend reads the bitstream's burst length from ``CONFIG_DMA`` and refuses a
+    build whose bursts are longer than the board's port takes, naming both lengths, before any
+    GEMM runs."""
+    from firmware.runtime import pynq_backend
+    from firmware.spec import ports
+    from sim.native.pynq_sim import SimBoard, write_bitstream_dir
+
+    monkeypatch.setattr(pynq_backend, "OVERLAY_DIR", tmp_path / "no-overlays")
+    monkeypatch.setattr(pynq_backend, "_REPO", tmp_path / "repo")
+    monkeypatch.chdir(tmp_path)
+    SimBoard("pynq-z1").install(monkeypatch)
+    bit = write_bitstream_dir(tmp_path / "overlay", "pynq-z1")
+    dev = Device("pynq", board="pynq-z1", bitfile=bit)
+    assert dev.dma_burst == dev.driver.info.burst_beats == 16
+    monkeypatch.setitem(ports.BOARD_PORTS, "pynq-z1", {"max_burst": 4})
+    with pytest.raises(ValueError, match="burst_beats 16 is longer than port .*max_burst 4"):
+        Device("pynq", board="pynq-z1", bitfile=bit)

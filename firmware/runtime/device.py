@@ -473,11 +473,13 @@ class Device:
             rows, cols, data_width = info.rows, info.cols, info.data_width
             if pool_budget is None:
                 pool_budget = int(POOL_SHARE * self.driver.target.cma_bytes)
-            from firmware.spec.hw import DMA_BURST
             from firmware.spec.ports import BOARD_PORTS, burst_beats
             board = getattr(self.driver.target, "board", None)
-            self.dma_burst = burst_beats(BOARD_PORTS[board]) if board in BOARD_PORTS \
-                else DMA_BURST
+            # the bitstream's burst length, from CONFIG_DMA; checked against the board's port
+            # before any GEMM runs
+            self.dma_burst = info.burst_beats
+            if board in BOARD_PORTS:
+                burst_beats(BOARD_PORTS[board], self.dma_burst)
         rows, cols, data_width = rows or 8, cols or 8, data_width or 128
         self.rows, self.cols, self.data_width = rows, cols, data_width
         if backend == "rtl":
@@ -507,6 +509,7 @@ class Device:
             self.dma_burst = burst_beats(options.get("port", "ideal"),
                                          options.pop("burst_beats", None))
             self.sim = FunctionalAccelerator(rows=rows, cols=cols, data_width=data_width,
+                                             burst_beats=self.dma_burst,
                                              predict=partial(predict, dma_burst=self.dma_burst),
                                              **options)
             self.driver = Driver(_SimRegs(self.sim), _SimMemory(self.sim))

@@ -61,13 +61,18 @@ class HardwareInfo:
         self.write_ports = max(1, field_value("CONFIG_BUS", "WRITE_PORTS", bus))
         # (0 on register maps before 1.5: one port)
         self.read_ports = max(1, field_value("CONFIG_BUS", "READ_PORTS", bus))
+        dma = regs.read32(offset("CONFIG_DMA"))
+        # (0 on register maps before 1.7: 16-beat bursts, 8 in flight)
+        self.burst_beats = field_value("CONFIG_DMA", "BURST_BEATS", dma) or 16
+        self.outstanding = field_value("CONFIG_DMA", "OUTSTANDING", dma) or 8
 
     def __repr__(self):
         return (f"HardwareInfo(rows={self.rows}, cols={self.cols}, depth={self.depth}, "
                 f"queue={self.queue}, packing={self.packing}, block={self.block}, "
                 f"data_width={self.data_width}, "
                 f"addr_width={self.addr_width}, write_ports={self.write_ports}, "
-                f"read_ports={self.read_ports})")
+                f"read_ports={self.read_ports}, burst_beats={self.burst_beats}, "
+                f"outstanding={self.outstanding})")
 
 
 def _round_up(x: int, to: int) -> int:

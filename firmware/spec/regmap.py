@@ -32,7 +32,7 @@ __all__ = ["Field", "Register", "REGISTERS", "ErrorCode", "MAGIC", "VERSION", "W
 #: ``ID`` register contents: ASCII "BFP8".
 MAGIC = 0x42465038
 #: Register map version (major << 16 | minor): changes when the map does.
-VERSION = 0x0001_0006
+VERSION = 0x0001_0007
 
 #: The AXI write port counts a build may have (``CONFIG_BUS.WRITE_PORTS``; at most the
 #: array's rows): the RTL, the functional model, the performance model and the command lines
@@ -193,6 +193,10 @@ REGISTERS: tuple[Register, ...] = tuple([
          ("READ_PORTS", 28, 4, "AXI4 read ports: 1 (mem_r reads A and B), 2 (mem_r1 reads B) "
                                 "3 (B's rows striped over mem_r1 and mem_r2) or 4 (over "
                                 "mem_r1, mem_r2 and mem_r3)")),
+    _reg("CONFIG_DMA", 0x014, "ro", "DMA bursts",
+         ("BURST_BEATS", 0, 9, "longest burst each DMA master issues, in beats (the memory "
+                               "port's limit: 16 on AXI3 ports)"),
+         ("OUTSTANDING", 16, 8, "bursts each DMA master keeps in flight")),
     _reg("CTRL", 0x020, "w1p", "Control pulses",
          ("ENQUEUE", 0, 1, "copy the staged descriptor into the queue (starts the engine)"),
          ("SOFT_RESET", 1, 1, "abort everything, drain the bus, return to idle"),

@@ -47,7 +47,8 @@ class FunctionalAccelerator:
 
     Parameters
     ----------
-    rows, cols, depth, block, data_width, addr_width, packing, queue, write_ports, read_ports :
+    rows, cols, depth, block, data_width, addr_width, packing, queue, write_ports, read_ports,\
+    burst_beats, outstanding :
         The configuration the registers report (and the performance model uses).
     port : str or dict
         The memory port (:func:`firmware.spec.ports.resolve_port`), for the cycle prediction.
@@ -63,7 +64,8 @@ class FunctionalAccelerator:
     def __init__(self, *, rows: int = 8, cols: int = 8, depth: int = 512, block: int = 4,
                  data_width: int = 128, addr_width: int = 32, packing: int = 1,
                  queue: int = 4, port: str | dict = "ideal", memory: int = 256 << 20,
-                 write_ports: int = 1, read_ports: int = 1, predict=None):
+                 write_ports: int = 1, read_ports: int = 1, burst_beats: int = 16,
+                 outstanding: int = 8, predict=None):
         regmap.check_write_ports(write_ports, rows)
         if predict is not None and not callable(predict):
             raise TypeError(f"predict must be callable or None, not {type(predict).__name__}")
@@ -73,6 +75,11 @@ class FunctionalAccelerator:
                         data_width=data_width)
         self.addr_width, self.packing, self.queue = addr_width, packing, queue
         self.write_ports, self.read_ports = write_ports, read_ports
+        for name, value, top in (("burst_beats", burst_beats, 256),
+                                 ("outstanding", outstanding, 255)):
+            if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= top:
+                raise ValueError(f"{name} must be an integer in [1, {top}], not {value!r}")
+        self.burst_beats, self.outstanding = burst_beats, outstanding
         self.port = resolve_port(port)
         self.memory = np.zeros(memory, np.uint8)
         self.size = memory
@@ -98,6 +105,8 @@ class FunctionalAccelerator:
                                               ADDR_WIDTH=self.addr_width,
                                               WRITE_PORTS=self.write_ports,
                                               READ_PORTS=self.read_ports),
+            offset("CONFIG_DMA"): regmap.pack("CONFIG_DMA", BURST_BEATS=self.burst_beats,
+                                              OUTSTANDING=self.outstanding),
             offset("STATUS"): regmap.pack(
                 "STATUS", BUSY=int(bool(self.pending)), ERROR=int(self.error != 0),
                 QUEUE_FULL=int(len(self.pending) >= self.queue),
