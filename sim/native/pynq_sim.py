@@ -53,10 +53,36 @@ def sim_params(config: dict) -> dict:
     return {k: config[k] for k in _SIM_PARAMS if k in config}
 
 
+def _ps_parameters(board: str, clock_mhz: float) -> str:
+    """The PS's ``PARAMETERS`` that PYNQ's ``.hwh`` parser reads: each PL clock's enable and
+    its two divisors (FCLK0 / pl_clk0 at the board's clock from a 1000 MHz PLL, the others
+    off). Empty for the XDMA, which has no PL clocks of its own."""
+    if board == "vu9p":
+        return ""
+    div = max(1, round(1000 / clock_mhz))
+    if board == "pynq-z1":
+        enable, divisor = "PCW_FPGA_FCLK{i}_ENABLE", "PCW_FCLK{i}_PERIPHERAL_DIVISOR{j}"
+        freq = "PCW_FPGA{i}_PERIPHERAL_FREQMHZ"
+    else:
+        enable = "PSU__FPGA_PL{i}_ENABLE"
+        divisor = "PSU__CRL_APB__PL{i}_REF_CTRL__DIVISOR{j}"
+        freq = "PSU__CRL_APB__PL{i}_REF_CTRL__FREQMHZ"
+    params = []
+    for i in range(4):
+        params += [(enable.format(i=i), int(i == 0)), (freq.format(i=i), clock_mhz if i == 0
+                                                       else 0),
+                   (divisor.format(i=i, j=0), div if i == 0 else 1),
+                   (divisor.format(i=i, j=1), 1)]
+    lines = "\n".join(f'        <PARAMETER NAME="{k}" VALUE="{v}"/>' for k, v in params)
+    return f"      <PARAMETERS>\n{lines}\n      </PARAMETERS>\n"
+
+
 def hwh_text(board: str, base_addr: int | None = None, ip_name: str = boards.IP_NAME) -> str:
-    """A minimal, plausible Vivado ``.hwh`` for ``board``: the PS (or XDMA) module whose
-    memory map has the accelerator's register range, another PL slave beside it, and the
-    accelerator's module."""
+    """A minimal, plausible Vivado ``.hwh`` for ``board``: the PS (or XDMA) module, with the
+    PL clock parameters PYNQ's parser reads, whose memory map has the accelerator's register
+    range, another PL slave beside it, and the accelerator's module. PYNQ's own parser
+    (``pynq.pl_server.hwh_parser``, the Zynq or Zynq UltraScale+ class) reads the Zynq
+    boards' (tests/test_pynq_real.py)."""
     b = boards.board(board)
     base = b.base_addr if base_addr is None else base_addr
     high = base + REGISTER_RANGE - 1
@@ -82,10 +108,11 @@ def hwh_text(board: str, base_addr: int | None = None, ip_name: str = boards.IP_
     return f"""<?xml version="1.0" encoding="UTF-8" standalone="no" ?>
 <EDKSYSTEM EDWVERSION="1.2" TIMESTAMP="Thu Jan  1 00:00:00 2026" VIVADOVERSION="2022.1">
   <SYSTEMINFO ARCH="{b.family}" BOARD="" DEVICE="" NAME="bfp" PACKAGE="" SPEEDGRADE=""/>
+  <EXTERNALPORTS/>
   <MODULES>
     <MODULE FULLNAME="/{ps}" INSTANCE="{ps}" MODTYPE="{vlnv[board].split(':')[2]}"
         VLNV="{vlnv[board]}">
-      <MEMORYMAP>
+{_ps_parameters(board, b.clock_mhz)}      <MEMORYMAP>
 {ranges}
       </MEMORYMAP>
     </MODULE>
