@@ -332,3 +332,321 @@ def test_gemm_kblocks_checks_exponent_grids():
 
 def test_module_names():
     assert bfp.FORMAT_NAME == "bfp8-t32"
+
+
+# --------------------------------------------------------------------------- the epilogue
+
+F32 = np.float32
+
+
+def _f32(*values):
+    return np.array(values, F32)
+
+
+def _bits32(x):
+    return np.asarray(x, F32).view(np.uint32)
+
+
+def test_epilogue_order_bias_relu_mask_in_quantise():
+    c = np.array([[-1.0, -3.0, 0.5, 2.0]], F32)
+    bias = _f32(2.0)                                     # bias first: -1 + 2 > 0 passes ReLU
+    mask_in = np.array([[True, True, True, False]])
+    ep = bfp.epilogue(c, bias=bias, relu=True, mask_in=mask_in, out="bfp8", block=4)
+    np.testing.assert_array_equal(ep.mask, [[True, False, True, True]])   # before mask_in
+    np.testing.assert_array_equal(ep.value, [[1.0, 0.0, 2.5, 0.0]])
+    q, exp = quantize_tiles(ep.value, block=4)                            # quantised last
+    np.testing.assert_array_equal(ep.q, q)
+    np.testing.assert_array_equal(ep.exp, exp)
+    assert _bits32(ep.value[0, 1]) == 0 and _bits32(ep.value[0, 3]) == 0   # +0.0
+
+
+def test_epilogue_bias_axes():
+    c = np.zeros((2, 3), F32)
+    row = bfp.epilogue(c, bias=_f32(1, 2))
+    col = bfp.epilogue(c, bias=_f32(1, 2, 3), bias_axis="col")
+    np.testing.assert_array_equal(row.value, [[1, 1, 1], [2, 2, 2]])
+    np.testing.assert_array_equal(col.value, [[1, 2, 3], [1, 2, 3]])
+    assert row.q is None and row.exp is None and row.mask is None
+    with pytest.raises(ValueError, match="bias"):
+        bfp.epilogue(c, bias=_f32(1, 2), bias_axis="col")
+
+
+def test_float32_add_is_ieee_with_canonical_nan():
+    tiny = np.float32(2.0**-149)
+    big = np.finfo(F32).max
+    nan_payload = np.uint32(0x7FA00001).view(F32)       # a signalling NaN with a payload
+    neg_nan = np.uint32(0xFFC00123).view(F32)
+    a = _f32(-0.0, 1.5, -1.5, big, 1.0, tiny, 2.0**-126, np.inf, 1.0, 1.0, 2.0**24)
+    b = _f32(-0.0, -1.5, 1.5, big, 2.0**-24, tiny, -tiny, -np.inf, 0.0, 0.0, 1.0)
+    a[8], b[9] = nan_payload, neg_nan
+    got = bfp.add_float32(a, b)
+    want = _f32(-0.0, 0.0, 0.0, np.inf, 1.0, 2 * tiny, 2.0**-126 - 2.0**-149, np.nan, np.nan,
+                np.nan, 2.0**24)
+    assert _bits32(got[0]) == 0x80000000 and _bits32(got[1]) == 0 and _bits32(got[2]) == 0
+    np.testing.assert_array_equal(got[3:7], want[3:7])
+    assert (_bits32(got[7:10]) == bfp.CANONICAL_NAN).all()
+    assert got[10] == 2.0**24                           # the tie rounds to even
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal(1000).astype(F32) * np.exp2(rng.integers(-140, 120, 1000)).astype(F32)
+    y = rng.standard_normal(1000).astype(F32) * np.exp2(rng.integers(-140, 120, 1000)).astype(F32)
+    np.testing.assert_array_equal(_bits32(bfp.add_float32(x, y)), _bits32(x + y))
+    exact = [Fraction(float(p)) + Fraction(float(q)) for p, q in zip(x, y, strict=True)]
+    got = bfp.add_float32(x, y)
+    for s, e in zip(got[:50], exact[:50], strict=True):  # nearest: no float32 is closer
+        err = abs(Fraction(float(s)) - e)
+        for nb in (np.nextafter(s, F32(np.inf)), np.nextafter(s, F32(-np.inf))):
+            assert err <= abs(Fraction(float(nb)) - e)
+
+
+def test_epilogue_relu_zeroes_negative_zero_and_nan():
+    c = np.array([[-0.0, np.nan, 1.0, -2.0]], F32)
+    ep = bfp.epilogue(c, relu=True)
+    np.testing.assert_array_equal(ep.mask, [[False, False, True, False]])
+    np.testing.assert_array_equal(_bits32(ep.value), [[0, 0, 0x3F800000, 0]])
+
+
+def test_epilogue_nan_through_bias_is_canonical():
+    c = np.array([[np.inf, -np.inf]], F32)
+    ep = bfp.epilogue(c, bias=_f32(-np.inf), bias_axis="row")
+    assert _bits32(ep.value[0, 0]) == bfp.CANONICAL_NAN and ep.value[0, 1] == -np.inf
+    with pytest.raises(ValueError, match="finite"):
+        bfp.epilogue(c, bias=_f32(-np.inf), out="bfp8")
+
+
+def test_epilogue_quantise_only_and_stochastic():
+    rng = np.random.default_rng(5)
+    x = _random_matrix(rng, (40, 70))
+    for rounding, seed in (("nearest", 0), ("stochastic", 99)):
+        ep = bfp.epilogue(x, out="bfp8", rounding=rounding, seed=seed, block=16)
+        q, exp = quantize_tiles(x, block=16, rounding=rounding, seed=seed)
+        np.testing.assert_array_equal(ep.q, q)
+        np.testing.assert_array_equal(ep.exp, exp)
+        np.testing.assert_array_equal(ep.value, x)
+
+
+def test_epilogue_backward_mask():
+    """The backward pass: delta through the mask the forward pass stored, then quantised."""
+    rng = np.random.default_rng(6)
+    z = rng.standard_normal((33, 40)).astype(F32)
+    fwd = bfp.epilogue(z, relu=True, out="bfp8")
+    stored = bfp.pack_mask(fwd.mask)
+    delta = rng.standard_normal((33, 40)).astype(F32)
+    bwd = bfp.epilogue(delta, mask_in=bfp.unpack_mask(stored, 40), out="bfp8",
+                       rounding="stochastic", seed=3)
+    np.testing.assert_array_equal(bwd.value, np.where(z > 0, delta, F32(0)))
+    assert bwd.mask is None
+
+
+@pytest.mark.parametrize("kwargs, exc, word", [
+    (dict(c=np.zeros((2, 2))), TypeError, "c"),
+    (dict(bias=np.zeros(2)), TypeError, "bias"),
+    (dict(bias=np.zeros(3, F32)), ValueError, "bias"),
+    (dict(bias_axis="column"), ValueError, "bias_axis"),
+    (dict(relu=1), TypeError, "relu"),
+    (dict(mask_in=np.ones((2, 2), np.uint8)), TypeError, "mask_in"),
+    (dict(mask_in=np.ones((2, 3), bool)), ValueError, "mask_in"),
+    (dict(out="int8"), ValueError, "out"),
+    (dict(rounding="even"), ValueError, "rounding"),
+    (dict(block=3), ValueError, "block"),
+])
+def test_epilogue_bad_arguments_are_named(kwargs, exc, word):
+    kwargs = dict(dict(c=np.zeros((2, 2), F32)), **kwargs)
+    with pytest.raises(exc, match=rf"\b{word}\b"):
+        bfp.epilogue(kwargs.pop("c"), **kwargs)
+
+
+def test_mask_packing():
+    mask = np.zeros((2, 11), bool)
+    mask[0, 0] = mask[0, 9] = mask[1, 10] = True
+    bits = bfp.pack_mask(mask)
+    np.testing.assert_array_equal(bits, [[0x01, 0x02], [0x00, 0x04]])   # LSB first
+    rng = np.random.default_rng(0)
+    for n in (1, 7, 8, 9, 64, 77):
+        m = rng.random((5, n)) < 0.5
+        np.testing.assert_array_equal(bfp.unpack_mask(bfp.pack_mask(m), n), m)
+    strided = np.zeros((2, 4), np.uint8)                 # rows 4 bytes apart
+    strided[:, :2] = bits
+    np.testing.assert_array_equal(bfp.unpack_mask(strided, 11), mask)
+    with pytest.raises(TypeError, match="mask"):
+        bfp.pack_mask(mask.astype(np.uint8))
+    with pytest.raises(ValueError, match="bits"):
+        bfp.unpack_mask(bits, 17)
+
+
+# --------------------------------------------------------------------------- OCP MXINT8
+
+def _mx_values(elements, scales, axis):
+    """MXINT8 values by the OCP definition: 2**(E - 127) * P * 2**-6, block by block."""
+    e = np.repeat(scales.astype(np.int64), 32, axis=axis)
+    e = e[:, :elements.shape[1]] if axis == 1 else e[:elements.shape[0]]
+    return elements.astype(np.float64) * np.exp2(e - 127.0 - 6.0)
+
+
+@pytest.mark.parametrize("block", [32, 64])
+@pytest.mark.parametrize("shape", [(32, 32), (70, 45), (1, 100)])
+def test_mxint8_round_trip_is_lossless_along_both_axes(block, shape):
+    rng = np.random.default_rng(block + shape[0])
+    x = _random_matrix(rng, shape, spread=8)
+    q, exp = quantize_tiles(x, block=block)
+    for axis in (0, 1):
+        elements, scales = bfp.to_mxint8(q, exp, axis=axis, block=block)
+        assert elements.dtype == np.int8 and scales.dtype == np.uint8
+        blocks = (shape[0], -(-shape[1] // 32)) if axis == 1 else (-(-shape[0] // 32), shape[1])
+        assert scales.shape == blocks
+        np.testing.assert_array_equal(_mx_values(elements, scales, axis),
+                                      dequantize_tiles(q, exp, block=block))
+        q2, exp2 = bfp.from_mxint8(elements, scales, axis=axis, block=block)
+        np.testing.assert_array_equal(q2, q)
+        np.testing.assert_array_equal(exp2, exp)
+    # The transposed tensor's MXINT8 rows are the tensor's MXINT8 columns.
+    e0, s0 = bfp.to_mxint8(q, exp, axis=0, block=block)
+    e1, s1 = bfp.to_mxint8(np.ascontiguousarray(q.T), np.ascontiguousarray(exp.T), axis=1,
+                           block=block)
+    np.testing.assert_array_equal(e1, e0.T)
+    np.testing.assert_array_equal(s1, s0.T)
+
+
+def test_mxint8_refusals():
+    q = np.zeros((32, 32), np.int8)
+    with pytest.raises(ValueError, match="block"):
+        bfp.to_mxint8(q, np.zeros((2, 2), np.int8), axis=1, block=16)
+    with pytest.raises(ValueError, match="exp"):
+        bfp.to_mxint8(q, np.full((1, 1), 122, np.int8), axis=1)
+    with pytest.raises(ValueError, match="axis"):
+        bfp.to_mxint8(q, np.zeros((1, 1), np.int8), axis=2)
+    scales = np.full((32, 1), 133, np.uint8)
+    scales[5] = 134
+    with pytest.raises(ValueError, match="tile"):
+        bfp.from_mxint8(q, scales, axis=1)
+    with pytest.raises(ValueError, match="scales"):
+        bfp.from_mxint8(q, np.full((32, 1), 255, np.uint8), axis=1)
+    with pytest.raises(ValueError, match="elements"):
+        bfp.from_mxint8(np.full((32, 32), -128, np.int8), np.full((32, 1), 133, np.uint8),
+                        axis=1)
+
+
+# --------------------------------------------------------------------------- unbiasedness
+
+#: Seeds drawn per unbiasedness test, and the false-alarm probability of each bound.
+SEEDS = 4096
+ALPHA = 1e-9
+
+
+def _bernstein(var, seeds, span=1.0):
+    """Half-width t with P(|mean of ``seeds`` draws - expectation| >= t) <= ALPHA for variables
+    of variance ``var`` within an interval of length ``span`` (Bernstein's inequality)."""
+    lg = math.log(2 / ALPHA)
+    return ((2 * lg * span / 3) + np.sqrt((2 * lg * span / 3) ** 2 + 8 * seeds * lg * var)) / (
+        2 * seeds)
+
+
+def _draws(x, seeds, block=32):
+    """Mantissas of ``x`` over ``seeds`` stochastic roundings (seeds 0, 1, ...), as int64."""
+    out = np.empty((seeds,) + x.shape, np.int64)
+    for s in range(seeds):
+        q, exp = quantize_tiles(x, block=block, rounding="stochastic", seed=s)
+        assert exp[0, 0] == 0
+        out[s] = q
+    return out
+
+
+def _pinned(rng, fraction_bits):
+    """A 32x32 block with exponent 0 (its largest magnitude is 100), elements in (-100, 100)
+    with ``fraction_bits`` fraction bits (scaled values equal the values: exponent 0)."""
+    v = np.round(rng.uniform(-100, 100, (32, 32)) * 2.0**fraction_bits) / 2.0**fraction_bits
+    v[0, 0] = 100.0
+    x = v.astype(F32)
+    assert (x.astype(np.float64) == v).all()
+    return x
+
+
+def _unbiased_statistics(x, draws):
+    """(per-element deviation / bound, aggregate z-score) of the draws' mean against x."""
+    v = x.astype(np.float64)
+    p = v - np.floor(v)                                   # each draw is floor(v) + Bern(p)
+    dev = draws.mean(axis=0) - v
+    per = np.abs(dev) / np.maximum(_bernstein(p * (1 - p), len(draws)), 1e-300)
+    z = dev.sum() * len(draws) / math.sqrt(len(draws) * (p * (1 - p)).sum())
+    return per, z
+
+
+def test_stochastic_rounding_is_unbiased_with_16_fraction_bits():
+    """Values with at most 16 fraction bits: the mean of many stochastic roundings converges
+    to the value. Every element's mean lies within its Bernstein bound (false alarm
+    ``ALPHA`` each), and the sum over elements is within 5 sigma."""
+    x = _pinned(np.random.default_rng(1), 16)
+    per, z = _unbiased_statistics(x, _draws(x, SEEDS))
+    assert per.max() <= 1.0
+    assert abs(z) < 5.0
+
+
+def test_the_smallest_fraction_rounds_up_at_its_rate():
+    """``v = n + 2**-16`` rounds up only when ``r = 65535``: with all 16 bits random that is
+    one draw in 65536, so the count of round-ups is binomial; a generator with fewer random
+    bits (or a biased top value) would give none."""
+    rng = np.random.default_rng(2)
+    v = rng.integers(-99, 99, (32, 32)).astype(np.float64) + 2.0**-16
+    v[0, 0] = 100.0
+    x = v.astype(F32)
+    up = (_draws(x, SEEDS) - np.floor(v)).reshape(SEEDS, -1)[:, 1:]     # (0, 0) is the pin
+    ups, trials = int(up.sum()), up.size
+    lam = trials / 65536
+    # Poisson tails at ALPHA (the binomial is within 2**-16 of Poisson here).
+    lo = next(k for k in range(10**4) if _poisson_cdf(k, lam) > ALPHA)
+    hi = next(k for k in range(10**4) if 1 - _poisson_cdf(k, lam) < ALPHA)
+    assert lo <= ups <= hi, (ups, lo, hi, lam)
+
+
+def _poisson_cdf(k, lam):
+    term = total = math.exp(-lam)
+    for i in range(1, k + 1):
+        term *= lam / i
+        total += term
+    return total
+
+
+def test_stochastic_rounding_bias_with_more_fraction_bits():
+    """With more than 16 fraction bits the expectation is ``floor(v 2**16) / 2**16``: the mean
+    converges to that, and so lies within the documented bias (-2**-16, 0] of the value."""
+    rng = np.random.default_rng(3)
+    x = (rng.uniform(-100, 100, (32, 32)) * np.exp2(-rng.uniform(0, 10, (32, 32)))).astype(F32)
+    x[0, 0] = 100.0                                       # exponent 0; 17 to 26 fraction bits
+    v = x.astype(np.float64)
+    expect = np.floor(v * 2**16) / 2**16
+    bias = expect - v
+    assert (bias > -(2.0**-16)).all() and (bias <= 0).all() and (bias < 0).any()
+    draws = _draws(x, SEEDS)
+    p = expect - np.floor(expect)
+    t = np.maximum(_bernstein(p * (1 - p), SEEDS), 1e-300)
+    assert (np.abs(draws.mean(axis=0) - expect) <= t).all()
+    dev = draws.mean(axis=0) - v
+    assert ((dev > -(2.0**-16) - t) & (dev <= t)).all()
+
+
+def test_integer_form_expectation_over_all_r(monkeypatch):
+    """Over all 65536 values of ``r`` (column n gets r = n), the mean mantissa is exactly
+    ``floor(v 2**16) / 2**16``: the integer form is unbiased at 16 fraction bits."""
+    monkeypatch.setattr(bfp, "random_bits", lambda seed, m, n: (n & 0xFFFF).astype(np.uint16))
+    for value in (3 + 2.0**-16, -3 - 2.0**-16, 5.5 + 2.0**-20, -(2.0**-17), 127 - 2.0**-17):
+        x = np.full((2, 65536), value * 2.0**-6, F32)
+        x[1] = 100 * 2.0**-6                              # pins every block's exponent at -6
+        q, exp = quantize_tiles(x, block=64, rounding="stochastic")
+        assert (exp == -6).all()
+        v = float(x[0, 0]) * 64
+        assert Fraction(int(q[0].astype(np.int64).sum()), 65536) == \
+            Fraction(math.floor(v * 2**16), 2**16)
+
+
+@pytest.mark.parametrize("bug", ["low 15 bits", "even r"])
+def test_a_15_bit_generator_fails_the_unbiasedness_tests(monkeypatch, bug):
+    """The tests above catch a generator with 15 random bits: with the top bit lost the mean
+    is biased down by a quarter LSB; with r even, 2**-16 never rounds up."""
+    good = bfp.random_bits
+    if bug == "low 15 bits":
+        monkeypatch.setattr(bfp, "random_bits", lambda s, m, n: good(s, m, n) & 0x7FFF)
+        with pytest.raises(AssertionError):
+            test_stochastic_rounding_is_unbiased_with_16_fraction_bits()
+    else:
+        monkeypatch.setattr(bfp, "random_bits", lambda s, m, n: good(s, m, n) & 0xFFFE)
+        with pytest.raises(AssertionError):
+            test_the_smallest_fraction_rounds_up_at_its_rate()

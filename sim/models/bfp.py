@@ -38,13 +38,17 @@ summed in float32, in K order, from +0.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
-from sim.models.golden import EXP_MIN, gemm, gemm_shape, rescale
+from sim.models.golden import EXP_MAX, EXP_MIN, gemm, gemm_shape, rescale
+from sim.models.prng import random_bits
 
 __all__ = ["FORMAT_NAME", "BLOCKS", "ROUNDING", "FRACTION_BITS", "MX_BLOCK", "MX_SCALE_BIAS",
            "quantize_tiles", "dequantize_tiles", "tile_exponents", "tile_grid",
-           "gemm_kblocks", "gemm_kruns"]
+           "gemm_kblocks", "gemm_kruns", "Epilogue", "epilogue", "add_float32", "BIAS_AXES",
+           "OUTPUTS", "CANONICAL_NAN", "pack_mask", "unpack_mask", "to_mxint8", "from_mxint8"]
 
 #: The format's name.
 FORMAT_NAME = "bfp8-t32"
@@ -72,7 +76,14 @@ MX_BLOCK = 32
 #: int8 elements.
 MX_SCALE_BIAS = 127 + _MANT_SHIFT
 
-_QCANON = np.uint32(0x7FC00000)
+#: Where a bias runs: ``"row"`` adds ``bias[m]`` to row ``m``, ``"col"`` ``bias[n]`` to column n.
+BIAS_AXES = ("row", "col")
+
+#: What the epilogue writes: float32, or BFP8 tile blocks.
+OUTPUTS = ("fp32", "bfp8")
+
+#: The bit pattern of the NaN an IEEE addition returns when it returns a NaN.
+CANONICAL_NAN = 0x7FC00000
 
 
 # --------------------------------------------------------------------------- argument checks
@@ -244,7 +255,6 @@ def quantize_tiles(x: np.ndarray, *, block: int = 32, rounding: str = "nearest",
     if rounding == "nearest":
         r = np.int64(1 << (FRACTION_BITS - 1))
     else:
-        from sim.models.prng import random_bits
         mm, nn = np.indices(x.shape, dtype=np.uint64)
         r = random_bits(seed, mm, nn).astype(np.int64)
     q = np.clip((y + r) >> FRACTION_BITS, -_QMAX, _QMAX).astype(np.int8)
@@ -394,3 +404,331 @@ def gemm_kblocks(a: np.ndarray, a_exp: np.ndarray, b: np.ndarray, b_exp: np.ndar
     stops = list(range(block, k, block)) + [k]
     return gemm_kruns(a, np.ascontiguousarray(row_exp), b, np.ascontiguousarray(col_exp), stops,
                       transpose_a=transpose_a, transpose_b=transpose_b)
+
+
+# --------------------------------------------------------------------------- the epilogue
+
+def add_float32(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """IEEE binary32 addition as the epilogue's adder computes it.
+
+    Parameters
+    ----------
+    a, b : numpy.ndarray of float32
+        Broadcast together.
+
+    Returns
+    -------
+    numpy.ndarray of float32
+        ``a + b`` rounded to nearest even, subnormals kept, +-inf on overflow,
+        ``-0 + -0 = -0``, ``x + (-x) = +0``: numpy's float32 addition bit for bit, except that
+        every NaN result (a NaN operand, or ``inf + -inf``) is the quiet NaN
+        :data:`CANONICAL_NAN` (``0x7FC00000``), whatever the operands' payloads and signs.
+
+    Raises
+    ------
+    TypeError
+        An operand is not a float32 ndarray.
+    """
+    for name, v in (("a", a), ("b", b)):
+        if not isinstance(v, np.ndarray) or v.dtype != np.float32:
+            raise TypeError(f"{name} must be a float32 numpy.ndarray, not "
+                            f"{getattr(v, 'dtype', type(v).__name__)}")
+    with np.errstate(over="ignore", invalid="ignore"):
+        s = np.add(a, b, dtype=np.float32)
+    nan = np.isnan(s)
+    if nan.any():
+        s = np.where(nan, np.uint32(CANONICAL_NAN).view(np.float32), s)
+    return np.asarray(s, np.float32)
+
+
+@dataclass(frozen=True)
+class Epilogue:
+    """What :func:`epilogue` writes back.
+
+    Attributes
+    ----------
+    value : numpy.ndarray of float32, shape (M, N)
+        The result after bias, ReLU and ``mask_in``, before quantisation (what ``out="fp32"``
+        writes).
+    q : numpy.ndarray of int8 or None
+        The BFP8 mantissas (``out="bfp8"``), else None.
+    exp : numpy.ndarray of int8 or None
+        The tile exponents (``out="bfp8"``), else None.
+    mask : numpy.ndarray of bool or None
+        ReLU's mask ``v > 0`` (taken after the bias), shape (M, N), when ``relu``; else None.
+    """
+
+    value: np.ndarray
+    q: np.ndarray | None
+    exp: np.ndarray | None
+    mask: np.ndarray | None
+
+
+def epilogue(c: np.ndarray, *, bias: np.ndarray | None = None, bias_axis: str = "row",
+             relu: bool = False, mask_in: np.ndarray | None = None, out: str = "fp32",
+             rounding: str = "nearest", seed: int = 0, block: int = 32) -> Epilogue:
+    """The write-back epilogue of one descriptor, per element of ``c``, in this order::
+
+        v = c[m, n]
+        bias:     v = add_float32(v, bias[m])      (bias_axis="row"; bias[n] for "col")
+        relu:     mask[m, n] = v > 0;  v = v if mask[m, n] else +0.0
+        mask_in:  v = v if mask_in[m, n] else +0.0
+        out:      v as float32, or quantize_tiles(v, block, rounding, seed)
+
+    Parameters
+    ----------
+    c : numpy.ndarray of float32, shape (M, N)
+        A GEMM's result (or, for a quantise-only descriptor, a matrix from memory).
+    bias : numpy.ndarray of float32, optional
+        Length M (``bias_axis="row"``) or N (``"col"``).
+    bias_axis : {"row", "col"}
+    relu : bool
+        Apply ReLU and return its mask. ``-0.0`` and NaN are not ``> 0``: they become +0.0.
+    mask_in : numpy.ndarray of bool, shape (M, N), optional
+        A stored mask (the backward pass of ReLU): elements where it is False become +0.0.
+    out : {"fp32", "bfp8"}
+    rounding : {"nearest", "stochastic"}
+        The quantiser's rounding (``out="bfp8"``).
+    seed : int
+        The 64-bit seed of stochastic rounding.
+    block : int
+        The tile block size of the quantised output.
+
+    Returns
+    -------
+    Epilogue
+
+    Raises
+    ------
+    TypeError
+        An array has the wrong type or dtype, or a flag is not a bool.
+    ValueError
+        A shape does not match ``c``; ``bias_axis``, ``out``, ``rounding``, ``seed`` or
+        ``block`` is out of range; ``out="bfp8"`` and the value to quantise holds inf or NaN.
+    """
+    _check_matrix("c", c, np.float32)
+    m, n = c.shape
+    if bias_axis not in BIAS_AXES:
+        raise ValueError(f"bias_axis must be one of {BIAS_AXES}, not {bias_axis!r}")
+    if out not in OUTPUTS:
+        raise ValueError(f"out must be one of {OUTPUTS}, not {out!r}")
+    if not isinstance(relu, (bool, np.bool_)):
+        raise TypeError(f"relu must be a bool, not {type(relu).__name__}")
+    _check_rounding(rounding, seed)
+    block = _check_block(block)
+    v = c.copy()
+    if bias is not None:
+        length = m if bias_axis == "row" else n
+        if not isinstance(bias, np.ndarray) or bias.dtype != np.float32:
+            raise TypeError(f"bias must be a float32 numpy.ndarray, not "
+                            f"{getattr(bias, 'dtype', type(bias).__name__)}")
+        if bias.shape != (length,):
+            raise ValueError(f"bias must have shape ({length},) (bias_axis={bias_axis!r}), "
+                             f"not {bias.shape}")
+        v = add_float32(v, bias[:, None] if bias_axis == "row" else bias[None, :])
+    mask = None
+    if relu:
+        mask = v > 0
+        v = np.where(mask, v, np.float32(0.0))
+    if mask_in is not None:
+        if not isinstance(mask_in, np.ndarray) or mask_in.dtype != np.bool_:
+            raise TypeError(f"mask_in must be a bool numpy.ndarray, not "
+                            f"{getattr(mask_in, 'dtype', type(mask_in).__name__)}")
+        if mask_in.shape != c.shape:
+            raise ValueError(f"mask_in must have the shape of c, {c.shape}, not {mask_in.shape}")
+        v = np.where(mask_in, v, np.float32(0.0))
+    v = np.asarray(v, np.float32)
+    if out == "fp32":
+        return Epilogue(v, None, None, mask)
+    if not np.isfinite(v).all():
+        raise ValueError("c must give finite values to quantise (it gives inf or NaN)")
+    q, exp = quantize_tiles(v, block=block, rounding=rounding, seed=seed)
+    return Epilogue(v, q, exp, mask)
+
+
+# --------------------------------------------------------------------------- masks
+
+def pack_mask(mask: np.ndarray) -> np.ndarray:
+    """A bool mask as the epilogue writes it: each row packed into bytes, LSB first.
+
+    Parameters
+    ----------
+    mask : numpy.ndarray of bool, shape (M, N)
+
+    Returns
+    -------
+    numpy.ndarray of uint8, shape (M, ceil(N/8))
+        Bit ``n % 8`` of byte ``n // 8`` of row ``m`` is ``mask[m, n]``; the unused high bits of a
+        row's last byte are 0. (In memory, rows lie ``mask_stride`` bytes apart.)
+
+    Raises
+    ------
+    TypeError
+        ``mask`` is not a bool ndarray.
+    ValueError
+        ``mask`` is not 2-D or is empty.
+    """
+    _check_matrix("mask", mask, np.bool_)
+    return np.packbits(mask, axis=1, bitorder="little")
+
+
+def unpack_mask(bits: np.ndarray, n: int) -> np.ndarray:
+    """The inverse of :func:`pack_mask`.
+
+    Parameters
+    ----------
+    bits : numpy.ndarray of uint8, shape (M, B)
+        Packed rows (``B >= ceil(n/8)``; bytes beyond are ignored, as a row stride's padding).
+    n : int
+        Columns of the mask.
+
+    Returns
+    -------
+    numpy.ndarray of bool, shape (M, n)
+
+    Raises
+    ------
+    TypeError
+        ``bits`` is not a uint8 ndarray, or ``n`` not an int.
+    ValueError
+        ``bits`` is not 2-D, or has fewer than ``ceil(n/8)`` bytes a row, or ``n < 1``.
+    """
+    _check_matrix("bits", bits, np.uint8)
+    if isinstance(n, (bool, np.bool_)) or not isinstance(n, (int, np.integer)):
+        raise TypeError(f"n must be an int, not {type(n).__name__}")
+    if n < 1:
+        raise ValueError(f"n must be positive, not {n}")
+    if bits.shape[1] * 8 < n:
+        raise ValueError(f"bits must have at least {-(-n // 8)} bytes a row for n={n}, "
+                         f"not {bits.shape[1]}")
+    return np.unpackbits(bits, axis=1, count=n, bitorder="little").astype(bool)
+
+
+# --------------------------------------------------------------------------- OCP MXINT8
+
+def _check_axis(axis) -> int:
+    if isinstance(axis, (bool, np.bool_)) or not isinstance(axis, (int, np.integer)):
+        raise TypeError(f"axis must be 0 or 1, not {type(axis).__name__}")
+    if axis not in (0, 1):
+        raise ValueError(f"axis must be 0 or 1, not {axis}")
+    return int(axis)
+
+
+def _check_mx_block(block) -> int:
+    block = _check_block(block)
+    if block % MX_BLOCK:
+        raise ValueError(f"block must be a multiple of {MX_BLOCK} for a lossless MXINT8 "
+                         f"conversion, not {block}")
+    return block
+
+
+def to_mxint8(q: np.ndarray, exp: np.ndarray, *, axis: int,
+              block: int = 32) -> tuple[np.ndarray, np.ndarray]:
+    """Export tile blocks as OCP Microscaling MXINT8, losslessly.
+
+    An MXINT8 block is 32 consecutive elements along ``axis`` with one E8M0 scale ``E`` and
+    int8 elements ``P`` read as ``P * 2**-6``: ``x = 2**(E - 127) * P * 2**-6``. Tiles of
+    ``T >= 32`` (a multiple of 32) hold whole MXINT8 blocks along either axis, so
+    ``P = q`` and ``E = exp + 133`` (:data:`MX_SCALE_BIAS`). A partial block at the edge
+    is the MXINT8 block of the elements that exist.
+
+    Parameters
+    ----------
+    q : numpy.ndarray of int8, shape (M, N)
+    exp : numpy.ndarray of int8, shape (ceil(M/T), ceil(N/T))
+    axis : {0, 1}
+        The axis the MXINT8 blocks run along: 1, 32 consecutive elements of a row; 0, of a
+        column.
+    block : int
+        The tile block size ``T`` (32 or 64).
+
+    Returns
+    -------
+    elements : numpy.ndarray of int8, shape (M, N)
+        ``q`` itself (in [-127, 127]).
+    scales : numpy.ndarray of uint8
+        E8M0 scales, shape (M, ceil(N/32)) for ``axis=1``, (ceil(M/32), N) for ``axis=0``.
+
+    Raises
+    ------
+    TypeError
+        ``q`` or ``exp`` is not int8, or ``axis`` is not an int.
+    ValueError
+        ``block`` is not a multiple of 32; ``exp`` has the wrong shape or an exponent above
+        121 (E8M0 stops at 254; 255 is NaN).
+    """
+    _check_matrix("q", q, np.int8)
+    block = _check_mx_block(block)
+    axis = _check_axis(axis)
+    _check_exp("exp", exp, q.shape, block)
+    if int(exp.max()) + MX_SCALE_BIAS > 254:
+        raise ValueError(f"exp must be at most {254 - MX_SCALE_BIAS} to have an E8M0 scale, "
+                         f"not {int(exp.max())}")
+    m, n = q.shape
+    per = block // MX_BLOCK
+    scales = exp.astype(np.int64) + MX_SCALE_BIAS
+    if axis == 1:       # one scale per row and 32 columns
+        scales = np.repeat(np.repeat(scales, block, axis=0), per, axis=1)[:m, :-(-n // MX_BLOCK)]
+    else:
+        scales = np.repeat(np.repeat(scales, per, axis=0), block, axis=1)[:-(-m // MX_BLOCK), :n]
+    return q.copy(), scales.astype(np.uint8)
+
+
+def from_mxint8(elements: np.ndarray, scales: np.ndarray, *, axis: int,
+                block: int = 32) -> tuple[np.ndarray, np.ndarray]:
+    """Import OCP MXINT8 as tile blocks, losslessly, when the data has tile structure.
+
+    Parameters
+    ----------
+    elements : numpy.ndarray of int8, shape (M, N)
+        In [-127, 127] (MXINT8's -128 has no tile-block mantissa).
+    scales : numpy.ndarray of uint8
+        E8M0 scales laid out as :func:`to_mxint8` returns them for ``axis``.
+    axis : {0, 1}
+    block : int
+        The tile block size ``T`` (32 or 64).
+
+    Returns
+    -------
+    q : numpy.ndarray of int8, shape (M, N)
+    exp : numpy.ndarray of int8, shape (ceil(M/T), ceil(N/T))
+        ``E - 133`` of the tile's scales.
+
+    Raises
+    ------
+    TypeError
+        ``elements`` is not int8 or ``scales`` not uint8.
+    ValueError
+        ``scales`` has the wrong shape, a NaN scale (255) or one below 5 (exponent below
+        -128); the MXINT8 blocks of one tile have different scales; an element is -128.
+    """
+    _check_matrix("elements", elements, np.int8)
+    _check_matrix("scales", scales, np.uint8)
+    block = _check_mx_block(block)
+    axis = _check_axis(axis)
+    m, n = elements.shape
+    want = (m, -(-n // MX_BLOCK)) if axis == 1 else (-(-m // MX_BLOCK), n)
+    if scales.shape != want:
+        raise ValueError(f"scales must have shape {want} for axis={axis}, not {scales.shape}")
+    if (elements == -128).any():
+        raise ValueError("elements must lie in [-127, 127] (tile blocks have no -128)")
+    if (scales == 255).any() or (scales < EXP_MIN + MX_SCALE_BIAS).any():
+        raise ValueError(f"scales must lie in [{EXP_MIN + MX_SCALE_BIAS}, 254]")
+    gm, gn = tile_grid((m, n), block=block)
+    sm, sn = scales.shape
+    # Group the scales by tile: a tile holds block / 32 scales along the axis, block across it.
+    rows = block if axis == 1 else block // MX_BLOCK
+    cols = block // MX_BLOCK if axis == 1 else block
+    pad = np.full((gm * rows, gn * cols), -1, np.int64)
+    pad[:sm, :sn] = scales
+    tiles = pad.reshape(gm, rows, gn, cols).transpose(0, 2, 1, 3).reshape(gm, gn, -1)
+    valid = tiles >= 0
+    hi = np.where(valid, tiles, -1).max(axis=2)
+    lo = np.where(valid, tiles, 10**6).min(axis=2)
+    if (hi != lo).any():
+        i, j = np.argwhere(hi != lo)[0]
+        raise ValueError(f"scales differ within tile ({i}, {j}): MXINT8 data without a "
+                         f"common scale per {block}x{block} tile is not tile blocks")
+    exp = hi - MX_SCALE_BIAS
+    assert exp.min() >= EXP_MIN and exp.max() <= EXP_MAX
+    return elements.copy(), exp.astype(np.int8)
