@@ -189,7 +189,7 @@ def test_rtl_threefry_latency_full_rate():
             if valid:
                 seen.append((cycle, int(x[0])))
 
-    run(dut, bench)
+    run(dut, bench, deadline_cycles=count + dut.LATENCY + 4)
     assert seen[0][0] == dut.LATENCY
     want = threefry2x32(5, 6, np.arange(len(seen)), 0)[0]
     assert [x for _, x in seen] == [int(w) for w in want]

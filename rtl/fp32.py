@@ -1,0 +1,197 @@
+"""Pipelined IEEE binary32 addition, bit-exact with :func:`sim.models.fp32.fp32_add`."""
+
+from amaranth import Cat, Const, Module, Mux, Signal, unsigned
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from .rescale import _zero_combine, _zero_groups
+
+__all__ = ["Fp32Add", "fp32_add_input_layout", "fp32_add_output_layout", "CANONICAL_NAN"]
+
+#: The quiet NaN every NaN result becomes (as :data:`sim.models.fp32.CANONICAL_NAN`).
+CANONICAL_NAN = 0x7FC00000
+
+
+def fp32_add_input_layout(lanes: int) -> data.StructLayout:
+    """Payload of :attr:`Fp32Add.i_stream`: two float32 bit patterns per lane."""
+    return data.StructLayout({
+        "a": data.ArrayLayout(unsigned(32), lanes),
+        "b": data.ArrayLayout(unsigned(32), lanes),
+    })
+
+
+def fp32_add_output_layout(lanes: int) -> data.StructLayout:
+    """Payload of :attr:`Fp32Add.o_stream`: the sum's bit pattern per lane."""
+    return data.StructLayout({"s": data.ArrayLayout(unsigned(32), lanes)})
+
+
+class Fp32Add(wiring.Component):
+    """Pipelined float32 addition ``s = a + b`` per lane.
+
+    Round to nearest, ties to even; subnormal operands and results; +-inf on overflow;
+    ``-0 + -0 = -0`` and ``x + (-x) = +0``; a NaN operand or ``inf - inf`` gives the
+    canonical quiet NaN ``0x7FC00000``. Bit-exact with :func:`sim.models.fp32.fp32_add` and
+    following the integer algorithm of :func:`sim.models.fp32.fp32_add_bits`.
+
+    Parameters
+    ----------
+    lanes : int
+        Number of independent lanes.
+
+    Attributes
+    ----------
+    i_stream : In(stream.Signature(fp32_add_input_layout(lanes)))
+    o_stream : Out(stream.Signature(fp32_add_output_layout(lanes)))
+
+    Latency
+    -------
+    :attr:`LATENCY` cycles from an accepted input to a valid output. The stages: the inputs
+    registered; the magnitude comparison, the swap and the exponent difference; the
+    alignment shift; the sticky bit and the 28-bit add or subtract; leading zeros per group
+    of 8 bits; the zero count; the normalising shift amount and the exponent field; the
+    normalising shift; the rounding increment and the output word. None has a carry chain
+    after another.
+
+    Throughput
+    ----------
+    One beat (``lanes`` sums) per cycle. The pipeline stalls as a whole while
+    ``o_stream.ready`` is low.
+    """
+
+    LATENCY = 9
+
+    def __init__(self, lanes: int):
+        if not isinstance(lanes, int) or isinstance(lanes, bool) or lanes < 1:
+            raise ValueError(f"lanes must be a positive integer, not {lanes!r}")
+        self.lanes = lanes
+        super().__init__({
+            "i_stream": In(stream.Signature(fp32_add_input_layout(lanes))),
+            "o_stream": Out(stream.Signature(fp32_add_output_layout(lanes))),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        advance = Signal()
+        m.d.comb += [advance.eq(~self.o_stream.valid | self.o_stream.ready),
+                     self.i_stream.ready.eq(advance)]
+        valid = [Signal(name=f"valid{s}") for s in range(self.LATENCY)]
+        with m.If(advance):
+            m.d.sync += valid[0].eq(self.i_stream.valid)
+            m.d.sync += [valid[s].eq(valid[s - 1]) for s in range(1, self.LATENCY)]
+        m.d.comb += self.o_stream.valid.eq(valid[-1])
+        for lane in range(self.lanes):
+            m.d.comb += self.o_stream.payload.s[lane].eq(
+                self._lane(m, advance, lane, self.i_stream.payload.a[lane],
+                           self.i_stream.payload.b[lane]))
+        return m
+
+    @staticmethod
+    def _lane(m: Module, advance, lane: int, a_in, b_in):
+        """One lane's stages; returns its output register. Data registers have no reset."""
+        def reg(stage, name, shape):
+            return Signal(shape, name=f"l{lane}_s{stage}_{name}", reset_less=True)
+
+        def carry(stage, src, names):
+            """Registers of stage ``stage`` for the side-band ``names`` of dict ``src``."""
+            dst = {n: reg(stage, n, len(src[n])) for n in names}
+            sync.extend(dst[n].eq(src[n]) for n in names)
+            return dst
+
+        sync = []   # every data register loads under ``advance``
+        # Stage 0: the operands.
+        a, b = reg(0, "a", 32), reg(0, "b", 32)
+        sync += [a.eq(a_in), b.eq(b_in)]
+
+        # Stage 1: classes, the larger magnitude ``A`` first, the exponent difference.
+        ea, eb, fa, fb = a[23:31], b[23:31], a[:23], b[:23]
+        sa, sb = a[31], b[31]
+        ea_eff, eb_eff = Mux(ea == 0, 1, ea), Mux(eb == 0, 1, eb)
+        ma, mb = Cat(fa, ea != 0), Cat(fb, eb != 0)
+        a_nan, b_nan = (ea == 255) & (fa != 0), (eb == 255) & (fb != 0)
+        a_inf, b_inf = (ea == 255) & (fa == 0), (eb == 255) & (fb == 0)
+        a_ge = Signal(name=f"l{lane}_a_ge")
+        da, db = Signal(8, name=f"l{lane}_da"), Signal(8, name=f"l{lane}_db")
+        m.d.comb += [a_ge.eq(a[:31] >= b[:31]), da.eq(ea_eff - eb_eff),
+                     db.eq(eb_eff - ea_eff)]
+        s1 = {n: reg(1, n, w) for n, w in
+              (("sign", 1), ("sub", 1), ("e", 8), ("mbig", 24), ("msmall", 24), ("d", 8),
+               ("nan", 1), ("inf", 1), ("isign", 1))}
+        sync += [
+            s1["sign"].eq(Mux(a_ge, sa, sb)), s1["sub"].eq(sa ^ sb),
+            s1["e"].eq(Mux(a_ge, ea_eff, eb_eff)),
+            s1["mbig"].eq(Mux(a_ge, ma, mb)), s1["msmall"].eq(Mux(a_ge, mb, ma)),
+            s1["d"].eq(Mux(a_ge, da, db)),
+            s1["nan"].eq(a_nan | b_nan | (a_inf & b_inf & (sa ^ sb))),
+            s1["inf"].eq(a_inf | b_inf), s1["isign"].eq(Mux(a_inf, sa, sb)),
+        ]
+        side = ("sign", "sub", "e", "nan", "inf", "isign")
+        side2 = side + ("e1",)
+
+        # Stage 2: the smaller significand shifted right by d into a 50-bit window: the
+        # top 26 bits kept (24, guard and round), the low 24 for the sticky bit. Beyond
+        # d = 26 nothing is kept and the whole significand is sticky.
+        far = s1["d"] > 26
+        wide = Signal(50, name=f"l{lane}_wide")
+        m.d.comb += wide.eq(Cat(Const(0, 26), s1["msmall"]) >> s1["d"][:5])
+        s2 = carry(2, s1, side + ("mbig",))
+        s2["kept"], s2["low"] = reg(2, "kept", 26), reg(2, "low", 24)
+        s2["e1"] = reg(2, "e1", 9)      # e + 1, for stage 6's exponent field
+        sync += [s2["kept"].eq(Mux(far, 0, wide[24:])),
+                 s2["low"].eq(Mux(far, s1["msmall"], wide[:24])),
+                 s2["e1"].eq(s1["e"] + 1)]
+
+        # Stage 3: the sum (bit 26 is A's hidden bit): one adder, the subtrahend inverted
+        # with a carry in.
+        small = Cat(s2["low"].any(), s2["kept"], Const(0, 1))
+        big = Cat(Const(0, 3), s2["mbig"], Const(0, 1))
+        total = Signal(28, name=f"l{lane}_total")
+        m.d.comb += total.eq(big + Mux(s2["sub"], ~small, small) + s2["sub"])
+        s3 = carry(3, s2, side2)
+        s3["total"] = reg(3, "total", 28)
+        sync.append(s3["total"].eq(total))
+
+        # Stage 4: leading zeros per group of 8 bits (of the sum, four zeros below it).
+        lzc, lza = _zero_groups(Cat(Const(0, 4), s3["total"]), 32, leading=True)
+        s4 = carry(4, s3, side2 + ("total",))
+        s4["lzc"], s4["lza"] = reg(4, "lzc", len(lzc)), reg(4, "lza", len(lza))
+        sync += [s4["lzc"].eq(lzc), s4["lza"].eq(lza)]
+
+        # Stage 5: the leading zeros, and whether the sum is zero.
+        lz = Signal(range(33), name=f"l{lane}_lz")
+        m.d.comb += lz.eq(_zero_combine(s4["lzc"], s4["lza"], 32))
+        s5 = carry(5, s4, side2 + ("total",))
+        s5["lz"], s5["zero"] = reg(5, "lz", range(33)), reg(5, "zero", 1)
+        sync += [s5["lz"].eq(lz), s5["zero"].eq(~s4["lza"].any())]
+
+        # Stage 6: the left shift min(lz, e), stopping at the subnormal range, and the
+        # exponent field before rounding (0 if subnormal; 255 overflows).
+        fits = s5["lz"] <= s5["e"]
+        s6 = carry(6, s5, ("sign", "sub", "nan", "inf", "isign", "total", "zero"))
+        s6["sh"], s6["field"] = reg(6, "sh", range(33)), reg(6, "field", 9)
+        sync += [s6["sh"].eq(Mux(fits, s5["lz"], s5["e"][:6])),
+                 s6["field"].eq(Mux(fits, s5["e1"] - s5["lz"], 0))]
+
+        # Stage 7: the normalising shift; the leading one (if normal) at bit 27.
+        s7 = carry(7, s6, ("sign", "sub", "nan", "inf", "isign", "zero"))
+        s7["n"], s7["field"] = reg(7, "n", 28), reg(7, "field", 8)
+        s7["ovf"] = reg(7, "ovf", 1)
+        sync += [s7["n"].eq(s6["total"] << s6["sh"]), s7["field"].eq(s6["field"]),
+                 s7["ovf"].eq(s6["field"] == 255)]
+
+        # Stage 8: round to nearest even by one increment of the packed exponent field
+        # and fraction (a carry into the field is correct: subnormal to normal, or the
+        # largest finite value to infinity), then the special values.
+        n = s7["n"]
+        up = n[3] & (n[:3].any() | n[4])
+        packed = Signal(31, name=f"l{lane}_packed")
+        m.d.comb += packed.eq(Cat(n[4:27], s7["field"]) + up)
+        s8 = reg(8, "word", 32)
+        sync.append(s8.eq(
+            Mux(s7["nan"], CANONICAL_NAN,
+                Mux(s7["inf"], Cat(Const(0x7F800000, 31), s7["isign"]),
+                    Mux(s7["zero"], Cat(Const(0, 31), s7["sign"] & ~s7["sub"]),
+                        Mux(s7["ovf"], Cat(Const(0x7F800000, 31), s7["sign"]),
+                            Cat(packed, s7["sign"])))))))
+        with m.If(advance):
+            m.d.sync += sync
+        return s8
