@@ -191,6 +191,9 @@ class Accelerator(wiring.Component):
                    WRITE_PORTS=self.write_ports, READ_PORTS=self.read_ports),
             *_pack(csr, "CONFIG_DMA", BURST_BEATS=self.burst_beats,
                    OUTSTANDING=self.outstanding),
+            # no epilogue and no tile exponents in this build: such descriptors are refused
+            *_pack(csr, "CONFIG_FEATURES", EPILOGUE=0, K_BLOCKS=0,
+                   TILE_LOG2=regmap.TILE_BLOCK.bit_length() - 1),
         ]
 
     def _descriptor_queue(self, s):
@@ -227,7 +230,11 @@ class Accelerator(wiring.Component):
         ]
         enqueue = _field(csr, "CTRL", "ENQUEUE")
         soft_reset = _field(csr, "CTRL", "SOFT_RESET")
-        vars(s).update(q=q, enqueue=enqueue, soft_reset=soft_reset)
+        # a descriptor that asks for what CONFIG_FEATURES does not offer (any DESC_EPILOGUE
+        # bit) stops the engine with UNSUPPORTED instead of being queued
+        unsupported = Signal()
+        m.d.comb += unsupported.eq(csr.desc_epilogue != 0)
+        vars(s).update(q=q, enqueue=enqueue, soft_reset=soft_reset, unsupported=unsupported)
 
     def _control(self, s):
         """Starts the engine on the queue's descriptors; aborts on an error or a soft reset,
@@ -235,6 +242,7 @@ class Accelerator(wiring.Component):
         m, core_rst_d, soft_reset, q, engine = s.m, s.core_rst_d, s.soft_reset, s.q, s.engine
         writers, readers, core_rst, csr = s.writers, s.readers, s.core_rst, s.csr
         enqueue, queue_rst, dma_rst = s.enqueue, s.queue_rst, s.dma_rst
+        unsupported = s.unsupported
         # ---- control ----------------------------------------------------------------------
         error_code = Signal(8)
         # descriptors the engine holds: 0, 1, or 2 (one walked and writing C, the next
@@ -255,7 +263,7 @@ class Accelerator(wiring.Component):
         ]
         can_start = q.r_rdy & engine.ready & ~aborting & ~halted & ~core_rst_d
         m.d.comb += [engine.start.eq(can_start), q.r_en.eq(can_start),
-                     q.w_en.eq(enqueue & ~aborting & q.w_rdy)]
+                     q.w_en.eq(enqueue & ~aborting & q.w_rdy & ~unsupported)]
         m.d.sync += running.eq(running + can_start - engine.done)
 
         irq_done = Signal()
@@ -283,7 +291,7 @@ class Accelerator(wiring.Component):
             m.d.sync += [aborting.eq(1), clear_after.eq(1)]
         with m.Elif(halted):
             m.d.comb += core_rst.eq(1)
-        with m.Elif(bus_error | engine.fail | (enqueue & ~q.w_rdy)):
+        with m.Elif(bus_error | engine.fail | (enqueue & (~q.w_rdy | unsupported))):
             m.d.comb += irq_error.eq(1)
             with m.If(read_error):
                 m.d.sync += error_code.eq(int(ErrorCode.READ_ERROR))
@@ -293,6 +301,8 @@ class Accelerator(wiring.Component):
                 m.d.sync += error_code.eq(int(ErrorCode.WRITE_ERROR))
             with m.Elif(engine.fail):
                 m.d.sync += error_code.eq(engine.code)
+            with m.Elif(enqueue & unsupported):
+                m.d.sync += error_code.eq(int(ErrorCode.UNSUPPORTED))
             with m.Else():
                 m.d.sync += error_code.eq(int(ErrorCode.QUEUE_OVERFLOW))
             m.d.sync += [aborting.eq(1), clear_after.eq(0)]

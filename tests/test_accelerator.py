@@ -352,6 +352,23 @@ def test_bus_error_stops_cleanly(dev, where):
     np.testing.assert_array_equal(_c(dev, desc), want)
 
 
+def test_an_epilogue_this_build_lacks_is_refused(dev):
+    """The RTL has no write-back epilogue yet (``CONFIG_FEATURES`` says so): a descriptor
+    asking for one stops with ``UNSUPPORTED`` and is not run; the next plain one runs."""
+    info = dev.driver.info
+    assert not info.epilogue and not info.k_blocks and info.tile_block == 32
+    desc, want = _good_desc(dev)
+    dev.driver.set_window(0x100000, 0x200000)
+    for epilogue in ({"RELU": 1}, {"A_TILES": 1}):
+        dev.sim.memory[desc["c_addr"]:desc["c_addr"] + 4096] = 0
+        with pytest.raises(AcceleratorError) as info:
+            dev.driver.run(dict(desc, flags={}, epilogue=epilogue))
+        assert info.value.code is ErrorCode.UNSUPPORTED
+        assert not _c(dev, desc).any()
+    dev.driver.run(desc)
+    np.testing.assert_array_equal(_c(dev, desc), want)
+
+
 def test_soft_reset_mid_run_and_queue_overflow(dev):
     drv, sim = dev.driver, dev.sim
     desc, want = _good_desc(dev)

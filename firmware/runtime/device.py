@@ -496,7 +496,7 @@ class Device:
             self.driver = Driver(_SimRegs(self.sim), _SimMemory(self.sim))
         elif backend == "model":
             allowed = {"depth", "block", "packing", "queue", "port", "memory", "addr_width",
-                       "write_ports", "read_ports", "burst_beats"}
+                       "write_ports", "read_ports", "burst_beats", "epilogue"}
             unknown = set(options) - allowed
             if unknown:
                 raise TypeError(f"unknown option(s) for the model backend: {sorted(unknown)}; "

@@ -65,6 +65,10 @@ class HardwareInfo:
         # (0 on register maps before 1.7: 16-beat bursts, 8 in flight)
         self.burst_beats = field_value("CONFIG_DMA", "BURST_BEATS", dma) or 16
         self.outstanding = field_value("CONFIG_DMA", "OUTSTANDING", dma) or 8
+        features = regs.read32(offset("CONFIG_FEATURES"))
+        self.epilogue = bool(field_value("CONFIG_FEATURES", "EPILOGUE", features))
+        self.k_blocks = bool(field_value("CONFIG_FEATURES", "K_BLOCKS", features))
+        self.tile_block = 1 << field_value("CONFIG_FEATURES", "TILE_LOG2", features)
 
     def __repr__(self):
         return (f"HardwareInfo(rows={self.rows}, cols={self.cols}, depth={self.depth}, "
@@ -72,7 +76,8 @@ class HardwareInfo:
                 f"data_width={self.data_width}, "
                 f"addr_width={self.addr_width}, write_ports={self.write_ports}, "
                 f"read_ports={self.read_ports}, burst_beats={self.burst_beats}, "
-                f"outstanding={self.outstanding})")
+                f"outstanding={self.outstanding}, epilogue={self.epilogue}, "
+                f"k_blocks={self.k_blocks})")
 
 
 def _round_up(x: int, to: int) -> int:
@@ -165,7 +170,9 @@ class Driver:
         desc : dict
             ``m``, ``n``, ``k``, ``flags`` (a dict of ``DESC_FLAGS`` fields) and ``a_addr``,
             ``a_stride``, ``b_addr``, ``b_stride``, ``c_addr``, ``c_stride``,
-            ``row_exp_addr``, ``col_exp_addr`` (0 where missing).
+            ``row_exp_addr``, ``col_exp_addr`` (0 where missing); and for the write-back
+            epilogue ``epilogue`` (a dict of ``DESC_EPILOGUE`` fields), ``bias_addr``,
+            ``mask_addr``, ``mask_stride``, ``c_exp_addr``, ``seed`` (64 bits).
 
         Notes
         -----
@@ -179,10 +186,14 @@ class Driver:
             words[f"DESC_{name.upper()}_ADDR_LO"] = addr & 0xFFFFFFFF
             words[f"DESC_{name.upper()}_ADDR_HI"] = addr >> 32
             words[f"DESC_{name.upper()}_STRIDE"] = desc.get(f"{name}_stride", 0)
-        for name in ("row", "col"):
-            addr = desc.get(f"{name}_exp_addr", 0)
-            words[f"DESC_{name.upper()}_EXP_ADDR_LO"] = addr & 0xFFFFFFFF
-            words[f"DESC_{name.upper()}_EXP_ADDR_HI"] = addr >> 32
+        for name in ("row_exp", "col_exp", "bias", "mask", "c_exp"):
+            addr = desc.get(f"{name}_addr", 0)
+            words[f"DESC_{name.upper()}_ADDR_LO"] = addr & 0xFFFFFFFF
+            words[f"DESC_{name.upper()}_ADDR_HI"] = addr >> 32
+        words["DESC_EPILOGUE"] = pack("DESC_EPILOGUE", **desc.get("epilogue", {}))
+        words["DESC_MASK_STRIDE"] = desc.get("mask_stride", 0)
+        seed = desc.get("seed", 0)
+        words["DESC_SEED_LO"], words["DESC_SEED_HI"] = seed & 0xFFFFFFFF, seed >> 32
         for reg, value in words.items():
             if self._staged.get(reg) != value:
                 self.write(reg, value)

@@ -24,7 +24,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import IntEnum
 
-__all__ = ["Field", "Register", "REGISTERS", "ErrorCode", "MAGIC", "VERSION", "WRITE_PORTS",
+__all__ = ["Field", "Register", "REGISTERS", "ErrorCode", "MAGIC", "VERSION", "TILE_BLOCK",
+           "WRITE_PORTS",
            "READ_PORTS", "STRIPE_MIN_WORDS", "check_write_ports", "check_read_ports",
            "packed_stride", "stored_packed", "by_name",
            "offset", "field_value", "pack", "markdown_table"]
@@ -32,7 +33,11 @@ __all__ = ["Field", "Register", "REGISTERS", "ErrorCode", "MAGIC", "VERSION", "W
 #: ``ID`` register contents: ASCII "BFP8".
 MAGIC = 0x42465038
 #: Register map version (major << 16 | minor): changes when the map does.
-VERSION = 0x0001_0007
+VERSION = 0x0001_0008
+
+#: Side of the number format's square tile blocks (``CONFIG_FEATURES.TILE_LOG2``): BFP8 tile
+#: blocks, :mod:`sim.models.bfp`.
+TILE_BLOCK = 32
 
 #: The AXI write port counts a build may have (``CONFIG_BUS.WRITE_PORTS``; at most the
 #: array's rows): the RTL, the functional model, the performance model and the command lines
@@ -134,6 +139,8 @@ class ErrorCode(IntEnum):
     QUEUE_OVERFLOW = 8       # ENQUEUE while the queue was full
     DIMENSION_TOO_LARGE = 9  # M or N above 65535
     PROTOCOL_ERROR = 10      # the memory broke AXI (RLAST not on a burst's last beat)
+    UNSUPPORTED = 11         # DESC_EPILOGUE asks for what CONFIG_FEATURES does not offer
+    NONFINITE = 12           # a value to quantise to BFP8 is inf or NaN
 
     @property
     def meaning(self) -> str:
@@ -154,6 +161,9 @@ _ERROR_MEANINGS = {
     ErrorCode.DIMENSION_TOO_LARGE: "M or N exceeds 65535",
     ErrorCode.PROTOCOL_ERROR: "the memory broke the AXI protocol (an RLAST not on the last "
                               "beat of its burst)",
+    ErrorCode.UNSUPPORTED: "the descriptor asks for an epilogue or tile exponents this build "
+                           "does not have (CONFIG_FEATURES)",
+    ErrorCode.NONFINITE: "a value to quantise to BFP8 tile blocks is inf or NaN",
 }
 
 
@@ -197,6 +207,11 @@ REGISTERS: tuple[Register, ...] = tuple([
          ("BURST_BEATS", 0, 9, "longest burst each DMA master issues, in beats (the memory "
                                "port's limit: 16 on AXI3 ports)"),
          ("OUTSTANDING", 16, 8, "bursts each DMA master keeps in flight")),
+    _reg("CONFIG_FEATURES", 0x018, "ro", "Optional parts of the build",
+         ("EPILOGUE", 0, 1, "the write-back epilogue: DESC_EPILOGUE's bias, ReLU, masks and "
+                            "BFP8 output, and quantise-only descriptors"),
+         ("K_BLOCKS", 1, 1, "operands with tile exponents (DESC_EPILOGUE.A_TILES, B_TILES)"),
+         ("TILE_LOG2", 8, 4, "log2 of the side of the number format's tile blocks")),
     _reg("CTRL", 0x020, "w1p", "Control pulses",
          ("ENQUEUE", 0, 1, "copy the staged descriptor into the queue (starts the engine)"),
          ("SOFT_RESET", 1, 1, "abort everything, drain the bus, return to idle"),
@@ -245,6 +260,28 @@ REGISTERS: tuple[Register, ...] = tuple([
     _reg("DESC_C_STRIDE", 0x138, "rw", "Bytes between rows of C"),
     *_addr("DESC_ROW_EXP_ADDR", 0x140, "Address of the M row exponents (int8)"),
     *_addr("DESC_COL_EXP_ADDR", 0x148, "Address of the N column exponents (int8)"),
+    _reg("DESC_EPILOGUE", 0x150, "rw", "What the write-back does to C (0: nothing; "
+                                       "CONFIG_FEATURES says what a build offers)",
+         ("BFP8", 0, 1, "write C as BFP8 tile blocks: int8 mantissas at DESC_C_ADDR, rows "
+                        "DESC_C_STRIDE bytes apart, tile exponents at DESC_C_EXP_ADDR"),
+         ("STOCHASTIC", 1, 1, "round to BFP8 stochastically (bits from DESC_SEED), else to "
+                              "nearest"),
+         ("BIAS", 2, 2, "add a float32 bias vector at DESC_BIAS_ADDR: 0 none, 1 one per row, "
+                        "2 one per column"),
+         ("RELU", 4, 1, "ReLU, writing its mask (v > 0) at DESC_MASK_ADDR"),
+         ("MASK_IN", 5, 1, "zero C where the mask at DESC_MASK_ADDR is 0 (ReLU's backward)"),
+         ("QUANTIZE_ONLY", 6, 1, "no GEMM: the M x N float32 matrix at DESC_A_ADDR (rows "
+                                 "DESC_A_STRIDE bytes apart) goes through the epilogue"),
+         ("A_TILES", 8, 1, "A's exponents are its tile grid at DESC_ROW_EXP_ADDR (as A is "
+                           "stored, row-major): they change along K"),
+         ("B_TILES", 9, 1, "B's exponents are its tile grid at DESC_COL_EXP_ADDR")),
+    *_addr("DESC_BIAS_ADDR", 0x158, "Address of the bias vector (float32)"),
+    *_addr("DESC_MASK_ADDR", 0x160, "Address of the ReLU mask (a bit per element, each row "
+                                    "LSB first)"),
+    _reg("DESC_MASK_STRIDE", 0x168, "rw", "Bytes between rows of the mask"),
+    *_addr("DESC_C_EXP_ADDR", 0x170, "Address of C's tile exponents (int8, row-major)"),
+    _reg("DESC_SEED_LO", 0x178, "rw", "Seed of stochastic rounding, bits 31..0"),
+    _reg("DESC_SEED_HI", 0x17C, "rw", "Seed of stochastic rounding, bits 63..32"),
 ])
 
 _BY_NAME = {r.name: r for r in REGISTERS}

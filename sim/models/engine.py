@@ -17,7 +17,8 @@ import numpy as np
 
 from firmware.spec.regmap import STRIPE_MIN_WORDS, ErrorCode, packed_stride
 
-__all__ = ["descriptor", "check", "chunk_align", "ramp_start", "chunk_depth", "k_chunks",
+__all__ = ["descriptor", "check", "check_regions", "chunk_align", "ramp_start", "chunk_depth",
+           "k_chunks",
            "block_chunks", "b_first", "loads_b_first",
            "block_side", "column_order", "tile_order", "walk", "load_sequence", "stripe",
            "interleave", "route", "issue", "write_back"]
@@ -46,7 +47,6 @@ def check(desc: dict, window_base: int, window_limit: int, data_width: int = 128
           addr_width: int = 32) -> int:
     """The error code :class:`rtl.checker.DescriptorChecker` gives ``desc`` (0: accepted)."""
     d = desc
-    bpw = data_width // 8
     if d["m"] == 0 or d["n"] == 0 or d["k"] == 0:
         return int(ErrorCode.ZERO_DIMENSION)
     if d["m"] > 65535 or d["n"] > 65535:
@@ -61,10 +61,20 @@ def check(desc: dict, window_base: int, window_limit: int, data_width: int = 128
         (d["row_exp_addr"], 1, 0, d["m"], d["row_vec"], 0),
         (d["col_exp_addr"], 1, 0, d["n"], d["col_vec"], 0),
     ]
+    return check_regions([r[:4] + (r[5],) for r in regions if r[4]], window_base,
+                         window_limit, data_width, addr_width)
+
+
+def check_regions(regions, window_base: int, window_limit: int, data_width: int = 128,
+                  addr_width: int = 32) -> int:
+    """The checker's rules for the memory regions of a descriptor: ``MISALIGNED`` (a base, or
+    a stride that may not be packed, not a multiple of the bus word), then ``BAD_STRIDE`` (a
+    stride shorter than its rows), then ``OUT_OF_WINDOW``; 0 when all pass.
+
+    ``regions``: ``(base, rows, stride, bytes a row, may be packed)`` each."""
+    bpw = data_width // 8
     align = stride = window = False
-    for base, rows, pitch, nbytes, on, packable in regions:
-        if not on:
-            continue
+    for base, rows, pitch, nbytes, packable in regions:
         # the last byte's offset, rounded up to a word (for an aligned stride, the rows
         # before the last plus the last's bytes rounded up)
         end = base + _ceil_to(((rows - 1) & 0xFFFF_FFFF) * pitch + nbytes, bpw)

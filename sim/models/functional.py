@@ -30,8 +30,8 @@ import numpy as np
 from firmware.spec import regmap
 from firmware.spec.ports import resolve_port
 from firmware.spec.regmap import ErrorCode, field_value, offset
-from sim.models import golden
-from sim.models.engine import block_side, check, descriptor
+from sim.models import bfp, golden
+from sim.models.engine import block_side, check, check_regions, descriptor
 
 __all__ = ["FunctionalAccelerator"]
 
@@ -50,6 +50,10 @@ class FunctionalAccelerator:
     rows, cols, depth, block, data_width, addr_width, packing, queue, write_ports, read_ports,\
     burst_beats, outstanding :
         The configuration the registers report (and the performance model uses).
+    epilogue : bool
+        Offer the write-back epilogue and tile exponents (``CONFIG_FEATURES``): the
+        ``DESC_EPILOGUE`` options, computed with :mod:`sim.models.bfp`. False: such
+        descriptors stop with ``UNSUPPORTED``, as on a build without them.
     port : str or dict
         The memory port (:func:`firmware.spec.ports.resolve_port`), for the cycle prediction.
     memory : int
@@ -65,7 +69,7 @@ class FunctionalAccelerator:
                  data_width: int = 128, addr_width: int = 32, packing: int = 1,
                  queue: int = 4, port: str | dict = "ideal", memory: int = 256 << 20,
                  write_ports: int = 1, read_ports: int = 1, burst_beats: int = 16,
-                 outstanding: int = 8, predict=None):
+                 outstanding: int = 8, epilogue: bool = True, predict=None):
         regmap.check_write_ports(write_ports, rows)
         if predict is not None and not callable(predict):
             raise TypeError(f"predict must be callable or None, not {type(predict).__name__}")
@@ -80,6 +84,9 @@ class FunctionalAccelerator:
             if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= top:
                 raise ValueError(f"{name} must be an integer in [1, {top}], not {value!r}")
         self.burst_beats, self.outstanding = burst_beats, outstanding
+        if not isinstance(epilogue, bool):
+            raise TypeError(f"epilogue must be a bool, not {type(epilogue).__name__}")
+        self.epilogue = epilogue
         self.port = resolve_port(port)
         self.memory = np.zeros(memory, np.uint8)
         self.size = memory
@@ -107,6 +114,9 @@ class FunctionalAccelerator:
                                               READ_PORTS=self.read_ports),
             offset("CONFIG_DMA"): regmap.pack("CONFIG_DMA", BURST_BEATS=self.burst_beats,
                                               OUTSTANDING=self.outstanding),
+            offset("CONFIG_FEATURES"): regmap.pack(
+                "CONFIG_FEATURES", EPILOGUE=int(self.epilogue), K_BLOCKS=int(self.epilogue),
+                TILE_LOG2=regmap.TILE_BLOCK.bit_length() - 1),
             offset("STATUS"): regmap.pack(
                 "STATUS", BUSY=int(bool(self.pending)), ERROR=int(self.error != 0),
                 QUEUE_FULL=int(len(self.pending) >= self.queue),
@@ -169,6 +179,16 @@ class FunctionalAccelerator:
         flags = self._reg("DESC_FLAGS")
         f = {fl.name: field_value("DESC_FLAGS", fl.name, flags)
              for fl in regmap.by_name("DESC_FLAGS").fields}
+        epi = self._reg("DESC_EPILOGUE")
+        if epi:
+            if not self.epilogue or f["RAW"]:
+                return ErrorCode.UNSUPPORTED
+            code = self._execute_epilogue(m, n, k, f, epi)
+            if code:
+                return code
+            self._count(m, n, 0 if field_value("DESC_EPILOGUE", "QUANTIZE_ONLY", epi) else k,
+                        f)
+            return ErrorCode.NONE
         ta, tb = bool(f["TRANSPOSE_A"]), bool(f["TRANSPOSE_B"])
         a = (self._reg64("DESC_A_ADDR"), (k, m) if ta else (m, k), self._reg("DESC_A_STRIDE"))
         b = (self._reg64("DESC_B_ADDR"), (n, k) if tb else (k, n), self._reg("DESC_B_STRIDE"))
@@ -203,8 +223,17 @@ class FunctionalAccelerator:
                   if f["COL_EXP_VECTOR"] else _signed8(f["COL_EXP"]))
             out = golden.rescale(acc, re, ce)
         self._matrix(c[0], m, n, c[2], np.int32)[...] = out.view(np.int32)
+        self._count(m, n, k, f)
+        return ErrorCode.NONE
+
+    def _count(self, m: int, n: int, k: int, f: dict) -> None:
+        """Advance the counters by a descriptor's predicted cycles (``k = 0``: a
+        quantise-only descriptor, counted as its write-back alone, a row a cycle)."""
+        ta, tb = bool(f["TRANSPOSE_A"]), bool(f["TRANSPOSE_B"])
         cfg = {**self.cfg, "block": block_side(f["BLOCK"], self.cfg["block"])}
-        if self.predict is None:
+        if k == 0:
+            p = {"cycles": m * -(-n // cfg["cols"]), "compute_cycles": 0}
+        elif self.predict is None:
             compute = -(-m // cfg["rows"]) * -(-n // cfg["cols"]) * k
             p = {"cycles": compute, "compute_cycles": compute}
         else:
@@ -216,4 +245,126 @@ class FunctionalAccelerator:
                         ("STALL_CYCLES", p["cycles"] - p["compute_cycles"]),
                         ("MACS", m * n * k)):
             self.counters[name] += int(v)
+
+    def _execute_epilogue(self, m: int, n: int, k: int, f: dict, epi: int) -> ErrorCode:
+        """A descriptor with ``DESC_EPILOGUE`` options: its checks, its GEMM with tile
+        exponents where asked (:func:`sim.models.bfp.gemm_kruns`), then
+        :func:`sim.models.bfp.epilogue`, written where the descriptor says."""
+        e = {fl.name: field_value("DESC_EPILOGUE", fl.name, epi)
+             for fl in regmap.by_name("DESC_EPILOGUE").fields}
+        tile = regmap.TILE_BLOCK
+        ta, tb = bool(f["TRANSPOSE_A"]), bool(f["TRANSPOSE_B"])
+        only = bool(e["QUANTIZE_ONLY"])
+        if m == 0 or n == 0 or (k == 0 and not only):
+            return ErrorCode.ZERO_DIMENSION
+        if m > 65535 or n > 65535:
+            return ErrorCode.DIMENSION_TOO_LARGE
+        if k > 65535:
+            return ErrorCode.K_TOO_LARGE
+        if e["BIAS"] == 3 or (only and (e["A_TILES"] or e["B_TILES"])):
+            return ErrorCode.UNSUPPORTED
+        a_addr, a_stride = self._reg64("DESC_A_ADDR"), self._reg("DESC_A_STRIDE")
+        b_addr, b_stride = self._reg64("DESC_B_ADDR"), self._reg("DESC_B_STRIDE")
+        c_addr, c_stride = self._reg64("DESC_C_ADDR"), self._reg("DESC_C_STRIDE")
+        a_shape = (m, n) if only else ((k, m) if ta else (m, k))
+        b_shape = (n, k) if tb else (k, n)
+        regions = []     # (base, rows, stride, bytes a row, may be packed)
+        if only:
+            regions.append((a_addr, m, a_stride, 4 * n, 0))
+        else:
+            regions += [(a_addr, a_shape[0], a_stride, a_shape[1], 1),
+                        (b_addr, b_shape[0], b_stride, b_shape[1], 1)]
+        regions.append((c_addr, m, c_stride, n if e["BFP8"] else 4 * n, 0))
+        grids = {}
+        for name, on, shape, addr in (
+                ("a", e["A_TILES"], a_shape, "DESC_ROW_EXP_ADDR"),
+                ("b", e["B_TILES"], b_shape, "DESC_COL_EXP_ADDR"),
+                ("c", e["BFP8"], (m, n), "DESC_C_EXP_ADDR")):
+            if on:
+                grids[name] = (self._reg64(addr), bfp.tile_grid(shape, block=tile))
+                regions.append((grids[name][0], 1, 0, int(np.prod(grids[name][1])), 0))
+        if not only:
+            if f["ROW_EXP_VECTOR"] and not e["A_TILES"]:
+                regions.append((self._reg64("DESC_ROW_EXP_ADDR"), 1, 0, m, 0))
+            if f["COL_EXP_VECTOR"] and not e["B_TILES"]:
+                regions.append((self._reg64("DESC_COL_EXP_ADDR"), 1, 0, n, 0))
+        if e["BIAS"]:
+            regions.append((self._reg64("DESC_BIAS_ADDR"), 1, 0, 4 * (m if e["BIAS"] == 1
+                                                                         else n), 0))
+        if e["RELU"] or e["MASK_IN"]:
+            regions.append((self._reg64("DESC_MASK_ADDR"), m, self._reg("DESC_MASK_STRIDE"),
+                            -(-n // 8), 0))
+        code = check_regions(regions, self._reg64("WINDOW_BASE"),
+                             min(self._reg64("WINDOW_LIMIT"), self.size), 8 * self.bpw,
+                             self.addr_width)
+        if code:
+            return ErrorCode(code)
+
+        def grid(name):
+            addr, shape = grids[name]
+            return self.memory[addr:addr + shape[0] * shape[1]].view(np.int8).reshape(shape)
+
+        if only:
+            c = self._matrix(a_addr, m, n, a_stride, np.float32).copy()
+        else:
+            am = self._matrix(a_addr, *a_shape, a_stride).view(np.int8)
+            bm = self._matrix(b_addr, *b_shape, b_stride).view(np.int8)
+            if e["A_TILES"] or e["B_TILES"]:
+                stops = list(range(tile, k, tile)) + [k] if k > tile else [k]
+                runs = len(stops)
+                if e["A_TILES"]:
+                    ga = grid("a")
+                    ga = ga.T if ta else ga
+                    a_exp = np.repeat(ga, tile, axis=0)[:m]
+                else:
+                    a_exp = np.repeat(self._row_exp(m, f)[:, None], runs, axis=1)
+                if e["B_TILES"]:
+                    gb = grid("b")
+                    gb = gb.T if tb else gb
+                    b_exp = np.repeat(gb, tile, axis=1)[:, :n]
+                else:
+                    b_exp = np.repeat(self._col_exp(n, f)[None, :], runs, axis=0)
+                c = bfp.gemm_kruns(am, np.ascontiguousarray(a_exp, np.int8), bm,
+                                   np.ascontiguousarray(b_exp, np.int8), stops,
+                                   transpose_a=ta, transpose_b=tb)
+            else:
+                c = golden.rescale(golden.gemm(am, bm, ta, tb), self._row_exp(m, f),
+                                   self._col_exp(n, f))
+        bias = None
+        if e["BIAS"]:
+            at, length = self._reg64("DESC_BIAS_ADDR"), m if e["BIAS"] == 1 else n
+            bias = self.memory[at:at + 4 * length].view(np.float32).copy()
+        mask_addr, mask_stride = self._reg64("DESC_MASK_ADDR"), self._reg("DESC_MASK_STRIDE")
+        mask_in = None
+        if e["MASK_IN"]:
+            bits = self._matrix(mask_addr, m, -(-n // 8), mask_stride)
+            mask_in = bfp.unpack_mask(np.ascontiguousarray(bits), n)
+        seed = self._reg("DESC_SEED_HI") << 32 | self._reg("DESC_SEED_LO")
+        value = bfp.epilogue(c, bias=bias, bias_axis="row" if e["BIAS"] == 1 else "col",
+                             relu=bool(e["RELU"]), mask_in=mask_in, out="fp32")
+        if e["BFP8"] and not np.isfinite(value.value).all():
+            return ErrorCode.NONFINITE
+        if e["BFP8"]:
+            q, exp = bfp.quantize_tiles(value.value, block=tile,
+                                        rounding="stochastic" if e["STOCHASTIC"] else "nearest",
+                                        seed=seed)
+            self._matrix(c_addr, m, n, c_stride).view(np.int8)[...] = q
+            addr, shape = grids["c"]
+            self.memory[addr:addr + exp.size] = exp.reshape(-1).view(np.uint8)
+        else:
+            self._matrix(c_addr, m, n, c_stride, np.int32)[...] = value.value.view(np.int32)
+        if e["RELU"]:
+            self._matrix(mask_addr, m, -(-n // 8), mask_stride)[...] = bfp.pack_mask(value.mask)
         return ErrorCode.NONE
+
+    def _row_exp(self, m: int, f: dict) -> np.ndarray:
+        if f["ROW_EXP_VECTOR"]:
+            at = self._reg64("DESC_ROW_EXP_ADDR")
+            return self.memory[at:at + m].view(np.int8).astype(np.int8)
+        return np.full(m, _signed8(f["ROW_EXP"]), np.int8)
+
+    def _col_exp(self, n: int, f: dict) -> np.ndarray:
+        if f["COL_EXP_VECTOR"]:
+            at = self._reg64("DESC_COL_EXP_ADDR")
+            return self.memory[at:at + n].view(np.int8).astype(np.int8)
+        return np.full(n, _signed8(f["COL_EXP"]), np.int8)
