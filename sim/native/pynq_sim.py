@@ -39,7 +39,8 @@ import numpy as np
 from firmware.spec import boards, regmap
 from firmware.spec.boards import REGISTER_RANGE
 
-__all__ = ["SimBoard", "sim_params", "write_hwh", "hwh_text", "write_report", "write_bitstream_dir"]
+__all__ = ["SimBoard", "sim_params", "sim_library", "pynq_device", "write_hwh", "hwh_text",
+           "write_report", "write_bitstream_dir"]
 
 PAGE = 4096
 #: The accelerator parameters :class:`sim.native.NativeSim` takes from a configuration.
@@ -77,6 +78,18 @@ def _ps_parameters(board: str, clock_mhz: float) -> str:
     return f"      <PARAMETERS>\n{lines}\n      </PARAMETERS>\n"
 
 
+def sim_library(config: dict) -> Path:
+    """The compiled native model :class:`SimBoard` loads for ``config`` (built when missing),
+    to hand to a :class:`SimBoard` in an environment without the hardware tools
+    (``SimBoard(..., library=path)``)."""
+    from firmware.spec.ports import burst_beats, resolve_port
+    from sim.native import build
+
+    params = sim_params(config)
+    params["burst_beats"] = burst_beats(resolve_port("ideal"), params.get("burst_beats"))
+    return Path(build(**params))
+
+
 def hwh_text(board: str, base_addr: int | None = None, ip_name: str = boards.IP_NAME) -> str:
     """A minimal, plausible Vivado ``.hwh`` for ``board``: the PS (or XDMA) module, with the
     PL clock parameters PYNQ's parser reads, whose memory map has the accelerator's register
@@ -102,9 +115,7 @@ def hwh_text(board: str, base_addr: int | None = None, ip_name: str = boards.IP_
 
     ranges = "\n".join([
         memrange("reg0", base, high, ip_name, "s_axi_control"),
-        memrange("Reg", gpio, gpio + 0xFFFF, "axi_gpio_0", "S_AXI"),
-        memrange("C0_DDR4_ADDRESS_BLOCK", 0x4_0000_0000, 0x4_7FFF_FFFF, "ddr4_0",
-                 "C0_DDR4_S_AXI", "MEMORY", "M_AXI_HPM1_FPD")])
+        memrange("Reg", gpio, gpio + 0xFFFF, "axi_gpio_0", "S_AXI")])
     return f"""<?xml version="1.0" encoding="UTF-8" standalone="no" ?>
 <EDKSYSTEM EDWVERSION="1.2" TIMESTAMP="Thu Jan  1 00:00:00 2026" VIVADOVERSION="2022.1">
   <SYSTEMINFO ARCH="{b.family}" BOARD="" DEVICE="" NAME="bfp" PACKAGE="" SPEEDGRADE=""/>
@@ -112,7 +123,11 @@ def hwh_text(board: str, base_addr: int | None = None, ip_name: str = boards.IP_
   <MODULES>
     <MODULE FULLNAME="/{ps}" INSTANCE="{ps}" MODTYPE="{vlnv[board].split(':')[2]}"
         VLNV="{vlnv[board]}">
-{_ps_parameters(board, b.clock_mhz)}      <MEMORYMAP>
+{_ps_parameters(board, b.clock_mhz)}      <BUSINTERFACES>
+        <BUSINTERFACE BUSNAME="ps_accel_axi" NAME="{master}" TYPE="MASTER"
+            VLNV="xilinx.com:interface:aximm:1.0"/>
+      </BUSINTERFACES>
+      <MEMORYMAP>
 {ranges}
       </MEMORYMAP>
     </MODULE>
@@ -121,9 +136,18 @@ def hwh_text(board: str, base_addr: int | None = None, ip_name: str = boards.IP_
       <PARAMETERS>
         <PARAMETER NAME="Component_Name" VALUE="bfp_accel_0_0"/>
       </PARAMETERS>
+      <BUSINTERFACES>
+        <BUSINTERFACE BUSNAME="ps_accel_axi" NAME="s_axi_control" TYPE="SLAVE"
+            VLNV="xilinx.com:interface:aximm:1.0"/>
+      </BUSINTERFACES>
     </MODULE>
     <MODULE FULLNAME="/axi_gpio_0" INSTANCE="axi_gpio_0" IPTYPE="PERIPHERAL"
-        MODTYPE="axi_gpio" VLNV="xilinx.com:ip:axi_gpio:2.0"/>
+        MODTYPE="axi_gpio" VLNV="xilinx.com:ip:axi_gpio:2.0">
+      <BUSINTERFACES>
+        <BUSINTERFACE BUSNAME="ps_accel_axi" NAME="S_AXI" TYPE="SLAVE"
+            VLNV="xilinx.com:interface:aximm:1.0"/>
+      </BUSINTERFACES>
+    </MODULE>
   </MODULES>
 </EDKSYSTEM>
 """
@@ -162,6 +186,10 @@ def write_bitstream_dir(directory, board: str, config: dict | None = None, *,
     return bit
 
 
+class _CmaFull(Exception):
+    """The simulated CMA has no room for an allocation (the message says how much)."""
+
+
 class _Allocator:
     """First-fit over whole pages of ``[base, limit)``; ``used`` and ``peak`` bytes."""
 
@@ -180,9 +208,8 @@ class _Allocator:
                 self.peak = max(self.peak, self.used)
                 return lo
         largest = max((hi - lo for lo, hi in self.free), default=0)
-        raise RuntimeError(f"BO allocation failed: {nbytes} bytes asked for, the simulated "
-                           f"CMA of {self.size} bytes has {self.size - self.used} free, "
-                           f"{largest} contiguous")
+        raise _CmaFull(f"{nbytes} bytes asked for, the simulated CMA of {self.size} bytes "
+                       f"has {self.size - self.used} free, {largest} contiguous")
 
     def release(self, addr: int, nbytes: int) -> None:
         size = max(PAGE, -(-nbytes // PAGE) * PAGE)
@@ -352,9 +379,9 @@ class SimBoard:
             cpu.view(np.uint8).reshape(-1)[:] = 0x5A              # stale cache contents
             try:
                 addr = board._allocator.alloc(cpu.nbytes)
-            except RuntimeError:
+            except _CmaFull as e:
                 board.refused += 1
-                raise
+                raise RuntimeError(f"BO allocation failed: {e}") from None
             buf = cpu.view(SimBuffer)
             buf._board, buf._owner = board, None
             buf.device_address = buf.physical_address = addr
@@ -388,6 +415,194 @@ class SimBoard:
 
     def reads_id(self) -> bool:
         return self.sim.read32(regmap.offset("ID")) == regmap.MAGIC
+
+
+# -- the real pynq package over a SimBoard --------------------------------------------------------
+class _XrtBuffer:
+    """``pyxrt.bo`` over a :class:`SimBoard`'s CMA: the host's copy (``map``) apart from the
+    DRAM, ``sync`` copying one way or the other, the CMA given back when the object goes (as
+    XRT frees a buffer object with its last handle)."""
+
+    class flags:                                    # noqa: N801 -- pyxrt's name
+        normal, cacheable = 0, 1 << 24
+
+    def __init__(self, board, size, flags, idx):
+        try:
+            self._addr = board._allocator.alloc(size)
+        except _CmaFull as e:
+            board.refused += 1
+            raise RuntimeError(f"failed to allocate a buffer object: {e}") from None
+        self._board, self._size = board, size
+        self._host = np.full(size, 0x5A, np.uint8)   # stale cache contents
+        board.live += 1
+
+    def map(self):
+        return memoryview(self._host)
+
+    def size(self):
+        return self._size
+
+    def address(self):
+        return self._addr
+
+    def sync(self, direction):
+        mem = self._board.sim.memory
+        if direction == _SYNC_TO_DEVICE:
+            mem[self._addr:self._addr + self._size] = self._host
+            self._board.flushes += 1
+        else:
+            self._host[:] = mem[self._addr:self._addr + self._size]
+            self._board.invalidates += 1
+
+    def __del__(self):
+        board = getattr(self, "_board", None)
+        if board is not None:
+            board._allocator.release(self._addr, self._size)
+            board.live -= 1
+            self._board = None
+
+
+_SYNC_TO_DEVICE, _SYNC_FROM_DEVICE = 0, 1
+
+
+class _RegisterWindow:
+    """What ``mmap`` of ``/dev/mem`` gives ``pynq.MMIO``: 32-bit words by index, here the
+    simulated accelerator's registers (anything else raises, as it would hang a board)."""
+
+    def __init__(self, board, base_addr, length):
+        lo, hi = board.base_addr, board.base_addr + REGISTER_RANGE
+        if not (lo <= base_addr and base_addr + length <= hi):
+            raise ValueError(f"nothing at {base_addr:#x}..{base_addr + length:#x} on the "
+                             f"simulated {board.board.name}: the accelerator's registers are "
+                             f"at {lo:#x}..{hi:#x}")
+        self.board, self.offset, self.words = board, base_addr - lo, length // 4
+
+    def __len__(self):
+        return self.words
+
+    def _at(self, idx):
+        if not 0 <= idx < self.words:
+            raise IndexError(f"register word {idx} outside the mapping of {self.words}")
+        self.board.accesses += 1
+        return self.offset + 4 * int(idx)
+
+    def __getitem__(self, idx):
+        off = self._at(idx)
+        self.board.sim.step(self.board.cycles_per_access)
+        return np.uint32(self.board.sim.read32(off))
+
+    def __setitem__(self, idx, value):
+        self.board.sim.write32(self._at(idx), int(value))
+        self.board.sim.step(self.board.cycles_per_access)
+
+
+_DEVICE_CLASS = None
+#: Where the Zynq PS's own registers begin (SLCR at 0xF8000000, the UltraScale+ CRL_APB above).
+_PS_REGISTERS = 0xF800_0000
+
+
+def _device_class():
+    """The ``pynq.Device`` subclass over a :class:`SimBoard`, defined (and so registered in
+    pynq's device list) once. It is pynq's ``XrtDevice`` as ``EmbeddedDevice`` uses it on a
+    Zynq board — buffers through pynq's ``XrtMemory``, ``PynqBuffer``, ``allocate_bo``,
+    ``flush`` and ``invalidate`` — with the two layers under pynq replaced: ``pyxrt``'s buffer
+    objects (:class:`_XrtBuffer`) and libc's ``munmap`` (the host copies are numpy's)."""
+    global _DEVICE_CLASS
+    if _DEVICE_CLASS is not None:
+        return _DEVICE_CLASS
+    import ctypes
+
+    import pynq.buffer
+    from pynq.metadata.runtime_metadata_parser import RuntimeMetadataParser
+    from pynq.pl_server import hwh_parser, xrt_device
+    from pynq.pl_server.device import Device
+    from pynqmetadata.frontends import Metadata
+
+    if not hasattr(xrt_device, "pyxrt"):
+        xrt_device.pyxrt = types.SimpleNamespace(
+            bo=_XrtBuffer, xclBOSyncDirection=types.SimpleNamespace(
+                XCL_BO_SYNC_BO_TO_DEVICE=_SYNC_TO_DEVICE,
+                XCL_BO_SYNC_BO_FROM_DEVICE=_SYNC_FROM_DEVICE))
+    if not hasattr(pynq.buffer, "libc"):
+        pynq.buffer.libc = types.SimpleNamespace(munmap=lambda ptr, size: 0)
+        pynq.buffer.ctypes = ctypes
+
+    class SimPynqDevice(xrt_device.XrtDevice):
+        """A software board in pynq's device list (:func:`pynq_device`)."""
+
+        _probe_priority_ = 7
+        instances: list = []
+
+        @classmethod
+        def _probe_(cls):
+            return list(cls.instances)
+
+        def __init__(self, board):
+            Device.__init__(self, f"sim_{board.board.name}")
+            self.capabilities = {"MEMORY_MAPPED": True}
+            self.board = self.handle = board
+            self.active_bos, self._bo_cache, self._streams = [], [], {}
+            self.arch = "armv7l" if board.board.name == "pynq-z1" else "aarch64"
+            self.ps_registers = {}
+
+        @property
+        def name(self):
+            return f"simulated {self.board.board.name}"
+
+        @property
+        def default_memory(self):
+            alloc = self.board._allocator
+            return xrt_device.XrtMemory(self, {"idx": 0, "size": alloc.size,
+                                               "base_address": PAGE, "tag": "PSDDR",
+                                               "used": 1, "streaming": False, "type": "DDR"})
+
+        def mmap(self, base_addr, length):
+            if base_addr >= _PS_REGISTERS:
+                # the PS's own registers (the PL clocks pynq sets on download): plain words
+                return self.ps_registers.setdefault((base_addr, length),
+                                                    np.zeros(length // 4, np.uint32))
+            return _RegisterWindow(self.board, base_addr, length)
+
+        def get_bitfile_metadata(self, bitfile_name, partial=False):
+            hwh = hwh_parser.get_hwh_name(bitfile_name)
+            if not Path(hwh).is_file():
+                raise RuntimeError("Unable to find metadata for bitstream")
+            # what EmbeddedDevice reads a full bitstream's .hwh with
+            parser = RuntimeMetadataParser(Metadata(input=Path(hwh)))
+            parser.refresh_hierarchy_dict()
+            return parser
+
+        def download(self, bitstream, parser=None):
+            self.board.loaded.append(str(bitstream.bitfile_name))
+            self.post_download(bitstream, parser, self.name)
+
+    _DEVICE_CLASS = SimPynqDevice
+    return SimPynqDevice
+
+
+def pynq_device(board: SimBoard):
+    """A device of the installed ``pynq`` package over ``board``, registered in pynq and made
+    its active device: ``pynq.Overlay``, ``pynq.MMIO`` and ``pynq.allocate`` then run pynq's
+    own code down to the board (see :func:`_device_class`). Needs the ``pynq`` package (3.x)
+    and a Zynq board (``pynq-z1`` or ``zcu104``); a full CMA fails ``pynq.allocate`` with
+    pynq's ``RuntimeError("BO allocation failed: ...")``.
+
+    Returns
+    -------
+    pynq.Device
+        The device (``pynq.Device.active_device``).
+    """
+    import pynq
+
+    if board.board.name not in ("pynq-z1", "zcu104"):
+        raise ValueError(f"board must be a Zynq board (pynq-z1, zcu104) for pynq's device, "
+                         f"not {board.board.name!r}")
+    cls = _device_class()
+    dev = cls(board)
+    cls.instances[:] = [dev]
+    pynq.Device._devices = [dev]
+    pynq.Device.active_device = dev
+    return dev
 
 
 def _ip_dict(text: str) -> dict:
