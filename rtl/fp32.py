@@ -127,22 +127,24 @@ class Fp32Add(wiring.Component):
         side = ("sign", "sub", "e", "nan", "inf", "isign")
         side2 = side + ("e1",)
 
-        # Stage 2: the smaller significand shifted right by d into a 50-bit window: the
-        # top 26 bits kept (24, guard and round), the low 24 for the sticky bit. Beyond
-        # d = 26 nothing is kept and the whole significand is sticky.
+        # Stage 2: the smaller significand shifted right by d[:5] into a 50-bit window: the
+        # top 26 bits kept (24, guard and round), the ORs of the low 24 by groups of 6 for
+        # the sticky bit. Beyond d = 26 nothing is kept and the whole significand is sticky
+        # (an OR with it is right for any d: the window holds only its bits).
         far = s1["d"] > 26
         wide = Signal(50, name=f"l{lane}_wide")
         m.d.comb += wide.eq(Cat(Const(0, 26), s1["msmall"]) >> s1["d"][:5])
         s2 = carry(2, s1, side + ("mbig",))
-        s2["kept"], s2["low"] = reg(2, "kept", 26), reg(2, "low", 24)
+        s2["kept"], s2["sticky"] = reg(2, "kept", 26), reg(2, "sticky", 5)
         s2["e1"] = reg(2, "e1", 9)      # e + 1, for stage 6's exponent field
         sync += [s2["kept"].eq(Mux(far, 0, wide[24:])),
-                 s2["low"].eq(Mux(far, s1["msmall"], wide[:24])),
+                 s2["sticky"].eq(Cat(*(wide[g:g + 6].any() for g in range(0, 24, 6)),
+                                     far & s1["msmall"].any())),
                  s2["e1"].eq(s1["e"] + 1)]
 
         # Stage 3: the sum (bit 26 is A's hidden bit): one adder, the subtrahend inverted
         # with a carry in.
-        small = Cat(s2["low"].any(), s2["kept"], Const(0, 1))
+        small = Cat(s2["sticky"].any(), s2["kept"], Const(0, 1))
         big = Cat(Const(0, 3), s2["mbig"], Const(0, 1))
         total = Signal(28, name=f"l{lane}_total")
         m.d.comb += total.eq(big + Mux(s2["sub"], ~small, small) + s2["sub"])
@@ -171,27 +173,26 @@ class Fp32Add(wiring.Component):
         sync += [s6["sh"].eq(Mux(fits, s5["lz"], s5["e"][:6])),
                  s6["field"].eq(Mux(fits, s5["e1"] - s5["lz"], 0))]
 
-        # Stage 7: the normalising shift; the leading one (if normal) at bit 27.
-        s7 = carry(7, s6, ("sign", "sub", "nan", "inf", "isign", "zero"))
-        s7["n"], s7["field"] = reg(7, "n", 28), reg(7, "field", 8)
-        s7["ovf"] = reg(7, "ovf", 1)
-        sync += [s7["n"].eq(s6["total"] << s6["sh"]), s7["field"].eq(s6["field"]),
-                 s7["ovf"].eq(s6["field"] == 255)]
+        # Stage 7: the normalising shift (the leading one, if normal, at bit 27), the
+        # rounding bit (nearest, ties to even) and, for the special values (NaN, infinity,
+        # zero, overflow), their word instead of the packed exponent field and fraction.
+        s7 = {}
+        n = Signal(28, name=f"l{lane}_n")
+        m.d.comb += n.eq(s6["total"] << s6["sh"])
+        inf_word = Cat(Const(0x7F800000, 31), s6["isign"])
+        ovf_word = Cat(Const(0x7F800000, 31), s6["sign"])
+        zero_word = Cat(Const(0, 31), s6["sign"] & ~s6["sub"])    # +0 unless -0 + -0
+        special = s6["nan"] | s6["inf"] | s6["zero"] | (s6["field"] == 255)
+        word = Mux(s6["nan"], CANONICAL_NAN,
+                   Mux(s6["inf"], inf_word, Mux(s6["zero"], zero_word, ovf_word)))
+        s7["pre"], s7["up"] = reg(7, "pre", 32), reg(7, "up", 1)
+        sync += [s7["pre"].eq(Mux(special, word, Cat(n[4:27], s6["field"][:8], s6["sign"]))),
+                 s7["up"].eq(n[3] & (n[:3].any() | n[4]) & ~special)]
 
-        # Stage 8: round to nearest even by one increment of the packed exponent field
-        # and fraction (a carry into the field is correct: subnormal to normal, or the
-        # largest finite value to infinity), then the special values.
-        n = s7["n"]
-        up = n[3] & (n[:3].any() | n[4])
-        packed = Signal(31, name=f"l{lane}_packed")
-        m.d.comb += packed.eq(Cat(n[4:27], s7["field"]) + up)
+        # Stage 8: one increment of the packed exponent field and fraction; its carry into
+        # the field is right: subnormal to normal, or the largest finite value to infinity.
         s8 = reg(8, "word", 32)
-        sync.append(s8.eq(
-            Mux(s7["nan"], CANONICAL_NAN,
-                Mux(s7["inf"], Cat(Const(0x7F800000, 31), s7["isign"]),
-                    Mux(s7["zero"], Cat(Const(0, 31), s7["sign"] & ~s7["sub"]),
-                        Mux(s7["ovf"], Cat(Const(0x7F800000, 31), s7["sign"]),
-                            Cat(packed, s7["sign"])))))))
+        sync.append(s8.eq(Cat((s7["pre"][:31] + s7["up"])[:31], s7["pre"][31])))
         with m.If(advance):
             m.d.sync += sync
         return s8
