@@ -468,11 +468,39 @@ def t_proofs():
     return md, [(f"{PY} -m sim.formal.proofs --list", "lists the registry in sim/formal/proofs.py")]
 
 
+def t_formats():
+    data = load("formats.json")
+    fmts = list(data["formats"])
+    title = {"per-tensor": "per tensor", "rows": "rows (Fox et al.)", "mxint8": "MXINT8 1×32"}
+    head = ["tensor", *(title[f] if f in title else "tile {0}×{0}".format(f.split("-")[1])
+                        for f in fmts)]
+    rows = []
+    for t in data["tensors"]:
+        mine = {r["format"]: r for r in data["rows"] if r["tensor"] == t["name"]}
+        shape = "×".join(str(s) for s in t["shape"])
+        rows.append([f"{t['name']} ({shape})",
+                     *(f"{100 * mine[f]['rel_rms_nearest']:.2f} %" for f in fmts)])
+    by = {s["format"]: s for s in data["summary"]}
+    rows.append(["**geometric mean, nearest**",
+                 *(f"**{100 * by[f]['rel_rms_nearest_geomean']:.2f} %**" for f in fmts)])
+    rows.append(["geometric mean, stochastic",
+                 *(f"{100 * by[f]['rel_rms_stochastic_geomean']:.2f} %" for f in fmts)])
+    rows.append(["exponent bits per element (mean)",
+                 *(f"{by[f]['exp_bits_per_element_mean']:.3f}" for f in fmts)])
+    rows.append(["one copy serves X and Xᵀ",
+                 *("yes" if data["formats"][f]["transposable"] else "no" for f in fmts)])
+    md = table(head, rows)
+    note = ("Relative RMS error ‖Q(x) − x‖ / ‖x‖ of int8 mantissas with one power-of-two "
+            "exponent per block, round to nearest unless stated.")
+    return md + "\n\n" + note, [command(data)]
+
+
 TABLES = {
     "proofs": t_proofs,
     "headline": t_headline,
     "training-accuracy": t_training_accuracy,
     "regmap": t_regmap,
+    "formats": t_formats,
     "boards": t_boards,
     "port-presets": t_port_presets,
     "utilization": t_utilization,

@@ -90,11 +90,16 @@ def main(argv=None) -> int:
     if argv[:1] == ["host"]:
         from sim.bench.host import main as host
         return host(argv[1:])
+    if argv[:1] == ["formats"]:
+        from sim.bench.formats import main as formats
+        return formats(argv[1:])
     parser = argparse.ArgumentParser(prog="python -m sim.bench",
                                      description=sys.modules[__package__].__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="what", required=True)
     sub.add_parser("host", help="host share of a training step (python -m sim.bench host -h)")
+    sub.add_parser("formats", help="quantisation error of block formats "
+                                   "(python -m sim.bench formats -h)")
     p = sub.add_parser("resources", help="Yosys resource estimates of the systolic array")
     p.add_argument("--sizes", type=_size, nargs="+", default=[(8, 8), (16, 16)])
     p.add_argument("--families", nargs="+", choices=["xc7", "xcup"], default=["xc7", "xcup"])

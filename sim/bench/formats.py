@@ -1,4 +1,4 @@
-"""``python -m sim.bench.formats``: the quantisation error of block-floating-point formats.
+"""``python -m sim.bench formats``: the quantisation error of block-floating-point formats.
 
 Every format quantises int8 mantissas with one power-of-two exponent per block, as
 :func:`sim.models.bfp.quantize_tiles` does (``exp = max(floor(log2 max|x|) - 6, -128)``,
@@ -180,7 +180,7 @@ def formats(*, steps: int = STEPS, seed: int = 0, fashion: bool = True) -> dict:
                                                         for r in mine])),
         })
     return {
-        "command": "python -m sim.bench.formats"
+        "command": "python -m sim.bench formats"
                    + ("" if fashion else " --synthetic-only")
                    + (f" --steps {steps}" if steps != STEPS else "")
                    + (f" --seed {seed}" if seed else ""),
@@ -234,7 +234,7 @@ def main(argv=None) -> int:
     int
         0; bad arguments exit with status 2.
     """
-    parser = argparse.ArgumentParser(prog="python -m sim.bench.formats",
+    parser = argparse.ArgumentParser(prog="python -m sim.bench formats",
                                      description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=STEPS,
