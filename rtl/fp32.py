@@ -127,19 +127,19 @@ class Fp32Add(wiring.Component):
         side = ("sign", "sub", "e", "nan", "inf", "isign")
         side2 = side + ("e1",)
 
-        # Stage 2: the smaller significand shifted right by d[:5] into a 50-bit window: the
-        # top 26 bits kept (24, guard and round), the ORs of the low 24 by groups of 6 for
-        # the sticky bit. Beyond d = 26 nothing is kept and the whole significand is sticky
-        # (an OR with it is right for any d: the window holds only its bits).
-        far = s1["d"] > 26
-        wide = Signal(50, name=f"l{lane}_wide")
-        m.d.comb += wide.eq(Cat(Const(0, 26), s1["msmall"]) >> s1["d"][:5])
+        # Stage 2: the smaller significand shifted right by d into 26 bits (24, guard and
+        # round; nothing is kept beyond d = 26), and the sticky bit: the OR of the bits
+        # shifted out below them, bit j of the significand for d >= j + 3. The sticky bit
+        # reads the significand and a thermometer code of d, not the shifter's output.
+        d = s1["d"]
+        far = d > 26
+        shifted = Signal(26, name=f"l{lane}_shifted")
+        m.d.comb += shifted.eq(Cat(Const(0, 2), s1["msmall"]) >> d[:5])
+        beyond = Cat(*(s1["msmall"][j] & (d >= j + 3) for j in range(24)))
         s2 = carry(2, s1, side + ("mbig",))
-        s2["kept"], s2["sticky"] = reg(2, "kept", 26), reg(2, "sticky", 5)
+        s2["kept"], s2["sticky"] = reg(2, "kept", 26), reg(2, "sticky", 1)
         s2["e1"] = reg(2, "e1", 9)      # e + 1, for stage 6's exponent field
-        sync += [s2["kept"].eq(Mux(far, 0, wide[24:])),
-                 s2["sticky"].eq(Cat(*(wide[g:g + 6].any() for g in range(0, 24, 6)),
-                                     far & s1["msmall"].any())),
+        sync += [s2["kept"].eq(Mux(far, 0, shifted)), s2["sticky"].eq(beyond.any()),
                  s2["e1"].eq(s1["e"] + 1)]
 
         # Stage 3: the sum (bit 26 is A's hidden bit): one adder, the subtrahend inverted
