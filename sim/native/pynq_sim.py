@@ -499,6 +499,34 @@ class _RegisterWindow:
 _DEVICE_CLASS = None
 #: Where the Zynq PS's own registers begin (SLCR at 0xF8000000, the UltraScale+ CRL_APB above).
 _PS_REGISTERS = 0xF800_0000
+#: The PS clock registers pynq reads and writes when it loads an overlay (``pynq.ps.Clocks``),
+#: as the boot firmware leaves them: ``{board: {block base: {offset: word}}}``. The PL clocks'
+#: source is a 1000 MHz IO PLL (the divisors of :func:`hwh_text` assume it): on the Zynq-7000
+#: 50 MHz x 20 (``PLL_FDIV``, bits 12-18), the ARM PLL at 1300 MHz and the CPU at 650; on the
+#: UltraScale+ 33.333 MHz x 60 / 2 (``FBDIV`` bits 8-14, ``DIV2`` bit 16), the APU at 1200.
+#: PL clock words: divisor0 at bits 8-13, divisor1 at bits 20-25 (Zynq) or 16-21 (and CLKACT,
+#: bit 24, on the UltraScale+); FCLK0 / pl_clk0 runs at 100 MHz until an overlay sets it.
+_PS_CLOCK_WORDS = {
+    "pynq-z1": {0xF800_0000: {0x100: 26 << 12, 0x104: 21 << 12, 0x108: 20 << 12,
+                              0x120: 2 << 8,
+                              **{0x170 + 0x10 * i: 10 << 8 | 1 << 20 for i in range(4)}}},
+    "zcu104": {0xFF5E_0000: {0x20: 60 << 8 | 1 << 16, 0x30: 60 << 8 | 1 << 16,
+                             **{0xC0 + 4 * i: 1 << 24 | 1 << 16 | 10 << 8 for i in range(4)}},
+               0xFD1A_0000: {0x20: 72 << 8 | 1 << 16, 0x2C: 64 << 8 | 1 << 16,
+                             0x38: 60 << 8 | 1 << 16, 0x60: 1 << 8}},
+}
+
+
+def _ps_register_block(board: str, base_addr: int, length: int) -> np.ndarray:
+    """A block of the PS's registers as plain words, the clock registers set as the boot
+    firmware leaves them (:data:`_PS_CLOCK_WORDS`), everything else zero."""
+    words = np.zeros(length // 4, np.uint32)
+    for block, values in _PS_CLOCK_WORDS.get(board, {}).items():
+        for offset, value in values.items():
+            idx = (block + offset - base_addr) // 4
+            if 0 <= idx < len(words):
+                words[idx] = value
+    return words
 
 
 def _device_class():
@@ -559,8 +587,11 @@ def _device_class():
         def mmap(self, base_addr, length):
             if base_addr >= _PS_REGISTERS:
                 # the PS's own registers (the PL clocks pynq sets on download): plain words
-                return self.ps_registers.setdefault((base_addr, length),
-                                                    np.zeros(length // 4, np.uint32))
+                key = (base_addr, length)
+                if key not in self.ps_registers:
+                    self.ps_registers[key] = _ps_register_block(self.board.board.name,
+                                                                base_addr, length)
+                return self.ps_registers[key]
             return _RegisterWindow(self.board, base_addr, length)
 
         def get_bitfile_metadata(self, bitfile_name, partial=False):
