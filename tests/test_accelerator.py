@@ -367,6 +367,9 @@ def test_an_epilogue_this_build_lacks_is_refused(dev):
         assert not _c(dev, desc).any()
     dev.driver.run(desc)
     np.testing.assert_array_equal(_c(dev, desc), want)
+    # the runtime asks CONFIG_FEATURES first and says so
+    with pytest.raises(RuntimeError, match="no write-back epilogue"):
+        dev.quantize(np.zeros((4, 4), np.float32))
 
 
 def test_soft_reset_mid_run_and_queue_overflow(dev):

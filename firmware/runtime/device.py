@@ -831,6 +831,117 @@ class Device:
         temps.append(y)
         return y
 
+    # -- BFP8 tile blocks, kept on the device ---------------------------------------------------
+    def quantize(self, x, *, rounding: str = "nearest", seed: int = 0):
+        """Quantise a float32 matrix to BFP8 tile blocks on the device.
+
+        One quantise-only descriptor (``DESC_EPILOGUE.QUANTIZE_ONLY``): the input batch or
+        the loss gradient enters the device's number format without host quantisation.
+
+        Parameters
+        ----------
+        x : numpy.ndarray or DeviceTensor
+            A float32 matrix.
+        rounding : {"nearest", "stochastic"}
+            :func:`sim.models.bfp.quantize_tiles`'s rounding.
+        seed : int
+            The 64-bit seed of stochastic rounding (``DESC_SEED``).
+
+        Returns
+        -------
+        firmware.runtime.epilogue.BfpTensor
+            Bit for bit :func:`sim.models.bfp.quantize_tiles` of ``x``.
+
+        Raises
+        ------
+        TypeError
+            ``x`` is not a float32 matrix.
+        ValueError
+            ``rounding`` or ``seed`` is out of range; a dimension above :data:`MAX_DIM`; on
+            the golden backend, ``x`` holds inf or NaN.
+        RuntimeError
+            The accelerator has no epilogue (``CONFIG_FEATURES``).
+        AcceleratorError
+            The hardware reported an error (``NONFINITE`` for inf or NaN in ``x``).
+        """
+        from firmware.runtime import epilogue
+        return epilogue.quantize(self, x, rounding=rounding, seed=seed)
+
+    def bfp_tensor(self, q: np.ndarray, exp: np.ndarray):
+        """Copy a matrix already in BFP8 tile blocks (mantissas and exponent grid) to the
+        device.
+
+        Parameters
+        ----------
+        q : numpy.ndarray of int8
+            Mantissas, M x N.
+        exp : numpy.ndarray of int8
+            The tile exponents, shape ``sim.models.bfp.tile_grid((M, N))``.
+
+        Returns
+        -------
+        firmware.runtime.epilogue.BfpTensor
+
+        Raises
+        ------
+        TypeError, ValueError
+            ``q`` or ``exp`` has the wrong dtype or shape.
+        """
+        from firmware.runtime import epilogue
+        return epilogue.upload(self, q, exp)
+
+    def bfp_gemm(self, a, b, *, transpose_a: bool = False, transpose_b: bool = False,
+                 bias=None, bias_axis: str = "col", relu: bool = False, mask_in=None,
+                 out: str = "bfp8", rounding: str = "nearest", seed: int = 0):
+        """``C = op(A) op(B)`` of two BFP8 tensors, through the write-back epilogue, kept on
+        the device.
+
+        One descriptor with tile exponents along K (``DESC_EPILOGUE.A_TILES``, ``B_TILES``):
+        each K block's exact int32 partial is rescaled once and accumulated in float32
+        (:func:`sim.models.bfp.gemm_kblocks`); then :func:`sim.models.bfp.epilogue`: the
+        bias, ReLU and its mask, a stored mask, and BFP8 or float32 output.
+
+        Parameters
+        ----------
+        a, b : firmware.runtime.epilogue.BfpTensor
+            ``op(a)`` is M x K, ``op(b)`` K x N.
+        transpose_a, transpose_b : bool
+            Read the operand transposed (its exponent grid with it).
+        bias : numpy.ndarray or DeviceTensor of float32, optional
+            One value per row of C (``bias_axis="row"``) or per column (``"col"``).
+        bias_axis : {"row", "col"}
+        relu : bool
+            Apply ReLU; the call then also returns its mask.
+        mask_in : firmware.runtime.epilogue.MaskTensor, optional
+            Zero C where this mask is 0 (ReLU's backward pass). Not with ``relu``.
+        out : {"bfp8", "float32"}
+            C as BFP8 tile blocks (:class:`~firmware.runtime.epilogue.BfpTensor`) or as a
+            float32 :class:`DeviceTensor` (a weight gradient for the optimiser).
+        rounding : {"nearest", "stochastic"}
+        seed : int
+            The 64-bit seed of stochastic rounding.
+
+        Returns
+        -------
+        BfpTensor or DeviceTensor, or a tuple of it and a MaskTensor (with ``relu``)
+            Bit for bit what :mod:`sim.models.bfp` computes, on every backend.
+
+        Raises
+        ------
+        TypeError
+            An operand is not a BfpTensor, a flag is not a bool, the bias is not float32.
+        ValueError
+            Shapes do not match; an option is out of range; ``relu`` with ``mask_in``.
+        RuntimeError
+            The accelerator has no epilogue or tile exponents (``CONFIG_FEATURES``).
+        AcceleratorError
+            The hardware reported an error (``NONFINITE`` where C cannot be quantised).
+        """
+        from firmware.runtime import epilogue
+        return epilogue.bfp_gemm(self, a, b, transpose_a=transpose_a, transpose_b=transpose_b,
+                                 bias=bias, bias_axis=bias_axis, relu=relu, mask_in=mask_in,
+                                 out=out, rounding=rounding, seed=seed)
+
     def memory_port(self) -> dict | None:
         """The memory port the schedule is planned for.
 

@@ -1,0 +1,336 @@
+"""Device-resident BFP8 tensors and the GEMMs that keep them on the device.
+
+A :class:`BfpTensor` is a matrix in BFP8 tile blocks (:mod:`sim.models.bfp`) held in device
+memory: its int8 mantissas and its grid of tile exponents. :meth:`firmware.Device.quantize`
+makes one from float32 data with a quantise-only descriptor; :meth:`firmware.Device.bfp_gemm`
+multiplies two of them with the tile exponents applied along K on the device, and writes its
+result through the write-back epilogue — bias, ReLU with its mask, a stored mask applied
+backward, and quantisation to BFP8 tile blocks again, or float32 — so that one layer's output
+is the next layer's operand without leaving the device.
+
+Each call is one descriptor with ``DESC_EPILOGUE`` options (:mod:`firmware.spec.regmap`).
+A device whose ``CONFIG_FEATURES`` lacks the epilogue refuses these calls before anything
+runs. On the ``golden`` backend the same results come straight from :mod:`sim.models.bfp`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from firmware.spec import regmap
+from sim.models import bfp
+
+__all__ = ["BfpTensor", "MaskTensor", "quantize", "upload", "bfp_gemm", "ROUNDINGS"]
+
+ROUNDINGS = ("nearest", "stochastic")
+
+
+class BfpTensor:
+    """A matrix in BFP8 tile blocks on a device.
+
+    Attributes
+    ----------
+    shape : tuple of int
+        The matrix's shape ``(M, N)``.
+    q : DeviceTensor
+        The int8 mantissas, ``M x N``.
+    exp : DeviceTensor
+        The tile exponents, int8, stored as one row of ``ceil(M/T) * ceil(N/T)`` bytes
+        (the grid row-major).
+    block : int
+        The tile side ``T``.
+    """
+
+    def __init__(self, q, exp, shape, block: int):
+        self.q, self.exp, self.shape, self.block = q, exp, tuple(shape), block
+
+    @property
+    def grid(self) -> tuple[int, int]:
+        """The exponent grid's shape."""
+        return bfp.tile_grid(self.shape, block=self.block)
+
+    def mantissas(self) -> np.ndarray:
+        """A host copy of the int8 mantissas."""
+        return self.q.numpy()
+
+    def exponents(self) -> np.ndarray:
+        """A host copy of the tile exponents, shaped as their grid."""
+        return self.exp.numpy().reshape(self.grid)
+
+    def numpy(self) -> np.ndarray:
+        """The values as float32 (exact: :func:`sim.models.bfp.dequantize_tiles`)."""
+        return bfp.dequantize_tiles(self.mantissas(), self.exponents(), block=self.block)
+
+    def free(self) -> None:
+        """Give both buffers back to the device."""
+        self.q.free()
+        self.exp.free()
+
+    def __repr__(self):
+        return f"BfpTensor(shape={self.shape}, block={self.block})"
+
+
+class MaskTensor:
+    """ReLU's mask on a device: one bit per element, each row packed LSB first
+    (:func:`sim.models.bfp.pack_mask`).
+
+    Attributes
+    ----------
+    shape : tuple of int
+        The masked matrix's shape ``(M, N)``.
+    bits : DeviceTensor
+        uint8, ``M x ceil(N/8)``.
+    """
+
+    def __init__(self, bits, shape):
+        self.bits, self.shape = bits, tuple(shape)
+
+    def numpy(self) -> np.ndarray:
+        """The mask as a bool ``M x N`` array."""
+        return bfp.unpack_mask(self.bits.numpy(), self.shape[1])
+
+    def free(self) -> None:
+        self.bits.free()
+
+    def __repr__(self):
+        return f"MaskTensor(shape={self.shape})"
+
+
+def _check_rounding(rounding, seed):
+    if rounding not in ROUNDINGS:
+        raise ValueError(f"rounding must be one of {ROUNDINGS}, not {rounding!r}")
+    if not isinstance(seed, (int, np.integer)) or isinstance(seed, bool) \
+            or not 0 <= int(seed) < 1 << 64:
+        raise ValueError(f"seed must be an integer in [0, 2**64), not {seed!r}")
+
+
+def _require(dev):
+    """The device offers the epilogue and tile exponents, else a clear error."""
+    if dev.driver is None:
+        return
+    info = dev.driver.info
+    if not (info.epilogue and info.k_blocks):
+        raise RuntimeError(f"this {dev.backend} accelerator has no write-back epilogue or tile "
+                           f"exponents (CONFIG_FEATURES): use the host path (firmware.ml's "
+                           f"blocks policies) or Device('model')")
+    if info.tile_block != regmap.TILE_BLOCK:
+        raise RuntimeError(f"the accelerator's tiles are {info.tile_block} wide, this "
+                           f"runtime's {regmap.TILE_BLOCK}")
+
+
+def _empty(dev, shape, dtype):
+    """An uninitialised device matrix whose rows start on bus words (never packed: the
+    write-back writes C, masks and exponents only there)."""
+    from firmware.runtime.device import DeviceTensor, _round_up
+    if dev.driver is None:
+        return dev.empty(shape, dtype)
+    stride = _round_up(shape[1] * np.dtype(dtype).itemsize, dev.bytes_per_word)
+    return DeviceTensor(dev, shape, dtype, dev.pool.get(shape[0] * stride), stride)
+
+
+def _empty_bfp(dev, shape) -> BfpTensor:
+    grid = bfp.tile_grid(shape, block=regmap.TILE_BLOCK)
+    return BfpTensor(_empty(dev, shape, np.int8), _empty(dev, (1, grid[0] * grid[1]), np.int8),
+                     shape, regmap.TILE_BLOCK)
+
+
+def _golden_bfp(dev, q, exp) -> BfpTensor:
+    return BfpTensor(dev.tensor(q), dev.tensor(exp.reshape(1, -1)), q.shape, regmap.TILE_BLOCK)
+
+
+def _check_dims(*dims):
+    from firmware.runtime.device import MAX_DIM
+    for name, v in dims:
+        if v > MAX_DIM:
+            raise ValueError(f"{name}={v} exceeds {MAX_DIM}: a BFP8 GEMM is one descriptor")
+
+
+def _span(t) -> tuple[int, int]:
+    """The bytes a device tensor covers, for the driver's address window."""
+    return t.addr, t.addr + (t.shape[0] - 1) * t.stride + t.shape[1] * t.dtype.itemsize
+
+
+def _run(dev, desc, tensors) -> None:
+    desc["regions"] = [_span(t) for t in tensors]
+    cnt = dev.driver.run(desc, profile=dev.profile)
+    cycles = cnt["busy_cycles"]
+    dev.profile.cycles += cycles
+    dev.stats.update(descriptors=1, cycles=cycles, active_cycles=cnt["active_cycles"],
+                     dma_stall_cycles=cnt["stall_cycles"],
+                     utilization=dev.stats["macs"] / (dev.rows * dev.cols * cycles)
+                     if cycles and dev.stats["macs"] else None)
+
+
+def upload(dev, q, exp) -> BfpTensor:
+    """See :meth:`firmware.Device.bfp_tensor`."""
+    if not isinstance(q, np.ndarray) or q.dtype != np.int8 or q.ndim != 2 or not q.size:
+        raise TypeError(f"q must be a non-empty int8 matrix, not "
+                        f"{getattr(q, 'dtype', type(q).__name__)} {getattr(q, 'shape', '')}")
+    grid = bfp.tile_grid(q.shape, block=regmap.TILE_BLOCK)
+    if not isinstance(exp, np.ndarray) or exp.dtype != np.int8:
+        raise TypeError(f"exp must be an int8 array, not "
+                        f"{getattr(exp, 'dtype', type(exp).__name__)}")
+    if exp.shape != grid:
+        raise ValueError(f"exp must have the shape of q's tile grid, {grid}, not {exp.shape}")
+    if dev.driver is None:
+        return _golden_bfp(dev, q, exp)
+    t = _empty_bfp(dev, q.shape)
+    t.q.write(q)
+    t.exp.write(np.ascontiguousarray(exp).reshape(1, -1))
+    return t
+
+
+def quantize(dev, x, *, rounding: str = "nearest", seed: int = 0) -> BfpTensor:
+    """See :meth:`firmware.Device.quantize`."""
+    from firmware.runtime.device import DeviceTensor
+    _check_rounding(rounding, seed)
+    _require(dev)
+    if isinstance(x, DeviceTensor):
+        x._live()
+        if x.device is not dev:
+            raise ValueError("x is a DeviceTensor of another device")
+        if x.dtype != np.float32 or x.ndim != 2:
+            raise TypeError(f"x must hold a float32 matrix, not {x.dtype} {x.shape}")
+    elif not isinstance(x, np.ndarray) or x.dtype != np.float32 or x.ndim != 2 or not x.size:
+        raise TypeError(f"x must be a non-empty float32 matrix (numpy or DeviceTensor), not "
+                        f"{getattr(x, 'dtype', type(x).__name__)} {getattr(x, 'shape', '')}")
+    m, n = x.shape
+    _check_dims(("M", m), ("N", n))
+    dev.stats = {"backend": dev.backend, "macs": 0, "m": m, "n": n, "k": 0,
+                 "descriptors": 0, "cycles": None, "utilization": None}
+    if dev.driver is None:
+        host = x.numpy() if isinstance(x, DeviceTensor) else x
+        if not np.isfinite(host).all():
+            raise ValueError("x must be finite to quantise (it holds inf or NaN)")
+        return _golden_bfp(dev, *bfp.quantize_tiles(host, rounding=rounding, seed=int(seed)))
+    temp = None
+    if not isinstance(x, DeviceTensor):
+        x = temp = dev.tensor(x)
+    out = _empty_bfp(dev, (m, n))
+    try:
+        _run(dev, dict(m=m, n=n, k=1, flags={}, a_addr=x.addr, a_stride=x.stride,
+                       c_addr=out.q.addr, c_stride=out.q.stride, c_exp_addr=out.exp.addr,
+                       seed=int(seed),
+                       epilogue={"QUANTIZE_ONLY": 1, "BFP8": 1,
+                                 "STOCHASTIC": int(rounding == "stochastic")}),
+             [x, out.q, out.exp])
+    except BaseException:
+        out.free()
+        raise
+    finally:
+        if temp is not None:
+            temp.free()
+    return out
+
+
+def bfp_gemm(dev, a: BfpTensor, b: BfpTensor, *, transpose_a: bool = False,
+             transpose_b: bool = False, bias=None, bias_axis: str = "col", relu: bool = False,
+             mask_in: MaskTensor | None = None, out: str = "bfp8", rounding: str = "nearest",
+             seed: int = 0):
+    """See :meth:`firmware.Device.bfp_gemm`."""
+    from firmware.runtime.device import DeviceTensor
+    for name, t in (("a", a), ("b", b)):
+        if not isinstance(t, BfpTensor):
+            raise TypeError(f"{name} must be a BfpTensor (Device.quantize or bfp_gemm), not "
+                            f"{type(t).__name__}")
+        if t.q.device is not dev:
+            raise ValueError(f"{name} is a BfpTensor of another device (or freed)")
+    for name, flag in (("transpose_a", transpose_a), ("transpose_b", transpose_b),
+                       ("relu", relu)):
+        if not isinstance(flag, (bool, np.bool_)):
+            raise TypeError(f"{name} must be a bool, not {type(flag).__name__}")
+    if out not in ("bfp8", "float32"):
+        raise ValueError(f"out must be 'bfp8' or 'float32', not {out!r}")
+    if bias_axis not in ("row", "col"):
+        raise ValueError(f"bias_axis must be 'row' or 'col', not {bias_axis!r}")
+    _check_rounding(rounding, seed)
+    m, ka = a.shape[::-1] if transpose_a else a.shape
+    kb, n = b.shape[::-1] if transpose_b else b.shape
+    if ka != kb:
+        raise ValueError(f"inner dimensions differ: op(a) is {m}x{ka} but op(b) is {kb}x{n}")
+    k = ka
+    _check_dims(("M", m), ("N", n), ("K", k))
+    if bias is not None:
+        length = m if bias_axis == "row" else n
+        host_bias = bias.numpy().reshape(-1) if isinstance(bias, DeviceTensor) else bias
+        if not isinstance(host_bias, np.ndarray) or host_bias.dtype != np.float32:
+            raise TypeError(f"bias must be a float32 vector, not "
+                            f"{getattr(host_bias, 'dtype', type(bias).__name__)}")
+        if host_bias.size != length:
+            raise ValueError(f"bias must have {length} values (one per "
+                             f"{'row' if bias_axis == 'row' else 'column'} of C), not "
+                             f"{host_bias.size}")
+    if mask_in is not None:
+        if not isinstance(mask_in, MaskTensor):
+            raise TypeError(f"mask_in must be a MaskTensor (bfp_gemm with relu=True), not "
+                            f"{type(mask_in).__name__}")
+        if mask_in.shape != (m, n):
+            raise ValueError(f"mask_in is {mask_in.shape[0]}x{mask_in.shape[1]}, C is {m}x{n}")
+    _require(dev)
+    dev.stats = {"backend": dev.backend, "macs": m * n * k, "m": m, "n": n, "k": k,
+                 "descriptors": 0, "cycles": None, "utilization": None}
+    if dev.driver is None:
+        c = bfp.gemm_kblocks(a.mantissas(), a.exponents(), b.mantissas(), b.exponents(),
+                             transpose_a=bool(transpose_a), transpose_b=bool(transpose_b))
+        r = bfp.epilogue(c, bias=None if bias is None else host_bias.reshape(-1),
+                         bias_axis=bias_axis, relu=bool(relu),
+                         mask_in=None if mask_in is None else mask_in.numpy(),
+                         out="bfp8" if out == "bfp8" else "fp32", rounding=rounding,
+                         seed=int(seed))
+        if out == "bfp8" and not np.isfinite(r.value).all():
+            raise ValueError("the result holds inf or NaN: it cannot be quantised")
+        result = _golden_bfp(dev, r.q, r.exp) if out == "bfp8" else dev.tensor(r.value)
+        if relu:
+            return result, MaskTensor(dev.tensor(bfp.pack_mask(r.mask)), (m, n))
+        return result
+    temps, made = [], []
+    try:
+        tensors = [a.q, a.exp, b.q, b.exp]
+        desc = dict(m=m, n=n, k=k, flags={"TRANSPOSE_A": int(transpose_a),
+                                          "TRANSPOSE_B": int(transpose_b)},
+                    a_addr=a.q.addr, a_stride=a.q.stride, b_addr=b.q.addr,
+                    b_stride=b.q.stride, row_exp_addr=a.exp.addr, col_exp_addr=b.exp.addr,
+                    seed=int(seed))
+        epi = {"A_TILES": 1, "B_TILES": 1}
+        if out == "bfp8":
+            result = _empty_bfp(dev, (m, n))
+            made.append(result)
+            desc.update(c_addr=result.q.addr, c_stride=result.q.stride,
+                        c_exp_addr=result.exp.addr)
+            epi.update(BFP8=1, STOCHASTIC=int(rounding == "stochastic"))
+            tensors += [result.q, result.exp]
+        else:
+            result = _empty(dev, (m, n), np.float32)
+            made.append(result)
+            desc.update(c_addr=result.addr, c_stride=result.stride)
+            tensors.append(result)
+        if bias is not None:
+            bt = bias if isinstance(bias, DeviceTensor) else dev.tensor(host_bias.reshape(1, -1))
+            if bt is not bias:
+                temps.append(bt)
+            desc["bias_addr"] = bt.addr
+            epi["BIAS"] = 1 if bias_axis == "row" else 2
+            tensors.append(bt)
+        mask = None
+        if relu:
+            mask = MaskTensor(_empty(dev, (m, -(-n // 8)), np.uint8), (m, n))
+            made.append(mask)
+            desc.update(mask_addr=mask.bits.addr, mask_stride=mask.bits.stride)
+            epi["RELU"] = 1
+            tensors.append(mask.bits)
+        if mask_in is not None:
+            if relu:
+                raise ValueError("relu and mask_in share the mask address: use one at a time")
+            desc.update(mask_addr=mask_in.bits.addr, mask_stride=mask_in.bits.stride)
+            epi["MASK_IN"] = 1
+            tensors.append(mask_in.bits)
+        desc["epilogue"] = epi
+        _run(dev, desc, tensors)
+    except BaseException:
+        for t in made:
+            t.free()
+        raise
+    finally:
+        for t in temps:
+            t.free()
+    return (result, mask) if relu else result
