@@ -47,10 +47,10 @@ class Fp32Add(wiring.Component):
     -------
     :attr:`LATENCY` cycles from an accepted input to a valid output. The stages: the inputs
     registered; the magnitude comparison, the swap and the exponent difference; the
-    alignment shift; the sticky bit and the 28-bit add or subtract; leading zeros per group
+    alignment shift and the sticky bit; the 28-bit add or subtract; leading zeros per group
     of 8 bits; the zero count; the normalising shift amount and the exponent field; the
-    normalising shift; the rounding increment and the output word. None has a carry chain
-    after another.
+    normalising shift, the rounding bit and the special values; the rounding increment. None
+    has a carry chain after another.
 
     Throughput
     ----------
