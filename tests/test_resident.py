@@ -1,0 +1,55 @@
+"""Training with activations, masks and deltas on the device (:mod:`firmware.ml.resident`)."""
+
+import numpy as np
+import pytest
+
+from firmware import Device
+from firmware.ml.data import digits
+from firmware.ml.resident import ResidentMLP
+
+
+@pytest.fixture(scope="module")
+def data():
+    xtr, ytr, xte, yte = digits()
+    return (xtr.astype(np.float32), ytr, xte.astype(np.float32), yte)
+
+
+def _train(dev, data, steps, batch=64, seed=3):
+    xtr, ytr, _, _ = data
+    net = ResidentMLP([64, 48, 10], dev, seed=seed, lr=0.05)
+    losses = []
+    for s in range(steps):
+        i = (s * batch) % (len(xtr) - batch)
+        losses.append(net.step(xtr[i:i + batch], ytr[i:i + batch]))
+    return net, losses
+
+
+def test_golden_and_model_train_to_the_same_weights(data):
+    """The same steps on the golden model and on the functional accelerator (descriptors
+    through the driver) leave bit-identical weights; and the host moved only the batch, the
+    logits, the loss gradient and the optimiser's gradients and weights."""
+    a, _ = _train(Device("golden"), data, 4)
+    b, _ = _train(Device("model", rows=8, cols=8), data, 4)
+    for (name, p), (_, q) in zip(a.params, b.params, strict=True):
+        np.testing.assert_array_equal(p.view(np.uint32), q.view(np.uint32), err_msg=name)
+    assert set(b.traffic) == {"input batch", "weights", "logits", "loss gradient", "gradients"}
+    # a different seed gives different weights (the rounding is stochastic and seeded)
+    c, _ = _train(Device("golden"), data, 4, seed=4)
+    assert not np.array_equal(a.params[0][1], c.params[0][1])
+
+
+def test_it_learns(data):
+    net, losses = _train(Device("golden"), data, 60)
+    assert np.mean(losses[-10:]) < 0.5 * np.mean(losses[:5])
+    _, _, xte, yte = data
+    assert (net.predict(xte) == yte).mean() > 0.85
+
+
+def test_bad_input():
+    net = ResidentMLP([8, 4], Device("golden"))
+    with pytest.raises(TypeError, match="x must be a float32 matrix"):
+        net.forward(np.zeros((2, 8)))
+    with pytest.raises(ValueError, match="x has 7 features"):
+        net.forward(np.zeros((2, 7), np.float32))
+    with pytest.raises(ValueError, match="sizes must be"):
+        ResidentMLP([8], Device("golden"))
