@@ -650,3 +650,19 @@ def test_a_15_bit_generator_fails_the_unbiasedness_tests(monkeypatch, bug):
         monkeypatch.setattr(bfp, "random_bits", lambda s, m, n: good(s, m, n) & 0xFFFE)
         with pytest.raises(AssertionError):
             test_the_smallest_fraction_rounds_up_at_its_rate()
+
+
+def test_each_k_block_is_rounded_then_added():
+    """Each K block's term is rounded to float32 on its own before the float32 add: a term of
+    half the least subnormal rounds (to even) to zero, so 2**-149 + 2**-150 is 2**-149;
+    adding the exact terms and rounding once would give 2**-148."""
+    a = np.zeros((1, 64), np.int8)
+    a[0, 0] = a[0, 32] = 1
+    b = a.T.copy()
+    a_exp = np.array([[-128, -128]], np.int8)
+    b_exp = np.array([[-21], [-22]], np.int8)
+    want = np.float32(2.0 ** -149)
+    assert bfp.gemm_kblocks(a, a_exp, b, b_exp)[0, 0] == want
+    runs = bfp.gemm_kruns(a, np.array([[-128, -128]], np.int8), b,
+                          np.array([[-21], [-22]], np.int8), [32, 64])
+    assert runs[0, 0] == want

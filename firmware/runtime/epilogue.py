@@ -269,6 +269,7 @@ def bfp_gemm(dev, a: BfpTensor, b: BfpTensor, *, transpose_a: bool = False,
     _require(dev)
     dev.stats = {"backend": dev.backend, "macs": m * n * k, "m": m, "n": n, "k": k,
                  "descriptors": 0, "cycles": None, "utilization": None}
+    dev.profile.count("gemms", 1)
     if dev.driver is None:
         c = bfp.gemm_kblocks(a.mantissas(), a.exponents(), b.mantissas(), b.exponents(),
                              transpose_a=bool(transpose_a), transpose_b=bool(transpose_b))

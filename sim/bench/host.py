@@ -58,7 +58,21 @@ def _step(net, eng, opt, x, y):
         opt.step(net.gradients())
 
 
-def measure(board: str, blocks: str, batch: int = 128, steps: int = 3) -> dict:
+def fashion_mlp(rng):
+    """The fashion-mlp task's network, 784 -> 256 -> 10 with ReLU."""
+    from firmware.ml import nn
+    return nn.Network([nn.Linear(784, 256, rng), nn.ReLU(), nn.Linear(256, 10, rng)])
+
+
+#: The benchmark's networks: ``--net``.
+NETS = {"cnn": fashion_cnn, "mlp": fashion_mlp}
+#: ``--blocks`` value for :class:`firmware.ml.resident.ResidentMLP` (``--net mlp`` only):
+#: activations, masks and deltas kept on the device in BFP8 tile blocks.
+RESIDENT = "resident"
+
+
+def measure(board: str, blocks: str, batch: int = 128, steps: int = 3,
+            net_name: str = "cnn") -> dict:
     """One board's default on its port, ``steps`` steps after a warm-up step.
 
     Parameters
@@ -66,11 +80,14 @@ def measure(board: str, blocks: str, batch: int = 128, steps: int = 3) -> dict:
     board : str
         A board's name (``platforms.PLATFORMS``).
     blocks : str
-        Which tensors stay on the device (:meth:`firmware.ml.nn.Blocks.parse`).
+        The host path's exponent blocks (:meth:`firmware.ml.nn.Blocks.parse`), or
+        ``"resident"`` (with ``net_name="mlp"``): :class:`firmware.ml.resident.ResidentMLP`.
     batch : int
         The batch size.
     steps : int
         Steps measured.
+    net_name : {"cnn", "mlp"}
+        The network (:data:`NETS`).
 
     Returns
     -------
@@ -89,22 +106,40 @@ def measure(board: str, blocks: str, batch: int = 128, steps: int = 3) -> dict:
                  queue=cfg["queue"], port=BOARD_PORTS[board], memory=512 << 20,
                  write_ports=cfg.get("write_ports", 1))
     rng = np.random.default_rng(0)
-    net = fashion_cnn(rng)
-    eng = nn.Engine("int8", dev, rng=np.random.default_rng(1), blocks=nn.Blocks.parse(blocks))
-    opt = SGD(net.parameters(), lr=0.01)
     x, y = _images(batch)
-    _step(net, eng, opt, x, y)                  # warm-up: buffers allocated once per shape
-    eng.profile.reset()
+    if blocks == RESIDENT:
+        from firmware.ml.resident import ResidentMLP
+        net = ResidentMLP([784, 256, 10], dev, seed=0, lr=0.01)
+        x = x.reshape(batch, -1)
+        profile = dev.profile
+
+        def step():
+            with profile.time("float"):
+                net.step(x, y)
+    else:
+        net = NETS[net_name](rng)
+        eng = nn.Engine("int8", dev, rng=np.random.default_rng(1),
+                        blocks=nn.Blocks.parse(blocks))
+        opt = SGD(net.parameters(), lr=0.01)
+        profile = eng.profile
+        if net_name == "mlp":
+            x = x.reshape(batch, -1)
+
+        def step():
+            _step(net, eng, opt, x, y)
+    step()                                      # warm-up: buffers allocated once per shape
+    profile.reset()
     descriptors0 = dev.sim.descriptors
     for _ in range(steps):
-        _step(net, eng, opt, x, y)
+        step()
     clock = b.clock_mhz * 1e6
-    s = eng.profile.summary(clock)
+    s = profile.summary(clock)
     per = {k: v / steps for k, v in s["seconds"].items()}
     host = s["host_seconds"] / steps
     acc = s["accelerator_seconds"] / steps
     return {"board": board, "config": f"{cfg['rows']}x{cfg['cols']}@{cfg['data_width']}",
-            "port": BOARD_PORTS[board], "clock_mhz": b.clock_mhz, "blocks": blocks,
+            "port": BOARD_PORTS[board], "clock_mhz": b.clock_mhz, "net": net_name,
+            "blocks": blocks,
             "batch": batch, "steps": steps, "gemms_per_step": s["counts"]["gemms"] / steps,
             "descriptors_per_step": (dev.sim.descriptors - descriptors0) / steps,
             "host_seconds": per, "host_total": host,
@@ -112,15 +147,17 @@ def measure(board: str, blocks: str, batch: int = 128, steps: int = 3) -> dict:
             "accelerator_seconds": acc, "host_share": host / (host + acc)}
 
 
-def fp32_step(batch: int = 128, steps: int = 3) -> float:
+def fp32_step(batch: int = 128, steps: int = 3, net_name: str = "cnn") -> float:
     """Seconds of the same step in float32 numpy on this machine."""
     from firmware.ml import nn
     from firmware.ml.optim import SGD
     rng = np.random.default_rng(0)
-    net = fashion_cnn(rng)
+    net = NETS[net_name](rng)
     eng = nn.Engine("fp32")
     opt = SGD(net.parameters(), lr=0.01)
     x, y = _images(batch)
+    if net_name == "mlp":
+        x = x.reshape(batch, -1)
     _step(net, eng, opt, x, y)
     t0 = time.perf_counter()
     for _ in range(steps):
@@ -153,7 +190,11 @@ def main(argv=None) -> int:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--boards", nargs="+", default=["zcu104", "pynq-z1", "vu9p"],
                    choices=["pynq-z1", "zcu104", "vu9p"])
-    p.add_argument("--blocks", nargs="+", default=["fox", "tensor"])
+    p.add_argument("--net", choices=sorted(NETS), default="cnn",
+                   help="the network: the CNN (default) or fashion-mlp's 784-256-10 MLP")
+    p.add_argument("--blocks", nargs="+", default=["fox", "tensor"],
+                   help="host-path exponent blocks (fox, tensor, W,x,d) or, with --net mlp, "
+                        "'resident' (tensors kept on the device)")
     p.add_argument("--batch", type=int, default=128)
     p.add_argument("--steps", type=int, default=3)
     p.add_argument("--out", type=Path, default=ROOT / "results" / "host_profile.json")
@@ -162,6 +203,11 @@ def main(argv=None) -> int:
         p.error("--batch and --steps must be at least 1")
     from firmware.ml import nn
     for b in args.blocks:
+        if b == RESIDENT:
+            if args.net != "mlp":
+                p.error("--blocks resident needs --net mlp (only fully connected layers stay "
+                        "on the device)")
+            continue
         try:
             nn.Blocks.parse(b)
         except ValueError as e:
@@ -169,12 +215,12 @@ def main(argv=None) -> int:
     results = []
     for board in args.boards:
         for blocks in args.blocks:
-            r = measure(board, blocks, args.batch, args.steps)
+            r = measure(board, blocks, args.batch, args.steps, args.net)
             print(f"  {board} {blocks}: host {1e3 * r['host_total']:.1f} ms, accelerator "
                   f"{1e3 * r['accelerator_seconds']:.2f} ms, host share "
                   f"{100 * r['host_share']:.1f} %", file=sys.stderr)
             results.append(r)
-    fp32 = fp32_step(args.batch, args.steps)
+    fp32 = fp32_step(args.batch, args.steps, args.net)
     print(table(results, fp32))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({

@@ -344,6 +344,9 @@ def gemm_kruns(a: np.ndarray, a_exp: np.ndarray, b: np.ndarray, b_exp: np.ndarra
                          f"not {b_exp.shape}")
     op_a = a.T if transpose_a else a
     op_b = b.T if transpose_b else b
+    length = stops[0]
+    if length <= _BATCH_K and all(s == (j + 1) * length for j, s in enumerate(stops[:-1])):
+        return _uniform_runs(op_a, a_exp, op_b, b_exp, length)
     total = np.zeros((m, n), np.float32)
     start = 0
     for j, stop in enumerate(stops):
@@ -352,6 +355,35 @@ def gemm_kruns(a: np.ndarray, a_exp: np.ndarray, b: np.ndarray, b_exp: np.ndarra
         with np.errstate(over="ignore", invalid="ignore"):
             total = total + rescale(part, a_exp[:, j].copy(), b_exp[j].copy())
         start = stop
+    return total
+
+
+#: The longest run :func:`_uniform_runs` sums in float32, exactly: every partial sum of at most
+#: 1024 products of int8 values is an integer of at most 2**24.
+_BATCH_K = 1024
+
+
+def _uniform_runs(op_a, a_exp, op_b, b_exp, length):
+    """:func:`gemm_kruns` where every run but the last is ``length`` long, bit for bit, with
+    the runs' partial products batched into one float32 matmul (exact, ``length <=
+    _BATCH_K``; the last run padded with zero products), each rescaled as
+    :func:`sim.models.golden.rescale` does (float64, one rounding to float32) and summed in
+    float32 in run order."""
+    m, k = op_a.shape
+    n = op_b.shape[1]
+    runs = -(-k // length)
+    fa = np.zeros((m, runs * length), np.float32)
+    fa[:, :k] = op_a
+    fb = np.zeros((runs * length, n), np.float32)
+    fb[:k] = op_b
+    parts = np.matmul(fa.reshape(m, runs, length).transpose(1, 0, 2),
+                      fb.reshape(runs, length, n))                       # (runs, M, N)
+    total = np.zeros((m, n), np.float32)
+    with np.errstate(over="ignore", invalid="ignore"):
+        for j in range(runs):
+            scale = np.exp2(a_exp[:, j].astype(np.float64))[:, None] \
+                * np.exp2(b_exp[j].astype(np.float64))[None, :]
+            total = total + (parts[j].astype(np.float64) * scale).astype(np.float32)
     return total
 
 
