@@ -35,6 +35,18 @@ combines (:func:`sim.models.golden.gemm_scaled`) — Fox et al.'s per-sample wei
 with no host arithmetic. Convolutions quantise ``x`` and ``δ`` in their NCHW layout and then
 ``im2col`` the 8-bit values (layout only); ``"row"`` quantises the ``im2col`` matrix instead.
 
+The policy ``"tile"`` (:data:`TILE`, ``--blocks tile``) is the accelerator's own format,
+BFP8 tile blocks (:mod:`sim.models.bfp`): weights, activations and deltas are each quantised
+to one exponent per 32 x 32 tile (:func:`firmware.ml.quant.quantize_tiles`, stochastic
+rounding seeded from the Engine's generator, one 64-bit seed per tensor as a descriptor
+carries it), and each GEMM is computed as the tile-exponent path computes it: the exact int32
+partial of each K block of 32, rescaled once to float32 and accumulated in float32 in K order
+(:func:`tile_gemm`, bit for bit :func:`sim.models.bfp.gemm_kblocks`). One quantised copy of
+each tensor serves its GEMMs as stored or transposed. The float32 work between the GEMMs
+follows the write-back epilogue's order: bias added in float32, then ReLU (forward); the
+delta masked by ReLU's mask, then quantised (backward); convolutions quantise their
+``im2col`` matrices. These GEMMs run on the host (the ``"wait"`` of the profile).
+
 Bias, activations, pooling and the losses stay in float32 on the host. The Engine's
 :class:`firmware.runtime.profile.Profile` times every kind of host work.
 """
@@ -45,14 +57,19 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from firmware.ml.quant import quantize
+from firmware.ml.quant import quantize, quantize_tiles
 from firmware.runtime.profile import Profile
+from sim.models.golden import gemm_shape
 
-__all__ = ["Engine", "Blocks", "FOX", "BIG_BLOCK", "POLICIES", "Q", "Linear", "Conv2d", "ReLU",
-           "MaxPool2d", "Flatten", "Network", "softmax_cross_entropy", "mse"]
+__all__ = ["Engine", "Blocks", "FOX", "BIG_BLOCK", "TILE", "POLICIES", "Q", "tile_gemm",
+           "Linear", "Conv2d", "ReLU", "MaxPool2d", "Flatten", "Network", "softmax_cross_entropy",
+           "mse"]
 
 #: Block granularities.
 POLICIES = ("tensor", "sample", "channel", "row")
+
+#: The tile side of the ``"tile"`` policy (the accelerator's).
+TILE_BLOCK = 32
 
 
 @dataclass(frozen=True)
@@ -64,22 +81,37 @@ class Blocks:
     deltas: str = "sample"
 
     def __post_init__(self):
-        for name in ("weights", "activations", "deltas"):
-            v = getattr(self, name)
+        names = ("weights", "activations", "deltas")
+        values = [getattr(self, name) for name in names]
+        if "tile" in values:
+            if values != ["tile"] * 3:
+                raise ValueError(f"blocks 'tile' applies to every tensor: weights, activations "
+                                 f"and deltas must all be 'tile', not {','.join(values)!r}")
+            return
+        for name, v in zip(names, values, strict=True):
             allowed = ("tensor", "channel") if name == "weights" else POLICIES
             if v not in allowed:
-                raise ValueError(f"blocks.{name} must be one of {allowed}, not {v!r}")
+                raise ValueError(f"blocks.{name} must be one of {allowed} (or all 'tile'), "
+                                 f"not {v!r}")
+
+    @property
+    def tile(self) -> bool:
+        """Whether this is the ``"tile"`` policy (BFP8 tile blocks everywhere)."""
+        return self.weights == "tile"
 
     @classmethod
     def parse(cls, text: str) -> Blocks:
-        """``"fox"``, ``"tensor"`` or ``"W,x,δ"`` such as ``"tensor,sample,sample"``."""
+        """``"fox"``, ``"tensor"``, ``"tile"`` or ``"W,x,δ"`` such as
+        ``"tensor,sample,sample"``."""
         if text == "fox":
             return FOX
         if text == "tensor":
             return BIG_BLOCK
+        if text == "tile":
+            return TILE
         parts = text.split(",")
         if len(parts) != 3:
-            raise ValueError(f"blocks must be 'fox', 'tensor' or three policies "
+            raise ValueError(f"blocks must be 'fox', 'tensor', 'tile' or three policies "
                              f"'weights,activations,deltas', not {text!r}")
         return cls(*parts)
 
@@ -91,15 +123,82 @@ class Blocks:
 FOX = Blocks()
 #: SWALP's big block: one exponent per tensor everywhere.
 BIG_BLOCK = Blocks("tensor", "tensor", "tensor")
+#: The accelerator's format: BFP8 tile blocks (one exponent per 32 x 32 tile) everywhere.
+TILE = Blocks("tile", "tile", "tile")
+
+
+def tile_gemm(a: np.ndarray, a_exp: np.ndarray, b: np.ndarray, b_exp: np.ndarray, *,
+              transpose_a: bool = False, transpose_b: bool = False,
+              block: int = TILE_BLOCK) -> np.ndarray:
+    """``op(A) @ op(B)`` of two matrices in tile blocks, as the accelerator computes it:
+    :func:`sim.models.bfp.gemm_kblocks` bit for bit, its K blocks batched.
+
+    Parameters
+    ----------
+    a, b : numpy.ndarray of int8
+        Mantissas as stored (``op(a)`` M x K, ``op(b)`` K x N).
+    a_exp, b_exp : numpy.ndarray of int8
+        Their tile exponents, as stored (read transposed with their operand).
+    transpose_a, transpose_b : bool
+    block : int
+        The tile side ``T``.
+
+    Returns
+    -------
+    numpy.ndarray of float32, shape (M, N)
+        ``S = +0; for kb in order: S = float32(S + float32(P_kb * 2**E_kb))`` with ``P_kb``
+        the exact product over K block ``kb`` and ``E_kb[m, n]`` the sum of the two tiles'
+        exponents.
+
+    Raises
+    ------
+    TypeError, ValueError
+        As :func:`sim.models.golden.gemm` for the operands; ``ValueError`` when an exponent
+        grid does not have its operand's tile grid.
+
+    Notes
+    -----
+    Each K block's products are summed in float32 by BLAS, exactly: at most 32 products of
+    magnitude at most ``127**2`` stay below ``2**24``. Scaling by two powers of two in float64
+    is exact, so the one rounding is the cast to float32, that of
+    :func:`sim.models.golden.rescale`.
+    """
+    m, n, k = gemm_shape(a, b, transpose_a, transpose_b)
+    op_a, ea = (a.T, a_exp.T) if transpose_a else (a, a_exp)
+    op_b, eb = (b.T, b_exp.T) if transpose_b else (b, b_exp)
+    nb = -(-k // block)
+    for name, e, want in (("a_exp", ea, (-(-m // block), nb)),
+                          ("b_exp", eb, (nb, -(-n // block)))):
+        if not isinstance(e, np.ndarray) or e.dtype != np.int8 or e.shape != want:
+            raise ValueError(f"{name} must be an int8 tile grid of shape {want} (as read), not "
+                             f"{getattr(e, 'dtype', type(e).__name__)} "
+                             f"{getattr(e, 'shape', '')}")
+    pa = np.zeros((m, nb * block), np.float32)
+    pa[:, :k] = op_a
+    pb = np.zeros((nb * block, n), np.float32)
+    pb[:k] = op_b
+    parts = np.matmul(pa.reshape(m, nb, block).transpose(1, 0, 2),
+                      pb.reshape(nb, block, n))                          # (nb, M, N), exact
+    row = np.exp2(np.repeat(ea, block, axis=0)[:m].T.astype(np.float64))   # (nb, M)
+    col = np.exp2(np.repeat(eb, block, axis=1)[:, :n].astype(np.float64))  # (nb, N)
+    with np.errstate(over="ignore", invalid="ignore"):
+        terms = ((parts.astype(np.float64) * row[:, :, None]) * col[:, None, :]
+                 ).astype(np.float32)
+        total = np.zeros((m, n), np.float32)
+        for term in terms:
+            total += term
+    return total
 
 
 class Q:
     """A quantised matrix: int8 mantissas and their exponents, with at most one of
-    ``row_exp`` (one per row), ``col_exp`` (one per column) set, else the scalar ``exp``.
-    ``tensor`` is its device copy once uploaded."""
+    ``row_exp`` (one per row), ``col_exp`` (one per column), ``tile_exp`` (one per tile, the
+    ``"tile"`` policy) set, else the scalar ``exp``. ``tensor`` is its device copy once
+    uploaded."""
 
-    def __init__(self, data, *, exp=0, row_exp=None, col_exp=None):
+    def __init__(self, data, *, exp=0, row_exp=None, col_exp=None, tile_exp=None):
         self.data, self.exp, self.row_exp, self.col_exp = data, int(exp), row_exp, col_exp
+        self.tile_exp = tile_exp
         self.tensor = None
 
 
@@ -110,7 +209,8 @@ class Engine:
     ----------
     precision : {"fp32", "int8"}
     device : firmware.Device
-        Needed for ``"int8"``.
+        Needed for ``"int8"`` (except with the ``"tile"`` policy, whose GEMMs run on the
+        host).
     rounding : {"stochastic", "nearest"}
     rng : numpy.random.Generator
         The stochastic rounding's draws.
@@ -122,12 +222,12 @@ class Engine:
                  rng: np.random.Generator | None = None, blocks: Blocks = FOX):
         if precision not in ("fp32", "int8"):
             raise ValueError(f"precision must be 'fp32' or 'int8', not {precision!r}")
-        if precision == "int8" and device is None:
-            raise ValueError("precision='int8' needs a device (firmware.Device)")
         if rounding not in ("nearest", "stochastic"):
             raise ValueError(f"rounding must be 'nearest' or 'stochastic', not {rounding!r}")
         if not isinstance(blocks, Blocks):
             raise TypeError(f"blocks must be a firmware.ml.nn.Blocks, not {type(blocks).__name__}")
+        if precision == "int8" and device is None and not blocks.tile:
+            raise ValueError("precision='int8' needs a device (firmware.Device)")
         self.precision, self.device, self.rounding = precision, device, rounding
         self.rng = rng if rng is not None else np.random.default_rng(0)
         self.blocks = blocks
@@ -151,7 +251,13 @@ class Engine:
                             rng=self.rng)
 
     def matrix(self, x: np.ndarray, axis: int | None) -> Q:
-        """Quantise a matrix with blocks along ``axis`` (0: rows, 1: columns, None: one)."""
+        """Quantise a matrix with blocks along ``axis`` (0: rows, 1: columns, None: one);
+        with the ``"tile"`` policy, to tile blocks whatever ``axis``."""
+        if self.blocks.tile:
+            with self.profile.time("quantize"):
+                q, e = quantize_tiles(np.asarray(x, np.float32), rounding=self.rounding,
+                                      rng=self.rng, block=TILE_BLOCK)
+            return Q(q, tile_exp=e)
         q, e = self.quantize(x, axis)
         if axis is None:
             return Q(q, exp=e)
@@ -180,14 +286,20 @@ class Engine:
         """Independent GEMMs queued on the device together (:meth:`firmware.Device.gemms`):
         ``calls`` is a list of ``(qa, qb, options)``, ``options`` the keywords of
         :meth:`gemm`; the results as float32, each bit for bit :meth:`gemm`'s."""
-        dev = self.device
-        dev.profile = self.profile
         for i, (_, _, opts) in enumerate(calls):
             unknown = set(opts) - {"transpose_a", "transpose_b", "keys"}
             if unknown:
                 raise TypeError(f"calls[{i}] has unknown option(s) {sorted(unknown)}; valid: "
                                 f"transpose_a, transpose_b, keys")
         self.gemms += len(calls)
+        if self.blocks.tile:           # the tile-exponent path, emulated on the host
+            with self.profile.time("wait"):
+                return [tile_gemm(qa.data, qa.tile_exp, qb.data, qb.tile_exp,
+                                  transpose_a=opts.get("transpose_a", False),
+                                  transpose_b=opts.get("transpose_b", False))
+                        for qa, qb, opts in calls]
+        dev = self.device
+        dev.profile = self.profile
         args = []
         for qa, qb, opts in calls:
             ta, tb = opts.get("transpose_a", False), opts.get("transpose_b", False)
@@ -221,7 +333,8 @@ class Engine:
 
 
 def _axis(policy: str, sample_axis, channel_axis):
-    return {"tensor": None, "sample": sample_axis, "channel": channel_axis}[policy]
+    return {"tensor": None, "sample": sample_axis, "channel": channel_axis,
+            "tile": None}[policy]
 
 
 def _patch_blocks(cols, e, policy: str, positions: int, kernel: int) -> Q:
@@ -356,7 +469,7 @@ class Conv2d(Layer):
 
     def _quantized_cols(self, x, eng) -> tuple[Q, int, int]:
         policy = eng.blocks.activations
-        if policy == "row":                   # per im2col row: quantise the patches
+        if policy in ("row", "tile"):         # per im2col row or tile: quantise the patches
             with eng.time("layout"):
                 cols, oh, ow = self._cols(x)
             return eng.matrix(cols, 0), oh, ow
@@ -383,7 +496,7 @@ class Conv2d(Layer):
     def _quantized_deltas(self, dy, eng) -> Q:
         policy = eng.blocks.deltas
         n, _, oh, ow = dy.shape
-        if policy == "row":
+        if policy in ("row", "tile"):
             with eng.time("layout"):
                 mat = dy.transpose(0, 2, 3, 1).reshape(n * oh * ow, self.cout)
             return eng.matrix(mat, 0)

@@ -21,13 +21,21 @@ mantissa would be rounded again (at random). An all-zero
 block gives zeros and exponent 0, never NaN. Blocks are the whole tensor (``axis=None``) or
 the slices along one axis (``axis=0``: one exponent per sample / row; ``axis=1``: per column
 or channel).
+
+:func:`quantize_tiles` quantises a matrix to the accelerator's BFP8 tile blocks instead
+(:mod:`sim.models.bfp`: one exponent per 32 x 32 tile, counter-based random bits), with the
+stochastic rounding's 64-bit seed drawn from a ``numpy.random.Generator``.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["quantize", "dequantize", "block_exponent", "ROUNDING"]
+from sim.models import bfp
+from sim.models.prng import threefry2x32
+
+__all__ = ["quantize", "dequantize", "block_exponent", "ROUNDING", "quantize_tiles",
+           "random_seed"]
 
 ROUNDING = ("nearest", "stochastic")
 
@@ -142,3 +150,102 @@ def dequantize(q: np.ndarray, exp, axis: int | None = None) -> np.ndarray:
         shape[axis % q.ndim] = -1
         exp = exp.reshape(shape)
     return (q.astype(np.float64) * np.exp2(exp)).astype(np.float32)
+
+
+def random_seed(rng: np.random.Generator) -> int:
+    """A 64-bit seed for the tile quantiser's counter-based random bits, drawn from ``rng``.
+
+    Parameters
+    ----------
+    rng : numpy.random.Generator
+        The run's stream of stochastic-rounding draws.
+
+    Returns
+    -------
+    int
+        In ``[0, 2**64)``: what a descriptor of the on-chip epilogue carries as its seed.
+    """
+    return int(rng.integers(0, 2**64, dtype=np.uint64))
+
+
+def _tile_bits(seed: int, m: int, n: int) -> np.ndarray:
+    """:func:`sim.models.prng.random_bits` of every element of an ``m x n`` matrix, with one
+    Threefry block per four columns (it holds their four 16-bit numbers)."""
+    rows = np.arange(m, dtype=np.uint32)[:, None]
+    quads = np.arange(-(-n // 4), dtype=np.uint32)[None, :]
+    x0, x1 = threefry2x32(seed & 0xFFFFFFFF, seed >> 32, rows, quads)
+    bits = np.empty((m, quads.shape[1], 4), np.uint16)
+    mask = np.uint32(0xFFFF)
+    for i, (word, shift) in enumerate(((x0, 0), (x0, 16), (x1, 0), (x1, 16))):
+        bits[:, :, i] = (word >> np.uint32(shift)) & mask
+    return bits.reshape(m, -1)[:, :n]
+
+
+def quantize_tiles(x: np.ndarray, *, rounding: str = "nearest",
+                   rng: np.random.Generator | None = None, block: int = 32):
+    """Quantise a matrix to BFP8 tile blocks, the accelerator's format: bit for bit
+    :func:`sim.models.bfp.quantize_tiles` with ``seed`` drawn from ``rng``.
+
+    Parameters
+    ----------
+    x : numpy.ndarray
+        A finite floating-point matrix (cast to float32).
+    rounding : {"nearest", "stochastic"}
+        Round half up, or stochastically with the random bits of one seed drawn from ``rng``
+        (:func:`random_seed`).
+    rng : numpy.random.Generator, optional
+        Needed for stochastic rounding.
+    block : int
+        The tile side ``T``, one of :data:`sim.models.bfp.BLOCKS`.
+
+    Returns
+    -------
+    q : numpy.ndarray of int8
+        The mantissas, shaped like ``x``.
+    exp : numpy.ndarray of int8, shape (ceil(M/T), ceil(N/T))
+        The tile exponents.
+
+    Raises
+    ------
+    TypeError
+        ``x`` is not a floating-point array, or stochastic rounding has no ``rng``.
+    ValueError
+        ``x`` is not a finite, nonempty 2-D matrix, or ``rounding`` or ``block`` is out of
+        range.
+
+    Notes
+    -----
+    The same arithmetic as the golden model's, organised for speed: the random bits come from
+    one Threefry block per four columns (:func:`sim.models.prng.random_bits` computes one
+    per element), and the per-tile scale is applied as a float64 power of two (exact).
+    """
+    if not isinstance(x, np.ndarray) or x.dtype.kind != "f":
+        raise TypeError(f"x must be a floating-point numpy array, not "
+                        f"{getattr(x, 'dtype', type(x).__name__)}")
+    if x.ndim != 2 or 0 in x.shape:
+        raise ValueError(f"x must be a nonempty 2-D matrix, not an array of shape {x.shape}")
+    if rounding not in ROUNDING:
+        raise ValueError(f"rounding must be one of {ROUNDING}, not {rounding!r}")
+    if rounding == "stochastic" and not isinstance(rng, np.random.Generator):
+        raise TypeError("stochastic rounding needs rng, a numpy.random.Generator")
+    if block not in bfp.BLOCKS:
+        raise ValueError(f"block must be one of {bfp.BLOCKS}, not {block!r}")
+    x = np.asarray(x, np.float32)
+    if not np.isfinite(x).all():
+        raise ValueError("x must be finite (it has inf or NaN)")
+    m, n = x.shape
+    gm, gn = -(-m // block), -(-n // block)
+    pad = np.zeros((gm * block, gn * block), np.float32)
+    np.abs(x, out=pad[:m, :n])
+    maxabs = pad.reshape(gm, block, gn, block).max(axis=(1, 3))
+    exp = np.where(maxabs > 0, np.maximum(block_exponent(maxabs) - 6, -128), 0)
+    scale = np.exp2((bfp.FRACTION_BITS - exp).astype(np.float64))          # exact powers of 2
+    scale = np.repeat(np.repeat(scale, block, axis=0)[:m], block, axis=1)[:, :n]
+    y = np.floor(x * scale).astype(np.int64)                               # float64: exact
+    if rounding == "nearest":
+        y += 1 << (bfp.FRACTION_BITS - 1)
+    else:
+        y += _tile_bits(random_seed(rng), m, n)
+    y >>= bfp.FRACTION_BITS
+    q = np.clip(y, -127, 127).astype(np.int8)
+    return q, exp.astype(np.int8)
