@@ -193,6 +193,9 @@ def test_the_command_lines_take_blocks_tile(tmp_path, capsys):
     with pytest.raises(SystemExit) as e:
         main(["--task", "digits-mlp", "--blocks", "tile,sample,sample", "--epochs", "1"])
     assert e.value.code == 2
+    with pytest.raises(SystemExit) as e:
+        main(["--task", "digits-mlp", "--blocks", "tile", "--backend", "rtl", "--epochs", "1"])
+    assert e.value.code == 2
     out = tmp_path / "s.json"
     assert results_main(["--tasks", "digits-mlp", "--seeds", "2", "--epochs", "1",
                          "--blocks", "tile", "--train-subset", "64",

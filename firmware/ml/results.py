@@ -281,7 +281,9 @@ def main(argv=None) -> int:
     p.add_argument("--tasks", nargs="+", choices=sorted(TASKS), default=list(DEFAULT_TASKS),
                    help=f"default: {' '.join(DEFAULT_TASKS)} (the Fashion-MNIST tasks take "
                         f"hours at full size: name them)")
-    p.add_argument("--blocks", default="fox", help="block granularity (firmware.ml.train)")
+    p.add_argument("--blocks", default="fox",
+                   help="block granularity of the int8 methods: fox, tensor, tile (BFP8 "
+                        "tile blocks) or 'weights,activations,deltas' (firmware.ml.train)")
     p.add_argument("--swa-every", choices=["epoch", "iteration"], default="epoch",
                    help="average once per epoch or every step of the averaging phase")
     p.add_argument("--train-subset", type=int, help="train on the first N images only")

@@ -14,7 +14,9 @@ training — forward, backward-data, weight-gradient — on a :class:`firmware.D
 block floating point with stochastic rounding (see :mod:`firmware.ml.nn`), with float32 master
 weights; with ``--swa`` it is SWALP: 8-bit weights, gradients and momentum, the SWALP
 learning-rate schedule, and weights averaged once per epoch (``--swa-every iteration``: every
-step) over the last quarter of the epochs, evaluated with the average. ``--weights`` picks
+step) over the last quarter of the epochs, evaluated with the average. ``--blocks tile``
+trains in the accelerator's own format, BFP8 tile blocks, with each GEMM computed as its
+tile-exponent path computes it (on the host, bit for bit :mod:`sim.models.bfp`). ``--weights`` picks
 float32 master weights or 8-bit weights, gradients and momentum independently of ``--swa``.
 
 Every random draw comes from generators seeded by ``--seed`` (data order, initialisation,
@@ -131,7 +133,8 @@ class TrainConfig:
     swa_lr : float, optional
         The averaging phase's learning rate (None: 0.1 times the initial one).
     blocks : str
-        Block granularity (:meth:`firmware.ml.nn.Blocks.parse`): ``"fox"``, ``"tensor"`` or
+        Block granularity (:meth:`firmware.ml.nn.Blocks.parse`): ``"fox"``, ``"tensor"``,
+        ``"tile"`` (BFP8 tile blocks, :data:`firmware.ml.nn.TILE`) or
         ``"weights,activations,deltas"``.
     train_subset : int, optional
         Train on the first this many examples only (the test set is whole).
@@ -514,8 +517,10 @@ def main(argv=None) -> int:
                         "board; model: the driver over a functional model (sim.models.functional)")
     p.add_argument("--blocks", default="fox",
                    help="block floating-point granularity: fox (weights per tensor, "
-                        "activations and deltas per sample), tensor, or three of "
-                        "tensor/sample/channel/row as 'weights,activations,deltas'")
+                        "activations and deltas per sample), tensor, tile (the accelerator's "
+                        "BFP8 32x32 tile blocks everywhere, its K-block GEMMs emulated on the "
+                        "host), or three of tensor/sample/channel/row as "
+                        "'weights,activations,deltas'")
     p.add_argument("--schedule", choices=["swalp", "constant"], default="swalp",
                    help="learning-rate schedule of every arm (default: SWALP's)")
     p.add_argument("--swa-lr", type=float, help="averaging phase's rate (default 0.1 lr)")
@@ -561,6 +566,9 @@ def main(argv=None) -> int:
         p.error("--resume needs --checkpoint DIR")
     if args.swa and args.precision != "int8":
         p.error("--swa is SWALP, an int8 method: use it with --precision int8")
+    if args.blocks == "tile" and args.backend != "golden":
+        p.error("--blocks tile computes its GEMMs with the golden model (sim.models.bfp) on "
+                "the host: use --backend golden")
     if args.weights == "int8" and args.precision != "int8":
         p.error("--weights int8 needs --precision int8")
     for name in ("rows", "cols"):
