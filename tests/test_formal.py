@@ -14,7 +14,7 @@ from sim.formal.axi import AXI4ReadChecker, AXI4WriteChecker, axsize
 #: Proven by k-induction (unbounded), not only checked to a depth.
 UNBOUNDED = {"csr", "csr_live", "dma_reader", "dma_reader_window", "dma_reader_stream",
              "dma_reader_ends", "dma_writer", "dma_writer_3", "dma_writer_window",
-             "dma_writer_order"}
+             "dma_writer_order", "dma_reader_live", "dma_writer_live"}
 
 #: Each broken harness or seeded design bug, and (part of) the property that must catch it.
 CAUGHT_BY = {
@@ -26,6 +26,8 @@ CAUGHT_BY = {
     "mutant_waits_bready": "accepted within the latency",
     "mutant_w1p_readback": "a w1p register reads as 0",
     "mutant_latch": "reads HI as latched",
+    "mutant_ar_waits_ready": "a handshake within",
+    "mutant_burst_waits_bvalid": "a handshake within",
 }
 
 

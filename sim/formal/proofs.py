@@ -453,6 +453,143 @@ def ledger_harness(writer: bool) -> tuple[Module, list[Signal]]:
     return m, _free_inputs(dut)
 
 
+
+#: The fair peer of the DMA liveness proofs: a READY (or, of a producer, VALID) within this
+#: many cycles of being waited for.
+LIVE_READY = 2
+#: ... and a read beat (a write response) within this many cycles while one is owed.
+LIVE_DATA = 3
+#: The longest command of the liveness proofs, in words: several bursts, and a 4 KB boundary.
+LIVE_BEATS = BURST_BEATS + 2
+#: The stall bounds proven: while busy, a handshake within this many cycles.
+READER_STALL, WRITER_STALL = 3, 5
+
+
+def _fair(m: Module, name: str, waiting, bound: int) -> Signal:
+    """Assume ``waiting`` lasts at most ``bound - 1`` cycles in a row: what it waits for comes
+    within ``bound`` cycles. Returns the cycles it has lasted (a register)."""
+    rst = ResetSignal()
+    count = Signal(range(bound + 1), name=f"{name}_waits")
+    m.d.sync += count.eq(Mux(waiting & ~rst & (count < bound), count + 1, 0))
+    m.d.comb += Assume(~waiting | (count < bound - 1) | rst)
+    return count
+
+
+def _bounded(m: Module, name: str, waiting, bound: int, message: str) -> None:
+    """Assert ``waiting`` lasts at most ``bound - 1`` cycles in a row."""
+    rst = ResetSignal()
+    count = Signal(range(bound + 1), name=f"{name}_waits")
+    m.d.sync += count.eq(Mux(waiting & ~rst & (count < bound), count + 1, 0))
+    with m.If(~rst & waiting):
+        m.d.comb += Assert(count < bound - 1, message, src_loc_at=1)
+
+
+def live_harness(writer: bool, stall: int | None = None, finish: int | None = None,
+                 invariants: bool = False) -> tuple[Module, list[Signal]]:
+    """DmaReader or DmaWriter against a fair peer: every READY within :data:`LIVE_READY`
+    cycles of its VALID (and not necessarily before), a read beat (a write response) within
+    :data:`LIVE_DATA` cycles while one is owed, the reader's consumer ready and the writer's
+    producer valid within :data:`LIVE_READY` cycles while a word waits (is owed), commands
+    of 1 to :data:`LIVE_BEATS` words, no abort.
+
+    With ``stall`` (cycles), asserted: while the master has work (``busy``, or a command
+    offered), a handshake (a command, an address, a data beat, a response, a stream word)
+    comes within ``stall`` cycles. With ``finish`` (cycles), asserted: a command offered is
+    taken, and a command taken finishes (the reader's last word leaves ``o_stream``, the
+    writer's ``done``) within ``finish`` cycles, for a free, constant command index."""
+    m = Module()
+    kind = DmaWriter if writer else DmaReader
+    dut = kind(DATA_WIDTH, ADDR_WIDTH, burst_beats=BURST_BEATS, outstanding=OUTSTANDING)
+    checker = AXI4WriteChecker if writer else AXI4ReadChecker
+    kw = {"max_w_ahead": OUTSTANDING} if writer else {}
+    axi = checker(DATA_WIDTH, ADDR_WIDTH, dut="manager", max_burst=BURST_BEATS,
+                  max_bursts=OUTSTANDING, **kw)
+    d, c = _add(m, "dut", dut, invariants), _add(m, "axi", axi, invariants)
+    watch(m, axi.bus, dut.bus)
+    bus = dut.bus
+    rst = ResetSignal()
+    after_reset = _after_reset(m)
+    if invariants:
+        if writer:
+            writer_invariants(m, d, c, dut)
+        else:
+            reader_invariants(m, d, c, dut, axi)
+        m.d.comb += Assert(after_reset == c.reg("", "past_rst"),
+                           "invariant: the harness's and the checker's reset history agree")
+    m.d.comb += Assume(~dut.abort)
+    cmd = dut.cmd
+    _stream_rules(m, cmd, Assume, "cmd", after_reset)
+    with m.If(cmd.valid):
+        m.d.comb += Assume((cmd.payload.beats >= 1) & (cmd.payload.beats <= LIVE_BEATS))
+    take = Signal()
+    m.d.comb += take.eq(cmd.valid & cmd.ready & ~rst)
+    events = [take]
+    if writer:
+        _fair(m, "aw_ready", bus.awvalid & ~bus.awready, LIVE_READY)
+        _fair(m, "w_ready", bus.wvalid & ~bus.wready, LIVE_READY)
+        # responses owed: bursts whose AW and last W beat are both accepted, unanswered
+        aw_hs, wlast_hs, b_hs = Signal(), Signal(), Signal()
+        m.d.comb += [aw_hs.eq(bus.awvalid & bus.awready & ~rst),
+                     wlast_hs.eq(bus.wvalid & bus.wready & bus.wlast & ~rst),
+                     b_hs.eq(bus.bvalid & bus.bready & ~rst)]
+        width = (2 * OUTSTANDING + 2).bit_length()
+        aw_open, w_open = Signal(width, name="live_aw_open"), Signal(width, name="live_w_open")
+        m.d.sync += [aw_open.eq(aw_open + aw_hs - b_hs), w_open.eq(w_open + wlast_hs - b_hs)]
+        if invariants:
+            m.d.comb += Assert((aw_open == c.reg("", "aw_open"))
+                               & (w_open == c.reg("", "w_open")),
+                               "invariant: responses owed, as the checker counts them")
+        _fair(m, "b_valid", (aw_open != 0) & (w_open != 0) & ~bus.bvalid, LIVE_DATA)
+        # the producer: words only for commands taken, and each within LIVE_READY cycles
+        i_stream = dut.i_stream
+        _stream_rules(m, i_stream, Assume, "i_stream", after_reset)
+        i_beat = Signal()
+        m.d.comb += i_beat.eq(i_stream.valid & i_stream.ready & ~rst)
+        owed = Signal(8, name="live_owed")       # words of commands taken, not yet given
+        m.d.sync += owed.eq(owed + Mux(take, cmd.payload.beats, 0) - i_beat)
+        m.d.comb += Assume(~i_stream.valid | (owed != 0) | rst)
+        _fair(m, "i_valid", (owed != 0) & ~i_stream.valid, LIVE_READY)
+        if invariants:
+            remaining = Mux(d.reg("", "active"), d.reg("", "remaining"), 0)
+            m.d.comb += Assert(owed + d.reg("", "free_words") == remaining,
+                               "invariant: the words owed and buffered are the command's left")
+        events += [i_beat, aw_hs, bus.wvalid & bus.wready & ~rst, b_hs]
+        finished = dut.done
+    else:
+        _fair(m, "ar_ready", bus.arvalid & ~bus.arready, LIVE_READY)
+        _fair(m, "r_valid", (axi.beats_in_flight != 0) & ~bus.rvalid, LIVE_DATA)
+        out = dut.o_stream
+        _fair(m, "o_ready", out.valid & ~out.ready, LIVE_READY)
+        o_beat = Signal()
+        m.d.comb += o_beat.eq(out.valid & out.ready & ~rst)
+        events += [bus.arvalid & bus.arready & ~rst, bus.rvalid & bus.rready & ~rst, o_beat]
+        finished = o_beat & out.payload.last
+    if stall is not None:
+        progress = Signal()
+        m.d.comb += progress.eq(Cat(*events).any())
+        _bounded(m, "stall", dut.busy & ~progress, stall,
+                 f"a handshake within {stall} cycles while busy")
+    if finish is not None:
+        _bounded(m, "take", cmd.valid & ~cmd.ready, finish,
+                 f"a command offered is taken within {finish} cycles")
+        index = _track(m, "live")
+        taken, ended = Signal(8, name="live_taken"), Signal(8, name="live_ended")
+        fin = Signal()
+        m.d.comb += fin.eq(finished & ~rst)
+        m.d.sync += [taken.eq(taken + take), ended.eq(ended + fin)]
+        # the tracked command: taken, and not yet finished
+        pending = Signal(name="live_pending")
+        with m.If(take & (taken == index)):
+            m.d.sync += pending.eq(1)
+        with m.If(fin & (ended == index)):
+            m.d.sync += pending.eq(0)
+        _bounded(m, "finish", pending, finish,
+                 f"a command taken finishes within {finish} cycles")
+        m.d.comb += Cover(fin & (ended == 3))
+        return m, _free_inputs(dut) + [index]
+    return m, _free_inputs(dut)
+
+
 def reader_harness(flaw: str | None = None, stream: bool = True, window: bool = True,
                    invariants: bool = True, order: bool = True,
                    ends: str | None = None) -> tuple[Module, list[Signal]]:
@@ -667,6 +804,12 @@ _INDUCTIONS = [
           "DmaWriter: every AW burst inside the commands' window"),
     Proof("dma_writer_order", lambda: writer_harness(window=False), "prove", 1,
           "DmaWriter: W beats carry i_stream's words and strobes in order"),
+    Proof("dma_reader_live", lambda: live_harness(False, stall=READER_STALL, invariants=True),
+          "prove", READER_STALL + 1,
+          f"DmaReader under a fair peer: while busy, a handshake within {READER_STALL} cycles"),
+    Proof("dma_writer_live", lambda: live_harness(True, stall=WRITER_STALL, invariants=True),
+          "prove", WRITER_STALL + 1,
+          f"DmaWriter under a fair peer: while busy, a handshake within {WRITER_STALL} cycles"),
 ]
 
 #: The proofs, by name: each must pass.
@@ -754,6 +897,15 @@ MUTANTS: dict[str, Proof] = {p.name: p for p in [
             "csr_live_bmc", "RegisterBlock (mutated): a write is accepted only with BREADY high"),
     _mutant("mutant_w1p_readback", "rtl.csr", 'if reg.access != "w1p":', "if True:",
             "csr_bmc", "RegisterBlock (mutated): a w1p register reads back its pulse"),
+    _mutant("mutant_ar_waits_ready", "rtl.dma",
+            "valid.eq(active & fresh & may_raise(n) & (~self.abort | waiting)),",
+            "valid.eq(active & fresh & may_raise(n) & (~self.abort | waiting) & ready),",
+            "dma_reader_live_bmc", "DmaReader (mutated): ARVALID waits for ARREADY, which a "
+            "legal subordinate may raise only after ARVALID: deadlock"),
+    _mutant("mutant_burst_waits_bvalid", "rtl.dma",
+            "return (free_words >= n) & b_room", "return (free_words >= n) & b_room & bus.bvalid",
+            "dma_writer_live_bmc", "DmaWriter (mutated): a burst is formed only while a write "
+            "response arrives, which a subordinate with nothing to answer never sends: deadlock"),
     _mutant("mutant_latch", "rtl.csr", "m.d.sync += latch.eq(getattr(self, _port(hi)))",
             "m.d.sync += latch.eq(getattr(self, _port(reg.name)))", "csr_bmc",
             "RegisterBlock (mutated): reading X_LO latches X_LO, not X_HI"),
