@@ -159,9 +159,11 @@ def tile_gemm(a: np.ndarray, a_exp: np.ndarray, b: np.ndarray, b_exp: np.ndarray
     Notes
     -----
     Each K block's products are summed in float32 by BLAS, exactly: at most 32 products of
-    magnitude at most ``127**2`` stay below ``2**24``. Scaling by two powers of two in float64
+    magnitude at most ``127**2`` stay below ``2**20``. Scaling by two powers of two in float64
     is exact, so the one rounding is the cast to float32, that of
-    :func:`sim.models.golden.rescale`.
+    :func:`sim.models.golden.rescale`. When every tile exponent lies in [-60, 50], each
+    scaled partial is a normal float32 (between ``2**-120`` and ``2**120``) and the scaling
+    is done in float32, exactly too.
     """
     m, n, k = gemm_shape(a, b, transpose_a, transpose_b)
     op_a, ea = (a.T, a_exp.T) if transpose_a else (a, a_exp)
@@ -179,11 +181,14 @@ def tile_gemm(a: np.ndarray, a_exp: np.ndarray, b: np.ndarray, b_exp: np.ndarray
     pb[:k] = op_b
     parts = np.matmul(pa.reshape(m, nb, block).transpose(1, 0, 2),
                       pb.reshape(nb, block, n))                          # (nb, M, N), exact
-    row = np.exp2(np.repeat(ea, block, axis=0)[:m].T.astype(np.float64))   # (nb, M)
-    col = np.exp2(np.repeat(eb, block, axis=1)[:, :n].astype(np.float64))  # (nb, N)
+    # in float32 when every product and partial stays normal (|P| < 2**20), else in float64
+    wide = np.float32 if min(ea.min(), eb.min()) >= -60 and max(ea.max(), eb.max()) <= 50 \
+        else np.float64
+    row = np.exp2(np.repeat(ea, block, axis=0)[:m].T.astype(wide))   # (nb, M)
+    col = np.exp2(np.repeat(eb, block, axis=1)[:, :n].astype(wide))  # (nb, N)
     with np.errstate(over="ignore", invalid="ignore"):
-        terms = ((parts.astype(np.float64) * row[:, :, None]) * col[:, None, :]
-                 ).astype(np.float32)
+        terms = ((parts.astype(wide, copy=False) * row[:, :, None]) * col[:, None, :]
+                 ).astype(np.float32, copy=False)
         total = np.zeros((m, n), np.float32)
         for term in terms:
             total += term
