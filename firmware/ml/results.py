@@ -128,10 +128,12 @@ def collect(tasks, seeds, epochs, schedule: str = "swalp", *, methods=None, jobs
     :class:`firmware.ml.train.TrainConfig` fields, the same for every run (``blocks``,
     ``swa_every``, ``train_subset``).
 
-    ``jobs`` > 1 trains that many runs at once in separate processes (each run is seeded on
-    its own, so the results are those of ``jobs=1`` bit for bit; set ``OPENBLAS_NUM_THREADS=1``
-    so the processes do not fight over cores). ``on_result(results_so_far)`` is called after
-    each run completes (for saving partial results of a long campaign)."""
+    ``jobs`` = 1 trains seed by seed (every method of seed 0, then of seed 1, ...), so that
+    the runs saved so far pair up by seed; ``jobs`` > 1 trains that many runs at once in
+    separate processes (each run is seeded on its own, so the results are those of ``jobs=1``
+    bit for bit; set ``OPENBLAS_NUM_THREADS=1`` so the processes do not fight over cores).
+    ``on_result(results_so_far)`` is called after each run completes (for saving partial
+    results of a long campaign)."""
     methods = list(METHODS) if methods is None else list(methods)
     for m in methods:
         if m not in METHODS:
@@ -148,7 +150,8 @@ def collect(tasks, seeds, epochs, schedule: str = "swalp", *, methods=None, jobs
             on_result([done[k] for k in keys if k in done])
 
     if jobs == 1:
-        for key in keys:
+        # seed by seed, every method of a seed together: a partial campaign holds paired runs
+        for key in sorted(keys, key=lambda k: (k[0], k[2])):
             finished(key, _train_one(*key, epochs, schedule, config))
     else:
         import multiprocessing
