@@ -459,8 +459,6 @@ def ledger_harness(writer: bool) -> tuple[Module, list[Signal]]:
 LIVE_READY = 2
 #: ... and a read beat (a write response) within this many cycles while one is owed.
 LIVE_DATA = 3
-#: The longest command of the liveness proofs, in words: several bursts, and a 4 KB boundary.
-LIVE_BEATS = BURST_BEATS + 2
 #: The stall bounds proven: while busy, a handshake within this many cycles.
 READER_STALL, WRITER_STALL = 3, 5
 
@@ -484,19 +482,19 @@ def _bounded(m: Module, name: str, waiting, bound: int, message: str) -> None:
         m.d.comb += Assert(count < bound - 1, message, src_loc_at=1)
 
 
-def live_harness(writer: bool, stall: int | None = None, finish: int | None = None,
-                 invariants: bool = False) -> tuple[Module, list[Signal]]:
+def live_harness(writer: bool, stall: int, invariants: bool = True
+                 ) -> tuple[Module, list[Signal]]:
     """DmaReader or DmaWriter against a fair peer: every READY within :data:`LIVE_READY`
     cycles of its VALID (and not necessarily before), a read beat (a write response) within
     :data:`LIVE_DATA` cycles while one is owed, the reader's consumer ready and the writer's
-    producer valid within :data:`LIVE_READY` cycles while a word waits (is owed), commands
-    of 1 to :data:`LIVE_BEATS` words, no abort.
+    producer valid within :data:`LIVE_READY` cycles while it owes a word (the writer's
+    producer gives only the words of commands taken), commands of any length, no abort.
 
-    With ``stall`` (cycles), asserted: while the master has work (``busy``, or a command
-    offered), a handshake (a command, an address, a data beat, a response, a stream word)
-    comes within ``stall`` cycles. With ``finish`` (cycles), asserted: a command offered is
-    taken, and a command taken finishes (the reader's last word leaves ``o_stream``, the
-    writer's ``done``) within ``finish`` cycles, for a free, constant command index."""
+    Asserted: while the master is ``busy``, a handshake (a command taken, an address, a data
+    beat, a response, a stream word) comes within ``stall`` cycles. ``invariants`` adds
+    :func:`~sim.formal.invariants.reader_invariants` or
+    :func:`~sim.formal.invariants.writer_invariants` and the harness's own (for
+    k-induction)."""
     m = Module()
     kind = DmaWriter if writer else DmaReader
     dut = kind(DATA_WIDTH, ADDR_WIDTH, burst_beats=BURST_BEATS, outstanding=OUTSTANDING)
@@ -519,8 +517,6 @@ def live_harness(writer: bool, stall: int | None = None, finish: int | None = No
     m.d.comb += Assume(~dut.abort)
     cmd = dut.cmd
     _stream_rules(m, cmd, Assume, "cmd", after_reset)
-    with m.If(cmd.valid):
-        m.d.comb += Assume((cmd.payload.beats >= 1) & (cmd.payload.beats <= LIVE_BEATS))
     take = Signal()
     m.d.comb += take.eq(cmd.valid & cmd.ready & ~rst)
     events = [take]
@@ -545,7 +541,7 @@ def live_harness(writer: bool, stall: int | None = None, finish: int | None = No
         _stream_rules(m, i_stream, Assume, "i_stream", after_reset)
         i_beat = Signal()
         m.d.comb += i_beat.eq(i_stream.valid & i_stream.ready & ~rst)
-        owed = Signal(8, name="live_owed")       # words of commands taken, not yet given
+        owed = Signal(26, name="live_owed")      # words of commands taken, not yet given
         m.d.sync += owed.eq(owed + Mux(take, cmd.payload.beats, 0) - i_beat)
         m.d.comb += Assume(~i_stream.valid | (owed != 0) | rst)
         _fair(m, "i_valid", (owed != 0) & ~i_stream.valid, LIVE_READY)
@@ -554,7 +550,6 @@ def live_harness(writer: bool, stall: int | None = None, finish: int | None = No
             m.d.comb += Assert(owed + d.reg("", "free_words") == remaining,
                                "invariant: the words owed and buffered are the command's left")
         events += [i_beat, aw_hs, bus.wvalid & bus.wready & ~rst, b_hs]
-        finished = dut.done
     else:
         _fair(m, "ar_ready", bus.arvalid & ~bus.arready, LIVE_READY)
         _fair(m, "r_valid", (axi.beats_in_flight != 0) & ~bus.rvalid, LIVE_DATA)
@@ -563,30 +558,10 @@ def live_harness(writer: bool, stall: int | None = None, finish: int | None = No
         o_beat = Signal()
         m.d.comb += o_beat.eq(out.valid & out.ready & ~rst)
         events += [bus.arvalid & bus.arready & ~rst, bus.rvalid & bus.rready & ~rst, o_beat]
-        finished = o_beat & out.payload.last
-    if stall is not None:
-        progress = Signal()
-        m.d.comb += progress.eq(Cat(*events).any())
-        _bounded(m, "stall", dut.busy & ~progress, stall,
-                 f"a handshake within {stall} cycles while busy")
-    if finish is not None:
-        _bounded(m, "take", cmd.valid & ~cmd.ready, finish,
-                 f"a command offered is taken within {finish} cycles")
-        index = _track(m, "live")
-        taken, ended = Signal(8, name="live_taken"), Signal(8, name="live_ended")
-        fin = Signal()
-        m.d.comb += fin.eq(finished & ~rst)
-        m.d.sync += [taken.eq(taken + take), ended.eq(ended + fin)]
-        # the tracked command: taken, and not yet finished
-        pending = Signal(name="live_pending")
-        with m.If(take & (taken == index)):
-            m.d.sync += pending.eq(1)
-        with m.If(fin & (ended == index)):
-            m.d.sync += pending.eq(0)
-        _bounded(m, "finish", pending, finish,
-                 f"a command taken finishes within {finish} cycles")
-        m.d.comb += Cover(fin & (ended == 3))
-        return m, _free_inputs(dut) + [index]
+    progress = Signal()
+    m.d.comb += progress.eq(Cat(*events).any())
+    _bounded(m, "stall", dut.busy & ~progress, stall,
+             f"a handshake within {stall} cycles while busy")
     return m, _free_inputs(dut)
 
 
@@ -804,10 +779,10 @@ _INDUCTIONS = [
           "DmaWriter: every AW burst inside the commands' window"),
     Proof("dma_writer_order", lambda: writer_harness(window=False), "prove", 1,
           "DmaWriter: W beats carry i_stream's words and strobes in order"),
-    Proof("dma_reader_live", lambda: live_harness(False, stall=READER_STALL, invariants=True),
+    Proof("dma_reader_live", lambda: live_harness(False, READER_STALL),
           "prove", READER_STALL + 1,
           f"DmaReader under a fair peer: while busy, a handshake within {READER_STALL} cycles"),
-    Proof("dma_writer_live", lambda: live_harness(True, stall=WRITER_STALL, invariants=True),
+    Proof("dma_writer_live", lambda: live_harness(True, WRITER_STALL),
           "prove", WRITER_STALL + 1,
           f"DmaWriter under a fair peer: while busy, a handshake within {WRITER_STALL} cycles"),
 ]
