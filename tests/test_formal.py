@@ -23,7 +23,7 @@ CAUGHT_BY = {
     "mutant_tiling": "the burst starts where its command's words go on",
     "mutant_burst_encoding": "INCR",
     "mutant_resp_encoding": "SLVERR otherwise",
-    "mutant_waits_bready": "accepted within the latency",
+    "mutant_waits_bready": "accepted at once when no write is outstanding",
     "mutant_w1p_readback": "a w1p register reads as 0",
     "mutant_latch": "reads HI as latched",
     "mutant_ar_waits_ready": "a handshake within",

@@ -245,8 +245,15 @@ def csr_harness(addr_width: int = 12, fair: int | None = None,
     rst = ResetSignal()
     after_reset = _after_reset(m)
     live = ~rst & ~after_reset
-    # The block takes an address and its data together.
+    # The block takes an address and its data together, and waits for nothing but its own
+    # response: a request offered while none of its direction is outstanding is accepted in
+    # the same cycle (whatever BREADY and RREADY do).
     m.d.comb += Assert(axi.aw_open == axi.w_open, "AW and W accepted together")
+    with m.If(live & bus.awvalid & bus.wvalid & (axi.aw_open == 0)):
+        m.d.comb += Assert(bus.awready & bus.wready,
+                           "AW and W: accepted at once when no write is outstanding")
+    with m.If(live & bus.arvalid & (axi.ar_open == 0)):
+        m.d.comb += Assert(bus.arready, "AR: accepted at once when no read is outstanding")
 
     # A write takes effect, and its response and a read's data are valid, W and R cycles
     # after the handshake (a reset on the way drops them).
