@@ -424,28 +424,59 @@ def _ledger(m: Module, dut, ch: str, live) -> Signal:
         ]
     words = Signal(32, name=f"{ch}_ledger_words")
     m.d.sync += words.eq(words + Mux(take, cmd.payload.beats, 0))
-    return words, cmds
+    return words, cmds, used
 
 
-def ledger_harness(writer: bool) -> tuple[Module, list[Signal]]:
+def ledger_harness(writer: bool, invariants: bool = False) -> tuple[Module, list[Signal]]:
     """DmaReader or DmaWriter with its AXI4 checker and the command ledger
     (:func:`_ledger`): the bursts of each command cover exactly its words, in order, once;
     once the master is idle (no abort) every command taken is covered; the writer's W beats
-    are the commands' words."""
+    are the commands' words. ``invariants`` (the reader only, for k-induction) adds
+    :func:`~sim.formal.invariants.reader_invariants` and the ledger's: it holds at most the
+    command being split (the next is taken as the last burst goes), whose words left and
+    next address are the splitter's."""
+    if invariants and writer:
+        raise ValueError("invariants: the writer's ledger has none")
     m = Module()
     kind = DmaWriter if writer else DmaReader
     dut = kind(DATA_WIDTH, ADDR_WIDTH, burst_beats=BURST_BEATS, outstanding=OUTSTANDING)
     checker = AXI4WriteChecker if writer else AXI4ReadChecker
     kw = {"max_w_ahead": OUTSTANDING} if writer else {}
-    m.submodules.dut = dut
-    m.submodules.axi = axi = checker(DATA_WIDTH, ADDR_WIDTH, dut="manager",
-                                     max_burst=BURST_BEATS, max_bursts=OUTSTANDING, **kw)
+    axi = checker(DATA_WIDTH, ADDR_WIDTH, dut="manager", max_burst=BURST_BEATS,
+                  max_bursts=OUTSTANDING, **kw)
+    d, c = _add(m, "dut", dut, invariants), _add(m, "axi", axi, invariants)
     watch(m, axi.bus, dut.bus)
     rst = ResetSignal()
     after_reset = _after_reset(m)
     live = ~rst & ~after_reset
     aborted = _sticky_abort(m, dut.abort)
-    words, cmds = _ledger(m, dut, "aw" if writer else "ar", live)
+    words, cmds, used = _ledger(m, dut, "aw" if writer else "ar", live)
+    if invariants:
+        reader_invariants(m, d, c, dut, axi)
+        m.d.comb += Assert(after_reset == c.reg("", "past_rst"),
+                           "invariant: the harness's and the checker's reset history agree")
+        shift = (DATA_WIDTH // 8).bit_length() - 1
+        word_bits = ADDR_WIDTH - shift
+        active = d.reg("", "active")
+        head_word, head_beats = cmds.head[:word_bits], cmds.head[word_bits:word_bits + 24]
+        m.d.comb += Assert(cmds.level <= 1, "invariant: ledger: at most one command")
+        m.d.comb += Assert((cmds.level != 0) | (used == 0),
+                           "invariant: ledger: no words covered of no command")
+        with m.If(~aborted):
+            m.d.comb += Assert(active == (cmds.level == 1),
+                               "invariant: ledger: its command is the one being split")
+        with m.If(active):
+            m.d.comb += [
+                Assert(cmds.level == 1, "invariant: ledger: the command being split in it"),
+                Assert((head_word + used)[:word_bits] == d.reg("", "addr")[shift:],
+                       "invariant: ledger: the next address is the splitter's"),
+                Assert((used < head_beats) & (head_beats - used == d.reg("", "remaining")),
+                       "invariant: ledger: the words left are the splitter's"),
+            ]
+        depth = len(cmds.entries)
+        m.d.comb += Assert((cmds.level <= depth) & (cmds.rd < depth) & (cmds.wr < depth)
+                           & (cmds.wr == Mux(cmds.level == 1, (cmds.rd + 1) % depth, cmds.rd)),
+                           "invariant: ledger: pointers and level")
     with m.If(live & ~aborted & ~dut.busy):
         m.d.comb += Assert(cmds.level == 0, "idle: every command taken covered by its bursts")
     if writer:
@@ -497,9 +528,9 @@ def live_harness(writer: bool, stall: int, invariants: bool = True
     producer valid within :data:`LIVE_READY` cycles while it owes a word (the writer's
     producer gives only the words of commands taken), commands of any length, no abort.
 
-    Asserted: while the master is ``busy``, a handshake (a command taken, an address, a data
-    beat, a response, a stream word) comes within ``stall`` cycles. ``invariants`` adds
-    :func:`~sim.formal.invariants.reader_invariants` or
+    Asserted: while the master is ``busy``, a handshake (a command of at least one word taken,
+    an address, a data beat, a response, a stream word) comes within ``stall`` cycles.
+    ``invariants`` adds :func:`~sim.formal.invariants.reader_invariants` or
     :func:`~sim.formal.invariants.writer_invariants` and the harness's own (for
     k-induction)."""
     m = Module()
@@ -524,8 +555,9 @@ def live_harness(writer: bool, stall: int, invariants: bool = True
     m.d.comb += Assume(~dut.abort)
     cmd = dut.cmd
     _stream_rules(m, cmd, Assume, "cmd", after_reset)
+    # (a command of 0 words is consumed and does nothing: its take is no progress)
     take = Signal()
-    m.d.comb += take.eq(cmd.valid & cmd.ready & ~rst)
+    m.d.comb += take.eq(cmd.valid & cmd.ready & (cmd.payload.beats != 0) & ~rst)
     events = [take]
     if writer:
         _fair(m, "aw_ready", bus.awvalid & ~bus.awready, LIVE_READY)
@@ -748,6 +780,36 @@ FAIR = 2
 BMC_MARGIN = 3
 
 
+#: The boards' DMA parameters: 16-beat bursts (AXI3's longest), 8 in flight.
+DEPLOYED_BEATS, DEPLOYED_OUTSTANDING = 16, 8
+
+
+def _sized(build: Callable[[], tuple[Module, list[Signal]]], burst_beats: int,
+           outstanding: int) -> Callable[[], tuple[Module, list[Signal]]]:
+    """``build`` with the DMA masters' (and the checkers') burst length and bursts in flight
+    set to ``burst_beats`` and ``outstanding`` while the harness is built."""
+    def sized_build():
+        global BURST_BEATS, OUTSTANDING
+        saved = BURST_BEATS, OUTSTANDING
+        BURST_BEATS, OUTSTANDING = burst_beats, outstanding
+        try:
+            return build()
+        finally:
+            BURST_BEATS, OUTSTANDING = saved
+    return sized_build
+
+
+def _deployed(proof: Proof, mode: str | None = None, depth: int | None = None) -> Proof:
+    """``proof`` at the deployed sizes (:data:`DEPLOYED_BEATS`, :data:`DEPLOYED_OUTSTANDING`),
+    marked slow; ``mode`` and ``depth`` replace the proof's."""
+    size = f"{DEPLOYED_BEATS}x{DEPLOYED_OUTSTANDING}"
+    return replace(proof, name=f"{proof.name}_{size}", mode=mode or proof.mode,
+                   depth=depth or proof.depth, slow=True,
+                   build=_sized(proof.build, DEPLOYED_BEATS, DEPLOYED_OUTSTANDING),
+                   doc=f"`{proof.name}` at {DEPLOYED_BEATS}-beat bursts, {DEPLOYED_OUTSTANDING} "
+                       "in flight")
+
+
 def _bmc_of(proof: Proof, slow: bool = False) -> Proof:
     """A bounded check from reset paired with a k-induction proof: the same harness, a few
     cycles deeper than the induction (at least 8), so that a failure comes with a trace from
@@ -786,6 +848,9 @@ _INDUCTIONS = [
           "DmaWriter: every AW burst inside the commands' window"),
     Proof("dma_writer_order", lambda: writer_harness(window=False), "prove", 1,
           "DmaWriter: W beats carry i_stream's words and strobes in order"),
+    Proof("dma_reader_ledger", lambda: ledger_harness(writer=False, invariants=True),
+          "prove", 1,
+          "DmaReader: the AR bursts of each command cover exactly its words, in order, once"),
     Proof("dma_reader_live", lambda: live_harness(False, READER_STALL),
           "prove", READER_STALL + 1,
           f"DmaReader under a fair peer: while busy, a handshake within {READER_STALL} cycles"),
@@ -802,9 +867,6 @@ PROOFS: dict[str, Proof] = {p.name: p for p in [
       if p.mode == "prove" and p.name != "csr"],
     replace(_bmc_of(_INDUCTIONS[0]), build=lambda: csr_harness(latched=True),
             doc="bounded check from reset of `csr`, and the latched HI halves' read-back"),
-    Proof("dma_reader_ledger", lambda: ledger_harness(writer=False), "bmc", 14,
-          "DmaReader: the AR bursts of each command cover exactly its words, in order, once",
-          slow=True),
     Proof("dma_writer_ledger", lambda: ledger_harness(writer=True), "bmc", 14,
           "DmaWriter: the AW bursts of each command cover exactly its words, in order, once; "
           "W beats in step", slow=True),
@@ -854,11 +916,13 @@ def _mutated(module: str, old: str, new: str, build: Callable[[], tuple[Module, 
     return mutant_build
 
 
-def _mutant(name: str, module: str, old: str, new: str, proof: str, doc: str) -> Proof:
+def _mutant(name: str, module: str, old: str, new: str, proof: str, doc: str,
+            build: Callable[[], tuple[Module, list[Signal]]] | None = None) -> Proof:
+    """A seeded bug run under the proof ``proof`` (with its harness, or ``build``'s)."""
     base = PROOFS[proof]
     # (a bug is found in a few cycles, however long the proof takes to pass)
-    return replace(base, name=name, build=_mutated(module, old, new, base.build), doc=doc,
-                   expect_pass=False, slow=False)
+    return replace(base, name=name, build=_mutated(module, old, new, build or base.build),
+                   doc=doc, expect_pass=False, slow=False)
 
 
 #: Seeded design bugs, one per class of bug the proofs must catch: each is a small textual
@@ -866,9 +930,11 @@ def _mutant(name: str, module: str, old: str, new: str, proof: str, doc: str) ->
 #: failure comes with a trace from reset), which must fail.
 MUTANTS: dict[str, Proof] = {p.name: p for p in [
     _mutant("mutant_tiling", "rtl.dma", "in_page.eq(addr[:12] + (n << shift))",
-            "in_page.eq(addr[:12] + ((n - 1) << shift))", "dma_reader_ledger",
+            "in_page.eq(addr[:12] + ((n - 1) << shift))", "dma_reader_ledger_bmc",
             "DmaReader (mutated): each burst starts a word early, so bursts overlap and a "
-            "command's last words are never read"),
+            "command's last words are never read",
+            # (without the invariants, so that the ledger's own assertion is the one to fail)
+            build=lambda: ledger_harness(writer=False)),
     _mutant("mutant_burst_encoding", "rtl.dma", "BURST_INCR = 0b01", "BURST_INCR = 0b10",
             "dma_reader_bmc", "DmaReader (mutated): INCR encoded as WRAP's 0b10"),
     _mutant("mutant_resp_encoding", "rtl.csr", "RESP_SLVERR = 0b10", "RESP_SLVERR = 0b11",
