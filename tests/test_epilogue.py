@@ -1,21 +1,44 @@
-"""rtl.epilogue against the number format's integer form: TileQuantizer quantises whole matrices
-fed as units (block-rows of column strips) in tiles of any order, with ragged edges, garbage
-beyond them, zero and subnormal blocks, ties, rounding carries to 128, inf/NaN, random stalls
-on every stream; ReluMask on special values."""
+"""rtl.epilogue against sim.models.bfp: TileQuantizer quantises whole matrices fed as units
+(block-rows of column strips) in tiles of any order, with ragged edges, garbage beyond them,
+zero and subnormal blocks, ties, rounding carries to 128, inf/NaN, random stalls on every
+stream; ReluMask on special values."""
 
 import random
+import threading
 
 import numpy as np
 import pytest
 from amaranth import ClockDomain, Module
 
 from rtl.epilogue import ReluMask, TileQuantizer
+from sim.models import bfp
+from sim.models.prng import random_bits
 from sim.testbenches.harness import run, stream_recv, stream_send
 
 T = 32
 
 
-# ---- the reference: FORMAT section 2, written down directly in float64 -----------------------
+def in_thread(fn, *args, **kwargs):
+    """``fn(*args, **kwargs)`` in a thread of its own. The simulator's generated step
+    functions have frames of many kilobytes; at the depth pytest calls from, CPython 3.11
+    can push and free a frame-stack chunk (an mmap and a munmap) on every call, several times
+    slower. A fresh thread starts with an empty frame stack."""
+    out = {}
+
+    def body():
+        try:
+            out["value"] = fn(*args, **kwargs)
+        except BaseException as exc:   # re-raised in the caller
+            out["error"] = exc
+    thread = threading.Thread(target=body)
+    thread.start()
+    thread.join()
+    if "error" in out:
+        raise out["error"]
+    return out["value"]
+
+
+# ---- a second reference: the integer form, written down directly in float64, for any r ------
 
 def ref_quantize(x, r, block=T):
     """``(q, exp, nonfinite)`` of float32 ``x`` with the 16-bit ``r`` of each element (same
@@ -133,7 +156,7 @@ def quantize_rtl(x, *, cols, r=None, tile_rows=8, seed=0, stall=0.3, garbage=Tru
             cycle += 1
 
     benches = [send_jobs, send_rows, take, watch] + ([send_r] if r is not None else [])
-    run(dut, *benches, deadline_cycles=deadline or 40 * len(beats) + 400)
+    in_thread(run, dut, *benches, deadline_cycles=deadline or 8 * len(beats) + 300)
     out = got.get("out")
     assert out is not None and len(out) == len(want_meta), "the quantiser lost beats"
     assert got["idle"], "not idle after the last beat"
@@ -163,9 +186,18 @@ def quantize_rtl(x, *, cols, r=None, tile_rows=8, seed=0, stall=0.3, garbage=Tru
     return q[:M, :N], exp, nonf
 
 
-def check(x, *, cols, r=None, **kw):
-    rr = r if r is not None else np.full(x.shape, 1 << 15, np.uint16)
-    want_q, want_exp, want_nonf = ref_quantize(x, rr)
+def check(x, *, cols, rounding="nearest", rseed=0, r=None, **kw):
+    """The quantiser on ``x`` against the golden model, :func:`sim.models.bfp.quantize_tiles`
+    (``rounding``, its ``seed`` ``rseed``: the r stream carries ``random_bits(rseed, m, n)``);
+    with an explicit ``r`` matrix, against :func:`ref_quantize`."""
+    if r is None:
+        want_q, want_exp = bfp.quantize_tiles(x, rounding=rounding, seed=rseed)
+        want_nonf = np.zeros(want_exp.shape, bool)
+        if rounding == "stochastic":
+            mm, nn = np.indices(x.shape, dtype=np.uint64)
+            r = random_bits(rseed, mm, nn)
+    else:
+        want_q, want_exp, want_nonf = ref_quantize(x, r)
     q, exp, nonf = quantize_rtl(x, cols=cols, r=r, **kw)
     bad = np.argwhere(q != want_q)
     assert not len(bad), (f"{len(bad)} mantissas differ, first at {tuple(bad[0])}: "
@@ -211,6 +243,9 @@ def special_blocks():
     # 127.5 -> 128 -> clamped 127; -127.5 -> -127
     t = np.concatenate([k + 0.5, [127.5, -127.5, 126.5, -0.5, -1.5]])
     x[0:32, 0:32] = np.resize(t * 2.0**-3, (32, 32))
+    # just beyond a negative tie, by less than 2**-16: floor(v * 2**16) is one below the
+    # tie's, so q = -k - 1 (the bits shifted out count for negatives)
+    x[20, 0:8] = -(np.arange(8) + 0.5 + 2.0**-20) * 2.0**-3
     # powers of two and their neighbours
     p = np.array([2.0**j for j in range(-20, 1)] + [-(2.0**j) for j in range(-20, 1)])
     x[0:32, 32:64] = np.resize(np.concatenate([p, np.nextafter(p.astype(np.float32), 0)]),
@@ -237,6 +272,7 @@ def special_blocks():
 def test_special_blocks_nearest(cols):
     q, exp = check(special_blocks(), cols=cols, stall=0.2)
     assert q[0, 0] == -63 and exp[0, 0] == -3     # -63.5 + 0.5 -> -63
+    assert list(q[20, :8]) == [-1, -2, -3, -4, -5, -6, -7, -8]
     assert q[4, 0] == 127 and q[4, 1] == -127    # 127.5 + 0.5 -> 128 -> 127; -127.5 -> -127
     assert exp[1, 2] == np.frexp(np.float32(1.0e-30))[1] - 7 and -128 < q[40, 70] <= -64
 
@@ -250,44 +286,66 @@ def test_wide_range_with_ragged_edges(cols, tile_rows, M, N, seed):
 
 @pytest.mark.parametrize("cols", [16, 64])
 def test_stochastic_r_from_the_stream(cols):
-    x = wide_range(48, 80, 7)
-    r = np.random.default_rng(8).integers(0, 2**16, x.shape, dtype=np.uint16)
-    r[0, :8] = [0, 0xFFFF, 0, 0xFFFF, 1, 0x7FFF, 0x8000, 0x8001]
-    check(x, cols=cols, r=r, seed=9)
+    # r of element (m, n): random_bits(seed, m, n), streamed in the output's order
+    check(wide_range(48, 80, 7), cols=cols, rounding="stochastic", rseed=0x1234_5678_9ABC,
+          seed=9)
+    check(special_blocks(), cols=cols, rounding="stochastic", rseed=cols, seed=10, stall=0.1)
 
 
 def test_r_extremes_on_ties_and_carries():
-    # r = 0 floors, r = 0xFFFF rounds every inexact value up (a carry to 128 -> 127)
+    # r = 0 floors, r = 0xFFFF rounds every inexact value up (a carry to 128 -> 127); against
+    # ref_quantize, as the golden model draws r from the seed
     x = special_blocks()
     for fill in (0, 0xFFFF):
         check(x, cols=32, r=np.full(x.shape, fill, np.uint16), stall=0.0, seed=fill)
 
 
 def test_nonfinite_blocks_are_zeros_with_exponent_zero():
+    """Where the golden model refuses (ValueError), the hardware flags the blocks and writes
+    them as the golden model writes all-zero blocks."""
     x = wide_range(64, 64, 11)
     x[3, 40] = np.inf
     x[35, 5] = np.nan
     x[40, 33] = -np.inf
-    want_q, want_exp, want_nonf = ref_quantize(x, np.full(x.shape, 1 << 15, np.uint16))
-    assert want_nonf.sum() == 3
+    with pytest.raises(ValueError, match="finite"):
+        bfp.quantize_tiles(x)
+    want_nonf = np.zeros((2, 2), bool)
+    want_nonf[0, 1] = want_nonf[1, 0] = want_nonf[1, 1] = True
+    zeroed = x.copy()
+    for bi, bj in np.argwhere(want_nonf):
+        zeroed[bi * T:(bi + 1) * T, bj * T:(bj + 1) * T] = 0
+    want_q, want_exp = bfp.quantize_tiles(zeroed)
     q, exp, nonf = quantize_rtl(x, cols=32, seed=12)
     np.testing.assert_array_equal(q, want_q)
     np.testing.assert_array_equal(exp, want_exp)
     np.testing.assert_array_equal(nonf, want_nonf)
 
 
+@pytest.mark.parametrize("rounding", ["nearest", "stochastic"])
+def test_reference_agrees_with_the_golden_model(rounding):
+    """ref_quantize (the format written down directly, any r) is the golden model where both
+    apply: the r = 0 / 0xFFFF tests rest on it."""
+    for x in (special_blocks(), wide_range(70, 50, 3)):
+        mm, nn = np.indices(x.shape, dtype=np.uint64)
+        r = (random_bits(77, mm, nn) if rounding == "stochastic"
+             else np.full(x.shape, 1 << 15, np.uint16))
+        q, exp, _ = ref_quantize(x, r)
+        want_q, want_exp = bfp.quantize_tiles(x, rounding=rounding, seed=77)
+        np.testing.assert_array_equal(q, want_q)
+        np.testing.assert_array_equal(exp, want_exp)
+
+
 def test_full_rate_and_latency():
     """Units back to back with every stream always ready: one beat a cycle in and out after
-    the first unit's latency (fill_latency + DRAIN_LATENCY), with two slots as with four."""
+    the first unit's latency (fill_latency + DRAIN_LATENCY)."""
     x = wide_range(128, 64, 13)
-    for slots in (4,):
-        timing = {}
-        check(x, cols=64, tile_rows=32, stall=0.0, garbage=False, slots=slots, timing=timing)
-        ins, outs = timing["in"], timing["out"]
-        assert ins == list(range(ins[0], ins[0] + len(ins))), "input not at full rate"
-        assert outs == list(range(outs[0], outs[0] + len(outs))), "output not at full rate"
-        dut = TileQuantizer(64)
-        assert outs[0] - ins[T - 1] == dut.fill_latency + dut.DRAIN_LATENCY
+    timing = {}
+    check(x, cols=64, tile_rows=32, stall=0.0, garbage=False, timing=timing)
+    ins, outs = timing["in"], timing["out"]
+    assert ins == list(range(ins[0], ins[0] + len(ins))), "input not at full rate"
+    assert outs == list(range(outs[0], outs[0] + len(outs))), "output not at full rate"
+    dut = TileQuantizer(64)
+    assert outs[0] - ins[T - 1] == dut.fill_latency + dut.DRAIN_LATENCY
 
 
 def test_bad_parameters():
@@ -306,6 +364,8 @@ def test_bad_parameters():
 # ---- ReluMask --------------------------------------------------------------------------------
 
 def test_relu_mask_forward_and_backward():
+    """Against :func:`sim.models.bfp.epilogue` (``out="fp32"``): ReLU, its mask, and the
+    stored mask, on zeros of both signs, infinities, NaNs, subnormals and random words."""
     cols = 8
     dut = ReluMask(cols)
     specials = np.array([0x00000000, 0x80000000, 0x3F800000, 0xBF800000, 0x7F800000,
@@ -314,20 +374,21 @@ def test_relu_mask_forward_and_backward():
     rng = np.random.default_rng(0)
     words = np.concatenate([specials, rng.integers(0, 2**32, 36, dtype=np.uint32)])
     words = words.reshape(-1, cols)
+    c = words.view(np.float32)
+    mask_in = rng.random(words.shape) < 0.5
     beats, want = [], []
-    for i, row in enumerate(words):
-        for relu, backward in ((0, 0), (1, 0), (0, 1), (1, 1)):
-            mask_in = int(rng.integers(0, 2**cols))
-            beats.append({"data": [int(w) for w in row], "mask_in": mask_in, "relu": relu,
-                          "backward": backward, "last": i % 2})
-            v = row.view(np.float32)
-            with np.errstate(invalid="ignore"):
-                pos = v > 0
-            keep = (pos | (not relu)) & (np.array([(mask_in >> j) & 1 for j in range(cols)],
-                                                  bool) | (not backward))
-            out = np.where(keep, row, 0)
-            want.append(([int(w) for w in out], int(np.packbits(pos, bitorder="little")[0]),
-                         i % 2))
+    for relu, backward in ((0, 0), (1, 0), (0, 1), (1, 1)):
+        gold = bfp.epilogue(c, relu=bool(relu), mask_in=mask_in if backward else None)
+        with np.errstate(invalid="ignore"):
+            positive = c > 0
+        if relu:
+            np.testing.assert_array_equal(gold.mask, positive)
+        for i, row in enumerate(words):
+            beats.append({"data": [int(w) for w in row],
+                          "mask_in": int(np.packbits(mask_in[i], bitorder="little")[0]),
+                          "relu": relu, "backward": backward, "last": i % 2})
+            want.append(([int(w) for w in gold.value[i].view(np.uint32)],
+                         int(np.packbits(positive[i], bitorder="little")[0]), i % 2))
     got = {}
 
     async def send(ctx):
@@ -343,8 +404,9 @@ def test_relu_mask_forward_and_backward():
     top.submodules.dut = dut
     run(top, send, take, deadline_cycles=20 * len(beats))
     assert got["out"] == want
-    # -0.0 -> +0.0 and NaN -> +0.0 under relu (never a negative zero)
-    assert want[1][0][1] == 0 and want[1][0][6] == 0
+    # under ReLU, -0.0 and NaN become +0.0 (never a negative zero)
+    relu_rows = want[len(words):2 * len(words)]
+    assert relu_rows[0][0][1] == 0 and relu_rows[0][0][6] == 0
 
 
 def test_relu_bad_cols():
