@@ -9,6 +9,7 @@ from amaranth.lib.wiring import In, Out
 from ._util import FIFO_SLICE_BITS, delay, own_reset
 from .buffer import TransposableBuffer
 from .fifo import Fifo
+from .fp32 import Fp32Add
 from .rescale import Rescaler, rescale_output_layout
 from .systolic import SystolicArray
 from .xilinx import lane_copies, lut_copies
@@ -17,8 +18,9 @@ __all__ = ["ACC_RAMS", "GemmDatapath", "command_layout", "slr_cols"]
 
 
 def command_layout(rows: int, cols: int, slots: int = 2,
-                   acc_slots: int = 2) -> data.StructLayout:
-    """Payload of :attr:`GemmDatapath.cmd`: one tile GEMM."""
+                   acc_slots: int = 2, k_blocks: bool = False) -> data.StructLayout:
+    """Payload of :attr:`GemmDatapath.cmd`: one tile GEMM (with ``k_blocks``, a last field
+    ``kblock``: the command is one K block, see :class:`GemmDatapath`)."""
     return data.StructLayout({
         "k":           unsigned(16),   # reduction length of this tile, 1..depth
         "a_slot":      range(slots),   # A buffer slot the tile is read from
@@ -37,6 +39,7 @@ def command_layout(rows: int, cols: int, slots: int = 2,
         "raw":         1,              # send int32 sums instead of rescaled float32
         "row_exp":     data.ArrayLayout(signed(8), rows),
         "col_exp":     data.ArrayLayout(signed(8), cols),
+        **({"kblock": 1} if k_blocks else {}),   # rescale this tile, then add in float32
     })
 
 
@@ -111,6 +114,16 @@ class GemmDatapath(wiring.Component):
         drives them with registered copies of its soft reset, taken on the same edge as the
         datapath's own, so that the reset is the same cycle everywhere but no one net
         reaches every flip-flop (the FIFOs grow with the columns).
+    k_blocks : bool
+        Build the K-block mode: a command with ``kblock`` (a last field of
+        :func:`command_layout`) is one K block of a GEMM whose exponents change along K. Its
+        own int32 tile (the array's sums since its ``clear``) is rescaled once with its
+        exponents (``raw`` is ignored) and added in float32 (:class:`rtl.fp32.Fp32Add`, round
+        to nearest even) to accumulation slot ``acc_slot``'s float32 with ``add``, or to +0.0
+        without; the sum is stored in the slot (``store``, as float32 bits) and/or emitted
+        (``emit``), not rescaled again. This is :func:`sim.models.bfp.gemm_kruns`, one K run
+        per command in order. Without it (the default) the datapath has neither the field nor
+        the adder.
 
     Attributes
     ----------
@@ -130,22 +143,36 @@ class GemmDatapath(wiring.Component):
     -------
     The first C row of a tile leaves :attr:`fill_latency` cycles after its last step starts
     (``TransposableBuffer.READ_LATENCY + array.latency + ACCUMULATE_STAGES +
-    Rescaler.LATENCY + OUT_FIFO_LATENCY``); a command passes :data:`COMMAND_STAGES` registers
-    before its loads start.
+    Rescaler.LATENCY + OUT_FIFO_LATENCY``), of a K-block tile :attr:`kb_fill_latency`
+    (``Fp32Add.LATENCY`` more); a command passes :data:`COMMAND_STAGES` registers before its
+    loads start.
 
     Throughput
     ----------
     ``rows * cols`` MACs a cycle in steady state: a tile of ``k`` steps occupies the array for
     ``k`` cycles, plus idle cycles only when an emitting tile follows another within the
     array's :attr:`~rtl.systolic.SystolicArray.min_emit_interval`, or the output FIFO is full.
-    The next command's operands load while the array computes.
+    The next command's operands load while the array computes. K-block tiles read out at
+    least :attr:`kb_interval` cycles apart (the float32 read-modify-write of a slot's row must
+    land before the row is read for the next K block), and a tile after a K-block tile at
+    least :attr:`kb_switch_interval` cycles after it (its RAM and FIFO accesses come earlier
+    in the pipeline).
+
+    Notes
+    -----
+    The K-block read-modify-write of a slot's row cannot overlap itself: the row is read
+    :data:`KB_READ_AHEAD` cycles before its rescaled value leaves the rescaler and written
+    ``Fp32Add.LATENCY`` cycles after, and the next read of the same row belongs to a later
+    readout, at least :attr:`kb_interval` = ``max(interval, Fp32Add.LATENCY + KB_READ_AHEAD
+    + 1)`` cycles later (asserted in simulation by the tests of ``tests/test_datapath.py``
+    that run K blocks back to back on one slot).
     """
 
     def __init__(self, rows: int, cols: int, depth: int = 512, out_rows: int | None = None,
                  *, slots: int = 2, acc_slots: int = 2, lookahead: int = 2, packing: int = 1,
                  primitive: bool = False, dsp_rows: int | None = None,
                  acc_ram: str = "auto", slr_groups: int = 1, dsp_slice: str = "DSP48E2",
-                 part_resets: bool = False):
+                 part_resets: bool = False, k_blocks: bool = False):
         if acc_ram not in ACC_RAMS:
             raise ValueError(f"acc_ram must be one of {ACC_RAMS}, not {acc_ram!r}")
         self.acc_ram = acc_ram
@@ -168,8 +195,11 @@ class GemmDatapath(wiring.Component):
             raise ValueError(f"lookahead must be an integer >= 2, not {lookahead!r}")
         self.slots, self.acc_slots, self.lookahead = slots, acc_slots, lookahead
         self.has_part_resets = bool(part_resets)
+        self.k_blocks = bool(k_blocks)
+        self.kb_adder = Fp32Add(cols) if self.k_blocks else None
         super().__init__({
-            "cmd": In(stream.Signature(command_layout(rows, cols, slots, acc_slots))),
+            "cmd": In(stream.Signature(command_layout(rows, cols, slots, acc_slots,
+                                                      self.k_blocks))),
             "a_stream": In(stream.Signature(data.ArrayLayout(signed(8), rows))),
             "b_stream": In(stream.Signature(data.ArrayLayout(signed(8), cols))),
             "o_stream": Out(stream.Signature(rescale_output_layout(cols))),
@@ -193,6 +223,46 @@ class GemmDatapath(wiring.Component):
     #: Cycles from writing the output FIFO (:class:`rtl.fifo.Fifo`) to the entry being readable.
     OUT_FIFO_LATENCY = 2
 
+    #: K-block mode: cycles a row's accumulation slot is read before its rescaled value
+    #: leaves the rescaler (the RAM's read, then its output register).
+    KB_READ_AHEAD = 2
+
+    @property
+    def interval(self) -> int:
+        """Least cycles between the last steps of two tiles read out of the array (emitted or
+        stored): the array's ``min_emit_interval``, and at least ``ACCUMULATE_STAGES + 1``
+        so that a slot's row is written before it is read again."""
+        return max(self.array.min_emit_interval, self.ACCUMULATE_STAGES + 1)
+
+    @property
+    def kb_interval(self) -> int:
+        """K-block mode: least cycles between the last steps of two K-block tiles read out: a
+        slot row's float32 read-modify-write (read ``KB_READ_AHEAD`` cycles before the
+        rescaler's output, written ``Fp32Add.LATENCY`` cycles after it) lands before the next
+        tile's read of that row."""
+        return max(self.interval, Fp32Add.LATENCY + self.KB_READ_AHEAD + 1)
+
+    @property
+    def kb_switch_interval(self) -> int:
+        """K-block mode: least cycles from a K-block tile's last step to the next tile's, when
+        that one is not a K-block tile: its rows read and write the accumulation RAM and
+        enter the output FIFO ``Rescaler.LATENCY + Fp32Add.LATENCY`` cycles earlier in the
+        pipeline, and must come after all of the K-block tile's (a read-out takes
+        ``readout_cycles``)."""
+        return max(self.interval,
+                   Rescaler.LATENCY + Fp32Add.LATENCY + self.readout_cycles)
+
+    @property
+    def readout_cycles(self) -> int:
+        """Cycles from a tile's first row on the array's output to the cycle after its last."""
+        return self.array._read_cycles * self.array._cell_rows
+
+    @property
+    def kb_fill_latency(self) -> int:
+        """K-block mode: cycles from issuing a K-block tile's last step to its first C row
+        (:attr:`fill_latency` and the float32 add)."""
+        return self.fill_latency + Fp32Add.LATENCY
+
     @property
     def fill_latency(self) -> int:
         """Cycles from issuing a tile's last step to its first C row on :attr:`o_stream`: the
@@ -210,9 +280,9 @@ class GemmDatapath(wiring.Component):
         self._loader(s)
         self._compute(s)
         self._output(s)
-        m.d.comb += self.busy.eq(s.pre_valid | s.staged | s.job_pending | s.a_busy | s.b_busy
-                                 | s.jobs.r_rdy | s.active
-                                 | s.rows_out)
+        busy = (s.pre_valid | s.staged | s.job_pending | s.a_busy | s.b_busy | s.jobs.r_rdy
+                | s.active | s.rows_out)
+        m.d.comb += self.busy.eq(busy | s.kb_busy if self.k_blocks else busy)
         return m
 
     def _parts(self, s):
@@ -236,6 +306,7 @@ class GemmDatapath(wiring.Component):
             "col_exp": data.ArrayLayout(signed(8), C),
             "raw": 1,
             "emit": 1, "store": 1, "add": 1, "acc_slot": range(self.acc_slots),
+            **({"kblock": 1} if self.k_blocks else {}),
         })
         info_fifo = add("info_fifo", Fifo(      # (sliced: the exponents are wide)
             width=info_layout.size, depth=4, slice_bits=FIFO_SLICE_BITS))
@@ -250,19 +321,24 @@ class GemmDatapath(wiring.Component):
         # (at least ACCUMULATE_STAGES + 1 cycles, or a slot's row read again for the tile's
         # next K chunk would be read before its write of this one lands: only the smallest
         # arrays, 1x1, 1x2 and 2x1, read out faster)
-        interval = max(array.min_emit_interval, self.ACCUMULATE_STAGES + 1)
+        # K-block mode: ``gap_k`` / ``gap_k_z`` likewise after a K-block tile's last step
+        # (kb_interval before another K-block tile, kb_switch_interval before any other).
+        interval = self.interval
+        kb_max = max(self.kb_interval, self.kb_switch_interval) if self.k_blocks else 0
         job_layout = data.StructLayout({
             "k_m2": unsigned(16), "k_one": 1, "gap": range(interval), "gap_z": 1,
             "clear": 1, "readout": 1, "info": info_layout,
             "a_slot": range(self.slots), "b_slot": range(self.slots),
-            "load_a": 1, "load_b": 1})
+            "load_a": 1, "load_b": 1,
+            **({"gap_k": range(kb_max), "gap_k_z": 1} if self.k_blocks else {})})
         jobs = add("jobs", (
             fifo.SyncFIFO(width=job_layout.size, depth=2) if self.lookahead == 2 else
             Fifo(width=job_layout.size, depth=self.lookahead, slice_bits=FIFO_SLICE_BITS)))
         head = data.View(job_layout, jobs.r_data)
         vars(s).update(array=array, a_buf=a_buf, b_buf=b_buf, rescaler=rescaler,
                        info_layout=info_layout, info_fifo=info_fifo, out_fifo=out_fifo,
-                       interval=interval, job_layout=job_layout, jobs=jobs, head=head)
+                       interval=interval, kb_max=kb_max, job_layout=job_layout, jobs=jobs,
+                       head=head)
 
     def _shared_state(self, s):
         """The registers the sections share: the job in the array, the readers of each slot, the
@@ -506,6 +582,11 @@ class GemmDatapath(wiring.Component):
                     job.a_slot.eq(cmd.a_slot), job.b_slot.eq(cmd.b_slot),
                     job.info.raw.eq(cmd.raw),
                 ]
+                if self.k_blocks:
+                    need = Mux(cmd.kblock, self.kb_interval, self.kb_switch_interval)
+                    m.d.sync += [job.info.kblock.eq(cmd.kblock),
+                                 job.gap_k.eq(Mux(cmd.k >= need, 0, need - cmd.k)),
+                                 job.gap_k_z.eq(cmd.k >= need)]
         for s_ in range(self.slots):
             for q, nz, one, slot_in, slot_out in (
                     (pend_a[s_], pend_a_nz[s_], pend_a_one[s_], cmd.a_slot, cur.a_slot),
@@ -536,10 +617,21 @@ class GemmDatapath(wiring.Component):
         # ``since_next + min(k, interval + 1) > interval``, i.e. ``since_next > gap``; with
         # since_next 1 after a last step and since + 1 otherwise (or saturated, > gap always),
         # that is ``gap == 0`` right after a last step and ``since >= gap`` otherwise.
-        since = Signal(range(interval + 2), init=interval + 1)
+        #
+        # K-block mode: the last tile read out was a K-block tile (``kb_last``): the job's
+        # ``gap_k`` applies instead of its ``gap``.
+        top = max(interval, s.kb_max)
+        since = Signal(range(top + 2), init=top + 1)
         emit_last = finishing & cur.readout
-        m.d.sync += since.eq(Mux(emit_last, 1, Mux(since > interval, since, since + 1)))
-        spaced = Mux(emit_last, head.gap_z, since >= head.gap)
+        m.d.sync += since.eq(Mux(emit_last, 1, Mux(since > top, since, since + 1)))
+        if self.k_blocks:
+            kb_last = Signal()
+            with m.If(emit_last):
+                m.d.sync += kb_last.eq(cur.info.kblock)
+            spaced = Mux(emit_last, Mux(cur.info.kblock, head.gap_k_z, head.gap_z),
+                         Mux(kb_last, since >= head.gap_k, since >= head.gap))
+        else:
+            spaced = Mux(emit_last, head.gap_z, since >= head.gap)
 
         # Output FIFO rows not yet reserved. A start's reservation is registered first
         # (``reserved``) and taken from the count the cycle after, so the start decision is
@@ -678,20 +770,25 @@ class GemmDatapath(wiring.Component):
         # interval (>= ACCUMULATE_STAGES + 1) after its read: its write, ACCUMULATE_STAGES
         # cycles after that read, has landed.
         # y_info.add in a copy per LANES_PER_ADD columns: each drives 32 adder LUTs a column
-        adds = lane_copies(m, x_info.add, C, LANES_PER_ADD, primitive=self.primitive,
-                           name="y_add")
+        kb = self.k_blocks
+        # (a K-block row adds nothing in int32: its own sums are rescaled)
+        adds = lane_copies(m, x_info.add & ~x_info.kblock if kb else x_info.add, C,
+                           LANES_PER_ADD, primitive=self.primitive, name="y_add")
         total = Signal(row_layout)
         for j in range(C):
             m.d.comb += total[j].eq(y_data[j] + Mux(adds[j], y_acc[j], 0))
+        # (a K-block row is not stored in int32, is rescaled when stored too, never raw)
+        y_kb = y_info.kblock if kb else None
         m.d.comb += [
-            acc_wr.en.eq(y_valid & y_info.store),
+            acc_wr.en.eq(y_valid & y_info.store & ~y_kb if kb else y_valid & y_info.store),
             acc_wr.addr.eq(y_info.acc_slot * R + y_row),
             acc_wr.data.eq(total),
         ]
         m.d.comb += [
-            rescaler.i_stream.valid.eq(y_valid & y_info.emit),
+            rescaler.i_stream.valid.eq(y_valid & (y_info.emit | (y_info.store & y_kb)) if kb
+                                       else y_valid & y_info.emit),
             rescaler.i_stream.payload.acc.eq(total),
-            rescaler.i_stream.payload.raw.eq(y_info.raw),
+            rescaler.i_stream.payload.raw.eq(y_info.raw & ~y_kb if kb else y_info.raw),
             rescaler.i_stream.payload.last.eq(y_last),
         ]
         for j in range(C):
@@ -701,9 +798,67 @@ class GemmDatapath(wiring.Component):
         # so its ready is a constant and its pipeline has no clock enable to broadcast.
         m.d.comb += [
             rescaler.o_stream.ready.eq(1),
-            out_fifo.w_en.eq(rescaler.o_stream.valid),
-            out_fifo.w_data.eq(rescaler.o_stream.payload),
+            *([] if kb else [out_fifo.w_en.eq(rescaler.o_stream.valid),
+                             out_fifo.w_data.eq(rescaler.o_stream.payload)]),
             self.o_stream.valid.eq(out_fifo.r_rdy),
             self.o_stream.payload.eq(out_fifo.r_data),
             out_fifo.r_en.eq(self.o_stream.ready),
         ]
+        if not kb:
+            return
+        vars(s).update(acc_rd=acc_rd, acc_wr=acc_wr, y_valid=y_valid, y_row=y_row,
+                       y_last=y_last, y_info=y_info)
+        self._kb_output(s)
+
+    def _kb_output(self, s):
+        """K-block mode: the rescaled rows of K-block tiles -> + the slot's float32 (read
+        :data:`KB_READ_AHEAD` cycles ahead) -> the slot and/or the output FIFO; the other rows
+        from the rescaler to the output FIFO as without the mode."""
+        m, R, C, rescaler, out_fifo = s.m, s.R, s.C, s.rescaler, s.out_fifo
+        acc_rd, acc_wr, y_info = s.acc_rd, s.acc_wr, s.y_info
+        m.submodules.kb_adder = adder = self.kb_adder
+        # A K-block row's side band, from the y stage (beside the rescaler's input) to the
+        # rescaler's output (``Rescaler.LATENCY`` registers) and on through the adder
+        # (``Fp32Add.LATENCY`` more). Neither stalls: the rescaler's and the adder's ready
+        # are constants (the emitted rows were reserved in the output FIFO).
+        side = data.StructLayout({"valid": 1, "add": 1, "store": 1, "emit": 1, "last": 1,
+                                  "addr": range(self.acc_slots * R)})
+        y_side = Signal(side)
+        m.d.comb += [y_side.valid.eq(s.y_valid & y_info.kblock & (y_info.emit | y_info.store)),
+                     y_side.add.eq(y_info.add), y_side.store.eq(y_info.store),
+                     y_side.emit.eq(y_info.emit), y_side.last.eq(s.y_last),
+                     y_side.addr.eq(y_info.acc_slot * R + s.y_row)]
+        stages = [y_side]
+        for t in range(Rescaler.LATENCY + Fp32Add.LATENCY):
+            r = Signal(side, name=f"kb_side{t}")
+            m.d.sync += r.eq(stages[-1])
+            stages.append(r)
+        at_read = stages[Rescaler.LATENCY - self.KB_READ_AHEAD]
+        at_add = stages[Rescaler.LATENCY]          # beside the rescaler's output
+        at_out = stages[-1]                        # beside the adder's output
+        # The slot's row: read KB_READ_AHEAD cycles before the rescaled row arrives, its
+        # data registered (the RAM's output register), then into the adder beside it. The
+        # read port is the x stage's otherwise: the tiles' spacing keeps them apart.
+        kb_acc = Signal(data.ArrayLayout(unsigned(32), C), reset_less=True)
+        m.d.sync += kb_acc.eq(acc_rd.data)
+        with m.If(at_read.valid):
+            m.d.comb += acc_rd.addr.eq(at_read.addr)
+        m.d.comb += [
+            adder.i_stream.valid.eq(at_add.valid),
+            adder.o_stream.ready.eq(1),
+        ]
+        for j in range(C):
+            m.d.comb += [adder.i_stream.payload.a[j].eq(rescaler.o_stream.payload.data[j]),
+                         adder.i_stream.payload.b[j].eq(Mux(at_add.add, kb_acc[j], 0))]
+        with m.If(at_out.valid & at_out.store):
+            m.d.comb += [acc_wr.en.eq(1), acc_wr.addr.eq(at_out.addr),
+                         acc_wr.data.eq(adder.o_stream.payload.s)]
+        out_kb = at_out.valid & at_out.emit
+        m.d.comb += [
+            out_fifo.w_en.eq(Mux(out_kb, 1, rescaler.o_stream.valid & ~at_add.valid)),
+            out_fifo.w_data.eq(Mux(out_kb, Cat(adder.o_stream.payload.s, at_out.last),
+                                   rescaler.o_stream.payload)),
+        ]
+        kb_busy = Signal()
+        m.d.sync += kb_busy.eq(Cat(st.valid for st in stages).any())
+        vars(s).update(kb_busy=kb_busy)

@@ -12,11 +12,11 @@ from sim.testbenches.harness import run, stream_recv, stream_send
 
 
 def simulate(rows, cols, commands, *, depth=None, seed=0, stall=0.3, extra_cmds=(), packing=1,
-             slots=2, acc_slots=2, lookahead=2):
+             slots=2, acc_slots=2, lookahead=2, k_blocks=False):
     """Drive the datapath with random stalls on every stream; return (tiles, cycles, steps)."""
     depth = depth or max(c.k for c in commands)
     dut = GemmDatapath(rows, cols, depth=depth, packing=packing, slots=slots,
-                       acc_slots=acc_slots, lookahead=lookahead)
+                       acc_slots=acc_slots, lookahead=lookahead, k_blocks=k_blocks)
     rng = random.Random(seed)
     n_out = sum(rows for c in commands if c.emit)
     rows_out = []
@@ -295,3 +295,124 @@ def test_accumulation_slots_in_ultraram_only_when_asked():
     assert 'ram_style = "ultra"' in to_verilog(GemmDatapath(2, 3, acc_slots=4,
                                                             acc_ram="ultra"), "dp")
     assert "ram_style" not in to_verilog(GemmDatapath(2, 3, acc_slots=4), "dp")
+
+
+# ---- K-block mode -----------------------------------------------------------------------
+
+
+def kblock_commands(rng, rows, cols, a, b, a_exp, b_exp, stops, bl):
+    """A blocked GEMM of ``bl x bl`` C tiles in K-block mode: per K run (the ends ``stops``),
+    the ``bl**2`` tile commands, each rescaling its run's partial and adding it in float32
+    to its accumulation slot; the last run emits. Row ``m`` of the tile takes the run's
+    ``a_exp[m, run]``, column ``n`` its ``b_exp[run, n]``."""
+    cmds = []
+    starts = [0, *stops[:-1]]
+    for r, (k0, k1) in enumerate(zip(starts, stops, strict=True)):
+        for i in range(bl):
+            for j in range(bl):
+                rs, cs = slice(i * rows, (i + 1) * rows), slice(j * cols, (j + 1) * cols)
+                cmds.append(models.TileCommand(
+                    a=a[rs, k0:k1], b=b[k0:k1, cs], a_slot=(r % 2) * bl + i,
+                    b_slot=(r % 2) * bl + j, load_a=j == 0, load_b=i == 0,
+                    row_exp=a_exp[rs, r].copy(), col_exp=b_exp[r, cs].copy(),
+                    store=r < len(stops) - 1, emit=r == len(stops) - 1, add=r > 0,
+                    acc_slot=i * bl + j, kblock=True, raw=bool(rng.integers(2))))
+    return cmds
+
+
+@pytest.mark.parametrize("rows,cols,packing,stall", [(2, 3, 1, 0.3), (4, 4, 1, 0.0),
+                                                     (3, 2, 2, 0.2), (1, 1, 1, 0.0)])
+def test_k_blocks_random_against_model_and_golden(rows, cols, packing, stall):
+    """Random K runs (uneven lengths, random exponents per row and column, exponent sums that
+    reach subnormals) of a 2 x 2 block of C tiles, with an int32 tile before
+    and after (the switch into and out of the mode): the emitted float32 words equal the
+    model's and :func:`sim.models.bfp.gemm_kruns`'s, bit for bit; ``raw`` is ignored."""
+    from sim.models import bfp
+
+    rng = np.random.default_rng(rows * 7 + cols + packing)
+    bl = 2
+    stops = [int(x) for x in np.cumsum(rng.integers(1, 9, 4))]
+    k = stops[-1]
+    a = rng.integers(-128, 128, (bl * rows, k)).astype(np.int8)
+    b = rng.integers(-128, 128, (k, bl * cols)).astype(np.int8)
+    a_exp = rng.integers(-128, 65, (bl * rows, len(stops))).astype(np.int8)
+    b_exp = rng.integers(-40, 41, (len(stops), bl * cols)).astype(np.int8)
+    before = random_command(rng, rows, cols, 5, ta=False, tb=True, raw=True)
+    after = random_command(rng, rows, cols, 3, ta=True, tb=False, exp_range=(-4, 4))
+    before.a_slot = before.b_slot = after.a_slot = after.b_slot = 0
+    cmds = [before, *kblock_commands(rng, rows, cols, a, b, a_exp, b_exp, stops, bl), after]
+    tiles, _, dut = simulate(rows, cols, cmds, slots=2 * bl, acc_slots=bl * bl, stall=stall,
+                             packing=packing, k_blocks=True)
+    want = models.datapath(cmds, rows, cols)
+    assert [t.tolist() for t in tiles] == [t.tolist() for t in want]
+    full = bfp.gemm_kruns(a, a_exp, b, b_exp, stops).view(np.uint32)
+    for t, (i, j) in enumerate([(0, 0), (0, 1), (1, 0), (1, 1)]):
+        np.testing.assert_array_equal(
+            tiles[1 + t], full[i * rows:(i + 1) * rows, j * cols:(j + 1) * cols])
+
+
+def test_k_blocks_round_each_block_then_add():
+    """The subnormal case where the order of rounding matters: K blocks of 32 whose terms are
+    2**-149 and 2**-150; the second rounds (to even) to 0 on its own, so the sum is 2**-149
+    (rounding the exact sum once would give 2**-148), as :func:`sim.models.bfp.gemm_kblocks`."""
+    from sim.models import bfp
+
+    rows, cols = 2, 2
+    a = np.zeros((rows, 64), np.int8)
+    a[0, 0] = a[0, 32] = 1
+    b = a.T.copy()
+    a_exp = np.full((rows, 2), -128, np.int8)
+    b_exp = np.array([[-21, -21], [-22, -22]], np.int8)
+    cmds = kblock_commands(np.random.default_rng(0), rows, cols, a, b, a_exp, b_exp,
+                           [32, 64], 1)
+    tiles, _, _ = simulate(rows, cols, cmds, stall=0.0, k_blocks=True)
+    assert tiles[0][0, 0] == np.float32(2.0 ** -149).view(np.uint32)
+    want = bfp.gemm_kblocks(a, np.array([[-128, -128]], np.int8), b,
+                            np.array([[-21], [-22]], np.int8))
+    assert tiles[0][0, 0] == want.view(np.uint32)[0, 0]
+
+
+@pytest.mark.parametrize("rows,cols,packing", [(1, 1, 1), (2, 1, 1), (1, 1, 2)])
+def test_k_blocks_back_to_back_on_one_slot(rows, cols, packing):
+    """K blocks of one step, back to back, each adding the one slot's float32 sum: each read
+    of the slot must see the write of the block before (:attr:`GemmDatapath.kb_interval`
+    apart; closer, a block's term would be lost), and the first C row leaves
+    ``kb_fill_latency`` cycles after the last step is issued."""
+    from rtl.buffer import TransposableBuffer
+
+    rng = np.random.default_rng(9)
+    cmds = []
+    for t in range(6):
+        cmds.append(random_command(rng, rows, cols, 1, ta=False, tb=False, emit=t == 5,
+                                   exp_range=(-3, 3)))
+        cmds[-1].store, cmds[-1].add, cmds[-1].kblock = t < 5, t > 0, True
+    stats, dut = check(rows, cols, cmds, stall=0.0, packing=packing, k_blocks=True,
+                       with_dut=True)
+    gaps = np.diff(stats["last_steps"])
+    assert gaps.min() >= dut.kb_interval
+    assert (stats["first_rows"][0] - stats["last_steps"][-1]
+            == dut.kb_fill_latency - TransposableBuffer.READ_LATENCY)
+
+
+def test_k_blocks_full_rate_from_kb_interval():
+    """K-block tiles of ``kb_interval`` steps and more keep the array stepping every cycle."""
+    rows, cols = 4, 4
+    k = GemmDatapath(rows, cols, k_blocks=True).kb_interval
+    rng = np.random.default_rng(10)
+    cmds = []
+    for t in range(6):
+        cmds.append(random_command(rng, rows, cols, k, ta=t % 2 == 1, tb=False,
+                                   emit=t % 2 == 1, exp_range=(-3, 3)))
+        cmds[-1].store, cmds[-1].add, cmds[-1].kblock = t % 2 == 0, t % 2 == 1, True
+        cmds[-1].acc_slot = 0
+        # (operands reused from their slots after the first two: no load limits the rate)
+        cmds[-1].load_a = cmds[-1].load_b = t < 2
+        cmds[-1].a_slot = cmds[-1].b_slot = t % 2
+    stats = check(rows, cols, cmds, stall=0.0, k_blocks=True)
+    assert np.diff(stats["last_steps"]).tolist()[1:] == [k] * 4   # (after the loads)
+
+
+def test_k_blocks_only_when_built():
+    from rtl.datapath import command_layout
+    assert "kblock" not in command_layout(4, 4).members
+    assert "kblock" in command_layout(4, 4, k_blocks=True).members

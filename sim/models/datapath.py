@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from sim.models import golden
+from sim.models import fp32, golden
 
 __all__ = ["systolic_array", "operand_beats", "buffer_read", "TileCommand", "datapath",
            "GearboxJob", "gearbox"]
@@ -81,7 +81,9 @@ class TileCommand:
     ``a`` is the stored A tile (``rows x k``, or ``k x rows`` with ``transpose_a``); ``b`` the
     stored B tile (``k x cols``, or ``cols x k`` with ``transpose_b``). ``clear`` starts a new
     accumulation; ``emit`` sends the C tile out, rescaled by ``row_exp``/``col_exp`` (int8
-    vectors) unless ``raw``.
+    vectors) unless ``raw``. ``kblock`` (a datapath built with ``k_blocks``): the tile is
+    rescaled and added in float32 to the accumulation slot (``add``) or to +0.0, then stored
+    and/or emitted as float32.
     """
 
     a: np.ndarray
@@ -108,6 +110,8 @@ class TileCommand:
     store: bool = False
     add: bool = False
     acc_slot: int = 0
+    #: One K block: rescale the tile, add it in float32 to ``acc_slot`` (``add``) or +0.0.
+    kblock: bool = False
 
     @property
     def k(self) -> int:
@@ -130,7 +134,8 @@ class TileCommand:
                 "transpose_a": self.transpose_a, "transpose_b": self.transpose_b,
                 "clear": self.clear, "emit": self.emit, "raw": self.raw,
                 "store": self.store, "add": self.add, "acc_slot": self.acc_slot,
-                "row_exp": [int(x) for x in re], "col_exp": [int(x) for x in ce]}
+                "row_exp": [int(x) for x in re], "col_exp": [int(x) for x in ce],
+                **({"kblock": 1} if self.kblock else {})}
 
 
 def _wrap32(x: np.ndarray) -> np.ndarray:
@@ -141,7 +146,10 @@ def datapath(commands, rows: int, cols: int) -> list[np.ndarray]:
     """The C tiles (as uint32 words: float32 bits, or int32 when ``raw``) for each emit.
 
     Tracks the buffer slots: a loaded tile is stored as the array reads it (step-major), and a
-    command that reuses a slot reads its first ``k`` steps.
+    command that reuses a slot reads its first ``k`` steps. A ``kblock`` command's tile (the
+    array's sums since its ``clear``) is rescaled (:func:`sim.models.golden.rescale`) and
+    added to the slot's float32 with ``add``, else to +0.0
+    (:func:`sim.models.fp32.fp32_add`); the sum is what it stores and emits.
     """
     acc = np.zeros((rows, cols), dtype=np.int32)
     slot_a, slot_b, partial = {}, {}, {}
@@ -160,6 +168,17 @@ def datapath(commands, rows: int, cols: int) -> list[np.ndarray]:
         op_b = np.ascontiguousarray(slot_b[b_slot][:cmd.k])     # k x cols
         part = golden.gemm(op_a, op_b)
         acc = part if cmd.clear else _wrap32(acc.astype(np.int64) + part)
+        if cmd.kblock:
+            re = np.zeros(rows, np.int8) if cmd.row_exp is None else cmd.row_exp
+            ce = np.zeros(cols, np.int8) if cmd.col_exp is None else cmd.col_exp
+            term = golden.float32_bits(golden.rescale(acc, re, ce))
+            prev = partial[cmd.acc_slot] if cmd.add else np.zeros((rows, cols), np.uint32)
+            total = fp32.fp32_add(prev.view(np.uint32), term).astype(np.uint32)
+            if cmd.store:
+                partial[cmd.acc_slot] = total.copy()
+            if cmd.emit:
+                out.append(total.copy())
+            continue
         total = acc
         if (cmd.emit or cmd.store) and cmd.add:
             total = _wrap32(acc.astype(np.int64) + partial[cmd.acc_slot])
