@@ -104,12 +104,13 @@ def _check_rounding(rounding, seed):
         raise ValueError(f"seed must be an integer in [0, 2**64), not {seed!r}")
 
 
-def _require(dev):
-    """The device offers the epilogue and tile exponents, else a clear error."""
+def _require(dev, *, epilogue: bool = True):
+    """The device offers tile exponents and, with ``epilogue`` (anything but a float32 C
+    without bias, ReLU or mask), the write-back epilogue, else a clear error."""
     if dev.driver is None:
         return
     info = dev.driver.info
-    if not (info.epilogue and info.k_blocks):
+    if not ((info.epilogue or not epilogue) and info.k_blocks):
         raise RuntimeError(f"this {dev.backend} accelerator has no write-back epilogue or tile "
                            f"exponents (CONFIG_FEATURES): use the host path (firmware.ml's "
                            f"blocks policies) or Device('model')")
@@ -266,7 +267,7 @@ def bfp_gemm(dev, a: BfpTensor, b: BfpTensor, *, transpose_a: bool = False,
                             f"{type(mask_in).__name__}")
         if mask_in.shape != (m, n):
             raise ValueError(f"mask_in is {mask_in.shape[0]}x{mask_in.shape[1]}, C is {m}x{n}")
-    _require(dev)
+    _require(dev, epilogue=bias is not None or relu or mask_in is not None or out != "float32")
     dev.stats = {"backend": dev.backend, "macs": m * n * k, "m": m, "n": n, "k": k,
                  "descriptors": 0, "cycles": None, "utilization": None}
     dev.profile.count("gemms", 1)
