@@ -181,8 +181,8 @@ class TileQuantizer(wiring.Component):
         rd = mem.read_port()
 
         # Per slot: its job (taken by the fill side, read by the drain side) and, once the
-        # unit is in, each block's exponent, nonfinite flag and kd = 134 + exp (the shift
-        # of an element of biased exponent field E is kd - max(E, 1)).
+        # unit is in, each block's exponent, nonfinite flag and kd = 134 + exp (the right
+        # shift of an element of biased exponent field E is kd - E, see the drain).
         s_beats_m1 = [Signal(range(T * S), name=f"slot{s}_beats_m1") for s in range(NS)]
         s_rows_valid = [Signal(range(T + 1), name=f"slot{s}_rows_valid") for s in range(NS)]
         s_cols_valid = [Signal(range(self.width + 1), name=f"slot{s}_cols_valid")
@@ -433,37 +433,39 @@ class TileQuantizer(wiring.Component):
             b = self._lane_block(lane)
             word = raw[lane]
             e = word[23:31]
-            # d: sign, significand, the right shift k = kd - max(E, 1) clamped to 0 .. 24
-            d_sign = Signal(name=f"l{lane}_d_sign", reset_less=True)
-            d_mant = Signal(24, name=f"l{lane}_d_mant", reset_less=True)
+            # d: the signed significand D = +-M with |v| = M * 2**(E - 150) (a subnormal's
+            # fraction doubled, E = 0), so v * 2**(16 - exp) = D / 2**k with k = kd - E, in
+            # 1 .. 255 inside the matrix (outside, where the lane is zeroed, it may wrap);
+            # k clamped at 24 (|D| <= 2**24). -M is ~(M - 1), from the fraction less one.
+            d_d = Signal(signed(25), name=f"l{lane}_d_d", reset_less=True)
             d_k = Signal(range(25), name=f"l{lane}_d_k", reset_less=True)
             d_zero = Signal(name=f"l{lane}_d_zero", reset_less=True)
-            k = Signal(signed(10), name=f"l{lane}_k")
-            m.d.comb += k.eq(x_kd[b] - Cat(e[0] | ~e.any(), e[1:]))
+            k = Signal(8, name=f"l{lane}_k")
+            m.d.comb += k.eq(x_kd[b] - e)
+            frac = word[:23]
+            fm1 = Signal(24, name=f"l{lane}_fm1")       # frac - 1; bit 23: frac == 0
+            m.d.comb += fm1.eq(Cat(frac, Const(0, 1)) - 1)
+            normal = e.any()
+            mant = Mux(normal, Cat(frac, 1, 0), Cat(0, frac, 0))
+            mant_m1 = Mux(normal, Cat(fm1[:23], ~fm1[23], 0), Cat(1, fm1[:23], fm1[23]))
             col_ok = x_seg * C + lane < x_cols_valid
             m.d.sync += [
-                d_sign.eq(word[31]),
-                d_mant.eq(Cat(word[:23], e.any())),
-                d_k.eq(Mux(k < 0, 0, Mux(k > 24, 24, k[:5]))),
+                d_d.eq(Mux(word[31], ~mant_m1, mant)),
+                d_k.eq(Mux(k >= 24, 24, k[:5])),
                 d_zero.eq(~x_row_ok | ~col_ok | x_nonf[b]),
             ]
-            # s: the magnitude shifted, floor(mant / 2**k), and whether bits were lost
-            s_sign = Signal(name=f"l{lane}_s_sign", reset_less=True)
-            s_mag = Signal(24, name=f"l{lane}_s_mag", reset_less=True)
-            s_sticky = Signal(name=f"l{lane}_s_sticky", reset_less=True)
+            # s: Y = floor(D / 2**k), an arithmetic shift
+            s_y = Signal(signed(25), name=f"l{lane}_s_y", reset_less=True)
             s_zero = Signal(name=f"l{lane}_s_zero", reset_less=True)
-            lost = Cat(*(d_k > j for j in range(24)))
-            m.d.sync += [s_sign.eq(d_sign), s_mag.eq(d_mant >> d_k),
-                         s_sticky.eq((d_mant & lost).any()), s_zero.eq(d_zero)]
-            # a: (Y + r) >> 16 with Y = mag (positive) or -(mag + sticky) (negative): one add,
-            # r + ~mag + (1 - sticky) for a negative
+            shifted = d_d
+            for j in reversed(range(5)):           # a 2:1 multiplexer a bit of k
+                shifted = Mux(d_k[j], shifted >> (1 << j), shifted)
+            m.d.sync += [s_y.eq(shifted), s_zero.eq(d_zero)]
+            # a: (Y + r) >> 16
             a_q = Signal(signed(10), name=f"l{lane}_a_q", reset_less=True)
             a_zero = Signal(name=f"l{lane}_a_zero", reset_less=True)
-            operand = Signal(signed(26), name=f"l{lane}_operand")
-            m.d.comb += operand.eq(Mux(s_sign, -1 - Cat(s_mag, Const(0, 2)).as_signed(),
-                                       s_mag))
             total = Signal(signed(27), name=f"l{lane}_sum")
-            m.d.comb += total.eq(r_s[16 * lane:16 * (lane + 1)] + operand + (s_sign & ~s_sticky))
+            m.d.comb += total.eq(r_s[16 * lane:16 * (lane + 1)] + s_y)
             m.d.sync += [a_q.eq(total[16:26].as_signed()), a_zero.eq(s_zero)]
             q_out.append(Mux(a_zero, 0, Mux(a_q > 127, 127, Mux(a_q < -127, -127, a_q[:8]))))
 
