@@ -6,6 +6,7 @@ from amaranth.lib.wiring import In, Out
 
 from ._util import FIFO_SLICE_BITS, counter, delay
 from .fifo import Fifo
+from .xilinx import lane_copies
 
 __all__ = ["ReluMask", "TileQuantizer", "quantizer_input_layout", "quantizer_job_layout",
            "quantizer_output_layout", "relu_input_layout", "relu_output_layout"]
@@ -110,6 +111,10 @@ class TileQuantizer(wiring.Component):
         Entries of the output FIFO (at least 8 for full rate). The drain pipeline never
         stalls: a beat is read from the block RAM only while the FIFO has room for every beat
         in flight (credits), so no clock enable reaches its registers.
+    primitive : bool
+        The copies of the stochastic flag that reach the lanes (one per
+        :data:`LANES_PER_COPY`) as ``FDRE`` instances, so that synthesis keeps them apart
+        (:func:`rtl.xilinx.register_copies`).
 
     Attributes
     ----------
@@ -138,8 +143,11 @@ class TileQuantizer(wiring.Component):
 
     #: Cycles from a slot's exponents being ready to its first beat on :attr:`o_stream`.
     DRAIN_LATENCY = 8
+    #: Lanes one copy of the drain's stochastic flag reaches (16 loads a lane).
+    LANES_PER_COPY = 16
 
-    def __init__(self, cols: int, block: int = 32, *, slots: int = 4, out_depth: int = 16):
+    def __init__(self, cols: int, block: int = 32, *, slots: int = 4, out_depth: int = 16,
+                 primitive: bool = False):
         _check_cols(cols)
         if (not isinstance(block, int) or isinstance(block, bool) or not 4 <= block <= 64
                 or block & (block - 1)):
@@ -153,6 +161,7 @@ class TileQuantizer(wiring.Component):
         if not isinstance(out_depth, int) or isinstance(out_depth, bool) or out_depth < 8:
             raise ValueError(f"out_depth must be an integer of at least 8, not {out_depth!r}")
         self.cols, self.block, self.slots, self.out_depth = cols, block, slots, out_depth
+        self.primitive = bool(primitive)
         self.segs, self.blocks, self.width = _geometry(cols, block)
         #: lanes one maximum tree reduces (a block's share of a beat)
         self.tree_lanes = min(cols, block)
@@ -418,11 +427,15 @@ class TileQuantizer(wiring.Component):
         x_cols_valid = delay(m, cols_valid, 2, "x_cols_valid", reset_less=True)
         x_kd = [delay(m, kd[b], 2, f"x_kd{b}", reset_less=True) for b in range(B)]
         x_nonf = [delay(m, nonf[b], 2, f"x_nonf{b}", reset_less=True) for b in range(B)]
-        # r to the shifted stage (4 cycles after issue); 2**15 for round-half-up
-        r_in = Signal(16 * C)
-        m.d.comb += r_in.eq(Mux(stoch, rs.payload.as_value(),
-                                Cat(*(Const(1 << 15, 16) for _ in range(C)))))
-        r_s = delay(m, r_in, 4, "r", reset_less=True)
+        # r to the shifted stage (4 cycles after issue); 2**15 for round-half-up, chosen a
+        # cycle after issue by a copy of the stochastic flag per LANES_PER_COPY lanes
+        r_m = Signal(16 * C, reset_less=True)
+        m.d.sync += r_m.eq(rs.payload)
+        stoch_m = lane_copies(m, stoch, C, self.LANES_PER_COPY, primitive=self.primitive,
+                              name="stochastic_lanes")
+        r_in = Cat(*(Mux(stoch_m[lane], r_m[16 * lane:16 * (lane + 1)], 1 << 15)
+                     for lane in range(C)))
+        r_s = delay(m, r_in, 3, "r", reset_less=True)
         # the output beat's fields, to the FIFO's input (5 cycles after issue)
         fields = {"exp": Cat(*exp), "row": row, "seg": seg,
                   "nonfinite": Cat(*nonf).any(), "last": at_end}
