@@ -26,12 +26,10 @@ ROUNDINGS = ("nearest", "stochastic")
 
 
 class BfpTensor:
-    """A matrix in BFP8 tile blocks on a device.
+    """A matrix in BFP8 tile blocks on a device; ``shape`` is the matrix's ``(M, N)``.
 
     Attributes
     ----------
-    shape : tuple of int
-        The matrix's shape ``(M, N)``.
     q : DeviceTensor
         The int8 mantissas, ``M x N``.
     exp : DeviceTensor
@@ -72,12 +70,10 @@ class BfpTensor:
 
 class MaskTensor:
     """ReLU's mask on a device: one bit per element, each row packed LSB first
-    (:func:`sim.models.bfp.pack_mask`).
+    (:func:`sim.models.bfp.pack_mask`); ``shape`` is the masked matrix's ``(M, N)``.
 
     Attributes
     ----------
-    shape : tuple of int
-        The masked matrix's shape ``(M, N)``.
     bits : DeviceTensor
         uint8, ``M x ceil(N/8)``.
     """

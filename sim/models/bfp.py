@@ -17,7 +17,7 @@ The block exponent
 
 One element (the integer form, bit-exact in every implementation)::
 
-    Y = floor(v * 2**(16 - exp))            # an exact integer, |Y| < 2**23
+    Y = floor(v * 2**(16 - exp))            # an exact integer, |Y| <= 2**23
     q = clamp((Y + r) >> 16, -127, 127)     # >> the arithmetic (floor) shift
     r = 2**15                               # rounding="nearest" (round half up)
     r = random_bits(seed, m, n)             # rounding="stochastic": 16 bits, 0..65535
@@ -234,7 +234,7 @@ def quantize_tiles(x: np.ndarray, *, block: int = 32, rounding: str = "nearest",
     Notes
     -----
     ``x * 2**(16 - exp)`` is exact in float64 (a float32 times a power of two that keeps it in
-    range), so its floor ``Y`` is exact too, and ``|Y| < 2**23``. The clamp only acts on a
+    range), so its floor ``Y`` is exact too, and ``|Y| <= 2**23``. The clamp only acts on a
     block's extreme elements, which can round to +-128. Quantising ``dequantize_tiles(q, exp)``
     again gives back ``q`` and ``exp`` whatever the rounding: every scaled value is an integer
     and ``r < 2**16`` rounds an integer to itself.
