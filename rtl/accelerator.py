@@ -76,6 +76,11 @@ class Accelerator(wiring.Component):
         AXI4 write managers (``CONFIG_BUS.WRITE_PORTS``); at most ``rows``.
     read_ports : {1, 2, 3, 4}
         AXI4 read managers (``CONFIG_BUS.READ_PORTS``).
+    k_blocks : bool
+        Offer tile exponents along K (``CONFIG_FEATURES.K_BLOCKS``): a descriptor whose
+        ``DESC_EPILOGUE`` is exactly ``A_TILES`` and ``B_TILES`` runs as
+        :func:`sim.models.bfp.gemm_kblocks` (:class:`rtl.engine.GemmEngine`); any other
+        ``DESC_EPILOGUE`` bits are refused with ``UNSUPPORTED``.
 
     Attributes
     ----------
@@ -94,7 +99,7 @@ class Accelerator(wiring.Component):
                  packing: int = 1, primitive: bool = False, burst_beats: int = 16,
                  outstanding: int = 8, dsp_rows: int | None = None, acc_ram: str = "auto",
                  write_ports: int = 1, slr_groups: int = 1, read_ports: int = 1,
-                 dsp_slice: str = "DSP48E2"):
+                 dsp_slice: str = "DSP48E2", k_blocks: bool = False):
         # (+ the two the engine may hold: QUEUE_LEVEL's 8 bits)
         if not isinstance(queue, int) or not 1 <= queue <= 253:
             raise ValueError(f"queue must be an integer in 1..253, not {queue!r}")
@@ -103,7 +108,9 @@ class Accelerator(wiring.Component):
                                  addr_width=addr_width, block=block, packing=packing,
                                  primitive=primitive, dsp_rows=dsp_rows, acc_ram=acc_ram,
                                  write_ports=write_ports, slr_groups=slr_groups,
-                                 read_ports=read_ports, dsp_slice=dsp_slice)
+                                 read_ports=read_ports, dsp_slice=dsp_slice,
+                                 k_blocks=k_blocks)
+        self.k_blocks = bool(k_blocks)
         self.burst_beats, self.outstanding = burst_beats, outstanding
         self.readers = [DmaReader(data_width, addr_width, burst_beats=burst_beats,
                                   outstanding=outstanding) for _ in range(read_ports)]
@@ -191,8 +198,9 @@ class Accelerator(wiring.Component):
                    WRITE_PORTS=self.write_ports, READ_PORTS=self.read_ports),
             *_pack(csr, "CONFIG_DMA", BURST_BEATS=self.burst_beats,
                    OUTSTANDING=self.outstanding),
-            # no epilogue and no tile exponents in this build: such descriptors are refused
-            *_pack(csr, "CONFIG_FEATURES", EPILOGUE=0, K_BLOCKS=0,
+            # no epilogue in this build, tile exponents with k_blocks: other descriptors'
+            # DESC_EPILOGUE bits are refused
+            *_pack(csr, "CONFIG_FEATURES", EPILOGUE=0, K_BLOCKS=int(self.k_blocks),
                    TILE_LOG2=regmap.TILE_BLOCK.bit_length() - 1),
         ]
 
@@ -201,7 +209,7 @@ class Accelerator(wiring.Component):
         into."""
         m, queue_rst, csr = s.m, s.queue_rst, s.csr
         # ---- descriptor queue -------------------------------------------------------------
-        layout = descriptor_layout()
+        layout = descriptor_layout(self.k_blocks)
         m.submodules.queue = q = ResetInserter(queue_rst)(
             Fifo(width=layout.size, depth=self.queue))
         staged = Signal(layout)
@@ -233,7 +241,13 @@ class Accelerator(wiring.Component):
         # a descriptor that asks for what CONFIG_FEATURES does not offer (any DESC_EPILOGUE
         # bit) stops the engine with UNSUPPORTED instead of being queued
         unsupported = Signal()
-        m.d.comb += unsupported.eq(csr.desc_epilogue != 0)
+        if self.k_blocks:
+            # (A_TILES and B_TILES together, nothing else: a GEMM with K blocks)
+            tiles = regmap.pack("DESC_EPILOGUE", A_TILES=1, B_TILES=1)
+            m.d.comb += [unsupported.eq((csr.desc_epilogue != 0) & (csr.desc_epilogue != tiles)),
+                         staged.tiles.eq(csr.desc_epilogue == tiles)]
+        else:
+            m.d.comb += unsupported.eq(csr.desc_epilogue != 0)
         vars(s).update(q=q, enqueue=enqueue, soft_reset=soft_reset, unsupported=unsupported)
 
     def _control(self, s):

@@ -4,15 +4,17 @@ from amaranth import Cat, Const, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from firmware.spec.regmap import ErrorCode
+from firmware.spec.regmap import TILE_BLOCK, ErrorCode
 
 from ._util import delay
 
 __all__ = ["DescriptorChecker", "descriptor_layout", "verdict_layout"]
 
 
-def descriptor_layout() -> data.StructLayout:
-    """One GEMM as the host describes it (the ``DESC_*`` registers)."""
+def descriptor_layout(k_blocks: bool = False) -> data.StructLayout:
+    """One GEMM as the host describes it (the ``DESC_*`` registers). With ``k_blocks``, a
+    last field ``tiles``: A's and B's exponents are their tile grids at ``row_exp_addr`` /
+    ``col_exp_addr`` (``DESC_EPILOGUE.A_TILES`` and ``B_TILES``)."""
     return data.StructLayout({
         "m": unsigned(32), "n": unsigned(32), "k": unsigned(32),
         "transpose_a": 1, "transpose_b": 1, "raw": 1, "row_vec": 1, "col_vec": 1,
@@ -22,6 +24,7 @@ def descriptor_layout() -> data.StructLayout:
         "c_addr": unsigned(64), "c_stride": unsigned(32),
         "row_exp_addr": unsigned(64), "col_exp_addr": unsigned(64),
         "overlap": 1, "chunk": unsigned(2),
+        **({"tiles": 1} if k_blocks else {}),
     })
 
 
@@ -59,10 +62,16 @@ class DescriptorChecker(wiring.Component):
     ----------
     data_width, addr_width : int
         AXI bus (alignment unit) and address width (the end of the address space).
+    k_blocks : bool
+        Descriptors have ``tiles`` (:func:`descriptor_layout`): with it, the row and column
+        exponent regions are A's and B's tile grids, ``ceil(M / T) x ceil(K / T)`` and
+        ``ceil(K / T) x ceil(N / T)`` bytes (``T`` = :data:`firmware.spec.regmap.TILE_BLOCK`)
+        stored without padding, whatever the transposes (their rows may be any number of
+        bytes apart).
 
     Attributes
     ----------
-    i_stream : In(stream.Signature(descriptor_layout()))
+    i_stream : In(stream.Signature(descriptor_layout(k_blocks)))
     window_base, window_limit : In(64)
         ``[window_base, window_limit)``: the addresses a descriptor may touch; held while a
         descriptor is checked.
@@ -90,14 +99,15 @@ class DescriptorChecker(wiring.Component):
     #: last one passes every stage and the verdict follows its flags.
     LATENCY = DIMENSION_LATENCY + REGIONS + REGION_STAGES
 
-    def __init__(self, data_width: int = 128, addr_width: int = 32):
+    def __init__(self, data_width: int = 128, addr_width: int = 32, *, k_blocks: bool = False):
         if data_width not in (64, 128, 256, 512):
             raise ValueError(f"data_width must be 64, 128, 256 or 512, not {data_width!r}")
         if addr_width not in (32, 40, 64):
             raise ValueError(f"addr_width must be 32, 40 or 64, not {addr_width!r}")
         self.data_width, self.addr_width = data_width, addr_width
+        self.k_blocks = bool(k_blocks)
         super().__init__({
-            "i_stream": In(stream.Signature(descriptor_layout())),
+            "i_stream": In(stream.Signature(descriptor_layout(self.k_blocks))),
             "window_base": In(64),
             "window_limit": In(64),
             "o_stream": Out(stream.Signature(verdict_layout())),
@@ -126,6 +136,16 @@ class DescriptorChecker(wiring.Component):
             (d.row_exp_addr, 1, 0, d.m, d.row_vec, 0),
             (d.col_exp_addr, 1, 0, d.n, d.col_vec, 0),
         ]
+        if self.k_blocks:
+            # the tile grids: ceil(M / T) rows of ceil(K / T) bytes, ceil(K / T) of
+            # ceil(N / T), each row right after the one before (``free``: no stride alignment)
+            lg = TILE_BLOCK.bit_length() - 1
+            gm, gn, gk = ((x + TILE_BLOCK - 1) >> lg for x in (d.m, d.n, d.k))
+            grids = [(d.row_exp_addr, gm, gk, gk), (d.col_exp_addr, gk, gn, gn)]
+            regions = [(*r, 0) for r in regions[:3]] + [
+                (Mux(d.tiles, g[0], r[0]), Mux(d.tiles, g[1], r[1]), Mux(d.tiles, g[2], r[2]),
+                 Mux(d.tiles, g[3], r[3]), r[4] | d.tiles, r[5], d.tiles)
+                for g, r in zip(grids, regions[3:], strict=True)]
         assert len(regions) == self.REGIONS
         dims_code = Signal(8)
         region = Signal(range(self.REGIONS + 1))
@@ -137,11 +157,18 @@ class DescriptorChecker(wiring.Component):
         s0_base, s0_rows = stage("s0_base", 64), stage("s0_rows", 16)
         s0_stride, s0_bytes, s0_on = stage("s0_stride", 32), stage("s0_bytes", 18), Signal()
         s0_pk = Signal()
+        s0_free = Signal() if self.k_blocks else None
         with m.Switch(region):
-            for idx, (base, rows, stride, nbytes, on, pk) in enumerate(regions):
+            for idx, (base, rows, stride, nbytes, on, pk, *free) in enumerate(regions):
                 with m.Case(idx):
                     m.d.sync += [s0_base.eq(base), s0_rows.eq(rows), s0_stride.eq(stride),
                                  s0_bytes.eq(nbytes), s0_on.eq(on), s0_pk.eq(pk)]
+                    if free:
+                        m.d.sync += s0_free.eq(free[0])
+        # (a stride neither a multiple of the bus width nor a packed one's: misaligned)
+        odd_stride = (s0_stride[:wlog] != 0) & ~(s0_pk & (s0_stride[wlog:] == 0))
+        if self.k_blocks:
+            odd_stride = odd_stride & ~s0_free
         # stage 1: rows - 1, the bytes plus a word less one, alignment and overlap
         s1_m1, s1_stride, s1_round = stage("s1_m1", 16), stage("s1_stride", 32), stage(
             "s1_round", 19)
@@ -151,7 +178,7 @@ class DescriptorChecker(wiring.Component):
             s1_round.eq(s0_bytes + bpw - 1),
             s1_flags.eq(Cat(s0_on,
                             (s0_base[:wlog] != 0)
-                            | ((s0_stride[:wlog] != 0) & ~(s0_pk & (s0_stride[wlog:] == 0))),
+                            | odd_stride,
                             (s0_rows > 1) & (s0_stride[18:] == 0)
                             & (s0_stride[:18] < s0_bytes))),
         ]

@@ -64,6 +64,11 @@ class GemmEngine(wiring.Component):
     read_ports : {1, 2, 3, 4}
         DMA readers: one for A and B, one for A and one for B, or one for A and two or three
         for B.
+    k_blocks : bool
+        Run descriptors with ``tiles`` (A's and B's exponents their tile grids, changing
+        along K): K chunks of one tile block each, the grid exponents loaded per chunk, the
+        datapath in its K-block mode (:class:`rtl.datapath.GemmDatapath`,
+        :class:`rtl.walker.Walker`).
 
     Attributes
     ----------
@@ -113,8 +118,9 @@ class GemmEngine(wiring.Component):
                  data_width: int = 128, addr_width: int = 32, block: int = 4,
                  packing: int = 1, primitive: bool = False, dsp_rows: int | None = None,
                  acc_ram: str = "auto", write_ports: int = 1, slr_groups: int = 1,
-                 read_ports: int = 1, dsp_slice: str = "DSP48E2"):
+                 read_ports: int = 1, dsp_slice: str = "DSP48E2", k_blocks: bool = False):
         self.write_ports = regmap.check_write_ports(write_ports, rows)
+        self.k_blocks = bool(k_blocks)
         self.read_ports = regmap.check_read_ports(read_ports)
         for name, v in (("rows", rows), ("cols", cols)):
             if not isinstance(v, int) or v < 2 or v & (v - 1) or v > 256:
@@ -137,11 +143,12 @@ class GemmEngine(wiring.Component):
                                      packing=packing,
                                      primitive=primitive, dsp_rows=dsp_rows,
                                      acc_ram=acc_ram, slr_groups=slr_groups,
-                                     dsp_slice=dsp_slice, part_resets=True)
+                                     dsp_slice=dsp_slice, part_resets=True,
+                                     k_blocks=self.k_blocks)
         super().__init__({
             "soft_reset": In(1),
             "start": In(1),
-            "desc": In(descriptor_layout()),
+            "desc": In(descriptor_layout(self.k_blocks)),
             "window_base": In(64),
             "window_limit": In(64),
             "busy": Out(1), "ready": Out(1), "done": Out(1), "fail": Out(1), "code": Out(8),
@@ -205,7 +212,8 @@ class GemmEngine(wiring.Component):
         m = control                   # below: the engine's own logic, reset with its part
         sl = slices.submodules
 
-        d = Signal(descriptor_layout(), reset_less=True)     # the front's descriptor (data)
+        # the front's descriptor (data)
+        d = Signal(descriptor_layout(self.k_blocks), reset_less=True)
         # Two descriptors may be in flight: the back, walked, its C still being written
         # (b_valid; d_back, b_gen, macs_back), and the front, being checked or walked (d,
         # f_gen). The walker's write jobs queue (wjobs) tagged with the front's generation
@@ -213,7 +221,7 @@ class GemmEngine(wiring.Component):
         # == b_gen), so the write-back only ever holds jobs of d_back. While the back is
         # empty it follows the front, a cycle late (the front's jobs reach the queue's head
         # long after its start).
-        d_back = Signal(descriptor_layout(), reset_less=True)
+        d_back = Signal(descriptor_layout(self.k_blocks), reset_less=True)
         b_valid = Signal()
         f_gen = Signal()
         b_gen = Signal()
@@ -262,9 +270,10 @@ class GemmEngine(wiring.Component):
         R, C, BL = self.rows, self.cols, self.block
         tag_width = 1 + max(1, _log2(BL))
         dp = self.datapath
-        checker = DescriptorChecker(self.data_width, self.addr_width)
+        kb = self.k_blocks
+        checker = DescriptorChecker(self.data_width, self.addr_width, k_blocks=kb)
         walker = Walker(R, C, depth=self.depth, block=BL, data_width=self.data_width,
-                        tag_width=tag_width)
+                        tag_width=tag_width, k_blocks=kb)
         loader = LoadSequencer(self.data_width, self.addr_width, a_lanes=R, b_lanes=C,
                                tag_width=tag_width)
         RP = self.read_ports
@@ -286,7 +295,8 @@ class GemmEngine(wiring.Component):
         striper = LoadStriper(tag_width, ways=WAYS) if RP >= 3 else None
         interleave = VectorInterleave(gb_b.o_stream.payload.shape(),
                                       ways=WAYS) if RP >= 3 else None
-        issue = CommandIssue(R, C, block=BL, tag_width=tag_width, primitive=self.primitive)
+        issue = CommandIssue(R, C, block=BL, tag_width=tag_width, primitive=self.primitive,
+                             k_blocks=kb)
         WP = self.write_ports
         if WP == 1:
             writeback = WriteBack(R, C, data_width=self.data_width,

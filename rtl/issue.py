@@ -25,21 +25,23 @@ LANES_PER_SELECT = 8
 DESC_FIELDS = ("transpose_a", "transpose_b", "raw", "row_vec", "col_vec", "row_exp", "col_exp")
 
 
-def tile_command_layout(block: int) -> data.StructLayout:
+def tile_command_layout(block: int, k_blocks: bool = False) -> data.StructLayout:
     """One tile GEMM as the walker issues it: C tile ``(i, j)`` of the block, one K chunk.
 
     The fields are those of :func:`rtl.datapath.command_layout` that change from tile to tile,
     and the descriptor's own (:data:`DESC_FIELDS`: the transposes, ``raw``, the exponents),
     which travel with each command, so that the next descriptor's commands may queue behind
     the last ones of the descriptor before it; the exponent vectors come from the block's.
+    With ``k_blocks`` the descriptor's ``tiles`` too (the command is one K block).
     """
     slots = max(2, 2 * block)
-    desc = descriptor_layout().members
+    desc = descriptor_layout(k_blocks).members
     return data.StructLayout({
         "k": unsigned(16), "a_slot": range(slots), "b_slot": range(slots),
         "load_a": 1, "load_b": 1, "a_extra": range(slots), "b_extra": range(slots),
         "emit": 1, "store": 1, "add": 1, "acc_slot": range(block * block),
-        "i": range(block), "j": range(block), **{f: desc[f] for f in DESC_FIELDS}})
+        "i": range(block), "j": range(block), **{f: desc[f] for f in DESC_FIELDS},
+        **({"tiles": 1} if k_blocks else {})})
 
 
 
@@ -75,6 +77,10 @@ class CommandIssue(wiring.Component):
         of the exponent registers' write enables (one per :data:`LANES_PER_SELECT` lanes) as
         ``FDRE`` instances, which synthesis does not merge back into one
         (:func:`rtl.xilinx.register_copies`).
+    k_blocks : bool
+        Tile commands with ``tiles`` (one K block each) leave with ``kblock`` set and every
+        lane's exponent lane 0 of the vector ``rexp[i]`` / ``cexp[j]`` (the walker loads
+        the tile's one grid exponent there).
 
     Attributes
     ----------
@@ -96,16 +102,18 @@ class CommandIssue(wiring.Component):
     """
 
     def __init__(self, rows: int = 8, cols: int = 8, *, block: int = 4, tag_width: int = 2,
-                 primitive: bool = False):
+                 primitive: bool = False, k_blocks: bool = False):
         self.rows, self.cols, self.block, self.tag_width = rows, cols, block, tag_width
         self.primitive = bool(primitive)
+        self.k_blocks = bool(k_blocks)
         slots = max(2, 2 * block)
         super().__init__({
-            "i_cmd": In(stream.Signature(tile_command_layout(block))),
+            "i_cmd": In(stream.Signature(tile_command_layout(block, self.k_blocks))),
             "a_vectors": In(stream.Signature(vector_layout(rows, tag_width))),
             "b_vectors": In(stream.Signature(vector_layout(cols, tag_width))),
             "exp_issued": In(1),
-            "cmd": Out(stream.Signature(command_layout(rows, cols, slots, block * block))),
+            "cmd": Out(stream.Signature(command_layout(rows, cols, slots, block * block,
+                                                       self.k_blocks))),
             "a_stream": Out(stream.Signature(data.ArrayLayout(signed(8), rows))),
             "b_stream": Out(stream.Signature(data.ArrayLayout(signed(8), cols))),
             "drained": Out(1),
@@ -148,7 +156,7 @@ class CommandIssue(wiring.Component):
         m.d.comb += exp_written.eq(written[0] + written[1])
         m.d.sync += exp_pending.eq(exp_pending + self.exp_issued - exp_written)
 
-        layout = tile_command_layout(BL)
+        layout = tile_command_layout(BL, self.k_blocks)
         m.submodules.queue = queue = Fifo(width=layout.size, depth=max(4, BL * BL),
                                           lookahead=True)
         m.d.comb += [queue.w_data.eq(self.i_cmd.payload), queue.w_en.eq(self.i_cmd.valid),
@@ -173,10 +181,18 @@ class CommandIssue(wiring.Component):
                 ("i", "row_vec", R, rexp, d.row_exp, out.row_exp),
                 ("j", "col_vec", C, cexp, d.col_exp, out.col_exp)):
             sel = getattr(nxt, name)
-            copies = lane_copies(m, Cat(sel, getattr(nxt, vec)), lanes, LANES_PER_SELECT,
+            copies = lane_copies(m, Cat(sel, getattr(nxt, vec), *(
+                [nxt.tiles] if self.k_blocks else [])), lanes, LANES_PER_SELECT,
                                  primitive=self.primitive, name=f"head_{name}",
                                  enable=queue.r_load)
             for lane, copy in enumerate(copies):
                 chosen = Array(reg[lane] for reg in regs)[copy[:len(sel)]]
-                m.d.comb += outs[lane].eq(Mux(copy[-1], chosen, scalar))
+                if self.k_blocks:     # (the K block's one exponent, in lane 0)
+                    first = Array(reg[0] for reg in regs)[copy[:len(sel)]]
+                    m.d.comb += outs[lane].eq(Mux(copy[-1], first,
+                                                  Mux(copy[-2], chosen, scalar)))
+                else:
+                    m.d.comb += outs[lane].eq(Mux(copy[-1], chosen, scalar))
+        if self.k_blocks:
+            m.d.comb += out.kblock.eq(d.tiles)
         return m

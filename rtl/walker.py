@@ -6,6 +6,8 @@ from amaranth import Cat, Const, Module, Mux, Signal
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from firmware.spec.regmap import TILE_BLOCK
+
 from .checker import descriptor_layout
 from .issue import DESC_FIELDS, tile_command_layout
 from .loader import load_job_layout
@@ -52,11 +54,19 @@ class Walker(wiring.Component):
         Bus width (the geometry of the loads).
     tag_width : int
         Width of the gearbox tags (``1 + max(1, log2(block))``).
+    k_blocks : bool
+        Descriptors may have ``tiles`` (:func:`rtl.checker.descriptor_layout`): then every K
+        chunk is one tile block of :data:`firmware.spec.regmap.TILE_BLOCK` steps (the last
+        one shorter; no ramp), and before each chunk, once :attr:`drained`, the walker loads
+        per tile of the block the one exponent of A's grid (row ``i``) and of B's (column
+        ``j``) that the chunk uses, a byte each, into lane 0 of the exponent vector (a packed
+        job of one row). Needs ``depth`` >= ``TILE_BLOCK`` and ``max(rows, cols, bus bytes)``
+        dividing it.
 
     Attributes
     ----------
-    i_stream : In(stream.Signature(descriptor_layout()))
-    o_cmd : Out(stream.Signature(rtl.issue.tile_command_layout(block)))
+    i_stream : In(stream.Signature(descriptor_layout(k_blocks)))
+    o_cmd : Out(stream.Signature(rtl.issue.tile_command_layout(block, k_blocks)))
     o_load : Out(stream.Signature(rtl.loader.load_job_layout(tag_width)))
     o_write : Out(stream.Signature(rtl.writeback.write_job_layout()))
     drained : In(1)
@@ -81,12 +91,18 @@ class Walker(wiring.Component):
     CUT_WAIT = 3
 
     def __init__(self, rows: int = 8, cols: int = 8, *, depth: int = 512, block: int = 4,
-                 data_width: int = 128, tag_width: int = 2):
+                 data_width: int = 128, tag_width: int = 2, k_blocks: bool = False):
         self.rows, self.cols, self.depth, self.block = rows, cols, depth, block
         self.data_width, self.tag_width = data_width, tag_width
+        self.k_blocks = bool(k_blocks)
+        if self.k_blocks and (depth < TILE_BLOCK
+                              or TILE_BLOCK % max(rows, cols, data_width // 8)):
+            raise ValueError(f"k_blocks needs depth >= {TILE_BLOCK} and max(rows, cols, bus "
+                             f"bytes) dividing {TILE_BLOCK}, not depth {depth}, rows {rows}, "
+                             f"cols {cols}, {data_width // 8} bus bytes")
         super().__init__({
-            "i_stream": In(stream.Signature(descriptor_layout())),
-            "o_cmd": Out(stream.Signature(tile_command_layout(block))),
+            "i_stream": In(stream.Signature(descriptor_layout(self.k_blocks))),
+            "o_cmd": Out(stream.Signature(tile_command_layout(block, self.k_blocks))),
             "o_load": Out(stream.Signature(load_job_layout(tag_width))),
             "o_write": Out(stream.Signature(write_job_layout())),
             "drained": In(1),
@@ -234,7 +250,20 @@ class Walker(wiring.Component):
         ramp_after = Signal(17)
         # (6 kc registered first: ramp_more trails kc by 2 cycles, read 4 after it changes)
         kc6 = Signal(20)
-        m.d.sync += [ramp_start.eq(((d.k >= 3 * start) if start <= D else 0) & plain),
+        if self.k_blocks:
+            # K blocks: chunks of TILE_BLOCK steps (the first from K, the next from k_after)
+            T = TILE_BLOCK
+            kb_first = (Signal(17, name="kb_first_kc"), Signal(17, name="kb_first_after"),
+                        Signal(name="kb_first_last"))
+            kb_next = (Signal(17, name="kb_next_kc"), Signal(17, name="kb_next_after"),
+                       Signal(name="kb_next_last"))
+            for (kc_r, after_r, last_r), rest in ((kb_first, d.k), (kb_next, k_after)):
+                big = rest > T
+                m.d.sync += [kc_r.eq(Mux(big, T, rest)), after_r.eq(Mux(big, rest - T, 0)),
+                             last_r.eq(~big)]
+            vars(s).update(kb_first=kb_first, kb_next=kb_next)
+        ramps = ((d.k >= 3 * start) if start <= D else 0) & plain
+        m.d.sync += [ramp_start.eq(ramps & ~d.tiles if self.k_blocks else ramps),
                      ramp_after0.eq(d.k - start),
                      kc6.eq((kc << 2) + (kc << 1)),
                      ramp_more.eq(ramping & ((kc << 1) <= D) & (k_after >= kc6)),
@@ -264,8 +293,10 @@ class Walker(wiring.Component):
         e_load_row = Signal()                # ... that the block has and the descriptor wants
         e_load_col = Signal()
         m.d.sync += [e_end.eq(ei == 2 * BL), e_row.eq(ei < BL),
-                     e_load_row.eq(d.row_vec & (ei < bm)),
-                     e_load_col.eq(d.col_vec & (ei - BL < bn))]
+                     e_load_row.eq((d.row_vec | d.tiles if self.k_blocks else d.row_vec)
+                                   & (ei < bm)),
+                     e_load_col.eq((d.col_vec | d.tiles if self.k_blocks else d.col_vec)
+                                   & (ei - BL < bn))]
 
         # What a load job needs, in registers computed every cycle from the walk's state: a
         # tile's (or span's, or vector's) lanes inside the matrix, words and beats of a chunk.
@@ -296,6 +327,21 @@ class Walker(wiring.Component):
                      ex_n0.eq(n_blk + (cidx << _log2(C))),
                      kc_words.eq((kc + bpw - 1) >> wlog)]
         m.d.sync += [b.eq((kc + lanes - 1) >> _log2(lanes)) for lanes, b in kc_beats.items()]
+        if self.k_blocks:
+            # K blocks: the byte of A's grid (tile block row mb, column kb: transposed,
+            # the grid is stored kb-major) and of B's (kb, nb) for exponent vector ei, from
+            # the same registers as ex_m0 / ex_n0
+            lg = _log2(TILE_BLOCK)
+            gm, gn, gk = (Signal(12, name=f"grid_{x}") for x in "mnk")
+            m.d.sync += [g.eq((x + TILE_BLOCK - 1) >> lg)
+                         for g, x in ((gm, d.m), (gn, d.n), (gk, d.k))]
+            kb = s.k0 >> lg
+            mb = (m_blk + (eidx << _log2(R))) >> lg
+            nb = (n_blk + (cidx << _log2(C))) >> lg
+            kb_a_off, kb_b_off = Signal(24), Signal(24)
+            m.d.sync += [kb_a_off.eq(Mux(d.transpose_a, kb * gm + mb, mb * gk + kb)),
+                         kb_b_off.eq(Mux(d.transpose_b, nb * gk + kb, kb * gn + nb))]
+            vars(s).update(kb_a_off=kb_a_off, kb_b_off=kb_b_off)
         vars(s).update(m0=m0, n0=n0, ei=ei, e_end=e_end, e_row=e_row, e_load_row=e_load_row,
                        e_load_col=e_load_col, v_a=v_a, v_b=v_b, v_as=v_as, v_bs=v_bs, v_re=v_re,
                        v_ce=v_ce, ex_m0=ex_m0, ex_n0=ex_n0, kc_words=kc_words, kc_beats=kc_beats)
@@ -376,6 +422,8 @@ class Walker(wiring.Component):
                      cmd.i.eq(ti), cmd.j.eq(tj),
                      *(getattr(cmd, f).eq(getattr(d, f)) for f in DESC_FIELDS),
                      self.o_write.payload.m0.eq(m0), self.o_write.payload.n0.eq(n0)]
+        if self.k_blocks:
+            m.d.comb += cmd.tiles.eq(d.tiles)
         vars(s).update(setup_load=setup_load, load_a_job=load_a_job, load_b_job=load_b_job,
                        ld_exp=ld_exp, load_a=load_a, load_b=load_b, b_first=b_first)
 
@@ -445,6 +493,9 @@ class Walker(wiring.Component):
                     for c, dc in enumerate(depths):
                         with m.Case(c):
                             m.d.sync += k_fits.eq(d.k <= dc)
+                if self.k_blocks:
+                    with m.If(d.tiles):
+                        m.d.sync += k_fits.eq(d.k <= TILE_BLOCK)
                 with m.If(plain):
                     m.next = "BLOCK"
                 with m.Else():
@@ -468,7 +519,12 @@ class Walker(wiring.Component):
             with m.If(first_block & ramp_start):
                 m.d.sync += [kc.eq(start), k_after.eq(ramp_after0), ramping.eq(1),
                              last_chunk.eq(ramp_after0 == 0)]
-            with m.If(d.row_vec | d.col_vec):
+            if self.k_blocks:
+                kb_kc, kb_after, kb_last = s.kb_first
+                with m.If(d.tiles):
+                    m.d.sync += [kc.eq(kb_kc), k_after.eq(kb_after), last_chunk.eq(kb_last)]
+            with m.If(d.row_vec | d.col_vec | d.tiles if self.k_blocks
+                      else d.row_vec | d.col_vec):
                 m.next = "EXP_WAIT"
             with m.Else():
                 m.next = "CMD"
@@ -484,6 +540,17 @@ class Walker(wiring.Component):
                 m.next = "EXP_PREP"
         with m.State("EXP_PREP"):      # the registers above follow ei
             m.next = "EXP"
+        ld = self.o_load.payload
+
+        def kb_load(base, off):
+            """K blocks: the grid's byte ``off`` as a packed job of one row of one byte, so
+            the gearbox puts it in lane 0 (overrides ``setup_load``'s fields)."""
+            if self.k_blocks:
+                with m.If(d.tiles):
+                    m.d.sync += [ld.base.eq(base), ld.stride.eq(1), ld.row0.eq(0),
+                                 ld.col.eq(off), ld.rows.eq(1), ld.nzero.eq(0),
+                                 ld.nwords.eq(1), ld.nbeats.eq(1), ld.valid.eq(1),
+                                 ld.sel.eq(0)]
         with m.State("EXP"):
             with m.If(e_end):
                 m.next = "CMD"
@@ -493,6 +560,7 @@ class Walker(wiring.Component):
                 with m.If(e_load_row):
                     setup_load(0, R, 0, v_re, ex_m0, d.row_exp_addr, 0,
                                tag=Cat(Const(1, 1), ei[:tag_width - 1]), exp=True)
+                    kb_load(d.row_exp_addr, s.kb_a_off if self.k_blocks else None)
                     m.next = "LOAD"
             with m.Else():
                 m.d.sync += ei.eq(ei + 1)
@@ -500,6 +568,7 @@ class Walker(wiring.Component):
                 with m.If(e_load_col):
                     setup_load(1, C, 0, v_ce, ex_n0, d.col_exp_addr, 0,
                                tag=Cat(Const(1, 1), (ei - BL)[:tag_width - 1]), exp=True)
+                    kb_load(d.col_exp_addr, s.kb_b_off if self.k_blocks else None)
                     m.next = "LOAD"
 
     def _walk_command(self, s):
@@ -570,6 +639,13 @@ class Walker(wiring.Component):
                     m.d.sync += [kc.eq(bnext_kc), k_after.eq(bnext_after),
                                  ramping.eq(0), last_chunk.eq(bnext_last)]
                 m.next = "CMD"
+                if self.k_blocks:
+                    # K blocks: the next block of T steps, with its exponents
+                    kb_kc, kb_after, kb_last = s.kb_next
+                    with m.If(d.tiles):
+                        m.d.sync += [kc.eq(kb_kc), k_after.eq(kb_after),
+                                     last_chunk.eq(kb_last), s.ei.eq(0)]
+                        m.next = "EXP_WAIT"
             with m.Else():
                 # The next block along the walk's inner direction keeps the operand
                 # they share (A along a row of blocks, B down a column) if this block

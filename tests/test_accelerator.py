@@ -563,3 +563,94 @@ def test_chunk_field_reaches_the_walker():
         assert abs(model / cycles[chunk] - 1) < 0.15, (chunk, model, cycles[chunk])
     assert cycles[3] != cycles[0], cycles
     assert dev.sim.violations == 0
+
+
+# ---- exponents along K (Accelerator(k_blocks=True)) ---------------------------------------
+
+# (rows, cols, data_width): lanes below and equal to the bus width; each divides the tile
+# block of 32, as the K-block mode needs
+KB_CONFIGS = [(4, 8, 64), (8, 8, 128)]
+
+
+@pytest.fixture(scope="module", params=KB_CONFIGS, ids=lambda c: "x".join(map(str, c)))
+def kb_dev(request):
+    """A Device("rtl") whose model is built with ``k_blocks`` (the backend's options do not
+    name it: the native model's constructor is wrapped for the build)."""
+    import sim.native as native
+
+    rows, cols, width = request.param
+    build = native.NativeSim
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(native, "NativeSim", lambda **kw: build(k_blocks=True, **kw))
+        device = Device("rtl", rows=rows, cols=cols, data_width=width, depth=64, latency=24,
+                        pause=0.2, seed=11)
+    yield device
+    assert device.sim.violations == 0, "AXI protocol violations"
+
+
+@pytest.mark.parametrize("m,n,k,ta,tb", [(5, 7, 40, False, False), (33, 20, 70, True, False),
+                                         (16, 40, 96, False, True), (40, 9, 33, True, True),
+                                         (8, 8, 32, False, False), (70, 66, 130, False, False)])
+def test_k_blocks_bfp_gemm_matches_golden(kb_dev, m, n, k, ta, tb):
+    """bfp_gemm with a float32 C on tile-quantised operands whose exponents change along K:
+    each K block rescaled on chip and added in float32, bit for bit
+    :func:`sim.models.bfp.gemm_kblocks`, every transpose (the grids read transposed)."""
+    from sim.models import bfp
+
+    info = kb_dev.driver.info
+    assert info.k_blocks and not info.epilogue
+    rng = np.random.default_rng(m * 1000 + n * 10 + k)
+    a = rng.standard_normal((k, m) if ta else (m, k)).astype(np.float32)
+    b = rng.standard_normal((n, k) if tb else (k, n)).astype(np.float32)
+    # (scales that differ from K block to K block, over a wide range)
+    a *= np.float32(2.0) ** rng.integers(-30, 30, a.shape[0] if ta else a.shape[1]).reshape(
+        (-1, 1) if ta else (1, -1)).astype(np.float32)
+    qa, ea = bfp.quantize_tiles(a)
+    qb, eb = bfp.quantize_tiles(b)
+    got = kb_dev.bfp_gemm(kb_dev.bfp_tensor(qa, ea), kb_dev.bfp_tensor(qb, eb),
+                          transpose_a=ta, transpose_b=tb, out="float32").numpy()
+    want = bfp.gemm_kblocks(qa, ea, qb, eb, transpose_a=ta, transpose_b=tb)
+    np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+
+
+def test_k_blocks_round_each_block_then_add(kb_dev):
+    """The subnormal case where the order of rounding matters: K-block terms 2**-149 and
+    2**-150; the second rounds to 0 on its own, so C is 2**-149 (not 2**-148)."""
+    from sim.models import bfp
+
+    a = np.zeros((1, 64), np.int8)
+    a[0, 0] = a[0, 32] = 1
+    got = kb_dev.bfp_gemm(kb_dev.bfp_tensor(a, np.array([[-128, -128]], np.int8)),
+                          kb_dev.bfp_tensor(a.T.copy(), np.array([[-21], [-22]], np.int8)),
+                          out="float32").numpy()
+    assert got[0, 0] == np.float32(2.0 ** -149)
+    assert got.view(np.uint32)[0, 0] == bfp.gemm_kblocks(
+        a, np.array([[-128, -128]], np.int8), a.T.copy(),
+        np.array([[-21], [-22]], np.int8)).view(np.uint32)[0, 0]
+
+
+def test_k_blocks_other_epilogue_bits_refused_and_grids_checked(kb_dev):
+    """A K-block build runs ``A_TILES`` with ``B_TILES`` only: any other ``DESC_EPILOGUE``
+    stops with ``UNSUPPORTED``; a grid beyond the window is ``OUT_OF_WINDOW``; plain
+    descriptors run as before."""
+    dev = kb_dev
+    desc, want = _good_desc(dev)
+    dev.driver.set_window(0x100000, 0x200000)
+    tiles = {"A_TILES": 1, "B_TILES": 1}
+    for epilogue in ({"A_TILES": 1}, {"RELU": 1}, dict(tiles, BFP8=1)):
+        with pytest.raises(AcceleratorError) as info:
+            dev.driver.run(dict(desc, flags={}, epilogue=epilogue))
+        assert info.value.code is ErrorCode.UNSUPPORTED
+    # A's grid (1 x 1 byte) just inside the window's end, then one byte beyond a word
+    for addr, code in ((0x200000 - dev.driver.bytes_per_word, None),
+                       (0x200000, ErrorCode.OUT_OF_WINDOW)):
+        run = dict(desc, flags={}, epilogue=tiles, row_exp_addr=addr, col_exp_addr=0x10c000)
+        if code is None:
+            dev.driver.run(run)
+        else:
+            with pytest.raises(AcceleratorError) as info:
+                dev.driver.run(run)
+            assert info.value.code is code
+    dev.sim.memory[desc["c_addr"]:desc["c_addr"] + 4096] = 0
+    dev.driver.run(desc)
+    np.testing.assert_array_equal(_c(dev, desc), want)
