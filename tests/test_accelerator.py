@@ -654,3 +654,25 @@ def test_k_blocks_other_epilogue_bits_refused_and_grids_checked(kb_dev):
     dev.sim.memory[desc["c_addr"]:desc["c_addr"] + 4096] = 0
     dev.driver.run(desc)
     np.testing.assert_array_equal(_c(dev, desc), want)
+
+
+@pytest.mark.parametrize("m,n,k,ta,tb", [(64, 64, 256, False, False), (128, 32, 64, False, True),
+                                         (16, 16, 512, False, False)])
+def test_k_blocks_cycles_match_the_performance_model(kb_dev, m, n, k, ta, tb):
+    """The performance model's K-block cycles (``predict(k_blocks=True)``: a chunk per tile
+    block, every tile read out) against the K-block build's, for K a multiple of the tile
+    block: within 5 %."""
+    from firmware.runtime import perfmodel
+    from sim.models import bfp
+
+    dev = kb_dev
+    rng = np.random.default_rng(k)
+    qa, ea = bfp.quantize_tiles(rng.standard_normal((k, m) if ta else (m, k)).astype(np.float32))
+    qb, eb = bfp.quantize_tiles(rng.standard_normal((n, k) if tb else (k, n)).astype(np.float32))
+    dev.bfp_gemm(dev.bfp_tensor(qa, ea), dev.bfp_tensor(qb, eb), transpose_a=ta,
+                 transpose_b=tb, out="float32")
+    info = dev.driver.info
+    p = perfmodel.predict(m, n, k, ta, tb, rows=info.rows, cols=info.cols, depth=info.depth,
+                          block=info.block, data_width=info.data_width, port=dev.sim.port,
+                          dma_burst=dev.sim.params["burst_beats"], k_blocks=True)
+    assert abs(p["cycles"] / dev.stats["cycles"] - 1) < 0.05

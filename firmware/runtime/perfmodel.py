@@ -55,6 +55,13 @@ START_LATENCY = hw.CHECK_LATENCY + 1 + hw.WALK_START_DELAY
 #: how far a load's reads may run ahead of its buffer slots' freeing (:func:`predict` takes
 #: it from its ``dma_burst`` and ``dma_outstanding``).
 READ_FIFO = hw.DMA_BURST * hw.DMA_OUTSTANDING
+#: K-block descriptors (``k_blocks``): the datapath's float32 add (``rtl.fp32.Fp32Add.
+#: LATENCY``) and how far ahead of the rescaler's output it reads a slot's row
+#: (``GemmDatapath.KB_READ_AHEAD``): a K-block tile's C rows leave ``KB_ADD_LATENCY`` cycles
+#: later than a tile's, and K-block read-outs are ``KB_ADD_LATENCY + KB_READ_AHEAD + 1``
+#: cycles apart at least (``GemmDatapath.kb_interval``).
+KB_ADD_LATENCY = 9
+KB_READ_AHEAD = 2
 
 
 def read_rate(beats: float, outstanding: int, latency: int, keep: float = 1.0) -> float:
@@ -158,7 +165,7 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
             rows: int, cols: int, depth: int, block: int, data_width: int, port: dict,
             read_ports: int = 1, write_ports: int = 1,
             dma_outstanding: int = hw.DMA_OUTSTANDING, dma_burst: int = hw.DMA_BURST,
-            copies: int = 1, chunk: int = 0) -> dict:
+            copies: int = 1, chunk: int = 0, k_blocks: bool = False) -> dict:
     """Predicted cycles of one GEMM descriptor, from its start to its last C row in memory.
 
     Parameters
@@ -189,6 +196,13 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
         (``Accelerator(outstanding=..., burst_beats=...)``): the bursts are at most
         ``dma_burst`` and the port's ``max_burst`` long, and the reader's FIFO holds
         ``dma_burst * dma_outstanding`` words.
+    k_blocks : bool
+        A descriptor with tile exponents (``DESC_EPILOGUE.A_TILES`` and ``B_TILES``) on an
+        ``Accelerator(k_blocks=True)``: K chunks of one tile block each
+        (:func:`sim.models.engine.array_block_chunks`), every tile of a chunk read out
+        (emitted or stored) at least ``GemmDatapath.kb_interval`` after the one before, its
+        C rows ``KB_ADD_LATENCY`` cycles later. The per-chunk exponent loads (a byte a tile)
+        are not modelled: they run while the datapath's queued commands compute.
     copies : int
         The GEMM queued this many times back to back, each after the first with
         ``DESC_FLAGS.OVERLAP`` (its chunks walked after the one before's, the slot parities
@@ -291,6 +305,8 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
     # min_emit_interval: rows + cols - 1, packed or not, one SLR group), and at least the
     # datapath's accumulation read, add and write (GemmDatapath: ACCUMULATE_STAGES + 1)
     interval = hw.accumulate_interval(rows, cols)
+    if k_blocks:
+        interval = max(interval, KB_ADD_LATENCY + KB_READ_AHEAD + 1)
     chunks = []
     last_use = [{}, {}]          # operand -> parity -> the last chunk that used those slots
     if not isinstance(copies, int) or copies < 1:
@@ -301,7 +317,7 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
     walked, parity = [], (0, 0)
     for _ in range(copies):
         more, parity = walk_chunks(m, n, k, rows, cols, depth, data_width, block, parity,
-                                   chunk=chunk)
+                                   chunk=chunk, k_blocks=k_blocks)
         walked += more
     for m_blk, n_blk, keep_a, keep_b, k0, kc, a_par, b_par in walked:
         bm = min(block, _cdiv(m - m_blk, rows))
@@ -462,7 +478,7 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
     # each tile's last step) are shifted by the same fill and forming latencies; all of it
     # after the descriptor's check (START_LATENCY).
     words = _cdiv(4 * min(cols, n), bpw)
-    fill = hw.fill_latency(rows, cols)
+    fill = hw.fill_latency(rows, cols) + (KB_ADD_LATENCY if k_blocks else 0)
     last_rows = _cdiv(rows, write_ports) * words / keep
     start = START_LATENCY + (hw.CUT_WAIT if chunk else 0)
     total = start + max(end + fill + last_rows + min(words, burst) / keep,
