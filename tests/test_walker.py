@@ -13,10 +13,10 @@ from sim.models import engine as em
 from sim.testbenches.harness import layout_fields, run, stream_collect, stream_send
 
 
-def simulate(descs, rows, cols, depth, block, data_width, seed, stall=0.3):
+def simulate(descs, rows, cols, depth, block, data_width, seed, stall=0.3, k_blocks=False):
     tag_width = 1 + max(1, block.bit_length() - 1)
     dut = Walker(rows, cols, depth=depth, block=block, data_width=data_width,
-                 tag_width=tag_width)
+                 tag_width=tag_width, k_blocks=k_blocks)
     want = ([], [], [])
     parity = 0
     for d in descs:
@@ -40,7 +40,7 @@ def simulate(descs, rows, cols, depth, block, data_width, seed, stall=0.3):
             await ctx.tick()
 
     run(dut, send,
-        receiver("cmds", dut.o_cmd, tile_command_layout(block), len(want[0]), 1),
+        receiver("cmds", dut.o_cmd, tile_command_layout(block, k_blocks), len(want[0]), 1),
         receiver("loads", dut.o_load, load_job_layout(tag_width), len(want[1]), 2),
         receiver("writes", dut.o_write, write_job_layout(), len(want[2]), 3),
         processes=[drained], deadline_cycles=60 * sum(map(len, want)) + 200)
@@ -284,3 +284,28 @@ def test_packed_b_loads_first():
         assert [j["path"] for j in loads[:2]] == ([1, 0] if first else [0, 1])
         descs.append(d)
     simulate(descs, 4, 4, 64, 2, 128, seed=5)
+
+
+@pytest.mark.parametrize("rows,cols,depth,block,data_width", [
+    (8, 8, 32, 4, 256), (4, 4, 128, 2, 64), (8, 8, 64, 2, 64), (2, 8, 64, 1, 128)])
+@pytest.mark.parametrize("seed", range(2))
+def test_k_blocks_walk_matches_model(rows, cols, depth, block, data_width, seed):
+    """Walker(k_blocks=True): descriptors with ``tiles`` walk K in tile blocks of 32, each
+    chunk with its grid exponents' one-byte loads (row ``i`` of A's grid, column ``j`` of
+    B's, read transposed with their operand), mixed with plain descriptors, as
+    :func:`sim.models.engine.walk` says."""
+    rng = random.Random(seed * 7 + rows)
+    descs = []
+    for t in range(4):
+        d = random_desc(rng, rows, cols, depth, block)
+        d["tiles"] = int(t != 2)
+        d["k"] = rng.choice([1, 32, 33, 64, rng.randint(1, 200)])
+        descs.append(d)
+    simulate(descs, rows, cols, depth, block, data_width, seed, k_blocks=True)
+
+
+def test_k_blocks_needs_the_tile_block_to_fit():
+    with pytest.raises(ValueError, match="k_blocks needs depth"):
+        Walker(8, 8, depth=16, block=2, data_width=64, k_blocks=True)
+    with pytest.raises(ValueError, match="dividing 32"):
+        Walker(64, 8, depth=64, block=2, data_width=64, k_blocks=True)

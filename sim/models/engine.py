@@ -32,11 +32,13 @@ _DESC_FIELDS = ("m", "n", "k", "transpose_a", "transpose_b", "raw", "row_vec", "
 
 
 def descriptor(**fields) -> dict:
-    """A descriptor (every field of :func:`rtl.checker.descriptor_layout`, 0 unless given)."""
-    bad = set(fields) - set(_DESC_FIELDS)
+    """A descriptor (every field of :func:`rtl.checker.descriptor_layout`, 0 unless given;
+    ``tiles``, of ``descriptor_layout(k_blocks=True)``, only if given)."""
+    bad = set(fields) - set(_DESC_FIELDS) - {"tiles"}
     if bad:
         raise ValueError(f"unknown descriptor fields {sorted(bad)}")
-    return {name: int(fields.get(name, 0)) for name in _DESC_FIELDS}
+    return {name: int(fields.get(name, 0)) for name in _DESC_FIELDS} | (
+        {"tiles": int(fields["tiles"])} if "tiles" in fields else {})
 
 
 def _ceil_to(x: int, unit: int) -> int:
@@ -316,6 +318,11 @@ def walk(desc: dict, rows: int, cols: int, depth: int, block: int, data_width: i
     :func:`walk_chunks` orders them (K cut as its ``chunk`` says) and assigns their slots;
     each command's A load, then B's, or B's first where :func:`b_first`.
 
+    With ``tiles`` (a descriptor of a ``Walker(k_blocks=True)``; its commands then carry
+    ``tiles`` too): K chunks of one tile block, and before each chunk, for each tile ``i``
+    (``j``) of the block, a packed one-byte load of the exponent in A's (B's) grid that the
+    chunk uses.
+
     Returns ``(commands, loads, writes, parity)``: the payloads on ``o_cmd``, ``o_load`` and
     ``o_write`` in order, and the slot parities ``(A's, B's)`` the next descriptor starts with
     (``parity``: both, or such a pair).
@@ -343,17 +350,33 @@ def walk(desc: dict, rows: int, cols: int, depth: int, block: int, data_width: i
         loads.append(job)
 
     first_b = b_first(desc, data_width)
+    tiles = "tiles" in desc
+    kb = tiles and desc["tiles"]
     chunks, parity = walk_chunks(m, n, k, R, C, D, data_width, side,
                                  (parity, parity) if isinstance(parity, int) else parity,
-                                 chunk=desc.get("chunk", 0))
+                                 chunk=desc.get("chunk", 0), k_blocks=bool(kb))
+    T = TILE_BLOCK
+    gm, gn, gk = (-(-x // T) for x in (m, n, k))
     for m_blk, n_blk, keep_a, keep_b, k0, kc, a_par, b_par in chunks:
         bm = min(-(-(m - m_blk) // R), side)
         bn = min(-(-(n - n_blk) // C), side)
-        for i in range(bm if desc["row_vec"] and k0 == 0 else 0):
+        if kb:
+            for path, count, base, x_blk, lanes in ((0, bm, desc["row_exp_addr"], m_blk, R),
+                                                    (1, bn, desc["col_exp_addr"], n_blk, C)):
+                for i in range(count):
+                    xb, kbi = (x_blk + i * lanes) // T, k0 // T
+                    if path == 0:
+                        off = kbi * gm + xb if ta else xb * gk + kbi
+                    else:
+                        off = xb * gk + kbi if tb else kbi * gn + xb
+                    loads.append({"base": base, "stride": 1, "path": path, "tag": 1 | i << 1,
+                                  "row0": 0, "col": off, "rows": 1, "nzero": 0, "nwords": 1,
+                                  "nbeats": 1, "valid": 1, "sel": 0})
+        for i in range(bm if desc["row_vec"] and k0 == 0 and not kb else 0):
             x0 = m_blk + i * R
             load(0, R, False, min(m - x0, R), x0, desc["row_exp_addr"], 0, 0, 0,
                  tag=1 | i << 1, exp=True)
-        for j in range(bn if desc["col_vec"] and k0 == 0 else 0):
+        for j in range(bn if desc["col_vec"] and k0 == 0 and not kb else 0):
             x0 = n_blk + j * C
             load(1, C, False, min(n - x0, C), x0, desc["col_exp_addr"], 0, 0, 0,
                  tag=1 | j << 1, exp=True)
@@ -369,7 +392,8 @@ def walk(desc: dict, rows: int, cols: int, depth: int, block: int, data_width: i
                 "a_extra": bm - 1 if ta else 0, "b_extra": 0 if tb else bn - 1,
                 "emit": int(last), "store": int(not last), "add": int(k0 != 0),
                 "acc_slot": i * BL + j, "i": i, "j": j,
-                **{f: desc[f] for f in CMD_DESC_FIELDS}})
+                **{f: desc[f] for f in CMD_DESC_FIELDS},
+                **({"tiles": desc["tiles"]} if tiles else {})})
             if last:
                 writes.append({"m0": m0, "n0": n0})
             jobs = []                 # (A's, then B's; B's first where b_first)
