@@ -65,10 +65,10 @@ def faulty(rng, bpw):
     return d
 
 
-def check(descs, data_width, addr_width, seed, window=WINDOW):
+def check(descs, data_width, addr_width, seed, window=WINDOW, k_blocks=False):
     descs = [em.descriptor(**d) for d in descs]
     want = [em.check(d, *window, data_width, addr_width) for d in descs]
-    dut = DescriptorChecker(data_width, addr_width)
+    dut = DescriptorChecker(data_width, addr_width, k_blocks=k_blocks)
     got = []
 
     async def send(ctx):
@@ -161,3 +161,28 @@ def test_latency():
 
     run(dut, bench, deadline_cycles=200)
     assert seen == {"good": DescriptorChecker.LATENCY, "zero": DescriptorChecker.DIMENSION_LATENCY}
+
+
+@pytest.mark.parametrize("data_width,addr_width", [(128, 32), (64, 40)])
+@pytest.mark.parametrize("seed", range(2))
+def test_k_blocks_grid_regions(data_width, addr_width, seed):
+    """DescriptorChecker(k_blocks=True): with ``tiles`` the exponent regions are the tile
+    grids (ceil(M/32) x ceil(K/32) and ceil(K/32) x ceil(N/32) bytes, any stride): bases
+    just inside and beyond the window's end, misaligned bases, mixed with plain
+    descriptors, as :func:`sim.models.engine.check` says."""
+    rng = random.Random(seed + 40)
+    bpw = data_width // 8
+    descs = []
+    for _ in range(24):
+        d = good(rng, bpw) if rng.random() < 0.5 else faulty(rng, bpw)
+        d["tiles"] = rng.randint(0, 1)
+        if d["tiles"] and rng.random() < 0.6:
+            m, n, k = (max(1, min(d[x], 65535)) for x in "mnk")
+            size = -(-m // 32) * -(-k // 32) if rng.random() < 0.5 else -(-k // 32) * -(-n // 32)
+            key = rng.choice(["row_exp_addr", "col_exp_addr"])
+            d[key] = rng.choice([WINDOW[1] - -(-size // bpw) * bpw,            # fits
+                                 WINDOW[1] - -(-size // bpw) * bpw + bpw,      # one word over
+                                 WINDOW[0] + 3])                               # misaligned
+        descs.append(d)
+    codes = check(descs, data_width, addr_width, seed, k_blocks=True)
+    assert 0 in codes and len(set(codes)) >= 3

@@ -63,6 +63,11 @@ def check(desc: dict, window_base: int, window_limit: int, data_width: int = 128
         (d["row_exp_addr"], 1, 0, d["m"], d["row_vec"], 0),
         (d["col_exp_addr"], 1, 0, d["n"], d["col_vec"], 0),
     ]
+    if d.get("tiles"):
+        # the tile grids, rows right after one another (2: no stride alignment)
+        gm, gn, gk = (-(-d[x] // TILE_BLOCK) for x in "mnk")
+        regions[3:] = [(d["row_exp_addr"], gm, gk, gk, 1, 2),
+                       (d["col_exp_addr"], gk, gn, gn, 1, 2)]
     return check_regions([r[:4] + (r[5],) for r in regions if r[4]], window_base,
                          window_limit, data_width, addr_width)
 
@@ -73,15 +78,16 @@ def check_regions(regions, window_base: int, window_limit: int, data_width: int 
     a stride that may not be packed, not a multiple of the bus word), then ``BAD_STRIDE`` (a
     stride shorter than its rows), then ``OUT_OF_WINDOW``; 0 when all pass.
 
-    ``regions``: ``(base, rows, stride, bytes a row, may be packed)`` each."""
+    ``regions``: ``(base, rows, stride, bytes a row, may be packed)`` each (may be packed
+    2: any stride, as a tile grid's)."""
     bpw = data_width // 8
     align = stride = window = False
     for base, rows, pitch, nbytes, packable in regions:
         # the last byte's offset, rounded up to a word (for an aligned stride, the rows
         # before the last plus the last's bytes rounded up)
         end = base + _ceil_to(((rows - 1) & 0xFFFF_FFFF) * pitch + nbytes, bpw)
-        align |= bool(base % bpw or (pitch % bpw and not (packable
-                                                          and packed_stride(pitch, bpw))))
+        align |= bool(base % bpw or (pitch % bpw and not (
+            packable == 2 or packable and packed_stride(pitch, bpw))))
         stride |= rows > 1 and pitch < nbytes
         window |= base < window_base or end > window_limit or end > 1 << addr_width
     if align:
