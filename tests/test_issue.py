@@ -5,7 +5,6 @@ import random
 
 import pytest
 
-from rtl.datapath import command_layout
 from rtl.issue import CommandIssue
 from sim.models import engine as em
 from sim.testbenches.harness import run, stream_collect, stream_send
@@ -14,7 +13,7 @@ ROWS, COLS, BLOCK, TAG = 4, 8, 2, 2
 
 
 def _convert(p):
-    out = {name: int(getattr(p, name)) for name, _ in command_layout(ROWS, COLS, 4, 4)
+    out = {name: int(getattr(p, name)) for name, _ in p.shape()
            if name not in ("row_exp", "col_exp")}
     out["row_exp"] = [int(x) for x in p.row_exp]
     out["col_exp"] = [int(x) for x in p.col_exp]
@@ -28,6 +27,18 @@ def _vec(rng, lanes):
 @pytest.mark.parametrize("row_vec,col_vec", [(0, 0), (1, 0), (0, 1), (1, 1)])
 @pytest.mark.parametrize("seed", range(2))
 def test_matches_model(row_vec, col_vec, seed):
+    _run(row_vec, col_vec, seed)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_k_blocks_broadcast_lane_zero(seed):
+    """CommandIssue(k_blocks=True): blocks of commands with ``tiles`` (their exponent
+    vectors loaded per K chunk, the one grid exponent in lane 0) leave with ``kblock`` and
+    that exponent in every lane; blocks without it as before."""
+    _run(1, 1, seed, k_blocks=True)
+
+
+def _run(row_vec, col_vec, seed, k_blocks=False):
     rng = random.Random(seed)
     blocks = []       # (exponent vectors a / b, tile commands, operand vectors a / b)
     for _ in range(4):
@@ -35,7 +46,8 @@ def test_matches_model(row_vec, col_vec, seed):
         # next descriptor's do, queued behind the last of the one before)
         desc = {"transpose_a": rng.randint(0, 1), "transpose_b": rng.randint(0, 1),
                 "raw": rng.randint(0, 1), "row_vec": row_vec, "col_vec": col_vec,
-                "row_exp": rng.randint(-128, 127), "col_exp": rng.randint(-128, 127)}
+                "row_exp": rng.randint(-128, 127), "col_exp": rng.randint(-128, 127),
+                **({"tiles": rng.randint(0, 1)} if k_blocks else {})}
         bm, bn = rng.randint(1, BLOCK), rng.randint(1, BLOCK)
         exps = ([(i, _vec(rng, ROWS)) for i in range(bm)] if row_vec else [],
                 [(j, _vec(rng, COLS)) for j in range(bn)] if col_vec else [])
@@ -54,7 +66,7 @@ def test_matches_model(row_vec, col_vec, seed):
         program += [("cmd", c) for c in cmds]
     want = em.issue(program, ROWS, COLS)
     want_ops = [sum((b[2][p] for b in blocks), []) for p in (0, 1)]
-    dut = CommandIssue(ROWS, COLS, block=BLOCK, tag_width=TAG)
+    dut = CommandIssue(ROWS, COLS, block=BLOCK, tag_width=TAG, k_blocks=k_blocks)
     got = {}
 
     async def walker(ctx):

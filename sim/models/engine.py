@@ -538,7 +538,9 @@ def issue(program, rows: int, cols: int):
     ``program`` is the order of events the walker's protocol guarantees: ``("exp", path,
     index, vector)`` (an exponent vector arriving from gearbox ``path``) and ``("cmd",
     tile_command)``, each command with its descriptor's :data:`CMD_DESC_FIELDS`. Operand
-    vectors pass through unchanged (not modelled here).
+    vectors pass through unchanged (not modelled here). A command with ``tiles`` (a
+    ``CommandIssue(k_blocks=True)``) gives every lane lane 0 of its vectors and sets
+    ``kblock``.
     """
     regs = ({}, {})
     out = []
@@ -550,12 +552,16 @@ def issue(program, rows: int, cols: int):
         t = desc = event[1]
         row = regs[0].get(t["i"], [0] * rows) if desc["row_vec"] else [desc["row_exp"]] * rows
         col = regs[1].get(t["j"], [0] * cols) if desc["col_vec"] else [desc["col_exp"]] * cols
+        if t.get("tiles"):
+            row = [regs[0].get(t["i"], [0])[0]] * rows
+            col = [regs[1].get(t["j"], [0])[0]] * cols
         out.append({"k": t["k"], "a_slot": t["a_slot"], "b_slot": t["b_slot"],
                     "load_a": t["load_a"], "load_b": t["load_b"], "a_extra": t["a_extra"],
                     "b_extra": t["b_extra"], "transpose_a": desc["transpose_a"],
                     "transpose_b": desc["transpose_b"], "clear": 1, "emit": t["emit"],
                     "store": t["store"], "add": t["add"], "acc_slot": t["acc_slot"],
-                    "raw": desc["raw"], "row_exp": row, "col_exp": col})
+                    "raw": desc["raw"], "row_exp": row, "col_exp": col,
+                    **({"kblock": t["tiles"]} if "tiles" in t else {})})
     return out
 
 
