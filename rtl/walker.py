@@ -60,8 +60,8 @@ class Walker(wiring.Component):
         one shorter; no ramp), and before each chunk, once :attr:`drained`, the walker loads
         per tile of the block the one exponent of A's grid (row ``i``) and of B's (column
         ``j``) that the chunk uses, a byte each, into lane 0 of the exponent vector (a packed
-        job of one row). Needs ``depth`` >= ``TILE_BLOCK`` and ``max(rows, cols, bus bytes)``
-        dividing it.
+        job of one row; 3 cycles an index, the grid offset a cycle more). Needs ``depth``
+        >= ``TILE_BLOCK`` and ``max(rows, cols, bus bytes)`` dividing it.
 
     Attributes
     ----------
@@ -329,15 +329,17 @@ class Walker(wiring.Component):
         m.d.sync += [b.eq((kc + lanes - 1) >> _log2(lanes)) for lanes, b in kc_beats.items()]
         if self.k_blocks:
             # K blocks: the byte of A's grid (tile block row mb, column kb: transposed,
-            # the grid is stored kb-major) and of B's (kb, nb) for exponent vector ei, from
-            # the same registers as ex_m0 / ex_n0
+            # the grid is stored kb-major) and of B's (kb, nb) for exponent vector ei: the
+            # tile block's row and column registered from ei (as ex_m0 / ex_n0), then the
+            # offset (a product and a sum, as a DSP slice's) a cycle later (EXP_PREP2)
             lg = _log2(TILE_BLOCK)
             gm, gn, gk = (Signal(12, name=f"grid_{x}") for x in "mnk")
             m.d.sync += [g.eq((x + TILE_BLOCK - 1) >> lg)
                          for g, x in ((gm, d.m), (gn, d.n), (gk, d.k))]
             kb = s.k0 >> lg
-            mb = (m_blk + (eidx << _log2(R))) >> lg
-            nb = (n_blk + (cidx << _log2(C))) >> lg
+            mb, nb = Signal(12, name="kb_mb"), Signal(12, name="kb_nb")
+            m.d.sync += [mb.eq((m_blk + (eidx << _log2(R))) >> lg),
+                         nb.eq((n_blk + (cidx << _log2(C))) >> lg)]
             kb_a_off, kb_b_off = Signal(24), Signal(24)
             m.d.sync += [kb_a_off.eq(Mux(d.transpose_a, kb * gm + mb, mb * gk + kb)),
                          kb_b_off.eq(Mux(d.transpose_b, nb * gk + kb, kb * gn + nb))]
@@ -540,6 +542,12 @@ class Walker(wiring.Component):
                 m.next = "EXP_PREP"
         with m.State("EXP_PREP"):      # the registers above follow ei
             m.next = "EXP"
+            if self.k_blocks:
+                with m.If(d.tiles):
+                    m.next = "EXP_PREP2"
+        if self.k_blocks:
+            with m.State("EXP_PREP2"):     # K blocks: the grid offset follows ei's block
+                m.next = "EXP"
         ld = self.o_load.payload
 
         def kb_load(base, off):
