@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import shlex
 import sys
 import time
 from pathlib import Path
@@ -316,7 +317,8 @@ def main(argv=None) -> int:
         p.error(str(e))
     sizes = sizes_of_test_sets(args.tasks)
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    command = "python -m firmware.ml.results " + " ".join(sys.argv[1:] if argv is None else argv)
+    command = "python -m firmware.ml.results " + shlex.join(sys.argv[1:] if argv is None
+                                                            else argv)
 
     def save(results, complete):
         doc = {"command": command.strip(), "schedule": args.schedule,
