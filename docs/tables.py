@@ -423,8 +423,8 @@ def t_array_resources():
     return md, [command(data)]
 
 
-def t_host_profile():
-    data = load("host_profile.json")
+def t_host_profile(name="host_profile.json"):
+    data = load(name)
     kinds = list(data["results"][0]["host_seconds"])
     rows = []
     for r in data["results"]:
@@ -495,10 +495,54 @@ def t_formats():
     return md + "\n\n" + note, [command(data)]
 
 
+#: (results file, the block format's name in the table); a file absent from results/ or still
+#: partial (a campaign under way) is skipped, so the table can go in before every file exists.
+FORMAT_FILES = (("fashion.json", "per tensor (`--blocks tensor`)"),
+                ("fashion_tile.json", "BFP8 tile blocks (`--blocks tile`)"),
+                ("fashion_cnn.json", "Fox et al. (`--blocks fox`)"),
+                ("fashion_cnn_tile.json", "BFP8 tile blocks (`--blocks tile`)"))
+#: the accuracy target: int8 within this many points of fp32
+FORMAT_TARGET = 0.3
+
+
+def t_training_formats():
+    rows, cmds = [], []
+    for name, fmt in FORMAT_FILES:
+        if not (RESULTS / name).exists():
+            continue
+        data = load(name)
+        if data.get("partial") or "summary" not in data:
+            continue
+        cmds.append(command(data))
+        for task, s in data["summary"].items():
+            fp32 = s["methods"]["fp32 SGD"]
+            for arm in ("int8 SGD", "int8 SWALP"):
+                v = s["methods"].get(arm)
+                d = s["differences"].get(f"{arm} − fp32 SGD")
+                if v is None or d is None:
+                    continue
+                lo, hi = d["ci95"]
+                verdict = ("yes" if lo >= -FORMAT_TARGET
+                           else "mean only" if d["mean"] >= -FORMAT_TARGET else "**no**")
+                rows.append([f"`{task}`", fmt, arm, v["n"],
+                             f"{fp32['mean']:.2f} [{fp32['ci95'][0]:.2f}, {fp32['ci95'][1]:.2f}]",
+                             f"{v['mean']:.2f} [{v['ci95'][0]:.2f}, {v['ci95'][1]:.2f}]",
+                             f"{d['mean']:+.2f} [{lo:+.2f}, {hi:+.2f}]", verdict])
+    md = table(["task", "blocks", "int8 arm", "seeds", "fp32 SGD (%)", "int8 (%)",
+                "int8 − fp32 SGD (pp, paired)", f"within {FORMAT_TARGET} pp?"], rows,
+               align="lllrrrrl")
+    note = ("Test accuracy, mean [95 % confidence interval of the mean, Student t] over the "
+            "seeds; the difference is paired by seed (mean of the per-seed differences [its "
+            f"95 % t interval]). Within {FORMAT_TARGET} pp: yes when the whole interval lies "
+            f"above −{FORMAT_TARGET}, mean only when the mean does.")
+    return md + "\n\n" + note, cmds
+
+
 TABLES = {
     "proofs": t_proofs,
     "headline": t_headline,
     "training-accuracy": t_training_accuracy,
+    "training-formats": t_training_formats,
     "regmap": t_regmap,
     "formats": t_formats,
     "boards": t_boards,
@@ -511,6 +555,7 @@ TABLES = {
     "resources": t_resources,
     "array-resources": t_array_resources,
     "host-profile": t_host_profile,
+    "host-profile-mlp": lambda: t_host_profile("host_profile_mlp.json"),
     "cycles": t_cycles,
 }
 

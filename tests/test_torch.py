@@ -491,6 +491,7 @@ def test_swalp_with_averaged_model(golden):
     (lambda d: ft.Accel("golden"), TypeError, "device"),
     (lambda d: ft.Accel(d, blocks=3), TypeError, "blocks"),
     (lambda d: ft.Accel(d, blocks="sample,sample,sample"), ValueError, "blocks.weights"),
+    (lambda d: ft.Accel(d, blocks="tile"), ValueError, "tile"),
     (lambda d: ft.Accel(d, rounding="up"), ValueError, "rounding"),
     (lambda d: ft.Accel(d, seed=-1), ValueError, "seed"),
     (lambda d: ft.Accel(d, per_sample=1), TypeError, "per_sample"),

@@ -135,6 +135,10 @@ class Accel:
         elif not isinstance(blocks, Blocks):
             raise TypeError(f"blocks must be a firmware.ml.nn.Blocks or a string, not "
                             f"{type(blocks).__name__}")
+        if blocks.tile:
+            raise ValueError("blocks='tile' (BFP8 tile blocks) is not supported by the "
+                             "PyTorch front end yet: use 'fox', 'tensor' or per-tensor "
+                             "policies, or firmware.ml (--blocks tile)")
         if rounding not in ("stochastic", "nearest"):
             raise ValueError(f"rounding must be 'stochastic' or 'nearest', not {rounding!r}")
         if not isinstance(seed, (int, np.integer)) or isinstance(seed, bool):
