@@ -574,16 +574,10 @@ KB_CONFIGS = [(4, 8, 64), (8, 8, 128)]
 
 @pytest.fixture(scope="module", params=KB_CONFIGS, ids=lambda c: "x".join(map(str, c)))
 def kb_dev(request):
-    """A Device("rtl") whose model is built with ``k_blocks`` (the backend's options do not
-    name it: the native model's constructor is wrapped for the build)."""
-    import sim.native as native
-
+    """A Device("rtl") whose model is built with ``k_blocks``."""
     rows, cols, width = request.param
-    build = native.NativeSim
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(native, "NativeSim", lambda **kw: build(k_blocks=True, **kw))
-        device = Device("rtl", rows=rows, cols=cols, data_width=width, depth=64, latency=24,
-                        pause=0.2, seed=11)
+    device = Device("rtl", rows=rows, cols=cols, data_width=width, depth=64, latency=24,
+                    pause=0.2, seed=11, k_blocks=True)
     yield device
     assert device.sim.violations == 0, "AXI protocol violations"
 

@@ -186,8 +186,10 @@ class FunctionalAccelerator:
             code = self._execute_epilogue(m, n, k, f, epi)
             if code:
                 return code
+            tiles = all(field_value("DESC_EPILOGUE", name, epi) for name in ("A_TILES",
+                                                                              "B_TILES"))
             self._count(m, n, 0 if field_value("DESC_EPILOGUE", "QUANTIZE_ONLY", epi) else k,
-                        f)
+                        f, k_blocks=tiles)
             return ErrorCode.NONE
         ta, tb = bool(f["TRANSPOSE_A"]), bool(f["TRANSPOSE_B"])
         a = (self._reg64("DESC_A_ADDR"), (k, m) if ta else (m, k), self._reg("DESC_A_STRIDE"))
@@ -226,9 +228,10 @@ class FunctionalAccelerator:
         self._count(m, n, k, f)
         return ErrorCode.NONE
 
-    def _count(self, m: int, n: int, k: int, f: dict) -> None:
+    def _count(self, m: int, n: int, k: int, f: dict, k_blocks: bool = False) -> None:
         """Advance the counters by a descriptor's predicted cycles (``k = 0``: a
-        quantise-only descriptor, counted as its write-back alone, a row a cycle)."""
+        quantise-only descriptor, counted as its write-back alone, a row a cycle;
+        ``k_blocks``: tile exponents along K, the datapath's K-block mode)."""
         ta, tb = bool(f["TRANSPOSE_A"]), bool(f["TRANSPOSE_B"])
         cfg = {**self.cfg, "block": block_side(f["BLOCK"], self.cfg["block"])}
         if k == 0:
@@ -237,8 +240,9 @@ class FunctionalAccelerator:
             compute = -(-m // cfg["rows"]) * -(-n // cfg["cols"]) * k
             p = {"cycles": compute, "compute_cycles": compute}
         else:
+            extra = {"k_blocks": True} if k_blocks else {}
             p = self.predict(m, n, k, ta, tb, port=self.port, write_ports=self.write_ports,
-                             read_ports=self.read_ports, chunk=f["CHUNK"], **cfg)
+                             read_ports=self.read_ports, chunk=f["CHUNK"], **cfg, **extra)
         self.descriptors += 1
         for name, v in (("CYCLES", p["cycles"]), ("BUSY_CYCLES", p["cycles"]),
                         ("ACTIVE_CYCLES", p["compute_cycles"]),
