@@ -145,6 +145,7 @@ def test_constants_equal_the_rtls():
     from rtl.datapath import GemmDatapath
     from rtl.dma import DmaWriter
     from rtl.engine import GemmEngine
+    from rtl.fp32 import Fp32Add
     from rtl.rescale import Rescaler
     from rtl.systolic import SystolicArray
     from rtl.walker import Walker
@@ -164,6 +165,8 @@ def test_constants_equal_the_rtls():
         "SLR_STAGES": SystolicArray.SLR_STAGES,
         "WALK_START_DELAY": GemmEngine.WALK_START_DELAY,
         "WRITE_FORM_LATENCY": DmaWriter.FORM_LATENCY,
+        "KB_ADD_LATENCY": Fp32Add.LATENCY,
+        "KB_READ_AHEAD": GemmDatapath.KB_READ_AHEAD,
     }
     assert {name: getattr(hw, name) for name in declared} == declared
     constants = {name for name in hw.__all__ if name.isupper()}

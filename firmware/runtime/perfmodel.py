@@ -55,13 +55,11 @@ START_LATENCY = hw.CHECK_LATENCY + 1 + hw.WALK_START_DELAY
 #: how far a load's reads may run ahead of its buffer slots' freeing (:func:`predict` takes
 #: it from its ``dma_burst`` and ``dma_outstanding``).
 READ_FIFO = hw.DMA_BURST * hw.DMA_OUTSTANDING
-#: K-block descriptors (``k_blocks``): the datapath's float32 add (``rtl.fp32.Fp32Add.
-#: LATENCY``) and how far ahead of the rescaler's output it reads a slot's row
-#: (``GemmDatapath.KB_READ_AHEAD``): a K-block tile's C rows leave ``KB_ADD_LATENCY`` cycles
-#: later than a tile's, and K-block read-outs are ``KB_ADD_LATENCY + KB_READ_AHEAD + 1``
-#: cycles apart at least (``GemmDatapath.kb_interval``).
-KB_ADD_LATENCY = 9
-KB_READ_AHEAD = 2
+#: K-block descriptors (``k_blocks``): a K-block tile's C rows leave ``KB_ADD_LATENCY``
+#: cycles later than a tile's, and K-block read-outs are ``KB_ADD_LATENCY + KB_READ_AHEAD +
+#: 1`` cycles apart at least (``GemmDatapath.kb_interval``; :mod:`firmware.spec.hw`).
+KB_ADD_LATENCY = hw.KB_ADD_LATENCY
+KB_READ_AHEAD = hw.KB_READ_AHEAD
 
 
 def read_rate(beats: float, outstanding: int, latency: int, keep: float = 1.0) -> float:

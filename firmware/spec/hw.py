@@ -12,7 +12,8 @@ from __future__ import annotations
 __all__ = ["CHECK_LATENCY", "WALK_START_DELAY", "CUT_WAIT", "BUFFER_READ_LATENCY",
            "ACCUMULATE_STAGES", "RESCALER_LATENCY", "OUT_FIFO_LATENCY", "OUT_FIFO_TILES",
            "WORD_FIFO", "DMA_OUTSTANDING", "DMA_BURST", "WRITE_FORM_LATENCY",
-           "SLR_STAGES", "array_latency", "min_emit_interval", "fill_latency",
+           "SLR_STAGES", "KB_ADD_LATENCY", "KB_READ_AHEAD", "array_latency", "min_emit_interval",
+           "fill_latency",
            "accumulate_interval"]
 
 #: Cycles from a descriptor with good dimensions to the checker's verdict
@@ -34,6 +35,11 @@ ACCUMULATE_STAGES = 2
 #: Cycles from an accepted input to a valid output of the rescaler
 #: (:attr:`rtl.rescale.Rescaler.LATENCY`).
 RESCALER_LATENCY = 7
+#: The datapath's K-block mode (``Accelerator(k_blocks=True)``): cycles of its float32 add
+#: (:attr:`rtl.fp32.Fp32Add.LATENCY`), and how far ahead of the rescaler's output it reads a
+#: slot's row (:attr:`rtl.datapath.GemmDatapath.KB_READ_AHEAD`).
+KB_ADD_LATENCY = 9
+KB_READ_AHEAD = 2
 #: Cycles from writing the datapath's output FIFO to the entry being readable
 #: (:attr:`rtl.datapath.GemmDatapath.OUT_FIFO_LATENCY`).
 OUT_FIFO_LATENCY = 2
