@@ -166,8 +166,7 @@ def check_train(out: str, library: str) -> dict:
                   "trims": r.eng.device.profile.counts.get("pool_trims", 0)}
         # the engines keep the weights on the device (in use, not the pool's to give back)
         for eng in (r.eng, r.eval_eng):
-            for t in eng._slots.values():
-                t.free()
+            eng.close()
         r.eng.device.close()
         result.update(live=board.live, cma_used=board.cma_used)
         return result

@@ -122,6 +122,34 @@ def test_fox_blocks_put_the_per_sample_exponents_of_the_weight_gradient_along_k(
     assert all(c[4:] == (0, 0, 1) for c in dev.calls)     # one block: one descriptor each
 
 
+def test_engine_close_frees_its_device_buffers_and_the_engine_goes_on():
+    """close() hands every buffer the engine kept back to the pool, twice is harmless, and
+    a step interrupted by it (forward before, backward after) gives the uninterrupted
+    step's gradients, its operands uploaded again."""
+    rng = np.random.default_rng(4)
+    x = rng.normal(size=(8, 6)).astype(np.float32)
+    grads = []
+    for interrupt in (False, True):
+        dev = Device("model", rows=4, cols=4)
+        net = nn.Network([nn.Linear(6, 5, np.random.default_rng(1)), nn.ReLU(),
+                          nn.Linear(5, 3, np.random.default_rng(2))])
+        eng = nn.Engine("int8", dev, rng=np.random.default_rng(3))
+        out = net.forward(x, eng)
+        assert dev.pool.live > 0                   # x and W of each layer kept on the device
+        if interrupt:
+            eng.close()
+            assert dev.pool.live == 0
+            eng.close()
+            assert dev.pool.live == 0
+        _, grad = nn.softmax_cross_entropy(out, np.arange(8) % 3)
+        net.backward(grad, eng)
+        grads.append([g.tobytes() for g in net.gradients()])
+        eng.close()
+        dev.close()
+        assert dev.pool.live == 0 and dev.pool.held == 0
+    assert grads[0] == grads[1]
+
+
 def test_swalp_schedule_and_averaging():
     # SWALP (Yang et al. 2019): lr0 to half the budget, linear to 0.01 lr0 at 90 %, constant
     # to the budget's end, then the averaging phase at swa_lr

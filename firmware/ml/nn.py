@@ -270,7 +270,7 @@ class Engine:
 
     def upload(self, q: Q, key) -> None:
         """Put ``q`` on the device (once), in the buffer kept for ``key`` when it fits."""
-        if q.tensor is not None:
+        if _on_device(q):
             return
         slot = self._slots.get(key)
         if slot is not None and slot.shape == q.data.shape:
@@ -279,6 +279,25 @@ class Engine:
             if slot is not None:
                 slot.free()
             q.tensor = self._slots[key] = self.device.tensor(q.data)
+
+    def close(self) -> None:
+        """Free every device buffer the engine keeps (the uploaded weights, activations and
+        deltas, one buffer per key), back to the device's pool.
+
+        The engine stays usable: a later GEMM uploads its operands again, including those
+        of a :class:`Q` uploaded before. Closing twice does nothing more.
+
+        Notes
+        -----
+        The buffers go to the pool of :attr:`device`, not to the board's memory:
+        :meth:`firmware.Device.close` then gives the pool's idle buffers back::
+
+            eng.close()
+            eng.device.close()
+        """
+        slots, self._slots = self._slots, {}
+        for t in slots.values():
+            t.free()
 
     # -- GEMMs -------------------------------------------------------------------------------
     def gemm(self, qa: Q, qb: Q, *, transpose_a: bool = False, transpose_b: bool = False,
@@ -319,8 +338,8 @@ class Engine:
             for v in (a_k, b_k):
                 if v is not None:
                     k_exp += v
-            args.append(dict(a=qa.tensor if qa.tensor is not None else qa.data,
-                             b=qb.tensor if qb.tensor is not None else qb.data,
+            args.append(dict(a=qa.tensor if _on_device(qa) else qa.data,
+                             b=qb.tensor if _on_device(qb) else qb.data,
                              transpose_a=ta, transpose_b=tb,
                              row_exp=a_m if a_m is not None else 0,
                              col_exp=b_n if b_n is not None else 0, k_exp=k_exp))
@@ -335,6 +354,11 @@ class Engine:
             oa = a.T if transpose_a else a
             ob = b.T if transpose_b else b
             return oa @ ob           # float32 operands give float32
+
+
+def _on_device(q: Q) -> bool:
+    """Whether ``q`` has a device copy not freed (:meth:`Engine.close` frees them)."""
+    return q.tensor is not None and q.tensor.device is not None
 
 
 def _axis(policy: str, sample_axis, channel_axis):
