@@ -3,7 +3,7 @@
 estimate, bitstream, programming.
 
     python build.py --platform {pynq-z1,zcu104,vu9p} [--rows R --cols C --depth D --block B
-                    --dsp-rows N] [--out DIR] [--synth {yosys,vivado,none}]
+                    --dsp-rows N] [--k-blocks] [--out DIR] [--synth {yosys,vivado,none}]
                     [--timing] [--[no-]timing-strict] [--program [--host HOST]] [--dry-run] [--list]
 
 Writes ``DIR`` (default ``build/<platform>/``): ``bfp_accel.v`` (the accelerator),
@@ -23,6 +23,10 @@ the configured design: synthesized whole up to :data:`platforms.timing.WHOLE_LIM
 parts above it (the accelerator without its array and the array alone, as for the ZCU104 and
 VU9P defaults, which take long). A report over budget exits with status 1 naming the path or
 net (``--no-timing-strict``: only report it).
+``--k-blocks`` builds the K-block mode (tile exponents along K, ``CONFIG_FEATURES.K_BLOCKS``,
+``docs/architecture.md``), recorded in the report's ``"config"``; a configuration that
+cannot have it (depth below 32, or the largest of rows, columns and bus bytes not dividing 32,
+as the ZCU104 and VU9P defaults) exits with status 2 saying which.
 ``--synth vivado`` runs ``build.tcl`` when Vivado is on PATH. ``--program`` loads the
 bitstream (openFPGALoader over JTAG, or a copy of the ``.bit``, ``.hwh`` and ``report.json``
 to a PYNQ board with ``--host``; Vivado's hardware manager for the VCU118); ``--dry-run``
@@ -171,6 +175,11 @@ def parse_args(argv):
                         help="the DMA's longest burst in bus words (default: 16, or what the "
                              "platform's memory port takes where shorter; at most what it "
                              "takes)")
+    parser.add_argument("--k-blocks", action="store_true",
+                        help="build the K-block mode (tile exponents along K, "
+                             "CONFIG_FEATURES.K_BLOCKS); needs --depth >= "
+                             f"{regmap.TILE_BLOCK} and the largest of rows, columns and bus "
+                             f"bytes dividing {regmap.TILE_BLOCK}")
     parser.add_argument("--out", type=Path, help="output directory (default build/<platform>)")
     parser.add_argument("--synth", choices=["yosys", "vivado", "none"], default="yosys",
                         help="yosys: a resource estimate and timing report (default); vivado: "
@@ -200,7 +209,8 @@ def parse_args(argv):
         cfg = board.config(rows=args.rows, cols=args.cols, depth=args.depth, block=args.block,
                            dsp_rows=args.dsp_rows, acc_ram=args.acc_ram, packing=args.packing,
                            write_ports=args.write_ports, read_ports=args.read_ports,
-                           slr_groups=args.slr_groups, burst_beats=args.burst_beats)
+                           slr_groups=args.slr_groups, burst_beats=args.burst_beats,
+                           k_blocks=args.k_blocks or None)
     except ValueError as e:
         parser.error(f"--burst-beats: {e}")
     if cfg.get("slr_groups", 1) == 1:
@@ -231,6 +241,15 @@ def parse_args(argv):
         Accelerator(**cfg)
     except ValueError as e:
         parser.error(f"unsupported configuration for the RTL: {e}")
+    if cfg.get("k_blocks"):
+        # what the mode asks of the shape, which the walker checks (at elaboration)
+        from rtl.walker import Walker
+        try:
+            Walker(cfg["rows"], cfg["cols"], depth=cfg["depth"], data_width=cfg["data_width"],
+                   k_blocks=True)
+        except ValueError as e:
+            parser.error(f"--k-blocks is not available for this {board.name} configuration: "
+                         f"{e}")
     from platforms import vivado
     try:
         vivado.check_memory_ports(board.name, cfg.get("write_ports", 1),
@@ -347,6 +366,10 @@ def estimate(board, cfg, out: Path, whole: bool = False) -> tuple[dict, bool]:
 
     # first: the timing report (its own ABC9 netlist of the design the estimate synthesizes)
     work = ROOT / "build" / "estimates"
+    if cfg.get("k_blocks"):
+        # the cached designs are named by shape and bus (platforms.estimate.design_tag): the
+        # K-block mode's go apart, so that the same shape's without it stay cached
+        work = work / "k_blocks"
     parts = cfg["rows"] * cfg["cols"] > WHOLE_LIMIT
     with step(f"timing report from Yosys for {board.family} at {board.clock_mhz:g} MHz"):
         # the configured design's report if it was measured before (whole or by parts),

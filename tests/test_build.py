@@ -184,6 +184,12 @@ def test_repeated_generation_is_cached(generated):
     (["--platform", "pynq-z1", "--burst-beats", "32"], "burst_beats 32 is longer than port "
                                                        "'zynq7-hp' takes (max_burst 16"),
     (["--platform", "zcu104", "--burst-beats", "0"], "--burst-beats"),
+    (["--platform", "zcu104", "--k-blocks"], "--k-blocks is not available for this zcu104 "
+                                             "configuration: k_blocks needs depth >= 32 and "
+                                             "max(rows, cols, bus bytes) dividing 32"),
+    (["--platform", "vu9p", "--k-blocks"], "cols 128, 64 bus bytes"),
+    (["--platform", "pynq-z1", "--k-blocks", "--rows", "8", "--cols", "8", "--depth", "16"],
+     "not depth 16"),
 ])
 def test_bad_arguments_exit_2_with_the_choices(args, message):
     proc = run_build(*args)
@@ -367,3 +373,15 @@ def test_the_dma_bursts_follow_the_boards_port(tmp_path):
     assert proc.returncode == 0, proc.stderr
     report = json.loads((tmp_path / "report.json").read_text())
     assert report["config"]["burst_beats"] == 4 and report["host"]["burst_beats"] == 4
+
+
+def test_the_k_block_mode_is_built_and_recorded(tmp_path):
+    """``--k-blocks`` builds the mode (its float32 adder is in the Verilog) and the report's
+    configuration says so; without it the configuration does not name it."""
+    proc = run_build("--platform", "pynq-z1", "--rows", "8", "--cols", "8", "--k-blocks",
+                     "--synth", "none", "--out", str(tmp_path))
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert report["config"]["k_blocks"] is True
+    assert "kb_adder" in (tmp_path / "bfp_accel.v").read_text()
+    assert all("k_blocks" not in board.config() for board in PLATFORMS.values())
