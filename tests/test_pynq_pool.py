@@ -150,3 +150,22 @@ def test_the_simulated_cma_is_checked():
     for cma in (0, PAGE + 1, 16 << 20, 1.0):
         with pytest.raises(ValueError, match="cma must be"):
             SimBoard("pynq-z1", cma=cma)
+
+
+def test_a_gemm_fits_a_cma_a_little_larger_than_its_buffers(overlay, monkeypatch):
+    """A CMA about 1.2 times one GEMM's buffers, after a smaller GEMM left its idle buffers
+    at the bottom: the call takes its largest buffer first, so the operands do not split the
+    memory the idle buffers give back, and the product is exact."""
+    rng = np.random.default_rng(4)
+    small = _i8(rng, 64, 128), _i8(rng, 128, 64)
+    big = _i8(rng, 128, 256), _i8(rng, 256, 128)
+    roomy = _board(monkeypatch)
+    Device("pynq", board="pynq-z1", bitfile=overlay).gemm(*big, out="int32")
+    need = roomy.cma_peak                       # the large GEMM's buffers, alone
+    board = _board(monkeypatch, cma=-(-need * 6 // 5 // PAGE) * PAGE)
+    dev = Device("pynq", board="pynq-z1", bitfile=overlay)
+    for a, b in (small, big, small, big):
+        assert np.array_equal(dev.gemm(a, b, out="int32"), a.astype(np.int32) @ b)
+    assert board.refused > 0 and dev.profile.counts["pool_trims"] > 0
+    dev.close()
+    assert board.live == 0 and board.cma_used == 0

@@ -242,7 +242,8 @@ class _Pool:
     back to the memory, least recently used first, whatever their size. When the memory is
     full (:func:`_out_of_memory`), every idle buffer goes back and the allocation is tried
     again; if it still fails, a ``MemoryError`` names the bytes asked for, what was freed and
-    what stays in use.
+    what stays in use. :meth:`reserve` takes a call's buffers largest first, so that its
+    small ones do not split the memory its large one needs.
 
     Parameters
     ----------
@@ -314,6 +315,40 @@ class _Pool:
     def put(self, buf):
         self.live -= 1
         self.idle.append(buf)
+
+    def reserve(self, sizes) -> None:
+        """Make buffers of ``sizes`` (bytes, one buffer each) idle and the most recently
+        used, for the :meth:`get` calls that follow.
+
+        They are allocated largest first; when the memory cannot hold them all, the ones
+        taken go back with every idle buffer and they are allocated again, largest first,
+        in the memory that is left: a large buffer taken after small ones can find no room
+        that is contiguous although enough bytes are free.
+
+        Parameters
+        ----------
+        sizes : iterable of int
+            The bytes of each buffer.
+
+        Raises
+        ------
+        MemoryError
+            The buffers do not fit at once beside the ones in use (:meth:`get`'s message).
+        """
+        sizes = sorted(sizes, reverse=True)
+        for last in (False, True):
+            taken = []
+            try:
+                for nbytes in sizes:
+                    taken.append(self.get(nbytes))
+                return
+            except MemoryError:
+                if last:
+                    raise
+            finally:
+                for buf in reversed(taken):        # the largest ends most recently used
+                    self.put(buf)
+            self.trim()
 
     def _free(self, buf):
         free = getattr(self.memory, "free", None)
@@ -550,13 +585,22 @@ class Device:
         dtype = np.dtype(dtype)
         if self.driver is None:
             return DeviceTensor(self, shape, dtype, array=np.empty(shape, dtype))
-        stride = _round_up(shape[1] * dtype.itemsize, self.bytes_per_word)
-        if regmap.stored_packed(shape[1], dtype.itemsize, self.bytes_per_word):
-            # an int8 operand of rows shorter than a bus word is stored packed: one run of
-            # words read for all its rows, not a word a row (rtl.loader.LoadSequencer)
-            stride = shape[1]
+        stride = self._stride(shape, dtype)
         buf = self.pool.get(shape[0] * stride)
         return DeviceTensor(self, shape, dtype, buf, stride)
+
+    def _stride(self, shape, dtype) -> int:
+        """Bytes between the rows of a device matrix of ``shape`` and ``dtype``."""
+        itemsize = np.dtype(dtype).itemsize
+        if regmap.stored_packed(shape[1], itemsize, self.bytes_per_word):
+            # an int8 operand of rows shorter than a bus word is stored packed: one run of
+            # words read for all its rows, not a word a row (rtl.loader.LoadSequencer)
+            return shape[1]
+        return _round_up(shape[1] * itemsize, self.bytes_per_word)
+
+    def _bytes(self, shape, dtype) -> int:
+        """The pool bytes of a device matrix of ``shape`` and ``dtype`` (:meth:`empty`)."""
+        return shape[0] * self._stride(shape, dtype)
 
     def tensor(self, x: np.ndarray, *, into: DeviceTensor | None = None) -> DeviceTensor:
         """Copy a matrix into device memory.
@@ -779,19 +823,23 @@ class Device:
             with self.profile.time("wait"):
                 return [self._golden(c) for c in calls]
         self.profile.count("gemms", len(calls))
+        for i, c in enumerate(calls):
+            if c.block is None:            # behind the GEMM before it: chosen queued
+                self._plan(c, queued=i > 0)
+            (self.stats if single else self.stats["gemms"][i]).update(
+                block=int(c.block), transposed=c.turned, chunk=int(c.chunk))
+            self._cut(c)
         temps = []
         try:
-            for i, c in enumerate(calls):
+            # every buffer of the run's start, largest first, then taken from the pool
+            self.pool.reserve(self._start_bytes(calls))
+            for c in calls:
                 if not isinstance(c.a, DeviceTensor):
                     c.a = self.tensor(c.a)
                     temps.append(c.a)
                 if not isinstance(c.b, DeviceTensor):
                     c.b = self.tensor(c.b)
                     temps.append(c.b)
-                if c.block is None:        # behind the GEMM before it: chosen queued
-                    self._plan(c, queued=i > 0)
-                (self.stats if single else self.stats["gemms"][i]).update(
-                    block=int(c.block), transposed=c.turned, chunk=int(c.chunk))
             results = self._run(calls, temps)
             for i, c in enumerate(calls):
                 if c.turned:
@@ -993,16 +1041,9 @@ class Device:
         has one run; else each chunk of each run is a raw int32 piece of its own C buffer,
         combined on the host in order (int64 within a run, float64 across runs).
         """
-        chunk = self._chunk
         items = []                                # (call, piece index)
         for c in calls:
             exact = c.runs is None
-            runs = [(0, c.k, 0)] if exact else c.runs
-            # (run index, k0, k1, exponent): runs cut into chunks the descriptor can take
-            c.pieces = [(r, k0, min(k0 + chunk, stop), e)
-                        for r, (start, stop, e) in enumerate(runs)
-                        for k0 in range(start, stop, chunk)]
-            c.single = len(c.pieces) == 1 and exact
             c.row = self._exponents(c.re, temps) if c.single else 0
             c.col = self._exponents(c.ce, temps) if c.single else 0
             c.raw = c.out == "int32" or not c.single
@@ -1051,6 +1092,31 @@ class Device:
             utilization=self.stats["macs"] / (self.rows * self.cols * cycles)
             if cycles else None)
         return [c.result for c in calls]
+
+    def _cut(self, c: _Call) -> None:
+        """``c``'s pieces (run index, k0, k1, exponent): its ``k_exp`` runs cut into chunks
+        the descriptor can take; ``single`` when one piece covers it exactly."""
+        chunk = self._chunk
+        runs = [(0, c.k, 0)] if c.runs is None else c.runs
+        c.pieces = [(r, k0, min(k0 + chunk, stop), e)
+                    for r, (start, stop, e) in enumerate(runs)
+                    for k0 in range(start, stop, chunk)]
+        c.single = len(c.pieces) == 1 and c.runs is None
+
+    def _start_bytes(self, calls: list[_Call]) -> list[int]:
+        """The bytes of each buffer a run of ``calls`` (planned and cut) holds at once as
+        its first batch runs: operands given as arrays, exponent vectors, the batch's C."""
+        sizes = []
+        for c in calls:
+            for x in (c.a, c.b):
+                if not isinstance(x, DeviceTensor):
+                    sizes.append(self._bytes(x.shape if x.ndim == 2 else (1, x.size), x.dtype))
+            if c.single:
+                sizes += [self._bytes((1, len(e)), np.int8) for e in (c.re, c.ce)
+                          if not np.all(e == e[0])]
+        items = [(c, i) for c in calls for i in range(len(c.pieces))]
+        first = next(_batches(items, max(1, self.driver.info.queue), C_BUDGET))
+        return sizes + [self._bytes((c.m, c.n), np.int32) for c, _ in first]
 
     def _descriptors(self, call: _Call, piece, c, temps) -> list[dict]:
         """The descriptors of one piece of ``call``, writing ``c``."""
