@@ -36,10 +36,12 @@ def run_epilogue(simulator, name, component, test, **env):
     assert tests == 1 and failed == 0, f"{failed} of {tests} cocotb tests failed"
 
 
-# cols=16: a block's rows span two beats (segments); cols=32: one block a beat.
+# cols=16: a block's rows span two beats (segments); cols=32: one block a beat; cols=64: two
+# blocks a beat (one nonfinite flag for both).
 @pytest.mark.parametrize("simulator,cols,shapes", [
     ("icarus", 16, "45x70,32x32,7x5"),
     ("icarus", 32, "40x33,9x64"),
+    ("icarus", 64, "40x100,31x97"),
     ("verilator", 16, "45x70,32x32,7x5"),
 ])
 def test_tile_quantizer(simulator, cols, shapes):
