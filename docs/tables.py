@@ -538,6 +538,22 @@ def t_training_formats():
     return md + "\n\n" + note, cmds
 
 
+def t_kblocks_build():
+    rows = []
+    for name, what in (("build_pynq-z1.json", "default"),
+                       ("build_pynq-z1_kblocks.json", "default with `--k-blocks`")):
+        r = load(name)
+        res, use, t = r["resources"], r["utilization"], r["timing"]
+        rows.append([what, *(f"{res[k]:,g} ({pct(use[k], 0)})" for k in ("LUT", "FF", "DSP",
+                                                                         "BRAM36")),
+                     f"{t['max_levels']} of {t['budget_levels']}",
+                     f"{t['max_fanout']} of {t['fanout_budget']}"])
+    md = table(["Pynq-Z1 build", "LUT", "FF", "DSP", "BRAM36", "logic levels at 100 MHz",
+                "largest fan-out"], rows, "lrrrrrr")
+    return md, [".venv/bin/python build.py --platform pynq-z1",
+                ".venv/bin/python build.py --platform pynq-z1 --k-blocks"]
+
+
 TABLES = {
     "proofs": t_proofs,
     "headline": t_headline,
@@ -545,6 +561,7 @@ TABLES = {
     "training-formats": t_training_formats,
     "regmap": t_regmap,
     "formats": t_formats,
+    "kblocks-build": t_kblocks_build,
     "boards": t_boards,
     "port-presets": t_port_presets,
     "utilization": t_utilization,
