@@ -1,38 +1,15 @@
 """The generated TileQuantizer and ReluMask Verilog under cocotb (sim.testbenches.epilogue), on
 Icarus and on Verilator, against sim.models.bfp."""
 
-import os
-from pathlib import Path
-
 import pytest
 
 from rtl.epilogue import ReluMask, TileQuantizer
-from rtl.export import to_verilog
-from sim.testbenches.runner import available, run_cocotb
-
-ROOT = Path(__file__).resolve().parent.parent
-BUILD = ROOT / "build" / "cocotb"
-
-
-def write_verilog(component, name: str) -> Path:
-    """``<BUILD>/rtl/<name>.v``, rewritten only when the text changes (so that a simulator's
-    build directory is reused)."""
-    path = BUILD / "rtl" / f"{name}.v"
-    text = to_verilog(component, name)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if not path.exists() or path.read_text() != text:
-        path.write_text(text)
-    return path
+from sim.testbenches.runner import run_component
 
 
 def run_epilogue(simulator, name, component, test, **env):
-    if not available(simulator):
-        pytest.fail(f"{simulator} is not installed: run scripts/bootstrap.sh")
-    verilog = write_verilog(component, name)
-    env = {**{k: str(v) for k, v in env.items()}, "COCOTB_TEST_FILTER": test,
-           "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    tests, failed = run_cocotb(simulator, verilog, name, "sim.testbenches.epilogue",
-                               BUILD / f"{simulator}_{name}", env)
+    tests, failed = run_component(simulator, component, name, "sim.testbenches.epilogue", test,
+                                  **env)
     assert tests == 1 and failed == 0, f"{failed} of {tests} cocotb tests failed"
 
 

@@ -12,7 +12,8 @@ import os
 import shutil
 from pathlib import Path
 
-__all__ = ["SIMULATORS", "available", "verilator_env", "run_cocotb", "xilinx_cell_models"]
+__all__ = ["SIMULATORS", "available", "verilator_env", "run_cocotb", "run_component",
+           "xilinx_cell_models"]
 
 SIMULATORS = ("icarus", "verilator")
 
@@ -100,3 +101,42 @@ def run_cocotb(simulator: str, verilog, toplevel: str, test_module: str,
     except SystemExit:  # the runner exits on a failed test; the results file says which
         pass
     return get_results(results)
+
+
+#: Where :func:`run_component` keeps generated Verilog and simulator builds (git-ignored).
+COMPONENT_BUILD = Path(__file__).resolve().parents[2] / "build" / "cocotb"
+
+
+def run_component(simulator: str, component, name: str, test_module: str, test: str,
+                  **env) -> tuple[int, int]:
+    """Run one cocotb test of ``test_module`` on an Amaranth component's generated Verilog.
+
+    The Verilog (``build/cocotb/rtl/<name>.v``) is rewritten only when its text changes, so a
+    simulator's build directory (``build/cocotb/<simulator>_<name>``) is reused; ``env``
+    (each value made a string) reaches the test as environment variables, with
+    ``COCOTB_TEST_FILTER`` set to ``test``.
+
+    Returns
+    -------
+    tuple of int
+        The tests run and the tests failed (:func:`run_cocotb`).
+
+    Raises
+    ------
+    RuntimeError
+        ``simulator`` is not installed.
+    """
+    from rtl.export import to_verilog
+
+    if not available(simulator):
+        raise RuntimeError(f"{simulator} is not installed: run scripts/bootstrap.sh")
+    path = COMPONENT_BUILD / "rtl" / f"{name}.v"
+    text = to_verilog(component, name)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if not path.exists() or path.read_text() != text:
+        path.write_text(text)
+    root = str(COMPONENT_BUILD.parents[1])
+    env = {**{k: str(v) for k, v in env.items()}, "COCOTB_TEST_FILTER": test,
+           "PYTHONPATH": os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])}
+    return run_cocotb(simulator, path, name, test_module,
+                      COMPONENT_BUILD / f"{simulator}_{name}", env)
