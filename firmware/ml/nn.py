@@ -59,7 +59,7 @@ import numpy as np
 
 from firmware.ml.quant import quantize, quantize_tiles
 from firmware.runtime.profile import Profile
-from sim.models.golden import gemm_shape
+from sim.models.bfp import gemm_kblocks
 
 __all__ = ["Engine", "Blocks", "FOX", "BIG_BLOCK", "TILE", "POLICIES", "Q", "tile_gemm",
            "Linear", "Conv2d", "ReLU", "MaxPool2d", "Flatten", "Network", "softmax_cross_entropy",
@@ -131,7 +131,8 @@ def tile_gemm(a: np.ndarray, a_exp: np.ndarray, b: np.ndarray, b_exp: np.ndarray
               transpose_a: bool = False, transpose_b: bool = False,
               block: int = TILE_BLOCK) -> np.ndarray:
     """``op(A) @ op(B)`` of two matrices in tile blocks, as the accelerator computes it:
-    :func:`sim.models.bfp.gemm_kblocks` bit for bit, its K blocks batched.
+    :func:`sim.models.bfp.gemm_kblocks` (which batches its K blocks into one exact matmul),
+    with the tile side defaulting to the hardware's.
 
     Parameters
     ----------
@@ -146,53 +147,14 @@ def tile_gemm(a: np.ndarray, a_exp: np.ndarray, b: np.ndarray, b_exp: np.ndarray
     Returns
     -------
     numpy.ndarray of float32, shape (M, N)
-        ``S = +0; for kb in order: S = float32(S + float32(P_kb * 2**E_kb))`` with ``P_kb``
-        the exact product over K block ``kb`` and ``E_kb[m, n]`` the sum of the two tiles'
-        exponents.
 
     Raises
     ------
     TypeError, ValueError
-        As :func:`sim.models.golden.gemm` for the operands; ``ValueError`` when an exponent
-        grid does not have its operand's tile grid.
-
-    Notes
-    -----
-    Each K block's products are summed in float32 by BLAS, exactly: at most 32 products of
-    magnitude at most ``127**2`` stay below ``2**20``. Scaling by two powers of two in float64
-    is exact, so the one rounding is the cast to float32, that of
-    :func:`sim.models.golden.rescale`. When every tile exponent lies in [-60, 50], each
-    scaled partial is a normal float32 (between ``2**-120`` and ``2**120``) and the scaling
-    is done in float32, exactly too.
+        As :func:`sim.models.bfp.gemm_kblocks`.
     """
-    m, n, k = gemm_shape(a, b, transpose_a, transpose_b)
-    op_a, ea = (a.T, a_exp.T) if transpose_a else (a, a_exp)
-    op_b, eb = (b.T, b_exp.T) if transpose_b else (b, b_exp)
-    nb = -(-k // block)
-    for name, e, want in (("a_exp", ea, (-(-m // block), nb)),
-                          ("b_exp", eb, (nb, -(-n // block)))):
-        if not isinstance(e, np.ndarray) or e.dtype != np.int8 or e.shape != want:
-            raise ValueError(f"{name} must be an int8 tile grid of shape {want} (as read), not "
-                             f"{getattr(e, 'dtype', type(e).__name__)} "
-                             f"{getattr(e, 'shape', '')}")
-    pa = np.zeros((m, nb * block), np.float32)
-    pa[:, :k] = op_a
-    pb = np.zeros((nb * block, n), np.float32)
-    pb[:k] = op_b
-    parts = np.matmul(pa.reshape(m, nb, block).transpose(1, 0, 2),
-                      pb.reshape(nb, block, n))                          # (nb, M, N), exact
-    # in float32 when every product and partial stays normal (|P| < 2**20), else in float64
-    wide = np.float32 if min(ea.min(), eb.min()) >= -60 and max(ea.max(), eb.max()) <= 50 \
-        else np.float64
-    row = np.exp2(np.repeat(ea, block, axis=0)[:m].T.astype(wide))   # (nb, M)
-    col = np.exp2(np.repeat(eb, block, axis=1)[:, :n].astype(wide))  # (nb, N)
-    with np.errstate(over="ignore", invalid="ignore"):
-        terms = ((parts.astype(wide, copy=False) * row[:, :, None]) * col[:, None, :]
-                 ).astype(np.float32, copy=False)
-        total = np.zeros((m, n), np.float32)
-        for term in terms:
-            total += term
-    return total
+    return gemm_kblocks(a, a_exp, b, b_exp, transpose_a=transpose_a, transpose_b=transpose_b,
+                        block=block)
 
 
 class Q:

@@ -367,8 +367,8 @@ def _uniform_runs(op_a, a_exp, op_b, b_exp, length):
     """:func:`gemm_kruns` where every run but the last is ``length`` long, bit for bit, with
     the runs' partial products batched into one float32 matmul (exact, ``length <=
     _BATCH_K``; the last run padded with zero products), each rescaled as
-    :func:`sim.models.golden.rescale` does (float64, one rounding to float32) and summed in
-    float32 in run order."""
+    :func:`sim.models.golden.rescale` does (one rounding to float32) and summed in float32 in
+    run order."""
     m, k = op_a.shape
     n = op_b.shape[1]
     runs = -(-k // length)
@@ -378,12 +378,19 @@ def _uniform_runs(op_a, a_exp, op_b, b_exp, length):
     fb[:k] = op_b
     parts = np.matmul(fa.reshape(m, runs, length).transpose(1, 0, 2),
                       fb.reshape(runs, length, n))                       # (runs, M, N)
+    # each term P * 2**(a + b) is exact, so its one rounding is the cast to float32: in
+    # float32 itself when every product and partial stays normal (|P| < 2**24 and the
+    # exponents within [-60, 50]), else in float64
+    wide = np.float32 if min(a_exp.min(), b_exp.min()) >= -60 \
+        and max(a_exp.max(), b_exp.max()) <= 50 else np.float64
+    row = np.exp2(a_exp.T.astype(wide))                                  # (runs, M)
+    col = np.exp2(b_exp.astype(wide))                                    # (runs, N)
     total = np.zeros((m, n), np.float32)
     with np.errstate(over="ignore", invalid="ignore"):
-        for j in range(runs):
-            scale = np.exp2(a_exp[:, j].astype(np.float64))[:, None] \
-                * np.exp2(b_exp[j].astype(np.float64))[None, :]
-            total = total + (parts[j].astype(np.float64) * scale).astype(np.float32)
+        terms = ((parts.astype(wide, copy=False) * row[:, :, None]) * col[:, None, :]
+                 ).astype(np.float32, copy=False)
+        for term in terms:
+            total += term
     return total
 
 
