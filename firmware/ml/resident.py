@@ -22,6 +22,10 @@ of shape ``(fan_in, fan_out)`` as :class:`firmware.ml.nn.Linear` keeps it. Backw
 
 * ``dW_l = h_{l-1}^T d_l`` and ``db_l = 1^T d_l`` (float32, for the optimiser);
 * ``d_{l-1} = mask_{l-1} * (d_l W_l^T)``, quantised with stochastic rounding.
+
+:class:`ResidentChain` is those passes without the weights or the optimiser, for front ends
+that keep the master weights themselves (:class:`ResidentMLP`, and
+:class:`firmware.torch.ResidentSequential` for PyTorch).
 """
 
 from __future__ import annotations
@@ -32,7 +36,303 @@ from firmware.ml.nn import softmax_cross_entropy
 from firmware.ml.optim import SGD
 from firmware.spec.regmap import TILE_BLOCK
 
-__all__ = ["ResidentMLP"]
+__all__ = ["ResidentChain", "ResidentPass", "ResidentMLP"]
+
+#: the most layers a chain may have: a descriptor's seed gives the layer 6 bits
+MAX_LAYERS = 63
+
+
+def check_device(device) -> None:
+    """Refuse a device that cannot keep a chain resident.
+
+    Raises
+    ------
+    TypeError
+        ``device`` is not a :class:`firmware.Device`.
+    ValueError
+        Its ``CONFIG_FEATURES`` lack the write-back epilogue or tile exponents.
+    """
+    from firmware.runtime.device import Device
+    if not isinstance(device, Device):
+        raise TypeError(f"device must be a firmware.Device, not {type(device).__name__}")
+    info = device.driver.info if device.driver is not None else None
+    if info is not None and not (info.epilogue and info.k_blocks):
+        raise ValueError(f"device: this {device.backend} accelerator has no write-back "
+                         f"epilogue or tile exponents (CONFIG_FEATURES), which resident "
+                         f"layers need: use Device('golden') or Device('model'), or the host "
+                         f"path (firmware.ml's blocks policies, firmware.torch.Linear)")
+
+
+def _free(layers) -> None:
+    for saved in layers:
+        for t in saved:
+            if t is not None:
+                t.free()
+
+
+class ResidentPass:
+    """What one forward pass of a :class:`ResidentChain` keeps on the device for its
+    backward pass: each layer's input, quantised weights and ReLU mask.
+
+    Attributes
+    ----------
+    step : int
+        The pass's index in the seeds of its descriptors.
+    rounding : {"stochastic", "nearest"}
+        The rounding of its descriptors, forward and backward.
+    batch : int
+        Its rows.
+    """
+
+    def __init__(self, step: int, rounding: str, batch: int, layers: list):
+        self.step, self.rounding, self.batch = step, rounding, batch
+        self.layers = layers
+
+    @property
+    def spent(self) -> bool:
+        """The tensors were freed (after the backward pass, or by :meth:`free`)."""
+        return self.layers is None
+
+    def free(self) -> None:
+        """Give the device buffers back."""
+        layers, self.layers = self.layers, None
+        _free(layers or ())
+
+    def __del__(self):
+        try:
+            self.free()
+        except Exception:                                   # pragma: no cover
+            pass              # the device may be gone already (interpreter shutdown)
+
+
+class ResidentChain:
+    """The forward and backward passes of a chain of fully connected layers on a device,
+    without its weights or optimiser (see the module documentation).
+
+    Parameters
+    ----------
+    sizes : sequence of int
+        Input features, the hidden layers' widths, the outputs (at least two entries).
+    device : firmware.Device
+        A device whose ``CONFIG_FEATURES`` offers the epilogue (``golden`` or ``model``).
+    seed : int
+        In ``[0, 2**32)``: every descriptor's seed is made of it, the pass, the layer and
+        the tensor's role, so no two descriptors share one (within ``2**24`` passes).
+    relu : sequence of bool, optional
+        Whether a ReLU follows each layer but the last; default all.
+
+    Attributes
+    ----------
+    passes : int
+        Stochastic (training) forward passes run; the next one's index in the seeds.
+    traffic : dict
+        Bytes the host wrote to and read from the device, by what they were, since the
+        caller last cleared it.
+
+    Raises
+    ------
+    TypeError, ValueError
+        A bad argument, named in the message; a device without the epilogue.
+    """
+
+    def __init__(self, sizes, device, *, seed: int = 0, relu=None):
+        sizes = [int(s) for s in sizes]
+        if len(sizes) < 2 or min(sizes) < 1:
+            raise ValueError(f"sizes must be at least two positive widths, not {sizes}")
+        if len(sizes) - 1 > MAX_LAYERS:
+            raise ValueError(f"sizes gives {len(sizes) - 1} layers, at most {MAX_LAYERS} "
+                             f"fit the descriptors' seeds")
+        if not isinstance(seed, (int, np.integer)) or isinstance(seed, bool) \
+                or not 0 <= seed < 1 << 32:
+            raise ValueError(f"seed must be an integer in [0, 2**32), not {seed!r}")
+        relu = [True] * (len(sizes) - 2) if relu is None else [bool(r) for r in relu]
+        if len(relu) != len(sizes) - 2:
+            raise ValueError(f"relu must have one flag per layer but the last, "
+                             f"{len(sizes) - 2}, not {len(relu)}")
+        check_device(device)
+        self.sizes, self.device, self.seed, self.relu = sizes, device, int(seed), relu
+        self.passes = 0
+        self.traffic: dict = {}
+        self._ones: dict = {}
+
+    @property
+    def layers(self) -> int:
+        return len(self.sizes) - 1
+
+    def _seed(self, step: int, layer: int, role: int) -> int:
+        """The 64-bit seed of one descriptor: the chain's seed, the pass, the layer and the
+        role (0 activation, 1 delta, 2 input, 3 loss gradient), never reused."""
+        return ((self.seed << 32) | (step & 0xFFFFFF) << 8 | layer << 2 | role) \
+            & 0xFFFF_FFFF_FFFF_FFFF
+
+    def _ones_row(self, batch: int):
+        """A 1 x batch BfpTensor of ones (mantissa 64, exponent -6): ``1^T d`` sums a delta's
+        rows exactly."""
+        if batch not in self._ones:
+            grid = -(-batch // TILE_BLOCK)
+            self._ones[batch] = self.device.bfp_tensor(np.full((1, batch), 64, np.int8),
+                                                       np.full((1, grid), -6, np.int8))
+        return self._ones[batch]
+
+    def _count(self, what: str, nbytes: int) -> None:
+        self.traffic[what] = self.traffic.get(what, 0) + int(nbytes)
+
+    def _check_params(self, params) -> None:
+        if len(params) != self.layers:
+            raise ValueError(f"params must hold {self.layers} (W, b) pairs, not {len(params)}")
+        for i, ((w, b), fan_in, fan_out) in enumerate(zip(params, self.sizes, self.sizes[1:],
+                                                          strict=False)):
+            if not isinstance(w, np.ndarray) or w.dtype != np.float32 \
+                    or w.shape != (fan_in, fan_out):
+                raise ValueError(f"params: W{i} must be a float32 {fan_in}x{fan_out} matrix, "
+                                 f"not {getattr(w, 'dtype', type(w).__name__)} "
+                                 f"{getattr(w, 'shape', '')}")
+            if b is not None and (not isinstance(b, np.ndarray) or b.dtype != np.float32
+                                  or b.shape != (fan_out,)):
+                raise ValueError(f"params: b{i} must be None or a float32 vector of "
+                                 f"{fan_out}, not {getattr(b, 'dtype', type(b).__name__)} "
+                                 f"{getattr(b, 'shape', '')}")
+
+    def forward(self, x: np.ndarray, params, *, train: bool = False, keep: bool = False):
+        """The outputs of a batch.
+
+        Parameters
+        ----------
+        x : numpy.ndarray
+            float32, ``batch x sizes[0]``; written to the device and quantised there.
+        params : sequence of (numpy.ndarray, numpy.ndarray or None)
+            Each layer's float32 ``W`` (``fan_in x fan_out``) and bias (or None), written to
+            the device and quantised there.
+        train : bool
+            Stochastic rounding (a new pass index for the seeds); else round to nearest.
+        keep : bool
+            Keep what the backward pass needs on the device.
+
+        Returns
+        -------
+        tuple of (numpy.ndarray, ResidentPass or None)
+            The float32 outputs, ``batch x sizes[-1]``, and with ``keep`` the pass for
+            :meth:`backward`.
+
+        Raises
+        ------
+        TypeError, ValueError
+            A bad ``x`` or ``params``.
+        """
+        if not isinstance(x, np.ndarray) or x.dtype != np.float32 or x.ndim != 2:
+            raise TypeError(f"x must be a float32 matrix, not "
+                            f"{getattr(x, 'dtype', type(x).__name__)} {getattr(x, 'shape', '')}")
+        if x.shape[1] != self.sizes[0]:
+            raise ValueError(f"x has {x.shape[1]} features, the network takes {self.sizes[0]}")
+        self._check_params(params)
+        dev = self.device
+        rounding = "stochastic" if train else "nearest"
+        step = self.passes
+        if train:
+            self.passes += 1
+        self._count("input batch", x.nbytes)
+        h = dev.quantize(x, rounding=rounding, seed=self._seed(step, 0, 2))
+        saved = []
+        for i, (w, b) in enumerate(params):
+            self._count("weights", w.nbytes + (0 if b is None else b.nbytes))
+            qw = dev.quantize(w, rounding=rounding, seed=self._seed(step, i, 0) ^ 0x5A5A)
+            mask = None
+            if i == self.layers - 1:
+                out = dev.bfp_gemm(h, qw, bias=b, out="float32")
+            elif self.relu[i]:
+                out, mask = dev.bfp_gemm(h, qw, bias=b, relu=True, rounding=rounding,
+                                         seed=self._seed(step, i, 0))
+            else:
+                out = dev.bfp_gemm(h, qw, bias=b, rounding=rounding,
+                                   seed=self._seed(step, i, 0))
+            saved.append((h, qw, mask))
+            h = out
+        logits = h.numpy()
+        self._count("logits", logits.nbytes)
+        h.free()
+        result = ResidentPass(step, rounding, x.shape[0], saved)
+        if keep:
+            return logits, result
+        result.free()
+        return logits, None
+
+    def backward(self, saved: ResidentPass, grad: np.ndarray, *, need=None,
+                 input_grad: bool = False):
+        """The gradients of a kept forward pass, whose tensors it frees.
+
+        Parameters
+        ----------
+        saved : ResidentPass
+            From :meth:`forward` with ``keep=True``, not yet spent.
+        grad : numpy.ndarray
+            float32, the loss's gradient with respect to the outputs; written to the device
+            and quantised there.
+        need : sequence of bool, optional
+            Per parameter (``W0, b0, W1, ...``): whether to compute its gradient (a layer
+            without bias has no bias gradient). Default all.
+        input_grad : bool
+            Also compute the gradient with respect to ``x`` (one more GEMM, float32 out).
+
+        Returns
+        -------
+        tuple of (list, numpy.ndarray or None)
+            ``[dW0, db0, dW1, db1, ...]`` (float32; None where not needed or without bias)
+            and the input's gradient (or None).
+
+        Raises
+        ------
+        TypeError, ValueError
+            A bad argument, or a pass already spent.
+        """
+        if not isinstance(saved, ResidentPass):
+            raise TypeError(f"saved must be a ResidentPass (forward with keep=True), not "
+                            f"{type(saved).__name__}")
+        if saved.spent:
+            raise ValueError("saved: this pass's tensors were freed; a forward pass takes one "
+                             "backward pass")
+        shape = (saved.batch, self.sizes[-1])
+        if not isinstance(grad, np.ndarray) or grad.dtype != np.float32 or grad.shape != shape:
+            raise TypeError(f"grad must be a float32 {shape[0]}x{shape[1]} matrix, not "
+                            f"{getattr(grad, 'dtype', type(grad).__name__)} "
+                            f"{getattr(grad, 'shape', '')}")
+        need = [True] * (2 * self.layers) if need is None else [bool(n) for n in need]
+        if len(need) != 2 * self.layers:
+            raise ValueError(f"need must have {2 * self.layers} flags, not {len(need)}")
+        dev, step, rounding = self.device, saved.step, saved.rounding
+        layers, saved.layers = saved.layers, None
+        try:
+            self._count("loss gradient", grad.nbytes)
+            d = dev.quantize(grad, rounding=rounding, seed=self._seed(step, self.layers, 3))
+            grads, dx = [None] * (2 * self.layers), None
+            for i in reversed(range(self.layers)):
+                h, qw, _ = layers[i]
+                if need[2 * i]:
+                    dw = dev.bfp_gemm(h, d, transpose_a=True, out="float32")
+                    grads[2 * i] = dw.numpy()
+                    dw.free()
+                if need[2 * i + 1]:
+                    db = dev.bfp_gemm(self._ones_row(saved.batch), d, out="float32")
+                    grads[2 * i + 1] = db.numpy().reshape(-1)
+                    db.free()
+                self._count("gradients", sum(g.nbytes for g in grads[2 * i:2 * i + 2]
+                                             if g is not None))
+                if i:
+                    mask = layers[i - 1][2]
+                    d_next = dev.bfp_gemm(d, qw, transpose_b=True, mask_in=mask,
+                                          rounding=rounding, seed=self._seed(step, i, 1))
+                elif input_grad:
+                    g = dev.bfp_gemm(d, qw, transpose_b=True, out="float32")
+                    dx = g.numpy()
+                    g.free()
+                    self._count("input gradient", dx.nbytes)
+                d.free()
+                _free(layers[i:i + 1])
+                layers[i] = (None, None, None)
+                if i:
+                    d = d_next
+        finally:
+            _free(layers)
+        return grads, dx
 
 
 class ResidentMLP:
@@ -57,19 +357,22 @@ class ResidentMLP:
         Training steps taken.
     traffic : dict
         Bytes the host wrote to and read from the device in the last step, by what they were.
+    chain : ResidentChain
+        The passes on the device.
+
+    Raises
+    ------
+    TypeError, ValueError
+        A bad argument, named in the message; a device without the epilogue.
     """
 
     def __init__(self, sizes, device, *, seed: int = 0, lr: float = 0.05,
                  momentum: float = 0.9, weight_decay: float = 0.0):
-        sizes = [int(s) for s in sizes]
-        if len(sizes) < 2 or min(sizes) < 1:
-            raise ValueError(f"sizes must be at least two positive widths, not {sizes}")
-        if not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed < 1 << 32:
-            raise ValueError(f"seed must be an integer in [0, 2**32), not {seed!r}")
-        self.sizes, self.device, self.seed = sizes, device, seed
+        self.chain = ResidentChain(sizes, device, seed=seed)
+        self.sizes, self.device, self.seed = self.chain.sizes, device, seed
         rng = np.random.default_rng(seed)
         self.params = []
-        for i, (fan_in, fan_out) in enumerate(zip(sizes, sizes[1:], strict=False)):
+        for i, (fan_in, fan_out) in enumerate(zip(self.sizes, self.sizes[1:], strict=False)):
             bound = np.sqrt(6.0 / fan_in)
             self.params += [(f"W{i}", rng.uniform(-bound, bound, (fan_in, fan_out))
                              .astype(np.float32)),
@@ -77,98 +380,35 @@ class ResidentMLP:
         self.optimizer = SGD(self.params, lr=lr, momentum=momentum,
                              weight_decay=weight_decay)
         self.steps = 0
-        self.traffic: dict = {}
-        self._ones = {}
+        self._saved = None
 
     @property
     def layers(self) -> int:
-        return len(self.sizes) - 1
+        return self.chain.layers
 
-    def _seed(self, layer: int, role: int) -> int:
-        """The 64-bit seed of one descriptor: the model's seed, the step, the layer and the
-        role (0 activation, 1 delta, 2 input, 3 loss gradient), never reused."""
-        return ((self.seed << 32) | (self.steps & 0xFFFFFF) << 8 | layer << 2 | role) \
-            & 0xFFFF_FFFF_FFFF_FFFF
+    @property
+    def traffic(self) -> dict:
+        return self.chain.traffic
 
-    def _ones_row(self, batch: int):
-        """A 1 x batch BfpTensor of ones (mantissa 64, exponent -6): ``1^T d`` sums a delta's
-        rows exactly."""
-        if batch not in self._ones:
-            grid = -(-batch // TILE_BLOCK)
-            self._ones[batch] = self.device.bfp_tensor(np.full((1, batch), 64, np.int8),
-                                                       np.full((1, grid), -6, np.int8))
-        return self._ones[batch]
-
-    def _count(self, what: str, nbytes: int) -> None:
-        self.traffic[what] = self.traffic.get(what, 0) + int(nbytes)
+    def _pairs(self):
+        p = [a for _, a in self.params]
+        return list(zip(p[::2], p[1::2], strict=True))
 
     def forward(self, x: np.ndarray, *, train: bool = False):
         """The logits of a batch (float32); with ``train`` the device keeps what the
         backward pass needs."""
-        if not isinstance(x, np.ndarray) or x.dtype != np.float32 or x.ndim != 2:
-            raise TypeError(f"x must be a float32 matrix, not "
-                            f"{getattr(x, 'dtype', type(x).__name__)} {getattr(x, 'shape', '')}")
-        if x.shape[1] != self.sizes[0]:
-            raise ValueError(f"x has {x.shape[1]} features, the network takes {self.sizes[0]}")
-        dev = self.device
-        rounding = "stochastic" if train else "nearest"
-        self._count("input batch", x.nbytes)
-        h = dev.quantize(x, rounding=rounding, seed=self._seed(0, 2))
-        saved = []
-        for i in range(self.layers):
-            w, b = self.params[2 * i][1], self.params[2 * i + 1][1]
-            self._count("weights", w.nbytes + b.nbytes)
-            qw = dev.quantize(w, rounding=rounding, seed=self._seed(i, 0) ^ 0x5A5A)
-            last = i == self.layers - 1
-            if last:
-                out = dev.bfp_gemm(h, qw, bias=b, out="float32")
-                mask = None
-            else:
-                out, mask = dev.bfp_gemm(h, qw, bias=b, relu=True, rounding=rounding,
-                                         seed=self._seed(i, 0))
-            saved.append((h, qw, mask))
-            h = out
-        logits = h.numpy()
-        self._count("logits", logits.nbytes)
-        h.free()
+        logits, saved = self.chain.forward(x, self._pairs(), train=train, keep=train)
         if train:
             self._saved = saved
-        else:
-            for a, qw, mask in saved:
-                for t in (a, qw, mask):
-                    if t is not None:
-                        t.free()
         return logits
 
     def step(self, x: np.ndarray, labels: np.ndarray) -> float:
         """One SGD step on a batch; returns the mean loss."""
-        self.traffic = {}
+        self.chain.traffic = {}
         logits = self.forward(x, train=True)
         loss, grad = softmax_cross_entropy(logits, labels)
-        dev = self.device
-        self._count("loss gradient", grad.nbytes)
-        d = dev.quantize(grad, rounding="stochastic", seed=self._seed(self.layers, 3))
-        grads = [None] * (2 * self.layers)
-        ones = self._ones_row(x.shape[0])
-        for i in reversed(range(self.layers)):
-            h, qw, _ = self._saved[i]
-            dw = dev.bfp_gemm(h, d, transpose_a=True, out="float32")
-            db = dev.bfp_gemm(ones, d, out="float32")
-            grads[2 * i], grads[2 * i + 1] = dw.numpy(), db.numpy().reshape(-1)
-            self._count("gradients", grads[2 * i].nbytes + grads[2 * i + 1].nbytes)
-            dw.free()
-            db.free()
-            if i:
-                mask = self._saved[i - 1][2]
-                d_next = dev.bfp_gemm(d, qw, transpose_b=True, mask_in=mask,
-                                      rounding="stochastic", seed=self._seed(i, 1))
-            d.free()
-            h.free()
-            qw.free()
-            if i:
-                mask.free()
-                d = d_next
-        self._saved = None
+        saved, self._saved = self._saved, None
+        grads, _ = self.chain.backward(saved, grad)
         self.optimizer.step(grads)
         self.steps += 1
         return loss
