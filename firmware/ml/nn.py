@@ -62,8 +62,8 @@ from firmware.runtime.profile import Profile
 from sim.models.bfp import gemm_kblocks
 
 __all__ = ["Engine", "Blocks", "FOX", "BIG_BLOCK", "TILE", "POLICIES", "Q", "tile_gemm",
-           "Linear", "Conv2d", "ReLU", "MaxPool2d", "Flatten", "Network", "softmax_cross_entropy",
-           "mse"]
+           "Linear", "Conv2d", "ReLU", "MaxPool2d", "GlobalAvgPool2d", "Flatten", "Residual",
+           "Network", "softmax_cross_entropy", "mse"]
 
 #: Block granularities.
 POLICIES = ("tensor", "sample", "channel", "row")
@@ -582,6 +582,67 @@ class Flatten(Layer):
 
     def backward(self, dy, eng):
         return dy.reshape(self.shape)
+
+
+class GlobalAvgPool2d(Layer):
+    """The mean over each channel's positions: ``(N, C, H, W)`` to ``(N, C)``, in float32
+    (the sum in float64, rounded once)."""
+
+    def forward(self, x, eng):
+        self.shape = x.shape
+        return x.mean(axis=(2, 3), dtype=np.float64).astype(x.dtype)
+
+    def backward(self, dy, eng):
+        n, c, h, w = self.shape
+        g = (dy / dy.dtype.type(h * w)).astype(dy.dtype)
+        return np.broadcast_to(g[:, :, None, None], self.shape).copy()
+
+
+class Residual(Layer):
+    """``y = body(x) + shortcut(x)``, a residual block (ResNet's).
+
+    Parameters
+    ----------
+    body : iterable of Layer
+        Applied in order to ``x``.
+    shortcut : iterable of Layer, optional
+        Applied in order to ``x`` (for example a strided 1 x 1 :class:`Conv2d` where the
+        block changes the shape); the identity when empty or None.
+
+    Notes
+    -----
+    :attr:`params` and :attr:`grads` hold the sub-layers' arrays under ``body.<i>.<name>``
+    and ``shortcut.<i>.<name>`` (the same arrays: the optimiser updates the sub-layers).
+    """
+
+    def __init__(self, body, shortcut=None):
+        super().__init__()
+        self.body, self.shortcut = list(body), list(shortcut or ())
+        if not self.body:
+            raise ValueError("body must hold at least one layer")
+        self.params = {f"{part}.{i}.{name}": p
+                       for part, layers in (("body", self.body), ("shortcut", self.shortcut))
+                       for i, layer in enumerate(layers) for name, p in layer.params.items()}
+
+    def forward(self, x, eng):
+        y = x
+        for layer in self.body:
+            y = layer.forward(y, eng)
+        s = x
+        for layer in self.shortcut:
+            s = layer.forward(s, eng)
+        return y + s
+
+    def backward(self, dy, eng):
+        d_body, d_short = dy, dy
+        for layer in reversed(self.body):
+            d_body = layer.backward(d_body, eng)
+        for layer in reversed(self.shortcut):
+            d_short = layer.backward(d_short, eng)
+        self.grads = {f"{part}.{i}.{name}": g
+                      for part, layers in (("body", self.body), ("shortcut", self.shortcut))
+                      for i, layer in enumerate(layers) for name, g in layer.grads.items()}
+        return d_body + d_short
 
 
 class Network:

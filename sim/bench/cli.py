@@ -90,6 +90,9 @@ def main(argv=None) -> int:
     if argv[:1] == ["host"]:
         from sim.bench.host import main as host
         return host(argv[1:])
+    if argv[:1] == ["step"]:
+        from sim.bench.step import main as step
+        return step(argv[1:])
     if argv[:1] == ["formats"]:
         from sim.bench.formats import main as formats
         return formats(argv[1:])
@@ -98,6 +101,8 @@ def main(argv=None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="what", required=True)
     sub.add_parser("host", help="host share of a training step (python -m sim.bench host -h)")
+    sub.add_parser("step", help="a training step end to end against PyTorch fp32 "
+                                "(python -m sim.bench step -h)")
     sub.add_parser("formats", help="quantisation error of block formats "
                                    "(python -m sim.bench formats -h)")
     p = sub.add_parser("resources", help="Yosys resource estimates of the systolic array")

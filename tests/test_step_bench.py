@@ -1,0 +1,117 @@
+"""``python -m sim.bench step``: its networks, their PyTorch counterparts, the MAC count and
+the record it writes."""
+
+import json
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from firmware.ml import nn  # noqa: E402
+from sim.bench import step  # noqa: E402
+
+
+def _copy_weights(net, model):
+    """The Network's weights into its :func:`step.to_torch` counterpart, layer by layer."""
+    def layers(seq):
+        for layer in seq:
+            if isinstance(layer, nn.Residual):
+                yield from layers(layer.body)
+                yield from layers(layer.shortcut)
+            elif isinstance(layer, (nn.Conv2d, nn.Linear)):
+                yield layer
+    mods = [m for m in model.modules() if isinstance(m, (torch.nn.Conv2d, torch.nn.Linear))]
+    ours = list(layers(net.layers))
+    assert len(mods) == len(ours)
+    with torch.no_grad():
+        for layer, mod in zip(ours, mods, strict=True):
+            w = layer.params["W"]
+            mod.weight.copy_(torch.from_numpy(w.T.reshape(mod.weight.shape).copy()))
+            mod.bias.copy_(torch.from_numpy(layer.params["b"]))
+
+
+@pytest.mark.parametrize("name", ["fashion-cnn", "resnet20"])
+def test_torch_counterpart_computes_the_same_step(name):
+    """The fp32 Network and its torch counterpart with the same weights: the same logits
+    and the same weight gradients (float32 rounding only): the benchmark times the same
+    network on both sides."""
+    build, shape = step.NETS[name]
+    net = build(np.random.default_rng(3))
+    model = step.to_torch(net).double()
+    _copy_weights(net, model)
+    x, y = step._data(shape, 2, seed=1)
+    eng = nn.Engine("fp32")
+    out = net.forward(x, eng)
+    _, grad = nn.softmax_cross_entropy(out, y)
+    net.backward(grad, eng)
+    xt = torch.from_numpy(x).double()
+    logits = model(xt)
+    np.testing.assert_allclose(out, logits.detach().numpy(), rtol=1e-3, atol=1e-4)
+    torch.nn.functional.cross_entropy(logits, torch.from_numpy(y)).backward()
+    mods = [m for m in model.modules() if isinstance(m, torch.nn.Conv2d)]
+    first = next(layer for layer in net.layers if isinstance(layer, nn.Conv2d))
+    np.testing.assert_allclose(first.grads["W"].T.reshape(mods[0].weight.shape),
+                               mods[0].weight.grad.numpy(), rtol=1e-3, atol=1e-5)
+
+
+def test_residual_backward_is_the_sum_of_both_paths():
+    """A Residual block's input gradient against finite differences (fp32 engine, float64
+    data): identity shortcut and a strided 1 x 1 convolution."""
+    rng = np.random.default_rng(0)
+    for short in ([], [nn.Conv2d(2, 3, 1, rng, stride=2)]):
+        cout, stride = (2, 1) if not short else (3, 2)
+        block = nn.Residual([nn.Conv2d(2, cout, 3, rng, stride=stride, padding=1), nn.ReLU(),
+                             nn.Conv2d(cout, cout, 3, rng, padding=1)], short)
+        for p in block.params.values():
+            p[...] = rng.standard_normal(p.shape)
+        x = rng.standard_normal((1, 2, 4, 4))
+        eng = nn.Engine("fp32")
+        y = block.forward(x, eng)
+        dy = rng.standard_normal(y.shape)
+        dx = block.backward(dy, eng)
+        assert set(block.grads) == set(block.params)
+        i = (0, 1, 2, 3)
+        eps = 1e-6
+        xp, xm = x.copy(), x.copy()
+        xp[i] += eps
+        xm[i] -= eps
+        num = ((block.forward(xp, eng) - block.forward(xm, eng)) * dy).sum() / (2 * eps)
+        assert dx[i] == pytest.approx(num, rel=1e-5)
+
+
+def test_global_average_pool():
+    x = np.arange(2 * 3 * 2 * 2, dtype=np.float32).reshape(2, 3, 2, 2)
+    pool = nn.GlobalAvgPool2d()
+    np.testing.assert_array_equal(pool.forward(x, None), x.mean(axis=(2, 3)))
+    g = pool.backward(np.ones((2, 3), np.float32), None)
+    assert g.shape == x.shape and (g == 0.25).all()
+
+
+def test_step_macs_counts_three_gemms_but_the_first_backward_data():
+    """fashion-cnn at batch 2, by hand: conv1 2*28*28*32*9, conv2 2*14*14*64*288, fc1
+    2*3136*128, fc2 2*128*10; three times that, less conv1 once."""
+    fwd = [2 * 28 * 28 * 32 * 9, 2 * 14 * 14 * 64 * 288, 2 * 3136 * 128, 2 * 128 * 10]
+    assert step.step_macs("fashion-cnn", 2) == 3 * sum(fwd) - fwd[0]
+
+
+def test_command_writes_a_record(tmp_path):
+    out = tmp_path / "step.json"
+    assert step.main(["--net", "fashion-cnn", "--batch", "4", "--out", str(out)]) == 0
+    data = json.loads(out.read_text())
+    r = data["results"][0]
+    assert data["command"].startswith("python -m sim.bench step")
+    assert r["step_seconds"] == pytest.approx(r["host_total"] + r["accelerator_seconds"])
+    assert r["speedup"] == pytest.approx(r["torch_seconds"] / r["step_seconds"])
+    assert r["utilization"] == pytest.approx(
+        r["macs_per_step"] / (r["peak_macs_per_cycle"] * r["clock_mhz"] * 1e6
+                              * r["step_seconds"]))
+    assert 0 < r["host_share"] < 1 and r["descriptors_per_step"] > 0
+
+
+@pytest.mark.parametrize("argv", [["--batch", "0"], ["--net", "alexnet"], ["--blocks", "x"],
+                                  ["--board", "zedboard"]])
+def test_bad_options_exit_2(argv, capsys):
+    with pytest.raises(SystemExit) as e:
+        step.main(argv)
+    assert e.value.code == 2
