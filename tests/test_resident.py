@@ -6,6 +6,7 @@ import pytest
 from firmware import Device
 from firmware.ml.data import digits
 from firmware.ml.resident import ResidentMLP
+from firmware.runtime.device import DeviceTensor
 
 
 @pytest.fixture(scope="module")
@@ -53,3 +54,32 @@ def test_bad_input():
         net.forward(np.zeros((2, 7), np.float32))
     with pytest.raises(ValueError, match="sizes must be"):
         ResidentMLP([8], Device("golden"))
+
+
+def test_only_the_batch_logits_gradients_and_weights_cross(data, monkeypatch):
+    """On the functional accelerator the bytes the host writes and reads in a step are
+    those ``traffic`` records: the batch, the weights, the logits, the loss gradient and the
+    gradients, and nothing else."""
+    xtr, ytr, _, _ = data
+    net = ResidentMLP([64, 32, 10], Device("model", rows=8, cols=8), seed=1)
+    net.step(xtr[:32], ytr[:32])            # the first step also writes a row of ones, once
+    moved = []
+    write, read = DeviceTensor.write, DeviceTensor.numpy
+    monkeypatch.setattr(DeviceTensor, "write",
+                        lambda self, x: moved.append(x.nbytes) or write(self, x))
+    monkeypatch.setattr(DeviceTensor, "numpy",
+                        lambda self: (lambda out: moved.append(out.nbytes) or out)(read(self)))
+    net.step(xtr[32:64], ytr[32:64])
+    params = 4 * (64 * 32 + 32 + 32 * 10 + 10)
+    assert net.traffic == {"input batch": 4 * 32 * 64, "weights": params,
+                           "logits": 4 * 32 * 10, "loss gradient": 4 * 32 * 10,
+                           "gradients": params}
+    assert sum(moved) == sum(net.traffic.values())
+
+
+def test_refuses_a_device_without_the_epilogue():
+    with pytest.raises(ValueError, match="device: this model accelerator has no write-back "
+                                         "epilogue"):
+        ResidentMLP([8, 4], Device("model", epilogue=False))
+    with pytest.raises(TypeError, match="device must be a firmware.Device"):
+        ResidentMLP([8, 4], "golden")

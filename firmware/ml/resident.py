@@ -30,6 +30,8 @@ that keep the master weights themselves (:class:`ResidentMLP`, and
 
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 
 from firmware.ml.nn import softmax_cross_entropy
@@ -158,6 +160,13 @@ class ResidentChain:
     @property
     def layers(self) -> int:
         return len(self.sizes) - 1
+
+    def __deepcopy__(self, memo):
+        """A copy on the same device (a model's copy, as ``AveragedModel`` makes, shares
+        the accelerator)."""
+        new = copy.copy(self)
+        new.sizes, new.relu, new.traffic, new._ones = list(self.sizes), list(self.relu), {}, {}
+        return new
 
     def _seed(self, step: int, layer: int, role: int) -> int:
         """The 64-bit seed of one descriptor: the chain's seed, the pass, the layer and the

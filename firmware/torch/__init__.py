@@ -61,6 +61,10 @@ exponent per tensor -- SWALP) as a ``torch.optim.Optimizer``; a param group may 
 float32 master weights (``weights="fp32"``). :func:`swalp_scheduler` is SWALP's learning-rate
 schedule as a ``LambdaLR``; weight averaging is ``torch.optim.swa_utils.AveragedModel``.
 Data-parallel training over several accelerators: :mod:`firmware.torch.distributed`.
+
+:class:`ResidentSequential` (:mod:`firmware.torch.resident`) trains a fully connected chain
+(``[Flatten] Linear ReLU ... Linear``) in BFP8 tile blocks with its activations, ReLU masks and
+deltas kept on a Device with the write-back epilogue (bias, ReLU and quantisation run there).
 """
 
 from __future__ import annotations
@@ -83,7 +87,7 @@ from firmware.runtime.device import Device
 from sim.models import golden
 
 __all__ = ["Accel", "Linear", "Conv2d", "convert", "Conversion", "SGD", "swalp_scheduler",
-           "PRECISIONS"]
+           "ResidentSequential", "PRECISIONS"]
 
 PRECISIONS = ("int8", "fp32")
 
@@ -136,9 +140,10 @@ class Accel:
             raise TypeError(f"blocks must be a firmware.ml.nn.Blocks or a string, not "
                             f"{type(blocks).__name__}")
         if blocks.tile:
-            raise ValueError("blocks='tile' (BFP8 tile blocks) is not supported by the "
-                             "PyTorch front end yet: use 'fox', 'tensor' or per-tensor "
-                             "policies, or firmware.ml (--blocks tile)")
+            raise ValueError("blocks='tile' (BFP8 tile blocks) is not supported by Accel's "
+                             "layers: use 'fox', 'tensor' or per-tensor policies, "
+                             "ResidentSequential for fully connected chains, or firmware.ml "
+                             "(--blocks tile)")
         if rounding not in ("stochastic", "nearest"):
             raise ValueError(f"rounding must be 'stochastic' or 'nearest', not {rounding!r}")
         if not isinstance(seed, (int, np.integer)) or isinstance(seed, bool):
@@ -1100,3 +1105,6 @@ def swalp_scheduler(optimizer: torch.optim.Optimizer, budget: float, *,
             return schedule_lr(schedule, epoch, lr0, budget, swa_lr) / lr0
         lambdas.append(factor)
     return torch.optim.lr_scheduler.LambdaLR(optimizer, lambdas)
+
+
+from firmware.torch.resident import ResidentSequential  # noqa: E402
