@@ -242,20 +242,23 @@ class ResidentChain:
         self._count("input batch", x.nbytes)
         h = dev.quantize(x, rounding=rounding, seed=self._seed(step, 0, 2))
         saved = []
-        for i, (w, b) in enumerate(params):
-            self._count("weights", w.nbytes + (0 if b is None else b.nbytes))
-            qw = dev.quantize(w, rounding=rounding, seed=self._seed(step, i, 0) ^ 0x5A5A)
-            mask = None
-            if i == self.layers - 1:
-                out = dev.bfp_gemm(h, qw, bias=b, out="float32")
-            elif self.relu[i]:
-                out, mask = dev.bfp_gemm(h, qw, bias=b, relu=True, rounding=rounding,
-                                         seed=self._seed(step, i, 0))
-            else:
-                out = dev.bfp_gemm(h, qw, bias=b, rounding=rounding,
-                                   seed=self._seed(step, i, 0))
-            saved.append((h, qw, mask))
-            h = out
+        try:
+            for i, (w, b) in enumerate(params):
+                self._count("weights", w.nbytes + (0 if b is None else b.nbytes))
+                qw = dev.quantize(w, rounding=rounding, seed=self._seed(step, i, 0) ^ 0x5A5A)
+                saved.append((h, qw, None))
+                if i == self.layers - 1:
+                    h = dev.bfp_gemm(h, qw, bias=b, out="float32")
+                elif self.relu[i]:
+                    h, mask = dev.bfp_gemm(h, qw, bias=b, relu=True, rounding=rounding,
+                                           seed=self._seed(step, i, 0))
+                    saved[-1] = saved[-1][:2] + (mask,)
+                else:
+                    h = dev.bfp_gemm(h, qw, bias=b, rounding=rounding,
+                                     seed=self._seed(step, i, 0))
+        except BaseException:
+            _free(saved if saved and saved[-1][0] is h else saved + [(h,)])
+            raise
         logits = h.numpy()
         self._count("logits", logits.nbytes)
         h.free()
