@@ -1,0 +1,796 @@
+"""Convolutions as implicit GEMMs on BFP8 tile blocks, and pooling: the golden model of record.
+
+The engine generates a convolution's operand addresses from a :class:`ConvGeometry`; these
+functions read the BFP8 tensors in place through the same index maps and compute, bit for
+bit, what the datapath's K-block mode computes (:func:`sim.models.bfp.gemm_kruns`: each K
+run's exact int32 partial rescaled once to float32, the runs summed in float32 in K order).
+
+The layout (``CHWN``)
+    An activation or delta with C channels over a batch of N images of H x W is the matrix
+    ``X[c, q]`` of C rows and ``Q = H * W * N`` columns, position ``q = (h * W + w) * N + n``
+    (batch innermost), stored as BFP8 tile blocks (:func:`sim.models.bfp.quantize_tiles`).
+    A convolution's output ``C[co, p]`` (positions ``p = (oh * OW + ow) * N + n``) is the next
+    layer's input as written. Weights are a stack of one ``Cout x Cin`` tile-blocked matrix
+    per kernel offset, offsets in row-major order (:func:`weight_stack`).
+
+The three GEMMs
+    forward (:func:`conv2d_forward`)
+        ``C[co, p] = sum_(dy, dx, ci) W[dy, dx][co, ci] * X[ci, q(p, dy, dx)]``; K runs are
+        (kernel offset, block of T input channels), offsets in row-major order.
+    backward-data (:func:`conv2d_backward_data`)
+        ``dX[ci, q] = sum_(dy, dx, co) W[dy, dx][co, ci] * D[co, p(q, dy, dx)]``: the
+        convolution of D with the 180-degree-rotated kernel, channel roles swapped; K runs
+        are (kernel offset, block of T output channels), offsets in the rotated kernel's
+        row-major order (the forward order reversed). Positions that no output reads (padding,
+        or between the strided positions) contribute nothing: no zeros are stored.
+    weight gradient (:func:`conv2d_weight_grad`)
+        ``G[dy, dx][co, ci] = sum_p D[co, p] * X[ci, q(p, dy, dx)]``, K = the output
+        positions in stored order, cut into runs by :meth:`ConvGeometry.weight_grad_runs`.
+
+Padding reads as zero and takes no memory traffic; a run's partial over zeros is +0 whatever
+its exponent, and adding +0 never changes the float32 sum (which is never -0), so the
+engine may skip such runs or columns without changing a bit.
+
+Pooling (:func:`max_pool`, :func:`avg_pool`, :func:`global_avg_pool` and their backward
+passes) works on float32 matrices in the same layout, window offsets in row-major order.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from sim.models.bfp import BLOCKS, gemm_kruns, tile_grid
+
+__all__ = ["LAYOUT", "ConvGeometry", "pool_geometry", "activation_matrix", "activation_tensor",
+           "weight_stack", "weight_tensor", "conv2d_forward", "conv2d_backward_data",
+           "conv2d_weight_grad", "max_pool", "max_pool_backward", "avg_pool",
+           "avg_pool_backward", "global_avg_pool", "global_avg_pool_backward", "ARGMAX_DTYPE"]
+
+#: The position order of an activation matrix's columns: ``q = (h * W + w) * N + n``.
+LAYOUT = "CHWN"
+
+#: The dtype of max-pooling's argmax indices (``ceil(log2(kh * kw))`` bits of each are used).
+ARGMAX_DTYPE = np.uint8
+
+
+# --------------------------------------------------------------------------- geometry
+
+def _pair(name: str, value, minimum: int) -> tuple[int, int]:
+    items = value if isinstance(value, (tuple, list)) else (value, value)
+    if len(items) != 2:
+        raise ValueError(f"{name} must be an int or a pair of ints, not {value!r}")
+    out = []
+    for v in items:
+        if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)):
+            raise TypeError(f"{name} must be an int or a pair of ints, not {value!r}")
+        if int(v) < minimum:
+            raise ValueError(f"{name} must be at least {minimum}, not {value!r}")
+        out.append(int(v))
+    return out[0], out[1]
+
+
+def _positive(name: str, value) -> int:
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name} must be an int, not {value!r}")
+    if int(value) < 1:
+        raise ValueError(f"{name} must be at least 1, not {value}")
+    return int(value)
+
+
+@dataclass(frozen=True)
+class ConvGeometry:
+    """A 2-D convolution's shape: the descriptor the engine generates addresses from.
+
+    Parameters
+    ----------
+    batch, channels, height, width : int
+        The input: N images of C channels, H x W each.
+    out_channels : int
+        Cout.
+    kernel : int or (int, int)
+        The kernel's height and width.
+    stride, padding, dilation : int or (int, int)
+        As :func:`torch.nn.functional.conv2d` takes them (padding is zeros, on both sides).
+
+    Attributes
+    ----------
+    kernel, stride, padding, dilation : tuple of int
+        The pairs, ``(vertical, horizontal)``.
+    out_height, out_width : int
+        ``(H + 2 * pad - dil * (k - 1) - 1) // stride + 1`` along each axis.
+    positions, out_positions : int
+        ``H * W * N`` and ``OH * OW * N``: the columns of the input and output matrices.
+    offsets : tuple of (int, int)
+        The kernel offsets ``(dy, dx)`` in row-major order: the forward K order.
+
+    Raises
+    ------
+    TypeError
+        An argument is not an int (or a pair of ints).
+    ValueError
+        A size is below 1 (padding below 0), naming the argument; or the dilated kernel
+        does not fit the padded input (naming ``height`` or ``width``).
+    """
+
+    batch: int
+    channels: int
+    height: int
+    width: int
+    out_channels: int
+    kernel: int | tuple[int, int]
+    stride: int | tuple[int, int] = 1
+    padding: int | tuple[int, int] = 0
+    dilation: int | tuple[int, int] = 1
+
+    def __post_init__(self):
+        for name in ("batch", "channels", "height", "width", "out_channels"):
+            object.__setattr__(self, name, _positive(name, getattr(self, name)))
+        for name, minimum in (("kernel", 1), ("stride", 1), ("padding", 0), ("dilation", 1)):
+            object.__setattr__(self, name, _pair(name, getattr(self, name), minimum))
+        for axis, name in enumerate(("height", "width")):
+            span = self.dilation[axis] * (self.kernel[axis] - 1) + 1
+            size = getattr(self, name) + 2 * self.padding[axis]
+            if span > size:
+                raise ValueError(f"{name} {getattr(self, name)} with padding "
+                                 f"{self.padding[axis]} is smaller than the dilated kernel "
+                                 f"({span})")
+
+    @property
+    def out_height(self) -> int:
+        return (self.height + 2 * self.padding[0] - self.dilation[0] * (self.kernel[0] - 1)
+                - 1) // self.stride[0] + 1
+
+    @property
+    def out_width(self) -> int:
+        return (self.width + 2 * self.padding[1] - self.dilation[1] * (self.kernel[1] - 1)
+                - 1) // self.stride[1] + 1
+
+    @property
+    def positions(self) -> int:
+        return self.height * self.width * self.batch
+
+    @property
+    def out_positions(self) -> int:
+        return self.out_height * self.out_width * self.batch
+
+    @property
+    def offsets(self) -> tuple[tuple[int, int], ...]:
+        return tuple((dy, dx) for dy in range(self.kernel[0]) for dx in range(self.kernel[1]))
+
+    def _check_offset(self, dy, dx) -> None:
+        for name, v, k in (("dy", dy, self.kernel[0]), ("dx", dx, self.kernel[1])):
+            if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)):
+                raise TypeError(f"{name} must be an int, not {type(v).__name__}")
+            if not 0 <= v < k:
+                raise ValueError(f"{name} must lie in [0, {k}), not {v}")
+
+    def input_index(self, dy: int, dx: int) -> np.ndarray:
+        """The input column each output position reads at kernel offset ``(dy, dx)``.
+
+        Parameters
+        ----------
+        dy, dx : int
+            The kernel offset.
+
+        Returns
+        -------
+        numpy.ndarray of int64, shape (out_positions,)
+            ``q = (h * W + w) * N + n`` for output position ``p = (oh * OW + ow) * N + n``,
+            with ``h = oh * sy + dy * ry - py`` and ``w = ow * sx + dx * rx - px``
+            (s the stride, r the dilation, p the padding); -1 where ``(h, w)`` is padding.
+        """
+        self._check_offset(dy, dx)
+        oh, ow, n = np.meshgrid(np.arange(self.out_height), np.arange(self.out_width),
+                                np.arange(self.batch), indexing="ij")
+        h = oh * self.stride[0] + dy * self.dilation[0] - self.padding[0]
+        w = ow * self.stride[1] + dx * self.dilation[1] - self.padding[1]
+        valid = (h >= 0) & (h < self.height) & (w >= 0) & (w < self.width)
+        q = (h * self.width + w) * self.batch + n
+        return np.where(valid, q, -1).reshape(-1).astype(np.int64)
+
+    def output_index(self, dy: int, dx: int) -> np.ndarray:
+        """The output position that reads each input column at kernel offset ``(dy, dx)``:
+        the inverse of :meth:`input_index`, the backward-data GEMM's read of the deltas.
+
+        Parameters
+        ----------
+        dy, dx : int
+            The kernel offset.
+
+        Returns
+        -------
+        numpy.ndarray of int64, shape (positions,)
+            ``p`` with ``input_index(dy, dx)[p] == q`` for each input column ``q``, or -1 where
+            no output position reads ``q`` at this offset (it lies in no window, or between
+            the strided positions).
+        """
+        self._check_offset(dy, dx)
+        h, w, n = np.meshgrid(np.arange(self.height), np.arange(self.width),
+                              np.arange(self.batch), indexing="ij")
+        ty = h + self.padding[0] - dy * self.dilation[0]
+        tx = w + self.padding[1] - dx * self.dilation[1]
+        oh, ow = ty // self.stride[0], tx // self.stride[1]
+        valid = ((ty % self.stride[0] == 0) & (tx % self.stride[1] == 0) & (oh >= 0)
+                 & (oh < self.out_height) & (ow >= 0) & (ow < self.out_width))
+        p = (oh * self.out_width + ow) * self.batch + n
+        return np.where(valid, p, -1).reshape(-1).astype(np.int64)
+
+    def weight_grad_runs(self, dy: int, dx: int, *,
+                         block: int = 32) -> list[tuple[int, int, int]]:
+        """The K runs of the weight gradient at kernel offset ``(dy, dx)``.
+
+        K is the output positions ``p`` in stored order. A run ends at every multiple of ``T``
+        (the deltas' tile columns) and before every position whose input column lies in
+        another tile column of ``X`` (``q // T``) than the run's earlier positions; padding
+        positions join the run they fall in and never end one.
+
+        Parameters
+        ----------
+        dy, dx : int
+            The kernel offset.
+        block : int
+            The tile size ``T``.
+
+        Returns
+        -------
+        list of (start, stop, tile)
+            ``[start, stop)`` of each run in order, and the tile column ``q // T`` of ``X``
+            it reads (-1 for a run of padding only).
+        """
+        block = _check_block(block)
+        idx = self.input_index(dy, dx)
+        tiles = np.where(idx >= 0, idx // block, -1)
+        runs = []
+        for start in range(0, len(idx), block):
+            stop = min(start + block, len(idx))
+            seg = tiles[start:stop]
+            begin, current = start, -1
+            for i, t in enumerate(seg.tolist(), start):
+                if t < 0:
+                    continue
+                if current >= 0 and t != current:
+                    runs.append((begin, i, current))
+                    begin = i
+                current = t
+            runs.append((begin, stop, current))
+        return runs
+
+
+def pool_geometry(batch: int, channels: int, height: int, width: int, kernel,
+                  stride=None, dilation=1) -> ConvGeometry:
+    """The geometry of a pooling layer: a :class:`ConvGeometry` with ``out_channels ==
+    channels`` and no padding; ``stride`` defaults to ``kernel``.
+
+    Returns
+    -------
+    ConvGeometry
+
+    Raises
+    ------
+    TypeError, ValueError
+        As :class:`ConvGeometry`.
+    """
+    return ConvGeometry(batch, channels, height, width, channels, kernel,
+                        kernel if stride is None else stride, 0, dilation)
+
+
+# --------------------------------------------------------------------------- layouts
+
+def activation_matrix(x: np.ndarray) -> np.ndarray:
+    """An NCHW tensor as the ``C x (H * W * N)`` matrix of the CHWN layout.
+
+    Parameters
+    ----------
+    x : numpy.ndarray, shape (N, C, H, W)
+
+    Returns
+    -------
+    numpy.ndarray, shape (C, H * W * N)
+        ``x[n, c, h, w]`` at row ``c``, column ``(h * W + w) * N + n`` (a contiguous copy).
+
+    Raises
+    ------
+    ValueError
+        ``x`` is not 4-D.
+    """
+    if not isinstance(x, np.ndarray) or x.ndim != 4:
+        raise ValueError(f"x must be a 4-D (N, C, H, W) array, not {getattr(x, 'shape', x)!r}")
+    n, c, h, w = x.shape
+    return np.ascontiguousarray(x.transpose(1, 2, 3, 0).reshape(c, h * w * n))
+
+
+def activation_tensor(m: np.ndarray, batch: int, height: int, width: int) -> np.ndarray:
+    """The inverse of :func:`activation_matrix`.
+
+    Parameters
+    ----------
+    m : numpy.ndarray, shape (C, height * width * batch)
+    batch, height, width : int
+
+    Returns
+    -------
+    numpy.ndarray, shape (batch, C, height, width)
+
+    Raises
+    ------
+    ValueError
+        ``m`` is not 2-D or its columns are not ``height * width * batch``.
+    """
+    if not isinstance(m, np.ndarray) or m.ndim != 2 or m.shape[1] != height * width * batch:
+        raise ValueError(f"m must have shape (C, {height * width * batch}), "
+                         f"not {getattr(m, 'shape', m)!r}")
+    return np.ascontiguousarray(m.reshape(m.shape[0], height, width, batch).transpose(3, 0, 1, 2))
+
+
+def weight_stack(w: np.ndarray) -> np.ndarray:
+    """Torch-ordered weights ``(Cout, Cin, kh, kw)`` as the stack of one ``Cout x Cin``
+    matrix per kernel offset, offsets in row-major order.
+
+    Parameters
+    ----------
+    w : numpy.ndarray, shape (Cout, Cin, kh, kw)
+
+    Returns
+    -------
+    numpy.ndarray, shape (kh * kw, Cout, Cin)
+        ``w[co, ci, dy, dx]`` at ``[dy * kw + dx, co, ci]``; quantise each offset's matrix
+        with :func:`sim.models.bfp.quantize_tiles`.
+
+    Raises
+    ------
+    ValueError
+        ``w`` is not 4-D.
+    """
+    if not isinstance(w, np.ndarray) or w.ndim != 4:
+        raise ValueError(f"w must be a 4-D (Cout, Cin, kh, kw) array, "
+                         f"not {getattr(w, 'shape', w)!r}")
+    co, ci, kh, kw = w.shape
+    return np.ascontiguousarray(w.transpose(2, 3, 0, 1).reshape(kh * kw, co, ci))
+
+
+def weight_tensor(stack: np.ndarray, kernel) -> np.ndarray:
+    """The inverse of :func:`weight_stack`.
+
+    Parameters
+    ----------
+    stack : numpy.ndarray, shape (kh * kw, Cout, Cin)
+    kernel : int or (int, int)
+
+    Returns
+    -------
+    numpy.ndarray, shape (Cout, Cin, kh, kw)
+
+    Raises
+    ------
+    ValueError
+        ``stack`` is not 3-D with ``kh * kw`` matrices.
+    """
+    kh, kw = _pair("kernel", kernel, 1)
+    if not isinstance(stack, np.ndarray) or stack.ndim != 3 or stack.shape[0] != kh * kw:
+        raise ValueError(f"stack must have shape ({kh * kw}, Cout, Cin), "
+                         f"not {getattr(stack, 'shape', stack)!r}")
+    _, co, ci = stack.shape
+    return np.ascontiguousarray(stack.reshape(kh, kw, co, ci).transpose(2, 3, 0, 1))
+
+
+# --------------------------------------------------------------------------- argument checks
+
+def _check_block(block) -> int:
+    if isinstance(block, (bool, np.bool_)) or not isinstance(block, (int, np.integer)):
+        raise TypeError(f"block must be an int, not {type(block).__name__}")
+    if int(block) not in BLOCKS:
+        raise ValueError(f"block must be one of {BLOCKS}, not {block}")
+    return int(block)
+
+
+def _check_geometry(geometry) -> ConvGeometry:
+    if not isinstance(geometry, ConvGeometry):
+        raise TypeError(f"geometry must be a ConvGeometry, not {type(geometry).__name__}")
+    return geometry
+
+
+def _check_array(name: str, x, dtype, shape) -> np.ndarray:
+    if not isinstance(x, np.ndarray):
+        raise TypeError(f"{name} must be a numpy.ndarray of dtype {np.dtype(dtype)}, "
+                        f"not {type(x).__name__}")
+    if x.dtype != dtype:
+        raise TypeError(f"{name} must have dtype {np.dtype(dtype)}, not {x.dtype}")
+    if x.shape != tuple(shape):
+        raise ValueError(f"{name} must have shape {tuple(shape)}, not {x.shape}")
+    return x
+
+
+def _check_tiles(name: str, q, exp, shape, block: int) -> None:
+    """A tile-blocked matrix: int8 mantissas of ``shape`` and their int8 exponent grid."""
+    _check_array(name, q, np.int8, shape)
+    _check_array(f"{name}_exp", exp, np.int8, tile_grid(shape, block=block))
+
+
+def _check_stack(name: str, q, exp, count: int, shape, block: int) -> None:
+    _check_array(name, q, np.int8, (count, *shape))
+    _check_array(f"{name}_exp", exp, np.int8, (count, *tile_grid(shape, block=block)))
+
+
+def _gather(q: np.ndarray, exp: np.ndarray, idx: np.ndarray, block: int):
+    """Columns ``idx`` of a tile-blocked matrix as the engine reads them: the mantissas
+    (zero where ``idx < 0``) and each column's exponent per row block (0 there)."""
+    valid = idx >= 0
+    safe = np.where(valid, idx, 0)
+    cols = np.where(valid[None, :], q[:, safe], np.int8(0)).astype(np.int8)
+    col_exp = np.where(valid[None, :], exp[:, safe // block], np.int8(0)).astype(np.int8)
+    return cols, col_exp
+
+
+def _row_exp(exp_row: np.ndarray, rows: int, block: int) -> np.ndarray:
+    """One exponent per row of a tile column: ``exp_row[m // T]`` as an ``(rows, 1)`` grid."""
+    return np.ascontiguousarray(np.repeat(exp_row, block)[:rows, None])
+
+
+# --------------------------------------------------------------------------- the three GEMMs
+
+def _sum_runs(a, a_exp, b, b_exp, stops):
+    """``op(a) @ op(b)`` with ``op(b) = b.T``, K cut at ``stops``: what
+    :func:`sim.models.bfp.gemm_kruns` defines, one run at a time (``S = +0``; ``S =
+    float32(S + term)`` per run, each term the run's rescaled exact partial)."""
+    total = np.zeros((a.shape[0], b.shape[0]), np.float32)
+    start = 0
+    for j, stop in enumerate(stops):
+        total = total + gemm_kruns(a[:, start:stop], a_exp[:, j:j + 1], b[:, start:stop],
+                                   b_exp[j:j + 1], [stop - start], transpose_b=True)
+        start = stop
+    return total
+
+
+def conv2d_forward(x: np.ndarray, x_exp: np.ndarray, w: np.ndarray, w_exp: np.ndarray,
+                   geometry: ConvGeometry, *, block: int = 32) -> np.ndarray:
+    """The forward convolution ``W * X`` as the datapath computes it from BFP8 operands.
+
+    Parameters
+    ----------
+    x : numpy.ndarray of int8, shape (channels, positions)
+        The input's mantissas in the CHWN layout.
+    x_exp : numpy.ndarray of int8
+        Their tile exponents, shape ``tile_grid(x.shape)``.
+    w : numpy.ndarray of int8, shape (kh * kw, out_channels, channels)
+        The weight stack's mantissas (:func:`weight_stack`).
+    w_exp : numpy.ndarray of int8, shape (kh * kw, ceil(out_channels / T), ceil(channels / T))
+        Each offset's tile exponents.
+    geometry : ConvGeometry
+    block : int
+        The tile size ``T``.
+
+    Returns
+    -------
+    numpy.ndarray of float32, shape (out_channels, out_positions)
+        ``S = +0``; for each kernel offset ``o = (dy, dx)`` in row-major order and each block
+        ``j`` of ``T`` input channels: ``S = float32(S + rescale(P, E))`` with ``P[co, p]`` the
+        exact int32 sum over the block of ``w[o, co, ci] * x[ci, q]``, ``q =
+        geometry.input_index(dy, dx)[p]`` (0 where padding), and ``E[co, p] =
+        w_exp[o, co // T, j] + x_exp[j, q // T]`` (0 for padding's exponent).
+
+    Raises
+    ------
+    TypeError
+        An array has the wrong type or dtype, ``geometry`` is not a :class:`ConvGeometry`.
+    ValueError
+        An array's shape does not match ``geometry``; ``block`` is not one of
+        :data:`sim.models.bfp.BLOCKS`.
+    """
+    g = _check_geometry(geometry)
+    block = _check_block(block)
+    kk, cin, cout = len(g.offsets), g.channels, g.out_channels
+    _check_tiles("x", x, x_exp, (cin, g.positions), block)
+    _check_stack("w", w, w_exp, kk, (cout, cin), block)
+    total = np.zeros((cout, g.out_positions), np.float32)
+    for o, (dy, dx) in enumerate(g.offsets):
+        cols, col_exp = _gather(x, x_exp, g.input_index(dy, dx), block)
+        for j, lo in enumerate(range(0, cin, block)):
+            hi = min(lo + block, cin)
+            total = total + gemm_kruns(w[o][:, lo:hi], _row_exp(w_exp[o][:, j], cout, block),
+                                       cols[lo:hi], col_exp[j:j + 1], [hi - lo])
+    return total
+
+
+def conv2d_backward_data(d: np.ndarray, d_exp: np.ndarray, w: np.ndarray, w_exp: np.ndarray,
+                         geometry: ConvGeometry, *, block: int = 32) -> np.ndarray:
+    """The backward-data convolution: the gradient with respect to the input.
+
+    Parameters
+    ----------
+    d : numpy.ndarray of int8, shape (out_channels, out_positions)
+        The deltas' mantissas (the gradient with respect to the output), CHWN layout.
+    d_exp : numpy.ndarray of int8
+        Their tile exponents.
+    w, w_exp : numpy.ndarray of int8
+        The weight stack as for :func:`conv2d_forward`, read transposed.
+    geometry : ConvGeometry
+        The forward convolution's geometry.
+    block : int
+
+    Returns
+    -------
+    numpy.ndarray of float32, shape (channels, positions)
+        ``S = +0``; for each kernel offset ``o = (dy, dx)`` in the order of the 180-degree
+        rotated kernel (row-major over ``(kh - 1 - dy, kw - 1 - dx)``, the forward order
+        reversed) and each block ``j`` of ``T`` output channels: ``S = float32(S +
+        rescale(P, E))``, ``P[ci, q]`` the exact int32 sum over the block of ``w[o, co, ci] *
+        d[co, p]``, ``p = geometry.output_index(dy, dx)[q]`` (0 where no output reads ``q``),
+        ``E[ci, q] = w_exp[o, j, ci // T] + d_exp[j, p // T]``.
+
+    Raises
+    ------
+    TypeError, ValueError
+        As :func:`conv2d_forward`.
+    """
+    g = _check_geometry(geometry)
+    block = _check_block(block)
+    kk, cin, cout = len(g.offsets), g.channels, g.out_channels
+    _check_tiles("d", d, d_exp, (cout, g.out_positions), block)
+    _check_stack("w", w, w_exp, kk, (cout, cin), block)
+    total = np.zeros((cin, g.positions), np.float32)
+    for o in reversed(range(kk)):
+        dy, dx = g.offsets[o]
+        cols, col_exp = _gather(d, d_exp, g.output_index(dy, dx), block)
+        for j, lo in enumerate(range(0, cout, block)):
+            hi = min(lo + block, cout)
+            total = total + gemm_kruns(w[o][lo:hi], _row_exp(w_exp[o][j], cin, block),
+                                       cols[lo:hi], col_exp[j:j + 1], [hi - lo],
+                                       transpose_a=True)
+    return total
+
+
+def conv2d_weight_grad(d: np.ndarray, d_exp: np.ndarray, x: np.ndarray, x_exp: np.ndarray,
+                       geometry: ConvGeometry, *, block: int = 32) -> np.ndarray:
+    """The weight gradient ``D * X^T`` with K = the output positions.
+
+    Parameters
+    ----------
+    d, d_exp : numpy.ndarray of int8
+        The deltas as for :func:`conv2d_backward_data`.
+    x, x_exp : numpy.ndarray of int8
+        The forward input as for :func:`conv2d_forward`, read transposed.
+    geometry : ConvGeometry
+    block : int
+
+    Returns
+    -------
+    numpy.ndarray of float32, shape (kh * kw, out_channels, channels)
+        Per kernel offset ``o = (dy, dx)``, with the runs ``(start, stop, t)`` of
+        :meth:`ConvGeometry.weight_grad_runs`: ``S = +0``; for each run in order ``S =
+        float32(S + rescale(P, E))``, ``P[co, ci]`` the exact int32 sum over ``p`` in the run
+        of ``d[co, p] * x[ci, q]`` (``q = geometry.input_index(dy, dx)[p]``, 0 where
+        padding), ``E[co, ci] = d_exp[co // T, start // T] + x_exp[ci // T, t]`` (0 for
+        ``x``'s part when ``t = -1``). Each offset is its own sum (a stack as
+        :func:`weight_stack` lays it out).
+
+    Raises
+    ------
+    TypeError, ValueError
+        As :func:`conv2d_forward`.
+    """
+    g = _check_geometry(geometry)
+    block = _check_block(block)
+    cin, cout = g.channels, g.out_channels
+    _check_tiles("d", d, d_exp, (cout, g.out_positions), block)
+    _check_tiles("x", x, x_exp, (cin, g.positions), block)
+    out = np.zeros((len(g.offsets), cout, cin), np.float32)
+    for o, (dy, dx) in enumerate(g.offsets):
+        idx = g.input_index(dy, dx)
+        valid = idx >= 0
+        cols = np.where(valid[None, :], x[:, np.where(valid, idx, 0)], np.int8(0))
+        runs = g.weight_grad_runs(dy, dx, block=block)
+        starts = np.array([r[0] for r in runs])
+        tiles = np.array([r[2] for r in runs])
+        a_exp = np.repeat(d_exp[:, starts // block], block, axis=0)[:cout]        # (Cout, R)
+        b_exp = np.where(tiles[:, None] >= 0,
+                         np.repeat(x_exp[:, np.maximum(tiles, 0)], block, axis=0)[:cin].T,
+                         0)                                                        # (R, Cin)
+        out[o] = _sum_runs(d, a_exp.astype(np.int8), cols.astype(np.int8),
+                           b_exp.astype(np.int8), [r[1] for r in runs])
+    return out
+
+
+# --------------------------------------------------------------------------- pooling
+
+def _check_pool(x, geometry, name="x", out=False) -> ConvGeometry:
+    g = _check_geometry(geometry)
+    if g.out_channels != g.channels:
+        raise ValueError(f"geometry must have out_channels == channels for pooling, not "
+                         f"{g.out_channels} != {g.channels}")
+    if g.padding != (0, 0):
+        raise ValueError(f"geometry must have no padding for pooling, not {g.padding}")
+    cols = g.out_positions if out else g.positions
+    _check_array(name, x, np.float32, (g.channels, cols))
+    return g
+
+
+def _reciprocal(count: int) -> np.float32:
+    """The float32 nearest to ``1 / count`` (IEEE division)."""
+    return np.float32(1.0) / np.float32(count)
+
+
+def max_pool(x: np.ndarray, geometry: ConvGeometry) -> tuple[np.ndarray, np.ndarray]:
+    """Max pooling of a float32 activation matrix, with the argmax of each window.
+
+    Parameters
+    ----------
+    x : numpy.ndarray of float32, shape (channels, positions)
+        CHWN layout.
+    geometry : ConvGeometry
+        The window (kernel, stride, dilation), from :func:`pool_geometry`.
+
+    Returns
+    -------
+    y : numpy.ndarray of float32, shape (channels, out_positions)
+        The window's maximum: starting from the window's first element, the window offsets
+        in row-major order replace the running maximum when strictly greater (``v > y``), so
+        ties and ``-0 / +0`` keep the earliest, and a NaN never replaces it.
+    argmax : numpy.ndarray of uint8, shape (channels, out_positions)
+        The row-major window offset ``dy * kw + dx`` of the element ``y`` took.
+
+    Raises
+    ------
+    TypeError, ValueError
+        ``x`` is not float32 or does not match ``geometry``; ``geometry`` has padding, a
+        window over 256 elements, or ``out_channels != channels``.
+    """
+    g = _check_pool(x, geometry)
+    if len(g.offsets) > 256:
+        raise ValueError(f"geometry's window must have at most 256 elements, not "
+                         f"{len(g.offsets)}")
+    y = x[:, g.input_index(0, 0)]
+    arg = np.zeros(y.shape, ARGMAX_DTYPE)
+    for i, (dy, dx) in enumerate(g.offsets[1:], 1):
+        v = x[:, g.input_index(dy, dx)]
+        better = v > y
+        y = np.where(better, v, y)
+        arg[better] = i
+    return np.ascontiguousarray(y, np.float32), arg
+
+
+def max_pool_backward(dy: np.ndarray, argmax: np.ndarray,
+                      geometry: ConvGeometry) -> np.ndarray:
+    """Route the deltas of a max pool through its argmax.
+
+    Parameters
+    ----------
+    dy : numpy.ndarray of float32, shape (channels, out_positions)
+    argmax : numpy.ndarray of uint8, shape (channels, out_positions)
+        From :func:`max_pool`.
+    geometry : ConvGeometry
+
+    Returns
+    -------
+    numpy.ndarray of float32, shape (channels, positions)
+        ``dx = +0``; for each window offset ``i`` in row-major order, ``dx[c, q] =
+        float32(dx[c, q] + dy[c, p])`` where ``argmax[c, p] == i`` and ``q`` is the input
+        offset ``i`` of ``p`` reads. Without overlapping windows each input takes at most one
+        delta (a ``-0`` delta arrives as ``+0``).
+
+    Raises
+    ------
+    TypeError, ValueError
+        As :func:`max_pool`; ``argmax`` of the wrong dtype or shape.
+    """
+    g = _check_pool(dy, geometry, "dy", out=True)
+    _check_array("argmax", argmax, ARGMAX_DTYPE, dy.shape)
+    dx = np.zeros((g.channels, g.positions), np.float32)
+    for i, (oy, ox) in enumerate(g.offsets):
+        idx = g.input_index(oy, ox)          # distinct columns at one offset
+        dx[:, idx] = dx[:, idx] + np.where(argmax == i, dy, np.float32(0.0))
+    return dx
+
+
+def avg_pool(x: np.ndarray, geometry: ConvGeometry) -> np.ndarray:
+    """Average pooling of a float32 activation matrix.
+
+    Parameters
+    ----------
+    x : numpy.ndarray of float32, shape (channels, positions)
+    geometry : ConvGeometry
+        The window, from :func:`pool_geometry`.
+
+    Returns
+    -------
+    numpy.ndarray of float32, shape (channels, out_positions)
+        ``s = +0``; ``s = float32(s + v)`` over the window in row-major order; then
+        ``float32(s * r)`` with ``r`` the float32 nearest to ``1 / (kh * kw)`` (exact when
+        ``kh * kw`` is a power of two).
+
+    Raises
+    ------
+    TypeError, ValueError
+        As :func:`max_pool`.
+    """
+    g = _check_pool(x, geometry)
+    s = np.zeros((g.channels, g.out_positions), np.float32)
+    for dy, dx in g.offsets:
+        s = s + x[:, g.input_index(dy, dx)]
+    return s * _reciprocal(len(g.offsets))
+
+
+def avg_pool_backward(dy: np.ndarray, geometry: ConvGeometry) -> np.ndarray:
+    """The backward pass of :func:`avg_pool`.
+
+    Parameters
+    ----------
+    dy : numpy.ndarray of float32, shape (channels, out_positions)
+    geometry : ConvGeometry
+
+    Returns
+    -------
+    numpy.ndarray of float32, shape (channels, positions)
+        ``g = float32(dy * r)`` (``r`` as in :func:`avg_pool`); ``dx = +0``; for each window
+        offset in row-major order, ``dx[c, q] = float32(dx[c, q] + g[c, p])`` for the input
+        ``q`` that ``p`` reads at that offset.
+
+    Raises
+    ------
+    TypeError, ValueError
+        As :func:`max_pool`.
+    """
+    g = _check_pool(dy, geometry, "dy", out=True)
+    share = dy * _reciprocal(len(g.offsets))
+    dx = np.zeros((g.channels, g.positions), np.float32)
+    for oy, ox in g.offsets:
+        idx = g.input_index(oy, ox)
+        dx[:, idx] = dx[:, idx] + share
+    return dx
+
+
+def _global(x, batch, height, width, name):
+    for arg, v in (("batch", batch), ("height", height), ("width", width)):
+        if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)):
+            raise TypeError(f"{arg} must be an int, not {type(v).__name__}")
+        if v < 1:
+            raise ValueError(f"{arg} must be at least 1, not {v}")
+    if not isinstance(x, np.ndarray) or x.ndim != 2:
+        raise ValueError(f"{name} must be a 2-D matrix, not {getattr(x, 'shape', x)!r}")
+    return pool_geometry(batch, x.shape[0], height, width, (height, width))
+
+
+def global_avg_pool(x: np.ndarray, batch: int, height: int, width: int) -> np.ndarray:
+    """Global average pooling: :func:`avg_pool` with one ``height x width`` window.
+
+    Parameters
+    ----------
+    x : numpy.ndarray of float32, shape (C, height * width * batch)
+    batch, height, width : int
+
+    Returns
+    -------
+    numpy.ndarray of float32, shape (C, batch)
+        Each image's channel mean: the sum over the positions in stored order from +0, times
+        the float32 nearest to ``1 / (height * width)``. In the CHWN layout this is the
+        ``features x batch`` matrix a fully connected layer reads.
+
+    Raises
+    ------
+    TypeError, ValueError
+        ``x`` is not a float32 matrix of ``height * width * batch`` columns, or a size is not
+        a positive int.
+    """
+    return avg_pool(x, _global(x, batch, height, width, "x"))
+
+
+def global_avg_pool_backward(dy: np.ndarray, batch: int, height: int,
+                             width: int) -> np.ndarray:
+    """The backward pass of :func:`global_avg_pool` (:func:`avg_pool_backward`).
+
+    Parameters
+    ----------
+    dy : numpy.ndarray of float32, shape (C, batch)
+    batch, height, width : int
+
+    Returns
+    -------
+    numpy.ndarray of float32, shape (C, height * width * batch)
+
+    Raises
+    ------
+    TypeError, ValueError
+        As :func:`global_avg_pool`.
+    """
+    return avg_pool_backward(dy, _global(dy, batch, height, width, "dy"))
