@@ -1,0 +1,378 @@
+"""C tiles -> BFP8 tile blocks in memory: int8 mantissa rows and an exponent per tile block."""
+
+from amaranth import Cat, Const, Module, Mux, Signal, unsigned
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from firmware.spec.regmap import TILE_BLOCK
+
+from .dma import dma_command_layout, dma_write_layout
+from .epilogue import TileQuantizer
+from .fifo import Fifo
+from .prng import RandomLanes
+from .rescale import rescale_output_layout
+from .writeback import write_job_layout
+
+__all__ = ["BfpWriteBack", "bfp_desc_layout"]
+
+
+def bfp_desc_layout(addr_width: int = 64) -> data.StructLayout:
+    """What :class:`BfpWriteBack` reads of the running descriptor (held while its tiles
+    pass)."""
+    return data.StructLayout({
+        "m": unsigned(32), "n": unsigned(32),
+        "c_addr": unsigned(addr_width), "c_stride": unsigned(32),
+        "c_exp_addr": unsigned(addr_width), "stochastic": 1, "seed": unsigned(64),
+    })
+
+
+def _unit_layout(addr_width: int) -> data.StructLayout:
+    """A unit (a block of C tiles, one tile block of the format) as the writer needs it."""
+    T = TILE_BLOCK
+    return data.StructLayout({
+        "base": unsigned(addr_width),      # C's address of the unit's element (0, 0)
+        "exp_addr": unsigned(addr_width),  # the address of its exponent
+        "rows_in": range(T + 1),           # its rows inside the matrix
+        "cols_in": range(T + 1),           # its columns inside the matrix
+    })
+
+
+def _random_job_layout() -> data.StructLayout:
+    """A stochastic unit's random bits to draw: rows ``rows``, first element (m0, n0)."""
+    T = TILE_BLOCK
+    return data.StructLayout({"m0": unsigned(17), "n0": unsigned(17), "rows": range(T + 1)})
+
+
+class BfpWriteBack(wiring.Component):
+    """Writes C as BFP8 tile blocks: quantised int8 mantissa rows and one exponent a block.
+
+    The engine walks a BFP8 descriptor in blocks of ``T / rows`` x ``T / cols`` C tiles (T =
+    :data:`firmware.spec.regmap.TILE_BLOCK`), so each walker block is one tile block of the
+    format (a *unit*), clipped by the matrix's edges. Each job on :attr:`jobs` announces a C
+    tile (``rows`` rows of ``cols`` float32 words on :attr:`i_stream`); the first tile of a
+    unit (``m0`` and ``n0`` multiples of T) starts it. The tiles' rows, tagged with their
+    place in the unit, and zero rows for the tile columns a unit at the right edge lacks, go
+    to a :class:`rtl.epilogue.TileQuantizer`, which finds the block's exponent and quantises
+    with round to nearest or stochastic rounding; the random bits come from a
+    :class:`rtl.prng.RandomLanes` keyed by the descriptor's seed, a row of lanes per output
+    beat (the counter of element (m, n) as :func:`sim.models.bfp.quantize_tiles` uses it).
+    Each quantised beat inside the matrix is one DMA write command of its bus words, with
+    strobes on the bytes of columns below N; after a unit's last beat one more command writes
+    its exponent byte into the grid at ``c_exp_addr`` (``ceil(N / T)`` bytes a row). Rows
+    beyond M and columns beyond N are never written. The numpy model of record is
+    :func:`sim.models.bfp.quantize_tiles`; the layout is the functional model's
+    (:mod:`sim.models.functional`).
+
+    A unit's base address ``c_addr + m0 * c_stride + n0`` and exponent address
+    ``c_exp_addr + (m0 / T) * ceil(N / T) + n0 / T`` are computed in registered stages (a
+    17 x 32 product) while its first tile waits. ``c_addr`` and ``c_stride`` are multiples
+    of the bus width (the checker's rule for C), so a beat's bytes start at ``(n0 + seg *
+    cols) mod (bus bytes)`` within a bus word.
+
+    Parameters
+    ----------
+    rows, cols : int
+        Array shape: equal, dividing T, at least 4.
+    data_width, addr_width : int
+        AXI bus.
+
+    Attributes
+    ----------
+    jobs : In(stream.Signature(rtl.writeback.write_job_layout()))
+    i_stream : In(stream.Signature(rtl.rescale.rescale_output_layout(cols)))
+    desc : In(bfp_desc_layout(addr_width))
+        Held while the descriptor's tiles pass.
+    wr_cmd : Out(stream.Signature(rtl.dma.dma_command_layout(addr_width)))
+    wr_data : Out(stream.Signature(rtl.dma.dma_write_layout(data_width)))
+    wr_done : In(1)
+        Pulses once per completed write command.
+    idle : Out(1)
+        No job, row or unit is held and every write has been acknowledged.
+    nonfinite : Out(1)
+        Sticky: a block held inf or NaN (written as zeros with exponent 0). Cleared by
+        :attr:`clear`.
+    clear : In(1)
+
+    Latency
+    -------
+    A unit's first mantissa write command is offered about ``fill_latency +
+    DRAIN_LATENCY + 2`` cycles (:class:`rtl.epilogue.TileQuantizer`) after its last row is
+    taken; its exponent's after its last beat's words.
+
+    Throughput
+    ----------
+    A row a cycle in (plus :data:`UNIT_CYCLES` per unit, and a zero row per missing beat of
+    an edge unit); out, a quantised beat every ``max(1, cols / bus bytes)`` cycles, and a
+    cycle per unit for its exponent.
+    """
+
+    #: Cycles the tagger spends on a unit's first job before its rows pass (the geometry
+    #: and the addresses, registered).
+    UNIT_CYCLES = 4
+
+    def __init__(self, rows: int, cols: int, *, data_width: int = 128, addr_width: int = 32):
+        T = TILE_BLOCK
+        if rows != cols or cols < 4 or T % cols:
+            raise ValueError(f"BFP8 output needs a square array of 4 to {T} lanes dividing "
+                             f"{T}, not {rows}x{cols}")
+        self.rows, self.cols = rows, cols
+        self.data_width, self.addr_width = data_width, addr_width
+        self.segs = T // cols
+        super().__init__({
+            "jobs": In(stream.Signature(write_job_layout())),
+            "i_stream": In(stream.Signature(rescale_output_layout(cols))),
+            "desc": In(bfp_desc_layout(addr_width)),
+            "wr_cmd": Out(stream.Signature(dma_command_layout(addr_width))),
+            "wr_data": Out(stream.Signature(dma_write_layout(data_width))),
+            "wr_done": In(1),
+            "idle": Out(1),
+            "nonfinite": Out(1),
+            "clear": In(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        C, T = self.cols, TILE_BLOCK
+        AW = self.addr_width
+        m.submodules.quantizer = qz = TileQuantizer(C, T)
+        m.submodules.random = rnd = RandomLanes(C)
+        ulay, rlay = _unit_layout(AW), _random_job_layout()
+        m.submodules.units = units = Fifo(width=ulay.size, depth=8)
+        m.submodules.rjobs = rjobs = Fifo(width=rlay.size, depth=8)
+
+        tag_idle = self._tagger(m, qz, units, rjobs)
+        rnd_idle = self._random(m, rnd, rjobs)
+        wr_idle = self._writer(m, qz, units)
+        m.d.comb += self.idle.eq(tag_idle & rnd_idle & wr_idle & qz.idle & ~units.r_rdy
+                                 & ~rjobs.r_rdy)
+        return m
+
+    # ---- jobs and rows -> quantizer jobs and tagged beats; unit records --------------------
+
+    def _tagger(self, m, qz, units, rjobs):
+        R, C, S, T = self.rows, self.cols, self.segs, TILE_BLOCK
+        lr, lt = R.bit_length() - 1, T.bit_length() - 1
+        AW = self.addr_width
+        d, job, i = self.desc, self.jobs.payload, self.i_stream
+        m0 = Signal(17, reset_less=True)
+        n0 = Signal(17, reset_less=True)
+        rows_in = Signal(range(T + 1), reset_less=True)
+        cols_in = Signal(range(T + 1), reset_less=True)
+        bm = Signal(range(S + 1), reset_less=True)     # the unit's tile rows and columns
+        bn = Signal(range(S + 1), reset_less=True)
+        tiles_left = Signal(range(S * S + 1))
+        prod = Signal(AW + 17, reset_less=True)
+        eprod = Signal(AW, reset_less=True)
+        r = Signal(range(R))                 # the tile's row being passed
+        row0 = Signal(range(T), reset_less=True)   # the tile's first row in the unit
+        seg = Signal(range(S), reset_less=True)    # its segment
+        zrow = Signal(range(T))              # zero beats of the missing segments
+        zseg = Signal(range(S))
+        gn = Signal(17)                      # ceil(N / T)
+        m.d.comb += gn.eq((d.n[:17] + (T - 1)) >> lt)
+
+        qjob = qz.jobs.payload
+        unit = data.View(_unit_layout(self.addr_width), units.w_data)
+        rjob = data.View(_random_job_layout(), rjobs.w_data)
+        with m.FSM(name="tagger") as fsm:
+            with m.State("JOB"):
+                m.d.comb += self.jobs.ready.eq(1)
+                with m.If(self.jobs.valid):
+                    m.d.sync += [m0.eq(job.m0), n0.eq(job.n0), r.eq(0),
+                                 row0.eq(job.m0[:lt]), seg.eq(job.n0[:lt] >> lr)]
+                    with m.If((job.m0[:lt] == 0) & (job.n0[:lt] == 0)):
+                        m.next = "GEOMETRY"
+                    with m.Else():
+                        m.next = "ROWS"
+            with m.State("GEOMETRY"):        # the unit's extent and its products
+                rem_m = Signal(18)
+                rem_n = Signal(18)
+                m.d.comb += [rem_m.eq(d.m[:17] - m0), rem_n.eq(d.n[:17] - n0)]
+                m.d.sync += [rows_in.eq(Mux(rem_m >= T, T, rem_m)),
+                             cols_in.eq(Mux(rem_n >= T, T, rem_n)),
+                             prod.eq(m0 * d.c_stride),
+                             eprod.eq((m0 >> lt) * gn)]
+                m.next = "COUNT"
+            with m.State("COUNT"):
+                m.d.sync += [bm.eq((rows_in + (R - 1)) >> lr), bn.eq((cols_in + (C - 1)) >> lr)]
+                m.next = "ISSUE"
+            with m.State("ISSUE"):           # the quantizer's job, the unit's records
+                m.d.comb += [qjob.rows.eq(bm * R), qjob.rows_valid.eq(rows_in),
+                             qjob.cols_valid.eq(cols_in), qjob.stochastic.eq(d.stochastic),
+                             unit.base.eq(d.c_addr + prod + n0),
+                             unit.exp_addr.eq(d.c_exp_addr + eprod + (n0 >> lt)),
+                             unit.rows_in.eq(rows_in), unit.cols_in.eq(cols_in),
+                             rjob.m0.eq(m0), rjob.n0.eq(n0), rjob.rows.eq(bm * R)]
+                can = qz.jobs.ready & units.w_rdy & (rjobs.w_rdy | ~d.stochastic)
+                m.d.comb += [qz.jobs.valid.eq(units.w_rdy & (rjobs.w_rdy | ~d.stochastic)),
+                             units.w_en.eq(can), rjobs.w_en.eq(can & d.stochastic)]
+                with m.If(can):
+                    m.d.sync += tiles_left.eq(bm * bn)
+                    m.next = "ROWS"
+            with m.State("ROWS"):
+                p = qz.i_stream.payload
+                m.d.comb += [p.data.eq(i.payload.data), p.row.eq(row0 + r), p.seg.eq(seg),
+                             qz.i_stream.valid.eq(i.valid), i.ready.eq(qz.i_stream.ready)]
+                with m.If(i.valid & qz.i_stream.ready):
+                    m.d.sync += r.eq(r + 1)
+                    with m.If(r == R - 1):
+                        m.d.sync += tiles_left.eq(tiles_left - 1)
+                        with m.If((tiles_left == 1) & (bn != S)):
+                            m.d.sync += [zrow.eq(0), zseg.eq(bn)]
+                            m.next = "ZEROS"
+                        with m.Else():
+                            m.next = "JOB"
+            with m.State("ZEROS"):           # the missing segments of an edge unit
+                p = qz.i_stream.payload
+                m.d.comb += [p.data.eq(0), p.row.eq(zrow), p.seg.eq(zseg),
+                             qz.i_stream.valid.eq(1)]
+                with m.If(qz.i_stream.ready):
+                    last_seg = zseg == S - 1
+                    m.d.sync += zseg.eq(Mux(last_seg, bn, zseg + 1))
+                    with m.If(last_seg):
+                        m.d.sync += zrow.eq(zrow + 1)
+                        with m.If(zrow == bm * R - 1):
+                            m.next = "JOB"
+        return fsm.ongoing("JOB")
+
+    # ---- random bits: a row of lanes per output beat of a stochastic unit -------------------
+
+    def _random(self, m, rnd, rjobs):
+        C, S = self.cols, self.segs
+        rj = data.View(_random_job_layout(), rjobs.r_data)
+        row = Signal(range(TILE_BLOCK + 1))
+        seg = Signal(range(S))
+        m.d.comb += [rnd.i_stream.payload.seed.eq(self.desc.seed),
+                     rnd.i_stream.payload.m.eq(rj.m0 + row),
+                     rnd.i_stream.payload.n0.eq(rj.n0 + seg * C),
+                     rnd.i_stream.valid.eq(rjobs.r_rdy)]
+        with m.If(rjobs.r_rdy & rnd.i_stream.ready):
+            last_seg = seg == S - 1
+            m.d.sync += seg.eq(Mux(last_seg, 0, seg + 1))
+            with m.If(last_seg):
+                m.d.sync += row.eq(row + 1)
+                with m.If(row == rj.rows - 1):
+                    m.d.sync += row.eq(0)
+                    m.d.comb += rjobs.r_en.eq(1)
+        qz = m.submodules.quantizer
+        m.d.comb += [qz.r_stream.valid.eq(rnd.o_stream.valid),
+                     rnd.o_stream.ready.eq(qz.r_stream.ready),
+                     qz.r_stream.payload.eq(rnd.o_stream.payload.r)]
+        # (bits in flight: the RandomLanes pipeline holds them until the quantizer takes them)
+        return ~rjobs.r_rdy
+
+    # ---- quantised beats -> DMA write commands and words ------------------------------------
+
+    def _writer(self, m, qz, units):
+        C, S = self.cols, self.segs
+        bpw = self.data_width // 8
+        AW = self.addr_width
+        words = max(1, C // bpw)           # bus words a beat spans
+        unit = data.View(_unit_layout(AW), units.r_data)
+        o = qz.o_stream
+        beat = o.payload
+
+        # the beat being written, held until its command and words are out
+        held = Signal()
+        h_q = Signal(data.ArrayLayout(unsigned(8), C), reset_less=True)
+        h_exp = Signal(8, reset_less=True)
+        h_nbytes = Signal(range(C + 1), reset_less=True)   # its bytes inside the matrix
+        h_addr = Signal(AW, reset_less=True)
+        cmd_out = Signal()                 # its command has been taken
+        word = Signal(range(words + 1))    # its words taken
+        exp_pending = Signal()             # the unit's exponent write is next
+        exp_cmd_out = Signal()
+        exp_word_out = Signal()
+        row_addr = Signal(AW, reset_less=True)
+        first = Signal(init=1)             # the next beat is a unit's first
+        nonf = Signal()
+
+        col0 = beat.seg * C                # the beat's first column in the unit
+        cur_row = Mux(first, unit.base, row_addr)
+        nbytes = Mux(unit.cols_in > col0, unit.cols_in - col0, 0)
+        inside = (beat.row < unit.rows_in) & (unit.cols_in > col0)
+
+        # the held beat: a command of ceil(nbytes / bpw) words (or one), then its words
+        cmd, wd = self.wr_cmd.payload, self.wr_data.payload
+        nwords = Signal(range(words + 1))
+        off = Signal(range(bpw))
+        lb = bpw.bit_length() - 1
+        m.d.comb += off.eq(h_addr[:lb])
+        if words > 1:
+            m.d.comb += nwords.eq((h_nbytes + (bpw - 1)) >> lb)
+        else:
+            m.d.comb += nwords.eq(1)
+        exp_off = Signal(range(bpw))
+        m.d.comb += exp_off.eq(unit.exp_addr[:lb])
+        beat_done = Signal()              # the held beat's last handshake is this cycle
+        exp_done = Signal()               # the exponent's
+        with m.If(held):
+            m.d.comb += [cmd.addr.eq(h_addr), cmd.beats.eq(nwords),
+                         self.wr_cmd.valid.eq(~cmd_out),
+                         self.wr_data.valid.eq(word != nwords)]
+            with m.If(self.wr_cmd.ready & ~cmd_out):
+                m.d.sync += cmd_out.eq(1)
+            with m.If(self.wr_data.ready & (word != nwords)):
+                m.d.sync += word.eq(word + 1)
+            m.d.comb += beat_done.eq((cmd_out | self.wr_cmd.ready) & (
+                (word == nwords) | (self.wr_data.ready & (word == nwords - 1))))
+            with m.If(beat_done):
+                m.d.sync += held.eq(0)
+            # the word: bytes of the beat from ``word * bpw`` (C >= bpw) or the beat moved
+            # to its offset in the word (C < bpw); strobes on the bytes inside the matrix
+            if C >= bpw:
+                for b in range(bpw):
+                    idx = Signal(range(C), name=f"wb_idx{b}")
+                    m.d.comb += [idx.eq(word * bpw + b),
+                                 wd.data[8 * b:8 * b + 8].eq(h_q[idx]),
+                                 wd.strb[b].eq(idx < h_nbytes)]
+            else:
+                lc = max(1, (C - 1).bit_length())
+                for b in range(bpw):
+                    lane = Signal(range(bpw), name=f"wb_lane{b}")
+                    ok = (b >= off) & (b < off + C)
+                    m.d.comb += [lane.eq(b - off),
+                                 wd.data[8 * b:8 * b + 8].eq(Mux(ok, h_q[lane[:lc]], 0)),
+                                 wd.strb[b].eq(ok & (lane < h_nbytes))]
+        with m.Elif(exp_pending):
+            # the unit's exponent: one word, one strobe
+            m.d.comb += [cmd.addr.eq(unit.exp_addr), cmd.beats.eq(1),
+                         self.wr_cmd.valid.eq(~exp_cmd_out),
+                         self.wr_data.valid.eq(~exp_word_out),
+                         wd.data.eq(Cat(*(h_exp for _ in range(bpw)))),
+                         wd.strb.eq(Const(1, bpw) << exp_off)]
+            with m.If(self.wr_cmd.ready):
+                m.d.sync += exp_cmd_out.eq(1)
+            with m.If(self.wr_data.ready):
+                m.d.sync += exp_word_out.eq(1)
+            m.d.comb += exp_done.eq((exp_cmd_out | self.wr_cmd.ready)
+                                    & (exp_word_out | self.wr_data.ready))
+            with m.If(exp_done):
+                m.d.sync += exp_pending.eq(0)
+                m.d.comb += units.r_en.eq(1)
+
+        # the next beat is taken as the held one (if any) finishes, never with an exponent
+        # write pending (its unit record is popped then)
+        take = Signal()
+        m.d.comb += [o.ready.eq((~held | beat_done) & ~exp_pending & units.r_rdy),
+                     take.eq(o.valid & o.ready)]
+        with m.If(take):
+            m.d.sync += [h_q.eq(beat.q), h_exp.eq(beat.exp[0]),
+                         h_nbytes.eq(Mux(nbytes > C, C, nbytes)),
+                         h_addr.eq(cur_row + col0), held.eq(inside), cmd_out.eq(0),
+                         word.eq(0), exp_pending.eq(beat.last),
+                         exp_cmd_out.eq(0), exp_word_out.eq(0),
+                         first.eq(beat.last),
+                         row_addr.eq(Mux(beat.seg == S - 1, cur_row + self.desc.c_stride,
+                                         cur_row))]
+            with m.If(beat.nonfinite):
+                m.d.sync += nonf.eq(1)
+        with m.If(self.clear):
+            m.d.sync += nonf.eq(0)
+        m.d.comb += self.nonfinite.eq(nonf)
+
+        # writes in flight: a command issued, not yet acknowledged
+        issued = self.wr_cmd.valid & self.wr_cmd.ready
+        pending = Signal(range(1 << 10))
+        m.d.sync += pending.eq(pending + issued - self.wr_done)
+        return ~held & ~exp_pending & (pending == 0)

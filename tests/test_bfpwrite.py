@@ -1,0 +1,122 @@
+"""rtl.bfpwrite.BfpWriteBack against sim.models.bfp.quantize_tiles: C tiles in, BFP8 tile
+blocks in memory out (mantissa rows and the exponent grid), ragged edges, nearest and
+stochastic rounding, random stalls and delayed write responses; memory beyond the matrix
+and the grid untouched."""
+
+import random
+
+import numpy as np
+import pytest
+
+from rtl.bfpwrite import BfpWriteBack
+from sim.models import bfp
+from sim.testbenches.harness import run, stream_recv, stream_send
+
+T = 32
+
+
+def _jobs(m, n, r, c):
+    """Tile jobs as the engine's walker issues them for a BFP8 descriptor: blocks of T / r
+    tiles a side (row-major over the matrix), tiles ``j`` inner."""
+    out = []
+    for mb in range(0, m, T):
+        for nb in range(0, n, T):
+            bm, bn = min(-(-(m - mb) // r), T // r), min(-(-(n - nb) // c), T // c)
+            out += [{"m0": mb + i * r, "n0": nb + j * c} for i in range(bm) for j in range(bn)]
+    return out
+
+
+def _apply(mem, cmds, words, bpw):
+    it = iter(words)
+    for cmd in cmds:
+        base = cmd["addr"] // bpw * bpw
+        for w in range(cmd["beats"]):
+            data, strb = next(it)
+            for b in range(bpw):
+                if strb >> b & 1:
+                    mem[base + w * bpw + b] = data >> (8 * b) & 0xFF
+    assert next(it, None) is None
+
+
+@pytest.mark.parametrize("rows,data_width,m,n,rounding,seed", [
+    (8, 128, 40, 70, "nearest", 0), (8, 128, 33, 20, "stochastic", 1),
+    (16, 64, 70, 45, "stochastic", 2), (16, 64, 32, 32, "nearest", 3),
+    (8, 64, 5, 7, "stochastic", 4), (4, 128, 37, 9, "nearest", 5),
+    (16, 128, 64, 100, "stochastic", 6)])
+def test_matches_quantize_tiles(rows, data_width, m, n, rounding, seed):
+    rng = random.Random(seed)
+    r = c = rows
+    bpw = data_width // 8
+    nprng = np.random.default_rng(seed)
+    value = (nprng.standard_normal((m, n))
+             * 2.0 ** nprng.integers(-20, 20, (m, 1))).astype(np.float32)
+    value[0, :3] = 0.0
+    if m > 33:
+        value[32:, :] = 0.0 if seed % 2 else value[32:, :]   # an all-zero block-row
+    key = rng.getrandbits(64)
+    want_q, want_e = bfp.quantize_tiles(value, block=T, rounding=rounding, seed=key)
+    c_stride = -(-n // bpw) * bpw + rng.randint(0, 3) * bpw
+    c_addr = 0x1000
+    exp_addr = 0x1000 + m * c_stride + rng.randint(0, 40)
+    gm, gn = -(-m // T), -(-n // T)
+    size = exp_addr + gm * gn + 64
+    mem = bytearray(np.random.default_rng(seed + 100).integers(0, 256, size, dtype=np.uint8))
+    want = bytearray(mem)
+    for i in range(m):
+        want[c_addr + i * c_stride:c_addr + i * c_stride + n] = want_q[i].tobytes()
+    want[exp_addr:exp_addr + gm * gn] = want_e.reshape(-1).tobytes()
+
+    jobs = _jobs(m, n, r, c)
+    padded = np.zeros((-(-m // r) * r, -(-n // c) * c), np.float32)
+    padded[:m, :n] = value
+    beats = [{"data": [int(x) for x in padded[j["m0"] + i, j["n0"]:j["n0"] + c].view(np.uint32)],
+              "last": 0} for j in jobs for i in range(r)]
+    dut = BfpWriteBack(r, c, data_width=data_width, addr_width=32)
+    desc = {"m": m, "n": n, "c_addr": c_addr, "c_stride": c_stride, "c_exp_addr": exp_addr,
+            "stochastic": int(rounding == "stochastic"), "seed": key}
+    got = {"cmds": [], "words": []}
+    n_units = gm * gn
+
+    async def send_jobs(ctx):
+        ctx.set(dut.desc, desc)
+        await stream_send(ctx, dut.jobs, jobs, rng=random.Random(seed + 1), stall=0.3)
+
+    async def send_rows(ctx):
+        await stream_send(ctx, dut.i_stream, beats, rng=random.Random(seed + 2), stall=0.2)
+        got["rows_sent"] = True
+
+    async def take_writes(ctx):
+        rng_s = random.Random(seed + 3)
+        pending = 0
+        idle_for = 0
+        while True:
+            ctx.set(dut.wr_cmd.ready, rng_s.random() > 0.3)
+            ctx.set(dut.wr_data.ready, rng_s.random() > 0.3)
+            done = pending and rng_s.random() < 0.4
+            ctx.set(dut.wr_done, int(bool(done)))
+            await ctx.delay(1e-9)
+            if ctx.get(dut.wr_cmd.valid) and ctx.get(dut.wr_cmd.ready):
+                p = ctx.get(dut.wr_cmd.payload)
+                got["cmds"].append({"addr": int(p.addr), "beats": int(p.beats)})
+                pending += 1
+            if ctx.get(dut.wr_data.valid) and ctx.get(dut.wr_data.ready):
+                p = ctx.get(dut.wr_data.payload)
+                got["words"].append((int(p.data), int(p.strb)))
+            pending -= bool(done)
+            await ctx.tick()
+            exps = sum(1 for cm in got["cmds"] if cm["addr"] >= exp_addr // bpw * bpw)
+            if "rows_sent" in got and exps >= n_units and ctx.get(dut.idle):
+                idle_for += 1
+                if idle_for > 8:
+                    break
+        ctx.set(dut.wr_done, 0)
+
+    run(dut, send_jobs, send_rows, take_writes, deadline_cycles=60_000)
+    _apply(mem, got["cmds"], got["words"], bpw)
+    assert bytes(mem) == bytes(want)
+
+
+def test_refuses_other_arrays():
+    for r, c in ((8, 16), (64, 64), (2, 2)):
+        with pytest.raises(ValueError, match="square array"):
+            BfpWriteBack(r, c)
