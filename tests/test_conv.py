@@ -250,6 +250,24 @@ def test_weight_grad_runs_cut_at_straddles():
     assert all(a[1] == b[0] for a, b in zip(runs, runs[1:], strict=False))
 
 
+def test_position_runs_random():
+    rng = np.random.default_rng(11)
+    for _ in range(200):
+        block = int(rng.choice([4, 8]))
+        k = int(rng.integers(1, 40))
+        idx = rng.integers(0, 60, k)
+        idx[rng.random(k) < 0.3] = -1
+        want, start, last = [], 0, -1
+        for p in range(k + 1):
+            if p > start and (p == k or p % block == 0 or (idx[p] >= 0 and last >= 0
+                                                           and idx[p] // block != last)):
+                want.append((start, p, last))
+                start, last = p, -1
+            if p < k and idx[p] >= 0:
+                last = idx[p] // block
+        assert conv.position_runs(idx, block=block) == want
+
+
 # --------------------------------------------------------------------------- against torch
 
 def _torch(a):
@@ -322,8 +340,7 @@ def test_seeded_bug_uncut_straddle_fails(monkeypatch):
     ref = _weight_grad_ref(g, d, x, block)
     assert _same(conv.conv2d_weight_grad(*d, *x, g, block=block), ref)
 
-    def uncut(self, dy, dx, *, block=32):
-        idx = self.input_index(dy, dx)
+    def uncut(idx, *, block=32):
         out = []
         for s in range(0, len(idx), block):
             seg = idx[s:s + block]
@@ -331,7 +348,7 @@ def test_seeded_bug_uncut_straddle_fails(monkeypatch):
             out.append((s, min(s + block, len(idx)), t))
         return out
 
-    monkeypatch.setattr(ConvGeometry, "weight_grad_runs", uncut)
+    monkeypatch.setattr(conv, "position_runs", uncut)
     assert not _same(conv.conv2d_weight_grad(*d, *x, g, block=block), ref)
 
 

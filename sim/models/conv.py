@@ -45,8 +45,9 @@ from sim.models.bfp import BLOCKS, gemm_kruns, tile_grid
 
 __all__ = ["LAYOUT", "ConvGeometry", "pool_geometry", "activation_matrix", "activation_tensor",
            "weight_stack", "weight_tensor", "conv2d_forward", "conv2d_backward_data",
-           "conv2d_weight_grad", "max_pool", "max_pool_backward", "avg_pool",
-           "avg_pool_backward", "global_avg_pool", "global_avg_pool_backward", "ARGMAX_DTYPE"]
+           "conv2d_weight_grad", "position_runs", "weight_grad_offset", "max_pool",
+           "max_pool_backward", "avg_pool", "avg_pool_backward", "global_avg_pool",
+           "global_avg_pool_backward", "ARGMAX_DTYPE"]
 
 #: The position order of an activation matrix's columns: ``q = (h * W + w) * N + n``.
 LAYOUT = "CHWN"
@@ -239,23 +240,50 @@ class ConvGeometry:
             ``[start, stop)`` of each run in order, and the tile column ``q // T`` of ``X``
             it reads (-1 for a run of padding only).
         """
-        block = _check_block(block)
-        idx = self.input_index(dy, dx)
-        tiles = np.where(idx >= 0, idx // block, -1)
-        runs = []
-        for start in range(0, len(idx), block):
-            stop = min(start + block, len(idx))
-            seg = tiles[start:stop]
-            begin, current = start, -1
-            for i, t in enumerate(seg.tolist(), start):
-                if t < 0:
-                    continue
-                if current >= 0 and t != current:
-                    runs.append((begin, i, current))
-                    begin = i
-                current = t
-            runs.append((begin, stop, current))
-        return runs
+        return position_runs(self.input_index(dy, dx), block=block)
+
+
+def position_runs(index: np.ndarray, *, block: int = 32) -> list[tuple[int, int, int]]:
+    """Cut a reduction over positions into K runs of constant tile column: the rule of
+    :meth:`ConvGeometry.weight_grad_runs` for any index map.
+
+    Parameters
+    ----------
+    index : numpy.ndarray of int, shape (K,)
+        The column of ``X`` read at each step of K, -1 for padding.
+    block : int
+        The tile size ``T``.
+
+    Returns
+    -------
+    list of (start, stop, tile)
+        A run ends at every multiple of ``T`` and before every step whose tile column
+        ``index // T`` differs from that of the run's earlier non-padding steps; ``tile`` is
+        the run's tile column (-1 when it is all padding).
+
+    Raises
+    ------
+    TypeError, ValueError
+        ``block`` is not one of :data:`sim.models.bfp.BLOCKS`; ``index`` is not a non-empty
+        integer vector.
+    """
+    block = _check_block(block)
+    if not isinstance(index, np.ndarray) or index.ndim != 1 or index.dtype.kind not in "iu" \
+            or not index.size:
+        raise ValueError("index must be a non-empty integer vector")
+    k = index.size
+    steps = np.arange(k)
+    tiles = np.where(index >= 0, index // block, -1)
+    last = np.maximum.accumulate(np.where(tiles >= 0, steps, -1))   # last valid step <= p
+    prev = np.concatenate(([-1], last[:-1]))                          # last valid step < p
+    same_block = prev >= steps - steps % block
+    cut = (steps % block == 0) | ((tiles >= 0) & same_block
+                                  & (tiles != tiles[np.maximum(prev, 0)]))
+    starts = np.flatnonzero(cut)
+    stops = np.append(starts[1:], k)
+    ends = last[stops - 1]
+    run_tiles = np.where(ends >= starts, tiles[np.maximum(ends, 0)], -1)
+    return [(int(a), int(b), int(t)) for a, b, t in zip(starts, stops, run_tiles, strict=True)]
 
 
 def pool_geometry(batch: int, channels: int, height: int, width: int, kernel,
@@ -577,19 +605,56 @@ def conv2d_weight_grad(d: np.ndarray, d_exp: np.ndarray, x: np.ndarray, x_exp: n
     _check_tiles("x", x, x_exp, (cin, g.positions), block)
     out = np.zeros((len(g.offsets), cout, cin), np.float32)
     for o, (dy, dx) in enumerate(g.offsets):
-        idx = g.input_index(dy, dx)
-        valid = idx >= 0
-        cols = np.where(valid[None, :], x[:, np.where(valid, idx, 0)], np.int8(0))
-        runs = g.weight_grad_runs(dy, dx, block=block)
-        starts = np.array([r[0] for r in runs])
-        tiles = np.array([r[2] for r in runs])
-        a_exp = np.repeat(d_exp[:, starts // block], block, axis=0)[:cout]        # (Cout, R)
-        b_exp = np.where(tiles[:, None] >= 0,
-                         np.repeat(x_exp[:, np.maximum(tiles, 0)], block, axis=0)[:cin].T,
-                         0)                                                        # (R, Cin)
-        out[o] = _sum_runs(d, a_exp.astype(np.int8), cols.astype(np.int8),
-                           b_exp.astype(np.int8), [r[1] for r in runs])
+        out[o] = weight_grad_offset(d, d_exp, x, x_exp, g.input_index(dy, dx), block=block)
     return out
+
+
+def weight_grad_offset(d: np.ndarray, d_exp: np.ndarray, x: np.ndarray, x_exp: np.ndarray,
+                       index: np.ndarray, *, block: int = 32) -> np.ndarray:
+    """One kernel offset's weight gradient for any index map: ``sum_p d[:, p] *
+    x[:, index[p]]``, K cut into the runs of :func:`position_runs`.
+
+    Parameters
+    ----------
+    d, d_exp : numpy.ndarray of int8
+        The deltas (M x K) and their tile exponents.
+    x, x_exp : numpy.ndarray of int8
+        The input (C x Q) and its tile exponents.
+    index : numpy.ndarray of int, shape (K,)
+        The column of ``x`` each step of K reads; -1 reads zero.
+    block : int
+
+    Returns
+    -------
+    numpy.ndarray of float32, shape (M, C)
+        As :func:`conv2d_weight_grad` gives each offset.
+
+    Raises
+    ------
+    TypeError, ValueError
+        An array's dtype or shape is wrong, or ``index`` points outside ``x``.
+    """
+    block = _check_block(block)
+    if not isinstance(d, np.ndarray) or d.ndim != 2 or not isinstance(x, np.ndarray) \
+            or x.ndim != 2:
+        raise ValueError("d and x must be 2-D matrices")
+    _check_tiles("d", d, d_exp, d.shape, block)
+    _check_tiles("x", x, x_exp, x.shape, block)
+    if not isinstance(index, np.ndarray) or index.shape != (d.shape[1],) \
+            or index.dtype.kind not in "iu" or (index >= x.shape[1]).any():
+        raise ValueError(f"index must be an integer vector of {d.shape[1]} columns of x")
+    m, c = d.shape[0], x.shape[0]
+    valid = index >= 0
+    cols = np.where(valid[None, :], x[:, np.where(valid, index, 0)], np.int8(0))
+    runs = position_runs(index, block=block)
+    starts = np.array([r[0] for r in runs])
+    tiles = np.array([r[2] for r in runs])
+    a_exp = np.repeat(d_exp[:, starts // block], block, axis=0)[:m]               # (M, R)
+    b_exp = np.where(tiles[:, None] >= 0,
+                     np.repeat(x_exp[:, np.maximum(tiles, 0)], block, axis=0)[:c].T,
+                     0)                                                          # (R, C)
+    return _sum_runs(d, a_exp.astype(np.int8), cols.astype(np.int8), b_exp.astype(np.int8),
+                     [r[1] for r in runs])
 
 
 # --------------------------------------------------------------------------- pooling
