@@ -81,6 +81,12 @@ class Accelerator(wiring.Component):
         ``DESC_EPILOGUE`` is exactly ``A_TILES`` and ``B_TILES`` runs as
         :func:`sim.models.bfp.gemm_kblocks` (:class:`rtl.engine.GemmEngine`); any other
         ``DESC_EPILOGUE`` bits are refused with ``UNSUPPORTED``.
+    epilogue : bool
+        Also offer BFP8 output (``DESC_EPILOGUE.BFP8`` with or without ``STOCHASTIC``,
+        ``CONFIG_FEATURES.OPS``): C written as BFP8 tile blocks at ``DESC_C_ADDR`` and
+        ``DESC_C_EXP_ADDR`` (:class:`rtl.engine.GemmEngine`'s ``epilogue``); a block holding
+        inf or NaN stops the accelerator with ``NONFINITE`` once it is written (as zeros).
+        The epilogue's other bits are refused with ``UNSUPPORTED``.
 
     Attributes
     ----------
@@ -99,7 +105,7 @@ class Accelerator(wiring.Component):
                  packing: int = 1, primitive: bool = False, burst_beats: int = 16,
                  outstanding: int = 8, dsp_rows: int | None = None, acc_ram: str = "auto",
                  write_ports: int = 1, slr_groups: int = 1, read_ports: int = 1,
-                 dsp_slice: str = "DSP48E2", k_blocks: bool = False):
+                 dsp_slice: str = "DSP48E2", k_blocks: bool = False, epilogue: bool = False):
         # (+ the two the engine may hold: QUEUE_LEVEL's 8 bits)
         if not isinstance(queue, int) or not 1 <= queue <= 253:
             raise ValueError(f"queue must be an integer in 1..253, not {queue!r}")
@@ -109,8 +115,10 @@ class Accelerator(wiring.Component):
                                  primitive=primitive, dsp_rows=dsp_rows, acc_ram=acc_ram,
                                  write_ports=write_ports, slr_groups=slr_groups,
                                  read_ports=read_ports, dsp_slice=dsp_slice,
-                                 k_blocks=k_blocks)
-        self.k_blocks = bool(k_blocks)
+                                 k_blocks=k_blocks, epilogue=epilogue)
+        self.k_blocks, self.epilogue = bool(k_blocks), bool(epilogue)
+        #: ``CONFIG_FEATURES.OPS``: the ``DESC_EPILOGUE`` bits 7..0 this build runs
+        self.ops = regmap.pack("DESC_EPILOGUE", BFP8=1, STOCHASTIC=1) if self.epilogue else 0
         self.burst_beats, self.outstanding = burst_beats, outstanding
         self.readers = [DmaReader(data_width, addr_width, burst_beats=burst_beats,
                                   outstanding=outstanding) for _ in range(read_ports)]
@@ -198,10 +206,10 @@ class Accelerator(wiring.Component):
                    WRITE_PORTS=self.write_ports, READ_PORTS=self.read_ports),
             *_pack(csr, "CONFIG_DMA", BURST_BEATS=self.burst_beats,
                    OUTSTANDING=self.outstanding),
-            # no epilogue in this build, tile exponents with k_blocks: other descriptors'
+            # tile exponents with k_blocks, BFP8 output with epilogue: other descriptors'
             # DESC_EPILOGUE bits are refused
             *_pack(csr, "CONFIG_FEATURES", EPILOGUE=0, K_BLOCKS=int(self.k_blocks),
-                   TILE_LOG2=regmap.TILE_BLOCK.bit_length() - 1),
+                   TILE_LOG2=regmap.TILE_BLOCK.bit_length() - 1, OPS=self.ops),
         ]
 
     def _descriptor_queue(self, s):
@@ -209,7 +217,7 @@ class Accelerator(wiring.Component):
         into."""
         m, queue_rst, csr = s.m, s.queue_rst, s.csr
         # ---- descriptor queue -------------------------------------------------------------
-        layout = descriptor_layout(self.k_blocks)
+        layout = descriptor_layout(self.k_blocks, self.epilogue)
         m.submodules.queue = q = ResetInserter(queue_rst)(
             Fifo(width=layout.size, depth=self.queue))
         staged = Signal(layout)
@@ -217,9 +225,14 @@ class Accelerator(wiring.Component):
         def addr(name):
             return (getattr(csr, f"{name}_hi"), getattr(csr, f"{name}_lo"))
 
-        for name in ("a_addr", "b_addr", "c_addr", "row_exp_addr", "col_exp_addr"):
+        for name in ("a_addr", "b_addr", "c_addr", "row_exp_addr", "col_exp_addr",
+                     *(("c_exp_addr",) if self.epilogue else ())):
             hi, lo = addr(f"desc_{name}")
             m.d.comb += getattr(staged, name).eq(hi << 32 | lo)
+        if self.epilogue:
+            m.d.comb += [staged.bfp8.eq(_field(csr, "DESC_EPILOGUE", "BFP8")),
+                         staged.stochastic.eq(_field(csr, "DESC_EPILOGUE", "STOCHASTIC")),
+                         staged.seed.eq(csr.desc_seed_hi << 32 | csr.desc_seed_lo)]
         m.d.comb += [
             staged.m.eq(csr.desc_m), staged.n.eq(csr.desc_n), staged.k.eq(csr.desc_k),
             staged.transpose_a.eq(_field(csr, "DESC_FLAGS", "TRANSPOSE_A")),
@@ -241,13 +254,16 @@ class Accelerator(wiring.Component):
         # a descriptor that asks for what CONFIG_FEATURES does not offer (any DESC_EPILOGUE
         # bit) stops the engine with UNSUPPORTED instead of being queued
         unsupported = Signal()
+        # (A_TILES and B_TILES together, with K blocks; BFP8 and STOCHASTIC, with the
+        # epilogue (STOCHASTIC alone rounds nothing); nothing else)
+        tiles = regmap.pack("DESC_EPILOGUE", A_TILES=1, B_TILES=1)
+        out = regmap.pack("DESC_EPILOGUE", BFP8=1, STOCHASTIC=1)
+        e = csr.desc_epilogue
+        rest = e & ~((tiles if self.k_blocks else 0) | (out if self.epilogue else 0))
+        bad_tiles = ((e & tiles) != 0) & ((e & tiles) != tiles) if self.k_blocks else 0
+        m.d.comb += unsupported.eq((rest != 0) | bad_tiles)
         if self.k_blocks:
-            # (A_TILES and B_TILES together, nothing else: a GEMM with K blocks)
-            tiles = regmap.pack("DESC_EPILOGUE", A_TILES=1, B_TILES=1)
-            m.d.comb += [unsupported.eq((csr.desc_epilogue != 0) & (csr.desc_epilogue != tiles)),
-                         staged.tiles.eq(csr.desc_epilogue == tiles)]
-        else:
-            m.d.comb += unsupported.eq(csr.desc_epilogue != 0)
+            m.d.comb += staged.tiles.eq((e & tiles) == tiles)
         vars(s).update(q=q, enqueue=enqueue, soft_reset=soft_reset, unsupported=unsupported)
 
     def _control(self, s):
@@ -305,7 +321,8 @@ class Accelerator(wiring.Component):
             m.d.sync += [aborting.eq(1), clear_after.eq(1)]
         with m.Elif(halted):
             m.d.comb += core_rst.eq(1)
-        with m.Elif(bus_error | engine.fail | (enqueue & (~q.w_rdy | unsupported))):
+        with m.Elif(bus_error | engine.fail | engine.nonfinite
+                    | (enqueue & (~q.w_rdy | unsupported))):
             m.d.comb += irq_error.eq(1)
             with m.If(read_error):
                 m.d.sync += error_code.eq(int(ErrorCode.READ_ERROR))
@@ -315,6 +332,8 @@ class Accelerator(wiring.Component):
                 m.d.sync += error_code.eq(int(ErrorCode.WRITE_ERROR))
             with m.Elif(engine.fail):
                 m.d.sync += error_code.eq(engine.code)
+            with m.Elif(engine.nonfinite):
+                m.d.sync += error_code.eq(int(ErrorCode.NONFINITE))
             with m.Elif(enqueue & unsupported):
                 m.d.sync += error_code.eq(int(ErrorCode.UNSUPPORTED))
             with m.Else():

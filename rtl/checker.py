@@ -11,10 +11,12 @@ from ._util import delay
 __all__ = ["DescriptorChecker", "descriptor_layout", "verdict_layout"]
 
 
-def descriptor_layout(k_blocks: bool = False) -> data.StructLayout:
+def descriptor_layout(k_blocks: bool = False, epilogue: bool = False) -> data.StructLayout:
     """One GEMM as the host describes it (the ``DESC_*`` registers). With ``k_blocks``, a
-    last field ``tiles``: A's and B's exponents are their tile grids at ``row_exp_addr`` /
-    ``col_exp_addr`` (``DESC_EPILOGUE.A_TILES`` and ``B_TILES``)."""
+    field ``tiles``: A's and B's exponents are their tile grids at ``row_exp_addr`` /
+    ``col_exp_addr`` (``DESC_EPILOGUE.A_TILES`` and ``B_TILES``). With ``epilogue``, the
+    fields of a BFP8 output (``DESC_EPILOGUE.BFP8`` and ``STOCHASTIC``, ``DESC_C_EXP_ADDR``,
+    ``DESC_SEED``)."""
     return data.StructLayout({
         "m": unsigned(32), "n": unsigned(32), "k": unsigned(32),
         "transpose_a": 1, "transpose_b": 1, "raw": 1, "row_vec": 1, "col_vec": 1,
@@ -25,6 +27,8 @@ def descriptor_layout(k_blocks: bool = False) -> data.StructLayout:
         "row_exp_addr": unsigned(64), "col_exp_addr": unsigned(64),
         "overlap": 1, "chunk": unsigned(2),
         **({"tiles": 1} if k_blocks else {}),
+        **({"bfp8": 1, "stochastic": 1, "c_exp_addr": unsigned(64), "seed": unsigned(64)}
+           if epilogue else {}),
     })
 
 
@@ -68,6 +72,10 @@ class DescriptorChecker(wiring.Component):
         ``ceil(K / T) x ceil(N / T)`` bytes (``T`` = :data:`firmware.spec.regmap.TILE_BLOCK`)
         stored without padding, whatever the transposes (their rows may be any number of
         bytes apart).
+    epilogue : bool
+        Descriptors have the BFP8 output's fields: with ``bfp8``, C's rows are ``N`` bytes
+        (int8 mantissas) and a sixth region, C's tile grid at ``c_exp_addr`` (``ceil(M / T)
+        x ceil(N / T)`` bytes without padding), is checked too.
 
     Attributes
     ----------
@@ -99,15 +107,19 @@ class DescriptorChecker(wiring.Component):
     #: last one passes every stage and the verdict follows its flags.
     LATENCY = DIMENSION_LATENCY + REGIONS + REGION_STAGES
 
-    def __init__(self, data_width: int = 128, addr_width: int = 32, *, k_blocks: bool = False):
+    def __init__(self, data_width: int = 128, addr_width: int = 32, *, k_blocks: bool = False,
+                 epilogue: bool = False):
         if data_width not in (64, 128, 256, 512):
             raise ValueError(f"data_width must be 64, 128, 256 or 512, not {data_width!r}")
         if addr_width not in (32, 40, 64):
             raise ValueError(f"addr_width must be 32, 40 or 64, not {addr_width!r}")
         self.data_width, self.addr_width = data_width, addr_width
-        self.k_blocks = bool(k_blocks)
+        self.k_blocks, self.epilogue = bool(k_blocks), bool(epilogue)
+        if self.epilogue:                 # (C's tile grid)
+            self.REGIONS = type(self).REGIONS + 1
+            self.LATENCY = self.DIMENSION_LATENCY + self.REGIONS + self.REGION_STAGES
         super().__init__({
-            "i_stream": In(stream.Signature(descriptor_layout(self.k_blocks))),
+            "i_stream": In(stream.Signature(descriptor_layout(self.k_blocks, self.epilogue))),
             "window_base": In(64),
             "window_limit": In(64),
             "o_stream": Out(stream.Signature(verdict_layout())),
@@ -132,7 +144,8 @@ class DescriptorChecker(wiring.Component):
              1, 1),
             (d.b_addr, Mux(d.transpose_b, d.n, d.k), d.b_stride, Mux(d.transpose_b, d.k, d.n),
              1, 1),
-            (d.c_addr, d.m, d.c_stride, d.n << 2, 1, 0),
+            (d.c_addr, d.m, d.c_stride, Mux(d.bfp8, d.n, d.n << 2) if self.epilogue
+             else d.n << 2, 1, 0),
             (d.row_exp_addr, 1, 0, d.m, d.row_vec, 0),
             (d.col_exp_addr, 1, 0, d.n, d.col_vec, 0),
         ]
@@ -146,6 +159,12 @@ class DescriptorChecker(wiring.Component):
                 (Mux(d.tiles, g[0], r[0]), Mux(d.tiles, g[1], r[1]), Mux(d.tiles, g[2], r[2]),
                  Mux(d.tiles, g[3], r[3]), r[4] | d.tiles, r[5], d.tiles)
                 for g, r in zip(grids, regions[3:], strict=True)]
+        if self.epilogue:
+            lg = TILE_BLOCK.bit_length() - 1
+            gm, gn = ((x + TILE_BLOCK - 1) >> lg for x in (d.m, d.n))
+            if not self.k_blocks:
+                regions = [(*r, 0) for r in regions]
+            regions.append((d.c_exp_addr, gm, gn, gn, d.bfp8, 0, 1))
         assert len(regions) == self.REGIONS
         dims_code = Signal(8)
         region = Signal(range(self.REGIONS + 1))
@@ -157,7 +176,8 @@ class DescriptorChecker(wiring.Component):
         s0_base, s0_rows = stage("s0_base", 64), stage("s0_rows", 16)
         s0_stride, s0_bytes, s0_on = stage("s0_stride", 32), stage("s0_bytes", 18), Signal()
         s0_pk = Signal()
-        s0_free = Signal() if self.k_blocks else None
+        free_regions = self.k_blocks or self.epilogue
+        s0_free = Signal() if free_regions else None
         with m.Switch(region):
             for idx, (base, rows, stride, nbytes, on, pk, *free) in enumerate(regions):
                 with m.Case(idx):
@@ -167,7 +187,7 @@ class DescriptorChecker(wiring.Component):
                         m.d.sync += s0_free.eq(free[0])
         # (a stride neither a multiple of the bus width nor a packed one's: misaligned)
         odd_stride = (s0_stride[:wlog] != 0) & ~(s0_pk & (s0_stride[wlog:] == 0))
-        if self.k_blocks:
+        if free_regions:
             odd_stride = odd_stride & ~s0_free
         # stage 1: rows - 1, the bytes plus a word less one, alignment and overlap
         s1_m1, s1_stride, s1_round = stage("s1_m1", 16), stage("s1_stride", 32), stage(

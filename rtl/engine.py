@@ -9,6 +9,7 @@ from amaranth.lib.wiring import In, Out
 from firmware.spec import regmap
 
 from ._util import SLICE_BITS, own_reset
+from .bfpwrite import BfpWriteBack
 from .checker import DescriptorChecker, descriptor_layout
 from .datapath import GemmDatapath
 from .dma import dma_command_layout, dma_write_layout
@@ -69,6 +70,13 @@ class GemmEngine(wiring.Component):
         along K): K chunks of one tile block each, the grid exponents loaded per chunk, the
         datapath in its K-block mode (:class:`rtl.datapath.GemmDatapath`,
         :class:`rtl.walker.Walker`).
+    epilogue : bool
+        Run descriptors with ``bfp8`` (:func:`rtl.checker.descriptor_layout`): C written as
+        BFP8 tile blocks by a :class:`rtl.bfpwrite.BfpWriteBack` beside the float32
+        write-back, the walk in blocks of one tile block (``TILE_BLOCK / rows`` tiles a
+        side, whatever the descriptor's ``block``). Needs ``rows == cols`` dividing
+        :data:`firmware.spec.regmap.TILE_BLOCK`, ``block`` at least ``TILE_BLOCK / rows``
+        and one write port.
 
     Attributes
     ----------
@@ -118,9 +126,10 @@ class GemmEngine(wiring.Component):
                  data_width: int = 128, addr_width: int = 32, block: int = 4,
                  packing: int = 1, primitive: bool = False, dsp_rows: int | None = None,
                  acc_ram: str = "auto", write_ports: int = 1, slr_groups: int = 1,
-                 read_ports: int = 1, dsp_slice: str = "DSP48E2", k_blocks: bool = False):
+                 read_ports: int = 1, dsp_slice: str = "DSP48E2", k_blocks: bool = False,
+                 epilogue: bool = False):
         self.write_ports = regmap.check_write_ports(write_ports, rows)
-        self.k_blocks = bool(k_blocks)
+        self.k_blocks, self.epilogue = bool(k_blocks), bool(epilogue)
         self.read_ports = regmap.check_read_ports(read_ports)
         for name, v in (("rows", rows), ("cols", cols)):
             if not isinstance(v, int) or v < 2 or v & (v - 1) or v > 256:
@@ -136,6 +145,12 @@ class GemmEngine(wiring.Component):
         if not isinstance(block, int) or block < 1 or block & (block - 1) or block > 16:
             raise ValueError(f"block must be a power of two in 1..16, not {block!r}")
         self.rows, self.cols, self.depth, self.block = rows, cols, depth, block
+        if self.epilogue and (rows != cols or regmap.TILE_BLOCK % rows or rows < 4
+                              or block < regmap.TILE_BLOCK // rows or write_ports != 1):
+            raise ValueError(f"epilogue (BFP8 output) needs rows == cols dividing "
+                             f"{regmap.TILE_BLOCK} (at least 4), block >= "
+                             f"{regmap.TILE_BLOCK} / rows and one write port, not "
+                             f"{rows}x{cols}, block {block}, {write_ports} write ports")
         self.primitive = bool(primitive)
         self.data_width, self.addr_width = data_width, addr_width
         self.datapath = GemmDatapath(rows, cols, depth, slots=max(2, 2 * block),
@@ -148,11 +163,13 @@ class GemmEngine(wiring.Component):
         super().__init__({
             "soft_reset": In(1),
             "start": In(1),
-            "desc": In(descriptor_layout(self.k_blocks)),
+            "desc": In(descriptor_layout(self.k_blocks, self.epilogue)),
             "window_base": In(64),
             "window_limit": In(64),
             "busy": Out(1), "ready": Out(1), "done": Out(1), "fail": Out(1), "code": Out(8),
             "macs": Out(48), "step": Out(1), "wait_dma": Out(1),
+            # (sticky: a BFP8 output block held inf or NaN; cleared by soft_reset)
+            "nonfinite": Out(1),
             **{f"{name}{p or ''}": member for p in range(read_ports) for name, member in (
                 ("rd_cmd", Out(stream.Signature(dma_command_layout(addr_width)))),
                 ("rd_data", In(stream.Signature(data.StructLayout({"data": data_width,
@@ -213,7 +230,8 @@ class GemmEngine(wiring.Component):
         sl = slices.submodules
 
         # the front's descriptor (data)
-        d = Signal(descriptor_layout(self.k_blocks), reset_less=True)
+        layout = descriptor_layout(self.k_blocks, self.epilogue)
+        d = Signal(layout, reset_less=True)
         # Two descriptors may be in flight: the back, walked, its C still being written
         # (b_valid; d_back, b_gen, macs_back), and the front, being checked or walked (d,
         # f_gen). The walker's write jobs queue (wjobs) tagged with the front's generation
@@ -221,7 +239,8 @@ class GemmEngine(wiring.Component):
         # == b_gen), so the write-back only ever holds jobs of d_back. While the back is
         # empty it follows the front, a cycle late (the front's jobs reach the queue's head
         # long after its start).
-        d_back = Signal(descriptor_layout(self.k_blocks), reset_less=True)
+        d_back = Signal(layout, reset_less=True)
+        self._d_back = d_back
         b_valid = Signal()
         f_gen = Signal()
         b_gen = Signal()
@@ -233,6 +252,15 @@ class GemmEngine(wiring.Component):
         exp_job = Signal()                       # an exponent vector load is issued
         macs_ready, macs = self._macs_counter(m, d, macs_back)
         self._announce_exponents(m, p, exp_job)
+        wb_idle = Signal()               # every write-back is idle
+        m.d.comb += wb_idle.eq(p.writeback.idle & (p.bfpwb.idle if self.epilogue else 1))
+        if self.epilogue:
+            bd = p.bfpwb.desc
+            m.d.comb += [bd.m.eq(d_back.m), bd.n.eq(d_back.n), bd.c_addr.eq(d_back.c_addr),
+                         bd.c_stride.eq(d_back.c_stride), bd.c_exp_addr.eq(d_back.c_exp_addr),
+                         bd.stochastic.eq(d_back.stochastic), bd.seed.eq(d_back.seed),
+                         p.bfpwb.clear.eq(self.soft_reset),
+                         self.nonfinite.eq(p.bfpwb.nonfinite)]
         m.d.comb += [
             p.issue.exp_issued.eq(exp_job),
             p.walker.drained.eq(p.issue.drained),
@@ -249,7 +277,7 @@ class GemmEngine(wiring.Component):
         handoff = Signal()           # the front's walk is over: its descriptor to the back
         with m.If(~b_valid):
             m.d.sync += [d_back.eq(d), b_gen.eq(f_gen)]
-        with m.If(b_valid & p.writeback.idle & ~wq_back):
+        with m.If(b_valid & wb_idle & ~wq_back):
             # the back was walked (its jobs are all queued) and none of its jobs is left
             # in the queue or the write-back: its C rows are all written
             m.d.comb += self.done.eq(1)
@@ -260,7 +288,7 @@ class GemmEngine(wiring.Component):
         fsm = self._front(m, p, d, f_gen, b_valid, macs_ready, handoff)
         m.d.comb += [self.busy.eq((~fsm.ongoing("IDLE") & ~fsm.ongoing("FAIL")) | b_valid
                                   | sl.wjobs.r_rdy | ~p.issue.drained | p.dp.busy
-                                  | ~p.writeback.idle),
+                                  | ~wb_idle),
                      self.ready.eq(fsm.ongoing("IDLE"))]
         return top
 
@@ -271,7 +299,8 @@ class GemmEngine(wiring.Component):
         tag_width = 1 + max(1, _log2(BL))
         dp = self.datapath
         kb = self.k_blocks
-        checker = DescriptorChecker(self.data_width, self.addr_width, k_blocks=kb)
+        checker = DescriptorChecker(self.data_width, self.addr_width, k_blocks=kb,
+                                    epilogue=self.epilogue)
         walker = Walker(R, C, depth=self.depth, block=BL, data_width=self.data_width,
                         tag_width=tag_width, k_blocks=kb)
         loader = LoadSequencer(self.data_width, self.addr_width, a_lanes=R, b_lanes=C,
@@ -309,8 +338,10 @@ class GemmEngine(wiring.Component):
                                        addr_width=self.addr_width, queue=max(4, BL * BL),
                                        ports=WP, primitive=self.primitive, part_resets=True)
             wb_cmd, wb_data, wb_done = writeback.wr_cmd, writeback.wr_data, writeback.wr_done
+        bfpwb = BfpWriteBack(R, C, data_width=self.data_width,
+                             addr_width=self.addr_width) if self.epilogue else None
         return SimpleNamespace(
-            dp=dp, checker=checker, walker=walker, loader=loader, router=router,
+            bfpwb=bfpwb, dp=dp, checker=checker, walker=walker, loader=loader, router=router,
             loader1=loader1, loader2=loader2, loader3=loader3, b_loaders=b_loaders,
             gb_a=gb_a, gb_b=gb_b, gb_b2=gb_b2, gb_b3=gb_b3, b_gearboxes=b_gearboxes,
             ways=WAYS, striper=striper, interleave=interleave, issue=issue,
@@ -386,6 +417,8 @@ class GemmEngine(wiring.Component):
                          interleave=p.interleave)
         if RP == 4:
             parts.update(loader3=p.loader3, gb_b3=p.gb_b3)
+        if self.epilogue:
+            parts["bfpwb"] = p.bfpwb
 
         def reset_copy(name):
             copy = Signal(init=1, name=f"rst_{name}", attrs={"keep": "true"})
@@ -424,9 +457,18 @@ class GemmEngine(wiring.Component):
         m.d.comb += [wq.w_data.eq(Cat(walker.o_write.payload, f_gen)),
                      wq.w_en.eq(walker.o_write.valid), walker.o_write.ready.eq(wq.w_rdy),
                      wq_back.eq(wq.r_rdy & head_back),
-                     writeback.jobs.payload.eq(wq_head.job),
-                     writeback.jobs.valid.eq(wq_back),
-                     wq.r_en.eq(writeback.jobs.ready & head_back)]
+                     writeback.jobs.payload.eq(wq_head.job)]
+        if self.epilogue:
+            # the back's jobs to the BFP8 write-back where it writes BFP8, else as below
+            bfp8, bfpwb = self._d_back.bfp8, p.bfpwb
+            m.d.comb += [writeback.jobs.valid.eq(wq_back & ~bfp8),
+                         bfpwb.jobs.payload.eq(wq_head.job),
+                         bfpwb.jobs.valid.eq(wq_back & bfp8),
+                         wq.r_en.eq(Mux(bfp8, bfpwb.jobs.ready, writeback.jobs.ready)
+                                    & head_back)]
+        else:
+            m.d.comb += [writeback.jobs.valid.eq(wq_back),
+                         wq.r_en.eq(writeback.jobs.ready & head_back)]
         wiring.connect(m, loader.a_jobs, p.gb_a.jobs)
         return wq_back
 
@@ -504,6 +546,27 @@ class GemmEngine(wiring.Component):
         wiring.connect(m, p.issue.cmd, dp.cmd)
         wiring.connect(m, p.issue.a_stream, dp.a_stream)
         wiring.connect(m, p.issue.b_stream, dp.b_stream)
+        if self.epilogue:
+            # C rows, and the write port, to the BFP8 write-back while the back writes BFP8
+            bfp8, bfpwb, wb = self._d_back.bfp8, p.bfpwb, p.writeback
+            o = dp.o_stream
+            m.d.comb += [wb.i_stream.payload.eq(o.payload), bfpwb.i_stream.payload.eq(o.payload),
+                         wb.i_stream.valid.eq(o.valid & ~bfp8),
+                         bfpwb.i_stream.valid.eq(o.valid & bfp8),
+                         o.ready.eq(Mux(bfp8, bfpwb.i_stream.ready, wb.i_stream.ready))]
+            cmd_in, data_out = sl.wr_cmd.i_stream, self.wr_data
+            for src in (wb, bfpwb):
+                sel = bfp8 if src is bfpwb else ~bfp8
+                with m.If(sel):
+                    m.d.comb += [cmd_in.payload.eq(src.wr_cmd.payload),
+                                 cmd_in.valid.eq(src.wr_cmd.valid),
+                                 src.wr_cmd.ready.eq(cmd_in.ready),
+                                 data_out.payload.eq(src.wr_data.payload),
+                                 data_out.valid.eq(src.wr_data.valid),
+                                 src.wr_data.ready.eq(data_out.ready),
+                                 src.wr_done.eq(self.wr_done)]
+            wiring.connect(m, sl.wr_cmd.o_stream, wiring.flipped(self.wr_cmd))
+            return
         wiring.connect(m, dp.o_stream, p.writeback.i_stream)
         for q in range(self.write_ports):
             suffix = str(q or "")
@@ -563,6 +626,10 @@ class GemmEngine(wiring.Component):
             with m.State("IDLE"):
                 with m.If(self.start):
                     m.d.sync += [d.eq(self.desc), f_gen.eq(~f_gen)]
+                    if self.epilogue:
+                        # a BFP8 output is walked in blocks of one tile block
+                        with m.If(self.desc.bfp8):
+                            m.d.sync += d.block.eq(regmap.TILE_BLOCK // self.rows)
                     m.next = "CHECK"
             with m.State("CHECK"):
                 m.d.comb += [checker.i_stream.valid.eq(1), checker.o_stream.ready.eq(1)]

@@ -113,5 +113,6 @@ def test_bad_calls_are_refused_clearly():
     with pytest.raises(ValueError, match="finite"):
         Device("golden").quantize(bad)
     plain = Device("model", rows=8, cols=8, epilogue=False)
-    with pytest.raises(RuntimeError, match="no write-back epilogue"):
+    with pytest.raises(RuntimeError,
+                       match="does not offer the write-back epilogue's BFP8, QUANTIZE_ONLY"):
         plain.quantize(np.zeros((4, 4), np.float32))

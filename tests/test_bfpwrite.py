@@ -10,7 +10,7 @@ import pytest
 
 from rtl.bfpwrite import BfpWriteBack
 from sim.models import bfp
-from sim.testbenches.harness import run, stream_recv, stream_send
+from sim.testbenches.harness import run, stream_send
 
 T = 32
 

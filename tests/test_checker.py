@@ -65,10 +65,10 @@ def faulty(rng, bpw):
     return d
 
 
-def check(descs, data_width, addr_width, seed, window=WINDOW, k_blocks=False):
+def check(descs, data_width, addr_width, seed, window=WINDOW, k_blocks=False, epilogue=False):
     descs = [em.descriptor(**d) for d in descs]
     want = [em.check(d, *window, data_width, addr_width) for d in descs]
-    dut = DescriptorChecker(data_width, addr_width, k_blocks=k_blocks)
+    dut = DescriptorChecker(data_width, addr_width, k_blocks=k_blocks, epilogue=epilogue)
     got = []
 
     async def send(ctx):
@@ -185,4 +185,34 @@ def test_k_blocks_grid_regions(data_width, addr_width, seed):
                                  WINDOW[0] + 3])                               # misaligned
         descs.append(d)
     codes = check(descs, data_width, addr_width, seed, k_blocks=True)
+    assert 0 in codes and len(set(codes)) >= 3
+
+
+@pytest.mark.parametrize("data_width,addr_width,k_blocks", [(128, 32, True), (64, 40, False)])
+@pytest.mark.parametrize("seed", range(2))
+def test_bfp8_output_regions(data_width, addr_width, k_blocks, seed):
+    """DescriptorChecker(epilogue=True): with ``bfp8`` C's rows are N bytes and C's tile grid
+    (ceil(M/32) x ceil(N/32) bytes at ``c_exp_addr``) is a sixth region: C and the grid
+    just inside and beyond the window's end, misaligned grids, as
+    :func:`sim.models.engine.check` says."""
+    rng = random.Random(seed + 60)
+    bpw = data_width // 8
+    descs = []
+    for _ in range(24):
+        d = good(rng, bpw) if rng.random() < 0.5 else faulty(rng, bpw)
+        if k_blocks:
+            d["tiles"] = rng.randint(0, 1)
+        d.update(bfp8=rng.randint(0, 1), stochastic=rng.randint(0, 1),
+                 seed=rng.getrandbits(64), c_exp_addr=rng.getrandbits(30) // bpw * bpw)
+        m, n = (max(1, min(d[x], 65535)) for x in "mn")
+        if d["bfp8"] and rng.random() < 0.6:
+            size = -(-m // 32) * -(-n // 32)
+            d["c_exp_addr"] = rng.choice([WINDOW[1] - -(-size // bpw) * bpw,       # fits
+                                          WINDOW[1] - -(-size // bpw) * bpw + bpw,  # over
+                                          WINDOW[0] + 3])                          # misaligned
+        elif d["bfp8"] and rng.random() < 0.5 and d["c_stride"] >= n:
+            # C's n bytes a row fit where its 4 n would not
+            d["c_addr"] = WINDOW[1] - (m - 1) * d["c_stride"] - -(-n // bpw) * bpw
+        descs.append(d)
+    codes = check(descs, data_width, addr_width, seed, k_blocks=k_blocks, epilogue=True)
     assert 0 in codes and len(set(codes)) >= 3

@@ -67,6 +67,9 @@ class HardwareInfo:
         self.outstanding = field_value("CONFIG_DMA", "OUTSTANDING", dma) or 8
         features = regs.read32(offset("CONFIG_FEATURES"))
         self.epilogue = bool(field_value("CONFIG_FEATURES", "EPILOGUE", features))
+        #: the ``DESC_EPILOGUE`` bits 7..0 the build runs (all of them with ``epilogue``)
+        self.epilogue_ops = 0xFF if self.epilogue else field_value("CONFIG_FEATURES", "OPS",
+                                                                   features)
         self.k_blocks = bool(field_value("CONFIG_FEATURES", "K_BLOCKS", features))
         self.tile_block = 1 << field_value("CONFIG_FEATURES", "TILE_LOG2", features)
 
@@ -77,6 +80,7 @@ class HardwareInfo:
                 f"addr_width={self.addr_width}, write_ports={self.write_ports}, "
                 f"read_ports={self.read_ports}, burst_beats={self.burst_beats}, "
                 f"outstanding={self.outstanding}, epilogue={self.epilogue}, "
+                f"epilogue_ops={self.epilogue_ops:#04x}, "
                 f"k_blocks={self.k_blocks})")
 
 

@@ -100,16 +100,23 @@ def _check_rounding(rounding, seed):
         raise ValueError(f"seed must be an integer in [0, 2**64), not {seed!r}")
 
 
-def _require(dev, *, epilogue: bool = True):
-    """The device offers tile exponents and, with ``epilogue`` (anything but a float32 C
-    without bias, ReLU or mask), the write-back epilogue, else a clear error."""
+def _require(dev, **ops):
+    """The device offers tile exponents and the ``DESC_EPILOGUE`` options ``ops`` (field
+    values, as :func:`firmware.spec.regmap.pack` takes them), else a clear error."""
     if dev.driver is None:
         return
     info = dev.driver.info
-    if not ((info.epilogue or not epilogue) and info.k_blocks):
-        raise RuntimeError(f"this {dev.backend} accelerator has no write-back epilogue or tile "
-                           f"exponents (CONFIG_FEATURES): use the host path (firmware.ml's "
-                           f"blocks policies) or Device('model')")
+    want = regmap.pack("DESC_EPILOGUE", **ops) & 0xFF
+    missing = [f.name for f in regmap.by_name("DESC_EPILOGUE").fields
+               if f.lsb < 8 and ops.get(f.name) and want >> f.lsb & ~info.epilogue_ops >> f.lsb
+               & ((1 << f.width) - 1)]
+    if missing or not info.k_blocks:
+        what = ("the write-back epilogue's " + ", ".join(missing) if missing
+                else "tile exponents")
+        raise RuntimeError(f"this {dev.backend} accelerator does not offer {what} "
+                           f"(CONFIG_FEATURES): "
+                           f"use the host path (firmware.ml's blocks policies) or "
+                           f"Device('model')")
     if info.tile_block != regmap.TILE_BLOCK:
         raise RuntimeError(f"the accelerator's tiles are {info.tile_block} wide, this "
                            f"runtime's {regmap.TILE_BLOCK}")
@@ -181,7 +188,7 @@ def quantize(dev, x, *, rounding: str = "nearest", seed: int = 0) -> BfpTensor:
     """See :meth:`firmware.Device.quantize`."""
     from firmware.runtime.device import DeviceTensor
     _check_rounding(rounding, seed)
-    _require(dev)
+    _require(dev, QUANTIZE_ONLY=1, BFP8=1, STOCHASTIC=int(rounding == "stochastic"))
     if isinstance(x, DeviceTensor):
         x._live()
         if x.device is not dev:
@@ -263,7 +270,10 @@ def bfp_gemm(dev, a: BfpTensor, b: BfpTensor, *, transpose_a: bool = False,
                             f"{type(mask_in).__name__}")
         if mask_in.shape != (m, n):
             raise ValueError(f"mask_in is {mask_in.shape[0]}x{mask_in.shape[1]}, C is {m}x{n}")
-    _require(dev, epilogue=bias is not None or relu or mask_in is not None or out != "float32")
+    _require(dev, BFP8=int(out == "bfp8"),
+             STOCHASTIC=int(out == "bfp8" and rounding == "stochastic"),
+             BIAS=0 if bias is None else 1 if bias_axis == "row" else 2, RELU=int(relu),
+             MASK_IN=int(mask_in is not None))
     dev.stats = {"backend": dev.backend, "macs": m * n * k, "m": m, "n": n, "k": k,
                  "descriptors": 0, "cycles": None, "utilization": None}
     dev.profile.count("gemms", 1)

@@ -33,7 +33,7 @@ __all__ = ["Field", "Register", "REGISTERS", "ErrorCode", "MAGIC", "VERSION", "T
 #: ``ID`` register contents: ASCII "BFP8".
 MAGIC = 0x42465038
 #: Register map version (major << 16 | minor): changes when the map does.
-VERSION = 0x0001_0008
+VERSION = 0x0001_0009
 
 #: Side of the number format's square tile blocks (``CONFIG_FEATURES.TILE_LOG2``): BFP8 tile
 #: blocks, :mod:`sim.models.bfp`.
@@ -211,7 +211,9 @@ REGISTERS: tuple[Register, ...] = tuple([
          ("EPILOGUE", 0, 1, "the write-back epilogue: DESC_EPILOGUE's bias, ReLU, masks and "
                             "BFP8 output, and quantise-only descriptors"),
          ("K_BLOCKS", 1, 1, "operands with tile exponents (DESC_EPILOGUE.A_TILES, B_TILES)"),
-         ("TILE_LOG2", 8, 4, "log2 of the side of the number format's tile blocks")),
+         ("TILE_LOG2", 8, 4, "log2 of the side of the number format's tile blocks"),
+         ("OPS", 16, 8, "the DESC_EPILOGUE bits 7..0 this build runs, each as in "
+                        "DESC_EPILOGUE (all of them where EPILOGUE is 1)")),
     _reg("CTRL", 0x020, "w1p", "Control pulses",
          ("ENQUEUE", 0, 1, "copy the staged descriptor into the queue (starts the engine)"),
          ("SOFT_RESET", 1, 1, "abort everything, drain the bus, return to idle"),

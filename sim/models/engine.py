@@ -31,14 +31,19 @@ _DESC_FIELDS = ("m", "n", "k", "transpose_a", "transpose_b", "raw", "row_vec", "
                 "c_stride", "row_exp_addr", "col_exp_addr", "block", "overlap", "chunk")
 
 
+#: The fields of ``descriptor_layout(k_blocks=True)`` and ``(epilogue=True)``.
+_OPTIONAL_FIELDS = ("tiles", "bfp8", "stochastic", "c_exp_addr", "seed")
+
+
 def descriptor(**fields) -> dict:
     """A descriptor (every field of :func:`rtl.checker.descriptor_layout`, 0 unless given;
-    ``tiles``, of ``descriptor_layout(k_blocks=True)``, only if given)."""
-    bad = set(fields) - set(_DESC_FIELDS) - {"tiles"}
+    ``tiles`` of ``descriptor_layout(k_blocks=True)`` and the BFP8 output's fields of
+    ``descriptor_layout(epilogue=True)`` only if given)."""
+    bad = set(fields) - set(_DESC_FIELDS) - set(_OPTIONAL_FIELDS)
     if bad:
         raise ValueError(f"unknown descriptor fields {sorted(bad)}")
-    return {name: int(fields.get(name, 0)) for name in _DESC_FIELDS} | (
-        {"tiles": int(fields["tiles"])} if "tiles" in fields else {})
+    return {name: int(fields.get(name, 0)) for name in _DESC_FIELDS} | {
+        name: int(fields[name]) for name in _OPTIONAL_FIELDS if name in fields}
 
 
 def _ceil_to(x: int, unit: int) -> int:
@@ -59,7 +64,7 @@ def check(desc: dict, window_base: int, window_limit: int, data_width: int = 128
     regions = [   # base, stored rows, stride, bytes a row, used, may be packed
         (d["a_addr"], d["k"] if ta else d["m"], d["a_stride"], d["m"] if ta else d["k"], 1, 1),
         (d["b_addr"], d["n"] if tb else d["k"], d["b_stride"], d["k"] if tb else d["n"], 1, 1),
-        (d["c_addr"], d["m"], d["c_stride"], d["n"] << 2, 1, 0),
+        (d["c_addr"], d["m"], d["c_stride"], d["n"] if d.get("bfp8") else d["n"] << 2, 1, 0),
         (d["row_exp_addr"], 1, 0, d["m"], d["row_vec"], 0),
         (d["col_exp_addr"], 1, 0, d["n"], d["col_vec"], 0),
     ]
@@ -68,6 +73,10 @@ def check(desc: dict, window_base: int, window_limit: int, data_width: int = 128
         gm, gn, gk = (-(-d[x] // TILE_BLOCK) for x in "mnk")
         regions[3:] = [(d["row_exp_addr"], gm, gk, gk, 1, 2),
                        (d["col_exp_addr"], gk, gn, gn, 1, 2)]
+    if d.get("bfp8"):
+        # C's tile grid (DESC_EPILOGUE.BFP8)
+        gm, gn = (-(-d[x] // TILE_BLOCK) for x in "mn")
+        regions.append((d["c_exp_addr"], gm, gn, gn, 1, 2))
     return check_regions([r[:4] + (r[5],) for r in regions if r[4]], window_base,
                          window_limit, data_width, addr_width)
 

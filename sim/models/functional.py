@@ -38,6 +38,12 @@ __all__ = ["FunctionalAccelerator"]
 _COUNTERS = ("CYCLES", "BUSY_CYCLES", "ACTIVE_CYCLES", "STALL_CYCLES", "MACS")
 
 
+#: ``CONFIG_FEATURES.OPS`` of a build with the whole epilogue: every ``DESC_EPILOGUE`` bit
+#: from 7 down.
+_ALL_OPS = regmap.pack("DESC_EPILOGUE", BFP8=1, STOCHASTIC=1, BIAS=3, RELU=1, MASK_IN=1,
+                       QUANTIZE_ONLY=1)
+
+
 def _signed8(v: int) -> int:
     return v - 256 if v & 0x80 else v
 
@@ -116,7 +122,8 @@ class FunctionalAccelerator:
                                               OUTSTANDING=self.outstanding),
             offset("CONFIG_FEATURES"): regmap.pack(
                 "CONFIG_FEATURES", EPILOGUE=int(self.epilogue), K_BLOCKS=int(self.epilogue),
-                TILE_LOG2=regmap.TILE_BLOCK.bit_length() - 1),
+                TILE_LOG2=regmap.TILE_BLOCK.bit_length() - 1,
+                OPS=_ALL_OPS if self.epilogue else 0),
             offset("STATUS"): regmap.pack(
                 "STATUS", BUSY=int(bool(self.pending)), ERROR=int(self.error != 0),
                 QUEUE_FULL=int(len(self.pending) >= self.queue),

@@ -1,0 +1,130 @@
+"""BFP8 output on the RTL (``Accelerator(epilogue=True)``, Device("rtl", epilogue=True)):
+C written as BFP8 tile blocks by the write-back, bit for bit :mod:`sim.models.bfp` and the
+functional model, memory beyond the matrix untouched, the options it lacks refused,
+inf and NaN reported."""
+
+import numpy as np
+import pytest
+
+from firmware import Device
+from firmware.runtime.device import AcceleratorError
+from firmware.spec.regmap import ErrorCode
+from sim.models import bfp, golden
+
+# (rows = cols, data_width): lanes above and below the bus width, the Pynq-Z1's shape
+CONFIGS = [(8, 128), (16, 64)]
+
+
+@pytest.fixture(scope="module", params=CONFIGS, ids=lambda c: f"{c[0]}x{c[0]}@{c[1]}")
+def dev(request):
+    rows, width = request.param
+    device = Device("rtl", rows=rows, cols=rows, data_width=width, depth=64, latency=24,
+                    pause=0.2, seed=7, k_blocks=True, epilogue=True)
+    yield device
+    assert device.sim.violations == 0, "AXI protocol violations"
+
+
+def _tiles(rng, shape, spread=20):
+    x = rng.standard_normal(shape).astype(np.float32)
+    x *= np.float32(2.0) ** rng.integers(-spread, spread, (1, shape[1])).astype(np.float32)
+    return bfp.quantize_tiles(x)
+
+
+@pytest.mark.parametrize("m,n,k,ta,tb,rounding", [
+    (40, 70, 33, False, False, "nearest"), (33, 20, 64, True, False, "stochastic"),
+    (5, 7, 40, False, True, "stochastic"), (64, 64, 96, True, True, "nearest"),
+    (1, 100, 32, False, False, "stochastic"), (97, 3, 17, False, False, "nearest")])
+def test_bfp8_output_matches_golden(dev, m, n, k, ta, tb, rounding):
+    """bfp_gemm(out="bfp8") on tile operands: each K block rescaled and added in float32
+    (:func:`sim.models.bfp.gemm_kblocks`), then quantised to tile blocks with the seeded
+    rounding (:func:`sim.models.bfp.quantize_tiles`), mantissas and exponents bit for bit;
+    the same as the functional model's."""
+    rng = np.random.default_rng(m * 7 + n * 3 + k)
+    qa, ea = _tiles(rng, (k, m) if ta else (m, k))
+    qb, eb = _tiles(rng, (n, k) if tb else (k, n))
+    seed = int(rng.integers(0, 2**63))
+    got = dev.bfp_gemm(dev.bfp_tensor(qa, ea), dev.bfp_tensor(qb, eb), transpose_a=ta,
+                       transpose_b=tb, out="bfp8", rounding=rounding, seed=seed)
+    c = bfp.gemm_kblocks(qa, ea, qb, eb, transpose_a=ta, transpose_b=tb)
+    want_q, want_e = bfp.quantize_tiles(c, rounding=rounding, seed=seed)
+    np.testing.assert_array_equal(got.mantissas(), want_q)
+    np.testing.assert_array_equal(got.exponents(), want_e)
+    model = Device("model", rows=dev.rows, cols=dev.cols, data_width=dev.data_width)
+    ref = model.bfp_gemm(model.bfp_tensor(qa, ea), model.bfp_tensor(qb, eb), transpose_a=ta,
+                         transpose_b=tb, out="bfp8", rounding=rounding, seed=seed)
+    np.testing.assert_array_equal(ref.mantissas(), want_q)
+    np.testing.assert_array_equal(ref.exponents(), want_e)
+
+
+def test_bfp8_output_of_a_plain_gemm_leaves_the_rest_of_memory(dev):
+    """A GEMM with scalar exponents (no tile operands) and a BFP8 C: C's rows hold N bytes
+    of mantissas at DESC_C_ADDR (stride wider than N), the exponent grid ceil(M/32) x
+    ceil(N/32) at DESC_C_EXP_ADDR; every other byte of the region is as it was."""
+    drv, mem = dev.driver, dev.sim.memory
+    bpw = drv.bytes_per_word
+    rng = np.random.default_rng(3)
+    m, n, k = 45, 37, 21
+    a = rng.integers(-128, 128, (m, k), dtype=np.int8)
+    b = rng.integers(-128, 128, (k, n), dtype=np.int8)
+    sa, sb = (-(-x // bpw) * bpw for x in (k, n))
+    sc = -(-n // bpw) * bpw + 2 * bpw
+    base = 0x100000
+    for addr, x, stride in ((base, a, sa), (base + 0x4000, b, sb)):
+        for i, row in enumerate(x):
+            mem[addr + i * stride:addr + i * stride + row.size] = row.view(np.uint8)
+    c_addr, exp_addr = base + 0x8000, base + 0xC000
+    mem[c_addr:c_addr + 0x8000] = 0xA5
+    before = mem[c_addr:c_addr + 0x8000].copy()
+    drv.set_window(base, base + 0x10000)
+    drv.run(dict(m=m, n=n, k=k, flags={"ROW_EXP": -3, "COL_EXP": 2}, a_addr=base,
+                 a_stride=sa, b_addr=base + 0x4000, b_stride=sb, c_addr=c_addr, c_stride=sc,
+                 c_exp_addr=exp_addr, seed=99, epilogue={"BFP8": 1, "STOCHASTIC": 1}))
+    c = golden.rescale(golden.gemm(a, b), np.full(m, -3, np.int8), np.full(n, 2, np.int8))
+    want_q, want_e = bfp.quantize_tiles(c, rounding="stochastic", seed=99)
+    want = before.copy()
+    for i in range(m):
+        want[i * sc:i * sc + n] = want_q[i].view(np.uint8)
+    want[exp_addr - c_addr:exp_addr - c_addr + want_e.size] = want_e.reshape(-1).view(np.uint8)
+    np.testing.assert_array_equal(mem[c_addr:c_addr + 0x8000], want)
+
+
+@pytest.mark.parametrize("option", [{"RELU": 1}, {"BIAS": 2}, {"MASK_IN": 1},
+                                    {"QUANTIZE_ONLY": 1}, {"A_TILES": 1}])
+def test_options_it_lacks_are_refused(dev, option):
+    """CONFIG_FEATURES.OPS says BFP8 and STOCHASTIC; any other epilogue bit (or half of the
+    tile pair) stops the accelerator with UNSUPPORTED, and the runtime refuses the call
+    first, naming what is missing."""
+    info = dev.driver.info
+    assert info.epilogue_ops == 0b11 and not info.epilogue and info.k_blocks
+    with pytest.raises(AcceleratorError) as e:
+        dev.driver.run(dict(m=1, n=1, k=1, flags={}, epilogue=dict(option, BFP8=1)))
+    assert e.value.code is ErrorCode.UNSUPPORTED
+    q, ex = bfp.quantize_tiles(np.ones((4, 4), np.float32))
+    t = dev.bfp_tensor(q, ex)
+    with pytest.raises(RuntimeError, match="RELU"):
+        dev.bfp_gemm(t, t, relu=True)
+    with pytest.raises(RuntimeError, match="QUANTIZE_ONLY"):
+        dev.quantize(np.ones((4, 4), np.float32))
+
+
+def test_inf_stops_with_nonfinite_then_runs_again(dev):
+    """A C holding inf (operand exponents too large for float32) is written as zero blocks
+    and stops the accelerator with NONFINITE, as the functional model does; after a soft
+    reset the next descriptor runs."""
+    q = np.full((32, 32), 127, np.int8)
+    big = dev.bfp_tensor(q, np.array([[127]], np.int8))
+    with pytest.raises(AcceleratorError) as e:
+        dev.bfp_gemm(big, big, out="bfp8")
+    assert e.value.code is ErrorCode.NONFINITE
+    model = Device("model")
+    mbig = model.bfp_tensor(q, np.array([[127]], np.int8))
+    with pytest.raises(AcceleratorError) as e:
+        model.bfp_gemm(mbig, mbig, out="bfp8")
+    assert e.value.code is ErrorCode.NONFINITE
+    dev.driver.soft_reset()
+    small = dev.bfp_tensor(q, np.array([[-10]], np.int8))
+    got = dev.bfp_gemm(small, small, out="bfp8")
+    want = bfp.quantize_tiles(bfp.gemm_kblocks(q, np.array([[-10]], np.int8), q,
+                                               np.array([[-10]], np.int8)))
+    np.testing.assert_array_equal(got.mantissas(), want[0])
+    np.testing.assert_array_equal(got.exponents(), want[1])
