@@ -3,8 +3,9 @@
 estimate, bitstream, programming.
 
     python build.py --platform {pynq-z1,zcu104,vu9p} [--rows R --cols C --depth D --block B
-                    --dsp-rows N] [--k-blocks] [--out DIR] [--synth {yosys,vivado,none}]
-                    [--timing] [--[no-]timing-strict] [--program [--host HOST]] [--dry-run] [--list]
+                    --dsp-rows N] [--k-blocks] [--epilogue] [--out DIR]
+                    [--synth {yosys,vivado,none}] [--timing] [--[no-]timing-strict]
+                    [--program [--host HOST]] [--dry-run] [--list]
 
 Writes ``DIR`` (default ``build/<platform>/``): ``bfp_accel.v`` (the accelerator),
 ``bfp_accel_top.v`` (board-level wrapper with Xilinx AXI port names), ``<stem>.xdc``,
@@ -27,6 +28,8 @@ net (``--no-timing-strict``: only report it).
 ``docs/architecture.md``), recorded in the report's ``"config"``; a configuration that
 cannot have it (depth below 32, or the largest of rows, columns and bus bytes not dividing 32,
 as the ZCU104 and VU9P defaults) exits with status 2 saying which.
+``--epilogue`` builds BFP8 output (``CONFIG_FEATURES.OPS``), for square arrays whose side
+divides 32 (the Pynq-Z1's), and exits with status 2 elsewhere.
 ``--synth vivado`` runs ``build.tcl`` when Vivado is on PATH. ``--program`` loads the
 bitstream (openFPGALoader over JTAG, or a copy of the ``.bit``, ``.hwh`` and ``report.json``
 to a PYNQ board with ``--host``; Vivado's hardware manager for the VCU118); ``--dry-run``
@@ -180,6 +183,10 @@ def parse_args(argv):
                              "CONFIG_FEATURES.K_BLOCKS); needs --depth >= "
                              f"{regmap.TILE_BLOCK} and the largest of rows, columns and bus "
                              f"bytes dividing {regmap.TILE_BLOCK}")
+    parser.add_argument("--epilogue", action="store_true",
+                        help="build BFP8 output (DESC_EPILOGUE.BFP8, STOCHASTIC; "
+                             "CONFIG_FEATURES.OPS); needs rows == cols dividing "
+                             f"{regmap.TILE_BLOCK} and --block >= {regmap.TILE_BLOCK} / rows")
     parser.add_argument("--out", type=Path, help="output directory (default build/<platform>)")
     parser.add_argument("--synth", choices=["yosys", "vivado", "none"], default="yosys",
                         help="yosys: a resource estimate and timing report (default); vivado: "
@@ -210,7 +217,7 @@ def parse_args(argv):
                            dsp_rows=args.dsp_rows, acc_ram=args.acc_ram, packing=args.packing,
                            write_ports=args.write_ports, read_ports=args.read_ports,
                            slr_groups=args.slr_groups, burst_beats=args.burst_beats,
-                           k_blocks=args.k_blocks or None)
+                           k_blocks=args.k_blocks or None, epilogue=args.epilogue or None)
     except ValueError as e:
         parser.error(f"--burst-beats: {e}")
     if cfg.get("slr_groups", 1) == 1:
@@ -240,6 +247,9 @@ def parse_args(argv):
     try:
         Accelerator(**cfg)
     except ValueError as e:
+        if cfg.get("epilogue") and "epilogue" in str(e):
+            parser.error(f"--epilogue is not available for this {board.name} configuration: "
+                         f"{e}")
         parser.error(f"unsupported configuration for the RTL: {e}")
     if cfg.get("k_blocks"):
         # what the mode asks of the shape, which the walker checks (at elaboration)
@@ -366,10 +376,11 @@ def estimate(board, cfg, out: Path, whole: bool = False) -> tuple[dict, bool]:
 
     # first: the timing report (its own ABC9 netlist of the design the estimate synthesizes)
     work = ROOT / "build" / "estimates"
-    if cfg.get("k_blocks"):
+    if cfg.get("k_blocks") or cfg.get("epilogue"):
         # the cached designs are named by shape and bus (platforms.estimate.design_tag): the
-        # K-block mode's go apart, so that the same shape's without it stay cached
-        work = work / "k_blocks"
+        # K-block mode's and the epilogue's go apart, so that the same shape's without them
+        # stay cached
+        work = work / "_".join(name for name in ("k_blocks", "epilogue") if cfg.get(name))
     parts = cfg["rows"] * cfg["cols"] > WHOLE_LIMIT
     with step(f"timing report from Yosys for {board.family} at {board.clock_mhz:g} MHz"):
         # the configured design's report if it was measured before (whole or by parts),

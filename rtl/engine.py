@@ -74,9 +74,9 @@ class GemmEngine(wiring.Component):
         Run descriptors with ``bfp8`` (:func:`rtl.checker.descriptor_layout`): C written as
         BFP8 tile blocks by a :class:`rtl.bfpwrite.BfpWriteBack` beside the float32
         write-back, the walk in blocks of one tile block (``TILE_BLOCK / rows`` tiles a
-        side, whatever the descriptor's ``block``). Needs ``rows == cols`` dividing
-        :data:`firmware.spec.regmap.TILE_BLOCK`, ``block`` at least ``TILE_BLOCK / rows``
-        and one write port.
+        side, whatever the descriptor's ``block``), through the first write port. Needs
+        ``rows == cols`` dividing :data:`firmware.spec.regmap.TILE_BLOCK` and ``block`` at
+        least ``TILE_BLOCK / rows``.
 
     Attributes
     ----------
@@ -146,11 +146,10 @@ class GemmEngine(wiring.Component):
             raise ValueError(f"block must be a power of two in 1..16, not {block!r}")
         self.rows, self.cols, self.depth, self.block = rows, cols, depth, block
         if self.epilogue and (rows != cols or regmap.TILE_BLOCK % rows or rows < 4
-                              or block < regmap.TILE_BLOCK // rows or write_ports != 1):
+                              or block < regmap.TILE_BLOCK // rows):
             raise ValueError(f"epilogue (BFP8 output) needs rows == cols dividing "
-                             f"{regmap.TILE_BLOCK} (at least 4), block >= "
-                             f"{regmap.TILE_BLOCK} / rows and one write port, not "
-                             f"{rows}x{cols}, block {block}, {write_ports} write ports")
+                             f"{regmap.TILE_BLOCK} (at least 4) and block >= "
+                             f"{regmap.TILE_BLOCK} / rows, not {rows}x{cols}, block {block}")
         self.primitive = bool(primitive)
         self.data_width, self.addr_width = data_width, addr_width
         self.datapath = GemmDatapath(rows, cols, depth, slots=max(2, 2 * block),
@@ -546,35 +545,36 @@ class GemmEngine(wiring.Component):
         wiring.connect(m, p.issue.cmd, dp.cmd)
         wiring.connect(m, p.issue.a_stream, dp.a_stream)
         wiring.connect(m, p.issue.b_stream, dp.b_stream)
+        o = dp.o_stream
         if self.epilogue:
-            # C rows, and the write port, to the BFP8 write-back while the back writes BFP8
+            # C rows to the BFP8 write-back while the back writes BFP8
             bfp8, bfpwb, wb = self._d_back.bfp8, p.bfpwb, p.writeback
-            o = dp.o_stream
             m.d.comb += [wb.i_stream.payload.eq(o.payload), bfpwb.i_stream.payload.eq(o.payload),
                          wb.i_stream.valid.eq(o.valid & ~bfp8),
                          bfpwb.i_stream.valid.eq(o.valid & bfp8),
                          o.ready.eq(Mux(bfp8, bfpwb.i_stream.ready, wb.i_stream.ready))]
-            cmd_in, data_out = sl.wr_cmd.i_stream, self.wr_data
-            for src in (wb, bfpwb):
-                sel = bfp8 if src is bfpwb else ~bfp8
-                with m.If(sel):
-                    m.d.comb += [cmd_in.payload.eq(src.wr_cmd.payload),
-                                 cmd_in.valid.eq(src.wr_cmd.valid),
-                                 src.wr_cmd.ready.eq(cmd_in.ready),
-                                 data_out.payload.eq(src.wr_data.payload),
-                                 data_out.valid.eq(src.wr_data.valid),
-                                 src.wr_data.ready.eq(data_out.ready),
-                                 src.wr_done.eq(self.wr_done)]
-            wiring.connect(m, sl.wr_cmd.o_stream, wiring.flipped(self.wr_cmd))
-            return
-        wiring.connect(m, dp.o_stream, p.writeback.i_stream)
+        else:
+            wiring.connect(m, o, p.writeback.i_stream)
         for q in range(self.write_ports):
             suffix = str(q or "")
-            wiring.connect(m, p.wb_cmd[q], sl[f"wr_cmd{suffix}"].i_stream)
+            cmd_in, data_out = sl[f"wr_cmd{suffix}"].i_stream, getattr(self, f"wr_data{suffix}")
+            done = getattr(self, f"wr_done{suffix}")
+            srcs = [(p.wb_cmd[q], p.wb_data[q], p.wb_done[q], None)]
+            if self.epilogue and q == 0:
+                # the BFP8 write-back writes through the first port (a quarter of the bytes
+                # of a float32 C): it has the port while the back writes BFP8
+                bfp8 = self._d_back.bfp8
+                srcs = [(p.wb_cmd[0], p.wb_data[0], p.wb_done[0], ~bfp8),
+                        (p.bfpwb.wr_cmd, p.bfpwb.wr_data, p.bfpwb.wr_done, bfp8)]
+            for cmd, wdata, wdone, sel in srcs:
+                with m.If(1 if sel is None else sel):
+                    m.d.comb += [cmd_in.payload.eq(cmd.payload), cmd_in.valid.eq(cmd.valid),
+                                 cmd.ready.eq(cmd_in.ready),
+                                 data_out.payload.eq(wdata.payload),
+                                 data_out.valid.eq(wdata.valid), wdata.ready.eq(data_out.ready),
+                                 wdone.eq(done)]
             wiring.connect(m, sl[f"wr_cmd{suffix}"].o_stream,
                            wiring.flipped(getattr(self, f"wr_cmd{suffix}")))
-            wiring.connect(m, p.wb_data[q], wiring.flipped(getattr(self, f"wr_data{suffix}")))
-            m.d.comb += p.wb_done[q].eq(getattr(self, f"wr_done{suffix}"))
 
     def _macs_counter(self, m, d, macs_back):
         """``m * n * k`` of the descriptor started (for :attr:`macs`, which shows

@@ -11,15 +11,16 @@ from firmware.runtime.device import AcceleratorError
 from firmware.spec.regmap import ErrorCode
 from sim.models import bfp, golden
 
-# (rows = cols, data_width): lanes above and below the bus width, the Pynq-Z1's shape
-CONFIGS = [(8, 128), (16, 64)]
+# (rows = cols, data_width, options): lanes above and below the bus width; the Pynq-Z1's
+# shape, bus and ports (BFP8 C through the first of its four write ports)
+CONFIGS = [(8, 128, {}), (16, 64, {"block": 8, "write_ports": 4, "read_ports": 3})]
 
 
 @pytest.fixture(scope="module", params=CONFIGS, ids=lambda c: f"{c[0]}x{c[0]}@{c[1]}")
 def dev(request):
-    rows, width = request.param
+    rows, width, options = request.param
     device = Device("rtl", rows=rows, cols=rows, data_width=width, depth=64, latency=24,
-                    pause=0.2, seed=7, k_blocks=True, epilogue=True)
+                    pause=0.2, seed=7, k_blocks=True, epilogue=True, **options)
     yield device
     assert device.sim.violations == 0, "AXI protocol violations"
 

@@ -190,6 +190,10 @@ def test_repeated_generation_is_cached(generated):
     (["--platform", "vu9p", "--k-blocks"], "cols 128, 64 bus bytes"),
     (["--platform", "pynq-z1", "--k-blocks", "--rows", "8", "--cols", "8", "--depth", "16"],
      "not depth 16"),
+    (["--platform", "zcu104", "--epilogue"], "--epilogue is not available for this zcu104 "
+                                             "configuration: epilogue (BFP8 output) needs "
+                                             "rows == cols"),
+    (["--platform", "pynq-z1", "--epilogue", "--block", "1"], "block >= 32 / rows, not 16x16"),
 ])
 def test_bad_arguments_exit_2_with_the_choices(args, message):
     proc = run_build(*args)
@@ -385,3 +389,15 @@ def test_the_k_block_mode_is_built_and_recorded(tmp_path):
     assert report["config"]["k_blocks"] is True
     assert "kb_adder" in (tmp_path / "bfp_accel.v").read_text()
     assert all("k_blocks" not in board.config() for board in PLATFORMS.values())
+
+
+def test_bfp8_output_is_built_and_recorded(tmp_path):
+    """``--epilogue`` builds BFP8 output (the tile quantiser is in the Verilog) and the
+    report's configuration says so; no board's default has it."""
+    proc = run_build("--platform", "pynq-z1", "--rows", "8", "--cols", "8", "--k-blocks",
+                     "--epilogue", "--synth", "none", "--out", str(tmp_path))
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert report["config"]["epilogue"] is True
+    assert "quantizer" in (tmp_path / "bfp_accel.v").read_text()
+    assert all("epilogue" not in board.config() for board in PLATFORMS.values())
