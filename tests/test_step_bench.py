@@ -115,3 +115,22 @@ def test_bad_options_exit_2(argv, capsys):
     with pytest.raises(SystemExit) as e:
         step.main(argv)
     assert e.value.code == 2
+
+
+def test_a_reduction_above_max_k_runs_in_parts(monkeypatch):
+    """K above MAX_K (a weight gradient over batch x positions): the Engine runs the GEMM
+    in parts of at most MAX_K steps and adds them in float32 in K order; below it, one
+    GEMM as before."""
+    from firmware import Device
+    rng = np.random.default_rng(0)
+    eng = nn.Engine("int8", Device("golden"), rng=np.random.default_rng(1))
+    a = nn.Q(rng.integers(-127, 128, (12, 3), dtype=np.int8), row_exp=rng.integers(
+        -5, 5, 12).astype(np.int8))
+    b = nn.Q(rng.integers(-127, 128, (12, 4), dtype=np.int8), exp=-3)
+    whole = eng.gemm(a, b, transpose_a=True)
+    monkeypatch.setattr(nn, "MAX_K", 5)
+    parts = [eng.gemm(nn.Q(a.data[s], row_exp=a.row_exp[s]), nn.Q(b.data[s], exp=-3),
+                      transpose_a=True) for s in (slice(0, 5), slice(5, 10), slice(10, 12))]
+    split = eng.gemm(a, b, transpose_a=True)
+    np.testing.assert_array_equal(split, (parts[0] + parts[1]) + parts[2])
+    np.testing.assert_allclose(split, whole, rtol=1e-5)

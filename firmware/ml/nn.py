@@ -60,6 +60,7 @@ import numpy as np
 from firmware.ml.quant import quantize, quantize_tiles
 from firmware.runtime.profile import Profile
 from sim.models.bfp import gemm_kblocks
+from sim.models.golden import MAX_K
 
 __all__ = ["Engine", "Blocks", "FOX", "BIG_BLOCK", "TILE", "POLICIES", "Q", "tile_gemm",
            "Linear", "Conv2d", "ReLU", "MaxPool2d", "GlobalAvgPool2d", "Flatten", "Residual",
@@ -284,6 +285,24 @@ class Engine:
                                   transpose_a=opts.get("transpose_a", False),
                                   transpose_b=opts.get("transpose_b", False))
                         for qa, qb, opts in calls]
+        if any(_reduction(qa, opts.get("transpose_a", False), True) > MAX_K
+               for qa, _, opts in calls):
+            # K above the int32 accumulator's limit: the GEMM in parts of at most MAX_K
+            # steps, added in float32 in K order
+            out = []
+            for qa, qb, opts in calls:
+                ta, tb = opts.get("transpose_a", False), opts.get("transpose_b", False)
+                k = _reduction(qa, ta, True)
+                parts = self.queued_gemms([
+                    (_k_slice(qa, ta, True, s), _k_slice(qb, tb, False, s),
+                     dict(transpose_a=ta, transpose_b=tb))
+                    for s in (slice(i, min(i + MAX_K, k)) for i in range(0, k, MAX_K))])
+                with self.profile.time("combine"):
+                    total = parts[0]
+                    for part in parts[1:]:
+                        total = total + part
+                out.append(total)
+            return out
         dev = self.device
         dev.profile = self.profile
         args = []
@@ -316,6 +335,20 @@ class Engine:
             oa = a.T if transpose_a else a
             ob = b.T if transpose_b else b
             return oa @ ob           # float32 operands give float32
+
+
+def _reduction(q: Q, transposed: bool, is_a: bool) -> int:
+    """K of a GEMM operand (A's columns, B's rows, as used)."""
+    return q.data.shape[0 if transposed == is_a else 1]
+
+
+def _k_slice(q: Q, transposed: bool, is_a: bool, s: slice) -> Q:
+    """The steps ``s`` of an operand's reduction axis, with their exponents."""
+    if transposed == is_a:         # K along the stored rows
+        return Q(q.data[s], exp=q.exp, row_exp=None if q.row_exp is None else q.row_exp[s],
+                 col_exp=q.col_exp)
+    return Q(q.data[:, s], exp=q.exp, row_exp=q.row_exp,
+             col_exp=None if q.col_exp is None else q.col_exp[s])
 
 
 def _on_device(q: Q) -> bool:
