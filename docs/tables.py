@@ -554,6 +554,54 @@ def t_kblocks_build():
                 ".venv/bin/python build.py --platform pynq-z1 --k-blocks"]
 
 
+def t_conv_layouts():
+    data = load("conv_format.json")
+    rows = []
+    for r in data["layouts"]:
+        rows.append([r["network"], r["layer"], f"{r['kernel']}×{r['kernel']}/{r['stride']}",
+                     r["order"], f"{r['runs_per_block']:.2f}", pct(r["straddled_blocks"], 0),
+                     f"{r['forward_segment_bytes']:,.0f}"])
+    md = table(["network", "layer", "kernel/stride", "order", "weight-gradient runs per K "
+                "block", "K blocks straddled", "forward read segment (bytes, mean)"], rows,
+               "llllrrr")
+    note = (f"Batch {data['layouts'][0]['batch']}; CHWN: the batch innermost, NCHW: the "
+            "image's columns innermost.")
+    return md + "\n\n" + note, [command(data)]
+
+
+def t_conv_straddle():
+    data = load("conv_format.json")
+    rows = [[r["layer"], r["batch"], r["order"], f"{r['runs_per_block']:.2f}",
+             pct(r["error_x"], 2), pct(r["error_delta"], 2), pct(r["error_split"], 2),
+             pct(r["error_reblock"], 2)] for r in data["straddle"]]
+    md = table(["layer", "batch", "order", "runs per K block", "error of X", "error of δ",
+                "weight gradient, split runs", "weight gradient, re-blocked"], rows,
+               "lrlrrrrr")
+    note = ("Relative RMS error against float32 on fashion-cnn's tensors after float32 "
+            "training; the weight gradient's with each straddle rule.")
+    return md + "\n\n" + note, [command(data)]
+
+
+def t_step():
+    data = load("step.json")
+    rows = []
+    for r in data["results"]:
+        rows.append([r["net"], f"{TITLES.get(r['board'], r['board'])} ({r['config']}, "
+                     f"{r['clock_mhz']:g} MHz)", r["blocks"], r["batch"],
+                     f"{1000 * r['host_total']:,.0f}", f"{1000 * r['accelerator_seconds']:,.1f}",
+                     f"{1000 * r['step_seconds']:,.0f}", pct(r["host_share"], 1),
+                     f"{1000 * r['torch_seconds']:,.0f}", f"{r['speedup']:.2f}×",
+                     pct(r["utilization"], 2), pct(r["accelerator_utilization"], 0)])
+    md = table(["network", "board default", "blocks", "batch", "host (ms)", "accelerator (ms)",
+                "step (ms)", "host share", "PyTorch fp32, one core (ms)", "speedup",
+                "end-to-end utilisation", "accelerator busy utilisation"], rows,
+               "lllrrrrrrrrr")
+    note = (f"Measured on {data['machine']} (Python {data['python']}, torch {data['torch']}). "
+            "End-to-end utilisation: the step's multiply-accumulates over the board's peak in "
+            "the step's time; busy utilisation: over its peak in the accelerator's time alone.")
+    return md + "\n\n" + note, [command(data)]
+
+
 TABLES = {
     "proofs": t_proofs,
     "headline": t_headline,
@@ -574,6 +622,9 @@ TABLES = {
     "host-profile": t_host_profile,
     "host-profile-mlp": lambda: t_host_profile("host_profile_mlp.json"),
     "cycles": t_cycles,
+    "conv-layouts": t_conv_layouts,
+    "conv-straddle": t_conv_straddle,
+    "step": t_step,
 }
 
 

@@ -334,12 +334,13 @@ def activation_tensor(m: np.ndarray, batch: int, height: int, width: int) -> np.
 
     Parameters
     ----------
-    m : numpy.ndarray, shape (C, height * width * batch)
+    m : numpy.ndarray, shape (C, H * W * N)
     batch, height, width : int
+        N, H and W.
 
     Returns
     -------
-    numpy.ndarray, shape (batch, C, height, width)
+    numpy.ndarray, shape (N, C, H, W)
 
     Raises
     ------
@@ -821,12 +822,12 @@ def global_avg_pool(x: np.ndarray, batch: int, height: int, width: int) -> np.nd
 
     Parameters
     ----------
-    x : numpy.ndarray of float32, shape (C, height * width * batch)
+    x : numpy.ndarray of float32, shape (C, H * W * N)
     batch, height, width : int
 
     Returns
     -------
-    numpy.ndarray of float32, shape (C, batch)
+    numpy.ndarray of float32, shape (C, N)
         Each image's channel mean: the sum over the positions in stored order from +0, times
         the float32 nearest to ``1 / (height * width)``. In the CHWN layout this is the
         ``features x batch`` matrix a fully connected layer reads.
@@ -846,12 +847,12 @@ def global_avg_pool_backward(dy: np.ndarray, batch: int, height: int,
 
     Parameters
     ----------
-    dy : numpy.ndarray of float32, shape (C, batch)
+    dy : numpy.ndarray of float32, shape (C, N)
     batch, height, width : int
 
     Returns
     -------
-    numpy.ndarray of float32, shape (C, height * width * batch)
+    numpy.ndarray of float32, shape (C, H * W * N)
 
     Raises
     ------
