@@ -33,7 +33,7 @@ from firmware.spec.regmap import ErrorCode, field_value, offset
 from sim.models import bfp, golden
 from sim.models.engine import block_side, check, check_regions, descriptor
 
-__all__ = ["FunctionalAccelerator"]
+__all__ = ["FunctionalAccelerator", "bfp8_block"]
 
 _COUNTERS = ("CYCLES", "BUSY_CYCLES", "ACTIVE_CYCLES", "STALL_CYCLES", "MACS")
 
@@ -42,6 +42,13 @@ _COUNTERS = ("CYCLES", "BUSY_CYCLES", "ACTIVE_CYCLES", "STALL_CYCLES", "MACS")
 #: from 7 down.
 _ALL_OPS = regmap.pack("DESC_EPILOGUE", BFP8=1, STOCHASTIC=1, BIAS=3, RELU=1, MASK_IN=1,
                        QUANTIZE_ONLY=1)
+
+
+def bfp8_block(rows: int, cols: int) -> int:
+    """The walker's block side (C tiles) for a descriptor with a BFP8 C: one tile block of
+    the format a block, as :class:`rtl.engine.GemmEngine` walks it (``TILE_BLOCK / rows``
+    on a square array, at least 1)."""
+    return max(1, regmap.TILE_BLOCK // max(rows, cols))
 
 
 def _signed8(v: int) -> int:
@@ -196,7 +203,7 @@ class FunctionalAccelerator:
             tiles = all(field_value("DESC_EPILOGUE", name, epi) for name in ("A_TILES",
                                                                               "B_TILES"))
             self._count(m, n, 0 if field_value("DESC_EPILOGUE", "QUANTIZE_ONLY", epi) else k,
-                        f, k_blocks=tiles)
+                        f, k_blocks=tiles, bfp8=bool(field_value("DESC_EPILOGUE", "BFP8", epi)))
             return ErrorCode.NONE
         ta, tb = bool(f["TRANSPOSE_A"]), bool(f["TRANSPOSE_B"])
         a = (self._reg64("DESC_A_ADDR"), (k, m) if ta else (m, k), self._reg("DESC_A_STRIDE"))
@@ -235,12 +242,17 @@ class FunctionalAccelerator:
         self._count(m, n, k, f)
         return ErrorCode.NONE
 
-    def _count(self, m: int, n: int, k: int, f: dict, k_blocks: bool = False) -> None:
+    def _count(self, m: int, n: int, k: int, f: dict, k_blocks: bool = False,
+               bfp8: bool = False) -> None:
         """Advance the counters by a descriptor's predicted cycles (``k = 0``: a
         quantise-only descriptor, counted as its write-back alone, a row a cycle;
-        ``k_blocks``: tile exponents along K, the datapath's K-block mode)."""
+        ``k_blocks``: tile exponents along K, the datapath's K-block mode; ``bfp8``: a BFP8
+        C, walked in blocks of one tile block, :func:`bfp8_block`)."""
         ta, tb = bool(f["TRANSPOSE_A"]), bool(f["TRANSPOSE_B"])
-        cfg = {**self.cfg, "block": block_side(f["BLOCK"], self.cfg["block"])}
+        side = block_side(f["BLOCK"], self.cfg["block"])
+        if bfp8:
+            side = min(side, bfp8_block(self.cfg["rows"], self.cfg["cols"]))
+        cfg = {**self.cfg, "block": side}
         if k == 0:
             p = {"cycles": m * -(-n // cfg["cols"]), "compute_cycles": 0}
         elif self.predict is None:
