@@ -29,7 +29,7 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[2]
 
-__all__ = ["fashion_cnn", "measure", "table", "main"]
+__all__ = ["fashion_cnn", "board_device", "measure", "table", "main"]
 
 
 def fashion_cnn(rng):
@@ -94,17 +94,13 @@ def measure(board: str, blocks: str, batch: int = 128, steps: int = 3,
     dict
         Host seconds by kind, accelerator cycles and seconds, and the host share.
     """
-    from firmware import Device
     from firmware.ml import nn
     from firmware.ml.optim import SGD
     from firmware.spec.ports import BOARD_PORTS
     from platforms import PLATFORMS
     b = PLATFORMS[board]
     cfg = b.config()
-    dev = Device("model", rows=cfg["rows"], cols=cfg["cols"], data_width=cfg["data_width"],
-                 depth=cfg["depth"], block=cfg["block"], packing=cfg["packing"],
-                 queue=cfg["queue"], port=BOARD_PORTS[board], memory=512 << 20,
-                 write_ports=cfg.get("write_ports", 1))
+    dev = board_device(board)
     rng = np.random.default_rng(0)
     x, y = _images(batch)
     if blocks == RESIDENT:
@@ -145,6 +141,18 @@ def measure(board: str, blocks: str, batch: int = 128, steps: int = 3,
             "host_seconds": per, "host_total": host,
             "accelerator_cycles": s["accelerator_cycles"] / steps,
             "accelerator_seconds": acc, "host_share": host / (host + acc)}
+
+
+def board_device(board: str, memory: int = 512 << 20):
+    """``Device("model")`` configured as ``board``'s default on its memory port."""
+    from firmware import Device
+    from firmware.spec.ports import BOARD_PORTS
+    from platforms import PLATFORMS
+    cfg = PLATFORMS[board].config()
+    return Device("model", rows=cfg["rows"], cols=cfg["cols"], data_width=cfg["data_width"],
+                  depth=cfg["depth"], block=cfg["block"], packing=cfg["packing"],
+                  queue=cfg["queue"], port=BOARD_PORTS[board], memory=memory,
+                  write_ports=cfg.get("write_ports", 1))
 
 
 def fp32_step(batch: int = 128, steps: int = 3, net_name: str = "cnn") -> float:

@@ -186,17 +186,14 @@ def measure(board: str, net_name: str, blocks: str = "fox", batch: int = 128,
     """The int8 step of ``net_name`` through ``Device("model")`` as ``board``'s default:
     host seconds by kind, accelerator cycles and seconds, multiply-accumulates (a warm-up
     step first, then the mean over ``steps``)."""
-    from firmware import Device
     from firmware.ml import nn
     from firmware.ml.optim import SGD
     from firmware.spec.ports import BOARD_PORTS
     from platforms import PLATFORMS
+    from sim.bench.host import board_device
     b = PLATFORMS[board]
     cfg = b.config()
-    dev = Device("model", rows=cfg["rows"], cols=cfg["cols"], data_width=cfg["data_width"],
-                 depth=cfg["depth"], block=cfg["block"], packing=cfg["packing"],
-                 queue=cfg["queue"], port=BOARD_PORTS[board], memory=1 << 30,
-                 write_ports=cfg.get("write_ports", 1))
+    dev = board_device(board, memory=1 << 30)
     build, shape = NETS[net_name]
     net = build(np.random.default_rng(0))
     eng = nn.Engine("int8", dev, rng=np.random.default_rng(1), blocks=nn.Blocks.parse(blocks))

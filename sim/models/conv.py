@@ -41,7 +41,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from sim.models.bfp import BLOCKS, gemm_kruns, tile_grid
+from sim.models.bfp import _check_block, gemm_kruns, tile_grid
 
 __all__ = ["LAYOUT", "ConvGeometry", "pool_geometry", "activation_matrix", "activation_tensor",
            "weight_stack", "weight_tensor", "conv2d_forward", "conv2d_backward_data",
@@ -405,14 +405,6 @@ def weight_tensor(stack: np.ndarray, kernel) -> np.ndarray:
 
 
 # --------------------------------------------------------------------------- argument checks
-
-def _check_block(block) -> int:
-    if isinstance(block, (bool, np.bool_)) or not isinstance(block, (int, np.integer)):
-        raise TypeError(f"block must be an int, not {type(block).__name__}")
-    if int(block) not in BLOCKS:
-        raise ValueError(f"block must be one of {BLOCKS}, not {block}")
-    return int(block)
-
 
 def _check_geometry(geometry) -> ConvGeometry:
     if not isinstance(geometry, ConvGeometry):
