@@ -54,12 +54,9 @@ def check(desc: dict, window_base: int, window_limit: int, data_width: int = 128
           addr_width: int = 32) -> int:
     """The error code :class:`rtl.checker.DescriptorChecker` gives ``desc`` (0: accepted)."""
     d = desc
-    if d["m"] == 0 or d["n"] == 0 or d["k"] == 0:
-        return int(ErrorCode.ZERO_DIMENSION)
-    if d["m"] > 65535 or d["n"] > 65535:
-        return int(ErrorCode.DIMENSION_TOO_LARGE)
-    if d["k"] > 65535:
-        return int(ErrorCode.K_TOO_LARGE)
+    code = check_dimensions(d["m"], d["n"], d["k"])
+    if code:
+        return code
     ta, tb = d["transpose_a"], d["transpose_b"]
     regions = [   # base, stored rows, stride, bytes a row, used, may be packed
         (d["a_addr"], d["k"] if ta else d["m"], d["a_stride"], d["m"] if ta else d["k"], 1, 1),
@@ -79,6 +76,18 @@ def check(desc: dict, window_base: int, window_limit: int, data_width: int = 128
         regions.append((d["c_exp_addr"], gm, gn, gn, 1, 2))
     return check_regions([r[:4] + (r[5],) for r in regions if r[4]], window_base,
                          window_limit, data_width, addr_width)
+
+
+def check_dimensions(m: int, n: int, k: int) -> int:
+    """The checker's first rules, on the dimensions: ``ZERO_DIMENSION``, then
+    ``DIMENSION_TOO_LARGE`` (M or N above 65535), then ``K_TOO_LARGE``; 0 when all pass."""
+    if m == 0 or n == 0 or k == 0:
+        return int(ErrorCode.ZERO_DIMENSION)
+    if m > 65535 or n > 65535:
+        return int(ErrorCode.DIMENSION_TOO_LARGE)
+    if k > 65535:
+        return int(ErrorCode.K_TOO_LARGE)
+    return 0
 
 
 def check_regions(regions, window_base: int, window_limit: int, data_width: int = 128,

@@ -31,7 +31,7 @@ from firmware.spec import regmap
 from firmware.spec.ports import resolve_port
 from firmware.spec.regmap import ErrorCode, field_value, offset
 from sim.models import bfp, golden
-from sim.models.engine import block_side, check, check_regions, descriptor
+from sim.models.engine import block_side, check, check_dimensions, check_regions, descriptor
 
 __all__ = ["FunctionalAccelerator", "bfp8_block"]
 
@@ -278,12 +278,9 @@ class FunctionalAccelerator:
         tile = regmap.TILE_BLOCK
         ta, tb = bool(f["TRANSPOSE_A"]), bool(f["TRANSPOSE_B"])
         only = bool(e["QUANTIZE_ONLY"])
-        if m == 0 or n == 0 or (k == 0 and not only):
-            return ErrorCode.ZERO_DIMENSION
-        if m > 65535 or n > 65535:
-            return ErrorCode.DIMENSION_TOO_LARGE
-        if k > 65535:
-            return ErrorCode.K_TOO_LARGE
+        code = check_dimensions(m, n, 1 if only and k == 0 else k)
+        if code:
+            return ErrorCode(code)
         if e["BIAS"] == 3 or (only and (e["A_TILES"] or e["B_TILES"])):
             return ErrorCode.UNSUPPORTED
         a_addr, a_stride = self._reg64("DESC_A_ADDR"), self._reg("DESC_A_STRIDE")
