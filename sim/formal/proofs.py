@@ -428,6 +428,21 @@ def _ledger(m: Module, dut, ch: str, live) -> Signal:
     return words, cmds, used
 
 
+def _dma_with_checker(writer: bool, invariants: bool):
+    """A DmaReader or DmaWriter and its AXI4 checker, watched, in a new module: ``(m, dut,
+    axi, d, c)``, ``d`` and ``c`` their register views (:func:`_add`)."""
+    m = Module()
+    kind = DmaWriter if writer else DmaReader
+    dut = kind(DATA_WIDTH, ADDR_WIDTH, burst_beats=BURST_BEATS, outstanding=OUTSTANDING)
+    checker = AXI4WriteChecker if writer else AXI4ReadChecker
+    kw = {"max_w_ahead": OUTSTANDING} if writer else {}
+    axi = checker(DATA_WIDTH, ADDR_WIDTH, dut="manager", max_burst=BURST_BEATS,
+                  max_bursts=OUTSTANDING, **kw)
+    d, c = _add(m, "dut", dut, invariants), _add(m, "axi", axi, invariants)
+    watch(m, axi.bus, dut.bus)
+    return m, dut, axi, d, c
+
+
 def ledger_harness(writer: bool, invariants: bool = False) -> tuple[Module, list[Signal]]:
     """DmaReader or DmaWriter with its AXI4 checker and the command ledger
     (:func:`_ledger`): the bursts of each command cover exactly its words, in order, once;
@@ -438,15 +453,7 @@ def ledger_harness(writer: bool, invariants: bool = False) -> tuple[Module, list
     next address are the splitter's."""
     if invariants and writer:
         raise ValueError("invariants: the writer's ledger has none")
-    m = Module()
-    kind = DmaWriter if writer else DmaReader
-    dut = kind(DATA_WIDTH, ADDR_WIDTH, burst_beats=BURST_BEATS, outstanding=OUTSTANDING)
-    checker = AXI4WriteChecker if writer else AXI4ReadChecker
-    kw = {"max_w_ahead": OUTSTANDING} if writer else {}
-    axi = checker(DATA_WIDTH, ADDR_WIDTH, dut="manager", max_burst=BURST_BEATS,
-                  max_bursts=OUTSTANDING, **kw)
-    d, c = _add(m, "dut", dut, invariants), _add(m, "axi", axi, invariants)
-    watch(m, axi.bus, dut.bus)
+    m, dut, axi, d, c = _dma_with_checker(writer, invariants)
     rst = ResetSignal()
     after_reset = _after_reset(m)
     live = ~rst & ~after_reset
@@ -534,15 +541,7 @@ def live_harness(writer: bool, stall: int, invariants: bool = True
     ``invariants`` adds :func:`~sim.formal.invariants.reader_invariants` or
     :func:`~sim.formal.invariants.writer_invariants` and the harness's own (for
     k-induction)."""
-    m = Module()
-    kind = DmaWriter if writer else DmaReader
-    dut = kind(DATA_WIDTH, ADDR_WIDTH, burst_beats=BURST_BEATS, outstanding=OUTSTANDING)
-    checker = AXI4WriteChecker if writer else AXI4ReadChecker
-    kw = {"max_w_ahead": OUTSTANDING} if writer else {}
-    axi = checker(DATA_WIDTH, ADDR_WIDTH, dut="manager", max_burst=BURST_BEATS,
-                  max_bursts=OUTSTANDING, **kw)
-    d, c = _add(m, "dut", dut, invariants), _add(m, "axi", axi, invariants)
-    watch(m, axi.bus, dut.bus)
+    m, dut, axi, d, c = _dma_with_checker(writer, invariants)
     bus = dut.bus
     rst = ResetSignal()
     after_reset = _after_reset(m)
