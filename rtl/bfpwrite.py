@@ -1,5 +1,7 @@
 """C tiles -> BFP8 tile blocks in memory: int8 mantissa rows and an exponent per tile block."""
 
+from types import SimpleNamespace
+
 from amaranth import Cat, Const, Module, Mux, Signal, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
@@ -7,7 +9,7 @@ from amaranth.lib.wiring import In, Out
 from firmware.spec.regmap import TILE_BLOCK
 
 from .dma import dma_command_layout, dma_write_layout
-from .epilogue import TileQuantizer
+from .epilogue import ReluMask, TileQuantizer
 from .fifo import Fifo
 from .prng import RandomLanes
 from .rescale import rescale_output_layout
@@ -23,6 +25,7 @@ def bfp_desc_layout(addr_width: int = 64) -> data.StructLayout:
         "m": unsigned(32), "n": unsigned(32),
         "c_addr": unsigned(addr_width), "c_stride": unsigned(32),
         "c_exp_addr": unsigned(addr_width), "stochastic": 1, "seed": unsigned(64),
+        "relu": 1, "mask_addr": unsigned(addr_width), "mask_stride": unsigned(32),
     })
 
 
@@ -35,6 +38,13 @@ def _unit_layout(addr_width: int) -> data.StructLayout:
         "rows_in": range(T + 1),           # its rows inside the matrix
         "cols_in": range(T + 1),           # its columns inside the matrix
     })
+
+
+def _mask_row_layout(cols: int) -> data.StructLayout:
+    """A C tile row's ReLU mask bits as the tagger queues them: matrix row ``m``, byte
+    ``byte`` of the mask row (``n0 / 8``), ``bits`` (0 beyond N) and a strobe a byte."""
+    return data.StructLayout({"m": unsigned(17), "byte": unsigned(14), "bits": cols,
+                              "strb": cols // 8})
 
 
 def _random_job_layout() -> data.StructLayout:
@@ -63,6 +73,17 @@ class BfpWriteBack(wiring.Component):
     :func:`sim.models.bfp.quantize_tiles`; the layout is the functional model's
     (:mod:`sim.models.functional`).
 
+    With ``relu`` built in and the descriptor's ``relu`` set (``DESC_EPILOGUE.RELU``), each
+    row passes a :class:`rtl.epilogue.ReluMask` on its way to the quantiser (``v = v if v >
+    0 else +0.0``), and each tile row inside the matrix queues its mask bits (``v > 0`` of
+    the value before ReLU, 0 for columns beyond N) as one more write command of one bus
+    word: ``cols / 8`` bytes at ``mask_addr + m * mask_stride + n0 / 8``, strobes on the
+    bytes holding a column below N (the layout of :func:`sim.models.bfp.pack_mask`, a row's
+    unused high bits 0). The mask's row address is computed in two registered stages (a 17 x
+    32 product, then the sum) after a FIFO of :data:`MASK_QUEUE` rows; a full queue holds the
+    rows back. Mask and tile block commands share the port a whole command at a time (its
+    command and word before another's), the mask's first when neither has started.
+
     A unit's base address ``c_addr + m0 * c_stride + n0`` and exponent address
     ``c_exp_addr + (m0 / T) * ceil(N / T) + n0 / T`` are computed in registered stages (a
     17 x 32 product) while its first tile waits. ``c_addr`` and ``c_stride`` are multiples
@@ -75,6 +96,9 @@ class BfpWriteBack(wiring.Component):
         Array shape: equal, dividing T, at least 4.
     data_width, addr_width : int
         AXI bus.
+    relu : bool
+        Build the ReLU and its mask writes (the descriptor's ``relu``; without them it is
+        ignored). Needs ``cols`` of at least 8 (a tile row's mask is whole bytes).
 
     Attributes
     ----------
@@ -97,24 +121,34 @@ class BfpWriteBack(wiring.Component):
     -------
     A unit's first mantissa write command is offered about ``fill_latency +
     DRAIN_LATENCY + 2`` cycles (:class:`rtl.epilogue.TileQuantizer`) after its last row is
-    taken; its exponent's after its last beat's words.
+    taken; its exponent's after its last beat's words. A row's mask command is offered 5
+    cycles after the row is taken (the FIFO's 2, the two address stages, a register), when
+    the port is free.
 
     Throughput
     ----------
     A row a cycle in (plus :data:`UNIT_CYCLES` per unit, and a zero row per missing beat of
-    an edge unit); out, a quantised beat every ``max(1, cols / bus bytes)`` cycles, and a
-    cycle per unit for its exponent.
+    an edge unit); out, a quantised beat every ``max(1, cols / bus bytes)`` cycles, a cycle
+    per unit for its exponent and, with ReLU, a cycle per tile row inside the matrix for its
+    mask.
     """
 
     #: Cycles the tagger spends on a unit's first job before its rows pass (the geometry
     #: and the addresses, registered).
     UNIT_CYCLES = 4
+    #: Tile rows' masks queued for their write commands.
+    MASK_QUEUE = 16
 
-    def __init__(self, rows: int, cols: int, *, data_width: int = 128, addr_width: int = 32):
+    def __init__(self, rows: int, cols: int, *, data_width: int = 128, addr_width: int = 32,
+                 relu: bool = False):
         T = TILE_BLOCK
         if rows != cols or cols < 4 or T % cols:
             raise ValueError(f"BFP8 output needs a square array of 4 to {T} lanes dividing "
                              f"{T}, not {rows}x{cols}")
+        if relu and cols < 8:
+            raise ValueError(f"relu needs at least 8 columns (a tile row's mask in whole "
+                             f"bytes), not {cols}")
+        self.relu = bool(relu)
         self.rows, self.cols = rows, cols
         self.data_width, self.addr_width = data_width, addr_width
         self.segs = T // cols
@@ -140,16 +174,23 @@ class BfpWriteBack(wiring.Component):
         m.submodules.units = units = Fifo(width=ulay.size, depth=8)
         m.submodules.rjobs = rjobs = Fifo(width=rlay.size, depth=8)
 
-        tag_idle = self._tagger(m, qz, units, rjobs)
+        mq = None
+        if self.relu:
+            m.submodules.relu = ReluMask(C)
+            m.submodules.masks = mq = Fifo(width=_mask_row_layout(C).size,
+                                           depth=self.MASK_QUEUE)
+
+        tag_idle = self._tagger(m, qz, units, rjobs, mq)
         rnd_idle = self._random(m, rnd, rjobs)
-        wr_idle = self._writer(m, qz, units)
+        mk = self._mask_address(m, mq) if self.relu else None
+        wr_idle = self._writer(m, qz, units, mk)
         m.d.comb += self.idle.eq(tag_idle & rnd_idle & wr_idle & qz.idle & ~units.r_rdy
-                                 & ~rjobs.r_rdy)
+                                 & ~rjobs.r_rdy & (mk.idle if self.relu else 1))
         return m
 
     # ---- jobs and rows -> quantizer jobs and tagged beats; unit records --------------------
 
-    def _tagger(self, m, qz, units, rjobs):
+    def _tagger(self, m, qz, units, rjobs, mq):
         R, C, S, T = self.rows, self.cols, self.segs, TILE_BLOCK
         lr, lt = R.bit_length() - 1, T.bit_length() - 1
         AW = self.addr_width
@@ -170,6 +211,24 @@ class BfpWriteBack(wiring.Component):
         zseg = Signal(range(S))
         gn = Signal(17)                      # ceil(N / T)
         m.d.comb += gn.eq((d.n[:17] + (T - 1)) >> lt)
+        t_rows = Signal(range(R + 1), reset_less=True)   # the tile's rows and columns
+        t_cols = Signal(range(C + 1), reset_less=True)   # inside the matrix
+
+        # the rows' words, through the ReLU where the descriptor has it; their mask rows
+        row_data = i.payload.data
+        mask_ok = 1                          # the mask queue takes the row (or none is due)
+        if self.relu:
+            rl = m.submodules.relu
+            mrow = data.View(_mask_row_layout(C), mq.w_data)
+            lanes = Cat(*(lane < t_cols for lane in range(C)))
+            m.d.comb += [rl.i_stream.payload.data.eq(i.payload.data),
+                         rl.i_stream.payload.relu.eq(1), rl.i_stream.valid.eq(i.valid),
+                         rl.o_stream.ready.eq(qz.i_stream.ready),
+                         mrow.m.eq(m0 + r), mrow.byte.eq(n0 >> 3),
+                         mrow.bits.eq(rl.o_stream.payload.mask & lanes),
+                         mrow.strb.eq(Cat(*(8 * b < t_cols for b in range(C // 8))))]
+            row_data = Mux(d.relu, rl.o_stream.payload.data, i.payload.data)
+            mask_ok = mq.w_rdy | ~d.relu | (r >= t_rows)
 
         qjob = qz.jobs.payload
         unit = data.View(_unit_layout(self.addr_width), units.w_data)
@@ -178,8 +237,13 @@ class BfpWriteBack(wiring.Component):
             with m.State("JOB"):
                 m.d.comb += self.jobs.ready.eq(1)
                 with m.If(self.jobs.valid):
+                    rem_m = Signal(18)
+                    rem_n = Signal(18)
+                    m.d.comb += [rem_m.eq(d.m[:17] - job.m0), rem_n.eq(d.n[:17] - job.n0)]
                     m.d.sync += [m0.eq(job.m0), n0.eq(job.n0), r.eq(0),
-                                 row0.eq(job.m0[:lt]), seg.eq(job.n0[:lt] >> lr)]
+                                 row0.eq(job.m0[:lt]), seg.eq(job.n0[:lt] >> lr),
+                                 t_rows.eq(Mux(rem_m >= R, R, rem_m)),
+                                 t_cols.eq(Mux(rem_n >= C, C, rem_n))]
                     with m.If((job.m0[:lt] == 0) & (job.n0[:lt] == 0)):
                         m.next = "GEOMETRY"
                     with m.Else():
@@ -211,9 +275,13 @@ class BfpWriteBack(wiring.Component):
                     m.next = "ROWS"
             with m.State("ROWS"):
                 p = qz.i_stream.payload
-                m.d.comb += [p.data.eq(i.payload.data), p.row.eq(row0 + r), p.seg.eq(seg),
-                             qz.i_stream.valid.eq(i.valid), i.ready.eq(qz.i_stream.ready)]
-                with m.If(i.valid & qz.i_stream.ready):
+                m.d.comb += [p.data.eq(row_data), p.row.eq(row0 + r), p.seg.eq(seg),
+                             qz.i_stream.valid.eq(i.valid & mask_ok),
+                             i.ready.eq(qz.i_stream.ready & mask_ok)]
+                if self.relu:
+                    m.d.comb += mq.w_en.eq(i.valid & qz.i_stream.ready & d.relu
+                                           & (r < t_rows) & mq.w_rdy)
+                with m.If(i.valid & qz.i_stream.ready & mask_ok):
                     m.d.sync += r.eq(r + 1)
                     with m.If(r == R - 1):
                         m.d.sync += tiles_left.eq(tiles_left - 1)
@@ -261,9 +329,41 @@ class BfpWriteBack(wiring.Component):
         # (bits in flight: the RandomLanes pipeline holds them until the quantizer takes them)
         return ~rjobs.r_rdy
 
-    # ---- quantised beats -> DMA write commands and words ------------------------------------
+    # ---- mask rows -> their write commands' addresses ---------------------------------------
 
-    def _writer(self, m, qz, units):
+    def _mask_address(self, m, mq):
+        """Two registered stages after the mask queue: ``m * mask_stride``, then ``mask_addr
+        + that + byte``. Returns the command held for the writer: ``valid``, ``addr``,
+        ``bits``, ``strb``, ``done`` (the writer's: its command and word are out this
+        cycle) and ``idle``."""
+        C, AW = self.cols, self.addr_width
+        d = self.desc
+        e = data.View(_mask_row_layout(C), mq.r_data)
+        a_valid = Signal()
+        a_prod = Signal(AW, reset_less=True)
+        a_byte = Signal(14, reset_less=True)
+        a_bits = Signal(C, reset_less=True)
+        a_strb = Signal(C // 8, reset_less=True)
+        mk = SimpleNamespace(valid=Signal(name="mk_valid"), done=Signal(name="mk_done"),
+                             addr=Signal(AW, name="mk_addr", reset_less=True),
+                             bits=Signal(C, name="mk_bits", reset_less=True),
+                             strb=Signal(C // 8, name="mk_strb", reset_less=True),
+                             idle=Signal(name="mk_idle"))
+        b_free = ~mk.valid | mk.done
+        a_free = ~a_valid | b_free
+        m.d.comb += mq.r_en.eq(mq.r_rdy & a_free)
+        with m.If(a_free):
+            m.d.sync += [a_valid.eq(mq.r_rdy), a_prod.eq(e.m * d.mask_stride),
+                         a_byte.eq(e.byte), a_bits.eq(e.bits), a_strb.eq(e.strb)]
+        with m.If(b_free):
+            m.d.sync += [mk.valid.eq(a_valid), mk.addr.eq(d.mask_addr + a_prod + a_byte),
+                         mk.bits.eq(a_bits), mk.strb.eq(a_strb)]
+        m.d.comb += mk.idle.eq(mq.empty & ~a_valid & ~mk.valid)
+        return mk
+
+    # ---- quantised beats (and masks) -> DMA write commands and words ------------------------
+
+    def _writer(self, m, qz, units, mk):
         C, S = self.cols, self.segs
         bpw = self.data_width // 8
         AW = self.addr_width
@@ -306,7 +406,34 @@ class BfpWriteBack(wiring.Component):
         m.d.comb += exp_off.eq(unit.exp_addr[:lb])
         beat_done = Signal()              # the held beat's last handshake is this cycle
         exp_done = Signal()               # the exponent's
-        with m.If(held):
+        # A mask command has the port while it is partly out, or when neither the held beat
+        # nor the exponent has started: a command's words stay together, in command order.
+        mk_go = Signal()
+        mk_cmd_out = Signal()
+        mk_word_out = Signal()
+        if mk is None:                     # (no ReLU: never a mask)
+            mk = SimpleNamespace(valid=Const(0), addr=Const(0, AW), bits=Const(0, C),
+                                 strb=Const(0, max(1, C // 8)), done=Signal(name="mk_done"))
+        started = ((held & (cmd_out | (word != 0)))
+                   | (~held & exp_pending & (exp_cmd_out | exp_word_out)))
+        m.d.comb += mk_go.eq(mk.valid & (mk_cmd_out | mk_word_out | ~started))
+        with m.If(mk_go):
+            # the mask bytes, repeated over the word (their offset in it is a multiple of
+            # their count), strobes on those inside the matrix
+            m.d.comb += [cmd.addr.eq(mk.addr), cmd.beats.eq(1),
+                         self.wr_cmd.valid.eq(~mk_cmd_out),
+                         self.wr_data.valid.eq(~mk_word_out),
+                         wd.data.eq(Cat(*(mk.bits for _ in range(8 * bpw // C)))),
+                         wd.strb.eq(mk.strb << mk.addr[:lb])]
+            with m.If(self.wr_cmd.ready):
+                m.d.sync += mk_cmd_out.eq(1)
+            with m.If(self.wr_data.ready):
+                m.d.sync += mk_word_out.eq(1)
+            m.d.comb += mk.done.eq((mk_cmd_out | self.wr_cmd.ready)
+                                   & (mk_word_out | self.wr_data.ready))
+            with m.If(mk.done):
+                m.d.sync += [mk_cmd_out.eq(0), mk_word_out.eq(0)]
+        with m.Elif(held):
             m.d.comb += [cmd.addr.eq(h_addr), cmd.beats.eq(nwords),
                          self.wr_cmd.valid.eq(~cmd_out),
                          self.wr_data.valid.eq(word != nwords)]

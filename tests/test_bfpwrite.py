@@ -1,7 +1,7 @@
-"""rtl.bfpwrite.BfpWriteBack against sim.models.bfp.quantize_tiles: C tiles in, BFP8 tile
-blocks in memory out (mantissa rows and the exponent grid), ragged edges, nearest and
-stochastic rounding, random stalls and delayed write responses; memory beyond the matrix
-and the grid untouched."""
+"""rtl.bfpwrite.BfpWriteBack against sim.models.bfp.quantize_tiles and bfp.epilogue: C tiles
+in, BFP8 tile blocks in memory out (mantissa rows and the exponent grid), ReLU and its mask
+rows, ragged edges, nearest and stochastic rounding, random stalls and delayed write
+responses; memory beyond the matrix, the grid and the mask untouched."""
 
 import random
 
@@ -38,12 +38,17 @@ def _apply(mem, cmds, words, bpw):
     assert next(it, None) is None
 
 
-@pytest.mark.parametrize("rows,data_width,m,n,rounding,seed", [
-    (8, 128, 40, 70, "nearest", 0), (8, 128, 33, 20, "stochastic", 1),
-    (16, 64, 70, 45, "stochastic", 2), (16, 64, 32, 32, "nearest", 3),
-    (8, 64, 5, 7, "stochastic", 4), (4, 128, 37, 9, "nearest", 5),
-    (16, 128, 64, 100, "stochastic", 6)])
-def test_matches_quantize_tiles(rows, data_width, m, n, rounding, seed):
+@pytest.mark.parametrize("rows,data_width,m,n,rounding,seed,relu", [
+    (8, 128, 40, 70, "nearest", 0, False), (8, 128, 33, 20, "stochastic", 1, False),
+    (16, 64, 70, 45, "stochastic", 2, False), (16, 64, 32, 32, "nearest", 3, False),
+    (8, 64, 5, 7, "stochastic", 4, False), (4, 128, 37, 9, "nearest", 5, False),
+    (16, 128, 64, 100, "stochastic", 6, False),
+    (8, 128, 40, 70, "stochastic", 7, True), (16, 64, 45, 37, "nearest", 8, True),
+    (32, 128, 33, 100, "nearest", 9, True), (8, 64, 3, 5, "stochastic", 10, True)])
+def test_matches_quantize_tiles(rows, data_width, m, n, rounding, seed, relu):
+    """Mantissa rows, the exponent grid and, with ``relu``, the ReLU'd values' blocks and
+    the mask rows (:func:`sim.models.bfp.epilogue`, :func:`sim.models.bfp.pack_mask`) in
+    memory; every other byte (rows beyond M, bytes beyond a row's, the gaps) untouched."""
     rng = random.Random(seed)
     r = c = rows
     bpw = data_width // 8
@@ -54,26 +59,41 @@ def test_matches_quantize_tiles(rows, data_width, m, n, rounding, seed):
     if m > 33:
         value[32:, :] = 0.0 if seed % 2 else value[32:, :]   # an all-zero block-row
     key = rng.getrandbits(64)
-    want_q, want_e = bfp.quantize_tiles(value, block=T, rounding=rounding, seed=key)
+    if relu:
+        value[-1, :2] = [-0.0, np.nan]     # neither is > 0: +0.0, mask bit 0
+        out = bfp.epilogue(value, relu=True, out="bfp8", rounding=rounding, seed=key)
+        want_q, want_e = out.q, out.exp
+    else:
+        want_q, want_e = bfp.quantize_tiles(value, block=T, rounding=rounding, seed=key)
     c_stride = -(-n // bpw) * bpw + rng.randint(0, 3) * bpw
     c_addr = 0x1000
     exp_addr = 0x1000 + m * c_stride + rng.randint(0, 40)
     gm, gn = -(-m // T), -(-n // T)
-    size = exp_addr + gm * gn + 64
+    mask_addr = -(-(exp_addr + gm * gn) // bpw) * bpw + rng.randint(0, 2) * bpw
+    mask_bytes = -(-n // 8)
+    mask_stride = -(-mask_bytes // bpw) * bpw + rng.randint(0, 2) * bpw
+    size = mask_addr + m * mask_stride + 64
     mem = bytearray(np.random.default_rng(seed + 100).integers(0, 256, size, dtype=np.uint8))
     want = bytearray(mem)
     for i in range(m):
         want[c_addr + i * c_stride:c_addr + i * c_stride + n] = want_q[i].tobytes()
     want[exp_addr:exp_addr + gm * gn] = want_e.reshape(-1).tobytes()
+    if relu:
+        bits = bfp.pack_mask(out.mask)
+        for i in range(m):
+            want[mask_addr + i * mask_stride:mask_addr + i * mask_stride + bits.shape[1]] = (
+                bits[i].tobytes())
 
     jobs = _jobs(m, n, r, c)
-    padded = np.zeros((-(-m // r) * r, -(-n // c) * c), np.float32)
+    # (the tiles' elements beyond the matrix positive: neither quantised nor in the mask)
+    padded = np.ones((-(-m // r) * r, -(-n // c) * c), np.float32)
     padded[:m, :n] = value
     beats = [{"data": [int(x) for x in padded[j["m0"] + i, j["n0"]:j["n0"] + c].view(np.uint32)],
               "last": 0} for j in jobs for i in range(r)]
-    dut = BfpWriteBack(r, c, data_width=data_width, addr_width=32)
+    dut = BfpWriteBack(r, c, data_width=data_width, addr_width=32, relu=rows >= 8)
     desc = {"m": m, "n": n, "c_addr": c_addr, "c_stride": c_stride, "c_exp_addr": exp_addr,
-            "stochastic": int(rounding == "stochastic"), "seed": key}
+            "stochastic": int(rounding == "stochastic"), "seed": key, "relu": int(relu),
+            "mask_addr": mask_addr, "mask_stride": mask_stride}
     got = {"cmds": [], "words": []}
     n_units = gm * gn
 
@@ -104,7 +124,8 @@ def test_matches_quantize_tiles(rows, data_width, m, n, rounding, seed):
                 got["words"].append((int(p.data), int(p.strb)))
             pending -= bool(done)
             await ctx.tick()
-            exps = sum(1 for cm in got["cmds"] if cm["addr"] >= exp_addr // bpw * bpw)
+            exps = sum(1 for cm in got["cmds"]
+                       if exp_addr // bpw * bpw <= cm["addr"] < exp_addr + gm * gn)
             if "rows_sent" in got and exps >= n_units and ctx.get(dut.idle):
                 idle_for += 1
                 if idle_for > 8:
@@ -120,3 +141,5 @@ def test_refuses_other_arrays():
     for r, c in ((8, 16), (64, 64), (2, 2)):
         with pytest.raises(ValueError, match="square array"):
             BfpWriteBack(r, c)
+    with pytest.raises(ValueError, match="relu needs at least 8 columns"):
+        BfpWriteBack(4, 4, relu=True)
