@@ -192,9 +192,10 @@ def test_k_blocks_grid_regions(data_width, addr_width, seed):
 @pytest.mark.parametrize("seed", range(2))
 def test_bfp8_output_regions(data_width, addr_width, k_blocks, seed):
     """DescriptorChecker(epilogue=True): with ``bfp8`` C's rows are N bytes and C's tile grid
-    (ceil(M/32) x ceil(N/32) bytes at ``c_exp_addr``) is a sixth region: C and the grid
-    just inside and beyond the window's end, misaligned grids, as
-    :func:`sim.models.engine.check` says."""
+    (ceil(M/32) x ceil(N/32) bytes at ``c_exp_addr``) is a sixth region, with ``relu`` the
+    mask (M rows of ceil(N/8) bytes at ``mask_addr``, ``mask_stride`` apart) a seventh: C,
+    the grid and the mask just inside and beyond the window's end, misaligned grids and
+    masks, mask rows overlapping, as :func:`sim.models.engine.check` says."""
     rng = random.Random(seed + 60)
     bpw = data_width // 8
     descs = []
@@ -213,6 +214,47 @@ def test_bfp8_output_regions(data_width, addr_width, k_blocks, seed):
         elif d["bfp8"] and rng.random() < 0.5 and d["c_stride"] >= n:
             # C's n bytes a row fit where its 4 n would not
             d["c_addr"] = WINDOW[1] - (m - 1) * d["c_stride"] - -(-n // bpw) * bpw
+        d["relu"] = rng.randint(0, 1)
+        row = -(-n // 8)
+        d["mask_stride"] = -(-row // bpw) * bpw + bpw * rng.choice([0, 1])
+        size = (m - 1) * d["mask_stride"] + -(-row // bpw) * bpw
+        d["mask_addr"] = rng.choice([WINDOW[1] - size,                    # fits
+                                     WINDOW[1] - size + bpw,              # one word over
+                                     WINDOW[0] + bpw * rng.randint(0, 4),
+                                     rng.getrandbits(30) // bpw * bpw])
+        fault = rng.random()
+        if d["relu"] and fault < 0.15:
+            d["mask_addr"] += rng.randint(1, bpw - 1)                     # misaligned
+        elif d["relu"] and fault < 0.3:
+            d["mask_stride"] += rng.randint(1, bpw - 1)                   # misaligned
+        elif d["relu"] and fault < 0.45 and m > 1 and row > bpw:
+            d["mask_stride"] -= bpw                                       # rows overlap
         descs.append(d)
     codes = check(descs, data_width, addr_width, seed, k_blocks=k_blocks, epilogue=True)
     assert 0 in codes and len(set(codes)) >= 3
+    relu = [c for d, c in zip(descs, codes, strict=True) if d["relu"]]
+    assert 0 in relu and len(set(relu)) >= 3
+
+
+def test_relu_mask_region():
+    """The mask region's own cases, one at a time: a fitting mask, its last word one over
+    the window, a misaligned base or stride, overlapping rows, a mask whose last row ends
+    exactly at the window's end; with ``relu`` 0 the mask fields are not looked at."""
+    base = dict(m=5, n=70, k=3, a_addr=0x1000, a_stride=16, b_addr=0x1100, b_stride=144,
+                c_addr=0x1400, c_stride=144, bfp8=1, c_exp_addr=0x1800, relu=1,
+                mask_addr=0x1900, mask_stride=16)
+    # the mask: 5 rows of 9 bytes, 16 apart -> ends at 0x1900 + 4 * 16 + 16 = 0x1950
+    cases = [
+        (dict(base), 0),
+        (dict(base, mask_addr=0x1908), ErrorCode.MISALIGNED),
+        (dict(base, mask_stride=24), ErrorCode.MISALIGNED),
+        (dict(base, mask_stride=0), ErrorCode.BAD_STRIDE),
+        (dict(base, mask_stride=0, m=1), 0),
+        (dict(base, mask_addr=0x1910), ErrorCode.OUT_OF_WINDOW),
+        (dict(base, mask_addr=0x800), ErrorCode.OUT_OF_WINDOW),
+        (dict(base, relu=0, mask_addr=3, mask_stride=5), 0),
+        (dict(base, n=128, mask_stride=16), 0),
+        (dict(base, n=129, mask_stride=16), ErrorCode.BAD_STRIDE),
+    ]
+    codes = check([c for c, _ in cases], 128, 32, 4, window=(0x1000, 0x1950), epilogue=True)
+    assert codes == [int(code) for _, code in cases]
