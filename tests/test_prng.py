@@ -223,3 +223,10 @@ def test_random_lanes_rejects_lanes():
     for bad in (0, 2, 6, -4, 4.0, True):
         with pytest.raises(ValueError, match="lanes"):
             RandomLanes(bad)
+
+
+def test_random_matrix_is_random_bits_of_every_element():
+    from sim.models.prng import random_bits, random_matrix
+    for seed, m, n in ((0, 3, 5), (2**64 - 1, 7, 13), (12345, 1, 4)):
+        mm, nn = np.indices((m, n), dtype=np.uint64)
+        np.testing.assert_array_equal(random_matrix(seed, m, n), random_bits(seed, mm, nn))

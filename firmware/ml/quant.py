@@ -32,7 +32,6 @@ from __future__ import annotations
 import numpy as np
 
 from sim.models import bfp
-from sim.models.prng import threefry2x32
 
 __all__ = ["quantize", "dequantize", "block_exponent", "ROUNDING", "quantize_tiles",
            "random_seed"]
@@ -168,20 +167,6 @@ def random_seed(rng: np.random.Generator) -> int:
     return int(rng.integers(0, 2**64, dtype=np.uint64))
 
 
-def _tile_bits(seed: int, m: int, n: int) -> np.ndarray:
-    """:func:`sim.models.prng.random_bits` of every element of an ``m x n`` matrix (``n`` a
-    multiple of 4), with one Threefry block per four columns (it holds their four 16-bit
-    numbers)."""
-    rows = np.arange(m, dtype=np.uint32)[:, None]
-    quads = np.arange(n // 4, dtype=np.uint32)[None, :]
-    x0, x1 = threefry2x32(seed & 0xFFFFFFFF, seed >> 32, rows, quads)
-    bits = np.empty((m, n // 4, 4), np.uint16)
-    mask = np.uint32(0xFFFF)
-    for i, (word, shift) in enumerate(((x0, 0), (x0, 16), (x1, 0), (x1, 16))):
-        bits[:, :, i] = (word >> np.uint32(shift)) & mask
-    return bits.reshape(m, n)
-
-
 def quantize_tiles(x: np.ndarray, *, rounding: str = "nearest",
                    rng: np.random.Generator | None = None, block: int = 32):
     """Quantise a matrix to BFP8 tile blocks, the accelerator's format: bit for bit
@@ -214,12 +199,6 @@ def quantize_tiles(x: np.ndarray, *, rounding: str = "nearest",
         ``x`` is not a finite, nonempty 2-D matrix, or ``rounding`` or ``block`` is out of
         range.
 
-    Notes
-    -----
-    The same arithmetic as the golden model's, organised for speed: the random bits come from
-    one Threefry block per four columns (:func:`sim.models.prng.random_bits` computes one
-    per element), and the per-tile scale is applied as a float64 power of two; every step is
-    exact in float64 (the integers stay below ``2**24``).
     """
     if not isinstance(x, np.ndarray) or x.dtype.kind != "f":
         raise TypeError(f"x must be a floating-point numpy array, not "
@@ -232,27 +211,8 @@ def quantize_tiles(x: np.ndarray, *, rounding: str = "nearest",
         raise TypeError("stochastic rounding needs rng, a numpy.random.Generator")
     if block not in bfp.BLOCKS:
         raise ValueError(f"block must be one of {bfp.BLOCKS}, not {block!r}")
-    x = np.asarray(x, np.float32)
+    x = np.ascontiguousarray(x, np.float32)
     if not np.isfinite(x).all():
         raise ValueError("x must be finite (it has inf or NaN)")
-    m, n = x.shape
-    gm, gn = -(-m // block), -(-n // block)
-    if m % block:                                   # whole tiles along the rows
-        x = np.concatenate([x, np.zeros((gm * block - m, n), np.float32)])
-    bands = x.reshape(gm, block, n)                 # a band: one row of tiles
-    colmax = np.maximum(bands.max(axis=1), -bands.min(axis=1))             # (gm, n)
-    if n % block:
-        colmax = np.concatenate([colmax, np.zeros((gm, gn * block - n), np.float32)], axis=1)
-    maxabs = colmax.reshape(gm, gn, block).max(axis=2)
-    exp = np.where(maxabs > 0, np.maximum(block_exponent(maxabs) - 6, -128), 0)
-    scale = np.exp2((bfp.FRACTION_BITS - exp).astype(np.float64))          # exact powers of 2
-    scale = np.repeat(scale, block, axis=1)[:, None, :n]                   # (gm, 1, n)
-    y = np.floor(bands * scale)                                            # float64: exact
-    if rounding == "nearest":
-        y += 1 << (bfp.FRACTION_BITS - 1)
-    else:   # counter-based bits: those of the padding rows take nothing from the others
-        bits = _tile_bits(random_seed(rng), gm * block, -(-n // 4) * 4)
-        y += bits[:, :n].reshape(y.shape)
-    y = np.floor(y * 2.0 ** -bfp.FRACTION_BITS)                             # exact
-    q = np.clip(y, -127, 127).astype(np.int8).reshape(gm * block, n)[:m]
-    return np.ascontiguousarray(q), exp.astype(np.int8)
+    seed = random_seed(rng) if rounding == "stochastic" else 0
+    return bfp.quantize_tiles(x, block=block, rounding=rounding, seed=seed)

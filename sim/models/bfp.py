@@ -43,7 +43,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from sim.models.golden import EXP_MAX, EXP_MIN, gemm, gemm_shape, rescale
-from sim.models.prng import random_bits
+from sim.models.prng import random_matrix
 
 __all__ = ["FORMAT_NAME", "BLOCKS", "ROUNDING", "FRACTION_BITS", "MX_BLOCK", "MX_SCALE_BIAS",
            "quantize_tiles", "dequantize_tiles", "tile_exponents", "tile_grid",
@@ -154,12 +154,13 @@ def _check_exp(name: str, exp, shape, block: int) -> np.ndarray:
 
 # --------------------------------------------------------------------------- the format
 
-def _block_maxabs(x64: np.ndarray, block: int) -> np.ndarray:
-    m, n = x64.shape
+def _block_maxabs(x: np.ndarray, block: int) -> np.ndarray:
+    """Each tile's largest magnitude (the tiles' rows first, then their columns)."""
+    m, n = x.shape
     gm, gn = tile_grid((m, n), block=block)
-    pad = np.zeros((gm * block, gn * block), np.float64)
-    pad[:m, :n] = np.abs(x64)
-    return pad.reshape(gm, block, gn, block).max(axis=(1, 3))
+    pad = np.zeros((gm * block, gn * block), x.dtype)
+    pad[:m, :n] = np.abs(x)
+    return pad.reshape(gm, block, gn * block).max(axis=1).reshape(gm, gn, block).max(axis=2)
 
 
 def _block_exponents(maxabs: np.ndarray) -> np.ndarray:
@@ -248,17 +249,22 @@ def quantize_tiles(x: np.ndarray, *, block: int = 32, rounding: str = "nearest",
     seed = _check_rounding(rounding, seed)
     if not np.isfinite(x).all():
         raise ValueError("x must be finite (it holds inf or NaN)")
-    x64 = x.astype(np.float64)
-    exp = _block_exponents(_block_maxabs(x64, block)).astype(np.int8)
-    e = tile_exponents(exp, x.shape, block=block)
-    y = np.floor(np.ldexp(x64, FRACTION_BITS - e)).astype(np.int64)
+    exp = _block_exponents(_block_maxabs(x, block).astype(np.float64)).astype(np.int8)
+    # Y = floor(v * 2**(16 - exp)), then (Y + r) >> 16, in float64: every value is an
+    # integer below 2**24 in magnitude, so each step is exact
+    m, n = x.shape
+    gm = exp.shape[0]
+    bands = np.zeros((gm * block, n), np.float64)      # whole bands of tile rows
+    bands[:m] = x
+    bands = bands.reshape(gm, block, n)
+    scale = np.exp2(FRACTION_BITS - exp.astype(np.float64))            # per tile, exact
+    y = np.floor(bands * np.repeat(scale, block, axis=1)[:, None, :n])
     if rounding == "nearest":
-        r = np.int64(1 << (FRACTION_BITS - 1))
-    else:
-        mm, nn = np.indices(x.shape, dtype=np.uint64)
-        r = random_bits(seed, mm, nn).astype(np.int64)
-    q = np.clip((y + r) >> FRACTION_BITS, -_QMAX, _QMAX).astype(np.int8)
-    return q, exp
+        y += 1 << (FRACTION_BITS - 1)
+    else:                                               # random_bits(seed, m, n)
+        y += random_matrix(seed, gm * block, n).reshape(y.shape)
+    q = np.clip(np.floor(y * 2.0 ** -FRACTION_BITS), -_QMAX, _QMAX).astype(np.int8)
+    return np.ascontiguousarray(q.reshape(gm * block, n)[:m]), exp
 
 
 def dequantize_tiles(q: np.ndarray, exp: np.ndarray, *, block: int = 32) -> np.ndarray:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["ROTATIONS", "KS_PARITY", "ROUNDS", "threefry2x32", "random_bits"]
+__all__ = ["ROTATIONS", "KS_PARITY", "ROUNDS", "threefry2x32", "random_bits", "random_matrix"]
 
 #: Rotation constants of Threefry-2x32, one per round modulo 8.
 ROTATIONS = (13, 15, 26, 6, 17, 29, 16, 24)
@@ -152,3 +152,33 @@ def random_bits(seed: int, m, n) -> np.ndarray:
     word = np.where(lane < 2, x0, x1)
     return ((word >> (np.uint32(16) * (lane & np.uint32(1)))) & np.uint32(0xFFFF)).astype(
         np.uint16)
+
+
+def random_matrix(seed: int, m: int, n: int) -> np.ndarray:
+    """:func:`random_bits` of every element of an ``m x n`` matrix, computed with one
+    Threefry block per four columns (it holds their four 16-bit numbers).
+
+    Parameters
+    ----------
+    seed : int
+        The descriptor's seed, in ``[0, 2**64)``.
+    m, n : int
+        The matrix's rows and columns.
+
+    Returns
+    -------
+    numpy.ndarray of uint16, shape (m, n)
+        Element ``(i, j)`` is ``random_bits(seed, i, j)``.
+    """
+    if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer)):
+        raise TypeError(f"seed must be an integer, not {type(seed).__name__}")
+    seed = int(seed)
+    if not 0 <= seed < 1 << 64:
+        raise ValueError(f"seed must lie in [0, 2**64), not {seed}")
+    quads = -(-n // 4)
+    x0, x1 = threefry2x32(seed & _MASK32, seed >> 32, np.arange(m, dtype=np.uint32)[:, None],
+                          np.arange(quads, dtype=np.uint32)[None, :])
+    bits = np.empty((m, quads, 4), np.uint16)
+    for i, (word, shift) in enumerate(((x0, 0), (x0, 16), (x1, 0), (x1, 16))):
+        bits[:, :, i] = (word >> np.uint32(shift)) & np.uint32(0xFFFF)
+    return bits.reshape(m, 4 * quads)[:, :n]
