@@ -1,0 +1,289 @@
+"""A unit's side data for the write-back epilogue: its bias values and its stored mask rows."""
+
+from amaranth import Array, Cat, Const, Module, Mux, Signal, unsigned
+from amaranth.lib import data, memory, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from firmware.spec.regmap import TILE_BLOCK
+
+from .dma import dma_command_layout
+from .readshare import read_word_layout
+
+__all__ = ["UnitSideLoader", "side_desc_layout", "side_job_layout"]
+
+
+def side_job_layout() -> data.StructLayout:
+    """A unit (a tile block of C): its first element (``m0``, ``n0``, multiples of the tile
+    block) and its rows and columns inside the matrix (1 to the tile block)."""
+    T = TILE_BLOCK
+    return data.StructLayout({"m0": unsigned(17), "n0": unsigned(17),
+                              "rows_in": range(T + 1), "cols_in": range(T + 1)})
+
+
+def side_desc_layout(addr_width: int = 32) -> data.StructLayout:
+    """What :class:`UnitSideLoader` reads of the running descriptor (``DESC_EPILOGUE.BIAS``
+    and ``MASK_IN``, ``DESC_BIAS_ADDR``, ``DESC_MASK_ADDR``, ``DESC_MASK_STRIDE``)."""
+    return data.StructLayout({"bias": 2, "bias_addr": unsigned(addr_width), "mask_in": 1,
+                              "mask_addr": unsigned(addr_width), "mask_stride": unsigned(32)})
+
+
+def _info_layout() -> data.StructLayout:
+    """A held unit: its job and what it loads (``bias`` 0, 1 per row or 2 per column)."""
+    return data.StructLayout({"job": side_job_layout(), "bias": 2, "mask_in": 1})
+
+
+# a buffer slot's state; each moves on in this order, by its own pointer
+FREE, LOADING, FULL, OUT = range(4)
+
+
+class UnitSideLoader(wiring.Component):
+    """Reads each unit's bias values and mask rows into a buffer, for a lookup by row and
+    segment.
+
+    For each job on :attr:`jobs` (a unit of T x T elements of C, T =
+    :data:`firmware.spec.regmap.TILE_BLOCK`, clipped to ``rows_in`` x ``cols_in``) it takes
+    a free buffer slot and issues, on :attr:`rd_cmd`: with a bias (``desc.bias`` 1: one a
+    row, 2: one a column), one command of the whole bus words holding the unit's ``rows_in``
+    floats at ``bias_addr + 4 * m0`` (per column: ``cols_in`` at ``bias_addr + 4 * n0``);
+    with ``mask_in``, one command of one word per row ``r < rows_in``, at ``mask_addr + (m0
+    + r) * mask_stride + n0 / 8``, whose ``ceil(cols_in / 8)`` bytes lie in its 32-bit lane
+    ``(n0 / 32) mod (bus bytes / 4)``. (Bases and the stride are multiples of the bus word,
+    the checker's rule, so a unit's bias starts a word and a mask row never spans two.) A
+    command is issued only into a slot held for its unit, so every word on :attr:`rd_words`
+    is taken as it comes: ``ready`` waits for nothing but a cycle between units, as
+    :class:`rtl.readshare.ReadShare` asks of its port ``b``.
+
+    When a unit's words are all in, it is offered on :attr:`o_unit` (its job), in job
+    order. The lookup port reads the oldest unit not yet released, combinationally: for
+    :attr:`row` and :attr:`seg` (columns ``seg * cols`` to ``+ cols`` of the unit),
+    :attr:`bias_row` (the row's bias with ``bias`` 1, else 0), :attr:`bias_lanes` (the
+    segment's column biases with ``bias`` 2, else 0) and :attr:`mask_lanes` (the row's
+    stored mask bits in the segment with ``mask_in``, else ones); each is 0 beyond
+    ``rows_in`` and ``cols_in``. :attr:`release` frees that unit (after its :attr:`o_unit`
+    beat). The numpy model is a slice of the bias vector and of
+    :func:`sim.models.bfp.unpack_mask` of the mask rows.
+
+    Parameters
+    ----------
+    cols : int
+        Lanes of a segment: 4 to T, dividing T.
+    data_width : {64, 128, 256, 512}
+    addr_width : int
+    slots : int
+        Units held (a power of two, at least 2: one read while the next loads).
+
+    Attributes
+    ----------
+    jobs : In(stream.Signature(side_job_layout()))
+    desc : In(side_desc_layout(addr_width))
+        Held while the descriptor's units pass.
+    rd_cmd : Out(stream.Signature(rtl.dma.dma_command_layout(addr_width)))
+    rd_words : In(stream.Signature(rtl.readshare.read_word_layout(data_width)))
+    o_unit : Out(stream.Signature(side_job_layout()))
+    row : In(range(T))
+    seg : In(range(T // cols))
+    bias_row : Out(32)
+    bias_lanes : Out(data.ArrayLayout(32, cols))
+    mask_lanes : Out(cols)
+    release : In(1)
+    idle : Out(1)
+        No unit is held.
+
+    Latency
+    -------
+    A unit's first command is offered 3 cycles after its job is taken (the addresses, in
+    two registered stages), the next ones a cycle apart while :attr:`rd_cmd` is ready: a
+    unit needs ``(bias != 0) + rows_in * mask_in`` commands. It is offered on :attr:`o_unit`
+    the cycle after its last word is taken (without a command, 2 cycles after its job). The
+    lookups are combinational, from :attr:`row`, :attr:`seg` and registers (a consumer
+    registers them).
+
+    Throughput
+    ----------
+    A command a cycle; a word a cycle, less a cycle between units. Through a
+    :class:`rtl.dma.DmaReader`, which takes one single-burst command every other cycle, a
+    unit with a mask loads in about ``2 * (rows_in + 1)`` cycles plus the memory's latency.
+    """
+
+    def __init__(self, cols: int, data_width: int = 128, addr_width: int = 32, *,
+                 slots: int = 2):
+        T = TILE_BLOCK
+        if not isinstance(cols, int) or cols < 4 or cols > T or T % cols:
+            raise ValueError(f"cols must be 4 to {T} and divide {T}, not {cols!r}")
+        if data_width not in (64, 128, 256, 512):
+            raise ValueError(f"data_width must be 64, 128, 256 or 512, not {data_width!r}")
+        if not isinstance(slots, int) or slots < 2 or slots & (slots - 1):
+            raise ValueError(f"slots must be a power of two of at least 2, not {slots!r}")
+        self.cols, self.data_width, self.addr_width, self.slots = cols, data_width, \
+            addr_width, slots
+        super().__init__({
+            "jobs": In(stream.Signature(side_job_layout())),
+            "desc": In(side_desc_layout(addr_width)),
+            "rd_cmd": Out(stream.Signature(dma_command_layout(addr_width))),
+            "rd_words": In(stream.Signature(read_word_layout(data_width))),
+            "o_unit": Out(stream.Signature(side_job_layout())),
+            "row": In(range(T)),
+            "seg": In(range(T // cols)),
+            "bias_row": Out(32),
+            "bias_lanes": Out(data.ArrayLayout(32, cols)),
+            "mask_lanes": Out(cols),
+            "release": In(1),
+            "idle": Out(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        T, NS = TILE_BLOCK, self.slots
+        m.submodules.info = info = memory.Memory(shape=_info_layout(), depth=NS, init=[])
+        # a unit's bias vector in one row (an enable a float) and its mask rows, 32 bits each
+        m.submodules.bias = bias = memory.Memory(shape=data.ArrayLayout(32, T), depth=NS,
+                                                 init=[])
+        m.submodules.mask = mask = memory.Memory(shape=unsigned(T), depth=NS * T, init=[])
+        state = Array(Signal(range(4), name=f"state{s}") for s in range(NS))
+        ptr = {name: Signal(range(NS), name=f"{name}_slot")
+               for name in ("issue", "fill", "offer", "read")}
+        self._issue(m, info.write_port(), state, ptr["issue"])
+        self._fill(m, info.read_port(domain="comb"), bias.write_port(granularity=1),
+                   mask.write_port(), state, ptr["fill"])
+        self._consume(m, info.read_port(domain="comb"), info.read_port(domain="comb"),
+                      bias.read_port(domain="comb"), mask.read_port(domain="comb"),
+                      state, ptr["offer"], ptr["read"])
+        m.d.comb += self.idle.eq(Cat(s == FREE for s in state).all())
+        return m
+
+    # ---- jobs -> a slot each, and the read commands of its side data --------------------
+
+    def _issue(self, m, info_w, state, slot):
+        d, job = self.desc, self.jobs.payload
+        AW = self.addr_width
+        fpw = self.data_width // 32                   # floats a bus word
+        j = Signal(side_job_layout(), reset_less=True)
+        has_bias = Signal()
+        mask_in = Signal()
+        per_row = Signal()
+        prod = Signal(AW, reset_less=True)                        # m0 * mask_stride
+        mbase = Signal(AW, reset_less=True)                       # mask_addr + n0 / 8
+        baddr = Signal(AW, reset_less=True)                       # the bias command's address
+        bwords = Signal(range(TILE_BLOCK + 1), reset_less=True)   # and its words
+        row_addr = Signal(AW, reset_less=True)                    # the next mask row's
+        r = Signal(range(TILE_BLOCK))
+        cmd = self.rd_cmd
+        with m.FSM(name="issue"):
+            with m.State("JOB"):
+                m.d.comb += [self.jobs.ready.eq(state[slot] == FREE),
+                             info_w.addr.eq(slot), info_w.data.job.eq(job),
+                             info_w.data.bias.eq(Mux(d.bias == 3, 0, d.bias)),
+                             info_w.data.mask_in.eq(d.mask_in)]
+                with m.If(self.jobs.valid & self.jobs.ready):
+                    m.d.comb += info_w.en.eq(1)
+                    m.d.sync += [state[slot].eq(LOADING), slot.eq(slot + 1), j.eq(job),
+                                 has_bias.eq((d.bias == 1) | (d.bias == 2)),
+                                 per_row.eq(d.bias == 1), mask_in.eq(d.mask_in)]
+                    m.next = "GEOMETRY"
+            with m.State("GEOMETRY"):
+                count = Mux(per_row, j.rows_in, j.cols_in)
+                m.d.sync += [prod.eq(j.m0 * d.mask_stride),
+                             mbase.eq(d.mask_addr + (j.n0 >> 3)),
+                             baddr.eq(d.bias_addr + (Mux(per_row, j.m0, j.n0) << 2)),
+                             bwords.eq((count + fpw - 1) >> (fpw.bit_length() - 1))]
+                m.next = "BASE"
+            with m.State("BASE"):
+                m.d.sync += [row_addr.eq(mbase + prod), r.eq(0)]
+                with m.If(has_bias):
+                    m.next = "BIAS"
+                with m.Elif(mask_in):
+                    m.next = "MASK"
+                with m.Else():
+                    m.next = "JOB"
+            with m.State("BIAS"):
+                m.d.comb += [cmd.valid.eq(1), cmd.payload.addr.eq(baddr),
+                             cmd.payload.beats.eq(bwords)]
+                with m.If(cmd.ready & mask_in):
+                    m.next = "MASK"
+                with m.Elif(cmd.ready):
+                    m.next = "JOB"
+            with m.State("MASK"):
+                m.d.comb += [cmd.valid.eq(1), cmd.payload.addr.eq(row_addr),
+                             cmd.payload.beats.eq(1)]
+                with m.If(cmd.ready):
+                    m.d.sync += [row_addr.eq(row_addr + d.mask_stride), r.eq(r + 1)]
+                    with m.If(r == j.rows_in - 1):
+                        m.next = "JOB"
+
+    # ---- words -> the slot being filled -------------------------------------------------
+
+    def _fill(self, m, info_r, bias_w, mask_w, state, slot):
+        T = TILE_BLOCK
+        fpw = self.data_width // 32
+        u = info_r.data
+        w = self.rd_words
+        word = Signal(range(T // fpw + 1))           # the bias word
+        r = Signal(range(T))                         # the mask row
+        lane = u.job.n0[5:5 + (fpw.bit_length() - 1)]   # a mask row's 32 bits in the word
+        took = w.valid & w.ready
+        done = Signal()
+        m.d.comb += [info_r.addr.eq(slot),
+                     bias_w.addr.eq(slot),
+                     bias_w.data.eq(Cat(w.payload.data[:32 * fpw] for _ in range(T // fpw))),
+                     mask_w.addr.eq(Cat(r, slot)),
+                     mask_w.data.eq(w.payload.data.word_select(lane, 32))]
+        with m.FSM(name="fill"):
+            with m.State("WAIT"):
+                with m.If(state[slot] == LOADING):
+                    with m.If(u.bias != 0):
+                        m.next = "BIAS"
+                    with m.Elif(u.mask_in):
+                        m.next = "MASK"
+                    with m.Else():
+                        m.d.comb += done.eq(1)
+            with m.State("BIAS"):
+                m.d.comb += [w.ready.eq(1),
+                             bias_w.en.eq(Mux(took, Const((1 << fpw) - 1, T) << (word * fpw),
+                                              0))]
+                with m.If(took):
+                    m.d.sync += word.eq(Mux(w.payload.last, 0, word + 1))
+                    with m.If(w.payload.last & u.mask_in):
+                        m.next = "MASK"
+                    with m.Elif(w.payload.last):
+                        m.d.comb += done.eq(1)
+                        m.next = "WAIT"
+            with m.State("MASK"):
+                m.d.comb += [w.ready.eq(1), mask_w.en.eq(took)]
+                with m.If(took):
+                    m.d.sync += r.eq(r + 1)
+                    with m.If(r == u.job.rows_in - 1):
+                        m.d.sync += r.eq(0)
+                        m.d.comb += done.eq(1)
+                        m.next = "WAIT"
+        with m.If(done):
+            m.d.sync += [state[slot].eq(FULL), slot.eq(slot + 1)]
+
+    # ---- full units -> o_unit; the oldest's lookups, and its release --------------------
+
+    def _consume(self, m, info_o, info_l, bias_r, mask_r, state, offer, read):
+        C = self.cols
+        o = self.o_unit
+        m.d.comb += [info_o.addr.eq(offer), o.payload.eq(info_o.data.job),
+                     o.valid.eq(state[offer] == FULL)]
+        with m.If(o.valid & o.ready):
+            m.d.sync += [state[offer].eq(OUT), offer.eq(offer + 1)]
+        with m.If(self.release & (state[read] == OUT)):
+            m.d.sync += [state[read].eq(FREE), read.eq(read + 1)]
+
+        u = info_l.data
+        row, seg = self.row, self.seg
+        m.d.comb += [info_l.addr.eq(read), bias_r.addr.eq(read),
+                     mask_r.addr.eq(Cat(row, read))]
+        row_in = row < u.job.rows_in
+        lc = C.bit_length() - 1
+        vec = bias_r.data
+        m.d.comb += self.bias_row.eq(Mux((u.bias == 1) & row_in, vec[row], 0))
+        seg_bias = vec.as_value().word_select(seg, 32 * C)
+        bits = mask_r.data.word_select(seg, C)
+        for lane in range(C):
+            inside = Cat(Const(lane, lc), seg) < u.job.cols_in     # seg * C + lane
+            m.d.comb += [
+                self.bias_lanes[lane].eq(Mux((u.bias == 2) & inside,
+                                             seg_bias[32 * lane:32 * lane + 32], 0)),
+                self.mask_lanes[lane].eq(inside & row_in & (bits[lane] | ~u.mask_in)),
+            ]
