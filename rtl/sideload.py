@@ -91,12 +91,12 @@ class UnitSideLoader(wiring.Component):
 
     Latency
     -------
-    A unit's first command is offered 3 cycles after its job is taken (the addresses, in
-    two registered stages), the next ones a cycle apart while :attr:`rd_cmd` is ready: a
+    A unit's first command is offered 4 cycles after its job is taken (the addresses, in
+    three registered stages), the next ones a cycle apart while :attr:`rd_cmd` is ready: a
     unit needs ``(bias != 0) + rows_in * mask_in`` commands. It is offered on :attr:`o_unit`
     the cycle after its last word is taken (without a command, 2 cycles after its job). The
-    lookups are combinational, from :attr:`row`, :attr:`seg` and registers (a consumer
-    registers them).
+    lookups are combinational from :attr:`row` and :attr:`seg`: a distributed-RAM read, a
+    small multiplexer and the edge's gating (a consumer registers them).
 
     Throughput
     ----------
@@ -134,39 +134,53 @@ class UnitSideLoader(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         T, NS = TILE_BLOCK, self.slots
+        F = self.data_width // 32            # floats a bus word
+        L = max(self.cols, F)                # floats a row of the lanes' copy of the bias
         m.submodules.info = info = memory.Memory(shape=_info_layout(), depth=NS, init=[])
-        # a unit's bias vector in one row (an enable a float) and its mask rows, 32 bits each
-        m.submodules.bias = bias = memory.Memory(shape=data.ArrayLayout(32, T), depth=NS,
-                                                 init=[])
+        # The bias twice, each copy read with one memory read and a small multiplexer:
+        # ``brow`` a bus word a row (the rows' lookup), ``blanes`` L floats a row, a
+        # segment's floats side by side (the lanes' lookup, a word written into its lanes).
+        # The mask rows, 32 bits each. Small and read combinationally: distributed RAM.
+        m.submodules.brow = brow = memory.Memory(shape=data.ArrayLayout(32, F),
+                                                 depth=NS * T // F, init=[])
+        m.submodules.blanes = blanes = memory.Memory(shape=data.ArrayLayout(32, L),
+                                                     depth=NS * T // L, init=[])
         m.submodules.mask = mask = memory.Memory(shape=unsigned(T), depth=NS * T, init=[])
         state = Array(Signal(range(4), name=f"state{s}") for s in range(NS))
         ptr = {name: Signal(range(NS), name=f"{name}_slot")
                for name in ("issue", "fill", "offer", "read")}
         self._issue(m, info.write_port(), state, ptr["issue"])
-        self._fill(m, info.read_port(domain="comb"), bias.write_port(granularity=1),
-                   mask.write_port(), state, ptr["fill"])
-        self._consume(m, info.read_port(domain="comb"), info.read_port(domain="comb"),
-                      bias.read_port(domain="comb"), mask.read_port(domain="comb"),
-                      state, ptr["offer"], ptr["read"])
+        self._fill(m, info.read_port(domain="comb"), brow.write_port(),
+                   blanes.write_port(granularity=1), mask.write_port(), state, ptr["fill"])
+        self._consume(m, info.read_port(domain="comb"), info.read_port(),
+                      brow.read_port(domain="comb"), blanes.read_port(domain="comb"),
+                      mask.read_port(domain="comb"), state, ptr["offer"], ptr["read"])
         m.d.comb += self.idle.eq(Cat(s == FREE for s in state).all())
         return m
 
     # ---- jobs -> a slot each, and the read commands of its side data --------------------
 
     def _issue(self, m, info_w, state, slot):
+        T = TILE_BLOCK
         d, job = self.desc, self.jobs.payload
         AW = self.addr_width
-        fpw = self.data_width // 32                   # floats a bus word
+        F = self.data_width // 32
         j = Signal(side_job_layout(), reset_less=True)
         has_bias = Signal()
         mask_in = Signal()
         per_row = Signal()
+        # m0 * mask_stride as (m0 / T) * stride, in halves of the stride: two small products
+        # from registers into registers (a DSP slice each), then their sum
+        mul_i = Signal(17 - 5, reset_less=True)
+        mul_s = Signal(32, reset_less=True)
+        p_lo = Signal(28, reset_less=True)
+        p_hi = Signal(28, reset_less=True)
         prod = Signal(AW, reset_less=True)                        # m0 * mask_stride
         mbase = Signal(AW, reset_less=True)                       # mask_addr + n0 / 8
         baddr = Signal(AW, reset_less=True)                       # the bias command's address
-        bwords = Signal(range(TILE_BLOCK + 1), reset_less=True)   # and its words
+        bwords = Signal(range(T + 1), reset_less=True)            # and its words
         row_addr = Signal(AW, reset_less=True)                    # the next mask row's
-        r = Signal(range(TILE_BLOCK))
+        r = Signal(range(T))
         cmd = self.rd_cmd
         with m.FSM(name="issue"):
             with m.State("JOB"):
@@ -177,15 +191,19 @@ class UnitSideLoader(wiring.Component):
                 with m.If(self.jobs.valid & self.jobs.ready):
                     m.d.comb += info_w.en.eq(1)
                     m.d.sync += [state[slot].eq(LOADING), slot.eq(slot + 1), j.eq(job),
+                                 mul_i.eq(job.m0 >> 5), mul_s.eq(d.mask_stride),
                                  has_bias.eq((d.bias == 1) | (d.bias == 2)),
                                  per_row.eq(d.bias == 1), mask_in.eq(d.mask_in)]
                     m.next = "GEOMETRY"
             with m.State("GEOMETRY"):
                 count = Mux(per_row, j.rows_in, j.cols_in)
-                m.d.sync += [prod.eq(j.m0 * d.mask_stride),
+                m.d.sync += [p_lo.eq(mul_i * mul_s[:16]), p_hi.eq(mul_i * mul_s[16:]),
                              mbase.eq(d.mask_addr + (j.n0 >> 3)),
                              baddr.eq(d.bias_addr + (Mux(per_row, j.m0, j.n0) << 2)),
-                             bwords.eq((count + fpw - 1) >> (fpw.bit_length() - 1))]
+                             bwords.eq((count + F - 1) >> (F.bit_length() - 1))]
+                m.next = "PRODUCT"
+            with m.State("PRODUCT"):
+                m.d.sync += prod.eq((p_lo + (p_hi << 16)) << 5)
                 m.next = "BASE"
             with m.State("BASE"):
                 m.d.sync += [row_addr.eq(mbase + prod), r.eq(0)]
@@ -212,23 +230,29 @@ class UnitSideLoader(wiring.Component):
 
     # ---- words -> the slot being filled -------------------------------------------------
 
-    def _fill(self, m, info_r, bias_w, mask_w, state, slot):
-        T = TILE_BLOCK
-        fpw = self.data_width // 32
+    def _fill(self, m, info_r, brow_w, blanes_w, mask_w, state, slot):
+        T, C = TILE_BLOCK, self.cols
+        F = self.data_width // 32
+        L = max(C, F)
+        lf, ll = F.bit_length() - 1, L.bit_length() - 1
         u = info_r.data
         w = self.rd_words
-        word = Signal(range(T // fpw + 1))           # the bias word
-        r = Signal(range(T))                         # the mask row
-        lane = u.job.n0[5:5 + (fpw.bit_length() - 1)]   # a mask row's 32 bits in the word
+        word = Signal(range(T // F), reset_less=True)    # the bias word
+        r = Signal(range(T), reset_less=True)            # the mask row
+        lane = u.job.n0[5:5 + lf]                        # a mask row's 32 bits in the word
+        first = Cat(Const(0, lf), word)                  # the word's first float
         took = w.valid & w.ready
         done = Signal()
+        floats = w.payload.data[:32 * F]
         m.d.comb += [info_r.addr.eq(slot),
-                     bias_w.addr.eq(slot),
-                     bias_w.data.eq(Cat(w.payload.data[:32 * fpw] for _ in range(T // fpw))),
+                     brow_w.addr.eq(Cat(word, slot)), brow_w.data.eq(floats),
+                     blanes_w.addr.eq(Cat(first[ll:], slot)),
+                     blanes_w.data.eq(Cat(floats for _ in range(L // F))),
                      mask_w.addr.eq(Cat(r, slot)),
                      mask_w.data.eq(w.payload.data.word_select(lane, 32))]
         with m.FSM(name="fill"):
             with m.State("WAIT"):
+                m.d.sync += [word.eq(0), r.eq(0)]
                 with m.If(state[slot] == LOADING):
                     with m.If(u.bias != 0):
                         m.next = "BIAS"
@@ -237,11 +261,11 @@ class UnitSideLoader(wiring.Component):
                     with m.Else():
                         m.d.comb += done.eq(1)
             with m.State("BIAS"):
-                m.d.comb += [w.ready.eq(1),
-                             bias_w.en.eq(Mux(took, Const((1 << fpw) - 1, T) << (word * fpw),
-                                              0))]
+                m.d.comb += [w.ready.eq(1), brow_w.en.eq(took),
+                             blanes_w.en.eq(Mux(took, Const((1 << F) - 1, L) << first[:ll],
+                                                0))]
                 with m.If(took):
-                    m.d.sync += word.eq(Mux(w.payload.last, 0, word + 1))
+                    m.d.sync += word.eq(word + 1)
                     with m.If(w.payload.last & u.mask_in):
                         m.next = "MASK"
                     with m.Elif(w.payload.last):
@@ -252,7 +276,6 @@ class UnitSideLoader(wiring.Component):
                 with m.If(took):
                     m.d.sync += r.eq(r + 1)
                     with m.If(r == u.job.rows_in - 1):
-                        m.d.sync += r.eq(0)
                         m.d.comb += done.eq(1)
                         m.next = "WAIT"
         with m.If(done):
@@ -260,25 +283,36 @@ class UnitSideLoader(wiring.Component):
 
     # ---- full units -> o_unit; the oldest's lookups, and its release --------------------
 
-    def _consume(self, m, info_o, info_l, bias_r, mask_r, state, offer, read):
-        C = self.cols
+    def _consume(self, m, info_o, info_l, brow_r, blanes_r, mask_r, state, offer, read):
+        T, C = TILE_BLOCK, self.cols
+        F = self.data_width // 32
+        L = max(C, F)
+        lf, lc, ll = F.bit_length() - 1, C.bit_length() - 1, L.bit_length() - 1
         o = self.o_unit
         m.d.comb += [info_o.addr.eq(offer), o.payload.eq(info_o.data.job),
                      o.valid.eq(state[offer] == FULL)]
         with m.If(o.valid & o.ready):
             m.d.sync += [state[offer].eq(OUT), offer.eq(offer + 1)]
-        with m.If(self.release & (state[read] == OUT)):
+        freed = Signal()
+        m.d.comb += freed.eq(self.release & (state[read] == OUT))
+        with m.If(freed):
             m.d.sync += [state[read].eq(FREE), read.eq(read + 1)]
 
+        # the oldest unit's record, a register: read at the slot that is oldest next cycle
+        # (a unit's record is written well before it is offered)
         u = info_l.data
         row, seg = self.row, self.seg
-        m.d.comb += [info_l.addr.eq(read), bias_r.addr.eq(read),
+        col0 = Cat(Const(0, lc), seg)                    # the segment's first column
+        m.d.comb += [info_l.addr.eq(Mux(freed, read + 1, read)),
+                     brow_r.addr.eq(Cat(row[lf:], read)),
+                     blanes_r.addr.eq(Cat(col0[ll:T.bit_length() - 1], read)),
                      mask_r.addr.eq(Cat(row, read))]
         row_in = row < u.job.rows_in
-        lc = C.bit_length() - 1
-        vec = bias_r.data
-        m.d.comb += self.bias_row.eq(Mux((u.bias == 1) & row_in, vec[row], 0))
-        seg_bias = vec.as_value().word_select(seg, 32 * C)
+        m.d.comb += self.bias_row.eq(Mux((u.bias == 1) & row_in,
+                                         brow_r.data[row[:lf]], 0))
+        seg_bias = blanes_r.data.as_value()
+        if L > C:                                        # the segment's group in the row
+            seg_bias = seg_bias.word_select(col0[lc:ll], 32 * C)
         bits = mask_r.data.word_select(seg, C)
         for lane in range(C):
             inside = Cat(Const(lane, lc), seg) < u.job.cols_in     # seg * C + lane

@@ -104,31 +104,40 @@ def check_units(cols, data_width, seed, bias, mask_in, slots=2):
     dut = UnitSideLoader(cols, data_width, 32, slots=slots)
     log, seen = [], []
 
+    async def take_unit(ctx):
+        ctx.set(dut.o_unit.ready, 1)
+        valid = False
+        while not valid:
+            _, _, valid, payload = await ctx.tick().sample(dut.o_unit.valid, dut.o_unit.payload)
+        ctx.set(dut.o_unit.ready, 0)
+        return {k: int(getattr(payload, k)) for k in units[0]}
+
     async def consumer(ctx):
+        """Takes each unit, checks every lookup, releases it; sometimes takes the next
+        unit before the release and looks it up in the cycle right after."""
         crng = random.Random(seed + 1)
-        for unit in units:
-            ctx.set(dut.o_unit.ready, 1)
-            valid = False
-            while not valid:
-                _, _, valid, payload = await ctx.tick().sample(dut.o_unit.valid,
-                                                               dut.o_unit.payload)
-            ctx.set(dut.o_unit.ready, 0)
-            assert {k: int(getattr(payload, k)) for k in unit} == unit
+        got = await take_unit(ctx)
+        for i, unit in enumerate(units):
+            assert got == unit
             want = expected(memory, desc, shape, unit, cols)
             for (row, seg), (b_row, lanes, bits) in want.items():
                 ctx.set(dut.row, row)
                 ctx.set(dut.seg, seg)
-                got = (ctx.get(dut.bias_row), [int(v) for v in ctx.get(dut.bias_lanes)],
-                       ctx.get(dut.mask_lanes))
-                assert got == (b_row, lanes, bits), (unit, row, seg)
+                assert (ctx.get(dut.bias_row), [int(v) for v in ctx.get(dut.bias_lanes)],
+                        ctx.get(dut.mask_lanes)) == (b_row, lanes, bits), (unit, row, seg)
                 if crng.random() < 0.05:
                     await ctx.tick()
             for _ in range(crng.choice([0, 0, 3, 40])):
                 await ctx.tick()
+            early = crng.random() < 0.5
+            if early and i + 1 < len(units):
+                got = await take_unit(ctx)
             ctx.set(dut.release, 1)
             await ctx.tick()
             ctx.set(dut.release, 0)
             seen.append(unit)
+            if not early and i + 1 < len(units):
+                got = await take_unit(ctx)
         assert ctx.get(dut.idle)
 
     async def send(ctx):
