@@ -86,7 +86,9 @@ class Accelerator(wiring.Component):
         ``CONFIG_FEATURES.OPS``): C written as BFP8 tile blocks at ``DESC_C_ADDR`` and
         ``DESC_C_EXP_ADDR`` (:class:`rtl.engine.GemmEngine`'s ``epilogue``); a block holding
         inf or NaN stops the accelerator with ``NONFINITE`` once it is written (as zeros).
-        The epilogue's other bits are refused with ``UNSUPPORTED``.
+        With at least 8 columns also ``RELU`` on a BFP8 C: ReLU before the quantiser, its
+        mask written at ``DESC_MASK_ADDR`` (``DESC_MASK_STRIDE`` bytes a row); ``RELU``
+        without ``BFP8`` is refused with ``UNSUPPORTED``, as are the epilogue's other bits.
 
     Attributes
     ----------
@@ -118,7 +120,8 @@ class Accelerator(wiring.Component):
                                  k_blocks=k_blocks, epilogue=epilogue)
         self.k_blocks, self.epilogue = bool(k_blocks), bool(epilogue)
         #: ``CONFIG_FEATURES.OPS``: the ``DESC_EPILOGUE`` bits 7..0 this build runs
-        self.ops = regmap.pack("DESC_EPILOGUE", BFP8=1, STOCHASTIC=1) if self.epilogue else 0
+        self.ops = regmap.pack("DESC_EPILOGUE", BFP8=1, STOCHASTIC=1,
+                               RELU=int(self.engine.relu)) if self.epilogue else 0
         self.burst_beats, self.outstanding = burst_beats, outstanding
         self.readers = [DmaReader(data_width, addr_width, burst_beats=burst_beats,
                                   outstanding=outstanding) for _ in range(read_ports)]
@@ -226,13 +229,16 @@ class Accelerator(wiring.Component):
             return (getattr(csr, f"{name}_hi"), getattr(csr, f"{name}_lo"))
 
         for name in ("a_addr", "b_addr", "c_addr", "row_exp_addr", "col_exp_addr",
-                     *(("c_exp_addr",) if self.epilogue else ())):
+                     *(("c_exp_addr", "mask_addr") if self.epilogue else ())):
             hi, lo = addr(f"desc_{name}")
             m.d.comb += getattr(staged, name).eq(hi << 32 | lo)
         if self.epilogue:
             m.d.comb += [staged.bfp8.eq(_field(csr, "DESC_EPILOGUE", "BFP8")),
                          staged.stochastic.eq(_field(csr, "DESC_EPILOGUE", "STOCHASTIC")),
-                         staged.seed.eq(csr.desc_seed_hi << 32 | csr.desc_seed_lo)]
+                         staged.seed.eq(csr.desc_seed_hi << 32 | csr.desc_seed_lo),
+                         staged.relu.eq(_field(csr, "DESC_EPILOGUE", "RELU")
+                                        if self.engine.relu else 0),
+                         staged.mask_stride.eq(csr.desc_mask_stride)]
         m.d.comb += [
             staged.m.eq(csr.desc_m), staged.n.eq(csr.desc_n), staged.k.eq(csr.desc_k),
             staged.transpose_a.eq(_field(csr, "DESC_FLAGS", "TRANSPOSE_A")),
@@ -255,13 +261,18 @@ class Accelerator(wiring.Component):
         # bit) stops the engine with UNSUPPORTED instead of being queued
         unsupported = Signal()
         # (A_TILES and B_TILES together, with K blocks; BFP8 and STOCHASTIC, with the
-        # epilogue (STOCHASTIC alone rounds nothing); nothing else)
+        # epilogue (STOCHASTIC alone rounds nothing), and RELU with BFP8 where the engine
+        # has it; nothing else)
         tiles = regmap.pack("DESC_EPILOGUE", A_TILES=1, B_TILES=1)
-        out = regmap.pack("DESC_EPILOGUE", BFP8=1, STOCHASTIC=1)
+        out = self.ops
         e = csr.desc_epilogue
-        rest = e & ~((tiles if self.k_blocks else 0) | (out if self.epilogue else 0))
+        rest = e & ~((tiles if self.k_blocks else 0) | out)
         bad_tiles = ((e & tiles) != 0) & ((e & tiles) != tiles) if self.k_blocks else 0
-        m.d.comb += unsupported.eq((rest != 0) | bad_tiles)
+        relu_fp32 = 0
+        if self.engine.relu:        # ReLU only on a BFP8 C
+            relu_fp32 = (_field(csr, "DESC_EPILOGUE", "RELU")
+                         & ~_field(csr, "DESC_EPILOGUE", "BFP8"))
+        m.d.comb += unsupported.eq((rest != 0) | bad_tiles | relu_fp32)
         if self.k_blocks:
             m.d.comb += staged.tiles.eq((e & tiles) == tiles)
         vars(s).update(q=q, enqueue=enqueue, soft_reset=soft_reset, unsupported=unsupported)

@@ -76,7 +76,9 @@ class GemmEngine(wiring.Component):
         write-back, the walk in blocks of one tile block (``TILE_BLOCK / rows`` tiles a
         side, whatever the descriptor's ``block``), through the first write port. Needs
         ``rows == cols`` dividing :data:`firmware.spec.regmap.TILE_BLOCK` and ``block`` at
-        least ``TILE_BLOCK / rows``.
+        least ``TILE_BLOCK / rows``. With at least 8 columns (``self.relu``) such descriptors
+        may also have ``relu``: ReLU on C before it is quantised, its mask written at
+        ``mask_addr`` (:class:`rtl.bfpwrite.BfpWriteBack`).
 
     Attributes
     ----------
@@ -150,6 +152,9 @@ class GemmEngine(wiring.Component):
             raise ValueError(f"epilogue (BFP8 output) needs rows == cols dividing "
                              f"{regmap.TILE_BLOCK} (at least 4) and block >= "
                              f"{regmap.TILE_BLOCK} / rows, not {rows}x{cols}, block {block}")
+        #: The BFP8 write-back applies ReLU and writes its mask (``epilogue`` with at least 8
+        #: columns: a tile row's mask in whole bytes).
+        self.relu = self.epilogue and cols >= 8
         self.primitive = bool(primitive)
         self.data_width, self.addr_width = data_width, addr_width
         self.datapath = GemmDatapath(rows, cols, depth, slots=max(2, 2 * block),
@@ -258,6 +263,8 @@ class GemmEngine(wiring.Component):
             m.d.comb += [bd.m.eq(d_back.m), bd.n.eq(d_back.n), bd.c_addr.eq(d_back.c_addr),
                          bd.c_stride.eq(d_back.c_stride), bd.c_exp_addr.eq(d_back.c_exp_addr),
                          bd.stochastic.eq(d_back.stochastic), bd.seed.eq(d_back.seed),
+                         bd.relu.eq(d_back.relu), bd.mask_addr.eq(d_back.mask_addr),
+                         bd.mask_stride.eq(d_back.mask_stride),
                          p.bfpwb.clear.eq(self.soft_reset),
                          self.nonfinite.eq(p.bfpwb.nonfinite)]
         m.d.comb += [
@@ -337,8 +344,8 @@ class GemmEngine(wiring.Component):
                                        addr_width=self.addr_width, queue=max(4, BL * BL),
                                        ports=WP, primitive=self.primitive, part_resets=True)
             wb_cmd, wb_data, wb_done = writeback.wr_cmd, writeback.wr_data, writeback.wr_done
-        bfpwb = BfpWriteBack(R, C, data_width=self.data_width,
-                             addr_width=self.addr_width) if self.epilogue else None
+        bfpwb = BfpWriteBack(R, C, data_width=self.data_width, addr_width=self.addr_width,
+                             relu=self.relu) if self.epilogue else None
         return SimpleNamespace(
             bfpwb=bfpwb, dp=dp, checker=checker, walker=walker, loader=loader, router=router,
             loader1=loader1, loader2=loader2, loader3=loader3, b_loaders=b_loaders,

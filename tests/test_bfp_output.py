@@ -1,13 +1,15 @@
 """BFP8 output on the RTL (``Accelerator(epilogue=True)``, Device("rtl", epilogue=True)):
-C written as BFP8 tile blocks by the write-back, bit for bit :mod:`sim.models.bfp` and the
-functional model, memory beyond the matrix untouched, the options it lacks refused,
-inf and NaN reported."""
+C written as BFP8 tile blocks by the write-back, with or without ReLU and its mask, bit for
+bit :mod:`sim.models.bfp`, Device("golden") and the functional model, memory beyond the
+matrix and the mask untouched, the mask region checked as the functional model checks it,
+the options it lacks refused, inf and NaN reported."""
 
 import numpy as np
 import pytest
 
 from firmware import Device
 from firmware.runtime.device import AcceleratorError
+from firmware.spec import regmap
 from firmware.spec.regmap import ErrorCode
 from sim.models import bfp, golden
 
@@ -57,6 +59,123 @@ def test_bfp8_output_matches_golden(dev, m, n, k, ta, tb, rounding):
     np.testing.assert_array_equal(ref.exponents(), want_e)
 
 
+@pytest.mark.parametrize("m,n,k,ta,tb,rounding", [
+    (40, 70, 33, False, False, "stochastic"), (33, 13, 64, True, False, "nearest"),
+    (5, 7, 40, False, True, "stochastic"), (97, 45, 17, True, True, "nearest")])
+def test_bfp8_relu_matches_golden(dev, m, n, k, ta, tb, rounding):
+    """bfp_gemm(relu=True, out="bfp8"): ReLU before the quantiser, its mask (v > 0 of C,
+    :func:`sim.models.bfp.epilogue`) written a bit an element, each row's bytes as
+    :func:`sim.models.bfp.pack_mask` packs them (the unused high bits of a row's last byte
+    0); the blocks and the packed mask bytes the same as Device("golden")'s and the
+    functional model's."""
+    rng = np.random.default_rng(m * 5 + n * 11 + k)
+    qa, ea = _tiles(rng, (k, m) if ta else (m, k))
+    qb, eb = _tiles(rng, (n, k) if tb else (k, n))
+    seed = int(rng.integers(0, 2**63))
+    got, got_mask = dev.bfp_gemm(dev.bfp_tensor(qa, ea), dev.bfp_tensor(qb, eb),
+                                 transpose_a=ta, transpose_b=tb, relu=True, out="bfp8",
+                                 rounding=rounding, seed=seed)
+    c = bfp.gemm_kblocks(qa, ea, qb, eb, transpose_a=ta, transpose_b=tb)
+    want = bfp.epilogue(c, relu=True, out="bfp8", rounding=rounding, seed=seed)
+    assert 0 < want.mask.sum() < m * n
+    np.testing.assert_array_equal(got.mantissas(), want.q)
+    np.testing.assert_array_equal(got.exponents(), want.exp)
+    np.testing.assert_array_equal(got_mask.bits.numpy(), bfp.pack_mask(want.mask))
+    np.testing.assert_array_equal(got_mask.numpy(), want.mask)
+    for ref in (Device("golden"), Device("model", rows=dev.rows, cols=dev.cols,
+                                         data_width=dev.data_width)):
+        q, mask = ref.bfp_gemm(ref.bfp_tensor(qa, ea), ref.bfp_tensor(qb, eb),
+                               transpose_a=ta, transpose_b=tb, relu=True, out="bfp8",
+                               rounding=rounding, seed=seed)
+        np.testing.assert_array_equal(q.mantissas(), want.q)
+        np.testing.assert_array_equal(q.exponents(), want.exp)
+        np.testing.assert_array_equal(mask.bits.numpy(), got_mask.bits.numpy())
+
+
+def _plain_operands(mem, rng, m, n, k, bpw, base):
+    """A and B (int8, rows a bus word apart) written at ``base`` and ``base + 0x4000``;
+    returns the descriptor fields and the float32 C they give with exponents -3 and 2."""
+    a = rng.integers(-128, 128, (m, k), dtype=np.int8)
+    b = rng.integers(-128, 128, (k, n), dtype=np.int8)
+    sa, sb = (-(-x // bpw) * bpw for x in (k, n))
+    for addr, x, stride in ((base, a, sa), (base + 0x4000, b, sb)):
+        for i, row in enumerate(x):
+            mem[addr + i * stride:addr + i * stride + row.size] = row.view(np.uint8)
+    c = golden.rescale(golden.gemm(a, b), np.full(m, -3, np.int8), np.full(n, 2, np.int8))
+    return dict(m=m, n=n, k=k, flags={"ROW_EXP": -3, "COL_EXP": 2}, a_addr=base,
+                a_stride=sa, b_addr=base + 0x4000, b_stride=sb), c
+
+
+def test_bfp8_relu_leaves_the_rest_of_memory(dev):
+    """ReLU through the registers on a plain GEMM with N not a multiple of 8: the mask's M
+    rows of ceil(N/8) bytes at DESC_MASK_ADDR, DESC_MASK_STRIDE (wider) apart, hold
+    pack_mask's bytes; C's mantissas and grid as :func:`sim.models.bfp.epilogue` says;
+    every other byte of the region (beyond a mask row, beyond M) is as it was."""
+    drv, mem = dev.driver, dev.sim.memory
+    bpw = drv.bytes_per_word
+    m, n, k = 45, 37, 21
+    base = 0x100000
+    desc, c = _plain_operands(mem, np.random.default_rng(4), m, n, k, bpw, base)
+    sc = -(-n // bpw) * bpw + bpw
+    c_addr, exp_addr, mask_addr = base + 0x8000, base + 0xA000, base + 0xB000
+    mask_stride = 2 * bpw
+    mem[c_addr:c_addr + 0x8000] = 0xA5
+    before = mem[c_addr:c_addr + 0x8000].copy()
+    drv.set_window(base, base + 0x10000)
+    drv.run(dict(desc, c_addr=c_addr, c_stride=sc, c_exp_addr=exp_addr, seed=5,
+                 mask_addr=mask_addr, mask_stride=mask_stride,
+                 epilogue={"BFP8": 1, "RELU": 1}))
+    out = bfp.epilogue(c, relu=True, out="bfp8")
+    bits = bfp.pack_mask(out.mask)
+    want = before.copy()
+    for i in range(m):
+        want[i * sc:i * sc + n] = out.q[i].view(np.uint8)
+        at = mask_addr - c_addr + i * mask_stride
+        want[at:at + bits.shape[1]] = bits[i]
+    want[exp_addr - c_addr:exp_addr - c_addr + out.exp.size] = out.exp.reshape(-1).view(
+        np.uint8)
+    np.testing.assert_array_equal(mem[c_addr:c_addr + 0x8000], want)
+
+
+def test_mask_region_checked_as_the_functional_model_checks_it(dev):
+    """A ReLU descriptor whose mask is misaligned, has overlapping rows or leaves the window
+    stops with the same error code on the RTL as on the functional model, and nothing is
+    written; a fitting one runs on both."""
+    bpw = dev.driver.bytes_per_word
+    m, n, k = 9, 70, 8
+    base = 0x100000
+    row = -(-n // 8)
+    stride = -(-row // bpw) * bpw
+    end = base + 0x10000
+    cases = [
+        (dict(mask_addr=end - m * stride), ErrorCode.NONE),
+        (dict(mask_addr=base + 0xB000 + 1), ErrorCode.MISALIGNED),
+        (dict(mask_stride=stride + 1), ErrorCode.MISALIGNED),
+        (dict(mask_stride=stride - bpw), ErrorCode.BAD_STRIDE),     # rows of 9 bytes
+        (dict(mask_addr=end - m * stride + bpw), ErrorCode.OUT_OF_WINDOW),
+        (dict(mask_addr=base - bpw), ErrorCode.OUT_OF_WINDOW),
+    ]
+    model = Device("model", rows=dev.rows, cols=dev.cols, data_width=dev.data_width)
+    for case, code in cases:
+        codes = []
+        for d in (dev, model):
+            mem = d.sim.memory
+            desc, _ = _plain_operands(mem, np.random.default_rng(6), m, n, k, bpw, base)
+            desc.update(c_addr=base + 0x8000, c_stride=-(-n // bpw) * bpw,
+                        c_exp_addr=base + 0xA000, mask_addr=base + 0xB000,
+                        mask_stride=stride, epilogue={"BFP8": 1, "RELU": 1})
+            desc.update(case)
+            mem[base + 0x8000:end] = 0x5A
+            d.driver.set_window(base, end)
+            try:
+                d.driver.run(desc)
+                codes.append(ErrorCode.NONE)
+            except AcceleratorError as e:
+                codes.append(e.code)
+                assert (mem[base + 0x8000:end] == 0x5A).all()
+        assert codes == [code, code], case
+
+
 def test_bfp8_output_of_a_plain_gemm_leaves_the_rest_of_memory(dev):
     """A GEMM with scalar exponents (no tile operands) and a BFP8 C: C's rows hold N bytes
     of mantissas at DESC_C_ADDR (stride wider than N), the exponent grid ceil(M/32) x
@@ -89,21 +208,28 @@ def test_bfp8_output_of_a_plain_gemm_leaves_the_rest_of_memory(dev):
     np.testing.assert_array_equal(mem[c_addr:c_addr + 0x8000], want)
 
 
-@pytest.mark.parametrize("option", [{"RELU": 1}, {"BIAS": 2}, {"MASK_IN": 1},
-                                    {"QUANTIZE_ONLY": 1}, {"A_TILES": 1}])
+@pytest.mark.parametrize("option", [{"BIAS": 2}, {"MASK_IN": 1}, {"QUANTIZE_ONLY": 1},
+                                    {"A_TILES": 1}, {"RELU": 1, "BFP8": 0}])
 def test_options_it_lacks_are_refused(dev, option):
-    """CONFIG_FEATURES.OPS says BFP8 and STOCHASTIC; any other epilogue bit (or half of the
-    tile pair) stops the accelerator with UNSUPPORTED, and the runtime refuses the call
-    first, naming what is missing."""
+    """CONFIG_FEATURES.OPS says BFP8, STOCHASTIC and RELU (EPILOGUE 0: RELU only with
+    BFP8); any other epilogue bit (or half of the tile pair), or RELU on a float32 C, stops
+    the accelerator with UNSUPPORTED, and the runtime refuses the call first, naming what
+    is missing."""
     info = dev.driver.info
-    assert info.epilogue_ops == 0b11 and not info.epilogue and info.k_blocks
+    assert info.epilogue_ops == regmap.pack("DESC_EPILOGUE", BFP8=1, STOCHASTIC=1, RELU=1)
+    assert not info.epilogue and info.k_blocks
     with pytest.raises(AcceleratorError) as e:
-        dev.driver.run(dict(m=1, n=1, k=1, flags={}, epilogue=dict(option, BFP8=1)))
+        dev.driver.run(dict(m=1, n=1, k=1, flags={}, epilogue=dict({"BFP8": 1}, **option)))
     assert e.value.code is ErrorCode.UNSUPPORTED
     q, ex = bfp.quantize_tiles(np.ones((4, 4), np.float32))
     t = dev.bfp_tensor(q, ex)
-    with pytest.raises(RuntimeError, match="RELU"):
-        dev.bfp_gemm(t, t, relu=True)
+    with pytest.raises(RuntimeError, match="RELU only with a BFP8 C"):
+        dev.bfp_gemm(t, t, relu=True, out="float32")
+    with pytest.raises(RuntimeError, match="BIAS"):
+        dev.bfp_gemm(t, t, bias=np.ones(4, np.float32), out="bfp8")
+    _, mask = dev.bfp_gemm(t, t, relu=True, out="bfp8")
+    with pytest.raises(RuntimeError, match="MASK_IN"):
+        dev.bfp_gemm(t, t, mask_in=mask, out="bfp8")
     with pytest.raises(RuntimeError, match="QUANTIZE_ONLY"):
         dev.quantize(np.ones((4, 4), np.float32))
 

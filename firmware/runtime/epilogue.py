@@ -102,7 +102,9 @@ def _check_rounding(rounding, seed):
 
 def _require(dev, **ops):
     """The device offers tile exponents and the ``DESC_EPILOGUE`` options ``ops`` (field
-    values, as :func:`firmware.spec.regmap.pack` takes them), else a clear error."""
+    values, as :func:`firmware.spec.regmap.pack` takes them), else a clear error. Where
+    ``CONFIG_FEATURES.EPILOGUE`` is 0, ``RELU`` in ``CONFIG_FEATURES.OPS`` is offered only
+    with ``BFP8`` (a float32 C is refused here)."""
     if dev.driver is None:
         return
     info = dev.driver.info
@@ -117,6 +119,10 @@ def _require(dev, **ops):
                            f"(CONFIG_FEATURES): "
                            f"use the host path (firmware.ml's blocks policies) or "
                            f"Device('model')")
+    if ops.get("RELU") and not ops.get("BFP8") and not info.epilogue:
+        raise RuntimeError(f"this {dev.backend} accelerator offers the write-back epilogue's "
+                           f"RELU only with a BFP8 C (out='bfp8'; CONFIG_FEATURES.EPILOGUE is "
+                           f"0): use out='bfp8', the host path or Device('model')")
     if info.tile_block != regmap.TILE_BLOCK:
         raise RuntimeError(f"the accelerator's tiles are {info.tile_block} wide, this "
                            f"runtime's {regmap.TILE_BLOCK}")
