@@ -538,10 +538,19 @@ def t_training_formats():
     return md + "\n\n" + note, cmds
 
 
+#: The Pynq-Z1 builds of the kblocks-build table: (results file, what, its command's flags).
+KBLOCK_BUILDS = (("build_pynq-z1.json", "default", ""),
+                 ("build_pynq-z1_kblocks.json", "default with `--k-blocks`", " --k-blocks"),
+                 ("build_pynq-z1_epilogue.json", "default with `--k-blocks --epilogue`",
+                  " --k-blocks --epilogue"))
+
+
 def t_kblocks_build():
-    rows = []
-    for name, what in (("build_pynq-z1.json", "default"),
-                       ("build_pynq-z1_kblocks.json", "default with `--k-blocks`")):
+    rows, cmds = [], []
+    for name, what, flags in KBLOCK_BUILDS:
+        if not (RESULTS / name).exists():
+            continue
+        cmds.append(f".venv/bin/python build.py --platform pynq-z1{flags}")
         r = load(name)
         res, use, t = r["resources"], r["utilization"], r["timing"]
         rows.append([what, *(f"{res[k]:,g} ({pct(use[k], 0)})" for k in ("LUT", "FF", "DSP",
@@ -550,8 +559,7 @@ def t_kblocks_build():
                      f"{t['max_fanout']} of {t['fanout_budget']}"])
     md = table(["Pynq-Z1 build", "LUT", "FF", "DSP", "BRAM36", "logic levels at 100 MHz",
                 "largest fan-out"], rows, "lrrrrrr")
-    return md, [".venv/bin/python build.py --platform pynq-z1",
-                ".venv/bin/python build.py --platform pynq-z1 --k-blocks"]
+    return md, cmds
 
 
 def t_conv_layouts():
