@@ -121,9 +121,9 @@ class BfpWriteBack(wiring.Component):
     -------
     A unit's first mantissa write command is offered about ``fill_latency +
     DRAIN_LATENCY + 2`` cycles (:class:`rtl.epilogue.TileQuantizer`) after its last row is
-    taken; its exponent's after its last beat's words. A row's mask command is offered 5
-    cycles after the row is taken (the FIFO's 2, the two address stages, a register), when
-    the port is free.
+    taken; its exponent's after its last beat's words. A row's mask command is offered 4
+    cycles after the row is taken (the FIFO's 2, the two address stages), when the port is
+    free.
 
     Throughput
     ----------

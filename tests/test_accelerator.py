@@ -352,6 +352,20 @@ def test_bus_error_stops_cleanly(dev, where):
     np.testing.assert_array_equal(_c(dev, desc), want)
 
 
+def test_an_epilogue_build_lacks_relu_below_8_columns():
+    """Accelerator(epilogue=True) offers RELU (``CONFIG_FEATURES.OPS``) with its BFP8 output
+    from 8 columns on; with 4 a tile row's mask is half a byte, so RELU is not offered (and
+    its BFP8 write-back refuses to be built with it)."""
+    from rtl.accelerator import Accelerator
+    from rtl.bfpwrite import BfpWriteBack
+    out = pack("DESC_EPILOGUE", BFP8=1, STOCHASTIC=1)
+    assert Accelerator(8, 8, epilogue=True).ops == out | pack("DESC_EPILOGUE", RELU=1)
+    assert Accelerator(4, 4, block=8, depth=64, epilogue=True).ops == out
+    assert Accelerator(8, 8).ops == 0
+    with pytest.raises(ValueError, match="relu needs at least 8 columns"):
+        BfpWriteBack(4, 4, relu=True)
+
+
 def test_an_epilogue_this_build_lacks_is_refused(dev):
     """A build without the epilogue's options (``CONFIG_FEATURES`` says so): a descriptor
     asking for one stops with ``UNSUPPORTED`` and is not run; the next plain one runs."""
