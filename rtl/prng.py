@@ -158,6 +158,9 @@ class RandomLanes(wiring.Component):
     ----------
     lanes : int
         Number of lanes, a positive multiple of 4.
+    out_fifo : int
+        0, or the entries of an output FIFO (more than :attr:`LATENCY` for full rate): see
+        Throughput.
 
     Attributes
     ----------
@@ -172,16 +175,22 @@ class RandomLanes(wiring.Component):
 
     Throughput
     ----------
-    One beat (``lanes`` values) per cycle. The pipeline stalls as a whole while
-    ``o_stream.ready`` is low.
+    One beat (``lanes`` values) per cycle. Without ``out_fifo`` the pipeline stalls as a
+    whole while ``o_stream.ready`` is low (one enable reaches every register); with it the
+    pipeline never stalls, its beats land in the FIFO, and a request is taken only while
+    the FIFO has room for every beat in flight (credits), which costs two cycles of latency
+    more (the FIFO's) and no enable fans out.
     """
 
     LATENCY = Threefry2x32.LATENCY + 1
 
-    def __init__(self, lanes: int):
+    def __init__(self, lanes: int, *, out_fifo: int = 0):
         if not isinstance(lanes, int) or isinstance(lanes, bool) or lanes < 4 or lanes % 4:
             raise ValueError(f"lanes must be a positive multiple of 4, not {lanes!r}")
-        self.lanes = lanes
+        if not isinstance(out_fifo, int) or isinstance(out_fifo, bool) or out_fifo < 0 \
+                or 0 < out_fifo < 4:
+            raise ValueError(f"out_fifo must be 0 or at least 4, not {out_fifo!r}")
+        self.lanes, self.out_fifo = lanes, out_fifo
         super().__init__({
             "i_stream": In(stream.Signature(random_input_layout())),
             "o_stream": Out(stream.Signature(random_output_layout(lanes))),
@@ -190,8 +199,24 @@ class RandomLanes(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         advance = Signal()
-        m.d.comb += [advance.eq(~self.o_stream.valid | self.o_stream.ready),
-                     self.i_stream.ready.eq(advance)]
+        out = self.o_stream
+        if self.out_fifo:
+            # free-running: every request taken has a place in the FIFO when it comes out
+            from .fifo import Fifo
+            m.submodules.out = fifo = Fifo(width=16 * self.lanes, depth=self.out_fifo)
+            out = stream.Signature(random_output_layout(self.lanes)).flip().create()
+            m.d.comb += [fifo.w_data.eq(out.payload), fifo.w_en.eq(out.valid),
+                         self.o_stream.payload.eq(fifo.r_data),
+                         self.o_stream.valid.eq(fifo.r_rdy), fifo.r_en.eq(self.o_stream.ready)]
+            # beats owed: requests taken and not yet read out of the FIFO
+            owed = Signal(range(self.out_fifo + 1))
+            take = self.i_stream.valid & self.i_stream.ready
+            m.d.sync += owed.eq(owed + take - (fifo.r_en & fifo.r_rdy))
+            room = Signal()
+            m.d.sync += room.eq(owed + take < self.out_fifo)
+            m.d.comb += [advance.eq(1), self.i_stream.ready.eq(room)]
+        else:
+            m.d.comb += [advance.eq(~out.valid | out.ready), self.i_stream.ready.eq(advance)]
         p = self.i_stream.payload
         blocks = self.lanes // 4
         # stage "c": the key, the row and each pipeline's column block, registered
@@ -206,7 +231,8 @@ class RandomLanes(wiring.Component):
         for j in range(blocks):
             x0, x1 = _data_pipeline(m, advance, keys, k0, k1, row, cols[j], f"b{j}")
             for i, word in enumerate((x0[:16], x0[16:], x1[:16], x1[16:])):
-                m.d.comb += self.o_stream.payload.r[4 * j + i].eq(word)
-        m.d.comb += self.o_stream.valid.eq(
-            _valid_pipeline(m, advance, self.i_stream.valid, self.LATENCY))
+                m.d.comb += out.payload.r[4 * j + i].eq(word)
+        m.d.comb += out.valid.eq(
+            _valid_pipeline(m, advance, self.i_stream.valid & self.i_stream.ready,
+                            self.LATENCY))
         return m

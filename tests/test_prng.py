@@ -230,3 +230,27 @@ def test_random_matrix_is_random_bits_of_every_element():
     for seed, m, n in ((0, 3, 5), (2**64 - 1, 7, 13), (12345, 1, 4)):
         mm, nn = np.indices((m, n), dtype=np.uint64)
         np.testing.assert_array_equal(random_matrix(seed, m, n), random_bits(seed, mm, nn))
+
+
+@pytest.mark.parametrize("stall", [0.0, 0.8])
+def test_random_lanes_with_an_output_fifo(stall):
+    """RandomLanes(out_fifo=...): the same beats in order under output stalls, the pipeline
+    never stalled (requests wait for credits instead)."""
+    lanes, seed = 8, 0x0123456789ABCDEF
+    dut = RandomLanes(lanes, out_fifo=32)
+    reqs = [{"seed": seed, "m": m, "n0": n0} for m in range(40) for n0 in (0, 8, 40)]
+    got = []
+
+    async def send(ctx):
+        await stream_send(ctx, dut.i_stream, reqs, rng=random.Random(1), stall=0.1)
+
+    async def take(ctx):
+        got.extend(await stream_recv(ctx, dut.o_stream, len(reqs), rng=random.Random(2),
+                                     stall=stall, convert=lambda p: [int(x) for x in p.r]))
+
+    run(dut, send, take, deadline_cycles=20000)
+    for req, beat in zip(reqs, got, strict=True):
+        want = random_bits(seed, req["m"], np.arange(req["n0"], req["n0"] + lanes))
+        assert beat == [int(x) for x in want]
+    with pytest.raises(ValueError, match="out_fifo"):
+        RandomLanes(8, out_fifo=2)
