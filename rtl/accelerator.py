@@ -87,8 +87,11 @@ class Accelerator(wiring.Component):
         ``DESC_C_EXP_ADDR`` (:class:`rtl.engine.GemmEngine`'s ``epilogue``); a block holding
         inf or NaN stops the accelerator with ``NONFINITE`` once it is written (as zeros).
         With at least 8 columns also ``RELU`` on a BFP8 C: ReLU before the quantiser, its
-        mask written at ``DESC_MASK_ADDR`` (``DESC_MASK_STRIDE`` bytes a row); ``RELU``
-        without ``BFP8`` is refused with ``UNSUPPORTED``, as are the epilogue's other bits.
+        mask written at ``DESC_MASK_ADDR`` (``DESC_MASK_STRIDE`` bytes a row). Also
+        ``BIAS`` (1: a float32 a row, 2: a column, at ``DESC_BIAS_ADDR``, added before the
+        ReLU) and ``MASK_IN`` (C zeroed where the mask stored at ``DESC_MASK_ADDR`` is 0) on
+        a BFP8 C. ``RELU``, ``BIAS`` or ``MASK_IN`` without ``BFP8``, and ``BIAS`` 3, are
+        refused with ``UNSUPPORTED``, as are the epilogue's other bits.
 
     Attributes
     ----------
@@ -120,7 +123,7 @@ class Accelerator(wiring.Component):
                                  k_blocks=k_blocks, epilogue=epilogue)
         self.k_blocks, self.epilogue = bool(k_blocks), bool(epilogue)
         #: ``CONFIG_FEATURES.OPS``: the ``DESC_EPILOGUE`` bits 7..0 this build runs
-        self.ops = regmap.pack("DESC_EPILOGUE", BFP8=1, STOCHASTIC=1,
+        self.ops = regmap.pack("DESC_EPILOGUE", BFP8=1, STOCHASTIC=1, BIAS=3, MASK_IN=1,
                                RELU=int(self.engine.relu)) if self.epilogue else 0
         self.burst_beats, self.outstanding = burst_beats, outstanding
         self.readers = [DmaReader(data_width, addr_width, burst_beats=burst_beats,
@@ -229,7 +232,7 @@ class Accelerator(wiring.Component):
             return (getattr(csr, f"{name}_hi"), getattr(csr, f"{name}_lo"))
 
         for name in ("a_addr", "b_addr", "c_addr", "row_exp_addr", "col_exp_addr",
-                     *(("c_exp_addr", "mask_addr") if self.epilogue else ())):
+                     *(("c_exp_addr", "mask_addr", "bias_addr") if self.epilogue else ())):
             hi, lo = addr(f"desc_{name}")
             m.d.comb += getattr(staged, name).eq(hi << 32 | lo)
         if self.epilogue:
@@ -238,7 +241,9 @@ class Accelerator(wiring.Component):
                          staged.seed.eq(csr.desc_seed_hi << 32 | csr.desc_seed_lo),
                          staged.relu.eq(_field(csr, "DESC_EPILOGUE", "RELU")
                                         if self.engine.relu else 0),
-                         staged.mask_stride.eq(csr.desc_mask_stride)]
+                         staged.mask_stride.eq(csr.desc_mask_stride),
+                         staged.bias.eq(_field(csr, "DESC_EPILOGUE", "BIAS")),
+                         staged.mask_in.eq(_field(csr, "DESC_EPILOGUE", "MASK_IN"))]
         m.d.comb += [
             staged.m.eq(csr.desc_m), staged.n.eq(csr.desc_n), staged.k.eq(csr.desc_k),
             staged.transpose_a.eq(_field(csr, "DESC_FLAGS", "TRANSPOSE_A")),
@@ -261,18 +266,20 @@ class Accelerator(wiring.Component):
         # bit) stops the engine with UNSUPPORTED instead of being queued
         unsupported = Signal()
         # (A_TILES and B_TILES together, with K blocks; BFP8 and STOCHASTIC, with the
-        # epilogue (STOCHASTIC alone rounds nothing), and RELU with BFP8 where the engine
-        # has it; nothing else)
+        # epilogue (STOCHASTIC alone rounds nothing), RELU with BFP8 where the engine has
+        # it, BIAS 1 or 2 and MASK_IN with BFP8; nothing else)
         tiles = regmap.pack("DESC_EPILOGUE", A_TILES=1, B_TILES=1)
         out = self.ops
         e = csr.desc_epilogue
         rest = e & ~((tiles if self.k_blocks else 0) | out)
         bad_tiles = ((e & tiles) != 0) & ((e & tiles) != tiles) if self.k_blocks else 0
-        relu_fp32 = 0
-        if self.engine.relu:        # ReLU only on a BFP8 C
-            relu_fp32 = (_field(csr, "DESC_EPILOGUE", "RELU")
-                         & ~_field(csr, "DESC_EPILOGUE", "BFP8"))
-        m.d.comb += unsupported.eq((rest != 0) | bad_tiles | relu_fp32)
+        side_fp32 = 0
+        if self.epilogue:           # ReLU, the bias and the stored mask only on a BFP8 C
+            bias = _field(csr, "DESC_EPILOGUE", "BIAS")
+            side_fp32 = (((_field(csr, "DESC_EPILOGUE", "RELU") | (bias != 0)
+                           | _field(csr, "DESC_EPILOGUE", "MASK_IN"))
+                          & ~_field(csr, "DESC_EPILOGUE", "BFP8")) | (bias == 3))
+        m.d.comb += unsupported.eq((rest != 0) | bad_tiles | side_fp32)
         if self.k_blocks:
             m.d.comb += staged.tiles.eq((e & tiles) == tiles)
         vars(s).update(q=q, enqueue=enqueue, soft_reset=soft_reset, unsupported=unsupported)

@@ -11,8 +11,10 @@ from firmware.spec.regmap import TILE_BLOCK
 from .dma import dma_command_layout, dma_write_layout
 from .epilogue import ReluMask, TileQuantizer
 from .fifo import Fifo
+from .fp32 import Fp32Add
 from .prng import RandomLanes
 from .rescale import rescale_output_layout
+from .sideload import side_job_layout
 from .writeback import write_job_layout
 
 __all__ = ["BfpWriteBack", "bfp_desc_layout"]
@@ -26,6 +28,7 @@ def bfp_desc_layout(addr_width: int = 64) -> data.StructLayout:
         "c_addr": unsigned(addr_width), "c_stride": unsigned(32),
         "c_exp_addr": unsigned(addr_width), "stochastic": 1, "seed": unsigned(64),
         "relu": 1, "mask_addr": unsigned(addr_width), "mask_stride": unsigned(32),
+        "bias": 2, "mask_in": 1,
     })
 
 
@@ -45,6 +48,16 @@ def _mask_row_layout(cols: int) -> data.StructLayout:
     ``byte`` of the mask row (``n0 / 8``), ``bits`` (0 beyond N) and a strobe a byte."""
     return data.StructLayout({"m": unsigned(17), "byte": unsigned(14), "bits": cols,
                               "strb": cols // 8})
+
+
+def _row_tag_layout(cols: int, segs: int) -> data.StructLayout:
+    """What travels beside a row through the bias adder: its place in the unit (``row``,
+    ``seg``), its mask row's (``m``, ``byte``; ``mask_en``: the row lies inside the
+    matrix), the lanes inside the matrix and the stored mask bits (``mask_in``, ones where
+    none is used)."""
+    return data.StructLayout({"row": range(TILE_BLOCK), "seg": range(max(2, segs)),
+                              "m": unsigned(17), "byte": unsigned(14), "lanes": cols,
+                              "mask_en": 1, "mask_in": cols})
 
 
 def _random_job_layout() -> data.StructLayout:
@@ -84,6 +97,17 @@ class BfpWriteBack(wiring.Component):
     rows back. Mask and tile block commands share the port a whole command at a time (its
     command and word before another's), the mask's first when neither has started.
 
+    With ``side`` built in, each row first passes an :class:`rtl.fp32.Fp32Add` per lane
+    (its tags through a FIFO of :data:`TAG_QUEUE` beside it) that adds the descriptor's
+    bias (``bias`` 1: the row's, 2: the column's; +0.0 without one, which leaves every
+    value that the quantiser or the mask can tell apart), and the ReLU stage also zeroes
+    the elements whose stored mask bit is 0 (``mask_in``, ReLU's backward). The unit's bias
+    and mask bits come from a :class:`rtl.sideload.UnitSideLoader` outside: a unit with
+    either waits in the tagger for its :attr:`side_unit` beat, each row is looked up by
+    :attr:`side_row` and :attr:`side_seg` as it enters the adder, and :attr:`release`
+    pulses with the unit's last row. The order is :func:`sim.models.bfp.epilogue`'s: bias,
+    ReLU and its mask, stored mask, quantiser.
+
     A unit's base address ``c_addr + m0 * c_stride + n0`` and exponent address
     ``c_exp_addr + (m0 / T) * ceil(N / T) + n0 / T`` are computed in registered stages (a
     17 x 32 product) while its first tile waits. ``c_addr`` and ``c_stride`` are multiples
@@ -99,6 +123,9 @@ class BfpWriteBack(wiring.Component):
     relu : bool
         Build the ReLU and its mask writes (the descriptor's ``relu``; without them it is
         ignored). Needs ``cols`` of at least 8 (a tile row's mask is whole bytes).
+    side : bool
+        Build the bias adder and the stored mask (the descriptor's ``bias`` and ``mask_in``,
+        with a :class:`rtl.sideload.UnitSideLoader` on the ``side_*`` ports).
 
     Attributes
     ----------
@@ -116,14 +143,23 @@ class BfpWriteBack(wiring.Component):
         Sticky: a block held inf or NaN (written as zeros with exponent 0). Cleared by
         :attr:`clear`.
     clear : In(1)
+    side_unit : In(stream.Signature(rtl.sideload.side_job_layout()))
+        With ``side``: the side loader's units, one taken per unit with a bias or
+        ``mask_in``.
+    side_row, side_seg : Out
+        With ``side``: the row and segment (of the oldest unit not released) to look up.
+    bias_row, bias_lanes, mask_lanes : In
+        With ``side``: the side loader's lookups.
+    release : Out(1)
+        With ``side``: the unit's last row is in the adder.
 
     Latency
     -------
     A unit's first mantissa write command is offered about ``fill_latency +
     DRAIN_LATENCY + 2`` cycles (:class:`rtl.epilogue.TileQuantizer`) after its last row is
-    taken; its exponent's after its last beat's words. A row's mask command is offered 4
-    cycles after the row is taken (the FIFO's 2, the two address stages), when the port is
-    free.
+    taken (with ``side``, :data:`rtl.fp32.Fp32Add.LATENCY` more); its exponent's after its
+    last beat's words. A row's mask command is offered 4 cycles after the row reaches the
+    ReLU stage (the FIFO's 2, the two address stages), when the port is free.
 
     Throughput
     ----------
@@ -138,9 +174,12 @@ class BfpWriteBack(wiring.Component):
     UNIT_CYCLES = 4
     #: Tile rows' masks queued for their write commands.
     MASK_QUEUE = 16
+    #: Rows' tags queued beside the bias adder (its :data:`rtl.fp32.Fp32Add.LATENCY` rows
+    #: and more).
+    TAG_QUEUE = 16
 
     def __init__(self, rows: int, cols: int, *, data_width: int = 128, addr_width: int = 32,
-                 relu: bool = False):
+                 relu: bool = False, side: bool = False):
         T = TILE_BLOCK
         if rows != cols or cols < 4 or T % cols:
             raise ValueError(f"BFP8 output needs a square array of 4 to {T} lanes dividing "
@@ -148,7 +187,7 @@ class BfpWriteBack(wiring.Component):
         if relu and cols < 8:
             raise ValueError(f"relu needs at least 8 columns (a tile row's mask in whole "
                              f"bytes), not {cols}")
-        self.relu = bool(relu)
+        self.relu, self.side = bool(relu), bool(side)
         self.rows, self.cols = rows, cols
         self.data_width, self.addr_width = data_width, addr_width
         self.segs = T // cols
@@ -162,6 +201,10 @@ class BfpWriteBack(wiring.Component):
             "idle": Out(1),
             "nonfinite": Out(1),
             "clear": In(1),
+            **({"side_unit": In(stream.Signature(side_job_layout())),
+                "side_row": Out(range(T)), "side_seg": Out(range(T // cols)),
+                "bias_row": In(32), "bias_lanes": In(data.ArrayLayout(32, cols)),
+                "mask_lanes": In(cols), "release": Out(1)} if self.side else {}),
         })
 
     def elaborate(self, platform):
@@ -173,24 +216,81 @@ class BfpWriteBack(wiring.Component):
         ulay, rlay = _unit_layout(AW), _random_job_layout()
         m.submodules.units = units = Fifo(width=ulay.size, depth=8)
         m.submodules.rjobs = rjobs = Fifo(width=rlay.size, depth=8)
+        tlay = _row_tag_layout(C, self.segs)
 
         mq = None
-        if self.relu:
+        if self.relu or self.side:
             m.submodules.relu = ReluMask(C)
+        if self.relu:
             m.submodules.masks = mq = Fifo(width=_mask_row_layout(C).size,
                                            depth=self.MASK_QUEUE)
+        # the tagger's rows (their words, the bias to add, their tags) -> through the bias
+        # adder, the tags through a FIFO beside it, in order -> the ReLU and the quantizer
+        rs = SimpleNamespace(valid=Signal(name="rs_valid"), ready=Signal(name="rs_ready"),
+                             data=Signal(data.ArrayLayout(32, C), name="rs_data"),
+                             bias=Signal(data.ArrayLayout(32, C), name="rs_bias"),
+                             tag=Signal(tlay, name="rs_tag"))
+        out = SimpleNamespace(valid=Signal(name="out_valid"), ready=Signal(name="out_ready"),
+                              data=Signal(data.ArrayLayout(32, C), name="out_data"),
+                              tag=Signal(tlay, name="out_tag"))
+        path_idle = 1
+        if self.side:
+            m.submodules.adder = add = Fp32Add(C)
+            m.submodules.tags = tq = Fifo(width=tlay.size, depth=self.TAG_QUEUE)
+            m.d.comb += [add.i_stream.payload.a.eq(rs.data), add.i_stream.payload.b.eq(rs.bias),
+                         add.i_stream.valid.eq(rs.valid & tq.w_rdy),
+                         rs.ready.eq(add.i_stream.ready & tq.w_rdy),
+                         tq.w_data.eq(rs.tag), tq.w_en.eq(rs.valid & rs.ready),
+                         out.valid.eq(add.o_stream.valid), out.data.eq(add.o_stream.payload.s),
+                         out.tag.eq(tq.r_data), add.o_stream.ready.eq(out.ready),
+                         tq.r_en.eq(add.o_stream.valid & out.ready)]
+            path_idle = tq.empty
+        else:
+            m.d.comb += [out.valid.eq(rs.valid), rs.ready.eq(out.ready), out.data.eq(rs.data),
+                         out.tag.eq(rs.tag)]
 
-        tag_idle = self._tagger(m, qz, units, rjobs, mq)
+        tag_idle = self._tagger(m, qz, units, rjobs, rs)
+        self._rows_out(m, qz, mq, out)
         rnd_idle = self._random(m, rnd, rjobs)
         mk = self._mask_address(m, mq) if self.relu else None
         wr_idle = self._writer(m, qz, units, mk)
         m.d.comb += self.idle.eq(tag_idle & rnd_idle & wr_idle & qz.idle & ~units.r_rdy
-                                 & ~rjobs.r_rdy & (mk.idle if self.relu else 1))
+                                 & ~rjobs.r_rdy & path_idle & (mk.idle if self.relu else 1))
         return m
+
+    # ---- rows out of the adder -> ReLU and the stored mask -> the quantizer; mask rows -----
+
+    def _rows_out(self, m, qz, mq, out):
+        C = self.cols
+        d, tag = self.desc, out.tag
+        p = qz.i_stream.payload
+        m.d.comb += [p.row.eq(tag.row), p.seg.eq(tag.seg)]
+        if not (self.relu or self.side):
+            m.d.comb += [p.data.eq(out.data), qz.i_stream.valid.eq(out.valid),
+                         out.ready.eq(qz.i_stream.ready)]
+            return
+        rl = m.submodules.relu
+        m.d.comb += [rl.i_stream.payload.data.eq(out.data),
+                     rl.i_stream.payload.relu.eq(d.relu if self.relu else 0),
+                     rl.i_stream.payload.backward.eq(d.mask_in if self.side else 0),
+                     rl.i_stream.payload.mask_in.eq(tag.mask_in),
+                     rl.i_stream.valid.eq(out.valid), rl.o_stream.ready.eq(qz.i_stream.ready),
+                     p.data.eq(rl.o_stream.payload.data)]
+        mask_ok = 1                          # the mask queue takes the row (or none is due)
+        if self.relu:
+            mrow = data.View(_mask_row_layout(C), mq.w_data)
+            m.d.comb += [mrow.m.eq(tag.m), mrow.byte.eq(tag.byte),
+                         mrow.bits.eq(rl.o_stream.payload.mask & tag.lanes),
+                         mrow.strb.eq(Cat(*(tag.lanes[8 * b] for b in range(C // 8))))]
+            mask_ok = mq.w_rdy | ~d.relu | ~tag.mask_en
+            m.d.comb += mq.w_en.eq(out.valid & qz.i_stream.ready & d.relu & tag.mask_en
+                                   & mq.w_rdy)
+        m.d.comb += [qz.i_stream.valid.eq(out.valid & mask_ok),
+                     out.ready.eq(qz.i_stream.ready & mask_ok)]
 
     # ---- jobs and rows -> quantizer jobs and tagged beats; unit records --------------------
 
-    def _tagger(self, m, qz, units, rjobs, mq):
+    def _tagger(self, m, qz, units, rjobs, rs):
         R, C, S, T = self.rows, self.cols, self.segs, TILE_BLOCK
         lr, lt = R.bit_length() - 1, T.bit_length() - 1
         AW = self.addr_width
@@ -214,21 +314,21 @@ class BfpWriteBack(wiring.Component):
         t_rows = Signal(range(R + 1), reset_less=True)   # the tile's rows and columns
         t_cols = Signal(range(C + 1), reset_less=True)   # inside the matrix
 
-        # the rows' words, through the ReLU where the descriptor has it; their mask rows
-        row_data = i.payload.data
-        mask_ok = 1                          # the mask queue takes the row (or none is due)
-        if self.relu:
-            rl = m.submodules.relu
-            mrow = data.View(_mask_row_layout(C), mq.w_data)
-            lanes = Cat(*(lane < t_cols for lane in range(C)))
-            m.d.comb += [rl.i_stream.payload.data.eq(i.payload.data),
-                         rl.i_stream.payload.relu.eq(1), rl.i_stream.valid.eq(i.valid),
-                         rl.o_stream.ready.eq(qz.i_stream.ready),
-                         mrow.m.eq(m0 + r), mrow.byte.eq(n0 >> 3),
-                         mrow.bits.eq(rl.o_stream.payload.mask & lanes),
-                         mrow.strb.eq(Cat(*(8 * b < t_cols for b in range(C // 8))))]
-            row_data = Mux(d.relu, rl.o_stream.payload.data, i.payload.data)
-            mask_ok = mq.w_rdy | ~d.relu | (r >= t_rows)
+        # the rows' tags; with the side data, the unit's bias and stored mask bits, looked up
+        # by the row and segment (0 and ones where the descriptor has none)
+        tag = rs.tag
+        ones = (1 << C) - 1
+        need_side = 0                        # the unit has side data: wait for it
+        if self.side:
+            need_side = (d.bias != 0) | d.mask_in
+            bias_on = (d.bias == 1) | (d.bias == 2)
+            m.d.comb += [self.side_row.eq(row0 + r), self.side_seg.eq(seg)]
+            lane_bias = [Mux(bias_on, self.bias_row | self.bias_lanes[lane], 0)
+                         for lane in range(C)]
+            row_mask = Mux(d.mask_in, self.mask_lanes, ones)
+        else:
+            lane_bias, row_mask = [0] * C, ones
+        m.d.comb += [tag.m.eq(m0 + r), tag.byte.eq(n0 >> 3)]
 
         qjob = qz.jobs.payload
         unit = data.View(_unit_layout(self.addr_width), units.w_data)
@@ -267,34 +367,39 @@ class BfpWriteBack(wiring.Component):
                              unit.exp_addr.eq(d.c_exp_addr + eprod + (n0 >> lt)),
                              unit.rows_in.eq(rows_in), unit.cols_in.eq(cols_in),
                              rjob.m0.eq(m0), rjob.n0.eq(n0), rjob.rows.eq(bm * R)]
-                can = qz.jobs.ready & units.w_rdy & (rjobs.w_rdy | ~d.stochastic)
-                m.d.comb += [qz.jobs.valid.eq(units.w_rdy & (rjobs.w_rdy | ~d.stochastic)),
+                side_ok = 1
+                if self.side:
+                    side_ok = self.side_unit.valid | ~need_side
+                room = units.w_rdy & (rjobs.w_rdy | ~d.stochastic) & side_ok
+                can = qz.jobs.ready & room
+                m.d.comb += [qz.jobs.valid.eq(room),
                              units.w_en.eq(can), rjobs.w_en.eq(can & d.stochastic)]
+                if self.side:
+                    m.d.comb += self.side_unit.ready.eq(can & need_side)
                 with m.If(can):
                     m.d.sync += tiles_left.eq(bm * bn)
                     m.next = "ROWS"
             with m.State("ROWS"):
-                p = qz.i_stream.payload
-                m.d.comb += [p.data.eq(row_data), p.row.eq(row0 + r), p.seg.eq(seg),
-                             qz.i_stream.valid.eq(i.valid & mask_ok),
-                             i.ready.eq(qz.i_stream.ready & mask_ok)]
-                if self.relu:
-                    m.d.comb += mq.w_en.eq(i.valid & qz.i_stream.ready & d.relu
-                                           & (r < t_rows) & mq.w_rdy)
-                with m.If(i.valid & qz.i_stream.ready & mask_ok):
+                m.d.comb += [rs.data.eq(i.payload.data), tag.row.eq(row0 + r), tag.seg.eq(seg),
+                             tag.lanes.eq(Cat(*(lane < t_cols for lane in range(C)))),
+                             tag.mask_en.eq(r < t_rows), tag.mask_in.eq(row_mask),
+                             *(rs.bias[lane].eq(lane_bias[lane]) for lane in range(C)),
+                             rs.valid.eq(i.valid), i.ready.eq(rs.ready)]
+                with m.If(i.valid & rs.ready):
                     m.d.sync += r.eq(r + 1)
                     with m.If(r == R - 1):
                         m.d.sync += tiles_left.eq(tiles_left - 1)
+                        if self.side:
+                            m.d.comb += self.release.eq((tiles_left == 1) & need_side)
                         with m.If((tiles_left == 1) & (bn != S)):
                             m.d.sync += [zrow.eq(0), zseg.eq(bn)]
                             m.next = "ZEROS"
                         with m.Else():
                             m.next = "JOB"
             with m.State("ZEROS"):           # the missing segments of an edge unit
-                p = qz.i_stream.payload
-                m.d.comb += [p.data.eq(0), p.row.eq(zrow), p.seg.eq(zseg),
-                             qz.i_stream.valid.eq(1)]
-                with m.If(qz.i_stream.ready):
+                m.d.comb += [rs.data.eq(0), tag.row.eq(zrow), tag.seg.eq(zseg),
+                             tag.mask_in.eq(ones), rs.valid.eq(1)]
+                with m.If(rs.ready):
                     last_seg = zseg == S - 1
                     m.d.sync += zseg.eq(Mux(last_seg, bn, zseg + 1))
                     with m.If(last_seg):

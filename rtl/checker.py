@@ -16,8 +16,9 @@ def descriptor_layout(k_blocks: bool = False, epilogue: bool = False) -> data.St
     field ``tiles``: A's and B's exponents are their tile grids at ``row_exp_addr`` /
     ``col_exp_addr`` (``DESC_EPILOGUE.A_TILES`` and ``B_TILES``). With ``epilogue``, the
     fields of a BFP8 output (``DESC_EPILOGUE.BFP8`` and ``STOCHASTIC``, ``DESC_C_EXP_ADDR``,
-    ``DESC_SEED``) and of its ReLU (``DESC_EPILOGUE.RELU``, ``DESC_MASK_ADDR``,
-    ``DESC_MASK_STRIDE``)."""
+    ``DESC_SEED``), of its ReLU (``DESC_EPILOGUE.RELU``, ``DESC_MASK_ADDR``,
+    ``DESC_MASK_STRIDE``), its bias (``DESC_EPILOGUE.BIAS``, ``DESC_BIAS_ADDR``) and its
+    stored mask (``DESC_EPILOGUE.MASK_IN``, at ``DESC_MASK_ADDR``)."""
     return data.StructLayout({
         "m": unsigned(32), "n": unsigned(32), "k": unsigned(32),
         "transpose_a": 1, "transpose_b": 1, "raw": 1, "row_vec": 1, "col_vec": 1,
@@ -29,7 +30,8 @@ def descriptor_layout(k_blocks: bool = False, epilogue: bool = False) -> data.St
         "overlap": 1, "chunk": unsigned(2),
         **({"tiles": 1} if k_blocks else {}),
         **({"bfp8": 1, "stochastic": 1, "c_exp_addr": unsigned(64), "seed": unsigned(64),
-            "relu": 1, "mask_addr": unsigned(64), "mask_stride": unsigned(32)}
+            "relu": 1, "mask_addr": unsigned(64), "mask_stride": unsigned(32),
+            "bias": 2, "bias_addr": unsigned(64), "mask_in": 1}
            if epilogue else {}),
     })
 
@@ -45,7 +47,7 @@ class DescriptorChecker(wiring.Component):
     In order, the first failing check decides the :class:`firmware.spec.regmap.ErrorCode`:
     ``ZERO_DIMENSION`` (M, N or K is 0), ``DIMENSION_TOO_LARGE`` (M or N > 65535),
     ``K_TOO_LARGE`` (K > 65535), then, over the five regions (A, B, C, and the row / column
-    exponent vectors when used; seven with ``epilogue``): ``MISALIGNED`` (a base not a
+    exponent vectors when used; eight with ``epilogue``): ``MISALIGNED`` (a base not a
     multiple of the bus width, or a stride neither a multiple of it nor, for A and B,
     smaller: rows of fewer bytes than a bus word may be stored packed, see
     :class:`rtl.loader.LoadSequencer`), ``BAD_STRIDE``
@@ -78,9 +80,11 @@ class DescriptorChecker(wiring.Component):
     epilogue : bool
         Descriptors have the BFP8 output's fields: with ``bfp8``, C's rows are ``N`` bytes
         (int8 mantissas) and a sixth region, C's tile grid at ``c_exp_addr`` (``ceil(M / T)
-        x ceil(N / T)`` bytes without padding), is checked too; with ``relu`` a seventh, the
-        mask: ``M`` rows of ``ceil(N / 8)`` bytes at ``mask_addr``, ``mask_stride`` apart
-        (base and stride multiples of the bus width, as C's).
+        x ceil(N / T)`` bytes without padding), is checked too; with ``relu`` or ``mask_in``
+        a seventh, the mask: ``M`` rows of ``ceil(N / 8)`` bytes at ``mask_addr``,
+        ``mask_stride`` apart (base and stride multiples of the bus width, as C's); with
+        ``bias`` an eighth, the bias: one row of ``4 M`` (``bias`` 1) or ``4 N`` bytes at
+        ``bias_addr``.
 
     Attributes
     ----------
@@ -120,8 +124,8 @@ class DescriptorChecker(wiring.Component):
             raise ValueError(f"addr_width must be 32, 40 or 64, not {addr_width!r}")
         self.data_width, self.addr_width = data_width, addr_width
         self.k_blocks, self.epilogue = bool(k_blocks), bool(epilogue)
-        if self.epilogue:                 # (C's tile grid, the ReLU mask)
-            self.REGIONS = type(self).REGIONS + 2
+        if self.epilogue:                 # (C's tile grid, the mask, the bias)
+            self.REGIONS = type(self).REGIONS + 3
             self.LATENCY = self.DIMENSION_LATENCY + self.REGIONS + self.REGION_STAGES
         super().__init__({
             "i_stream": In(stream.Signature(descriptor_layout(self.k_blocks, self.epilogue))),
@@ -170,7 +174,10 @@ class DescriptorChecker(wiring.Component):
             if not self.k_blocks:
                 regions = [(*r, 0) for r in regions]
             regions.append((d.c_exp_addr, gm, gn, gn, d.bfp8, 0, 1))
-            regions.append((d.mask_addr, d.m, d.mask_stride, (d.n + 7) >> 3, d.relu, 0, 0))
+            regions.append((d.mask_addr, d.m, d.mask_stride, (d.n + 7) >> 3,
+                            d.relu | d.mask_in, 0, 0))
+            regions.append((d.bias_addr, 1, 0, Mux(d.bias == 1, d.m << 2, d.n << 2),
+                            d.bias != 0, 0, 0))
         assert len(regions) == self.REGIONS
         dims_code = Signal(8)
         region = Signal(range(self.REGIONS + 1))

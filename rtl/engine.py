@@ -18,7 +18,9 @@ from .gearbox import Gearbox
 from .issue import CommandIssue
 from .loader import LoadSequencer
 from .pipe import RegisterSlice
+from .readshare import ReadShare
 from .router import ReadRouter
+from .sideload import UnitSideLoader
 from .stripe import LoadStriper, VectorInterleave
 from .walker import Walker
 from .writeback import WriteBack, WriteBackPorts
@@ -78,7 +80,11 @@ class GemmEngine(wiring.Component):
         ``rows == cols`` dividing :data:`firmware.spec.regmap.TILE_BLOCK` and ``block`` at
         least ``TILE_BLOCK / rows``. With at least 8 columns (``self.relu``) such descriptors
         may also have ``relu``: ReLU on C before it is quantised, its mask written at
-        ``mask_addr`` (:class:`rtl.bfpwrite.BfpWriteBack`).
+        ``mask_addr`` (:class:`rtl.bfpwrite.BfpWriteBack`). They may have ``bias`` (added
+        before the ReLU) and ``mask_in`` (C zeroed where the mask stored at ``mask_addr``
+        is 0): a :class:`rtl.sideload.UnitSideLoader` reads each unit's bias and mask rows
+        through the first read port, shared with its load sequencer by a
+        :class:`rtl.readshare.ReadShare`, for the BFP8 write-back's lookups.
 
     Attributes
     ----------
@@ -244,7 +250,7 @@ class GemmEngine(wiring.Component):
         # empty it follows the front, a cycle late (the front's jobs reach the queue's head
         # long after its start).
         d_back = Signal(layout, reset_less=True)
-        self._d_back = d_back
+        self._d_back, self._d_front = d_back, d
         b_valid = Signal()
         f_gen = Signal()
         b_gen = Signal()
@@ -264,7 +270,8 @@ class GemmEngine(wiring.Component):
                          bd.c_stride.eq(d_back.c_stride), bd.c_exp_addr.eq(d_back.c_exp_addr),
                          bd.stochastic.eq(d_back.stochastic), bd.seed.eq(d_back.seed),
                          bd.relu.eq(d_back.relu), bd.mask_addr.eq(d_back.mask_addr),
-                         bd.mask_stride.eq(d_back.mask_stride),
+                         bd.mask_stride.eq(d_back.mask_stride), bd.bias.eq(d_back.bias),
+                         bd.mask_in.eq(d_back.mask_in),
                          p.bfpwb.clear.eq(self.soft_reset),
                          self.nonfinite.eq(p.bfpwb.nonfinite)]
         m.d.comb += [
@@ -294,7 +301,7 @@ class GemmEngine(wiring.Component):
         fsm = self._front(m, p, d, f_gen, b_valid, macs_ready, handoff)
         m.d.comb += [self.busy.eq((~fsm.ongoing("IDLE") & ~fsm.ongoing("FAIL")) | b_valid
                                   | sl.wjobs.r_rdy | ~p.issue.drained | p.dp.busy
-                                  | ~wb_idle),
+                                  | ~wb_idle | (~p.side.idle if self.epilogue else 0)),
                      self.ready.eq(fsm.ongoing("IDLE"))]
         return top
 
@@ -345,9 +352,13 @@ class GemmEngine(wiring.Component):
                                        ports=WP, primitive=self.primitive, part_resets=True)
             wb_cmd, wb_data, wb_done = writeback.wr_cmd, writeback.wr_data, writeback.wr_done
         bfpwb = BfpWriteBack(R, C, data_width=self.data_width, addr_width=self.addr_width,
-                             relu=self.relu) if self.epilogue else None
+                             relu=self.relu, side=True) if self.epilogue else None
+        # the BFP8 output's side data (bias, stored mask), read through the first reader
+        side = UnitSideLoader(C, self.data_width, self.addr_width) if self.epilogue else None
+        share = ReadShare(self.data_width, self.addr_width) if self.epilogue else None
         return SimpleNamespace(
-            bfpwb=bfpwb, dp=dp, checker=checker, walker=walker, loader=loader, router=router,
+            bfpwb=bfpwb, side=side, share=share, dp=dp, checker=checker, walker=walker,
+            loader=loader, router=router,
             loader1=loader1, loader2=loader2, loader3=loader3, b_loaders=b_loaders,
             gb_a=gb_a, gb_b=gb_b, gb_b2=gb_b2, gb_b3=gb_b3, b_gearboxes=b_gearboxes,
             ways=WAYS, striper=striper, interleave=interleave, issue=issue,
@@ -424,7 +435,7 @@ class GemmEngine(wiring.Component):
         if RP == 4:
             parts.update(loader3=p.loader3, gb_b3=p.gb_b3)
         if self.epilogue:
-            parts["bfpwb"] = p.bfpwb
+            parts.update(bfpwb=p.bfpwb, side=p.side, share=p.share)
 
         def reset_copy(name):
             copy = Signal(init=1, name=f"rst_{name}", attrs={"keep": "true"})
@@ -461,10 +472,10 @@ class GemmEngine(wiring.Component):
         head_back = wq_head.gen == b_gen    # the queue's head, if any, is a job of the back's
         wq_back = Signal()                  # ... and there is one
         m.d.comb += [wq.w_data.eq(Cat(walker.o_write.payload, f_gen)),
-                     wq.w_en.eq(walker.o_write.valid), walker.o_write.ready.eq(wq.w_rdy),
                      wq_back.eq(wq.r_rdy & head_back),
                      writeback.jobs.payload.eq(wq_head.job)]
         if self.epilogue:
+            self._connect_side(m, p, wq)
             # the back's jobs to the BFP8 write-back where it writes BFP8, else as below
             bfp8, bfpwb = self._d_back.bfp8, p.bfpwb
             m.d.comb += [writeback.jobs.valid.eq(wq_back & ~bfp8),
@@ -473,10 +484,52 @@ class GemmEngine(wiring.Component):
                          wq.r_en.eq(Mux(bfp8, bfpwb.jobs.ready, writeback.jobs.ready)
                                     & head_back)]
         else:
-            m.d.comb += [writeback.jobs.valid.eq(wq_back),
+            m.d.comb += [wq.w_en.eq(walker.o_write.valid), walker.o_write.ready.eq(wq.w_rdy),
+                         writeback.jobs.valid.eq(wq_back),
                          wq.r_en.eq(writeback.jobs.ready & head_back)]
         wiring.connect(m, loader.a_jobs, p.gb_a.jobs)
         return wq_back
+
+    def _connect_side(self, m, p, wq):
+        """The BFP8 output's side data: a unit's job for the side loader as the walker hands
+        over the unit's first write job (held until the loader has a slot for it), the
+        loader's lookups to the BFP8 write-back, and the write jobs into ``wq``.
+
+        The side loader reads through the first reader, shared with the load sequencer
+        there (:class:`rtl.readshare.ReadShare`), and no load command passes that share
+        while the loader still issues a unit's commands. The walker hands over a unit's
+        first write job before any load of the unit's last K chunk, and every later load,
+        so each load command that can only complete once the unit's C rows are written
+        (the datapath's buffers and accumulators wait for them) reaches the reader after
+        the unit's side commands, whose words thus never wait behind it: the side loader
+        takes its words as they come (a slot is held for them), and the loads queued
+        before them are of the unit and the units before it, which complete without it.
+        The walker waits for a slot only until the unit two before is written, whose loads
+        and side data were all asked for before."""
+        d, walker, side = self._d_front, p.walker, p.side
+        T = regmap.TILE_BLOCK
+        lt = _log2(T)
+        w = walker.o_write
+        job = side.jobs.payload
+        first = (w.payload.m0[:lt] == 0) & (w.payload.n0[:lt] == 0)
+        need = first & d.bfp8 & ((d.bias != 0) | d.mask_in)
+        rem_m, rem_n = Signal(18), Signal(18)
+        ready = Signal()
+        m.d.comb += [rem_m.eq(d.m[:17] - w.payload.m0), rem_n.eq(d.n[:17] - w.payload.n0),
+                     job.m0.eq(w.payload.m0), job.n0.eq(w.payload.n0),
+                     job.rows_in.eq(Mux(rem_m >= T, T, rem_m)),
+                     job.cols_in.eq(Mux(rem_n >= T, T, rem_n)),
+                     ready.eq(wq.w_rdy & (~need | side.jobs.ready)),
+                     w.ready.eq(ready), wq.w_en.eq(w.valid & ready),
+                     side.jobs.valid.eq(w.valid & need & wq.w_rdy),
+                     side.desc.bias.eq(d.bias), side.desc.bias_addr.eq(d.bias_addr),
+                     side.desc.mask_in.eq(d.mask_in), side.desc.mask_addr.eq(d.mask_addr),
+                     side.desc.mask_stride.eq(d.mask_stride)]
+        bfpwb = p.bfpwb
+        wiring.connect(m, side.o_unit, bfpwb.side_unit)
+        m.d.comb += [side.row.eq(bfpwb.side_row), side.seg.eq(bfpwb.side_seg),
+                     bfpwb.bias_row.eq(side.bias_row), bfpwb.bias_lanes.eq(side.bias_lanes),
+                     bfpwb.mask_lanes.eq(side.mask_lanes), side.release.eq(bfpwb.release)]
 
     def _connect_reads(self, m, p, sl, mid_names):
         """Load jobs -> load sequencers -> DMA read commands; the words read -> the
@@ -484,12 +537,24 @@ class GemmEngine(wiring.Component):
         (or way's) reader straight into its gearbox."""
         RP = self.read_ports
         walker, loader, router = p.walker, p.loader, p.router
+        # the first reader's commands and words: the load sequencer's, or with the
+        # epilogue shared with the side loader (see _connect_side)
+        cmd0, words0 = loader.rd_cmd, wiring.flipped(self.rd_data)
+        if self.epilogue:
+            share, side = p.share, p.side
+            m.d.comb += [share.a_cmd.payload.eq(loader.rd_cmd.payload),
+                         share.a_cmd.valid.eq(loader.rd_cmd.valid & ~side.issuing),
+                         loader.rd_cmd.ready.eq(share.a_cmd.ready & ~side.issuing)]
+            wiring.connect(m, side.rd_cmd, share.b_cmd)
+            wiring.connect(m, share.b_words, side.rd_words)
+            wiring.connect(m, wiring.flipped(self.rd_data), share.words)
+            cmd0, words0 = share.cmd, share.a_words
         if RP == 1:
             wiring.connect(m, walker.o_load, loader.i_stream)
             wiring.connect(m, loader.b_jobs, p.gb_b.jobs)
-            wiring.connect(m, loader.rd_cmd, sl.rd_cmd.i_stream)
+            wiring.connect(m, cmd0, sl.rd_cmd.i_stream)
             wiring.connect(m, loader.routes, router.routes)
-            wiring.connect(m, wiring.flipped(self.rd_data), router.i_stream)
+            wiring.connect(m, words0, router.i_stream)
             _through_fifo(m, router.a_stream, sl.a_words, sl.a_in.i_stream)
             _through_fifo(m, router.b_stream, sl.b_words, sl.b_in.i_stream)
         else:
@@ -513,9 +578,11 @@ class GemmEngine(wiring.Component):
                 _from_fifo(m, q, into)
             for q, ld in enumerate((loader, *p.b_loaders)):
                 m.d.comb += ld.routes.ready.eq(1)
-                wiring.connect(m, ld.rd_cmd, sl[f"rd_cmd{q or ''}"].i_stream)
+                wiring.connect(m, cmd0 if q == 0 else ld.rd_cmd,
+                               sl[f"rd_cmd{q or ''}"].i_stream)
             wiring.connect(m, p.loader1.b_jobs, p.gb_b.jobs)
-            words = [(self.rd_data, sl.a_in), (self.rd_data1, sl.b_in)]
+            words = [(share.a_words if self.epilogue else self.rd_data, sl.a_in),
+                     (self.rd_data1, sl.b_in)]
             if RP >= 3:
                 for o, ld in zip(p.striper.o_jobs, p.b_loaders, strict=True):
                     wiring.connect(m, o, ld.i_stream)

@@ -88,6 +88,8 @@ class UnitSideLoader(wiring.Component):
     release : In(1)
     idle : Out(1)
         No unit is held.
+    issuing : Out(1)
+        A taken job's commands are not all issued yet (from the cycle after it is taken).
 
     Latency
     -------
@@ -129,6 +131,7 @@ class UnitSideLoader(wiring.Component):
             "mask_lanes": Out(cols),
             "release": In(1),
             "idle": Out(1),
+            "issuing": Out(1),
         })
 
     def elaborate(self, platform):
@@ -161,6 +164,8 @@ class UnitSideLoader(wiring.Component):
     # ---- jobs -> a slot each, and the read commands of its side data --------------------
 
     def _issue(self, m, info_w, state, slot):
+        """(The descriptor's addresses and stride are registered with the job: the running
+        descriptor may change once its last job is taken.)"""
         T = TILE_BLOCK
         d, job = self.desc, self.jobs.payload
         AW = self.addr_width
@@ -178,11 +183,13 @@ class UnitSideLoader(wiring.Component):
         prod = Signal(AW, reset_less=True)                        # m0 * mask_stride
         mbase = Signal(AW, reset_less=True)                       # mask_addr + n0 / 8
         baddr = Signal(AW, reset_less=True)                       # the bias command's address
+        j_baddr = Signal(AW, reset_less=True)                     # bias_addr, mask_addr
+        j_maddr = Signal(AW, reset_less=True)
         bwords = Signal(range(T + 1), reset_less=True)            # and its words
         row_addr = Signal(AW, reset_less=True)                    # the next mask row's
         r = Signal(range(T))
         cmd = self.rd_cmd
-        with m.FSM(name="issue"):
+        with m.FSM(name="issue") as fsm:
             with m.State("JOB"):
                 m.d.comb += [self.jobs.ready.eq(state[slot] == FREE),
                              info_w.addr.eq(slot), info_w.data.job.eq(job),
@@ -192,14 +199,15 @@ class UnitSideLoader(wiring.Component):
                     m.d.comb += info_w.en.eq(1)
                     m.d.sync += [state[slot].eq(LOADING), slot.eq(slot + 1), j.eq(job),
                                  mul_i.eq(job.m0 >> 5), mul_s.eq(d.mask_stride),
+                                 j_baddr.eq(d.bias_addr), j_maddr.eq(d.mask_addr),
                                  has_bias.eq((d.bias == 1) | (d.bias == 2)),
                                  per_row.eq(d.bias == 1), mask_in.eq(d.mask_in)]
                     m.next = "GEOMETRY"
             with m.State("GEOMETRY"):
                 count = Mux(per_row, j.rows_in, j.cols_in)
                 m.d.sync += [p_lo.eq(mul_i * mul_s[:16]), p_hi.eq(mul_i * mul_s[16:]),
-                             mbase.eq(d.mask_addr + (j.n0 >> 3)),
-                             baddr.eq(d.bias_addr + (Mux(per_row, j.m0, j.n0) << 2)),
+                             mbase.eq(j_maddr + (j.n0 >> 3)),
+                             baddr.eq(j_baddr + (Mux(per_row, j.m0, j.n0) << 2)),
                              bwords.eq((count + F - 1) >> (F.bit_length() - 1))]
                 m.next = "PRODUCT"
             with m.State("PRODUCT"):
@@ -224,9 +232,10 @@ class UnitSideLoader(wiring.Component):
                 m.d.comb += [cmd.valid.eq(1), cmd.payload.addr.eq(row_addr),
                              cmd.payload.beats.eq(1)]
                 with m.If(cmd.ready):
-                    m.d.sync += [row_addr.eq(row_addr + d.mask_stride), r.eq(r + 1)]
+                    m.d.sync += [row_addr.eq(row_addr + mul_s), r.eq(r + 1)]
                     with m.If(r == j.rows_in - 1):
                         m.next = "JOB"
+        m.d.comb += self.issuing.eq(~fsm.ongoing("JOB"))
 
     # ---- words -> the slot being filled -------------------------------------------------
 

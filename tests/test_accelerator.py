@@ -355,10 +355,11 @@ def test_bus_error_stops_cleanly(dev, where):
 def test_an_epilogue_build_lacks_relu_below_8_columns():
     """Accelerator(epilogue=True) offers RELU (``CONFIG_FEATURES.OPS``) with its BFP8 output
     from 8 columns on; with 4 a tile row's mask is half a byte, so RELU is not offered (and
-    its BFP8 write-back refuses to be built with it)."""
+    its BFP8 write-back refuses to be built with it). BIAS and MASK_IN come with the BFP8
+    output."""
     from rtl.accelerator import Accelerator
     from rtl.bfpwrite import BfpWriteBack
-    out = pack("DESC_EPILOGUE", BFP8=1, STOCHASTIC=1)
+    out = pack("DESC_EPILOGUE", BFP8=1, STOCHASTIC=1, BIAS=3, MASK_IN=1)
     assert Accelerator(8, 8, epilogue=True).ops == out | pack("DESC_EPILOGUE", RELU=1)
     assert Accelerator(4, 4, block=8, depth=64, epilogue=True).ops == out
     assert Accelerator(8, 8).ops == 0

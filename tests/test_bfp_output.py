@@ -1,13 +1,14 @@
 """BFP8 output on the RTL (``Accelerator(epilogue=True)``, Device("rtl", epilogue=True)):
-C written as BFP8 tile blocks by the write-back, with or without ReLU and its mask, bit for
-bit :mod:`sim.models.bfp`, Device("golden") and the functional model, memory beyond the
-matrix and the mask untouched, the mask region checked as the functional model checks it,
-the options it lacks refused, inf and NaN reported."""
+C written as BFP8 tile blocks by the write-back, with or without a bias, ReLU and its mask,
+or a stored mask applied, bit for bit :mod:`sim.models.bfp`, Device("golden") and the
+functional model, memory beyond the matrix and the mask untouched, the mask region checked
+as the functional model checks it, the options it lacks refused, inf and NaN reported."""
 
 import numpy as np
 import pytest
 
 from firmware import Device
+from firmware.ml.resident import ResidentMLP
 from firmware.runtime.device import AcceleratorError
 from firmware.spec import regmap
 from firmware.spec.regmap import ErrorCode
@@ -90,6 +91,78 @@ def test_bfp8_relu_matches_golden(dev, m, n, k, ta, tb, rounding):
         np.testing.assert_array_equal(q.mantissas(), want.q)
         np.testing.assert_array_equal(q.exponents(), want.exp)
         np.testing.assert_array_equal(mask.bits.numpy(), got_mask.bits.numpy())
+
+
+def _refs(dev):
+    return (Device("golden"), Device("model", rows=dev.rows, cols=dev.cols,
+                                      data_width=dev.data_width))
+
+
+@pytest.mark.parametrize("m,n,k,axis,relu,rounding", [
+    (40, 70, 33, "col", False, "stochastic"), (33, 13, 64, "row", False, "nearest"),
+    (5, 7, 40, "col", True, "stochastic"), (97, 45, 17, "row", True, "nearest"),
+    (64, 32, 32, "col", True, "stochastic"), (1, 100, 32, "row", True, "stochastic")])
+def test_bfp8_bias_matches_golden(dev, m, n, k, axis, relu, rounding):
+    """bfp_gemm(bias=..., out="bfp8"), with and without ReLU: the bias added to C in float32
+    (round to nearest even) a row or a column at a time, then ReLU and its mask, then the
+    quantiser (:func:`sim.models.bfp.epilogue`); the blocks and the mask the same as
+    Device("golden")'s and the functional model's."""
+    rng = np.random.default_rng(m * 3 + n * 13 + k)
+    qa, ea = _tiles(rng, (m, k))
+    qb, eb = _tiles(rng, (k, n))
+    c = bfp.gemm_kblocks(qa, ea, qb, eb)
+    # a bias of C's magnitude, so that the sum rounds and changes signs
+    scale = np.float32(np.abs(c).mean() or 1)
+    bias = (rng.standard_normal(m if axis == "row" else n) * scale).astype(np.float32)
+    seed = int(rng.integers(0, 2**63))
+    want = bfp.epilogue(c, bias=bias, bias_axis=axis, relu=relu, out="bfp8",
+                        rounding=rounding, seed=seed)
+    assert not np.array_equal(want.q, bfp.epilogue(c, relu=relu, out="bfp8",
+                                                   rounding=rounding, seed=seed).q)
+    for d in (dev, *_refs(dev)):
+        got = d.bfp_gemm(d.bfp_tensor(qa, ea), d.bfp_tensor(qb, eb), bias=bias,
+                         bias_axis=axis, relu=relu, out="bfp8", rounding=rounding, seed=seed)
+        if relu:
+            got, mask = got
+            np.testing.assert_array_equal(mask.numpy(), want.mask)
+            np.testing.assert_array_equal(mask.bits.numpy(), bfp.pack_mask(want.mask))
+        np.testing.assert_array_equal(got.mantissas(), want.q)
+        np.testing.assert_array_equal(got.exponents(), want.exp)
+
+
+@pytest.mark.parametrize("m,n,k,rounding", [
+    (40, 70, 33, "stochastic"), (33, 13, 64, "nearest"), (97, 45, 17, "stochastic"),
+    (32, 64, 10, "stochastic")])
+def test_bfp8_mask_in_matches_golden(dev, m, n, k, rounding):
+    """bfp_gemm(mask_in=mask, out="bfp8"), ReLU's backward: C zeroed where a mask stored by
+    a ReLU GEMM before it is 0, then quantised; on each device with the mask it made
+    itself, the same blocks as :func:`sim.models.bfp.epilogue`'s."""
+    rng = np.random.default_rng(m * 17 + n + k)
+    q1, e1 = _tiles(rng, (m, 24))
+    q2, e2 = _tiles(rng, (24, n))
+    qa, ea = _tiles(rng, (m, k))
+    qb, eb = _tiles(rng, (k, n))
+    seed = int(rng.integers(0, 2**63))
+    stored = bfp.epilogue(bfp.gemm_kblocks(q1, e1, q2, e2), relu=True).mask
+    assert 0 < stored.sum() < m * n
+    want = bfp.epilogue(bfp.gemm_kblocks(qa, ea, qb, eb), mask_in=stored, out="bfp8",
+                        rounding=rounding, seed=seed)
+    for d in (dev, *_refs(dev)):
+        _, mask = d.bfp_gemm(d.bfp_tensor(q1, e1), d.bfp_tensor(q2, e2), relu=True,
+                             out="bfp8")
+        np.testing.assert_array_equal(mask.numpy(), stored)
+        got = d.bfp_gemm(d.bfp_tensor(qa, ea), d.bfp_tensor(qb, eb), mask_in=mask,
+                         out="bfp8", rounding=rounding, seed=seed)
+        np.testing.assert_array_equal(got.mantissas(), want.q)
+        np.testing.assert_array_equal(got.exponents(), want.exp)
+
+
+def test_resident_mlp_is_refused_clearly(dev):
+    """ResidentMLP also needs a quantise-only descriptor and a bias on a float32 C (its
+    input, its weights and its last layer), which CONFIG_FEATURES does not offer here
+    (EPILOGUE 0): it is refused before anything runs, naming what is missing."""
+    with pytest.raises(ValueError, match="has no write-back epilogue"):
+        ResidentMLP([64, 32, 10], dev, seed=0)
 
 
 def _plain_operands(mem, rng, m, n, k, bpw, base):
@@ -208,15 +281,17 @@ def test_bfp8_output_of_a_plain_gemm_leaves_the_rest_of_memory(dev):
     np.testing.assert_array_equal(mem[c_addr:c_addr + 0x8000], want)
 
 
-@pytest.mark.parametrize("option", [{"BIAS": 2}, {"MASK_IN": 1}, {"QUANTIZE_ONLY": 1},
+@pytest.mark.parametrize("option", [{"BIAS": 3}, {"BIAS": 1, "BFP8": 0},
+                                    {"MASK_IN": 1, "BFP8": 0}, {"QUANTIZE_ONLY": 1},
                                     {"A_TILES": 1}, {"RELU": 1, "BFP8": 0}])
 def test_options_it_lacks_are_refused(dev, option):
-    """CONFIG_FEATURES.OPS says BFP8, STOCHASTIC and RELU (EPILOGUE 0: RELU only with
-    BFP8); any other epilogue bit (or half of the tile pair), or RELU on a float32 C, stops
-    the accelerator with UNSUPPORTED, and the runtime refuses the call first, naming what
-    is missing."""
+    """CONFIG_FEATURES.OPS says BFP8, STOCHASTIC, BIAS, RELU and MASK_IN (EPILOGUE 0: the
+    last three only with BFP8); any other epilogue bit (or half of the tile pair), BIAS 3,
+    or RELU, BIAS or MASK_IN on a float32 C, stops the accelerator with UNSUPPORTED, and
+    the runtime refuses the call first, naming what is missing."""
     info = dev.driver.info
-    assert info.epilogue_ops == regmap.pack("DESC_EPILOGUE", BFP8=1, STOCHASTIC=1, RELU=1)
+    assert info.epilogue_ops == regmap.pack("DESC_EPILOGUE", BFP8=1, STOCHASTIC=1, BIAS=3,
+                                            RELU=1, MASK_IN=1)
     assert not info.epilogue and info.k_blocks
     with pytest.raises(AcceleratorError) as e:
         dev.driver.run(dict(m=1, n=1, k=1, flags={}, epilogue=dict({"BFP8": 1}, **option)))
@@ -225,11 +300,11 @@ def test_options_it_lacks_are_refused(dev, option):
     t = dev.bfp_tensor(q, ex)
     with pytest.raises(RuntimeError, match="RELU only with a BFP8 C"):
         dev.bfp_gemm(t, t, relu=True, out="float32")
-    with pytest.raises(RuntimeError, match="BIAS"):
-        dev.bfp_gemm(t, t, bias=np.ones(4, np.float32), out="bfp8")
+    with pytest.raises(RuntimeError, match="BIAS only with a BFP8 C"):
+        dev.bfp_gemm(t, t, bias=np.ones(4, np.float32), out="float32")
     _, mask = dev.bfp_gemm(t, t, relu=True, out="bfp8")
-    with pytest.raises(RuntimeError, match="MASK_IN"):
-        dev.bfp_gemm(t, t, mask_in=mask, out="bfp8")
+    with pytest.raises(RuntimeError, match="MASK_IN only with a BFP8 C"):
+        dev.bfp_gemm(t, t, mask_in=mask, out="float32")
     with pytest.raises(RuntimeError, match="QUANTIZE_ONLY"):
         dev.quantize(np.ones((4, 4), np.float32))
 

@@ -258,3 +258,30 @@ def test_relu_mask_region():
     ]
     codes = check([c for c, _ in cases], 128, 32, 4, window=(0x1000, 0x1950), epilogue=True)
     assert codes == [int(code) for _, code in cases]
+
+
+def test_bias_and_mask_in_regions():
+    """The bias region (one row of 4 M bytes with ``bias`` 1, 4 N with 2, at ``bias_addr``)
+    and the stored mask's (``mask_in``: the mask region as with ``relu``), one case at a
+    time, as :func:`sim.models.engine.check` says; with ``bias`` 0 and ``mask_in`` 0 their
+    fields are not looked at."""
+    base = dict(m=5, n=70, k=3, a_addr=0x1000, a_stride=16, b_addr=0x1100, b_stride=144,
+                c_addr=0x1400, c_stride=144, bfp8=1, c_exp_addr=0x1800, mask_addr=0x1900,
+                mask_stride=16, bias_addr=0x1950)
+    # the mask ends at 0x1950; a column bias is 280 bytes (to 0x1a68), a row bias 20
+    cases = [
+        (dict(base, bias=2), 0),
+        (dict(base, bias=1, bias_addr=0x1a50), 0),
+        (dict(base, bias=2, bias_addr=0x1a60), ErrorCode.OUT_OF_WINDOW),
+        (dict(base, bias=2, bias_addr=0x1958), ErrorCode.MISALIGNED),
+        (dict(base, bias=1, bias_addr=0xf00), ErrorCode.OUT_OF_WINDOW),
+        (dict(base, bias=0, bias_addr=3), 0),
+        (dict(base, mask_in=1), 0),
+        (dict(base, mask_in=1, mask_addr=0x1908), ErrorCode.MISALIGNED),
+        (dict(base, mask_in=1, mask_stride=0), ErrorCode.BAD_STRIDE),
+        (dict(base, mask_in=1, mask_addr=0x1a30), ErrorCode.OUT_OF_WINDOW),
+        (dict(base, mask_in=0, mask_addr=3, mask_stride=5), 0),
+        (dict(base, mask_in=1, bias=1), 0),
+    ]
+    codes = check([c for c, _ in cases], 128, 32, 4, window=(0x1000, 0x1a70), epilogue=True)
+    assert codes == [int(code) for _, code in cases]

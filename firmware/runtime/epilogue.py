@@ -103,8 +103,8 @@ def _check_rounding(rounding, seed):
 def _require(dev, **ops):
     """The device offers tile exponents and the ``DESC_EPILOGUE`` options ``ops`` (field
     values, as :func:`firmware.spec.regmap.pack` takes them), else a clear error. Where
-    ``CONFIG_FEATURES.EPILOGUE`` is 0, ``RELU`` in ``CONFIG_FEATURES.OPS`` is offered only
-    with ``BFP8`` (a float32 C is refused here)."""
+    ``CONFIG_FEATURES.EPILOGUE`` is 0, ``RELU``, ``BIAS`` and ``MASK_IN`` in
+    ``CONFIG_FEATURES.OPS`` are offered only with ``BFP8`` (a float32 C is refused here)."""
     if dev.driver is None:
         return
     info = dev.driver.info
@@ -119,10 +119,12 @@ def _require(dev, **ops):
                            f"(CONFIG_FEATURES): "
                            f"use the host path (firmware.ml's blocks policies) or "
                            f"Device('model')")
-    if ops.get("RELU") and not ops.get("BFP8") and not info.epilogue:
+    bfp8_only = [name for name in ("RELU", "BIAS", "MASK_IN") if ops.get(name)]
+    if bfp8_only and not ops.get("BFP8") and not info.epilogue:
         raise RuntimeError(f"this {dev.backend} accelerator offers the write-back epilogue's "
-                           f"RELU only with a BFP8 C (out='bfp8'; CONFIG_FEATURES.EPILOGUE is "
-                           f"0): use out='bfp8', the host path or Device('model')")
+                           f"{', '.join(bfp8_only)} only with a BFP8 C (out='bfp8'; "
+                           f"CONFIG_FEATURES.EPILOGUE is 0): use out='bfp8', the host path or "
+                           f"Device('model')")
     if info.tile_block != regmap.TILE_BLOCK:
         raise RuntimeError(f"the accelerator's tiles are {info.tile_block} wide, this "
                            f"runtime's {regmap.TILE_BLOCK}")

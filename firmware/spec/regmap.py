@@ -213,8 +213,8 @@ REGISTERS: tuple[Register, ...] = tuple([
          ("K_BLOCKS", 1, 1, "operands with tile exponents (DESC_EPILOGUE.A_TILES, B_TILES)"),
          ("TILE_LOG2", 8, 4, "log2 of the side of the number format's tile blocks"),
          ("OPS", 16, 8, "the DESC_EPILOGUE bits 7..0 this build runs, each as in "
-                        "DESC_EPILOGUE (all of them where EPILOGUE is 1). RELU only with "
-                        "BFP8 where EPILOGUE is 0")),
+                        "DESC_EPILOGUE (all of them where EPILOGUE is 1). RELU, BIAS and "
+                        "MASK_IN only with BFP8 where EPILOGUE is 0")),
     _reg("CTRL", 0x020, "w1p", "Control pulses",
          ("ENQUEUE", 0, 1, "copy the staged descriptor into the queue (starts the engine)"),
          ("SOFT_RESET", 1, 1, "abort everything, drain the bus, return to idle"),

@@ -33,13 +33,13 @@ _DESC_FIELDS = ("m", "n", "k", "transpose_a", "transpose_b", "raw", "row_vec", "
 
 #: The fields of ``descriptor_layout(k_blocks=True)`` and ``(epilogue=True)``.
 _OPTIONAL_FIELDS = ("tiles", "bfp8", "stochastic", "c_exp_addr", "seed", "relu", "mask_addr",
-                    "mask_stride")
+                    "mask_stride", "bias", "bias_addr", "mask_in")
 
 
 def descriptor(**fields) -> dict:
     """A descriptor (every field of :func:`rtl.checker.descriptor_layout`, 0 unless given;
-    ``tiles`` of ``descriptor_layout(k_blocks=True)`` and the BFP8 output's and ReLU's
-    fields of ``descriptor_layout(epilogue=True)`` only if given)."""
+    ``tiles`` of ``descriptor_layout(k_blocks=True)`` and the BFP8 output's, ReLU's, bias's
+    and stored mask's fields of ``descriptor_layout(epilogue=True)`` only if given)."""
     bad = set(fields) - set(_DESC_FIELDS) - set(_OPTIONAL_FIELDS)
     if bad:
         raise ValueError(f"unknown descriptor fields {sorted(bad)}")
@@ -75,9 +75,14 @@ def check(desc: dict, window_base: int, window_limit: int, data_width: int = 128
         # C's tile grid (DESC_EPILOGUE.BFP8)
         gm, gn = (-(-d[x] // TILE_BLOCK) for x in "mn")
         regions.append((d["c_exp_addr"], gm, gn, gn, 1, 2))
-    if d.get("relu"):
-        # the ReLU mask (DESC_EPILOGUE.RELU): a bit per element, rows of ceil(N / 8) bytes
+    if d.get("relu") or d.get("mask_in"):
+        # the ReLU mask (DESC_EPILOGUE.RELU, or MASK_IN's stored one): a bit per element,
+        # rows of ceil(N / 8) bytes
         regions.append((d["mask_addr"], d["m"], d["mask_stride"], -(-d["n"] // 8), 1, 0))
+    if d.get("bias"):
+        # the bias (DESC_EPILOGUE.BIAS): a float32 per row (1) or per column
+        regions.append((d["bias_addr"], 1, 0, 4 * (d["m"] if d["bias"] == 1 else d["n"]), 1,
+                        0))
     return check_regions([r[:4] + (r[5],) for r in regions if r[4]], window_base,
                          window_limit, data_width, addr_width)
 
