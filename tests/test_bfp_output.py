@@ -157,6 +157,32 @@ def test_bfp8_mask_in_matches_golden(dev, m, n, k, rounding):
         np.testing.assert_array_equal(got.exponents(), want.exp)
 
 
+@pytest.mark.parametrize("m,n,k,ta,tb", [(128, 96, 200, False, True), (70, 130, 96, True, False)])
+def test_side_data_of_many_units_beside_long_loads(dev, m, n, k, ta, tb):
+    """Many units, each over several K blocks, so that the operands' loads and the units'
+    side reads share the first reader for a long time: a column bias with ReLU (a hidden
+    layer's forward), then its mask applied to the next GEMM (its backward), bit for bit
+    :func:`sim.models.bfp.epilogue` with stochastic rounding."""
+    rng = np.random.default_rng(m + n + k)
+    qa, ea = _tiles(rng, (k, m) if ta else (m, k))
+    qb, eb = _tiles(rng, (n, k) if tb else (k, n))
+    c = bfp.gemm_kblocks(qa, ea, qb, eb, transpose_a=ta, transpose_b=tb)
+    bias = (rng.standard_normal(n) * np.abs(c).mean()).astype(np.float32)
+    fwd = bfp.epilogue(c, bias=bias, bias_axis="col", relu=True, out="bfp8",
+                       rounding="stochastic", seed=11)
+    bwd = bfp.epilogue(c, mask_in=fwd.mask, out="bfp8", rounding="stochastic", seed=12)
+    a, b = dev.bfp_tensor(qa, ea), dev.bfp_tensor(qb, eb)
+    got, mask = dev.bfp_gemm(a, b, transpose_a=ta, transpose_b=tb, bias=bias, relu=True,
+                             out="bfp8", rounding="stochastic", seed=11)
+    np.testing.assert_array_equal(got.mantissas(), fwd.q)
+    np.testing.assert_array_equal(got.exponents(), fwd.exp)
+    np.testing.assert_array_equal(mask.numpy(), fwd.mask)
+    got = dev.bfp_gemm(a, b, transpose_a=ta, transpose_b=tb, mask_in=mask, out="bfp8",
+                       rounding="stochastic", seed=12)
+    np.testing.assert_array_equal(got.mantissas(), bwd.q)
+    np.testing.assert_array_equal(got.exponents(), bwd.exp)
+
+
 def test_resident_mlp_is_refused_clearly(dev):
     """ResidentMLP also needs a quantise-only descriptor and a bias on a float32 C (its
     input, its weights and its last layer), which CONFIG_FEATURES does not offer here
