@@ -1,14 +1,18 @@
 """rtl.bfpwrite.BfpWriteBack against sim.models.bfp.quantize_tiles and bfp.epilogue: C tiles
 in, BFP8 tile blocks in memory out (mantissa rows and the exponent grid), ReLU and its mask
-rows, ragged edges, nearest and stochastic rounding, random stalls and delayed write
-responses; memory beyond the matrix, the grid and the mask untouched."""
+rows, a bias and a stored mask (with a UnitSideLoader), ragged edges, nearest and stochastic
+rounding, random stalls and delayed write responses; memory beyond the matrix, the grid and
+the mask untouched."""
 
 import random
 
 import numpy as np
 import pytest
+from amaranth import Elaboratable, Module
+from amaranth.lib import wiring
 
 from rtl.bfpwrite import BfpWriteBack
+from rtl.sideload import UnitSideLoader
 from sim.models import bfp
 from sim.testbenches.harness import run, stream_send
 
@@ -143,3 +147,136 @@ def test_refuses_other_arrays():
             BfpWriteBack(r, c)
     with pytest.raises(ValueError, match="relu needs at least 8 columns"):
         BfpWriteBack(4, 4, relu=True)
+
+
+class _WithSide(Elaboratable):
+    """A BfpWriteBack(side=True) and the UnitSideLoader it looks its units up in."""
+
+    def __init__(self, rows, data_width):
+        self.wb = BfpWriteBack(rows, rows, data_width=data_width, relu=rows >= 8, side=True)
+        self.side = UnitSideLoader(rows, data_width)
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.wb, m.submodules.side = wb, side = self.wb, self.side
+        wiring.connect(m, side.o_unit, wb.side_unit)
+        m.d.comb += [side.row.eq(wb.side_row), side.seg.eq(wb.side_seg),
+                     wb.bias_row.eq(side.bias_row), wb.bias_lanes.eq(side.bias_lanes),
+                     wb.mask_lanes.eq(side.mask_lanes), side.release.eq(wb.release)]
+        return m
+
+
+@pytest.mark.parametrize("rows,data_width,m,n,bias,mask_in,seed", [
+    (8, 128, 40, 70, 2, False, 0), (16, 64, 45, 37, 1, True, 1), (4, 128, 37, 9, 0, True, 2),
+    (4, 64, 33, 40, 2, True, 3), (32, 128, 33, 100, 1, False, 4), (8, 64, 5, 7, 0, True, 5)])
+def test_bias_and_mask_in(rows, data_width, m, n, bias, mask_in, seed):
+    """With ``side``: the bias (a row's or a column's) added in float32 and the stored mask
+    applied before the quantiser, the unit's side data read by a UnitSideLoader from a
+    memory answering at random (:func:`sim.models.bfp.epilogue`), under random stalls."""
+    rng = random.Random(seed)
+    bpw = data_width // 8
+    nprng = np.random.default_rng(seed)
+    value = (nprng.standard_normal((m, n))
+             * 2.0 ** nprng.integers(-6, 6, (m, 1))).astype(np.float32)
+    bvec = (nprng.standard_normal(m if bias == 1 else n)).astype(np.float32)
+    stored = nprng.random((m, n)) < 0.6
+    key = rng.getrandbits(64)
+    out = bfp.epilogue(value, bias=bvec if bias else None,
+                       bias_axis="row" if bias == 1 else "col",
+                       mask_in=stored if mask_in else None, out="bfp8", rounding="stochastic",
+                       seed=key)
+    c_stride = -(-n // bpw) * bpw
+    c_addr, exp_addr = 0x1000, 0x1000 + m * c_stride
+    gm, gn = -(-m // T), -(-n // T)
+    bias_addr = -(-(exp_addr + gm * gn) // bpw) * bpw
+    mask_addr = bias_addr + -(-4 * len(bvec) // bpw) * bpw
+    bits = bfp.pack_mask(stored)
+    mask_stride = -(-bits.shape[1] // bpw) * bpw + rng.randint(0, 1) * bpw
+    mem = bytearray(mask_addr + m * mask_stride + 64)
+    mem[bias_addr:bias_addr + 4 * len(bvec)] = bvec.tobytes()
+    for i in range(m):
+        mem[mask_addr + i * mask_stride:mask_addr + i * mask_stride + bits.shape[1]] = (
+            bits[i].tobytes())
+    want = bytearray(mem)
+    for i in range(m):
+        want[c_addr + i * c_stride:c_addr + i * c_stride + n] = out.q[i].tobytes()
+    want[exp_addr:exp_addr + gm * gn] = out.exp.reshape(-1).tobytes()
+
+    jobs = _jobs(m, n, rows, rows)
+    units = [{"m0": j["m0"], "n0": j["n0"], "rows_in": min(T, m - j["m0"]),
+              "cols_in": min(T, n - j["n0"])} for j in jobs
+             if j["m0"] % T == 0 and j["n0"] % T == 0]
+    padded = np.ones((-(-m // rows) * rows, -(-n // rows) * rows), np.float32)
+    padded[:m, :n] = value
+    beats = [{"data": [int(x) for x in
+                       padded[j["m0"] + i, j["n0"]:j["n0"] + rows].view(np.uint32)],
+              "last": 0} for j in jobs for i in range(rows)]
+    top = _WithSide(rows, data_width)
+    dut, side = top.wb, top.side
+    desc = {"m": m, "n": n, "c_addr": c_addr, "c_stride": c_stride, "c_exp_addr": exp_addr,
+            "stochastic": 1, "seed": key, "relu": 0, "mask_addr": mask_addr,
+            "mask_stride": mask_stride, "bias": bias, "mask_in": int(mask_in)}
+    got = {"cmds": [], "words": []}
+
+    async def send_jobs(ctx):
+        ctx.set(dut.desc, desc)
+        ctx.set(side.desc, {"bias": bias, "bias_addr": bias_addr, "mask_in": int(mask_in),
+                            "mask_addr": mask_addr, "mask_stride": mask_stride})
+        await stream_send(ctx, dut.jobs, jobs, rng=random.Random(seed + 1), stall=0.3)
+
+    async def send_units(ctx):
+        await stream_send(ctx, side.jobs, units, rng=random.Random(seed + 4), stall=0.3)
+
+    async def send_rows(ctx):
+        await stream_send(ctx, dut.i_stream, beats, rng=random.Random(seed + 2), stall=0.2)
+        got["rows_sent"] = True
+
+    async def serve_reads(ctx):
+        rng_r = random.Random(seed + 5)
+        queue = []                      # words to return: (data, last)
+        while True:
+            ctx.set(side.rd_cmd.ready, rng_r.random() > 0.3)
+            if queue:
+                ctx.set(side.rd_words.payload, {"data": queue[0][0], "last": queue[0][1]})
+            ctx.set(side.rd_words.valid, bool(queue) and rng_r.random() > 0.3)
+            await ctx.delay(1e-9)
+            if ctx.get(side.rd_words.valid) and ctx.get(side.rd_words.ready):
+                queue.pop(0)
+            if ctx.get(side.rd_cmd.valid) and ctx.get(side.rd_cmd.ready):
+                p = ctx.get(side.rd_cmd.payload)
+                base, beats_ = int(p.addr) // bpw * bpw, int(p.beats)
+                queue += [(int.from_bytes(mem[base + w * bpw:base + (w + 1) * bpw], "little"),
+                           int(w == beats_ - 1)) for w in range(beats_)]
+            await ctx.tick()
+
+    async def take_writes(ctx):
+        rng_s = random.Random(seed + 3)
+        pending = idle_for = 0
+        while True:
+            ctx.set(dut.wr_cmd.ready, rng_s.random() > 0.3)
+            ctx.set(dut.wr_data.ready, rng_s.random() > 0.3)
+            done = pending and rng_s.random() < 0.4
+            ctx.set(dut.wr_done, int(bool(done)))
+            await ctx.delay(1e-9)
+            if ctx.get(dut.wr_cmd.valid) and ctx.get(dut.wr_cmd.ready):
+                p = ctx.get(dut.wr_cmd.payload)
+                got["cmds"].append({"addr": int(p.addr), "beats": int(p.beats)})
+                pending += 1
+            if ctx.get(dut.wr_data.valid) and ctx.get(dut.wr_data.ready):
+                p = ctx.get(dut.wr_data.payload)
+                got["words"].append((int(p.data), int(p.strb)))
+            pending -= bool(done)
+            await ctx.tick()
+            exps = sum(1 for cm in got["cmds"]
+                       if exp_addr // bpw * bpw <= cm["addr"] < exp_addr + gm * gn)
+            if ("rows_sent" in got and exps >= gm * gn and ctx.get(dut.idle)
+                    and ctx.get(side.idle)):
+                idle_for += 1
+                if idle_for > 8:
+                    break
+        ctx.set(dut.wr_done, 0)
+
+    run(top, send_jobs, send_units, send_rows, take_writes, serve_reads,
+        deadline_cycles=60_000)
+    _apply(mem, got["cmds"], got["words"], bpw)
+    assert bytes(mem) == bytes(want)
