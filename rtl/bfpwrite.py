@@ -212,7 +212,7 @@ class BfpWriteBack(wiring.Component):
         C, T = self.cols, TILE_BLOCK
         AW = self.addr_width
         m.submodules.quantizer = qz = TileQuantizer(C, T)
-        m.submodules.random = rnd = RandomLanes(C)
+        m.submodules.random = rnd = RandomLanes(C, out_fifo=32)
         ulay, rlay = _unit_layout(AW), _random_job_layout()
         m.submodules.units = units = Fifo(width=ulay.size, depth=8)
         m.submodules.rjobs = rjobs = Fifo(width=rlay.size, depth=8)
@@ -431,7 +431,7 @@ class BfpWriteBack(wiring.Component):
         m.d.comb += [qz.r_stream.valid.eq(rnd.o_stream.valid),
                      rnd.o_stream.ready.eq(qz.r_stream.ready),
                      qz.r_stream.payload.eq(rnd.o_stream.payload.r)]
-        # (bits in flight: the RandomLanes pipeline holds them until the quantizer takes them)
+        # (bits in flight: RandomLanes and its FIFO hold them until the quantizer takes them)
         return ~rjobs.r_rdy
 
     # ---- mask rows -> their write commands' addresses ---------------------------------------
