@@ -183,12 +183,26 @@ def test_side_data_of_many_units_beside_long_loads(dev, m, n, k, ta, tb):
     np.testing.assert_array_equal(got.exponents(), bwd.exp)
 
 
-def test_resident_mlp_is_refused_clearly(dev):
-    """ResidentMLP also needs a quantise-only descriptor and a bias on a float32 C (its
-    input, its weights and its last layer), which CONFIG_FEATURES does not offer here
-    (EPILOGUE 0): it is refused before anything runs, naming what is missing."""
-    with pytest.raises(ValueError, match="has no write-back epilogue"):
-        ResidentMLP([64, 32, 10], dev, seed=0)
+def test_resident_mlp_trains_bit_identical_to_golden(dev):
+    """A fully connected network trained on the RTL with its activations, masks and deltas
+    on the device gives the golden model's weights bit for bit after two steps. The RTL has
+    no quantise-only descriptor and no bias on a float32 C, so the chain quantises what the
+    host writes (the batch, the loss gradient, the weights) on the host with the same seeds,
+    and adds the last layer's bias to the logits it reads; every GEMM, bias, ReLU, mask and
+    delta quantisation between them runs on the device."""
+    from firmware.ml.data import digits
+    xtr, ytr, _, _ = digits()
+    xtr = xtr.astype(np.float32)
+    nets = [ResidentMLP([64, 32, 10], d, seed=5, lr=0.05) for d in (dev, Device("golden"))]
+    assert nets[0].chain.host_quantize and nets[0].chain.host_bias
+    assert not nets[1].chain.host_quantize and not nets[1].chain.host_bias
+    for net in nets:
+        for s in range(2):
+            net.step(xtr[s * 40:(s + 1) * 40], ytr[s * 40:(s + 1) * 40])
+    for (name, p), (_, q) in zip(nets[0].params, nets[1].params, strict=True):
+        np.testing.assert_array_equal(p.view(np.uint32), q.view(np.uint32), err_msg=name)
+    assert set(nets[0].traffic) == {"input batch", "weights", "logits", "loss gradient",
+                                    "gradients"}
 
 
 def _plain_operands(mem, rng, m, n, k, bpw, base):

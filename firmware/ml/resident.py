@@ -13,8 +13,16 @@ write-back epilogue as the next GEMM's operand. Per step the host
 Nothing else crosses: ReLU, its mask, the bias, the deltas through the mask, and every
 quantisation run on the device. (The optimiser is the host's until it runs in the weight
 gradient's epilogue.) The ``golden`` backend gives the same weights bit for bit as
-``model`` (and as a board with the epilogue): the stochastic rounding's bits come from a
-counter-based generator seeded per descriptor, never from the order of the work.
+``model`` and ``rtl``: the stochastic rounding's bits come from a counter-based generator
+seeded per descriptor, never from the order of the work.
+
+A device needs BFP8 outputs with bias, ReLU and the mask applied backward
+(``CONFIG_FEATURES``). Where it has no quantise-only descriptor, or no bias on a float32
+output (the RTL's epilogue runs its options on BFP8 outputs only), the chain does that part
+on the host, bit for bit: it quantises the batch, the loss gradient and the weights with the
+same seeds before writing them (BFP8 crosses instead of float32), and adds the last layer's
+bias to the logits it reads (:attr:`ResidentChain.host_quantize`,
+:attr:`ResidentChain.host_bias`).
 
 Layer ``l`` computes ``h_l = relu(h_{l-1} W_l + b_l)`` (no ReLU on the last), with ``W_l``
 of shape ``(fan_in, fan_out)`` as :class:`firmware.ml.nn.Linear` keeps it. Backward, with
@@ -37,6 +45,7 @@ import numpy as np
 from firmware.ml.nn import softmax_cross_entropy
 from firmware.ml.optim import SGD
 from firmware.spec.regmap import TILE_BLOCK
+from sim.models import bfp
 
 __all__ = ["ResidentChain", "ResidentPass", "ResidentMLP"]
 
@@ -55,10 +64,12 @@ def check_device(device) -> None:
         Its ``CONFIG_FEATURES`` lack the write-back epilogue or tile exponents.
     """
     from firmware.runtime.device import Device
+    from firmware.runtime.epilogue import offers
     if not isinstance(device, Device):
         raise TypeError(f"device must be a firmware.Device, not {type(device).__name__}")
-    info = device.driver.info if device.driver is not None else None
-    if info is not None and not (info.epilogue and info.k_blocks):
+    # (what has no host fallback: BFP8 outputs with bias, ReLU and the mask backward)
+    if not offers(device, BFP8=1, STOCHASTIC=1, BIAS=2, RELU=1) \
+            or not offers(device, BFP8=1, STOCHASTIC=1, MASK_IN=1):
         raise ValueError(f"device: this {device.backend} accelerator has no write-back "
                          f"epilogue or tile exponents (CONFIG_FEATURES), which resident "
                          f"layers need: use Device('golden') or Device('model'), or the host "
@@ -116,7 +127,8 @@ class ResidentChain:
     sizes : sequence of int
         Input features, the hidden layers' widths, the outputs (at least two entries).
     device : firmware.Device
-        A device whose ``CONFIG_FEATURES`` offers the epilogue (``golden`` or ``model``).
+        A device whose ``CONFIG_FEATURES`` offers BFP8 outputs with bias, ReLU and the mask
+        applied backward (``golden``, ``model``, or ``rtl`` built with the epilogue).
     seed : int
         In ``[0, 2**32)``: every descriptor's seed is made of it, the pass, the layer and
         the tensor's role, so no two descriptors share one (within ``2**24`` passes).
@@ -127,6 +139,10 @@ class ResidentChain:
     ----------
     passes : int
         Stochastic (training) forward passes run; the next one's index in the seeds.
+    host_quantize : bool
+        The device has no quantise-only descriptor: the host quantises what it writes.
+    host_bias : bool
+        The device has no bias on a float32 output: the host adds the last layer's bias.
     traffic : dict
         Bytes the host wrote to and read from the device, by what they were, since the
         caller last cleared it.
@@ -153,6 +169,12 @@ class ResidentChain:
                              f"{len(sizes) - 2}, not {len(relu)}")
         check_device(device)
         self.sizes, self.device, self.seed, self.relu = sizes, device, int(seed), relu
+        # the host's part where the device lacks it (bit for bit the same results): the
+        # quantisation of what the host writes, and the last layer's bias on its float32
+        # outputs
+        from firmware.runtime.epilogue import offers
+        self.host_quantize = not (offers(device, QUANTIZE_ONLY=1, BFP8=1, STOCHASTIC=1))
+        self.host_bias = not offers(device, BIAS=2)
         self.passes = 0
         self.traffic: dict = {}
         self._ones: dict = {}
@@ -182,6 +204,18 @@ class ResidentChain:
             self._ones[batch] = self.device.bfp_tensor(np.full((1, batch), 64, np.int8),
                                                        np.full((1, grid), -6, np.int8))
         return self._ones[batch]
+
+    def _quantize(self, what: str, x: np.ndarray, rounding: str, seed: int):
+        """``x`` written to the device as a BfpTensor: quantised there, or, where the device
+        has no quantise-only descriptor (:attr:`host_quantize`), here with the same seed."""
+        dev = self.device
+        if not self.host_quantize:
+            self._count(what, x.nbytes)
+            return dev.quantize(x, rounding=rounding, seed=seed)
+        with dev.profile.time("quantize"):
+            q, e = bfp.quantize_tiles(x, rounding=rounding, seed=seed)
+        self._count(what, q.nbytes + e.nbytes)
+        return dev.bfp_tensor(q, e)
 
     def _count(self, what: str, nbytes: int) -> None:
         self.traffic[what] = self.traffic.get(what, 0) + int(nbytes)
@@ -239,14 +273,17 @@ class ResidentChain:
         step = self.passes
         if train:
             self.passes += 1
-        self._count("input batch", x.nbytes)
-        h = dev.quantize(x, rounding=rounding, seed=self._seed(step, 0, 2))
+        h = self._quantize("input batch", x, rounding, self._seed(step, 0, 2))
         saved = []
+        last_bias = None
         try:
             for i, (w, b) in enumerate(params):
-                self._count("weights", w.nbytes + (0 if b is None else b.nbytes))
-                qw = dev.quantize(w, rounding=rounding, seed=self._seed(step, i, 0) ^ 0x5A5A)
+                qw = self._quantize("weights", w, rounding, self._seed(step, i, 0) ^ 0x5A5A)
                 saved.append((h, qw, None))
+                if i == self.layers - 1 and self.host_bias:
+                    last_bias, b = b, None           # added to the outputs here
+                if b is not None:
+                    self._count("weights", b.nbytes)
                 if i == self.layers - 1:
                     h = dev.bfp_gemm(h, qw, bias=b, out="float32")
                 elif self.relu[i]:
@@ -262,6 +299,9 @@ class ResidentChain:
         logits = h.numpy()
         self._count("logits", logits.nbytes)
         h.free()
+        if last_bias is not None:
+            with dev.profile.time("float"):
+                logits = bfp.add_float32(logits, last_bias[None, :])
         result = ResidentPass(step, rounding, x.shape[0], saved)
         if keep:
             return logits, result
@@ -313,8 +353,8 @@ class ResidentChain:
         dev, step, rounding = self.device, saved.step, saved.rounding
         layers, saved.layers = saved.layers, None
         try:
-            self._count("loss gradient", grad.nbytes)
-            d = dev.quantize(grad, rounding=rounding, seed=self._seed(step, self.layers, 3))
+            d = self._quantize("loss gradient", grad, rounding,
+                               self._seed(step, self.layers, 3))
             grads, dx = [None] * (2 * self.layers), None
             for i in reversed(range(self.layers)):
                 h, qw, _ = layers[i]
@@ -355,7 +395,7 @@ class ResidentMLP:
     sizes : sequence of int
         Input features, the hidden layers' widths, the classes (at least two entries).
     device : firmware.Device
-        A device whose ``CONFIG_FEATURES`` offers the epilogue (``golden`` or ``model``).
+        A device as :class:`ResidentChain` takes it (``golden``, ``model``, ``rtl``).
     seed : int
         Seeds the weights' initialisation and every descriptor's stochastic rounding.
     lr, momentum, weight_decay : float

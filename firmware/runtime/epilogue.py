@@ -20,7 +20,7 @@ import numpy as np
 from firmware.spec import regmap
 from sim.models import bfp
 
-__all__ = ["BfpTensor", "MaskTensor", "quantize", "upload", "bfp_gemm", "ROUNDINGS"]
+__all__ = ["BfpTensor", "MaskTensor", "quantize", "upload", "bfp_gemm", "offers", "ROUNDINGS"]
 
 ROUNDINGS = ("nearest", "stochastic")
 
@@ -98,6 +98,24 @@ def _check_rounding(rounding, seed):
     if not isinstance(seed, (int, np.integer)) or isinstance(seed, bool) \
             or not 0 <= int(seed) < 1 << 64:
         raise ValueError(f"seed must be an integer in [0, 2**64), not {seed!r}")
+
+
+def offers(dev, **ops) -> bool:
+    """Whether ``dev`` runs a descriptor with tile exponents and the ``DESC_EPILOGUE``
+    options ``ops`` (field values, as :func:`firmware.spec.regmap.pack` takes them), as
+    :func:`_require` would let it: a caller with a host fallback asks this first.
+
+    Examples
+    --------
+    >>> from firmware import Device
+    >>> offers(Device("golden"), QUANTIZE_ONLY=1, BFP8=1)
+    True
+    """
+    try:
+        _require(dev, **ops)
+    except RuntimeError:
+        return False
+    return True
 
 
 def _require(dev, **ops):

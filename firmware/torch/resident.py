@@ -92,7 +92,7 @@ class ResidentSequential(torch.nn.Module):
 
     In ``train()`` mode every quantisation rounds stochastically, with a seed per
     descriptor made of ``seed``, the pass (:attr:`passes`), the layer and the tensor's
-    role, so ``golden`` and ``model`` give the same results bit for bit; in ``eval()`` mode
+    role, so ``golden``, ``model`` and ``rtl`` give the same results bit for bit; in ``eval()`` mode
     everything rounds to nearest (deterministic inference, as ``ResidentMLP.predict``).
     A forward pass whose graph is needed (grad enabled and a parameter or the input
     requiring grad) keeps its tensors on the device until its backward pass, or until
@@ -106,8 +106,8 @@ class ResidentSequential(torch.nn.Module):
         Its layers themselves (not copies) become this module's, under the same names: the
         ``state_dict`` keys are the same, and the float32 Parameters are the master weights.
     device : firmware.Device
-        A device whose ``CONFIG_FEATURES`` offers the write-back epilogue and tile
-        exponents (``golden``, ``model``).
+        A device as :class:`firmware.ml.resident.ResidentChain` takes it (``golden``,
+        ``model``, ``rtl`` built with the epilogue).
     seed : int
         In ``[0, 2**32)``: the stochastic rounding's seeds.
 
