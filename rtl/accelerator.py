@@ -339,8 +339,11 @@ class Accelerator(wiring.Component):
             m.d.sync += [aborting.eq(1), clear_after.eq(1)]
         with m.Elif(halted):
             m.d.comb += core_rst.eq(1)
-        with m.Elif(bus_error | engine.fail | engine.nonfinite
-                    | (enqueue & (~q.w_rdy | unsupported))):
+        # (a BFP8 block with inf or NaN stops the engine like a failed check)
+        engine_fail = engine.fail | engine.nonfinite if self.epilogue else engine.fail
+        engine_code = (Mux(engine.fail, engine.code, int(ErrorCode.NONFINITE))
+                       if self.epilogue else engine.code)
+        with m.Elif(bus_error | engine_fail | (enqueue & (~q.w_rdy | unsupported))):
             m.d.comb += irq_error.eq(1)
             with m.If(read_error):
                 m.d.sync += error_code.eq(int(ErrorCode.READ_ERROR))
@@ -348,10 +351,8 @@ class Accelerator(wiring.Component):
                 m.d.sync += error_code.eq(int(ErrorCode.PROTOCOL_ERROR))
             with m.Elif(write_error):
                 m.d.sync += error_code.eq(int(ErrorCode.WRITE_ERROR))
-            with m.Elif(engine.fail):
-                m.d.sync += error_code.eq(engine.code)
-            with m.Elif(engine.nonfinite):
-                m.d.sync += error_code.eq(int(ErrorCode.NONFINITE))
+            with m.Elif(engine_fail):
+                m.d.sync += error_code.eq(engine_code)
             with m.Elif(enqueue & unsupported):
                 m.d.sync += error_code.eq(int(ErrorCode.UNSUPPORTED))
             with m.Else():

@@ -174,8 +174,9 @@ class BfpWriteBack(wiring.Component):
     UNIT_CYCLES = 4
     #: Tile rows' masks queued for their write commands.
     MASK_QUEUE = 16
-    #: Rows' tags queued beside the bias adder (its :data:`rtl.fp32.Fp32Add.LATENCY` rows
-    #: and more).
+    #: Rows in the bias adder or queued after it (its :data:`rtl.fp32.Fp32Add.LATENCY` rows
+    #: and more): their tags, and their sums in a FIFO of their own, so that the adder
+    #: never stalls (a row enters only while both have room).
     TAG_QUEUE = 16
 
     def __init__(self, rows: int, cols: int, *, data_width: int = 128, addr_width: int = 32,
@@ -235,15 +236,22 @@ class BfpWriteBack(wiring.Component):
                               tag=Signal(tlay, name="out_tag"))
         path_idle = 1
         if self.side:
+            # The adder never stalls (its ready is a constant, so no enable fans out to its
+            # registers): a row enters only while the tag FIFO has room, and the tag FIFO
+            # holds one tag for every row in the adder or in the sums FIFO, which is as deep.
             m.submodules.adder = add = Fp32Add(C)
             m.submodules.tags = tq = Fifo(width=tlay.size, depth=self.TAG_QUEUE)
+            m.submodules.sums = sq = Fifo(width=32 * C, depth=self.TAG_QUEUE)
+            pop = Signal()
             m.d.comb += [add.i_stream.payload.a.eq(rs.data), add.i_stream.payload.b.eq(rs.bias),
                          add.i_stream.valid.eq(rs.valid & tq.w_rdy),
                          rs.ready.eq(add.i_stream.ready & tq.w_rdy),
                          tq.w_data.eq(rs.tag), tq.w_en.eq(rs.valid & rs.ready),
-                         out.valid.eq(add.o_stream.valid), out.data.eq(add.o_stream.payload.s),
-                         out.tag.eq(tq.r_data), add.o_stream.ready.eq(out.ready),
-                         tq.r_en.eq(add.o_stream.valid & out.ready)]
+                         add.o_stream.ready.eq(1),
+                         sq.w_data.eq(add.o_stream.payload.s), sq.w_en.eq(add.o_stream.valid),
+                         out.valid.eq(sq.r_rdy), out.data.eq(sq.r_data),
+                         out.tag.eq(tq.r_data), pop.eq(sq.r_rdy & out.ready),
+                         sq.r_en.eq(pop), tq.r_en.eq(pop)]
             path_idle = tq.empty
         else:
             m.d.comb += [out.valid.eq(rs.valid), rs.ready.eq(out.ready), out.data.eq(rs.data),
