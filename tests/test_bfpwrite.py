@@ -30,6 +30,36 @@ def _jobs(m, n, r, c):
     return out
 
 
+async def _take_writes(ctx, dut, got, rng, exp_addr, bpw, units, idle):
+    """Take the write-back's commands and words under random stalls into ``got``, answer
+    each command with ``wr_done`` some cycles later, and return once the rows are sent,
+    every unit's exponent command is out (those at ``exp_addr`` onwards) and ``idle()``
+    has held for 8 cycles."""
+    pending = idle_for = 0
+    while True:
+        ctx.set(dut.wr_cmd.ready, rng.random() > 0.3)
+        ctx.set(dut.wr_data.ready, rng.random() > 0.3)
+        done = pending and rng.random() < 0.4
+        ctx.set(dut.wr_done, int(bool(done)))
+        await ctx.delay(1e-9)
+        if ctx.get(dut.wr_cmd.valid) and ctx.get(dut.wr_cmd.ready):
+            p = ctx.get(dut.wr_cmd.payload)
+            got["cmds"].append({"addr": int(p.addr), "beats": int(p.beats)})
+            pending += 1
+        if ctx.get(dut.wr_data.valid) and ctx.get(dut.wr_data.ready):
+            p = ctx.get(dut.wr_data.payload)
+            got["words"].append((int(p.data), int(p.strb)))
+        pending -= bool(done)
+        await ctx.tick()
+        exps = sum(1 for cm in got["cmds"]
+                   if exp_addr // bpw * bpw <= cm["addr"] < exp_addr + units)
+        if "rows_sent" in got and exps >= units and idle():
+            idle_for += 1
+            if idle_for > 8:
+                break
+    ctx.set(dut.wr_done, 0)
+
+
 def _apply(mem, cmds, words, bpw):
     it = iter(words)
     for cmd in cmds:
@@ -110,31 +140,8 @@ def test_matches_quantize_tiles(rows, data_width, m, n, rounding, seed, relu):
         got["rows_sent"] = True
 
     async def take_writes(ctx):
-        rng_s = random.Random(seed + 3)
-        pending = 0
-        idle_for = 0
-        while True:
-            ctx.set(dut.wr_cmd.ready, rng_s.random() > 0.3)
-            ctx.set(dut.wr_data.ready, rng_s.random() > 0.3)
-            done = pending and rng_s.random() < 0.4
-            ctx.set(dut.wr_done, int(bool(done)))
-            await ctx.delay(1e-9)
-            if ctx.get(dut.wr_cmd.valid) and ctx.get(dut.wr_cmd.ready):
-                p = ctx.get(dut.wr_cmd.payload)
-                got["cmds"].append({"addr": int(p.addr), "beats": int(p.beats)})
-                pending += 1
-            if ctx.get(dut.wr_data.valid) and ctx.get(dut.wr_data.ready):
-                p = ctx.get(dut.wr_data.payload)
-                got["words"].append((int(p.data), int(p.strb)))
-            pending -= bool(done)
-            await ctx.tick()
-            exps = sum(1 for cm in got["cmds"]
-                       if exp_addr // bpw * bpw <= cm["addr"] < exp_addr + gm * gn)
-            if "rows_sent" in got and exps >= n_units and ctx.get(dut.idle):
-                idle_for += 1
-                if idle_for > 8:
-                    break
-        ctx.set(dut.wr_done, 0)
+        await _take_writes(ctx, dut, got, random.Random(seed + 3), exp_addr, bpw, n_units,
+                           lambda: ctx.get(dut.idle))
 
     run(dut, send_jobs, send_rows, take_writes, deadline_cycles=60_000)
     _apply(mem, got["cmds"], got["words"], bpw)
@@ -250,31 +257,8 @@ def test_bias_and_mask_in(rows, data_width, m, n, bias, mask_in, seed):
             await ctx.tick()
 
     async def take_writes(ctx):
-        rng_s = random.Random(seed + 3)
-        pending = idle_for = 0
-        while True:
-            ctx.set(dut.wr_cmd.ready, rng_s.random() > 0.3)
-            ctx.set(dut.wr_data.ready, rng_s.random() > 0.3)
-            done = pending and rng_s.random() < 0.4
-            ctx.set(dut.wr_done, int(bool(done)))
-            await ctx.delay(1e-9)
-            if ctx.get(dut.wr_cmd.valid) and ctx.get(dut.wr_cmd.ready):
-                p = ctx.get(dut.wr_cmd.payload)
-                got["cmds"].append({"addr": int(p.addr), "beats": int(p.beats)})
-                pending += 1
-            if ctx.get(dut.wr_data.valid) and ctx.get(dut.wr_data.ready):
-                p = ctx.get(dut.wr_data.payload)
-                got["words"].append((int(p.data), int(p.strb)))
-            pending -= bool(done)
-            await ctx.tick()
-            exps = sum(1 for cm in got["cmds"]
-                       if exp_addr // bpw * bpw <= cm["addr"] < exp_addr + gm * gn)
-            if ("rows_sent" in got and exps >= gm * gn and ctx.get(dut.idle)
-                    and ctx.get(side.idle)):
-                idle_for += 1
-                if idle_for > 8:
-                    break
-        ctx.set(dut.wr_done, 0)
+        await _take_writes(ctx, dut, got, random.Random(seed + 3), exp_addr, bpw, gm * gn,
+                           lambda: ctx.get(dut.idle) and ctx.get(side.idle))
 
     run(top, send_jobs, send_units, send_rows, take_writes, serve_reads,
         deadline_cycles=60_000)
