@@ -1,0 +1,247 @@
+"""A float32 matrix read from memory as C tiles: the quantise-only descriptor's source."""
+
+from amaranth import Cat, Module, Mux, Signal, unsigned
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from firmware.spec.regmap import TILE_BLOCK
+
+from .dma import dma_command_layout
+from .fifo import Fifo
+from .readshare import read_word_layout
+from .rescale import rescale_output_layout
+from .writeback import write_job_layout
+
+__all__ = ["Fp32TileReader", "fpread_desc_layout"]
+
+
+def fpread_desc_layout(addr_width: int = 64) -> data.StructLayout:
+    """What :class:`Fp32TileReader` reads of the running descriptor (held while it runs):
+    the matrix's shape, its address and the bytes between its rows."""
+    return data.StructLayout({"m": unsigned(32), "n": unsigned(32),
+                              "a_addr": unsigned(addr_width), "a_stride": unsigned(32)})
+
+
+def _row_layout(cols: int, words: int) -> data.StructLayout:
+    """A tile row as the command side hands it to the word side: whether it lies inside the
+    matrix (its words were asked for), its bus words and its lanes inside the matrix."""
+    return data.StructLayout({"inside": 1, "words_m1": range(max(2, words)),
+                              "lanes": range(cols + 1)})
+
+
+class Fp32TileReader(wiring.Component):
+    """Reads an ``M x N`` float32 matrix as the C tiles of a BFP8 walk, for
+    :class:`rtl.bfpwrite.BfpWriteBack`.
+
+    The tiles come in the order of :func:`sim.models.fpread.tile_jobs`: units (tile blocks of
+    ``T`` x ``T``, ``T`` = :data:`firmware.spec.regmap.TILE_BLOCK`) row by row, and inside a
+    unit its ``rows`` x ``cols`` tiles inside the matrix row by row, the unit's first tile
+    first (``m0`` and ``n0`` multiples of T), as the engine's walker hands a BFP8
+    descriptor's C tiles to the write-back. Each tile is one job on :attr:`o_write` and
+    ``rows`` beats on :attr:`o_stream`, a beat a tile row of ``cols`` float32 words: row ``m0
+    + r``'s elements ``n0 .. n0 + cols - 1``, 0 beyond N, and zero beats for rows beyond M
+    (what the datapath gives for a GEMM's padding). Each row inside the matrix is one read
+    command on :attr:`rd_cmd` of the bus words that hold its elements inside the matrix,
+    at ``a_addr + (m0 + r) * a_stride + 4 * n0``; rows beyond M are not read. ``a_addr``
+    and ``a_stride`` are multiples of the bus word (the checker's rule), and a tile row is
+    whole bus words (``4 * cols`` a multiple of the bus's bytes), so each command starts at
+    a word. The numpy model of record is :func:`sim.models.fpread.tile_rows`.
+
+    The job side runs ahead of the reads by :data:`TILE_QUEUE` tiles, the commands ahead of
+    the words by :data:`ROW_QUEUE` rows; the words are taken as they come while a beat's
+    register is free.
+
+    Parameters
+    ----------
+    rows, cols : int
+        Array shape (a tile's rows and lanes): powers of two dividing T.
+    data_width, addr_width : int
+        AXI bus; ``4 * cols`` a multiple of ``data_width / 8``.
+
+    Attributes
+    ----------
+    desc : In(fpread_desc_layout(addr_width))
+        Held while it runs.
+    start : In(1)
+        Pulse: walk :attr:`desc` (only while :attr:`walking` is low).
+    walking : Out(1)
+        Jobs are still to be handed out.
+    idle : Out(1)
+        No job, command, row or word is held.
+    o_write : Out(stream.Signature(rtl.writeback.write_job_layout()))
+    o_stream : Out(stream.Signature(rtl.rescale.rescale_output_layout(cols)))
+        ``last`` on a tile's last row.
+    rd_cmd : Out(stream.Signature(rtl.dma.dma_command_layout(addr_width)))
+    rd_words : In(stream.Signature(rtl.readshare.read_word_layout(data_width)))
+
+    Latency
+    -------
+    A tile's first command is offered 4 cycles after its job (the queue's 2, the row
+    address's product and sum); a row's beat the cycle after its last word.
+
+    Throughput
+    ----------
+    A job a cycle while the queue has room; a command a cycle, 3 cycles more a tile; a word
+    a cycle.
+    """
+
+    #: Tiles the job side runs ahead of the commands.
+    TILE_QUEUE = 4
+    #: Rows whose commands are out and whose words have not all come.
+    ROW_QUEUE = 16
+
+    def __init__(self, rows: int, cols: int, *, data_width: int = 128, addr_width: int = 32):
+        T = TILE_BLOCK
+        for name, v in (("rows", rows), ("cols", cols)):
+            if not isinstance(v, int) or v < 1 or v & (v - 1) or T % v:
+                raise ValueError(f"{name} must be a power of two dividing {T}, not {v!r}")
+        bpw = data_width // 8
+        if data_width not in (64, 128, 256, 512) or (4 * cols) % bpw:
+            raise ValueError(f"a tile row of {cols} float32 words must be whole words of a "
+                             f"{data_width}-bit bus (64, 128, 256 or 512 bits, 4 * cols a "
+                             f"multiple of its bytes)")
+        self.rows, self.cols = rows, cols
+        self.data_width, self.addr_width = data_width, addr_width
+        self.words = 4 * cols // bpw                  # bus words a tile row
+        super().__init__({
+            "desc": In(fpread_desc_layout(addr_width)),
+            "start": In(1),
+            "walking": Out(1),
+            "idle": Out(1),
+            "o_write": Out(stream.Signature(write_job_layout())),
+            "o_stream": Out(stream.Signature(rescale_output_layout(cols))),
+            "rd_cmd": Out(stream.Signature(dma_command_layout(addr_width))),
+            "rd_words": In(stream.Signature(read_word_layout(data_width))),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        job = write_job_layout()
+        m.submodules.tiles = tq = Fifo(width=job.size, depth=self.TILE_QUEUE)
+        rl = _row_layout(self.cols, self.words)
+        m.submodules.rows = rq = Fifo(width=rl.size, depth=self.ROW_QUEUE)
+        jobs_idle = self._jobs(m, tq)
+        cmd_idle = self._commands(m, tq, rq)
+        words_idle = self._words(m, rq)
+        m.d.comb += self.idle.eq(jobs_idle & tq.empty & cmd_idle & rq.empty & words_idle)
+        return m
+
+    # ---- the walk: units row by row, a unit's tiles row by row -----------------------------
+
+    def _jobs(self, m, tq):
+        R, C, T = self.rows, self.cols, TILE_BLOCK
+        lt = T.bit_length() - 1
+        d = self.desc
+        run = Signal()                           # jobs are still to be handed out
+        um, un = Signal(17), Signal(17)          # the unit's first row and column
+        m0, n0 = Signal(17), Signal(17)          # the tile's
+        mm, nn = Signal(17), Signal(17)          # M and N (held)
+        o = self.o_write
+        # (a job is offered only with room for it in the queue)
+        m.d.comb += [o.payload.m0.eq(m0), o.payload.n0.eq(n0), o.valid.eq(run & tq.w_rdy),
+                     tq.w_data.eq(Cat(m0, n0)), tq.w_en.eq(o.valid & o.ready),
+                     self.walking.eq(run)]
+        next_n, next_m = Signal(18), Signal(18)
+        next_un, next_um = Signal(18), Signal(18)
+        m.d.comb += [next_n.eq(n0 + C), next_m.eq(m0 + R), next_un.eq(un + T),
+                     next_um.eq(um + T)]
+        with m.If(self.start & ~run):
+            m.d.sync += [um.eq(0), un.eq(0), m0.eq(0), n0.eq(0), mm.eq(d.m[:17]),
+                         nn.eq(d.n[:17]), run.eq(1)]
+        with m.If(o.valid & o.ready):
+            with m.If((next_n < nn) & (next_n[:lt] != 0)):
+                m.d.sync += n0.eq(next_n)                 # the next tile of the row
+            with m.Elif((next_m < mm) & (next_m[:lt] != 0)):
+                m.d.sync += [n0.eq(un), m0.eq(next_m)]    # the unit's next tile row
+            with m.Elif(next_un < nn):
+                m.d.sync += [un.eq(next_un), n0.eq(next_un), m0.eq(um)]   # the next unit
+            with m.Elif(next_um < mm):
+                m.d.sync += [un.eq(0), n0.eq(0), um.eq(next_um), m0.eq(next_um)]
+            with m.Else():
+                m.d.sync += run.eq(0)
+        return ~run
+
+    # ---- a tile -> a read command a row inside the matrix ---------------------------------
+
+    def _commands(self, m, tq, rq):
+        R, C, AW = self.rows, self.cols, self.addr_width
+        F = self.data_width // 32                     # float32 words a bus word
+        lf = F.bit_length() - 1
+        d, cmd = self.desc, self.rd_cmd
+        tile = data.View(write_job_layout(), tq.r_data)
+        row = data.View(_row_layout(C, self.words), rq.w_data)
+        m0 = Signal(17, reset_less=True)
+        r = Signal(range(R))
+        lanes = Signal(range(C + 1), reset_less=True)
+        rows_in = Signal(range(R + 1), reset_less=True)
+        prod = Signal(AW + 17, reset_less=True)
+        n_bytes = Signal(19, reset_less=True)
+        addr = Signal(AW, reset_less=True)
+        words_m1 = Signal(range(max(2, self.words)), reset_less=True)
+        with m.FSM(name="commands") as fsm:
+            with m.State("TILE"):
+                m.d.comb += tq.r_en.eq(1)
+                with m.If(tq.r_rdy):
+                    rem_m, rem_n = Signal(18), Signal(18)
+                    m.d.comb += [rem_m.eq(d.m[:17] - tile.m0), rem_n.eq(d.n[:17] - tile.n0)]
+                    m.d.sync += [m0.eq(tile.m0), n_bytes.eq(tile.n0 << 2), r.eq(0),
+                                 lanes.eq(Mux(rem_n >= C, C, rem_n)),
+                                 rows_in.eq(Mux(rem_m >= R, R, rem_m))]
+                    m.next = "PRODUCT"
+            with m.State("PRODUCT"):                  # the tile's first row's address
+                m.d.sync += [prod.eq(m0 * d.a_stride),
+                             words_m1.eq(((lanes + F - 1) >> lf) - 1)]
+                m.next = "BASE"
+            with m.State("BASE"):
+                m.d.sync += addr.eq(d.a_addr + prod + n_bytes)
+                m.next = "ROWS"
+            with m.State("ROWS"):                     # a row's command and its record
+                inside = r < rows_in
+                m.d.comb += [cmd.payload.addr.eq(addr), cmd.payload.beats.eq(words_m1 + 1),
+                             row.inside.eq(inside), row.words_m1.eq(words_m1),
+                             row.lanes.eq(lanes),
+                             cmd.valid.eq(inside & rq.w_rdy)]
+                go = rq.w_rdy & (cmd.ready | ~inside)
+                m.d.comb += rq.w_en.eq(go)
+                with m.If(go):
+                    m.d.sync += [r.eq(r + 1), addr.eq(addr + d.a_stride)]
+                    with m.If(r == R - 1):
+                        m.next = "TILE"
+        return fsm.ongoing("TILE")
+
+    # ---- words -> a beat a row ------------------------------------------------------------
+
+    def _words(self, m, rq):
+        R, C, W = self.rows, self.cols, self.words
+        head = data.View(_row_layout(C, W), rq.r_data)
+        w, o = self.rd_words, self.o_stream
+        acc = [Signal(self.data_width, name=f"acc{i}", reset_less=True) for i in range(W - 1)]
+        wi = Signal(range(max(2, W)))                 # the row's words taken
+        beat_r = Signal(range(R))                      # the beat's row in its tile
+        out_free = ~o.valid | o.ready
+        last_word = wi == head.words_m1
+        # the beat's words: those taken before, and the one coming (the last)
+        words = [Mux(wi == i, w.payload.data, acc[i]) for i in range(W - 1)] + [w.payload.data]
+        lane_bits = Cat(*words)
+        beat = [Mux(lane < head.lanes, lane_bits[32 * lane:32 * (lane + 1)], 0)
+                for lane in range(C)]
+        with m.If(o.valid & o.ready):
+            m.d.sync += [o.valid.eq(0), beat_r.eq(beat_r + 1)]
+        with m.If(rq.r_rdy & ~head.inside):            # a row beyond M: a zero beat
+            with m.If(out_free):
+                m.d.comb += rq.r_en.eq(1)
+                m.d.sync += [o.valid.eq(1), o.payload.data.eq(0),
+                             o.payload.last.eq(beat_r + (o.valid & o.ready) == R - 1)]
+        with m.If(rq.r_rdy & head.inside):
+            m.d.comb += w.ready.eq(~last_word | out_free)
+            with m.If(w.valid & w.ready):
+                for i in range(W - 1):
+                    with m.If(wi == i):
+                        m.d.sync += acc[i].eq(w.payload.data)
+                m.d.sync += wi.eq(wi + 1)
+                with m.If(last_word):
+                    m.d.comb += rq.r_en.eq(1)
+                    m.d.sync += [wi.eq(0), o.valid.eq(1),
+                                 *(o.payload.data[lane].eq(beat[lane]) for lane in range(C)),
+                                 o.payload.last.eq(beat_r + (o.valid & o.ready) == R - 1)]
+        return ~o.valid & (wi == 0)
