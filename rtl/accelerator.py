@@ -90,8 +90,12 @@ class Accelerator(wiring.Component):
         mask written at ``DESC_MASK_ADDR`` (``DESC_MASK_STRIDE`` bytes a row). Also
         ``BIAS`` (1: a float32 a row, 2: a column, at ``DESC_BIAS_ADDR``, added before the
         ReLU) and ``MASK_IN`` (C zeroed where the mask stored at ``DESC_MASK_ADDR`` is 0) on
-        a BFP8 C. ``RELU``, ``BIAS`` or ``MASK_IN`` without ``BFP8``, and ``BIAS`` 3, are
-        refused with ``UNSUPPORTED``, as are the epilogue's other bits.
+        a BFP8 C. Where a tile row is whole bus words (the engine's ``quantize``), also
+        ``QUANTIZE_ONLY`` with ``BFP8``: the M x N float32 matrix at ``DESC_A_ADDR`` quantised
+        (with the options above) instead of a GEMM's C. ``RELU``, ``BIAS``, ``MASK_IN`` or
+        ``QUANTIZE_ONLY`` without ``BFP8``, ``QUANTIZE_ONLY`` with ``A_TILES`` or
+        ``B_TILES``, and ``BIAS`` 3, are refused with ``UNSUPPORTED``, as are the
+        epilogue's other bits.
 
     Attributes
     ----------
@@ -124,7 +128,8 @@ class Accelerator(wiring.Component):
         self.k_blocks, self.epilogue = bool(k_blocks), bool(epilogue)
         #: ``CONFIG_FEATURES.OPS``: the ``DESC_EPILOGUE`` bits 7..0 this build runs
         self.ops = regmap.pack("DESC_EPILOGUE", BFP8=1, STOCHASTIC=1, BIAS=3, MASK_IN=1,
-                               RELU=int(self.engine.relu)) if self.epilogue else 0
+                               RELU=int(self.engine.relu),
+                               QUANTIZE_ONLY=int(self.engine.quantize)) if self.epilogue else 0
         self.burst_beats, self.outstanding = burst_beats, outstanding
         self.readers = [DmaReader(data_width, addr_width, burst_beats=burst_beats,
                                   outstanding=outstanding) for _ in range(read_ports)]
@@ -243,7 +248,9 @@ class Accelerator(wiring.Component):
                                         if self.engine.relu else 0),
                          staged.mask_stride.eq(csr.desc_mask_stride),
                          staged.bias.eq(_field(csr, "DESC_EPILOGUE", "BIAS")),
-                         staged.mask_in.eq(_field(csr, "DESC_EPILOGUE", "MASK_IN"))]
+                         staged.mask_in.eq(_field(csr, "DESC_EPILOGUE", "MASK_IN")),
+                         staged.quantize_only.eq(_field(csr, "DESC_EPILOGUE", "QUANTIZE_ONLY")
+                                                 if self.engine.quantize else 0)]
         m.d.comb += [
             staged.m.eq(csr.desc_m), staged.n.eq(csr.desc_n), staged.k.eq(csr.desc_k),
             staged.transpose_a.eq(_field(csr, "DESC_FLAGS", "TRANSPOSE_A")),
@@ -276,9 +283,11 @@ class Accelerator(wiring.Component):
         side_fp32 = 0
         if self.epilogue:           # ReLU, the bias and the stored mask only on a BFP8 C
             bias = _field(csr, "DESC_EPILOGUE", "BIAS")
+            only = _field(csr, "DESC_EPILOGUE", "QUANTIZE_ONLY")
             side_fp32 = (((_field(csr, "DESC_EPILOGUE", "RELU") | (bias != 0)
-                           | _field(csr, "DESC_EPILOGUE", "MASK_IN"))
-                          & ~_field(csr, "DESC_EPILOGUE", "BFP8")) | (bias == 3))
+                           | _field(csr, "DESC_EPILOGUE", "MASK_IN") | only)
+                          & ~_field(csr, "DESC_EPILOGUE", "BFP8")) | (bias == 3)
+                         | (only & ((e & tiles) != 0)))
         m.d.comb += unsupported.eq((rest != 0) | bad_tiles | side_fp32)
         if self.k_blocks:
             m.d.comb += staged.tiles.eq((e & tiles) == tiles)

@@ -18,7 +18,9 @@ def descriptor_layout(k_blocks: bool = False, epilogue: bool = False) -> data.St
     fields of a BFP8 output (``DESC_EPILOGUE.BFP8`` and ``STOCHASTIC``, ``DESC_C_EXP_ADDR``,
     ``DESC_SEED``), of its ReLU (``DESC_EPILOGUE.RELU``, ``DESC_MASK_ADDR``,
     ``DESC_MASK_STRIDE``), its bias (``DESC_EPILOGUE.BIAS``, ``DESC_BIAS_ADDR``) and its
-    stored mask (``DESC_EPILOGUE.MASK_IN``, at ``DESC_MASK_ADDR``)."""
+    stored mask (``DESC_EPILOGUE.MASK_IN``, at ``DESC_MASK_ADDR``), and ``quantize_only``
+    (``DESC_EPILOGUE.QUANTIZE_ONLY``: no GEMM, the M x N float32 matrix at ``a_addr`` with
+    ``a_stride`` goes through the epilogue; K, B and the exponent vectors unused)."""
     return data.StructLayout({
         "m": unsigned(32), "n": unsigned(32), "k": unsigned(32),
         "transpose_a": 1, "transpose_b": 1, "raw": 1, "row_vec": 1, "col_vec": 1,
@@ -31,7 +33,7 @@ def descriptor_layout(k_blocks: bool = False, epilogue: bool = False) -> data.St
         **({"tiles": 1} if k_blocks else {}),
         **({"bfp8": 1, "stochastic": 1, "c_exp_addr": unsigned(64), "seed": unsigned(64),
             "relu": 1, "mask_addr": unsigned(64), "mask_stride": unsigned(32),
-            "bias": 2, "bias_addr": unsigned(64), "mask_in": 1}
+            "bias": 2, "bias_addr": unsigned(64), "mask_in": 1, "quantize_only": 1}
            if epilogue else {}),
     })
 
@@ -84,7 +86,9 @@ class DescriptorChecker(wiring.Component):
         a seventh, the mask: ``M`` rows of ``ceil(N / 8)`` bytes at ``mask_addr``,
         ``mask_stride`` apart (base and stride multiples of the bus width, as C's); with
         ``bias`` an eighth, the bias: one row of ``4 M`` (``bias`` 1) or ``4 N`` bytes at
-        ``bias_addr``.
+        ``bias_addr``. With ``quantize_only``, K is not checked, A is ``M`` rows of ``4 N``
+        bytes (base and stride multiples of the bus width, as C's) and neither B nor an
+        exponent vector is checked.
 
     Attributes
     ----------
@@ -158,6 +162,14 @@ class DescriptorChecker(wiring.Component):
             (d.row_exp_addr, 1, 0, d.m, d.row_vec, 0),
             (d.col_exp_addr, 1, 0, d.n, d.col_vec, 0),
         ]
+        if self.epilogue:
+            # quantise-only: A is the M x N float32 matrix (rows aligned as C's), and neither
+            # B nor an exponent vector is read
+            qo = d.quantize_only
+            a = regions[0]
+            regions[0] = (a[0], Mux(qo, d.m, a[1]), a[2], Mux(qo, d.n << 2, a[3]), 1, ~qo)
+            regions[1] = (*regions[1][:4], ~qo, 1)
+            regions[3:5] = [(*r[:4], r[4] & ~qo, r[5]) for r in regions[3:5]]
         if self.k_blocks:
             # the tile grids: ceil(M / T) rows of ceil(K / T) bytes, ceil(K / T) of
             # ceil(N / T), each row right after the one before (``free``: no stride alignment)
@@ -275,8 +287,13 @@ class DescriptorChecker(wiring.Component):
         # would be deeper than the logic budget at the boards' clocks.)
         lo = {f: Signal(name=f"{f}_lo_any") for f in "mnk"}
         hi = {f: Signal(name=f"{f}_hi_any") for f in "mnk"}
-        m.d.sync += [lo[f].eq(d[f][:16].any()) for f in "mnk"]
-        m.d.sync += [hi[f].eq(d[f][16:].any()) for f in "mnk"]
+        m.d.sync += [lo[f].eq(d[f][:16].any()) for f in "mn"]
+        m.d.sync += [hi[f].eq(d[f][16:].any()) for f in "mn"]
+        if self.epilogue:     # (a quantise-only descriptor's K is not used)
+            m.d.sync += [lo["k"].eq(d.k[:16].any() | d.quantize_only),
+                         hi["k"].eq(d.k[16:].any() & ~d.quantize_only)]
+        else:
+            m.d.sync += [lo["k"].eq(d.k[:16].any()), hi["k"].eq(d.k[16:].any())]
         zero = Signal()
         too_large = Signal()
         k_too_large = Signal()

@@ -2,7 +2,7 @@
 
 from types import SimpleNamespace
 
-from amaranth import Cat, ClockSignal, Instance, Module, Mux, ResetSignal, Signal
+from amaranth import Cat, ClockSignal, Const, Instance, Module, Mux, ResetSignal, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -14,11 +14,12 @@ from .checker import DescriptorChecker, descriptor_layout
 from .datapath import GemmDatapath
 from .dma import dma_command_layout, dma_write_layout
 from .fifo import Fifo
+from .fpread import Fp32TileReader
 from .gearbox import Gearbox
 from .issue import CommandIssue
 from .loader import LoadSequencer
 from .pipe import RegisterSlice
-from .readshare import ReadShare
+from .readshare import ReadShare, read_word_layout
 from .router import ReadRouter
 from .sideload import UnitSideLoader
 from .stripe import LoadStriper, VectorInterleave
@@ -84,7 +85,13 @@ class GemmEngine(wiring.Component):
         before the ReLU) and ``mask_in`` (C zeroed where the mask stored at ``mask_addr``
         is 0): a :class:`rtl.sideload.UnitSideLoader` reads each unit's bias and mask rows
         through the first read port, shared with its load sequencer by a
-        :class:`rtl.readshare.ReadShare`, for the BFP8 write-back's lookups.
+        :class:`rtl.readshare.ReadShare`, for the BFP8 write-back's lookups. Where a tile
+        row is whole bus words (``4 * cols`` a multiple of the bus's bytes,
+        :attr:`quantize`), also ``quantize_only`` descriptors: no GEMM, an
+        :class:`rtl.fpread.Fp32TileReader` reads the M x N float32 matrix at ``a_addr``
+        through the first read port as the C tiles the BFP8 write-back takes. Such a
+        descriptor starts only once the one before is written, and the one after it only
+        once it is written (the reader and the load sequencer share the port's side).
 
     Attributes
     ----------
@@ -161,6 +168,9 @@ class GemmEngine(wiring.Component):
         #: The BFP8 write-back applies ReLU and writes its mask (``epilogue`` with at least 8
         #: columns: a tile row's mask in whole bytes).
         self.relu = self.epilogue and cols >= 8
+        #: The BFP8 write-back also takes quantise-only descriptors (``epilogue`` with a tile
+        #: row of whole bus words).
+        self.quantize = self.epilogue and (4 * cols) % (data_width // 8) == 0
         self.primitive = bool(primitive)
         self.data_width, self.addr_width = data_width, addr_width
         self.datapath = GemmDatapath(rows, cols, depth, slots=max(2, 2 * block),
@@ -301,7 +311,8 @@ class GemmEngine(wiring.Component):
         fsm = self._front(m, p, d, f_gen, b_valid, macs_ready, handoff)
         m.d.comb += [self.busy.eq((~fsm.ongoing("IDLE") & ~fsm.ongoing("FAIL")) | b_valid
                                   | sl.wjobs.r_rdy | ~p.issue.drained | p.dp.busy
-                                  | ~wb_idle | (~p.side.idle if self.epilogue else 0)),
+                                  | ~wb_idle | (~p.side.idle if self.epilogue else 0)
+                                  | (~p.fpread.idle if self.quantize else 0)),
                      self.ready.eq(fsm.ongoing("IDLE"))]
         return top
 
@@ -356,9 +367,12 @@ class GemmEngine(wiring.Component):
         # the BFP8 output's side data (bias, stored mask), read through the first reader
         side = UnitSideLoader(C, self.data_width, self.addr_width) if self.epilogue else None
         share = ReadShare(self.data_width, self.addr_width) if self.epilogue else None
+        # a quantise-only descriptor's float32 tiles, read through the first reader
+        fpread = Fp32TileReader(R, C, data_width=self.data_width,
+                                addr_width=self.addr_width) if self.quantize else None
         return SimpleNamespace(
-            bfpwb=bfpwb, side=side, share=share, dp=dp, checker=checker, walker=walker,
-            loader=loader, router=router,
+            bfpwb=bfpwb, side=side, share=share, fpread=fpread, dp=dp, checker=checker,
+            walker=walker, loader=loader, router=router,
             loader1=loader1, loader2=loader2, loader3=loader3, b_loaders=b_loaders,
             gb_a=gb_a, gb_b=gb_b, gb_b2=gb_b2, gb_b3=gb_b3, b_gearboxes=b_gearboxes,
             ways=WAYS, striper=striper, interleave=interleave, issue=issue,
@@ -436,6 +450,8 @@ class GemmEngine(wiring.Component):
             parts.update(loader3=p.loader3, gb_b3=p.gb_b3)
         if self.epilogue:
             parts.update(bfpwb=p.bfpwb, side=p.side, share=p.share)
+        if self.quantize:
+            parts.update(fpread=p.fpread)
 
         def reset_copy(name):
             copy = Signal(init=1, name=f"rst_{name}", attrs={"keep": "true"})
@@ -471,11 +487,12 @@ class GemmEngine(wiring.Component):
         wq_head = data.View(data.StructLayout({"job": wjob, "gen": 1}), wq.r_data)
         head_back = wq_head.gen == b_gen    # the queue's head, if any, is a job of the back's
         wq_back = Signal()                  # ... and there is one
-        m.d.comb += [wq.w_data.eq(Cat(walker.o_write.payload, f_gen)),
+        w = self._write_jobs(m, p)
+        m.d.comb += [wq.w_data.eq(Cat(w.payload, f_gen)),
                      wq_back.eq(wq.r_rdy & head_back),
                      writeback.jobs.payload.eq(wq_head.job)]
         if self.epilogue:
-            self._connect_side(m, p, wq)
+            self._connect_side(m, p, wq, w)
             # the back's jobs to the BFP8 write-back where it writes BFP8, else as below
             bfp8, bfpwb = self._d_back.bfp8, p.bfpwb
             m.d.comb += [writeback.jobs.valid.eq(wq_back & ~bfp8),
@@ -490,7 +507,21 @@ class GemmEngine(wiring.Component):
         wiring.connect(m, loader.a_jobs, p.gb_a.jobs)
         return wq_back
 
-    def _connect_side(self, m, p, wq):
+    def _write_jobs(self, m, p):
+        """The front's write jobs: the walker's, or a quantise-only descriptor's reader's
+        (never both at once: the reader walks only while the walker is idle)."""
+        walker = p.walker
+        if not self.quantize:
+            return walker.o_write
+        fp = p.fpread
+        w = stream.Signature(walker.o_write.payload.shape()).create(path=("front_write",))
+        m.d.comb += [w.valid.eq(walker.o_write.valid | fp.o_write.valid),
+                     w.payload.eq(Mux(fp.o_write.valid, fp.o_write.payload,
+                                      walker.o_write.payload)),
+                     walker.o_write.ready.eq(w.ready), fp.o_write.ready.eq(w.ready)]
+        return w
+
+    def _connect_side(self, m, p, wq, w):
         """The BFP8 output's side data: a unit's job for the side loader as the walker hands
         over the unit's first write job (held until the loader has a slot for it), the
         loader's lookups to the BFP8 write-back, and the write jobs into ``wq``.
@@ -506,10 +537,9 @@ class GemmEngine(wiring.Component):
         before them are of the unit and the units before it, which complete without it.
         The walker waits for a slot only until the unit two before is written, whose loads
         and side data were all asked for before."""
-        d, walker, side = self._d_front, p.walker, p.side
+        d, side = self._d_front, p.side
         T = regmap.TILE_BLOCK
         lt = _log2(T)
-        w = walker.o_write
         job = side.jobs.payload
         first = (w.payload.m0[:lt] == 0) & (w.payload.n0[:lt] == 0)
         need = first & d.bfp8 & ((d.bias != 0) | d.mask_in)
@@ -542,13 +572,35 @@ class GemmEngine(wiring.Component):
         cmd0, words0 = loader.rd_cmd, wiring.flipped(self.rd_data)
         if self.epilogue:
             share, side = p.share, p.side
-            m.d.comb += [share.a_cmd.payload.eq(loader.rd_cmd.payload),
-                         share.a_cmd.valid.eq(loader.rd_cmd.valid & ~side.issuing),
-                         loader.rd_cmd.ready.eq(share.a_cmd.ready & ~side.issuing)]
+            a_cmd = loader.rd_cmd
+            if self.quantize:
+                # the load sequencer's commands, or a quantise-only descriptor's reader's:
+                # never both at once (see the docstring)
+                fp = p.fpread
+                a_cmd = stream.Signature(dma_command_layout(self.addr_width)).create(
+                    path=("a_cmd",))
+                m.d.comb += [a_cmd.valid.eq(loader.rd_cmd.valid | fp.rd_cmd.valid),
+                             a_cmd.payload.eq(Mux(fp.rd_cmd.valid, fp.rd_cmd.payload,
+                                                  loader.rd_cmd.payload)),
+                             loader.rd_cmd.ready.eq(a_cmd.ready),
+                             fp.rd_cmd.ready.eq(a_cmd.ready)]
+            m.d.comb += [share.a_cmd.payload.eq(a_cmd.payload),
+                         share.a_cmd.valid.eq(a_cmd.valid & ~side.issuing),
+                         a_cmd.ready.eq(share.a_cmd.ready & ~side.issuing)]
             wiring.connect(m, side.rd_cmd, share.b_cmd)
             wiring.connect(m, share.b_words, side.rd_words)
             wiring.connect(m, wiring.flipped(self.rd_data), share.words)
             cmd0, words0 = share.cmd, share.a_words
+            if self.quantize:
+                # the words to the reader while it has rows out, else to the loads
+                words0 = stream.Signature(read_word_layout(self.data_width)).create(
+                    path=("a_words",))
+                aw, fp_on = share.a_words, ~p.fpread.idle
+                m.d.comb += [words0.payload.eq(aw.payload), p.fpread.rd_words.payload.eq(
+                                 aw.payload),
+                             words0.valid.eq(aw.valid & ~fp_on),
+                             p.fpread.rd_words.valid.eq(aw.valid & fp_on),
+                             aw.ready.eq(Mux(fp_on, p.fpread.rd_words.ready, words0.ready))]
         if RP == 1:
             wiring.connect(m, walker.o_load, loader.i_stream)
             wiring.connect(m, loader.b_jobs, p.gb_b.jobs)
@@ -581,7 +633,7 @@ class GemmEngine(wiring.Component):
                 wiring.connect(m, cmd0 if q == 0 else ld.rd_cmd,
                                sl[f"rd_cmd{q or ''}"].i_stream)
             wiring.connect(m, p.loader1.b_jobs, p.gb_b.jobs)
-            words = [(share.a_words if self.epilogue else self.rd_data, sl.a_in),
+            words = [(words0 if self.epilogue else self.rd_data, sl.a_in),
                      (self.rd_data1, sl.b_in)]
             if RP >= 3:
                 for o, ld in zip(p.striper.o_jobs, p.b_loaders, strict=True):
@@ -623,9 +675,19 @@ class GemmEngine(wiring.Component):
         if self.epilogue:
             # C rows to the BFP8 write-back while the back writes BFP8
             bfp8, bfpwb, wb = self._d_back.bfp8, p.bfpwb, p.writeback
-            m.d.comb += [wb.i_stream.payload.eq(o.payload), bfpwb.i_stream.payload.eq(o.payload),
+            rows = o
+            if self.quantize:
+                # a quantise-only descriptor's rows come from its reader (the datapath has
+                # none meanwhile: the descriptors before it are written, those after wait)
+                fo, only = p.fpread.o_stream, self._d_back.quantize_only
+                rows = stream.Signature(o.payload.shape()).create(path=("bfp_rows",))
+                m.d.comb += [rows.payload.eq(Mux(only, fo.payload, o.payload)),
+                             rows.valid.eq(Mux(only, fo.valid, o.valid)),
+                             fo.ready.eq(bfpwb.i_stream.ready & only)]
+            m.d.comb += [wb.i_stream.payload.eq(o.payload),
+                         bfpwb.i_stream.payload.eq(rows.payload),
                          wb.i_stream.valid.eq(o.valid & ~bfp8),
-                         bfpwb.i_stream.valid.eq(o.valid & bfp8),
+                         bfpwb.i_stream.valid.eq(rows.valid & bfp8),
                          o.ready.eq(Mux(bfp8, bfpwb.i_stream.ready, wb.i_stream.ready))]
         else:
             wiring.connect(m, o, p.writeback.i_stream)
@@ -673,7 +735,8 @@ class GemmEngine(wiring.Component):
                          mul_step.eq(0)]
         with m.Elif(mul_step == W):                  # m * n is in: times k next
             m.d.sync += [mul_a.eq(Cat(mul_lo, mul_hi[:W])), mul_hi.eq(0),
-                         mul_lo.eq(d.k[:W]), mul_step.eq(W + 1)]
+                         mul_lo.eq(Mux(d.quantize_only, 0, d.k[:W]) if self.quantize
+                                   else d.k[:W]), mul_step.eq(W + 1)]
         with m.Elif(~macs_ready):
             m.d.sync += [mul_hi.eq(mul_sum[1:]), mul_lo.eq(Cat(mul_lo[1:], mul_sum[0])),
                          mul_step.eq(mul_step + 1)]
@@ -696,6 +759,14 @@ class GemmEngine(wiring.Component):
         """The front's sequence: take a descriptor, check it, wait for the back where it
         must, walk it, hand it to the back. Returns the FSM."""
         checker, walker = p.checker, p.walker
+        # a quantise-only descriptor, or any after one, waits for the one before: the reader
+        # and the load sequencer share the first read port's side
+        q_wait = Const(0, 1)
+        if self.quantize:
+            q_wait = d.quantize_only | (b_valid & self._d_back.quantize_only)
+            fd = p.fpread.desc
+            m.d.comb += [fd.m.eq(d.m), fd.n.eq(d.n), fd.a_addr.eq(d.a_addr),
+                         fd.a_stride.eq(d.a_stride)]
         with m.FSM(name="engine") as fsm:
             with m.State("IDLE"):
                 with m.If(self.start):
@@ -711,7 +782,7 @@ class GemmEngine(wiring.Component):
                     with m.If(checker.o_stream.payload.code != 0):
                         m.d.sync += self.code.eq(checker.o_stream.payload.code)
                         m.next = "FAILING"
-                    with m.Elif(d.overlap):
+                    with m.Elif(d.overlap & ~q_wait):
                         m.next = "WALK"
                     with m.Else():
                         m.next = "WAIT"
@@ -723,7 +794,19 @@ class GemmEngine(wiring.Component):
                 pass
             with m.State("WAIT"):        # no OVERLAP: the descriptor before it finishes first
                 with m.If(~b_valid):
-                    m.next = "WALK"
+                    if self.quantize:
+                        m.next = "WALK"
+                        with m.If(d.quantize_only):
+                            m.next = "QSTART"
+                    else:
+                        m.next = "WALK"
+            if self.quantize:
+                with m.State("QSTART"):  # a quantise-only descriptor: its reader walks it
+                    m.d.comb += p.fpread.start.eq(1)
+                    m.next = "QWALK"
+                with m.State("QWALK"):
+                    with m.If(~p.fpread.walking):
+                        m.next = "HANDOFF"
             with m.State("WALK"):
                 m.d.comb += walker.i_stream.valid.eq(1)
                 with m.If(walker.i_stream.ready):

@@ -61,7 +61,7 @@ class Fp32TileReader(wiring.Component):
     Attributes
     ----------
     desc : In(fpread_desc_layout(addr_width))
-        Held while it runs.
+        Taken at :attr:`start`.
     start : In(1)
         Pulse: walk :attr:`desc` (only while :attr:`walking` is low).
     walking : Out(1)
@@ -120,6 +120,10 @@ class Fp32TileReader(wiring.Component):
         m.submodules.tiles = tq = Fifo(width=job.size, depth=self.TILE_QUEUE)
         rl = _row_layout(self.cols, self.words)
         m.submodules.rows = rq = Fifo(width=rl.size, depth=self.ROW_QUEUE)
+        # the descriptor, taken at start: the engine may take the next one meanwhile
+        self._held = Signal(fpread_desc_layout(self.addr_width), reset_less=True)
+        with m.If(self.start & ~self.walking):
+            m.d.sync += self._held.eq(self.desc)
         jobs_idle = self._jobs(m, tq)
         cmd_idle = self._commands(m, tq, rq)
         words_idle = self._words(m, rq)
@@ -131,11 +135,10 @@ class Fp32TileReader(wiring.Component):
     def _jobs(self, m, tq):
         R, C, T = self.rows, self.cols, TILE_BLOCK
         lt = T.bit_length() - 1
-        d = self.desc
+        d = self._held
         run = Signal()                           # jobs are still to be handed out
         um, un = Signal(17), Signal(17)          # the unit's first row and column
         m0, n0 = Signal(17), Signal(17)          # the tile's
-        mm, nn = Signal(17), Signal(17)          # M and N (held)
         o = self.o_write
         # (a job is offered only with room for it in the queue)
         m.d.comb += [o.payload.m0.eq(m0), o.payload.n0.eq(n0), o.valid.eq(run & tq.w_rdy),
@@ -143,11 +146,11 @@ class Fp32TileReader(wiring.Component):
                      self.walking.eq(run)]
         next_n, next_m = Signal(18), Signal(18)
         next_un, next_um = Signal(18), Signal(18)
+        mm, nn = d.m[:17], d.n[:17]
         m.d.comb += [next_n.eq(n0 + C), next_m.eq(m0 + R), next_un.eq(un + T),
                      next_um.eq(um + T)]
         with m.If(self.start & ~run):
-            m.d.sync += [um.eq(0), un.eq(0), m0.eq(0), n0.eq(0), mm.eq(d.m[:17]),
-                         nn.eq(d.n[:17]), run.eq(1)]
+            m.d.sync += [um.eq(0), un.eq(0), m0.eq(0), n0.eq(0), run.eq(1)]
         with m.If(o.valid & o.ready):
             with m.If((next_n < nn) & (next_n[:lt] != 0)):
                 m.d.sync += n0.eq(next_n)                 # the next tile of the row
@@ -167,7 +170,7 @@ class Fp32TileReader(wiring.Component):
         R, C, AW = self.rows, self.cols, self.addr_width
         F = self.data_width // 32                     # float32 words a bus word
         lf = F.bit_length() - 1
-        d, cmd = self.desc, self.rd_cmd
+        d, cmd = self._held, self.rd_cmd
         tile = data.View(write_job_layout(), tq.r_data)
         row = data.View(_row_layout(C, self.words), rq.w_data)
         m0 = Signal(17, reset_less=True)

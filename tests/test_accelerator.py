@@ -356,12 +356,15 @@ def test_an_epilogue_build_lacks_relu_below_8_columns():
     """Accelerator(epilogue=True) offers RELU (``CONFIG_FEATURES.OPS``) with its BFP8 output
     from 8 columns on; with 4 a tile row's mask is half a byte, so RELU is not offered (and
     its BFP8 write-back refuses to be built with it). BIAS and MASK_IN come with the BFP8
-    output."""
+    output, QUANTIZE_ONLY where a tile row is whole bus words."""
     from rtl.accelerator import Accelerator
     from rtl.bfpwrite import BfpWriteBack
     out = pack("DESC_EPILOGUE", BFP8=1, STOCHASTIC=1, BIAS=3, MASK_IN=1)
-    assert Accelerator(8, 8, epilogue=True).ops == out | pack("DESC_EPILOGUE", RELU=1)
-    assert Accelerator(4, 4, block=8, depth=64, epilogue=True).ops == out
+    only = pack("DESC_EPILOGUE", QUANTIZE_ONLY=1)
+    assert Accelerator(8, 8, epilogue=True).ops == out | only | pack("DESC_EPILOGUE", RELU=1)
+    assert Accelerator(4, 4, block=8, depth=64, epilogue=True).ops == out | only
+    assert Accelerator(8, 8, data_width=512, epilogue=True).ops == out | pack(
+        "DESC_EPILOGUE", RELU=1)
     assert Accelerator(8, 8).ops == 0
     with pytest.raises(ValueError, match="relu needs at least 8 columns"):
         BfpWriteBack(4, 4, relu=True)

@@ -183,18 +183,39 @@ def test_side_data_of_many_units_beside_long_loads(dev, m, n, k, ta, tb):
     np.testing.assert_array_equal(got.exponents(), bwd.exp)
 
 
+@pytest.mark.parametrize("m,n,rounding", [
+    (40, 70, "nearest"), (33, 20, "stochastic"), (1, 1, "nearest"), (97, 3, "stochastic"),
+    (64, 64, "stochastic")])
+def test_quantize_only_matches_golden(dev, m, n, rounding):
+    """Device.quantize on the RTL (a quantise-only descriptor: the float32 matrix read as C
+    tiles by rtl.fpread.Fp32TileReader, then the BFP8 write-back): mantissas and exponents
+    bit for bit :func:`sim.models.bfp.quantize_tiles` with the same seed, edge units
+    included; a GEMM on the tensor it wrote reads it as written."""
+    rng = np.random.default_rng(m * 5 + n)
+    x = rng.standard_normal((m, n)).astype(np.float32)
+    x *= np.float32(2.0) ** rng.integers(-20, 20, (1, n)).astype(np.float32)
+    seed = int(rng.integers(0, 2**63))
+    got = dev.quantize(x, rounding=rounding, seed=seed)
+    want_q, want_e = bfp.quantize_tiles(x, rounding=rounding, seed=seed)
+    np.testing.assert_array_equal(got.mantissas(), want_q)
+    np.testing.assert_array_equal(got.exponents(), want_e)
+    qb, eb = _tiles(rng, (n, 24))
+    c = dev.bfp_gemm(got, dev.bfp_tensor(qb, eb), out="float32")
+    np.testing.assert_array_equal(c.numpy(), bfp.gemm_kblocks(want_q, want_e, qb, eb))
+
+
 def test_resident_mlp_trains_bit_identical_to_golden(dev):
     """A fully connected network trained on the RTL with its activations, masks and deltas
     on the device gives the golden model's weights bit for bit after two steps. The RTL has
-    no quantise-only descriptor and no bias on a float32 C, so the chain quantises what the
-    host writes (the batch, the loss gradient, the weights) on the host with the same seeds,
-    and adds the last layer's bias to the logits it reads; every GEMM, bias, ReLU, mask and
-    delta quantisation between them runs on the device."""
+    no bias on a float32 C, so the chain adds the last layer's bias to the logits it reads;
+    everything else runs on the device: the quantise-only descriptors of what the host
+    writes (the batch, the loss gradient, the weights), and every GEMM, bias, ReLU, mask and
+    delta quantisation."""
     from firmware.ml.data import digits
     xtr, ytr, _, _ = digits()
     xtr = xtr.astype(np.float32)
     nets = [ResidentMLP([64, 32, 10], d, seed=5, lr=0.05) for d in (dev, Device("golden"))]
-    assert nets[0].chain.host_quantize and nets[0].chain.host_bias
+    assert not nets[0].chain.host_quantize and nets[0].chain.host_bias
     assert not nets[1].chain.host_quantize and not nets[1].chain.host_bias
     for net in nets:
         for s in range(2):
@@ -322,16 +343,18 @@ def test_bfp8_output_of_a_plain_gemm_leaves_the_rest_of_memory(dev):
 
 
 @pytest.mark.parametrize("option", [{"BIAS": 3}, {"BIAS": 1, "BFP8": 0},
-                                    {"MASK_IN": 1, "BFP8": 0}, {"QUANTIZE_ONLY": 1},
+                                    {"MASK_IN": 1, "BFP8": 0}, {"QUANTIZE_ONLY": 1, "BFP8": 0},
+                                    {"QUANTIZE_ONLY": 1, "A_TILES": 1, "B_TILES": 1},
                                     {"A_TILES": 1}, {"RELU": 1, "BFP8": 0}])
 def test_options_it_lacks_are_refused(dev, option):
-    """CONFIG_FEATURES.OPS says BFP8, STOCHASTIC, BIAS, RELU and MASK_IN (EPILOGUE 0: the
-    last three only with BFP8); any other epilogue bit (or half of the tile pair), BIAS 3,
-    or RELU, BIAS or MASK_IN on a float32 C, stops the accelerator with UNSUPPORTED, and
-    the runtime refuses the call first, naming what is missing."""
+    """CONFIG_FEATURES.OPS says BFP8, STOCHASTIC, BIAS, RELU, MASK_IN and QUANTIZE_ONLY
+    (EPILOGUE 0: the last four only with BFP8); any other epilogue bit (or half of the tile
+    pair), BIAS 3, RELU, BIAS, MASK_IN or QUANTIZE_ONLY on a float32 C, or QUANTIZE_ONLY
+    with tile exponents, stops the accelerator with UNSUPPORTED, and the runtime refuses the
+    call first, naming what is missing."""
     info = dev.driver.info
     assert info.epilogue_ops == regmap.pack("DESC_EPILOGUE", BFP8=1, STOCHASTIC=1, BIAS=3,
-                                            RELU=1, MASK_IN=1)
+                                            RELU=1, MASK_IN=1, QUANTIZE_ONLY=1)
     assert not info.epilogue and info.k_blocks
     with pytest.raises(AcceleratorError) as e:
         dev.driver.run(dict(m=1, n=1, k=1, flags={}, epilogue=dict({"BFP8": 1}, **option)))
@@ -345,8 +368,6 @@ def test_options_it_lacks_are_refused(dev, option):
     _, mask = dev.bfp_gemm(t, t, relu=True, out="bfp8")
     with pytest.raises(RuntimeError, match="MASK_IN only with a BFP8 C"):
         dev.bfp_gemm(t, t, mask_in=mask, out="float32")
-    with pytest.raises(RuntimeError, match="QUANTIZE_ONLY"):
-        dev.quantize(np.ones((4, 4), np.float32))
 
 
 def test_inf_stops_with_nonfinite_then_runs_again(dev):

@@ -1,6 +1,6 @@
 """The performance model of a BFP8 C (walked in blocks of one tile block,
-:func:`sim.models.functional.bfp8_block`) against the RTL's cycles on the Pynq-Z1's shape,
-bus and ports."""
+:func:`sim.models.functional.bfp8_block`) and of a quantise-only descriptor against the
+RTL's cycles on the Pynq-Z1's shape, bus and ports."""
 
 import numpy as np
 import pytest
@@ -46,3 +46,17 @@ def test_bfp8_cycles_match_the_model(devs, m, n, k, ta, tb):
     assert abs(cycles["model", "bfp8"] / cycles["rtl", "bfp8"] - 1) < 0.08
     assert cycles["rtl", "float32"] < cycles["rtl", "bfp8"]
     assert cycles["model", "float32"] < cycles["model", "bfp8"]
+
+
+@pytest.mark.parametrize("m,n", [(64, 64), (40, 70), (128, 128)])
+def test_quantize_cycles_match_the_model(devs, m, n):
+    """A quantise-only descriptor within 5 % of
+    :func:`firmware.runtime.perfmodel.predict_quantize`: the float32 matrix read a tile row
+    a burst, the last unit through the write-back."""
+    rtl, model = devs
+    x = np.random.default_rng(m + n).standard_normal((m, n)).astype(np.float32)
+    cycles = {}
+    for dev in (rtl, model):
+        dev.quantize(x, rounding="stochastic", seed=3)
+        cycles[dev.backend] = dev.stats["cycles"]
+    assert abs(cycles["model"] / cycles["rtl"] - 1) < 0.05, cycles

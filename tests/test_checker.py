@@ -285,3 +285,27 @@ def test_bias_and_mask_in_regions():
     ]
     codes = check([c for c, _ in cases], 128, 32, 4, window=(0x1000, 0x1a70), epilogue=True)
     assert codes == [int(code) for _, code in cases]
+
+
+def test_quantize_only_regions():
+    """``quantize_only``: K is not looked at, A is M rows of 4 N bytes (base and stride
+    multiples of the bus word, as C's), and neither B nor an exponent vector is checked; one
+    case at a time, as :func:`sim.models.engine.check` says."""
+    base = dict(m=5, n=70, k=0, a_addr=0x1000, a_stride=288, b_addr=3, b_stride=1,
+                c_addr=0x1600, c_stride=80, bfp8=1, c_exp_addr=0x1800, quantize_only=1,
+                row_exp_addr=5, col_exp_addr=7)
+    # A: 5 rows of 280 bytes, 288 apart -> ends at 0x1000 + 4 * 288 + 288 = 0x15a0
+    cases = [
+        (dict(base), 0),
+        (dict(base, k=65536), 0),
+        (dict(base, k=2**32 - 1, row_vec=1, col_vec=1), 0),
+        (dict(base, m=0), ErrorCode.ZERO_DIMENSION),
+        (dict(base, n=65536), ErrorCode.DIMENSION_TOO_LARGE),
+        (dict(base, a_addr=0x1008), ErrorCode.MISALIGNED),
+        (dict(base, a_stride=280), ErrorCode.MISALIGNED),
+        (dict(base, a_stride=272), ErrorCode.BAD_STRIDE),
+        (dict(base, a_addr=0x1480), ErrorCode.OUT_OF_WINDOW),
+        (dict(base, quantize_only=0, k=3), ErrorCode.MISALIGNED),   # B's odd base, as a GEMM
+    ]
+    codes = check([c for c, _ in cases], 128, 32, 4, window=(0x1000, 0x1900), epilogue=True)
+    assert codes == [int(code) for _, code in cases]

@@ -42,6 +42,8 @@ def check(rows, cols, data_width, m, n, seed, stall=0.3):
         ctx.set(dut.start, 1)
         await ctx.tick()
         ctx.set(dut.start, 0)
+        # (taken at start: the engine goes on to the next descriptor meanwhile)
+        ctx.set(dut.desc, {"m": 3, "n": 5, "a_addr": 0, "a_stride": 0})
 
     async def take_jobs(ctx):
         got_jobs.extend(await stream_recv(ctx, dut.o_write, len(jobs),

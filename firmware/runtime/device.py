@@ -538,7 +538,7 @@ class Device:
                                 f"valid: {sorted(allowed)}")
             from functools import partial
 
-            from firmware.runtime.perfmodel import predict
+            from firmware.runtime.perfmodel import predict, predict_quantize
             from firmware.spec.ports import burst_beats
             from sim.models.functional import FunctionalAccelerator
             self.dma_burst = burst_beats(options.get("port", "ideal"),
@@ -546,6 +546,8 @@ class Device:
             self.sim = FunctionalAccelerator(rows=rows, cols=cols, data_width=data_width,
                                              burst_beats=self.dma_burst,
                                              predict=partial(predict, dma_burst=self.dma_burst),
+                                             predict_quantize=partial(
+                                                 predict_quantize, dma_burst=self.dma_burst),
                                              **options)
             self.driver = Driver(_SimRegs(self.sim), _SimMemory(self.sim))
         elif backend == "golden" and options:

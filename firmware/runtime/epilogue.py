@@ -137,7 +137,7 @@ def _require(dev, **ops):
                            f"(CONFIG_FEATURES): "
                            f"use the host path (firmware.ml's blocks policies) or "
                            f"Device('model')")
-    bfp8_only = [name for name in ("RELU", "BIAS", "MASK_IN") if ops.get(name)]
+    bfp8_only = [name for name in ("RELU", "BIAS", "MASK_IN", "QUANTIZE_ONLY") if ops.get(name)]
     if bfp8_only and not ops.get("BFP8") and not info.epilogue:
         raise RuntimeError(f"this {dev.backend} accelerator offers the write-back epilogue's "
                            f"{', '.join(bfp8_only)} only with a BFP8 C (out='bfp8'; "

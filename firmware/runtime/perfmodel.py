@@ -41,8 +41,8 @@ from firmware.spec.ports import dram_bytes_per_cycle
 from firmware.spec.regmap import STRIPE_MIN_WORDS
 from sim.models.engine import CHUNK_CHOICES, loads_b_first, tile_order, walk_chunks
 
-__all__ = ["predict", "predict_queued", "predict_cycles", "best_block", "best_plan",
-           "best_chunk", "run_shape", "read_rate",
+__all__ = ["predict", "predict_quantize", "predict_queued", "predict_cycles", "best_block",
+           "best_plan", "best_chunk", "run_shape", "read_rate",
            "training_gemms", "record_config", "check_records", "main"]
 
 #: Cycles of control per operand load (command phases, the address multiply).
@@ -488,6 +488,48 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
             "utilization": m * n * k / (rows * cols * total),
             "bound_by": max(votes, key=votes.get), "chunks": len(chunks),
             "read_words": traffic[0], "write_words": traffic[1]}
+
+
+def predict_quantize(m: int, n: int, *, rows: int, cols: int, data_width: int, port: dict,
+                     dma_outstanding: int = hw.DMA_OUTSTANDING,
+                     dma_burst: int = hw.DMA_BURST, **_config) -> dict:
+    """Predicted cycles of one quantise-only descriptor (``DESC_EPILOGUE.QUANTIZE_ONLY``):
+    the ``m x n`` float32 matrix read a tile row at a time (:class:`rtl.fpread.Fp32TileReader`:
+    one burst of the row's bus words inside the matrix a ``cols``-wide tile row) through the
+    first read port at :func:`read_rate`, then the last unit through the BFP8 write-back:
+    its ``T * T / cols`` beats re-read from the quantiser's buffer and its ``T * T`` bytes
+    written, and the write response.
+
+    Parameters
+    ----------
+    m, n : int
+        The matrix.
+    rows, cols, data_width, port, dma_outstanding, dma_burst :
+        As :func:`predict` takes them (other configuration keys are ignored).
+
+    Returns
+    -------
+    dict
+        ``cycles``, ``compute_cycles`` (0), ``read_words`` and ``write_words``.
+    """
+    T = regmap.TILE_BLOCK
+    bpw = data_width // 8
+    F = bpw // 4                                   # float32 words a bus word
+    burst = min(dma_burst, port.get("max_burst") or dma_burst)
+    o_rd = min(dma_outstanding, port.get("outstanding_reads") or dma_outstanding)
+    keep = 1.0 - (port.get("pause") or 0.0)
+    dram = dram_bytes_per_cycle(port, bpw)
+    if dram is not None:
+        keep = min(keep, dram / bpw)
+    # a row's words in each tile column: full tiles, and the last one's lanes inside N
+    full, rest = divmod(n, cols)
+    runs = [_cdiv(cols, F)] * full + ([_cdiv(rest, F)] if rest else [])
+    bursts = [b for w in runs for b in _bursts(w, burst)]
+    words = m * sum(runs)
+    rate = read_rate(sum(bursts) / len(bursts), o_rd, port["read_latency"], keep)
+    tail = T * T // cols + _cdiv(T * T, bpw) + port["write_latency"]
+    return {"cycles": int(round(START_LATENCY + words / rate + tail)), "compute_cycles": 0,
+            "read_words": words, "write_words": m * _cdiv(n, bpw)}
 
 
 def predict_queued(m: int, n: int, k: int, transpose_a: bool = False,

@@ -274,7 +274,9 @@ REGISTERS: tuple[Register, ...] = tuple([
          ("RELU", 4, 1, "ReLU, writing its mask (v > 0) at DESC_MASK_ADDR"),
          ("MASK_IN", 5, 1, "zero C where the mask at DESC_MASK_ADDR is 0 (ReLU's backward)"),
          ("QUANTIZE_ONLY", 6, 1, "no GEMM: the M x N float32 matrix at DESC_A_ADDR (rows "
-                                 "DESC_A_STRIDE bytes apart) goes through the epilogue"),
+                                 "DESC_A_STRIDE bytes apart, both multiples of the bus "
+                                 "word) goes through the epilogue; DESC_K, B and the "
+                                 "exponent vectors unused"),
          ("A_TILES", 8, 1, "A's exponents are its tile grid at DESC_ROW_EXP_ADDR (as A is "
                            "stored, row-major): they change along K"),
          ("B_TILES", 9, 1, "B's exponents are its tile grid at DESC_COL_EXP_ADDR")),

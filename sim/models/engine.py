@@ -33,7 +33,7 @@ _DESC_FIELDS = ("m", "n", "k", "transpose_a", "transpose_b", "raw", "row_vec", "
 
 #: The fields of ``descriptor_layout(k_blocks=True)`` and ``(epilogue=True)``.
 _OPTIONAL_FIELDS = ("tiles", "bfp8", "stochastic", "c_exp_addr", "seed", "relu", "mask_addr",
-                    "mask_stride", "bias", "bias_addr", "mask_in")
+                    "mask_stride", "bias", "bias_addr", "mask_in", "quantize_only")
 
 
 def descriptor(**fields) -> dict:
@@ -55,7 +55,8 @@ def check(desc: dict, window_base: int, window_limit: int, data_width: int = 128
           addr_width: int = 32) -> int:
     """The error code :class:`rtl.checker.DescriptorChecker` gives ``desc`` (0: accepted)."""
     d = desc
-    code = check_dimensions(d["m"], d["n"], d["k"])
+    only = d.get("quantize_only")
+    code = check_dimensions(d["m"], d["n"], 1 if only else d["k"])
     if code:
         return code
     ta, tb = d["transpose_a"], d["transpose_b"]
@@ -66,6 +67,11 @@ def check(desc: dict, window_base: int, window_limit: int, data_width: int = 128
         (d["row_exp_addr"], 1, 0, d["m"], d["row_vec"], 0),
         (d["col_exp_addr"], 1, 0, d["n"], d["col_vec"], 0),
     ]
+    if only:
+        # quantise-only: A is the M x N float32 matrix (aligned as C); no B, no vectors
+        regions[0] = (d["a_addr"], d["m"], d["a_stride"], 4 * d["n"], 1, 0)
+        regions[1] = regions[1][:4] + (0, 1)
+        regions[3:5] = [r[:4] + (0, 0) for r in regions[3:5]]
     if d.get("tiles"):
         # the tile grids, rows right after one another (2: no stride alignment)
         gm, gn, gk = (-(-d[x] // TILE_BLOCK) for x in "mnk")

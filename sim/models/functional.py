@@ -76,17 +76,26 @@ class FunctionalAccelerator:
         port, write_ports, read_ports, chunk)`` returning a dict with ``cycles`` and
         ``compute_cycles`` (:func:`firmware.runtime.perfmodel.predict`). Default: the
         array's compute cycles alone, ``ceil(m / rows) * ceil(n / cols) * k``.
+    predict_quantize : callable, optional
+        ``predict_quantize(m, n, *, rows, cols, depth, block, data_width, port)`` for a
+        quantise-only descriptor, likewise
+        (:func:`firmware.runtime.perfmodel.predict_quantize`). Default: a row a cycle,
+        ``m * ceil(n / cols)``.
     """
 
     def __init__(self, *, rows: int = 8, cols: int = 8, depth: int = 512, block: int = 4,
                  data_width: int = 128, addr_width: int = 32, packing: int = 1,
                  queue: int = 4, port: str | dict = "ideal", memory: int = 256 << 20,
                  write_ports: int = 1, read_ports: int = 1, burst_beats: int = 16,
-                 outstanding: int = 8, epilogue: bool = True, predict=None):
+                 outstanding: int = 8, epilogue: bool = True, predict=None,
+                 predict_quantize=None):
         regmap.check_write_ports(write_ports, rows)
         if predict is not None and not callable(predict):
             raise TypeError(f"predict must be callable or None, not {type(predict).__name__}")
-        self.predict = predict
+        if predict_quantize is not None and not callable(predict_quantize):
+            raise TypeError(f"predict_quantize must be callable or None, not "
+                            f"{type(predict_quantize).__name__}")
+        self.predict, self.predict_quantize = predict, predict_quantize
         regmap.check_read_ports(read_ports)
         self.cfg = dict(rows=rows, cols=cols, depth=depth, block=block,
                         data_width=data_width)
@@ -245,7 +254,7 @@ class FunctionalAccelerator:
     def _count(self, m: int, n: int, k: int, f: dict, k_blocks: bool = False,
                bfp8: bool = False) -> None:
         """Advance the counters by a descriptor's predicted cycles (``k = 0``: a
-        quantise-only descriptor, counted as its write-back alone, a row a cycle;
+        quantise-only descriptor, ``predict_quantize``'s cycles, or a row a cycle without it;
         ``k_blocks``: tile exponents along K, the datapath's K-block mode; ``bfp8``: a BFP8
         C, walked in blocks of one tile block, :func:`bfp8_block`)."""
         ta, tb = bool(f["TRANSPOSE_A"]), bool(f["TRANSPOSE_B"])
@@ -253,8 +262,10 @@ class FunctionalAccelerator:
         if bfp8:
             side = min(side, bfp8_block(self.cfg["rows"], self.cfg["cols"]))
         cfg = {**self.cfg, "block": side}
-        if k == 0:
+        if k == 0 and self.predict_quantize is None:
             p = {"cycles": m * -(-n // cfg["cols"]), "compute_cycles": 0}
+        elif k == 0:
+            p = self.predict_quantize(m, n, port=self.port, **cfg)
         elif self.predict is None:
             compute = -(-m // cfg["rows"]) * -(-n // cfg["cols"]) * k
             p = {"cycles": compute, "compute_cycles": compute}
@@ -278,7 +289,7 @@ class FunctionalAccelerator:
         tile = regmap.TILE_BLOCK
         ta, tb = bool(f["TRANSPOSE_A"]), bool(f["TRANSPOSE_B"])
         only = bool(e["QUANTIZE_ONLY"])
-        code = check_dimensions(m, n, 1 if only and k == 0 else k)
+        code = check_dimensions(m, n, 1 if only else k)
         if code:
             return ErrorCode(code)
         if e["BIAS"] == 3 or (only and (e["A_TILES"] or e["B_TILES"])):
