@@ -322,6 +322,25 @@ def test_gemm_kruns_per_sample_exponents():
                    transpose_a=True)
 
 
+@pytest.mark.parametrize("stops", [[3, 8], [4, 8, 20], [5, 10, 15], [4, 8, 9], [7]])
+def test_gemm_kruns_any_last_run(stops):
+    """Runs of one length and a last run shorter, as long or longer: the batched form where
+    it applies and the run-by-run sum agree with the definition, one run at a time."""
+    rng = np.random.default_rng(len(stops) + stops[-1])
+    k, m, n = stops[-1], 5, 6
+    a = rng.integers(-127, 128, (m, k)).astype(np.int8)
+    b = rng.integers(-127, 128, (k, n)).astype(np.int8)
+    ea = rng.integers(-20, 5, (m, len(stops))).astype(np.int8)
+    eb = rng.integers(-20, 5, (len(stops), n)).astype(np.int8)
+    want = np.zeros((m, n), np.float32)
+    start = 0
+    for j, stop in enumerate(stops):
+        want = want + rescale(gemm(a[:, start:stop], b[start:stop]), ea[:, j].copy(),
+                              eb[j].copy())
+        start = stop
+    np.testing.assert_array_equal(gemm_kruns(a, ea, b, eb, stops), want)
+
+
 def test_gemm_kblocks_checks_exponent_grids():
     a = np.zeros((40, 40), np.int8)
     with pytest.raises(ValueError, match="a_exp"):

@@ -351,7 +351,9 @@ def gemm_kruns(a: np.ndarray, a_exp: np.ndarray, b: np.ndarray, b_exp: np.ndarra
     op_a = a.T if transpose_a else a
     op_b = b.T if transpose_b else b
     length = stops[0]
-    if length <= _BATCH_K and all(s == (j + 1) * length for j, s in enumerate(stops[:-1])):
+    # (the batched form when every run but the last is `length` long and the last no longer)
+    if length <= _BATCH_K and k <= runs * length \
+            and all(s == (j + 1) * length for j, s in enumerate(stops[:-1])):
         return _uniform_runs(op_a, a_exp, op_b, b_exp, length)
     total = np.zeros((m, n), np.float32)
     start = 0
