@@ -60,6 +60,14 @@ def _row_tag_layout(cols: int, segs: int) -> data.StructLayout:
                               "mask_en": 1, "mask_in": cols})
 
 
+def _pick(lanes, part, lane: int, width: int, parts: int):
+    """Lane ``lane`` of part ``part`` of ``lanes`` cut into ``parts`` parts of ``width``."""
+    value = lanes[lane]
+    for j in range(1, parts):
+        value = Mux(part == j, lanes[j * width + lane], value)
+    return value
+
+
 def _random_job_layout() -> data.StructLayout:
     """A stochastic unit's random bits to draw: rows ``rows``, first element (m0, n0)."""
     T = TILE_BLOCK
@@ -163,10 +171,11 @@ class BfpWriteBack(wiring.Component):
 
     Throughput
     ----------
-    A row a cycle in (plus :data:`UNIT_CYCLES` per unit, and a zero row per missing beat of
-    an edge unit); out, a quantised beat every ``max(1, cols / bus bytes)`` cycles, a cycle
-    per unit for its exponent and, with ReLU, a cycle per tile row inside the matrix for its
-    mask.
+    A row a cycle in, with ``side`` a row every :attr:`fold` cycles (plus
+    :data:`UNIT_CYCLES` per unit, and a zero row per missing beat of an edge unit); out, a
+    quantised beat every :attr:`fold` (``max(1, cols / bus bytes)``) cycles, a cycle per
+    unit for its exponent and, with ReLU, a cycle per tile row inside the matrix for its
+    mask. The random bits come a beat every :attr:`fold` cycles too.
     """
 
     #: Cycles the tagger spends on a unit's first job before its rows pass (the geometry
@@ -192,6 +201,10 @@ class BfpWriteBack(wiring.Component):
         self.rows, self.cols = rows, cols
         self.data_width, self.addr_width = data_width, addr_width
         self.segs = T // cols
+        #: Cycles the writer spends on a quantised beat (its bus words): the bias adder and
+        #: the random bits are built this many times narrower, taking a row in as many
+        #: cycles, so that neither outpaces the port.
+        self.fold = max(1, cols // (data_width // 8))
         super().__init__({
             "jobs": In(stream.Signature(write_job_layout())),
             "i_stream": In(stream.Signature(rescale_output_layout(cols))),
@@ -213,7 +226,8 @@ class BfpWriteBack(wiring.Component):
         C, T = self.cols, TILE_BLOCK
         AW = self.addr_width
         m.submodules.quantizer = qz = TileQuantizer(C, T)
-        m.submodules.random = rnd = RandomLanes(C, out_fifo=32)
+        F = self.fold
+        m.submodules.random = rnd = RandomLanes(C // F, out_fifo=32)
         ulay, rlay = _unit_layout(AW), _random_job_layout()
         m.submodules.units = units = Fifo(width=ulay.size, depth=8)
         m.submodules.rjobs = rjobs = Fifo(width=rlay.size, depth=8)
@@ -239,17 +253,43 @@ class BfpWriteBack(wiring.Component):
             # The adder never stalls (its ready is a constant, so no enable fans out to its
             # registers): a row enters only while the tag FIFO has room, and the tag FIFO
             # holds one tag for every row in the adder or in the sums FIFO, which is as deep.
-            m.submodules.adder = add = Fp32Add(C)
+            # With a fold of F the adder has C / F lanes and takes a row's lanes in F parts on
+            # F cycles (the row's tag queued with its first), and the sums' parts are gathered
+            # into a row for the FIFO.
+            L = C // F
+            m.submodules.adder = add = Fp32Add(L)
             m.submodules.tags = tq = Fifo(width=tlay.size, depth=self.TAG_QUEUE)
             m.submodules.sums = sq = Fifo(width=32 * C, depth=self.TAG_QUEUE)
             pop = Signal()
-            m.d.comb += [add.i_stream.payload.a.eq(rs.data), add.i_stream.payload.b.eq(rs.bias),
-                         add.i_stream.valid.eq(rs.valid & tq.w_rdy),
-                         rs.ready.eq(add.i_stream.ready & tq.w_rdy),
-                         tq.w_data.eq(rs.tag), tq.w_en.eq(rs.valid & rs.ready),
-                         add.o_stream.ready.eq(1),
-                         sq.w_data.eq(add.o_stream.payload.s), sq.w_en.eq(add.o_stream.valid),
-                         out.valid.eq(sq.r_rdy), out.data.eq(sq.r_data),
+            part = Signal(range(F))              # the row's part going in
+            first = part == 0
+            feed = Signal()
+            m.d.comb += [feed.eq(rs.valid & (tq.w_rdy | ~first)),
+                         add.i_stream.valid.eq(feed),
+                         rs.ready.eq(part == F - 1) if F > 1 else rs.ready.eq(tq.w_rdy),
+                         tq.w_data.eq(rs.tag), tq.w_en.eq(feed & first),
+                         add.o_stream.ready.eq(1)]
+            for lane in range(L):
+                m.d.comb += [add.i_stream.payload.a[lane].eq(_pick(rs.data, part, lane, L, F)),
+                             add.i_stream.payload.b[lane].eq(_pick(rs.bias, part, lane, L, F))]
+            if F > 1:
+                with m.If(feed):
+                    m.d.sync += part.eq(Mux(part == F - 1, 0, part + 1))
+                # the sums' parts before the last, held until the last comes
+                got = Signal(range(F))
+                held = [Signal(32 * L, name=f"sum_part{j}", reset_less=True)
+                        for j in range(F - 1)]
+                with m.If(add.o_stream.valid):
+                    m.d.sync += got.eq(Mux(got == F - 1, 0, got + 1))
+                    for j in range(F - 1):
+                        with m.If(got == j):
+                            m.d.sync += held[j].eq(add.o_stream.payload.s)
+                m.d.comb += [sq.w_data.eq(Cat(*held, add.o_stream.payload.s)),
+                             sq.w_en.eq(add.o_stream.valid & (got == F - 1))]
+            else:
+                m.d.comb += [sq.w_data.eq(add.o_stream.payload.s),
+                             sq.w_en.eq(add.o_stream.valid)]
+            m.d.comb += [out.valid.eq(sq.r_rdy), out.data.eq(sq.r_data),
                          out.tag.eq(tq.r_data), pop.eq(sq.r_rdy & out.ready),
                          sq.r_en.eq(pop), tq.r_en.eq(pop)]
             path_idle = tq.empty
@@ -419,28 +459,51 @@ class BfpWriteBack(wiring.Component):
     # ---- random bits: a row of lanes per output beat of a stochastic unit -------------------
 
     def _random(self, m, rnd, rjobs):
-        C, S = self.cols, self.segs
+        C, S, F = self.cols, self.segs, self.fold
+        L = C // F                            # the generator's lanes: a beat in F requests
         rj = data.View(_random_job_layout(), rjobs.r_data)
         row = Signal(range(TILE_BLOCK + 1))
         seg = Signal(range(S))
+        part = Signal(range(F))
         m.d.comb += [rnd.i_stream.payload.seed.eq(self.desc.seed),
                      rnd.i_stream.payload.m.eq(rj.m0 + row),
-                     rnd.i_stream.payload.n0.eq(rj.n0 + seg * C),
+                     rnd.i_stream.payload.n0.eq(rj.n0 + seg * C + part * L),
                      rnd.i_stream.valid.eq(rjobs.r_rdy)]
         with m.If(rjobs.r_rdy & rnd.i_stream.ready):
-            last_seg = seg == S - 1
-            m.d.sync += seg.eq(Mux(last_seg, 0, seg + 1))
-            with m.If(last_seg):
-                m.d.sync += row.eq(row + 1)
-                with m.If(row == rj.rows - 1):
-                    m.d.sync += row.eq(0)
-                    m.d.comb += rjobs.r_en.eq(1)
+            last_part = part == F - 1
+            if F > 1:
+                m.d.sync += part.eq(Mux(last_part, 0, part + 1))
+            with m.If(last_part):
+                last_seg = seg == S - 1
+                m.d.sync += seg.eq(Mux(last_seg, 0, seg + 1))
+                with m.If(last_seg):
+                    m.d.sync += row.eq(row + 1)
+                    with m.If(row == rj.rows - 1):
+                        m.d.sync += row.eq(0)
+                        m.d.comb += rjobs.r_en.eq(1)
         qz = m.submodules.quantizer
-        m.d.comb += [qz.r_stream.valid.eq(rnd.o_stream.valid),
-                     rnd.o_stream.ready.eq(qz.r_stream.ready),
-                     qz.r_stream.payload.eq(rnd.o_stream.payload.r)]
+        o = rnd.o_stream
+        if F > 1:
+            # a beat's parts before the last, held until the last comes
+            got = Signal(range(F))
+            held = [Signal(16 * L, name=f"random_part{j}", reset_less=True)
+                    for j in range(F - 1)]
+            last = got == F - 1
+            m.d.comb += [qz.r_stream.valid.eq(o.valid & last),
+                         o.ready.eq(~last | qz.r_stream.ready),
+                         qz.r_stream.payload.eq(Cat(*held, o.payload.r))]
+            with m.If(o.valid & o.ready):
+                m.d.sync += got.eq(Mux(last, 0, got + 1))
+                for j in range(F - 1):
+                    with m.If(got == j):
+                        m.d.sync += held[j].eq(o.payload.r)
+            idle = ~rjobs.r_rdy & (got == 0)
+        else:
+            m.d.comb += [qz.r_stream.valid.eq(o.valid), o.ready.eq(qz.r_stream.ready),
+                         qz.r_stream.payload.eq(o.payload.r)]
+            idle = ~rjobs.r_rdy
         # (bits in flight: RandomLanes and its FIFO hold them until the quantizer takes them)
-        return ~rjobs.r_rdy
+        return idle
 
     # ---- mask rows -> their write commands' addresses ---------------------------------------
 

@@ -49,7 +49,8 @@ class Fp32TileReader(wiring.Component):
 
     The job side runs ahead of the reads by :data:`TILE_QUEUE` tiles, the commands ahead of
     the words by :data:`ROW_QUEUE` rows; the words are taken as they come while a beat's
-    register is free.
+    register is free. Each row takes ``4 * cols / bus bytes`` cycles on the word side, read
+    or not (a slot a bus word; its elements beyond N zeroed as it comes in).
 
     Parameters
     ----------
@@ -82,7 +83,7 @@ class Fp32TileReader(wiring.Component):
     Throughput
     ----------
     A job a cycle while the queue has room; a command a cycle, 3 cycles more a tile; a word
-    a cycle.
+    a cycle, and a row every ``4 * cols / bus bytes`` cycles (a zero row's too).
     """
 
     #: Tiles the job side runs ahead of the commands.
@@ -216,35 +217,36 @@ class Fp32TileReader(wiring.Component):
 
     def _words(self, m, rq):
         R, C, W = self.rows, self.cols, self.words
+        F = self.data_width // 32                      # float32 words a bus word
+        DW = self.data_width
         head = data.View(_row_layout(C, W), rq.r_data)
         w, o = self.rd_words, self.o_stream
-        acc = [Signal(self.data_width, name=f"acc{i}", reset_less=True) for i in range(W - 1)]
-        wi = Signal(range(max(2, W)))                 # the row's words taken
+        # A row is W slots, each a bus word: read (inside the matrix, up to its last word)
+        # or zero (beyond N or M). The slots before the last shift into ``sh``; the last
+        # one and ``sh`` make the beat. No wide multiplexer: a slot's elements beyond N are
+        # zeroed as it comes in.
+        wi = Signal(range(max(2, W)))                  # the row's slot
         beat_r = Signal(range(R))                      # the beat's row in its tile
         out_free = ~o.valid | o.ready
-        last_word = wi == head.words_m1
-        # the beat's words: those taken before, and the one coming (the last)
-        words = [Mux(wi == i, w.payload.data, acc[i]) for i in range(W - 1)] + [w.payload.data]
-        lane_bits = Cat(*words)
-        beat = [Mux(lane < head.lanes, lane_bits[32 * lane:32 * (lane + 1)], 0)
-                for lane in range(C)]
+        last_slot = wi == W - 1
+        real = head.inside & (wi <= head.words_m1)
+        keep = [(wi * F + f) < head.lanes for f in range(F)]
+        slot = Cat(*(Mux(real & keep[f], w.payload.data[32 * f:32 * (f + 1)], 0)
+                     for f in range(F)))
+        sh = Signal((W - 1) * DW, reset_less=True) if W > 1 else None
+        go = Signal()                                  # the slot passes this cycle
+        m.d.comb += [go.eq(rq.r_rdy & (w.valid | ~real) & (~last_slot | out_free)),
+                     w.ready.eq(rq.r_rdy & real & (~last_slot | out_free))]
         with m.If(o.valid & o.ready):
             m.d.sync += [o.valid.eq(0), beat_r.eq(beat_r + 1)]
-        with m.If(rq.r_rdy & ~head.inside):            # a row beyond M: a zero beat
-            with m.If(out_free):
+        with m.If(go):
+            with m.If(last_slot):
                 m.d.comb += rq.r_en.eq(1)
-                m.d.sync += [o.valid.eq(1), o.payload.data.eq(0),
+                m.d.sync += [wi.eq(0), o.valid.eq(1),
+                             o.payload.data.eq(Cat(sh, slot) if W > 1 else slot),
                              o.payload.last.eq(beat_r + (o.valid & o.ready) == R - 1)]
-        with m.If(rq.r_rdy & head.inside):
-            m.d.comb += w.ready.eq(~last_word | out_free)
-            with m.If(w.valid & w.ready):
-                for i in range(W - 1):
-                    with m.If(wi == i):
-                        m.d.sync += acc[i].eq(w.payload.data)
+            with m.Else():
                 m.d.sync += wi.eq(wi + 1)
-                with m.If(last_word):
-                    m.d.comb += rq.r_en.eq(1)
-                    m.d.sync += [wi.eq(0), o.valid.eq(1),
-                                 *(o.payload.data[lane].eq(beat[lane]) for lane in range(C)),
-                                 o.payload.last.eq(beat_r + (o.valid & o.ready) == R - 1)]
+                if W > 1:
+                    m.d.sync += sh.eq(Cat(sh[DW:], slot) if W > 2 else slot)
         return ~o.valid & (wi == 0)
