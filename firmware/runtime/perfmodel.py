@@ -496,7 +496,8 @@ def predict_quantize(m: int, n: int, *, rows: int, cols: int, data_width: int, p
     """Predicted cycles of one quantise-only descriptor (``DESC_EPILOGUE.QUANTIZE_ONLY``):
     the ``m x n`` float32 matrix read a tile row at a time (:class:`rtl.fpread.Fp32TileReader`:
     one burst of the row's bus words inside the matrix a ``cols``-wide tile row) through the
-    first read port at :func:`read_rate`, then the last unit through the BFP8 write-back:
+    first read port at :func:`read_rate`, a cycle more for each bus word of a tile that lies
+    beyond the matrix, then the last unit through the BFP8 write-back:
     its ``T * T / cols`` beats re-read from the quantiser's buffer and its ``T * T`` bytes
     written, and the write response.
 
@@ -527,9 +528,12 @@ def predict_quantize(m: int, n: int, *, rows: int, cols: int, data_width: int, p
     bursts = [b for w in runs for b in _bursts(w, burst)]
     words = m * sum(runs)
     rate = read_rate(sum(bursts) / len(bursts), o_rd, port["read_latency"], keep)
+    # every tile row is `4 * cols / bus bytes` slots on the reader's word side, a read word
+    # or a zero (beyond N or M), a slot a cycle
+    slots = _cdiv(m, rows) * rows * _cdiv(n, cols) * _cdiv(cols, F)
     tail = T * T // cols + _cdiv(T * T, bpw) + port["write_latency"]
-    return {"cycles": int(round(START_LATENCY + words / rate + tail)), "compute_cycles": 0,
-            "read_words": words, "write_words": m * _cdiv(n, bpw)}
+    return {"cycles": int(round(START_LATENCY + words / rate + (slots - words) + tail)),
+            "compute_cycles": 0, "read_words": words, "write_words": m * _cdiv(n, bpw)}
 
 
 def predict_queued(m: int, n: int, k: int, transpose_a: bool = False,
