@@ -217,9 +217,13 @@ def test_resident_mlp_trains_bit_identical_to_golden(dev):
     nets = [ResidentMLP([64, 32, 10], d, seed=5, lr=0.05) for d in (dev, Device("golden"))]
     assert not nets[0].chain.host_quantize and nets[0].chain.host_bias
     assert not nets[1].chain.host_quantize and not nets[1].chain.host_bias
+    dev.profile.reset()
     for net in nets:
         for s in range(2):
             net.step(xtr[s * 40:(s + 1) * 40], ytr[s * 40:(s + 1) * 40])
+    # the host benchmark's rows: no host quantisation, no host sums of partials
+    assert dev.profile.seconds["quantize"] == 0 and dev.profile.seconds["combine"] == 0
+    assert dev.profile.seconds["driver"] > 0
     for (name, p), (_, q) in zip(nets[0].params, nets[1].params, strict=True):
         np.testing.assert_array_equal(p.view(np.uint32), q.view(np.uint32), err_msg=name)
     assert set(nets[0].traffic) == {"input batch", "weights", "logits", "loss gradient",
