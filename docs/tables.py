@@ -541,8 +541,9 @@ def t_training_formats():
 #: The Pynq-Z1 builds of the kblocks-build table: (results file, what, its command's flags).
 KBLOCK_BUILDS = (("build_pynq-z1.json", "default", ""),
                  ("build_pynq-z1_kblocks.json", "default with `--k-blocks`", " --k-blocks"),
-                 ("build_pynq-z1_epilogue.json", "default with `--k-blocks --epilogue`",
-                  " --k-blocks --epilogue"))
+                 ("build_pynq-z1_epilogue.json",
+                  "default with `--k-blocks --epilogue --write-ports 2`",
+                  " --k-blocks --epilogue --write-ports 2"))
 
 
 def t_kblocks_build():
