@@ -274,7 +274,8 @@ class Accelerator(wiring.Component):
         unsupported = Signal()
         # (A_TILES and B_TILES together, with K blocks; BFP8 and STOCHASTIC, with the
         # epilogue (STOCHASTIC alone rounds nothing), RELU with BFP8 where the engine has
-        # it, BIAS 1 or 2 and MASK_IN with BFP8; nothing else)
+        # it, BIAS 1 or 2 and MASK_IN with BFP8, QUANTIZE_ONLY with BFP8 and without tile
+        # exponents where the engine has it; nothing else)
         tiles = regmap.pack("DESC_EPILOGUE", A_TILES=1, B_TILES=1)
         out = self.ops
         e = csr.desc_epilogue

@@ -105,8 +105,9 @@ class BfpWriteBack(wiring.Component):
     rows back. Mask and tile block commands share the port a whole command at a time (its
     command and word before another's), the mask's first when neither has started.
 
-    With ``side`` built in, each row first passes an :class:`rtl.fp32.Fp32Add` per lane
-    (its tags through a FIFO of :data:`TAG_QUEUE` beside it) that adds the descriptor's
+    With ``side`` built in, each row first passes an :class:`rtl.fp32.Fp32Add` of ``cols /
+    fold`` lanes, in :attr:`fold` parts (its tags through a FIFO of :data:`TAG_QUEUE` beside
+    it), that adds the descriptor's
     bias (``bias`` 1: the row's, 2: the column's; +0.0 without one, which leaves every
     value that the quantiser or the mask can tell apart), and the ReLU stage also zeroes
     the elements whose stored mask bit is 0 (``mask_in``, ReLU's backward). The unit's bias
@@ -165,7 +166,8 @@ class BfpWriteBack(wiring.Component):
     -------
     A unit's first mantissa write command is offered about ``fill_latency +
     DRAIN_LATENCY + 2`` cycles (:class:`rtl.epilogue.TileQuantizer`) after its last row is
-    taken (with ``side``, :data:`rtl.fp32.Fp32Add.LATENCY` more); its exponent's after its
+    taken (with ``side``, :data:`rtl.fp32.Fp32Add.LATENCY` + ``fold - 1`` more); its
+    exponent's after its
     last beat's words. A row's mask command is offered 4 cycles after the row reaches the
     ReLU stage (the FIFO's 2, the two address stages), when the port is free.
 

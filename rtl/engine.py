@@ -87,7 +87,8 @@ class GemmEngine(wiring.Component):
         through the first read port, shared with its load sequencer by a
         :class:`rtl.readshare.ReadShare`, for the BFP8 write-back's lookups. Where a tile
         row is whole bus words (``4 * cols`` a multiple of the bus's bytes,
-        :attr:`quantize`), also ``quantize_only`` descriptors: no GEMM, an
+        :attr:`quantize`), also ``quantize_only`` descriptors with ``bfp8`` (never without:
+        the accelerator refuses them): no GEMM, an
         :class:`rtl.fpread.Fp32TileReader` reads the M x N float32 matrix at ``a_addr``
         through the first read port as the C tiles the BFP8 write-back takes. Such a
         descriptor starts only once the one before is written, and the one after it only
@@ -112,7 +113,8 @@ class GemmEngine(wiring.Component):
         reset.
     code : Out(8)
     macs : Out(48)
-        ``M * N * K`` of the descriptor :attr:`done` pulses for (computed in
+        ``M * N * K`` of the descriptor :attr:`done` pulses for (0 for a quantise-only one;
+        computed in
         :data:`MACS_CYCLES` cycles after its ``start``; the move to the back waits for it).
     step, wait_dma : Out(1)
         The array does useful MACs this cycle; the datapath waits for operand data.
@@ -134,7 +136,7 @@ class GemmEngine(wiring.Component):
     Throughput
     ----------
     One descriptor's check, loads and compute overlap the last C rows of the one before
-    (with ``overlap``).
+    (with ``overlap``), but for a quantise-only descriptor and the one after it.
     """
 
     def __init__(self, rows: int = 8, cols: int = 8, *, depth: int = 512,
@@ -536,7 +538,9 @@ class GemmEngine(wiring.Component):
         takes its words as they come (a slot is held for them), and the loads queued
         before them are of the unit and the units before it, which complete without it.
         The walker waits for a slot only until the unit two before is written, whose loads
-        and side data were all asked for before."""
+        and side data were all asked for before. A quantise-only descriptor's reader hands
+        over its jobs the same way, and its read commands for a tile come at least 5 cycles
+        after the tile's job, when ``issuing`` has risen for the unit it starts."""
         d, side = self._d_front, p.side
         T = regmap.TILE_BLOCK
         lt = _log2(T)

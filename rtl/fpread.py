@@ -15,7 +15,7 @@ from .writeback import write_job_layout
 __all__ = ["Fp32TileReader", "fpread_desc_layout"]
 
 
-def fpread_desc_layout(addr_width: int = 64) -> data.StructLayout:
+def fpread_desc_layout(addr_width: int = 32) -> data.StructLayout:
     """What :class:`Fp32TileReader` reads of the running descriptor (held while it runs):
     the matrix's shape, its address and the bytes between its rows."""
     return data.StructLayout({"m": unsigned(32), "n": unsigned(32),
@@ -64,7 +64,8 @@ class Fp32TileReader(wiring.Component):
     desc : In(fpread_desc_layout(addr_width))
         Taken at :attr:`start`.
     start : In(1)
-        Pulse: walk :attr:`desc` (only while :attr:`walking` is low).
+        Pulse: walk :attr:`desc` (only while :attr:`idle`: the commands of a walk read the
+        descriptor taken at its start until its last tile's).
     walking : Out(1)
         Jobs are still to be handed out.
     idle : Out(1)
@@ -77,8 +78,9 @@ class Fp32TileReader(wiring.Component):
 
     Latency
     -------
-    A tile's first command is offered 4 cycles after its job (the queue's 2, the row
-    address's product and sum); a row's beat the cycle after its last word.
+    A tile's first command is offered 5 cycles after its job (the queue's 2, the tile's
+    registers, the row address's product and sum); a row's beat the cycle after its last
+    word.
 
     Throughput
     ----------

@@ -159,6 +159,23 @@ def _bursts(words: int, burst: int) -> list[int]:
     return [burst] * full + ([rest] if rest else [])
 
 
+def _port_rates(port: dict, bpw: int, dma_burst: int, dma_outstanding: int) -> tuple:
+    """A port's limits as the DMA masters meet them: the longest burst, the read and write
+    bursts in flight, the words a cycle a channel moves at most (``keep``) and the DRAM's
+    bytes a cycle (None: unlimited)."""
+    burst = min(dma_burst, port.get("max_burst") or dma_burst)
+    o_rd = min(dma_outstanding, port.get("outstanding_reads") or dma_outstanding)
+    o_wr = min(dma_outstanding, port.get("outstanding_writes") or dma_outstanding)
+    # A data channel held back with probability `pause` a cycle moves at most 1 - pause words.
+    keep = 1.0 - (port.get("pause") or 0.0)
+    # The DRAM behind the port (reads and writes of every port together): no channel moves
+    # more than its rate alone, and the whole GEMM's traffic takes at least its time.
+    dram = dram_bytes_per_cycle(port, bpw)
+    if dram is not None:
+        keep = min(keep, dram / bpw)
+    return burst, o_rd, o_wr, keep, dram
+
+
 def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool = False, *,
             rows: int, cols: int, depth: int, block: int, data_width: int, port: dict,
             read_ports: int = 1, write_ports: int = 1,
@@ -218,18 +235,9 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
     regmap.check_read_ports(read_ports)
     regmap.check_write_ports(write_ports, rows)
     bpw = data_width // 8
-    burst = min(dma_burst, port.get("max_burst") or dma_burst)
+    burst, o_rd, o_wr, keep, dram = _port_rates(port, bpw, dma_burst, dma_outstanding)
     read_fifo = dma_burst * dma_outstanding
-    o_rd = min(dma_outstanding, port.get("outstanding_reads") or dma_outstanding)
-    o_wr = min(dma_outstanding, port.get("outstanding_writes") or dma_outstanding)
     lat_r, lat_w = port["read_latency"], port["write_latency"]
-    # A data channel held back with probability `pause` a cycle moves at most 1 - pause words.
-    keep = 1.0 - (port.get("pause") or 0.0)
-    # The DRAM behind the port (reads and writes of every port together): no channel moves
-    # more than its rate alone, and the whole GEMM's traffic takes at least its time.
-    dram = dram_bytes_per_cycle(port, bpw)
-    if dram is not None:
-        keep = min(keep, dram / bpw)
     traffic = [0, 0]                      # words read, words written
 
     def read_cycles(runs: list[int]) -> float:
@@ -516,12 +524,7 @@ def predict_quantize(m: int, n: int, *, rows: int, cols: int, data_width: int, p
     T = regmap.TILE_BLOCK
     bpw = data_width // 8
     F = bpw // 4                                   # float32 words a bus word
-    burst = min(dma_burst, port.get("max_burst") or dma_burst)
-    o_rd = min(dma_outstanding, port.get("outstanding_reads") or dma_outstanding)
-    keep = 1.0 - (port.get("pause") or 0.0)
-    dram = dram_bytes_per_cycle(port, bpw)
-    if dram is not None:
-        keep = min(keep, dram / bpw)
+    burst, o_rd, _, keep, _ = _port_rates(port, bpw, dma_burst, dma_outstanding)
     # a row's words in each tile column: full tiles, and the last one's lanes inside N
     full, rest = divmod(n, cols)
     runs = [_cdiv(cols, F)] * full + ([_cdiv(rest, F)] if rest else [])
