@@ -204,6 +204,66 @@ def test_quantize_only_matches_golden(dev, m, n, rounding):
     np.testing.assert_array_equal(c.numpy(), bfp.gemm_kblocks(want_q, want_e, qb, eb))
 
 
+def test_quantize_only_queued_between_gemms_with_side_data(dev):
+    """Four descriptors queued back to back with OVERLAP: a GEMM, a quantise-only one with
+    a column bias and ReLU, a GEMM, a quantise-only one with the stored mask applied. Each
+    quantise-only descriptor waits for the one before and the next waits for it (the
+    reader takes the load side of the first read port, shared with the side loader); every
+    result is bit for bit sim.models.bfp's."""
+    from firmware.runtime.epilogue import MaskTensor, _empty, _empty_bfp, _span
+    rng = np.random.default_rng(11)
+    m, n, k = 40, 70, 48
+    qa, ea = _tiles(rng, (m, k))
+    qb, eb = _tiles(rng, (k, n))
+    a, b = dev.bfp_tensor(qa, ea), dev.bfp_tensor(qb, eb)
+    xs = [(rng.standard_normal((m, n)) * 8).astype(np.float32) for _ in range(2)]
+    xt = [dev.tensor(x) for x in xs]
+    bias = rng.standard_normal(n).astype(np.float32)
+    bt = dev.tensor(bias.reshape(1, -1))
+    outs = [_empty_bfp(dev, (m, n)) for _ in range(4)]
+    mask = MaskTensor(_empty(dev, (m, -(-n // 8)), np.uint8), (m, n))
+    seeds = [int(s) for s in rng.integers(0, 2**63, 4)]
+    flags = {"OVERLAP": 1}
+
+    def out(i):
+        t = outs[i]
+        return dict(c_addr=t.q.addr, c_stride=t.q.stride, c_exp_addr=t.exp.addr,
+                    seed=seeds[i])
+
+    gemm = dict(m=m, n=n, k=k, flags=flags, a_addr=a.q.addr, a_stride=a.q.stride,
+                b_addr=b.q.addr, b_stride=b.q.stride, row_exp_addr=a.exp.addr,
+                col_exp_addr=b.exp.addr,
+                epilogue={"A_TILES": 1, "B_TILES": 1, "BFP8": 1, "STOCHASTIC": 1})
+    only = {"QUANTIZE_ONLY": 1, "BFP8": 1, "STOCHASTIC": 1}
+    descs = [
+        dict(gemm, **out(0)),
+        dict(m=m, n=n, k=1, flags=flags, a_addr=xt[0].addr, a_stride=xt[0].stride,
+             bias_addr=bt.addr, mask_addr=mask.bits.addr, mask_stride=mask.bits.stride,
+             epilogue=dict(only, BIAS=2, RELU=1), **out(1)),
+        dict(gemm, **out(2)),
+        dict(m=m, n=n, k=1, flags=flags, a_addr=xt[1].addr, a_stride=xt[1].stride,
+             mask_addr=mask.bits.addr, mask_stride=mask.bits.stride,
+             epilogue=dict(only, MASK_IN=1), **out(3)),
+    ]
+    tensors = [a.q, a.exp, b.q, b.exp, *xt, bt, mask.bits,
+               *(x for t in outs for x in (t.q, t.exp))]
+    for d in descs:
+        d["regions"] = [_span(t) for t in tensors]
+    dev.driver.run(*descs)
+    c = bfp.gemm_kblocks(qa, ea, qb, eb)
+    r1 = bfp.epilogue(xs[0], bias=bias, bias_axis="col", relu=True, out="bfp8",
+                      rounding="stochastic", seed=seeds[1])
+    want = [bfp.quantize_tiles(c, rounding="stochastic", seed=seeds[0]), (r1.q, r1.exp),
+            bfp.quantize_tiles(c, rounding="stochastic", seed=seeds[2])]
+    r3 = bfp.epilogue(xs[1], mask_in=r1.mask, out="bfp8", rounding="stochastic",
+                      seed=seeds[3])
+    want.append((r3.q, r3.exp))
+    for i, (q, e) in enumerate(want):
+        np.testing.assert_array_equal(outs[i].mantissas(), q, err_msg=f"descriptor {i}")
+        np.testing.assert_array_equal(outs[i].exponents(), e, err_msg=f"descriptor {i}")
+    np.testing.assert_array_equal(mask.numpy(), r1.mask)
+
+
 def test_resident_mlp_trains_bit_identical_to_golden(dev):
     """A fully connected network trained on the RTL with its activations, masks and deltas
     on the device gives the golden model's weights bit for bit after two steps. The RTL has
@@ -349,13 +409,13 @@ def test_bfp8_output_of_a_plain_gemm_leaves_the_rest_of_memory(dev):
 @pytest.mark.parametrize("option", [{"BIAS": 3}, {"BIAS": 1, "BFP8": 0},
                                     {"MASK_IN": 1, "BFP8": 0}, {"QUANTIZE_ONLY": 1, "BFP8": 0},
                                     {"QUANTIZE_ONLY": 1, "A_TILES": 1, "B_TILES": 1},
-                                    {"A_TILES": 1}, {"RELU": 1, "BFP8": 0}])
+                                    {"A_TILES": 1}, {"RELU": 1, "BFP8": 0}, {"SGD": 1}])
 def test_options_it_lacks_are_refused(dev, option):
     """CONFIG_FEATURES.OPS says BFP8, STOCHASTIC, BIAS, RELU, MASK_IN and QUANTIZE_ONLY
     (EPILOGUE 0: the last four only with BFP8); any other epilogue bit (or half of the tile
-    pair), BIAS 3, RELU, BIAS, MASK_IN or QUANTIZE_ONLY on a float32 C, or QUANTIZE_ONLY
-    with tile exponents, stops the accelerator with UNSUPPORTED, and the runtime refuses the
-    call first, naming what is missing."""
+    pair, or SGD), BIAS 3, RELU, BIAS, MASK_IN or QUANTIZE_ONLY on a float32 C, or
+    QUANTIZE_ONLY with tile exponents, stops the accelerator with UNSUPPORTED, and the
+    runtime refuses the call first, naming what is missing."""
     info = dev.driver.info
     assert info.epilogue_ops == regmap.pack("DESC_EPILOGUE", BFP8=1, STOCHASTIC=1, BIAS=3,
                                             RELU=1, MASK_IN=1, QUANTIZE_ONLY=1)
@@ -372,6 +432,10 @@ def test_options_it_lacks_are_refused(dev, option):
     _, mask = dev.bfp_gemm(t, t, relu=True, out="bfp8")
     with pytest.raises(RuntimeError, match="MASK_IN only with a BFP8 C"):
         dev.bfp_gemm(t, t, mask_in=mask, out="float32")
+    with pytest.raises(RuntimeError, match="SGD"):
+        dev.sgd_update(t, t, dev.quantize(np.ones((4, 4), np.float32)), lr=0.1)
+    with pytest.raises(ValueError, match="does not offer DESC_EPILOGUE.SGD"):
+        ResidentMLP([4, 4], dev, momentum=0.0, optimizer="device")
 
 
 def test_inf_stops_with_nonfinite_then_runs_again(dev):

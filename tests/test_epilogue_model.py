@@ -209,3 +209,48 @@ def test_what_a_build_does_not_offer_is_refused(dev):
     # and a plain descriptor after them still runs
     a = rng.integers(-128, 128, (8, 16), dtype=np.int8)
     np.testing.assert_array_equal(plain.gemm(a, a.T.copy(), out="int32"), golden.gemm(a, a.T))
+
+
+@pytest.mark.parametrize("m,n,k,out", [(30, 20, 40, "bfp8"), (1, 20, 40, "float32"),
+                                       (70, 33, 5, "bfp8"), (5, 7, 64, "float32")])
+def test_sgd_update_matches_golden(m, n, k, out):
+    """Device.sgd_update (DESC_EPILOGUE.SGD) on the functional accelerator: the weights
+    stepped in place, bit for bit the golden backend and sim.models.bfp.sgd_step on the
+    dequantised weights, then quantised with the seeded rounding (BFP8) or kept (float32)."""
+    rng = np.random.default_rng(m + n + k)
+    x = rng.standard_normal((k, m)).astype(np.float32)
+    d = rng.standard_normal((k, n)).astype(np.float32)
+    w0 = rng.standard_normal((m, n)).astype(np.float32)
+    got = []
+    for dev in (Device("golden"), Device("model", rows=8, cols=8)):
+        w = dev.quantize(w0) if out == "bfp8" else dev.tensor(w0)
+        dev.sgd_update(dev.quantize(x), dev.quantize(d), w, lr=0.3, weight_decay=0.01,
+                       transpose_a=True, rounding="stochastic", seed=77)
+        got.append((w.mantissas(), w.exponents()) if out == "bfp8" else (w.numpy(),))
+    qx, ex = bfp.quantize_tiles(x)
+    qd, ed = bfp.quantize_tiles(d)
+    g = bfp.gemm_kblocks(qx, ex, qd, ed, transpose_a=True)
+    if out == "bfp8":
+        qw, ew = bfp.quantize_tiles(w0)
+        want = bfp.quantize_tiles(bfp.sgd_step(bfp.dequantize_tiles(qw, ew), g, 0.3, 0.01),
+                                  rounding="stochastic", seed=77)
+    else:
+        want = (bfp.sgd_step(w0, g, 0.3, 0.01),)
+    for arrays in got:
+        for a, b in zip(arrays, want, strict=True):
+            np.testing.assert_array_equal(a.view(np.uint8), b.view(np.uint8))
+
+
+def test_sgd_step_rounds_each_operation_in_float32():
+    w = np.array([1.0, -2.5, 3e38, np.inf], np.float32)
+    g = np.array([0.1, 0.2, -3e38, -np.inf], np.float32)
+    got = bfp.sgd_step(w, g, 0.1, 0.5)
+    with np.errstate(invalid="ignore"):
+        u = g + np.float32(0.5) * w
+        want = w - np.float32(0.1) * u
+    np.testing.assert_array_equal(got[:3], want[:3])
+    assert got[3].view(np.uint32) == bfp.CANONICAL_NAN      # inf - inf
+    with pytest.raises(ValueError, match="w is"):
+        bfp.sgd_step(w, g[:2], 0.1)
+    with pytest.raises(TypeError, match="lr must be a number"):
+        bfp.sgd_step(w, g, "0.1")

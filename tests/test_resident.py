@@ -83,3 +83,46 @@ def test_refuses_a_device_without_the_epilogue():
         ResidentMLP([8, 4], Device("model", epilogue=False))
     with pytest.raises(TypeError, match="device must be a firmware.Device"):
         ResidentMLP([8, 4], "golden")
+
+
+def _train_on_device(dev, data, steps, batch=64, seed=3, lr=0.05):
+    xtr, ytr, _, _ = data
+    net = ResidentMLP([64, 48, 10], dev, seed=seed, lr=lr, momentum=0.0,
+                      optimizer="device")
+    losses = []
+    for s in range(steps):
+        i = (s * batch) % (len(xtr) - batch)
+        losses.append(net.step(xtr[i:i + batch], ytr[i:i + batch]))
+    return net, losses
+
+
+def test_device_optimizer_golden_and_model_agree_and_only_batch_and_logits_cross(data):
+    """With the optimiser on the device (DESC_EPILOGUE.SGD: the BFP8 weights and float32
+    biases stepped in the weight gradients' epilogues) the golden model and the functional
+    accelerator leave bit-identical weights, and per step the host writes the batch and
+    the loss gradient and reads the logits, nothing else."""
+    a, _ = _train_on_device(Device("golden"), data, 4)
+    b, _ = _train_on_device(Device("model", rows=8, cols=8), data, 4)
+    for (name, p), (_, q) in zip(a.params, b.params, strict=True):
+        np.testing.assert_array_equal(p.view(np.uint32), q.view(np.uint32), err_msg=name)
+    assert set(b.traffic) == {"input batch", "logits", "loss gradient"}
+    assert b.traffic["input batch"] == 64 * 64 * 4 and b.traffic["logits"] == 64 * 10 * 4
+    # the weights moved, and each is a BFP8 value (a mantissa times its tile's power of 2)
+    c, _ = _train_on_device(Device("golden"), data, 0)
+    assert not np.array_equal(a.params[0][1], c.params[0][1])
+
+
+def test_device_optimizer_learns(data):
+    """8-bit weights stepped by stochastic rounding learn digits (no momentum: a larger
+    step than the host path's 0.05 with momentum 0.9)."""
+    net, losses = _train_on_device(Device("golden"), data, 60, lr=0.5)
+    assert np.mean(losses[-10:]) < 0.5 * np.mean(losses[:5])
+    _, _, xte, yte = data
+    assert (net.predict(xte) == yte).mean() > 0.85
+
+
+def test_device_optimizer_refuses_momentum_and_a_device_without_sgd():
+    with pytest.raises(ValueError, match="momentum must be 0"):
+        ResidentMLP([8, 4], Device("golden"), optimizer="device")
+    with pytest.raises(ValueError, match="optimizer must be"):
+        ResidentMLP([8, 4], Device("golden"), optimizer="chip")

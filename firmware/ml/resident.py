@@ -52,6 +52,8 @@ __all__ = ["ResidentChain", "ResidentPass", "ResidentMLP"]
 
 #: the most layers a chain may have: a descriptor's seed gives the layer 6 bits
 MAX_LAYERS = 63
+#: XORed into a weight update's seed (the chain's seed bits): apart from every other role
+SGD_SEED = 0x5EED << 48
 
 
 def check_device(device) -> None:
@@ -77,10 +79,11 @@ def check_device(device) -> None:
                          f"path (firmware.ml's blocks policies, firmware.torch.Linear)")
 
 
-def _free(layers) -> None:
+def _free(layers, keep=()) -> None:
+    """Free the tensors of ``layers`` but those in ``keep`` (resident weights)."""
     for saved in layers:
         for t in saved:
-            if t is not None:
+            if t is not None and not any(t is k for k in keep):
                 t.free()
 
 
@@ -98,9 +101,9 @@ class ResidentPass:
         Its rows.
     """
 
-    def __init__(self, step: int, rounding: str, batch: int, layers: list):
+    def __init__(self, step: int, rounding: str, batch: int, layers: list, keep=()):
         self.step, self.rounding, self.batch = step, rounding, batch
-        self.layers = layers
+        self.layers, self.keep = layers, tuple(keep)
 
     @property
     def spent(self) -> bool:
@@ -110,7 +113,7 @@ class ResidentPass:
     def free(self) -> None:
         """Give the device buffers back."""
         layers, self.layers = self.layers, None
-        _free(layers or ())
+        _free(layers or (), self.keep)
 
     def __del__(self):
         try:
@@ -222,15 +225,23 @@ class ResidentChain:
         self.traffic[what] = self.traffic.get(what, 0) + int(nbytes)
 
     def _check_params(self, params) -> None:
+        from firmware.runtime.device import DeviceTensor
+        from firmware.runtime.epilogue import BfpTensor
         if len(params) != self.layers:
             raise ValueError(f"params must hold {self.layers} (W, b) pairs, not {len(params)}")
         for i, ((w, b), fan_in, fan_out) in enumerate(zip(params, self.sizes, self.sizes[1:],
                                                           strict=False)):
-            if not isinstance(w, np.ndarray) or w.dtype != np.float32 \
+            if isinstance(w, BfpTensor) and w.shape == (fan_in, fan_out) \
+                    and w.q.device is self.device:
+                pass                                   # resident weights
+            elif not isinstance(w, np.ndarray) or w.dtype != np.float32 \
                     or w.shape != (fan_in, fan_out):
                 raise ValueError(f"params: W{i} must be a float32 {fan_in}x{fan_out} matrix, "
                                  f"not {getattr(w, 'dtype', type(w).__name__)} "
                                  f"{getattr(w, 'shape', '')}")
+            if isinstance(b, DeviceTensor) and b.device is self.device \
+                    and b.dtype == np.float32 and b.shape == (1, fan_out):
+                continue                               # a resident bias
             if b is not None and (not isinstance(b, np.ndarray) or b.dtype != np.float32
                                   or b.shape != (fan_out,)):
                 raise ValueError(f"params: b{i} must be None or a float32 vector of "
@@ -274,16 +285,23 @@ class ResidentChain:
         step = self.passes
         if train:
             self.passes += 1
+        from firmware.runtime.device import DeviceTensor
+        from firmware.runtime.epilogue import BfpTensor
         h = self._quantize("input batch", x, rounding, self._seed(step, 0, 2))
         saved = []
+        resident = tuple(w for w, _ in params if isinstance(w, BfpTensor))
         last_bias = None
         try:
             for i, (w, b) in enumerate(params):
-                qw = self._quantize("weights", w, rounding, self._seed(step, i, 0) ^ 0x5A5A)
+                qw = w if isinstance(w, BfpTensor) else self._quantize(
+                    "weights", w, rounding, self._seed(step, i, 0) ^ 0x5A5A)
                 saved.append((h, qw, None))
                 if i == self.layers - 1 and self.host_bias:
+                    if isinstance(b, DeviceTensor):
+                        raise ValueError("params: this device adds no bias to a float32 "
+                                         "output, so the last bias must be the host's")
                     last_bias, b = b, None           # added to the outputs here
-                if b is not None:
+                if isinstance(b, np.ndarray):
                     self._count("weights", b.nbytes)
                 if i == self.layers - 1:
                     h = dev.bfp_gemm(h, qw, bias=b, out="float32")
@@ -295,7 +313,7 @@ class ResidentChain:
                     h = dev.bfp_gemm(h, qw, bias=b, rounding=rounding,
                                      seed=self._seed(step, i, 0))
         except BaseException:
-            _free(saved if saved and saved[-1][0] is h else saved + [(h,)])
+            _free(saved if saved and saved[-1][0] is h else saved + [(h,)], resident)
             raise
         logits = h.numpy()
         self._count("logits", logits.nbytes)
@@ -303,14 +321,14 @@ class ResidentChain:
         if last_bias is not None:
             with dev.profile.time("float"):
                 logits = bfp.add_float32(logits, last_bias[None, :])
-        result = ResidentPass(step, rounding, x.shape[0], saved)
+        result = ResidentPass(step, rounding, x.shape[0], saved, resident)
         if keep:
             return logits, result
         result.free()
         return logits, None
 
     def backward(self, saved: ResidentPass, grad: np.ndarray, *, need=None,
-                 input_grad: bool = False):
+                 input_grad: bool = False, update=None):
         """The gradients of a kept forward pass, whose tensors it frees.
 
         Parameters
@@ -325,12 +343,17 @@ class ResidentChain:
             without bias has no bias gradient). Default all.
         input_grad : bool
             Also compute the gradient with respect to ``x`` (one more GEMM, float32 out).
+        update : tuple of (list, float, float), optional
+            ``(params, lr, weight_decay)``: instead of returning each gradient, step the
+            resident ``params`` (the forward pass's BFP8 weights and float32 device biases)
+            with it on the device (:meth:`firmware.Device.sgd_update`), each layer's weights
+            once the delta below it is computed; the weights are rounded as the pass was.
 
         Returns
         -------
         tuple of (list, numpy.ndarray or None)
-            ``[dW0, db0, dW1, db1, ...]`` (float32; None where not needed or without bias)
-            and the input's gradient (or None).
+            ``[dW0, db0, dW1, db1, ...]`` (float32; None where not needed, without bias, or
+            stepped on the device) and the input's gradient (or None).
 
         Raises
         ------
@@ -351,14 +374,37 @@ class ResidentChain:
         need = [True] * (2 * self.layers) if need is None else [bool(n) for n in need]
         if len(need) != 2 * self.layers:
             raise ValueError(f"need must have {2 * self.layers} flags, not {len(need)}")
+        if update is not None:
+            if input_grad:
+                raise ValueError("input_grad: not with update (the input's gradient is a "
+                                 "host path's)")
+            params, lr, wd = update
+            if [w for w, _ in params] != list(saved.keep) or len(params) != self.layers:
+                raise ValueError("update: the params must be the resident ones the forward "
+                                 "pass used")
         dev, step, rounding = self.device, saved.step, saved.rounding
         layers, saved.layers = saved.layers, None
+        keep = saved.keep
         try:
             d = self._quantize("loss gradient", grad, rounding,
                                self._seed(step, self.layers, 3))
             grads, dx = [None] * (2 * self.layers), None
             for i in reversed(range(self.layers)):
                 h, qw, _ = layers[i]
+                if update is not None:
+                    d_next = self._backward_data(d, qw, layers, i, step, rounding)
+                    w, b = params[i]
+                    dev.sgd_update(h, d, w, lr=lr, weight_decay=wd, transpose_a=True,
+                                   rounding=rounding, seed=self._seed(step, i, 1) ^ SGD_SEED)
+                    if b is not None:
+                        dev.sgd_update(self._ones_row(saved.batch), d, b, lr=lr,
+                                       weight_decay=wd)
+                    d.free()
+                    _free(layers[i:i + 1], keep)
+                    layers[i] = (None, None, None)
+                    if i:
+                        d = d_next
+                    continue
                 if need[2 * i]:
                     dw = dev.bfp_gemm(h, d, transpose_a=True, out="float32")
                     grads[2 * i] = dw.numpy()
@@ -379,13 +425,20 @@ class ResidentChain:
                     g.free()
                     self._count("input gradient", dx.nbytes)
                 d.free()
-                _free(layers[i:i + 1])
+                _free(layers[i:i + 1], keep)
                 layers[i] = (None, None, None)
                 if i:
                     d = d_next
         finally:
-            _free(layers)
+            _free(layers, keep)
         return grads, dx
+
+    def _backward_data(self, d, qw, layers, i, step, rounding):
+        """The delta below layer ``i`` (through the ReLU mask), or None below the first."""
+        if not i:
+            return None
+        return self.device.bfp_gemm(d, qw, transpose_b=True, mask_in=layers[i - 1][2],
+                                    rounding=rounding, seed=self._seed(step, i, 1))
 
 
 class ResidentMLP:
@@ -400,12 +453,22 @@ class ResidentMLP:
     seed : int
         Seeds the weights' initialisation and every descriptor's stochastic rounding.
     lr, momentum, weight_decay : float
-        :class:`firmware.ml.optim.SGD`'s (float32 master weights).
+        :class:`firmware.ml.optim.SGD`'s (float32 master weights); with ``optimizer``
+        "device", the device's SGD (no momentum: ``momentum`` must be 0). ``lr`` may be
+        changed between steps (a schedule).
+    optimizer : {"host", "device"}
+        "host": float32 master weights on the host, written every step and quantised on the
+        device, the gradients read back. "device": the weights live on the device in BFP8
+        tile blocks and the biases in float32, each weight-gradient GEMM steps them in its
+        epilogue (:meth:`firmware.Device.sgd_update`, SWALP's 8-bit SGD): per step the host
+        writes the batch and the loss gradient and reads the logits, nothing else.
 
     Attributes
     ----------
     params : list of (str, numpy.ndarray)
-        ``W0, b0, W1, b1, ...``: the float32 master weights, updated in place.
+        ``W0, b0, W1, b1, ...``: with ``optimizer`` "host" the float32 master weights,
+        updated in place; with "device" the device's weights read back (dequantised) when
+        asked.
     steps : int
         Training steps taken.
     traffic : dict
@@ -416,24 +479,62 @@ class ResidentMLP:
     Raises
     ------
     TypeError, ValueError
-        A bad argument, named in the message; a device without the epilogue.
+        A bad argument, named in the message; a device without the epilogue (or, with
+        ``optimizer`` "device", without ``SGD``).
     """
 
     def __init__(self, sizes, device, *, seed: int = 0, lr: float = 0.05,
-                 momentum: float = 0.9, weight_decay: float = 0.0):
+                 momentum: float = 0.9, weight_decay: float = 0.0, optimizer: str = "host"):
+        if optimizer not in ("host", "device"):
+            raise ValueError(f"optimizer must be 'host' or 'device', not {optimizer!r}")
         self.chain = ResidentChain(sizes, device, seed=seed)
         self.sizes, self.device, self.seed = self.chain.sizes, device, seed
+        self.optimizer_kind = optimizer
         rng = np.random.default_rng(seed)
-        self.params = []
+        params = []
         for i, (fan_in, fan_out) in enumerate(zip(self.sizes, self.sizes[1:], strict=False)):
             bound = np.sqrt(6.0 / fan_in)
-            self.params += [(f"W{i}", rng.uniform(-bound, bound, (fan_in, fan_out))
-                             .astype(np.float32)),
-                            (f"b{i}", np.zeros(fan_out, np.float32))]
-        self.optimizer = SGD(self.params, lr=lr, momentum=momentum,
-                             weight_decay=weight_decay)
+            params += [(f"W{i}", rng.uniform(-bound, bound, (fan_in, fan_out))
+                        .astype(np.float32)),
+                       (f"b{i}", np.zeros(fan_out, np.float32))]
+        if optimizer == "host":
+            self._params = params
+            self.optimizer = SGD(self._params, lr=lr, momentum=momentum,
+                                 weight_decay=weight_decay)
+            self._resident = None
+        else:
+            from firmware.runtime.epilogue import offers
+            if momentum:
+                raise ValueError(f"momentum must be 0 with optimizer='device' (the device's "
+                                 f"SGD keeps no momentum), not {momentum!r}")
+            if not offers(device, SGD=1, BFP8=1, STOCHASTIC=1) or not offers(device, SGD=1):
+                raise ValueError(f"device: this {device.backend} accelerator does not offer "
+                                 f"DESC_EPILOGUE.SGD (CONFIG_FEATURES.OPS): use "
+                                 f"optimizer='host'")
+            if self.chain.host_bias:
+                raise ValueError("device: it adds no bias to a float32 output: use "
+                                 "optimizer='host'")
+            if lr <= 0 or weight_decay < 0:
+                raise ValueError(f"need lr > 0 and weight_decay >= 0, not {lr}, "
+                                 f"{weight_decay}")
+            self.lr, self.weight_decay = float(lr), float(weight_decay)
+            # the initial weights rounded to nearest, the biases as they are
+            self._resident = [(device.quantize(w), device.tensor(b.reshape(1, -1)))
+                              for (_, w), (_, b) in zip(params[::2], params[1::2],
+                                                        strict=True)]
+            self.optimizer = None
         self.steps = 0
         self._saved = None
+
+    @property
+    def params(self) -> list:
+        if self._resident is None:
+            return self._params
+        out = []
+        for i, (w, b) in enumerate(self._resident):
+            out += [(f"W{i}", bfp.dequantize_tiles(w.mantissas(), w.exponents())),
+                    (f"b{i}", b.numpy().reshape(-1))]
+        return out
 
     @property
     def layers(self) -> int:
@@ -444,7 +545,9 @@ class ResidentMLP:
         return self.chain.traffic
 
     def _pairs(self):
-        p = [a for _, a in self.params]
+        if self._resident is not None:
+            return self._resident
+        p = [a for _, a in self._params]
         return list(zip(p[::2], p[1::2], strict=True))
 
     def forward(self, x: np.ndarray, *, train: bool = False):
@@ -461,8 +564,12 @@ class ResidentMLP:
         logits = self.forward(x, train=True)
         loss, grad = softmax_cross_entropy(logits, labels)
         saved, self._saved = self._saved, None
-        grads, _ = self.chain.backward(saved, grad)
-        self.optimizer.step(grads)
+        if self._resident is None:
+            grads, _ = self.chain.backward(saved, grad)
+            self.optimizer.step(grads)
+        else:
+            self.chain.backward(saved, grad,
+                                update=(self._resident, self.lr, self.weight_decay))
         self.steps += 1
         return loss
 

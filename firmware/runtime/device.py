@@ -940,6 +940,46 @@ class Device:
         from firmware.runtime import epilogue
         return epilogue.upload(self, q, exp)
 
+    def sgd_update(self, a, b, target, *, lr, weight_decay=0.0, transpose_a: bool = False,
+                   transpose_b: bool = False, rounding: str = "nearest", seed: int = 0):
+        """One SGD step of ``target`` in place, its gradient ``op(A) op(B)`` never leaving
+        the device (``DESC_EPILOGUE.SGD``).
+
+        The gradient is computed as :meth:`bfp_gemm` computes it; then, per element,
+        ``target = target - lr * (G + weight_decay * target)``
+        (:func:`sim.models.bfp.sgd_step`), a BFP8 target dequantised first and quantised
+        again with ``rounding`` (SWALP's 8-bit SGD), a float32 one (a bias) kept in
+        float32. The learning rate is the descriptor's: a schedule stays on the host.
+
+        Parameters
+        ----------
+        a, b : firmware.runtime.epilogue.BfpTensor
+            ``op(a)`` is M x K, ``op(b)`` K x N: the gradient's factors.
+        target : BfpTensor or DeviceTensor
+            The M x N weights (BFP8 tile blocks) or a float32 matrix, updated in place.
+        lr, weight_decay : float
+            Rounded to float32.
+        transpose_a, transpose_b : bool
+        rounding : {"nearest", "stochastic"}
+            A BFP8 target's quantiser.
+        seed : int
+            The 64-bit seed of stochastic rounding.
+
+        Raises
+        ------
+        TypeError, ValueError
+            A bad argument, named in the message.
+        RuntimeError
+            The accelerator does not offer ``SGD`` (``CONFIG_FEATURES.OPS``).
+        AcceleratorError
+            The hardware reported an error (``NONFINITE`` where the weights cannot be
+            quantised).
+        """
+        from firmware.runtime import epilogue
+        epilogue.sgd_update(self, a, b, target, lr=lr, weight_decay=weight_decay,
+                            transpose_a=transpose_a, transpose_b=transpose_b,
+                            rounding=rounding, seed=seed)
+
     def bfp_gemm(self, a, b, *, transpose_a: bool = False, transpose_b: bool = False,
                  bias=None, bias_axis: str = "col", relu: bool = False, mask_in=None,
                  out: str = "bfp8", rounding: str = "nearest", seed: int = 0):

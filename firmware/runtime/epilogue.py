@@ -121,8 +121,9 @@ def offers(dev, **ops) -> bool:
 def _require(dev, **ops):
     """The device offers tile exponents and the ``DESC_EPILOGUE`` options ``ops`` (field
     values, as :func:`firmware.spec.regmap.pack` takes them), else a clear error. Where
-    ``CONFIG_FEATURES.EPILOGUE`` is 0, ``RELU``, ``BIAS`` and ``MASK_IN`` in
-    ``CONFIG_FEATURES.OPS`` are offered only with ``BFP8`` (a float32 C is refused here)."""
+    ``CONFIG_FEATURES.EPILOGUE`` is 0, ``RELU``, ``BIAS``, ``MASK_IN`` and ``QUANTIZE_ONLY``
+    in ``CONFIG_FEATURES.OPS`` are offered only with ``BFP8`` (a float32 C is refused
+    here)."""
     if dev.driver is None:
         return
     info = dev.driver.info
@@ -282,14 +283,21 @@ def bfp_gemm(dev, a: BfpTensor, b: BfpTensor, *, transpose_a: bool = False,
     _check_dims(("M", m), ("N", n), ("K", k))
     if bias is not None:
         length = m if bias_axis == "row" else n
-        host_bias = bias.numpy().reshape(-1) if isinstance(bias, DeviceTensor) else bias
-        if not isinstance(host_bias, np.ndarray) or host_bias.dtype != np.float32:
+        # (a DeviceTensor's values stay on the device: only its shape is checked)
+        if isinstance(bias, DeviceTensor):
+            if bias.device is not dev or bias.dtype != np.float32:
+                raise TypeError(f"bias must be a float32 vector of this device, not "
+                                f"{bias.dtype}")
+            size = bias.shape[0] * bias.shape[1]
+        elif not isinstance(bias, np.ndarray) or bias.dtype != np.float32:
             raise TypeError(f"bias must be a float32 vector, not "
-                            f"{getattr(host_bias, 'dtype', type(bias).__name__)}")
-        if host_bias.size != length:
+                            f"{getattr(bias, 'dtype', type(bias).__name__)}")
+        else:
+            size = bias.size
+        if size != length:
             raise ValueError(f"bias must have {length} values (one per "
                              f"{'row' if bias_axis == 'row' else 'column'} of C), not "
-                             f"{host_bias.size}")
+                             f"{size}")
     if mask_in is not None:
         if not isinstance(mask_in, MaskTensor):
             raise TypeError(f"mask_in must be a MaskTensor (bfp_gemm with relu=True), not "
@@ -306,6 +314,7 @@ def bfp_gemm(dev, a: BfpTensor, b: BfpTensor, *, transpose_a: bool = False,
     if dev.driver is None:
         c = bfp.gemm_kblocks(a.mantissas(), a.exponents(), b.mantissas(), b.exponents(),
                              transpose_a=bool(transpose_a), transpose_b=bool(transpose_b))
+        host_bias = bias.numpy() if isinstance(bias, DeviceTensor) else bias
         r = bfp.epilogue(c, bias=None if bias is None else host_bias.reshape(-1),
                          bias_axis=bias_axis, relu=bool(relu),
                          mask_in=None if mask_in is None else mask_in.numpy(),
@@ -339,7 +348,7 @@ def bfp_gemm(dev, a: BfpTensor, b: BfpTensor, *, transpose_a: bool = False,
             desc.update(c_addr=result.addr, c_stride=result.stride)
             tensors.append(result)
         if bias is not None:
-            bt = bias if isinstance(bias, DeviceTensor) else dev.tensor(host_bias.reshape(1, -1))
+            bt = bias if isinstance(bias, DeviceTensor) else dev.tensor(bias.reshape(1, -1))
             if bt is not bias:
                 temps.append(bt)
             desc["bias_addr"] = bt.addr
@@ -368,3 +377,77 @@ def bfp_gemm(dev, a: BfpTensor, b: BfpTensor, *, transpose_a: bool = False,
         for t in temps:
             t.free()
     return (result, mask) if relu else result
+
+
+def sgd_update(dev, a: BfpTensor, b: BfpTensor, target, *, lr, weight_decay=0.0,
+               transpose_a: bool = False, transpose_b: bool = False,
+               rounding: str = "nearest", seed: int = 0) -> None:
+    """See :meth:`firmware.Device.sgd_update`."""
+    from firmware.runtime.device import DeviceTensor
+    for name, t in (("a", a), ("b", b)):
+        if not isinstance(t, BfpTensor):
+            raise TypeError(f"{name} must be a BfpTensor (Device.quantize or bfp_gemm), not "
+                            f"{type(t).__name__}")
+        if t.q.device is not dev:
+            raise ValueError(f"{name} is a BfpTensor of another device (or freed)")
+    for name, flag in (("transpose_a", transpose_a), ("transpose_b", transpose_b)):
+        if not isinstance(flag, (bool, np.bool_)):
+            raise TypeError(f"{name} must be a bool, not {type(flag).__name__}")
+    for name, v in (("lr", lr), ("weight_decay", weight_decay)):
+        if not isinstance(v, (int, float, np.floating)) or isinstance(v, bool) \
+                or not np.isfinite(v):
+            raise TypeError(f"{name} must be a finite number, not {v!r}")
+    _check_rounding(rounding, seed)
+    m, ka = a.shape[::-1] if transpose_a else a.shape
+    kb, n = b.shape[::-1] if transpose_b else b.shape
+    if ka != kb:
+        raise ValueError(f"inner dimensions differ: op(a) is {m}x{ka} but op(b) is {kb}x{n}")
+    k = ka
+    _check_dims(("M", m), ("N", n), ("K", k))
+    bfp8 = isinstance(target, BfpTensor)
+    if bfp8:
+        if target.q.device is not dev:
+            raise ValueError("target is a BfpTensor of another device (or freed)")
+    elif not isinstance(target, DeviceTensor) or target.device is not dev \
+            or target.dtype != np.float32 or target.ndim != 2:
+        raise TypeError(f"target must be a BfpTensor or a float32 DeviceTensor matrix of "
+                        f"this device, not {type(target).__name__}")
+    if target.shape != (m, n):
+        raise ValueError(f"target is {target.shape[0]}x{target.shape[1]}, the gradient "
+                         f"{m}x{n}")
+    _require(dev, SGD=1, BFP8=int(bfp8), STOCHASTIC=int(bfp8 and rounding == "stochastic"))
+    dev.stats = {"backend": dev.backend, "macs": m * n * k, "m": m, "n": n, "k": k,
+                 "descriptors": 0, "cycles": None, "utilization": None}
+    dev.profile.count("gemms", 1)
+    if dev.driver is None:
+        g = bfp.gemm_kblocks(a.mantissas(), a.exponents(), b.mantissas(), b.exponents(),
+                             transpose_a=bool(transpose_a), transpose_b=bool(transpose_b))
+        w = bfp.dequantize_tiles(target.mantissas(), target.exponents()) if bfp8 \
+            else target.numpy()
+        w = bfp.sgd_step(w, g, lr, weight_decay)
+        if not bfp8:
+            target.write(w)
+            return
+        if not np.isfinite(w).all():
+            raise ValueError("the updated weights hold inf or NaN: they cannot be quantised")
+        q, e = bfp.quantize_tiles(w, rounding=rounding, seed=int(seed))
+        target.q.write(q)
+        target.exp.write(e.reshape(1, -1))
+        return
+    desc = dict(m=m, n=n, k=k, flags={"TRANSPOSE_A": int(transpose_a),
+                                      "TRANSPOSE_B": int(transpose_b)},
+                a_addr=a.q.addr, a_stride=a.q.stride, b_addr=b.q.addr, b_stride=b.q.stride,
+                row_exp_addr=a.exp.addr, col_exp_addr=b.exp.addr, seed=int(seed),
+                lr=float(lr), weight_decay=float(weight_decay))
+    epi = {"A_TILES": 1, "B_TILES": 1, "SGD": 1}
+    tensors = [a.q, a.exp, b.q, b.exp]
+    if bfp8:
+        desc.update(c_addr=target.q.addr, c_stride=target.q.stride,
+                    c_exp_addr=target.exp.addr)
+        epi.update(BFP8=1, STOCHASTIC=int(rounding == "stochastic"))
+        tensors += [target.q, target.exp]
+    else:
+        desc.update(c_addr=target.addr, c_stride=target.stride)
+        tensors.append(target)
+    desc["epilogue"] = epi
+    _run(dev, desc, tensors)

@@ -33,7 +33,7 @@ __all__ = ["Field", "Register", "REGISTERS", "ErrorCode", "MAGIC", "VERSION", "T
 #: ``ID`` register contents: ASCII "BFP8".
 MAGIC = 0x42465038
 #: Register map version (major << 16 | minor): changes when the map does.
-VERSION = 0x0001_0009
+VERSION = 0x0001_000A
 
 #: Side of the number format's square tile blocks (``CONFIG_FEATURES.TILE_LOG2``): BFP8 tile
 #: blocks, :mod:`sim.models.bfp`.
@@ -213,8 +213,8 @@ REGISTERS: tuple[Register, ...] = tuple([
          ("K_BLOCKS", 1, 1, "operands with tile exponents (DESC_EPILOGUE.A_TILES, B_TILES)"),
          ("TILE_LOG2", 8, 4, "log2 of the side of the number format's tile blocks"),
          ("OPS", 16, 8, "the DESC_EPILOGUE bits 7..0 this build runs, each as in "
-                        "DESC_EPILOGUE (all of them where EPILOGUE is 1). RELU, BIAS and "
-                        "MASK_IN only with BFP8 where EPILOGUE is 0")),
+                        "DESC_EPILOGUE (all of them where EPILOGUE is 1). RELU, BIAS, "
+                        "MASK_IN and QUANTIZE_ONLY only with BFP8 where EPILOGUE is 0")),
     _reg("CTRL", 0x020, "w1p", "Control pulses",
          ("ENQUEUE", 0, 1, "copy the staged descriptor into the queue (starts the engine)"),
          ("SOFT_RESET", 1, 1, "abort everything, drain the bus, return to idle"),
@@ -277,6 +277,10 @@ REGISTERS: tuple[Register, ...] = tuple([
                                  "DESC_A_STRIDE bytes apart, both multiples of the bus "
                                  "word) goes through the epilogue; DESC_K, B and the "
                                  "exponent vectors unused"),
+         ("SGD", 7, 1, "an optimiser step in place of C: C = C - DESC_LR * (G + "
+                       "DESC_WEIGHT_DECAY * C), G this GEMM's result, C the stored weights "
+                       "(BFP8 tile blocks with BFP8, else float32) read before they are "
+                       "written; not with BIAS, RELU, MASK_IN or QUANTIZE_ONLY"),
          ("A_TILES", 8, 1, "A's exponents are its tile grid at DESC_ROW_EXP_ADDR (as A is "
                            "stored, row-major): they change along K"),
          ("B_TILES", 9, 1, "B's exponents are its tile grid at DESC_COL_EXP_ADDR")),
@@ -287,6 +291,9 @@ REGISTERS: tuple[Register, ...] = tuple([
     *_addr("DESC_C_EXP_ADDR", 0x170, "Address of C's tile exponents (int8, row-major)"),
     _reg("DESC_SEED_LO", 0x178, "rw", "Seed of stochastic rounding, bits 31..0"),
     _reg("DESC_SEED_HI", 0x17C, "rw", "Seed of stochastic rounding, bits 63..32"),
+    _reg("DESC_LR", 0x180, "rw", "Learning rate of DESC_EPILOGUE.SGD (float32 bits)"),
+    _reg("DESC_WEIGHT_DECAY", 0x184, "rw", "Weight decay of DESC_EPILOGUE.SGD (float32 "
+                                           "bits)"),
 ])
 
 _BY_NAME = {r.name: r for r in REGISTERS}

@@ -48,7 +48,8 @@ from sim.models.prng import random_matrix
 __all__ = ["FORMAT_NAME", "BLOCKS", "ROUNDING", "FRACTION_BITS", "MX_BLOCK", "MX_SCALE_BIAS",
            "quantize_tiles", "dequantize_tiles", "tile_exponents", "tile_grid",
            "gemm_kblocks", "gemm_kruns", "Epilogue", "epilogue", "add_float32", "BIAS_AXES",
-           "OUTPUTS", "CANONICAL_NAN", "pack_mask", "unpack_mask", "to_mxint8", "from_mxint8"]
+           "OUTPUTS", "CANONICAL_NAN", "pack_mask", "unpack_mask", "to_mxint8", "from_mxint8",
+           "sgd_step"]
 
 #: The format's name.
 FORMAT_NAME = "bfp8-t32"
@@ -351,7 +352,8 @@ def gemm_kruns(a: np.ndarray, a_exp: np.ndarray, b: np.ndarray, b_exp: np.ndarra
     op_a = a.T if transpose_a else a
     op_b = b.T if transpose_b else b
     length = stops[0]
-    # (the batched form when every run but the last is `length` long and the last no longer)
+    # (the batched form where every run but the last is `length` long and the last is not
+    # longer than `length`)
     if length <= _BATCH_K and k <= runs * length \
             and all(s == (j + 1) * length for j, s in enumerate(stops[:-1])):
         return _uniform_runs(op_a, a_exp, op_b, b_exp, length)
@@ -454,6 +456,51 @@ def gemm_kblocks(a: np.ndarray, a_exp: np.ndarray, b: np.ndarray, b_exp: np.ndar
 
 
 # --------------------------------------------------------------------------- the epilogue
+
+def sgd_step(w: np.ndarray, g: np.ndarray, lr, weight_decay=0.0) -> np.ndarray:
+    """The optimiser's step of ``DESC_EPILOGUE.SGD``, per element, in float32::
+
+        u  = add_float32(g, float32(weight_decay * w))
+        w' = add_float32(w, float32(-(float32(lr * u))))
+
+    each product rounded to nearest even (numpy's float32 multiplication), each sum by
+    :func:`add_float32`. This is SGD without momentum on the stored weights: with BFP8
+    weights, ``w`` is :func:`dequantize_tiles` of them and ``w'`` is quantised again
+    (SWALP's 8-bit SGD).
+
+    Parameters
+    ----------
+    w, g : numpy.ndarray of float32, the same shape
+        The weights and their gradient.
+    lr, weight_decay : float
+        Rounded to float32 first.
+
+    Returns
+    -------
+    numpy.ndarray of float32
+
+    Raises
+    ------
+    TypeError
+        ``w`` or ``g`` is not a float32 ndarray, or ``lr`` / ``weight_decay`` not a number.
+    ValueError
+        ``w`` and ``g`` differ in shape.
+    """
+    for name, v in (("w", w), ("g", g)):
+        if not isinstance(v, np.ndarray) or v.dtype != np.float32:
+            raise TypeError(f"{name} must be a float32 ndarray, not "
+                            f"{getattr(v, 'dtype', type(v).__name__)}")
+    if w.shape != g.shape:
+        raise ValueError(f"w is {w.shape} but g is {g.shape}")
+    for name, v in (("lr", lr), ("weight_decay", weight_decay)):
+        if not isinstance(v, (int, float, np.floating)) or isinstance(v, bool):
+            raise TypeError(f"{name} must be a number, not {type(v).__name__}")
+    lr32, wd32 = np.float32(lr), np.float32(weight_decay)
+    with np.errstate(over="ignore", invalid="ignore"):
+        u = add_float32(g, (wd32 * w).astype(np.float32))
+        step = (lr32 * u).astype(np.float32)
+    return add_float32(w, -step)
+
 
 def add_float32(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """IEEE binary32 addition as the epilogue's adder computes it.

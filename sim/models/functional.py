@@ -292,7 +292,8 @@ class FunctionalAccelerator:
         code = check_dimensions(m, n, 1 if only else k)
         if code:
             return ErrorCode(code)
-        if e["BIAS"] == 3 or (only and (e["A_TILES"] or e["B_TILES"])):
+        if e["BIAS"] == 3 or (only and (e["A_TILES"] or e["B_TILES"])) or (
+                e["SGD"] and (e["BIAS"] or e["RELU"] or e["MASK_IN"] or only)):
             return ErrorCode.UNSUPPORTED
         a_addr, a_stride = self._reg64("DESC_A_ADDR"), self._reg("DESC_A_STRIDE")
         b_addr, b_stride = self._reg64("DESC_B_ADDR"), self._reg("DESC_B_STRIDE")
@@ -371,6 +372,17 @@ class FunctionalAccelerator:
             bits = self._matrix(mask_addr, m, -(-n // 8), mask_stride)
             mask_in = bfp.unpack_mask(np.ascontiguousarray(bits), n)
         seed = self._reg("DESC_SEED_HI") << 32 | self._reg("DESC_SEED_LO")
+        if e["SGD"]:
+            # the optimiser's step: the stored weights, read before they are written
+            if e["BFP8"]:
+                w = bfp.dequantize_tiles(
+                    np.ascontiguousarray(self._matrix(c_addr, m, n, c_stride).view(np.int8)),
+                    grid("c").copy(), block=tile)
+            else:
+                w = self._matrix(c_addr, m, n, c_stride, np.float32).copy()
+            lr, wd = (np.array([self._reg(r)], np.uint32).view(np.float32)[0]
+                      for r in ("DESC_LR", "DESC_WEIGHT_DECAY"))
+            c = bfp.sgd_step(w, np.ascontiguousarray(c, np.float32), lr, wd)
         value = bfp.epilogue(c, bias=bias, bias_axis="row" if e["BIAS"] == 1 else "col",
                              relu=bool(e["RELU"]), mask_in=mask_in, out="fp32")
         if e["BFP8"] and not np.isfinite(value.value).all():
