@@ -11,8 +11,11 @@ write-back epilogue as the next GEMM's operand. Per step the host
   the device) and writes the float32 master weights, which the device quantises.
 
 Nothing else crosses: ReLU, its mask, the bias, the deltas through the mask, and every
-quantisation run on the device. (The optimiser is the host's until it runs in the weight
-gradient's epilogue.) The ``golden`` backend gives the same weights bit for bit as
+quantisation run on the device. With ``optimizer="device"`` the optimiser runs there too:
+the weights stay on the device in BFP8 tile blocks (the biases in float32) and each
+weight-gradient GEMM steps them in its epilogue (:meth:`firmware.Device.sgd_update`), so
+per step only the batch, the loss gradient and the logits cross. The ``golden`` backend
+gives the same weights bit for bit as
 ``model`` and ``rtl``: the stochastic rounding's bits come from a counter-based generator
 seeded per descriptor, never from the order of the work.
 
