@@ -69,6 +69,8 @@ NETS = {"cnn": fashion_cnn, "mlp": fashion_mlp}
 #: ``--blocks`` value for :class:`firmware.ml.resident.ResidentMLP` (``--net mlp`` only):
 #: activations, masks and deltas kept on the device in BFP8 tile blocks.
 RESIDENT = "resident"
+#: ... and the optimiser too (``optimizer="device"``): the weights stay on the device.
+RESIDENT_SGD = "resident-sgd"
 
 
 def measure(board: str, blocks: str, batch: int = 128, steps: int = 3,
@@ -81,7 +83,8 @@ def measure(board: str, blocks: str, batch: int = 128, steps: int = 3,
         A board's name (``platforms.PLATFORMS``).
     blocks : str
         The host path's exponent blocks (:meth:`firmware.ml.nn.Blocks.parse`), or
-        ``"resident"`` (with ``net_name="mlp"``): :class:`firmware.ml.resident.ResidentMLP`.
+        ``"resident"`` (with ``net_name="mlp"``): :class:`firmware.ml.resident.ResidentMLP`;
+        ``"resident-sgd"``: the same with its optimiser on the device.
     batch : int
         The batch size.
     steps : int
@@ -103,9 +106,11 @@ def measure(board: str, blocks: str, batch: int = 128, steps: int = 3,
     dev = board_device(board)
     rng = np.random.default_rng(0)
     x, y = _images(batch)
-    if blocks == RESIDENT:
+    if blocks in (RESIDENT, RESIDENT_SGD):
         from firmware.ml.resident import ResidentMLP
-        net = ResidentMLP([784, 256, 10], dev, seed=0, lr=0.01)
+        net = ResidentMLP([784, 256, 10], dev, seed=0, lr=0.01) if blocks == RESIDENT \
+            else ResidentMLP([784, 256, 10], dev, seed=0, lr=0.1, momentum=0.0,
+                             optimizer="device")
         x = x.reshape(batch, -1)
         profile = dev.profile
 
@@ -202,7 +207,8 @@ def main(argv=None) -> int:
                    help="the network: the CNN (default) or fashion-mlp's 784-256-10 MLP")
     p.add_argument("--blocks", nargs="+", default=["fox", "tensor"],
                    help="host-path exponent blocks (fox, tensor, W,x,d) or, with --net mlp, "
-                        "'resident' (tensors kept on the device)")
+                        "'resident' (tensors kept on the device) or 'resident-sgd' (and the "
+                        "optimiser run there)")
     p.add_argument("--batch", type=int, default=128)
     p.add_argument("--steps", type=int, default=3)
     p.add_argument("--out", type=Path, default=ROOT / "results" / "host_profile.json")
@@ -211,10 +217,10 @@ def main(argv=None) -> int:
         p.error("--batch and --steps must be at least 1")
     from firmware.ml import nn
     for b in args.blocks:
-        if b == RESIDENT:
+        if b in (RESIDENT, RESIDENT_SGD):
             if args.net != "mlp":
-                p.error("--blocks resident needs --net mlp (only fully connected layers stay "
-                        "on the device)")
+                p.error(f"--blocks {b} needs --net mlp (only fully connected layers stay "
+                        f"on the device)")
             continue
         try:
             nn.Blocks.parse(b)
