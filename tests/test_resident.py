@@ -126,3 +126,38 @@ def test_device_optimizer_refuses_momentum_and_a_device_without_sgd():
         ResidentMLP([8, 4], Device("golden"), optimizer="device")
     with pytest.raises(ValueError, match="optimizer must be"):
         ResidentMLP([8, 4], Device("golden"), optimizer="chip")
+
+
+def test_device_optimizer_with_swa_averaged_by_the_host(data):
+    """SWALP's average with the optimiser on the device: the host reads the weights once
+    per averaging period (here a step) and averages them in float64; the average, written
+    back (quantised to nearest), is what the network then computes with."""
+    from firmware.ml.optim import SWA
+    from sim.models import bfp
+    xtr, ytr, xte, yte = data
+    net, _ = _train_on_device(Device("golden"), data, 40, lr=0.5)
+    swa = SWA(net.params)
+    for s in range(5):
+        i = s * 64
+        net.step(xtr[i:i + 64], ytr[i:i + 64])
+        swa.update(net.params)
+    avg = swa.averaged()
+    net.load_params(avg)
+    for name, got in net.params:
+        want = avg[name]
+        if name.startswith("W"):
+            want = bfp.dequantize_tiles(*bfp.quantize_tiles(want))
+        np.testing.assert_array_equal(got, want, err_msg=name)
+    assert (net.predict(xte) == yte).mean() > 0.85
+    with pytest.raises(ValueError, match="W0 must be a float32 array of shape"):
+        net.load_params({**avg, "W0": avg["W0"][:3]})
+
+
+def test_load_params_on_the_host_path():
+    net = ResidentMLP([8, 4], Device("golden"))
+    values = {"W0": np.full((8, 4), 0.5, np.float32), "b0": np.ones(4, np.float32)}
+    net.load_params(values)
+    np.testing.assert_array_equal(net.params[0][1], values["W0"])
+    np.testing.assert_array_equal(net.params[1][1], values["b0"])
+    with pytest.raises(ValueError, match="b0 must be a float32 array"):
+        net.load_params({"W0": values["W0"]})

@@ -471,7 +471,8 @@ class ResidentMLP:
     params : list of (str, numpy.ndarray)
         ``W0, b0, W1, b1, ...``: with ``optimizer`` "host" the float32 master weights,
         updated in place; with "device" the device's weights read back (dequantised) when
-        asked.
+        asked: an SWA average (:class:`firmware.ml.optim.SWA`) reads them once per
+        averaging period, and :meth:`load_params` writes the average back to evaluate.
     steps : int
         Training steps taken.
     traffic : dict
@@ -538,6 +539,38 @@ class ResidentMLP:
             out += [(f"W{i}", bfp.dequantize_tiles(w.mantissas(), w.exponents())),
                     (f"b{i}", b.numpy().reshape(-1))]
         return out
+
+    def load_params(self, values: dict) -> None:
+        """Set the weights: ``values`` maps ``W0, b0, ...`` to float32 arrays of their
+        shapes (an SWA average, :meth:`firmware.ml.optim.SWA.averaged`). With ``optimizer``
+        "device" they are written to the device, the weights quantised there (round to
+        nearest).
+
+        Raises
+        ------
+        ValueError
+            A name is missing or an array has the wrong shape or dtype.
+        """
+        names = [n for n, _ in self.params] if self._resident is None else \
+            [f"{k}{i}" for i in range(self.layers) for k in ("W", "b")]
+        shapes = {n: a.shape for n, a in self._params} if self._resident is None else {
+            **{f"W{i}": w.shape for i, (w, _) in enumerate(self._resident)},
+            **{f"b{i}": (b.shape[1],) for i, (_, b) in enumerate(self._resident)}}
+        for n in names:
+            v = values.get(n)
+            if not isinstance(v, np.ndarray) or v.dtype != np.float32 or v.shape != shapes[n]:
+                raise ValueError(f"values: {n} must be a float32 array of shape {shapes[n]}, "
+                                 f"not {getattr(v, 'dtype', type(v).__name__)} "
+                                 f"{getattr(v, 'shape', '')}")
+        if self._resident is None:
+            for n, a in self._params:
+                a[...] = values[n]
+            return
+        for i, (w, b) in enumerate(self._resident):
+            new = self.device.quantize(values[f"W{i}"])
+            w.free()
+            b.write(values[f"b{i}"].reshape(1, -1))
+            self._resident[i] = (new, b)
 
     @property
     def layers(self) -> int:
