@@ -15,9 +15,9 @@ def data():
     return (xtr.astype(np.float32), ytr, xte.astype(np.float32), yte)
 
 
-def _train(dev, data, steps, batch=64, seed=3):
+def _train(dev, data, steps, batch=64, seed=3, lr=0.05, **options):
     xtr, ytr, _, _ = data
-    net = ResidentMLP([64, 48, 10], dev, seed=seed, lr=0.05)
+    net = ResidentMLP([64, 48, 10], dev, seed=seed, lr=lr, **options)
     losses = []
     for s in range(steps):
         i = (s * batch) % (len(xtr) - batch)
@@ -86,14 +86,8 @@ def test_refuses_a_device_without_the_epilogue():
 
 
 def _train_on_device(dev, data, steps, batch=64, seed=3, lr=0.05):
-    xtr, ytr, _, _ = data
-    net = ResidentMLP([64, 48, 10], dev, seed=seed, lr=lr, momentum=0.0,
-                      optimizer="device")
-    losses = []
-    for s in range(steps):
-        i = (s * batch) % (len(xtr) - batch)
-        losses.append(net.step(xtr[i:i + batch], ytr[i:i + batch]))
-    return net, losses
+    return _train(dev, data, steps, batch=batch, seed=seed, lr=lr, momentum=0.0,
+                  optimizer="device")
 
 
 def test_device_optimizer_golden_and_model_agree_and_only_batch_and_logits_cross(data):

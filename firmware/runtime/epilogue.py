@@ -254,33 +254,52 @@ def quantize(dev, x, *, rounding: str = "nearest", seed: int = 0) -> BfpTensor:
     return out
 
 
-def bfp_gemm(dev, a: BfpTensor, b: BfpTensor, *, transpose_a: bool = False,
-             transpose_b: bool = False, bias=None, bias_axis: str = "col", relu: bool = False,
-             mask_in: MaskTensor | None = None, out: str = "bfp8", rounding: str = "nearest",
-             seed: int = 0):
-    """See :meth:`firmware.Device.bfp_gemm`."""
-    from firmware.runtime.device import DeviceTensor
+def _operands(dev, a, b, transpose_a, transpose_b, rounding, seed) -> tuple[int, int, int]:
+    """The checks of a BFP8 GEMM's operands, flags and rounding; its ``(M, N, K)``."""
     for name, t in (("a", a), ("b", b)):
         if not isinstance(t, BfpTensor):
             raise TypeError(f"{name} must be a BfpTensor (Device.quantize or bfp_gemm), not "
                             f"{type(t).__name__}")
         if t.q.device is not dev:
             raise ValueError(f"{name} is a BfpTensor of another device (or freed)")
-    for name, flag in (("transpose_a", transpose_a), ("transpose_b", transpose_b),
-                       ("relu", relu)):
+    for name, flag in (("transpose_a", transpose_a), ("transpose_b", transpose_b)):
         if not isinstance(flag, (bool, np.bool_)):
             raise TypeError(f"{name} must be a bool, not {type(flag).__name__}")
-    if out not in ("bfp8", "float32"):
-        raise ValueError(f"out must be 'bfp8' or 'float32', not {out!r}")
-    if bias_axis not in ("row", "col"):
-        raise ValueError(f"bias_axis must be 'row' or 'col', not {bias_axis!r}")
     _check_rounding(rounding, seed)
     m, ka = a.shape[::-1] if transpose_a else a.shape
     kb, n = b.shape[::-1] if transpose_b else b.shape
     if ka != kb:
         raise ValueError(f"inner dimensions differ: op(a) is {m}x{ka} but op(b) is {kb}x{n}")
-    k = ka
-    _check_dims(("M", m), ("N", n), ("K", k))
+    _check_dims(("M", m), ("N", n), ("K", ka))
+    return m, n, ka
+
+
+def _golden_gemm(a, b, transpose_a, transpose_b) -> np.ndarray:
+    return bfp.gemm_kblocks(a.mantissas(), a.exponents(), b.mantissas(), b.exponents(),
+                            transpose_a=bool(transpose_a), transpose_b=bool(transpose_b))
+
+
+def _operand_desc(a, b, m, n, k, transpose_a, transpose_b, seed) -> dict:
+    """A BFP8 GEMM descriptor's operand fields (tile exponents along K)."""
+    return dict(m=m, n=n, k=k, flags={"TRANSPOSE_A": int(transpose_a),
+                                      "TRANSPOSE_B": int(transpose_b)},
+                a_addr=a.q.addr, a_stride=a.q.stride, b_addr=b.q.addr, b_stride=b.q.stride,
+                row_exp_addr=a.exp.addr, col_exp_addr=b.exp.addr, seed=int(seed))
+
+
+def bfp_gemm(dev, a: BfpTensor, b: BfpTensor, *, transpose_a: bool = False,
+             transpose_b: bool = False, bias=None, bias_axis: str = "col", relu: bool = False,
+             mask_in: MaskTensor | None = None, out: str = "bfp8", rounding: str = "nearest",
+             seed: int = 0):
+    """See :meth:`firmware.Device.bfp_gemm`."""
+    from firmware.runtime.device import DeviceTensor
+    if not isinstance(relu, (bool, np.bool_)):
+        raise TypeError(f"relu must be a bool, not {type(relu).__name__}")
+    if out not in ("bfp8", "float32"):
+        raise ValueError(f"out must be 'bfp8' or 'float32', not {out!r}")
+    if bias_axis not in ("row", "col"):
+        raise ValueError(f"bias_axis must be 'row' or 'col', not {bias_axis!r}")
+    m, n, k = _operands(dev, a, b, transpose_a, transpose_b, rounding, seed)
     if bias is not None:
         length = m if bias_axis == "row" else n
         # (a DeviceTensor's values stay on the device: only its shape is checked)
@@ -312,8 +331,7 @@ def bfp_gemm(dev, a: BfpTensor, b: BfpTensor, *, transpose_a: bool = False,
                  "descriptors": 0, "cycles": None, "utilization": None}
     dev.profile.count("gemms", 1)
     if dev.driver is None:
-        c = bfp.gemm_kblocks(a.mantissas(), a.exponents(), b.mantissas(), b.exponents(),
-                             transpose_a=bool(transpose_a), transpose_b=bool(transpose_b))
+        c = _golden_gemm(a, b, transpose_a, transpose_b)
         host_bias = bias.numpy() if isinstance(bias, DeviceTensor) else bias
         r = bfp.epilogue(c, bias=None if bias is None else host_bias.reshape(-1),
                          bias_axis=bias_axis, relu=bool(relu),
@@ -329,11 +347,7 @@ def bfp_gemm(dev, a: BfpTensor, b: BfpTensor, *, transpose_a: bool = False,
     temps, made = [], []
     try:
         tensors = [a.q, a.exp, b.q, b.exp]
-        desc = dict(m=m, n=n, k=k, flags={"TRANSPOSE_A": int(transpose_a),
-                                          "TRANSPOSE_B": int(transpose_b)},
-                    a_addr=a.q.addr, a_stride=a.q.stride, b_addr=b.q.addr,
-                    b_stride=b.q.stride, row_exp_addr=a.exp.addr, col_exp_addr=b.exp.addr,
-                    seed=int(seed))
+        desc = _operand_desc(a, b, m, n, k, transpose_a, transpose_b, seed)
         epi = {"A_TILES": 1, "B_TILES": 1}
         if out == "bfp8":
             result = _empty_bfp(dev, (m, n))
@@ -384,26 +398,11 @@ def sgd_update(dev, a: BfpTensor, b: BfpTensor, target, *, lr, weight_decay=0.0,
                rounding: str = "nearest", seed: int = 0) -> None:
     """See :meth:`firmware.Device.sgd_update`."""
     from firmware.runtime.device import DeviceTensor
-    for name, t in (("a", a), ("b", b)):
-        if not isinstance(t, BfpTensor):
-            raise TypeError(f"{name} must be a BfpTensor (Device.quantize or bfp_gemm), not "
-                            f"{type(t).__name__}")
-        if t.q.device is not dev:
-            raise ValueError(f"{name} is a BfpTensor of another device (or freed)")
-    for name, flag in (("transpose_a", transpose_a), ("transpose_b", transpose_b)):
-        if not isinstance(flag, (bool, np.bool_)):
-            raise TypeError(f"{name} must be a bool, not {type(flag).__name__}")
     for name, v in (("lr", lr), ("weight_decay", weight_decay)):
         if not isinstance(v, (int, float, np.floating)) or isinstance(v, bool) \
                 or not np.isfinite(v):
             raise TypeError(f"{name} must be a finite number, not {v!r}")
-    _check_rounding(rounding, seed)
-    m, ka = a.shape[::-1] if transpose_a else a.shape
-    kb, n = b.shape[::-1] if transpose_b else b.shape
-    if ka != kb:
-        raise ValueError(f"inner dimensions differ: op(a) is {m}x{ka} but op(b) is {kb}x{n}")
-    k = ka
-    _check_dims(("M", m), ("N", n), ("K", k))
+    m, n, k = _operands(dev, a, b, transpose_a, transpose_b, rounding, seed)
     bfp8 = isinstance(target, BfpTensor)
     if bfp8:
         if target.q.device is not dev:
@@ -420,8 +419,7 @@ def sgd_update(dev, a: BfpTensor, b: BfpTensor, target, *, lr, weight_decay=0.0,
                  "descriptors": 0, "cycles": None, "utilization": None}
     dev.profile.count("gemms", 1)
     if dev.driver is None:
-        g = bfp.gemm_kblocks(a.mantissas(), a.exponents(), b.mantissas(), b.exponents(),
-                             transpose_a=bool(transpose_a), transpose_b=bool(transpose_b))
+        g = _golden_gemm(a, b, transpose_a, transpose_b)
         w = bfp.dequantize_tiles(target.mantissas(), target.exponents()) if bfp8 \
             else target.numpy()
         w = bfp.sgd_step(w, g, lr, weight_decay)
@@ -434,11 +432,8 @@ def sgd_update(dev, a: BfpTensor, b: BfpTensor, target, *, lr, weight_decay=0.0,
         target.q.write(q)
         target.exp.write(e.reshape(1, -1))
         return
-    desc = dict(m=m, n=n, k=k, flags={"TRANSPOSE_A": int(transpose_a),
-                                      "TRANSPOSE_B": int(transpose_b)},
-                a_addr=a.q.addr, a_stride=a.q.stride, b_addr=b.q.addr, b_stride=b.q.stride,
-                row_exp_addr=a.exp.addr, col_exp_addr=b.exp.addr, seed=int(seed),
-                lr=float(lr), weight_decay=float(weight_decay))
+    desc = dict(_operand_desc(a, b, m, n, k, transpose_a, transpose_b, seed), lr=float(lr),
+                weight_decay=float(weight_decay))
     epi = {"A_TILES": 1, "B_TILES": 1, "SGD": 1}
     tensors = [a.q, a.exp, b.q, b.exp]
     if bfp8:
