@@ -107,6 +107,10 @@ def test_command_writes_a_record(tmp_path):
         r["macs_per_step"] / (r["peak_macs_per_cycle"] * r["clock_mhz"] * 1e6
                               * r["step_seconds"]))
     assert 0 < r["host_share"] < 1 and r["descriptors_per_step"] > 0
+    # the line the demo ends with
+    text = step.line(r)
+    assert text.startswith("fashion-cnn on zcu104: step ")
+    assert f"speedup {r['speedup']:.2f}" in text and f"{100 * r['host_share']:.1f} %" in text
 
 
 @pytest.mark.parametrize("argv", [["--batch", "0"], ["--net", "alexnet"], ["--blocks", "x"],

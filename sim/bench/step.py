@@ -233,6 +233,23 @@ def measure(board: str, net_name: str, blocks: str = "fox", batch: int = 128,
             "utilization": macs / (peak * clock * (host + acc))}
 
 
+def compare(board: str, net_name: str, torch_seconds: float, blocks: str = "fox",
+            batch: int = 128, steps: int = 1) -> dict:
+    """:func:`measure`'s record with ``torch_seconds`` (:func:`torch_step`) and the
+    ``speedup`` over it."""
+    r = measure(board, net_name, blocks, batch, steps)
+    r["torch_seconds"] = torch_seconds
+    r["speedup"] = torch_seconds / r["step_seconds"]
+    return r
+
+
+def line(r) -> str:
+    """One record of :func:`compare` as a line of text."""
+    return (f"{r['net']} on {r['board']}: step {1e3 * r['step_seconds']:.0f} ms (host share "
+            f"{100 * r['host_share']:.1f} %), PyTorch fp32 {1e3 * r['torch_seconds']:.0f} ms, "
+            f"speedup {r['speedup']:.2f}, utilisation {100 * r['utilization']:.2f} %")
+
+
 def table(records) -> str:
     """Records (with ``torch_seconds``) as a Markdown table."""
     lines = ["| net | board | host (ms) | accelerator (ms) | step (ms) | host share | "
@@ -271,13 +288,8 @@ def main(argv=None) -> int:
     for net in args.net:
         t = torch_step(net, args.batch, max(2, args.steps))
         for board in args.board:
-            r = measure(board, net, args.blocks, args.batch, args.steps)
-            r["torch_seconds"] = t
-            r["speedup"] = t / r["step_seconds"]
-            print(f"  {net} on {board}: step {1e3 * r['step_seconds']:.0f} ms (host share "
-                  f"{100 * r['host_share']:.1f} %), PyTorch fp32 {1e3 * t:.0f} ms, speedup "
-                  f"{r['speedup']:.2f}, utilisation {100 * r['utilization']:.2f} %",
-                  file=sys.stderr)
+            r = compare(board, net, t, args.blocks, args.batch, args.steps)
+            print(f"  {line(r)}", file=sys.stderr)
             records.append(r)
     print(table(records))
     args.out.parent.mkdir(parents=True, exist_ok=True)
