@@ -2,10 +2,8 @@
 accelerator (the generated Verilog, natively simulated), and print both accuracies.
 
 Options: ``--epochs N`` (default 5), ``--seed S``, ``--rows R --cols C`` (default 8x8),
-``--blocks`` (block granularity, default Fox et al.'s), ``--no-step``. Then the int8 run's
-profile: the host's time per step by kind beside the accelerator's cycles (at 100 MHz). Ends
-with one line of ``python -m sim.bench step``: a fashion-cnn training step (batch 128) through
-the ZCU104 default's functional model against the same step in PyTorch fp32 on one core.
+``--blocks`` (block granularity, default Fox et al.'s). Ends with the int8 run's profile: the
+host's time per step by kind beside the accelerator's cycles (at 100 MHz).
 """
 
 from __future__ import annotations
@@ -25,8 +23,6 @@ def main(argv=None) -> int:
     p.add_argument("--cols", type=int, default=8)
     p.add_argument("--blocks", default="fox",
                    help="fox (default), tensor, or 'weights,activations,deltas'")
-    p.add_argument("--no-step", action="store_true",
-                   help="skip the last line (a fashion-cnn step against PyTorch)")
     args = p.parse_args(argv)
     if args.epochs < 1:
         p.error("--epochs must be at least 1")
@@ -52,15 +48,6 @@ def main(argv=None) -> int:
           f"  ({time.monotonic() - t0:.1f} s, {int8['gemms']} GEMMs, "
           f"{int8['accelerator_cycles']:,} accelerator cycles)")
     print(_profile_text(int8["profile"]))
-    if not args.no_step:
-        try:
-            from sim.bench.step import compare, line, torch_step
-            t = torch_step("fashion-cnn")
-        except ImportError as e:            # a board's Python: numpy only
-            print(f"training step: skipped ({e.name or 'PyTorch'} is not installed)")
-            return 0
-        r = compare("zcu104", "fashion-cnn", t)
-        print(f"training step, {line(r)}  (python -m sim.bench step)")
     return 0
 
 
