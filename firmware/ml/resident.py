@@ -394,35 +394,29 @@ class ResidentChain:
             grads, dx = [None] * (2 * self.layers), None
             for i in reversed(range(self.layers)):
                 h, qw, _ = layers[i]
+                # the delta below (through the ReLU mask) first: an update steps qw in place
+                d_next = dev.bfp_gemm(d, qw, transpose_b=True, mask_in=layers[i - 1][2],
+                                      rounding=rounding,
+                                      seed=self._seed(step, i, 1)) if i else None
                 if update is not None:
-                    d_next = self._backward_data(d, qw, layers, i, step, rounding)
                     w, b = params[i]
                     dev.sgd_update(h, d, w, lr=lr, weight_decay=wd, transpose_a=True,
                                    rounding=rounding, seed=self._seed(step, i, 1) ^ SGD_SEED)
                     if b is not None:
                         dev.sgd_update(self._ones_row(saved.batch), d, b, lr=lr,
                                        weight_decay=wd)
-                    d.free()
-                    _free(layers[i:i + 1], keep)
-                    layers[i] = (None, None, None)
-                    if i:
-                        d = d_next
-                    continue
-                if need[2 * i]:
-                    dw = dev.bfp_gemm(h, d, transpose_a=True, out="float32")
-                    grads[2 * i] = dw.numpy()
-                    dw.free()
-                if need[2 * i + 1]:
-                    db = dev.bfp_gemm(self._ones_row(saved.batch), d, out="float32")
-                    grads[2 * i + 1] = db.numpy().reshape(-1)
-                    db.free()
-                self._count("gradients", sum(g.nbytes for g in grads[2 * i:2 * i + 2]
-                                             if g is not None))
-                if i:
-                    mask = layers[i - 1][2]
-                    d_next = dev.bfp_gemm(d, qw, transpose_b=True, mask_in=mask,
-                                          rounding=rounding, seed=self._seed(step, i, 1))
-                elif input_grad:
+                else:
+                    if need[2 * i]:
+                        dw = dev.bfp_gemm(h, d, transpose_a=True, out="float32")
+                        grads[2 * i] = dw.numpy()
+                        dw.free()
+                    if need[2 * i + 1]:
+                        db = dev.bfp_gemm(self._ones_row(saved.batch), d, out="float32")
+                        grads[2 * i + 1] = db.numpy().reshape(-1)
+                        db.free()
+                    self._count("gradients", sum(g.nbytes for g in grads[2 * i:2 * i + 2]
+                                                 if g is not None))
+                if not i and input_grad:
                     g = dev.bfp_gemm(d, qw, transpose_b=True, out="float32")
                     dx = g.numpy()
                     g.free()
@@ -430,18 +424,10 @@ class ResidentChain:
                 d.free()
                 _free(layers[i:i + 1], keep)
                 layers[i] = (None, None, None)
-                if i:
-                    d = d_next
+                d = d_next
         finally:
             _free(layers, keep)
         return grads, dx
-
-    def _backward_data(self, d, qw, layers, i, step, rounding):
-        """The delta below layer ``i`` (through the ReLU mask), or None below the first."""
-        if not i:
-            return None
-        return self.device.bfp_gemm(d, qw, transpose_b=True, mask_in=layers[i - 1][2],
-                                    rounding=rounding, seed=self._seed(step, i, 1))
 
 
 class ResidentMLP:
@@ -551,12 +537,10 @@ class ResidentMLP:
         ValueError
             A name is missing or an array has the wrong shape or dtype.
         """
-        names = [n for n, _ in self.params] if self._resident is None else \
-            [f"{k}{i}" for i in range(self.layers) for k in ("W", "b")]
-        shapes = {n: a.shape for n, a in self._params} if self._resident is None else {
-            **{f"W{i}": w.shape for i, (w, _) in enumerate(self._resident)},
-            **{f"b{i}": (b.shape[1],) for i, (_, b) in enumerate(self._resident)}}
-        for n in names:
+        shapes = {}
+        for i, (fan_in, fan_out) in enumerate(zip(self.sizes, self.sizes[1:], strict=False)):
+            shapes.update({f"W{i}": (fan_in, fan_out), f"b{i}": (fan_out,)})
+        for n in shapes:
             v = values.get(n)
             if not isinstance(v, np.ndarray) or v.dtype != np.float32 or v.shape != shapes[n]:
                 raise ValueError(f"values: {n} must be a float32 array of shape {shapes[n]}, "
