@@ -227,8 +227,7 @@ def quantize(dev, x, *, rounding: str = "nearest", seed: int = 0) -> BfpTensor:
                         f"{getattr(x, 'dtype', type(x).__name__)} {getattr(x, 'shape', '')}")
     m, n = x.shape
     _check_dims(("M", m), ("N", n))
-    dev.stats = {"backend": dev.backend, "macs": 0, "m": m, "n": n, "k": 0,
-                 "descriptors": 0, "cycles": None, "utilization": None}
+    _begin(dev, m, n, 0)
     if dev.driver is None:
         host = x.numpy() if isinstance(x, DeviceTensor) else x
         if not np.isfinite(host).all():
@@ -272,6 +271,14 @@ def _operands(dev, a, b, transpose_a, transpose_b, rounding, seed) -> tuple[int,
         raise ValueError(f"inner dimensions differ: op(a) is {m}x{ka} but op(b) is {kb}x{n}")
     _check_dims(("M", m), ("N", n), ("K", ka))
     return m, n, ka
+
+
+def _begin(dev, m: int, n: int, k: int) -> None:
+    """A descriptor's ``dev.stats`` before it runs (``k`` 0: quantise-only, no GEMM)."""
+    dev.stats = {"backend": dev.backend, "macs": m * n * k, "m": m, "n": n, "k": k,
+                 "descriptors": 0, "cycles": None, "utilization": None}
+    if k:
+        dev.profile.count("gemms", 1)
 
 
 def _golden_gemm(a, b, transpose_a, transpose_b) -> np.ndarray:
@@ -327,9 +334,7 @@ def bfp_gemm(dev, a: BfpTensor, b: BfpTensor, *, transpose_a: bool = False,
              STOCHASTIC=int(out == "bfp8" and rounding == "stochastic"),
              BIAS=0 if bias is None else 1 if bias_axis == "row" else 2, RELU=int(relu),
              MASK_IN=int(mask_in is not None))
-    dev.stats = {"backend": dev.backend, "macs": m * n * k, "m": m, "n": n, "k": k,
-                 "descriptors": 0, "cycles": None, "utilization": None}
-    dev.profile.count("gemms", 1)
+    _begin(dev, m, n, k)
     if dev.driver is None:
         c = _golden_gemm(a, b, transpose_a, transpose_b)
         host_bias = bias.numpy() if isinstance(bias, DeviceTensor) else bias
@@ -415,9 +420,7 @@ def sgd_update(dev, a: BfpTensor, b: BfpTensor, target, *, lr, weight_decay=0.0,
         raise ValueError(f"target is {target.shape[0]}x{target.shape[1]}, the gradient "
                          f"{m}x{n}")
     _require(dev, SGD=1, BFP8=int(bfp8), STOCHASTIC=int(bfp8 and rounding == "stochastic"))
-    dev.stats = {"backend": dev.backend, "macs": m * n * k, "m": m, "n": n, "k": k,
-                 "descriptors": 0, "cycles": None, "utilization": None}
-    dev.profile.count("gemms", 1)
+    _begin(dev, m, n, k)
     if dev.driver is None:
         g = _golden_gemm(a, b, transpose_a, transpose_b)
         w = bfp.dequantize_tiles(target.mantissas(), target.exponents()) if bfp8 \
