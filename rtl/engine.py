@@ -515,13 +515,7 @@ class GemmEngine(wiring.Component):
         walker = p.walker
         if not self.quantize:
             return walker.o_write
-        fp = p.fpread
-        w = stream.Signature(walker.o_write.payload.shape()).create(path=("front_write",))
-        m.d.comb += [w.valid.eq(walker.o_write.valid | fp.o_write.valid),
-                     w.payload.eq(Mux(fp.o_write.valid, fp.o_write.payload,
-                                      walker.o_write.payload)),
-                     walker.o_write.ready.eq(w.ready), fp.o_write.ready.eq(w.ready)]
-        return w
+        return _either(m, walker.o_write, p.fpread.o_write, "front_write")
 
     def _connect_side(self, m, p, wq, w):
         """The BFP8 output's side data: a unit's job for the side loader as the walker hands
@@ -580,14 +574,7 @@ class GemmEngine(wiring.Component):
             if self.quantize:
                 # the load sequencer's commands, or a quantise-only descriptor's reader's:
                 # never both at once (see the docstring)
-                fp = p.fpread
-                a_cmd = stream.Signature(dma_command_layout(self.addr_width)).create(
-                    path=("a_cmd",))
-                m.d.comb += [a_cmd.valid.eq(loader.rd_cmd.valid | fp.rd_cmd.valid),
-                             a_cmd.payload.eq(Mux(fp.rd_cmd.valid, fp.rd_cmd.payload,
-                                                  loader.rd_cmd.payload)),
-                             loader.rd_cmd.ready.eq(a_cmd.ready),
-                             fp.rd_cmd.ready.eq(a_cmd.ready)]
+                a_cmd = _either(m, loader.rd_cmd, p.fpread.rd_cmd, "a_cmd")
             m.d.comb += [share.a_cmd.payload.eq(a_cmd.payload),
                          share.a_cmd.valid.eq(a_cmd.valid & ~side.issuing),
                          a_cmd.ready.eq(share.a_cmd.ready & ~side.issuing)]
@@ -798,12 +785,10 @@ class GemmEngine(wiring.Component):
                 pass
             with m.State("WAIT"):        # no OVERLAP: the descriptor before it finishes first
                 with m.If(~b_valid):
+                    m.next = "WALK"
                     if self.quantize:
-                        m.next = "WALK"
                         with m.If(d.quantize_only):
                             m.next = "QSTART"
-                    else:
-                        m.next = "WALK"
             if self.quantize:
                 with m.State("QSTART"):  # a quantise-only descriptor: its reader walks it
                     m.d.comb += p.fpread.start.eq(1)
@@ -820,6 +805,16 @@ class GemmEngine(wiring.Component):
                     m.d.comb += handoff.eq(1)
                     m.next = "IDLE"
         return fsm
+
+
+def _either(m, first, second, name: str):
+    """One stream from two that are never valid at once: the second's payload while it is
+    valid, else the first's; both see the one ``ready``."""
+    out = stream.Signature(first.payload.shape()).create(path=(name,))
+    m.d.comb += [out.valid.eq(first.valid | second.valid),
+                 out.payload.eq(Mux(second.valid, second.payload, first.payload)),
+                 first.ready.eq(out.ready), second.ready.eq(out.ready)]
+    return out
 
 
 def _from_fifo(m, q, into):
