@@ -1,12 +1,14 @@
-"""Pipelined IEEE binary32 addition, bit-exact with :func:`sim.models.fp32.fp32_add`."""
+"""Pipelined IEEE binary32 addition and multiplication, bit-exact with
+:func:`sim.models.fp32.fp32_add` and :func:`sim.models.fp32.fp32_mul`."""
 
-from amaranth import Cat, Const, Module, Mux, Signal, unsigned
+from amaranth import Cat, Const, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from .rescale import _zero_combine, _zero_groups
 
-__all__ = ["Fp32Add", "fp32_add_input_layout", "fp32_add_output_layout", "CANONICAL_NAN"]
+__all__ = ["CANONICAL_NAN", "Fp32Add", "Fp32Mul", "fp32_add_input_layout",
+           "fp32_add_output_layout", "fp32_mul_output_layout"]
 
 #: The quiet NaN every NaN result becomes (as :data:`sim.models.fp32.CANONICAL_NAN`).
 CANONICAL_NAN = 0x7FC00000
@@ -196,3 +198,164 @@ class Fp32Add(wiring.Component):
         with m.If(advance):
             m.d.sync += sync
         return s8
+
+
+def fp32_mul_output_layout(lanes: int) -> data.StructLayout:
+    """Payload of :attr:`Fp32Mul.o_stream`: the product's bit pattern per lane."""
+    return data.StructLayout({"p": data.ArrayLayout(unsigned(32), lanes)})
+
+
+class Fp32Mul(wiring.Component):
+    """Pipelined float32 multiplication ``p = a * b`` per lane.
+
+    Round to nearest, ties to even; subnormal operands and results; +-inf on overflow; the
+    sign is the XOR of the operands' (zeros too); a NaN operand or ``0 * inf`` gives the
+    canonical quiet NaN ``0x7FC00000``. Bit-exact with :func:`sim.models.fp32.fp32_mul` and
+    following the integer algorithm of :func:`sim.models.fp32.fp32_mul_bits`.
+
+    Parameters
+    ----------
+    lanes : int
+        Number of independent lanes.
+
+    Attributes
+    ----------
+    i_stream : In(stream.Signature(fp32_add_input_layout(lanes)))
+        The operands ``a`` and ``b`` of each lane.
+    o_stream : Out(stream.Signature(fp32_mul_output_layout(lanes)))
+
+    Latency
+    -------
+    :attr:`LATENCY` cycles from an accepted input to a valid output. The stages: the inputs
+    registered; the classes, the significands and the exponent; two 24 x 12 products (a DSP
+    slice each); their sum; leading zeros per group of 8 bits; the zero count; the shift
+    and the exponent field; the shift and its sticky bit; the rounding bit and the special
+    values; the rounding increment.
+
+    Throughput
+    ----------
+    One beat (``lanes`` products) per cycle. The pipeline stalls as a whole while
+    ``o_stream.ready`` is low.
+    """
+
+    LATENCY = 10
+
+    def __init__(self, lanes: int):
+        if not isinstance(lanes, int) or isinstance(lanes, bool) or lanes < 1:
+            raise ValueError(f"lanes must be a positive integer, not {lanes!r}")
+        self.lanes = lanes
+        super().__init__({
+            "i_stream": In(stream.Signature(fp32_add_input_layout(lanes))),
+            "o_stream": Out(stream.Signature(fp32_mul_output_layout(lanes))),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        advance = Signal()
+        m.d.comb += [advance.eq(~self.o_stream.valid | self.o_stream.ready),
+                     self.i_stream.ready.eq(advance)]
+        valid = [Signal(name=f"valid{s}") for s in range(self.LATENCY)]
+        with m.If(advance):
+            m.d.sync += valid[0].eq(self.i_stream.valid)
+            m.d.sync += [valid[s].eq(valid[s - 1]) for s in range(1, self.LATENCY)]
+        m.d.comb += self.o_stream.valid.eq(valid[-1])
+        for lane in range(self.lanes):
+            m.d.comb += self.o_stream.payload.p[lane].eq(
+                self._lane(m, advance, lane, self.i_stream.payload.a[lane],
+                           self.i_stream.payload.b[lane]))
+        return m
+
+    @staticmethod
+    def _lane(m: Module, advance, lane: int, a_in, b_in):
+        """One lane's stages; returns its output register. Data registers have no reset."""
+        def reg(stage, name, shape):
+            return Signal(shape, name=f"l{lane}_m{stage}_{name}", reset_less=True)
+
+        def carry(stage, src, names):
+            dst = {n: reg(stage, n, src[n].shape()) for n in names}
+            sync.extend(dst[n].eq(src[n]) for n in names)
+            return dst
+
+        sync = []
+        # Stage 0: the operands.
+        a, b = reg(0, "a", 32), reg(0, "b", 32)
+        sync += [a.eq(a_in), b.eq(b_in)]
+
+        # Stage 1: classes, significands, the exponent field e_a + e_b - 126 (signed).
+        ea, eb, fa, fb = a[23:31], b[23:31], a[:23], b[:23]
+        a_nan, b_nan = (ea == 255) & (fa != 0), (eb == 255) & (fb != 0)
+        a_inf, b_inf = (ea == 255) & (fa == 0), (eb == 255) & (fb == 0)
+        a_zero, b_zero = a[:31] == 0, b[:31] == 0
+        s1 = {"sign": reg(1, "sign", 1), "nan": reg(1, "nan", 1), "inf": reg(1, "inf", 1),
+              "zero": reg(1, "zero", 1), "e": reg(1, "e", signed(11)),
+              "ma": reg(1, "ma", 24), "mb": reg(1, "mb", 24)}
+        sync += [s1["sign"].eq(a[31] ^ b[31]),
+                 s1["nan"].eq(a_nan | b_nan | (a_inf & b_zero) | (b_inf & a_zero)),
+                 s1["inf"].eq(a_inf | b_inf), s1["zero"].eq(a_zero | b_zero),
+                 s1["e"].eq(Mux(ea == 0, 1, ea) + Mux(eb == 0, 1, eb) - 126),
+                 s1["ma"].eq(Cat(fa, ea != 0)), s1["mb"].eq(Cat(fb, eb != 0))]
+        side = ("sign", "nan", "inf", "zero", "e")
+
+        # Stage 2: two partial products, 24 x 12 each.
+        s2 = carry(2, s1, side)
+        s2["lo"], s2["hi"] = reg(2, "lo", 36), reg(2, "hi", 36)
+        sync += [s2["lo"].eq(s1["ma"] * s1["mb"][:12]), s2["hi"].eq(s1["ma"] * s1["mb"][12:])]
+
+        # Stage 3: the product, 48 bits; k = e - 1.
+        s3 = carry(3, s2, side)
+        s3["p"], s3["k"] = reg(3, "p", 48), reg(3, "k", signed(11))
+        sync += [s3["p"].eq(s2["lo"] + (s2["hi"] << 12)), s3["k"].eq(s2["e"] - 1)]
+
+        # Stage 4: leading zeros per group of 8 bits.
+        lzc, lza = _zero_groups(s3["p"], 48, leading=True)
+        s4 = carry(4, s3, side + ("p", "k"))
+        s4["lzc"], s4["lza"] = reg(4, "lzc", len(lzc)), reg(4, "lza", len(lza))
+        sync += [s4["lzc"].eq(lzc), s4["lza"].eq(lza)]
+
+        # Stage 5: the leading zeros.
+        lz = Signal(range(49), name=f"l{lane}_mlz")
+        m.d.comb += lz.eq(_zero_combine(s4["lzc"], s4["lza"], 48))
+        s5 = carry(5, s4, side + ("p", "k"))
+        s5["lz"] = reg(5, "lz", range(49))
+        sync.append(s5["lz"].eq(lz))
+
+        # Stage 6: the shift (left by lz or by k, or right by -k, at most 49) and the
+        # exponent field before rounding (0 if subnormal; 255 or more overflows).
+        k, lzv = s5["k"], s5["lz"]
+        normal = lzv <= k
+        s6 = carry(6, s5, ("sign", "nan", "inf", "zero", "p"))
+        s6["right"], s6["sh"] = reg(6, "right", 1), reg(6, "sh", range(50))
+        s6["ovf"], s6["field"] = reg(6, "ovf", 1), reg(6, "field", 8)
+        field = Signal(signed(12), name=f"l{lane}_mfield")
+        m.d.comb += field.eq(s5["e"] - lzv)
+        sync += [s6["right"].eq(k < 0),
+                 s6["sh"].eq(Mux(k < 0, Mux(k < -49, 49, -k), Mux(normal, lzv, k))),
+                 s6["ovf"].eq(normal & (field >= 255)),
+                 s6["field"].eq(Mux(normal, field, 0))]
+
+        # Stage 7: the shift, and the sticky bit of a right shift (the bits of P below the
+        # amount, from P and a thermometer code of it).
+        p, sh = s6["p"], s6["sh"]
+        n = Signal(48, name=f"l{lane}_mn")
+        m.d.comb += n.eq(Mux(s6["right"], p >> sh, (p << sh)[:48]))
+        lost = Cat(*(p[j] & (sh > j) for j in range(48))).any() & s6["right"]
+        s7 = carry(7, s6, ("sign", "nan", "inf", "zero", "ovf", "field"))
+        s7["n"], s7["lost"] = reg(7, "n", 48), reg(7, "lost", 1)
+        sync += [s7["n"].eq(n), s7["lost"].eq(lost)]
+
+        # Stage 8: the rounding bit (nearest, ties to even); the special values' words.
+        n = s7["n"]
+        special = s7["nan"] | s7["inf"] | s7["zero"] | s7["ovf"]
+        inf_word = Cat(Const(0x7F800000, 31), s7["sign"])
+        zero_word = Cat(Const(0, 31), s7["sign"])
+        word = Mux(s7["nan"], CANONICAL_NAN, Mux(s7["zero"], zero_word, inf_word))
+        s8 = {"pre": reg(8, "pre", 32), "up": reg(8, "up", 1)}
+        sync += [s8["pre"].eq(Mux(special, word, Cat(n[24:47], s7["field"], s7["sign"]))),
+                 s8["up"].eq(n[23] & (n[:23].any() | s7["lost"] | n[24]) & ~special)]
+
+        # Stage 9: one increment of the packed field and fraction.
+        s9 = reg(9, "word", 32)
+        sync.append(s9.eq(Cat((s8["pre"][:31] + s8["up"])[:31], s8["pre"][31])))
+        with m.If(advance):
+            m.d.sync += sync
+        return s9

@@ -1,4 +1,5 @@
-"""IEEE binary32 addition: the numpy model, its integer algorithm, and the pipelined RTL."""
+"""IEEE binary32 addition and multiplication: the numpy models, their integer algorithms,
+and the pipelined RTL."""
 
 import os
 import random
@@ -11,8 +12,8 @@ from cocotb.clock import Clock
 from cocotb.triggers import ClockCycles
 
 from rtl.export import to_verilog
-from rtl.fp32 import Fp32Add
-from sim.models.fp32 import CANONICAL_NAN, fp32_add, fp32_add_bits
+from rtl.fp32 import Fp32Add, Fp32Mul
+from sim.models.fp32 import CANONICAL_NAN, fp32_add, fp32_add_bits, fp32_mul, fp32_mul_bits
 from sim.testbenches.harness import run, stream_recv, stream_send
 from sim.testbenches.runner import available, run_cocotb
 from sim.testbenches.streams import receive, send
@@ -229,18 +230,21 @@ def test_rejects_lanes():
 
 # --- the generated Verilog under cocotb on Icarus ----------------------------------------------
 
-def cocotb_pairs():
+def cocotb_pairs(mul=False):
     """The pairs the cocotb run checks: every edge pair, ties, and random pairs."""
     rng = np.random.default_rng(99)
-    parts = [edge_pairs(), tie_pairs(rng, 400), random_pairs(rng, 3000)]
+    parts = [edge_pairs(), mul_pairs(rng, 2000) if mul else tie_pairs(rng, 400),
+             random_pairs(rng, 3000)]
     return (np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts]))
 
 
 @cocotb.test()
-async def cocotb_fp32_add(dut):
-    """The generated ``fp32_add`` Verilog against :func:`fp32_add`, with stalls."""
+async def cocotb_fp32(dut):
+    """The generated ``fp32_add`` or ``fp32_mul`` Verilog (``FP32_OP``) against
+    :func:`fp32_add` or :func:`fp32_mul`, with stalls."""
     lanes = COCOTB_LANES
-    a, b = cocotb_pairs()
+    mul = os.environ.get("FP32_OP") == "mul"
+    a, b = cocotb_pairs(mul)
     pad = -len(a) % lanes
     a = np.concatenate([a, np.zeros(pad, np.uint32)])
     b = np.concatenate([b, np.zeros(pad, np.uint32)])
@@ -258,18 +262,175 @@ async def cocotb_fp32_add(dut):
     got = await receive(dut, "o_stream", len(beats), rng, 0.2)
     words = np.array([(w >> (32 * j)) & 0xFFFFFFFF for w in got for j in range(lanes)],
                      np.uint32)
-    want = fp32_add(a, b)
+    want = (fp32_mul if mul else fp32_add)(a, b)
     bad = np.flatnonzero(words != want)
     assert bad.size == 0, [(hexs(a[i]), hexs(b[i]), hexs(words[i]), hexs(want[i]))
                            for i in bad[:4]]
 
 
-def test_cocotb_icarus(tmp_path):
+@pytest.mark.parametrize("op", ["add", "mul"])
+def test_cocotb_icarus(tmp_path, op):
     if not available("icarus"):
         pytest.fail("icarus is not installed: run scripts/bootstrap.sh")
-    verilog = tmp_path / "fp32_add.v"
-    verilog.write_text(to_verilog(Fp32Add(COCOTB_LANES), "fp32_add"))
-    env = {"PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    tests, failed = run_cocotb("icarus", verilog, "fp32_add", "tests.test_fp32",
+    top = f"fp32_{op}"
+    verilog = tmp_path / f"{top}.v"
+    verilog.write_text(to_verilog((Fp32Mul if op == "mul" else Fp32Add)(COCOTB_LANES), top))
+    env = {"PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+           "FP32_OP": op}
+    tests, failed = run_cocotb("icarus", verilog, top, "tests.test_fp32",
                                tmp_path / "icarus", env)
     assert tests == 1 and failed == 0, f"{failed} of {tests} cocotb tests failed"
+
+
+# --- multiplication --------------------------------------------------------------------------
+
+def mul_pairs(rng, count):
+    """Products that land everywhere: a quarter near the subnormal range and zero (half of
+    them of few significant bits, so that ties and the bits shifted out decide), a quarter
+    near overflow, a quarter with ``b`` of three significant bits (exact ties to even both
+    ways), a quarter of subnormal operands times large normals."""
+    q = count // 4
+    a = (rng.integers(0, 2**31, count, dtype=np.uint64)).astype(np.int64)
+    sign = rng.integers(0, 2, count).astype(np.int64) << 31
+    ea = rng.integers(1, 255, count)
+    # e_a + e_b - 127 is the product's field (+1 on a carry): aim it at -26 .. 3, 250 .. 258
+    eb = np.concatenate([np.clip(rng.integers(-26, 4, q) + 127 - ea[:q], 0, 254),
+                         np.clip(rng.integers(250, 259, q) + 127 - ea[q:2 * q], 0, 254),
+                         rng.integers(1, 255, count - 2 * q)])
+    fb = rng.integers(0, 2**23, count)
+    fb[2 * q:3 * q] &= 0x700000
+    fb[:q // 2] &= 0x700000                              # short products shifted right:
+    a[:q // 2] &= 0x7C0000                               # ties and the sticky bit alone
+    eb[3 * q:] = 0                                       # subnormal b
+    ea[3 * q:] = rng.integers(120, 255, count - 3 * q)
+    a = (a & 0x7FFFFF) | (ea << 23)
+    b = fb | (eb << 23) | sign
+    return a.astype(np.uint32), b.astype(np.uint32)
+
+
+def sticky_pairs():
+    """Products ``(2**24 + 1) * 2**23`` (97 * 257 * 673 = 2**24 + 1) shifted right into the
+    subnormal range by 1 to 30: at a shift of 24 the guard bit is set, the 23 bits below it
+    clear and only a bit shifted out tells the tie from above it."""
+    pairs = []
+    for ma, mb in ((24929 << 9, 673 << 14), (673 << 14, 24929 << 9),
+                   ((97 * 673) << 8, 257 << 15)):
+        for e_sum in range(126 - 30, 127):           # k = e_a + e_b - 127
+            ea = e_sum // 2
+            eb = e_sum - ea
+            for sign in (0, 1 << 31):
+                pairs.append(((ea << 23) | (ma & 0x7FFFFF),
+                              sign | (eb << 23) | (mb & 0x7FFFFF)))
+    a, b = zip(*pairs, strict=True)
+    return np.array(a, np.uint32), np.array(b, np.uint32)
+
+
+def test_mul_model_special_values():
+    inf, ninf, one = 0x7F800000, 0xFF800000, 0x3F800000
+    assert int(fp32_mul(one, one)) == one
+    assert int(fp32_mul(0x80000000, one)) == 0x80000000                # -0 * 1 = -0
+    assert int(fp32_mul(0x80000000, 0x80000000)) == 0                  # -0 * -0 = +0
+    assert int(fp32_mul(0, inf)) == CANONICAL_NAN
+    assert int(fp32_mul(ninf, 0x00000001)) == ninf                      # -inf * subnormal
+    assert int(fp32_mul(0x7F7FFFFF, 0x40000000)) == inf                 # overflow
+    assert int(fp32_mul(0x00000001, 0x3F000000)) == 0                   # 2**-150: tie, even
+    assert int(fp32_mul(0x00000003, 0x3F000000)) == 0x00000002          # 1.5 ulp: to even
+    assert int(fp32_mul(0x00800000, 0x3F000000)) == 0x00400000          # normal to subnormal
+    assert int(fp32_mul(0x00400000, 0x40000000)) == 0x00800000          # subnormal to normal
+    assert int(fp32_mul(0x7FC00001, one)) == CANONICAL_NAN              # payloads dropped
+
+
+def test_mul_model_bits_algorithm_matches_numpy():
+    rng = np.random.default_rng(7)
+    for a, b in [edge_pairs(), sticky_pairs(), mul_pairs(rng, 16000),
+                 random_pairs(rng, 6000)]:
+        want = fp32_mul(a, b)
+        got = np.array([fp32_mul_bits(int(x), int(y)) for x, y in zip(a, b, strict=True)],
+                       np.uint32)
+        bad = np.flatnonzero(got != want)
+        assert bad.size == 0, [(hexs(a[i]), hexs(b[i]), hexs(got[i]), hexs(want[i]))
+                               for i in bad[:5]]
+
+
+@pytest.mark.parametrize("args, exc, name", [
+    ((1.5, 0), TypeError, "a_bits"),
+    ((0, -2), ValueError, "b_bits"),
+    ((np.zeros(2, int), np.zeros(3, int)), ValueError, "broadcast"),
+])
+def test_mul_model_bad_input(args, exc, name):
+    with pytest.raises(exc, match=name):
+        fp32_mul(*args)
+
+
+def simulate_mul(lanes, a, b, *, seed=0, stall=0.3):
+    """Products ``a[i] * b[i]`` from :class:`Fp32Mul` (``lanes`` pairs a beat)."""
+    a = np.concatenate([a, np.zeros(-len(a) % lanes, np.uint32)])
+    b = np.concatenate([b, np.zeros(-len(b) % lanes, np.uint32)])
+    beats = len(a) // lanes
+    dut = Fp32Mul(lanes)
+    rng = random.Random(seed)
+    payloads = [{"a": [int(v) for v in a[i * lanes:(i + 1) * lanes]],
+                 "b": [int(v) for v in b[i * lanes:(i + 1) * lanes]]} for i in range(beats)]
+    got = []
+
+    async def producer(ctx):
+        await stream_send(ctx, dut.i_stream, payloads, rng=rng, stall=stall)
+
+    async def consumer(ctx):
+        got.extend(await stream_recv(ctx, dut.o_stream, beats, rng=rng, stall=stall,
+                                     convert=lambda p: [int(v) for v in p.p]))
+
+    run(dut, producer, consumer, deadline_cycles=(5 if stall else 1) * beats + 100)
+    assert len(got) == beats, "the multiplier lost or withheld beats"
+    got = np.array(got, np.uint32).ravel()[:len(a)]
+    return got
+
+
+def check_mul(lanes, a, b, **kw):
+    got = simulate_mul(lanes, a, b, **kw)[:len(a)]
+    want = fp32_mul(a, b)
+    bad = np.flatnonzero(got != want)
+    assert bad.size == 0, (f"{bad.size} wrong products, e.g. " + ", ".join(
+        f"{hexs(a[i])} * {hexs(b[i])} = {hexs(got[i])}, not {hexs(want[i])}"
+        for i in bad[:4]))
+
+
+def test_mul_rtl_edge_classes_all_pairs():
+    a, b = edge_pairs()
+    check_mul(8, a, b, stall=0.2)
+    a, b = sticky_pairs()
+    check_mul(4, a, b, stall=0.0)
+
+
+def test_mul_rtl_random_pairs():
+    rng = np.random.default_rng(2027)
+    a, b = mul_pairs(rng, 8000)
+    check_mul(16, a, b, stall=0.0)
+    a, b = random_pairs(rng, 3000)
+    check_mul(3, a, b, stall=0.4, seed=1)
+
+
+def test_mul_rtl_latency_full_rate():
+    dut = Fp32Mul(1)
+    seen = []
+
+    async def bench(ctx):
+        ctx.set(dut.o_stream.ready, 1)
+        ctx.set(dut.i_stream.valid, 1)
+        for cycle in range(dut.LATENCY + 10):
+            ctx.set(dut.i_stream.payload, {"a": [0x3FC00000], "b": [cycle << 23]})
+            assert ctx.get(dut.i_stream.ready)
+            _, _, valid, p = await ctx.tick().sample(dut.o_stream.valid, dut.o_stream.payload.p)
+            if valid:
+                seen.append((cycle, int(p[0])))
+
+    run(dut, bench, deadline_cycles=dut.LATENCY + 12)
+    assert seen[0][0] == dut.LATENCY
+    want = fp32_mul(0x3FC00000, np.arange(len(seen), dtype=np.uint32) << 23)
+    assert [p for _, p in seen] == [int(w) for w in want]
+
+
+def test_mul_rejects_lanes():
+    for bad in (0, -1, 2.0, True):
+        with pytest.raises(ValueError, match="lanes"):
+            Fp32Mul(bad)

@@ -1,17 +1,19 @@
-"""IEEE binary32 addition on bit patterns: the specification of :class:`rtl.fp32.Fp32Add`.
+"""IEEE binary32 addition and multiplication on bit patterns: the specifications of
+:class:`rtl.fp32.Fp32Add` and :class:`rtl.fp32.Fp32Mul`.
 
 :func:`fp32_add` is numpy's float32 ``a + b`` (round to nearest, ties to even; subnormals in
 and out; +-inf on overflow; ``-0 + -0 = -0`` and ``x + (-x) = +0``) with every NaN result
-replaced by the canonical quiet NaN :data:`CANONICAL_NAN`. :func:`fp32_add_bits` is the same
-function with integer operations only, stage by stage as the hardware computes it; the tests
-check it against :func:`fp32_add`.
+replaced by the canonical quiet NaN :data:`CANONICAL_NAN`; :func:`fp32_mul` is numpy's
+float32 ``a * b`` with the same rounding and the same NaN rule. :func:`fp32_add_bits` and
+:func:`fp32_mul_bits` are the same functions with integer operations only, stage by stage
+as the hardware computes them; the tests check them against numpy.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["CANONICAL_NAN", "fp32_add", "fp32_add_bits"]
+__all__ = ["CANONICAL_NAN", "fp32_add", "fp32_add_bits", "fp32_mul", "fp32_mul_bits"]
 
 #: The quiet NaN every NaN result becomes.
 CANONICAL_NAN = 0x7FC00000
@@ -29,6 +31,14 @@ def _bits(name: str, x) -> np.ndarray:
     if arr.size and (int(arr.min()) < 0 or int(arr.max()) >= 1 << 32):
         raise ValueError(f"{name} must lie in [0, 2**32)")
     return arr.astype(np.uint32)
+
+
+def _pair(a_bits, b_bits):
+    a, b = _bits("a_bits", a_bits), _bits("b_bits", b_bits)
+    try:
+        return np.broadcast_arrays(a, b)
+    except ValueError as exc:
+        raise ValueError(f"a_bits and b_bits must broadcast together: {exc}") from None
 
 
 def fp32_add(a_bits, b_bits) -> np.ndarray:
@@ -61,15 +71,49 @@ def fp32_add(a_bits, b_bits) -> np.ndarray:
     >>> hex(int(fp32_add(0x7F800000, 0xFF800000)))     # inf - inf
     '0x7fc00000'
     """
-    a, b = _bits("a_bits", a_bits), _bits("b_bits", b_bits)
-    try:
-        a, b = np.broadcast_arrays(a, b)
-    except ValueError as exc:
-        raise ValueError(f"a_bits and b_bits must broadcast together: {exc}") from None
+    a, b = _pair(a_bits, b_bits)
     with np.errstate(all="ignore"):
         s = np.asarray(a.view(np.float32) + b.view(np.float32), np.float32)
     out = s.view(np.uint32).copy()
     out[np.isnan(s)] = CANONICAL_NAN
+    return out
+
+
+def fp32_mul(a_bits, b_bits) -> np.ndarray:
+    """The bit pattern of ``float32(a) * float32(b)``, NaNs made canonical.
+
+    Parameters
+    ----------
+    a_bits, b_bits : int or array_like of int
+        float32 bit patterns in ``[0, 2**32)``, broadcast together.
+
+    Returns
+    -------
+    numpy.ndarray
+        uint32 bit patterns of the products: numpy's float32 multiplication (round to
+        nearest even, subnormals in and out, +-inf on overflow, the sign the XOR of the
+        operands' even for zeros), except that any NaN result (a NaN operand, or ``0 *
+        inf``) is :data:`CANONICAL_NAN`.
+
+    Raises
+    ------
+    TypeError
+        If an argument is not integer-valued (the message names it).
+    ValueError
+        If a pattern lies outside ``[0, 2**32)`` or the shapes do not broadcast.
+
+    Examples
+    --------
+    >>> hex(int(fp32_mul(0x40000000, 0x3FC00000)))     # 2.0 * 1.5
+    '0x40400000'
+    >>> hex(int(fp32_mul(0x00000000, 0xFF800000)))     # 0 * -inf
+    '0x7fc00000'
+    """
+    a, b = _pair(a_bits, b_bits)
+    with np.errstate(all="ignore"):
+        p = np.asarray(a.view(np.float32) * b.view(np.float32), np.float32)
+    out = p.view(np.uint32).copy()
+    out[np.isnan(p)] = CANONICAL_NAN
     return out
 
 
@@ -137,3 +181,61 @@ def fp32_add_bits(a: int, b: int) -> int:
     guard, rest, lsb = (n >> 3) & 1, n & 7, (n >> 4) & 1
     word = ((field << 23) | ((n >> 4) & 0x7FFFFF)) + (guard & int(rest != 0 or lsb))
     return (sign << 31) | word                     # a carry to 255 << 23 is the infinity
+
+
+def fp32_mul_bits(a: int, b: int) -> int:
+    """:func:`fp32_mul` of two bit patterns, with integer operations in the order of
+    :class:`rtl.fp32.Fp32Mul`'s stages.
+
+    The significands (24 bits, the hidden bit 0 for subnormals, whose exponent counts as 1)
+    multiply exactly into 48 bits ``P``; ``e = e_a + e_b - 126`` is the exponent field of
+    the result if ``P``'s top bit were set. With ``lz`` the leading zeros of ``P`` and ``k
+    = e - 1``: ``P`` moves left by ``lz`` where ``lz <= k`` (a normal result, field ``e -
+    lz``), else left by ``k`` where ``k >= 0`` (a subnormal), else right by ``-k`` with the
+    bits shifted out kept as a sticky bit (a subnormal or zero); bits 47..24 are then the
+    significand, bit 23 the guard bit and the rest sticky, rounded to nearest even with one
+    increment of the packed field and fraction as in :func:`fp32_add_bits`.
+
+    Parameters
+    ----------
+    a, b : int
+        float32 bit patterns in ``[0, 2**32)``.
+
+    Returns
+    -------
+    int
+        The bit pattern of the product.
+    """
+    # Stage 1: unpack, the special values, the exponent, the exact product.
+    sa, ea, fa = a >> 31, (a >> 23) & 0xFF, a & 0x7FFFFF
+    sb, eb, fb = b >> 31, (b >> 23) & 0xFF, b & 0x7FFFFF
+    sign = sa ^ sb
+    a_nan, b_nan = ea == 255 and fa != 0, eb == 255 and fb != 0
+    a_inf, b_inf = ea == 255 and fa == 0, eb == 255 and fb == 0
+    a_zero, b_zero = (a & 0x7FFFFFFF) == 0, (b & 0x7FFFFFFF) == 0
+    if a_nan or b_nan or (a_inf and b_zero) or (b_inf and a_zero):
+        return CANONICAL_NAN
+    if a_inf or b_inf:
+        return (sign << 31) | 0x7F800000
+    if a_zero or b_zero:
+        return sign << 31
+    ma, mb = fa | ((ea != 0) << 23), fb | ((eb != 0) << 23)
+    e = max(ea, 1) + max(eb, 1) - 126
+    p = ma * mb                                   # 48 bits, not zero
+    # Stages 2-4: leading zeros, the shift and the exponent field.
+    lz = 48 - p.bit_length()
+    k = e - 1
+    if lz <= k:
+        n, sticky, field = (p << lz) & (2**48 - 1), 0, e - lz
+    elif k >= 0:
+        n, sticky, field = p << k, 0, 0
+    else:
+        r = min(-k, 49)
+        n, sticky, field = p >> r, int(p & ((1 << r) - 1) != 0), 0
+    # Stage 5: the overflow and the rounding bit; stage 6: the increment, packed.
+    if field >= 255:
+        return (sign << 31) | 0x7F800000
+    guard, lsb = (n >> 23) & 1, (n >> 24) & 1
+    rest = int(n & 0x7FFFFF != 0) | sticky
+    word = ((field << 23) | ((n >> 24) & 0x7FFFFF)) + (guard & (rest | lsb))
+    return (sign << 31) | word
