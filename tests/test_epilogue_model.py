@@ -242,14 +242,18 @@ def test_sgd_update_matches_golden(m, n, k, out):
 
 
 def test_sgd_step_rounds_each_operation_in_float32():
-    w = np.array([1.0, -2.5, 3e38, np.inf], np.float32)
-    g = np.array([0.1, 0.2, -3e38, -np.inf], np.float32)
+    w = np.array([1.0, -2.5, 3e38, 1e-45, np.inf], np.float32)
+    g = np.array([0.1, 0.2, -3e38, 0.0, np.inf], np.float32)
     got = bfp.sgd_step(w, g, 0.1, 0.5)
-    with np.errstate(invalid="ignore"):
-        u = g + np.float32(0.5) * w
-        want = w - np.float32(0.1) * u
-    np.testing.assert_array_equal(got[:3], want[:3])
-    assert got[3].view(np.uint32) == bfp.CANONICAL_NAN      # inf - inf
+    decay = np.float32(1) - np.float32(0.1) * np.float32(0.5)
+    assert bfp.sgd_decay(0.1, 0.5) == decay and bfp.sgd_decay(0.1) == 1.0
+    with np.errstate(over="ignore", invalid="ignore"):
+        want = decay * w + np.float32(-0.1) * g
+    np.testing.assert_array_equal(got[:4].view(np.uint32), want[:4].view(np.uint32))
+    assert got[4].view(np.uint32) == bfp.CANONICAL_NAN      # inf - inf
+    # DESC_DECAY as the register holds it, in place of the weight decay
+    np.testing.assert_array_equal(bfp.sgd_step(w, g, 0.1, decay=decay).view(np.uint32),
+                                  got.view(np.uint32))
     with pytest.raises(ValueError, match="w is"):
         bfp.sgd_step(w, g[:2], 0.1)
     with pytest.raises(TypeError, match="lr must be a number"):

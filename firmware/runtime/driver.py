@@ -177,7 +177,8 @@ class Driver:
             ``row_exp_addr``, ``col_exp_addr`` (0 where missing); and for the write-back
             epilogue ``epilogue`` (a dict of ``DESC_EPILOGUE`` fields), ``bias_addr``,
             ``mask_addr``, ``mask_stride``, ``c_exp_addr``, ``seed`` (64 bits), and for
-            ``DESC_EPILOGUE.SGD`` ``lr`` and ``weight_decay`` (floats, written as float32).
+            ``DESC_EPILOGUE.SGD`` ``lr`` and ``decay`` (floats, written as float32: the
+            learning rate and the weights' factor, :func:`sim.models.bfp.sgd_decay`).
 
         Notes
         -----
@@ -199,7 +200,7 @@ class Driver:
         words["DESC_MASK_STRIDE"] = desc.get("mask_stride", 0)
         seed = desc.get("seed", 0)
         words["DESC_SEED_LO"], words["DESC_SEED_HI"] = seed & 0xFFFFFFFF, seed >> 32
-        for name in ("lr", "weight_decay"):       # float32 bits
+        for name in ("lr", "decay"):               # float32 bits
             words[f"DESC_{name.upper()}"] = int(np.array([desc.get(name, 0.0)], np.float32)
                                                 .view(np.uint32)[0])
         for reg, value in words.items():

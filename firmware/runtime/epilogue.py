@@ -436,7 +436,7 @@ def sgd_update(dev, a: BfpTensor, b: BfpTensor, target, *, lr, weight_decay=0.0,
         target.exp.write(e.reshape(1, -1))
         return
     desc = dict(_operand_desc(a, b, m, n, k, transpose_a, transpose_b, seed), lr=float(lr),
-                weight_decay=float(weight_decay))
+                decay=float(bfp.sgd_decay(lr, weight_decay)))
     epi = {"A_TILES": 1, "B_TILES": 1, "SGD": 1}
     tensors = [a.q, a.exp, b.q, b.exp]
     if bfp8:

@@ -33,7 +33,7 @@ __all__ = ["Field", "Register", "REGISTERS", "ErrorCode", "MAGIC", "VERSION", "T
 #: ``ID`` register contents: ASCII "BFP8".
 MAGIC = 0x42465038
 #: Register map version (major << 16 | minor): changes when the map does.
-VERSION = 0x0001_000A
+VERSION = 0x0001_000B
 
 #: Side of the number format's square tile blocks (``CONFIG_FEATURES.TILE_LOG2``): BFP8 tile
 #: blocks, :mod:`sim.models.bfp`.
@@ -277,8 +277,9 @@ REGISTERS: tuple[Register, ...] = tuple([
                                  "DESC_A_STRIDE bytes apart, both multiples of the bus "
                                  "word) goes through the epilogue; DESC_K, B and the "
                                  "exponent vectors unused"),
-         ("SGD", 7, 1, "an optimiser step in place of C: C = C - DESC_LR * (G + "
-                       "DESC_WEIGHT_DECAY * C), G this GEMM's result, C the stored weights "
+         ("SGD", 7, 1, "an optimiser step in place of C: C = DESC_DECAY * C - DESC_LR * "
+                       "G, each product and the sum rounded to float32, G this GEMM's "
+                       "result, C the stored weights "
                        "(BFP8 tile blocks with BFP8, else float32) read before they are "
                        "written; not with BIAS, RELU, MASK_IN or QUANTIZE_ONLY"),
          ("A_TILES", 8, 1, "A's exponents are its tile grid at DESC_ROW_EXP_ADDR (as A is "
@@ -292,8 +293,9 @@ REGISTERS: tuple[Register, ...] = tuple([
     _reg("DESC_SEED_LO", 0x178, "rw", "Seed of stochastic rounding, bits 31..0"),
     _reg("DESC_SEED_HI", 0x17C, "rw", "Seed of stochastic rounding, bits 63..32"),
     _reg("DESC_LR", 0x180, "rw", "Learning rate of DESC_EPILOGUE.SGD (float32 bits)"),
-    _reg("DESC_WEIGHT_DECAY", 0x184, "rw", "Weight decay of DESC_EPILOGUE.SGD (float32 "
-                                           "bits)"),
+    _reg("DESC_DECAY", 0x184, "rw", "The stored weights' factor of DESC_EPILOGUE.SGD, 1 - "
+                                    "lr * weight_decay (float32 bits; 1.0 without weight "
+                                    "decay)"),
 ])
 
 _BY_NAME = {r.name: r for r in REGISTERS}

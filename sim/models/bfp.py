@@ -42,6 +42,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from sim.models.fp32 import fp32_mul
 from sim.models.golden import EXP_MAX, EXP_MIN, gemm, gemm_shape, rescale
 from sim.models.prng import random_matrix
 
@@ -49,7 +50,7 @@ __all__ = ["FORMAT_NAME", "BLOCKS", "ROUNDING", "FRACTION_BITS", "MX_BLOCK", "MX
            "quantize_tiles", "dequantize_tiles", "tile_exponents", "tile_grid",
            "gemm_kblocks", "gemm_kruns", "Epilogue", "epilogue", "add_float32", "BIAS_AXES",
            "OUTPUTS", "CANONICAL_NAN", "pack_mask", "unpack_mask", "to_mxint8", "from_mxint8",
-           "sgd_step"]
+           "sgd_decay", "sgd_step"]
 
 #: The format's name.
 FORMAT_NAME = "bfp8-t32"
@@ -457,16 +458,34 @@ def gemm_kblocks(a: np.ndarray, a_exp: np.ndarray, b: np.ndarray, b_exp: np.ndar
 
 # --------------------------------------------------------------------------- the epilogue
 
-def sgd_step(w: np.ndarray, g: np.ndarray, lr, weight_decay=0.0) -> np.ndarray:
+def sgd_decay(lr, weight_decay=0.0) -> np.float32:
+    """The factor :func:`sgd_step` multiplies the stored weights by: ``float32(1 -
+    float32(lr * weight_decay))`` in float32 arithmetic (``DESC_DECAY``; 1.0 without weight
+    decay).
+
+    Raises
+    ------
+    TypeError
+        ``lr`` or ``weight_decay`` is not a number.
+    """
+    for name, v in (("lr", lr), ("weight_decay", weight_decay)):
+        if not isinstance(v, (int, float, np.floating)) or isinstance(v, bool):
+            raise TypeError(f"{name} must be a number, not {type(v).__name__}")
+    with np.errstate(over="ignore", invalid="ignore"):
+        return np.float32(np.float32(1.0) - np.float32(lr) * np.float32(weight_decay))
+
+
+def sgd_step(w: np.ndarray, g: np.ndarray, lr, weight_decay=0.0, *,
+             decay=None) -> np.ndarray:
     """The optimiser's step of ``DESC_EPILOGUE.SGD``, per element, in float32::
 
-        u  = add_float32(g, float32(weight_decay * w))
-        w' = add_float32(w, float32(-(float32(lr * u))))
+        w' = add_float32(float32(decay * w), float32(-lr * g))
+        decay = sgd_decay(lr, weight_decay) = float32(1 - float32(lr * weight_decay))
 
-    each product rounded to nearest even (numpy's float32 multiplication), each sum by
-    :func:`add_float32`. This is SGD without momentum on the stored weights: with BFP8
-    weights, ``w`` is :func:`dequantize_tiles` of them and ``w'`` is quantised again
-    (SWALP's 8-bit SGD).
+    that is ``w - lr * (g + weight_decay * w)`` with each product rounded to nearest even
+    (:func:`sim.models.fp32.fp32_mul`) and the sum by :func:`add_float32`, NaNs canonical.
+    This is SGD without momentum on the stored weights: with BFP8 weights, ``w`` is
+    :func:`dequantize_tiles` of them and ``w'`` is quantised again (SWALP's 8-bit SGD).
 
     Parameters
     ----------
@@ -474,6 +493,9 @@ def sgd_step(w: np.ndarray, g: np.ndarray, lr, weight_decay=0.0) -> np.ndarray:
         The weights and their gradient.
     lr, weight_decay : float
         Rounded to float32 first.
+    decay : float, optional
+        The weights' factor as ``DESC_DECAY`` holds it, in place of
+        ``sgd_decay(lr, weight_decay)`` (``weight_decay`` is then unused).
 
     Returns
     -------
@@ -492,14 +514,16 @@ def sgd_step(w: np.ndarray, g: np.ndarray, lr, weight_decay=0.0) -> np.ndarray:
                             f"{getattr(v, 'dtype', type(v).__name__)}")
     if w.shape != g.shape:
         raise ValueError(f"w is {w.shape} but g is {g.shape}")
-    for name, v in (("lr", lr), ("weight_decay", weight_decay)):
-        if not isinstance(v, (int, float, np.floating)) or isinstance(v, bool):
-            raise TypeError(f"{name} must be a number, not {type(v).__name__}")
-    lr32, wd32 = np.float32(lr), np.float32(weight_decay)
-    with np.errstate(over="ignore", invalid="ignore"):
-        u = add_float32(g, (wd32 * w).astype(np.float32))
-        step = (lr32 * u).astype(np.float32)
-    return add_float32(w, -step)
+    keep = sgd_decay(lr, weight_decay if decay is None else 0.0)
+    if decay is not None:
+        sgd_decay(decay)                               # (a number)
+        keep = np.float32(decay)
+    step = np.float32(lr)
+    neg = np.array([step], np.float32).view(np.uint32) ^ np.uint32(0x80000000)
+    kept = fp32_mul(np.array([keep], np.float32).view(np.uint32), w.view(np.uint32))
+    moved = fp32_mul(neg, g.view(np.uint32))
+    return add_float32(kept.view(np.float32).reshape(w.shape),
+                       moved.view(np.float32).reshape(w.shape))
 
 
 def add_float32(a: np.ndarray, b: np.ndarray) -> np.ndarray:

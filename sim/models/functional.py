@@ -380,9 +380,9 @@ class FunctionalAccelerator:
                     grid("c").copy(), block=tile)
             else:
                 w = self._matrix(c_addr, m, n, c_stride, np.float32).copy()
-            lr, wd = (np.array([self._reg(r)], np.uint32).view(np.float32)[0]
-                      for r in ("DESC_LR", "DESC_WEIGHT_DECAY"))
-            c = bfp.sgd_step(w, np.ascontiguousarray(c, np.float32), lr, wd)
+            lr, decay = (np.array([self._reg(r)], np.uint32).view(np.float32)[0]
+                         for r in ("DESC_LR", "DESC_DECAY"))
+            c = bfp.sgd_step(w, np.ascontiguousarray(c, np.float32), lr, decay=decay)
         value = bfp.epilogue(c, bias=bias, bias_axis="row" if e["BIAS"] == 1 else "col",
                              relu=bool(e["RELU"]), mask_in=mask_in, out="fp32")
         if e["BFP8"] and not np.isfinite(value.value).all():
