@@ -1,6 +1,7 @@
-"""A unit's side data for the write-back epilogue: its bias values and its stored mask rows."""
+"""A unit's side data for the write-back epilogue: its bias values, its stored mask rows, and
+for the optimiser's step its stored BFP8 weights."""
 
-from amaranth import Array, Cat, Const, Module, Mux, Signal, unsigned
+from amaranth import Array, Cat, Const, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -21,15 +22,21 @@ def side_job_layout() -> data.StructLayout:
 
 
 def side_desc_layout(addr_width: int = 32) -> data.StructLayout:
-    """What :class:`UnitSideLoader` reads of the running descriptor (``DESC_EPILOGUE.BIAS``
-    and ``MASK_IN``, ``DESC_BIAS_ADDR``, ``DESC_MASK_ADDR``, ``DESC_MASK_STRIDE``)."""
+    """What :class:`UnitSideLoader` reads of the running descriptor (``DESC_EPILOGUE.BIAS``,
+    ``MASK_IN`` and ``SGD``, ``DESC_BIAS_ADDR``, ``DESC_MASK_ADDR``, ``DESC_MASK_STRIDE``;
+    for ``SGD`` the stored weights: ``DESC_C_ADDR``, ``DESC_C_STRIDE``, ``DESC_C_EXP_ADDR``
+    and ``DESC_N``)."""
     return data.StructLayout({"bias": 2, "bias_addr": unsigned(addr_width), "mask_in": 1,
-                              "mask_addr": unsigned(addr_width), "mask_stride": unsigned(32)})
+                              "mask_addr": unsigned(addr_width), "mask_stride": unsigned(32),
+                              "sgd": 1, "w_addr": unsigned(addr_width),
+                              "w_stride": unsigned(32), "w_exp_addr": unsigned(addr_width),
+                              "n": unsigned(17)})
 
 
 def _info_layout() -> data.StructLayout:
-    """A held unit: its job and what it loads (``bias`` 0, 1 per row or 2 per column)."""
-    return data.StructLayout({"job": side_job_layout(), "bias": 2, "mask_in": 1})
+    """A held unit: its job and what it loads (``bias`` 0, 1 per row or 2 per column; the
+    mask rows; the weights)."""
+    return data.StructLayout({"job": side_job_layout(), "bias": 2, "mask_in": 1, "sgd": 1})
 
 
 # a buffer slot's state; each moves on in this order, by its own pointer
@@ -48,7 +55,13 @@ class UnitSideLoader(wiring.Component):
     with ``mask_in``, one command of one word per row ``r < rows_in``, at ``mask_addr + (m0
     + r) * mask_stride + n0 / 8``, whose ``ceil(cols_in / 8)`` bytes lie in its 32-bit lane
     ``(n0 / 32) mod (bus bytes / 4)``. (Bases and the stride are multiples of the bus word,
-    the checker's rule, so a unit's bias starts a word and a mask row never spans two.) A
+    the checker's rule, so a unit's bias starts a word and a mask row never spans two.)
+    With ``sgd`` built and the descriptor's ``sgd`` (the optimiser's step, whose C is the
+    stored BFP8 weights, read before they are written): one command of one word for the
+    unit's exponent at ``w_exp_addr + (m0 / T) * ceil(n / T) + n0 / T``, then one command a
+    row ``r < rows_in`` of the ``ceil(cols_in / bus bytes)`` words at ``w_addr + (m0 + r) *
+    w_stride + n0`` (the row's ``T`` bytes lie in the word's lane ``(n0 / T) mod (bus bytes
+    / T)`` where a word holds more). A
     command is issued only into a slot held for its unit, so every word on :attr:`rd_words`
     is taken as it comes: ``ready`` waits for nothing but a cycle between units, as
     :class:`rtl.readshare.ReadShare` asks of its port ``b``.
@@ -59,9 +72,11 @@ class UnitSideLoader(wiring.Component):
     :attr:`bias_row` (the row's bias with ``bias`` 1, else 0), :attr:`bias_lanes` (the
     segment's column biases with ``bias`` 2, else 0) and :attr:`mask_lanes` (the row's
     stored mask bits in the segment with ``mask_in``, else ones); each is 0 beyond
-    ``rows_in`` and ``cols_in``. :attr:`release` frees that unit (after its :attr:`o_unit`
-    beat). The numpy model is a slice of the bias vector and of
-    :func:`sim.models.bfp.unpack_mask` of the mask rows.
+    ``rows_in`` and ``cols_in``; with ``sgd``, :attr:`w_lanes` (the segment's stored int8
+    mantissas of the row, 0 beyond the edges) and :attr:`w_exp` (the unit's exponent).
+    :attr:`release` frees that unit (after its :attr:`o_unit` beat). The numpy model is a
+    slice of the bias vector, of :func:`sim.models.bfp.unpack_mask` of the mask rows and of
+    the stored mantissas and exponent grid.
 
     Parameters
     ----------
@@ -71,6 +86,8 @@ class UnitSideLoader(wiring.Component):
     addr_width : int
     slots : int
         Units held (a power of two, at least 2: one read while the next loads).
+    sgd : bool
+        Build the stored weights' loads and lookups (the descriptor's ``sgd``).
 
     Attributes
     ----------
@@ -85,6 +102,10 @@ class UnitSideLoader(wiring.Component):
     bias_row : Out(32)
     bias_lanes : Out(data.ArrayLayout(32, cols))
     mask_lanes : Out(cols)
+    w_lanes : Out(data.ArrayLayout(signed(8), cols))
+        With ``sgd``.
+    w_exp : Out(signed(8))
+        With ``sgd``.
     release : In(1)
     idle : Out(1)
         No unit is held.
@@ -95,7 +116,8 @@ class UnitSideLoader(wiring.Component):
     -------
     A unit's first command is offered 4 cycles after its job is taken (the addresses, in
     three registered stages), the next ones a cycle apart while :attr:`rd_cmd` is ready: a
-    unit needs ``(bias != 0) + rows_in * mask_in`` commands. It is offered on :attr:`o_unit`
+    unit needs ``(bias != 0) + rows_in * mask_in`` commands (with ``sgd``, ``1 +
+    rows_in``). It is offered on :attr:`o_unit`
     the cycle after its last word is taken (without a command, 2 cycles after its job). The
     lookups are combinational from :attr:`row` and :attr:`seg`: a distributed-RAM read, a
     small multiplexer and the edge's gating (a consumer registers them).
@@ -108,7 +130,7 @@ class UnitSideLoader(wiring.Component):
     """
 
     def __init__(self, cols: int, data_width: int = 128, addr_width: int = 32, *,
-                 slots: int = 2):
+                 slots: int = 2, sgd: bool = False):
         T = TILE_BLOCK
         if not isinstance(cols, int) or cols < 4 or cols > T or T % cols:
             raise ValueError(f"cols must be 4 to {T} and divide {T}, not {cols!r}")
@@ -118,6 +140,7 @@ class UnitSideLoader(wiring.Component):
             raise ValueError(f"slots must be a power of two of at least 2, not {slots!r}")
         self.cols, self.data_width, self.addr_width, self.slots = cols, data_width, \
             addr_width, slots
+        self.sgd = bool(sgd)
         super().__init__({
             "jobs": In(stream.Signature(side_job_layout())),
             "desc": In(side_desc_layout(addr_width)),
@@ -129,6 +152,8 @@ class UnitSideLoader(wiring.Component):
             "bias_row": Out(32),
             "bias_lanes": Out(data.ArrayLayout(32, cols)),
             "mask_lanes": Out(cols),
+            **({"w_lanes": Out(data.ArrayLayout(signed(8), cols)), "w_exp": Out(signed(8))}
+               if self.sgd else {}),
             "release": In(1),
             "idle": Out(1),
             "issuing": Out(1),
@@ -149,15 +174,27 @@ class UnitSideLoader(wiring.Component):
         m.submodules.blanes = blanes = memory.Memory(shape=data.ArrayLayout(32, L),
                                                      depth=NS * T // L, init=[])
         m.submodules.mask = mask = memory.Memory(shape=unsigned(T), depth=NS * T, init=[])
+        # the stored weights' mantissa rows (T bytes each) and each slot's exponent
+        wmem = wexp = None
+        if self.sgd:
+            m.submodules.wmem = wmem = memory.Memory(shape=unsigned(8 * T), depth=NS * T,
+                                                     init=[])
+            wexp = Array(Signal(8, name=f"wexp{s}", reset_less=True) for s in range(NS))
+        # the exponent's byte in its word, per slot (written as its command is issued)
+        lb = (self.data_width // 8).bit_length() - 1
+        self._woff = Array(Signal(lb, name=f"woff{s}", reset_less=True) for s in range(NS))
         state = Array(Signal(range(4), name=f"state{s}") for s in range(NS))
         ptr = {name: Signal(range(NS), name=f"{name}_slot")
                for name in ("issue", "fill", "offer", "read")}
         self._issue(m, info.write_port(), state, ptr["issue"])
         self._fill(m, info.read_port(domain="comb"), brow.write_port(),
-                   blanes.write_port(granularity=1), mask.write_port(), state, ptr["fill"])
+                   blanes.write_port(granularity=1), mask.write_port(), state, ptr["fill"],
+                   wmem.write_port(granularity=8 * min(T, self.data_width // 8))
+                   if self.sgd else None, wexp)
         self._consume(m, info.read_port(domain="comb"), info.read_port(),
                       brow.read_port(domain="comb"), blanes.read_port(domain="comb"),
-                      mask.read_port(domain="comb"), state, ptr["offer"], ptr["read"])
+                      mask.read_port(domain="comb"), state, ptr["offer"], ptr["read"],
+                      wmem.read_port(domain="comb") if self.sgd else None, wexp)
         m.d.comb += self.idle.eq(Cat(s == FREE for s in state).all())
         return m
 
@@ -189,12 +226,23 @@ class UnitSideLoader(wiring.Component):
         row_addr = Signal(AW, reset_less=True)                    # the next mask row's
         r = Signal(range(T))
         cmd = self.rd_cmd
+        # the stored weights (sgd): their rows take the mask rows' path with w_addr and
+        # w_stride; the exponent's address is w_exp_addr + n0 / T + (m0 / T) * ceil(n / T)
+        wsgd = Signal()
+        j_eaddr = Signal(AW, reset_less=True)
+        j_waddr = Signal(AW, reset_less=True)
+        gn = Signal(12, reset_less=True)
+        eprod = Signal(24, reset_less=True)
+        eaddr = Signal(AW, reset_less=True)
+        wbeats = Signal(range(T + 1), reset_less=True)
+        lb = (self.data_width // 8).bit_length() - 1
         with m.FSM(name="issue") as fsm:
             with m.State("JOB"):
                 m.d.comb += [self.jobs.ready.eq(state[slot] == FREE),
                              info_w.addr.eq(slot), info_w.data.job.eq(job),
                              info_w.data.bias.eq(Mux(d.bias == 3, 0, d.bias)),
-                             info_w.data.mask_in.eq(d.mask_in)]
+                             info_w.data.mask_in.eq(d.mask_in),
+                             info_w.data.sgd.eq(d.sgd if self.sgd else 0)]
                 with m.If(self.jobs.valid & self.jobs.ready):
                     m.d.comb += info_w.en.eq(1)
                     m.d.sync += [state[slot].eq(LOADING), slot.eq(slot + 1), j.eq(job),
@@ -202,6 +250,12 @@ class UnitSideLoader(wiring.Component):
                                  j_baddr.eq(d.bias_addr), j_maddr.eq(d.mask_addr),
                                  has_bias.eq((d.bias == 1) | (d.bias == 2)),
                                  per_row.eq(d.bias == 1), mask_in.eq(d.mask_in)]
+                    if self.sgd:
+                        m.d.sync += [wsgd.eq(d.sgd), j_waddr.eq(d.w_addr + job.n0),
+                                     j_eaddr.eq(d.w_exp_addr + (job.n0 >> 5)),
+                                     gn.eq((d.n + (T - 1)) >> 5)]
+                        with m.If(d.sgd):
+                            m.d.sync += mul_s.eq(d.w_stride)
                     m.next = "GEOMETRY"
             with m.State("GEOMETRY"):
                 count = Mux(per_row, j.rows_in, j.cols_in)
@@ -209,18 +263,36 @@ class UnitSideLoader(wiring.Component):
                              mbase.eq(j_maddr + (j.n0 >> 3)),
                              baddr.eq(j_baddr + (Mux(per_row, j.m0, j.n0) << 2)),
                              bwords.eq((count + F - 1) >> (F.bit_length() - 1))]
+                if self.sgd:
+                    m.d.sync += [eprod.eq(mul_i * gn),
+                                 wbeats.eq((j.cols_in + (1 << lb) - 1) >> lb)]
+                    with m.If(wsgd):
+                        m.d.sync += mbase.eq(j_waddr)
                 m.next = "PRODUCT"
             with m.State("PRODUCT"):
                 m.d.sync += prod.eq((p_lo + (p_hi << 16)) << 5)
+                if self.sgd:
+                    m.d.sync += eaddr.eq(j_eaddr + eprod)
                 m.next = "BASE"
             with m.State("BASE"):
                 m.d.sync += [row_addr.eq(mbase + prod), r.eq(0)]
+                if self.sgd:
+                    m.d.sync += self._woff[(slot - 1)[:len(slot)]].eq(eaddr[:lb])
                 with m.If(has_bias):
                     m.next = "BIAS"
+                if self.sgd:
+                    with m.Elif(wsgd):
+                        m.next = "WEXP"
                 with m.Elif(mask_in):
                     m.next = "MASK"
                 with m.Else():
                     m.next = "JOB"
+            if self.sgd:
+                with m.State("WEXP"):
+                    m.d.comb += [cmd.valid.eq(1), cmd.payload.addr.eq(eaddr),
+                                 cmd.payload.beats.eq(1)]
+                    with m.If(cmd.ready):
+                        m.next = "MASK"
             with m.State("BIAS"):
                 m.d.comb += [cmd.valid.eq(1), cmd.payload.addr.eq(baddr),
                              cmd.payload.beats.eq(bwords)]
@@ -228,9 +300,9 @@ class UnitSideLoader(wiring.Component):
                     m.next = "MASK"
                 with m.Elif(cmd.ready):
                     m.next = "JOB"
-            with m.State("MASK"):
+            with m.State("MASK"):                    # (the weights' rows with sgd)
                 m.d.comb += [cmd.valid.eq(1), cmd.payload.addr.eq(row_addr),
-                             cmd.payload.beats.eq(1)]
+                             cmd.payload.beats.eq(Mux(wsgd, wbeats, 1) if self.sgd else 1)]
                 with m.If(cmd.ready):
                     m.d.sync += [row_addr.eq(row_addr + mul_s), r.eq(r + 1)]
                     with m.If(r == j.rows_in - 1):
@@ -239,7 +311,7 @@ class UnitSideLoader(wiring.Component):
 
     # ---- words -> the slot being filled -------------------------------------------------
 
-    def _fill(self, m, info_r, brow_w, blanes_w, mask_w, state, slot):
+    def _fill(self, m, info_r, brow_w, blanes_w, mask_w, state, slot, wmem_w, wexp):
         T, C = TILE_BLOCK, self.cols
         F = self.data_width // 32
         L = max(C, F)
@@ -259,16 +331,47 @@ class UnitSideLoader(wiring.Component):
                      blanes_w.data.eq(Cat(floats for _ in range(L // F))),
                      mask_w.addr.eq(Cat(r, slot)),
                      mask_w.data.eq(w.payload.data.word_select(lane, 32))]
+        bpw = self.data_width // 8
+        wword = Signal(range(max(2, T // bpw)), reset_less=True)   # a weights row's word
+        if self.sgd:
+            if bpw >= T:          # the row's T bytes: one lane of the word
+                m.d.comb += [wmem_w.addr.eq(Cat(r, slot)),
+                             wmem_w.data.eq(w.payload.data.word_select(
+                                 u.job.n0[5:5 + (bpw // T).bit_length() - 1]
+                                 if bpw > T else 0, 8 * T))]
+            else:                 # bpw bytes of the row a word
+                m.d.comb += [wmem_w.addr.eq(Cat(r, slot)),
+                             wmem_w.data.eq(Cat(w.payload.data for _ in range(T // bpw)))]
         with m.FSM(name="fill"):
             with m.State("WAIT"):
-                m.d.sync += [word.eq(0), r.eq(0)]
+                m.d.sync += [word.eq(0), r.eq(0), wword.eq(0)]
                 with m.If(state[slot] == LOADING):
                     with m.If(u.bias != 0):
                         m.next = "BIAS"
+                    if self.sgd:
+                        with m.Elif(u.sgd):
+                            m.next = "WEXP"
                     with m.Elif(u.mask_in):
                         m.next = "MASK"
                     with m.Else():
                         m.d.comb += done.eq(1)
+            if self.sgd:
+                with m.State("WEXP"):
+                    m.d.comb += w.ready.eq(1)
+                    with m.If(took):
+                        m.d.sync += wexp[slot].eq(
+                            w.payload.data.word_select(self._woff[slot], 8))
+                        m.next = "WROWS"
+                with m.State("WROWS"):
+                    m.d.comb += [w.ready.eq(1),
+                                 wmem_w.en.eq(Mux(took, 1 << wword, 0) if bpw < T else took)]
+                    with m.If(took):
+                        m.d.sync += wword.eq(wword + 1)
+                        with m.If(w.payload.last):
+                            m.d.sync += [wword.eq(0), r.eq(r + 1)]
+                            with m.If(r == u.job.rows_in - 1):
+                                m.d.comb += done.eq(1)
+                                m.next = "WAIT"
             with m.State("BIAS"):
                 m.d.comb += [w.ready.eq(1), brow_w.en.eq(took),
                              blanes_w.en.eq(Mux(took, Const((1 << F) - 1, L) << first[:ll],
@@ -292,7 +395,8 @@ class UnitSideLoader(wiring.Component):
 
     # ---- full units -> o_unit; the oldest's lookups, and its release --------------------
 
-    def _consume(self, m, info_o, info_l, brow_r, blanes_r, mask_r, state, offer, read):
+    def _consume(self, m, info_o, info_l, brow_r, blanes_r, mask_r, state, offer, read,
+                 wmem_r, wexp):
         T, C = TILE_BLOCK, self.cols
         F = self.data_width // 32
         L = max(C, F)
@@ -330,3 +434,10 @@ class UnitSideLoader(wiring.Component):
                                              seg_bias[32 * lane:32 * lane + 32], 0)),
                 self.mask_lanes[lane].eq(inside & row_in & (bits[lane] | ~u.mask_in)),
             ]
+        if self.sgd:
+            m.d.comb += [wmem_r.addr.eq(Cat(row, read)), self.w_exp.eq(wexp[read])]
+            wrow = wmem_r.data.word_select(seg, 8 * C)
+            for lane in range(C):
+                inside = Cat(Const(lane, lc), seg) < u.job.cols_in
+                m.d.comb += self.w_lanes[lane].eq(Mux(inside & row_in & u.sgd,
+                                                      wrow[8 * lane:8 * lane + 8], 0))

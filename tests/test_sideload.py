@@ -20,8 +20,9 @@ def _ceil_to(x: int, a: int) -> int:
     return -(-x // a) * a
 
 
-def make_case(rng: random.Random, bpw: int, bias: int, mask_in: int):
-    """A matrix's bias vector and mask in a random memory, and some of its units (edge units
+def make_case(rng: random.Random, bpw: int, bias: int, mask_in: int, sgd: int = 0):
+    """A matrix's bias vector and mask (or, with ``sgd``, its stored BFP8 weights: mantissa
+    rows and the exponent grid) in a random memory, and some of its units (edge units
     included). Returns ``(memory, desc, units, regions)``: ``regions`` are the byte ranges
     a read may touch (rounded out to bus words)."""
     m, n = rng.randint(1, 3 * T), rng.randint(1, 3 * T)
@@ -29,21 +30,27 @@ def make_case(rng: random.Random, bpw: int, bias: int, mask_in: int):
     bias_addr = _ceil_to(rng.randrange(0, MEM // 4), bpw)
     mask_stride = _ceil_to(-(-n // 8), bpw) + bpw * rng.randint(0, 2)
     mask_addr = _ceil_to(rng.randrange(MEM // 2, MEM - m * mask_stride - bpw), bpw)
+    w_stride = _ceil_to(n, max(bpw, T)) + bpw * rng.randint(0, 2)
+    w_addr = _ceil_to(rng.randrange(MEM // 4, MEM // 2 - m * w_stride - bpw), bpw)
+    w_exp_addr = rng.randrange(MEM - 64, MEM - 48)
     desc = {"bias": bias, "bias_addr": bias_addr, "mask_in": mask_in, "mask_addr": mask_addr,
-            "mask_stride": mask_stride}
+            "mask_stride": mask_stride, "sgd": sgd, "w_addr": w_addr, "w_stride": w_stride,
+            "w_exp_addr": w_exp_addr, "n": n}
     grid = [(m0, n0) for m0 in range(0, m, T) for n0 in range(0, n, T)]
     picks = rng.sample(grid, min(len(grid), 5)) + [grid[-1]]        # the corner too
     units = [{"m0": m0, "n0": n0, "rows_in": min(T, m - m0), "cols_in": min(T, n - n0)}
              for m0, n0 in picks]
     length = m if bias == 1 else n
     regions = [(bias_addr, bias_addr + _ceil_to(4 * length, bpw)),
-               (mask_addr, mask_addr + m * mask_stride)]
+               (mask_addr, mask_addr + m * mask_stride), (w_addr, w_addr + m * w_stride),
+               (MEM - 128, MEM)]
     return memory, desc, units, regions, (m, n)
 
 
 def expected(memory, desc, shape, unit, cols):
     """Each (row, seg) lookup of ``unit``: ``{(row, seg): (bias_row, bias_lanes,
-    mask_lanes)}`` from numpy slices of the vector and the unpacked mask."""
+    mask_lanes, w_lanes, w_exp)}`` from numpy slices of the vector, the unpacked mask and
+    the stored weights (``w_*`` None without ``sgd``)."""
     m, n = shape
     length = m if desc["bias"] == 1 else n
     vec = memory[desc["bias_addr"]:desc["bias_addr"] + 4 * length].view(np.uint32)
@@ -61,7 +68,16 @@ def expected(memory, desc, shape, unit, cols):
                      for lane in range(cols)]
             bits = [inside[lane] and (not desc["mask_in"] or mask[m0 + row, n0 + c0 + lane])
                     for lane in range(cols)]
-            out[row, seg] = (b_row, lanes, sum(int(b) << lane for lane, b in enumerate(bits)))
+            w_lanes = w_exp = None
+            if desc.get("sgd"):
+                at = desc["w_addr"] + (m0 + row) * desc["w_stride"] + n0 + c0
+                w_lanes = [int(memory[at + lane].view(np.int8)) if inside[lane] else 0
+                           for lane in range(cols)]
+                grid_n = -(-n // T)
+                w_exp = int(memory[desc["w_exp_addr"] + (m0 // T) * grid_n + n0 // T]
+                            .view(np.int8))
+            out[row, seg] = (b_row, lanes, sum(int(b) << lane for lane, b in enumerate(bits)),
+                             w_lanes, w_exp)
     return out
 
 
@@ -97,11 +113,15 @@ def memory_reader(dut, memory, bpw, regions, log, *, rng, stall):
     return bench
 
 
-def check_units(cols, data_width, seed, bias, mask_in, slots=2):
+def check_units(cols, data_width, seed, bias, mask_in, slots=2, sgd=0, build_sgd=None):
     rng = random.Random(seed)
     bpw = data_width // 8
-    memory, desc, units, regions, shape = make_case(rng, bpw, bias, mask_in)
-    dut = UnitSideLoader(cols, data_width, 32, slots=slots)
+    memory, desc, units, regions, shape = make_case(rng, bpw, bias, mask_in, sgd)
+    built = bool(sgd) if build_sgd is None else build_sgd
+    dut = UnitSideLoader(cols, data_width, 32, slots=slots, sgd=built)
+    if not built:
+        desc = {k: v for k, v in desc.items()
+                if k not in ("sgd", "w_addr", "w_stride", "w_exp_addr", "n")}
     log, seen = [], []
 
     async def take_unit(ctx):
@@ -120,11 +140,14 @@ def check_units(cols, data_width, seed, bias, mask_in, slots=2):
         for i, unit in enumerate(units):
             assert got == unit
             want = expected(memory, desc, shape, unit, cols)
-            for (row, seg), (b_row, lanes, bits) in want.items():
+            for (row, seg), (b_row, lanes, bits, w_lanes, w_exp) in want.items():
                 ctx.set(dut.row, row)
                 ctx.set(dut.seg, seg)
                 assert (ctx.get(dut.bias_row), [int(v) for v in ctx.get(dut.bias_lanes)],
                         ctx.get(dut.mask_lanes)) == (b_row, lanes, bits), (unit, row, seg)
+                if sgd:
+                    assert ([int(v) for v in ctx.get(dut.w_lanes)],
+                            ctx.get(dut.w_exp)) == (w_lanes, w_exp), (unit, row, seg)
                 if crng.random() < 0.05:
                     await ctx.tick()
             for _ in range(crng.choice([0, 0, 3, 40])):
@@ -150,7 +173,8 @@ def check_units(cols, data_width, seed, bias, mask_in, slots=2):
                                  stall=0.3)],
         deadline_cycles=cycles)
     assert seen == units
-    assert len(log) == sum((bias != 0) + mask_in * u["rows_in"] for u in units)
+    assert len(log) == sum((bias != 0) + mask_in * u["rows_in"] + sgd * (1 + u["rows_in"])
+                           for u in units)
 
 
 @pytest.mark.parametrize(("cols", "data_width"), [(4, 64), (8, 128), (16, 512), (32, 128)])
@@ -166,6 +190,21 @@ def test_random_descriptors(seed):
     check_units(rng.choice([4, 8, 16, 32]), rng.choice([64, 128, 256, 512]), seed,
                 bias=rng.choice([0, 1, 2]), mask_in=rng.choice([0, 1]),
                 slots=rng.choice([2, 4]))
+
+
+@pytest.mark.parametrize(("cols", "data_width"), [(4, 64), (8, 128), (16, 64), (16, 256),
+                                                  (32, 512)])
+def test_stored_weights_match_numpy(cols, data_width):
+    """With ``sgd``: the unit's exponent and every row's int8 mantissas, from their
+    commands (an exponent, then a row each), whatever the bus width against the row."""
+    check_units(cols, data_width, seed=cols + data_width, bias=0, mask_in=0, sgd=1,
+                slots=4 if cols == 16 else 2)
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_sgd_build_runs_bias_and_mask(seed):
+    """A build with ``sgd`` loads the bias and mask as before for other descriptors."""
+    check_units(8, 128, seed, bias=1 + seed, mask_in=1, sgd=0, build_sgd=True)
 
 
 def test_unit_without_side_data():
