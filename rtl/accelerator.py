@@ -96,6 +96,12 @@ class Accelerator(wiring.Component):
         ``QUANTIZE_ONLY`` without ``BFP8``, ``QUANTIZE_ONLY`` with ``A_TILES`` or
         ``B_TILES``, and ``BIAS`` 3, are refused with ``UNSUPPORTED``, as are the
         epilogue's other bits.
+    sgd : bool
+        With ``epilogue``, also ``SGD`` with ``BFP8``: the BFP8 weights stored at
+        ``DESC_C_ADDR`` and ``DESC_C_EXP_ADDR`` stepped by the GEMM's result, ``DESC_DECAY
+        * w - DESC_LR * g`` rounded to float32 and quantised over them (the engine's
+        ``sgd``). ``SGD`` without ``BFP8`` (a float32 target) or with ``BIAS``, ``RELU``,
+        ``MASK_IN`` or ``QUANTIZE_ONLY`` is refused with ``UNSUPPORTED``.
 
     Attributes
     ----------
@@ -114,7 +120,8 @@ class Accelerator(wiring.Component):
                  packing: int = 1, primitive: bool = False, burst_beats: int = 16,
                  outstanding: int = 8, dsp_rows: int | None = None, acc_ram: str = "auto",
                  write_ports: int = 1, slr_groups: int = 1, read_ports: int = 1,
-                 dsp_slice: str = "DSP48E2", k_blocks: bool = False, epilogue: bool = False):
+                 dsp_slice: str = "DSP48E2", k_blocks: bool = False, epilogue: bool = False,
+                 sgd: bool = False):
         # (+ the two the engine may hold: QUEUE_LEVEL's 8 bits)
         if not isinstance(queue, int) or not 1 <= queue <= 253:
             raise ValueError(f"queue must be an integer in 1..253, not {queue!r}")
@@ -124,12 +131,13 @@ class Accelerator(wiring.Component):
                                  primitive=primitive, dsp_rows=dsp_rows, acc_ram=acc_ram,
                                  write_ports=write_ports, slr_groups=slr_groups,
                                  read_ports=read_ports, dsp_slice=dsp_slice,
-                                 k_blocks=k_blocks, epilogue=epilogue)
-        self.k_blocks, self.epilogue = bool(k_blocks), bool(epilogue)
+                                 k_blocks=k_blocks, epilogue=epilogue, sgd=sgd)
+        self.k_blocks, self.epilogue, self.sgd = bool(k_blocks), bool(epilogue), bool(sgd)
         #: ``CONFIG_FEATURES.OPS``: the ``DESC_EPILOGUE`` bits 7..0 this build runs
         self.ops = regmap.pack("DESC_EPILOGUE", BFP8=1, STOCHASTIC=1, BIAS=3, MASK_IN=1,
                                RELU=int(self.engine.relu),
-                               QUANTIZE_ONLY=int(self.engine.quantize)) if self.epilogue else 0
+                               QUANTIZE_ONLY=int(self.engine.quantize),
+                               SGD=int(self.sgd)) if self.epilogue else 0
         self.burst_beats, self.outstanding = burst_beats, outstanding
         self.readers = [DmaReader(data_width, addr_width, burst_beats=burst_beats,
                                   outstanding=outstanding) for _ in range(read_ports)]
@@ -250,7 +258,9 @@ class Accelerator(wiring.Component):
                          staged.bias.eq(_field(csr, "DESC_EPILOGUE", "BIAS")),
                          staged.mask_in.eq(_field(csr, "DESC_EPILOGUE", "MASK_IN")),
                          staged.quantize_only.eq(_field(csr, "DESC_EPILOGUE", "QUANTIZE_ONLY")
-                                                 if self.engine.quantize else 0)]
+                                                 if self.engine.quantize else 0),
+                         staged.sgd.eq(_field(csr, "DESC_EPILOGUE", "SGD") if self.sgd else 0),
+                         staged.lr.eq(csr.desc_lr), staged.decay.eq(csr.desc_decay)]
         m.d.comb += [
             staged.m.eq(csr.desc_m), staged.n.eq(csr.desc_n), staged.k.eq(csr.desc_k),
             staged.transpose_a.eq(_field(csr, "DESC_FLAGS", "TRANSPOSE_A")),
@@ -275,7 +285,7 @@ class Accelerator(wiring.Component):
         # (A_TILES and B_TILES together, with K blocks; BFP8 and STOCHASTIC, with the
         # epilogue (STOCHASTIC alone rounds nothing), RELU with BFP8 where the engine has
         # it, BIAS 1 or 2 and MASK_IN with BFP8, QUANTIZE_ONLY with BFP8 and without tile
-        # exponents where the engine has it; nothing else)
+        # exponents where the engine has it, SGD with BFP8 alone where built; nothing else)
         tiles = regmap.pack("DESC_EPILOGUE", A_TILES=1, B_TILES=1)
         out = self.ops
         e = csr.desc_epilogue
@@ -285,10 +295,11 @@ class Accelerator(wiring.Component):
         if self.epilogue:           # ReLU, the bias and the stored mask only on a BFP8 C
             bias = _field(csr, "DESC_EPILOGUE", "BIAS")
             only = _field(csr, "DESC_EPILOGUE", "QUANTIZE_ONLY")
-            side_fp32 = (((_field(csr, "DESC_EPILOGUE", "RELU") | (bias != 0)
-                           | _field(csr, "DESC_EPILOGUE", "MASK_IN") | only)
-                          & ~_field(csr, "DESC_EPILOGUE", "BFP8")) | (bias == 3)
-                         | (only & ((e & tiles) != 0)))
+            sgd = _field(csr, "DESC_EPILOGUE", "SGD")
+            relu_etc = (_field(csr, "DESC_EPILOGUE", "RELU") | (bias != 0)
+                        | _field(csr, "DESC_EPILOGUE", "MASK_IN") | only)
+            side_fp32 = (((relu_etc | sgd) & ~_field(csr, "DESC_EPILOGUE", "BFP8"))
+                         | (bias == 3) | (only & ((e & tiles) != 0)) | (sgd & relu_etc))
         m.d.comb += unsupported.eq((rest != 0) | bad_tiles | side_fp32)
         if self.k_blocks:
             m.d.comb += staged.tiles.eq((e & tiles) == tiles)

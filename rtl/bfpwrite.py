@@ -2,7 +2,7 @@
 
 from types import SimpleNamespace
 
-from amaranth import Cat, Const, Module, Mux, Signal, unsigned
+from amaranth import Cat, Const, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -11,7 +11,7 @@ from firmware.spec.regmap import TILE_BLOCK
 from .dma import dma_command_layout, dma_write_layout
 from .epilogue import ReluMask, TileQuantizer
 from .fifo import Fifo
-from .fp32 import Fp32Add
+from .fp32 import Fp32Add, Fp32Mul
 from .prng import RandomLanes
 from .rescale import rescale_output_layout
 from .sideload import side_job_layout
@@ -28,7 +28,7 @@ def bfp_desc_layout(addr_width: int = 64) -> data.StructLayout:
         "c_addr": unsigned(addr_width), "c_stride": unsigned(32),
         "c_exp_addr": unsigned(addr_width), "stochastic": 1, "seed": unsigned(64),
         "relu": 1, "mask_addr": unsigned(addr_width), "mask_stride": unsigned(32),
-        "bias": 2, "mask_in": 1,
+        "bias": 2, "mask_in": 1, "sgd": 1, "lr": unsigned(32), "decay": unsigned(32),
     })
 
 
@@ -66,6 +66,25 @@ def _pick(lanes, part, lane: int, width: int, parts: int):
     for j in range(1, parts):
         value = Mux(part == j, lanes[j * width + lane], value)
     return value
+
+
+def bfp8_to_float32(q, e):
+    """The float32 bit pattern of ``q * 2**e`` (int8 ``q`` and ``e``), as
+    :func:`sim.models.bfp.dequantize_tiles` computes it: exact, +-inf from ``2**128`` up
+    (no quantised block reaches it), subnormal below ``2**-126``. Combinational: the
+    magnitude's leading one, an 8-bit shift and the exponent's sum."""
+    sign = q[7]
+    mag = Mux(sign, -q, q)[:8]                  # 1 .. 128 (0: zero)
+    p = Const(0, 3)                             # the leading one's place
+    for i in range(1, 8):
+        p = Mux(mag[i], i, p)
+    big = e.as_signed() + p                     # the value's binary exponent
+    norm = (mag << (~p)[:3])[:8]                # the leading one at bit 7 (7 - p)
+    field = (big + 127)[:8]
+    normal = Cat(Const(0, 16), norm[:7], field, sign)
+    tiny = Cat((Cat(Const(0, 22), mag, Const(0, 1)) >> ~e[0])[:31], sign)    # e is -128 or -127
+    inf = Cat(Const(0x7F800000, 31), sign)
+    return Mux(mag == 0, 0, Mux(big >= 128, inf, Mux(big >= -126, normal, tiny)))
 
 
 def _random_job_layout() -> data.StructLayout:
@@ -191,7 +210,7 @@ class BfpWriteBack(wiring.Component):
     TAG_QUEUE = 16
 
     def __init__(self, rows: int, cols: int, *, data_width: int = 128, addr_width: int = 32,
-                 relu: bool = False, side: bool = False):
+                 relu: bool = False, side: bool = False, sgd: bool = False):
         T = TILE_BLOCK
         if rows != cols or cols < 4 or T % cols:
             raise ValueError(f"BFP8 output needs a square array of 4 to {T} lanes dividing "
@@ -199,7 +218,9 @@ class BfpWriteBack(wiring.Component):
         if relu and cols < 8:
             raise ValueError(f"relu needs at least 8 columns (a tile row's mask in whole "
                              f"bytes), not {cols}")
-        self.relu, self.side = bool(relu), bool(side)
+        if sgd and not side:
+            raise ValueError("sgd needs side (the stored weights come from the side loader)")
+        self.relu, self.side, self.sgd = bool(relu), bool(side), bool(sgd)
         self.rows, self.cols = rows, cols
         self.data_width, self.addr_width = data_width, addr_width
         self.segs = T // cols
@@ -221,7 +242,15 @@ class BfpWriteBack(wiring.Component):
                 "side_row": Out(range(T)), "side_seg": Out(range(T // cols)),
                 "bias_row": In(32), "bias_lanes": In(data.ArrayLayout(32, cols)),
                 "mask_lanes": In(cols), "release": Out(1)} if self.side else {}),
+            **({"w_lanes": In(data.ArrayLayout(signed(8), cols)), "w_exp": In(signed(8))}
+               if self.sgd else {}),
         })
+        #: Rows the tag FIFO and the sums FIFO hold: enough for those in the arithmetic
+        #: (with ``sgd`` the decoding register and :class:`rtl.fp32.Fp32Mul` too) at a row
+        #: every :attr:`fold` cycles.
+        self.tag_queue = self.TAG_QUEUE
+        if self.sgd and self.fold == 1:
+            self.tag_queue = 2 * self.TAG_QUEUE
 
     def elaborate(self, platform):
         m = Module()
@@ -246,6 +275,8 @@ class BfpWriteBack(wiring.Component):
         rs = SimpleNamespace(valid=Signal(name="rs_valid"), ready=Signal(name="rs_ready"),
                              data=Signal(data.ArrayLayout(32, C), name="rs_data"),
                              bias=Signal(data.ArrayLayout(32, C), name="rs_bias"),
+                             w=Signal(data.ArrayLayout(signed(8), C), name="rs_w"),
+                             wexp=Signal(signed(8), name="rs_wexp"),
                              tag=Signal(tlay, name="rs_tag"))
         out = SimpleNamespace(valid=Signal(name="out_valid"), ready=Signal(name="out_ready"),
                               data=Signal(data.ArrayLayout(32, C), name="out_data"),
@@ -260,20 +291,51 @@ class BfpWriteBack(wiring.Component):
             # into a row for the FIFO.
             L = C // F
             m.submodules.adder = add = Fp32Add(L)
-            m.submodules.tags = tq = Fifo(width=tlay.size, depth=self.TAG_QUEUE)
-            m.submodules.sums = sq = Fifo(width=32 * C, depth=self.TAG_QUEUE)
+            m.submodules.tags = tq = Fifo(width=tlay.size, depth=self.tag_queue)
+            m.submodules.sums = sq = Fifo(width=32 * C, depth=self.tag_queue)
             pop = Signal()
             part = Signal(range(F))              # the row's part going in
             first = part == 0
             feed = Signal()
             m.d.comb += [feed.eq(rs.valid & (tq.w_rdy | ~first)),
-                         add.i_stream.valid.eq(feed),
                          rs.ready.eq(part == F - 1) if F > 1 else rs.ready.eq(tq.w_rdy),
                          tq.w_data.eq(rs.tag), tq.w_en.eq(feed & first),
                          add.o_stream.ready.eq(1)]
-            for lane in range(L):
-                m.d.comb += [add.i_stream.payload.a[lane].eq(_pick(rs.data, part, lane, L, F)),
-                             add.i_stream.payload.b[lane].eq(_pick(rs.bias, part, lane, L, F))]
+            if self.sgd:
+                # With the optimiser built, every row's two operands pass a multiplier
+                # first: the GEMM's value by -lr and the stored weight (decoded from BFP8)
+                # by decay for an SGD descriptor (decay * w - lr * g), the value and the
+                # bias by 1.0 otherwise (exact: the adder's sum is unchanged). A register
+                # holds the decoded part; the multiplier never stalls either.
+                m.submodules.scale = mul = Fp32Mul(2 * L)
+                sgd = self.desc.sgd
+                one = Const(0x3F800000, 32)
+                fa = Mux(sgd, Cat(self.desc.lr[:31], ~self.desc.lr[31]), one)
+                fb = Mux(sgd, self.desc.decay, one)
+                d_valid = Signal()
+                d_a = Signal(data.ArrayLayout(32, L), reset_less=True)
+                d_b = Signal(data.ArrayLayout(32, L), reset_less=True)
+                m.d.sync += d_valid.eq(feed)
+                for lane in range(L):
+                    w = bfp8_to_float32(_pick(rs.w, part, lane, L, F).as_unsigned(),
+                                        rs.wexp.as_unsigned())
+                    m.d.sync += [d_a[lane].eq(_pick(rs.data, part, lane, L, F)),
+                                 d_b[lane].eq(Mux(sgd, w, _pick(rs.bias, part, lane, L, F)))]
+                    m.d.comb += [mul.i_stream.payload.a[lane].eq(d_a[lane]),
+                                 mul.i_stream.payload.a[L + lane].eq(d_b[lane]),
+                                 mul.i_stream.payload.b[lane].eq(fa),
+                                 mul.i_stream.payload.b[L + lane].eq(fb),
+                                 add.i_stream.payload.a[lane].eq(mul.o_stream.payload.p[lane]),
+                                 add.i_stream.payload.b[lane].eq(
+                                     mul.o_stream.payload.p[L + lane])]
+                m.d.comb += [mul.i_stream.valid.eq(d_valid), mul.o_stream.ready.eq(1),
+                             add.i_stream.valid.eq(mul.o_stream.valid)]
+            else:
+                m.d.comb += add.i_stream.valid.eq(feed)
+                for lane in range(L):
+                    m.d.comb += [
+                        add.i_stream.payload.a[lane].eq(_pick(rs.data, part, lane, L, F)),
+                        add.i_stream.payload.b[lane].eq(_pick(rs.bias, part, lane, L, F))]
             if F > 1:
                 with m.If(feed):
                     m.d.sync += part.eq(Mux(part == F - 1, 0, part + 1))
@@ -370,7 +432,7 @@ class BfpWriteBack(wiring.Component):
         ones = (1 << C) - 1
         need_side = 0                        # the unit has side data: wait for it
         if self.side:
-            need_side = (d.bias != 0) | d.mask_in
+            need_side = (d.bias != 0) | d.mask_in | (d.sgd if self.sgd else 0)
             bias_on = (d.bias == 1) | (d.bias == 2)
             m.d.comb += [self.side_row.eq(row0 + r), self.side_seg.eq(seg)]
             lane_bias = [Mux(bias_on, self.bias_row | self.bias_lanes[lane], 0)
@@ -435,6 +497,8 @@ class BfpWriteBack(wiring.Component):
                              tag.mask_en.eq(r < t_rows), tag.mask_in.eq(row_mask),
                              *(rs.bias[lane].eq(lane_bias[lane]) for lane in range(C)),
                              rs.valid.eq(i.valid), i.ready.eq(rs.ready)]
+                if self.sgd:
+                    m.d.comb += [rs.w.eq(self.w_lanes), rs.wexp.eq(self.w_exp)]
                 with m.If(i.valid & rs.ready):
                     m.d.sync += r.eq(r + 1)
                     with m.If(r == R - 1):

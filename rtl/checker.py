@@ -20,7 +20,9 @@ def descriptor_layout(k_blocks: bool = False, epilogue: bool = False) -> data.St
     ``DESC_MASK_STRIDE``), its bias (``DESC_EPILOGUE.BIAS``, ``DESC_BIAS_ADDR``) and its
     stored mask (``DESC_EPILOGUE.MASK_IN``, at ``DESC_MASK_ADDR``), and ``quantize_only``
     (``DESC_EPILOGUE.QUANTIZE_ONLY``: no GEMM, the M x N float32 matrix at ``a_addr`` with
-    ``a_stride`` goes through the epilogue; K, B and the exponent vectors unused)."""
+    ``a_stride`` goes through the epilogue; K, B and the exponent vectors unused), and
+    ``sgd`` with ``lr`` and ``decay`` (``DESC_EPILOGUE.SGD``, ``DESC_LR``, ``DESC_DECAY``:
+    the stored BFP8 weights at C stepped by this GEMM's result)."""
     return data.StructLayout({
         "m": unsigned(32), "n": unsigned(32), "k": unsigned(32),
         "transpose_a": 1, "transpose_b": 1, "raw": 1, "row_vec": 1, "col_vec": 1,
@@ -33,7 +35,8 @@ def descriptor_layout(k_blocks: bool = False, epilogue: bool = False) -> data.St
         **({"tiles": 1} if k_blocks else {}),
         **({"bfp8": 1, "stochastic": 1, "c_exp_addr": unsigned(64), "seed": unsigned(64),
             "relu": 1, "mask_addr": unsigned(64), "mask_stride": unsigned(32),
-            "bias": 2, "bias_addr": unsigned(64), "mask_in": 1, "quantize_only": 1}
+            "bias": 2, "bias_addr": unsigned(64), "mask_in": 1, "quantize_only": 1,
+            "sgd": 1, "lr": unsigned(32), "decay": unsigned(32)}
            if epilogue else {}),
     })
 

@@ -93,6 +93,11 @@ class GemmEngine(wiring.Component):
         through the first read port as the C tiles the BFP8 write-back takes. Such a
         descriptor starts only once the one before is written, and the one after it only
         once it is written (the reader and the load sequencer share the port's side).
+    sgd : bool
+        With ``epilogue``: run ``sgd`` descriptors with ``bfp8``, the optimiser's step of the
+        BFP8 weights stored at C: the side loader reads each unit's exponent and mantissa
+        rows before the unit is written, and the BFP8 write-back writes ``decay * w - lr *
+        g`` quantised over them (:class:`rtl.bfpwrite.BfpWriteBack`).
 
     Attributes
     ----------
@@ -144,9 +149,14 @@ class GemmEngine(wiring.Component):
                  packing: int = 1, primitive: bool = False, dsp_rows: int | None = None,
                  acc_ram: str = "auto", write_ports: int = 1, slr_groups: int = 1,
                  read_ports: int = 1, dsp_slice: str = "DSP48E2", k_blocks: bool = False,
-                 epilogue: bool = False):
+                 epilogue: bool = False, sgd: bool = False):
         self.write_ports = regmap.check_write_ports(write_ports, rows)
         self.k_blocks, self.epilogue = bool(k_blocks), bool(epilogue)
+        if sgd and not epilogue:
+            raise ValueError("sgd needs epilogue (the step is the BFP8 write-back's)")
+        #: The BFP8 write-back runs ``sgd`` descriptors: the optimiser's step of the stored
+        #: weights at C (:class:`rtl.bfpwrite.BfpWriteBack`'s ``sgd``).
+        self.sgd = bool(sgd)
         self.read_ports = regmap.check_read_ports(read_ports)
         for name, v in (("rows", rows), ("cols", cols)):
             if not isinstance(v, int) or v < 2 or v & (v - 1) or v > 256:
@@ -284,6 +294,8 @@ class GemmEngine(wiring.Component):
                          bd.relu.eq(d_back.relu), bd.mask_addr.eq(d_back.mask_addr),
                          bd.mask_stride.eq(d_back.mask_stride), bd.bias.eq(d_back.bias),
                          bd.mask_in.eq(d_back.mask_in),
+                         bd.sgd.eq(d_back.sgd if self.sgd else 0), bd.lr.eq(d_back.lr),
+                         bd.decay.eq(d_back.decay),
                          p.bfpwb.clear.eq(self.soft_reset),
                          self.nonfinite.eq(p.bfpwb.nonfinite)]
         m.d.comb += [
@@ -365,9 +377,11 @@ class GemmEngine(wiring.Component):
                                        ports=WP, primitive=self.primitive, part_resets=True)
             wb_cmd, wb_data, wb_done = writeback.wr_cmd, writeback.wr_data, writeback.wr_done
         bfpwb = BfpWriteBack(R, C, data_width=self.data_width, addr_width=self.addr_width,
-                             relu=self.relu, side=True) if self.epilogue else None
-        # the BFP8 output's side data (bias, stored mask), read through the first reader
-        side = UnitSideLoader(C, self.data_width, self.addr_width) if self.epilogue else None
+                             relu=self.relu, side=True, sgd=self.sgd) if self.epilogue else None
+        # the BFP8 output's side data (bias, stored mask, stored weights), read through the
+        # first reader
+        side = UnitSideLoader(C, self.data_width, self.addr_width,
+                              sgd=self.sgd) if self.epilogue else None
         share = ReadShare(self.data_width, self.addr_width) if self.epilogue else None
         # a quantise-only descriptor's float32 tiles, read through the first reader
         fpread = Fp32TileReader(R, C, data_width=self.data_width,
@@ -540,7 +554,8 @@ class GemmEngine(wiring.Component):
         lt = _log2(T)
         job = side.jobs.payload
         first = (w.payload.m0[:lt] == 0) & (w.payload.n0[:lt] == 0)
-        need = first & d.bfp8 & ((d.bias != 0) | d.mask_in)
+        sgd = d.sgd if self.sgd else 0
+        need = first & d.bfp8 & ((d.bias != 0) | d.mask_in | sgd)
         rem_m, rem_n = Signal(18), Signal(18)
         ready = Signal()
         m.d.comb += [rem_m.eq(d.m[:17] - w.payload.m0), rem_n.eq(d.n[:17] - w.payload.n0),
@@ -552,12 +567,16 @@ class GemmEngine(wiring.Component):
                      side.jobs.valid.eq(w.valid & need & wq.w_rdy),
                      side.desc.bias.eq(d.bias), side.desc.bias_addr.eq(d.bias_addr),
                      side.desc.mask_in.eq(d.mask_in), side.desc.mask_addr.eq(d.mask_addr),
-                     side.desc.mask_stride.eq(d.mask_stride)]
+                     side.desc.mask_stride.eq(d.mask_stride), side.desc.sgd.eq(sgd),
+                     side.desc.w_addr.eq(d.c_addr), side.desc.w_stride.eq(d.c_stride),
+                     side.desc.w_exp_addr.eq(d.c_exp_addr), side.desc.n.eq(d.n)]
         bfpwb = p.bfpwb
         wiring.connect(m, side.o_unit, bfpwb.side_unit)
         m.d.comb += [side.row.eq(bfpwb.side_row), side.seg.eq(bfpwb.side_seg),
                      bfpwb.bias_row.eq(side.bias_row), bfpwb.bias_lanes.eq(side.bias_lanes),
                      bfpwb.mask_lanes.eq(side.mask_lanes), side.release.eq(bfpwb.release)]
+        if self.sgd:
+            m.d.comb += [bfpwb.w_lanes.eq(side.w_lanes), bfpwb.w_exp.eq(side.w_exp)]
 
     def _connect_reads(self, m, p, sl, mid_names):
         """Load jobs -> load sequencers -> DMA read commands; the words read -> the

@@ -8,10 +8,10 @@ import random
 
 import numpy as np
 import pytest
-from amaranth import Elaboratable, Module
+from amaranth import Elaboratable, Module, Signal
 from amaranth.lib import wiring
 
-from rtl.bfpwrite import BfpWriteBack
+from rtl.bfpwrite import BfpWriteBack, bfp8_to_float32
 from rtl.sideload import UnitSideLoader
 from sim.models import bfp
 from sim.testbenches.harness import run, stream_send
@@ -159,9 +159,11 @@ def test_refuses_other_arrays():
 class _WithSide(Elaboratable):
     """A BfpWriteBack(side=True) and the UnitSideLoader it looks its units up in."""
 
-    def __init__(self, rows, data_width):
-        self.wb = BfpWriteBack(rows, rows, data_width=data_width, relu=rows >= 8, side=True)
-        self.side = UnitSideLoader(rows, data_width)
+    def __init__(self, rows, data_width, sgd=False):
+        self.sgd = sgd
+        self.wb = BfpWriteBack(rows, rows, data_width=data_width, relu=rows >= 8, side=True,
+                               sgd=sgd)
+        self.side = UnitSideLoader(rows, data_width, sgd=sgd)
 
     def elaborate(self, platform):
         m = Module()
@@ -170,16 +172,22 @@ class _WithSide(Elaboratable):
         m.d.comb += [side.row.eq(wb.side_row), side.seg.eq(wb.side_seg),
                      wb.bias_row.eq(side.bias_row), wb.bias_lanes.eq(side.bias_lanes),
                      wb.mask_lanes.eq(side.mask_lanes), side.release.eq(wb.release)]
+        if self.sgd:
+            m.d.comb += [wb.w_lanes.eq(side.w_lanes), wb.w_exp.eq(side.w_exp)]
         return m
 
 
-@pytest.mark.parametrize("rows,data_width,m,n,bias,mask_in,seed", [
-    (8, 128, 40, 70, 2, False, 0), (16, 64, 45, 37, 1, True, 1), (4, 128, 37, 9, 0, True, 2),
-    (4, 64, 33, 40, 2, True, 3), (32, 128, 33, 100, 1, False, 4), (8, 64, 5, 7, 0, True, 5)])
-def test_bias_and_mask_in(rows, data_width, m, n, bias, mask_in, seed):
+@pytest.mark.parametrize("rows,data_width,m,n,bias,mask_in,seed,sgd", [
+    (8, 128, 40, 70, 2, False, 0, False), (16, 64, 45, 37, 1, True, 1, False),
+    (4, 128, 37, 9, 0, True, 2, False), (4, 64, 33, 40, 2, True, 3, False),
+    (32, 128, 33, 100, 1, False, 4, False), (8, 64, 5, 7, 0, True, 5, False),
+    pytest.param(16, 64, 45, 37, 1, True, 6, True, marks=pytest.mark.slow),
+    pytest.param(8, 128, 40, 70, 2, False, 7, True, marks=pytest.mark.slow)])
+def test_bias_and_mask_in(rows, data_width, m, n, bias, mask_in, seed, sgd):
     """With ``side``: the bias (a row's or a column's) added in float32 and the stored mask
     applied before the quantiser, the unit's side data read by a UnitSideLoader from a
-    memory answering at random (:func:`sim.models.bfp.epilogue`), under random stalls."""
+    memory answering at random (:func:`sim.models.bfp.epilogue`), under random stalls; on a
+    build with ``sgd`` too (the multipliers' 1.0 leaves the sums unchanged)."""
     rng = random.Random(seed)
     bpw = data_width // 8
     nprng = np.random.default_rng(seed)
@@ -218,11 +226,13 @@ def test_bias_and_mask_in(rows, data_width, m, n, bias, mask_in, seed):
     beats = [{"data": [int(x) for x in
                        padded[j["m0"] + i, j["n0"]:j["n0"] + rows].view(np.uint32)],
               "last": 0} for j in jobs for i in range(rows)]
-    top = _WithSide(rows, data_width)
+    top = _WithSide(rows, data_width, sgd)
     dut, side = top.wb, top.side
     desc = {"m": m, "n": n, "c_addr": c_addr, "c_stride": c_stride, "c_exp_addr": exp_addr,
             "stochastic": 1, "seed": key, "relu": 0, "mask_addr": mask_addr,
             "mask_stride": mask_stride, "bias": bias, "mask_in": int(mask_in)}
+    if sgd:
+        desc.update(sgd=0, lr=0x40000000, decay=0x3F000000)      # (unused: not an SGD)
     got = {"cmds": [], "words": []}
 
     async def send_jobs(ctx):
@@ -264,3 +274,135 @@ def test_bias_and_mask_in(rows, data_width, m, n, bias, mask_in, seed):
         deadline_cycles=60_000)
     _apply(mem, got["cmds"], got["words"], bpw)
     assert bytes(mem) == bytes(want)
+
+
+@pytest.mark.parametrize("rows,data_width,m,n,rounding,seed", [
+    pytest.param(16, 64, 45, 37, "stochastic", 0, marks=pytest.mark.slow),
+    pytest.param(8, 128, 70, 40, "nearest", 1, marks=pytest.mark.slow),
+    (4, 64, 33, 9, "stochastic", 2),
+    pytest.param(32, 256, 40, 64, "stochastic", 3, marks=pytest.mark.slow)])
+def test_sgd_step(rows, data_width, m, n, rounding, seed):
+    """With ``sgd``: the stored BFP8 weights (read by the side loader from C itself) stepped
+    by the tiles' gradient, ``decay * w - lr * g`` in float32, and quantised back over
+    them (:func:`sim.models.bfp.sgd_step`, :func:`sim.models.bfp.quantize_tiles`)."""
+    rng = random.Random(seed)
+    bpw = data_width // 8
+    nprng = np.random.default_rng(seed)
+    w0 = (nprng.standard_normal((m, n)) * 2.0 ** nprng.integers(-4, 2, (m, 1))
+          ).astype(np.float32)
+    qw, ew = bfp.quantize_tiles(w0)
+    ew[0, 0] = -128                                  # a tile of subnormal weights
+    g = (nprng.standard_normal((m, n)) * 2.0 ** nprng.integers(-6, 3, (m, 1))
+         ).astype(np.float32)
+    lr, wd = 0.0625 * (1 + seed), 0.01 * seed
+    decay = bfp.sgd_decay(lr, wd)
+    key = rng.getrandbits(64)
+    stepped = bfp.sgd_step(bfp.dequantize_tiles(qw, ew), g, lr, wd)
+    q_want, e_want = bfp.quantize_tiles(stepped, rounding=rounding, seed=key)
+    c_stride = -(-n // max(bpw, T)) * max(bpw, T) + rng.randint(0, 1) * bpw
+    c_addr = 0x1000
+    gm, gn = -(-m // T), -(-n // T)
+    exp_addr = c_addr + m * c_stride + rng.randint(0, 3)
+    mem = bytearray(np.frombuffer(rng.randbytes(exp_addr + gm * gn + 256), np.uint8))
+    for i in range(m):
+        mem[c_addr + i * c_stride:c_addr + i * c_stride + n] = qw[i].tobytes()
+    mem[exp_addr:exp_addr + gm * gn] = ew.reshape(-1).tobytes()
+    want = bytearray(mem)
+    for i in range(m):
+        want[c_addr + i * c_stride:c_addr + i * c_stride + n] = q_want[i].tobytes()
+    want[exp_addr:exp_addr + gm * gn] = e_want.reshape(-1).tobytes()
+
+    jobs = _jobs(m, n, rows, rows)
+    units = [{"m0": j["m0"], "n0": j["n0"], "rows_in": min(T, m - j["m0"]),
+              "cols_in": min(T, n - j["n0"])} for j in jobs
+             if j["m0"] % T == 0 and j["n0"] % T == 0]
+    padded = np.zeros((-(-m // rows) * rows, -(-n // rows) * rows), np.float32)
+    padded[:m, :n] = g
+    beats = [{"data": [int(x) for x in
+                       padded[j["m0"] + i, j["n0"]:j["n0"] + rows].view(np.uint32)],
+              "last": 0} for j in jobs for i in range(rows)]
+    top = _WithSide(rows, data_width, sgd=True)
+    dut, side = top.wb, top.side
+    f32 = np.array([lr, decay], np.float32).view(np.uint32)
+    desc = {"m": m, "n": n, "c_addr": c_addr, "c_stride": c_stride, "c_exp_addr": exp_addr,
+            "stochastic": int(rounding == "stochastic"), "seed": key, "relu": 0,
+            "mask_addr": 0, "mask_stride": 0, "bias": 0, "mask_in": 0, "sgd": 1,
+            "lr": int(f32[0]), "decay": int(f32[1])}
+    got = {"cmds": [], "words": []}
+    reads = []
+
+    async def send_jobs(ctx):
+        ctx.set(dut.desc, desc)
+        ctx.set(side.desc, {"bias": 0, "bias_addr": 0, "mask_in": 0, "mask_addr": 0,
+                            "mask_stride": 0, "sgd": 1, "w_addr": c_addr,
+                            "w_stride": c_stride, "w_exp_addr": exp_addr, "n": n})
+        await stream_send(ctx, dut.jobs, jobs, rng=random.Random(seed + 1), stall=0.3)
+
+    async def send_units(ctx):
+        await stream_send(ctx, side.jobs, units, rng=random.Random(seed + 4), stall=0.3)
+
+    async def send_rows(ctx):
+        await stream_send(ctx, dut.i_stream, beats, rng=random.Random(seed + 2), stall=0.2)
+        got["rows_sent"] = True
+
+    async def serve_reads(ctx):
+        rng_r = random.Random(seed + 5)
+        queue = []
+        while True:
+            ctx.set(side.rd_cmd.ready, rng_r.random() > 0.3)
+            if queue:
+                ctx.set(side.rd_words.payload, {"data": queue[0][0], "last": queue[0][1]})
+            ctx.set(side.rd_words.valid, bool(queue) and rng_r.random() > 0.3)
+            await ctx.delay(1e-9)
+            if ctx.get(side.rd_words.valid) and ctx.get(side.rd_words.ready):
+                queue.pop(0)
+            if ctx.get(side.rd_cmd.valid) and ctx.get(side.rd_cmd.ready):
+                p = ctx.get(side.rd_cmd.payload)
+                base, beats_ = int(p.addr) // bpw * bpw, int(p.beats)
+                reads.append(len(got["cmds"]))       # writes before this read
+                # (the stored weights as they are now: a unit is read before it is written)
+                queue += [(int.from_bytes(mem_now[base + w * bpw:base + (w + 1) * bpw],
+                                          "little"), int(w == beats_ - 1))
+                          for w in range(beats_)]
+            await ctx.tick()
+
+    mem_now = mem
+
+    async def take_writes(ctx):
+        await _take_writes(ctx, dut, got, random.Random(seed + 3), exp_addr, bpw, gm * gn,
+                           lambda: ctx.get(dut.idle) and ctx.get(side.idle))
+
+    run(top, send_jobs, send_units, send_rows, take_writes, serve_reads,
+        deadline_cycles=80_000)
+    assert len(reads) == sum(1 + u["rows_in"] for u in units)
+    _apply(mem, got["cmds"], got["words"], bpw)
+    bad = [i for i in range(len(mem)) if mem[i] != want[i]]
+    assert not bad, f"{len(bad)} bytes differ, first at {bad[0]:#x}"
+
+
+def test_bfp8_to_float32_every_pattern():
+    """Every int8 mantissa with every int8 exponent, against dequantize_tiles."""
+    m = Module()
+    q = Signal(8)
+    es = [Signal(8, name=f"e{i}") for i in range(256)]
+    outs = [Signal(32, name=f"o{i}") for i in range(256)]
+    for e, o in zip(es, outs, strict=True):
+        m.d.comb += o.eq(bfp8_to_float32(q, e))
+    m.d.sync += Signal().eq(q[0])                     # (a clock for the harness)
+    got = np.zeros((256, 256), np.uint32)
+
+    async def bench(ctx):
+        for i, e in enumerate(es):
+            ctx.set(e, i)
+        for qv in range(256):
+            ctx.set(q, qv)
+            await ctx.delay(1e-9)
+            got[qv] = [ctx.get(o) for o in outs]
+
+    run(m, bench, deadline_cycles=10)
+    grid = np.arange(256, dtype=np.uint8).view(np.int8).reshape(1, 256)
+    want = np.stack([bfp.dequantize_tiles(np.full((4, 1024), qv, np.uint8).view(np.int8),
+                                          grid, block=4)[0, ::4].view(np.uint32)
+                     for qv in range(256)])
+    bad = np.argwhere(got != want)
+    assert bad.size == 0, [(i, j, hex(got[i, j]), hex(want[i, j])) for i, j in bad[:5]]

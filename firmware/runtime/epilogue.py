@@ -121,9 +121,9 @@ def offers(dev, **ops) -> bool:
 def _require(dev, **ops):
     """The device offers tile exponents and the ``DESC_EPILOGUE`` options ``ops`` (field
     values, as :func:`firmware.spec.regmap.pack` takes them), else a clear error. Where
-    ``CONFIG_FEATURES.EPILOGUE`` is 0, ``RELU``, ``BIAS``, ``MASK_IN`` and ``QUANTIZE_ONLY``
-    in ``CONFIG_FEATURES.OPS`` are offered only with ``BFP8`` (a float32 C is refused
-    here)."""
+    ``CONFIG_FEATURES.EPILOGUE`` is 0, ``RELU``, ``BIAS``, ``MASK_IN``, ``QUANTIZE_ONLY``
+    and ``SGD`` in ``CONFIG_FEATURES.OPS`` are offered only with ``BFP8`` (a float32 C is
+    refused here)."""
     if dev.driver is None:
         return
     info = dev.driver.info
@@ -138,7 +138,8 @@ def _require(dev, **ops):
                            f"(CONFIG_FEATURES): "
                            f"use the host path (firmware.ml's blocks policies) or "
                            f"Device('model')")
-    bfp8_only = [name for name in ("RELU", "BIAS", "MASK_IN", "QUANTIZE_ONLY") if ops.get(name)]
+    bfp8_only = [name for name in ("RELU", "BIAS", "MASK_IN", "QUANTIZE_ONLY", "SGD")
+                 if ops.get(name)]
     if bfp8_only and not ops.get("BFP8") and not info.epilogue:
         raise RuntimeError(f"this {dev.backend} accelerator offers the write-back epilogue's "
                            f"{', '.join(bfp8_only)} only with a BFP8 C (out='bfp8'; "

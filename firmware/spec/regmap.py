@@ -214,7 +214,8 @@ REGISTERS: tuple[Register, ...] = tuple([
          ("TILE_LOG2", 8, 4, "log2 of the side of the number format's tile blocks"),
          ("OPS", 16, 8, "the DESC_EPILOGUE bits 7..0 this build runs, each as in "
                         "DESC_EPILOGUE (all of them where EPILOGUE is 1). RELU, BIAS, "
-                        "MASK_IN and QUANTIZE_ONLY only with BFP8 where EPILOGUE is 0")),
+                        "MASK_IN, QUANTIZE_ONLY and SGD only with BFP8 where EPILOGUE is "
+                        "0")),
     _reg("CTRL", 0x020, "w1p", "Control pulses",
          ("ENQUEUE", 0, 1, "copy the staged descriptor into the queue (starts the engine)"),
          ("SOFT_RESET", 1, 1, "abort everything, drain the bus, return to idle"),
