@@ -29,7 +29,8 @@ net (``--no-timing-strict``: only report it).
 cannot have it (depth below 32, or the largest of rows, columns and bus bytes not dividing 32,
 as the ZCU104 and VU9P defaults) exits with status 2 saying which.
 ``--epilogue`` builds BFP8 output (``CONFIG_FEATURES.OPS``), for square arrays whose side
-divides 32 (the Pynq-Z1's), and exits with status 2 elsewhere.
+divides 32 (the Pynq-Z1's), and exits with status 2 elsewhere; ``--sgd`` (with it) adds the
+optimiser's step of BFP8 weights (``DESC_EPILOGUE.SGD``).
 ``--synth vivado`` runs ``build.tcl`` when Vivado is on PATH. ``--program`` loads the
 bitstream (openFPGALoader over JTAG, or a copy of the ``.bit``, ``.hwh`` and ``report.json``
 to a PYNQ board with ``--host``; Vivado's hardware manager for the VCU118); ``--dry-run``
@@ -187,6 +188,9 @@ def parse_args(argv):
                         help="build BFP8 output (DESC_EPILOGUE.BFP8, STOCHASTIC; "
                              "CONFIG_FEATURES.OPS); needs rows == cols dividing "
                              f"{regmap.TILE_BLOCK} and --block >= {regmap.TILE_BLOCK} / rows")
+    parser.add_argument("--sgd", action="store_true",
+                        help="with --epilogue: build the optimiser's step of BFP8 weights "
+                             "(DESC_EPILOGUE.SGD)")
     parser.add_argument("--out", type=Path, help="output directory (default build/<platform>)")
     parser.add_argument("--synth", choices=["yosys", "vivado", "none"], default="yosys",
                         help="yosys: a resource estimate and timing report (default); vivado: "
@@ -217,7 +221,8 @@ def parse_args(argv):
                            dsp_rows=args.dsp_rows, acc_ram=args.acc_ram, packing=args.packing,
                            write_ports=args.write_ports, read_ports=args.read_ports,
                            slr_groups=args.slr_groups, burst_beats=args.burst_beats,
-                           k_blocks=args.k_blocks or None, epilogue=args.epilogue or None)
+                           k_blocks=args.k_blocks or None, epilogue=args.epilogue or None,
+                           sgd=args.sgd or None)
     except ValueError as e:
         parser.error(f"--burst-beats: {e}")
     if cfg.get("slr_groups", 1) == 1:
@@ -243,6 +248,8 @@ def parse_args(argv):
     if args.host and board.program != "pynq":
         parser.error(f"--host copies an overlay to a PYNQ board; {board.name} is programmed "
                      "over JTAG")
+    if args.sgd and not args.epilogue:
+        parser.error("--sgd needs --epilogue (the step is the BFP8 write-back's)")
     from rtl.accelerator import Accelerator
     try:
         Accelerator(**cfg)
@@ -376,11 +383,12 @@ def estimate(board, cfg, out: Path, whole: bool = False) -> tuple[dict, bool]:
 
     # first: the timing report (its own ABC9 netlist of the design the estimate synthesizes)
     work = ROOT / "build" / "estimates"
-    if cfg.get("k_blocks") or cfg.get("epilogue"):
+    if cfg.get("k_blocks") or cfg.get("epilogue") or cfg.get("sgd"):
         # the cached designs are named by shape and bus (platforms.estimate.design_tag): the
         # K-block mode's and the epilogue's go apart, so that the same shape's without them
         # stay cached
-        work = work / "_".join(name for name in ("k_blocks", "epilogue") if cfg.get(name))
+        work = work / "_".join(name for name in ("k_blocks", "epilogue", "sgd")
+                               if cfg.get(name))
     parts = cfg["rows"] * cfg["cols"] > WHOLE_LIMIT
     with step(f"timing report from Yosys for {board.family} at {board.clock_mhz:g} MHz"):
         # the configured design's report if it was measured before (whole or by parts),
