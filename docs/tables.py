@@ -543,7 +543,10 @@ KBLOCK_BUILDS = (("build_pynq-z1.json", "default", ""),
                  ("build_pynq-z1_kblocks.json", "default with `--k-blocks`", " --k-blocks"),
                  ("build_pynq-z1_epilogue.json",
                   "default with `--k-blocks --epilogue --write-ports 2`",
-                  " --k-blocks --epilogue --write-ports 2"))
+                  " --k-blocks --epilogue --write-ports 2"),
+                 ("build_pynq-z1_sgd.json",
+                  "default with `--k-blocks --epilogue --sgd --write-ports 2`",
+                  " --k-blocks --epilogue --sgd --write-ports 2"))
 
 
 def t_kblocks_build():

@@ -101,7 +101,10 @@ class Accelerator(wiring.Component):
         ``DESC_C_ADDR`` and ``DESC_C_EXP_ADDR`` stepped by the GEMM's result, ``DESC_DECAY
         * w - DESC_LR * g`` rounded to float32 and quantised over them (the engine's
         ``sgd``). ``SGD`` without ``BFP8`` (a float32 target) or with ``BIAS``, ``RELU``,
-        ``MASK_IN`` or ``QUANTIZE_ONLY`` is refused with ``UNSUPPORTED``.
+        ``MASK_IN`` or ``QUANTIZE_ONLY`` is refused with ``UNSUPPORTED``. Where a tile row
+        is whole bus words (the engine's ``fp32``, ``CONFIG_FEATURES.FP32``), ``RELU``,
+        ``BIAS``, ``MASK_IN`` and ``SGD`` of one row (M = 1, a bias vector) run on a float32
+        C too: written as float32 rows through the first write port.
 
     Attributes
     ----------
@@ -228,6 +231,7 @@ class Accelerator(wiring.Component):
             # tile exponents with k_blocks, BFP8 output with epilogue: other descriptors'
             # DESC_EPILOGUE bits are refused
             *_pack(csr, "CONFIG_FEATURES", EPILOGUE=0, K_BLOCKS=int(self.k_blocks),
+                   FP32=int(self.epilogue and self.engine.fp32),
                    TILE_LOG2=regmap.TILE_BLOCK.bit_length() - 1, OPS=self.ops),
         ]
 
@@ -296,10 +300,17 @@ class Accelerator(wiring.Component):
             bias = _field(csr, "DESC_EPILOGUE", "BIAS")
             only = _field(csr, "DESC_EPILOGUE", "QUANTIZE_ONLY")
             sgd = _field(csr, "DESC_EPILOGUE", "SGD")
-            relu_etc = (_field(csr, "DESC_EPILOGUE", "RELU") | (bias != 0)
-                        | _field(csr, "DESC_EPILOGUE", "MASK_IN") | only)
-            side_fp32 = (((relu_etc | sgd) & ~_field(csr, "DESC_EPILOGUE", "BFP8"))
-                         | (bias == 3) | (only & ((e & tiles) != 0)) | (sgd & relu_etc))
+            bfp8 = _field(csr, "DESC_EPILOGUE", "BFP8")
+            side = (_field(csr, "DESC_EPILOGUE", "RELU") | (bias != 0)
+                    | _field(csr, "DESC_EPILOGUE", "MASK_IN"))
+            relu_etc = side | only
+            if self.engine.fp32:
+                # a float32 C through the epilogue: not quantise-only; SGD of one row only
+                fp32_bad = ~bfp8 & (only | (sgd & (csr.desc_m != 1)))
+            else:
+                fp32_bad = ~bfp8 & (relu_etc | sgd)
+            side_fp32 = (fp32_bad | (bias == 3) | (only & ((e & tiles) != 0))
+                         | (sgd & relu_etc))
         m.d.comb += unsupported.eq((rest != 0) | bad_tiles | side_fp32)
         if self.k_blocks:
             m.d.comb += staged.tiles.eq((e & tiles) == tiles)

@@ -29,6 +29,7 @@ def bfp_desc_layout(addr_width: int = 64) -> data.StructLayout:
         "c_exp_addr": unsigned(addr_width), "stochastic": 1, "seed": unsigned(64),
         "relu": 1, "mask_addr": unsigned(addr_width), "mask_stride": unsigned(32),
         "bias": 2, "mask_in": 1, "sgd": 1, "lr": unsigned(32), "decay": unsigned(32),
+        "f32": 1,
     })
 
 
@@ -85,6 +86,13 @@ def bfp8_to_float32(q, e):
     tiny = Cat((Cat(Const(0, 22), mag, Const(0, 1)) >> ~e[0])[:31], sign)    # e is -128 or -127
     inf = Cat(Const(0x7F800000, 31), sign)
     return Mux(mag == 0, 0, Mux(big >= 128, inf, Mux(big >= -126, normal, tiny)))
+
+
+def _f32_row_layout(cols: int) -> data.StructLayout:
+    """A float32 C row (``f32``) queued for its write command: matrix row ``m``, the byte
+    offset of its first column in the row, its words and the lanes inside the matrix."""
+    return data.StructLayout({"m": unsigned(17), "off": unsigned(19),
+                              "data": data.ArrayLayout(32, cols), "lanes": cols})
 
 
 def _random_job_layout() -> data.StructLayout:
@@ -204,13 +212,16 @@ class BfpWriteBack(wiring.Component):
     UNIT_CYCLES = 4
     #: Tile rows' masks queued for their write commands.
     MASK_QUEUE = 16
+    #: float32 C rows (``fp32``) queued for their write commands.
+    F32_QUEUE = 4
     #: Rows in the bias adder or queued after it (its :data:`rtl.fp32.Fp32Add.LATENCY` rows
     #: and more): their tags, and their sums in a FIFO of their own, so that the adder
     #: never stalls (a row enters only while both have room).
     TAG_QUEUE = 16
 
     def __init__(self, rows: int, cols: int, *, data_width: int = 128, addr_width: int = 32,
-                 relu: bool = False, side: bool = False, sgd: bool = False):
+                 relu: bool = False, side: bool = False, sgd: bool = False,
+                 fp32: bool = False):
         T = TILE_BLOCK
         if rows != cols or cols < 4 or T % cols:
             raise ValueError(f"BFP8 output needs a square array of 4 to {T} lanes dividing "
@@ -220,7 +231,11 @@ class BfpWriteBack(wiring.Component):
                              f"bytes), not {cols}")
         if sgd and not side:
             raise ValueError("sgd needs side (the stored weights come from the side loader)")
+        if fp32 and (not side or (4 * cols) % (data_width // 8)):
+            raise ValueError(f"fp32 needs side and a float32 tile row of whole bus words, "
+                             f"not {cols} lanes on a {data_width}-bit bus")
         self.relu, self.side, self.sgd = bool(relu), bool(side), bool(sgd)
+        self.fp32 = bool(fp32)
         self.rows, self.cols = rows, cols
         self.data_width, self.addr_width = data_width, addr_width
         self.segs = T // cols
@@ -256,6 +271,8 @@ class BfpWriteBack(wiring.Component):
         m = Module()
         C, T = self.cols, TILE_BLOCK
         AW = self.addr_width
+        # a float32 C (``fp32`` built): rows to their own write commands, no quantiser
+        self._f32 = self.desc.f32 if self.fp32 else Const(0, 1)
         m.submodules.quantizer = qz = TileQuantizer(C, T)
         F = self.fold
         m.submodules.random = rnd = RandomLanes(C // F, out_fifo=32)
@@ -270,6 +287,10 @@ class BfpWriteBack(wiring.Component):
         if self.relu:
             m.submodules.masks = mq = Fifo(width=_mask_row_layout(C).size,
                                            depth=self.MASK_QUEUE)
+        fq = None
+        if self.fp32:
+            m.submodules.f32rows = fq = Fifo(width=_f32_row_layout(C).size,
+                                             depth=self.F32_QUEUE)
         # the tagger's rows (their words, the bias to add, their tags) -> through the bias
         # adder, the tags through a FIFO beside it, in order -> the ReLU and the quantizer
         rs = SimpleNamespace(valid=Signal(name="rs_valid"), ready=Signal(name="rs_ready"),
@@ -320,7 +341,8 @@ class BfpWriteBack(wiring.Component):
                     w = bfp8_to_float32(_pick(rs.w, part, lane, L, F).as_unsigned(),
                                         rs.wexp.as_unsigned())
                     m.d.sync += [d_a[lane].eq(_pick(rs.data, part, lane, L, F)),
-                                 d_b[lane].eq(Mux(sgd, w, _pick(rs.bias, part, lane, L, F)))]
+                                 d_b[lane].eq(Mux(sgd & ~self._f32, w,
+                                                  _pick(rs.bias, part, lane, L, F)))]
                     m.d.comb += [mul.i_stream.payload.a[lane].eq(d_a[lane]),
                                  mul.i_stream.payload.a[L + lane].eq(d_b[lane]),
                                  mul.i_stream.payload.b[lane].eq(fa),
@@ -362,19 +384,22 @@ class BfpWriteBack(wiring.Component):
                          out.tag.eq(rs.tag)]
 
         tag_idle = self._tagger(m, qz, units, rjobs, rs)
-        self._rows_out(m, qz, mq, out)
+        self._rows_out(m, qz, mq, fq, out)
         rnd_idle = self._random(m, rnd, rjobs)
         mk = self._mask_address(m, mq) if self.relu else None
-        wr_idle = self._writer(m, qz, units, mk)
+        fr = self._f32_address(m, fq) if self.fp32 else None
+        wr_idle = self._writer(m, qz, units, mk, fr)
         m.d.comb += self.idle.eq(tag_idle & rnd_idle & wr_idle & qz.idle & ~units.r_rdy
-                                 & ~rjobs.r_rdy & path_idle & (mk.idle if self.relu else 1))
+                                 & ~rjobs.r_rdy & path_idle & (mk.idle if self.relu else 1)
+                                 & (fr.idle if self.fp32 else 1))
         return m
 
     # ---- rows out of the adder -> ReLU and the stored mask -> the quantizer; mask rows -----
 
-    def _rows_out(self, m, qz, mq, out):
+    def _rows_out(self, m, qz, mq, fq, out):
         C = self.cols
         d, tag = self.desc, out.tag
+        f32 = self._f32
         p = qz.i_stream.payload
         m.d.comb += [p.row.eq(tag.row), p.seg.eq(tag.seg)]
         if not (self.relu or self.side):
@@ -388,6 +413,16 @@ class BfpWriteBack(wiring.Component):
                      rl.i_stream.payload.mask_in.eq(tag.mask_in),
                      rl.i_stream.valid.eq(out.valid), rl.o_stream.ready.eq(qz.i_stream.ready),
                      p.data.eq(rl.o_stream.payload.data)]
+        # the row's sink: the quantizer, or with a float32 C the queue of its rows (a row
+        # beyond the matrix, or of no column inside it, is dropped)
+        sink_ready = qz.i_stream.ready
+        if self.fp32:
+            keep = tag.mask_en & tag.lanes.any()
+            sink_ready = Mux(f32, fq.w_rdy | ~keep, qz.i_stream.ready)
+            frow = data.View(_f32_row_layout(C), fq.w_data)
+            m.d.comb += [frow.m.eq(tag.m),
+                         frow.off.eq(tag.byte << 5),            # 4 * n0 (the tile's)
+                         frow.data.eq(rl.o_stream.payload.data), frow.lanes.eq(tag.lanes)]
         mask_ok = 1                          # the mask queue takes the row (or none is due)
         if self.relu:
             mrow = data.View(_mask_row_layout(C), mq.w_data)
@@ -395,10 +430,12 @@ class BfpWriteBack(wiring.Component):
                          mrow.bits.eq(rl.o_stream.payload.mask & tag.lanes),
                          mrow.strb.eq(Cat(*(tag.lanes[8 * b] for b in range(C // 8))))]
             mask_ok = mq.w_rdy | ~d.relu | ~tag.mask_en
-            m.d.comb += mq.w_en.eq(out.valid & qz.i_stream.ready & d.relu & tag.mask_en
+            m.d.comb += mq.w_en.eq(out.valid & sink_ready & d.relu & tag.mask_en
                                    & mq.w_rdy)
-        m.d.comb += [qz.i_stream.valid.eq(out.valid & mask_ok),
-                     out.ready.eq(qz.i_stream.ready & mask_ok)]
+        if self.fp32:
+            m.d.comb += fq.w_en.eq(out.valid & mask_ok & f32 & keep & fq.w_rdy)
+        m.d.comb += [qz.i_stream.valid.eq(out.valid & mask_ok & ~f32),
+                     out.ready.eq(sink_ready & mask_ok)]
 
     # ---- jobs and rows -> quantizer jobs and tagged beats; unit records --------------------
 
@@ -433,7 +470,8 @@ class BfpWriteBack(wiring.Component):
         need_side = 0                        # the unit has side data: wait for it
         if self.side:
             need_side = (d.bias != 0) | d.mask_in | (d.sgd if self.sgd else 0)
-            bias_on = (d.bias == 1) | (d.bias == 2)
+            # (an SGD of a float32 C: its stored weights come as the column biases)
+            bias_on = (d.bias == 1) | (d.bias == 2) | ((d.sgd if self.sgd else 0) & self._f32)
             m.d.comb += [self.side_row.eq(row0 + r), self.side_seg.eq(seg)]
             lane_bias = [Mux(bias_on, self.bias_row | self.bias_lanes[lane], 0)
                          for lane in range(C)]
@@ -482,10 +520,11 @@ class BfpWriteBack(wiring.Component):
                 side_ok = 1
                 if self.side:
                     side_ok = self.side_unit.valid | ~need_side
-                room = units.w_rdy & (rjobs.w_rdy | ~d.stochastic) & side_ok
-                can = qz.jobs.ready & room
-                m.d.comb += [qz.jobs.valid.eq(room),
-                             units.w_en.eq(can), rjobs.w_en.eq(can & d.stochastic)]
+                f32 = self._f32                  # (no quantiser job, no unit record)
+                room = units.w_rdy & (rjobs.w_rdy | ~d.stochastic | f32) & side_ok
+                can = (qz.jobs.ready | f32) & room
+                m.d.comb += [qz.jobs.valid.eq(room & ~f32), units.w_en.eq(can & ~f32),
+                             rjobs.w_en.eq(can & d.stochastic & ~f32)]
                 if self.side:
                     m.d.comb += self.side_unit.ready.eq(can & need_side)
                 with m.If(can):
@@ -505,7 +544,7 @@ class BfpWriteBack(wiring.Component):
                         m.d.sync += tiles_left.eq(tiles_left - 1)
                         if self.side:
                             m.d.comb += self.release.eq((tiles_left == 1) & need_side)
-                        with m.If((tiles_left == 1) & (bn != S)):
+                        with m.If((tiles_left == 1) & (bn != S) & ~self._f32):
                             m.d.sync += [zrow.eq(0), zseg.eq(bn)]
                             m.next = "ZEROS"
                         with m.Else():
@@ -603,9 +642,51 @@ class BfpWriteBack(wiring.Component):
         m.d.comb += mk.idle.eq(mq.empty & ~a_valid & ~mk.valid)
         return mk
 
+    # ---- float32 rows -> their write commands' addresses -------------------------------------
+
+    def _f32_address(self, m, fq):
+        """Two registered stages after the float32 rows' queue: ``m * c_stride`` and the
+        row's words (4 bytes a lane inside the matrix, in bus words), then ``c_addr + that +
+        off``. Returns the command held for the writer: ``valid``, ``addr``, ``words``,
+        ``data``, ``lanes``, ``done`` (the writer's: its last word is out this cycle) and
+        ``idle``."""
+        C, AW = self.cols, self.addr_width
+        bpw = self.data_width // 8
+        d = self.desc
+        e = data.View(_f32_row_layout(C), fq.r_data)
+        count = Const(0, range(C + 1))
+        for lane in range(C):
+            count = count + e.lanes[lane]
+        a_valid = Signal()
+        a_prod = Signal(AW, reset_less=True)
+        a_off = Signal(19, reset_less=True)
+        a_words = Signal(range(4 * C // bpw + 1), reset_less=True)
+        a_data = Signal(32 * C, reset_less=True)
+        a_lanes = Signal(C, reset_less=True)
+        fr = SimpleNamespace(valid=Signal(name="fr_valid"), done=Signal(name="fr_done"),
+                             addr=Signal(AW, name="fr_addr", reset_less=True),
+                             words=Signal(range(4 * C // bpw + 1), name="fr_words",
+                                          reset_less=True),
+                             data=Signal(32 * C, name="fr_data", reset_less=True),
+                             lanes=Signal(C, name="fr_lanes", reset_less=True),
+                             idle=Signal(name="fr_idle"))
+        b_free = ~fr.valid | fr.done
+        a_free = ~a_valid | b_free
+        lb = bpw.bit_length() - 1
+        m.d.comb += fq.r_en.eq(fq.r_rdy & a_free)
+        with m.If(a_free):
+            m.d.sync += [a_valid.eq(fq.r_rdy), a_prod.eq(e.m * d.c_stride), a_off.eq(e.off),
+                         a_words.eq(((count << 2) + (bpw - 1)) >> lb),
+                         a_data.eq(e.data), a_lanes.eq(e.lanes)]
+        with m.If(b_free):
+            m.d.sync += [fr.valid.eq(a_valid), fr.addr.eq(d.c_addr + a_prod + a_off),
+                         fr.words.eq(a_words), fr.data.eq(a_data), fr.lanes.eq(a_lanes)]
+        m.d.comb += fr.idle.eq(fq.empty & ~a_valid & ~fr.valid)
+        return fr
+
     # ---- quantised beats (and masks) -> DMA write commands and words ------------------------
 
-    def _writer(self, m, qz, units, mk):
+    def _writer(self, m, qz, units, mk, fr):
         C, S = self.cols, self.segs
         bpw = self.data_width // 8
         AW = self.addr_width
@@ -656,8 +737,14 @@ class BfpWriteBack(wiring.Component):
         if mk is None:                     # (no ReLU: never a mask)
             mk = SimpleNamespace(valid=Const(0), addr=Const(0, AW), bits=Const(0, C),
                                  strb=Const(0, max(1, C // 8)), done=Signal(name="mk_done"))
+        # a float32 row's command and words (``fp32``; never beside a held beat)
+        fr_cmd_out = Signal()
+        fr_word = Signal(range(4 * C // bpw + 1))
+        if fr is None:
+            fr = SimpleNamespace(valid=Const(0), done=Signal(name="fr_done"))
         started = ((held & (cmd_out | (word != 0)))
-                   | (~held & exp_pending & (exp_cmd_out | exp_word_out)))
+                   | (~held & exp_pending & (exp_cmd_out | exp_word_out))
+                   | (fr.valid & (fr_cmd_out | (fr_word != 0))))
         m.d.comb += mk_go.eq(mk.valid & (mk_cmd_out | mk_word_out | ~started))
         with m.If(mk_go):
             # the mask bytes, repeated over the word (their offset in it is a multiple of
@@ -719,6 +806,24 @@ class BfpWriteBack(wiring.Component):
             with m.If(exp_done):
                 m.d.sync += exp_pending.eq(0)
                 m.d.comb += units.r_en.eq(1)
+        if self.fp32:
+            with m.Elif(fr.valid):
+                # a float32 row: its words from the first, strobes on the lanes inside
+                m.d.comb += [cmd.addr.eq(fr.addr), cmd.beats.eq(fr.words),
+                             self.wr_cmd.valid.eq(~fr_cmd_out),
+                             self.wr_data.valid.eq(fr_word != fr.words),
+                             wd.data.eq(fr.data.word_select(fr_word, 8 * bpw)),
+                             wd.strb.eq(Cat(*(fr.lanes.word_select(fr_word, bpw // 4)[j // 4]
+                                             for j in range(bpw))))]
+                with m.If(self.wr_cmd.ready & ~fr_cmd_out):
+                    m.d.sync += fr_cmd_out.eq(1)
+                with m.If(self.wr_data.ready & (fr_word != fr.words)):
+                    m.d.sync += fr_word.eq(fr_word + 1)
+                m.d.comb += fr.done.eq((fr_cmd_out | self.wr_cmd.ready) & (
+                    (fr_word == fr.words)
+                    | (self.wr_data.ready & (fr_word == fr.words - 1))))
+                with m.If(fr.done):
+                    m.d.sync += [fr_cmd_out.eq(0), fr_word.eq(0)]
 
         # the next beat is taken as the held one (if any) finishes, never with an exponent
         # write pending (its unit record is popped then)

@@ -183,6 +183,10 @@ class GemmEngine(wiring.Component):
         #: The BFP8 write-back also takes quantise-only descriptors (``epilogue`` with a tile
         #: row of whole bus words).
         self.quantize = self.epilogue and (4 * cols) % (data_width // 8) == 0
+        #: The BFP8 write-back also writes a float32 C through the epilogue (bias, ReLU and
+        #: its mask, a stored mask; with ``sgd`` the step of a float32 row): ``epilogue``
+        #: with a tile row of whole bus words, as :attr:`quantize`.
+        self.fp32 = self.quantize
         self.primitive = bool(primitive)
         self.data_width, self.addr_width = data_width, addr_width
         self.datapath = GemmDatapath(rows, cols, depth, slots=max(2, 2 * block),
@@ -295,7 +299,7 @@ class GemmEngine(wiring.Component):
                          bd.mask_stride.eq(d_back.mask_stride), bd.bias.eq(d_back.bias),
                          bd.mask_in.eq(d_back.mask_in),
                          bd.sgd.eq(d_back.sgd if self.sgd else 0), bd.lr.eq(d_back.lr),
-                         bd.decay.eq(d_back.decay),
+                         bd.decay.eq(d_back.decay), bd.f32.eq(~d_back.bfp8),
                          p.bfpwb.clear.eq(self.soft_reset),
                          self.nonfinite.eq(p.bfpwb.nonfinite)]
         m.d.comb += [
@@ -377,7 +381,8 @@ class GemmEngine(wiring.Component):
                                        ports=WP, primitive=self.primitive, part_resets=True)
             wb_cmd, wb_data, wb_done = writeback.wr_cmd, writeback.wr_data, writeback.wr_done
         bfpwb = BfpWriteBack(R, C, data_width=self.data_width, addr_width=self.addr_width,
-                             relu=self.relu, side=True, sgd=self.sgd) if self.epilogue else None
+                             relu=self.relu, side=True, sgd=self.sgd,
+                             fp32=self.fp32) if self.epilogue else None
         # the BFP8 output's side data (bias, stored mask, stored weights), read through the
         # first reader
         side = UnitSideLoader(C, self.data_width, self.addr_width,
@@ -510,7 +515,7 @@ class GemmEngine(wiring.Component):
         if self.epilogue:
             self._connect_side(m, p, wq, w)
             # the back's jobs to the BFP8 write-back where it writes BFP8, else as below
-            bfp8, bfpwb = self._d_back.bfp8, p.bfpwb
+            bfp8, bfpwb = self._epi(self._d_back), p.bfpwb
             m.d.comb += [writeback.jobs.valid.eq(wq_back & ~bfp8),
                          bfpwb.jobs.payload.eq(wq_head.job),
                          bfpwb.jobs.valid.eq(wq_back & bfp8),
@@ -530,6 +535,13 @@ class GemmEngine(wiring.Component):
         if not self.quantize:
             return walker.o_write
         return _either(m, walker.o_write, p.fpread.o_write, "front_write")
+
+    def _epi(self, d):
+        """Whether descriptor ``d`` goes through the BFP8 write-back: a BFP8 C, or (with
+        :attr:`fp32`) a float32 C with a bias, ReLU, a stored mask or an SGD step."""
+        if not self.fp32:
+            return d.bfp8
+        return d.bfp8 | d.relu | (d.bias != 0) | d.mask_in | (d.sgd if self.sgd else 0)
 
     def _connect_side(self, m, p, wq, w):
         """The BFP8 output's side data: a unit's job for the side loader as the walker hands
@@ -555,7 +567,9 @@ class GemmEngine(wiring.Component):
         job = side.jobs.payload
         first = (w.payload.m0[:lt] == 0) & (w.payload.n0[:lt] == 0)
         sgd = d.sgd if self.sgd else 0
-        need = first & d.bfp8 & ((d.bias != 0) | d.mask_in | sgd)
+        need = first & self._epi(d) & ((d.bias != 0) | d.mask_in | sgd)
+        # (an SGD step of a float32 row reads its stored values as the column biases)
+        f32_sgd = sgd & ~d.bfp8
         rem_m, rem_n = Signal(18), Signal(18)
         ready = Signal()
         m.d.comb += [rem_m.eq(d.m[:17] - w.payload.m0), rem_n.eq(d.n[:17] - w.payload.n0),
@@ -565,9 +579,10 @@ class GemmEngine(wiring.Component):
                      ready.eq(wq.w_rdy & (~need | side.jobs.ready)),
                      w.ready.eq(ready), wq.w_en.eq(w.valid & ready),
                      side.jobs.valid.eq(w.valid & need & wq.w_rdy),
-                     side.desc.bias.eq(d.bias), side.desc.bias_addr.eq(d.bias_addr),
+                     side.desc.bias.eq(Mux(f32_sgd, 2, d.bias)),
+                     side.desc.bias_addr.eq(Mux(f32_sgd, d.c_addr, d.bias_addr)),
                      side.desc.mask_in.eq(d.mask_in), side.desc.mask_addr.eq(d.mask_addr),
-                     side.desc.mask_stride.eq(d.mask_stride), side.desc.sgd.eq(sgd),
+                     side.desc.mask_stride.eq(d.mask_stride), side.desc.sgd.eq(sgd & d.bfp8),
                      side.desc.w_addr.eq(d.c_addr), side.desc.w_stride.eq(d.c_stride),
                      side.desc.w_exp_addr.eq(d.c_exp_addr), side.desc.n.eq(d.n)]
         bfpwb = p.bfpwb
@@ -684,7 +699,7 @@ class GemmEngine(wiring.Component):
         o = dp.o_stream
         if self.epilogue:
             # C rows to the BFP8 write-back while the back writes BFP8
-            bfp8, bfpwb, wb = self._d_back.bfp8, p.bfpwb, p.writeback
+            bfp8, bfpwb, wb = self._epi(self._d_back), p.bfpwb, p.writeback
             rows = o
             if self.quantize:
                 # a quantise-only descriptor's rows come from its reader (the datapath has
@@ -709,7 +724,7 @@ class GemmEngine(wiring.Component):
             if self.epilogue and q == 0:
                 # the BFP8 write-back writes through the first port (a quarter of the bytes
                 # of a float32 C): it has the port while the back writes BFP8
-                bfp8 = self._d_back.bfp8
+                bfp8 = self._epi(self._d_back)
                 srcs = [(p.wb_cmd[0], p.wb_data[0], p.wb_done[0], ~bfp8),
                         (p.bfpwb.wr_cmd, p.bfpwb.wr_data, p.bfpwb.wr_done, bfp8)]
             for cmd, wdata, wdone, sel in srcs:
@@ -782,8 +797,9 @@ class GemmEngine(wiring.Component):
                 with m.If(self.start):
                     m.d.sync += [d.eq(self.desc), f_gen.eq(~f_gen)]
                     if self.epilogue:
-                        # a BFP8 output is walked in blocks of one tile block
-                        with m.If(self.desc.bfp8):
+                        # a BFP8 output (or a float32 one through the epilogue) is walked
+                        # in blocks of one tile block
+                        with m.If(self._epi(self.desc)):
                             m.d.sync += d.block.eq(regmap.TILE_BLOCK // self.rows)
                     m.next = "CHECK"
             with m.State("CHECK"):

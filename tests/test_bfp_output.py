@@ -266,16 +266,15 @@ def test_quantize_only_queued_between_gemms_with_side_data(dev):
 
 def test_resident_mlp_trains_bit_identical_to_golden(dev):
     """A fully connected network trained on the RTL with its activations, masks and deltas
-    on the device gives the golden model's weights bit for bit after two steps. The RTL has
-    no bias on a float32 C, so the chain adds the last layer's bias to the logits it reads;
-    everything else runs on the device: the quantise-only descriptors of what the host
-    writes (the batch, the loss gradient, the weights), and every GEMM, bias, ReLU, mask and
-    delta quantisation."""
+    on the device gives the golden model's weights bit for bit after two steps. Everything
+    but the host optimiser runs on the device: the quantise-only descriptors of what the
+    host writes (the batch, the loss gradient, the weights), every GEMM, bias (the last
+    layer's on its float32 logits too), ReLU, mask and delta quantisation."""
     from firmware.ml.data import digits
     xtr, ytr, _, _ = digits()
     xtr = xtr.astype(np.float32)
     nets = [ResidentMLP([64, 32, 10], d, seed=5, lr=0.05) for d in (dev, Device("golden"))]
-    assert not nets[0].chain.host_quantize and nets[0].chain.host_bias
+    assert not nets[0].chain.host_quantize and not nets[0].chain.host_bias
     assert not nets[1].chain.host_quantize and not nets[1].chain.host_bias
     dev.profile.reset()
     for net in nets:
@@ -406,32 +405,24 @@ def test_bfp8_output_of_a_plain_gemm_leaves_the_rest_of_memory(dev):
     np.testing.assert_array_equal(mem[c_addr:c_addr + 0x8000], want)
 
 
-@pytest.mark.parametrize("option", [{"BIAS": 3}, {"BIAS": 1, "BFP8": 0},
-                                    {"MASK_IN": 1, "BFP8": 0}, {"QUANTIZE_ONLY": 1, "BFP8": 0},
+@pytest.mark.parametrize("option", [{"BIAS": 3}, {"QUANTIZE_ONLY": 1, "BFP8": 0},
                                     {"QUANTIZE_ONLY": 1, "A_TILES": 1, "B_TILES": 1},
-                                    {"A_TILES": 1}, {"RELU": 1, "BFP8": 0}, {"SGD": 1}])
+                                    {"A_TILES": 1}, {"SGD": 1}])
 def test_options_it_lacks_are_refused(dev, option):
     """CONFIG_FEATURES.OPS says BFP8, STOCHASTIC, BIAS, RELU, MASK_IN and QUANTIZE_ONLY
-    (EPILOGUE 0: the last four only with BFP8); any other epilogue bit (or half of the tile
-    pair, or SGD), BIAS 3, RELU, BIAS, MASK_IN or QUANTIZE_ONLY on a float32 C, or
-    QUANTIZE_ONLY with tile exponents, stops the accelerator with UNSUPPORTED, and the
-    runtime refuses the call first, naming what is missing."""
+    (EPILOGUE 0, FP32 1: QUANTIZE_ONLY only with BFP8); any other epilogue bit (or half of
+    the tile pair, or SGD, not built), BIAS 3, QUANTIZE_ONLY on a float32 C or with tile
+    exponents, stops the accelerator with UNSUPPORTED, and the runtime refuses the call
+    first, naming what is missing."""
     info = dev.driver.info
     assert info.epilogue_ops == regmap.pack("DESC_EPILOGUE", BFP8=1, STOCHASTIC=1, BIAS=3,
                                             RELU=1, MASK_IN=1, QUANTIZE_ONLY=1)
-    assert not info.epilogue and info.k_blocks
+    assert not info.epilogue and info.k_blocks and info.fp32
     with pytest.raises(AcceleratorError) as e:
         dev.driver.run(dict(m=1, n=1, k=1, flags={}, epilogue=dict({"BFP8": 1}, **option)))
     assert e.value.code is ErrorCode.UNSUPPORTED
     q, ex = bfp.quantize_tiles(np.ones((4, 4), np.float32))
     t = dev.bfp_tensor(q, ex)
-    with pytest.raises(RuntimeError, match="RELU only with a BFP8 C"):
-        dev.bfp_gemm(t, t, relu=True, out="float32")
-    with pytest.raises(RuntimeError, match="BIAS only with a BFP8 C"):
-        dev.bfp_gemm(t, t, bias=np.ones(4, np.float32), out="float32")
-    _, mask = dev.bfp_gemm(t, t, relu=True, out="bfp8")
-    with pytest.raises(RuntimeError, match="MASK_IN only with a BFP8 C"):
-        dev.bfp_gemm(t, t, mask_in=mask, out="float32")
     with pytest.raises(RuntimeError, match="SGD"):
         dev.sgd_update(t, t, dev.quantize(np.ones((4, 4), np.float32)), lr=0.1)
     with pytest.raises(ValueError, match="does not offer DESC_EPILOGUE.SGD"):

@@ -159,10 +159,10 @@ def test_refuses_other_arrays():
 class _WithSide(Elaboratable):
     """A BfpWriteBack(side=True) and the UnitSideLoader it looks its units up in."""
 
-    def __init__(self, rows, data_width, sgd=False):
+    def __init__(self, rows, data_width, sgd=False, fp32=False):
         self.sgd = sgd
         self.wb = BfpWriteBack(rows, rows, data_width=data_width, relu=rows >= 8, side=True,
-                               sgd=sgd)
+                               sgd=sgd, fp32=fp32)
         self.side = UnitSideLoader(rows, data_width, sgd=sgd)
 
     def elaborate(self, platform):
@@ -406,3 +406,111 @@ def test_bfp8_to_float32_every_pattern():
                      for qv in range(256)])
     bad = np.argwhere(got != want)
     assert bad.size == 0, [(i, j, hex(got[i, j]), hex(want[i, j])) for i, j in bad[:5]]
+
+
+def _serve_reads(side, mem, bpw, seed):
+    async def serve_reads(ctx):
+        rng_r = random.Random(seed + 5)
+        queue = []
+        while True:
+            ctx.set(side.rd_cmd.ready, rng_r.random() > 0.3)
+            if queue:
+                ctx.set(side.rd_words.payload, {"data": queue[0][0], "last": queue[0][1]})
+            ctx.set(side.rd_words.valid, bool(queue) and rng_r.random() > 0.3)
+            await ctx.delay(1e-9)
+            if ctx.get(side.rd_words.valid) and ctx.get(side.rd_words.ready):
+                queue.pop(0)
+            if ctx.get(side.rd_cmd.valid) and ctx.get(side.rd_cmd.ready):
+                p = ctx.get(side.rd_cmd.payload)
+                base, beats_ = int(p.addr) // bpw * bpw, int(p.beats)
+                queue += [(int.from_bytes(mem[base + w * bpw:base + (w + 1) * bpw], "little"),
+                           int(w == beats_ - 1)) for w in range(beats_)]
+            await ctx.tick()
+    return serve_reads
+
+
+@pytest.mark.parametrize("rows,data_width,m,n,bias,relu,sgd,seed", [
+    (8, 128, 40, 70, 2, True, False, 0), (16, 64, 45, 37, 1, False, False, 1),
+    pytest.param(16, 64, 1, 45, 0, False, True, 2, marks=pytest.mark.slow),
+    (8, 128, 1, 10, 0, False, True, 3)])
+def test_float32_output(rows, data_width, m, n, bias, relu, sgd, seed):
+    """With ``fp32``: a float32 C through the epilogue (the bias added, ReLU and its mask)
+    written as float32 rows, :func:`sim.models.bfp.epilogue` with ``out="fp32"``; or, with
+    ``sgd``, one row of float32 weights (a bias vector) stepped in place (its stored values
+    read as column biases from C), :func:`sim.models.bfp.sgd_step`. Memory beyond the
+    matrix untouched."""
+    rng = random.Random(seed)
+    bpw = data_width // 8
+    nprng = np.random.default_rng(seed)
+    value = (nprng.standard_normal((m, n))
+             * 2.0 ** nprng.integers(-6, 6, (m, 1))).astype(np.float32)
+    bvec = (nprng.standard_normal(m if bias == 1 else n)).astype(np.float32)
+    w0 = nprng.standard_normal((m, n)).astype(np.float32)
+    lr, wd = 0.25, 0.125
+    ep = bfp.epilogue(value, bias=bvec if bias else None,
+                      bias_axis="row" if bias == 1 else "col", relu=relu, out="fp32")
+    out = bfp.sgd_step(w0, value, lr, wd) if sgd else ep.value
+    c_stride = -(-4 * n // bpw) * bpw + rng.randint(0, 1) * bpw
+    c_addr = 0x1000
+    bias_addr = c_addr + m * c_stride + bpw
+    mask_addr = bias_addr + -(-4 * len(bvec) // bpw) * bpw
+    mask_bytes = -(-n // 8)
+    mask_stride = -(-mask_bytes // bpw) * bpw
+    mem = bytearray(np.frombuffer(rng.randbytes(mask_addr + m * mask_stride + 64), np.uint8))
+    mem[bias_addr:bias_addr + 4 * len(bvec)] = bvec.tobytes()
+    if sgd:
+        for i in range(m):
+            mem[c_addr + i * c_stride:c_addr + i * c_stride + 4 * n] = w0[i].tobytes()
+    want = bytearray(mem)
+    for i in range(m):
+        want[c_addr + i * c_stride:c_addr + i * c_stride + 4 * n] = out[i].tobytes()
+    if relu:
+        bits = bfp.pack_mask(ep.mask)
+        for i in range(m):
+            want[mask_addr + i * mask_stride:mask_addr + i * mask_stride + bits.shape[1]] = (
+                bits[i].tobytes())
+
+    jobs = _jobs(m, n, rows, rows)
+    units = [{"m0": j["m0"], "n0": j["n0"], "rows_in": min(T, m - j["m0"]),
+              "cols_in": min(T, n - j["n0"])} for j in jobs
+             if j["m0"] % T == 0 and j["n0"] % T == 0]
+    padded = np.zeros((-(-m // rows) * rows, -(-n // rows) * rows), np.float32)
+    padded[:m, :n] = value
+    beats = [{"data": [int(x) for x in
+                       padded[j["m0"] + i, j["n0"]:j["n0"] + rows].view(np.uint32)],
+              "last": 0} for j in jobs for i in range(rows)]
+    top = _WithSide(rows, data_width, sgd=sgd, fp32=True)
+    dut, side = top.wb, top.side
+    f32 = np.array([lr, bfp.sgd_decay(lr, wd)], np.float32).view(np.uint32)
+    desc = {"m": m, "n": n, "c_addr": c_addr, "c_stride": c_stride, "c_exp_addr": 0,
+            "stochastic": 0, "seed": 0, "relu": int(relu), "mask_addr": mask_addr,
+            "mask_stride": mask_stride, "bias": bias, "mask_in": 0, "sgd": int(sgd),
+            "lr": int(f32[0]), "decay": int(f32[1]), "f32": 1}
+    side_desc = {"bias": 2 if sgd else bias, "bias_addr": c_addr if sgd else bias_addr,
+                 "mask_in": 0, "mask_addr": mask_addr, "mask_stride": mask_stride}
+    if sgd:
+        side_desc.update(sgd=0, w_addr=0, w_stride=0, w_exp_addr=0, n=n)
+    got = {"cmds": [], "words": []}
+
+    async def send_jobs(ctx):
+        ctx.set(dut.desc, desc)
+        ctx.set(side.desc, side_desc)
+        await stream_send(ctx, dut.jobs, jobs, rng=random.Random(seed + 1), stall=0.3)
+
+    async def send_units(ctx):
+        await stream_send(ctx, side.jobs, units if (bias or sgd) else [],
+                          rng=random.Random(seed + 4), stall=0.3)
+
+    async def send_rows(ctx):
+        await stream_send(ctx, dut.i_stream, beats, rng=random.Random(seed + 2), stall=0.2)
+        got["rows_sent"] = True
+
+    async def take_writes(ctx):
+        await _take_writes(ctx, dut, got, random.Random(seed + 3), 1 << 30, bpw, 0,
+                           lambda: ctx.get(dut.idle) and ctx.get(side.idle))
+
+    run(top, send_jobs, send_units, send_rows, take_writes,
+        _serve_reads(side, mem, bpw, seed), deadline_cycles=60_000)
+    _apply(mem, got["cmds"], got["words"], bpw)
+    bad = [i for i in range(len(mem)) if mem[i] != want[i]]
+    assert not bad, f"{len(bad)} bytes differ, first at {bad[0]:#x}"

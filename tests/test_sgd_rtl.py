@@ -1,8 +1,10 @@
 """The optimiser's step on the RTL (``Accelerator(epilogue=True, sgd=True)``,
-``Device("rtl", epilogue=True, sgd=True)``): ``Device.sgd_update`` steps BFP8 weights in
-place, bit for bit the golden backend, the functional model and
-:func:`sim.models.bfp.sgd_step` then :func:`sim.models.bfp.quantize_tiles`; what the build
-lacks is refused."""
+``Device("rtl", epilogue=True, sgd=True)``): ``Device.sgd_update`` steps BFP8 weights and
+float32 bias rows in place, bit for bit the golden backend, the functional model and
+:func:`sim.models.bfp.sgd_step` (then :func:`sim.models.bfp.quantize_tiles`); a float32 C
+goes through the epilogue (bias, ReLU, stored mask); a fully connected network trains with
+only the batch, the loss gradient and the logits crossing; what the build lacks is
+refused."""
 
 import numpy as np
 import pytest
@@ -70,20 +72,92 @@ def test_steps_repeat_in_place(dev):
         np.testing.assert_array_equal(ws[0].exponents(), ws[1].exponents())
 
 
+@pytest.mark.parametrize("k,n", [(40, 70), (128, 10), (33, 1)])
+def test_float32_row_steps_match_golden(dev, k, n):
+    """A bias vector (a float32 row) stepped by ``1^T d`` in place: its stored values read
+    as the column biases, the step written as a float32 row."""
+    rng = np.random.default_rng(k + n)
+    d = rng.standard_normal((k, n)).astype(np.float32)
+    b0 = rng.standard_normal((1, n)).astype(np.float32)
+    ones = bfp.quantize_tiles(np.ones((1, k), np.float32))
+    got = []
+    for device in (dev, Device("golden")):
+        b = device.tensor(b0)
+        device.sgd_update(device.bfp_tensor(*ones), device.quantize(d), b, lr=0.2,
+                          weight_decay=0.05)
+        got.append(b.numpy())
+    np.testing.assert_array_equal(got[0].view(np.uint32), got[1].view(np.uint32))
+    assert not np.array_equal(got[0], b0)
+
+
+@pytest.mark.parametrize("m,n,k,bias,relu,mask_in", [
+    (40, 70, 33, "col", True, False), (33, 20, 64, "row", False, False),
+    (5, 7, 40, None, True, False), (64, 10, 48, "col", False, True)])
+def test_float32_output_through_the_epilogue(dev, m, n, k, bias, relu, mask_in):
+    """bfp_gemm(out="float32") with a bias, ReLU (and its mask) or a stored mask: the
+    golden backend's float32 C and mask bit for bit."""
+    rng = np.random.default_rng(m + n + k)
+    a = rng.standard_normal((m, k)).astype(np.float32)
+    b = rng.standard_normal((k, n)).astype(np.float32)
+    vec = rng.standard_normal(m if bias == "row" else n).astype(np.float32)
+    stored = rng.random((m, n)) < 0.5
+    got = []
+    for device in (dev, Device("golden")):
+        kw = {}
+        if bias:
+            kw.update(bias=vec, bias_axis=bias)
+        if mask_in:
+            _, mk = device.bfp_gemm(device.quantize(np.where(stored, 1.0, -1.0)
+                                                    .astype(np.float32)),
+                                    device.quantize(np.eye(n, dtype=np.float32)),
+                                    relu=True, out="bfp8")
+            kw["mask_in"] = mk
+        out = device.bfp_gemm(device.quantize(a), device.quantize(b), relu=relu,
+                              out="float32", **kw)
+        got.append(out if relu else (out,))
+    for x, y in zip(got[0], got[1], strict=True):
+        np.testing.assert_array_equal(x.numpy().view(np.uint8), y.numpy().view(np.uint8))
+
+
+def test_device_optimizer_mlp_bit_identical_and_only_batch_and_logits_cross(dev):
+    """ResidentMLP(optimizer="device") on the RTL: the BFP8 weights and the float32 biases
+    stay on the device and are stepped in the weight gradients' epilogues; after three steps
+    they are the golden backend's bit for bit, and per step the host wrote the batch and the
+    loss gradient and read the logits, nothing else."""
+    from firmware.ml.data import digits
+    from firmware.ml.resident import ResidentMLP
+    xtr, ytr, _, _ = digits()
+    xtr = xtr.astype(np.float32)
+    nets = [ResidentMLP([64, 32, 10], d, seed=4, lr=0.3, momentum=0.0, optimizer="device")
+            for d in (dev, Device("golden"))]
+    assert not nets[0].chain.host_quantize and not nets[0].chain.host_bias
+    dev.profile.reset()
+    for net in nets:
+        for s in range(3):
+            net.step(xtr[s * 40:(s + 1) * 40], ytr[s * 40:(s + 1) * 40])
+    assert dev.profile.seconds["quantize"] == 0 and dev.profile.seconds["combine"] == 0
+    for (name, p), (_, q) in zip(nets[0].params, nets[1].params, strict=True):
+        np.testing.assert_array_equal(p.view(np.uint32), q.view(np.uint32), err_msg=name)
+    assert set(nets[0].traffic) == {"input batch", "logits", "loss gradient"}
+    assert nets[0].traffic["input batch"] == 40 * 64 * 4          # (the last step's)
+
+
 def test_sgd_offered_and_what_it_lacks_refused(dev):
-    """CONFIG_FEATURES.OPS has SGD; SGD on a float32 target, or with a bias, ReLU, a stored
-    mask or a quantise-only descriptor, stops the accelerator with UNSUPPORTED, and the
-    runtime refuses a float32 target first."""
-    assert dev.driver.info.epilogue_ops == regmap.pack(
+    """CONFIG_FEATURES.OPS has SGD and FP32 is set; SGD on a float32 target of more than one
+    row, or with a bias, ReLU, a stored mask or a quantise-only descriptor, stops the
+    accelerator with UNSUPPORTED, and the runtime refuses such a target first."""
+    info = dev.driver.info
+    assert info.epilogue_ops == regmap.pack(
         "DESC_EPILOGUE", BFP8=1, STOCHASTIC=1, BIAS=3, RELU=1, MASK_IN=1, QUANTIZE_ONLY=1,
         SGD=1)
-    for option in ({"BFP8": 0}, {"BIAS": 1}, {"RELU": 1}, {"MASK_IN": 1},
-                   {"QUANTIZE_ONLY": 1}):
+    assert info.fp32 and not info.epilogue
+    for m, option in ((2, {"BFP8": 0}), (1, {"BIAS": 1}), (1, {"RELU": 1}),
+                      (1, {"MASK_IN": 1}), (1, {"QUANTIZE_ONLY": 1})):
         with pytest.raises(AcceleratorError) as e:
-            dev.driver.run(dict(m=1, n=1, k=1, flags={},
+            dev.driver.run(dict(m=m, n=1, k=1, flags={},
                                 epilogue=dict({"BFP8": 1, "SGD": 1}, **option)))
         assert e.value.code is ErrorCode.UNSUPPORTED, option
     q, ex = bfp.quantize_tiles(np.ones((4, 4), np.float32))
     t = dev.bfp_tensor(q, ex)
-    with pytest.raises(RuntimeError, match="SGD only with a BFP8 C"):
+    with pytest.raises(RuntimeError, match="float32 C of one row only"):
         dev.sgd_update(t, t, dev.tensor(np.ones((4, 4), np.float32)), lr=0.1)

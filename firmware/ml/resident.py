@@ -21,12 +21,11 @@ seeded per descriptor, never from the order of the work.
 
 A device needs BFP8 outputs with bias, ReLU and the mask applied backward
 (``CONFIG_FEATURES``). Where it has no quantise-only descriptor, or no bias on a float32
-output (the RTL's epilogue runs its options on BFP8 outputs only), the chain does that part
-on the host, bit for bit: it quantises the batch, the loss gradient and the weights with the
-same seeds before writing them (BFP8 crosses instead of float32), or adds the last layer's
-bias to the logits it reads (:attr:`ResidentChain.host_quantize`,
-:attr:`ResidentChain.host_bias`; the RTL's epilogue builds whose tile row is whole bus
-words have the quantise-only descriptor, and none has the bias on a float32 output).
+output, the chain does that part on the host, bit for bit: it quantises the batch, the loss
+gradient and the weights with the same seeds before writing them (BFP8 crosses instead of
+float32), or adds the last layer's bias to the logits it reads
+(:attr:`ResidentChain.host_quantize`, :attr:`ResidentChain.host_bias`; the RTL's epilogue
+builds whose tile row is whole bus words have both, ``CONFIG_FEATURES.FP32``).
 
 Layer ``l`` computes ``h_l = relu(h_{l-1} W_l + b_l)`` (no ReLU on the last), with ``W_l``
 of shape ``(fan_in, fan_out)`` as :class:`firmware.ml.nn.Linear` keeps it. Backward, with

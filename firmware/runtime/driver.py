@@ -71,6 +71,9 @@ class HardwareInfo:
         self.epilogue_ops = 0xFF if self.epilogue else field_value("CONFIG_FEATURES", "OPS",
                                                                    features)
         self.k_blocks = bool(field_value("CONFIG_FEATURES", "K_BLOCKS", features))
+        #: where ``epilogue`` is 0: RELU, BIAS and MASK_IN on a float32 C too, and SGD of a
+        #: float32 row (0 on register maps before 1.11)
+        self.fp32 = self.epilogue or bool(field_value("CONFIG_FEATURES", "FP32", features))
         self.tile_block = 1 << field_value("CONFIG_FEATURES", "TILE_LOG2", features)
 
     def __repr__(self):
@@ -80,7 +83,7 @@ class HardwareInfo:
                 f"addr_width={self.addr_width}, write_ports={self.write_ports}, "
                 f"read_ports={self.read_ports}, burst_beats={self.burst_beats}, "
                 f"outstanding={self.outstanding}, epilogue={self.epilogue}, "
-                f"epilogue_ops={self.epilogue_ops:#04x}, "
+                f"epilogue_ops={self.epilogue_ops:#04x}, fp32={self.fp32}, "
                 f"k_blocks={self.k_blocks})")
 
 

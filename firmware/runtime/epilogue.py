@@ -118,12 +118,13 @@ def offers(dev, **ops) -> bool:
     return True
 
 
-def _require(dev, **ops):
+def _require(dev, rows=1, **ops):
     """The device offers tile exponents and the ``DESC_EPILOGUE`` options ``ops`` (field
     values, as :func:`firmware.spec.regmap.pack` takes them), else a clear error. Where
     ``CONFIG_FEATURES.EPILOGUE`` is 0, ``RELU``, ``BIAS``, ``MASK_IN``, ``QUANTIZE_ONLY``
     and ``SGD`` in ``CONFIG_FEATURES.OPS`` are offered only with ``BFP8`` (a float32 C is
-    refused here)."""
+    refused here), but for the first three and ``SGD`` of one row (``rows``) where
+    ``CONFIG_FEATURES.FP32`` is 1."""
     if dev.driver is None:
         return
     info = dev.driver.info
@@ -139,12 +140,16 @@ def _require(dev, **ops):
                            f"use the host path (firmware.ml's blocks policies) or "
                            f"Device('model')")
     bfp8_only = [name for name in ("RELU", "BIAS", "MASK_IN", "QUANTIZE_ONLY", "SGD")
-                 if ops.get(name)]
+                 if ops.get(name) and not (info.fp32 and name != "QUANTIZE_ONLY")]
     if bfp8_only and not ops.get("BFP8") and not info.epilogue:
         raise RuntimeError(f"this {dev.backend} accelerator offers the write-back epilogue's "
                            f"{', '.join(bfp8_only)} only with a BFP8 C (out='bfp8'; "
                            f"CONFIG_FEATURES.EPILOGUE is 0): use out='bfp8', the host path or "
                            f"Device('model')")
+    if ops.get("SGD") and not ops.get("BFP8") and not info.epilogue and rows != 1:
+        raise RuntimeError(f"this {dev.backend} accelerator steps a float32 C of one row "
+                           f"only (a bias vector; CONFIG_FEATURES.FP32), not {rows} rows: "
+                           f"use a BFP8 target, the host path or Device('model')")
     if info.tile_block != regmap.TILE_BLOCK:
         raise RuntimeError(f"the accelerator's tiles are {info.tile_block} wide, this "
                            f"runtime's {regmap.TILE_BLOCK}")
@@ -420,7 +425,8 @@ def sgd_update(dev, a: BfpTensor, b: BfpTensor, target, *, lr, weight_decay=0.0,
     if target.shape != (m, n):
         raise ValueError(f"target is {target.shape[0]}x{target.shape[1]}, the gradient "
                          f"{m}x{n}")
-    _require(dev, SGD=1, BFP8=int(bfp8), STOCHASTIC=int(bfp8 and rounding == "stochastic"))
+    _require(dev, rows=m, SGD=1, BFP8=int(bfp8),
+             STOCHASTIC=int(bfp8 and rounding == "stochastic"))
     _begin(dev, m, n, k)
     if dev.driver is None:
         g = _golden_gemm(a, b, transpose_a, transpose_b)

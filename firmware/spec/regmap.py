@@ -211,6 +211,8 @@ REGISTERS: tuple[Register, ...] = tuple([
          ("EPILOGUE", 0, 1, "the write-back epilogue: DESC_EPILOGUE's bias, ReLU, masks and "
                             "BFP8 output, and quantise-only descriptors"),
          ("K_BLOCKS", 1, 1, "operands with tile exponents (DESC_EPILOGUE.A_TILES, B_TILES)"),
+         ("FP32", 2, 1, "where EPILOGUE is 0: RELU, BIAS and MASK_IN also on a float32 C, "
+                        "and SGD on a float32 C of one row (M = 1, a bias vector)"),
          ("TILE_LOG2", 8, 4, "log2 of the side of the number format's tile blocks"),
          ("OPS", 16, 8, "the DESC_EPILOGUE bits 7..0 this build runs, each as in "
                         "DESC_EPILOGUE (all of them where EPILOGUE is 1). RELU, BIAS, "
