@@ -90,12 +90,14 @@ class Accelerator(wiring.Component):
         mask written at ``DESC_MASK_ADDR`` (``DESC_MASK_STRIDE`` bytes a row). Also
         ``BIAS`` (1: a float32 a row, 2: a column, at ``DESC_BIAS_ADDR``, added before the
         ReLU) and ``MASK_IN`` (C zeroed where the mask stored at ``DESC_MASK_ADDR`` is 0) on
-        a BFP8 C. Where a tile row is whole bus words (the engine's ``quantize``), also
-        ``QUANTIZE_ONLY`` with ``BFP8``: the M x N float32 matrix at ``DESC_A_ADDR`` quantised
-        (with the options above) instead of a GEMM's C. ``RELU``, ``BIAS``, ``MASK_IN`` or
-        ``QUANTIZE_ONLY`` without ``BFP8``, ``QUANTIZE_ONLY`` with ``A_TILES`` or
-        ``B_TILES``, and ``BIAS`` 3, are refused with ``UNSUPPORTED``, as are the
-        epilogue's other bits.
+        a BFP8 C. Where a tile row is whole bus words (the engine's ``quantize`` and
+        ``fp32``), also ``QUANTIZE_ONLY`` with ``BFP8``: the M x N float32 matrix at
+        ``DESC_A_ADDR`` quantised (with the options above) instead of a GEMM's C; and
+        ``RELU``, ``BIAS`` and ``MASK_IN`` on a float32 C (``CONFIG_FEATURES.FP32``).
+        ``RELU``, ``BIAS`` or ``MASK_IN`` without ``BFP8`` elsewhere, ``QUANTIZE_ONLY``
+        without ``BFP8`` or with ``A_TILES`` or ``B_TILES``, ``BIAS`` 3, and any epilogue
+        bit with ``DESC_FLAGS.RAW``, are refused with ``UNSUPPORTED``, as are the epilogue's
+        other bits.
     sgd : bool
         With ``epilogue``, also ``SGD`` with ``BFP8``: the BFP8 weights stored at
         ``DESC_C_ADDR`` and ``DESC_C_EXP_ADDR`` stepped by the GEMM's result, ``DESC_DECAY
@@ -296,7 +298,7 @@ class Accelerator(wiring.Component):
         rest = e & ~((tiles if self.k_blocks else 0) | out)
         bad_tiles = ((e & tiles) != 0) & ((e & tiles) != tiles) if self.k_blocks else 0
         side_fp32 = 0
-        if self.epilogue:           # ReLU, the bias and the stored mask only on a BFP8 C
+        if self.epilogue:           # what a float32 C may not have (all but BFP8 without fp32)
             bias = _field(csr, "DESC_EPILOGUE", "BIAS")
             only = _field(csr, "DESC_EPILOGUE", "QUANTIZE_ONLY")
             sgd = _field(csr, "DESC_EPILOGUE", "SGD")
@@ -311,7 +313,11 @@ class Accelerator(wiring.Component):
                 fp32_bad = ~bfp8 & (relu_etc | sgd)
             side_fp32 = (fp32_bad | (bias == 3) | (only & ((e & tiles) != 0))
                          | (sgd & relu_etc))
-        m.d.comb += unsupported.eq((rest != 0) | bad_tiles | side_fp32)
+        # (and, as the functional model, any epilogue bit on a RAW descriptor)
+        raw_epi = _field(csr, "DESC_FLAGS", "RAW") & (e != 0)
+        # (no convolution descriptors on this RTL: CONFIG_FEATURES.CONV is 0)
+        conv = _field(csr, "DESC_CONV", "MODE") != 0
+        m.d.comb += unsupported.eq((rest != 0) | bad_tiles | side_fp32 | raw_epi | conv)
         if self.k_blocks:
             m.d.comb += staged.tiles.eq((e & tiles) == tiles)
         vars(s).update(q=q, enqueue=enqueue, soft_reset=soft_reset, unsupported=unsupported)

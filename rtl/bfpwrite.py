@@ -29,7 +29,7 @@ def bfp_desc_layout(addr_width: int = 64) -> data.StructLayout:
         "c_exp_addr": unsigned(addr_width), "stochastic": 1, "seed": unsigned(64),
         "relu": 1, "mask_addr": unsigned(addr_width), "mask_stride": unsigned(32),
         "bias": 2, "mask_in": 1, "sgd": 1, "lr": unsigned(32), "decay": unsigned(32),
-        "f32": 1,
+        "f32": 1,       # C is float32 (through the epilogue), not BFP8
     })
 
 
@@ -102,7 +102,8 @@ def _random_job_layout() -> data.StructLayout:
 
 
 class BfpWriteBack(wiring.Component):
-    """Writes C as BFP8 tile blocks: quantised int8 mantissa rows and one exponent a block.
+    """Writes C as BFP8 tile blocks (quantised int8 mantissa rows and one exponent a block)
+    through the epilogue, or with ``fp32`` as float32 rows through it.
 
     The engine walks a BFP8 descriptor in blocks of ``T / rows`` x ``T / cols`` C tiles (T =
     :data:`firmware.spec.regmap.TILE_BLOCK`), so each walker block is one tile block of the
@@ -144,6 +145,24 @@ class BfpWriteBack(wiring.Component):
     pulses with the unit's last row. The order is :func:`sim.models.bfp.epilogue`'s: bias,
     ReLU and its mask, stored mask, quantiser.
 
+    With ``sgd`` built in (and ``side``), each row's parts pass a register and an
+    :class:`rtl.fp32.Fp32Mul` of ``2 * cols / fold`` lanes before the adder. For a
+    descriptor with ``sgd`` (``DESC_EPILOGUE.SGD``) the GEMM's value is multiplied by
+    ``-lr`` and the stored weight by ``decay``, and the adder sums them
+    (:func:`sim.models.bfp.sgd_step`): the weight is the unit's stored BFP8 mantissa and
+    exponent from the side loader (:attr:`w_lanes`, :attr:`w_exp`), decoded exactly by
+    :func:`bfp8_to_float32`, or for a float32 C of one row its stored value, which the side
+    loader reads as the column biases. Other descriptors multiply both operands by 1.0,
+    which leaves every sum as it was.
+
+    With ``fp32`` built in (and ``side``; a float32 tile row of whole bus words) a
+    descriptor with ``f32`` writes a float32 C instead: no quantiser job, unit record or
+    zero row is made, and each row inside the matrix leaves the ReLU stage for a FIFO of
+    :data:`F32_QUEUE` rows and two registered address stages (``m * c_stride``, then
+    ``c_addr + that + 4 * n0``), then one write command of the words holding its columns
+    below N (strobes on theirs), sharing the port with the mask commands a whole command at
+    a time. Such rows take ``4 * cols / bus bytes`` cycles each at the port.
+
     A unit's base address ``c_addr + m0 * c_stride + n0`` and exponent address
     ``c_exp_addr + (m0 / T) * ceil(N / T) + n0 / T`` are computed in registered stages (a
     17 x 32 product) while its first tile waits. ``c_addr`` and ``c_stride`` are multiples
@@ -162,6 +181,12 @@ class BfpWriteBack(wiring.Component):
     side : bool
         Build the bias adder and the stored mask (the descriptor's ``bias`` and ``mask_in``,
         with a :class:`rtl.sideload.UnitSideLoader` on the ``side_*`` ports).
+    sgd : bool
+        Build the optimiser's step (the descriptor's ``sgd``, ``lr`` and ``decay``; needs
+        ``side``).
+    fp32 : bool
+        Build the float32 rows' writes (the descriptor's ``f32``; needs ``side`` and ``4 *
+        cols`` a multiple of the bus's bytes).
 
     Attributes
     ----------
@@ -188,12 +213,17 @@ class BfpWriteBack(wiring.Component):
         With ``side``: the side loader's lookups.
     release : Out(1)
         With ``side``: the unit's last row is in the adder.
+    w_lanes : In(data.ArrayLayout(signed(8), cols))
+        With ``sgd``: the side loader's lookup of the stored mantissas.
+    w_exp : In(signed(8))
+        With ``sgd``: their unit's exponent.
 
     Latency
     -------
     A unit's first mantissa write command is offered about ``fill_latency +
     DRAIN_LATENCY + 2`` cycles (:class:`rtl.epilogue.TileQuantizer`) after its last row is
-    taken (with ``side``, :data:`rtl.fp32.Fp32Add.LATENCY` + ``fold - 1`` more); its
+    taken (with ``side``, :data:`rtl.fp32.Fp32Add.LATENCY` + ``fold - 1`` more; with ``sgd``
+    :data:`rtl.fp32.Fp32Mul.LATENCY` + 1 more again); its
     exponent's after its
     last beat's words. A row's mask command is offered 4 cycles after the row reaches the
     ReLU stage (the FIFO's 2, the two address stages), when the port is free.
@@ -421,7 +451,10 @@ class BfpWriteBack(wiring.Component):
             sink_ready = Mux(f32, fq.w_rdy | ~keep, qz.i_stream.ready)
             frow = data.View(_f32_row_layout(C), fq.w_data)
             m.d.comb += [frow.m.eq(tag.m),
-                         frow.off.eq(tag.byte << 5),            # 4 * n0 (the tile's)
+                         # 4 * n0: the unit's column (n0 / T, from the mask byte) and the
+                         # segment's
+                         frow.off.eq(((tag.byte >> 2) << 7)
+                                     + Cat(Const(0, 2 + C.bit_length() - 1), tag.seg)),
                          frow.data.eq(rl.o_stream.payload.data), frow.lanes.eq(tag.lanes)]
         mask_ok = 1                          # the mask queue takes the row (or none is due)
         if self.relu:

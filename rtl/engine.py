@@ -698,7 +698,7 @@ class GemmEngine(wiring.Component):
         wiring.connect(m, p.issue.b_stream, dp.b_stream)
         o = dp.o_stream
         if self.epilogue:
-            # C rows to the BFP8 write-back while the back writes BFP8
+            # C rows to the BFP8 write-back while the back's descriptor goes through it
             bfp8, bfpwb, wb = self._epi(self._d_back), p.bfpwb, p.writeback
             rows = o
             if self.quantize:
@@ -722,8 +722,9 @@ class GemmEngine(wiring.Component):
             done = getattr(self, f"wr_done{suffix}")
             srcs = [(p.wb_cmd[q], p.wb_data[q], p.wb_done[q], None)]
             if self.epilogue and q == 0:
-                # the BFP8 write-back writes through the first port (a quarter of the bytes
-                # of a float32 C): it has the port while the back writes BFP8
+                # the BFP8 write-back writes through the first port (a BFP8 C is a quarter
+                # of the bytes of a float32 C; a float32 C through the epilogue takes the
+                # one port): it has the port while the back's descriptor goes through it
                 bfp8 = self._epi(self._d_back)
                 srcs = [(p.wb_cmd[0], p.wb_data[0], p.wb_done[0], ~bfp8),
                         (p.bfpwb.wr_cmd, p.bfpwb.wr_data, p.bfpwb.wr_done, bfp8)]

@@ -431,7 +431,7 @@ def _serve_reads(side, mem, bpw, seed):
 
 @pytest.mark.parametrize("rows,data_width,m,n,bias,relu,sgd,seed", [
     pytest.param(8, 128, 40, 70, 2, True, False, 0, marks=pytest.mark.slow),
-    (16, 64, 5, 37, 1, False, False, 1),
+    (16, 64, 5, 37, 1, False, False, 1), (4, 64, 5, 22, 2, False, False, 4),
     pytest.param(16, 64, 1, 45, 0, False, True, 2, marks=pytest.mark.slow),
     (8, 128, 1, 10, 0, False, True, 3)])
 def test_float32_output(rows, data_width, m, n, bias, relu, sgd, seed):

@@ -157,7 +157,24 @@ def test_sgd_offered_and_what_it_lacks_refused(dev):
             dev.driver.run(dict(m=m, n=1, k=1, flags={},
                                 epilogue=dict({"BFP8": 1, "SGD": 1}, **option)))
         assert e.value.code is ErrorCode.UNSUPPORTED, option
+    with pytest.raises(AcceleratorError) as e:         # an epilogue on RAW int32 sums
+        dev.driver.run(dict(m=1, n=1, k=1, flags={"RAW": 1}, epilogue={"BIAS": 2}))
+    assert e.value.code is ErrorCode.UNSUPPORTED
+    # no convolution descriptors on this RTL (CONFIG_FEATURES.CONV 0)
+    assert not info.conv
+    with pytest.raises(AcceleratorError) as e:
+        dev.driver.run(dict(m=1, n=1, k=1, flags={}, epilogue={"A_TILES": 1, "B_TILES": 1},
+                            conv={"fields": {"MODE": 1, "KERNEL_H": 1, "KERNEL_W": 1,
+                                             "STRIDE_H": 1, "STRIDE_W": 1,
+                                             "DILATION_H": 1, "DILATION_W": 1},
+                                  "height": 1, "width": 1, "channels": 1,
+                                  "out_channels": 1, "batch": 1}))
+    assert e.value.code is ErrorCode.UNSUPPORTED
     q, ex = bfp.quantize_tiles(np.ones((4, 4), np.float32))
     t = dev.bfp_tensor(q, ex)
     with pytest.raises(RuntimeError, match="float32 C of one row only"):
         dev.sgd_update(t, t, dev.tensor(np.ones((4, 4), np.float32)), lr=0.1)
+    from sim.models.conv import ConvGeometry
+    g = ConvGeometry(1, 4, 2, 2, 4, 1)
+    with pytest.raises(RuntimeError, match="no convolution descriptors"):
+        dev.conv2d(t, dev.bfp_stack(q[None], ex[None]), g)

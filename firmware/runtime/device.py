@@ -940,6 +940,90 @@ class Device:
         from firmware.runtime import epilogue
         return epilogue.upload(self, q, exp)
 
+    def bfp_stack(self, q: np.ndarray, exp: np.ndarray):
+        """Copy a convolution's weights in BFP8 (one tile-blocked ``Cout x Cin`` matrix per
+        kernel offset, :func:`sim.models.conv.weight_stack`) to the device.
+
+        Parameters
+        ----------
+        q : numpy.ndarray of int8, shape (offsets, Cout, Cin)
+        exp : numpy.ndarray of int8, shape (offsets, ceil(Cout/T), ceil(Cin/T))
+
+        Returns
+        -------
+        firmware.runtime.convolution.BfpStack
+
+        Raises
+        ------
+        TypeError, ValueError
+            ``q`` or ``exp`` has the wrong dtype or shape.
+        """
+        from firmware.runtime import convolution
+        return convolution.upload_stack(self, q, exp)
+
+    def conv2d(self, x, w, geometry, *, bias=None, relu: bool = False, out: str = "bfp8",
+               rounding: str = "nearest", seed: int = 0):
+        """A convolution's forward pass as one implicit-GEMM descriptor (``DESC_CONV``
+        mode 1): no im2col, padding read as zeros.
+
+        Parameters
+        ----------
+        x : BfpTensor
+            The input, ``Cin x H*W*N`` in the ``CHWN`` layout (:mod:`sim.models.conv`).
+        w : firmware.runtime.convolution.BfpStack
+            The weights (:meth:`bfp_stack`).
+        geometry : sim.models.conv.ConvGeometry
+            Kernel up to 15, stride and dilation up to 7, padding up to 15.
+        bias, relu, out, rounding, seed :
+            As :meth:`bfp_gemm` takes them; the bias is one value per output channel.
+
+        Returns
+        -------
+        BfpTensor or DeviceTensor, and a MaskTensor with ``relu``
+            ``Cout x OH*OW*N``, the next layer's input as written:
+            :func:`sim.models.conv.conv2d_forward` through the epilogue.
+
+        Raises
+        ------
+        TypeError, ValueError
+            Bad operands, geometry or options (naming them).
+        RuntimeError
+            The accelerator has no convolution descriptors (``CONFIG_FEATURES.CONV``).
+        """
+        from firmware.runtime import convolution
+        return convolution.conv2d(self, x, w, geometry, bias=bias, relu=relu, out=out,
+                                  rounding=rounding, seed=seed)
+
+    def conv2d_backward_data(self, d, w, geometry, *, mask_in=None, out: str = "bfp8",
+                             rounding: str = "nearest", seed: int = 0):
+        """A convolution's backward-data pass as one implicit-GEMM descriptor (``DESC_CONV``
+        mode 2): the deltas convolved with the 180-degree-rotated kernel, channel roles
+        swapped, no col2im and no inserted zeros.
+
+        Parameters
+        ----------
+        d : BfpTensor
+            The output's deltas, ``Cout x OH*OW*N``.
+        w : firmware.runtime.convolution.BfpStack
+        geometry : sim.models.conv.ConvGeometry
+        mask_in, out, rounding, seed :
+            As :meth:`bfp_gemm` takes them (the layer below's ReLU mask, ``Cin x H*W*N``).
+
+        Returns
+        -------
+        BfpTensor or DeviceTensor
+            ``Cin x H*W*N``: :func:`sim.models.conv.conv2d_backward_data` through the
+            epilogue.
+
+        Raises
+        ------
+        TypeError, ValueError, RuntimeError
+            As :meth:`conv2d`.
+        """
+        from firmware.runtime import convolution
+        return convolution.conv2d_backward_data(self, d, w, geometry, mask_in=mask_in,
+                                                out=out, rounding=rounding, seed=seed)
+
     def sgd_update(self, a, b, target, *, lr, weight_decay=0.0, transpose_a: bool = False,
                    transpose_b: bool = False, rounding: str = "nearest", seed: int = 0):
         """One SGD step of ``target`` in place, its gradient ``op(A) op(B)`` never leaving

@@ -74,6 +74,8 @@ class HardwareInfo:
         #: where ``epilogue`` is 0: RELU, BIAS and MASK_IN on a float32 C too, and SGD of a
         #: float32 row (0 on register maps before 1.11)
         self.fp32 = self.epilogue or bool(field_value("CONFIG_FEATURES", "FP32", features))
+        #: convolution descriptors (``DESC_CONV``; 0 on register maps before 1.12)
+        self.conv = bool(field_value("CONFIG_FEATURES", "CONV", features))
         self.tile_block = 1 << field_value("CONFIG_FEATURES", "TILE_LOG2", features)
 
     def __repr__(self):
@@ -181,7 +183,10 @@ class Driver:
             epilogue ``epilogue`` (a dict of ``DESC_EPILOGUE`` fields), ``bias_addr``,
             ``mask_addr``, ``mask_stride``, ``c_exp_addr``, ``seed`` (64 bits), and for
             ``DESC_EPILOGUE.SGD`` ``lr`` and ``decay`` (floats, written as float32: the
-            learning rate and the weights' factor, :func:`sim.models.bfp.sgd_decay`).
+            learning rate and the weights' factor, :func:`sim.models.bfp.sgd_decay`; 0.0
+            and 1.0 where missing); for a convolution ``conv``: ``fields`` (of
+            ``DESC_CONV``), ``height``, ``width``, ``channels``, ``out_channels`` and
+            ``batch``.
 
         Notes
         -----
@@ -201,10 +206,17 @@ class Driver:
             words[f"DESC_{name.upper()}_ADDR_HI"] = addr >> 32
         words["DESC_EPILOGUE"] = pack("DESC_EPILOGUE", **desc.get("epilogue", {}))
         words["DESC_MASK_STRIDE"] = desc.get("mask_stride", 0)
+        conv = desc.get("conv")                  # a convolution (DESC_CONV), or a GEMM
+        words["DESC_CONV"] = pack("DESC_CONV", **conv["fields"]) if conv else 0
+        words["DESC_CONV_IMAGE"] = pack("DESC_CONV_IMAGE", HEIGHT=conv["height"],
+                                        WIDTH=conv["width"]) if conv else 0
+        words["DESC_CONV_CHANNELS"] = pack("DESC_CONV_CHANNELS", IN=conv["channels"],
+                                           OUT=conv["out_channels"]) if conv else 0
+        words["DESC_CONV_BATCH"] = conv["batch"] if conv else 0
         seed = desc.get("seed", 0)
         words["DESC_SEED_LO"], words["DESC_SEED_HI"] = seed & 0xFFFFFFFF, seed >> 32
-        for name in ("lr", "decay"):               # float32 bits
-            words[f"DESC_{name.upper()}"] = int(np.array([desc.get(name, 0.0)], np.float32)
+        for name, default in (("lr", 0.0), ("decay", 1.0)):   # float32 bits
+            words[f"DESC_{name.upper()}"] = int(np.array([desc.get(name, default)], np.float32)
                                                 .view(np.uint32)[0])
         for reg, value in words.items():
             if self._staged.get(reg) != value:

@@ -305,6 +305,21 @@ def bfp_gemm(dev, a: BfpTensor, b: BfpTensor, *, transpose_a: bool = False,
              mask_in: MaskTensor | None = None, out: str = "bfp8", rounding: str = "nearest",
              seed: int = 0):
     """See :meth:`firmware.Device.bfp_gemm`."""
+    m, n, k = _operands(dev, a, b, transpose_a, transpose_b, rounding, seed)
+    _check_output(dev, m, n, bias, bias_axis, relu, mask_in, out)
+    _require(dev, BFP8=int(out == "bfp8"),
+             STOCHASTIC=int(out == "bfp8" and rounding == "stochastic"),
+             BIAS=0 if bias is None else 1 if bias_axis == "row" else 2, RELU=int(relu),
+             MASK_IN=int(mask_in is not None))
+    _begin(dev, m, n, k)
+    return _emit(dev, m, n, lambda: _golden_gemm(a, b, transpose_a, transpose_b),
+                 lambda: _operand_desc(a, b, m, n, k, transpose_a, transpose_b, seed),
+                 [a.q, a.exp, b.q, b.exp], bias=bias, bias_axis=bias_axis, relu=relu,
+                 mask_in=mask_in, out=out, rounding=rounding, seed=seed)
+
+
+def _check_output(dev, m, n, bias, bias_axis, relu, mask_in, out) -> None:
+    """The checks of what a descriptor's epilogue does to its ``m x n`` C."""
     from firmware.runtime.device import DeviceTensor
     if not isinstance(relu, (bool, np.bool_)):
         raise TypeError(f"relu must be a bool, not {type(relu).__name__}")
@@ -312,7 +327,6 @@ def bfp_gemm(dev, a: BfpTensor, b: BfpTensor, *, transpose_a: bool = False,
         raise ValueError(f"out must be 'bfp8' or 'float32', not {out!r}")
     if bias_axis not in ("row", "col"):
         raise ValueError(f"bias_axis must be 'row' or 'col', not {bias_axis!r}")
-    m, n, k = _operands(dev, a, b, transpose_a, transpose_b, rounding, seed)
     if bias is not None:
         length = m if bias_axis == "row" else n
         # (a DeviceTensor's values stay on the device: only its shape is checked)
@@ -336,13 +350,17 @@ def bfp_gemm(dev, a: BfpTensor, b: BfpTensor, *, transpose_a: bool = False,
                             f"{type(mask_in).__name__}")
         if mask_in.shape != (m, n):
             raise ValueError(f"mask_in is {mask_in.shape[0]}x{mask_in.shape[1]}, C is {m}x{n}")
-    _require(dev, BFP8=int(out == "bfp8"),
-             STOCHASTIC=int(out == "bfp8" and rounding == "stochastic"),
-             BIAS=0 if bias is None else 1 if bias_axis == "row" else 2, RELU=int(relu),
-             MASK_IN=int(mask_in is not None))
-    _begin(dev, m, n, k)
+
+
+def _emit(dev, m, n, golden, desc, tensors, *, bias, bias_axis, relu, mask_in, out, rounding,
+          seed):
+    """Run one descriptor whose ``m x n`` C goes through the epilogue: ``golden()`` gives
+    C before it on the golden backend; elsewhere ``desc()`` (its operand fields) and
+    ``tensors`` (the operands' buffers) are completed with C's, the bias's and the masks'
+    and run. Returns C (a BfpTensor or a float32 DeviceTensor), and the mask with ``relu``."""
+    from firmware.runtime.device import DeviceTensor
     if dev.driver is None:
-        c = _golden_gemm(a, b, transpose_a, transpose_b)
+        c = golden()
         host_bias = bias.numpy() if isinstance(bias, DeviceTensor) else bias
         r = bfp.epilogue(c, bias=None if bias is None else host_bias.reshape(-1),
                          bias_axis=bias_axis, relu=bool(relu),
@@ -355,10 +373,8 @@ def bfp_gemm(dev, a: BfpTensor, b: BfpTensor, *, transpose_a: bool = False,
         if relu:
             return result, MaskTensor(dev.tensor(bfp.pack_mask(r.mask)), (m, n))
         return result
-    temps, made = [], []
+    temps, made, tensors, desc = [], [], list(tensors), desc()
     try:
-        tensors = [a.q, a.exp, b.q, b.exp]
-        desc = _operand_desc(a, b, m, n, k, transpose_a, transpose_b, seed)
         epi = {"A_TILES": 1, "B_TILES": 1}
         if out == "bfp8":
             result = _empty_bfp(dev, (m, n))

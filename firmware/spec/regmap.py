@@ -33,7 +33,7 @@ __all__ = ["Field", "Register", "REGISTERS", "ErrorCode", "MAGIC", "VERSION", "T
 #: ``ID`` register contents: ASCII "BFP8".
 MAGIC = 0x42465038
 #: Register map version (major << 16 | minor): changes when the map does.
-VERSION = 0x0001_000B
+VERSION = 0x0001_000C
 
 #: Side of the number format's square tile blocks (``CONFIG_FEATURES.TILE_LOG2``): BFP8 tile
 #: blocks, :mod:`sim.models.bfp`.
@@ -213,6 +213,8 @@ REGISTERS: tuple[Register, ...] = tuple([
          ("K_BLOCKS", 1, 1, "operands with tile exponents (DESC_EPILOGUE.A_TILES, B_TILES)"),
          ("FP32", 2, 1, "where EPILOGUE is 0: RELU, BIAS and MASK_IN also on a float32 C, "
                         "and SGD on a float32 C of one row (M = 1, a bias vector)"),
+         ("CONV", 3, 1, "convolution descriptors (DESC_CONV): forward and backward-data "
+                        "implicit GEMMs"),
          ("TILE_LOG2", 8, 4, "log2 of the side of the number format's tile blocks"),
          ("OPS", 16, 8, "the DESC_EPILOGUE bits 7..0 this build runs, each as in "
                         "DESC_EPILOGUE (all of them where EPILOGUE is 1). RELU, BIAS, "
@@ -299,6 +301,27 @@ REGISTERS: tuple[Register, ...] = tuple([
     _reg("DESC_DECAY", 0x184, "rw", "The stored weights' factor of DESC_EPILOGUE.SGD, 1 - "
                                     "lr * weight_decay (float32 bits; 1.0 without weight "
                                     "decay)"),
+    _reg("DESC_CONV", 0x188, "rw", "A convolution as an implicit GEMM (CONFIG_FEATURES.CONV; "
+                                   "layouts in docs/architecture.md, 'Convolutions'): needs "
+                                   "A_TILES and B_TILES, no transposes; DESC_M, N and K "
+                                   "unused",
+         ("MODE", 0, 2, "0 a GEMM; 1 forward: C (Cout x OH*OW*batch) = the weight stack at "
+                        "A * the input at B; 2 backward-data: C (Cin x H*W*batch) = the "
+                        "stack at A (each offset's matrix transposed, the kernel rotated) * "
+                        "the deltas at B (Cout x OH*OW*batch); 3 (the weight gradient) is "
+                        "refused with UNSUPPORTED"),
+         ("KERNEL_H", 2, 4, "kernel height, 1..15"), ("KERNEL_W", 6, 4, "kernel width, 1..15"),
+         ("STRIDE_H", 10, 3, "vertical stride, 1..7"),
+         ("STRIDE_W", 13, 3, "horizontal stride, 1..7"),
+         ("PAD_H", 16, 4, "zero padding above and below, 0..15"),
+         ("PAD_W", 20, 4, "zero padding left and right, 0..15"),
+         ("DILATION_H", 24, 3, "vertical dilation, 1..7"),
+         ("DILATION_W", 27, 3, "horizontal dilation, 1..7")),
+    _reg("DESC_CONV_IMAGE", 0x18C, "rw", "The convolution's input image",
+         ("HEIGHT", 0, 16, "H, 1..65535"), ("WIDTH", 16, 16, "W, 1..65535")),
+    _reg("DESC_CONV_CHANNELS", 0x190, "rw", "The convolution's channels",
+         ("IN", 0, 16, "Cin, 1..65535"), ("OUT", 16, 16, "Cout, 1..65535")),
+    _reg("DESC_CONV_BATCH", 0x194, "rw", "The convolution's batch (images), 1..65535"),
 ])
 
 _BY_NAME = {r.name: r for r in REGISTERS}

@@ -31,6 +31,7 @@ from firmware.spec import regmap
 from firmware.spec.ports import resolve_port
 from firmware.spec.regmap import ErrorCode, field_value, offset
 from sim.models import bfp, golden
+from sim.models import conv as convm
 from sim.models.engine import block_side, check, check_dimensions, check_regions, descriptor
 
 __all__ = ["FunctionalAccelerator", "bfp8_block"]
@@ -138,7 +139,7 @@ class FunctionalAccelerator:
                                               OUTSTANDING=self.outstanding),
             offset("CONFIG_FEATURES"): regmap.pack(
                 "CONFIG_FEATURES", EPILOGUE=int(self.epilogue), K_BLOCKS=int(self.epilogue),
-                TILE_LOG2=regmap.TILE_BLOCK.bit_length() - 1,
+                CONV=int(self.epilogue), TILE_LOG2=regmap.TILE_BLOCK.bit_length() - 1,
                 OPS=_ALL_OPS if self.epilogue else 0),
             offset("STATUS"): regmap.pack(
                 "STATUS", BUSY=int(bool(self.pending)), ERROR=int(self.error != 0),
@@ -211,9 +212,12 @@ class FunctionalAccelerator:
                 return code
             tiles = all(field_value("DESC_EPILOGUE", name, epi) for name in ("A_TILES",
                                                                               "B_TILES"))
-            self._count(m, n, 0 if field_value("DESC_EPILOGUE", "QUANTIZE_ONLY", epi) else k,
-                        f, k_blocks=tiles, bfp8=bool(field_value("DESC_EPILOGUE", "BFP8", epi)))
+            # (a convolution's implicit GEMM: its own M, N and K)
+            self._count(*self.last_mnk, f, k_blocks=tiles,
+                        bfp8=bool(field_value("DESC_EPILOGUE", "BFP8", epi)))
             return ErrorCode.NONE
+        if field_value("DESC_CONV", "MODE", self._reg("DESC_CONV")):
+            return ErrorCode.UNSUPPORTED           # (a convolution needs tile exponents)
         ta, tb = bool(f["TRANSPOSE_A"]), bool(f["TRANSPOSE_B"])
         a = (self._reg64("DESC_A_ADDR"), (k, m) if ta else (m, k), self._reg("DESC_A_STRIDE"))
         b = (self._reg64("DESC_B_ADDR"), (n, k) if tb else (k, n), self._reg("DESC_B_STRIDE"))
@@ -289,9 +293,16 @@ class FunctionalAccelerator:
         tile = regmap.TILE_BLOCK
         ta, tb = bool(f["TRANSPOSE_A"]), bool(f["TRANSPOSE_B"])
         only = bool(e["QUANTIZE_ONLY"])
-        code = check_dimensions(m, n, 1 if only else k)
-        if code:
-            return ErrorCode(code)
+        conv = self._conv(f, e)
+        if isinstance(conv, ErrorCode):
+            return conv
+        if conv is not None:
+            m, n, k = conv["m"], conv["n"], conv["k"]
+        else:
+            code = check_dimensions(m, n, 1 if only else k)
+            if code:
+                return ErrorCode(code)
+        self.last_mnk = (m, n, 0 if only else k)
         if e["BIAS"] == 3 or (only and (e["A_TILES"] or e["B_TILES"])) or (
                 e["SGD"] and (e["BIAS"] or e["RELU"] or e["MASK_IN"] or only)):
             return ErrorCode.UNSUPPORTED
@@ -301,21 +312,32 @@ class FunctionalAccelerator:
         a_shape = (m, n) if only else ((k, m) if ta else (m, k))
         b_shape = (n, k) if tb else (k, n)
         regions = []     # (base, rows, stride, bytes a row, may be packed)
+        grids = {}
         if only:
             regions.append((a_addr, m, a_stride, 4 * n, 0))
+        elif conv is not None:
+            # the weight stack (kk matrices of Cout x Cin, rows a_stride apart, one after
+            # another; their grids one after another) and the activation or delta matrix
+            kk, (wm, wn), (xm, xn) = conv["offsets"], conv["stack"], conv["x"]
+            wg, xg = bfp.tile_grid((wm, wn), block=tile), bfp.tile_grid((xm, xn), block=tile)
+            grids["a"] = (self._reg64("DESC_ROW_EXP_ADDR"), (kk * wg[0], wg[1]))
+            grids["b"] = (self._reg64("DESC_COL_EXP_ADDR"), xg)
+            a_shape, b_shape = (kk * wm, wn), (xm, xn)
+            regions += [(a_addr, kk * wm, a_stride, wn, 1), (b_addr, xm, b_stride, xn, 1)]
+            for name in ("a", "b"):
+                regions.append((grids[name][0], 1, 0, int(np.prod(grids[name][1])), 0))
         else:
             regions += [(a_addr, a_shape[0], a_stride, a_shape[1], 1),
                         (b_addr, b_shape[0], b_stride, b_shape[1], 1)]
         regions.append((c_addr, m, c_stride, n if e["BFP8"] else 4 * n, 0))
-        grids = {}
         for name, on, shape, addr in (
                 ("a", e["A_TILES"], a_shape, "DESC_ROW_EXP_ADDR"),
                 ("b", e["B_TILES"], b_shape, "DESC_COL_EXP_ADDR"),
                 ("c", e["BFP8"], (m, n), "DESC_C_EXP_ADDR")):
-            if on:
+            if on and name not in grids:
                 grids[name] = (self._reg64(addr), bfp.tile_grid(shape, block=tile))
                 regions.append((grids[name][0], 1, 0, int(np.prod(grids[name][1])), 0))
-        if not only:
+        if not only and conv is None:
             if f["ROW_EXP_VECTOR"] and not e["A_TILES"]:
                 regions.append((self._reg64("DESC_ROW_EXP_ADDR"), 1, 0, m, 0))
             if f["COL_EXP_VECTOR"] and not e["B_TILES"]:
@@ -338,6 +360,14 @@ class FunctionalAccelerator:
 
         if only:
             c = self._matrix(a_addr, m, n, a_stride, np.float32).copy()
+        elif conv is not None:
+            kk, (wm, wn), (xm, xn) = conv["offsets"], conv["stack"], conv["x"]
+            w = self._matrix(a_addr, kk * wm, wn, a_stride).view(np.int8).reshape(kk, wm, wn)
+            x = self._matrix(b_addr, xm, xn, b_stride).view(np.int8)
+            wg = grid("a").reshape(kk, -1, grid("a").shape[1])
+            run = convm.conv2d_forward if conv["mode"] == 1 else convm.conv2d_backward_data
+            c = run(np.ascontiguousarray(x), grid("b").copy(), np.ascontiguousarray(w),
+                    np.ascontiguousarray(wg), conv["geometry"], block=tile)
         else:
             am = self._matrix(a_addr, *a_shape, a_stride).view(np.int8)
             bm = self._matrix(b_addr, *b_shape, b_stride).view(np.int8)
@@ -399,6 +429,45 @@ class FunctionalAccelerator:
         if e["RELU"]:
             self._matrix(mask_addr, m, -(-n // 8), mask_stride)[...] = bfp.pack_mask(value.mask)
         return ErrorCode.NONE
+
+    def _conv(self, f: dict, e: dict):
+        """A convolution descriptor's geometry (``DESC_CONV``), or None for a GEMM, or the
+        error that stops it: ``UNSUPPORTED`` for the weight gradient, without both tile
+        exponent flags, with transposes, quantise-only or SGD, or a geometry that does not
+        fit (:class:`sim.models.conv.ConvGeometry`); ``ZERO_DIMENSION`` for a zero size.
+        Returns a dict: ``mode``, ``geometry``, the implicit GEMM's ``m``, ``n``, ``k``,
+        ``offsets``, the stack's matrix shape ``stack`` (Cout x Cin) and the B operand's
+        ``x`` (the input, or the deltas)."""
+        word = self._reg("DESC_CONV")
+        mode = field_value("DESC_CONV", "MODE", word)
+        if not mode:
+            return None
+        v = {fl.name: field_value("DESC_CONV", fl.name, word)
+             for fl in regmap.by_name("DESC_CONV").fields}
+        image, chans = self._reg("DESC_CONV_IMAGE"), self._reg("DESC_CONV_CHANNELS")
+        h, w = (field_value("DESC_CONV_IMAGE", n, image) for n in ("HEIGHT", "WIDTH"))
+        cin, cout = (field_value("DESC_CONV_CHANNELS", n, chans) for n in ("IN", "OUT"))
+        batch = self._reg("DESC_CONV_BATCH") & 0xFFFF
+        if 0 in (h, w, cin, cout, batch, v["KERNEL_H"], v["KERNEL_W"], v["STRIDE_H"],
+                 v["STRIDE_W"], v["DILATION_H"], v["DILATION_W"]):
+            return ErrorCode.ZERO_DIMENSION
+        if mode == 3 or not (e["A_TILES"] and e["B_TILES"]) or f["TRANSPOSE_A"] \
+                or f["TRANSPOSE_B"] or e["QUANTIZE_ONLY"] or e["SGD"]:
+            return ErrorCode.UNSUPPORTED
+        try:
+            g = convm.ConvGeometry(batch, cin, h, w, cout, (v["KERNEL_H"], v["KERNEL_W"]),
+                                   stride=(v["STRIDE_H"], v["STRIDE_W"]),
+                                   padding=(v["PAD_H"], v["PAD_W"]),
+                                   dilation=(v["DILATION_H"], v["DILATION_W"]))
+        except ValueError:
+            return ErrorCode.UNSUPPORTED
+        kk = len(g.offsets)
+        if mode == 1:
+            return {"mode": 1, "geometry": g, "m": cout, "n": g.out_positions,
+                    "k": kk * cin, "offsets": kk, "stack": (cout, cin),
+                    "x": (cin, g.positions)}
+        return {"mode": 2, "geometry": g, "m": cin, "n": g.positions, "k": kk * cout,
+                "offsets": kk, "stack": (cout, cin), "x": (cout, g.out_positions)}
 
     def _row_exp(self, m: int, f: dict) -> np.ndarray:
         if f["ROW_EXP_VECTOR"]:

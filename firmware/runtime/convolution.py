@@ -1,0 +1,197 @@
+"""Convolutions on a device as implicit GEMMs (``DESC_CONV``): no im2col, no col2im.
+
+The activations and deltas are :class:`firmware.runtime.epilogue.BfpTensor` matrices in the
+``CHWN`` layout of :mod:`sim.models.conv` (C rows, ``H * W * N`` columns, the batch
+innermost), so one layer's output is the next layer's input as written; a convolution's
+weights are a :class:`BfpStack`, one ``Cout x Cin`` BFP8 matrix per kernel offset. The
+engine generates the operand addresses from the descriptor's geometry, reads padding as
+zeros, and sends C through the write-back epilogue as a GEMM's (bias per output channel,
+ReLU and its mask, a stored mask, BFP8 or float32). On the ``golden`` backend the results
+come from :mod:`sim.models.conv` and :func:`sim.models.bfp.epilogue`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from firmware.runtime.epilogue import (
+    BfpTensor,
+    _begin,
+    _check_output,
+    _check_rounding,
+    _emit,
+    _empty,
+    _require,
+)
+from firmware.spec import regmap
+from sim.models import bfp
+from sim.models import conv as convm
+
+__all__ = ["BfpStack", "upload_stack", "conv2d", "conv2d_backward_data"]
+
+#: Largest values of ``DESC_CONV``'s fields: kernel, stride, padding, dilation.
+LIMITS = {"kernel": 15, "stride": 7, "padding": 15, "dilation": 7}
+
+
+class BfpStack:
+    """A convolution's weights on a device: one ``Cout x Cin`` matrix in BFP8 tile blocks per
+    kernel offset (offsets in row-major order, :func:`sim.models.conv.weight_stack`);
+    ``shape`` is ``(offsets, Cout, Cin)``.
+
+    Attributes
+    ----------
+    q : DeviceTensor
+        The int8 mantissas, the matrices one after another: ``offsets * Cout x Cin``.
+    exp : DeviceTensor
+        Each matrix's tile exponent grid, row-major, one after another (one row of bytes).
+    """
+
+    def __init__(self, q, exp, shape, block: int):
+        self.q, self.exp, self.shape, self.block = q, exp, tuple(shape), block
+
+    @property
+    def grid(self) -> tuple[int, int]:
+        """One matrix's exponent grid."""
+        return bfp.tile_grid(self.shape[1:], block=self.block)
+
+    def mantissas(self) -> np.ndarray:
+        return self.q.numpy().reshape(self.shape)
+
+    def exponents(self) -> np.ndarray:
+        return self.exp.numpy().reshape(self.shape[0], *self.grid)
+
+    def numpy(self) -> np.ndarray:
+        """The weights as float32, ``(offsets, Cout, Cin)`` (exact)."""
+        q, e = self.mantissas(), self.exponents()
+        return np.stack([bfp.dequantize_tiles(q[o], e[o], block=self.block)
+                         for o in range(self.shape[0])])
+
+    def free(self) -> None:
+        self.q.free()
+        self.exp.free()
+
+    def __repr__(self):
+        return f"BfpStack(shape={self.shape}, block={self.block})"
+
+
+def upload_stack(dev, q, exp) -> BfpStack:
+    """See :meth:`firmware.Device.bfp_stack`."""
+    if not isinstance(q, np.ndarray) or q.dtype != np.int8 or q.ndim != 3 or not q.size:
+        raise TypeError(f"q must be a non-empty int8 (offsets, Cout, Cin) array, not "
+                        f"{getattr(q, 'dtype', type(q).__name__)} {getattr(q, 'shape', '')}")
+    kk, cout, cin = q.shape
+    grid = bfp.tile_grid((cout, cin), block=regmap.TILE_BLOCK)
+    if not isinstance(exp, np.ndarray) or exp.dtype != np.int8:
+        raise TypeError(f"exp must be an int8 array, not "
+                        f"{getattr(exp, 'dtype', type(exp).__name__)}")
+    if exp.shape != (kk, *grid):
+        raise ValueError(f"exp must have shape {(kk, *grid)} (a tile grid per offset), not "
+                         f"{exp.shape}")
+    flat_q = np.ascontiguousarray(q.reshape(kk * cout, cin))
+    flat_e = np.ascontiguousarray(exp.reshape(1, -1))
+    if dev.driver is None:
+        return BfpStack(dev.tensor(flat_q), dev.tensor(flat_e), q.shape, regmap.TILE_BLOCK)
+    s = BfpStack(_empty(dev, flat_q.shape, np.int8), _empty(dev, flat_e.shape, np.int8),
+                 q.shape, regmap.TILE_BLOCK)
+    s.q.write(flat_q)
+    s.exp.write(flat_e)
+    return s
+
+
+def _check_geometry(geometry) -> convm.ConvGeometry:
+    if not isinstance(geometry, convm.ConvGeometry):
+        raise TypeError(f"geometry must be a sim.models.conv.ConvGeometry, not "
+                        f"{type(geometry).__name__}")
+    for name, top in LIMITS.items():
+        if max(getattr(geometry, name)) > top:
+            raise ValueError(f"geometry: {name} {getattr(geometry, name)} exceeds {top} "
+                             f"(DESC_CONV's field)")
+    for name in ("batch", "channels", "height", "width", "out_channels"):
+        if getattr(geometry, name) > 0xFFFF:
+            raise ValueError(f"geometry: {name} {getattr(geometry, name)} exceeds 65535")
+    return geometry
+
+
+def _conv_fields(g: convm.ConvGeometry, mode: int) -> dict:
+    return {"fields": {"MODE": mode, "KERNEL_H": g.kernel[0], "KERNEL_W": g.kernel[1],
+                       "STRIDE_H": g.stride[0], "STRIDE_W": g.stride[1],
+                       "PAD_H": g.padding[0], "PAD_W": g.padding[1],
+                       "DILATION_H": g.dilation[0], "DILATION_W": g.dilation[1]},
+            "height": g.height, "width": g.width, "channels": g.channels,
+            "out_channels": g.out_channels, "batch": g.batch}
+
+
+def _check_operands(dev, x, w, g, x_rows, x_cols):
+    if not isinstance(x, BfpTensor):
+        raise TypeError(f"the activations must be a BfpTensor, not {type(x).__name__}")
+    if not isinstance(w, BfpStack):
+        raise TypeError(f"w must be a BfpStack (Device.bfp_stack), not {type(w).__name__}")
+    for name, t in (("x", x), ("w", w)):
+        if t.q.device is not dev:
+            raise ValueError(f"{name} belongs to another device (or is freed)")
+    if x.shape != (x_rows, x_cols):
+        raise ValueError(f"the activations are {x.shape[0]}x{x.shape[1]}, the geometry's "
+                         f"{x_rows}x{x_cols}")
+    if w.shape != (len(g.offsets), g.out_channels, g.channels):
+        raise ValueError(f"w is {w.shape}, the geometry's "
+                         f"{(len(g.offsets), g.out_channels, g.channels)}")
+
+
+def _require_conv(dev) -> None:
+    if dev.driver is not None and not dev.driver.info.conv:
+        raise RuntimeError(f"this {dev.backend} accelerator has no convolution descriptors "
+                           f"(CONFIG_FEATURES.CONV): use Device('model') or the host's im2col "
+                           f"(firmware.ml.nn.Conv2d)")
+
+
+def _run_conv(dev, mode, x, w, g, m, n, k, golden, *, bias, relu, mask_in, out, rounding,
+              seed):
+    _require_conv(dev)
+    _require(dev, BFP8=int(out == "bfp8"),
+             STOCHASTIC=int(out == "bfp8" and rounding == "stochastic"),
+             BIAS=0 if bias is None else 1, RELU=int(relu), MASK_IN=int(mask_in is not None))
+    _begin(dev, m, n, k)
+
+    def desc():
+        return dict(m=1, n=1, k=1, flags={}, a_addr=w.q.addr, a_stride=w.q.stride,
+                    b_addr=x.q.addr, b_stride=x.q.stride, row_exp_addr=w.exp.addr,
+                    col_exp_addr=x.exp.addr, seed=int(seed), conv=_conv_fields(g, mode))
+
+    return _emit(dev, m, n, golden, desc, [w.q, w.exp, x.q, x.exp], bias=bias,
+                 bias_axis="row", relu=relu, mask_in=mask_in, out=out, rounding=rounding,
+                 seed=seed)
+
+
+def conv2d(dev, x: BfpTensor, w: BfpStack, geometry, *, bias=None, relu: bool = False,
+           out: str = "bfp8", rounding: str = "nearest", seed: int = 0):
+    """See :meth:`firmware.Device.conv2d`."""
+    g = _check_geometry(geometry)
+    _check_operands(dev, x, w, g, g.channels, g.positions)
+    _check_rounding(rounding, seed)
+    m, n = g.out_channels, g.out_positions
+    _check_output(dev, m, n, bias, "row", relu, None, out)
+
+    def golden():
+        return convm.conv2d_forward(x.mantissas(), x.exponents(), w.mantissas(),
+                                    w.exponents(), g, block=regmap.TILE_BLOCK)
+
+    return _run_conv(dev, 1, x, w, g, m, n, len(g.offsets) * g.channels, golden, bias=bias,
+                     relu=relu, mask_in=None, out=out, rounding=rounding, seed=seed)
+
+
+def conv2d_backward_data(dev, d: BfpTensor, w: BfpStack, geometry, *, mask_in=None,
+                         out: str = "bfp8", rounding: str = "nearest", seed: int = 0):
+    """See :meth:`firmware.Device.conv2d_backward_data`."""
+    g = _check_geometry(geometry)
+    _check_operands(dev, d, w, g, g.out_channels, g.out_positions)
+    _check_rounding(rounding, seed)
+    m, n = g.channels, g.positions
+    _check_output(dev, m, n, None, "row", False, mask_in, out)
+
+    def golden():
+        return convm.conv2d_backward_data(d.mantissas(), d.exponents(), w.mantissas(),
+                                          w.exponents(), g, block=regmap.TILE_BLOCK)
+
+    return _run_conv(dev, 2, d, w, g, m, n, len(g.offsets) * g.out_channels, golden,
+                     bias=None, relu=False, mask_in=mask_in, out=out, rounding=rounding,
+                     seed=seed)
