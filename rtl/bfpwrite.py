@@ -145,10 +145,11 @@ class BfpWriteBack(wiring.Component):
     pulses with the unit's last row. The order is :func:`sim.models.bfp.epilogue`'s: bias,
     ReLU and its mask, stored mask, quantiser.
 
-    With ``sgd`` built in (and ``side``), each row's parts pass a register and an
-    :class:`rtl.fp32.Fp32Mul` of ``2 * cols / fold`` lanes before the adder. For a
-    descriptor with ``sgd`` (``DESC_EPILOGUE.SGD``) the GEMM's value is multiplied by
-    ``-lr`` and the stored weight by ``decay``, and the adder sums them
+    With ``sgd`` built in (and ``side``), each row's parts pass two registers (the part as
+    picked, then the weight decoded) and an :class:`rtl.fp32.Fp32Mul` of ``2 * cols /
+    fold`` lanes before the adder. For a descriptor with ``sgd`` (``DESC_EPILOGUE.SGD``)
+    the GEMM's value is multiplied by ``-lr`` and the stored weight by ``decay``, and the
+    adder sums them
     (:func:`sim.models.bfp.sgd_step`): the weight is the unit's stored BFP8 mantissa and
     exponent from the side loader (:attr:`w_lanes`, :attr:`w_exp`), decoded exactly by
     :func:`bfp8_to_float32`, or for a float32 C of one row its stored value, which the side
@@ -223,7 +224,7 @@ class BfpWriteBack(wiring.Component):
     A unit's first mantissa write command is offered about ``fill_latency +
     DRAIN_LATENCY + 2`` cycles (:class:`rtl.epilogue.TileQuantizer`) after its last row is
     taken (with ``side``, :data:`rtl.fp32.Fp32Add.LATENCY` + ``fold - 1`` more; with ``sgd``
-    :data:`rtl.fp32.Fp32Mul.LATENCY` + 1 more again); its
+    :data:`rtl.fp32.Fp32Mul.LATENCY` + 2 more again); its
     exponent's after its
     last beat's words. A row's mask command is offered 4 cycles after the row reaches the
     ReLU stage (the FIFO's 2, the two address stages), when the port is free.
@@ -363,16 +364,24 @@ class BfpWriteBack(wiring.Component):
                 one = Const(0x3F800000, 32)
                 fa = Mux(sgd, Cat(self.desc.lr[:31], ~self.desc.lr[31]), one)
                 fb = Mux(sgd, self.desc.decay, one)
-                d_valid = Signal()
+                # two registers: the part as picked (the side loader's lookups end there),
+                # then the stored weight decoded
+                p_valid, d_valid = Signal(), Signal()
+                p_a = Signal(data.ArrayLayout(32, L), reset_less=True)
+                p_b = Signal(data.ArrayLayout(32, L), reset_less=True)
+                p_w = Signal(data.ArrayLayout(8, L), reset_less=True)
+                p_e = Signal(8, reset_less=True)
                 d_a = Signal(data.ArrayLayout(32, L), reset_less=True)
                 d_b = Signal(data.ArrayLayout(32, L), reset_less=True)
-                m.d.sync += d_valid.eq(feed)
+                m.d.sync += [p_valid.eq(feed), d_valid.eq(p_valid), p_e.eq(rs.wexp)]
                 for lane in range(L):
-                    w = bfp8_to_float32(_pick(rs.w, part, lane, L, F).as_unsigned(),
-                                        rs.wexp.as_unsigned())
-                    m.d.sync += [d_a[lane].eq(_pick(rs.data, part, lane, L, F)),
-                                 d_b[lane].eq(Mux(sgd & ~self._f32, w,
-                                                  _pick(rs.bias, part, lane, L, F)))]
+                    m.d.sync += [p_a[lane].eq(_pick(rs.data, part, lane, L, F)),
+                                 p_b[lane].eq(_pick(rs.bias, part, lane, L, F)),
+                                 p_w[lane].eq(_pick(rs.w, part, lane, L, F)),
+                                 d_a[lane].eq(p_a[lane]),
+                                 d_b[lane].eq(Mux(sgd & ~self._f32,
+                                                  bfp8_to_float32(p_w[lane], p_e),
+                                                  p_b[lane]))]
                     m.d.comb += [mul.i_stream.payload.a[lane].eq(d_a[lane]),
                                  mul.i_stream.payload.a[L + lane].eq(d_b[lane]),
                                  mul.i_stream.payload.b[lane].eq(fa),
