@@ -14,6 +14,25 @@ __all__ = ["CANONICAL_NAN", "Fp32Add", "Fp32Mul", "fp32_add_input_layout",
 CANONICAL_NAN = 0x7FC00000
 
 
+def _pipeline(unit, out) -> Module:
+    """The stall-as-a-whole pipeline of :class:`Fp32Add` and :class:`Fp32Mul`: a valid bit
+    a stage, every register loading while the output is free or taken, lane ``i`` of
+    ``out`` from ``unit._lane`` on the operands ``a[i]`` and ``b[i]``."""
+    m = Module()
+    advance = Signal()
+    m.d.comb += [advance.eq(~unit.o_stream.valid | unit.o_stream.ready),
+                 unit.i_stream.ready.eq(advance)]
+    valid = [Signal(name=f"valid{s}") for s in range(unit.LATENCY)]
+    with m.If(advance):
+        m.d.sync += valid[0].eq(unit.i_stream.valid)
+        m.d.sync += [valid[s].eq(valid[s - 1]) for s in range(1, unit.LATENCY)]
+    m.d.comb += unit.o_stream.valid.eq(valid[-1])
+    for lane in range(unit.lanes):
+        m.d.comb += out[lane].eq(unit._lane(m, advance, lane, unit.i_stream.payload.a[lane],
+                                            unit.i_stream.payload.b[lane]))
+    return m
+
+
 def fp32_add_input_layout(lanes: int) -> data.StructLayout:
     """Payload of :attr:`Fp32Add.i_stream`: two float32 bit patterns per lane."""
     return data.StructLayout({
@@ -72,20 +91,7 @@ class Fp32Add(wiring.Component):
         })
 
     def elaborate(self, platform):
-        m = Module()
-        advance = Signal()
-        m.d.comb += [advance.eq(~self.o_stream.valid | self.o_stream.ready),
-                     self.i_stream.ready.eq(advance)]
-        valid = [Signal(name=f"valid{s}") for s in range(self.LATENCY)]
-        with m.If(advance):
-            m.d.sync += valid[0].eq(self.i_stream.valid)
-            m.d.sync += [valid[s].eq(valid[s - 1]) for s in range(1, self.LATENCY)]
-        m.d.comb += self.o_stream.valid.eq(valid[-1])
-        for lane in range(self.lanes):
-            m.d.comb += self.o_stream.payload.s[lane].eq(
-                self._lane(m, advance, lane, self.i_stream.payload.a[lane],
-                           self.i_stream.payload.b[lane]))
-        return m
+        return _pipeline(self, self.o_stream.payload.s)
 
     @staticmethod
     def _lane(m: Module, advance, lane: int, a_in, b_in):
@@ -250,20 +256,7 @@ class Fp32Mul(wiring.Component):
         })
 
     def elaborate(self, platform):
-        m = Module()
-        advance = Signal()
-        m.d.comb += [advance.eq(~self.o_stream.valid | self.o_stream.ready),
-                     self.i_stream.ready.eq(advance)]
-        valid = [Signal(name=f"valid{s}") for s in range(self.LATENCY)]
-        with m.If(advance):
-            m.d.sync += valid[0].eq(self.i_stream.valid)
-            m.d.sync += [valid[s].eq(valid[s - 1]) for s in range(1, self.LATENCY)]
-        m.d.comb += self.o_stream.valid.eq(valid[-1])
-        for lane in range(self.lanes):
-            m.d.comb += self.o_stream.payload.p[lane].eq(
-                self._lane(m, advance, lane, self.i_stream.payload.a[lane],
-                           self.i_stream.payload.b[lane]))
-        return m
+        return _pipeline(self, self.o_stream.payload.p)
 
     @staticmethod
     def _lane(m: Module, advance, lane: int, a_in, b_in):

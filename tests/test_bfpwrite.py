@@ -156,6 +156,32 @@ def test_refuses_other_arrays():
         BfpWriteBack(4, 4, relu=True)
 
 
+def _serve_reads(side, mem, bpw, seed, log=None):
+    """A process answering the side loader's read commands from ``mem`` under random
+    stalls (a command's words in order, ``last`` on its last), each command's address
+    appended to ``log``."""
+    async def serve_reads(ctx):
+        rng_r = random.Random(seed + 5)
+        queue = []
+        while True:
+            ctx.set(side.rd_cmd.ready, rng_r.random() > 0.3)
+            if queue:
+                ctx.set(side.rd_words.payload, {"data": queue[0][0], "last": queue[0][1]})
+            ctx.set(side.rd_words.valid, bool(queue) and rng_r.random() > 0.3)
+            await ctx.delay(1e-9)
+            if ctx.get(side.rd_words.valid) and ctx.get(side.rd_words.ready):
+                queue.pop(0)
+            if ctx.get(side.rd_cmd.valid) and ctx.get(side.rd_cmd.ready):
+                p = ctx.get(side.rd_cmd.payload)
+                base, beats_ = int(p.addr) // bpw * bpw, int(p.beats)
+                if log is not None:
+                    log.append(base)
+                queue += [(int.from_bytes(mem[base + w * bpw:base + (w + 1) * bpw], "little"),
+                           int(w == beats_ - 1)) for w in range(beats_)]
+            await ctx.tick()
+    return serve_reads
+
+
 class _WithSide(Elaboratable):
     """A BfpWriteBack(side=True) and the UnitSideLoader it looks its units up in."""
 
@@ -248,30 +274,12 @@ def test_bias_and_mask_in(rows, data_width, m, n, bias, mask_in, seed, sgd):
         await stream_send(ctx, dut.i_stream, beats, rng=random.Random(seed + 2), stall=0.2)
         got["rows_sent"] = True
 
-    async def serve_reads(ctx):
-        rng_r = random.Random(seed + 5)
-        queue = []                      # words to return: (data, last)
-        while True:
-            ctx.set(side.rd_cmd.ready, rng_r.random() > 0.3)
-            if queue:
-                ctx.set(side.rd_words.payload, {"data": queue[0][0], "last": queue[0][1]})
-            ctx.set(side.rd_words.valid, bool(queue) and rng_r.random() > 0.3)
-            await ctx.delay(1e-9)
-            if ctx.get(side.rd_words.valid) and ctx.get(side.rd_words.ready):
-                queue.pop(0)
-            if ctx.get(side.rd_cmd.valid) and ctx.get(side.rd_cmd.ready):
-                p = ctx.get(side.rd_cmd.payload)
-                base, beats_ = int(p.addr) // bpw * bpw, int(p.beats)
-                queue += [(int.from_bytes(mem[base + w * bpw:base + (w + 1) * bpw], "little"),
-                           int(w == beats_ - 1)) for w in range(beats_)]
-            await ctx.tick()
-
     async def take_writes(ctx):
         await _take_writes(ctx, dut, got, random.Random(seed + 3), exp_addr, bpw, gm * gn,
                            lambda: ctx.get(dut.idle) and ctx.get(side.idle))
 
-    run(top, send_jobs, send_units, send_rows, take_writes, serve_reads,
-        deadline_cycles=60_000)
+    run(top, send_jobs, send_units, send_rows, take_writes,
+        _serve_reads(side, mem, bpw, seed), deadline_cycles=60_000)
     _apply(mem, got["cmds"], got["words"], bpw)
     assert bytes(mem) == bytes(want)
 
@@ -345,35 +353,12 @@ def test_sgd_step(rows, data_width, m, n, rounding, seed):
         await stream_send(ctx, dut.i_stream, beats, rng=random.Random(seed + 2), stall=0.2)
         got["rows_sent"] = True
 
-    async def serve_reads(ctx):
-        rng_r = random.Random(seed + 5)
-        queue = []
-        while True:
-            ctx.set(side.rd_cmd.ready, rng_r.random() > 0.3)
-            if queue:
-                ctx.set(side.rd_words.payload, {"data": queue[0][0], "last": queue[0][1]})
-            ctx.set(side.rd_words.valid, bool(queue) and rng_r.random() > 0.3)
-            await ctx.delay(1e-9)
-            if ctx.get(side.rd_words.valid) and ctx.get(side.rd_words.ready):
-                queue.pop(0)
-            if ctx.get(side.rd_cmd.valid) and ctx.get(side.rd_cmd.ready):
-                p = ctx.get(side.rd_cmd.payload)
-                base, beats_ = int(p.addr) // bpw * bpw, int(p.beats)
-                reads.append(len(got["cmds"]))       # writes before this read
-                # (the stored weights as they are now: a unit is read before it is written)
-                queue += [(int.from_bytes(mem_now[base + w * bpw:base + (w + 1) * bpw],
-                                          "little"), int(w == beats_ - 1))
-                          for w in range(beats_)]
-            await ctx.tick()
-
-    mem_now = mem
-
     async def take_writes(ctx):
         await _take_writes(ctx, dut, got, random.Random(seed + 3), exp_addr, bpw, gm * gn,
                            lambda: ctx.get(dut.idle) and ctx.get(side.idle))
 
-    run(top, send_jobs, send_units, send_rows, take_writes, serve_reads,
-        deadline_cycles=80_000)
+    run(top, send_jobs, send_units, send_rows, take_writes,
+        _serve_reads(side, mem, bpw, seed, reads), deadline_cycles=80_000)
     assert len(reads) == sum(1 + u["rows_in"] for u in units)
     _apply(mem, got["cmds"], got["words"], bpw)
     bad = [i for i in range(len(mem)) if mem[i] != want[i]]
@@ -406,27 +391,6 @@ def test_bfp8_to_float32_every_pattern():
                      for qv in range(256)])
     bad = np.argwhere(got != want)
     assert bad.size == 0, [(i, j, hex(got[i, j]), hex(want[i, j])) for i, j in bad[:5]]
-
-
-def _serve_reads(side, mem, bpw, seed):
-    async def serve_reads(ctx):
-        rng_r = random.Random(seed + 5)
-        queue = []
-        while True:
-            ctx.set(side.rd_cmd.ready, rng_r.random() > 0.3)
-            if queue:
-                ctx.set(side.rd_words.payload, {"data": queue[0][0], "last": queue[0][1]})
-            ctx.set(side.rd_words.valid, bool(queue) and rng_r.random() > 0.3)
-            await ctx.delay(1e-9)
-            if ctx.get(side.rd_words.valid) and ctx.get(side.rd_words.ready):
-                queue.pop(0)
-            if ctx.get(side.rd_cmd.valid) and ctx.get(side.rd_cmd.ready):
-                p = ctx.get(side.rd_cmd.payload)
-                base, beats_ = int(p.addr) // bpw * bpw, int(p.beats)
-                queue += [(int.from_bytes(mem[base + w * bpw:base + (w + 1) * bpw], "little"),
-                           int(w == beats_ - 1)) for w in range(beats_)]
-            await ctx.tick()
-    return serve_reads
 
 
 @pytest.mark.parametrize("rows,data_width,m,n,bias,relu,sgd,seed", [

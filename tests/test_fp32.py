@@ -132,12 +132,14 @@ def test_model_bad_input(args, exc, name):
 
 # --- the RTL ---------------------------------------------------------------------------------
 
-def simulate(lanes, a, b, *, seed=0, stall=0.3):
-    """Sums of the pairs ``a[i] + b[i]`` from :class:`Fp32Add` (``lanes`` pairs a beat)."""
+def simulate(lanes, a, b, *, seed=0, stall=0.3, unit=Fp32Add):
+    """The results ``a[i] op b[i]`` from ``unit`` (:class:`Fp32Add` or :class:`Fp32Mul`,
+    ``lanes`` pairs a beat)."""
     a = np.concatenate([a, np.zeros(-len(a) % lanes, np.uint32)])
     b = np.concatenate([b, np.zeros(-len(b) % lanes, np.uint32)])
     beats = len(a) // lanes
-    dut = Fp32Add(lanes)
+    dut = unit(lanes)
+    field = "s" if unit is Fp32Add else "p"
     rng = random.Random(seed)
     payloads = [{"a": [int(v) for v in a[i * lanes:(i + 1) * lanes]],
                  "b": [int(v) for v in b[i * lanes:(i + 1) * lanes]]} for i in range(beats)]
@@ -148,19 +150,20 @@ def simulate(lanes, a, b, *, seed=0, stall=0.3):
 
     async def consumer(ctx):
         got.extend(await stream_recv(ctx, dut.o_stream, beats, rng=rng, stall=stall,
-                                     convert=lambda p: [int(v) for v in p.s]))
+                                     convert=lambda p: [int(v) for v in getattr(p, field)]))
 
     run(dut, producer, consumer, deadline_cycles=(5 if stall else 1) * beats + 100)
-    assert len(got) == beats, "the adder lost or withheld beats"
+    assert len(got) == beats, "the unit lost or withheld beats"
     return np.array(got, np.uint32).ravel()
 
 
-def check(lanes, a, b, **kw):
-    got = simulate(lanes, a, b, **kw)[:len(a)]
-    want = fp32_add(a, b)
+def check(lanes, a, b, *, unit=Fp32Add, **kw):
+    got = simulate(lanes, a, b, unit=unit, **kw)[:len(a)]
+    want = (fp32_add if unit is Fp32Add else fp32_mul)(a, b)
+    op = "+" if unit is Fp32Add else "*"
     bad = np.flatnonzero(got != want)
-    assert bad.size == 0, (f"{bad.size} wrong sums, e.g. " + ", ".join(
-        f"{hexs(a[i])} + {hexs(b[i])} = {hexs(got[i])}, not {hexs(want[i])}"
+    assert bad.size == 0, (f"{bad.size} wrong results, e.g. " + ", ".join(
+        f"{hexs(a[i])} {op} {hexs(b[i])} = {hexs(got[i])}, not {hexs(want[i])}"
         for i in bad[:4]))
 
 
@@ -362,37 +365,8 @@ def test_mul_model_bad_input(args, exc, name):
         fp32_mul(*args)
 
 
-def simulate_mul(lanes, a, b, *, seed=0, stall=0.3):
-    """Products ``a[i] * b[i]`` from :class:`Fp32Mul` (``lanes`` pairs a beat)."""
-    a = np.concatenate([a, np.zeros(-len(a) % lanes, np.uint32)])
-    b = np.concatenate([b, np.zeros(-len(b) % lanes, np.uint32)])
-    beats = len(a) // lanes
-    dut = Fp32Mul(lanes)
-    rng = random.Random(seed)
-    payloads = [{"a": [int(v) for v in a[i * lanes:(i + 1) * lanes]],
-                 "b": [int(v) for v in b[i * lanes:(i + 1) * lanes]]} for i in range(beats)]
-    got = []
-
-    async def producer(ctx):
-        await stream_send(ctx, dut.i_stream, payloads, rng=rng, stall=stall)
-
-    async def consumer(ctx):
-        got.extend(await stream_recv(ctx, dut.o_stream, beats, rng=rng, stall=stall,
-                                     convert=lambda p: [int(v) for v in p.p]))
-
-    run(dut, producer, consumer, deadline_cycles=(5 if stall else 1) * beats + 100)
-    assert len(got) == beats, "the multiplier lost or withheld beats"
-    got = np.array(got, np.uint32).ravel()[:len(a)]
-    return got
-
-
 def check_mul(lanes, a, b, **kw):
-    got = simulate_mul(lanes, a, b, **kw)[:len(a)]
-    want = fp32_mul(a, b)
-    bad = np.flatnonzero(got != want)
-    assert bad.size == 0, (f"{bad.size} wrong products, e.g. " + ", ".join(
-        f"{hexs(a[i])} * {hexs(b[i])} = {hexs(got[i])}, not {hexs(want[i])}"
-        for i in bad[:4]))
+    check(lanes, a, b, unit=Fp32Mul, **kw)
 
 
 def test_mul_rtl_edge_classes_all_pairs():

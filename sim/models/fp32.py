@@ -41,6 +41,16 @@ def _pair(a_bits, b_bits):
         raise ValueError(f"a_bits and b_bits must broadcast together: {exc}") from None
 
 
+def _numpy(op, a_bits, b_bits) -> np.ndarray:
+    """numpy's float32 ``op`` on the bit patterns, NaN results made canonical."""
+    a, b = _pair(a_bits, b_bits)
+    with np.errstate(all="ignore"):
+        r = np.asarray(op(a.view(np.float32), b.view(np.float32)), np.float32)
+    out = r.view(np.uint32).copy()
+    out[np.isnan(r)] = CANONICAL_NAN
+    return out
+
+
 def fp32_add(a_bits, b_bits) -> np.ndarray:
     """The bit pattern of ``float32(a) + float32(b)``, NaNs made canonical.
 
@@ -71,12 +81,7 @@ def fp32_add(a_bits, b_bits) -> np.ndarray:
     >>> hex(int(fp32_add(0x7F800000, 0xFF800000)))     # inf - inf
     '0x7fc00000'
     """
-    a, b = _pair(a_bits, b_bits)
-    with np.errstate(all="ignore"):
-        s = np.asarray(a.view(np.float32) + b.view(np.float32), np.float32)
-    out = s.view(np.uint32).copy()
-    out[np.isnan(s)] = CANONICAL_NAN
-    return out
+    return _numpy(np.add, a_bits, b_bits)
 
 
 def fp32_mul(a_bits, b_bits) -> np.ndarray:
@@ -109,12 +114,7 @@ def fp32_mul(a_bits, b_bits) -> np.ndarray:
     >>> hex(int(fp32_mul(0x00000000, 0xFF800000)))     # 0 * -inf
     '0x7fc00000'
     """
-    a, b = _pair(a_bits, b_bits)
-    with np.errstate(all="ignore"):
-        p = np.asarray(a.view(np.float32) * b.view(np.float32), np.float32)
-    out = p.view(np.uint32).copy()
-    out[np.isnan(p)] = CANONICAL_NAN
-    return out
+    return _numpy(np.multiply, a_bits, b_bits)
 
 
 def fp32_add_bits(a: int, b: int) -> int:
