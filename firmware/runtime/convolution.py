@@ -162,36 +162,36 @@ def _run_conv(dev, mode, x, w, g, m, n, k, golden, *, bias, relu, mask_in, out, 
                  seed=seed)
 
 
+def _pass(dev, mode, x, w, geometry, *, bias, relu, mask_in, out, rounding, seed):
+    """One forward (``mode`` 1) or backward-data (2) descriptor: its checks, then
+    :func:`_run_conv` with the implicit GEMM's shape and the golden model's pass."""
+    g = _check_geometry(geometry)
+    forward = mode == 1
+    x_rows, x_cols = ((g.channels, g.positions) if forward
+                      else (g.out_channels, g.out_positions))
+    _check_operands(dev, x, w, g, x_rows, x_cols)
+    _check_rounding(rounding, seed)
+    m, n = (g.out_channels, g.out_positions) if forward else (g.channels, g.positions)
+    _check_output(dev, m, n, bias, "row", relu, mask_in, out)
+    run = convm.conv2d_forward if forward else convm.conv2d_backward_data
+
+    def golden():
+        return run(x.mantissas(), x.exponents(), w.mantissas(), w.exponents(), g,
+                   block=regmap.TILE_BLOCK)
+
+    return _run_conv(dev, mode, x, w, g, m, n, len(g.offsets) * x_rows, golden, bias=bias,
+                     relu=relu, mask_in=mask_in, out=out, rounding=rounding, seed=seed)
+
+
 def conv2d(dev, x: BfpTensor, w: BfpStack, geometry, *, bias=None, relu: bool = False,
            out: str = "bfp8", rounding: str = "nearest", seed: int = 0):
     """See :meth:`firmware.Device.conv2d`."""
-    g = _check_geometry(geometry)
-    _check_operands(dev, x, w, g, g.channels, g.positions)
-    _check_rounding(rounding, seed)
-    m, n = g.out_channels, g.out_positions
-    _check_output(dev, m, n, bias, "row", relu, None, out)
-
-    def golden():
-        return convm.conv2d_forward(x.mantissas(), x.exponents(), w.mantissas(),
-                                    w.exponents(), g, block=regmap.TILE_BLOCK)
-
-    return _run_conv(dev, 1, x, w, g, m, n, len(g.offsets) * g.channels, golden, bias=bias,
-                     relu=relu, mask_in=None, out=out, rounding=rounding, seed=seed)
+    return _pass(dev, 1, x, w, geometry, bias=bias, relu=relu, mask_in=None, out=out,
+                 rounding=rounding, seed=seed)
 
 
 def conv2d_backward_data(dev, d: BfpTensor, w: BfpStack, geometry, *, mask_in=None,
                          out: str = "bfp8", rounding: str = "nearest", seed: int = 0):
     """See :meth:`firmware.Device.conv2d_backward_data`."""
-    g = _check_geometry(geometry)
-    _check_operands(dev, d, w, g, g.out_channels, g.out_positions)
-    _check_rounding(rounding, seed)
-    m, n = g.channels, g.positions
-    _check_output(dev, m, n, None, "row", False, mask_in, out)
-
-    def golden():
-        return convm.conv2d_backward_data(d.mantissas(), d.exponents(), w.mantissas(),
-                                          w.exponents(), g, block=regmap.TILE_BLOCK)
-
-    return _run_conv(dev, 2, d, w, g, m, n, len(g.offsets) * g.out_channels, golden,
-                     bias=None, relu=False, mask_in=mask_in, out=out, rounding=rounding,
-                     seed=seed)
+    return _pass(dev, 2, d, w, geometry, bias=None, relu=False, mask_in=mask_in, out=out,
+                 rounding=rounding, seed=seed)
