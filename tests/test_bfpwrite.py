@@ -206,7 +206,8 @@ class _WithSide(Elaboratable):
 @pytest.mark.parametrize("rows,data_width,m,n,bias,mask_in,seed,sgd", [
     (8, 128, 40, 70, 2, False, 0, False), (16, 64, 45, 37, 1, True, 1, False),
     (4, 128, 37, 9, 0, True, 2, False), (4, 64, 33, 40, 2, True, 3, False),
-    (32, 128, 33, 100, 1, False, 4, False), (8, 64, 5, 7, 0, True, 5, False),
+    pytest.param(32, 128, 33, 100, 1, False, 4, False, marks=pytest.mark.slow),
+    (8, 64, 5, 7, 0, True, 5, False),
     pytest.param(16, 64, 45, 37, 1, True, 6, True, marks=pytest.mark.slow),
     pytest.param(8, 128, 40, 70, 2, False, 7, True, marks=pytest.mark.slow)])
 def test_bias_and_mask_in(rows, data_width, m, n, bias, mask_in, seed, sgd):
@@ -287,7 +288,7 @@ def test_bias_and_mask_in(rows, data_width, m, n, bias, mask_in, seed, sgd):
 @pytest.mark.parametrize("rows,data_width,m,n,rounding,seed", [
     pytest.param(16, 64, 45, 37, "stochastic", 0, marks=pytest.mark.slow),
     pytest.param(8, 128, 70, 40, "nearest", 1, marks=pytest.mark.slow),
-    (4, 64, 33, 9, "stochastic", 2),
+    pytest.param(4, 64, 33, 9, "stochastic", 2, marks=pytest.mark.slow),
     pytest.param(32, 256, 40, 64, "stochastic", 3, marks=pytest.mark.slow)])
 def test_sgd_step(rows, data_width, m, n, rounding, seed):
     """With ``sgd``: the stored BFP8 weights (read by the side loader from C itself) stepped
@@ -395,9 +396,10 @@ def test_bfp8_to_float32_every_pattern():
 
 @pytest.mark.parametrize("rows,data_width,m,n,bias,relu,sgd,seed", [
     pytest.param(8, 128, 40, 70, 2, True, False, 0, marks=pytest.mark.slow),
-    (16, 64, 5, 37, 1, False, False, 1), (4, 64, 5, 22, 2, False, False, 4),
+    pytest.param(16, 64, 5, 37, 1, False, False, 1, marks=pytest.mark.slow),
+    (4, 64, 5, 22, 2, False, False, 4),
     pytest.param(16, 64, 1, 45, 0, False, True, 2, marks=pytest.mark.slow),
-    (8, 128, 1, 10, 0, False, True, 3)])
+    pytest.param(8, 128, 1, 10, 0, False, True, 3, marks=pytest.mark.slow)])
 def test_float32_output(rows, data_width, m, n, bias, relu, sgd, seed):
     """With ``fp32``: a float32 C through the epilogue (the bias added, ReLU and its mask)
     written as float32 rows, :func:`sim.models.bfp.epilogue` with ``out="fp32"``; or, with
