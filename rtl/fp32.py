@@ -14,25 +14,6 @@ __all__ = ["CANONICAL_NAN", "Fp32Add", "Fp32Mul", "fp32_add_input_layout",
 CANONICAL_NAN = 0x7FC00000
 
 
-def _pipeline(unit, out) -> Module:
-    """The stall-as-a-whole pipeline of :class:`Fp32Add` and :class:`Fp32Mul`: a valid bit
-    a stage, every register loading while the output is free or taken, lane ``i`` of
-    ``out`` from ``unit._lane`` on the operands ``a[i]`` and ``b[i]``."""
-    m = Module()
-    advance = Signal()
-    m.d.comb += [advance.eq(~unit.o_stream.valid | unit.o_stream.ready),
-                 unit.i_stream.ready.eq(advance)]
-    valid = [Signal(name=f"valid{s}") for s in range(unit.LATENCY)]
-    with m.If(advance):
-        m.d.sync += valid[0].eq(unit.i_stream.valid)
-        m.d.sync += [valid[s].eq(valid[s - 1]) for s in range(1, unit.LATENCY)]
-    m.d.comb += unit.o_stream.valid.eq(valid[-1])
-    for lane in range(unit.lanes):
-        m.d.comb += out[lane].eq(unit._lane(m, advance, lane, unit.i_stream.payload.a[lane],
-                                            unit.i_stream.payload.b[lane]))
-    return m
-
-
 def fp32_add_input_layout(lanes: int) -> data.StructLayout:
     """Payload of :attr:`Fp32Add.i_stream`: two float32 bit patterns per lane."""
     return data.StructLayout({
@@ -46,7 +27,56 @@ def fp32_add_output_layout(lanes: int) -> data.StructLayout:
     return data.StructLayout({"s": data.ArrayLayout(unsigned(32), lanes)})
 
 
-class Fp32Add(wiring.Component):
+class _Fp32Unit(wiring.Component):
+    """What :class:`Fp32Add` and :class:`Fp32Mul` share: ``lanes`` checked, the streams,
+    and the pipeline that stalls as a whole: a valid bit a stage, every register loading
+    while the output is free or taken, lane ``i`` of the output field :attr:`OUTPUT` from
+    ``_lane`` on the operands ``a[i]`` and ``b[i]``."""
+
+    def __init__(self, lanes: int):
+        if not isinstance(lanes, int) or isinstance(lanes, bool) or lanes < 1:
+            raise ValueError(f"lanes must be a positive integer, not {lanes!r}")
+        self.lanes = lanes
+        super().__init__({
+            "i_stream": In(stream.Signature(fp32_add_input_layout(lanes))),
+            "o_stream": Out(stream.Signature(self._output_layout(lanes))),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        advance = Signal()
+        m.d.comb += [advance.eq(~self.o_stream.valid | self.o_stream.ready),
+                     self.i_stream.ready.eq(advance)]
+        valid = [Signal(name=f"valid{s}") for s in range(self.LATENCY)]
+        with m.If(advance):
+            m.d.sync += valid[0].eq(self.i_stream.valid)
+            m.d.sync += [valid[s].eq(valid[s - 1]) for s in range(1, self.LATENCY)]
+        m.d.comb += self.o_stream.valid.eq(valid[-1])
+        out = getattr(self.o_stream.payload, self.OUTPUT)
+        for lane in range(self.lanes):
+            m.d.comb += out[lane].eq(self._lane(m, advance, lane,
+                                                self.i_stream.payload.a[lane],
+                                                self.i_stream.payload.b[lane]))
+        return m
+
+
+def _stage_registers(lane: int, tag: str, sync: list):
+    """A lane's register makers: ``reg(stage, name, shape)``, a data register (no reset)
+    named ``l<lane>_<tag><stage>_<name>``, and ``carry(stage, src, names)``, the registers
+    of stage ``stage`` for the side-band ``names`` of dict ``src``, their loads appended
+    to ``sync``."""
+    def reg(stage, name, shape):
+        return Signal(shape, name=f"l{lane}_{tag}{stage}_{name}", reset_less=True)
+
+    def carry(stage, src, names):
+        dst = {n: reg(stage, n, src[n].shape()) for n in names}
+        sync.extend(dst[n].eq(src[n]) for n in names)
+        return dst
+
+    return reg, carry
+
+
+class Fp32Add(_Fp32Unit):
     """Pipelined float32 addition ``s = a + b`` per lane.
 
     Round to nearest, ties to even; subnormal operands and results; +-inf on overflow;
@@ -80,32 +110,14 @@ class Fp32Add(wiring.Component):
     """
 
     LATENCY = 9
-
-    def __init__(self, lanes: int):
-        if not isinstance(lanes, int) or isinstance(lanes, bool) or lanes < 1:
-            raise ValueError(f"lanes must be a positive integer, not {lanes!r}")
-        self.lanes = lanes
-        super().__init__({
-            "i_stream": In(stream.Signature(fp32_add_input_layout(lanes))),
-            "o_stream": Out(stream.Signature(fp32_add_output_layout(lanes))),
-        })
-
-    def elaborate(self, platform):
-        return _pipeline(self, self.o_stream.payload.s)
+    OUTPUT = "s"
+    _output_layout = staticmethod(fp32_add_output_layout)
 
     @staticmethod
     def _lane(m: Module, advance, lane: int, a_in, b_in):
         """One lane's stages; returns its output register. Data registers have no reset."""
-        def reg(stage, name, shape):
-            return Signal(shape, name=f"l{lane}_s{stage}_{name}", reset_less=True)
-
-        def carry(stage, src, names):
-            """Registers of stage ``stage`` for the side-band ``names`` of dict ``src``."""
-            dst = {n: reg(stage, n, len(src[n])) for n in names}
-            sync.extend(dst[n].eq(src[n]) for n in names)
-            return dst
-
         sync = []   # every data register loads under ``advance``
+        reg, carry = _stage_registers(lane, "s", sync)
         # Stage 0: the operands.
         a, b = reg(0, "a", 32), reg(0, "b", 32)
         sync += [a.eq(a_in), b.eq(b_in)]
@@ -211,7 +223,7 @@ def fp32_mul_output_layout(lanes: int) -> data.StructLayout:
     return data.StructLayout({"p": data.ArrayLayout(unsigned(32), lanes)})
 
 
-class Fp32Mul(wiring.Component):
+class Fp32Mul(_Fp32Unit):
     """Pipelined float32 multiplication ``p = a * b`` per lane.
 
     Round to nearest, ties to even; subnormal operands and results; +-inf on overflow; the
@@ -245,31 +257,14 @@ class Fp32Mul(wiring.Component):
     """
 
     LATENCY = 10
-
-    def __init__(self, lanes: int):
-        if not isinstance(lanes, int) or isinstance(lanes, bool) or lanes < 1:
-            raise ValueError(f"lanes must be a positive integer, not {lanes!r}")
-        self.lanes = lanes
-        super().__init__({
-            "i_stream": In(stream.Signature(fp32_add_input_layout(lanes))),
-            "o_stream": Out(stream.Signature(fp32_mul_output_layout(lanes))),
-        })
-
-    def elaborate(self, platform):
-        return _pipeline(self, self.o_stream.payload.p)
+    OUTPUT = "p"
+    _output_layout = staticmethod(fp32_mul_output_layout)
 
     @staticmethod
     def _lane(m: Module, advance, lane: int, a_in, b_in):
         """One lane's stages; returns its output register. Data registers have no reset."""
-        def reg(stage, name, shape):
-            return Signal(shape, name=f"l{lane}_m{stage}_{name}", reset_less=True)
-
-        def carry(stage, src, names):
-            dst = {n: reg(stage, n, src[n].shape()) for n in names}
-            sync.extend(dst[n].eq(src[n]) for n in names)
-            return dst
-
-        sync = []
+        sync = []   # every data register loads under ``advance``
+        reg, carry = _stage_registers(lane, "m", sync)
         # Stage 0: the operands.
         a, b = reg(0, "a", 32), reg(0, "b", 32)
         sync += [a.eq(a_in), b.eq(b_in)]
