@@ -182,6 +182,48 @@ def _serve_reads(side, mem, bpw, seed, log=None):
     return serve_reads
 
 
+def _run_with_side(top, value, rows, desc, side_desc, mem, bpw, seed, *, exp_addr, exps,
+                   pad=0.0, send_units=True, reads=None, deadline=60_000):
+    """Run a :class:`_WithSide` over ``value``'s C tiles (padded with ``pad``) as the
+    walker hands them, its side loader answered from ``mem`` (commands logged in
+    ``reads``), and apply its writes to ``mem``; ``exp_addr`` and ``exps`` are the exponent
+    grid's address and size :func:`_take_writes` waits for. Returns the units."""
+    m, n = value.shape
+    dut, side = top.wb, top.side
+    jobs = _jobs(m, n, rows, rows)
+    units = [{"m0": j["m0"], "n0": j["n0"], "rows_in": min(T, m - j["m0"]),
+              "cols_in": min(T, n - j["n0"])} for j in jobs
+             if j["m0"] % T == 0 and j["n0"] % T == 0]
+    padded = np.full((-(-m // rows) * rows, -(-n // rows) * rows), pad, np.float32)
+    padded[:m, :n] = value
+    beats = [{"data": [int(x) for x in
+                       padded[j["m0"] + i, j["n0"]:j["n0"] + rows].view(np.uint32)],
+              "last": 0} for j in jobs for i in range(rows)]
+    got = {"cmds": [], "words": []}
+
+    async def send_jobs(ctx):
+        ctx.set(dut.desc, desc)
+        ctx.set(side.desc, side_desc)
+        await stream_send(ctx, dut.jobs, jobs, rng=random.Random(seed + 1), stall=0.3)
+
+    async def send_units(ctx):
+        await stream_send(ctx, side.jobs, units if send_units else [],
+                          rng=random.Random(seed + 4), stall=0.3)
+
+    async def send_rows(ctx):
+        await stream_send(ctx, dut.i_stream, beats, rng=random.Random(seed + 2), stall=0.2)
+        got["rows_sent"] = True
+
+    async def take_writes(ctx):
+        await _take_writes(ctx, dut, got, random.Random(seed + 3), exp_addr, bpw, exps,
+                           lambda: ctx.get(dut.idle) and ctx.get(side.idle))
+
+    run(top, send_jobs, send_units, send_rows, take_writes,
+        _serve_reads(side, mem, bpw, seed, reads), deadline_cycles=deadline)
+    _apply(mem, got["cmds"], got["words"], bpw)
+    return units
+
+
 class _WithSide(Elaboratable):
     """A BfpWriteBack(side=True) and the UnitSideLoader it looks its units up in."""
 
@@ -244,44 +286,16 @@ def test_bias_and_mask_in(rows, data_width, m, n, bias, mask_in, seed, sgd):
         want[c_addr + i * c_stride:c_addr + i * c_stride + n] = out.q[i].tobytes()
     want[exp_addr:exp_addr + gm * gn] = out.exp.reshape(-1).tobytes()
 
-    jobs = _jobs(m, n, rows, rows)
-    units = [{"m0": j["m0"], "n0": j["n0"], "rows_in": min(T, m - j["m0"]),
-              "cols_in": min(T, n - j["n0"])} for j in jobs
-             if j["m0"] % T == 0 and j["n0"] % T == 0]
-    padded = np.ones((-(-m // rows) * rows, -(-n // rows) * rows), np.float32)
-    padded[:m, :n] = value
-    beats = [{"data": [int(x) for x in
-                       padded[j["m0"] + i, j["n0"]:j["n0"] + rows].view(np.uint32)],
-              "last": 0} for j in jobs for i in range(rows)]
     top = _WithSide(rows, data_width, sgd)
-    dut, side = top.wb, top.side
     desc = {"m": m, "n": n, "c_addr": c_addr, "c_stride": c_stride, "c_exp_addr": exp_addr,
             "stochastic": 1, "seed": key, "relu": 0, "mask_addr": mask_addr,
             "mask_stride": mask_stride, "bias": bias, "mask_in": int(mask_in)}
     if sgd:
         desc.update(sgd=0, lr=0x40000000, decay=0x3F000000)      # (unused: not an SGD)
-    got = {"cmds": [], "words": []}
-
-    async def send_jobs(ctx):
-        ctx.set(dut.desc, desc)
-        ctx.set(side.desc, {"bias": bias, "bias_addr": bias_addr, "mask_in": int(mask_in),
-                            "mask_addr": mask_addr, "mask_stride": mask_stride})
-        await stream_send(ctx, dut.jobs, jobs, rng=random.Random(seed + 1), stall=0.3)
-
-    async def send_units(ctx):
-        await stream_send(ctx, side.jobs, units, rng=random.Random(seed + 4), stall=0.3)
-
-    async def send_rows(ctx):
-        await stream_send(ctx, dut.i_stream, beats, rng=random.Random(seed + 2), stall=0.2)
-        got["rows_sent"] = True
-
-    async def take_writes(ctx):
-        await _take_writes(ctx, dut, got, random.Random(seed + 3), exp_addr, bpw, gm * gn,
-                           lambda: ctx.get(dut.idle) and ctx.get(side.idle))
-
-    run(top, send_jobs, send_units, send_rows, take_writes,
-        _serve_reads(side, mem, bpw, seed), deadline_cycles=60_000)
-    _apply(mem, got["cmds"], got["words"], bpw)
+    _run_with_side(top, value, rows, desc,
+                   {"bias": bias, "bias_addr": bias_addr, "mask_in": int(mask_in),
+                    "mask_addr": mask_addr, "mask_stride": mask_stride}, mem, bpw, seed,
+                   exp_addr=exp_addr, exps=gm * gn, pad=1.0)
     assert bytes(mem) == bytes(want)
 
 
@@ -321,47 +335,20 @@ def test_sgd_step(rows, data_width, m, n, rounding, seed):
         want[c_addr + i * c_stride:c_addr + i * c_stride + n] = q_want[i].tobytes()
     want[exp_addr:exp_addr + gm * gn] = e_want.reshape(-1).tobytes()
 
-    jobs = _jobs(m, n, rows, rows)
-    units = [{"m0": j["m0"], "n0": j["n0"], "rows_in": min(T, m - j["m0"]),
-              "cols_in": min(T, n - j["n0"])} for j in jobs
-             if j["m0"] % T == 0 and j["n0"] % T == 0]
-    padded = np.zeros((-(-m // rows) * rows, -(-n // rows) * rows), np.float32)
-    padded[:m, :n] = g
-    beats = [{"data": [int(x) for x in
-                       padded[j["m0"] + i, j["n0"]:j["n0"] + rows].view(np.uint32)],
-              "last": 0} for j in jobs for i in range(rows)]
     top = _WithSide(rows, data_width, sgd=True)
-    dut, side = top.wb, top.side
     f32 = np.array([lr, decay], np.float32).view(np.uint32)
     desc = {"m": m, "n": n, "c_addr": c_addr, "c_stride": c_stride, "c_exp_addr": exp_addr,
             "stochastic": int(rounding == "stochastic"), "seed": key, "relu": 0,
             "mask_addr": 0, "mask_stride": 0, "bias": 0, "mask_in": 0, "sgd": 1,
             "lr": int(f32[0]), "decay": int(f32[1])}
-    got = {"cmds": [], "words": []}
     reads = []
-
-    async def send_jobs(ctx):
-        ctx.set(dut.desc, desc)
-        ctx.set(side.desc, {"bias": 0, "bias_addr": 0, "mask_in": 0, "mask_addr": 0,
+    units = _run_with_side(top, g, rows, desc,
+                           {"bias": 0, "bias_addr": 0, "mask_in": 0, "mask_addr": 0,
                             "mask_stride": 0, "sgd": 1, "w_addr": c_addr,
-                            "w_stride": c_stride, "w_exp_addr": exp_addr, "n": n})
-        await stream_send(ctx, dut.jobs, jobs, rng=random.Random(seed + 1), stall=0.3)
-
-    async def send_units(ctx):
-        await stream_send(ctx, side.jobs, units, rng=random.Random(seed + 4), stall=0.3)
-
-    async def send_rows(ctx):
-        await stream_send(ctx, dut.i_stream, beats, rng=random.Random(seed + 2), stall=0.2)
-        got["rows_sent"] = True
-
-    async def take_writes(ctx):
-        await _take_writes(ctx, dut, got, random.Random(seed + 3), exp_addr, bpw, gm * gn,
-                           lambda: ctx.get(dut.idle) and ctx.get(side.idle))
-
-    run(top, send_jobs, send_units, send_rows, take_writes,
-        _serve_reads(side, mem, bpw, seed, reads), deadline_cycles=80_000)
+                            "w_stride": c_stride, "w_exp_addr": exp_addr, "n": n},
+                           mem, bpw, seed, exp_addr=exp_addr, exps=gm * gn, reads=reads,
+                           deadline=80_000)
     assert len(reads) == sum(1 + u["rows_in"] for u in units)
-    _apply(mem, got["cmds"], got["words"], bpw)
     bad = [i for i in range(len(mem)) if mem[i] != want[i]]
     assert not bad, f"{len(bad)} bytes differ, first at {bad[0]:#x}"
 
@@ -437,17 +424,7 @@ def test_float32_output(rows, data_width, m, n, bias, relu, sgd, seed):
             want[mask_addr + i * mask_stride:mask_addr + i * mask_stride + bits.shape[1]] = (
                 bits[i].tobytes())
 
-    jobs = _jobs(m, n, rows, rows)
-    units = [{"m0": j["m0"], "n0": j["n0"], "rows_in": min(T, m - j["m0"]),
-              "cols_in": min(T, n - j["n0"])} for j in jobs
-             if j["m0"] % T == 0 and j["n0"] % T == 0]
-    padded = np.zeros((-(-m // rows) * rows, -(-n // rows) * rows), np.float32)
-    padded[:m, :n] = value
-    beats = [{"data": [int(x) for x in
-                       padded[j["m0"] + i, j["n0"]:j["n0"] + rows].view(np.uint32)],
-              "last": 0} for j in jobs for i in range(rows)]
     top = _WithSide(rows, data_width, sgd=sgd, fp32=True)
-    dut, side = top.wb, top.side
     f32 = np.array([lr, bfp.sgd_decay(lr, wd)], np.float32).view(np.uint32)
     desc = {"m": m, "n": n, "c_addr": c_addr, "c_stride": c_stride, "c_exp_addr": 0,
             "stochastic": 0, "seed": 0, "relu": int(relu), "mask_addr": mask_addr,
@@ -457,27 +434,7 @@ def test_float32_output(rows, data_width, m, n, bias, relu, sgd, seed):
                  "mask_in": 0, "mask_addr": mask_addr, "mask_stride": mask_stride}
     if sgd:
         side_desc.update(sgd=0, w_addr=0, w_stride=0, w_exp_addr=0, n=n)
-    got = {"cmds": [], "words": []}
-
-    async def send_jobs(ctx):
-        ctx.set(dut.desc, desc)
-        ctx.set(side.desc, side_desc)
-        await stream_send(ctx, dut.jobs, jobs, rng=random.Random(seed + 1), stall=0.3)
-
-    async def send_units(ctx):
-        await stream_send(ctx, side.jobs, units if (bias or sgd) else [],
-                          rng=random.Random(seed + 4), stall=0.3)
-
-    async def send_rows(ctx):
-        await stream_send(ctx, dut.i_stream, beats, rng=random.Random(seed + 2), stall=0.2)
-        got["rows_sent"] = True
-
-    async def take_writes(ctx):
-        await _take_writes(ctx, dut, got, random.Random(seed + 3), 1 << 30, bpw, 0,
-                           lambda: ctx.get(dut.idle) and ctx.get(side.idle))
-
-    run(top, send_jobs, send_units, send_rows, take_writes,
-        _serve_reads(side, mem, bpw, seed), deadline_cycles=60_000)
-    _apply(mem, got["cmds"], got["words"], bpw)
+    _run_with_side(top, value, rows, desc, side_desc, mem, bpw, seed, exp_addr=1 << 30,
+                   exps=0, send_units=bool(bias or sgd))
     bad = [i for i in range(len(mem)) if mem[i] != want[i]]
     assert not bad, f"{len(bad)} bytes differ, first at {bad[0]:#x}"
