@@ -516,3 +516,48 @@ def test_gemm_argument_errors():
         conv.max_pool(np.zeros((3, 32)), pool)
     with pytest.raises(ValueError, match="height"):
         conv.global_avg_pool(np.zeros((3, 32), np.float32), 2, 0, 4)
+
+
+def test_quantize_stack_rows_are_stack_rows():
+    """A stack whose matrices fill whole tile rows quantises as its matrices one above the
+    other: each matrix's random bits are those of its rows in the stack, its grid its own."""
+    rng = np.random.default_rng(8)
+    x = (rng.standard_normal((3, 16, 20)) * 2.0 ** rng.integers(-4, 4, (3, 16, 1))).astype(
+        np.float32)
+    q, e = conv.quantize_stack(x, block=8, rounding="stochastic", seed=99)
+    q1, e1 = quantize_tiles(x.reshape(48, 20), block=8, rounding="stochastic", seed=99)
+    np.testing.assert_array_equal(q.reshape(48, 20), q1)
+    np.testing.assert_array_equal(e.reshape(6, 3), e1)
+    np.testing.assert_array_equal(conv.dequantize_stack(q, e, block=8),
+                                  dequantize_tiles(q1, e1, block=8).reshape(x.shape))
+    # a matrix of 10 rows: its own grid, not its neighbour's tile rows
+    q, e = conv.quantize_stack(x[:, :10], block=8, rounding="nearest")
+    assert e.shape == (3, 2, 3)
+    np.testing.assert_array_equal(q[1], quantize_tiles(x[1, :10], block=8)[0])
+
+
+def test_conv_epilogue_stages():
+    """The write path's order: the pool after ReLU (the mask its input's), the unpool before
+    the mask (the mask and the result the pool's input's)."""
+    rng = np.random.default_rng(9)
+    g = conv.pool_geometry(2, 3, 4, 6, 2)
+    c = rng.standard_normal((3, g.positions)).astype(np.float32)
+    bias = rng.standard_normal(3).astype(np.float32)
+    r = conv.conv_epilogue(c, bias=bias, relu=True, pool_out=conv.Pooling("max", g))
+    v = np.maximum(c + bias[:, None], 0)
+    y, arg = conv.max_pool(v, g)
+    np.testing.assert_array_equal(r.value, y)
+    np.testing.assert_array_equal(r.argmax, arg)
+    np.testing.assert_array_equal(r.mask, c + bias[:, None] > 0)
+    d = rng.standard_normal((3, g.out_positions)).astype(np.float32)
+    b = conv.conv_epilogue(d, mask_in=r.mask, unpool_in=conv.Pooling("max", g),
+                           argmax=r.argmax, out="bfp8", block=8)
+    want = np.where(r.mask, conv.max_pool_backward(d, arg, g), 0)
+    np.testing.assert_array_equal(b.value, want)
+    np.testing.assert_array_equal(b.q, quantize_tiles(want, block=8)[0])
+    a = conv.conv_epilogue(d, unpool_in=conv.Pooling("avg", g))
+    np.testing.assert_array_equal(a.value, conv.avg_pool_backward(d, g))
+    with pytest.raises(ValueError, match="one pooling stage"):
+        conv.conv_epilogue(c, pool_out=conv.Pooling("max", g), unpool_in=conv.Pooling("max", g))
+    with pytest.raises(ValueError, match="argmax is needed"):
+        conv.conv_epilogue(d, unpool_in=conv.Pooling("max", g))

@@ -87,6 +87,121 @@ def test_backward_data_matches_golden_model(model, spec):
                                       err_msg=dev.backend)
 
 
+@pytest.mark.parametrize("spec", GEOMETRIES)
+def test_weight_grad_matches_golden_model(model, spec):
+    """conv2d_weight_grad (float32) and conv2d_sgd_update (BFP8 stack, stochastic): the
+    model's and the golden backend's are the reference's bit for bit."""
+    g = _geometry(spec)
+    rng = np.random.default_rng(sum(map(hash, map(str, spec))) % 2**32 + 2)
+    qw, ew = _stack(rng, g)
+    qd, ed = _activations(rng, g.out_channels, g.out_positions)
+    qx, ex = _activations(rng, g.channels, g.positions)
+    grad = convm.conv2d_weight_grad(qd, ed, qx, ex, g)
+    w = convm.dequantize_stack(qw, ew)
+    stepped = bfp.sgd_step(w.reshape(-1, g.channels), grad.reshape(-1, g.channels), 0.05,
+                           1e-3).reshape(w.shape)
+    want_q, want_e = convm.quantize_stack(stepped, rounding="stochastic", seed=7)
+    for dev in (model, Device("golden")):
+        d, x = dev.bfp_tensor(qd, ed), dev.bfp_tensor(qx, ex)
+        got = dev.conv2d_weight_grad(d, x, g)
+        np.testing.assert_array_equal(got.numpy().view(np.uint32),
+                                      grad.reshape(got.shape).view(np.uint32),
+                                      err_msg=dev.backend)
+        stack = dev.bfp_stack(qw, ew)
+        dev.conv2d_sgd_update(d, x, stack, g, lr=0.05, weight_decay=1e-3,
+                              rounding="stochastic", seed=7)
+        np.testing.assert_array_equal(stack.mantissas(), want_q, err_msg=dev.backend)
+        np.testing.assert_array_equal(stack.exponents(), want_e, err_msg=dev.backend)
+    assert model.stats["macs"] == g.out_channels * g.out_positions * len(g.offsets) \
+        * g.channels
+
+
+def test_bias_step_is_a_1x1_weight_gradient(model):
+    """A bias row stepped by the 1x1 weight gradient of a row of ones against the deltas:
+    db = sum over positions, bit for bit on both backends."""
+    g = _geometry(GEOMETRIES[1])
+    rng = np.random.default_rng(5)
+    qd, ed = _activations(rng, g.out_channels, g.out_positions)
+    ones = (np.full((1, g.out_positions), 64, np.int8),
+            np.full(bfp.tile_grid((1, g.out_positions)), -6, np.int8))
+    one = convm.ConvGeometry(g.batch, g.out_channels, g.out_height, g.out_width, 1, 1)
+    b = rng.standard_normal((1, g.out_channels)).astype(np.float32)
+    db = convm.conv2d_weight_grad(*ones, qd, ed, one).reshape(1, -1)
+    np.testing.assert_allclose(db, bfp.dequantize_tiles(qd, ed).sum(1)[None], rtol=1e-5)
+    want = bfp.sgd_step(b, db, 0.1)
+    for dev in (model, Device("golden")):
+        target = dev.tensor(b)
+        dev.conv2d_sgd_update(dev.bfp_tensor(*ones), dev.bfp_tensor(qd, ed), target, one,
+                              lr=0.1)
+        np.testing.assert_array_equal(target.numpy(), want, err_msg=dev.backend)
+
+
+POOLS = [("max", 2, 2), ("avg", 2, 2), ("max", 3, 2), ("avg", (3, 2), 1)]
+
+
+@pytest.mark.parametrize("pool", POOLS)
+def test_pooling_on_the_write_path(model, pool):
+    """A forward convolution pooled after ReLU, then the backward-data pass of the layer
+    above routed back through the pool and the mask: the model's and the golden backend's
+    outputs, masks and argmax are the reference's bit for bit."""
+    kind, k, s = pool
+    g = convm.ConvGeometry(4, 3, 9, 8, 6, 3, padding=1)
+    pg = convm.pool_geometry(4, 6, g.out_height, g.out_width, k, s)
+    pooling = convm.Pooling(kind, pg)
+    up = convm.ConvGeometry(4, 6, pg.out_height, pg.out_width, 5, 3, padding=1)
+    rng = np.random.default_rng(len(str(pool)))
+    qw, ew = _stack(rng, g)
+    qu, eu = _stack(rng, up)
+    qx, ex = _activations(rng, g.channels, g.positions)
+    qd, ed = _activations(rng, up.out_channels, up.out_positions)
+    bias = rng.standard_normal(g.out_channels).astype(np.float32)
+    fwd = convm.conv_epilogue(convm.conv2d_forward(qx, ex, qw, ew, g), bias=bias, relu=True,
+                              pool_out=pooling, out="bfp8", rounding="stochastic", seed=3)
+    back = convm.conv_epilogue(convm.conv2d_backward_data(qd, ed, qu, eu, up),
+                               mask_in=fwd.mask, unpool_in=pooling, argmax=fwd.argmax,
+                               out="bfp8", rounding="stochastic", seed=4)
+    assert fwd.q.shape == (6, pg.out_positions) and back.q.shape == (6, pg.positions)
+    for dev in (model, Device("golden")):
+        y, mask, *arg = dev.conv2d(dev.bfp_tensor(qx, ex), dev.bfp_stack(qw, ew), g,
+                                   bias=bias, relu=True, pool=pooling, rounding="stochastic",
+                                   seed=3)
+        np.testing.assert_array_equal(y.mantissas(), fwd.q, err_msg=dev.backend)
+        np.testing.assert_array_equal(y.exponents(), fwd.exp, err_msg=dev.backend)
+        np.testing.assert_array_equal(mask.numpy(), fwd.mask, err_msg=dev.backend)
+        assert len(arg) == (kind == "max")
+        if arg:
+            np.testing.assert_array_equal(arg[0].numpy(), fwd.argmax, err_msg=dev.backend)
+        dx = dev.conv2d_backward_data(dev.bfp_tensor(qd, ed), dev.bfp_stack(qu, eu), up,
+                                      mask_in=mask, unpool=pooling,
+                                      argmax=arg[0] if arg else None,
+                                      rounding="stochastic", seed=4)
+        np.testing.assert_array_equal(dx.mantissas(), back.q, err_msg=dev.backend)
+        np.testing.assert_array_equal(dx.exponents(), back.exp, err_msg=dev.backend)
+
+
+def test_pooling_arguments_named(model):
+    g = convm.ConvGeometry(2, 3, 8, 8, 4, 3, padding=1)
+    rng = np.random.default_rng(1)
+    qw, ew = _stack(rng, g)
+    x, w = model.bfp_tensor(*_activations(rng, 3, g.positions)), model.bfp_stack(qw, ew)
+    good = convm.Pooling("max", convm.pool_geometry(2, 4, 8, 8, 2))
+    with pytest.raises(TypeError, match="pool must be a sim.models.conv.Pooling"):
+        model.conv2d(x, w, g, pool=("max", 2))
+    with pytest.raises(ValueError, match="pool: its input is"):
+        model.conv2d(x, w, g, pool=convm.Pooling("max", convm.pool_geometry(2, 4, 7, 8, 2)))
+    with pytest.raises(ValueError, match="kind must be one of"):
+        convm.Pooling("min", good.geometry)
+    d = model.bfp_tensor(*_activations(rng, 4, 2 * 4 * 4))
+    up = convm.ConvGeometry(2, 4, 4, 4, 4, 3, padding=1)
+    wu = model.bfp_stack(*_stack(rng, up))
+    with pytest.raises(TypeError, match="argmax must be the uint8"):
+        model.conv2d_backward_data(d, wu, up, unpool=good)
+    with pytest.raises(ValueError, match="argmax: only with unpool"):
+        model.conv2d_backward_data(d, wu, up, argmax=model.tensor(np.zeros((4, 32), np.uint8)))
+    with pytest.raises(ValueError, match="the geometry's"):
+        model.conv2d_weight_grad(d, x, g)
+
+
 def test_bad_arguments_named(model):
     g = _geometry(GEOMETRIES[0])
     rng = np.random.default_rng(0)
@@ -107,14 +222,18 @@ def test_bad_arguments_named(model):
 
 
 def test_descriptors_the_model_refuses(model):
-    """The weight gradient's mode, a convolution without tile exponents, with a transpose or
-    quantise-only stop with UNSUPPORTED; a zero size with ZERO_DIMENSION."""
+    """A weight gradient with ReLU or a bias, SGD on a forward convolution, a convolution
+    without tile exponents, with a transpose or quantise-only, a pooling stage its mode does
+    not take or on a GEMM, a pool window that does not match the image: UNSUPPORTED; a zero
+    size with ZERO_DIMENSION."""
     conv = {"fields": {"MODE": 1, "KERNEL_H": 3, "KERNEL_W": 3, "STRIDE_H": 1,
                        "STRIDE_W": 1, "DILATION_H": 1, "DILATION_W": 1},
             "height": 5, "width": 5, "channels": 2, "out_channels": 3, "batch": 2}
     tiles = {"A_TILES": 1, "B_TILES": 1}
     for code, conv_fields, flags, epi in (
-            (ErrorCode.UNSUPPORTED, {"MODE": 3}, {}, tiles),
+            (ErrorCode.UNSUPPORTED, {"MODE": 3}, {}, dict(tiles, RELU=1, BFP8=1)),
+            (ErrorCode.UNSUPPORTED, {"MODE": 3}, {}, dict(tiles, BIAS=1)),
+            (ErrorCode.UNSUPPORTED, {}, {}, dict(tiles, SGD=1, BFP8=1)),
             (ErrorCode.UNSUPPORTED, {}, {}, {}),
             (ErrorCode.UNSUPPORTED, {}, {"TRANSPOSE_A": 1}, tiles),
             (ErrorCode.UNSUPPORTED, {}, {}, dict(tiles, QUANTIZE_ONLY=1, BFP8=1)),
@@ -123,3 +242,16 @@ def test_descriptors_the_model_refuses(model):
         with pytest.raises(AcceleratorError) as e:
             model.driver.run(dict(m=1, n=1, k=1, flags=flags, epilogue=epi, conv=c))
         assert e.value.code is code, (conv_fields, flags, epi)
+    pool = {"fields": {"MODE": 1, "KERNEL_H": 2, "KERNEL_W": 2, "STRIDE_H": 2,
+                       "STRIDE_W": 2}, "height": 5, "width": 5}
+    for code, conv_mode, pool_fields, image in (
+            (ErrorCode.UNSUPPORTED, 0, {}, {}),
+            (ErrorCode.UNSUPPORTED, 2, {}, {}),
+            (ErrorCode.UNSUPPORTED, 3, {"MODE": 3}, {}),
+            (ErrorCode.UNSUPPORTED, 1, {}, {"height": 4}),
+            (ErrorCode.ZERO_DIMENSION, 1, {"STRIDE_W": 0}, {})):
+        p = dict(pool, fields=dict(pool["fields"], **pool_fields), **image)
+        c = dict(conv, fields=dict(conv["fields"], MODE=conv_mode, PAD_H=1, PAD_W=1))
+        with pytest.raises(AcceleratorError) as e:
+            model.driver.run(dict(m=1, n=1, k=1, flags={}, epilogue=tiles, conv=c, pool=p))
+        assert e.value.code is code, (conv_mode, pool_fields, image)

@@ -170,6 +170,14 @@ def test_sgd_offered_and_what_it_lacks_refused(dev):
                                   "height": 1, "width": 1, "channels": 1,
                                   "out_channels": 1, "batch": 1}))
     assert e.value.code is ErrorCode.UNSUPPORTED
+    # nor pooling stages (CONFIG_FEATURES.POOL 0)
+    assert not info.pool
+    with pytest.raises(AcceleratorError) as e:
+        dev.driver.run(dict(m=1, n=1, k=1, flags={}, epilogue={"A_TILES": 1, "B_TILES": 1},
+                            pool={"fields": {"MODE": 1, "KERNEL_H": 1, "KERNEL_W": 1,
+                                             "STRIDE_H": 1, "STRIDE_W": 1},
+                                  "height": 1, "width": 1}))
+    assert e.value.code is ErrorCode.UNSUPPORTED
     q, ex = bfp.quantize_tiles(np.ones((4, 4), np.float32))
     t = dev.bfp_tensor(q, ex)
     with pytest.raises(RuntimeError, match="float32 C of one row only"):

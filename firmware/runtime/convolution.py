@@ -22,15 +22,19 @@ from firmware.runtime.epilogue import (
     _emit,
     _empty,
     _require,
+    _run,
 )
 from firmware.spec import regmap
 from sim.models import bfp
 from sim.models import conv as convm
 
-__all__ = ["BfpStack", "upload_stack", "conv2d", "conv2d_backward_data"]
+__all__ = ["BfpStack", "upload_stack", "conv2d", "conv2d_backward_data",
+           "conv2d_weight_grad", "conv2d_sgd_update"]
 
 #: Largest values of ``DESC_CONV``'s fields: kernel, stride, padding, dilation.
 LIMITS = {"kernel": 15, "stride": 7, "padding": 15, "dilation": 7}
+#: Largest values of ``DESC_POOL``'s fields: window and stride.
+POOL_LIMITS = {"kernel": 15, "stride": 15}
 
 
 class BfpStack:
@@ -62,9 +66,7 @@ class BfpStack:
 
     def numpy(self) -> np.ndarray:
         """The weights as float32, ``(offsets, Cout, Cin)`` (exact)."""
-        q, e = self.mantissas(), self.exponents()
-        return np.stack([bfp.dequantize_tiles(q[o], e[o], block=self.block)
-                         for o in range(self.shape[0])])
+        return convm.dequantize_stack(self.mantissas(), self.exponents(), block=self.block)
 
     def free(self) -> None:
         self.q.free()
@@ -144,8 +146,63 @@ def _require_conv(dev) -> None:
                            f"(firmware.ml.nn.Conv2d)")
 
 
+def _check_pooling(dev, pooling, mode, g, argmax):
+    """The checks of a pooling stage (``mode`` 1 after a forward convolution, 2 before a
+    backward-data one's bias): its geometry against the convolution's; a max pool's
+    ``argmax`` for mode 2."""
+    if pooling is None:
+        if argmax is not None:
+            raise ValueError("argmax: only with unpool (a max pool's backward pass)")
+        return None
+    if not isinstance(pooling, convm.Pooling):
+        raise TypeError(f"{'pool' if mode == 1 else 'unpool'} must be a "
+                        f"sim.models.conv.Pooling, not {type(pooling).__name__}")
+    if dev.driver is not None and not dev.driver.info.pool:
+        raise RuntimeError(f"this {dev.backend} accelerator has no pooling stage "
+                           f"(CONFIG_FEATURES.POOL): use Device('model') or the host's "
+                           f"pooling (firmware.ml.nn.MaxPool2d)")
+    p = pooling.geometry
+    for name, top in POOL_LIMITS.items():
+        if max(getattr(p, name)) > top:
+            raise ValueError(f"pool: {name} {getattr(p, name)} exceeds {top} "
+                             f"(DESC_POOL's field)")
+    if p.dilation != (1, 1):
+        raise ValueError(f"pool: dilation {p.dilation}: DESC_POOL has none")
+    if mode == 1:
+        want = (g.batch, g.out_channels, g.out_height, g.out_width)
+        have = (p.batch, p.channels, p.height, p.width)
+        what = "its input"
+    else:
+        want = (g.batch, g.channels, g.height, g.width)
+        have = (p.batch, p.channels, p.out_height, p.out_width)
+        what = "its output"
+    if have != want:
+        raise ValueError(f"{'pool' if mode == 1 else 'unpool'}: {what} is {have} (batch, "
+                         f"channels, height, width), the convolution's {want}")
+    if mode == 2 and pooling.kind == "max":
+        from firmware.runtime.device import DeviceTensor
+        shape = (p.channels, p.out_positions)
+        if not isinstance(argmax, DeviceTensor) or argmax.device is not dev \
+                or argmax.dtype != np.uint8 or argmax.shape != shape:
+            raise TypeError(f"argmax must be the uint8 {shape[0]}x{shape[1]} DeviceTensor "
+                            f"the max pool wrote (conv2d with pool=), not "
+                            f"{type(argmax).__name__} {getattr(argmax, 'shape', '')}")
+    elif argmax is not None:
+        raise ValueError("argmax: only for a max pool")
+    return (mode, pooling, argmax)
+
+
+def _pool_fields(stage) -> dict:
+    mode, pooling, _ = stage
+    p = pooling.geometry
+    return {"fields": {"MODE": mode, "KIND": convm.POOL_KINDS.index(pooling.kind),
+                       "KERNEL_H": p.kernel[0], "KERNEL_W": p.kernel[1],
+                       "STRIDE_H": p.stride[0], "STRIDE_W": p.stride[1]},
+            "height": p.height, "width": p.width}
+
+
 def _run_conv(dev, mode, x, w, g, m, n, k, golden, *, bias, relu, mask_in, out, rounding,
-              seed):
+              seed, stage=None):
     _require_conv(dev)
     _require(dev, BFP8=int(out == "bfp8"),
              STOCHASTIC=int(out == "bfp8" and rounding == "stochastic"),
@@ -153,16 +210,20 @@ def _run_conv(dev, mode, x, w, g, m, n, k, golden, *, bias, relu, mask_in, out, 
     _begin(dev, m, n, k)
 
     def desc():
-        return dict(m=1, n=1, k=1, flags={}, a_addr=w.q.addr, a_stride=w.q.stride,
-                    b_addr=x.q.addr, b_stride=x.q.stride, row_exp_addr=w.exp.addr,
-                    col_exp_addr=x.exp.addr, seed=int(seed), conv=_conv_fields(g, mode))
+        d = dict(m=1, n=1, k=1, flags={}, a_addr=w.q.addr, a_stride=w.q.stride,
+                 b_addr=x.q.addr, b_stride=x.q.stride, row_exp_addr=w.exp.addr,
+                 col_exp_addr=x.exp.addr, seed=int(seed), conv=_conv_fields(g, mode))
+        if stage is not None:
+            d["pool"] = _pool_fields(stage)
+        return d
 
     return _emit(dev, m, n, golden, desc, [w.q, w.exp, x.q, x.exp], bias=bias,
                  bias_axis="row", relu=relu, mask_in=mask_in, out=out, rounding=rounding,
-                 seed=seed)
+                 seed=seed, stage=stage)
 
 
-def _pass(dev, mode, x, w, geometry, *, bias, relu, mask_in, out, rounding, seed):
+def _pass(dev, mode, x, w, geometry, *, bias, relu, mask_in, out, rounding, seed,
+          pooling=None, argmax=None):
     """One forward (``mode`` 1) or backward-data (2) descriptor: its checks, then
     :func:`_run_conv` with the implicit GEMM's shape and the golden model's pass."""
     g = _check_geometry(geometry)
@@ -172,7 +233,10 @@ def _pass(dev, mode, x, w, geometry, *, bias, relu, mask_in, out, rounding, seed
     _check_operands(dev, x, w, g, x_rows, x_cols)
     _check_rounding(rounding, seed)
     m, n = (g.out_channels, g.out_positions) if forward else (g.channels, g.positions)
-    _check_output(dev, m, n, bias, "row", relu, mask_in, out)
+    stage = _check_pooling(dev, pooling, mode, g, argmax)
+    # (ReLU and the masks see the pool's input)
+    mid = n if stage is None or mode == 1 else pooling.geometry.positions
+    _check_output(dev, m, mid, bias, "row", relu, mask_in, out)
     run = convm.conv2d_forward if forward else convm.conv2d_backward_data
 
     def golden():
@@ -180,18 +244,125 @@ def _pass(dev, mode, x, w, geometry, *, bias, relu, mask_in, out, rounding, seed
                    block=regmap.TILE_BLOCK)
 
     return _run_conv(dev, mode, x, w, g, m, n, len(g.offsets) * x_rows, golden, bias=bias,
-                     relu=relu, mask_in=mask_in, out=out, rounding=rounding, seed=seed)
+                     relu=relu, mask_in=mask_in, out=out, rounding=rounding, seed=seed,
+                     stage=stage)
 
 
 def conv2d(dev, x: BfpTensor, w: BfpStack, geometry, *, bias=None, relu: bool = False,
-           out: str = "bfp8", rounding: str = "nearest", seed: int = 0):
+           pool=None, out: str = "bfp8", rounding: str = "nearest", seed: int = 0):
     """See :meth:`firmware.Device.conv2d`."""
     return _pass(dev, 1, x, w, geometry, bias=bias, relu=relu, mask_in=None, out=out,
-                 rounding=rounding, seed=seed)
+                 rounding=rounding, seed=seed, pooling=pool)
 
 
 def conv2d_backward_data(dev, d: BfpTensor, w: BfpStack, geometry, *, mask_in=None,
-                         out: str = "bfp8", rounding: str = "nearest", seed: int = 0):
+                         unpool=None, argmax=None, out: str = "bfp8",
+                         rounding: str = "nearest", seed: int = 0):
     """See :meth:`firmware.Device.conv2d_backward_data`."""
     return _pass(dev, 2, d, w, geometry, bias=None, relu=False, mask_in=mask_in, out=out,
+                 rounding=rounding, seed=seed, pooling=unpool, argmax=argmax)
+
+
+def _weight_grad(dev, d, x, geometry, target, *, lr=None, weight_decay=0.0,
+                 rounding="nearest", seed=0):
+    """One weight-gradient descriptor (``DESC_CONV.MODE`` 3): the float32 stack it writes
+    (``target`` None), or the SGD step of ``target`` (a BfpStack, or a float32 stack)."""
+    from firmware.runtime.device import DeviceTensor
+    g = _check_geometry(geometry)
+    for name, t, shape in (("d", d, (g.out_channels, g.out_positions)),
+                           ("x", x, (g.channels, g.positions))):
+        if not isinstance(t, BfpTensor):
+            raise TypeError(f"{name} must be a BfpTensor, not {type(t).__name__}")
+        if t.q.device is not dev:
+            raise ValueError(f"{name} belongs to another device (or is freed)")
+        if t.shape != shape:
+            raise ValueError(f"{name} is {t.shape[0]}x{t.shape[1]}, the geometry's "
+                             f"{shape[0]}x{shape[1]}")
+    _check_rounding(rounding, seed)
+    kk = len(g.offsets)
+    m, n, k = kk * g.out_channels, g.channels, g.out_positions
+    bfp8 = isinstance(target, BfpStack)
+    if target is None:
+        pass
+    elif bfp8:
+        if target.q.device is not dev:
+            raise ValueError("target belongs to another device (or is freed)")
+        if target.shape != (kk, g.out_channels, g.channels):
+            raise ValueError(f"target is {target.shape}, the geometry's "
+                             f"{(kk, g.out_channels, g.channels)}")
+    elif not isinstance(target, DeviceTensor) or target.device is not dev \
+            or target.dtype != np.float32 or target.shape != (m, n):
+        raise TypeError(f"target must be a BfpStack or this device's float32 {m}x{n} "
+                        f"DeviceTensor (the stack's matrices one after another), not "
+                        f"{type(target).__name__} {getattr(target, 'shape', '')}")
+    if target is not None:
+        for name, v in (("lr", lr), ("weight_decay", weight_decay)):
+            if not isinstance(v, (int, float, np.floating)) or isinstance(v, bool) \
+                    or not np.isfinite(v):
+                raise TypeError(f"{name} must be a finite number, not {v!r}")
+    _require_conv(dev)
+    ops = {"SGD": 1} if target is not None else {}
+    _require(dev, rows=m, BFP8=int(bfp8), STOCHASTIC=int(bfp8 and rounding == "stochastic"),
+             **ops)
+    _begin(dev, m, n, k)
+    if dev.driver is None:
+        grad = convm.conv2d_weight_grad(d.mantissas(), d.exponents(), x.mantissas(),
+                                        x.exponents(), g, block=regmap.TILE_BLOCK)
+        grad = grad.reshape(m, n)
+        if target is None:
+            return dev.tensor(grad)
+        w = target.numpy().reshape(m, n) if bfp8 else target.numpy()
+        w = bfp.sgd_step(w, grad, lr, weight_decay)
+        if not bfp8:
+            target.write(w)
+            return None
+        if not np.isfinite(w).all():
+            raise ValueError("the updated weights hold inf or NaN: they cannot be quantised")
+        q, e = convm.quantize_stack(w.reshape(target.shape), rounding=rounding,
+                                    seed=int(seed), block=regmap.TILE_BLOCK)
+        target.q.write(q.reshape(m, n))
+        target.exp.write(e.reshape(1, -1))
+        return None
+    desc = dict(m=1, n=1, k=1, flags={}, a_addr=d.q.addr, a_stride=d.q.stride,
+                b_addr=x.q.addr, b_stride=x.q.stride, row_exp_addr=d.exp.addr,
+                col_exp_addr=x.exp.addr, seed=int(seed), conv=_conv_fields(g, 3))
+    epi = {"A_TILES": 1, "B_TILES": 1}
+    tensors = [d.q, d.exp, x.q, x.exp]
+    made = None
+    if target is None:
+        made = _empty(dev, (m, n), np.float32)
+        desc.update(c_addr=made.addr, c_stride=made.stride)
+        tensors.append(made)
+    else:
+        desc.update(lr=float(lr), decay=float(bfp.sgd_decay(lr, weight_decay)))
+        epi["SGD"] = 1
+        if bfp8:
+            desc.update(c_addr=target.q.addr, c_stride=target.q.stride,
+                        c_exp_addr=target.exp.addr)
+            epi.update(BFP8=1, STOCHASTIC=int(rounding == "stochastic"))
+            tensors += [target.q, target.exp]
+        else:
+            desc.update(c_addr=target.addr, c_stride=target.stride)
+            tensors.append(target)
+    desc["epilogue"] = epi
+    try:
+        _run(dev, desc, tensors)
+    except BaseException:
+        if made is not None:
+            made.free()
+        raise
+    return made
+
+
+def conv2d_weight_grad(dev, d: BfpTensor, x: BfpTensor, geometry):
+    """See :meth:`firmware.Device.conv2d_weight_grad`."""
+    return _weight_grad(dev, d, x, geometry, None)
+
+
+def conv2d_sgd_update(dev, d: BfpTensor, x: BfpTensor, target, geometry, *, lr,
+                      weight_decay=0.0, rounding: str = "nearest", seed: int = 0) -> None:
+    """See :meth:`firmware.Device.conv2d_sgd_update`."""
+    if target is None:
+        raise TypeError("target must be a BfpStack or a float32 DeviceTensor, not None")
+    _weight_grad(dev, d, x, geometry, target, lr=lr, weight_decay=weight_decay,
                  rounding=rounding, seed=seed)

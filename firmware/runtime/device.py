@@ -961,10 +961,10 @@ class Device:
         from firmware.runtime import convolution
         return convolution.upload_stack(self, q, exp)
 
-    def conv2d(self, x, w, geometry, *, bias=None, relu: bool = False, out: str = "bfp8",
-               rounding: str = "nearest", seed: int = 0):
+    def conv2d(self, x, w, geometry, *, bias=None, relu: bool = False, pool=None,
+               out: str = "bfp8", rounding: str = "nearest", seed: int = 0):
         """A convolution's forward pass as one implicit-GEMM descriptor (``DESC_CONV``
-        mode 1): no im2col, padding read as zeros.
+        mode 1): no im2col, padding read as zeros; optionally pooled on the write path.
 
         Parameters
         ----------
@@ -976,29 +976,36 @@ class Device:
             Kernel up to 15, stride and dilation up to 7, padding up to 15.
         bias, relu, out, rounding, seed :
             As :meth:`bfp_gemm` takes them; the bias is one value per output channel.
+        pool : sim.models.conv.Pooling, optional
+            Max or average pooling after ReLU (``DESC_POOL`` mode 1), its geometry's input
+            this convolution's output; window and stride up to 15.
 
         Returns
         -------
-        BfpTensor or DeviceTensor, and a MaskTensor with ``relu``
-            ``Cout x OH*OW*N``, the next layer's input as written:
-            :func:`sim.models.conv.conv2d_forward` through the epilogue.
+        BfpTensor or DeviceTensor, then a MaskTensor with ``relu``, then with a max pool its
+        argmax (a uint8 DeviceTensor, the pooled shape)
+            ``Cout x OH*OW*N`` (or the pool's output), the next layer's input as written:
+            :func:`sim.models.conv.conv_epilogue` of
+            :func:`sim.models.conv.conv2d_forward`. ReLU's mask is the pool's input's.
 
         Raises
         ------
         TypeError, ValueError
             Bad operands, geometry or options (naming them).
         RuntimeError
-            The accelerator has no convolution descriptors (``CONFIG_FEATURES.CONV``).
+            The accelerator has no convolution descriptors (``CONFIG_FEATURES.CONV``) or
+            no pooling stage (``CONFIG_FEATURES.POOL``).
         """
         from firmware.runtime import convolution
-        return convolution.conv2d(self, x, w, geometry, bias=bias, relu=relu, out=out,
-                                  rounding=rounding, seed=seed)
+        return convolution.conv2d(self, x, w, geometry, bias=bias, relu=relu, pool=pool,
+                                  out=out, rounding=rounding, seed=seed)
 
-    def conv2d_backward_data(self, d, w, geometry, *, mask_in=None, out: str = "bfp8",
-                             rounding: str = "nearest", seed: int = 0):
+    def conv2d_backward_data(self, d, w, geometry, *, mask_in=None, unpool=None, argmax=None,
+                             out: str = "bfp8", rounding: str = "nearest", seed: int = 0):
         """A convolution's backward-data pass as one implicit-GEMM descriptor (``DESC_CONV``
         mode 2): the deltas convolved with the 180-degree-rotated kernel, channel roles
-        swapped, no col2im and no inserted zeros.
+        swapped, no col2im and no inserted zeros; optionally routed back through the pool
+        below on the write path.
 
         Parameters
         ----------
@@ -1007,13 +1014,20 @@ class Device:
         w : firmware.runtime.convolution.BfpStack
         geometry : sim.models.conv.ConvGeometry
         mask_in, out, rounding, seed :
-            As :meth:`bfp_gemm` takes them (the layer below's ReLU mask, ``Cin x H*W*N``).
+            As :meth:`bfp_gemm` takes them (the layer below's ReLU mask, ``Cin x H*W*N``,
+            or the pool's input's with ``unpool``).
+        unpool : sim.models.conv.Pooling, optional
+            The pool below (``DESC_POOL`` mode 2), its geometry's output this convolution's
+            input: the deltas leave in the pool's input layout.
+        argmax : DeviceTensor, optional
+            A max pool's argmax, as :meth:`conv2d` wrote it.
 
         Returns
         -------
         BfpTensor or DeviceTensor
-            ``Cin x H*W*N``: :func:`sim.models.conv.conv2d_backward_data` through the
-            epilogue.
+            ``Cin x H*W*N`` (or the pool's input):
+            :func:`sim.models.conv.conv_epilogue` of
+            :func:`sim.models.conv.conv2d_backward_data`.
 
         Raises
         ------
@@ -1022,7 +1036,61 @@ class Device:
         """
         from firmware.runtime import convolution
         return convolution.conv2d_backward_data(self, d, w, geometry, mask_in=mask_in,
-                                                out=out, rounding=rounding, seed=seed)
+                                                unpool=unpool, argmax=argmax, out=out,
+                                                rounding=rounding, seed=seed)
+
+    def conv2d_weight_grad(self, d, x, geometry):
+        """A convolution's weight gradient as one implicit-GEMM descriptor (``DESC_CONV``
+        mode 3): ``D * im2col(X)^T`` with K the output positions, no im2col.
+
+        Parameters
+        ----------
+        d : BfpTensor
+            The output's deltas, ``Cout x OH*OW*N``.
+        x : BfpTensor
+            The forward input, ``Cin x H*W*N``.
+        geometry : sim.models.conv.ConvGeometry
+
+        Returns
+        -------
+        DeviceTensor
+            float32, ``kh*kw*Cout x Cin``: :func:`sim.models.conv.conv2d_weight_grad`'s
+            stack, its matrices one after another.
+
+        Raises
+        ------
+        TypeError, ValueError, RuntimeError
+            As :meth:`conv2d`.
+        """
+        from firmware.runtime import convolution
+        return convolution.conv2d_weight_grad(self, d, x, geometry)
+
+    def conv2d_sgd_update(self, d, x, target, geometry, *, lr, weight_decay=0.0,
+                          rounding: str = "nearest", seed: int = 0) -> None:
+        """One SGD step of a convolution's weights in place, the weight gradient
+        (:meth:`conv2d_weight_grad`) never leaving the device (``DESC_CONV`` mode 3 with
+        ``DESC_EPILOGUE.SGD``).
+
+        Parameters
+        ----------
+        d, x, geometry :
+            As :meth:`conv2d_weight_grad`.
+        target : BfpStack or DeviceTensor
+            The weights (:meth:`bfp_stack`): stepped with
+            :func:`sim.models.bfp.sgd_step` and quantised again
+            (:func:`sim.models.conv.quantize_stack`); or a float32 ``kh*kw*Cout x Cin``
+            matrix (a 1x1 geometry's against a row of ones steps a bias row).
+        lr, weight_decay, rounding, seed :
+            As :meth:`sgd_update`.
+
+        Raises
+        ------
+        TypeError, ValueError, RuntimeError
+            As :meth:`conv2d` and :meth:`sgd_update`.
+        """
+        from firmware.runtime import convolution
+        convolution.conv2d_sgd_update(self, d, x, target, geometry, lr=lr,
+                                      weight_decay=weight_decay, rounding=rounding, seed=seed)
 
     def sgd_update(self, a, b, target, *, lr, weight_decay=0.0, transpose_a: bool = False,
                    transpose_b: bool = False, rounding: str = "nearest", seed: int = 0):

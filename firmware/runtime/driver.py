@@ -76,6 +76,8 @@ class HardwareInfo:
         self.fp32 = self.epilogue or bool(field_value("CONFIG_FEATURES", "FP32", features))
         #: convolution descriptors (``DESC_CONV``; 0 on register maps before 1.12)
         self.conv = bool(field_value("CONFIG_FEATURES", "CONV", features))
+        #: pooling on a convolution's write path (``DESC_POOL``; 0 before 1.13)
+        self.pool = bool(field_value("CONFIG_FEATURES", "POOL", features))
         self.tile_block = 1 << field_value("CONFIG_FEATURES", "TILE_LOG2", features)
 
     def __repr__(self):
@@ -186,7 +188,9 @@ class Driver:
             learning rate and the weights' factor, :func:`sim.models.bfp.sgd_decay`; 0.0
             and 1.0 where missing); for a convolution ``conv``: ``fields`` (of
             ``DESC_CONV``), ``height``, ``width``, ``channels``, ``out_channels`` and
-            ``batch``.
+            ``batch``; for its pooling stage ``pool``: ``fields`` (of ``DESC_POOL``),
+            ``height`` and ``width`` (the pool's input image), with ``argmax_addr`` and
+            ``argmax_stride``.
 
         Notes
         -----
@@ -200,12 +204,17 @@ class Driver:
             words[f"DESC_{name.upper()}_ADDR_LO"] = addr & 0xFFFFFFFF
             words[f"DESC_{name.upper()}_ADDR_HI"] = addr >> 32
             words[f"DESC_{name.upper()}_STRIDE"] = desc.get(f"{name}_stride", 0)
-        for name in ("row_exp", "col_exp", "bias", "mask", "c_exp"):
+        for name in ("row_exp", "col_exp", "bias", "mask", "c_exp", "argmax"):
             addr = desc.get(f"{name}_addr", 0)
             words[f"DESC_{name.upper()}_ADDR_LO"] = addr & 0xFFFFFFFF
             words[f"DESC_{name.upper()}_ADDR_HI"] = addr >> 32
         words["DESC_EPILOGUE"] = pack("DESC_EPILOGUE", **desc.get("epilogue", {}))
         words["DESC_MASK_STRIDE"] = desc.get("mask_stride", 0)
+        words["DESC_ARGMAX_STRIDE"] = desc.get("argmax_stride", 0)
+        pool = desc.get("pool")                  # a convolution's pooling stage (DESC_POOL)
+        words["DESC_POOL"] = pack("DESC_POOL", **pool["fields"]) if pool else 0
+        words["DESC_POOL_IMAGE"] = pack("DESC_POOL_IMAGE", HEIGHT=pool["height"],
+                                        WIDTH=pool["width"]) if pool else 0
         conv = desc.get("conv")                  # a convolution (DESC_CONV), or a GEMM
         words["DESC_CONV"] = pack("DESC_CONV", **conv["fields"]) if conv else 0
         words["DESC_CONV_IMAGE"] = pack("DESC_CONV_IMAGE", HEIGHT=conv["height"],

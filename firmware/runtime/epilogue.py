@@ -353,38 +353,58 @@ def _check_output(dev, m, n, bias, bias_axis, relu, mask_in, out) -> None:
 
 
 def _emit(dev, m, n, golden, desc, tensors, *, bias, bias_axis, relu, mask_in, out, rounding,
-          seed):
+          seed, stage=None):
     """Run one descriptor whose ``m x n`` C goes through the epilogue: ``golden()`` gives
     C before it on the golden backend; elsewhere ``desc()`` (its operand fields) and
     ``tensors`` (the operands' buffers) are completed with C's, the bias's and the masks'
-    and run. Returns C (a BfpTensor or a float32 DeviceTensor), and the mask with ``relu``."""
+    and run. ``stage``: a convolution's pooling stage, ``(mode, pooling, argmax)``
+    (``DESC_POOL.MODE`` 1 pools C, 2 routes it back through the pool, reading ``argmax``).
+    Returns C (a BfpTensor or a float32 DeviceTensor), then the mask with ``relu``, then the
+    argmax (a uint8 DeviceTensor) where a max pool writes one."""
     from firmware.runtime.device import DeviceTensor
+    mode, pooling, argmax_in = stage if stage is not None else (0, None, None)
+    mid = (m, pooling.geometry.positions) if mode == 2 else (m, n)
+    shape = (m, pooling.geometry.out_positions) if mode == 1 else mid
+    writes_argmax = mode == 1 and pooling.kind == "max"
     if dev.driver is None:
         c = golden()
         host_bias = bias.numpy() if isinstance(bias, DeviceTensor) else bias
-        r = bfp.epilogue(c, bias=None if bias is None else host_bias.reshape(-1),
-                         bias_axis=bias_axis, relu=bool(relu),
-                         mask_in=None if mask_in is None else mask_in.numpy(),
-                         out="bfp8" if out == "bfp8" else "fp32", rounding=rounding,
-                         seed=int(seed))
+        host_bias = None if bias is None else host_bias.reshape(-1)
+        host_mask = None if mask_in is None else mask_in.numpy()
+        if stage is None:
+            r = bfp.epilogue(c, bias=host_bias, bias_axis=bias_axis, relu=bool(relu),
+                             mask_in=host_mask, out="fp32")
+            arg = None
+        else:
+            from sim.models import conv as convm
+            r = convm.conv_epilogue(c, bias=host_bias, relu=bool(relu), mask_in=host_mask,
+                                    pool_out=pooling if mode == 1 else None,
+                                    unpool_in=pooling if mode == 2 else None,
+                                    argmax=None if argmax_in is None else argmax_in.numpy(),
+                                    out="fp32")
+            arg = r.argmax
         if out == "bfp8" and not np.isfinite(r.value).all():
             raise ValueError("the result holds inf or NaN: it cannot be quantised")
-        result = _golden_bfp(dev, r.q, r.exp) if out == "bfp8" else dev.tensor(r.value)
-        if relu:
-            return result, MaskTensor(dev.tensor(bfp.pack_mask(r.mask)), (m, n))
-        return result
+        if out == "bfp8":
+            result = _golden_bfp(dev, *bfp.quantize_tiles(r.value, rounding=rounding,
+                                                          seed=int(seed)))
+        else:
+            result = dev.tensor(r.value)
+        extra = (MaskTensor(dev.tensor(bfp.pack_mask(r.mask)), mid),) if relu else ()
+        extra += (dev.tensor(arg),) if writes_argmax else ()
+        return (result, *extra) if extra else result
     temps, made, tensors, desc = [], [], list(tensors), desc()
     try:
         epi = {"A_TILES": 1, "B_TILES": 1}
         if out == "bfp8":
-            result = _empty_bfp(dev, (m, n))
+            result = _empty_bfp(dev, shape)
             made.append(result)
             desc.update(c_addr=result.q.addr, c_stride=result.q.stride,
                         c_exp_addr=result.exp.addr)
             epi.update(BFP8=1, STOCHASTIC=int(rounding == "stochastic"))
             tensors += [result.q, result.exp]
         else:
-            result = _empty(dev, (m, n), np.float32)
+            result = _empty(dev, shape, np.float32)
             made.append(result)
             desc.update(c_addr=result.addr, c_stride=result.stride)
             tensors.append(result)
@@ -395,10 +415,11 @@ def _emit(dev, m, n, golden, desc, tensors, *, bias, bias_axis, relu, mask_in, o
             desc["bias_addr"] = bt.addr
             epi["BIAS"] = 1 if bias_axis == "row" else 2
             tensors.append(bt)
-        mask = None
+        extra = ()
         if relu:
-            mask = MaskTensor(_empty(dev, (m, -(-n // 8)), np.uint8), (m, n))
+            mask = MaskTensor(_empty(dev, (m, -(-mid[1] // 8)), np.uint8), mid)
             made.append(mask)
+            extra += (mask,)
             desc.update(mask_addr=mask.bits.addr, mask_stride=mask.bits.stride)
             epi["RELU"] = 1
             tensors.append(mask.bits)
@@ -408,6 +429,15 @@ def _emit(dev, m, n, golden, desc, tensors, *, bias, bias_axis, relu, mask_in, o
             desc.update(mask_addr=mask_in.bits.addr, mask_stride=mask_in.bits.stride)
             epi["MASK_IN"] = 1
             tensors.append(mask_in.bits)
+        if writes_argmax:
+            arg = _empty(dev, shape, np.uint8)
+            made.append(arg)
+            extra += (arg,)
+        else:
+            arg = argmax_in
+        if arg is not None:
+            desc.update(argmax_addr=arg.addr, argmax_stride=arg.stride)
+            tensors.append(arg)
         desc["epilogue"] = epi
         _run(dev, desc, tensors)
     except BaseException:
@@ -417,7 +447,7 @@ def _emit(dev, m, n, golden, desc, tensors, *, bias, bias_axis, relu, mask_in, o
     finally:
         for t in temps:
             t.free()
-    return (result, mask) if relu else result
+    return (result, *extra) if extra else result
 
 
 def sgd_update(dev, a: BfpTensor, b: BfpTensor, target, *, lr, weight_decay=0.0,

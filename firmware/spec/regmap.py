@@ -33,7 +33,7 @@ __all__ = ["Field", "Register", "REGISTERS", "ErrorCode", "MAGIC", "VERSION", "T
 #: ``ID`` register contents: ASCII "BFP8".
 MAGIC = 0x42465038
 #: Register map version (major << 16 | minor): changes when the map does.
-VERSION = 0x0001_000C
+VERSION = 0x0001_000D
 
 #: Side of the number format's square tile blocks (``CONFIG_FEATURES.TILE_LOG2``): BFP8 tile
 #: blocks, :mod:`sim.models.bfp`.
@@ -213,8 +213,9 @@ REGISTERS: tuple[Register, ...] = tuple([
          ("K_BLOCKS", 1, 1, "operands with tile exponents (DESC_EPILOGUE.A_TILES, B_TILES)"),
          ("FP32", 2, 1, "where EPILOGUE is 0: RELU, BIAS and MASK_IN also on a float32 C, "
                         "and SGD on a float32 C of one row (M = 1, a bias vector)"),
-         ("CONV", 3, 1, "convolution descriptors (DESC_CONV): forward and backward-data "
-                        "implicit GEMMs"),
+         ("CONV", 3, 1, "convolution descriptors (DESC_CONV): forward, backward-data and "
+                        "weight-gradient implicit GEMMs"),
+         ("POOL", 4, 1, "pooling on a convolution's write path (DESC_POOL)"),
          ("TILE_LOG2", 8, 4, "log2 of the side of the number format's tile blocks"),
          ("OPS", 16, 8, "the DESC_EPILOGUE bits 7..0 this build runs, each as in "
                         "DESC_EPILOGUE (all of them where EPILOGUE is 1). RELU, BIAS, "
@@ -308,8 +309,9 @@ REGISTERS: tuple[Register, ...] = tuple([
          ("MODE", 0, 2, "0 a GEMM; 1 forward: C (Cout x OH*OW*batch) = the weight stack at "
                         "A * the input at B; 2 backward-data: C (Cin x H*W*batch) = the "
                         "stack at A (each offset's matrix transposed, the kernel rotated) * "
-                        "the deltas at B (Cout x OH*OW*batch); 3 (the weight gradient) is "
-                        "refused with UNSUPPORTED"),
+                        "the deltas at B (Cout x OH*OW*batch); 3 weight gradient: C (the "
+                        "stack, kh*kw matrices of Cout x Cin, each its own tile grid) = the "
+                        "deltas at A * the input at B transposed, K the output positions"),
          ("KERNEL_H", 2, 4, "kernel height, 1..15"), ("KERNEL_W", 6, 4, "kernel width, 1..15"),
          ("STRIDE_H", 10, 3, "vertical stride, 1..7"),
          ("STRIDE_W", 13, 3, "horizontal stride, 1..7"),
@@ -322,6 +324,23 @@ REGISTERS: tuple[Register, ...] = tuple([
     _reg("DESC_CONV_CHANNELS", 0x190, "rw", "The convolution's channels",
          ("IN", 0, 16, "Cin, 1..65535"), ("OUT", 16, 16, "Cout, 1..65535")),
     _reg("DESC_CONV_BATCH", 0x194, "rw", "The convolution's batch (images), 1..65535"),
+    _reg("DESC_POOL", 0x198, "rw", "A pooling stage on a convolution's write path "
+                                   "(CONFIG_FEATURES.POOL; the channels and batch are the "
+                                   "convolution's C's)",
+         ("MODE", 0, 2, "0 none; 1 pool C after ReLU (forward convolutions): C is the "
+                        "pool's output, ReLU's mask its input's; 2 route C through the "
+                        "pool's backward pass before the bias (backward-data): C is the "
+                        "pool's input, MASK_IN's mask too; 3 refused with UNSUPPORTED"),
+         ("KIND", 2, 1, "0 max (its argmax written with MODE 1, read with MODE 2, at "
+                        "DESC_ARGMAX_ADDR), 1 average"),
+         ("KERNEL_H", 4, 4, "window height, 1..15"), ("KERNEL_W", 8, 4, "window width, 1..15"),
+         ("STRIDE_H", 12, 4, "vertical stride, 1..15"),
+         ("STRIDE_W", 16, 4, "horizontal stride, 1..15")),
+    _reg("DESC_POOL_IMAGE", 0x19C, "rw", "The pool's input image",
+         ("HEIGHT", 0, 16, "height, 1..65535"), ("WIDTH", 16, 16, "width, 1..65535")),
+    *_addr("DESC_ARGMAX_ADDR", 0x1A0, "Address of a max pool's argmax (a byte per output "
+                                      "element, the window offset dy * KERNEL_W + dx)"),
+    _reg("DESC_ARGMAX_STRIDE", 0x1A8, "rw", "Bytes between rows of the argmax"),
 ])
 
 _BY_NAME = {r.name: r for r in REGISTERS}

@@ -204,7 +204,7 @@ def tile_exponents(exp: np.ndarray, shape, *, block: int = 32) -> np.ndarray:
 
 
 def quantize_tiles(x: np.ndarray, *, block: int = 32, rounding: str = "nearest",
-                   seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+                   seed: int = 0, row0: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """Quantise a float32 matrix to BFP8 tile blocks.
 
     Parameters
@@ -217,6 +217,10 @@ def quantize_tiles(x: np.ndarray, *, block: int = 32, rounding: str = "nearest",
         ``r = 2**15`` (round half up), or ``r = random_bits(seed, m, n)``.
     seed : int
         The 64-bit seed of the random bits (stochastic rounding only).
+    row0 : int
+        The row index of ``x``'s first row in the random bits, ``r = random_bits(seed, row0 +
+        m, n)``: a matrix of a stack (:func:`sim.models.conv.quantize_stack`) takes its rows'
+        indices in the stack.
 
     Returns
     -------
@@ -264,7 +268,7 @@ def quantize_tiles(x: np.ndarray, *, block: int = 32, rounding: str = "nearest",
     if rounding == "nearest":
         y += 1 << (FRACTION_BITS - 1)
     else:                                               # random_bits(seed, m, n)
-        y += random_matrix(seed, gm * block, n).reshape(y.shape)
+        y += random_matrix(seed, gm * block, n, row0=row0).reshape(y.shape)
     q = np.clip(np.floor(y * 2.0 ** -FRACTION_BITS), -_QMAX, _QMAX).astype(np.int8)
     return np.ascontiguousarray(q.reshape(gm * block, n)[:m]), exp
 

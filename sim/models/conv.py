@@ -33,6 +33,14 @@ engine may skip such runs or columns without changing a bit.
 
 Pooling (:func:`max_pool`, :func:`avg_pool`, :func:`global_avg_pool` and their backward
 passes) works on float32 matrices in the same layout, window offsets in row-major order.
+
+The write path (:func:`conv_epilogue`)
+    A convolution descriptor's C goes through the stages of
+    :func:`sim.models.bfp.epilogue` with two more: a forward pass pools C after ReLU
+    (:class:`Pooling`; ReLU's mask is the pool's input's, the argmax the output's), and a
+    backward-data pass first routes C through a pool's backward pass (``unpool``: through
+    the stored argmax for max pooling), so the delta leaves in the pool's input layout where
+    the mask applies. A weight gradient's C is a stack (:func:`quantize_stack`).
 """
 
 from __future__ import annotations
@@ -41,13 +49,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from sim.models import bfp
 from sim.models.bfp import _check_block, gemm_kruns, tile_grid
 
 __all__ = ["LAYOUT", "ConvGeometry", "pool_geometry", "activation_matrix", "activation_tensor",
            "weight_stack", "weight_tensor", "conv2d_forward", "conv2d_backward_data",
            "conv2d_weight_grad", "position_runs", "weight_grad_offset", "max_pool",
            "max_pool_backward", "avg_pool", "avg_pool_backward", "global_avg_pool",
-           "global_avg_pool_backward", "ARGMAX_DTYPE"]
+           "global_avg_pool_backward", "ARGMAX_DTYPE", "POOL_KINDS", "Pooling", "pool",
+           "unpool", "ConvEpilogue", "conv_epilogue", "quantize_stack", "dequantize_stack"]
 
 #: The position order of an activation matrix's columns: ``q = (h * W + w) * N + n``.
 LAYOUT = "CHWN"
@@ -852,3 +862,179 @@ def global_avg_pool_backward(dy: np.ndarray, batch: int, height: int,
         As :func:`global_avg_pool`.
     """
     return avg_pool_backward(dy, _global(dy, batch, height, width, "dy"))
+
+
+# --------------------------------------------------------------------------- the write path
+
+#: The pooling stages of the write path: ``DESC_POOL.KIND`` 0 and 1.
+POOL_KINDS = ("max", "avg")
+
+
+@dataclass(frozen=True)
+class Pooling:
+    """A pooling stage of a convolution's write path.
+
+    Parameters
+    ----------
+    kind : {"max", "avg"}
+        :func:`max_pool` (with its argmax) or :func:`avg_pool`; a global average pool is
+        ``"avg"`` with one window over the image.
+    geometry : ConvGeometry
+        The pool's window over its input (:func:`pool_geometry`: no padding, ``out_channels
+        == channels``).
+
+    Raises
+    ------
+    TypeError, ValueError
+        ``kind`` is not one of :data:`POOL_KINDS`, ``geometry`` is not a pooling geometry,
+        or a max pool's window has over 256 elements.
+    """
+
+    kind: str
+    geometry: ConvGeometry
+
+    def __post_init__(self):
+        if self.kind not in POOL_KINDS:
+            raise ValueError(f"kind must be one of {POOL_KINDS}, not {self.kind!r}")
+        g = _check_geometry(self.geometry)
+        if g.out_channels != g.channels or g.padding != (0, 0):
+            raise ValueError("geometry must be a pooling geometry (pool_geometry): "
+                             "out_channels == channels and no padding")
+        if self.kind == "max" and len(g.offsets) > 256:
+            raise ValueError(f"a max pool's window must have at most 256 elements, not "
+                             f"{len(g.offsets)}")
+
+
+def _check_pooling(pooling) -> Pooling:
+    if not isinstance(pooling, Pooling):
+        raise TypeError(f"pooling must be a Pooling, not {type(pooling).__name__}")
+    return pooling
+
+
+def pool(v: np.ndarray, pooling: Pooling) -> tuple[np.ndarray, np.ndarray | None]:
+    """The forward pooling stage: :func:`max_pool` (value and argmax) or :func:`avg_pool`
+    (value and None)."""
+    p = _check_pooling(pooling)
+    if p.kind == "max":
+        return max_pool(v, p.geometry)
+    return avg_pool(v, p.geometry), None
+
+
+def unpool(dy: np.ndarray, pooling: Pooling, argmax: np.ndarray | None = None) -> np.ndarray:
+    """The backward pooling stage: :func:`max_pool_backward` through ``argmax`` (needed for
+    ``"max"``) or :func:`avg_pool_backward`.
+
+    Raises
+    ------
+    TypeError, ValueError
+        As those functions; a max pool without ``argmax``.
+    """
+    p = _check_pooling(pooling)
+    if p.kind == "max":
+        if argmax is None:
+            raise ValueError("argmax is needed to route deltas through a max pool")
+        return max_pool_backward(dy, argmax, p.geometry)
+    return avg_pool_backward(dy, p.geometry)
+
+
+@dataclass
+class ConvEpilogue:
+    """What :func:`conv_epilogue` writes back: :class:`sim.models.bfp.Epilogue`'s fields
+    (``value``, ``q``, ``exp`` over C as written; ``mask`` over the pool's input) and the
+    max pool's ``argmax`` (uint8, over C as written; None without one)."""
+
+    value: np.ndarray
+    q: np.ndarray | None
+    exp: np.ndarray | None
+    mask: np.ndarray | None
+    argmax: np.ndarray | None
+
+
+def conv_epilogue(c: np.ndarray, *, bias: np.ndarray | None = None, relu: bool = False,
+                  mask_in: np.ndarray | None = None, pool_out: Pooling | None = None,
+                  unpool_in: Pooling | None = None, argmax: np.ndarray | None = None,
+                  out: str = "fp32", rounding: str = "nearest", seed: int = 0,
+                  block: int = 32) -> ConvEpilogue:
+    """A convolution descriptor's write path, per element, in this order::
+
+        unpool_in: v = unpool(c, unpool_in, argmax)      (backward-data: the pool's input)
+        bias, relu, mask_in: as sim.models.bfp.epilogue (bias one per row, a channel's)
+        pool_out:  v, argmax = pool(v, pool_out)         (forward: the pool's output)
+        out:       v as float32, or quantize_tiles(v, block, rounding, seed)
+
+    Parameters
+    ----------
+    c : numpy.ndarray of float32, shape (channels, positions)
+        The implicit GEMM's result.
+    bias, relu, mask_in, out, rounding, seed, block
+        As :func:`sim.models.bfp.epilogue` takes them (``bias_axis="row"``; ``mask_in`` and
+        ReLU's mask have the shape after ``unpool_in``, before ``pool_out``).
+    pool_out, unpool_in : Pooling, optional
+        A pooling stage after ReLU, or a pool's backward pass before the bias; not both.
+    argmax : numpy.ndarray of uint8, optional
+        ``unpool_in``'s argmax (a max pool's, shape of ``c``).
+
+    Returns
+    -------
+    ConvEpilogue
+
+    Raises
+    ------
+    TypeError, ValueError
+        As :func:`sim.models.bfp.epilogue`, :func:`pool` and :func:`unpool`; both pooling
+        stages; a shape that does not match a stage's geometry.
+    """
+    if pool_out is not None and unpool_in is not None:
+        raise ValueError("pool_out and unpool_in: a descriptor has one pooling stage")
+    v = c
+    if unpool_in is not None:
+        v = unpool(c, unpool_in, argmax)
+    r = bfp.epilogue(v, bias=bias, bias_axis="row", relu=relu, mask_in=mask_in, out="fp32")
+    v, arg = r.value, None
+    if pool_out is not None:
+        v, arg = pool(v, pool_out)
+    if out == "fp32":
+        return ConvEpilogue(v, None, None, r.mask, arg)
+    if out != "bfp8":
+        raise ValueError(f"out must be 'fp32' or 'bfp8', not {out!r}")
+    if not np.isfinite(v).all():
+        raise ValueError("c must give finite values to quantise (it gives inf or NaN)")
+    q, exp = bfp.quantize_tiles(v, block=block, rounding=rounding, seed=seed)
+    return ConvEpilogue(v, q, exp, r.mask, arg)
+
+
+def quantize_stack(x: np.ndarray, *, block: int = 32, rounding: str = "nearest",
+                   seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Quantise a stack of matrices (a convolution's weights, :func:`weight_stack`) to BFP8:
+    each matrix in its own tile blocks, the random bits of stochastic rounding those of its
+    rows in the stack.
+
+    Parameters
+    ----------
+    x : numpy.ndarray of float32, shape (offsets, M, N)
+    block, rounding, seed
+        As :func:`sim.models.bfp.quantize_tiles`.
+
+    Returns
+    -------
+    q : numpy.ndarray of int8, shape (offsets, M, N)
+    exp : numpy.ndarray of int8, shape (offsets, ceil(M/T), ceil(N/T))
+        Matrix ``o`` is ``quantize_tiles(x[o], ..., row0=o * M)``.
+
+    Raises
+    ------
+    TypeError, ValueError
+        ``x`` is not a 3-D float32 array; as :func:`sim.models.bfp.quantize_tiles`.
+    """
+    if not isinstance(x, np.ndarray) or x.dtype != np.float32 or x.ndim != 3 or not x.size:
+        raise TypeError(f"x must be a non-empty float32 (offsets, M, N) array, not "
+                        f"{getattr(x, 'dtype', type(x).__name__)} {getattr(x, 'shape', '')}")
+    parts = [bfp.quantize_tiles(np.ascontiguousarray(x[o]), block=block, rounding=rounding,
+                                seed=seed, row0=o * x.shape[1]) for o in range(x.shape[0])]
+    return np.stack([p[0] for p in parts]), np.stack([p[1] for p in parts])
+
+
+def dequantize_stack(q: np.ndarray, exp: np.ndarray, *, block: int = 32) -> np.ndarray:
+    """The inverse of :func:`quantize_stack` (exact): ``(offsets, M, N)`` float32."""
+    return np.stack([bfp.dequantize_tiles(q[o], exp[o], block=block)
+                     for o in range(q.shape[0])])

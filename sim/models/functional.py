@@ -139,7 +139,8 @@ class FunctionalAccelerator:
                                               OUTSTANDING=self.outstanding),
             offset("CONFIG_FEATURES"): regmap.pack(
                 "CONFIG_FEATURES", EPILOGUE=int(self.epilogue), K_BLOCKS=int(self.epilogue),
-                CONV=int(self.epilogue), TILE_LOG2=regmap.TILE_BLOCK.bit_length() - 1,
+                CONV=int(self.epilogue), POOL=int(self.epilogue),
+                TILE_LOG2=regmap.TILE_BLOCK.bit_length() - 1,
                 OPS=_ALL_OPS if self.epilogue else 0),
             offset("STATUS"): regmap.pack(
                 "STATUS", BUSY=int(bool(self.pending)), ERROR=int(self.error != 0),
@@ -216,7 +217,8 @@ class FunctionalAccelerator:
             self._count(*self.last_mnk, f, k_blocks=tiles,
                         bfp8=bool(field_value("DESC_EPILOGUE", "BFP8", epi)))
             return ErrorCode.NONE
-        if field_value("DESC_CONV", "MODE", self._reg("DESC_CONV")):
+        if field_value("DESC_CONV", "MODE", self._reg("DESC_CONV")) \
+                or field_value("DESC_POOL", "MODE", self._reg("DESC_POOL")):
             return ErrorCode.UNSUPPORTED           # (a convolution needs tile exponents)
         ta, tb = bool(f["TRANSPOSE_A"]), bool(f["TRANSPOSE_B"])
         a = (self._reg64("DESC_A_ADDR"), (k, m) if ta else (m, k), self._reg("DESC_A_STRIDE"))
@@ -297,11 +299,12 @@ class FunctionalAccelerator:
         if isinstance(conv, ErrorCode):
             return conv
         if conv is not None:
-            m, n, k = conv["m"], conv["n"], conv["k"]
-        else:
-            code = check_dimensions(m, n, 1 if only else k)
-            if code:
-                return ErrorCode(code)
+            return self._execute_conv(conv, f, e)
+        if field_value("DESC_POOL", "MODE", self._reg("DESC_POOL")):
+            return ErrorCode.UNSUPPORTED           # (pooling is a convolution's)
+        code = check_dimensions(m, n, 1 if only else k)
+        if code:
+            return ErrorCode(code)
         self.last_mnk = (m, n, 0 if only else k)
         if e["BIAS"] == 3 or (only and (e["A_TILES"] or e["B_TILES"])) or (
                 e["SGD"] and (e["BIAS"] or e["RELU"] or e["MASK_IN"] or only)):
@@ -315,17 +318,6 @@ class FunctionalAccelerator:
         grids = {}
         if only:
             regions.append((a_addr, m, a_stride, 4 * n, 0))
-        elif conv is not None:
-            # the weight stack (kk matrices of Cout x Cin, rows a_stride apart, one after
-            # another; their grids one after another) and the activation or delta matrix
-            kk, (wm, wn), (xm, xn) = conv["offsets"], conv["stack"], conv["x"]
-            wg, xg = bfp.tile_grid((wm, wn), block=tile), bfp.tile_grid((xm, xn), block=tile)
-            grids["a"] = (self._reg64("DESC_ROW_EXP_ADDR"), (kk * wg[0], wg[1]))
-            grids["b"] = (self._reg64("DESC_COL_EXP_ADDR"), xg)
-            a_shape, b_shape = (kk * wm, wn), (xm, xn)
-            regions += [(a_addr, kk * wm, a_stride, wn, 1), (b_addr, xm, b_stride, xn, 1)]
-            for name in ("a", "b"):
-                regions.append((grids[name][0], 1, 0, int(np.prod(grids[name][1])), 0))
         else:
             regions += [(a_addr, a_shape[0], a_stride, a_shape[1], 1),
                         (b_addr, b_shape[0], b_stride, b_shape[1], 1)]
@@ -337,7 +329,7 @@ class FunctionalAccelerator:
             if on and name not in grids:
                 grids[name] = (self._reg64(addr), bfp.tile_grid(shape, block=tile))
                 regions.append((grids[name][0], 1, 0, int(np.prod(grids[name][1])), 0))
-        if not only and conv is None:
+        if not only:
             if f["ROW_EXP_VECTOR"] and not e["A_TILES"]:
                 regions.append((self._reg64("DESC_ROW_EXP_ADDR"), 1, 0, m, 0))
             if f["COL_EXP_VECTOR"] and not e["B_TILES"]:
@@ -360,14 +352,6 @@ class FunctionalAccelerator:
 
         if only:
             c = self._matrix(a_addr, m, n, a_stride, np.float32).copy()
-        elif conv is not None:
-            kk, (wm, wn), (xm, xn) = conv["offsets"], conv["stack"], conv["x"]
-            w = self._matrix(a_addr, kk * wm, wn, a_stride).view(np.int8).reshape(kk, wm, wn)
-            x = self._matrix(b_addr, xm, xn, b_stride).view(np.int8)
-            wg = grid("a").reshape(kk, -1, grid("a").shape[1])
-            run = convm.conv2d_forward if conv["mode"] == 1 else convm.conv2d_backward_data
-            c = run(np.ascontiguousarray(x), grid("b").copy(), np.ascontiguousarray(w),
-                    np.ascontiguousarray(wg), conv["geometry"], block=tile)
         else:
             am = self._matrix(a_addr, *a_shape, a_stride).view(np.int8)
             bm = self._matrix(b_addr, *b_shape, b_stride).view(np.int8)
@@ -432,12 +416,13 @@ class FunctionalAccelerator:
 
     def _conv(self, f: dict, e: dict):
         """A convolution descriptor's geometry (``DESC_CONV``), or None for a GEMM, or the
-        error that stops it: ``UNSUPPORTED`` for the weight gradient, without both tile
-        exponent flags, with transposes, quantise-only or SGD, or a geometry that does not
-        fit (:class:`sim.models.conv.ConvGeometry`); ``ZERO_DIMENSION`` for a zero size.
+        error that stops it: ``UNSUPPORTED`` without both tile exponent flags, with
+        transposes or quantise-only, SGD but on a weight gradient, a weight gradient with
+        bias, ReLU or a mask, or a geometry that does not fit
+        (:class:`sim.models.conv.ConvGeometry`); ``ZERO_DIMENSION`` for a zero size.
         Returns a dict: ``mode``, ``geometry``, the implicit GEMM's ``m``, ``n``, ``k``,
-        ``offsets``, the stack's matrix shape ``stack`` (Cout x Cin) and the B operand's
-        ``x`` (the input, or the deltas)."""
+        ``offsets``, and the shapes of A, B and C (``a``, ``b``, ``c``: C before a pooling
+        stage) and whether A and C are stacks (``a_stack``, ``c_stack``)."""
         word = self._reg("DESC_CONV")
         mode = field_value("DESC_CONV", "MODE", word)
         if not mode:
@@ -451,8 +436,9 @@ class FunctionalAccelerator:
         if 0 in (h, w, cin, cout, batch, v["KERNEL_H"], v["KERNEL_W"], v["STRIDE_H"],
                  v["STRIDE_W"], v["DILATION_H"], v["DILATION_W"]):
             return ErrorCode.ZERO_DIMENSION
-        if mode == 3 or not (e["A_TILES"] and e["B_TILES"]) or f["TRANSPOSE_A"] \
-                or f["TRANSPOSE_B"] or e["QUANTIZE_ONLY"] or e["SGD"]:
+        if not (e["A_TILES"] and e["B_TILES"]) or f["TRANSPOSE_A"] or f["TRANSPOSE_B"] \
+                or e["QUANTIZE_ONLY"] or (e["SGD"] and mode != 3) \
+                or (mode == 3 and (e["BIAS"] or e["RELU"] or e["MASK_IN"])):
             return ErrorCode.UNSUPPORTED
         try:
             g = convm.ConvGeometry(batch, cin, h, w, cout, (v["KERNEL_H"], v["KERNEL_W"]),
@@ -462,12 +448,176 @@ class FunctionalAccelerator:
         except ValueError:
             return ErrorCode.UNSUPPORTED
         kk = len(g.offsets)
+        x, d, stack = (cin, g.positions), (cout, g.out_positions), (kk * cout, cin)
         if mode == 1:
-            return {"mode": 1, "geometry": g, "m": cout, "n": g.out_positions,
-                    "k": kk * cin, "offsets": kk, "stack": (cout, cin),
-                    "x": (cin, g.positions)}
-        return {"mode": 2, "geometry": g, "m": cin, "n": g.positions, "k": kk * cout,
-                "offsets": kk, "stack": (cout, cin), "x": (cout, g.out_positions)}
+            return {"mode": 1, "geometry": g, "m": cout, "n": g.out_positions, "k": kk * cin,
+                    "offsets": kk, "a": stack, "b": x, "c": d, "a_stack": True,
+                    "c_stack": False}
+        if mode == 2:
+            return {"mode": 2, "geometry": g, "m": cin, "n": g.positions, "k": kk * cout,
+                    "offsets": kk, "a": stack, "b": d, "c": x, "a_stack": True,
+                    "c_stack": False}
+        return {"mode": 3, "geometry": g, "m": kk * cout, "n": cin, "k": g.out_positions,
+                "offsets": kk, "a": d, "b": x, "c": stack, "a_stack": False, "c_stack": True}
+
+    def _pool(self, conv: dict):
+        """The pooling stage of a convolution descriptor (``DESC_POOL``): None, or ``(mode,
+        Pooling)``, or ``UNSUPPORTED`` (a stage its convolution's mode does not take, or a
+        window that does not fit) or ``ZERO_DIMENSION``."""
+        word = self._reg("DESC_POOL")
+        mode = field_value("DESC_POOL", "MODE", word)
+        if not mode:
+            return None
+        v = {fl.name: field_value("DESC_POOL", fl.name, word)
+             for fl in regmap.by_name("DESC_POOL").fields}
+        image = self._reg("DESC_POOL_IMAGE")
+        h, w = (field_value("DESC_POOL_IMAGE", n, image) for n in ("HEIGHT", "WIDTH"))
+        if 0 in (h, w, v["KERNEL_H"], v["KERNEL_W"], v["STRIDE_H"], v["STRIDE_W"]):
+            return ErrorCode.ZERO_DIMENSION
+        if mode == 3 or mode != conv["mode"]:
+            return ErrorCode.UNSUPPORTED       # (pool a forward C, unpool a backward-data C)
+        g = conv["geometry"]
+        channels = conv["c"][0]
+        try:
+            pg = convm.pool_geometry(g.batch, channels, h, w, (v["KERNEL_H"], v["KERNEL_W"]),
+                                     (v["STRIDE_H"], v["STRIDE_W"]))
+            pooling = convm.Pooling(convm.POOL_KINDS[v["KIND"]], pg)
+        except ValueError:
+            return ErrorCode.UNSUPPORTED
+        # the pool's input is the forward C; its output the backward-data C
+        if (mode == 1 and (h, w) != (g.out_height, g.out_width)) \
+                or (mode == 2 and (pg.out_height, pg.out_width) != (g.height, g.width)):
+            return ErrorCode.UNSUPPORTED
+        return mode, pooling
+
+    def _execute_conv(self, conv: dict, f: dict, e: dict) -> ErrorCode:
+        """A convolution descriptor (:meth:`_conv`): its implicit GEMM
+        (:mod:`sim.models.conv`), then the write path of
+        :func:`sim.models.conv.conv_epilogue` or, for a weight gradient, the SGD step and
+        :func:`sim.models.conv.quantize_stack`, written where the descriptor says."""
+        tile = regmap.TILE_BLOCK
+        stage = self._pool(conv)
+        if isinstance(stage, ErrorCode):
+            return stage
+        self.last_mnk = (conv["m"], conv["n"], conv["k"])
+        g, kk, mode = conv["geometry"], conv["offsets"], conv["mode"]
+        pooling = None if stage is None else stage[1]
+        # C as written, and the shape the bias, ReLU and masks see
+        mid = conv["c"]
+        if stage is not None and stage[0] == 2:
+            mid = (mid[0], pooling.geometry.positions)
+        out = (mid[0], pooling.geometry.out_positions) if stage and stage[0] == 1 else mid
+        a_addr, a_stride = self._reg64("DESC_A_ADDR"), self._reg("DESC_A_STRIDE")
+        b_addr, b_stride = self._reg64("DESC_B_ADDR"), self._reg("DESC_B_STRIDE")
+        c_addr, c_stride = self._reg64("DESC_C_ADDR"), self._reg("DESC_C_STRIDE")
+
+        def grid_shape(shape, stack):
+            gm, gn = bfp.tile_grid((shape[0] // kk, shape[1]) if stack else shape, block=tile)
+            return (kk * gm, gn) if stack else (gm, gn)
+
+        grids = {"a": (self._reg64("DESC_ROW_EXP_ADDR"), grid_shape(conv["a"], conv["a_stack"])),
+                 "b": (self._reg64("DESC_COL_EXP_ADDR"), grid_shape(conv["b"], False))}
+        if e["BFP8"]:
+            grids["c"] = (self._reg64("DESC_C_EXP_ADDR"), grid_shape(out, conv["c_stack"]))
+        regions = [(a_addr, conv["a"][0], a_stride, conv["a"][1], 1),
+                   (b_addr, conv["b"][0], b_stride, conv["b"][1], 1),
+                   (c_addr, out[0], c_stride, out[1] * (1 if e["BFP8"] else 4), 0)]
+        regions += [(addr, 1, 0, shape[0] * shape[1], 0) for addr, shape in grids.values()]
+        if e["BIAS"]:
+            if e["BIAS"] != 1:
+                return ErrorCode.UNSUPPORTED         # (a channel's bias: one per row)
+            regions.append((self._reg64("DESC_BIAS_ADDR"), 1, 0, 4 * mid[0], 0))
+        mask_addr, mask_stride = self._reg64("DESC_MASK_ADDR"), self._reg("DESC_MASK_STRIDE")
+        if e["RELU"] or e["MASK_IN"]:
+            regions.append((mask_addr, mid[0], mask_stride, -(-mid[1] // 8), 0))
+        arg_addr, arg_stride = self._reg64("DESC_ARGMAX_ADDR"), self._reg("DESC_ARGMAX_STRIDE")
+        pooled = None
+        if pooling is not None and pooling.kind == "max":
+            pooled = (mid[0], pooling.geometry.out_positions)
+            regions.append((arg_addr, pooled[0], arg_stride, pooled[1], 0))
+        code = check_regions(regions, self._reg64("WINDOW_BASE"),
+                             min(self._reg64("WINDOW_LIMIT"), self.size), 8 * self.bpw,
+                             self.addr_width)
+        if code:
+            return ErrorCode(code)
+
+        def grid(name):
+            addr, shape = grids[name]
+            return self.memory[addr:addr + shape[0] * shape[1]].view(np.int8).reshape(shape)
+
+        def operand(name, addr, stride):
+            rows, cols = conv[name]
+            return np.ascontiguousarray(self._matrix(addr, rows, cols, stride).view(np.int8))
+
+        a, b = operand("a", a_addr, a_stride), operand("b", b_addr, b_stride)
+        ga, gb = grid("a").copy(), grid("b").copy()
+        if mode == 3:
+            c = convm.conv2d_weight_grad(a, ga, b, gb, g, block=tile).reshape(conv["c"])
+        else:
+            w = a.reshape(kk, -1, a.shape[1])
+            wg = ga.reshape(kk, -1, ga.shape[1])
+            run = convm.conv2d_forward if mode == 1 else convm.conv2d_backward_data
+            c = run(b, gb, w, wg, g, block=tile)
+        seed = self._reg("DESC_SEED_HI") << 32 | self._reg("DESC_SEED_LO")
+        rounding = "stochastic" if e["STOCHASTIC"] else "nearest"
+        if mode == 3:
+            stack = (kk, conv["c"][0] // kk, conv["c"][1])
+            if e["SGD"]:
+                if e["BFP8"]:
+                    q = self._matrix(c_addr, *conv["c"], c_stride).view(np.int8)
+                    w = convm.dequantize_stack(np.ascontiguousarray(q).reshape(stack),
+                                               grid("c").reshape(kk, -1, grid("c").shape[1]),
+                                               block=tile).reshape(conv["c"])
+                else:
+                    w = self._matrix(c_addr, *conv["c"], c_stride, np.float32).copy()
+                lr, decay = (np.array([self._reg(r)], np.uint32).view(np.float32)[0]
+                             for r in ("DESC_LR", "DESC_DECAY"))
+                c = bfp.sgd_step(w, c, lr, decay=decay)
+            if not e["BFP8"]:
+                self._matrix(c_addr, *conv["c"], c_stride, np.int32)[...] = c.view(np.int32)
+                return ErrorCode.NONE
+            if not np.isfinite(c).all():
+                return ErrorCode.NONFINITE
+            q, exp = convm.quantize_stack(c.reshape(stack), block=tile, rounding=rounding,
+                                          seed=seed)
+            self._matrix(c_addr, *conv["c"], c_stride).view(np.int8)[...] = \
+                q.reshape(conv["c"])
+            addr = grids["c"][0]
+            self.memory[addr:addr + exp.size] = exp.reshape(-1).view(np.uint8)
+            return ErrorCode.NONE
+        bias = None
+        if e["BIAS"]:
+            at = self._reg64("DESC_BIAS_ADDR")
+            bias = self.memory[at:at + 4 * mid[0]].view(np.float32).copy()
+        mask_in = argmax = None
+        if e["MASK_IN"]:
+            bits = self._matrix(mask_addr, mid[0], -(-mid[1] // 8), mask_stride)
+            mask_in = bfp.unpack_mask(np.ascontiguousarray(bits), mid[1])
+        if stage is not None and stage[0] == 2 and pooled is not None:
+            argmax = np.ascontiguousarray(
+                self._matrix(arg_addr, *pooled, arg_stride)).view(convm.ARGMAX_DTYPE)
+        try:
+            r = convm.conv_epilogue(c, bias=bias, relu=bool(e["RELU"]), mask_in=mask_in,
+                                    pool_out=pooling if stage and stage[0] == 1 else None,
+                                    unpool_in=pooling if stage and stage[0] == 2 else None,
+                                    argmax=argmax, out="fp32")
+        except ValueError:
+            return ErrorCode.UNSUPPORTED             # (an argmax beyond the window)
+        if e["BFP8"]:
+            if not np.isfinite(r.value).all():
+                return ErrorCode.NONFINITE
+            q, exp = bfp.quantize_tiles(r.value, block=tile, rounding=rounding, seed=seed)
+            self._matrix(c_addr, *out, c_stride).view(np.int8)[...] = q
+            addr = grids["c"][0]
+            self.memory[addr:addr + exp.size] = exp.reshape(-1).view(np.uint8)
+        else:
+            self._matrix(c_addr, *out, c_stride, np.int32)[...] = r.value.view(np.int32)
+        if e["RELU"]:
+            self._matrix(mask_addr, mid[0], -(-mid[1] // 8), mask_stride)[...] = \
+                bfp.pack_mask(r.mask)
+        if r.argmax is not None:
+            self._matrix(arg_addr, *pooled, arg_stride)[...] = r.argmax.view(np.uint8)
+        return ErrorCode.NONE
 
     def _row_exp(self, m: int, f: dict) -> np.ndarray:
         if f["ROW_EXP_VECTOR"]:

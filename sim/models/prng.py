@@ -154,7 +154,7 @@ def random_bits(seed: int, m, n) -> np.ndarray:
         np.uint16)
 
 
-def random_matrix(seed: int, m: int, n: int) -> np.ndarray:
+def random_matrix(seed: int, m: int, n: int, *, row0: int = 0) -> np.ndarray:
     """:func:`random_bits` of every element of an ``m x n`` matrix, computed with one
     Threefry block per four columns (it holds their four 16-bit numbers).
 
@@ -164,19 +164,25 @@ def random_matrix(seed: int, m: int, n: int) -> np.ndarray:
         The descriptor's seed, in ``[0, 2**64)``.
     m, n : int
         The matrix's rows and columns.
+    row0 : int
+        The first row's index: a matrix of a stack takes its rows' indices in the stack.
 
     Returns
     -------
     numpy.ndarray of uint16, shape (m, n)
-        Element ``(i, j)`` is ``random_bits(seed, i, j)``.
+        Element ``(i, j)`` is ``random_bits(seed, row0 + i, j)``.
     """
     if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer)):
         raise TypeError(f"seed must be an integer, not {type(seed).__name__}")
     seed = int(seed)
     if not 0 <= seed < 1 << 64:
         raise ValueError(f"seed must lie in [0, 2**64), not {seed}")
+    if isinstance(row0, (bool, np.bool_)) or not isinstance(row0, (int, np.integer)) \
+            or not 0 <= row0 <= (1 << 32) - m:
+        raise ValueError(f"row0 must be an int in [0, 2**32 - m], not {row0!r}")
     quads = -(-n // 4)
-    x0, x1 = threefry2x32(seed & _MASK32, seed >> 32, np.arange(m, dtype=np.uint32)[:, None],
+    rows = np.arange(int(row0), int(row0) + m, dtype=np.uint32)
+    x0, x1 = threefry2x32(seed & _MASK32, seed >> 32, rows[:, None],
                           np.arange(quads, dtype=np.uint32)[None, :])
     bits = np.empty((m, quads, 4), np.uint16)
     for i, (word, shift) in enumerate(((x0, 0), (x0, 16), (x1, 0), (x1, 16))):
