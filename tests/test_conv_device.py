@@ -255,3 +255,17 @@ def test_descriptors_the_model_refuses(model):
         with pytest.raises(AcceleratorError) as e:
             model.driver.run(dict(m=1, n=1, k=1, flags={}, epilogue=tiles, conv=c, pool=p))
         assert e.value.code is code, (conv_mode, pool_fields, image)
+
+
+def test_activation_matrix_quantised_in_one_descriptor(model):
+    """A device with convolution descriptors quantises an activation matrix's H*W*batch
+    columns (over 65535) in one quantise-only descriptor, as the golden backend does."""
+    x = np.random.default_rng(3).standard_normal((2, 70_000)).astype(np.float32)
+    want = bfp.quantize_tiles(x, rounding="stochastic", seed=9)
+    for dev in (model, Device("golden")):
+        got = dev.quantize(x, rounding="stochastic", seed=9)
+        np.testing.assert_array_equal(got.mantissas(), want[0], err_msg=dev.backend)
+        np.testing.assert_array_equal(got.exponents(), want[1], err_msg=dev.backend)
+    assert model.stats["n"] == 70_000 and model.stats["descriptors"] == 1
+    with pytest.raises(ValueError, match="M=70000 exceeds 65535"):
+        model.quantize(np.ascontiguousarray(x.T))

@@ -232,7 +232,10 @@ def quantize(dev, x, *, rounding: str = "nearest", seed: int = 0) -> BfpTensor:
         raise TypeError(f"x must be a non-empty float32 matrix (numpy or DeviceTensor), not "
                         f"{getattr(x, 'dtype', type(x).__name__)} {getattr(x, 'shape', '')}")
     m, n = x.shape
-    _check_dims(("M", m), ("N", n))
+    # (a device with convolution descriptors quantises an activation matrix's H*W*batch
+    # columns in one descriptor: DESC_N)
+    wide = dev.driver is None or dev.driver.info.conv
+    _check_dims(("M", m), ("N", min(n, 0xFFFF) if wide else n))
     _begin(dev, m, n, 0)
     if dev.driver is None:
         host = x.numpy() if isinstance(x, DeviceTensor) else x

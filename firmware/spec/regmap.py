@@ -242,7 +242,9 @@ REGISTERS: tuple[Register, ...] = tuple([
     *_counter("STALL_CYCLES", 0x078, "Busy cycles the array waited for the DMA"),
     *_counter("MACS", 0x080, "Useful multiply-accumulates"),
     _reg("DESC_M", 0x100, "rw", "Rows of C (1..65535)"),
-    _reg("DESC_N", 0x104, "rw", "Columns of C (1..65535)"),
+    _reg("DESC_N", 0x104, "rw", "Columns of C (1..65535; a quantise-only descriptor's up "
+                                "to 2**32 - 1 where CONFIG_FEATURES.CONV is 1, an "
+                                "activation matrix's H*W*batch)"),
     _reg("DESC_K", 0x108, "rw", "Reduction length (1..65535)"),
     _reg("DESC_FLAGS", 0x10C, "rw", "Descriptor options",
          ("TRANSPOSE_A", 0, 1, "A is stored K x M"),

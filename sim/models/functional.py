@@ -302,7 +302,9 @@ class FunctionalAccelerator:
             return self._execute_conv(conv, f, e)
         if field_value("DESC_POOL", "MODE", self._reg("DESC_POOL")):
             return ErrorCode.UNSUPPORTED           # (pooling is a convolution's)
-        code = check_dimensions(m, n, 1 if only else k)
+        # (with convolution descriptors the position counters are 32 bits wide, so a
+        # quantise-only descriptor takes an activation matrix's H*W*batch columns)
+        code = check_dimensions(m, min(n, 0xFFFF) if only else n, 1 if only else k)
         if code:
             return ErrorCode(code)
         self.last_mnk = (m, n, 0 if only else k)

@@ -1,0 +1,412 @@
+"""A convolutional network trained with its whole step on the device: no im2col, col2im or
+pooling on the host.
+
+:class:`ResidentConvNet` takes a :class:`firmware.ml.nn.Network` of convolutions, ReLUs,
+pools and fully connected layers and runs every layer as a convolution descriptor
+(:meth:`firmware.Device.conv2d` and its backward passes) over activations in the ``CHWN``
+layout of :mod:`sim.models.conv`, which each layer writes as the next one reads it:
+
+* a :class:`~firmware.ml.nn.Conv2d` is a convolution; a ReLU after it is its epilogue's, and
+  a :class:`~firmware.ml.nn.MaxPool2d` or :class:`~firmware.ml.nn.GlobalAvgPool2d` after that
+  is its write path's pooling stage (the argmax stored for the backward pass, which routes
+  the deltas back through it on the write path of the backward-data convolution above);
+* a :class:`~firmware.ml.nn.Linear` after :class:`~firmware.ml.nn.Flatten` is a convolution
+  whose kernel covers the whole image (``C x H x W`` features, PyTorch's flattening order),
+  and one after another fully connected layer or a global pool a 1 x 1 convolution: in the
+  ``CHWN`` layout a ``features x batch`` matrix is an image of one pixel.
+
+Per step the host converts the input batch to the ``CHWN`` layout (one copy), writes it and
+the loss gradient (each quantised on the device) and reads the logits; everything else stays
+on the device. The optimiser is the device's (SWALP's 8-bit SGD,
+:meth:`firmware.Device.conv2d_sgd_update`): each layer's weights are a BFP8 stack stepped in
+place by its weight-gradient descriptor, its bias a float32 row stepped by the weight
+gradient of a row of ones against the deltas (a 1 x 1 convolution: the sum over positions).
+
+Layer ``l``'s descriptors take the seeds of :class:`firmware.ml.resident.ResidentChain`, so
+the ``golden`` backend's weights are the ``model``'s bit for bit.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from firmware.ml import nn
+from firmware.ml.nn import softmax_cross_entropy
+from firmware.ml.resident import MAX_LAYERS, SGD_SEED, check_device
+from firmware.spec.regmap import TILE_BLOCK
+from sim.models import bfp
+from sim.models import conv as convm
+
+__all__ = ["ConvStage", "stages_of", "ResidentConvNet"]
+
+
+@dataclass(frozen=True)
+class ConvStage:
+    """One convolution descriptor of a network and what its write path does.
+
+    Attributes
+    ----------
+    channels, height, width : int
+        The input image (C x H x W).
+    out_channels : int
+    kernel, stride, padding : int or (int, int)
+    relu : bool
+        ReLU in the epilogue.
+    pool : tuple or None
+        ``(kind, kernel, stride)`` of the pooling stage after ReLU (``"max"`` or ``"avg"``).
+    flatten : bool
+        A fully connected layer over a flattened image (its weights ``C*H*W x Cout``).
+    """
+
+    channels: int
+    height: int
+    width: int
+    out_channels: int
+    kernel: tuple
+    stride: tuple = (1, 1)
+    padding: tuple = (0, 0)
+    relu: bool = False
+    pool: tuple | None = None
+    flatten: bool = False
+
+    def geometry(self, batch: int) -> convm.ConvGeometry:
+        return convm.ConvGeometry(batch, self.channels, self.height, self.width,
+                                  self.out_channels, self.kernel, stride=self.stride,
+                                  padding=self.padding)
+
+    def pooling(self, batch: int) -> convm.Pooling | None:
+        if self.pool is None:
+            return None
+        g = self.geometry(batch)
+        kind, k, s = self.pool
+        return convm.Pooling(kind, convm.pool_geometry(batch, self.out_channels, g.out_height,
+                                                       g.out_width, k, s))
+
+    def out_image(self) -> tuple[int, int, int]:
+        """The image this stage writes (after its pool)."""
+        p = self.pooling(1)
+        g = self.geometry(1) if p is None else p.geometry
+        return self.out_channels, g.out_height, g.out_width
+
+
+def stages_of(net: nn.Network, input_shape) -> list[tuple[ConvStage, nn.Layer]]:
+    """The convolution descriptors of ``net`` on images of ``input_shape`` (C, H, W), each
+    with the layer whose weights it holds.
+
+    Raises
+    ------
+    TypeError
+        ``net`` is not a :class:`firmware.ml.nn.Network`.
+    ValueError
+        A layer the device cannot run this way (naming it and why): a residual block, a pool
+        not after a convolution (and its ReLU), a fully connected layer over an image whose
+        side exceeds 15 (``DESC_CONV``'s kernel field), a ReLU or pool after the last layer.
+    """
+    if not isinstance(net, nn.Network):
+        raise TypeError(f"net must be a firmware.ml.nn.Network, not {type(net).__name__}")
+    c, h, w = (int(v) for v in input_shape)
+    out, flat = [], False
+    for i, layer in enumerate(net.layers):
+        name = f"layer {i} ({type(layer).__name__})"
+        if isinstance(layer, nn.Conv2d):
+            if flat:
+                raise ValueError(f"{name}: a convolution after Flatten")
+            st = ConvStage(c, h, w, layer.cout, (layer.k, layer.k), (layer.stride,) * 2,
+                           (layer.pad,) * 2)
+            out.append([st, layer])
+            c, h, w = st.out_image()
+        elif isinstance(layer, nn.Linear):
+            fan_in, fan_out = layer.params["W"].shape
+            if fan_in != c * h * w:
+                raise ValueError(f"{name}: takes {fan_in} features, the image has "
+                                 f"{c}x{h}x{w}")
+            if not flat and (h, w) != (1, 1):
+                raise ValueError(f"{name}: a fully connected layer over an image needs "
+                                 f"Flatten first")
+            if max(h, w) > 15:
+                raise ValueError(f"{name}: over a {h}x{w} image, whose side exceeds "
+                                 f"DESC_CONV's kernel field (15); pool it first")
+            out.append([ConvStage(c, h, w, fan_out, (h, w), flatten=(h, w) != (1, 1)),
+                        layer])
+            c, h, w, flat = fan_out, 1, 1, False
+        elif isinstance(layer, nn.ReLU):
+            if not out or out[-1][0].relu or out[-1][0].pool:
+                raise ValueError(f"{name}: a ReLU not right after a convolution or a fully "
+                                 f"connected layer")
+            out[-1][0] = _replace(out[-1][0], relu=True)
+        elif isinstance(layer, (nn.MaxPool2d, nn.GlobalAvgPool2d)):
+            if not out or out[-1][0].pool or flat:
+                raise ValueError(f"{name}: a pool not right after a convolution (and its "
+                                 f"ReLU)")
+            pool = ("max", layer.k, layer.k) if isinstance(layer, nn.MaxPool2d) \
+                else ("avg", (h, w), 1)
+            if max(_pair(pool[1])) > 15:
+                raise ValueError(f"{name}: a {pool[1]} window exceeds DESC_POOL's field (15)")
+            out[-1][0] = _replace(out[-1][0], pool=pool)
+            c, h, w = out[-1][0].out_image()
+        elif isinstance(layer, nn.Flatten):
+            flat = True
+        else:
+            raise ValueError(f"{name}: the device runs convolutions, ReLU, max and global "
+                             f"average pools and fully connected layers, not this")
+    if not out:
+        raise ValueError("net has no convolution or fully connected layer")
+    if out[-1][0].relu or out[-1][0].pool:
+        raise ValueError("net: its last layer must be a convolution or fully connected "
+                         "layer without ReLU or pool (the logits)")
+    if len(out) > MAX_LAYERS:
+        raise ValueError(f"net has {len(out)} layers, at most {MAX_LAYERS} fit the seeds")
+    return [tuple(s) for s in out]
+
+
+def _pair(v):
+    return tuple(v) if isinstance(v, tuple) else (v, v)
+
+
+def _replace(st: ConvStage, **kw) -> ConvStage:
+    from dataclasses import replace
+    return replace(st, **kw)
+
+
+def _to_stack(st: ConvStage, w: np.ndarray) -> np.ndarray:
+    """A layer's float32 weights ``W`` (``Cin*kh*kw x Cout``, as firmware.ml.nn keeps them)
+    as a stack (kh*kw, Cout, Cin)."""
+    return convm.weight_stack(np.ascontiguousarray(
+        w.T.reshape(st.out_channels, st.channels, *st.kernel)))
+
+
+def _from_stack(st: ConvStage, stack: np.ndarray) -> np.ndarray:
+    """The inverse of :func:`_to_stack`."""
+    w4 = convm.weight_tensor(stack, st.kernel)     # Cout x Cin x kh x kw
+    return np.ascontiguousarray(w4.reshape(st.out_channels, -1).T)
+
+
+class ResidentConvNet:
+    """See the module documentation.
+
+    Parameters
+    ----------
+    net : firmware.ml.nn.Network
+        Its initial weights are taken (rounded to nearest on the device); ``net`` itself is
+        not changed.
+    input_shape : tuple of int
+        One sample's ``(C, H, W)``.
+    device : firmware.Device
+        With convolution descriptors and pooling stages (``golden`` or ``model``).
+    seed : int
+        In ``[0, 2**32)``: every descriptor's seed is made of it, the pass, the layer and
+        the tensor's role.
+    lr, weight_decay : float
+        The device's SGD; ``lr`` may be changed between steps (a schedule).
+    eval_batch : int
+        Images per forward pass in :meth:`predict`.
+
+    Attributes
+    ----------
+    stages : list of ConvStage
+    params : list of (str, numpy.ndarray)
+        ``W0, b0, ...`` as ``net`` holds them (``W`` of a convolution ``Cin*k*k x Cout``),
+        read back from the device (dequantised) when asked.
+    steps : int
+    traffic : dict
+        Bytes the host wrote to and read from the device in the last step, by what they were.
+
+    Raises
+    ------
+    TypeError, ValueError
+        A bad argument or a layer the device cannot run (:func:`stages_of`), named in the
+        message; a device without the epilogue, convolutions, pooling or SGD.
+    """
+
+    def __init__(self, net, input_shape, device, *, seed: int = 0, lr: float = 0.05,
+                 weight_decay: float = 0.0, eval_batch: int = 256):
+        from firmware.runtime.epilogue import offers
+        check_device(device)
+        if device.driver is not None and not (device.driver.info.conv
+                                              and device.driver.info.pool):
+            raise ValueError(f"device: this {device.backend} accelerator has no convolution "
+                             f"descriptors or pooling stages (CONFIG_FEATURES.CONV, POOL): "
+                             f"use Device('model') or firmware.ml.nn on the host")
+        if not offers(device, SGD=1, BFP8=1, STOCHASTIC=1) or not offers(device, SGD=1):
+            raise ValueError(f"device: this {device.backend} accelerator does not offer "
+                             f"DESC_EPILOGUE.SGD (CONFIG_FEATURES.OPS)")
+        if not isinstance(seed, (int, np.integer)) or isinstance(seed, bool) \
+                or not 0 <= seed < 1 << 32:
+            raise ValueError(f"seed must be an integer in [0, 2**32), not {seed!r}")
+        if not lr > 0 or not weight_decay >= 0:
+            raise ValueError(f"need lr > 0 and weight_decay >= 0, not {lr}, {weight_decay}")
+        if not isinstance(eval_batch, int) or not 1 <= eval_batch <= 0xFFFF:
+            raise ValueError(f"eval_batch must be an int in [1, 65535], not {eval_batch!r}")
+        pairs = stages_of(net, input_shape)
+        self.stages = [st for st, _ in pairs]
+        self.input_shape = tuple(int(v) for v in input_shape)
+        self.device, self.seed = device, int(seed)
+        self.lr, self.weight_decay, self.eval_batch = float(lr), float(weight_decay), eval_batch
+        self.steps, self.passes, self.traffic = 0, 0, {}
+        self._ones: dict = {}
+        self._weights = []
+        for st, layer in pairs:
+            q, e = convm.quantize_stack(_to_stack(st, layer.params["W"]), block=TILE_BLOCK)
+            b = device.tensor(layer.params["b"].astype(np.float32).reshape(1, -1))
+            self._weights.append((device.bfp_stack(q, e), b))
+
+    @property
+    def layers(self) -> int:
+        return len(self.stages)
+
+    def _seed(self, step: int, layer: int, role: int) -> int:
+        """As :meth:`firmware.ml.resident.ResidentChain._seed`."""
+        return ((self.seed << 32) | (step & 0xFFFFFF) << 8 | layer << 2 | role) \
+            & 0xFFFF_FFFF_FFFF_FFFF
+
+    def _count(self, what: str, nbytes: int) -> None:
+        self.traffic[what] = self.traffic.get(what, 0) + int(nbytes)
+
+    def _ones_row(self, columns: int):
+        """A 1 x columns BfpTensor of ones (mantissa 64, exponent -6)."""
+        if columns not in self._ones:
+            grid = bfp.tile_grid((1, columns), block=TILE_BLOCK)
+            self._ones[columns] = self.device.bfp_tensor(np.full((1, columns), 64, np.int8),
+                                                         np.full(grid, -6, np.int8))
+        return self._ones[columns]
+
+    @property
+    def params(self) -> list:
+        out = []
+        for i, (st, (w, b)) in enumerate(zip(self.stages, self._weights, strict=True)):
+            out += [(f"W{i}", _from_stack(st, w.numpy())), (f"b{i}", b.numpy().reshape(-1))]
+        return out
+
+    def load_params(self, values: dict) -> None:
+        """Write ``W0, b0, ...`` (float32, the shapes of :attr:`params`; an SWA average) to
+        the device, the weights rounded to nearest.
+
+        Raises
+        ------
+        ValueError
+            A name is missing or an array has the wrong shape or dtype.
+        """
+        current = dict(self.params)
+        for name, a in current.items():
+            v = values.get(name)
+            if not isinstance(v, np.ndarray) or v.dtype != np.float32 or v.shape != a.shape:
+                raise ValueError(f"values: {name} must be a float32 array of shape {a.shape}, "
+                                 f"not {getattr(v, 'dtype', type(v).__name__)} "
+                                 f"{getattr(v, 'shape', '')}")
+        for i, (st, (w, b)) in enumerate(zip(self.stages, self._weights, strict=True)):
+            q, e = convm.quantize_stack(_to_stack(st, values[f"W{i}"]), block=TILE_BLOCK)
+            w.q.write(q.reshape(-1, q.shape[2]))
+            w.exp.write(e.reshape(1, -1))
+            b.write(values[f"b{i}"].reshape(1, -1))
+
+    def _check_x(self, x) -> None:
+        if not isinstance(x, np.ndarray) or x.dtype != np.float32 or x.ndim != 4 \
+                or x.shape[1:] != self.input_shape or not 1 <= x.shape[0] <= 0xFFFF:
+            raise TypeError(f"x must be a float32 (N, {', '.join(map(str, self.input_shape))}) "
+                            f"array with 1 <= N <= 65535, not "
+                            f"{getattr(x, 'dtype', type(x).__name__)} {getattr(x, 'shape', '')}")
+
+    def forward(self, x: np.ndarray, *, train: bool = False):
+        """The logits of a batch, ``N x classes`` float32; with ``train`` (stochastic
+        rounding) also what the backward pass needs (else None)."""
+        self._check_x(x)
+        dev, batch = self.device, x.shape[0]
+        rounding = "stochastic" if train else "nearest"
+        step = self.passes
+        if train:
+            self.passes += 1
+        with dev.profile.time("layout"):
+            xm = convm.activation_matrix(x)
+        self._count("input batch", xm.nbytes)
+        h = dev.quantize(xm, rounding=rounding, seed=self._seed(step, 0, 2))
+        saved = []
+        try:
+            for i, (st, (w, b)) in enumerate(zip(self.stages, self._weights, strict=True)):
+                g = st.geometry(batch)
+                if i == self.layers - 1:
+                    y, mask, arg = dev.conv2d(h, w, g, bias=b, out="float32"), None, None
+                else:
+                    res = dev.conv2d(h, w, g, bias=b, relu=st.relu, pool=st.pooling(batch),
+                                     rounding=rounding, seed=self._seed(step, i, 0))
+                    res = res if isinstance(res, tuple) else (res,)
+                    y = res[0]
+                    mask = res[1] if st.relu else None
+                    arg = res[-1] if st.pool and st.pool[0] == "max" else None
+                saved.append((h, mask, arg))
+                h = y
+            logits = h.numpy()
+        except BaseException:
+            _free(saved)
+            h.free()
+            raise
+        h.free()
+        self._count("logits", logits.nbytes)
+        logits = np.ascontiguousarray(logits.T)
+        if not train:
+            _free(saved)
+            return logits, None
+        return logits, (step, batch, saved)
+
+    def backward(self, saved, grad: np.ndarray) -> None:
+        """Step every layer's weights and bias with the gradient of a kept forward pass
+        (its tensors are freed)."""
+        dev = self.device
+        step, batch, layers = saved
+        shape = (batch, self.stages[-1].out_channels)
+        if not isinstance(grad, np.ndarray) or grad.dtype != np.float32 or grad.shape != shape:
+            _free(layers)
+            raise TypeError(f"grad must be a float32 {shape[0]}x{shape[1]} matrix")
+        rounding = "stochastic"
+        try:
+            gt = np.ascontiguousarray(grad.T)
+            self._count("loss gradient", gt.nbytes)
+            d = dev.quantize(gt, rounding=rounding, seed=self._seed(step, self.layers, 3))
+            for i in reversed(range(self.layers)):
+                st, (w, b) = self.stages[i], self._weights[i]
+                g = st.geometry(batch)
+                h = layers[i][0]
+                d_next = None
+                if i:
+                    below = self.stages[i - 1]
+                    _, mask, arg = layers[i - 1]
+                    d_next = dev.conv2d_backward_data(
+                        d, w, g, mask_in=mask, unpool=below.pooling(batch), argmax=arg,
+                        rounding=rounding, seed=self._seed(step, i, 1))
+                dev.conv2d_sgd_update(d, h, w, g, lr=self.lr, weight_decay=self.weight_decay,
+                                      rounding=rounding,
+                                      seed=self._seed(step, i, 1) ^ SGD_SEED)
+                ones = convm.ConvGeometry(batch, st.out_channels, g.out_height, g.out_width,
+                                          1, 1)
+                dev.conv2d_sgd_update(self._ones_row(g.out_positions), d, b, ones, lr=self.lr,
+                                      weight_decay=self.weight_decay)
+                d.free()
+                _free(layers[i:i + 1])
+                layers[i] = (None, None, None)
+                d = d_next
+        finally:
+            _free(layers)
+
+    def step(self, x: np.ndarray, labels: np.ndarray) -> float:
+        """One SGD step on a batch (NCHW float32 images, int labels); returns the mean
+        loss."""
+        self.traffic = {}
+        logits, saved = self.forward(x, train=True)
+        loss, grad = softmax_cross_entropy(logits, labels)
+        self.backward(saved, grad.astype(np.float32))
+        self.steps += 1
+        return loss
+
+    def predict(self, x: np.ndarray) -> np.ndarray:
+        """Class indices (round-to-nearest quantisation), :attr:`eval_batch` images a pass."""
+        self._check_x(x)
+        return np.concatenate([self.forward(x[i:i + self.eval_batch])[0].argmax(axis=1)
+                               for i in range(0, len(x), self.eval_batch)])
+
+
+def _free(layers) -> None:
+    for saved in layers:
+        for t in saved:
+            if t is not None:
+                t.free()

@@ -1,0 +1,150 @@
+"""A CNN trained with its whole step on the device (:class:`ResidentConvNet`): the
+``golden`` and ``model`` backends' weights bit for bit; no host im2col, col2im or pooling;
+only the batch, the logits and the loss gradient cross; it learns; layers it cannot run are
+refused by name."""
+
+import numpy as np
+import pytest
+
+from firmware import Device
+from firmware.ml import data, nn, train
+from firmware.ml.resident_conv import ResidentConvNet, stages_of
+
+
+def _fashion_like(rng):
+    """fashion-cnn's layers (firmware.ml.train) at a quarter of the channels."""
+    return nn.Network([nn.Conv2d(1, 4, 3, rng, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+                       nn.Conv2d(4, 8, 3, rng, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+                       nn.Flatten(), nn.Linear(8 * 7 * 7, 16, rng), nn.ReLU(),
+                       nn.Linear(16, 10, rng)])
+
+
+def _no_host_layout(monkeypatch):
+    def refuse(*_args, **_kw):
+        raise AssertionError("the host ran a layer's layout or pooling")
+    for cls, name in ((nn.Conv2d, "_cols"), (nn.Conv2d, "_col2im"), (nn.MaxPool2d, "forward"),
+                      (nn.MaxPool2d, "backward"), (nn.GlobalAvgPool2d, "forward")):
+        monkeypatch.setattr(cls, name, refuse)
+
+
+def test_fashion_cnn_golden_and_model_bit_identical(monkeypatch):
+    """Two steps of a fashion-cnn-shaped network on 28 x 28 images (batch 8): the same
+    weights and biases bit for bit on both backends, the same losses; per step only the
+    input batch, the logits and the loss gradient cross."""
+    rng = np.random.default_rng(0)
+    net = _fashion_like(rng)
+    x = rng.standard_normal((8, 1, 28, 28)).astype(np.float32)
+    y = rng.integers(0, 10, 8)
+    _no_host_layout(monkeypatch)
+    runs = {}
+    for dev in (Device("golden"), Device("model", rows=8, cols=8)):
+        r = ResidentConvNet(net, (1, 28, 28), dev, seed=5, lr=0.05, weight_decay=1e-4)
+        losses = [r.step(x, y) for _ in range(2)]
+        assert r.traffic == {"input batch": x.nbytes, "logits": 8 * 10 * 4,
+                             "loss gradient": 8 * 10 * 4}
+        runs[dev.backend] = (losses, r.params)
+    (la, pa), (lb, pb) = runs["golden"], runs["model"]
+    assert la == lb
+    for (name, a), (_, b) in zip(pa, pb, strict=True):
+        np.testing.assert_array_equal(a.view(np.uint32), b.view(np.uint32), err_msg=name)
+    # and the step changed every layer
+    for (name, a), (_, w) in zip(pa, [(n, p) for layer in net.layers
+                                      for n, p in layer.params.items()], strict=True):
+        assert not np.array_equal(a, w), name
+
+
+def test_step_follows_float32_gradients():
+    """One step with a large learning rate (so the update dwarfs the weights' quantum): every
+    layer's change is the float32 network's gradient step (firmware.ml.nn on the host),
+    correlation above 0.95 and size within 10 %. A wrong route (mask, argmax, kernel
+    rotation, layout) decorrelates the layers below it."""
+    rng = np.random.default_rng(0)
+    net = _fashion_like(rng)
+    x = rng.standard_normal((16, 1, 28, 28)).astype(np.float32)
+    y = rng.integers(0, 10, 16)
+    r = ResidentConvNet(net, (1, 28, 28), Device("golden"), seed=5, lr=1.0)
+    before = r.params
+    r.step(x, y)
+    eng = nn.Engine("fp32")
+    _, grad = nn.softmax_cross_entropy(net.forward(x, eng), y)
+    net.backward(grad, eng)
+    grads = [layer.grads[k] for layer in net.layers if layer.params for k in ("W", "b")]
+    for (name, a), (_, b), g in zip(before, r.params, grads, strict=True):
+        step, want = (b - a).ravel(), -g.ravel()
+        assert np.corrcoef(step, want)[0, 1] > 0.95, name
+        assert 0.9 < np.abs(step).sum() / np.abs(want).sum() < 1.1, name
+
+
+def test_global_average_pool_and_strides_bit_identical(monkeypatch):
+    """A strided convolution, a global average pool and a 1 x 1 classifier: both backends
+    agree bit for bit."""
+    rng = np.random.default_rng(1)
+    net = nn.Network([nn.Conv2d(3, 8, 3, rng, stride=2, padding=1), nn.ReLU(),
+                      nn.Conv2d(8, 8, 3, rng, padding=1), nn.ReLU(), nn.GlobalAvgPool2d(),
+                      nn.Linear(8, 5, rng)])
+    x = rng.standard_normal((6, 3, 9, 9)).astype(np.float32)
+    y = rng.integers(0, 5, 6)
+    _no_host_layout(monkeypatch)
+    got = []
+    for dev in (Device("golden"), Device("model", rows=4, cols=8)):
+        r = ResidentConvNet(net, (3, 9, 9), dev, seed=2, lr=0.1)
+        r.step(x, y)
+        got.append(r.params)
+    for (name, a), (_, b) in zip(*got, strict=True):
+        np.testing.assert_array_equal(a.view(np.uint32), b.view(np.uint32), err_msg=name)
+
+
+def test_digits_cnn_learns():
+    """digits-cnn (firmware.ml.train) trained on the device for two epochs reaches the
+    accuracy its float32 training reaches."""
+    x, y, xt, yt = data.digits(image=True)
+    x, xt = x.astype(np.float32), xt.astype(np.float32)
+    r = ResidentConvNet(train.TASKS["digits-cnn"].make(np.random.default_rng(0)), (1, 8, 8),
+                        Device("model"), seed=3, lr=0.05)
+    for epoch in range(2):
+        perm = np.random.default_rng(epoch).permutation(len(x))
+        for i in range(0, len(x) - 31, 32):
+            r.step(x[perm[i:i + 32]], y[perm[i:i + 32]])
+    assert (r.predict(xt) == yt).mean() > 0.8
+
+
+def test_params_round_trip():
+    """load_params(params) leaves the weights as they were; a bad array is named."""
+    rng = np.random.default_rng(2)
+    r = ResidentConvNet(_fashion_like(rng), (1, 28, 28), Device("golden"))
+    before = r.params
+    r.load_params(dict(before))
+    for (name, a), (_, b) in zip(before, r.params, strict=True):
+        np.testing.assert_array_equal(a, b, err_msg=name)
+    with pytest.raises(ValueError, match="W1 must be a float32 array"):
+        r.load_params(dict(before, W1=before[2][1][:, :3]))
+
+
+@pytest.mark.parametrize("layers, match", [
+    (lambda r: [nn.Residual([nn.Conv2d(1, 1, 3, r, padding=1)]), nn.Flatten(),
+                nn.Linear(64, 2, r)], "layer 0 \\(Residual\\)"),
+    (lambda r: [nn.MaxPool2d(2), nn.Flatten(), nn.Linear(16, 2, r)], "a pool not right"),
+    (lambda r: [nn.Flatten(), nn.Linear(64, 2, r), nn.ReLU()], "last layer"),
+    (lambda r: [nn.Linear(64, 2, r)], "needs Flatten first"),
+    (lambda r: [nn.Flatten(), nn.Linear(63, 2, r)], "takes 63 features"),
+])
+def test_layers_it_cannot_run_are_named(layers, match):
+    rng = np.random.default_rng(0)
+    with pytest.raises(ValueError, match=match):
+        stages_of(nn.Network(layers(rng)), (1, 8, 8))
+    with pytest.raises(ValueError, match="exceeds DESC_CONV's kernel field"):
+        stages_of(nn.Network([nn.Flatten(), nn.Linear(784, 2, rng)]), (1, 28, 28))
+
+
+def test_bad_arguments_named():
+    rng = np.random.default_rng(0)
+    net = train.TASKS["digits-cnn"].make(rng)
+    with pytest.raises(ValueError, match="seed must be"):
+        ResidentConvNet(net, (1, 8, 8), Device("golden"), seed=-1)
+    with pytest.raises(ValueError, match="need lr > 0"):
+        ResidentConvNet(net, (1, 8, 8), Device("golden"), lr=0.0)
+    with pytest.raises(ValueError, match="no write-back"):
+        ResidentConvNet(net, (1, 8, 8), Device("model", rows=4, cols=4, epilogue=False))
+    r = ResidentConvNet(net, (1, 8, 8), Device("golden"))
+    with pytest.raises(TypeError, match="x must be a float32 \\(N, 1, 8, 8\\)"):
+        r.step(np.zeros((2, 1, 8, 7), np.float32), np.zeros(2, int))
