@@ -561,3 +561,22 @@ def test_conv_epilogue_stages():
         conv.conv_epilogue(c, pool_out=conv.Pooling("max", g), unpool_in=conv.Pooling("max", g))
     with pytest.raises(ValueError, match="argmax is needed"):
         conv.conv_epilogue(d, unpool_in=conv.Pooling("max", g))
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_implicit_gemm_counts_the_valid_products(seed):
+    """Forward and backward-data skip the same products (each valid (input, output, offset)
+    triple is one Cin x Cout product either way); the weight gradient skips none."""
+    rng = np.random.default_rng(seed)
+    k = int(rng.integers(1, 6))
+    g = ConvGeometry(int(rng.integers(1, 4)), int(rng.integers(1, 5)), int(rng.integers(k, 12)),
+                     int(rng.integers(k, 12)), int(rng.integers(1, 5)), k,
+                     stride=int(rng.integers(1, 3)), padding=int(rng.integers(0, 3)))
+    valid = sum(int((g.input_index(dy, dx) >= 0).sum()) for dy, dx in g.offsets)
+    fwd, bwd, wgt = (g.implicit_gemm(mode) for mode in (1, 2, 3))
+    assert fwd[3] == bwd[3] == valid * g.channels * g.out_channels
+    assert wgt == (g.out_channels, len(g.offsets) * g.channels, g.out_positions,
+                   g.out_channels * len(g.offsets) * g.channels * g.out_positions)
+    assert fwd[:2] == (g.out_channels, g.out_positions) and bwd[:2] == (g.channels, g.positions)
+    for m, n, kk, macs in (fwd, bwd):
+        assert (kk - 1) * m * n < macs <= kk * m * n

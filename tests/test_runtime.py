@@ -296,6 +296,18 @@ def test_host_benchmark_measures_a_step():
     assert "| pynq-z1 (16x16@64" in hostbench.table([r])
 
 
+def test_host_benchmark_cnn_on_the_device_lays_out_the_batch_only():
+    """The CNN with its whole step on the device (resident-sgd): the host's layout time is
+    the input batch's copy to the CHWN layout, its quantise and combine rows zero."""
+    from sim.bench import host as hostbench
+    r = hostbench.measure("pynq-z1", "resident-sgd", batch=4, steps=1)
+    assert r["host_seconds"]["quantize"] == r["host_seconds"]["combine"] == 0.0
+    assert 0 < r["host_seconds"]["layout"] < 0.01
+    # the batch and the loss gradient quantised, 4 layers forward, 3 backward-data, 4
+    # weight and 4 bias steps
+    assert r["descriptors_per_step"] == 2 + 4 + 3 + 4 + 4
+
+
 @pytest.mark.parametrize("backend", ["golden", "rtl", "model"])
 def test_results_can_stay_on_the_device(rtl, backend):
     dev = {"golden": Device("golden"), "rtl": rtl,

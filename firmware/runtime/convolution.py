@@ -201,13 +201,13 @@ def _pool_fields(stage) -> dict:
             "height": p.height, "width": p.width}
 
 
-def _run_conv(dev, mode, x, w, g, m, n, k, golden, *, bias, relu, mask_in, out, rounding,
+def _run_conv(dev, mode, x, w, g, m, n, golden, *, bias, relu, mask_in, out, rounding,
               seed, stage=None):
     _require_conv(dev)
     _require(dev, BFP8=int(out == "bfp8"),
              STOCHASTIC=int(out == "bfp8" and rounding == "stochastic"),
              BIAS=0 if bias is None else 1, RELU=int(relu), MASK_IN=int(mask_in is not None))
-    _begin(dev, m, n, k)
+    _begin(dev, *g.implicit_gemm(mode))
 
     def desc():
         d = dict(m=1, n=1, k=1, flags={}, a_addr=w.q.addr, a_stride=w.q.stride,
@@ -243,7 +243,7 @@ def _pass(dev, mode, x, w, geometry, *, bias, relu, mask_in, out, rounding, seed
         return run(x.mantissas(), x.exponents(), w.mantissas(), w.exponents(), g,
                    block=regmap.TILE_BLOCK)
 
-    return _run_conv(dev, mode, x, w, g, m, n, len(g.offsets) * x_rows, golden, bias=bias,
+    return _run_conv(dev, mode, x, w, g, m, n, golden, bias=bias,
                      relu=relu, mask_in=mask_in, out=out, rounding=rounding, seed=seed,
                      stage=stage)
 
@@ -280,7 +280,7 @@ def _weight_grad(dev, d, x, geometry, target, *, lr=None, weight_decay=0.0,
                              f"{shape[0]}x{shape[1]}")
     _check_rounding(rounding, seed)
     kk = len(g.offsets)
-    m, n, k = kk * g.out_channels, g.channels, g.out_positions
+    m, n = kk * g.out_channels, g.channels
     bfp8 = isinstance(target, BfpStack)
     if target is None:
         pass
@@ -304,7 +304,7 @@ def _weight_grad(dev, d, x, geometry, target, *, lr=None, weight_decay=0.0,
     ops = {"SGD": 1} if target is not None else {}
     _require(dev, rows=m, BFP8=int(bfp8), STOCHASTIC=int(bfp8 and rounding == "stochastic"),
              **ops)
-    _begin(dev, m, n, k)
+    _begin(dev, *g.implicit_gemm(3))
     if dev.driver is None:
         grad = convm.conv2d_weight_grad(d.mantissas(), d.exponents(), x.mantissas(),
                                         x.exponents(), g, block=regmap.TILE_BLOCK)

@@ -282,9 +282,11 @@ def _operands(dev, a, b, transpose_a, transpose_b, rounding, seed) -> tuple[int,
     return m, n, ka
 
 
-def _begin(dev, m: int, n: int, k: int) -> None:
-    """A descriptor's ``dev.stats`` before it runs (``k`` 0: quantise-only, no GEMM)."""
-    dev.stats = {"backend": dev.backend, "macs": m * n * k, "m": m, "n": n, "k": k,
+def _begin(dev, m: int, n: int, k: int, macs: int | None = None) -> None:
+    """A descriptor's ``dev.stats`` before it runs (``k`` 0: quantise-only, no GEMM;
+    ``macs`` where they are not ``m * n * k``, a convolution's)."""
+    dev.stats = {"backend": dev.backend, "macs": m * n * k if macs is None else macs,
+                 "m": m, "n": n, "k": k,
                  "descriptors": 0, "cycles": None, "utilization": None}
     if k:
         dev.profile.count("gemms", 1)

@@ -69,7 +69,8 @@ NETS = {"cnn": fashion_cnn, "mlp": fashion_mlp}
 #: ``--blocks`` value for :class:`firmware.ml.resident.ResidentMLP` (``--net mlp`` only):
 #: activations, masks and deltas kept on the device in BFP8 tile blocks.
 RESIDENT = "resident"
-#: ... and the optimiser too (``optimizer="device"``): the weights stay on the device.
+#: ... and the optimiser too (``optimizer="device"``): the weights stay on the device. With
+#: ``--net cnn``, :class:`firmware.ml.resident_conv.ResidentConvNet`: the whole step there.
 RESIDENT_SGD = "resident-sgd"
 
 
@@ -84,7 +85,8 @@ def measure(board: str, blocks: str, batch: int = 128, steps: int = 3,
     blocks : str
         The host path's exponent blocks (:meth:`firmware.ml.nn.Blocks.parse`), or
         ``"resident"`` (with ``net_name="mlp"``): :class:`firmware.ml.resident.ResidentMLP`;
-        ``"resident-sgd"``: the same with its optimiser on the device.
+        ``"resident-sgd"``: the same with its optimiser on the device, or for the CNN
+        :class:`firmware.ml.resident_conv.ResidentConvNet` (the whole step on the device).
     batch : int
         The batch size.
     steps : int
@@ -106,7 +108,15 @@ def measure(board: str, blocks: str, batch: int = 128, steps: int = 3,
     dev = board_device(board)
     rng = np.random.default_rng(0)
     x, y = _images(batch)
-    if blocks in (RESIDENT, RESIDENT_SGD):
+    if blocks == RESIDENT_SGD and net_name == "cnn":
+        from firmware.ml.resident_conv import ResidentConvNet
+        net = ResidentConvNet(NETS[net_name](rng), (1, 28, 28), dev, seed=0, lr=0.01)
+        profile = dev.profile
+
+        def step():
+            with profile.time("float"):
+                net.step(x, y)
+    elif blocks in (RESIDENT, RESIDENT_SGD):
         from firmware.ml.resident import ResidentMLP
         net = ResidentMLP([784, 256, 10], dev, seed=0, lr=0.01) if blocks == RESIDENT \
             else ResidentMLP([784, 256, 10], dev, seed=0, lr=0.1, momentum=0.0,
@@ -207,8 +217,8 @@ def main(argv=None) -> int:
                    help="the network: the CNN (default) or fashion-mlp's 784-256-10 MLP")
     p.add_argument("--blocks", nargs="+", default=["fox", "tensor"],
                    help="host-path exponent blocks (fox, tensor, W,x,d) or, with --net mlp, "
-                        "'resident' (tensors kept on the device) or 'resident-sgd' (and the "
-                        "optimiser run there)")
+                        "'resident' (tensors kept on the device), or 'resident-sgd' (and the "
+                        "optimiser run there; with --net cnn the whole step)")
     p.add_argument("--batch", type=int, default=128)
     p.add_argument("--steps", type=int, default=3)
     p.add_argument("--out", type=Path, default=ROOT / "results" / "host_profile.json")
@@ -218,9 +228,9 @@ def main(argv=None) -> int:
     from firmware.ml import nn
     for b in args.blocks:
         if b in (RESIDENT, RESIDENT_SGD):
-            if args.net != "mlp":
-                p.error(f"--blocks {b} needs --net mlp (only fully connected layers stay "
-                        f"on the device)")
+            if b == RESIDENT and args.net != "mlp":
+                p.error(f"--blocks {b} needs --net mlp (the CNN stays on the device with "
+                        f"its optimiser: resident-sgd)")
             continue
         try:
             nn.Blocks.parse(b)

@@ -170,6 +170,43 @@ class ConvGeometry:
     def offsets(self) -> tuple[tuple[int, int], ...]:
         return tuple((dy, dx) for dy in range(self.kernel[0]) for dx in range(self.kernel[1]))
 
+    def implicit_gemm(self, mode: int) -> tuple[int, int, int, int]:
+        """The GEMM a descriptor of ``mode`` runs, as the engine schedules it.
+
+        Kernel offsets whose reads are all padding (forward) or that no output reads
+        (backward-data) are skipped per image position: with the batch innermost a tile of
+        columns holds one position's images, so when the batch fills the tiles nothing else
+        is computed. The weight gradient is ``D * im2col(X)^T``: ``Cout`` rows, one column
+        per (kernel offset, input channel), K the output positions.
+
+        Parameters
+        ----------
+        mode : {1, 2, 3}
+            Forward, backward-data, weight gradient (``DESC_CONV.MODE``).
+
+        Returns
+        -------
+        (m, n, k, macs)
+            C's rows and columns, the mean reduction length (rounded up) and the exact
+            multiply-accumulates.
+        """
+        kk = len(self.offsets)
+        if mode == 3:
+            m, n, k = self.out_channels, kk * self.channels, self.out_positions
+            return m, n, k, m * n * k
+        if mode not in (1, 2):
+            raise ValueError(f"mode must be 1, 2 or 3, not {mode!r}")
+        one = ConvGeometry(1, 1, self.height, self.width, 1, self.kernel, self.stride,
+                           self.padding, self.dilation)
+        index = one.input_index if mode == 1 else one.output_index
+        pairs = sum(int((index(dy, dx) >= 0).sum()) for dy, dx in self.offsets)
+        if mode == 1:
+            m, n, per = self.out_channels, self.out_positions, self.channels
+        else:
+            m, n, per = self.channels, self.positions, self.out_channels
+        macs = m * per * pairs * self.batch
+        return m, n, -(-macs // (m * n)), macs
+
     def _check_offset(self, dy, dx) -> None:
         for name, v, k in (("dy", dy, self.kernel[0]), ("dx", dx, self.kernel[1])):
             if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)):

@@ -215,7 +215,8 @@ class FunctionalAccelerator:
                                                                               "B_TILES"))
             # (a convolution's implicit GEMM: its own M, N and K)
             self._count(*self.last_mnk, f, k_blocks=tiles,
-                        bfp8=bool(field_value("DESC_EPILOGUE", "BFP8", epi)))
+                        bfp8=bool(field_value("DESC_EPILOGUE", "BFP8", epi)),
+                        macs=self.last_macs)
             return ErrorCode.NONE
         if field_value("DESC_CONV", "MODE", self._reg("DESC_CONV")) \
                 or field_value("DESC_POOL", "MODE", self._reg("DESC_POOL")):
@@ -258,11 +259,12 @@ class FunctionalAccelerator:
         return ErrorCode.NONE
 
     def _count(self, m: int, n: int, k: int, f: dict, k_blocks: bool = False,
-               bfp8: bool = False) -> None:
+               bfp8: bool = False, macs: int | None = None) -> None:
         """Advance the counters by a descriptor's predicted cycles (``k = 0``: a
         quantise-only descriptor, ``predict_quantize``'s cycles, or a row a cycle without it;
         ``k_blocks``: tile exponents along K, the datapath's K-block mode; ``bfp8``: a BFP8
-        C, walked in blocks of one tile block, :func:`bfp8_block`)."""
+        C, walked in blocks of one tile block, :func:`bfp8_block`; ``macs``: the
+        multiply-accumulates where they are not ``m * n * k``, a convolution's)."""
         ta, tb = bool(f["TRANSPOSE_A"]), bool(f["TRANSPOSE_B"])
         side = block_side(f["BLOCK"], self.cfg["block"])
         if bfp8:
@@ -283,7 +285,7 @@ class FunctionalAccelerator:
         for name, v in (("CYCLES", p["cycles"]), ("BUSY_CYCLES", p["cycles"]),
                         ("ACTIVE_CYCLES", p["compute_cycles"]),
                         ("STALL_CYCLES", p["cycles"] - p["compute_cycles"]),
-                        ("MACS", m * n * k)):
+                        ("MACS", m * n * k if macs is None else macs)):
             self.counters[name] += int(v)
 
     def _execute_epilogue(self, m: int, n: int, k: int, f: dict, epi: int) -> ErrorCode:
@@ -307,7 +309,7 @@ class FunctionalAccelerator:
         code = check_dimensions(m, min(n, 0xFFFF) if only else n, 1 if only else k)
         if code:
             return ErrorCode(code)
-        self.last_mnk = (m, n, 0 if only else k)
+        self.last_mnk, self.last_macs = (m, n, 0 if only else k), None
         if e["BIAS"] == 3 or (only and (e["A_TILES"] or e["B_TILES"])) or (
                 e["SGD"] and (e["BIAS"] or e["RELU"] or e["MASK_IN"] or only)):
             return ErrorCode.UNSUPPORTED
@@ -501,8 +503,9 @@ class FunctionalAccelerator:
         stage = self._pool(conv)
         if isinstance(stage, ErrorCode):
             return stage
-        self.last_mnk = (conv["m"], conv["n"], conv["k"])
         g, kk, mode = conv["geometry"], conv["offsets"], conv["mode"]
+        # (the GEMM the engine schedules: offsets over padding skipped)
+        *self.last_mnk, self.last_macs = g.implicit_gemm(mode)
         pooling = None if stage is None else stage[1]
         # C as written, and the shape the bias, ReLU and masks see
         mid = conv["c"]
