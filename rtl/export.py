@@ -139,8 +139,11 @@ def to_verilog(component, name: str) -> str:
 
 
 def _source_digest() -> str:
+    """A digest of what the generated RTL is made from: ``rtl/`` and the register map and
+    hardware constants in ``firmware/spec/`` (a new register changes the CSR block)."""
     h = hashlib.sha256()
-    for path in sorted(Path(__file__).parent.glob("*.py")):
+    spec = Path(__file__).resolve().parents[1] / "firmware" / "spec"
+    for path in sorted(Path(__file__).parent.glob("*.py")) + sorted(spec.glob("*.py")):
         h.update(path.name.encode())
         h.update(path.read_bytes())
     return h.hexdigest()[:16]
@@ -148,7 +151,8 @@ def _source_digest() -> str:
 
 def verilog_key(kind: str, name: str, **params) -> str:
     """What :func:`generate_verilog` stores beside a file (``.digest``) and compares to reuse
-    it: a digest of the RTL sources, the component, its parameters and its name."""
+    it: a digest of the RTL sources (and ``firmware/spec``), the component, its parameters
+    and its name."""
     return json.dumps({"src": _source_digest(), "kind": kind, "params": params, "name": name},
                       sort_keys=True)
 

@@ -24,7 +24,9 @@ def devs():
 
 
 def test_block_of_one_tile_block():
-    assert [bfp8_block(r, c) for r, c in ((16, 16), (8, 8), (32, 64), (4, 4))] == [2, 4, 1, 8]
+    assert [bfp8_block(r, c) for r, c in ((16, 16), (8, 8), (4, 4), (16, 32))] == [2, 4, 8, 1]
+    # whole tile blocks in every C tile: the walk keeps its block
+    assert bfp8_block(32, 64) is None and bfp8_block(64, 128) is None
 
 
 @pytest.mark.parametrize("m,n,k,ta,tb", [(64, 64, 256, False, False),

@@ -113,6 +113,22 @@ def test_command_writes_a_record(tmp_path):
     assert f"speedup {r['speedup']:.2f}" in text and f"{100 * r['host_share']:.1f} %" in text
 
 
+def test_whole_step_on_the_device_where_the_network_allows(tmp_path, capsys):
+    """resident-sgd: fashion-cnn's step on the device (a record, host share below the host
+    path's); resnet20's residual blocks are named as the reason it is skipped."""
+    out = tmp_path / "step.json"
+    assert step.main(["--net", "fashion-cnn", "resnet20", "--blocks", "fox", "resident-sgd",
+                      "--batch", "4", "--out", str(out)]) == 0
+    recs = {(r["net"], r["blocks"]): r for r in json.loads(out.read_text())["results"]}
+    assert set(recs) == {("fashion-cnn", "fox"), ("fashion-cnn", "resident-sgd"),
+                         ("resnet20", "fox")}
+    r = recs["fashion-cnn", "resident-sgd"]
+    assert r["descriptors_per_step"] == 2 + 4 + 3 + 4 + 4
+    assert r["host_share"] < recs["fashion-cnn", "fox"]["host_share"]
+    assert "resnet20: not resident-sgd: layer 2 (Residual)" in capsys.readouterr().err
+    assert step.line(r).endswith("(resident-sgd)")
+
+
 @pytest.mark.parametrize("argv", [["--batch", "0"], ["--net", "alexnet"], ["--blocks", "x"],
                                   ["--board", "zedboard"]])
 def test_bad_options_exit_2(argv, capsys):

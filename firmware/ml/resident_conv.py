@@ -202,6 +202,9 @@ class ResidentConvNet:
         The device's SGD; ``lr`` may be changed between steps (a schedule).
     eval_batch : int
         Images per forward pass in :meth:`predict`.
+    record : bool, optional
+        Record the training step's descriptors once and replay them
+        (:meth:`firmware.Device.record`); default where the device runs descriptor chains.
 
     Attributes
     ----------
@@ -210,6 +213,8 @@ class ResidentConvNet:
         ``W0, b0, ...`` as ``net`` holds them (``W`` of a convolution ``Cin*k*k x Cout``),
         read back from the device (dequantised) when asked.
     steps : int
+    recorded : bool
+        :meth:`step` replays a recorded step.
     traffic : dict
         Bytes the host wrote to and read from the device in the last step, by what they were.
 
@@ -221,7 +226,7 @@ class ResidentConvNet:
     """
 
     def __init__(self, net, input_shape, device, *, seed: int = 0, lr: float = 0.05,
-                 weight_decay: float = 0.0, eval_batch: int = 256):
+                 weight_decay: float = 0.0, eval_batch: int = 256, record=None):
         from firmware.runtime.epilogue import offers
         check_device(device)
         if device.driver is not None and not (device.driver.info.conv
@@ -246,6 +251,11 @@ class ResidentConvNet:
         self.lr, self.weight_decay, self.eval_batch = float(lr), float(weight_decay), eval_batch
         self.steps, self.passes, self.traffic = 0, 0, {}
         self._ones: dict = {}
+        self._plan = None
+        self.recorded = device.offers_chains() if record is None else bool(record)
+        if self.recorded and not device.offers_chains():
+            raise ValueError(f"record: this {device.backend} accelerator runs no descriptor "
+                             f"chains (CONFIG_FEATURES.CHAIN)")
         self._weights = []
         for st, layer in pairs:
             q, e = convm.quantize_stack(_to_stack(st, layer.params["W"]), block=TILE_BLOCK)
@@ -308,19 +318,12 @@ class ResidentConvNet:
                             f"array with 1 <= N <= 65535, not "
                             f"{getattr(x, 'dtype', type(x).__name__)} {getattr(x, 'shape', '')}")
 
-    def forward(self, x: np.ndarray, *, train: bool = False):
-        """The logits of a batch, ``N x classes`` float32; with ``train`` (stochastic
-        rounding) also what the backward pass needs (else None)."""
-        self._check_x(x)
-        dev, batch = self.device, x.shape[0]
-        rounding = "stochastic" if train else "nearest"
-        step = self.passes
-        if train:
-            self.passes += 1
-        with dev.profile.time("layout"):
-            xm = convm.activation_matrix(x)
-        self._count("input batch", xm.nbytes)
-        h = dev.quantize(xm, rounding=rounding, seed=self._seed(step, 0, 2))
+    def _forward_on_device(self, x_dev, batch: int, rounding: str, step: int):
+        """The forward descriptors from the float32 ``CHWN`` input on the device: the
+        float32 logits (``classes x N``, on the device) and, per layer, its input, ReLU
+        mask and argmax."""
+        dev = self.device
+        h = dev.quantize(x_dev, rounding=rounding, seed=self._seed(step, 0, 2))
         saved = []
         try:
             for i, (st, (w, b)) in enumerate(zip(self.stages, self._weights, strict=True)):
@@ -336,12 +339,77 @@ class ResidentConvNet:
                     arg = res[-1] if st.pool and st.pool[0] == "max" else None
                 saved.append((h, mask, arg))
                 h = y
-            logits = h.numpy()
         except BaseException:
             _free(saved)
             h.free()
             raise
-        h.free()
+        return h, saved
+
+    def _backward_on_device(self, g_dev, layers, batch: int, step: int, *,
+                            free: bool = True) -> list:
+        """The backward descriptors from the float32 loss gradient on the device
+        (``classes x N``): every layer's weights and bias stepped. With ``free`` the
+        pass's tensors are freed as they are spent; else they are returned with the
+        deltas (a recording keeps them for its replays)."""
+        dev, rounding, made = self.device, "stochastic", []
+        d = dev.quantize(g_dev, rounding=rounding, seed=self._seed(step, self.layers, 3))
+        try:
+            for i in reversed(range(self.layers)):
+                st, (w, b) = self.stages[i], self._weights[i]
+                g = st.geometry(batch)
+                d_next = None
+                if i:
+                    _, mask, arg = layers[i - 1]
+                    d_next = dev.conv2d_backward_data(
+                        d, w, g, mask_in=mask, unpool=self.stages[i - 1].pooling(batch),
+                        argmax=arg, rounding=rounding, seed=self._seed(step, i, 1))
+                dev.conv2d_sgd_update(d, layers[i][0], w, g, lr=self.lr,
+                                      weight_decay=self.weight_decay, rounding=rounding,
+                                      seed=self._seed(step, i, 1) ^ SGD_SEED)
+                ones = convm.ConvGeometry(batch, st.out_channels, g.out_height, g.out_width,
+                                          1, 1)
+                dev.conv2d_sgd_update(self._ones_row(g.out_positions), d, b, ones, lr=self.lr,
+                                      weight_decay=self.weight_decay)
+                if free:
+                    d.free()
+                    _free(layers[i:i + 1])
+                    layers[i] = (None, None, None)
+                else:
+                    made.append(d)
+                d = d_next
+        except BaseException:
+            if d is not None:
+                d.free()
+            _free(layers)
+            _free([made])
+            raise
+        if free:
+            _free(layers)
+        return made
+
+    def _layout(self, x: np.ndarray) -> np.ndarray:
+        with self.device.profile.time("layout"):
+            xm = convm.activation_matrix(x)
+        self._count("input batch", xm.nbytes)
+        return xm
+
+    def forward(self, x: np.ndarray, *, train: bool = False):
+        """The logits of a batch, ``N x classes`` float32; with ``train`` (stochastic
+        rounding) also what the backward pass needs (else None). Each call runs its
+        descriptors one by one (:meth:`step` replays a recorded step where it can)."""
+        self._check_x(x)
+        dev, batch = self.device, x.shape[0]
+        rounding = "stochastic" if train else "nearest"
+        step = self.passes
+        if train:
+            self.passes += 1
+        x_dev = dev.tensor(self._layout(x))
+        try:
+            out, saved = self._forward_on_device(x_dev, batch, rounding, step)
+        finally:
+            x_dev.free()
+        logits = out.numpy()
+        out.free()
         self._count("logits", logits.nbytes)
         logits = np.ascontiguousarray(logits.T)
         if not train:
@@ -352,49 +420,71 @@ class ResidentConvNet:
     def backward(self, saved, grad: np.ndarray) -> None:
         """Step every layer's weights and bias with the gradient of a kept forward pass
         (its tensors are freed)."""
-        dev = self.device
         step, batch, layers = saved
         shape = (batch, self.stages[-1].out_channels)
         if not isinstance(grad, np.ndarray) or grad.dtype != np.float32 or grad.shape != shape:
             _free(layers)
             raise TypeError(f"grad must be a float32 {shape[0]}x{shape[1]} matrix")
-        rounding = "stochastic"
+        gt = np.ascontiguousarray(grad.T)
+        self._count("loss gradient", gt.nbytes)
+        g_dev = self.device.tensor(gt)
         try:
-            gt = np.ascontiguousarray(grad.T)
-            self._count("loss gradient", gt.nbytes)
-            d = dev.quantize(gt, rounding=rounding, seed=self._seed(step, self.layers, 3))
-            for i in reversed(range(self.layers)):
-                st, (w, b) = self.stages[i], self._weights[i]
-                g = st.geometry(batch)
-                h = layers[i][0]
-                d_next = None
-                if i:
-                    below = self.stages[i - 1]
-                    _, mask, arg = layers[i - 1]
-                    d_next = dev.conv2d_backward_data(
-                        d, w, g, mask_in=mask, unpool=below.pooling(batch), argmax=arg,
-                        rounding=rounding, seed=self._seed(step, i, 1))
-                dev.conv2d_sgd_update(d, h, w, g, lr=self.lr, weight_decay=self.weight_decay,
-                                      rounding=rounding,
-                                      seed=self._seed(step, i, 1) ^ SGD_SEED)
-                ones = convm.ConvGeometry(batch, st.out_channels, g.out_height, g.out_width,
-                                          1, 1)
-                dev.conv2d_sgd_update(self._ones_row(g.out_positions), d, b, ones, lr=self.lr,
-                                      weight_decay=self.weight_decay)
-                d.free()
-                _free(layers[i:i + 1])
-                layers[i] = (None, None, None)
-                d = d_next
+            self._backward_on_device(g_dev, layers, batch, step)
         finally:
-            _free(layers)
+            g_dev.free()
+
+    def _recorded(self, batch: int):
+        """The recorded step for ``batch`` images (recorded now if missing, or if the
+        learning rate or weight decay changed since)."""
+        plan = self._plan
+        if plan is not None and plan["key"] == (batch, self.lr, self.weight_decay):
+            return plan
+        self.free_recording()
+        dev, st0 = self.device, self.stages[0]
+        x_dev = dev.empty((st0.channels, st0.height * st0.width * batch), np.float32)
+        g_dev = dev.empty((self.stages[-1].out_channels, batch), np.float32)
+        with dev.record() as fwd:
+            logits, saved = self._forward_on_device(x_dev, batch, "stochastic", 0)
+        with dev.record() as bwd:
+            made = self._backward_on_device(g_dev, saved, batch, 0, free=False)
+        self._plan = {"key": (batch, self.lr, self.weight_decay), "x": x_dev, "g": g_dev,
+                      "logits": logits, "tensors": [t for s in saved for t in s] + made,
+                      "forward": fwd, "backward": bwd}
+        return self._plan
+
+    def free_recording(self) -> None:
+        """Give back the buffers of the recorded step (it is recorded again when needed)."""
+        plan, self._plan = self._plan, None
+        if plan is not None:
+            for p in (plan["forward"], plan["backward"]):
+                p.free()
+            _free([plan["tensors"] + [plan["x"], plan["g"], plan["logits"]]])
 
     def step(self, x: np.ndarray, labels: np.ndarray) -> float:
         """One SGD step on a batch (NCHW float32 images, int labels); returns the mean
-        loss."""
+        loss. With :attr:`recorded`, the step's descriptors are recorded once per batch size
+        (and learning rate) and replayed with two doorbells: the forward chain, then, once
+        the host has the loss gradient, the backward chain."""
         self.traffic = {}
-        logits, saved = self.forward(x, train=True)
-        loss, grad = softmax_cross_entropy(logits, labels)
-        self.backward(saved, grad.astype(np.float32))
+        if not self.recorded:
+            logits, saved = self.forward(x, train=True)
+            loss, grad = softmax_cross_entropy(logits, labels)
+            self.backward(saved, grad.astype(np.float32))
+            self.steps += 1
+            return loss
+        self._check_x(x)
+        plan = self._recorded(x.shape[0])
+        seed = (self.passes & 0xFFFFFF) << 8            # the pass bits of _seed
+        self.passes += 1
+        plan["x"].write(self._layout(x))
+        plan["forward"].run(seed=seed)
+        logits = plan["logits"].numpy()
+        self._count("logits", logits.nbytes)
+        loss, grad = softmax_cross_entropy(np.ascontiguousarray(logits.T), labels)
+        gt = np.ascontiguousarray(grad.astype(np.float32).T)
+        self._count("loss gradient", gt.nbytes)
+        plan["g"].write(gt)
+        plan["backward"].run(seed=seed)
         self.steps += 1
         return loss
 

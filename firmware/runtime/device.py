@@ -31,6 +31,7 @@ Examples
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 
 import numpy as np
@@ -494,6 +495,7 @@ class Device:
         self.backend = backend
         self.stats: dict = {}
         self.profile = Profile()
+        self._recording = None          # a Program while Device.record() collects one
         self.driver = None
         self.dma_burst = None
         if backend == "pynq":
@@ -939,6 +941,57 @@ class Device:
         """
         from firmware.runtime import epilogue
         return epilogue.upload(self, q, exp)
+
+    def offers_chains(self) -> bool:
+        """Whether :meth:`record` works here: descriptor chains (``CONFIG_FEATURES.CHAIN``)."""
+        return self.driver is not None and self.driver.info.chain
+
+    @contextlib.contextmanager
+    def record(self):
+        """Record the descriptors that the calls keeping tensors on the device make
+        (:meth:`quantize`, :meth:`bfp_gemm`, :meth:`sgd_update`, :meth:`conv2d` and its
+        backward passes) as a :class:`firmware.runtime.program.Program`, instead of running
+        them: replay it with :meth:`~firmware.runtime.program.Program.run`, one doorbell
+        for the whole sequence.
+
+        Inside the block the calls return their output tensors as usual, but nothing is
+        computed until a replay: read none of them there.
+
+        Yields
+        ------
+        firmware.runtime.program.Program
+            Finished (its chain written to device memory) when the block ends without an
+            exception.
+
+        Raises
+        ------
+        RuntimeError
+            The device runs no descriptor chains (``CONFIG_FEATURES.CHAIN``; the ``golden``
+            backend has none), or is recording already.
+
+        Examples
+        --------
+        >>> dev = Device("model")
+        >>> x = dev.tensor(np.ones((4, 40), np.float32))
+        >>> with dev.record() as prog:
+        ...     q = dev.quantize(x)
+        >>> _ = prog.run()
+        >>> q.numpy()[0, :2]
+        array([1., 1.], dtype=float32)
+        """
+        from firmware.runtime.program import Program
+        if not self.offers_chains():
+            raise RuntimeError(f"this {self.backend} accelerator runs no descriptor chains "
+                               f"(CONFIG_FEATURES.CHAIN): run the calls one by one")
+        if self._recording is not None:
+            raise RuntimeError("this device is recording already")
+        prog = self._recording = Program(self)
+        self.driver.recording = True
+        try:
+            yield prog
+        finally:
+            self._recording, self.driver.recording = None, False
+        prog.finish()
 
     def bfp_stack(self, q: np.ndarray, exp: np.ndarray):
         """Copy a convolution's weights in BFP8 (one tile-blocked ``Cout x Cin`` matrix per

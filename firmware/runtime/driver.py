@@ -78,6 +78,8 @@ class HardwareInfo:
         self.conv = bool(field_value("CONFIG_FEATURES", "CONV", features))
         #: pooling on a convolution's write path (``DESC_POOL``; 0 before 1.13)
         self.pool = bool(field_value("CONFIG_FEATURES", "POOL", features))
+        #: descriptor chains in memory (``CTRL.RUN_CHAIN``; 0 before 1.14)
+        self.chain = bool(field_value("CONFIG_FEATURES", "CHAIN", features))
         self.tile_block = 1 << field_value("CONFIG_FEATURES", "TILE_LOG2", features)
 
     def __repr__(self):
@@ -124,6 +126,10 @@ class Driver:
         self.regs, self.memory, self.poll_cycles = regs, memory, poll_cycles
         self.info = HardwareInfo(regs)
         self._staged: dict[str, int] = {}   # what the DESC_* staging registers hold
+        self._recording: list | None = None  # a chain's entries while recording
+        #: a caller is recording descriptors to run later (firmware.Device.record): run()
+        #: would run out of order
+        self.recording = False
         self.bytes_per_word = self.info.data_width // 8
 
     # -- registers ---------------------------------------------------------------------------
@@ -227,16 +233,101 @@ class Driver:
         for name, default in (("lr", 0.0), ("decay", 1.0)):   # float32 bits
             words[f"DESC_{name.upper()}"] = int(np.array([desc.get(name, default)], np.float32)
                                                 .view(np.uint32)[0])
+        if self._recording is not None:      # a chain's entries: (offset, value)
+            for reg, value in words.items():
+                if self._staged.get(reg) != value:
+                    self._recording.append((offset(reg), value))
+                    self._staged[reg] = value
+            self._recording.append((offset("CTRL"), pack("CTRL", ENQUEUE=1)))
+            return
         for reg, value in words.items():
             if self._staged.get(reg) != value:
                 self.write(reg, value)
                 self._staged[reg] = value
         self.write("CTRL", pack("CTRL", ENQUEUE=1))
 
+    def record(self, descs) -> list[tuple[int, int]]:
+        """The chain of register writes that enqueues ``descs`` (as :meth:`submit` takes
+        them), self-contained: its first descriptor writes every staging register, the rest
+        those that change. Nothing is written to the accelerator.
+
+        Returns
+        -------
+        list of (int, int)
+            ``(offset, value)`` entries, the layout ``CHAIN_ADDR`` points at.
+        """
+        saved, self._staged, self._recording = self._staged, {}, []
+        try:
+            for d in descs:
+                self.submit(d)
+            return self._recording
+        finally:
+            self._staged, self._recording = saved, None
+
+    def run_chain(self, addr: int, entries: int, *, seed: int = 0, regions=(),
+                  max_cycles: int, profile=None) -> dict:
+        """Run the descriptor chain of ``entries`` entries at ``addr`` (:meth:`record`'s,
+        in device memory) with one doorbell (``CTRL.RUN_CHAIN``), ``seed`` XORed into each
+        descriptor's seed; wait for it to finish.
+
+        Parameters
+        ----------
+        addr, entries : int
+            Where the chain is and its length.
+        seed : int
+            ``CHAIN_SEED``.
+        regions : sequence of (int, int)
+            Byte ranges the chain's descriptors and the chain itself touch: the window.
+        max_cycles : int
+            How long to wait.
+        profile : firmware.runtime.profile.Profile, optional
+
+        Returns
+        -------
+        dict
+            The counters, as :meth:`run` returns them.
+
+        Raises
+        ------
+        RuntimeError
+            The accelerator has no descriptor chains (``CONFIG_FEATURES.CHAIN``).
+        AcceleratorError, TimeoutError
+            As :meth:`run`.
+        """
+        from firmware.runtime.profile import Profile
+        if not self.info.chain:
+            raise RuntimeError("this accelerator runs no descriptor chains "
+                               "(CONFIG_FEATURES.CHAIN)")
+        prof = profile or Profile()
+        with prof.time("driver"):
+            if regions:
+                self.set_window(min(r[0] for r in regions),
+                                _round_up(max(r[1] for r in regions), self.bytes_per_word))
+            self.write("CTRL", pack("CTRL", CLEAR_COUNTERS=1))
+            self.write64("CHAIN_ADDR", addr)
+            self.write("CHAIN_ENTRIES", entries)
+            self.write64("CHAIN_SEED", seed)
+            self._staged = {}                 # the chain rewrites the staging registers
+            self.write("CTRL", pack("CTRL", RUN_CHAIN=1))
+        with prof.time("wait"):
+            st = self.wait_idle(max(4, max_cycles // self.poll_cycles))
+        if st["error"]:
+            self.soft_reset()
+            raise AcceleratorError(st["error_code"])
+        with prof.time("driver"):
+            return self.counters()
+
     def counters(self) -> dict:
         """The 64-bit counters, by lower-case register name."""
         return {name.lower(): self.read64(name) for name in (
             "CYCLES", "BUSY_CYCLES", "ACTIVE_CYCLES", "STALL_CYCLES", "MACS")}
+
+    def cycle_bound(self, descs) -> int:
+        """A generous bound on the cycles ``descs`` take (from their sizes): how long
+        :meth:`run` waits by default."""
+        return 64 * 256 + sum(
+            20 * ((-(-d["m"] // self.info.rows)) * (-(-d["n"] // self.info.cols))
+                  * (d["k"] + 256) + d["m"] * d["n"] // 4) for d in descs)
 
     def run(self, *descs: dict, max_cycles: int | None = None, profile=None) -> dict:
         """Run descriptors to completion, queued back to back.
@@ -269,11 +360,11 @@ class Driver:
             The descriptors did not finish within ``max_cycles``.
         """
         from firmware.runtime.profile import Profile
+        if self._recording is not None or self.recording:
+            raise RuntimeError("descriptors are being recorded: run() would run out of order")
         prof = profile or Profile()
         if max_cycles is None:
-            max_cycles = 64 * 256 + sum(
-                20 * ((-(-d["m"] // self.info.rows)) * (-(-d["n"] // self.info.cols))
-                      * (d["k"] + 256) + d["m"] * d["n"] // 4) for d in descs)
+            max_cycles = self.cycle_bound(descs)
         polls = max(4, max_cycles // self.poll_cycles)
         regions = [r for d in descs for r in d.get("regions", ())]
         with prof.time("driver"):

@@ -189,6 +189,9 @@ def _span(t) -> tuple[int, int]:
 
 def _run(dev, desc, tensors) -> None:
     desc["regions"] = [_span(t) for t in tensors]
+    if dev._recording is not None:              # Device.record(): run at the replay
+        dev._recording.add(desc)
+        return
     cnt = dev.driver.run(desc, profile=dev.profile)
     cycles = cnt["busy_cycles"]
     dev.profile.cycles += cycles

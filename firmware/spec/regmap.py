@@ -33,7 +33,7 @@ __all__ = ["Field", "Register", "REGISTERS", "ErrorCode", "MAGIC", "VERSION", "T
 #: ``ID`` register contents: ASCII "BFP8".
 MAGIC = 0x42465038
 #: Register map version (major << 16 | minor): changes when the map does.
-VERSION = 0x0001_000D
+VERSION = 0x0001_000E
 
 #: Side of the number format's square tile blocks (``CONFIG_FEATURES.TILE_LOG2``): BFP8 tile
 #: blocks, :mod:`sim.models.bfp`.
@@ -141,6 +141,7 @@ class ErrorCode(IntEnum):
     PROTOCOL_ERROR = 10      # the memory broke AXI (RLAST not on a burst's last beat)
     UNSUPPORTED = 11         # DESC_EPILOGUE asks for what CONFIG_FEATURES does not offer
     NONFINITE = 12           # a value to quantise to BFP8 is inf or NaN
+    BAD_CHAIN = 13           # a descriptor chain's entry writes what a chain may not
 
     @property
     def meaning(self) -> str:
@@ -164,6 +165,8 @@ _ERROR_MEANINGS = {
     ErrorCode.UNSUPPORTED: "the descriptor asks for an epilogue or tile exponents this build "
                            "does not have (CONFIG_FEATURES)",
     ErrorCode.NONFINITE: "a value to quantise to BFP8 tile blocks is inf or NaN",
+    ErrorCode.BAD_CHAIN: "a descriptor chain's entry writes a register other than a DESC_* "
+                         "one, or CTRL other than ENQUEUE",
 }
 
 
@@ -216,6 +219,7 @@ REGISTERS: tuple[Register, ...] = tuple([
          ("CONV", 3, 1, "convolution descriptors (DESC_CONV): forward, backward-data and "
                         "weight-gradient implicit GEMMs"),
          ("POOL", 4, 1, "pooling on a convolution's write path (DESC_POOL)"),
+         ("CHAIN", 5, 1, "descriptor chains in memory (CTRL.RUN_CHAIN)"),
          ("TILE_LOG2", 8, 4, "log2 of the side of the number format's tile blocks"),
          ("OPS", 16, 8, "the DESC_EPILOGUE bits 7..0 this build runs, each as in "
                         "DESC_EPILOGUE (all of them where EPILOGUE is 1). RELU, BIAS, "
@@ -224,7 +228,9 @@ REGISTERS: tuple[Register, ...] = tuple([
     _reg("CTRL", 0x020, "w1p", "Control pulses",
          ("ENQUEUE", 0, 1, "copy the staged descriptor into the queue (starts the engine)"),
          ("SOFT_RESET", 1, 1, "abort everything, drain the bus, return to idle"),
-         ("CLEAR_COUNTERS", 2, 1, "zero the performance counters")),
+         ("CLEAR_COUNTERS", 2, 1, "zero the performance counters"),
+         ("RUN_CHAIN", 3, 1, "run the descriptor chain at CHAIN_ADDR (CONFIG_FEATURES.CHAIN; "
+                             "builds without it ignore this)")),
     _reg("STATUS", 0x024, "ro", "Engine state",
          ("BUSY", 0, 1, "a descriptor is running or queued"),
          ("ERROR", 1, 1, "stopped on an error (cleared by SOFT_RESET)"),
@@ -343,6 +349,15 @@ REGISTERS: tuple[Register, ...] = tuple([
     *_addr("DESC_ARGMAX_ADDR", 0x1A0, "Address of a max pool's argmax (a byte per output "
                                       "element, the window offset dy * KERNEL_W + dx)"),
     _reg("DESC_ARGMAX_STRIDE", 0x1A8, "rw", "Bytes between rows of the argmax"),
+    *_addr("CHAIN_ADDR", 0x1B0, "Address of a descriptor chain: CHAIN_ENTRIES entries of "
+                                "8 bytes, a register's offset then the value written to it "
+                                "(little-endian 32-bit words), applied in order as the host's "
+                                "writes would be; DESC_* registers and CTRL.ENQUEUE only"),
+    _reg("CHAIN_ENTRIES", 0x1B8, "rw", "Entries of the chain at CHAIN_ADDR"),
+    _reg("CHAIN_SEED_LO", 0x1BC, "rw", "XORed into DESC_SEED of every descriptor the chain "
+                                       "enqueues, bits 31..0 (a recorded step's seeds "
+                                       "advanced per replay)"),
+    _reg("CHAIN_SEED_HI", 0x1C0, "rw", "As CHAIN_SEED_LO, bits 63..32"),
 ])
 
 _BY_NAME = {r.name: r for r in REGISTERS}

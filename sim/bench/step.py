@@ -181,11 +181,28 @@ def torch_step(net_name: str, batch: int = 128, steps: int = 2) -> float:
         torch.set_num_threads(threads)
 
 
+#: ``--blocks`` value for the whole step on the device
+#: (:class:`firmware.ml.resident_conv.ResidentConvNet`).
+RESIDENT_SGD = "resident-sgd"
+
+
+def resident_refusal(net_name: str) -> str | None:
+    """Why ``net_name`` cannot train with its whole step on the device, or None."""
+    from firmware.ml.resident_conv import stages_of
+    build, shape = NETS[net_name]
+    try:
+        stages_of(build(np.random.default_rng(0)), shape)
+    except ValueError as e:
+        return str(e)
+    return None
+
+
 def measure(board: str, net_name: str, blocks: str = "fox", batch: int = 128,
             steps: int = 1) -> dict:
     """The int8 step of ``net_name`` through ``Device("model")`` as ``board``'s default:
     host seconds by kind, accelerator cycles and seconds, multiply-accumulates (a warm-up
-    step first, then the mean over ``steps``)."""
+    step first, then the mean over ``steps``). ``blocks``: the host path's exponent blocks,
+    or :data:`RESIDENT_SGD`, the whole step on the device."""
     from firmware.ml import nn
     from firmware.ml.optim import SGD
     from firmware.spec.ports import BOARD_PORTS
@@ -196,17 +213,28 @@ def measure(board: str, net_name: str, blocks: str = "fox", batch: int = 128,
     dev = board_device(board, memory=1 << 30)
     build, shape = NETS[net_name]
     net = build(np.random.default_rng(0))
-    eng = nn.Engine("int8", dev, rng=np.random.default_rng(1), blocks=nn.Blocks.parse(blocks))
-    opt = SGD(net.parameters(), lr=0.01)
     x, y = _data(shape, batch)
-    profile = eng.profile
+    eng = None
+    if blocks == RESIDENT_SGD:
+        from firmware.ml.resident_conv import ResidentConvNet
+        resident = ResidentConvNet(net, shape, dev, seed=0, lr=0.01)
+        profile = dev.profile
 
-    def step():
-        with profile.time("float"):
-            out = net.forward(x, eng)
-            _, grad = nn.softmax_cross_entropy(out, y)
-            net.backward(grad, eng)
-            opt.step(net.gradients())
+        def step():
+            with profile.time("float"):
+                resident.step(x, y)
+    else:
+        eng = nn.Engine("int8", dev, rng=np.random.default_rng(1),
+                        blocks=nn.Blocks.parse(blocks))
+        opt = SGD(net.parameters(), lr=0.01)
+        profile = eng.profile
+
+        def step():
+            with profile.time("float"):
+                out = net.forward(x, eng)
+                _, grad = nn.softmax_cross_entropy(out, y)
+                net.backward(grad, eng)
+                opt.step(net.gradients())
 
     step()
     profile.reset()
@@ -219,7 +247,8 @@ def measure(board: str, net_name: str, blocks: str = "fox", batch: int = 128,
     acc = s["accelerator_seconds"] / steps
     macs = step_macs(net_name, batch)
     peak = cfg["rows"] * cfg["cols"]
-    eng.close()
+    if eng is not None:
+        eng.close()
     return {"board": board, "config": f"{cfg['rows']}x{cfg['cols']}@{cfg['data_width']}",
             "port": BOARD_PORTS[board], "clock_mhz": b.clock_mhz, "net": net_name,
             "blocks": blocks, "batch": batch, "steps": steps,
@@ -247,7 +276,8 @@ def line(r) -> str:
     """One record of :func:`compare` as a line of text."""
     return (f"{r['net']} on {r['board']}: step {1e3 * r['step_seconds']:.0f} ms (host share "
             f"{100 * r['host_share']:.1f} %), PyTorch fp32 {1e3 * r['torch_seconds']:.0f} ms, "
-            f"speedup {r['speedup']:.2f}, utilisation {100 * r['utilization']:.2f} %")
+            f"speedup {r['speedup']:.2f}, utilisation {100 * r['utilization']:.2f} % "
+            f"({r['blocks']})")
 
 
 def table(records) -> str:
@@ -271,8 +301,10 @@ def main(argv=None) -> int:
                    choices=["pynq-z1", "zcu104", "vu9p"], help="board defaults (default zcu104)")
     p.add_argument("--net", nargs="+", default=list(NETS), choices=list(NETS),
                    help="networks (default: all)")
-    p.add_argument("--blocks", default="fox",
-                   help="the host path's exponent blocks (fox, tensor, W,x,d or tile)")
+    p.add_argument("--blocks", nargs="+", default=["fox", RESIDENT_SGD],
+                   help="the host path's exponent blocks (fox, tensor, W,x,d or tile), or "
+                        "resident-sgd: the whole step on the device, for the networks it "
+                        "runs (default: fox resident-sgd)")
     p.add_argument("--batch", type=int, default=128)
     p.add_argument("--steps", type=int, default=1, help="steps measured after a warm-up step")
     p.add_argument("--out", type=Path, default=ROOT / "results" / "step.json")
@@ -280,17 +312,25 @@ def main(argv=None) -> int:
     if args.batch < 1 or args.steps < 1:
         p.error("--batch and --steps must be at least 1")
     from firmware.ml import nn
-    try:
-        nn.Blocks.parse(args.blocks)
-    except ValueError as e:
-        p.error(str(e))
+    for blocks in args.blocks:
+        if blocks == RESIDENT_SGD:
+            continue
+        try:
+            nn.Blocks.parse(blocks)
+        except ValueError as e:
+            p.error(str(e))
     records = []
     for net in args.net:
         t = torch_step(net, args.batch, max(2, args.steps))
-        for board in args.board:
-            r = compare(board, net, t, args.blocks, args.batch, args.steps)
-            print(f"  {line(r)}", file=sys.stderr)
-            records.append(r)
+        for blocks in args.blocks:
+            why = resident_refusal(net) if blocks == RESIDENT_SGD else None
+            if why:
+                print(f"  {net}: not {blocks}: {why}", file=sys.stderr)
+                continue
+            for board in args.board:
+                r = compare(board, net, t, blocks, args.batch, args.steps)
+                print(f"  {line(r)}", file=sys.stderr)
+                records.append(r)
     print(table(records))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     import torch

@@ -45,11 +45,20 @@ _ALL_OPS = regmap.pack("DESC_EPILOGUE", BFP8=1, STOCHASTIC=1, BIAS=3, RELU=1, MA
                        QUANTIZE_ONLY=1)
 
 
-def bfp8_block(rows: int, cols: int) -> int:
+def bfp8_block(rows: int, cols: int) -> int | None:
     """The walker's block side (C tiles) for a descriptor with a BFP8 C: one tile block of
     the format a block, as :class:`rtl.engine.GemmEngine` walks it (``TILE_BLOCK / rows``
-    on a square array, at least 1)."""
+    on a square array, at least 1); None on an array whose sides are multiples of
+    ``TILE_BLOCK`` (the ZCU104's and VU9P's defaults), where every C tile holds whole tile
+    blocks and the walk keeps its block (a write-back of whole tiles' units, which the RTL
+    does not build for such arrays yet)."""
+    if rows % regmap.TILE_BLOCK == 0 and cols % regmap.TILE_BLOCK == 0:
+        return None
     return max(1, regmap.TILE_BLOCK // max(rows, cols))
+
+
+#: The registers a descriptor chain's entries may write (besides CTRL.ENQUEUE).
+_CHAIN_REGISTERS = frozenset(r.offset for r in regmap.REGISTERS if r.name.startswith("DESC_"))
 
 
 def _signed8(v: int) -> int:
@@ -139,7 +148,7 @@ class FunctionalAccelerator:
                                               OUTSTANDING=self.outstanding),
             offset("CONFIG_FEATURES"): regmap.pack(
                 "CONFIG_FEATURES", EPILOGUE=int(self.epilogue), K_BLOCKS=int(self.epilogue),
-                CONV=int(self.epilogue), POOL=int(self.epilogue),
+                CONV=int(self.epilogue), POOL=int(self.epilogue), CHAIN=int(self.epilogue),
                 TILE_LOG2=regmap.TILE_BLOCK.bit_length() - 1,
                 OPS=_ALL_OPS if self.epilogue else 0),
             offset("STATUS"): regmap.pack(
@@ -174,8 +183,44 @@ class FunctionalAccelerator:
                     self.pending = []
                 else:
                     self.pending.append(dict(self.regs))
+            if field_value("CTRL", "RUN_CHAIN", value) and not self.error and self.epilogue:
+                self._run_chain()
             return
         self.regs[off] = value
+
+    def _run_chain(self) -> None:
+        """``CTRL.RUN_CHAIN``: apply the chain's entries in order as register writes, each
+        ``CTRL.ENQUEUE`` queueing the staged descriptor with ``CHAIN_SEED`` XORed into its
+        seed (the chain's front end waits for room in the queue: no overflow). Stops with
+        ``BAD_CHAIN`` at an entry that writes anything else, or with the checker's code if
+        the chain's bytes lie outside the window or off a bus word."""
+        def reg64(name):
+            return self.regs.get(offset(f"{name}_HI"), 0) << 32 \
+                | self.regs.get(offset(f"{name}_LO"), 0)
+        addr, count = reg64("CHAIN_ADDR"), self.regs.get(offset("CHAIN_ENTRIES"), 0)
+        if not count:
+            return
+        code = check_regions([(addr, 1, 0, 8 * count, 0)], reg64("WINDOW_BASE"),
+                             min(reg64("WINDOW_LIMIT"), self.size), 8 * self.bpw,
+                             self.addr_width)
+        if code:
+            self.error = code
+            return
+        seed = reg64("CHAIN_SEED")
+        lo, hi = offset("DESC_SEED_LO"), offset("DESC_SEED_HI")
+        enqueue = regmap.pack("CTRL", ENQUEUE=1)
+        entries = self.memory[addr:addr + 8 * count].view(np.uint32).reshape(count, 2)
+        for off, value in entries.tolist():
+            if off == offset("CTRL") and value == enqueue:
+                d = dict(self.regs)
+                d[lo] = d.get(lo, 0) ^ (seed & 0xFFFFFFFF)
+                d[hi] = d.get(hi, 0) ^ (seed >> 32)
+                self.pending.append(d)
+            elif off in _CHAIN_REGISTERS:
+                self.regs[off] = value
+            else:
+                self.error = int(ErrorCode.BAD_CHAIN)
+                return
 
     def step(self, cycles: int) -> None:
         """Run every queued descriptor to completion (or to the first error)."""
@@ -267,7 +312,7 @@ class FunctionalAccelerator:
         multiply-accumulates where they are not ``m * n * k``, a convolution's)."""
         ta, tb = bool(f["TRANSPOSE_A"]), bool(f["TRANSPOSE_B"])
         side = block_side(f["BLOCK"], self.cfg["block"])
-        if bfp8:
+        if bfp8 and bfp8_block(self.cfg["rows"], self.cfg["cols"]) is not None:
             side = min(side, bfp8_block(self.cfg["rows"], self.cfg["cols"]))
         cfg = {**self.cfg, "block": side}
         if k == 0 and self.predict_quantize is None:
