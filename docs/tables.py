@@ -500,7 +500,9 @@ def t_formats():
 FORMAT_FILES = (("fashion.json", "per tensor (`--blocks tensor`)"),
                 ("fashion_tile.json", "BFP8 tile blocks (`--blocks tile`)"),
                 ("fashion_cnn.json", "Fox et al. (`--blocks fox`)"),
-                ("fashion_cnn_tile.json", "BFP8 tile blocks (`--blocks tile`)"))
+                ("fashion_cnn_tile.json", "BFP8 tile blocks (`--blocks tile`)"),
+                ("fashion_cnn_device.json",
+                 "whole step on the device (`--blocks device`; both arms without momentum)"))
 #: the accuracy target: int8 within this many points of fp32
 FORMAT_TARGET = 0.3
 
@@ -594,10 +596,15 @@ def t_conv_straddle():
     return md + "\n\n" + note, [command(data)]
 
 
+#: The step benchmark's records: the host path's, and the whole step on the device.
+STEP_FILES = ("step.json", "step_resident.json")
+
+
 def t_step():
-    data = load("step.json")
+    files = [load(name) for name in STEP_FILES if (RESULTS / name).exists()]
+    data = files[0]
     rows = []
-    for r in data["results"]:
+    for r in (r for d in files for r in d["results"]):
         rows.append([r["net"], f"{TITLES.get(r['board'], r['board'])} ({r['config']}, "
                      f"{r['clock_mhz']:g} MHz)", r["blocks"], r["batch"],
                      f"{1000 * r['host_total']:,.0f}", f"{1000 * r['accelerator_seconds']:,.1f}",
@@ -611,7 +618,7 @@ def t_step():
     note = (f"Measured on {data['machine']} (Python {data['python']}, torch {data['torch']}). "
             "End-to-end utilisation: the step's multiply-accumulates over the board's peak in "
             "the step's time; busy utilisation: over its peak in the accelerator's time alone.")
-    return md + "\n\n" + note, [command(data)]
+    return md + "\n\n" + note, [command(d) for d in files]
 
 
 TABLES = {

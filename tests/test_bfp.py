@@ -645,7 +645,7 @@ def test_stochastic_rounding_bias_with_more_fraction_bits():
 def test_integer_form_expectation_over_all_r(monkeypatch):
     """Over all 65536 values of ``r`` (column n gets r = n), the mean mantissa is exactly
     ``floor(v 2**16) / 2**16``: the integer form is unbiased at 16 fraction bits."""
-    monkeypatch.setattr(bfp, "random_matrix", lambda seed, m, n: np.broadcast_to(
+    monkeypatch.setattr(bfp, "random_matrix", lambda seed, m, n, row0=0: np.broadcast_to(
         (np.arange(n) & 0xFFFF).astype(np.uint16), (m, n)))
     for value in (3 + 2.0**-16, -3 - 2.0**-16, 5.5 + 2.0**-20, -(2.0**-17), 127 - 2.0**-17):
         x = np.full((2, 65536), value * 2.0**-6, F32)
@@ -663,11 +663,13 @@ def test_a_15_bit_generator_fails_the_unbiasedness_tests(monkeypatch, bug):
     is biased down by a quarter LSB; with r even, 2**-16 never rounds up."""
     good = bfp.random_matrix
     if bug == "low 15 bits":
-        monkeypatch.setattr(bfp, "random_matrix", lambda s, m, n: good(s, m, n) & 0x7FFF)
+        monkeypatch.setattr(bfp, "random_matrix",
+                            lambda s, m, n, row0=0: good(s, m, n, row0=row0) & 0x7FFF)
         with pytest.raises(AssertionError):
             test_stochastic_rounding_is_unbiased_with_16_fraction_bits()
     else:
-        monkeypatch.setattr(bfp, "random_matrix", lambda s, m, n: good(s, m, n) & 0xFFFE)
+        monkeypatch.setattr(bfp, "random_matrix",
+                            lambda s, m, n, row0=0: good(s, m, n, row0=row0) & 0xFFFE)
         with pytest.raises(AssertionError):
             test_the_smallest_fraction_rounds_up_at_its_rate()
 

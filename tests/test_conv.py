@@ -580,3 +580,25 @@ def test_implicit_gemm_counts_the_valid_products(seed):
     assert fwd[:2] == (g.out_channels, g.out_positions) and bwd[:2] == (g.channels, g.positions)
     for m, n, kk, macs in (fwd, bwd):
         assert (kk - 1) * m * n < macs <= kk * m * n
+
+
+def test_weight_grad_beyond_max_k_continues_one_float32_sum():
+    """A weight gradient over more output positions than one int32 partial may take
+    (MAX_K): computed in calls of whole runs, the float32 sum continued from call to call,
+    it equals the runs added one at a time."""
+    from sim.models.bfp import gemm_kruns
+    from sim.models.golden import MAX_K
+    g = ConvGeometry(128, 2, 33, 33, 3, 1)
+    assert g.out_positions > MAX_K
+    rng = np.random.default_rng(4)
+    d, x = (rng.integers(-127, 128, (c, g.out_positions), dtype=np.int8) for c in (3, 2))
+    de, xe = (rng.integers(-20, 5, (1, g.out_positions // 32), dtype=np.int8).repeat(r, 0)
+              for r in (1, 1))
+    got = conv.conv2d_weight_grad(d, de, x, xe, g)[0]
+    want = np.zeros((3, 2), np.float32)
+    for j, start in enumerate(range(0, g.out_positions, 32)):
+        s = slice(start, start + 32)
+        want = want + gemm_kruns(d[:, s], np.repeat(de[:, j:j + 1], 3, 0), x[:, s],
+                                 np.repeat(xe[:, j:j + 1], 2, 1), [32],
+                                 transpose_b=True)
+    np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))

@@ -162,7 +162,7 @@ def check_train(out: str, library: str) -> dict:
         r = train.build(cfg, "pynq", None, None, board=BOARD, bitfile=str(bit))
         loss = r.train_epoch(None)
         metric = r.metric()
-        result = {"loss": loss, "metric": metric, "digest": train._digest(r.net),
+        result = {"loss": loss, "metric": metric, "digest": train._digest(r.net.parameters()),
                   "peak": board.cma_peak, "refused": board.refused,
                   "trims": r.eng.device.profile.counts.get("pool_trims", 0)}
         # the engines keep the weights on the device (in use, not the pool's to give back)

@@ -148,3 +148,24 @@ def test_bad_arguments_named():
     r = ResidentConvNet(net, (1, 8, 8), Device("golden"))
     with pytest.raises(TypeError, match="x must be a float32 \\(N, 1, 8, 8\\)"):
         r.step(np.zeros((2, 1, 8, 7), np.float32), np.zeros(2, int))
+
+
+def test_training_harness_runs_the_step_on_the_device(tmp_path):
+    """firmware.ml.train with blocks 'device': a CNN task trains through ResidentConvNet
+    (its descriptors counted), with SWA, and a run stopped and resumed from its checkpoint
+    ends with the uninterrupted run's weights."""
+    from firmware.ml.train import TrainConfig, run
+    cfg = TrainConfig(task="digits-cnn", precision="int8", blocks="device", momentum=0.0,
+                      epochs=2, train_subset=192, swa=True, swa_every="iteration")
+    full = run(cfg, backend="model", quiet=True)
+    assert full["gemms"] > 0 and full["accelerator_cycles"] > 0
+    assert 0.2 < full["test_metric"] <= 1.0
+    run(cfg, backend="model", quiet=True, checkpoint=tmp_path, stop_after=1)
+    resumed = run(cfg, backend="model", quiet=True, checkpoint=tmp_path, resume=True)
+    assert resumed["weights_digest"] == full["weights_digest"]
+    assert resumed["test_metric"] == full["test_metric"]
+    with pytest.raises(ValueError, match="momentum must be 0"):
+        TrainConfig(task="digits-cnn", precision="int8", blocks="device").check()
+    with pytest.raises(ValueError, match="classifiers of images"):
+        run(TrainConfig(task="digits-mlp", precision="int8", blocks="device", momentum=0.0,
+                        epochs=1), quiet=True)

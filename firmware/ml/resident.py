@@ -50,12 +50,21 @@ from firmware.ml.optim import SGD
 from firmware.spec.regmap import TILE_BLOCK
 from sim.models import bfp
 
-__all__ = ["ResidentChain", "ResidentPass", "ResidentMLP"]
+__all__ = ["ResidentChain", "ResidentPass", "ResidentMLP", "descriptor_seed"]
 
 #: the most layers a chain may have: a descriptor's seed gives the layer 6 bits
 MAX_LAYERS = 63
 #: XORed into a weight update's seed (the chain's seed bits): apart from every other role
 SGD_SEED = 0x5EED << 48
+
+
+def descriptor_seed(seed: int, step: int, layer: int, role: int) -> int:
+    """The 64-bit seed of one descriptor of a resident network: the network's seed (32
+    bits), the pass (24 bits, from bit 8), the layer (6 bits) and the role (0 activation, 1
+    delta, 2 input, 3 loss gradient), never reused within ``2**24`` passes. A recorded pass
+    0 replays as pass ``p`` with ``p << 8`` XORed in (``CHAIN_SEED``)."""
+    return ((seed << 32) | (step & 0xFFFFFF) << 8 | layer << 2 | role) \
+        & 0xFFFF_FFFF_FFFF_FFFF
 
 
 def check_device(device) -> None:
@@ -197,10 +206,8 @@ class ResidentChain:
         return new
 
     def _seed(self, step: int, layer: int, role: int) -> int:
-        """The 64-bit seed of one descriptor: the chain's seed, the pass, the layer and the
-        role (0 activation, 1 delta, 2 input, 3 loss gradient), never reused."""
-        return ((self.seed << 32) | (step & 0xFFFFFF) << 8 | layer << 2 | role) \
-            & 0xFFFF_FFFF_FFFF_FFFF
+        """:func:`descriptor_seed` of this chain's seed."""
+        return descriptor_seed(self.seed, step, layer, role)
 
     def _ones_row(self, batch: int):
         """A 1 x batch BfpTensor of ones (mantissa 64, exponent -6): ``1^T d`` sums a delta's

@@ -22,19 +22,19 @@ on the device. The optimiser is the device's (SWALP's 8-bit SGD,
 place by its weight-gradient descriptor, its bias a float32 row stepped by the weight
 gradient of a row of ones against the deltas (a 1 x 1 convolution: the sum over positions).
 
-Layer ``l``'s descriptors take the seeds of :class:`firmware.ml.resident.ResidentChain`, so
+Layer ``l``'s descriptors take the seeds of :func:`firmware.ml.resident.descriptor_seed`, so
 the ``golden`` backend's weights are the ``model``'s bit for bit.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from firmware.ml import nn
 from firmware.ml.nn import softmax_cross_entropy
-from firmware.ml.resident import MAX_LAYERS, SGD_SEED, check_device
+from firmware.ml.resident import MAX_LAYERS, SGD_SEED, check_device, descriptor_seed
 from firmware.spec.regmap import TILE_BLOCK
 from sim.models import bfp
 from sim.models import conv as convm
@@ -56,8 +56,6 @@ class ConvStage:
         ReLU in the epilogue.
     pool : tuple or None
         ``(kind, kernel, stride)`` of the pooling stage after ReLU (``"max"`` or ``"avg"``).
-    flatten : bool
-        A fully connected layer over a flattened image (its weights ``C*H*W x Cout``).
     """
 
     channels: int
@@ -69,7 +67,6 @@ class ConvStage:
     padding: tuple = (0, 0)
     relu: bool = False
     pool: tuple | None = None
-    flatten: bool = False
 
     def geometry(self, batch: int) -> convm.ConvGeometry:
         return convm.ConvGeometry(batch, self.channels, self.height, self.width,
@@ -128,14 +125,13 @@ def stages_of(net: nn.Network, input_shape) -> list[tuple[ConvStage, nn.Layer]]:
             if max(h, w) > 15:
                 raise ValueError(f"{name}: over a {h}x{w} image, whose side exceeds "
                                  f"DESC_CONV's kernel field (15); pool it first")
-            out.append([ConvStage(c, h, w, fan_out, (h, w), flatten=(h, w) != (1, 1)),
-                        layer])
+            out.append([ConvStage(c, h, w, fan_out, (h, w)), layer])
             c, h, w, flat = fan_out, 1, 1, False
         elif isinstance(layer, nn.ReLU):
             if not out or out[-1][0].relu or out[-1][0].pool:
                 raise ValueError(f"{name}: a ReLU not right after a convolution or a fully "
                                  f"connected layer")
-            out[-1][0] = _replace(out[-1][0], relu=True)
+            out[-1][0] = replace(out[-1][0], relu=True)
         elif isinstance(layer, (nn.MaxPool2d, nn.GlobalAvgPool2d)):
             if not out or out[-1][0].pool or flat:
                 raise ValueError(f"{name}: a pool not right after a convolution (and its "
@@ -144,7 +140,7 @@ def stages_of(net: nn.Network, input_shape) -> list[tuple[ConvStage, nn.Layer]]:
                 else ("avg", (h, w), 1)
             if max(_pair(pool[1])) > 15:
                 raise ValueError(f"{name}: a {pool[1]} window exceeds DESC_POOL's field (15)")
-            out[-1][0] = _replace(out[-1][0], pool=pool)
+            out[-1][0] = replace(out[-1][0], pool=pool)
             c, h, w = out[-1][0].out_image()
         elif isinstance(layer, nn.Flatten):
             flat = True
@@ -163,11 +159,6 @@ def stages_of(net: nn.Network, input_shape) -> list[tuple[ConvStage, nn.Layer]]:
 
 def _pair(v):
     return tuple(v) if isinstance(v, tuple) else (v, v)
-
-
-def _replace(st: ConvStage, **kw) -> ConvStage:
-    from dataclasses import replace
-    return replace(st, **kw)
 
 
 def _to_stack(st: ConvStage, w: np.ndarray) -> np.ndarray:
@@ -267,9 +258,7 @@ class ResidentConvNet:
         return len(self.stages)
 
     def _seed(self, step: int, layer: int, role: int) -> int:
-        """As :meth:`firmware.ml.resident.ResidentChain._seed`."""
-        return ((self.seed << 32) | (step & 0xFFFFFF) << 8 | layer << 2 | role) \
-            & 0xFFFF_FFFF_FFFF_FFFF
+        return descriptor_seed(self.seed, step, layer, role)
 
     def _count(self, what: str, nbytes: int) -> None:
         self.traffic[what] = self.traffic.get(what, 0) + int(nbytes)
@@ -474,7 +463,8 @@ class ResidentConvNet:
             return loss
         self._check_x(x)
         plan = self._recorded(x.shape[0])
-        seed = (self.passes & 0xFFFFFF) << 8            # the pass bits of _seed
+        # pass 0's seeds recorded: this pass's bits XORed in (descriptor_seed)
+        seed = (self.passes & 0xFFFFFF) << 8
         self.passes += 1
         plan["x"].write(self._layout(x))
         plan["forward"].run(seed=seed)

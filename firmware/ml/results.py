@@ -127,7 +127,7 @@ def collect(tasks, seeds, epochs, schedule: str = "swalp", *, methods=None, jobs
     of :func:`firmware.ml.train.run` with ``method`` and ``schedule`` added, in (task, method,
     seed) order. ``methods``: names of :data:`METHODS` (default all). ``config``: more
     :class:`firmware.ml.train.TrainConfig` fields, the same for every run (``blocks``,
-    ``swa_every``, ``train_subset``).
+    ``swa_every``, ``train_subset``, ``momentum``).
 
     ``jobs`` = 1 trains seed by seed (every method of seed 0, then of seed 1, ...), so that
     the runs saved so far pair up by seed; ``jobs`` > 1 trains that many runs at once in
@@ -287,7 +287,10 @@ def main(argv=None) -> int:
                         f"hours at full size: name them)")
     p.add_argument("--blocks", default="fox",
                    help="block granularity of the int8 methods: fox, tensor, tile (BFP8 "
-                        "tile blocks) or 'weights,activations,deltas' (firmware.ml.train)")
+                        "tile blocks) or 'weights,activations,deltas' (firmware.ml.train); "
+                        "or device: a CNN's whole step on the device (with --momentum 0)")
+    p.add_argument("--momentum", type=float, default=0.9,
+                   help="SGD momentum of every method (default 0.9)")
     p.add_argument("--swa-every", choices=["epoch", "iteration"], default="epoch",
                    help="average once per epoch or every step of the averaging phase")
     p.add_argument("--train-subset", type=int, help="train on the first N images only")
@@ -310,7 +313,7 @@ def main(argv=None) -> int:
     if args.epochs < 1:
         p.error("--epochs must be at least 1")
     config = {"blocks": args.blocks, "swa_every": args.swa_every,
-              "train_subset": args.train_subset}
+              "train_subset": args.train_subset, "momentum": args.momentum}
     try:
         TrainConfig(task=args.tasks[0], **config).check()
     except ValueError as e:

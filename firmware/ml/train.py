@@ -18,6 +18,10 @@ step) over the last quarter of the epochs, evaluated with the average. ``--block
 trains in the accelerator's own format, BFP8 tile blocks, with each GEMM computed as its
 tile-exponent path computes it (on the host, bit for bit :mod:`sim.models.bfp`). ``--weights`` picks
 float32 master weights or 8-bit weights, gradients and momentum independently of ``--swa``.
+``--blocks device`` runs the whole step of a CNN task on the device
+(:class:`firmware.ml.resident_conv.ResidentConvNet`: convolutions, pooling and the device's
+SGD, which keeps no momentum: ``--momentum 0``); with ``--swa`` the host averages the
+weights it reads back.
 
 Every random draw comes from generators seeded by ``--seed`` (data order, initialisation,
 rounding), and a checkpoint saves their states, so ``--resume`` reaches the same weights bit
@@ -40,7 +44,10 @@ import numpy as np
 from firmware.ml import data, nn
 from firmware.ml.optim import SCHEDULES, SGD, SWA, schedule_lr
 
-__all__ = ["TASKS", "TrainConfig", "build", "fit", "evaluate", "run", "main"]
+__all__ = ["TASKS", "DEVICE", "TrainConfig", "build", "fit", "evaluate", "run", "main"]
+
+#: ``blocks`` value: the whole training step on the device (int8 CNN tasks).
+DEVICE = "device"
 
 
 @dataclass
@@ -135,7 +142,8 @@ class TrainConfig:
     blocks : str
         Block granularity (:meth:`firmware.ml.nn.Blocks.parse`): ``"fox"``, ``"tensor"``,
         ``"tile"`` (BFP8 tile blocks, :data:`firmware.ml.nn.TILE`) or
-        ``"weights,activations,deltas"``.
+        ``"weights,activations,deltas"``; or :data:`DEVICE`, the whole step of an int8 CNN
+        on the device (:class:`firmware.ml.resident_conv.ResidentConvNet`).
     train_subset : int, optional
         Train on the first this many examples only (the test set is whole).
     """
@@ -159,7 +167,15 @@ class TrainConfig:
     def check(self):
         if self.task not in TASKS:
             raise ValueError(f"task must be one of {sorted(TASKS)}, not {self.task!r}")
-        nn.Blocks.parse(self.blocks)                # raises ValueError naming blocks
+        if self.blocks == DEVICE:
+            if self.precision == "int8" and self.momentum:
+                raise ValueError(f"momentum must be 0 with blocks {DEVICE!r} (the device's "
+                                 f"SGD keeps none), not {self.momentum!r}")
+            if self.precision == "int8" and self.weights not in (None, "int8"):
+                raise ValueError(f"weights: with blocks {DEVICE!r} they live on the device "
+                                 f"in BFP8, not {self.weights!r}")
+        else:
+            nn.Blocks.parse(self.blocks)            # raises ValueError naming blocks
         if self.precision not in ("fp32", "int8"):
             raise ValueError(f"precision must be 'fp32' or 'int8', not {self.precision!r}")
         if not isinstance(self.epochs, int) or self.epochs < 1:
@@ -225,7 +241,7 @@ class Run:
         s = cfg.seed
         self.rng_data = np.random.default_rng([s, 0])
         self.net = self.task.make(np.random.default_rng([s, 1]))
-        blocks = nn.Blocks.parse(cfg.blocks)
+        blocks = nn.Blocks.parse("fox" if cfg.blocks == DEVICE else cfg.blocks)
         self.eng = nn.Engine(cfg.precision, device if cfg.precision == "int8" else None,
                              rng=np.random.default_rng([s, 2]), blocks=blocks)
         # evaluation rounds to nearest and leaves the training's random streams alone
@@ -240,14 +256,30 @@ class Run:
         # the pre-averaging budget, the same for every arm (the schedule decays over it)
         self.swa_start = max(1, int(round(0.75 * cfg.epochs)))
         self.swa_lr = (cfg.swa_lr or 0.1 * self.lr0) if cfg.swa else None
-        self.swa = SWA(self.net.parameters()) if cfg.swa else None
+        self.resident = None
+        if cfg.blocks == DEVICE and cfg.precision == "int8":
+            from firmware.ml.resident_conv import ResidentConvNet
+            if self.data[0].ndim != 4 or self.task.loss != "xent":
+                raise ValueError(f"blocks {DEVICE!r} trains classifiers of images (a CNN "
+                                 f"task), not {cfg.task!r}")
+            self.resident = ResidentConvNet(
+                self.net, self.data[0].shape[1:], device, seed=s & 0xFFFF_FFFF, lr=self.lr0,
+                weight_decay=cfg.weight_decay)
+        self.swa = SWA(self._params()) if cfg.swa else None
         self.epoch = 0
         self.history = []
 
+    def _params(self) -> list:
+        """The weights the optimiser steps: the host's, or read back from the device."""
+        return self.resident.params if self.resident is not None else self.net.parameters()
+
     # -- checkpoints -------------------------------------------------------------------------
     def state(self) -> dict:
+        r = self.resident
         return {"config": self.cfg.__dict__, "epoch": self.epoch, "history": self.history,
                 "net": self.net.state(), "opt": self.opt.state(),
+                "resident": None if r is None else {"params": dict(r.params),
+                                                    "passes": r.passes, "steps": r.steps},
                 "swa": self.swa.state() if self.swa else None,
                 "rng": [g.bit_generator.state for g in (self.rng_data, self.eng.rng,
                                                         self.opt.rng)],
@@ -262,6 +294,10 @@ class Run:
         self.epoch, self.history = state["epoch"], state["history"]
         self.net.load_state(state["net"])
         self.opt.load_state(state["opt"])
+        if self.resident is not None:
+            saved = state["resident"]
+            self.resident.load_params(saved["params"])
+            self.resident.passes, self.resident.steps = saved["passes"], saved["steps"]
         if self.swa:
             self.swa.load_state(state["swa"])
         for g, s in zip((self.rng_data, self.eng.rng, self.opt.rng), state["rng"],
@@ -294,26 +330,33 @@ class Run:
         batch = self.cfg.batch or self.task.batch
         order = self.rng_data.permutation(len(x))
         self.opt.lr = self.lr()
+        if self.resident is not None:
+            self.resident.lr = self.opt.lr
         losses = []
         steps = -(-len(x) // batch)
         for i in range(steps):
             idx = order[i * batch:(i + 1) * batch]
             target = y[idx] if self.task.loss == "xent" else x[idx]   # autoencoders: x
-            loss = _step(self.net, self.eng, self.opt, self.task.loss, x[idx], target)
+            if self.resident is not None:
+                loss = self.resident.step(x[idx], target)
+            else:
+                loss = _step(self.net, self.eng, self.opt, self.task.loss, x[idx], target)
             if (self.swa is not None and self.cfg.swa_every == "iteration"
                     and self.epoch + 1 >= self.swa_start):
-                self.swa.update(self.net.parameters())
+                self.swa.update(self._params())
             losses.append(loss)
             if progress:
                 progress(i + 1, steps, loss)
         self.epoch += 1
         if (self.swa is not None and self.cfg.swa_every == "epoch"
                 and self.epoch >= self.swa_start):
-            self.swa.update(self.net.parameters())
+            self.swa.update(self._params())
         return float(np.mean(losses))
 
     def metric(self) -> dict:
         """The test metric, with the averaged weights when SWA has started."""
+        if self.resident is not None:
+            return self._device_metric()
         saved = None
         if self.swa is not None and self.swa.count:
             saved = self.net.state()
@@ -329,6 +372,19 @@ class Run:
         finally:
             if saved is not None:
                 self.net.load_state(saved)
+
+    def _device_metric(self) -> dict:
+        """Accuracy of the weights on the device (the average, while SWA has started)."""
+        r, saved = self.resident, None
+        if self.swa is not None and self.swa.count:
+            saved = dict(r.params)
+            r.load_params(self.swa.averaged())
+        try:
+            _, _, xte, yte = self.data
+            return {"accuracy": float((r.predict(xte) == yte).mean())}
+        finally:
+            if saved is not None:
+                r.load_params(saved)
 
 
 def build(cfg: TrainConfig, backend: str = "golden", rows: int | None = 8,
@@ -438,18 +494,23 @@ def run(cfg: TrainConfig, *, backend="golden", rows=8, cols=8, checkpoint=None,
         if ckpt:
             r.save(ckpt)
     final = r.history[-1]
+    if r.resident is not None:          # the whole step on the device: its own profile
+        prof = r.resident.device.profile
+        cycles, gemms = prof.cycles, prof.summary()["counts"].get("gemms", 0)
+    else:
+        prof = r.eng.profile
+        cycles, gemms = r.eng.cycles + r.eval_eng.cycles, r.eng.gemms + r.eval_eng.gemms
     return {"task": cfg.task, "precision": cfg.precision, "swa": cfg.swa,
             "backend": backend if cfg.precision == "int8" else "numpy",
             "seed": cfg.seed, "epochs": cfg.epochs, "metric": r.task.metric,
             "test_metric": final[r.task.metric], "history": r.history,
-            "accelerator_cycles": r.eng.cycles + r.eval_eng.cycles,
-            "gemms": r.eng.gemms + r.eval_eng.gemms,
+            "accelerator_cycles": cycles, "gemms": gemms,
             "array": ([r.eng.device.rows, r.eng.device.cols] if r.eng.device is not None
                       else [rows, cols]),
             "blocks": cfg.blocks, "schedule": cfg.schedule,
             "seconds": round(time.monotonic() - t0, 2),
-            "profile": r.eng.profile.summary(_clock_hz(r.eng.device, clock_mhz)),
-            "weights_digest": _digest(r.net)}
+            "profile": prof.summary(_clock_hz(r.eng.device, clock_mhz)),
+            "weights_digest": _digest(r._params())}
 
 
 def _profile_text(s: dict) -> str:
@@ -478,10 +539,10 @@ def _clock_hz(device, clock_mhz):
     return clock if isinstance(clock, (int, float)) else None
 
 
-def _digest(net) -> str:
+def _digest(params) -> str:
     import hashlib
     h = hashlib.sha256()
-    for name, p in net.parameters():
+    for name, p in params:
         h.update(name.encode())
         h.update(np.ascontiguousarray(p).tobytes())
     return h.hexdigest()[:16]
@@ -520,7 +581,8 @@ def main(argv=None) -> int:
                         "activations and deltas per sample), tensor, tile (the accelerator's "
                         "BFP8 32x32 tile blocks everywhere, its K-block GEMMs emulated on the "
                         "host), or three of tensor/sample/channel/row as "
-                        "'weights,activations,deltas'")
+                        "'weights,activations,deltas'; or device: a CNN's whole step on the "
+                        "device (with --momentum 0)")
     p.add_argument("--schedule", choices=["swalp", "constant"], default="swalp",
                    help="learning-rate schedule of every arm (default: SWALP's)")
     p.add_argument("--swa-lr", type=float, help="averaging phase's rate (default 0.1 lr)")
@@ -548,6 +610,8 @@ def main(argv=None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--batch", type=int)
     p.add_argument("--lr", type=float)
+    p.add_argument("--momentum", type=float, default=0.9,
+                   help="SGD momentum (default 0.9; 0 with --blocks device)")
     p.add_argument("--train-subset", type=int, metavar="N",
                    help="train on the first N training examples only (quick runs)")
     p.add_argument("--out", type=Path)
@@ -621,7 +685,7 @@ def main(argv=None) -> int:
                       epochs=args.epochs, seed=args.seed, batch=args.batch, lr=args.lr,
                       weights=args.weights, swa_every=args.swa_every, blocks=args.blocks,
                       schedule=args.schedule, swa_lr=args.swa_lr,
-                      train_subset=args.train_subset)
+                      train_subset=args.train_subset, momentum=args.momentum)
     try:
         cfg.check()
     except ValueError as e:

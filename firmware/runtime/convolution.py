@@ -23,6 +23,7 @@ from firmware.runtime.epilogue import (
     _empty,
     _require,
     _run,
+    _sgd_target,
 )
 from firmware.spec import regmap
 from sim.models import bfp
@@ -334,16 +335,7 @@ def _weight_grad(dev, d, x, geometry, target, *, lr=None, weight_decay=0.0,
         desc.update(c_addr=made.addr, c_stride=made.stride)
         tensors.append(made)
     else:
-        desc.update(lr=float(lr), decay=float(bfp.sgd_decay(lr, weight_decay)))
-        epi["SGD"] = 1
-        if bfp8:
-            desc.update(c_addr=target.q.addr, c_stride=target.q.stride,
-                        c_exp_addr=target.exp.addr)
-            epi.update(BFP8=1, STOCHASTIC=int(rounding == "stochastic"))
-            tensors += [target.q, target.exp]
-        else:
-            desc.update(c_addr=target.addr, c_stride=target.stride)
-            tensors.append(target)
+        _sgd_target(desc, epi, tensors, target, lr, weight_decay, rounding)
     desc["epilogue"] = epi
     try:
         _run(dev, desc, tensors)

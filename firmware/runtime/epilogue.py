@@ -496,11 +496,20 @@ def sgd_update(dev, a: BfpTensor, b: BfpTensor, target, *, lr, weight_decay=0.0,
         target.q.write(q)
         target.exp.write(e.reshape(1, -1))
         return
-    desc = dict(_operand_desc(a, b, m, n, k, transpose_a, transpose_b, seed), lr=float(lr),
-                decay=float(bfp.sgd_decay(lr, weight_decay)))
-    epi = {"A_TILES": 1, "B_TILES": 1, "SGD": 1}
+    desc = _operand_desc(a, b, m, n, k, transpose_a, transpose_b, seed)
+    epi = {"A_TILES": 1, "B_TILES": 1}
     tensors = [a.q, a.exp, b.q, b.exp]
-    if bfp8:
+    _sgd_target(desc, epi, tensors, target, lr, weight_decay, rounding)
+    desc["epilogue"] = epi
+    _run(dev, desc, tensors)
+
+
+def _sgd_target(desc, epi, tensors, target, lr, weight_decay, rounding) -> None:
+    """A descriptor's ``DESC_EPILOGUE.SGD`` fields for stepping ``target`` in place: a
+    BfpTensor or stack (BFP8, rounded as ``rounding`` says) or a float32 DeviceTensor."""
+    desc.update(lr=float(lr), decay=float(bfp.sgd_decay(lr, weight_decay)))
+    epi["SGD"] = 1
+    if hasattr(target, "exp"):
         desc.update(c_addr=target.q.addr, c_stride=target.q.stride,
                     c_exp_addr=target.exp.addr)
         epi.update(BFP8=1, STOCHASTIC=int(rounding == "stochastic"))
@@ -508,5 +517,3 @@ def sgd_update(dev, a: BfpTensor, b: BfpTensor, target, *, lr, weight_decay=0.0,
     else:
         desc.update(c_addr=target.addr, c_stride=target.stride)
         tensors.append(target)
-    desc["epilogue"] = epi
-    _run(dev, desc, tensors)

@@ -10,7 +10,7 @@ in order with no host action between descriptors: the engine runs queued descrip
 after another, each reading what the ones before it wrote. ``seed`` is XORed into every
 descriptor's seed (``CHAIN_SEED``), so a recorded training step draws new stochastic
 rounding bits each time: recorded with pass 0 in the seeds' pass bits, it replays pass
-``p`` with ``seed = p << 8`` (:meth:`firmware.ml.resident.ResidentChain._seed`).
+``p`` with ``seed = p << 8`` (:func:`firmware.ml.resident.descriptor_seed`).
 """
 
 from __future__ import annotations

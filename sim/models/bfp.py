@@ -306,7 +306,8 @@ def dequantize_tiles(q: np.ndarray, exp: np.ndarray, *, block: int = 32) -> np.n
 # --------------------------------------------------------------------------- exponents along K
 
 def gemm_kruns(a: np.ndarray, a_exp: np.ndarray, b: np.ndarray, b_exp: np.ndarray,
-               k_stops, *, transpose_a: bool = False, transpose_b: bool = False) -> np.ndarray:
+               k_stops, *, transpose_a: bool = False, transpose_b: bool = False,
+               start: np.ndarray | None = None) -> np.ndarray:
     """A GEMM whose operands' exponents change along K, in runs: the general form of
     :func:`gemm_kblocks` (it also covers a weight gradient's per-sample exponents).
 
@@ -328,6 +329,9 @@ def gemm_kruns(a: np.ndarray, a_exp: np.ndarray, b: np.ndarray, b_exp: np.ndarra
     k_stops : sequence of int
         The R increasing ends of the runs, the last ``K``.
     transpose_a, transpose_b : bool
+    start : numpy.ndarray of float32, shape (M, N), optional
+        ``S``'s value before the first run (default +0): a reduction cut into several calls
+        continues the same float32 sum.
 
     Returns
     -------
@@ -356,13 +360,17 @@ def gemm_kruns(a: np.ndarray, a_exp: np.ndarray, b: np.ndarray, b_exp: np.ndarra
                          f"not {b_exp.shape}")
     op_a = a.T if transpose_a else a
     op_b = b.T if transpose_b else b
+    if start is not None:
+        _check_matrix("start", start, np.float32)
+        if start.shape != (m, n):
+            raise ValueError(f"start must have shape {(m, n)}, not {start.shape}")
+    total = np.zeros((m, n), np.float32) if start is None else start.copy()
     length = stops[0]
     # (the batched form where every run but the last is `length` long and the last is not
     # longer than `length`)
     if length <= _BATCH_K and k <= runs * length \
             and all(s == (j + 1) * length for j, s in enumerate(stops[:-1])):
-        return _uniform_runs(op_a, a_exp, op_b, b_exp, length)
-    total = np.zeros((m, n), np.float32)
+        return _uniform_runs(op_a, a_exp, op_b, b_exp, length, total)
     start = 0
     for j, stop in enumerate(stops):
         part = gemm(np.ascontiguousarray(op_a[:, start:stop]),
@@ -378,12 +386,12 @@ def gemm_kruns(a: np.ndarray, a_exp: np.ndarray, b: np.ndarray, b_exp: np.ndarra
 _BATCH_K = 1024
 
 
-def _uniform_runs(op_a, a_exp, op_b, b_exp, length):
+def _uniform_runs(op_a, a_exp, op_b, b_exp, length, total):
     """:func:`gemm_kruns` where every run but the last is ``length`` long, bit for bit, with
     the runs' partial products batched into one float32 matmul (exact, ``length <=
     _BATCH_K``; the last run padded with zero products), each rescaled as
-    :func:`sim.models.golden.rescale` does (one rounding to float32) and summed in float32 in
-    run order."""
+    :func:`sim.models.golden.rescale` does (one rounding to float32) and added to ``total``
+    (updated in place and returned) in float32 in run order."""
     m, k = op_a.shape
     n = op_b.shape[1]
     runs = -(-k // length)
@@ -400,7 +408,6 @@ def _uniform_runs(op_a, a_exp, op_b, b_exp, length):
         and max(a_exp.max(), b_exp.max()) <= 50 else np.float64
     row = np.exp2(a_exp.T.astype(wide))                                  # (runs, M)
     col = np.exp2(b_exp.astype(wide))                                    # (runs, N)
-    total = np.zeros((m, n), np.float32)
     with np.errstate(over="ignore", invalid="ignore"):
         terms = ((parts.astype(wide, copy=False) * row[:, :, None]) * col[:, None, :]
                  ).astype(np.float32, copy=False)

@@ -51,6 +51,7 @@ import numpy as np
 
 from sim.models import bfp
 from sim.models.bfp import _check_block, gemm_kruns, tile_grid
+from sim.models.golden import MAX_K
 
 __all__ = ["LAYOUT", "ConvGeometry", "pool_geometry", "activation_matrix", "activation_tensor",
            "weight_stack", "weight_tensor", "conv2d_forward", "conv2d_backward_data",
@@ -500,14 +501,21 @@ def _row_exp(exp_row: np.ndarray, rows: int, block: int) -> np.ndarray:
 
 def _sum_runs(a, a_exp, b, b_exp, stops):
     """``op(a) @ op(b)`` with ``op(b) = b.T``, K cut at ``stops``: what
-    :func:`sim.models.bfp.gemm_kruns` defines, one run at a time (``S = +0``; ``S =
-    float32(S + term)`` per run, each term the run's rescaled exact partial)."""
-    total = np.zeros((a.shape[0], b.shape[0]), np.float32)
-    start = 0
-    for j, stop in enumerate(stops):
-        total = total + gemm_kruns(a[:, start:stop], a_exp[:, j:j + 1], b[:, start:stop],
-                                   b_exp[j:j + 1], [stop - start], transpose_b=True)
-        start = stop
+    :func:`sim.models.bfp.gemm_kruns` defines (``S = +0``; ``S = float32(S + term)`` per
+    run, each term the run's rescaled exact partial), batched where the runs are uniform."""
+    # (in calls of whole runs of at most MAX_K steps, the int32 partials' bound, each
+    # continuing the float32 sum)
+    total, first = np.zeros((a.shape[0], b.shape[0]), np.float32), 0
+    while first < len(stops):
+        base = stops[first - 1] if first else 0
+        last = first
+        while last + 1 < len(stops) and stops[last + 1] - base <= MAX_K:
+            last += 1
+        cut = [s - base for s in stops[first:last + 1]]
+        total = gemm_kruns(a[:, base:stops[last]], a_exp[:, first:last + 1],
+                           b[:, base:stops[last]], b_exp[first:last + 1], cut,
+                           transpose_b=True, start=total)
+        first = last + 1
     return total
 
 

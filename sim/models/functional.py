@@ -389,15 +389,12 @@ class FunctionalAccelerator:
         if e["RELU"] or e["MASK_IN"]:
             regions.append((self._reg64("DESC_MASK_ADDR"), m, self._reg("DESC_MASK_STRIDE"),
                             -(-n // 8), 0))
-        code = check_regions(regions, self._reg64("WINDOW_BASE"),
-                             min(self._reg64("WINDOW_LIMIT"), self.size), 8 * self.bpw,
-                             self.addr_width)
+        code = self._check_regions(regions)
         if code:
-            return ErrorCode(code)
+            return code
 
         def grid(name):
-            addr, shape = grids[name]
-            return self.memory[addr:addr + shape[0] * shape[1]].view(np.int8).reshape(shape)
+            return self._grid(*grids[name])
 
         if only:
             c = self._matrix(a_addr, m, n, a_stride, np.float32).copy()
@@ -462,6 +459,16 @@ class FunctionalAccelerator:
         if e["RELU"]:
             self._matrix(mask_addr, m, -(-n // 8), mask_stride)[...] = bfp.pack_mask(value.mask)
         return ErrorCode.NONE
+
+    def _check_regions(self, regions) -> ErrorCode:
+        """:func:`sim.models.engine.check_regions` in this model's window and memory."""
+        return ErrorCode(check_regions(regions, self._reg64("WINDOW_BASE"),
+                                       min(self._reg64("WINDOW_LIMIT"), self.size),
+                                       8 * self.bpw, self.addr_width))
+
+    def _grid(self, addr: int, shape) -> np.ndarray:
+        """A tile exponent grid in memory (int8, row-major)."""
+        return self.memory[addr:addr + shape[0] * shape[1]].view(np.int8).reshape(shape)
 
     def _conv(self, f: dict, e: dict):
         """A convolution descriptor's geometry (``DESC_CONV``), or None for a GEMM, or the
@@ -585,15 +592,12 @@ class FunctionalAccelerator:
         if pooling is not None and pooling.kind == "max":
             pooled = (mid[0], pooling.geometry.out_positions)
             regions.append((arg_addr, pooled[0], arg_stride, pooled[1], 0))
-        code = check_regions(regions, self._reg64("WINDOW_BASE"),
-                             min(self._reg64("WINDOW_LIMIT"), self.size), 8 * self.bpw,
-                             self.addr_width)
+        code = self._check_regions(regions)
         if code:
-            return ErrorCode(code)
+            return code
 
         def grid(name):
-            addr, shape = grids[name]
-            return self.memory[addr:addr + shape[0] * shape[1]].view(np.int8).reshape(shape)
+            return self._grid(*grids[name])
 
         def operand(name, addr, stride):
             rows, cols = conv[name]
