@@ -67,6 +67,32 @@ def descriptor_seed(seed: int, step: int, layer: int, role: int) -> int:
         & 0xFFFF_FFFF_FFFF_FFFF
 
 
+def check_seed(seed) -> None:
+    """A resident network's seed is an integer in ``[0, 2**32)``, else ValueError."""
+    if not isinstance(seed, (int, np.integer)) or isinstance(seed, bool) \
+            or not 0 <= seed < 1 << 32:
+        raise ValueError(f"seed must be an integer in [0, 2**32), not {seed!r}")
+
+
+def check_sgd(device, hint: str = "") -> None:
+    """``device`` steps BFP8 (stochastically rounded) and float32 targets
+    (``DESC_EPILOGUE.SGD``), else ValueError ending with ``hint``."""
+    from firmware.runtime.epilogue import offers
+    if not offers(device, SGD=1, BFP8=1, STOCHASTIC=1) or not offers(device, SGD=1):
+        raise ValueError(f"device: this {device.backend} accelerator does not offer "
+                         f"DESC_EPILOGUE.SGD (CONFIG_FEATURES.OPS){hint}")
+
+
+def ones_row(device, cache: dict, columns: int):
+    """A ``1 x columns`` BfpTensor of ones on ``device`` (mantissa 64, exponent -6), kept in
+    ``cache``: ``1^T d`` sums a delta's rows exactly."""
+    if columns not in cache:
+        grid = bfp.tile_grid((1, columns), block=TILE_BLOCK)
+        cache[columns] = device.bfp_tensor(np.full((1, columns), 64, np.int8),
+                                           np.full(grid, -6, np.int8))
+    return cache[columns]
+
+
 def check_device(device) -> None:
     """Refuse a device that cannot keep a chain resident.
 
@@ -175,9 +201,7 @@ class ResidentChain:
         if len(sizes) - 1 > MAX_LAYERS:
             raise ValueError(f"sizes gives {len(sizes) - 1} layers, at most {MAX_LAYERS} "
                              f"fit the descriptors' seeds")
-        if not isinstance(seed, (int, np.integer)) or isinstance(seed, bool) \
-                or not 0 <= seed < 1 << 32:
-            raise ValueError(f"seed must be an integer in [0, 2**32), not {seed!r}")
+        check_seed(seed)
         relu = [True] * (len(sizes) - 2) if relu is None else [bool(r) for r in relu]
         if len(relu) != len(sizes) - 2:
             raise ValueError(f"relu must have one flag per layer but the last, "
@@ -212,11 +236,7 @@ class ResidentChain:
     def _ones_row(self, batch: int):
         """A 1 x batch BfpTensor of ones (mantissa 64, exponent -6): ``1^T d`` sums a delta's
         rows exactly."""
-        if batch not in self._ones:
-            grid = -(-batch // TILE_BLOCK)
-            self._ones[batch] = self.device.bfp_tensor(np.full((1, batch), 64, np.int8),
-                                                       np.full((1, grid), -6, np.int8))
-        return self._ones[batch]
+        return ones_row(self.device, self._ones, batch)
 
     def _quantize(self, what: str, x: np.ndarray, rounding: str, seed: int):
         """``x`` written to the device as a BfpTensor: quantised there, or, where the device
@@ -499,14 +519,10 @@ class ResidentMLP:
                                  weight_decay=weight_decay)
             self._resident = None
         else:
-            from firmware.runtime.epilogue import offers
             if momentum:
                 raise ValueError(f"momentum must be 0 with optimizer='device' (the device's "
                                  f"SGD keeps no momentum), not {momentum!r}")
-            if not offers(device, SGD=1, BFP8=1, STOCHASTIC=1) or not offers(device, SGD=1):
-                raise ValueError(f"device: this {device.backend} accelerator does not offer "
-                                 f"DESC_EPILOGUE.SGD (CONFIG_FEATURES.OPS): use "
-                                 f"optimizer='host'")
+            check_sgd(device, ": use optimizer='host'")
             if self.chain.host_bias:
                 raise ValueError("device: it adds no bias to a float32 output: use "
                                  "optimizer='host'")

@@ -34,9 +34,16 @@ import numpy as np
 
 from firmware.ml import nn
 from firmware.ml.nn import softmax_cross_entropy
-from firmware.ml.resident import MAX_LAYERS, SGD_SEED, check_device, descriptor_seed
+from firmware.ml.resident import (
+    MAX_LAYERS,
+    SGD_SEED,
+    check_device,
+    check_seed,
+    check_sgd,
+    descriptor_seed,
+    ones_row,
+)
 from firmware.spec.regmap import TILE_BLOCK
-from sim.models import bfp
 from sim.models import conv as convm
 
 __all__ = ["ConvStage", "stages_of", "ResidentConvNet"]
@@ -218,19 +225,14 @@ class ResidentConvNet:
 
     def __init__(self, net, input_shape, device, *, seed: int = 0, lr: float = 0.05,
                  weight_decay: float = 0.0, eval_batch: int = 256, record=None):
-        from firmware.runtime.epilogue import offers
         check_device(device)
         if device.driver is not None and not (device.driver.info.conv
                                               and device.driver.info.pool):
             raise ValueError(f"device: this {device.backend} accelerator has no convolution "
                              f"descriptors or pooling stages (CONFIG_FEATURES.CONV, POOL): "
                              f"use Device('model') or firmware.ml.nn on the host")
-        if not offers(device, SGD=1, BFP8=1, STOCHASTIC=1) or not offers(device, SGD=1):
-            raise ValueError(f"device: this {device.backend} accelerator does not offer "
-                             f"DESC_EPILOGUE.SGD (CONFIG_FEATURES.OPS)")
-        if not isinstance(seed, (int, np.integer)) or isinstance(seed, bool) \
-                or not 0 <= seed < 1 << 32:
-            raise ValueError(f"seed must be an integer in [0, 2**32), not {seed!r}")
+        check_sgd(device)
+        check_seed(seed)
         if not lr > 0 or not weight_decay >= 0:
             raise ValueError(f"need lr > 0 and weight_decay >= 0, not {lr}, {weight_decay}")
         if not isinstance(eval_batch, int) or not 1 <= eval_batch <= 0xFFFF:
@@ -264,12 +266,7 @@ class ResidentConvNet:
         self.traffic[what] = self.traffic.get(what, 0) + int(nbytes)
 
     def _ones_row(self, columns: int):
-        """A 1 x columns BfpTensor of ones (mantissa 64, exponent -6)."""
-        if columns not in self._ones:
-            grid = bfp.tile_grid((1, columns), block=TILE_BLOCK)
-            self._ones[columns] = self.device.bfp_tensor(np.full((1, columns), 64, np.int8),
-                                                         np.full(grid, -6, np.int8))
-        return self._ones[columns]
+        return ones_row(self.device, self._ones, columns)
 
     @property
     def params(self) -> list:

@@ -18,6 +18,7 @@ from firmware.runtime.epilogue import (
     BfpTensor,
     _begin,
     _check_output,
+    _check_rates,
     _check_rounding,
     _emit,
     _empty,
@@ -297,10 +298,7 @@ def _weight_grad(dev, d, x, geometry, target, *, lr=None, weight_decay=0.0,
                         f"DeviceTensor (the stack's matrices one after another), not "
                         f"{type(target).__name__} {getattr(target, 'shape', '')}")
     if target is not None:
-        for name, v in (("lr", lr), ("weight_decay", weight_decay)):
-            if not isinstance(v, (int, float, np.floating)) or isinstance(v, bool) \
-                    or not np.isfinite(v):
-                raise TypeError(f"{name} must be a finite number, not {v!r}")
+        _check_rates(lr, weight_decay)
     _require_conv(dev)
     ops = {"SGD": 1} if target is not None else {}
     _require(dev, rows=m, BFP8=int(bfp8), STOCHASTIC=int(bfp8 and rounding == "stochastic"),

@@ -463,10 +463,7 @@ def sgd_update(dev, a: BfpTensor, b: BfpTensor, target, *, lr, weight_decay=0.0,
                rounding: str = "nearest", seed: int = 0) -> None:
     """See :meth:`firmware.Device.sgd_update`."""
     from firmware.runtime.device import DeviceTensor
-    for name, v in (("lr", lr), ("weight_decay", weight_decay)):
-        if not isinstance(v, (int, float, np.floating)) or isinstance(v, bool) \
-                or not np.isfinite(v):
-            raise TypeError(f"{name} must be a finite number, not {v!r}")
+    _check_rates(lr, weight_decay)
     m, n, k = _operands(dev, a, b, transpose_a, transpose_b, rounding, seed)
     bfp8 = isinstance(target, BfpTensor)
     if bfp8:
@@ -502,6 +499,14 @@ def sgd_update(dev, a: BfpTensor, b: BfpTensor, target, *, lr, weight_decay=0.0,
     _sgd_target(desc, epi, tensors, target, lr, weight_decay, rounding)
     desc["epilogue"] = epi
     _run(dev, desc, tensors)
+
+
+def _check_rates(lr, weight_decay) -> None:
+    """An SGD step's ``lr`` and ``weight_decay`` are finite numbers, else TypeError."""
+    for name, v in (("lr", lr), ("weight_decay", weight_decay)):
+        if not isinstance(v, (int, float, np.floating)) or isinstance(v, bool) \
+                or not np.isfinite(v):
+            raise TypeError(f"{name} must be a finite number, not {v!r}")
 
 
 def _sgd_target(desc, epi, tensors, target, lr, weight_decay, rounding) -> None:

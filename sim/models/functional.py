@@ -238,6 +238,11 @@ class FunctionalAccelerator:
     def _reg64(self, name: str) -> int:
         return self._reg(f"{name}_HI") << 32 | self._reg(f"{name}_LO")
 
+    def _fields(self, name: str) -> dict:
+        """The staged register ``name``'s fields, by name, in the register map's order."""
+        word = self._reg(name)
+        return {fl.name: field_value(name, fl.name, word) for fl in regmap.by_name(name).fields}
+
     def _matrix(self, addr, rows, cols, stride, dtype=np.uint8):
         nbytes = cols * np.dtype(dtype).itemsize
         view = np.lib.stride_tricks.as_strided(self.memory[addr:], (rows, nbytes),
@@ -246,9 +251,7 @@ class FunctionalAccelerator:
 
     def _execute(self) -> ErrorCode:
         m, n, k = self._reg("DESC_M"), self._reg("DESC_N"), self._reg("DESC_K")
-        flags = self._reg("DESC_FLAGS")
-        f = {fl.name: field_value("DESC_FLAGS", fl.name, flags)
-             for fl in regmap.by_name("DESC_FLAGS").fields}
+        f = self._fields("DESC_FLAGS")
         epi = self._reg("DESC_EPILOGUE")
         if epi:
             if not self.epilogue or f["RAW"]:
@@ -312,8 +315,9 @@ class FunctionalAccelerator:
         multiply-accumulates where they are not ``m * n * k``, a convolution's)."""
         ta, tb = bool(f["TRANSPOSE_A"]), bool(f["TRANSPOSE_B"])
         side = block_side(f["BLOCK"], self.cfg["block"])
-        if bfp8 and bfp8_block(self.cfg["rows"], self.cfg["cols"]) is not None:
-            side = min(side, bfp8_block(self.cfg["rows"], self.cfg["cols"]))
+        unit = bfp8_block(self.cfg["rows"], self.cfg["cols"]) if bfp8 else None
+        if unit is not None:
+            side = min(side, unit)
         cfg = {**self.cfg, "block": side}
         if k == 0 and self.predict_quantize is None:
             p = {"cycles": m * -(-n // cfg["cols"]), "compute_cycles": 0}
@@ -337,8 +341,7 @@ class FunctionalAccelerator:
         """A descriptor with ``DESC_EPILOGUE`` options: its checks, its GEMM with tile
         exponents where asked (:func:`sim.models.bfp.gemm_kruns`), then
         :func:`sim.models.bfp.epilogue`, written where the descriptor says."""
-        e = {fl.name: field_value("DESC_EPILOGUE", fl.name, epi)
-             for fl in regmap.by_name("DESC_EPILOGUE").fields}
+        e = self._fields("DESC_EPILOGUE")
         tile = regmap.TILE_BLOCK
         ta, tb = bool(f["TRANSPOSE_A"]), bool(f["TRANSPOSE_B"])
         only = bool(e["QUANTIZE_ONLY"])
@@ -479,15 +482,12 @@ class FunctionalAccelerator:
         Returns a dict: ``mode``, ``geometry``, the implicit GEMM's ``m``, ``n``, ``k``,
         ``offsets``, and the shapes of A, B and C (``a``, ``b``, ``c``: C before a pooling
         stage) and whether A and C are stacks (``a_stack``, ``c_stack``)."""
-        word = self._reg("DESC_CONV")
-        mode = field_value("DESC_CONV", "MODE", word)
+        v = self._fields("DESC_CONV")
+        mode = v["MODE"]
         if not mode:
             return None
-        v = {fl.name: field_value("DESC_CONV", fl.name, word)
-             for fl in regmap.by_name("DESC_CONV").fields}
-        image, chans = self._reg("DESC_CONV_IMAGE"), self._reg("DESC_CONV_CHANNELS")
-        h, w = (field_value("DESC_CONV_IMAGE", n, image) for n in ("HEIGHT", "WIDTH"))
-        cin, cout = (field_value("DESC_CONV_CHANNELS", n, chans) for n in ("IN", "OUT"))
+        image, chans = self._fields("DESC_CONV_IMAGE"), self._fields("DESC_CONV_CHANNELS")
+        h, w, cin, cout = image["HEIGHT"], image["WIDTH"], chans["IN"], chans["OUT"]
         batch = self._reg("DESC_CONV_BATCH") & 0xFFFF
         if 0 in (h, w, cin, cout, batch, v["KERNEL_H"], v["KERNEL_W"], v["STRIDE_H"],
                  v["STRIDE_W"], v["DILATION_H"], v["DILATION_W"]):
@@ -520,14 +520,12 @@ class FunctionalAccelerator:
         """The pooling stage of a convolution descriptor (``DESC_POOL``): None, or ``(mode,
         Pooling)``, or ``UNSUPPORTED`` (a stage its convolution's mode does not take, or a
         window that does not fit) or ``ZERO_DIMENSION``."""
-        word = self._reg("DESC_POOL")
-        mode = field_value("DESC_POOL", "MODE", word)
+        v = self._fields("DESC_POOL")
+        mode = v["MODE"]
         if not mode:
             return None
-        v = {fl.name: field_value("DESC_POOL", fl.name, word)
-             for fl in regmap.by_name("DESC_POOL").fields}
-        image = self._reg("DESC_POOL_IMAGE")
-        h, w = (field_value("DESC_POOL_IMAGE", n, image) for n in ("HEIGHT", "WIDTH"))
+        image = self._fields("DESC_POOL_IMAGE")
+        h, w = image["HEIGHT"], image["WIDTH"]
         if 0 in (h, w, v["KERNEL_H"], v["KERNEL_W"], v["STRIDE_H"], v["STRIDE_W"]):
             return ErrorCode.ZERO_DIMENSION
         if mode == 3 or mode != conv["mode"]:
