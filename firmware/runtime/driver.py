@@ -300,17 +300,27 @@ class Driver:
                                "(CONFIG_FEATURES.CHAIN)")
         prof = profile or Profile()
         with prof.time("driver"):
-            if regions:
-                self.set_window(min(r[0] for r in regions),
-                                _round_up(max(r[1] for r in regions), self.bytes_per_word))
-            self.write("CTRL", pack("CTRL", CLEAR_COUNTERS=1))
+            self._start(regions)
             self.write64("CHAIN_ADDR", addr)
             self.write("CHAIN_ENTRIES", entries)
             self.write64("CHAIN_SEED", seed)
             self._staged = {}                 # the chain rewrites the staging registers
             self.write("CTRL", pack("CTRL", RUN_CHAIN=1))
+        return self._finish(max(4, max_cycles // self.poll_cycles), prof)
+
+    def _start(self, regions) -> None:
+        """Before a run: the window over ``regions`` (``(start, end)`` byte ranges), the
+        counters cleared."""
+        if regions:
+            self.set_window(min(r[0] for r in regions),
+                            _round_up(max(r[1] for r in regions), self.bytes_per_word))
+        self.write("CTRL", pack("CTRL", CLEAR_COUNTERS=1))
+
+    def _finish(self, polls: int, prof) -> dict:
+        """After a run's last enqueue: wait until idle; on an error soft-reset and raise
+        AcceleratorError; else the counters."""
         with prof.time("wait"):
-            st = self.wait_idle(max(4, max_cycles // self.poll_cycles))
+            st = self.wait_idle(polls)
         if st["error"]:
             self.soft_reset()
             raise AcceleratorError(st["error_code"])
@@ -366,13 +376,8 @@ class Driver:
         if max_cycles is None:
             max_cycles = self.cycle_bound(descs)
         polls = max(4, max_cycles // self.poll_cycles)
-        regions = [r for d in descs for r in d.get("regions", ())]
         with prof.time("driver"):
-            if regions:
-                lo = min(r[0] for r in regions)
-                hi = max(r[1] for r in regions)
-                self.set_window(lo, _round_up(hi, self.bytes_per_word))
-            self.write("CTRL", pack("CTRL", CLEAR_COUNTERS=1))
+            self._start([r for d in descs for r in d.get("regions", ())])
         queue = max(1, self.info.queue)
         for i, desc in enumerate(descs):
             if i >= queue:                       # wait for room in the queue
@@ -389,13 +394,7 @@ class Driver:
                     break
             with prof.time("driver"):
                 self.submit(desc)
-        with prof.time("wait"):
-            st = self.wait_idle(polls)
-        if st["error"]:
-            self.soft_reset()
-            raise AcceleratorError(st["error_code"])
-        with prof.time("driver"):
-            return self.counters()
+        return self._finish(polls, prof)
 
     # -- GEMM descriptors --------------------------------------------------------------------
     def descriptors(self, a, b, c, *, m: int, n: int, k0: int, k1: int, transpose_a: bool,
