@@ -203,6 +203,14 @@ def _pool_fields(stage) -> dict:
             "height": p.height, "width": p.width}
 
 
+def _conv_desc(a, b, g, mode: int, seed) -> dict:
+    """A convolution descriptor's operand fields: A and B (BFP8, their tile grids as the
+    row and column exponents), the geometry and the seed; DESC_M, N and K unused (1)."""
+    return dict(m=1, n=1, k=1, flags={}, a_addr=a.q.addr, a_stride=a.q.stride,
+                b_addr=b.q.addr, b_stride=b.q.stride, row_exp_addr=a.exp.addr,
+                col_exp_addr=b.exp.addr, seed=int(seed), conv=_conv_fields(g, mode))
+
+
 def _run_conv(dev, mode, x, w, g, m, n, golden, *, bias, relu, mask_in, out, rounding,
               seed, stage=None):
     _require_conv(dev)
@@ -212,9 +220,7 @@ def _run_conv(dev, mode, x, w, g, m, n, golden, *, bias, relu, mask_in, out, rou
     _begin(dev, *g.implicit_gemm(mode))
 
     def desc():
-        d = dict(m=1, n=1, k=1, flags={}, a_addr=w.q.addr, a_stride=w.q.stride,
-                 b_addr=x.q.addr, b_stride=x.q.stride, row_exp_addr=w.exp.addr,
-                 col_exp_addr=x.exp.addr, seed=int(seed), conv=_conv_fields(g, mode))
+        d = _conv_desc(w, x, g, mode, seed)
         if stage is not None:
             d["pool"] = _pool_fields(stage)
         return d
@@ -284,16 +290,15 @@ def _weight_grad(dev, d, x, geometry, target, *, lr=None, weight_decay=0.0,
     kk = len(g.offsets)
     m, n = kk * g.out_channels, g.channels
     bfp8 = isinstance(target, BfpStack)
-    if target is None:
-        pass
-    elif bfp8:
+    if bfp8:
         if target.q.device is not dev:
             raise ValueError("target belongs to another device (or is freed)")
         if target.shape != (kk, g.out_channels, g.channels):
             raise ValueError(f"target is {target.shape}, the geometry's "
                              f"{(kk, g.out_channels, g.channels)}")
-    elif not isinstance(target, DeviceTensor) or target.device is not dev \
-            or target.dtype != np.float32 or target.shape != (m, n):
+    elif target is not None and (not isinstance(target, DeviceTensor)
+                                 or target.device is not dev or target.dtype != np.float32
+                                 or target.shape != (m, n)):
         raise TypeError(f"target must be a BfpStack or this device's float32 {m}x{n} "
                         f"DeviceTensor (the stack's matrices one after another), not "
                         f"{type(target).__name__} {getattr(target, 'shape', '')}")
@@ -322,9 +327,7 @@ def _weight_grad(dev, d, x, geometry, target, *, lr=None, weight_decay=0.0,
         target.q.write(q.reshape(m, n))
         target.exp.write(e.reshape(1, -1))
         return None
-    desc = dict(m=1, n=1, k=1, flags={}, a_addr=d.q.addr, a_stride=d.q.stride,
-                b_addr=x.q.addr, b_stride=x.q.stride, row_exp_addr=d.exp.addr,
-                col_exp_addr=x.exp.addr, seed=int(seed), conv=_conv_fields(g, 3))
+    desc = _conv_desc(d, x, g, 3, seed)
     epi = {"A_TILES": 1, "B_TILES": 1}
     tensors = [d.q, d.exp, x.q, x.exp]
     made = None
