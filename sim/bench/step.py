@@ -39,6 +39,9 @@ from pathlib import Path
 
 import numpy as np
 
+# (the --blocks value of the whole step on the device, as python -m sim.bench host names it)
+from sim.bench.host import RESIDENT_SGD
+
 ROOT = Path(__file__).resolve().parents[2]
 
 __all__ = ["NETS", "vgg11", "resnet20", "to_torch", "step_macs", "measure", "torch_step", "table",
@@ -181,9 +184,6 @@ def torch_step(net_name: str, batch: int = 128, steps: int = 2) -> float:
         torch.set_num_threads(threads)
 
 
-#: ``--blocks`` value for the whole step on the device
-#: (:class:`firmware.ml.resident_conv.ResidentConvNet`).
-RESIDENT_SGD = "resident-sgd"
 
 
 def resident_refusal(net_name: str) -> str | None:
