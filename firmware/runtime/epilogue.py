@@ -192,11 +192,16 @@ def _run(dev, desc, tensors) -> None:
     if dev._recording is not None:              # Device.record(): run at the replay
         dev._recording.add(desc)
         return
-    cnt = dev.driver.run(desc, profile=dev.profile)
+    _account(dev, dev.driver.run(desc, profile=dev.profile), 1)
+
+
+def _account(dev, cnt: dict, descriptors: int) -> None:
+    """A run's counters into ``dev.profile`` (its busy cycles) and ``dev.stats`` (whose
+    ``macs`` the caller has set)."""
     cycles = cnt["busy_cycles"]
     dev.profile.cycles += cycles
-    dev.stats.update(descriptors=1, cycles=cycles, active_cycles=cnt["active_cycles"],
-                     dma_stall_cycles=cnt["stall_cycles"],
+    dev.stats.update(descriptors=descriptors, cycles=cycles,
+                     active_cycles=cnt["active_cycles"], dma_stall_cycles=cnt["stall_cycles"],
                      utilization=dev.stats["macs"] / (dev.rows * dev.cols * cycles)
                      if cycles and dev.stats["macs"] else None)
 

@@ -94,14 +94,10 @@ class Program:
         cnt = dev.driver.run_chain(self._chain.addr, self.entries, seed=int(seed),
                                    regions=self._regions, max_cycles=self._bound,
                                    profile=dev.profile)
-        dev.profile.cycles += cnt["busy_cycles"]
+        from firmware.runtime.epilogue import _account
         dev.profile.count("gemms", self._gemms)
-        dev.stats = {"backend": dev.backend, "macs": cnt["macs"],
-                     "descriptors": len(self._descs), "cycles": cnt["busy_cycles"],
-                     "active_cycles": cnt["active_cycles"],
-                     "dma_stall_cycles": cnt["stall_cycles"],
-                     "utilization": cnt["macs"] / (dev.rows * dev.cols * cnt["busy_cycles"])
-                     if cnt["busy_cycles"] else None}
+        dev.stats = {"backend": dev.backend, "macs": cnt["macs"]}
+        _account(dev, cnt, len(self._descs))
         return cnt
 
     def free(self) -> None:
