@@ -379,6 +379,18 @@ class ResidentConvNet:
         self._count("input batch", xm.nbytes)
         return xm
 
+    def _logits(self, t) -> np.ndarray:
+        """The device's ``classes x N`` logits read as ``N x classes``."""
+        logits = t.numpy()
+        self._count("logits", logits.nbytes)
+        return np.ascontiguousarray(logits.T)
+
+    def _loss_gradient(self, grad: np.ndarray) -> np.ndarray:
+        """``N x classes`` as the ``classes x N`` matrix the device takes."""
+        gt = np.ascontiguousarray(grad.T)
+        self._count("loss gradient", gt.nbytes)
+        return gt
+
     def forward(self, x: np.ndarray, *, train: bool = False):
         """The logits of a batch, ``N x classes`` float32; with ``train`` (stochastic
         rounding) also what the backward pass needs (else None). Each call runs its
@@ -394,10 +406,8 @@ class ResidentConvNet:
             out, saved = self._forward_on_device(x_dev, batch, rounding, step)
         finally:
             x_dev.free()
-        logits = out.numpy()
+        logits = self._logits(out)
         out.free()
-        self._count("logits", logits.nbytes)
-        logits = np.ascontiguousarray(logits.T)
         if not train:
             _free(saved)
             return logits, None
@@ -411,9 +421,7 @@ class ResidentConvNet:
         if not isinstance(grad, np.ndarray) or grad.dtype != np.float32 or grad.shape != shape:
             _free(layers)
             raise TypeError(f"grad must be a float32 {shape[0]}x{shape[1]} matrix")
-        gt = np.ascontiguousarray(grad.T)
-        self._count("loss gradient", gt.nbytes)
-        g_dev = self.device.tensor(gt)
+        g_dev = self.device.tensor(self._loss_gradient(grad))
         try:
             self._backward_on_device(g_dev, layers, batch, step)
         finally:
@@ -465,12 +473,8 @@ class ResidentConvNet:
         self.passes += 1
         plan["x"].write(self._layout(x))
         plan["forward"].run(seed=seed)
-        logits = plan["logits"].numpy()
-        self._count("logits", logits.nbytes)
-        loss, grad = softmax_cross_entropy(np.ascontiguousarray(logits.T), labels)
-        gt = np.ascontiguousarray(grad.astype(np.float32).T)
-        self._count("loss gradient", gt.nbytes)
-        plan["g"].write(gt)
+        loss, grad = softmax_cross_entropy(self._logits(plan["logits"]), labels)
+        plan["g"].write(self._loss_gradient(grad.astype(np.float32)))
         plan["backward"].run(seed=seed)
         self.steps += 1
         return loss
