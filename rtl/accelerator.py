@@ -315,9 +315,10 @@ class Accelerator(wiring.Component):
                          | (sgd & relu_etc))
         # (and, as the functional model, any epilogue bit on a RAW descriptor)
         raw_epi = _field(csr, "DESC_FLAGS", "RAW") & (e != 0)
-        # (no convolution descriptors or pooling stages on this RTL: CONFIG_FEATURES.CONV
-        # and POOL are 0)
-        conv = (_field(csr, "DESC_CONV", "MODE") != 0) | (_field(csr, "DESC_POOL", "MODE") != 0)
+        # (no convolution descriptors, pooling stages or residual sums on this RTL:
+        # CONFIG_FEATURES.CONV, POOL and ADD are 0)
+        conv = ((_field(csr, "DESC_CONV", "MODE") != 0) | _field(csr, "DESC_CONV", "ADD")
+                | (_field(csr, "DESC_POOL", "MODE") != 0))
         m.d.comb += unsupported.eq((rest != 0) | bad_tiles | side_fp32 | raw_epi | conv)
         if self.k_blocks:
             m.d.comb += staged.tiles.eq((e & tiles) == tiles)

@@ -178,6 +178,75 @@ def test_pooling_on_the_write_path(model, pool):
         np.testing.assert_array_equal(dx.exponents(), back.exp, err_msg=dev.backend)
 
 
+@pytest.mark.parametrize("spec", [GEOMETRIES[0], GEOMETRIES[1]])
+def test_residual_sum_on_the_write_path(model, spec):
+    """DESC_CONV.ADD: a forward convolution with a shortcut added before its bias and ReLU,
+    and a backward-data convolution with another path's deltas added before the mask (and
+    after an unpool): the model's and the golden backend's outputs and masks are the
+    reference's bit for bit, and the model counts the shortcut's reads."""
+    g = _geometry(spec)
+    rng = np.random.default_rng(len(str(spec)) + 7)
+    qw, ew = _stack(rng, g)
+    qx, ex = _activations(rng, g.channels, g.positions)
+    qs, es = _activations(rng, g.out_channels, g.out_positions)
+    qd, ed = _activations(rng, g.out_channels, g.out_positions)
+    qo, eo = _activations(rng, g.channels, g.positions)
+    bias = rng.standard_normal(g.out_channels).astype(np.float32)
+    shortcut = bfp.dequantize_tiles(qs, es)
+    fwd = convm.conv_epilogue(convm.conv2d_forward(qx, ex, qw, ew, g), bias=bias, relu=True,
+                              residual=shortcut, out="bfp8", rounding="stochastic", seed=5)
+    # (the sum is not the convolution's alone)
+    plain = convm.conv_epilogue(convm.conv2d_forward(qx, ex, qw, ew, g), bias=bias,
+                                relu=True, out="bfp8", rounding="stochastic", seed=5)
+    assert not np.array_equal(fwd.q, plain.q)
+    stored = rng.random((g.channels, g.positions)) < 0.5
+    back = convm.conv_epilogue(convm.conv2d_backward_data(qd, ed, qw, ew, g), mask_in=stored,
+                               residual=bfp.dequantize_tiles(qo, eo), out="fp32")
+    for dev in (model, Device("golden")):
+        y, mask = dev.conv2d(dev.bfp_tensor(qx, ex), dev.bfp_stack(qw, ew), g, bias=bias,
+                             relu=True, add=dev.bfp_tensor(qs, es), rounding="stochastic",
+                             seed=5)
+        np.testing.assert_array_equal(y.mantissas(), fwd.q, err_msg=dev.backend)
+        np.testing.assert_array_equal(y.exponents(), fwd.exp, err_msg=dev.backend)
+        np.testing.assert_array_equal(mask.numpy(), fwd.mask, err_msg=dev.backend)
+        _, m_in = dev.bfp_gemm(dev.quantize(np.where(stored, 1.0, -1.0).astype(np.float32)),
+                               dev.quantize(np.eye(g.positions, dtype=np.float32)), relu=True)
+        got = dev.conv2d_backward_data(dev.bfp_tensor(qd, ed), dev.bfp_stack(qw, ew), g,
+                                       mask_in=m_in, add=dev.bfp_tensor(qo, eo), out="float32")
+        np.testing.assert_array_equal(got.numpy().view(np.uint32), back.value.view(np.uint32),
+                                      err_msg=dev.backend)
+        if dev is model:
+            cycles = model.stats["cycles"]
+            model.conv2d_backward_data(model.bfp_tensor(qd, ed), model.bfp_stack(qw, ew), g,
+                                       mask_in=m_in, out="float32")
+            assert model.stats["cycles"] < cycles
+
+
+def test_residual_sum_refused(model):
+    """DESC_CONV.ADD with the wrong shape, or off a device, is named; on a GEMM (MODE 0) or
+    a weight gradient it stops the engine with UNSUPPORTED."""
+    g = _geometry(GEOMETRIES[1])
+    rng = np.random.default_rng(2)
+    qw, ew = _stack(rng, g)
+    x, w = model.bfp_tensor(*_activations(rng, g.channels, g.positions)), \
+        model.bfp_stack(qw, ew)
+    with pytest.raises(ValueError, match="add is 5x6, the sum is"):
+        model.conv2d(x, w, g, add=model.bfp_tensor(*_activations(rng, 5, 6)))
+    with pytest.raises(TypeError, match="add must be a BfpTensor"):
+        model.conv2d(x, w, g, add=np.zeros((g.out_channels, g.out_positions), np.float32))
+    with pytest.raises(ValueError, match="add belongs to another device"):
+        model.conv2d(x, w, g, add=Device("golden").bfp_tensor(
+            *_activations(rng, g.out_channels, g.out_positions)))
+    conv = {"fields": {"MODE": 1, "KERNEL_H": 3, "KERNEL_W": 3, "STRIDE_H": 1,
+                       "STRIDE_W": 1, "DILATION_H": 1, "DILATION_W": 1, "ADD": 1},
+            "height": 5, "width": 5, "channels": 2, "out_channels": 3, "batch": 2}
+    for mode, epi in ((0, {"BFP8": 1}), (0, {}), (3, {"A_TILES": 1, "B_TILES": 1})):
+        c = dict(conv, fields=dict(conv["fields"], MODE=mode))
+        with pytest.raises(AcceleratorError) as e:
+            model.driver.run(dict(m=1, n=1, k=1, flags={}, epilogue=epi, conv=c))
+        assert e.value.code is ErrorCode.UNSUPPORTED, mode
+
+
 def test_pooling_arguments_named(model):
     g = convm.ConvGeometry(2, 3, 8, 8, 4, 3, padding=1)
     rng = np.random.default_rng(1)

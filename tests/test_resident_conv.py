@@ -94,6 +94,64 @@ def test_global_average_pool_and_strides_bit_identical(monkeypatch):
         np.testing.assert_array_equal(a.view(np.uint32), b.view(np.uint32), err_msg=name)
 
 
+def _resnet_like(rng):
+    """ResNet-20's kinds of block: an identity shortcut, then a strided one through a 1 x 1
+    convolution, a global average pool and a classifier."""
+    return nn.Network([
+        nn.Conv2d(3, 4, 3, rng, padding=1), nn.ReLU(),
+        nn.Residual([nn.Conv2d(4, 4, 3, rng, padding=1), nn.ReLU(),
+                     nn.Conv2d(4, 4, 3, rng, padding=1)]), nn.ReLU(),
+        nn.Residual([nn.Conv2d(4, 8, 3, rng, stride=2, padding=1), nn.ReLU(),
+                     nn.Conv2d(8, 8, 3, rng, padding=1)], [nn.Conv2d(4, 8, 1, rng, stride=2)]),
+        nn.ReLU(), nn.GlobalAvgPool2d(), nn.Linear(8, 5, rng)])
+
+
+def test_residual_blocks_bit_identical(monkeypatch):
+    """Residual blocks (the shortcut added on the body's write path, the deltas summed on
+    the backward-data one's): two steps agree bit for bit on both backends, the model's
+    replayed from its recording; only the batch, the logits and the loss gradient cross."""
+    rng = np.random.default_rng(3)
+    net = _resnet_like(rng)
+    stages = [st for st, _ in stages_of(net, (3, 8, 8))]
+    assert [(st.src, st.add) for st in stages] == [(-1, None), (0, None), (1, 0), (2, None),
+                                                   (2, None), (4, 3), (5, None)]
+    x = rng.standard_normal((6, 3, 8, 8)).astype(np.float32)
+    y = rng.integers(0, 5, 6)
+    _no_host_layout(monkeypatch)
+    runs = {}
+    for dev in (Device("golden"), Device("model", rows=4, cols=8)):
+        r = ResidentConvNet(net, (3, 8, 8), dev, seed=4, lr=0.1)
+        assert r.recorded == (dev.backend == "model")
+        losses = [r.step(x, y) for _ in range(2)]
+        assert set(r.traffic) == {"input batch", "logits", "loss gradient"}
+        runs[dev.backend] = (losses, r.params)
+    (la, pa), (lb, pb) = runs["golden"], runs["model"]
+    assert la == lb
+    for (name, a), (_, b) in zip(pa, pb, strict=True):
+        np.testing.assert_array_equal(a.view(np.uint32), b.view(np.uint32), err_msg=name)
+
+
+def test_residual_step_follows_float32_gradients():
+    """One large-rate step of residual blocks: each layer's change is the float32
+    network's gradient step (correlation above 0.95, size within 10 %). A shortcut's deltas
+    dropped or summed in the wrong place decorrelates the layers below it."""
+    rng = np.random.default_rng(4)
+    net = _resnet_like(rng)
+    x = rng.standard_normal((16, 3, 8, 8)).astype(np.float32)
+    y = rng.integers(0, 5, 16)
+    r = ResidentConvNet(net, (3, 8, 8), Device("golden"), seed=6, lr=1.0)
+    before = r.params
+    r.step(x, y)
+    eng = nn.Engine("fp32")
+    _, grad = nn.softmax_cross_entropy(net.forward(x, eng), y)
+    net.backward(grad, eng)
+    grads = [layer.grads[k] for _, layer in stages_of(net, (3, 8, 8)) for k in ("W", "b")]
+    for (name, a), (_, b), g in zip(before, r.params, grads, strict=True):
+        step, want = (b - a).ravel(), -g.ravel()
+        assert np.corrcoef(step, want)[0, 1] > 0.95, name
+        assert 0.9 < np.abs(step).sum() / np.abs(want).sum() < 1.1, name
+
+
 def test_digits_cnn_learns():
     """digits-cnn (firmware.ml.train) trained on the device for two epochs reaches the
     accuracy its float32 training reaches."""
@@ -121,8 +179,16 @@ def test_params_round_trip():
 
 
 @pytest.mark.parametrize("layers, match", [
-    (lambda r: [nn.Residual([nn.Conv2d(1, 1, 3, r, padding=1)]), nn.Flatten(),
-                nn.Linear(64, 2, r)], "layer 0 \\(Residual\\)"),
+    (lambda r: [nn.Residual([nn.Conv2d(1, 1, 3, r, padding=1), nn.ReLU()]), nn.Flatten(),
+                nn.Linear(64, 2, r)], "layer 0 \\(Residual\\): its body must end in a"),
+    (lambda r: [nn.Residual([nn.Conv2d(1, 2, 3, r, padding=1)]), nn.Flatten(),
+                nn.Linear(128, 2, r)], "the body gives \\(2, 8, 8\\), the shortcut"),
+    (lambda r: [nn.Residual([nn.Conv2d(1, 2, 3, r, padding=1)],
+                            [nn.Conv2d(1, 2, 1, r), nn.ReLU()]), nn.Flatten(),
+                nn.Linear(128, 2, r)], "layer 0: its ReLU's output is only added"),
+    (lambda r: [nn.Conv2d(1, 2, 3, r, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+                nn.Residual([nn.Conv2d(2, 2, 3, r, padding=1)]), nn.Flatten(),
+                nn.Linear(32, 2, r)], "layer 0: its pooled output is read by 2 layers"),
     (lambda r: [nn.MaxPool2d(2), nn.Flatten(), nn.Linear(16, 2, r)], "a pool not right"),
     (lambda r: [nn.Flatten(), nn.Linear(64, 2, r), nn.ReLU()], "last layer"),
     (lambda r: [nn.Linear(64, 2, r)], "needs Flatten first"),

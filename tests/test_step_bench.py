@@ -113,20 +113,31 @@ def test_command_writes_a_record(tmp_path):
     assert f"speedup {r['speedup']:.2f}" in text and f"{100 * r['host_share']:.1f} %" in text
 
 
-def test_whole_step_on_the_device_where_the_network_allows(tmp_path, capsys):
-    """resident-sgd: fashion-cnn's step on the device (a record, host share below the host
-    path's); resnet20's residual blocks are named as the reason it is skipped."""
+def test_whole_step_on_the_device_where_the_network_allows(tmp_path, capsys, monkeypatch):
+    """resident-sgd: fashion-cnn's and resnet20's steps on the device (a record, host share
+    below the host path's; resnet20's shortcuts summed with no descriptor of their own); a
+    network the device cannot run is skipped with its reason."""
     out = tmp_path / "step.json"
     assert step.main(["--net", "fashion-cnn", "resnet20", "--blocks", "fox", "resident-sgd",
                       "--batch", "4", "--out", str(out)]) == 0
     recs = {(r["net"], r["blocks"]): r for r in json.loads(out.read_text())["results"]}
-    assert set(recs) == {("fashion-cnn", "fox"), ("fashion-cnn", "resident-sgd"),
-                         ("resnet20", "fox")}
+    assert set(recs) == {(net, blocks) for net in ("fashion-cnn", "resnet20")
+                         for blocks in ("fox", "resident-sgd")}
     r = recs["fashion-cnn", "resident-sgd"]
     assert r["descriptors_per_step"] == 2 + 4 + 3 + 4 + 4
     assert r["host_share"] < recs["fashion-cnn", "fox"]["host_share"]
-    assert "resnet20: not resident-sgd: layer 2 (Residual)" in capsys.readouterr().err
     assert step.line(r).endswith("(resident-sgd)")
+    # 22 layers: the input and loss-gradient quantisations, a forward descriptor, a weight
+    # and a bias step each, and a backward-data descriptor but the first layer's
+    assert recs["resnet20", "resident-sgd"]["descriptors_per_step"] == 2 + 22 + 2 * 22 + 21
+
+    def odd(rng):
+        return nn.Network([nn.Residual([nn.Conv2d(3, 3, 3, rng, padding=1), nn.ReLU()]),
+                           nn.Flatten(), nn.Linear(3 * 32 * 32, 10, rng)])
+    monkeypatch.setitem(step.NETS, "odd", (odd, (3, 32, 32)))
+    assert step.main(["--net", "odd", "--blocks", "resident-sgd", "--batch", "2", "--out",
+                      str(out)]) == 0
+    assert "odd: not resident-sgd: layer 0 (Residual): its body" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("argv", [["--batch", "0"], ["--net", "alexnet"], ["--blocks", "x"],

@@ -56,6 +56,9 @@ __all__ = ["ResidentChain", "ResidentPass", "ResidentMLP", "descriptor_seed"]
 MAX_LAYERS = 63
 #: XORed into a weight update's seed (the chain's seed bits): apart from every other role
 SGD_SEED = 0x5EED << 48
+#: XORed into the seed of a backward-data descriptor whose deltas are summed into another
+#: (a residual block's first term): apart from the layer's own deltas and weight update
+SUM_SEED = 0xA5A5 << 48
 
 
 def descriptor_seed(seed: int, step: int, layer: int, role: int) -> int:

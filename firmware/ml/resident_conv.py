@@ -2,7 +2,8 @@
 pooling on the host.
 
 :class:`ResidentConvNet` takes a :class:`firmware.ml.nn.Network` of convolutions, ReLUs,
-pools and fully connected layers and runs every layer as a convolution descriptor
+pools, residual blocks and fully connected layers and runs every layer as a convolution
+descriptor
 (:meth:`firmware.Device.conv2d` and its backward passes) over activations in the ``CHWN``
 layout of :mod:`sim.models.conv`, which each layer writes as the next one reads it:
 
@@ -10,6 +11,10 @@ layout of :mod:`sim.models.conv`, which each layer writes as the next one reads 
   a :class:`~firmware.ml.nn.MaxPool2d` or :class:`~firmware.ml.nn.GlobalAvgPool2d` after that
   is its write path's pooling stage (the argmax stored for the backward pass, which routes
   the deltas back through it on the write path of the backward-data convolution above);
+* a :class:`~firmware.ml.nn.Residual` block's sum is its body's last convolution's
+  (``add=``, before the ReLU after the block); backward, the deltas of an output two layers
+  read are summed on the second backward-data descriptor's write path, which applies the
+  mask;
 * a :class:`~firmware.ml.nn.Linear` after :class:`~firmware.ml.nn.Flatten` is a convolution
   whose kernel covers the whole image (``C x H x W`` features, PyTorch's flattening order),
   and one after another fully connected layer or a global pool a 1 x 1 convolution: in the
@@ -37,6 +42,7 @@ from firmware.ml.nn import softmax_cross_entropy
 from firmware.ml.resident import (
     MAX_LAYERS,
     SGD_SEED,
+    SUM_SEED,
     check_device,
     check_seed,
     check_sgd,
@@ -63,6 +69,11 @@ class ConvStage:
         ReLU in the epilogue.
     pool : tuple or None
         ``(kind, kernel, stride)`` of the pooling stage after ReLU (``"max"`` or ``"avg"``).
+    src : int
+        The stage whose output this one reads (-1: the network's input).
+    add : int or None
+        The stage whose output (-1: the input) this one adds before its bias and ReLU
+        (``DESC_CONV.ADD``: a residual block's sum), or None.
     """
 
     channels: int
@@ -74,6 +85,8 @@ class ConvStage:
     padding: tuple = (0, 0)
     relu: bool = False
     pool: tuple | None = None
+    src: int = -1
+    add: int | None = None
 
     def geometry(self, batch: int) -> convm.ConvGeometry:
         return convm.ConvGeometry(batch, self.channels, self.height, self.width,
@@ -97,63 +110,97 @@ class ConvStage:
 
 def stages_of(net: nn.Network, input_shape) -> list[tuple[ConvStage, nn.Layer]]:
     """The convolution descriptors of ``net`` on images of ``input_shape`` (C, H, W), each
-    with the layer whose weights it holds.
+    with the layer whose weights it holds, in the order they run.
+
+    A :class:`~firmware.ml.nn.Residual` block's shortcut layers come first, then its body;
+    the body's last convolution adds the shortcut's output (or the block's input) on its
+    write path (:attr:`ConvStage.add`), before the ReLU that follows the block.
 
     Raises
     ------
     TypeError
         ``net`` is not a :class:`firmware.ml.nn.Network`.
     ValueError
-        A layer the device cannot run this way (naming it and why): a residual block, a pool
-        not after a convolution (and its ReLU), a fully connected layer over an image whose
-        side exceeds 15 (``DESC_CONV``'s kernel field), a ReLU or pool after the last layer.
+        A layer the device cannot run this way (naming it and why): a pool not after a
+        convolution (and its ReLU), a fully connected layer over an image whose side
+        exceeds 15 (``DESC_CONV``'s kernel field), a ReLU or pool after the last layer, a
+        residual block whose body does not end in a convolution or whose shortcut's shape
+        differs, an output read twice whose deltas need a sum no descriptor makes.
     """
     if not isinstance(net, nn.Network):
         raise TypeError(f"net must be a firmware.ml.nn.Network, not {type(net).__name__}")
-    c, h, w = (int(v) for v in input_shape)
-    out, flat = [], False
-    for i, layer in enumerate(net.layers):
-        name = f"layer {i} ({type(layer).__name__})"
+    out: list = []
+
+    def conv_stage(name, layer, cur, shape, flat):
+        c, h, w = shape
         if isinstance(layer, nn.Conv2d):
             if flat:
                 raise ValueError(f"{name}: a convolution after Flatten")
-            st = ConvStage(c, h, w, layer.cout, (layer.k, layer.k), (layer.stride,) * 2,
-                           (layer.pad,) * 2)
-            out.append([st, layer])
-            c, h, w = st.out_image()
-        elif isinstance(layer, nn.Linear):
-            fan_in, fan_out = layer.params["W"].shape
-            if fan_in != c * h * w:
-                raise ValueError(f"{name}: takes {fan_in} features, the image has "
-                                 f"{c}x{h}x{w}")
-            if not flat and (h, w) != (1, 1):
-                raise ValueError(f"{name}: a fully connected layer over an image needs "
-                                 f"Flatten first")
-            if max(h, w) > 15:
-                raise ValueError(f"{name}: over a {h}x{w} image, whose side exceeds "
-                                 f"DESC_CONV's kernel field (15); pool it first")
-            out.append([ConvStage(c, h, w, fan_out, (h, w)), layer])
-            c, h, w, flat = fan_out, 1, 1, False
-        elif isinstance(layer, nn.ReLU):
-            if not out or out[-1][0].relu or out[-1][0].pool:
-                raise ValueError(f"{name}: a ReLU not right after a convolution or a fully "
-                                 f"connected layer")
-            out[-1][0] = replace(out[-1][0], relu=True)
-        elif isinstance(layer, (nn.MaxPool2d, nn.GlobalAvgPool2d)):
-            if not out or out[-1][0].pool or flat:
-                raise ValueError(f"{name}: a pool not right after a convolution (and its "
-                                 f"ReLU)")
-            pool = ("max", layer.k, layer.k) if isinstance(layer, nn.MaxPool2d) \
-                else ("avg", (h, w), 1)
-            if max(_pair(pool[1])) > 15:
-                raise ValueError(f"{name}: a {pool[1]} window exceeds DESC_POOL's field (15)")
-            out[-1][0] = replace(out[-1][0], pool=pool)
-            c, h, w = out[-1][0].out_image()
-        elif isinstance(layer, nn.Flatten):
-            flat = True
-        else:
-            raise ValueError(f"{name}: the device runs convolutions, ReLU, max and global "
-                             f"average pools and fully connected layers, not this")
+            return ConvStage(c, h, w, layer.cout, (layer.k, layer.k), (layer.stride,) * 2,
+                             (layer.pad,) * 2, src=cur)
+        fan_in, fan_out = layer.params["W"].shape
+        if fan_in != c * h * w:
+            raise ValueError(f"{name}: takes {fan_in} features, the image has {c}x{h}x{w}")
+        if not flat and (h, w) != (1, 1):
+            raise ValueError(f"{name}: a fully connected layer over an image needs "
+                             f"Flatten first")
+        if max(h, w) > 15:
+            raise ValueError(f"{name}: over a {h}x{w} image, whose side exceeds "
+                             f"DESC_CONV's kernel field (15); pool it first")
+        return ConvStage(c, h, w, fan_out, (h, w), src=cur)
+
+    def walk(layers, cur, shape, where):
+        """The stages of ``layers`` reading activation ``cur`` of ``shape``: the last
+        activation, its shape, and whether a stage of ``layers`` wrote it."""
+        flat = fresh = False
+        for i, layer in enumerate(layers):
+            name = f"{where}layer {i} ({type(layer).__name__})"
+            if isinstance(layer, (nn.Conv2d, nn.Linear)):
+                st = conv_stage(name, layer, cur, shape, flat)
+                out.append([st, layer])
+                cur, fresh, flat = len(out) - 1, True, False
+                shape = st.out_image() if isinstance(layer, nn.Conv2d) \
+                    else (st.out_channels, 1, 1)
+            elif isinstance(layer, nn.ReLU):
+                if not fresh or out[cur][0].relu or out[cur][0].pool:
+                    raise ValueError(f"{name}: a ReLU not right after a convolution, a fully "
+                                     f"connected layer or a residual block")
+                out[cur][0] = replace(out[cur][0], relu=True)
+            elif isinstance(layer, (nn.MaxPool2d, nn.GlobalAvgPool2d)):
+                if not fresh or out[cur][0].pool or flat:
+                    raise ValueError(f"{name}: a pool not right after a convolution (and its "
+                                     f"ReLU)")
+                h, w = shape[1:]
+                pool = ("max", layer.k, layer.k) if isinstance(layer, nn.MaxPool2d) \
+                    else ("avg", (h, w), 1)
+                if max(_pair(pool[1])) > 15:
+                    raise ValueError(f"{name}: a {pool[1]} window exceeds DESC_POOL's field "
+                                     f"(15)")
+                out[cur][0] = replace(out[cur][0], pool=pool)
+                shape = out[cur][0].out_image()
+            elif isinstance(layer, nn.Flatten):
+                flat = True
+            elif isinstance(layer, nn.Residual):
+                if flat:
+                    raise ValueError(f"{name}: a residual block after Flatten")
+                s_cur, s_shape, _ = walk(layer.shortcut, cur, shape, f"{name}: shortcut ")
+                b_cur, b_shape, b_fresh = walk(layer.body, cur, shape, f"{name}: body ")
+                last = out[b_cur][0] if b_fresh else None
+                if last is None or last.relu or last.pool or last.add is not None:
+                    raise ValueError(f"{name}: its body must end in a convolution (the sum "
+                                     f"is its write path's, before the block's ReLU)")
+                if b_shape != s_shape:
+                    raise ValueError(f"{name}: the body gives {b_shape}, the shortcut "
+                                     f"{s_shape}")
+                out[b_cur][0] = replace(last, add=s_cur)
+                cur, shape, fresh = b_cur, b_shape, True
+            else:
+                raise ValueError(f"{name}: the device runs convolutions, ReLU, max and "
+                                 f"global average pools, fully connected layers and residual "
+                                 f"blocks, not this")
+        return cur, shape, fresh
+
+    walk(net.layers, -1, tuple(int(v) for v in input_shape), "")
     if not out:
         raise ValueError("net has no convolution or fully connected layer")
     if out[-1][0].relu or out[-1][0].pool:
@@ -161,7 +208,31 @@ def stages_of(net: nn.Network, input_shape) -> list[tuple[ConvStage, nn.Layer]]:
                          "layer without ReLU or pool (the logits)")
     if len(out) > MAX_LAYERS:
         raise ValueError(f"net has {len(out)} layers, at most {MAX_LAYERS} fit the seeds")
+    stages = [st for st, _ in out]
+    for j, st in enumerate(stages[:-1]):
+        # the deltas of output j: the consumers' terms in the order the backward pass
+        # makes them, summed by the backward-data descriptors' DESC_CONV.ADD
+        terms = _consumers(stages, j)
+        if st.pool and len(terms) > 1:
+            raise ValueError(f"layer {j}: its pooled output is read by {len(terms)} layers")
+        pending = False
+        for n, (_, kind) in enumerate(terms):
+            if kind == "add" and pending:
+                raise ValueError(f"layer {j}: its output is added twice with no convolution "
+                                 f"between (no descriptor sums the deltas)")
+            if kind == "add" and n == len(terms) - 1 and st.relu:
+                raise ValueError(f"layer {j}: its ReLU's output is only added, and no "
+                                 f"descriptor applies the mask to its deltas")
+            pending = True
     return [tuple(s) for s in out]
+
+
+def _consumers(stages, j: int) -> list[tuple[int, str]]:
+    """The stages reading activation ``j`` (-1: the input) as ``(index, "src" or "add")``,
+    in the order the backward pass visits them (the last stage first)."""
+    terms = [(i, kind) for i, st in enumerate(stages)
+             for kind, at in (("add", st.add), ("src", st.src)) if at == j]
+    return sorted(terms, key=lambda t: (-t[0], t[1] == "src"))
 
 
 def _pair(v):
@@ -306,71 +377,79 @@ class ResidentConvNet:
 
     def _forward_on_device(self, x_dev, batch: int, rounding: str, step: int):
         """The forward descriptors from the float32 ``CHWN`` input on the device: the
-        float32 logits (``classes x N``, on the device) and, per layer, its input, ReLU
-        mask and argmax."""
+        float32 logits (``classes x N``, on the device) and what the backward pass needs
+        (:class:`_Pass`: every stage's input, ReLU mask and argmax)."""
         dev = self.device
-        h = dev.quantize(x_dev, rounding=rounding, seed=self._seed(step, 0, 2))
-        saved = []
+        saved = _Pass(self.layers)
+        saved.acts[-1] = dev.quantize(x_dev, rounding=rounding, seed=self._seed(step, 0, 2))
         try:
             for i, (st, (w, b)) in enumerate(zip(self.stages, self._weights, strict=True)):
                 g = st.geometry(batch)
+                h = saved.acts[st.src]
+                add = None if st.add is None else saved.acts[st.add]
                 if i == self.layers - 1:
-                    y, mask, arg = dev.conv2d(h, w, g, bias=b, out="float32"), None, None
-                else:
-                    res = dev.conv2d(h, w, g, bias=b, relu=st.relu, pool=st.pooling(batch),
-                                     rounding=rounding, seed=self._seed(step, i, 0))
-                    res = res if isinstance(res, tuple) else (res,)
-                    y = res[0]
-                    mask = res[1] if st.relu else None
-                    arg = res[-1] if st.pool and st.pool[0] == "max" else None
-                saved.append((h, mask, arg))
-                h = y
+                    return dev.conv2d(h, w, g, bias=b, add=add, out="float32"), saved
+                res = dev.conv2d(h, w, g, bias=b, relu=st.relu, pool=st.pooling(batch),
+                                 add=add, rounding=rounding, seed=self._seed(step, i, 0))
+                res = res if isinstance(res, tuple) else (res,)
+                saved.acts[i] = res[0]
+                saved.masks[i] = res[1] if st.relu else None
+                saved.args[i] = res[-1] if st.pool and st.pool[0] == "max" else None
         except BaseException:
-            _free(saved)
-            h.free()
+            saved.free()
             raise
-        return h, saved
 
-    def _backward_on_device(self, g_dev, layers, batch: int, step: int, *,
+    def _backward_on_device(self, g_dev, saved, batch: int, step: int, *,
                             free: bool = True) -> list:
         """The backward descriptors from the float32 loss gradient on the device
-        (``classes x N``): every layer's weights and bias stepped. With ``free`` the
-        pass's tensors are freed as they are spent; else they are returned with the
-        deltas (a recording keeps them for its replays)."""
+        (``classes x N``): every layer's weights and bias stepped. Stage ``i``'s
+        backward-data descriptor runs before its weights change; where an output has more
+        than one reader (a residual block), each reader's deltas are summed into the next
+        one's backward-data descriptor (``DESC_CONV.ADD``), the last applying the mask.
+        With ``free`` the pass's tensors are freed at the end; else they are returned (a
+        recording keeps them for its replays)."""
         dev, rounding, made = self.device, "stochastic", []
-        d = dev.quantize(g_dev, rounding=rounding, seed=self._seed(step, self.layers, 3))
+        delta = {self.layers - 1: dev.quantize(g_dev, rounding=rounding,
+                                               seed=self._seed(step, self.layers, 3))}
+        made.append(delta[self.layers - 1])
+        pending: dict = {}
         try:
             for i in reversed(range(self.layers)):
                 st, (w, b) = self.stages[i], self._weights[i]
                 g = st.geometry(batch)
-                d_next = None
-                if i:
-                    _, mask, arg = layers[i - 1]
-                    d_next = dev.conv2d_backward_data(
-                        d, w, g, mask_in=mask, unpool=self.stages[i - 1].pooling(batch),
-                        argmax=arg, rounding=rounding, seed=self._seed(step, i, 1))
-                dev.conv2d_sgd_update(d, layers[i][0], w, g, lr=self.lr,
+                d = delta[i]
+                for kind, j in (("add", st.add), ("src", st.src)):
+                    if j is None or j < 0:
+                        continue
+                    below = self.stages[j]
+                    last = _consumers(self.stages, j)[-1] == (i, kind)
+                    if kind == "add":
+                        # (stages_of allows this only as a sum's first term, or as the last
+                        # one of an output without ReLU: the deltas themselves)
+                        (delta if last else pending)[j] = d
+                        continue
+                    kw = dict(mask_in=saved.masks[j]) if last else {}
+                    t = dev.conv2d_backward_data(
+                        d, w, g, unpool=below.pooling(batch), argmax=saved.args[j],
+                        add=pending.pop(j, None), rounding=rounding,
+                        seed=self._seed(step, i, 1) ^ (0 if last else SUM_SEED), **kw)
+                    made.append(t)
+                    (delta if last else pending)[j] = t
+                dev.conv2d_sgd_update(d, saved.acts[st.src], w, g, lr=self.lr,
                                       weight_decay=self.weight_decay, rounding=rounding,
                                       seed=self._seed(step, i, 1) ^ SGD_SEED)
                 ones = convm.ConvGeometry(batch, st.out_channels, g.out_height, g.out_width,
                                           1, 1)
                 dev.conv2d_sgd_update(self._ones_row(g.out_positions), d, b, ones, lr=self.lr,
                                       weight_decay=self.weight_decay)
-                if free:
-                    d.free()
-                    _free(layers[i:i + 1])
-                    layers[i] = (None, None, None)
-                else:
-                    made.append(d)
-                d = d_next
         except BaseException:
-            if d is not None:
-                d.free()
-            _free(layers)
+            saved.free()
             _free([made])
             raise
         if free:
-            _free(layers)
+            saved.free()
+            _free([made])
+            return []
         return made
 
     def _layout(self, x: np.ndarray) -> np.ndarray:
@@ -409,7 +488,7 @@ class ResidentConvNet:
         logits = self._logits(out)
         out.free()
         if not train:
-            _free(saved)
+            saved.free()
             return logits, None
         return logits, (step, batch, saved)
 
@@ -419,7 +498,7 @@ class ResidentConvNet:
         step, batch, layers = saved
         shape = (batch, self.stages[-1].out_channels)
         if not isinstance(grad, np.ndarray) or grad.dtype != np.float32 or grad.shape != shape:
-            _free(layers)
+            layers.free()
             raise TypeError(f"grad must be a float32 {shape[0]}x{shape[1]} matrix")
         g_dev = self.device.tensor(self._loss_gradient(grad))
         try:
@@ -442,7 +521,7 @@ class ResidentConvNet:
         with dev.record() as bwd:
             made = self._backward_on_device(g_dev, saved, batch, 0, free=False)
         self._plan = {"key": (batch, self.lr, self.weight_decay), "x": x_dev, "g": g_dev,
-                      "logits": logits, "tensors": [t for s in saved for t in s] + made,
+                      "logits": logits, "tensors": saved.tensors() + made,
                       "forward": fwd, "backward": bwd}
         return self._plan
 
@@ -486,8 +565,29 @@ class ResidentConvNet:
                                for i in range(0, len(x), self.eval_batch)])
 
 
-def _free(layers) -> None:
-    for saved in layers:
-        for t in saved:
-            if t is not None:
+class _Pass:
+    """What a forward pass keeps for the backward one: ``acts[i]`` stage ``i``'s output
+    (``acts[-1]`` the quantised input), ``masks[i]`` its ReLU mask, ``args[i]`` its max
+    pool's argmax (None where it has none)."""
+
+    def __init__(self, layers: int):
+        self.acts: dict = {}
+        self.masks = [None] * layers
+        self.args = [None] * layers
+
+    def tensors(self) -> list:
+        return [t for t in (*self.acts.values(), *self.masks, *self.args) if t is not None]
+
+    def free(self) -> None:
+        _free([self.tensors()])
+        self.acts, self.masks, self.args = {}, [None] * len(self.masks), [None] * len(self.args)
+
+
+def _free(groups) -> None:
+    """Free every tensor of ``groups`` (iterables of tensors or None) once."""
+    seen = set()
+    for group in groups:
+        for t in group:
+            if t is not None and id(t) not in seen:
+                seen.add(id(t))
                 t.free()

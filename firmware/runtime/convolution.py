@@ -6,8 +6,8 @@ innermost), so one layer's output is the next layer's input as written; a convol
 weights are a :class:`BfpStack`, one ``Cout x Cin`` BFP8 matrix per kernel offset. The
 engine generates the operand addresses from the descriptor's geometry, reads padding as
 zeros, and sends C through the write-back epilogue as a GEMM's (bias per output channel,
-ReLU and its mask, a stored mask, BFP8 or float32). On the ``golden`` backend the results
-come from :mod:`sim.models.conv` and :func:`sim.models.bfp.epilogue`.
+ReLU and its mask, a stored mask, a residual's sum, BFP8 or float32). On the ``golden``
+backend the results come from :mod:`sim.models.conv` and :func:`sim.models.bfp.epilogue`.
 """
 
 from __future__ import annotations
@@ -211,27 +211,49 @@ def _conv_desc(a, b, g, mode: int, seed) -> dict:
                 col_exp_addr=b.exp.addr, seed=int(seed), conv=_conv_fields(g, mode))
 
 
+def _check_add(dev, add, shape):
+    """``add`` (DESC_CONV.ADD's matrix): None, or a BFP8 matrix of ``shape`` on ``dev``."""
+    if add is None:
+        return
+    if not isinstance(add, BfpTensor):
+        raise TypeError(f"add must be a BfpTensor, not {type(add).__name__}")
+    if add.q.device is not dev:
+        raise ValueError("add belongs to another device (or is freed)")
+    if add.shape != shape:
+        raise ValueError(f"add is {add.shape[0]}x{add.shape[1]}, the sum is "
+                         f"{shape[0]}x{shape[1]} (C before a pool, after an unpool)")
+    if dev.driver is not None and not dev.driver.info.add:
+        raise RuntimeError(f"this {dev.backend} accelerator adds no residual on the write "
+                           f"path (CONFIG_FEATURES.ADD)")
+
+
 def _run_conv(dev, mode, x, w, g, m, n, golden, *, bias, relu, mask_in, out, rounding,
-              seed, stage=None):
+              seed, stage=None, add=None):
     _require_conv(dev)
     _require(dev, BFP8=int(out == "bfp8"),
              STOCHASTIC=int(out == "bfp8" and rounding == "stochastic"),
              BIAS=0 if bias is None else 1, RELU=int(relu), MASK_IN=int(mask_in is not None))
     _begin(dev, *g.implicit_gemm(mode))
+    tensors = [w.q, w.exp, x.q, x.exp]
+    if add is not None:
+        tensors += [add.q, add.exp]
 
     def desc():
         d = _conv_desc(w, x, g, mode, seed)
         if stage is not None:
             d["pool"] = _pool_fields(stage)
+        if add is not None:
+            d["conv"]["fields"]["ADD"] = 1
+            d.update(add_addr=add.q.addr, add_stride=add.q.stride, add_exp_addr=add.exp.addr)
         return d
 
-    return _emit(dev, m, n, golden, desc, [w.q, w.exp, x.q, x.exp], bias=bias,
+    return _emit(dev, m, n, golden, desc, tensors, bias=bias,
                  bias_axis="row", relu=relu, mask_in=mask_in, out=out, rounding=rounding,
-                 seed=seed, stage=stage)
+                 seed=seed, stage=stage, residual=add)
 
 
 def _pass(dev, mode, x, w, geometry, *, bias, relu, mask_in, out, rounding, seed,
-          pooling=None, argmax=None):
+          pooling=None, argmax=None, add=None):
     """One forward (``mode`` 1) or backward-data (2) descriptor: its checks, then
     :func:`_run_conv` with the implicit GEMM's shape and the golden model's pass."""
     g = _check_geometry(geometry)
@@ -245,6 +267,7 @@ def _pass(dev, mode, x, w, geometry, *, bias, relu, mask_in, out, rounding, seed
     # (ReLU and the masks see the pool's input)
     mid = n if stage is None or mode == 1 else pooling.geometry.positions
     _check_output(dev, m, mid, bias, "row", relu, mask_in, out)
+    _check_add(dev, add, (m, mid))
     run = convm.conv2d_forward if forward else convm.conv2d_backward_data
 
     def golden():
@@ -253,22 +276,22 @@ def _pass(dev, mode, x, w, geometry, *, bias, relu, mask_in, out, rounding, seed
 
     return _run_conv(dev, mode, x, w, g, m, n, golden, bias=bias,
                      relu=relu, mask_in=mask_in, out=out, rounding=rounding, seed=seed,
-                     stage=stage)
+                     stage=stage, add=add)
 
 
 def conv2d(dev, x: BfpTensor, w: BfpStack, geometry, *, bias=None, relu: bool = False,
-           pool=None, out: str = "bfp8", rounding: str = "nearest", seed: int = 0):
+           pool=None, add=None, out: str = "bfp8", rounding: str = "nearest", seed: int = 0):
     """See :meth:`firmware.Device.conv2d`."""
     return _pass(dev, 1, x, w, geometry, bias=bias, relu=relu, mask_in=None, out=out,
-                 rounding=rounding, seed=seed, pooling=pool)
+                 rounding=rounding, seed=seed, pooling=pool, add=add)
 
 
 def conv2d_backward_data(dev, d: BfpTensor, w: BfpStack, geometry, *, mask_in=None,
-                         unpool=None, argmax=None, out: str = "bfp8",
+                         unpool=None, argmax=None, add=None, out: str = "bfp8",
                          rounding: str = "nearest", seed: int = 0):
     """See :meth:`firmware.Device.conv2d_backward_data`."""
     return _pass(dev, 2, d, w, geometry, bias=None, relu=False, mask_in=mask_in, out=out,
-                 rounding=rounding, seed=seed, pooling=unpool, argmax=argmax)
+                 rounding=rounding, seed=seed, pooling=unpool, argmax=argmax, add=add)
 
 
 def _weight_grad(dev, d, x, geometry, target, *, lr=None, weight_decay=0.0,

@@ -1014,7 +1014,7 @@ class Device:
         from firmware.runtime import convolution
         return convolution.upload_stack(self, q, exp)
 
-    def conv2d(self, x, w, geometry, *, bias=None, relu: bool = False, pool=None,
+    def conv2d(self, x, w, geometry, *, bias=None, relu: bool = False, pool=None, add=None,
                out: str = "bfp8", rounding: str = "nearest", seed: int = 0):
         """A convolution's forward pass as one implicit-GEMM descriptor (``DESC_CONV``
         mode 1): no im2col, padding read as zeros; optionally pooled on the write path.
@@ -1032,6 +1032,9 @@ class Device:
         pool : sim.models.conv.Pooling, optional
             Max or average pooling after ReLU (``DESC_POOL`` mode 1), its geometry's input
             this convolution's output; window and stride up to 15.
+        add : BfpTensor, optional
+            ``Cout x OH*OW*N`` added before the bias (``DESC_CONV.ADD``): a residual
+            connection's shortcut, so that ReLU sees the sum.
 
         Returns
         -------
@@ -1046,15 +1049,17 @@ class Device:
         TypeError, ValueError
             Bad operands, geometry or options (naming them).
         RuntimeError
-            The accelerator has no convolution descriptors (``CONFIG_FEATURES.CONV``) or
-            no pooling stage (``CONFIG_FEATURES.POOL``).
+            The accelerator has no convolution descriptors (``CONFIG_FEATURES.CONV``),
+            no pooling stage (``CONFIG_FEATURES.POOL``) or no residual sum
+            (``CONFIG_FEATURES.ADD``).
         """
         from firmware.runtime import convolution
         return convolution.conv2d(self, x, w, geometry, bias=bias, relu=relu, pool=pool,
-                                  out=out, rounding=rounding, seed=seed)
+                                  add=add, out=out, rounding=rounding, seed=seed)
 
     def conv2d_backward_data(self, d, w, geometry, *, mask_in=None, unpool=None, argmax=None,
-                             out: str = "bfp8", rounding: str = "nearest", seed: int = 0):
+                             add=None, out: str = "bfp8", rounding: str = "nearest",
+                             seed: int = 0):
         """A convolution's backward-data pass as one implicit-GEMM descriptor (``DESC_CONV``
         mode 2): the deltas convolved with the 180-degree-rotated kernel, channel roles
         swapped, no col2im and no inserted zeros; optionally routed back through the pool
@@ -1074,6 +1079,10 @@ class Device:
             input: the deltas leave in the pool's input layout.
         argmax : DeviceTensor, optional
             A max pool's argmax, as :meth:`conv2d` wrote it.
+        add : BfpTensor, optional
+            ``Cin x H*W*N`` (the pool's input with ``unpool``) added before the mask
+            (``DESC_CONV.ADD``): the deltas another path gives the same input, such as a
+            residual connection's shortcut.
 
         Returns
         -------
@@ -1089,8 +1098,8 @@ class Device:
         """
         from firmware.runtime import convolution
         return convolution.conv2d_backward_data(self, d, w, geometry, mask_in=mask_in,
-                                                unpool=unpool, argmax=argmax, out=out,
-                                                rounding=rounding, seed=seed)
+                                                unpool=unpool, argmax=argmax, add=add,
+                                                out=out, rounding=rounding, seed=seed)
 
     def conv2d_weight_grad(self, d, x, geometry):
         """A convolution's weight gradient as one implicit-GEMM descriptor (``DESC_CONV``

@@ -80,6 +80,8 @@ class HardwareInfo:
         self.pool = bool(field_value("CONFIG_FEATURES", "POOL", features))
         #: descriptor chains in memory (``CTRL.RUN_CHAIN``; 0 before 1.14)
         self.chain = bool(field_value("CONFIG_FEATURES", "CHAIN", features))
+        #: a residual's sum on a convolution's write path (``DESC_CONV.ADD``; 0 before 1.15)
+        self.add = bool(field_value("CONFIG_FEATURES", "ADD", features))
         self.tile_block = 1 << field_value("CONFIG_FEATURES", "TILE_LOG2", features)
 
     def __repr__(self):
@@ -196,7 +198,8 @@ class Driver:
             ``DESC_CONV``), ``height``, ``width``, ``channels``, ``out_channels`` and
             ``batch``; for its pooling stage ``pool``: ``fields`` (of ``DESC_POOL``),
             ``height`` and ``width`` (the pool's input image), with ``argmax_addr`` and
-            ``argmax_stride``.
+            ``argmax_stride``; for ``DESC_CONV.ADD`` (in ``conv``'s fields) ``add_addr``,
+            ``add_stride`` and ``add_exp_addr``.
 
         Notes
         -----
@@ -210,13 +213,14 @@ class Driver:
             words[f"DESC_{name.upper()}_ADDR_LO"] = addr & 0xFFFFFFFF
             words[f"DESC_{name.upper()}_ADDR_HI"] = addr >> 32
             words[f"DESC_{name.upper()}_STRIDE"] = desc.get(f"{name}_stride", 0)
-        for name in ("row_exp", "col_exp", "bias", "mask", "c_exp", "argmax"):
+        for name in ("row_exp", "col_exp", "bias", "mask", "c_exp", "argmax", "add", "add_exp"):
             addr = desc.get(f"{name}_addr", 0)
             words[f"DESC_{name.upper()}_ADDR_LO"] = addr & 0xFFFFFFFF
             words[f"DESC_{name.upper()}_ADDR_HI"] = addr >> 32
         words["DESC_EPILOGUE"] = pack("DESC_EPILOGUE", **desc.get("epilogue", {}))
         words["DESC_MASK_STRIDE"] = desc.get("mask_stride", 0)
         words["DESC_ARGMAX_STRIDE"] = desc.get("argmax_stride", 0)
+        words["DESC_ADD_STRIDE"] = desc.get("add_stride", 0)
         pool = desc.get("pool")                  # a convolution's pooling stage (DESC_POOL)
         words["DESC_POOL"] = pack("DESC_POOL", **pool["fields"]) if pool else 0
         words["DESC_POOL_IMAGE"] = pack("DESC_POOL_IMAGE", HEIGHT=pool["height"],

@@ -366,12 +366,14 @@ def _check_output(dev, m, n, bias, bias_axis, relu, mask_in, out) -> None:
 
 
 def _emit(dev, m, n, golden, desc, tensors, *, bias, bias_axis, relu, mask_in, out, rounding,
-          seed, stage=None):
+          seed, stage=None, residual=None):
     """Run one descriptor whose ``m x n`` C goes through the epilogue: ``golden()`` gives
     C before it on the golden backend; elsewhere ``desc()`` (its operand fields) and
     ``tensors`` (the operands' buffers) are completed with C's, the bias's and the masks'
     and run. ``stage``: a convolution's pooling stage, ``(mode, pooling, argmax)``
-    (``DESC_POOL.MODE`` 1 pools C, 2 routes it back through the pool, reading ``argmax``).
+    (``DESC_POOL.MODE`` 1 pools C, 2 routes it back through the pool, reading ``argmax``);
+    ``residual``: a convolution's BfpTensor added before the bias (``DESC_CONV.ADD``, which
+    ``desc()`` sets).
     Returns C (a BfpTensor or a float32 DeviceTensor), then the mask with ``relu``, then the
     argmax (a uint8 DeviceTensor) where a max pool writes one."""
     from firmware.runtime.device import DeviceTensor
@@ -384,7 +386,7 @@ def _emit(dev, m, n, golden, desc, tensors, *, bias, bias_axis, relu, mask_in, o
         host_bias = bias.numpy() if isinstance(bias, DeviceTensor) else bias
         host_bias = None if bias is None else host_bias.reshape(-1)
         host_mask = None if mask_in is None else mask_in.numpy()
-        if stage is None:
+        if stage is None and residual is None:
             r = bfp.epilogue(c, bias=host_bias, bias_axis=bias_axis, relu=bool(relu),
                              mask_in=host_mask, out="fp32")
             arg = None
@@ -394,6 +396,7 @@ def _emit(dev, m, n, golden, desc, tensors, *, bias, bias_axis, relu, mask_in, o
                                     pool_out=pooling if mode == 1 else None,
                                     unpool_in=pooling if mode == 2 else None,
                                     argmax=None if argmax_in is None else argmax_in.numpy(),
+                                    residual=None if residual is None else residual.numpy(),
                                     out="fp32")
             arg = r.argmax
         if out == "bfp8" and not np.isfinite(r.value).all():

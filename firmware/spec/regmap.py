@@ -33,7 +33,7 @@ __all__ = ["Field", "Register", "REGISTERS", "ErrorCode", "MAGIC", "VERSION", "T
 #: ``ID`` register contents: ASCII "BFP8".
 MAGIC = 0x42465038
 #: Register map version (major << 16 | minor): changes when the map does.
-VERSION = 0x0001_000E
+VERSION = 0x0001_000F
 
 #: Side of the number format's square tile blocks (``CONFIG_FEATURES.TILE_LOG2``): BFP8 tile
 #: blocks, :mod:`sim.models.bfp`.
@@ -220,6 +220,7 @@ REGISTERS: tuple[Register, ...] = tuple([
                         "weight-gradient implicit GEMMs"),
          ("POOL", 4, 1, "pooling on a convolution's write path (DESC_POOL)"),
          ("CHAIN", 5, 1, "descriptor chains in memory (CTRL.RUN_CHAIN)"),
+         ("ADD", 6, 1, "a residual's sum on a convolution's write path (DESC_CONV.ADD)"),
          ("TILE_LOG2", 8, 4, "log2 of the side of the number format's tile blocks"),
          ("OPS", 16, 8, "the DESC_EPILOGUE bits 7..0 this build runs, each as in "
                         "DESC_EPILOGUE (all of them where EPILOGUE is 1). RELU, BIAS, "
@@ -326,7 +327,11 @@ REGISTERS: tuple[Register, ...] = tuple([
          ("PAD_H", 16, 4, "zero padding above and below, 0..15"),
          ("PAD_W", 20, 4, "zero padding left and right, 0..15"),
          ("DILATION_H", 24, 3, "vertical dilation, 1..7"),
-         ("DILATION_W", 27, 3, "horizontal dilation, 1..7")),
+         ("DILATION_W", 27, 3, "horizontal dilation, 1..7"),
+         ("ADD", 30, 1, "MODE 1 or 2 only (else UNSUPPORTED; CONFIG_FEATURES.ADD): add the "
+                        "BFP8 matrix at DESC_ADD_ADDR, of the shape ReLU's mask has (a "
+                        "pool's input, an unpool's output), to C before the bias: a "
+                        "residual connection, or its backward pass's sum of deltas")),
     _reg("DESC_CONV_IMAGE", 0x18C, "rw", "The convolution's input image",
          ("HEIGHT", 0, 16, "H, 1..65535"), ("WIDTH", 16, 16, "W, 1..65535")),
     _reg("DESC_CONV_CHANNELS", 0x190, "rw", "The convolution's channels",
@@ -358,6 +363,10 @@ REGISTERS: tuple[Register, ...] = tuple([
                                        "enqueues, bits 31..0 (a recorded step's seeds "
                                        "advanced per replay)"),
     _reg("CHAIN_SEED_HI", 0x1C0, "rw", "As CHAIN_SEED_LO, bits 63..32"),
+    *_addr("DESC_ADD_ADDR", 0x1C8, "Address of DESC_CONV.ADD's matrix (int8 mantissas)"),
+    _reg("DESC_ADD_STRIDE", 0x1D0, "rw", "Bytes between rows of DESC_CONV.ADD's matrix"),
+    *_addr("DESC_ADD_EXP_ADDR", 0x1D8, "Address of DESC_CONV.ADD's matrix's tile exponents "
+                                       "(int8, row-major)"),
 ])
 
 _BY_NAME = {r.name: r for r in REGISTERS}

@@ -998,11 +998,12 @@ class ConvEpilogue:
 def conv_epilogue(c: np.ndarray, *, bias: np.ndarray | None = None, relu: bool = False,
                   mask_in: np.ndarray | None = None, pool_out: Pooling | None = None,
                   unpool_in: Pooling | None = None, argmax: np.ndarray | None = None,
-                  out: str = "fp32", rounding: str = "nearest", seed: int = 0,
-                  block: int = 32) -> ConvEpilogue:
+                  residual: np.ndarray | None = None, out: str = "fp32",
+                  rounding: str = "nearest", seed: int = 0, block: int = 32) -> ConvEpilogue:
     """A convolution descriptor's write path, per element, in this order::
 
         unpool_in: v = unpool(c, unpool_in, argmax)      (backward-data: the pool's input)
+        residual:  v = v + residual                      (float32, DESC_CONV.ADD)
         bias, relu, mask_in: as sim.models.bfp.epilogue (bias one per row, a channel's)
         pool_out:  v, argmax = pool(v, pool_out)         (forward: the pool's output)
         out:       v as float32, or quantize_tiles(v, block, rounding, seed)
@@ -1018,6 +1019,10 @@ def conv_epilogue(c: np.ndarray, *, bias: np.ndarray | None = None, relu: bool =
         A pooling stage after ReLU, or a pool's backward pass before the bias; not both.
     argmax : numpy.ndarray of uint8, optional
         ``unpool_in``'s argmax (a max pool's, shape of ``c``).
+    residual : numpy.ndarray of float32, optional
+        A matrix of the shape ReLU's mask has, added before the bias: a residual
+        connection's shortcut (forward), or another path's deltas (backward-data); on the
+        device a BFP8 matrix, dequantised exactly.
 
     Returns
     -------
@@ -1034,6 +1039,13 @@ def conv_epilogue(c: np.ndarray, *, bias: np.ndarray | None = None, relu: bool =
     v = c
     if unpool_in is not None:
         v = unpool(c, unpool_in, argmax)
+    if residual is not None:
+        if not isinstance(residual, np.ndarray) or residual.dtype != np.float32 \
+                or residual.shape != v.shape:
+            raise TypeError(f"residual must be a float32 array of shape {v.shape}, not "
+                            f"{getattr(residual, 'dtype', type(residual).__name__)} "
+                            f"{getattr(residual, 'shape', '')}")
+        v = (v + residual).astype(np.float32)
     r = bfp.epilogue(v, bias=bias, bias_axis="row", relu=relu, mask_in=mask_in, out="fp32")
     v, arg = r.value, None
     if pool_out is not None:

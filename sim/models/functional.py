@@ -149,6 +149,7 @@ class FunctionalAccelerator:
             offset("CONFIG_FEATURES"): regmap.pack(
                 "CONFIG_FEATURES", EPILOGUE=int(self.epilogue), K_BLOCKS=int(self.epilogue),
                 CONV=int(self.epilogue), POOL=int(self.epilogue), CHAIN=int(self.epilogue),
+                ADD=int(self.epilogue),
                 TILE_LOG2=regmap.TILE_BLOCK.bit_length() - 1,
                 OPS=_ALL_OPS if self.epilogue else 0),
             offset("STATUS"): regmap.pack(
@@ -264,9 +265,10 @@ class FunctionalAccelerator:
             # (a convolution's implicit GEMM: its own M, N and K)
             self._count(*self.last_mnk, f, k_blocks=tiles,
                         bfp8=bool(field_value("DESC_EPILOGUE", "BFP8", epi)),
-                        macs=self.last_macs)
+                        macs=self.last_macs, extra=self.last_extra)
             return ErrorCode.NONE
         if field_value("DESC_CONV", "MODE", self._reg("DESC_CONV")) \
+                or field_value("DESC_CONV", "ADD", self._reg("DESC_CONV")) \
                 or field_value("DESC_POOL", "MODE", self._reg("DESC_POOL")):
             return ErrorCode.UNSUPPORTED           # (a convolution needs tile exponents)
         ta, tb = bool(f["TRANSPOSE_A"]), bool(f["TRANSPOSE_B"])
@@ -307,12 +309,13 @@ class FunctionalAccelerator:
         return ErrorCode.NONE
 
     def _count(self, m: int, n: int, k: int, f: dict, k_blocks: bool = False,
-               bfp8: bool = False, macs: int | None = None) -> None:
+               bfp8: bool = False, macs: int | None = None, extra: int = 0) -> None:
         """Advance the counters by a descriptor's predicted cycles (``k = 0``: a
         quantise-only descriptor, ``predict_quantize``'s cycles, or a row a cycle without it;
         ``k_blocks``: tile exponents along K, the datapath's K-block mode; ``bfp8``: a BFP8
         C, walked in blocks of one tile block, :func:`bfp8_block`; ``macs``: the
-        multiply-accumulates where they are not ``m * n * k``, a convolution's)."""
+        multiply-accumulates where they are not ``m * n * k``, a convolution's; ``extra``:
+        cycles on top of the prediction, a stall, such as a residual's reads)."""
         ta, tb = bool(f["TRANSPOSE_A"]), bool(f["TRANSPOSE_B"])
         side = block_side(f["BLOCK"], self.cfg["block"])
         unit = bfp8_block(self.cfg["rows"], self.cfg["cols"]) if bfp8 else None
@@ -327,13 +330,14 @@ class FunctionalAccelerator:
             compute = -(-m // cfg["rows"]) * -(-n // cfg["cols"]) * k
             p = {"cycles": compute, "compute_cycles": compute}
         else:
-            extra = {"k_blocks": True} if k_blocks else {}
+            kb = {"k_blocks": True} if k_blocks else {}
             p = self.predict(m, n, k, ta, tb, port=self.port, write_ports=self.write_ports,
-                             read_ports=self.read_ports, chunk=f["CHUNK"], **cfg, **extra)
+                             read_ports=self.read_ports, chunk=f["CHUNK"], **cfg, **kb)
         self.descriptors += 1
-        for name, v in (("CYCLES", p["cycles"]), ("BUSY_CYCLES", p["cycles"]),
+        cycles = p["cycles"] + extra
+        for name, v in (("CYCLES", cycles), ("BUSY_CYCLES", cycles),
                         ("ACTIVE_CYCLES", p["compute_cycles"]),
-                        ("STALL_CYCLES", p["cycles"] - p["compute_cycles"]),
+                        ("STALL_CYCLES", cycles - p["compute_cycles"]),
                         ("MACS", m * n * k if macs is None else macs)):
             self.counters[name] += int(v)
 
@@ -357,7 +361,7 @@ class FunctionalAccelerator:
         code = check_dimensions(m, min(n, 0xFFFF) if only else n, 1 if only else k)
         if code:
             return ErrorCode(code)
-        self.last_mnk, self.last_macs = (m, n, 0 if only else k), None
+        self.last_mnk, self.last_macs, self.last_extra = (m, n, 0 if only else k), None, 0
         if e["BIAS"] == 3 or (only and (e["A_TILES"] or e["B_TILES"])) or (
                 e["SGD"] and (e["BIAS"] or e["RELU"] or e["MASK_IN"] or only)):
             return ErrorCode.UNSUPPORTED
@@ -485,7 +489,7 @@ class FunctionalAccelerator:
         v = self._fields("DESC_CONV")
         mode = v["MODE"]
         if not mode:
-            return None
+            return ErrorCode.UNSUPPORTED if v["ADD"] else None
         image, chans = self._fields("DESC_CONV_IMAGE"), self._fields("DESC_CONV_CHANNELS")
         h, w, cin, cout = image["HEIGHT"], image["WIDTH"], chans["IN"], chans["OUT"]
         batch = self._reg("DESC_CONV_BATCH") & 0xFFFF
@@ -494,7 +498,7 @@ class FunctionalAccelerator:
             return ErrorCode.ZERO_DIMENSION
         if not (e["A_TILES"] and e["B_TILES"]) or f["TRANSPOSE_A"] or f["TRANSPOSE_B"] \
                 or e["QUANTIZE_ONLY"] or (e["SGD"] and mode != 3) \
-                or (mode == 3 and (e["BIAS"] or e["RELU"] or e["MASK_IN"])):
+                or (mode == 3 and (e["BIAS"] or e["RELU"] or e["MASK_IN"] or v["ADD"])):
             return ErrorCode.UNSUPPORTED
         try:
             g = convm.ConvGeometry(batch, cin, h, w, cout, (v["KERNEL_H"], v["KERNEL_W"]),
@@ -556,6 +560,7 @@ class FunctionalAccelerator:
         g, kk, mode = conv["geometry"], conv["offsets"], conv["mode"]
         # (the GEMM the engine schedules: offsets over padding skipped)
         *self.last_mnk, self.last_macs = g.implicit_gemm(mode)
+        self.last_extra = 0
         pooling = None if stage is None else stage[1]
         # C as written, and the shape the bias, ReLU and masks see
         mid = conv["c"]
@@ -585,6 +590,14 @@ class FunctionalAccelerator:
         mask_addr, mask_stride = self._reg64("DESC_MASK_ADDR"), self._reg("DESC_MASK_STRIDE")
         if e["RELU"] or e["MASK_IN"]:
             regions.append((mask_addr, mid[0], mask_stride, -(-mid[1] // 8), 0))
+        add = self._fields("DESC_CONV")["ADD"]
+        add_addr, add_stride = self._reg64("DESC_ADD_ADDR"), self._reg("DESC_ADD_STRIDE")
+        if add:
+            # (its bus words counted a cycle each after the GEMM's, not overlapped)
+            self.last_extra = -(-mid[0] * mid[1] // self.bpw)
+            grids["add"] = (self._reg64("DESC_ADD_EXP_ADDR"), grid_shape(mid, False))
+            regions += [(add_addr, mid[0], add_stride, mid[1], 1),
+                        (grids["add"][0], 1, 0, grids["add"][1][0] * grids["add"][1][1], 0)]
         arg_addr, arg_stride = self._reg64("DESC_ARGMAX_ADDR"), self._reg("DESC_ARGMAX_STRIDE")
         pooled = None
         if pooling is not None and pooling.kind == "max":
@@ -648,11 +661,15 @@ class FunctionalAccelerator:
         if stage is not None and stage[0] == 2 and pooled is not None:
             argmax = np.ascontiguousarray(
                 self._matrix(arg_addr, *pooled, arg_stride)).view(convm.ARGMAX_DTYPE)
+        residual = None
+        if add:
+            q = np.ascontiguousarray(self._matrix(add_addr, *mid, add_stride).view(np.int8))
+            residual = bfp.dequantize_tiles(q, grid("add"), block=tile)
         try:
             r = convm.conv_epilogue(c, bias=bias, relu=bool(e["RELU"]), mask_in=mask_in,
                                     pool_out=pooling if stage and stage[0] == 1 else None,
                                     unpool_in=pooling if stage and stage[0] == 2 else None,
-                                    argmax=argmax, out="fp32")
+                                    argmax=argmax, residual=residual, out="fp32")
         except ValueError:
             return ErrorCode.UNSUPPORTED             # (an argmax beyond the window)
         if e["BFP8"]:
