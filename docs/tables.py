@@ -164,7 +164,12 @@ def t_headline():
     note = ("Utilisation is measured in simulation of the accelerator's Verilog on the board's "
             "benchmark GEMMs behind its memory port model, each GEMM alone and queued behind "
             "another; the Pynq-Z1 and ZCU104 defaults are simulated as they are, the VU9P as a "
-            "scaled stand-in array (see the performance page).")
+            "scaled stand-in array (see the performance page). These GEMMs have a row and a "
+            "column exponent; a GEMM whose operands change exponent every tile block of 32 "
+            "steps (BFP8, as a training step on the device runs) reads the array out after "
+            "each block, which on arrays whose read-out takes longer (rows + cols - 1 "
+            "cycles: the ZCU104's and the VU9P's) bounds it lower: see 'What bounds the "
+            "step on the device' on the performance page.")
     return md + "\n\n" + note, [*cmds, command(util), command(direct)]
 
 
@@ -596,6 +601,47 @@ def t_conv_straddle():
     return md + "\n\n" + note, [command(data)]
 
 
+def t_step_bound():
+    data = load("conv_layers.json")
+    rows = []
+    for r in data["results"]:
+        rows.append([r["net"], f"{TITLES.get(r['board'], r['board'])} ({r['config']}, "
+                     f"{r['clock_mhz']:g} MHz)", r["kblock_interval"],
+                     f"{r['step_ms']:,.1f}", pct(r["utilization"], 1),
+                     f"{r['bound_ms']:,.1f}", pct(r["bound"], 1),
+                     f"{r['ideal_ms']:,.1f}", pct(r["ideal"], 1)])
+    md = table(["network", "board default", "K-block read-out (cycles)", "accelerator (ms)",
+                "utilisation", "bound (ms)", "bound", "without the read-out (ms)",
+                "without the read-out"], rows, "llrrrrrrr")
+    note = (f"Batch {data['results'][0]['batch']}, the whole step on the device "
+            "(`ResidentConvNet`), every descriptor's cycles from the performance model "
+            "summed; multiply-accumulates as the engine counts them (products with padding "
+            "skipped). Bound: each descriptor at the larger of its K-block compute bound and "
+            "its compulsory traffic; without the read-out: at the larger of its compute and "
+            "traffic bounds.")
+    return md + "\n\n" + note, [command(data)]
+
+
+def t_layers(net: str, board: str = "zcu104"):
+    data = load("conv_layers.json")
+    r = next(r for r in data["results"] if r["net"] == net and r["board"] == board)
+    rows = []
+    for d in r["descriptors"]:
+        macs = bool(d["macs"])               # (none: a quantise-only descriptor)
+        rows.append([d["layer"], d["pass"], d.get("layer_shape", ""),
+                     f"{d['m']}×{d['n']}×{d['k']}", f"{d['macs'] / 1e6:,.1f}",
+                     f"{d['cycles'] / 1e3:,.1f}",
+                     pct(d["utilization"], 1) if macs else "—",
+                     pct(d["bound"], 1) if macs else "—", d["bound_by"],
+                     pct(d["ideal"], 1) if macs else "—"])
+    md = table(["layer", "pass", "input -> output channels, kernel", "M×N×K (mean K)",
+                "MACs (M)", "cycles (k)", "utilisation", "bound", "bound by",
+                "without the read-out"], rows, "lllrrrrrlr")
+    note = (f"{TITLES.get(board, board)} default ({r['config']}, {r['port']}, "
+            f"{r['clock_mhz']:g} MHz), batch {r['batch']}, in the order the step runs them.")
+    return md + "\n\n" + note, [command(data)]
+
+
 #: The step benchmark's records: the host path's, and the whole step on the device.
 STEP_FILES = ("step.json", "step_resident.json")
 
@@ -644,6 +690,10 @@ TABLES = {
     "conv-layouts": t_conv_layouts,
     "conv-straddle": t_conv_straddle,
     "step": t_step,
+    "step-bound": t_step_bound,
+    "layers-fashion-cnn": lambda: t_layers("fashion-cnn"),
+    "layers-vgg11": lambda: t_layers("vgg11"),
+    "layers-resnet20": lambda: t_layers("resnet20"),
 }
 
 

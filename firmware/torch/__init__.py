@@ -62,6 +62,9 @@ float32 master weights (``weights="fp32"``). :func:`swalp_scheduler` is SWALP's 
 schedule as a ``LambdaLR``; weight averaging is ``torch.optim.swa_utils.AveragedModel``.
 Data-parallel training over several accelerators: :mod:`firmware.torch.distributed`.
 
+:func:`train_on_device` (:mod:`firmware.torch.step`) trains a CNN with its whole step on the
+device, recorded once and replayed, where every layer runs there.
+
 :class:`ResidentSequential` (:mod:`firmware.torch.resident`) trains a fully connected chain
 (``[Flatten] Linear ReLU ... Linear``) in BFP8 tile blocks with its activations, ReLU masks and
 deltas kept on a Device with the write-back epilogue (bias, ReLU and quantisation run there).
@@ -87,7 +90,7 @@ from firmware.runtime.device import Device
 from sim.models import golden
 
 __all__ = ["Accel", "Linear", "Conv2d", "convert", "Conversion", "SGD", "swalp_scheduler",
-           "ResidentSequential", "PRECISIONS"]
+           "ResidentSequential", "DeviceTrainer", "train_on_device", "PRECISIONS"]
 
 PRECISIONS = ("int8", "fp32")
 
@@ -1108,3 +1111,4 @@ def swalp_scheduler(optimizer: torch.optim.Optimizer, budget: float, *,
 
 
 from firmware.torch.resident import ResidentSequential  # noqa: E402
+from firmware.torch.step import DeviceTrainer, train_on_device  # noqa: E402

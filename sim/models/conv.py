@@ -208,6 +208,30 @@ class ConvGeometry:
         macs = m * per * pairs * self.batch
         return m, n, -(-macs // (m * n)), macs
 
+    def compulsory_bytes(self, mode: int) -> tuple[int, int, int]:
+        """The int8 operand bytes a descriptor of ``mode`` must read at least, and C's
+        elements: ``(A, B, C)``. A is the weight stack (forward and backward-data; every
+        offset's matrix is read once, whichever positions use it) or the deltas (weight
+        gradient); B the input (only where some kernel offset reads it: a strided 1 x 1
+        convolution reads a quarter) or the deltas; C the output, the input's gradient or
+        the stack."""
+        stack = len(self.offsets) * self.out_channels * self.channels
+        d = self.out_channels * self.out_positions
+        one = ConvGeometry(1, 1, self.height, self.width, 1, self.kernel, self.stride,
+                           self.padding, self.dilation)
+        read = np.zeros(self.height * self.width, bool)
+        for dy, dx in one.offsets:
+            at = one.input_index(dy, dx)
+            read[at[at >= 0]] = True
+        x = self.channels * self.batch * int(read.sum())
+        if mode == 1:
+            return stack, x, d
+        if mode == 2:
+            return stack, d, self.channels * self.positions
+        if mode == 3:
+            return d, x, stack
+        raise ValueError(f"mode must be 1, 2 or 3, not {mode!r}")
+
     def _check_offset(self, dy, dx) -> None:
         for name, v, k in (("dy", dy, self.kernel[0]), ("dx", dx, self.kernel[1])):
             if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)):

@@ -130,6 +130,12 @@ class FunctionalAccelerator:
         self.done = 0
         self.descriptors = 0
         self.pending: list[dict] = []
+        #: a list to append a record to per descriptor run (None: no trace): ``mode`` (0 a
+        #: GEMM or quantise-only, else ``DESC_CONV.MODE``), ``geometry`` (a convolution's
+        #: :class:`sim.models.conv.ConvGeometry`, else None), ``m``, ``n``, ``k`` (0:
+        #: quantise-only), ``macs`` and ``cycles``
+        self.trace: list | None = None
+        self.last_conv = None
 
     # -- the register block --------------------------------------------------------------------
     def read32(self, off: int) -> int:
@@ -252,6 +258,7 @@ class FunctionalAccelerator:
 
     def _execute(self) -> ErrorCode:
         m, n, k = self._reg("DESC_M"), self._reg("DESC_N"), self._reg("DESC_K")
+        self.last_conv = None
         f = self._fields("DESC_FLAGS")
         epi = self._reg("DESC_EPILOGUE")
         if epi:
@@ -265,7 +272,7 @@ class FunctionalAccelerator:
             # (a convolution's implicit GEMM: its own M, N and K)
             self._count(*self.last_mnk, f, k_blocks=tiles,
                         bfp8=bool(field_value("DESC_EPILOGUE", "BFP8", epi)),
-                        macs=self.last_macs, extra=self.last_extra)
+                        macs=self.last_macs, extra=self.last_extra, floor=self.last_floor)
             return ErrorCode.NONE
         if field_value("DESC_CONV", "MODE", self._reg("DESC_CONV")) \
                 or field_value("DESC_CONV", "ADD", self._reg("DESC_CONV")) \
@@ -309,13 +316,15 @@ class FunctionalAccelerator:
         return ErrorCode.NONE
 
     def _count(self, m: int, n: int, k: int, f: dict, k_blocks: bool = False,
-               bfp8: bool = False, macs: int | None = None, extra: int = 0) -> None:
+               bfp8: bool = False, macs: int | None = None, extra: int = 0,
+               floor: int = 0) -> None:
         """Advance the counters by a descriptor's predicted cycles (``k = 0``: a
         quantise-only descriptor, ``predict_quantize``'s cycles, or a row a cycle without it;
         ``k_blocks``: tile exponents along K, the datapath's K-block mode; ``bfp8``: a BFP8
         C, walked in blocks of one tile block, :func:`bfp8_block`; ``macs``: the
         multiply-accumulates where they are not ``m * n * k``, a convolution's; ``extra``:
-        cycles on top of the prediction, a stall, such as a residual's reads)."""
+        cycles on top of the prediction, a stall, such as a residual's reads; ``floor``:
+        the least cycles of the prediction, a convolution's compulsory traffic)."""
         ta, tb = bool(f["TRANSPOSE_A"]), bool(f["TRANSPOSE_B"])
         side = block_side(f["BLOCK"], self.cfg["block"])
         unit = bfp8_block(self.cfg["rows"], self.cfg["cols"]) if bfp8 else None
@@ -334,7 +343,12 @@ class FunctionalAccelerator:
             p = self.predict(m, n, k, ta, tb, port=self.port, write_ports=self.write_ports,
                              read_ports=self.read_ports, chunk=f["CHUNK"], **cfg, **kb)
         self.descriptors += 1
-        cycles = p["cycles"] + extra
+        cycles = max(p["cycles"], floor) + extra
+        if self.trace is not None:
+            mode, g = self.last_conv or (0, None)
+            self.trace.append({"mode": mode, "geometry": g, "m": m, "n": n, "k": k,
+                               "macs": m * n * k if macs is None else macs,
+                               "cycles": int(cycles)})
         for name, v in (("CYCLES", cycles), ("BUSY_CYCLES", cycles),
                         ("ACTIVE_CYCLES", p["compute_cycles"]),
                         ("STALL_CYCLES", cycles - p["compute_cycles"]),
@@ -362,6 +376,7 @@ class FunctionalAccelerator:
         if code:
             return ErrorCode(code)
         self.last_mnk, self.last_macs, self.last_extra = (m, n, 0 if only else k), None, 0
+        self.last_floor = 0
         if e["BIAS"] == 3 or (only and (e["A_TILES"] or e["B_TILES"])) or (
                 e["SGD"] and (e["BIAS"] or e["RELU"] or e["MASK_IN"] or only)):
             return ErrorCode.UNSUPPORTED
@@ -560,13 +575,20 @@ class FunctionalAccelerator:
         g, kk, mode = conv["geometry"], conv["offsets"], conv["mode"]
         # (the GEMM the engine schedules: offsets over padding skipped)
         *self.last_mnk, self.last_macs = g.implicit_gemm(mode)
-        self.last_extra = 0
+        self.last_extra, self.last_conv = 0, (mode, g)
         pooling = None if stage is None else stage[1]
         # C as written, and the shape the bias, ReLU and masks see
         mid = conv["c"]
         if stage is not None and stage[0] == 2:
             mid = (mid[0], pooling.geometry.positions)
         out = (mid[0], pooling.geometry.out_positions) if stage and stage[0] == 1 else mid
+        # (no fewer cycles than its compulsory traffic: the GEMM-shaped prediction reuses A
+        # across column tiles, where a backward-data pass over a kernel as large as the
+        # image reads a different offset's matrix for every position)
+        rd_a, rd_b, _ = g.compulsory_bytes(mode)
+        wr = out[0] * out[1] * (1 if e["BFP8"] else 4)
+        rd = rd_a + rd_b + (wr if e["SGD"] else 0)
+        self.last_floor = -(-max(rd, wr // self.write_ports) // self.bpw)
         a_addr, a_stride = self._reg64("DESC_A_ADDR"), self._reg("DESC_A_STRIDE")
         b_addr, b_stride = self._reg64("DESC_B_ADDR"), self._reg("DESC_B_STRIDE")
         c_addr, c_stride = self._reg64("DESC_C_ADDR"), self._reg("DESC_C_STRIDE")

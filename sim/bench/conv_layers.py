@@ -1,0 +1,213 @@
+"""Every convolution's descriptors against their bounds: ``python -m sim.bench convs``.
+
+For each network (``--net``: fashion-cnn, and VGG-11 and ResNet-20 on 3x32x32 as
+:mod:`sim.bench.step` builds them) and board default (``--board``), one training step of
+:class:`firmware.ml.resident_conv.ResidentConvNet` (batch ``--batch``) runs on
+``Device("model")`` configured as the board's default on its memory port, with the
+functional model's trace on (:attr:`sim.models.functional.FunctionalAccelerator.trace`).
+Each descriptor is recorded with the layer and pass it belongs to (the input's and the loss
+gradient's quantisation; per layer its forward, backward-data, weight-gradient and bias
+descriptors), the GEMM the engine schedules (:meth:`sim.models.conv.ConvGeometry.
+implicit_gemm`), its multiply-accumulates and the performance model's cycles, and three
+bounds on its cycles:
+
+* **compute**: ``ceil(M / rows) * ceil(N / cols) * K`` (``K`` the mean reduction length);
+* **K blocks**: the same with every tile block of ``T`` steps (:data:`firmware.spec.regmap.
+  TILE_BLOCK`) a read-out of the array, which takes the datapath's K-block interval
+  (:func:`kblock_interval`): ``tiles * max(K, ceil(K / T) * interval)``. On an array whose
+  interval exceeds ``T`` (the ZCU104's 32 x 64: 95 cycles) this, not the MACs, bounds a
+  BFP8 GEMM;
+* **traffic**: the compulsory bytes (each operand read once, int8, the input only where a
+  kernel offset reads it; C written once, int8, or
+  float32 for a float32 C; an SGD target read and written; masks, argmax and exponents
+  left out) over the port's sustainable bytes a cycle (:func:`sim.bench.bounds.roofline`'s
+  rule: the bus width on each of the read and write channels, and the DRAM's rate shared).
+
+``bound = MACs / (PEs * max(K blocks, traffic))``; ``ideal`` leaves the K-block read-out
+out (``max(compute, traffic)``): what an array that reads out while it computes would
+reach. The step's rows sum them over its descriptors. JSON to ``--out``; the docs' tables
+(``docs/layers.md``, the step bound in ``docs/performance.md``) come from it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[2]
+
+__all__ = ["kblock_interval", "bounds", "trace_step", "measure", "main"]
+
+
+def kblock_interval(rows: int, cols: int, packing: int = 1) -> int:
+    """The least cycles between two K-block read-outs of the datapath
+    (``GemmDatapath.kb_interval``): the array's and the accumulation's interval, and the
+    float32 add's read-modify-write."""
+    from firmware.runtime.perfmodel import KB_ADD_LATENCY, KB_READ_AHEAD
+    from firmware.spec import hw
+    return max(hw.accumulate_interval(rows, cols, packing), KB_ADD_LATENCY + KB_READ_AHEAD + 1)
+
+
+def bounds(rec: dict, cfg: dict, port: dict) -> dict:
+    """The bounds (module documentation) of one traced descriptor ``rec`` (with its
+    ``bytes_read`` and ``bytes_written``) on configuration ``cfg`` and resolved ``port``."""
+    from firmware.spec.ports import dram_bytes_per_cycle
+    from firmware.spec.regmap import TILE_BLOCK
+    rows, cols, bus = cfg["rows"], cfg["cols"], cfg["data_width"] // 8
+    m, n, k = rec["m"], rec["n"], rec["k"]
+    tiles = -(-m // rows) * -(-n // cols)
+    compute = tiles * k
+    kb = tiles * max(k, -(-k // TILE_BLOCK) * kblock_interval(rows, cols,
+                                                              cfg.get("packing", 1)))
+    rd, wr = rec["bytes_read"], rec["bytes_written"]
+    traffic = max(rd / bus, wr / (bus * cfg.get("write_ports", 1)))
+    dram = dram_bytes_per_cycle(port, bus)
+    if dram is not None:
+        traffic = max(traffic, (rd + wr) / dram)
+    pes = rows * cols
+    best, ideal = max(kb, traffic), max(compute, traffic)
+    by = "traffic" if traffic >= kb else "k-blocks" if kb > compute else "compute"
+    return {"compute_cycles": compute, "kblock_cycles": kb, "traffic_cycles": round(traffic),
+            "bound_cycles": round(best), "ideal_cycles": round(ideal), "bound_by": by,
+            "bound": rec["macs"] / (pes * best) if best else None,
+            "ideal": rec["macs"] / (pes * ideal) if ideal else None}
+
+
+def _traffic(pass_: str, g, st, last: bool) -> tuple[int, int]:
+    """Compulsory bytes read and written by one descriptor (module documentation)."""
+    if pass_ == "bias":
+        # a row of ones against the deltas, a float32 row read and written
+        d = g.out_channels * g.out_positions
+        return g.out_positions + d + 4 * g.out_channels, 4 * g.out_channels
+    mode = {"forward": 1, "backward-data": 2, "weight gradient": 3}[pass_]
+    a, b, c = g.compulsory_bytes(mode)
+    if mode == 3:
+        return a + b + c, c                  # (the stack stepped in place)
+    if mode == 2:
+        return a + b, c
+    p = st.pooling(g.batch)
+    out = c if p is None else g.out_channels * p.geometry.out_positions
+    extra = c if st.add is not None else 0
+    return a + b + extra, 4 * out if last else out
+
+
+def trace_step(board: str, net_name: str, batch: int = 128) -> tuple[list, dict, dict]:
+    """One traced training step of ``net_name`` on ``board``'s default (module
+    documentation): the records (layer, pass, shape, MACs, cycles, bytes), the board's
+    configuration and its resolved port."""
+    from firmware.ml.resident_conv import ResidentConvNet
+    from firmware.spec.ports import BOARD_PORTS, resolve_port
+    from platforms import PLATFORMS
+    from sim.bench.host import board_device
+    from sim.bench.step import NETS, _data
+    cfg = PLATFORMS[board].config()
+    dev = board_device(board, memory=1 << 30)
+    build, shape = NETS[net_name]
+    r = ResidentConvNet(build(np.random.default_rng(0)), shape, dev, seed=0, lr=0.01,
+                        record=False)
+    x, y = _data(shape, batch)
+    dev.sim.trace = trace = []
+    r.step(x, y)
+    dev.sim.trace = None
+    # what ran, in the order ResidentConvNet runs it
+    stages, n = r.stages, len(r.stages)
+    plan = [("input", "quantise", None)]
+    plan += [(i, "forward", st) for i, st in enumerate(stages)]
+    plan.append(("loss gradient", "quantise", None))
+    for i in reversed(range(n)):
+        st = stages[i]
+        plan += [(i, "backward-data", st)] if st.src >= 0 else []
+        plan += [(i, "weight gradient", st), (i, "bias", st)]
+    if len(plan) != len(trace):
+        raise RuntimeError(f"{net_name}: traced {len(trace)} descriptors, expected "
+                           f"{len(plan)}")
+    records = []
+    for (layer, pass_, st), t in zip(plan, trace, strict=True):
+        rec = {"layer": layer, "pass": pass_, "m": t["m"], "n": t["n"], "k": t["k"],
+               "macs": t["macs"], "cycles": t["cycles"]}
+        if st is None:
+            rec.update(bytes_read=4 * t["m"] * t["n"], bytes_written=t["m"] * t["n"])
+        else:
+            g = st.geometry(batch)
+            want = {"forward": 1, "backward-data": 2, "weight gradient": 3, "bias": 3}[pass_]
+            if t["mode"] != want or (pass_ != "bias" and t["geometry"] != g):
+                raise RuntimeError(f"{net_name}: descriptor {len(records)} is not layer "
+                                   f"{layer}'s {pass_}")
+            rd, wr = _traffic(pass_, g, st, layer == n - 1)
+            rec.update(layer_shape=_shape(st), bytes_read=rd, bytes_written=wr)
+        records.append(rec)
+    return records, cfg, resolve_port(BOARD_PORTS[board])
+
+
+def _shape(st) -> str:
+    k = "x".join(map(str, st.kernel))
+    s = f", stride {st.stride[0]}" if st.stride != (1, 1) else ""
+    p = f", pad {st.padding[0]}" if st.padding != (0, 0) else ""
+    return (f"{st.channels}x{st.height}x{st.width} -> {st.out_channels}, {k}{s}{p}"
+            + (", +shortcut" if st.add is not None else ""))
+
+
+def measure(board: str, net_name: str, batch: int = 128) -> dict:
+    """:func:`trace_step`'s records with their :func:`bounds`, and the step's sums."""
+    from firmware.spec.ports import BOARD_PORTS
+    from platforms import PLATFORMS
+    records, cfg, port = trace_step(board, net_name, batch)
+    for rec in records:
+        rec.update(bounds(rec, cfg, port))
+        rec["utilization"] = rec["macs"] / (cfg["rows"] * cfg["cols"] * rec["cycles"]) \
+            if rec["cycles"] else None
+    pes = cfg["rows"] * cfg["cols"]
+    macs = sum(r["macs"] for r in records)
+    cycles = sum(r["cycles"] for r in records)
+    bound = sum(r["bound_cycles"] for r in records)
+    ideal = sum(r["ideal_cycles"] for r in records)
+    clock = PLATFORMS[board].clock_mhz
+    return {"board": board, "config": f"{cfg['rows']}x{cfg['cols']}@{cfg['data_width']}",
+            "port": BOARD_PORTS[board], "clock_mhz": clock, "net": net_name, "batch": batch,
+            "kblock_interval": kblock_interval(cfg["rows"], cfg["cols"], cfg.get("packing", 1)),
+            "macs": macs, "cycles": cycles, "utilization": macs / (pes * cycles),
+            "bound_cycles": bound, "bound": macs / (pes * bound),
+            "ideal_cycles": ideal, "ideal": macs / (pes * ideal),
+            "step_ms": 1e3 * cycles / (clock * 1e6),
+            "bound_ms": 1e3 * bound / (clock * 1e6), "ideal_ms": 1e3 * ideal / (clock * 1e6),
+            "descriptors": records}
+
+
+def main(argv=None) -> int:
+    """The command line, ``python -m sim.bench convs``; the exit status."""
+    from sim.bench.step import NETS
+    p = argparse.ArgumentParser(prog="python -m sim.bench convs", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--board", nargs="+", default=["zcu104", "pynq-z1", "vu9p"],
+                   choices=["pynq-z1", "zcu104", "vu9p"], help="board defaults (default: all)")
+    p.add_argument("--net", nargs="+", default=list(NETS), choices=list(NETS),
+                   help="networks (default: all)")
+    p.add_argument("--batch", type=int, default=128)
+    p.add_argument("--out", type=Path, default=ROOT / "results" / "conv_layers.json")
+    args = p.parse_args(argv)
+    if not 1 <= args.batch <= 0xFFFF:
+        p.error("--batch must be in [1, 65535]")
+    results = []
+    for net in args.net:
+        for board in args.board:
+            r = measure(board, net, args.batch)
+            print(f"  {net} on {board}: {r['step_ms']:.1f} ms, utilisation "
+                  f"{100 * r['utilization']:.1f} %, bound {100 * r['bound']:.1f} % "
+                  f"({r['bound_ms']:.1f} ms), without the K-block read-out "
+                  f"{100 * r['ideal']:.1f} % ({r['ideal_ms']:.1f} ms)", file=sys.stderr)
+            results.append(r)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps({
+        "command": "python -m sim.bench convs " + " ".join(argv if argv is not None
+                                                           else sys.argv[1:]),
+        "results": results}, indent=1) + "\n")
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,45 @@
+"""``python -m sim.bench convs``: every descriptor of a step on the device labelled with its
+layer and pass, and never faster than its bound."""
+
+import json
+
+import pytest
+
+from sim.bench import conv_layers
+
+
+def test_every_descriptor_labelled_and_within_its_bound(tmp_path):
+    """fashion-cnn and ResNet-20 (batch 8) on the ZCU104's default: each layer has its
+    forward, weight-gradient and bias descriptors and a backward-data one but the first;
+    the model's cycles are never below a descriptor's bound, nor is the bound below the
+    bound without the K-block read-out; the step's sums are the descriptors'."""
+    out = tmp_path / "convs.json"
+    assert conv_layers.main(["--net", "fashion-cnn", "resnet20", "--board", "zcu104",
+                             "--batch", "8", "--out", str(out)]) == 0
+    data = json.loads(out.read_text())
+    assert [r["net"] for r in data["results"]] == ["fashion-cnn", "resnet20"]
+    for r in data["results"]:
+        descs = r["descriptors"]
+        layers = sorted({d["layer"] for d in descs if isinstance(d["layer"], int)})
+        for i in layers:
+            passes = sorted(d["pass"] for d in descs if d["layer"] == i)
+            want = ["bias", "forward", "weight gradient"] + (["backward-data"] if i else [])
+            assert passes == sorted(want), (r["net"], i)
+        for d in descs:
+            assert d["cycles"] >= d["bound_cycles"] >= d["ideal_cycles"] > 0, d
+            assert d["kblock_cycles"] >= d["compute_cycles"], d
+        assert r["cycles"] == sum(d["cycles"] for d in descs)
+        assert r["bound_cycles"] == sum(d["bound_cycles"] for d in descs)
+        assert r["utilization"] <= r["bound"] <= r["ideal"]
+        # the 32 x 64 array's read-out interval, rows + cols - 1, bounds some descriptor
+        assert r["kblock_interval"] == 95
+        assert any(d["bound_by"] == "k-blocks" for d in descs)
+    assert data["command"].startswith("python -m sim.bench convs")
+
+
+@pytest.mark.parametrize("argv", [["--batch", "0"], ["--net", "alexnet"],
+                                  ["--board", "zedboard"]])
+def test_bad_options_exit_2(argv):
+    with pytest.raises(SystemExit) as e:
+        conv_layers.main(argv)
+    assert e.value.code == 2
