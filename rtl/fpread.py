@@ -49,8 +49,9 @@ class Fp32TileReader(wiring.Component):
 
     The job side runs ahead of the reads by :data:`TILE_QUEUE` tiles, the commands ahead of
     the words by :data:`ROW_QUEUE` rows; the words are taken as they come while a beat's
-    register is free. Each row takes ``4 * cols / bus bytes`` cycles on the word side, read
-    or not (a slot a bus word; its elements beyond N zeroed as it comes in).
+    register is free. Each row inside the matrix takes ``4 * cols / bus bytes`` cycles on
+    the word side (a slot a bus word; its elements beyond N zeroed as it comes in), a row
+    beyond M one cycle.
 
     Parameters
     ----------
@@ -85,7 +86,7 @@ class Fp32TileReader(wiring.Component):
     Throughput
     ----------
     A job a cycle while the queue has room; a command a cycle, 3 cycles more a tile; a word
-    a cycle, and a row every ``4 * cols / bus bytes`` cycles (a zero row's too).
+    a cycle, and a row every ``4 * cols / bus bytes`` cycles (a row beyond M in one).
     """
 
     #: Tiles the job side runs ahead of the commands.
@@ -230,7 +231,8 @@ class Fp32TileReader(wiring.Component):
         wi = Signal(range(max(2, W)))                  # the row's slot
         beat_r = Signal(range(R))                      # the beat's row in its tile
         out_free = ~o.valid | o.ready
-        last_slot = wi == W - 1
+        # (a row beyond M is one slot: its beat is zeros, and nothing is read for it)
+        last_slot = (wi == W - 1) | ~head.inside
         real = head.inside & (wi <= head.words_m1)
         keep = [(wi * F + f) < head.lanes for f in range(F)]
         slot = Cat(*(Mux(real & keep[f], w.payload.data[32 * f:32 * (f + 1)], 0)
@@ -244,8 +246,11 @@ class Fp32TileReader(wiring.Component):
         with m.If(go):
             with m.If(last_slot):
                 m.d.comb += rq.r_en.eq(1)
+                # (a zero row's beat: the slots of the row before may still be in ``sh``;
+                # a register's synchronous reset, not a multiplexer in front of it)
                 m.d.sync += [wi.eq(0), o.valid.eq(1),
-                             o.payload.data.eq(Cat(sh, slot) if W > 1 else slot),
+                             o.payload.data.eq(Mux(head.inside, Cat(sh, slot), 0)
+                                               if W > 1 else slot),
                              o.payload.last.eq(beat_r + (o.valid & o.ready) == R - 1)]
             with m.Else():
                 m.d.sync += wi.eq(wi + 1)

@@ -50,12 +50,14 @@ def test_bfp8_cycles_match_the_model(devs, m, n, k, ta, tb):
     assert cycles["model", "float32"] < cycles["model", "bfp8"]
 
 
-@pytest.mark.parametrize("m,n", [(64, 64), (40, 70), (128, 128), (128, 10)])
+@pytest.mark.parametrize("m,n", [(64, 64), (40, 70), (128, 128), (128, 10), (1, 256),
+                                 (3, 64)])
 def test_quantize_cycles_match_the_model(devs, m, n):
     """A quantise-only descriptor within 8 % of
     :func:`firmware.runtime.perfmodel.predict_quantize`: the float32 matrix read a tile row
-    a burst, a slot a cycle for the bus words beyond the matrix, the last unit through the
-    write-back (narrow matrices' short bursts are the model's largest error)."""
+    a burst, a slot a cycle for the bus words beyond N and the tile rows beyond M (an input
+    batch of one channel is one row), the last unit through the write-back (narrow
+    matrices' short bursts are the model's largest error)."""
     rtl, model = devs
     x = np.random.default_rng(m + n).standard_normal((m, n)).astype(np.float32)
     cycles = {}

@@ -145,6 +145,7 @@ def test_constants_equal_the_rtls():
     from rtl.datapath import GemmDatapath
     from rtl.dma import DmaWriter
     from rtl.engine import GemmEngine
+    from rtl.epilogue import TileQuantizer
     from rtl.fp32 import Fp32Add
     from rtl.rescale import Rescaler
     from rtl.systolic import SystolicArray
@@ -167,6 +168,7 @@ def test_constants_equal_the_rtls():
         "WRITE_FORM_LATENCY": DmaWriter.FORM_LATENCY,
         "KB_ADD_LATENCY": Fp32Add.LATENCY,
         "KB_READ_AHEAD": GemmDatapath.KB_READ_AHEAD,
+        "QUANTIZER_DRAIN_LATENCY": TileQuantizer.DRAIN_LATENCY,
     }
     assert {name: getattr(hw, name) for name in declared} == declared
     constants = {name for name in hw.__all__ if name.isupper()}
@@ -174,6 +176,15 @@ def test_constants_equal_the_rtls():
 
 
 CONFIGS = [(1, 1), (1, 2), (2, 1), (3, 5), (4, 4), (7, 9), (16, 16), (32, 64)]
+
+
+@pytest.mark.parametrize("cols", [4, 8, 16, 32, 64])
+def test_quantizer_fill_latency_equals_the_rtls(cols):
+    from rtl.epilogue import TileQuantizer
+    from firmware.spec.regmap import TILE_BLOCK
+    q = TileQuantizer(cols, TILE_BLOCK)
+    q._MustUse__silence = True
+    assert hw.quantizer_fill_latency(cols, TILE_BLOCK) == q.fill_latency
 
 
 @pytest.mark.parametrize("rows,cols", CONFIGS)

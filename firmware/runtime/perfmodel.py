@@ -504,8 +504,10 @@ def predict_quantize(m: int, n: int, *, rows: int, cols: int, data_width: int, p
     """Predicted cycles of one quantise-only descriptor (``DESC_EPILOGUE.QUANTIZE_ONLY``):
     the ``m x n`` float32 matrix read a tile row at a time (:class:`rtl.fpread.Fp32TileReader`:
     one burst of the row's bus words inside the matrix a ``cols``-wide tile row) through the
-    first read port at :func:`read_rate`, a cycle more for each bus word of a tile that lies
-    beyond the matrix, then the last unit through the BFP8 write-back:
+    first read port at :func:`read_rate`, a cycle more for each bus word of a tile row
+    beyond N and for each tile row beyond M (or, where that is less, every tile block's
+    ``T`` rows through the write-back and the quantiser's fill and drain latencies, as for a
+    matrix of few rows), then the last unit through the BFP8 write-back:
     its ``T * T / cols`` beats re-read from the quantiser's buffer and its ``T * T`` bytes
     written, and the write response.
 
@@ -531,11 +533,17 @@ def predict_quantize(m: int, n: int, *, rows: int, cols: int, data_width: int, p
     bursts = [b for w in runs for b in _bursts(w, burst)]
     words = m * sum(runs)
     rate = read_rate(sum(bursts) / len(bursts), o_rd, port["read_latency"], keep)
-    # every tile row is `4 * cols / bus bytes` slots on the reader's word side, a read word
-    # or a zero (beyond N or M), a slot a cycle
-    slots = _cdiv(m, rows) * rows * _cdiv(n, cols) * _cdiv(cols, F)
+    # every tile row inside M is `4 * cols / bus bytes` slots on the reader's word side, a
+    # read word or a zero (beyond N), a slot a cycle; a row beyond M is one slot
+    slots = _cdiv(n, cols) * (m * _cdiv(cols, F) + _cdiv(m, rows) * rows - m)
+    # the write-back takes a unit's T rows a cycle each (rows beyond M as zeros), and the
+    # quantiser its exponents and drain after them: with few rows, that and not the reads
+    units = _cdiv(m, T) * _cdiv(n, T)
+    per_unit = (T * _cdiv(T, cols) + hw.quantizer_fill_latency(cols, T)
+                + hw.QUANTIZER_DRAIN_LATENCY)
     tail = T * T // cols + _cdiv(T * T, bpw) + port["write_latency"]
-    return {"cycles": int(round(START_LATENCY + words / rate + (slots - words) + tail)),
+    body = max(words / rate + (slots - words), units * per_unit)
+    return {"cycles": int(round(START_LATENCY + body + tail)),
             "compute_cycles": 0, "read_words": words, "write_words": m * _cdiv(n, bpw)}
 
 

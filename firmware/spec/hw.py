@@ -12,9 +12,9 @@ from __future__ import annotations
 __all__ = ["CHECK_LATENCY", "WALK_START_DELAY", "CUT_WAIT", "BUFFER_READ_LATENCY",
            "ACCUMULATE_STAGES", "RESCALER_LATENCY", "OUT_FIFO_LATENCY", "OUT_FIFO_TILES",
            "WORD_FIFO", "DMA_OUTSTANDING", "DMA_BURST", "WRITE_FORM_LATENCY",
-           "SLR_STAGES", "KB_ADD_LATENCY", "KB_READ_AHEAD", "array_latency", "min_emit_interval",
-           "fill_latency",
-           "accumulate_interval"]
+           "SLR_STAGES", "KB_ADD_LATENCY", "KB_READ_AHEAD", "QUANTIZER_DRAIN_LATENCY",
+           "array_latency", "min_emit_interval", "fill_latency", "accumulate_interval",
+           "quantizer_fill_latency"]
 
 #: Cycles from a descriptor with good dimensions to the checker's verdict
 #: (:attr:`rtl.checker.DescriptorChecker.LATENCY`).
@@ -40,6 +40,9 @@ RESCALER_LATENCY = 7
 #: slot's row (:attr:`rtl.datapath.GemmDatapath.KB_READ_AHEAD`).
 KB_ADD_LATENCY = 9
 KB_READ_AHEAD = 2
+#: The BFP8 quantiser's cycles from a unit's exponents to its mantissas leaving
+#: (:attr:`rtl.epilogue.TileQuantizer.DRAIN_LATENCY`).
+QUANTIZER_DRAIN_LATENCY = 8
 #: Cycles from writing the datapath's output FIFO to the entry being readable
 #: (:attr:`rtl.datapath.GemmDatapath.OUT_FIFO_LATENCY`).
 OUT_FIFO_LATENCY = 2
@@ -156,3 +159,22 @@ def fill_latency(rows: int, cols: int, packing: int = 1, slr_groups: int = 1) ->
     """
     return (BUFFER_READ_LATENCY + array_latency(rows, cols, packing, slr_groups)
             + ACCUMULATE_STAGES + RESCALER_LATENCY + OUT_FIFO_LATENCY)
+
+
+def quantizer_fill_latency(cols: int, tile_block: int = 32) -> int:
+    """The BFP8 quantiser's cycles from a unit's last beat to its exponents
+    (:attr:`rtl.epilogue.TileQuantizer.fill_latency`): a maximum tree over ``min(cols,
+    tile_block)`` lanes, and 4.
+
+    Parameters
+    ----------
+    cols : int
+        Lanes of a beat (the array's columns).
+    tile_block : int
+        The number format's tile block side.
+
+    Returns
+    -------
+    int
+    """
+    return (min(cols, tile_block) - 1).bit_length() + 4
