@@ -180,8 +180,8 @@ CONFIGS = [(1, 1), (1, 2), (2, 1), (3, 5), (4, 4), (7, 9), (16, 16), (32, 64)]
 
 @pytest.mark.parametrize("cols", [4, 8, 16, 32, 64])
 def test_quantizer_fill_latency_equals_the_rtls(cols):
-    from rtl.epilogue import TileQuantizer
     from firmware.spec.regmap import TILE_BLOCK
+    from rtl.epilogue import TileQuantizer
     q = TileQuantizer(cols, TILE_BLOCK)
     q._MustUse__silence = True
     assert hw.quantizer_fill_latency(cols, TILE_BLOCK) == q.fill_latency
