@@ -165,3 +165,16 @@ def test_a_reduction_above_max_k_runs_in_parts(monkeypatch):
     split = eng.gemm(a, b, transpose_a=True)
     np.testing.assert_array_equal(split, (parts[0] + parts[1]) + parts[2])
     np.testing.assert_allclose(split, whole, rtol=1e-5)
+
+
+@pytest.mark.parametrize("board", ["pynq-z1", "zcu104", "vu9p"])
+def test_board_device_is_the_board_default(board):
+    """The benchmarks' functional model reports the board default's configuration in every
+    register the driver reads (a port count left at 1 slows the model's operand reads)."""
+    from platforms import PLATFORMS
+    from sim.bench.host import board_device
+    cfg = PLATFORMS[board].config()
+    info = board_device(board, memory=1 << 20).driver.info
+    for key in ("rows", "cols", "data_width", "depth", "block", "packing", "queue",
+                "write_ports", "read_ports"):
+        assert getattr(info, key) == cfg.get(key, 1), key

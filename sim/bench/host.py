@@ -159,7 +159,8 @@ def measure(board: str, blocks: str, batch: int = 128, steps: int = 3,
 
 
 def board_device(board: str, memory: int = 512 << 20):
-    """``Device("model")`` configured as ``board``'s default on its memory port."""
+    """``Device("model")`` configured as ``board``'s default on its memory port: its array,
+    bus, buffers, reuse block, packing and write and read ports."""
     from firmware import Device
     from firmware.spec.ports import BOARD_PORTS
     from platforms import PLATFORMS
@@ -167,7 +168,7 @@ def board_device(board: str, memory: int = 512 << 20):
     return Device("model", rows=cfg["rows"], cols=cfg["cols"], data_width=cfg["data_width"],
                   depth=cfg["depth"], block=cfg["block"], packing=cfg["packing"],
                   queue=cfg["queue"], port=BOARD_PORTS[board], memory=memory,
-                  write_ports=cfg.get("write_ports", 1))
+                  write_ports=cfg.get("write_ports", 1), read_ports=cfg.get("read_ports", 1))
 
 
 def fp32_step(batch: int = 128, steps: int = 3, net_name: str = "cnn") -> float:
