@@ -123,8 +123,10 @@ def to_network(model: torch.nn.Sequential) -> tuple[nn.Network, list]:
         elif type(m) is torch.nn.ReLU:
             layer, m = nn.ReLU(), None
         elif type(m) is torch.nn.MaxPool2d:
-            k = m.kernel_size if isinstance(m.kernel_size, int) else None
-            if k is None or m.stride not in (k, (k, k)) or m.padding not in (0, (0, 0)) \
+            k = m.kernel_size
+            k = k[0] if isinstance(k, tuple) and len(set(k)) == 1 else k
+            if not isinstance(k, int) or m.stride not in (k, (k, k)) \
+                    or m.padding not in (0, (0, 0)) \
                     or m.dilation not in (1, (1, 1)) or m.ceil_mode:
                 raise ValueError(f"{what}: a square window equal to its stride, no padding, "
                                  f"dilation or ceil_mode")
