@@ -363,9 +363,9 @@ REGISTERS: tuple[Register, ...] = tuple([
                                        "enqueues, bits 31..0 (a recorded step's seeds "
                                        "advanced per replay)"),
     _reg("CHAIN_SEED_HI", 0x1C0, "rw", "As CHAIN_SEED_LO, bits 63..32"),
-    *_addr("DESC_ADD_ADDR", 0x1C8, "Address of DESC_CONV.ADD's matrix (int8 mantissas)"),
-    _reg("DESC_ADD_STRIDE", 0x1D0, "rw", "Bytes between rows of DESC_CONV.ADD's matrix"),
-    *_addr("DESC_ADD_EXP_ADDR", 0x1D8, "Address of DESC_CONV.ADD's matrix's tile exponents "
+    *_addr("DESC_ADD_ADDR", 0x1C4, "Address of DESC_CONV.ADD's matrix (int8 mantissas)"),
+    _reg("DESC_ADD_STRIDE", 0x1CC, "rw", "Bytes between rows of DESC_CONV.ADD's matrix"),
+    *_addr("DESC_ADD_EXP_ADDR", 0x1D0, "Address of DESC_CONV.ADD's matrix's tile exponents "
                                        "(int8, row-major)"),
 ])
 
