@@ -316,6 +316,9 @@ class ResidentConvNet:
         self.steps, self.passes, self.traffic = 0, 0, {}
         self._ones: dict = {}
         self._plan = None
+        # each output's last reader in the backward pass: it applies the mask to the deltas
+        self._last_reader = {j: _consumers(self.stages, j)[-1]
+                             for j in range(len(self.stages) - 1)}
         self.recorded = device.offers_chains() if record is None else bool(record)
         if self.recorded and not device.offers_chains():
             raise ValueError(f"record: this {device.backend} accelerator runs no descriptor "
@@ -422,7 +425,7 @@ class ResidentConvNet:
                     if j is None or j < 0:
                         continue
                     below = self.stages[j]
-                    last = _consumers(self.stages, j)[-1] == (i, kind)
+                    last = self._last_reader[j] == (i, kind)
                     if kind == "add":
                         # (stages_of allows this only as a sum's first term, or as the last
                         # one of an output without ReLU: the deltas themselves)

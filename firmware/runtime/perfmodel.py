@@ -176,6 +176,14 @@ def _port_rates(port: dict, bpw: int, dma_burst: int, dma_outstanding: int) -> t
     return burst, o_rd, o_wr, keep, dram
 
 
+def kblock_interval(rows: int, cols: int, packing: int = 1) -> int:
+    """The least cycles between two K-block read-outs of the datapath
+    (``GemmDatapath.kb_interval``): :func:`firmware.spec.hw.accumulate_interval`, and at
+    least the float32 add's read-modify-write, ``KB_ADD_LATENCY + KB_READ_AHEAD + 1``."""
+    return max(hw.accumulate_interval(rows, cols, packing),
+               KB_ADD_LATENCY + KB_READ_AHEAD + 1)
+
+
 def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool = False, *,
             rows: int, cols: int, depth: int, block: int, data_width: int, port: dict,
             read_ports: int = 1, write_ports: int = 1,
@@ -310,9 +318,7 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
     # the array's least interval between two tiles' last steps (SystolicArray.
     # min_emit_interval: rows + cols - 1, packed or not, one SLR group), and at least the
     # datapath's accumulation read, add and write (GemmDatapath: ACCUMULATE_STAGES + 1)
-    interval = hw.accumulate_interval(rows, cols)
-    if k_blocks:
-        interval = max(interval, KB_ADD_LATENCY + KB_READ_AHEAD + 1)
+    interval = kblock_interval(rows, cols) if k_blocks else hw.accumulate_interval(rows, cols)
     chunks = []
     last_use = [{}, {}]          # operand -> parity -> the last chunk that used those slots
     if not isinstance(copies, int) or copies < 1:

@@ -35,6 +35,7 @@ import torch
 from firmware.ml import nn
 from firmware.ml.nn import softmax_cross_entropy
 from firmware.ml.resident_conv import ResidentConvNet
+from firmware.torch.resident import _host
 
 __all__ = ["DeviceTrainer", "StepPlan", "to_network", "train_on_device"]
 
@@ -69,10 +70,6 @@ class StepPlan:
     def __repr__(self) -> str:
         return (f"StepPlan(resident={self.resident}, recorded={self.recorded}, "
                 f"reason={self.reason!r})")
-
-
-def _host(t) -> np.ndarray:
-    return np.ascontiguousarray(t.detach().to("cpu", torch.float32).numpy())
 
 
 def to_network(model: torch.nn.Sequential) -> tuple[nn.Network, list]:

@@ -14,9 +14,9 @@ bounds on its cycles:
 * **compute**: ``ceil(M / rows) * ceil(N / cols) * K`` (``K`` the mean reduction length);
 * **K blocks**: the same with every tile block of ``T`` steps (:data:`firmware.spec.regmap.
   TILE_BLOCK`) a read-out of the array, which takes the datapath's K-block interval
-  (:func:`kblock_interval`): ``tiles * max(K, ceil(K / T) * interval)``. On an array whose
-  interval exceeds ``T`` (the ZCU104's 32 x 64: 95 cycles) this, not the MACs, bounds a
-  BFP8 GEMM;
+  (:func:`firmware.runtime.perfmodel.kblock_interval`): ``tiles * max(K, ceil(K / T) *
+  interval)``. On an array whose interval exceeds ``T`` (the ZCU104's 32 x 64: 95 cycles)
+  this, not the MACs, bounds a BFP8 GEMM;
 * **traffic**: the compulsory bytes (each operand read once, int8, the input only where a
   kernel offset reads it; C written once, int8, or
   float32 for a float32 C; an SGD target read and written; masks, argmax and exponents
@@ -40,21 +40,13 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[2]
 
-__all__ = ["kblock_interval", "bounds", "trace_step", "measure", "main"]
-
-
-def kblock_interval(rows: int, cols: int, packing: int = 1) -> int:
-    """The least cycles between two K-block read-outs of the datapath
-    (``GemmDatapath.kb_interval``): the array's and the accumulation's interval, and the
-    float32 add's read-modify-write."""
-    from firmware.runtime.perfmodel import KB_ADD_LATENCY, KB_READ_AHEAD
-    from firmware.spec import hw
-    return max(hw.accumulate_interval(rows, cols, packing), KB_ADD_LATENCY + KB_READ_AHEAD + 1)
+__all__ = ["bounds", "trace_step", "measure", "main"]
 
 
 def bounds(rec: dict, cfg: dict, port: dict) -> dict:
     """The bounds (module documentation) of one traced descriptor ``rec`` (with its
     ``bytes_read`` and ``bytes_written``) on configuration ``cfg`` and resolved ``port``."""
+    from firmware.runtime.perfmodel import kblock_interval
     from firmware.spec.ports import dram_bytes_per_cycle
     from firmware.spec.regmap import TILE_BLOCK
     rows, cols, bus = cfg["rows"], cfg["cols"], cfg["data_width"] // 8
@@ -153,6 +145,7 @@ def _shape(st) -> str:
 
 def measure(board: str, net_name: str, batch: int = 128) -> dict:
     """:func:`trace_step`'s records with their :func:`bounds`, and the step's sums."""
+    from firmware.runtime.perfmodel import kblock_interval
     from firmware.spec.ports import BOARD_PORTS
     from platforms import PLATFORMS
     records, cfg, port = trace_step(board, net_name, batch)
