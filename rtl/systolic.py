@@ -317,8 +317,10 @@ class SystolicArray(wiring.Component):
 
     A step with ``first`` clears the accumulators; a step with ``last`` ends the tile: the
     sums are captured and streamed out of :attr:`o_stream` one row per cycle, while the next
-    tile already accumulates. The next ``last`` must come at least :attr:`min_emit_interval`
-    cycles later, which :class:`rtl.datapath.GemmDatapath` guarantees.
+    tile already accumulates. Each cell is read as soon as it has captured (the read-out runs
+    diagonally, like the skew), and the columns wait for the last one in a delay line each,
+    so the next ``last`` may come :attr:`min_emit_interval` cycles later (``rows``: a
+    row's read-out a cycle), which :class:`rtl.datapath.GemmDatapath` guarantees.
 
     Parameters
     ----------
@@ -341,14 +343,13 @@ class SystolicArray(wiring.Component):
         form a group, a submodule ``slr{g}`` (group 0 is the array itself, where the rest of
         the accelerator is placed) that a placement constraint can put in its own SLR
         (:func:`platforms.vivado.xdc`). Every signal that crosses from one group to the next
-        (the rows' operands and flags) or between group 0 and group ``g`` (``b``, the
-        read-out's start, the read-out data) passes :attr:`SLR_STAGES` registers per
-        crossing, with no logic between them and marked for Laguna sites: a transmit
-        register in the region it leaves, a receive register in the region it enters. Each
-        group sequences its own read-out. Column ``j`` of group ``g`` sees step ``k``
-        ``SLR_STAGES * g`` cycles later than without groups, and the read-out leaves
-        ``SLR_STAGES * (groups - 1)`` cycles later (:attr:`latency`); the results are the
-        same.
+        (the rows' operands and flags, the read-out's select) or between group 0 and group
+        ``g`` (``b``, the read-out data) passes :attr:`SLR_STAGES` registers per crossing,
+        with no logic between them and marked for Laguna sites: a transmit register in the
+        region it leaves, a receive register in the region it enters. Column ``j`` of group
+        ``g`` sees step ``k`` ``SLR_STAGES * g`` cycles later than without groups, and the
+        read-out leaves ``2 * SLR_STAGES * (groups - 1)`` cycles later (:attr:`latency`);
+        the results are the same.
 
     Attributes
     ----------
@@ -358,9 +359,9 @@ class SystolicArray(wiring.Component):
     Latency
     -------
     Row 0 of a tile leaves :attr:`o_stream` :attr:`latency` cycles after the step with
-    ``last`` is accepted (``readout_delay`` plus the read-out registers: ``rows + cols + 4``;
-    ``ceil(rows / 2) + cols + 8`` packed; ``SLR_STAGES * (groups - 1)`` more with SLR groups);
-    row ``r`` follows ``r`` cycles later.
+    ``last`` is accepted (``readout_delay``, the read-out registers and the wait for the
+    last column: ``cols + 5``; ``cols + 9`` packed; ``2 * SLR_STAGES * (groups - 1)`` more
+    with SLR groups); row ``r`` follows ``r`` cycles later.
 
     Throughput
     ----------
@@ -451,24 +452,30 @@ class SystolicArray(wiring.Component):
         return col + self.SLR_STAGES * self.group_of(col)
 
     @property
+    def _deskew(self) -> int:
+        """Cycles column 0's read-out waits for the last column's: its skew, and its data's
+        crossings back to group 0."""
+        return self.column_skew(self.cols - 1) + self.SLR_STAGES * (self.groups - 1)
+
+    @property
     def _readout_stages(self) -> int:
-        """Registers from the selected cell results to :attr:`o_stream`: the output register
-        (packed: the pair register, then the unpacking output register), then the crossings
-        back from the farthest group (the nearer groups' data wait as long)."""
-        return (2 if self.packing == 2 else 1) + self.SLR_STAGES * (self.groups - 1)
+        """Registers from column 0's selected cell results to :attr:`o_stream`: the output
+        register (packed: the pair register, then the unpacking output register), then the
+        wait for the last column (:attr:`_deskew`)."""
+        return (2 if self.packing == 2 else 1) + self._deskew
 
     @property
     def readout_delay(self) -> int:
-        """Cycles from accepting a ``last`` step to selecting row 0 of the result registers:
-        the skew to the last cell, ``(cell rows - 1) + column_skew(cols - 1)``, plus the
-        cell's ``RESULT_LATENCY`` (so every cell has captured)."""
-        return (self.INPUT_STAGES + (self._cell_rows - 1) + self.column_skew(self.cols - 1)
-                + self._cell_kind.RESULT_LATENCY)
+        """Cycles from accepting a ``last`` step to selecting row 0 of column 0's result
+        registers: the cell's ``RESULT_LATENCY`` after the input stage. Column ``j`` selects
+        ``column_skew(j)`` cycles later, as its cells capture, and cell row ``q`` ``s q``
+        cycles after row 0 (``s`` read-out cycles a cell row: 1, or 2 packed)."""
+        return self.INPUT_STAGES + self._cell_kind.RESULT_LATENCY
 
     @property
     def latency(self) -> int:
         """Cycles from accepting a ``last`` step to row 0 of the tile on :attr:`o_stream`
-        (``rows + cols + 4``; ``ceil(rows / 2) + cols + 8`` packed; without SLR groups)."""
+        (``cols + 5``; ``cols + 9`` packed; without SLR groups)."""
         return self.readout_delay + self._readout_stages
 
     def _cell(self, cell):
@@ -496,16 +503,16 @@ class SystolicArray(wiring.Component):
     def min_emit_interval(self) -> int:
         """Least number of cycles between two steps with ``last``.
 
-        Cell row ``q`` (of ``Q`` rows, ``s`` read-out cycles each: 1, or 2 packed) is read
-        ``readout_delay + s q`` cycles after its ``last`` step and overwritten
-        ``INPUT_STAGES + q + column_skew(j) + OVERWRITE_LATENCY`` cycles after the next one
-        (``j`` its column, column 0 first), and a read-out takes ``s Q`` cycles; so the
-        interval is the larger of ``s Q`` and ``readout_delay - INPUT_STAGES -
-        OVERWRITE_LATENCY + (s - 1)(Q - 1) + 1`` (``rows + cols - 1``; ``2 ceil(rows / 2) +
-        cols - 1`` packed; more with SLR groups).
+        Cell ``(q, j)`` (of ``Q`` cell rows, ``s`` read-out cycles each: 1, or 2 packed) is
+        read ``readout_delay + s q + column_skew(j)`` cycles after its ``last`` step and
+        overwritten ``INPUT_STAGES + q + column_skew(j) + OVERWRITE_LATENCY`` cycles after
+        the next one, and a read-out takes a cycle a row; so the interval is the larger of
+        ``rows`` and ``readout_delay - INPUT_STAGES - OVERWRITE_LATENCY + (s - 1)(Q - 1) +
+        1``: ``rows``; ``max(rows, ceil(rows / 2) + 1)`` packed; the same with SLR groups.
+        The read-out, not the array's skew, sets it.
         """
         s, q = self._read_cycles, self._cell_rows
-        return max(s * q, self.readout_delay - self.INPUT_STAGES
+        return max(self.rows, self.readout_delay - self.INPUT_STAGES
                    - self._cell_kind.OVERWRITE_LATENCY + (s - 1) * (q - 1) + 1)
 
     def _cross(self, mods, value, src: int, dst: int, name: str):
@@ -623,79 +630,79 @@ class SystolicArray(wiring.Component):
                 else:
                     mj.d.comb += cell.b_i.eq(cells[i - 1][j].b_o)
 
-        # The read-out. Every group reads its columns on the same cycles, each with its own
-        # sequencer, started from the array's input by a chain that ends S·g cycles early and
-        # crosses to the group; group g's data cross back (S·g registers) and wait
-        # S·(G - 1 - g) more, so that every column reaches o_stream together. The select is
-        # computed a cycle ahead (from the start chain one stage early and the count's next
-        # value) into a registered copy per column, so no one net drives the multiplexers of
-        # every column.
-        # The start chains are reset-less (SRLs, and no reset net that grows with the array):
-        # for as many cycles after a reset as the longest of them, a counter that does reset
-        # holds their output off, so a stale start never leaves a chain.
+        # The read-out, diagonal: column j reads its cells column_skew(j) cycles after column
+        # 0, as its cells capture, row q q cycles (2q packed) after row 0, so a cell is read
+        # as soon as it has its sum, whatever its column. One sequencer (group 0) counts the
+        # rows from a chain started at the array's input; its select, computed a cycle ahead,
+        # passes from column to column through a register each (and the crossings' registers
+        # into the next SLR group), so no one net drives the multiplexers of every column.
+        # Each column's datum comes back to group 0 and waits for the last column's (a
+        # reset-less delay line per column, an SRL in the fabric), so a row leaves whole.
+        # The start chain is reset-less (an SRL): for as many cycles after a reset as it is
+        # long, a counter that does reset holds its output off, so a stale start never leaves
+        # it.
         trigger = valid & inp.last
         longest = self.readout_delay - self.INPUT_STAGES - 1
         settle = Signal(range(longest + 1), init=longest, name="readout_settle")
         with m.If(settle != 0):
             m.d.sync += settle.eq(settle - 1)
-        seqs = []
-        for g in range(G):
-            chain = delay(m, trigger, longest - S * g,
-                          "readout" if g == 0 else f"readout_g{g}", reset_less=True)
-            # (its own length: settled once the counter is at most what it is shorter by)
-            start_pre = self._cross(mods, chain & (settle <= S * g), 0, g,
-                                    f"readout_start{g}")
-            seqs.append((start_pre, *self._sequencer(mods[g], start_pre)))
+        chain = delay(m, trigger, longest, "readout", reset_less=True)
+        start_pre = chain & (settle == 0)
+        start, reading, count, count_n = self._sequencer(m, start_pre)
+        ahead = Mux(start_pre, 0, count_n)
+
+        def column_copies(value, name):
+            """``value`` (computed a cycle ahead in group 0) registered into each column,
+            column ``j``'s copy ``column_skew(j)`` cycles behind column 0's."""
+            copies, prev = [], value
+            for j in range(C):
+                if j and grp[j - 1] != grp[j]:
+                    prev = self._cross(mods, prev, grp[j - 1], grp[j], f"{name}{j}")
+                r = Signal.like(value, name=f"{name}{j}", reset_less=True)
+                mods[grp[j]].d.sync += r.eq(prev)
+                copies.append(r)
+                prev = r
+            return copies
+
         ready = []             # per column: its value of the row being read, in its group
         if self.packing == 1:
-            for g in range(G):
-                start_pre, start, reading, row, row_n = seqs[g]
-                cols_g = [j for j in range(C) if grp[j] == g]
-                sels = (register_copies(mods[g], Mux(start_pre, 0, row_n), len(cols_g),
-                                        primitive=self.primitive, name="readout_sel")
-                        if R > 1 else [Mux(start, 0, row)] * len(cols_g))
-                for j, sel_j in zip(cols_g, sels, strict=True):
-                    picked = select(mods[g], [cells[i][j].result for i in range(R)], sel_j,
-                                    primitive=self.primitive, name=f"readout{j}")
-                    q = Signal(signed(32), name=f"readout_data{j}", reset_less=True)
-                    mods[g].d.sync += q.eq(picked)
-                    ready.append((j, q))
-            _, start, reading, row, _ = seqs[0]
+            sels = column_copies(ahead, "readout_sel")
+            for j in range(C):
+                mg = mods[grp[j]]
+                picked = select(mg, [cells[i][j].result for i in range(R)], sels[j],
+                                primitive=self.primitive, name=f"readout{j}")
+                q = Signal(signed(32), name=f"readout_data{j}", reset_less=True)
+                mg.d.sync += q.eq(picked)
+                ready.append((j, q))
             sel = Signal(range(R))
-            m.d.comb += sel.eq(Mux(start, 0, row))
+            m.d.comb += sel.eq(Mux(start, 0, count))
             valid_q = Signal(name="readout_valid")
             row_q = Signal(range(R), name="readout_row")
             last_q = Signal(name="readout_last")
             m.d.sync += [valid_q.eq(start | reading), row_q.eq(sel), last_q.eq(sel == R - 1)]
         else:
-            # Packed: read pair q on cycle 2q after the last pair captured (stage A); unpack
-            # its high row on the next cycle and its low row on the one after, with one
-            # subtractor per column (stage B, the output register).
+            # Packed: read pair q on cycle 2q after the pair's first column captured (stage
+            # A); unpack its high row on the next cycle and its low row on the one after, with
+            # one subtractor per column (stage B, the output register).
             Q = n_rows
-            for g in range(G):
-                start_pre, start, reading, slot, slot_n = seqs[g]
-                mg = mods[g]
-                cols_g = [j for j in range(C) if grp[j] == g]
-                curs = register_copies(mg, Mux(start_pre, 0, slot_n), len(cols_g),
-                                       primitive=self.primitive, name="readout_cur")
-                for j, cur_j in zip(cols_g, curs, strict=True):
-                    column = select(mg, [cells[q][j].result for q in range(Q)], cur_j >> 1,
-                                    primitive=self.primitive, name=f"readout{j}")
-                    picked = Signal(pair_result_layout(self.dsp_slice), name=f"picked{j}",
-                                    reset_less=True)
-                    with mg.If(~cur_j[0]):   # sample each pair once, on its even slot
-                        mg.d.sync += picked.eq(column)
-                    # the low row of the pair follows its high row: the column's own copy of
-                    # the phase (its slot's parity a cycle ago), not one net for every column
-                    low = Signal(name=f"low{j}", reset_less=True)
-                    mg.d.sync += low.eq(cur_j[0])
-                    q = Signal(signed(32), name=f"readout_data{j}", reset_less=True)
-                    mg.d.sync += q.eq(unpack_pair(mg, picked, low, name=f"unpack{j}"))
-                    ready.append((j, q))
-            # the rows leaving, from group 0's sequence (every group reads on the same cycles)
-            _, start, reading, slot, _ = seqs[0]
+            curs = column_copies(ahead, "readout_cur")
+            for j in range(C):
+                mg, cur_j = mods[grp[j]], curs[j]
+                column = select(mg, [cells[q][j].result for q in range(Q)], cur_j >> 1,
+                                primitive=self.primitive, name=f"readout{j}")
+                picked = Signal(pair_result_layout(self.dsp_slice), name=f"picked{j}",
+                                reset_less=True)
+                with mg.If(~cur_j[0]):   # sample each pair once, on its even slot
+                    mg.d.sync += picked.eq(column)
+                # the low row of the pair follows its high row: the column's own copy of the
+                # phase (its slot's parity a cycle ago), not one net for every column
+                low = Signal(name=f"low{j}", reset_less=True)
+                mg.d.sync += low.eq(cur_j[0])
+                q = Signal(signed(32), name=f"readout_data{j}", reset_less=True)
+                mg.d.sync += q.eq(unpack_pair(mg, picked, low, name=f"unpack{j}"))
+                ready.append((j, q))
             cur = Signal(range(2 * Q), name="readout_cur")
-            m.d.comb += cur.eq(Mux(start, 0, slot))
+            m.d.comb += cur.eq(Mux(start, 0, count))
             hi_phase = Signal(name="hi_phase")
             lo_phase = Signal(name="lo_phase")
             pair = Signal(range(Q), name="readout_pair")
@@ -710,15 +717,16 @@ class SystolicArray(wiring.Component):
             m.d.sync += [valid_q.eq(hi_phase | lo_phase), row_q.eq(row),
                          last_q.eq(row == R - 1)]
 
-        # Each column's data back in group 0, all columns aligned to the farthest group.
+        # Each column's data back in group 0, every column waiting for the last one's.
+        far = self._deskew
         for j, q in ready:
             back = self._cross(mods, q, grp[j], 0, f"readout_data{j}")
-            m.d.comb += out.data[j].eq(delay(m, back, S * (G - 1 - grp[j]), f"readout_wait{j}",
+            wait = far - self.column_skew(j) - S * grp[j]
+            m.d.comb += out.data[j].eq(delay(m, back, wait, f"readout_wait{j}",
                                              reset_less=True))
-        wait = S * (G - 1)
         m.d.comb += [
-            self.o_stream.valid.eq(delay(m, valid_q, wait, "readout_valid")),
-            out.row.eq(delay(m, row_q, wait, "readout_row", reset_less=True)),
-            out.last.eq(delay(m, last_q, wait, "readout_last", reset_less=True)),
+            self.o_stream.valid.eq(delay(m, valid_q, far, "readout_valid")),
+            out.row.eq(delay(m, row_q, far, "readout_row", reset_less=True)),
+            out.last.eq(delay(m, last_q, far, "readout_last", reset_less=True)),
         ]
         return m

@@ -138,7 +138,7 @@ def test_slr_groups_are_submodules_with_crossing_registers():
     for g in (1, 2):
         assert f"\\arr.slr{g}  slr{g} (" in text
     for name in ("hi0_c4_slr_tx1", "hi0_c4_slr_rx2", "readout_data5_slr_tx2",
-                 "readout_data5_slr_rx1", "readout_start2_slr_rx2", "b5_slr_tx0"):
+                 "readout_data5_slr_rx1", "readout_cur4_slr_rx2", "b5_slr_tx0"):
         assert re.search(r'\(\* shreg_extract = "no" \*\)\s+(output|reg)[^;]*\b'
                          + name + r"\b", text), name
 

@@ -92,8 +92,9 @@ def array_latency(rows: int, cols: int, packing: int = 1, slr_groups: int = 1) -
     Returns
     -------
     int
-        ``rows + cols + 4``; packed, ``ceil(rows / 2) + cols + 8``; ``2 * SLR_STAGES`` more
-        per SLR crossing.
+        ``cols + 5``; packed, ``cols + 9``; ``2 * SLR_STAGES`` more per SLR crossing (row
+        ``q`` of column ``j`` is read as soon as it has captured, and the columns wait for
+        the last one).
 
     Raises
     ------
@@ -101,7 +102,7 @@ def array_latency(rows: int, cols: int, packing: int = 1, slr_groups: int = 1) -
         An argument out of range.
     """
     _check(rows, cols, packing, slr_groups)
-    base = rows + cols + 4 if packing == 1 else -(-rows // 2) + cols + 8
+    base = cols + 5 if packing == 1 else cols + 9
     return base + 2 * SLR_STAGES * (slr_groups - 1)
 
 
@@ -117,12 +118,11 @@ def min_emit_interval(rows: int, cols: int, packing: int = 1, slr_groups: int = 
     Returns
     -------
     int
-        ``rows + cols - 1``; packed, ``2 * ceil(rows / 2) + cols - 1``; ``SLR_STAGES`` more
-        per SLR crossing.
+        ``rows`` (the read-out of the tile before, a row a cycle); packed, ``max(rows,
+        ceil(rows / 2) + 1)``; the same with SLR groups.
     """
     _check(rows, cols, packing, slr_groups)
-    lanes = rows if packing == 1 else 2 * -(-rows // 2)
-    return lanes + cols - 1 + SLR_STAGES * (slr_groups - 1)
+    return rows if packing == 1 else max(rows, -(-rows // 2) + 1)
 
 
 def accumulate_interval(rows: int, cols: int, packing: int = 1, slr_groups: int = 1) -> int:

@@ -15,8 +15,9 @@ bounds on its cycles:
 * **K blocks**: the same with every tile block of ``T`` steps (:data:`firmware.spec.regmap.
   TILE_BLOCK`) a read-out of the array, which takes the datapath's K-block interval
   (:func:`firmware.runtime.perfmodel.kblock_interval`): ``tiles * max(K, ceil(K / T) *
-  interval)``. On an array whose interval exceeds ``T`` (the ZCU104's 32 x 64: 95 cycles)
-  this, not the MACs, bounds a BFP8 GEMM;
+  interval)``. On an array whose interval exceeds ``T`` (the VU9P's 64 x 128: 64 cycles)
+  this, not the MACs, bounds a BFP8 GEMM, and on every array it bounds a layer whose K
+  blocks are shorter than ``T`` (few input channels);
 * **traffic**: the compulsory bytes (each operand read once, int8, the input only where a
   kernel offset reads it; C written once, int8, or
   float32 for a float32 C; an SGD target read and written; masks, argmax and exponents
