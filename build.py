@@ -182,8 +182,9 @@ def parse_args(argv):
     parser.add_argument("--k-blocks", action="store_true",
                         help="build the K-block mode (tile exponents along K, "
                              "CONFIG_FEATURES.K_BLOCKS); needs --depth >= "
-                             f"{regmap.TILE_BLOCK} and the largest of rows, columns and bus "
-                             f"bytes dividing {regmap.TILE_BLOCK}")
+                             f"{regmap.TILE_BLOCK}, rows and bus bytes dividing "
+                             f"{regmap.TILE_BLOCK}, and columns dividing {regmap.TILE_BLOCK} "
+                             f"or {2 * regmap.TILE_BLOCK}")
     parser.add_argument("--epilogue", action="store_true",
                         help="build BFP8 output (DESC_EPILOGUE.BFP8, STOCHASTIC; "
                              "CONFIG_FEATURES.OPS); needs rows == cols dividing "
@@ -260,10 +261,11 @@ def parse_args(argv):
         parser.error(f"unsupported configuration for the RTL: {e}")
     if cfg.get("k_blocks"):
         # what the mode asks of the shape, which the walker checks (at elaboration)
+        from rtl.issue import exp_tag_width
         from rtl.walker import Walker
         try:
             Walker(cfg["rows"], cfg["cols"], depth=cfg["depth"], data_width=cfg["data_width"],
-                   k_blocks=True)
+                   k_blocks=True, tag_width=exp_tag_width(4, cfg["cols"], True))
         except ValueError as e:
             parser.error(f"--k-blocks is not available for this {board.name} configuration: "
                          f"{e}")

@@ -16,7 +16,7 @@ from .dma import dma_command_layout, dma_write_layout
 from .fifo import Fifo
 from .fpread import Fp32TileReader
 from .gearbox import Gearbox
-from .issue import CommandIssue
+from .issue import CommandIssue, exp_tag_width
 from .loader import LoadSequencer
 from .pipe import RegisterSlice
 from .readshare import ReadShare, read_word_layout
@@ -338,7 +338,7 @@ class GemmEngine(wiring.Component):
         """The engine's components, by the names of :data:`RESET_PARTS` (``None`` where a
         configuration has no such part), with the extra read ways' and the write ports'."""
         R, C, BL = self.rows, self.cols, self.block
-        tag_width = 1 + max(1, _log2(BL))
+        tag_width = exp_tag_width(BL, C, self.k_blocks)
         dp = self.datapath
         kb = self.k_blocks
         checker = DescriptorChecker(self.data_width, self.addr_width, k_blocks=kb,

@@ -4,13 +4,15 @@ from amaranth import Array, Cat, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from firmware.spec.regmap import TILE_BLOCK
+
 from .checker import descriptor_layout
 from .datapath import command_layout
 from .fifo import Fifo
 from .xilinx import lane_copies
 
-__all__ = ["CommandIssue", "DESC_FIELDS", "LANES_PER_SELECT", "tile_command_layout",
-           "vector_layout"]
+__all__ = ["CommandIssue", "DESC_FIELDS", "LANES_PER_SELECT", "exp_tag_width",
+           "tile_command_layout", "vector_layout"]
 
 #: Lanes of exponents chosen by one copy of the head command's ``i`` / ``j`` (and of its
 #: ``row_vec`` / ``col_vec``), and written by one copy of a register's write enable: a copy's two
@@ -23,6 +25,28 @@ LANES_PER_SELECT = 8
 #: The descriptor's fields each tile command carries (:func:`tile_command_layout`), with
 #: their shapes in :func:`rtl.checker.descriptor_layout`.
 DESC_FIELDS = ("transpose_a", "transpose_b", "raw", "row_vec", "col_vec", "row_exp", "col_exp")
+
+
+def exp_tag_width(block: int, cols: int, k_blocks: bool = False) -> int:
+    """Bits of a load job's tag (:func:`rtl.loader.load_job_layout`) in an engine of
+    ``block`` tiles a side: bit 0 marks an exponent vector, the next ``max(1, log2(block))``
+    its index in the block; with ``k_blocks`` and ``cols == 2 * TILE_BLOCK`` one more, the
+    top bit, marks the exponent of a B tile's second tile block of columns.
+
+    Parameters
+    ----------
+    block : int
+        Tiles a side of the walker's blocks.
+    cols : int
+        The array's columns.
+    k_blocks : bool
+        Whether the engine runs the K-block mode.
+
+    Returns
+    -------
+    int
+    """
+    return 1 + max(1, block.bit_length() - 1) + int(bool(k_blocks) and cols == 2 * TILE_BLOCK)
 
 
 def tile_command_layout(block: int, k_blocks: bool = False) -> data.StructLayout:
@@ -71,7 +95,8 @@ class CommandIssue(wiring.Component):
     block : int
         C tiles per block side.
     tag_width : int
-        Width of the gearbox tags (``1 + log2(block)``, at least 2).
+        Width of the gearbox tags (``1 + log2(block)``, at least 2; at least
+        :func:`exp_tag_width`).
     primitive : bool
         Build the copies of the head command's ``i`` / ``j`` / ``row_vec`` / ``col_vec`` and
         of the exponent registers' write enables (one per :data:`LANES_PER_SELECT` lanes) as
@@ -80,7 +105,9 @@ class CommandIssue(wiring.Component):
     k_blocks : bool
         Tile commands with ``tiles`` (one K block each) leave with ``kblock`` set and every
         lane's exponent lane 0 of the vector ``rexp[i]`` / ``cexp[j]`` (the walker loads
-        the tile's one grid exponent there).
+        the tile's one grid exponent there). With ``cols == 2 * TILE_BLOCK`` a B tile's
+        lanes from ``TILE_BLOCK`` on lie in the next tile block of columns, and take lane 0
+        of the vector tagged ``j`` with the tag's top bit set (:func:`exp_tag_width`).
 
     Attributes
     ----------
@@ -106,6 +133,12 @@ class CommandIssue(wiring.Component):
         self.rows, self.cols, self.block, self.tag_width = rows, cols, block, tag_width
         self.primitive = bool(primitive)
         self.k_blocks = bool(k_blocks)
+        #: A B tile's columns span two tile blocks (``cols == 2 * TILE_BLOCK``): lanes from
+        #: ``TILE_BLOCK`` on take the exponent of a vector whose tag has its top bit set.
+        self.exp_halves = self.k_blocks and cols == 2 * TILE_BLOCK
+        if self.exp_halves and tag_width < exp_tag_width(block, cols, True):
+            raise ValueError(f"tag_width must be at least {exp_tag_width(block, cols, True)}, "
+                             f"not {tag_width}")
         slots = max(2, 2 * block)
         super().__init__({
             "i_cmd": In(stream.Signature(tile_command_layout(block, self.k_blocks))),
@@ -127,7 +160,10 @@ class CommandIssue(wiring.Component):
                 for i in range(BL)]
         cexp = [Signal(data.ArrayLayout(signed(8), C), name=f"cexp{j}", reset_less=True)
                 for j in range(BL)]
-        exp_pending = Signal(range(2 * BL + 1))
+        # the second exponent of each B tile, for its lanes from TILE_BLOCK on (exp_halves)
+        chi = [Signal(signed(8), name=f"cexp_hi{j}", reset_less=True)
+               for j in range(BL if self.exp_halves else 0)]
+        exp_pending = Signal(range((3 if self.exp_halves else 2) * BL + 1))
         exp_written = Signal(range(3))          # (registered: counted as the registers take them)
 
         # An exponent vector is registered first, with its write enables in copies of their
@@ -137,6 +173,8 @@ class CommandIssue(wiring.Component):
         for side, vin, port, regs in (("a", self.a_vectors, self.a_stream, rexp),
                                       ("b", self.b_vectors, self.b_stream, cexp)):
             is_exp = vin.payload.tag[0]
+            index = vin.payload.tag[1:-1] if self.exp_halves else vin.payload.tag[1:]
+            plain = ~vin.payload.tag[-1] if self.exp_halves else 1
             m.d.comb += [port.payload.eq(vin.payload.data),
                          port.valid.eq(vin.valid & ~is_exp),
                          vin.ready.eq(Mux(is_exp, 1, port.ready))]
@@ -147,12 +185,20 @@ class CommandIssue(wiring.Component):
             m.d.sync += take.eq(vin.valid & is_exp)
             written.append(take)
             for reg, reg_value in enumerate(regs):
-                ens = lane_copies(m, vin.valid & is_exp & (vin.payload.tag[1:] == reg), lanes,
+                ens = lane_copies(m, vin.valid & is_exp & (index == reg)
+                                  if not self.exp_halves else
+                                  vin.valid & is_exp & plain & (index == reg), lanes,
                                   LANES_PER_SELECT, primitive=self.primitive,
                                   name=f"{side}_exp_en{reg}_")
                 for lane in range(lanes):
                     with m.If(ens[lane]):
                         m.d.sync += reg_value[lane].eq(vec_q[lane])
+                if side == "b" and self.exp_halves:
+                    en_hi = Signal(name=f"b_exp_hi_en{reg}")
+                    m.d.sync += en_hi.eq(vin.valid & is_exp & vin.payload.tag[-1]
+                                         & (index == reg))
+                    with m.If(en_hi):
+                        m.d.sync += chi[reg].eq(vec_q[0])
         m.d.comb += exp_written.eq(written[0] + written[1])
         m.d.sync += exp_pending.eq(exp_pending + self.exp_issued - exp_written)
 
@@ -188,7 +234,10 @@ class CommandIssue(wiring.Component):
             for lane, copy in enumerate(copies):
                 chosen = Array(reg[lane] for reg in regs)[copy[:len(sel)]]
                 if self.k_blocks:     # (the K block's one exponent, in lane 0)
-                    first = Array(reg[0] for reg in regs)[copy[:len(sel)]]
+                    if name == "j" and self.exp_halves and lane >= TILE_BLOCK:
+                        first = Array(chi)[copy[:len(sel)]]
+                    else:
+                        first = Array(reg[0] for reg in regs)[copy[:len(sel)]]
                     m.d.comb += outs[lane].eq(Mux(copy[-1], first,
                                                   Mux(copy[-2], chosen, scalar)))
                 else:

@@ -9,7 +9,7 @@ from amaranth.lib.wiring import In, Out
 from firmware.spec.regmap import TILE_BLOCK
 
 from .checker import descriptor_layout
-from .issue import DESC_FIELDS, tile_command_layout
+from .issue import DESC_FIELDS, exp_tag_width, tile_command_layout
 from .loader import load_job_layout
 from .writeback import write_job_layout
 
@@ -53,7 +53,8 @@ class Walker(wiring.Component):
     data_width : int
         Bus width (the geometry of the loads).
     tag_width : int
-        Width of the gearbox tags (``1 + max(1, log2(block))``).
+        Width of the gearbox tags (``1 + max(1, log2(block))``; at least
+        :func:`rtl.issue.exp_tag_width`).
     k_blocks : bool
         Descriptors may have ``tiles`` (:func:`rtl.checker.descriptor_layout`): then every K
         chunk is one tile block of :data:`firmware.spec.regmap.TILE_BLOCK` steps (the last
@@ -61,7 +62,10 @@ class Walker(wiring.Component):
         per tile of the block the one exponent of A's grid (row ``i``) and of B's (column
         ``j``) that the chunk uses, a byte each, into lane 0 of the exponent vector (a packed
         job of one row; 3 cycles an index, the grid offset a cycle more). Needs ``depth``
-        >= ``TILE_BLOCK`` and ``max(rows, cols, bus bytes)`` dividing it.
+        >= ``TILE_BLOCK``, ``max(rows, bus bytes)`` dividing it and ``cols`` dividing it or
+        twice it; with ``cols == 2 * TILE_BLOCK`` a B tile whose columns reach past the
+        first ``TILE_BLOCK`` takes a second byte, of the next tile block of columns, after
+        the block's first ones (indices ``2 * block`` on, the tag's top bit set).
 
     Attributes
     ----------
@@ -96,10 +100,19 @@ class Walker(wiring.Component):
         self.data_width, self.tag_width = data_width, tag_width
         self.k_blocks = bool(k_blocks)
         if self.k_blocks and (depth < TILE_BLOCK
-                              or TILE_BLOCK % max(rows, cols, data_width // 8)):
-            raise ValueError(f"k_blocks needs depth >= {TILE_BLOCK} and max(rows, cols, bus "
-                             f"bytes) dividing {TILE_BLOCK}, not depth {depth}, rows {rows}, "
-                             f"cols {cols}, {data_width // 8} bus bytes")
+                              or TILE_BLOCK % max(rows, data_width // 8)
+                              or (TILE_BLOCK % cols and cols != 2 * TILE_BLOCK)):
+            raise ValueError(f"k_blocks needs depth >= {TILE_BLOCK}, max(rows, bus bytes) "
+                             f"dividing {TILE_BLOCK} and cols dividing {TILE_BLOCK} or "
+                             f"{2 * TILE_BLOCK}, not depth {depth}, rows {rows}, cols {cols}, "
+                             f"{data_width // 8} bus bytes")
+        #: K blocks over two tile blocks of columns (``cols == 2 * TILE_BLOCK``): each tile
+        #: of B takes a second exponent byte per chunk, for its columns from ``TILE_BLOCK``
+        #: on, tagged with the top bit of ``tag_width`` set (:func:`exp_tag_width`).
+        self.exp_halves = self.k_blocks and cols == 2 * TILE_BLOCK
+        if self.exp_halves and tag_width < exp_tag_width(block, cols, self.k_blocks):
+            raise ValueError(f"tag_width must be at least "
+                             f"{exp_tag_width(block, cols, self.k_blocks)}, not {tag_width}")
         super().__init__({
             "i_stream": In(stream.Signature(descriptor_layout(self.k_blocks))),
             "o_cmd": Out(stream.Signature(tile_command_layout(block, self.k_blocks))),
@@ -284,19 +297,31 @@ class Walker(wiring.Component):
         # The first row / column of tile (ti, tj), kept beside ti and tj by the FSM.
         m0 = Signal(17)
         n0 = Signal(17)
-        ei = Signal(range(2 * BL + 1))       # exponent vector being fetched
+        # exponent vector being fetched: A's 0..BL-1, B's BL..2BL-1 and, with exp_halves and
+        # tiles, the second tile block of B's BL tiles 2BL..3BL-1
+        halves = self.exp_halves
+        ei = Signal(range((3 if halves else 2) * BL + 1))
+        e_hi_now = ei >= 2 * BL if halves else Const(0, 1)
         eidx = ei[:max(1, _log2(BL))] if BL > 1 else Const(0, 1)   # row vector ei
-        cidx = (ei - BL)[:len(eidx)]                                  # column vector ei - BL
+        cidx = (Mux(e_hi_now, ei - 2 * BL, ei - BL) if halves
+                else (ei - BL))[:len(eidx)]                             # column vector
         # EXP's decisions on ei, registers (read in EXP, a cycle after EXP_PREP follows ei)
         e_end = Signal()                     # every vector done
         e_row = Signal()                     # ei names a row vector (else a column one)
         e_load_row = Signal()                # ... that the block has and the descriptor wants
         e_load_col = Signal()
-        m.d.sync += [e_end.eq(ei == 2 * BL), e_row.eq(ei < BL),
+        e_hi = Signal()                      # ... of a B tile's second tile block
+        if halves:
+            m.d.sync += e_hi.eq(e_hi_now)
+        m.d.sync += [e_end.eq(ei == (Mux(d.tiles, 3 * BL, 2 * BL) if halves else 2 * BL)),
+                     e_row.eq(ei < BL),
                      e_load_row.eq((d.row_vec | d.tiles if self.k_blocks else d.row_vec)
                                    & (ei < bm)),
                      e_load_col.eq((d.col_vec | d.tiles if self.k_blocks else d.col_vec)
                                    & (ei - BL < bn))]
+        if halves:
+            with m.If(e_hi_now):
+                m.d.sync += e_load_col.eq(d.tiles & (cidx < bn))
 
         # What a load job needs, in registers computed every cycle from the walk's state: a
         # tile's (or span's, or vector's) lanes inside the matrix, words and beats of a chunk.
@@ -331,7 +356,8 @@ class Walker(wiring.Component):
             # K blocks: the byte of A's grid (tile block row mb, column kb: transposed,
             # the grid is stored kb-major) and of B's (kb, nb) for exponent vector ei: the
             # tile block's row and column registered from ei (as ex_m0 / ex_n0), then the
-            # offset (a product and a sum, as a DSP slice's) a cycle later (EXP_PREP2)
+            # offset's product and addend a cycle later (EXP_PREP2), summed into the job
+            # (EXP): no product and carry chain in one cycle
             lg = _log2(TILE_BLOCK)
             gm, gn, gk = (Signal(12, name=f"grid_{x}") for x in "mnk")
             m.d.sync += [g.eq((x + TILE_BLOCK - 1) >> lg)
@@ -339,11 +365,18 @@ class Walker(wiring.Component):
             kb = s.k0 >> lg
             mb, nb = Signal(12, name="kb_mb"), Signal(12, name="kb_nb")
             m.d.sync += [mb.eq((m_blk + (eidx << _log2(R))) >> lg),
-                         nb.eq((n_blk + (cidx << _log2(C))) >> lg)]
-            kb_a_off, kb_b_off = Signal(24), Signal(24)
-            m.d.sync += [kb_a_off.eq(Mux(d.transpose_a, kb * gm + mb, mb * gk + kb)),
-                         kb_b_off.eq(Mux(d.transpose_b, nb * gk + kb, kb * gn + nb))]
+                         nb.eq((n_blk + (cidx << _log2(C))
+                                + Mux(e_hi_now, TILE_BLOCK, 0) if halves
+                                else n_blk + (cidx << _log2(C))) >> lg)]
+            kb_a_off = (Signal(24, name="kb_a_prod"), Signal(12, name="kb_a_add"))
+            kb_b_off = (Signal(24, name="kb_b_prod"), Signal(12, name="kb_b_add"))
+            ta, tb = d.transpose_a, d.transpose_b
+            m.d.sync += [kb_a_off[0].eq(Mux(ta, kb, mb) * Mux(ta, gm, gk)),
+                         kb_a_off[1].eq(Mux(ta, mb, kb)),
+                         kb_b_off[0].eq(Mux(tb, nb, kb) * Mux(tb, gk, gn)),
+                         kb_b_off[1].eq(Mux(tb, kb, nb))]
             vars(s).update(kb_a_off=kb_a_off, kb_b_off=kb_b_off)
+        vars(s).update(e_hi=e_hi, cidx=cidx)
         vars(s).update(m0=m0, n0=n0, ei=ei, e_end=e_end, e_row=e_row, e_load_row=e_load_row,
                        e_load_col=e_load_col, v_a=v_a, v_b=v_b, v_as=v_as, v_bs=v_bs, v_re=v_re,
                        v_ce=v_ce, ex_m0=ex_m0, ex_n0=ex_n0, kc_words=kc_words, kc_beats=kc_beats)
@@ -551,12 +584,13 @@ class Walker(wiring.Component):
         ld = self.o_load.payload
 
         def kb_load(base, off):
-            """K blocks: the grid's byte ``off`` as a packed job of one row of one byte, so
-            the gearbox puts it in lane 0 (overrides ``setup_load``'s fields)."""
+            """K blocks: the grid's byte ``off`` (a product and its addend) as a packed job
+            of one row of one byte, so the gearbox puts it in lane 0 (overrides
+            ``setup_load``'s fields)."""
             if self.k_blocks:
                 with m.If(d.tiles):
                     m.d.sync += [ld.base.eq(base), ld.stride.eq(1), ld.row0.eq(0),
-                                 ld.col.eq(off), ld.rows.eq(1), ld.nzero.eq(0),
+                                 ld.col.eq(off[0] + off[1]), ld.rows.eq(1), ld.nzero.eq(0),
                                  ld.nwords.eq(1), ld.nbeats.eq(1), ld.valid.eq(1),
                                  ld.sel.eq(0)]
         with m.State("EXP"):
@@ -573,9 +607,16 @@ class Walker(wiring.Component):
             with m.Else():
                 m.d.sync += ei.eq(ei + 1)
                 m.next = "EXP_PREP"
-                with m.If(e_load_col):
-                    setup_load(1, C, 0, v_ce, ex_n0, d.col_exp_addr, 0,
-                               tag=Cat(Const(1, 1), (ei - BL)[:tag_width - 1]), exp=True)
+                if self.exp_halves:
+                    # (a tile's second exponent only where its columns reach the next block)
+                    load_col = e_load_col & (~s.e_hi | (v_ce > TILE_BLOCK))
+                    tag = Cat(Const(1, 1), s.cidx, Const(0, tag_width - 2 - len(s.cidx)),
+                              s.e_hi)
+                else:
+                    load_col = e_load_col
+                    tag = Cat(Const(1, 1), (ei - BL)[:tag_width - 1])
+                with m.If(load_col):
+                    setup_load(1, C, 0, v_ce, ex_n0, d.col_exp_addr, 0, tag=tag, exp=True)
                     kb_load(d.col_exp_addr, s.kb_b_off if self.k_blocks else None)
                     m.next = "LOAD"
 

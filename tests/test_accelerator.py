@@ -586,9 +586,9 @@ def test_chunk_field_reaches_the_walker():
 
 # ---- exponents along K (Accelerator(k_blocks=True)) ---------------------------------------
 
-# (rows, cols, data_width): lanes below and equal to the bus width; each divides the tile
-# block of 32, as the K-block mode needs
-KB_CONFIGS = [(4, 8, 64), (8, 8, 128)]
+# (rows, cols, data_width): lanes below and equal to the bus width, each dividing the tile
+# block of 32; and a tile of 64 columns, over two tile blocks of B's exponents
+KB_CONFIGS = [(4, 8, 64), (8, 8, 128), (4, 64, 128)]
 
 
 @pytest.fixture(scope="module", params=KB_CONFIGS, ids=lambda c: "x".join(map(str, c)))
@@ -618,6 +618,9 @@ def test_k_blocks_bfp_gemm_matches_golden(kb_dev, m, n, k, ta, tb):
     # (scales that differ from K block to K block, over a wide range)
     a *= np.float32(2.0) ** rng.integers(-30, 30, a.shape[0] if ta else a.shape[1]).reshape(
         (-1, 1) if ta else (1, -1)).astype(np.float32)
+    # (and from column block to column block of B)
+    b *= np.float32(2.0) ** rng.integers(-20, 20, n).reshape(
+        (-1, 1) if tb else (1, -1)).astype(np.float32)
     qa, ea = bfp.quantize_tiles(a)
     qb, eb = bfp.quantize_tiles(b)
     got = kb_dev.bfp_gemm(kb_dev.bfp_tensor(qa, ea), kb_dev.bfp_tensor(qb, eb),
@@ -674,11 +677,15 @@ def test_k_blocks_other_epilogue_bits_refused_and_grids_checked(kb_dev):
 def test_k_blocks_cycles_match_the_performance_model(kb_dev, m, n, k, ta, tb):
     """The performance model's K-block cycles (``predict(k_blocks=True)``: a chunk per tile
     block, every tile read out) against the K-block build's, for K a multiple of the tile
-    block: within 5 %."""
+    block: within 5 %. (Not on the 4-row array of 64 columns: there a chunk's four tiles
+    compute for less time than its exponents and operands take to arrive, a stall per chunk
+    the model does not count; see the architecture page's known limits.)"""
     from firmware.runtime import perfmodel
     from sim.models import bfp
 
     dev = kb_dev
+    if dev.driver.info.cols > 32:
+        pytest.skip("the model does not count the per-chunk exponent stall of a 4 x 64 array")
     rng = np.random.default_rng(k)
     qa, ea = bfp.quantize_tiles(rng.standard_normal((k, m) if ta else (m, k)).astype(np.float32))
     qb, eb = bfp.quantize_tiles(rng.standard_normal((n, k) if tb else (k, n)).astype(np.float32))

@@ -184,9 +184,9 @@ def test_repeated_generation_is_cached(generated):
     (["--platform", "pynq-z1", "--burst-beats", "32"], "burst_beats 32 is longer than port "
                                                        "'zynq7-hp' takes (max_burst 16"),
     (["--platform", "zcu104", "--burst-beats", "0"], "--burst-beats"),
-    (["--platform", "zcu104", "--k-blocks"], "--k-blocks is not available for this zcu104 "
-                                             "configuration: k_blocks needs depth >= 32 and "
-                                             "max(rows, cols, bus bytes) dividing 32"),
+    (["--platform", "zcu104", "--k-blocks", "--cols", "128"],
+     "--k-blocks is not available for this zcu104 configuration: k_blocks needs depth >= 32, "
+     "max(rows, bus bytes) dividing 32 and cols dividing 32 or 64"),
     (["--platform", "vu9p", "--k-blocks"], "cols 128, 64 bus bytes"),
     (["--platform", "pynq-z1", "--k-blocks", "--rows", "8", "--cols", "8", "--depth", "16"],
      "not depth 16"),

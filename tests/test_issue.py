@@ -5,7 +5,7 @@ import random
 
 import pytest
 
-from rtl.issue import CommandIssue
+from rtl.issue import CommandIssue, exp_tag_width
 from sim.models import engine as em
 from sim.testbenches.harness import run, stream_collect, stream_send
 
@@ -38,7 +38,18 @@ def test_k_blocks_broadcast_lane_zero(seed):
     _run(1, 1, seed, k_blocks=True)
 
 
-def _run(row_vec, col_vec, seed, k_blocks=False):
+@pytest.mark.parametrize("seed", range(2))
+def test_k_blocks_two_tile_blocks_of_columns(seed):
+    """CommandIssue(k_blocks=True) on 64 columns: a B tile's lanes 32..63 lie in the next
+    tile block and take lane 0 of the vector tagged with the top bit, lanes 0..31 that of
+    the plain one."""
+    _run(1, 1, seed, k_blocks=True, cols=64)
+
+
+def _run(row_vec, col_vec, seed, k_blocks=False, cols=COLS):
+    COLS = cols
+    halves = k_blocks and cols == 64
+    TAG = exp_tag_width(BLOCK, cols, k_blocks) if halves else globals()["TAG"]
     rng = random.Random(seed)
     blocks = []       # (exponent vectors a / b, tile commands, operand vectors a / b)
     for _ in range(4):
@@ -50,7 +61,9 @@ def _run(row_vec, col_vec, seed, k_blocks=False):
                 **({"tiles": rng.randint(0, 1)} if k_blocks else {})}
         bm, bn = rng.randint(1, BLOCK), rng.randint(1, BLOCK)
         exps = ([(i, _vec(rng, ROWS)) for i in range(bm)] if row_vec else [],
-                [(j, _vec(rng, COLS)) for j in range(bn)] if col_vec else [])
+                [(j, _vec(rng, COLS)) for j in range(bn)] if col_vec else [],
+                [(j, _vec(rng, COLS)) for j in range(bn) if rng.random() < 0.7]
+                if col_vec and halves else [])
         cmds = [{"k": rng.randint(1, 64), "a_slot": rng.randint(0, 3), "b_slot": rng.randint(0, 3),
                  "load_a": rng.randint(0, 1), "load_b": rng.randint(0, 1),
                  "a_extra": rng.randint(0, 3), "b_extra": rng.randint(0, 3),
@@ -63,6 +76,7 @@ def _run(row_vec, col_vec, seed, k_blocks=False):
     program = []
     for exps, cmds, _ in blocks:
         program += [("exp", p, i, v) for p in (0, 1) for i, v in exps[p]]
+        program += [("exp", 1, j, v, True) for j, v in exps[2]]
         program += [("cmd", c) for c in cmds]
     want = em.issue(program, ROWS, COLS)
     want_ops = [sum((b[2][p] for b in blocks), []) for p in (0, 1)]
@@ -76,17 +90,20 @@ def _run(row_vec, col_vec, seed, k_blocks=False):
         for exps, cmds, ops in blocks:
             if row_vec or col_vec:
                 await ctx.tick().until(dut.drained)
-            for _ in range(len(exps[0]) + len(exps[1])):
+            for _ in range(len(exps[0]) + len(exps[1]) + len(exps[2])):
                 ctx.set(dut.exp_issued, 1)
                 await ctx.tick()
             ctx.set(dut.exp_issued, 0)
             await stream_send(ctx, dut.i_cmd, cmds, rng=rng, stall=0.3)
-            if exps[0] or exps[1]:     # queued, waiting for the vectors
+            if exps[0] or exps[1] or exps[2]:     # queued, waiting for the vectors
                 for _ in range(3):
                     assert not ctx.get(dut.cmd.valid)
                     await ctx.tick()
             for p, port in ((0, dut.a_vectors), (1, dut.b_vectors)):
                 beats = [{"data": v, "tag": 1 | i << 1} for i, v in exps[p]]
+                if p == 1:
+                    beats += [{"data": v, "tag": 1 | j << 1 | 1 << (TAG - 1)}
+                              for j, v in exps[2]]
                 beats += [{"data": v, "tag": 0} for v in ops[p]]
                 await stream_send(ctx, port, beats, rng=rng, stall=0.3)
 

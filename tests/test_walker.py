@@ -5,7 +5,7 @@ import random
 
 import pytest
 
-from rtl.issue import tile_command_layout
+from rtl.issue import exp_tag_width, tile_command_layout
 from rtl.loader import load_job_layout
 from rtl.walker import Walker
 from rtl.writeback import write_job_layout
@@ -14,7 +14,7 @@ from sim.testbenches.harness import layout_fields, run, stream_collect, stream_s
 
 
 def simulate(descs, rows, cols, depth, block, data_width, seed, stall=0.3, k_blocks=False):
-    tag_width = 1 + max(1, block.bit_length() - 1)
+    tag_width = exp_tag_width(block, cols, k_blocks)
     dut = Walker(rows, cols, depth=depth, block=block, data_width=data_width,
                  tag_width=tag_width, k_blocks=k_blocks)
     want = ([], [], [])
@@ -287,12 +287,14 @@ def test_packed_b_loads_first():
 
 
 @pytest.mark.parametrize("rows,cols,depth,block,data_width", [
-    (8, 8, 32, 4, 256), (4, 4, 128, 2, 64), (8, 8, 64, 2, 64), (2, 8, 64, 1, 128)])
+    (8, 8, 32, 4, 256), (4, 4, 128, 2, 64), (8, 8, 64, 2, 64), (2, 8, 64, 1, 128),
+    (4, 64, 64, 2, 128), (2, 64, 64, 1, 64)])
 @pytest.mark.parametrize("seed", range(2))
 def test_k_blocks_walk_matches_model(rows, cols, depth, block, data_width, seed):
     """Walker(k_blocks=True): descriptors with ``tiles`` walk K in tile blocks of 32, each
     chunk with its grid exponents' one-byte loads (row ``i`` of A's grid, column ``j`` of
-    B's, read transposed with their operand), mixed with plain descriptors, as
+    B's, read transposed with their operand; on 64 columns a second one for a B tile's
+    columns in the next tile block, where there are any), mixed with plain descriptors, as
     :func:`sim.models.engine.walk` says."""
     rng = random.Random(seed * 7 + rows)
     descs = []
@@ -309,3 +311,9 @@ def test_k_blocks_needs_the_tile_block_to_fit():
         Walker(8, 8, depth=16, block=2, data_width=64, k_blocks=True)
     with pytest.raises(ValueError, match="dividing 32"):
         Walker(64, 8, depth=64, block=2, data_width=64, k_blocks=True)
+    with pytest.raises(ValueError, match="cols dividing 32 or 64"):
+        Walker(8, 128, depth=64, block=2, data_width=64, k_blocks=True)
+    with pytest.raises(ValueError, match="cols dividing 32 or 64"):
+        Walker(8, 48, depth=64, block=2, data_width=64, k_blocks=True)
+    with pytest.raises(ValueError, match="tag_width must be at least 3"):
+        Walker(8, 64, depth=64, block=2, data_width=64, k_blocks=True, tag_width=2)

@@ -316,7 +316,7 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
                 0 if narrow else zero)
 
     # the array's least interval between two tiles' last steps (SystolicArray.
-    # min_emit_interval: rows + cols - 1, packed or not, one SLR group), and at least the
+    # min_emit_interval: rows, the read-out a row a cycle), and at least the
     # datapath's accumulation read, add and write (GemmDatapath: ACCUMULATE_STAGES + 1)
     interval = kblock_interval(rows, cols) if k_blocks else hw.accumulate_interval(rows, cols)
     chunks = []
@@ -887,7 +887,8 @@ def check_records(paths) -> dict:
     ----------
     paths : iterable of path-like
         JSON files of ``python -m sim.bench utilization`` (alone and queued, at the block
-        sides each GEMM ran with), ``model`` or ``sweep`` (every schedule).
+        sides each GEMM ran with), ``model`` (with ``--k-blocks``, in the K-block mode) or
+        ``sweep`` (every schedule).
 
     Returns
     -------
@@ -928,7 +929,8 @@ def check_records(paths) -> dict:
                 errors.setdefault(label + " queued", []).append(
                     queued / r["queued_cycles"] - 1)
             else:                              # a model-check record
-                alone = predict(*shape, block=r["block"], **config)["cycles"]
+                alone = predict(*shape, block=r["block"], k_blocks=r.get("k_blocks", False),
+                                **config)["cycles"]
                 errors.setdefault(label, []).append(alone / r["cycles"] - 1)
     return {label: {"gemms": len(e), "mean_abs_error": round(sum(map(abs, e)) / len(e), 4),
                     "max_abs_error": round(max(map(abs, e)), 4),

@@ -216,6 +216,9 @@ def main(argv=None) -> int:
     p.add_argument("--read-ports", type=int, choices=list(regmap.READ_PORTS), default=1,
                    help="AXI read ports (default 1)")
     p.add_argument("--seed", type=int, default=5)
+    p.add_argument("--k-blocks", action="store_true",
+                   help="build the K-block mode and run BFP8 GEMMs with tile exponents "
+                        "along K against the model's K-block prediction")
     p.add_argument("--out", type=Path, default=ROOT / "results" / "model_check.json")
     args = parser.parse_args(argv)
 
@@ -342,7 +345,7 @@ def main(argv=None) -> int:
         try:
             results = model_check(*args.size, args.width, args.depth, args.block,
                                   args.port or MODEL_PORTS, args.count, args.seed,
-                                  args.write_ports, args.read_ports)
+                                  args.write_ports, args.read_ports, args.k_blocks)
         except ValueError as e:          # a configuration the accelerator refuses
             parser.error(str(e))
         table = model_check_table(results)

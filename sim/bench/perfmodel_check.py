@@ -16,7 +16,7 @@ MODEL_PORTS = ["ideal", {"outstanding_reads": 8, "outstanding_writes": 8, "read_
 
 
 def model_check(rows, cols, data_width, depth, block, ports, count, seed,
-                write_ports=1, read_ports=1) -> list[dict]:
+                write_ports=1, read_ports=1, k_blocks=False) -> list[dict]:
     """Random GEMMs on the RTL behind each port, beside the performance model's prediction.
 
     M and N are drawn from multiples of the array (edge tiles and blocks included), K from
@@ -34,6 +34,11 @@ def model_check(rows, cols, data_width, depth, block, ports, count, seed,
         Seeds the shapes.
     write_ports, read_ports : int
         The AXI write and read ports.
+    k_blocks : bool
+        Build the K-block mode and run BFP8 GEMMs with tile exponents along K
+        (:meth:`firmware.Device.bfp_gemm`, float32 C, checked bit for bit against
+        :func:`sim.models.bfp.gemm_kblocks`) at the device's block, against
+        ``predict(k_blocks=True)``.
 
     Returns
     -------
@@ -63,24 +68,47 @@ def model_check(rows, cols, data_width, depth, block, ports, count, seed,
         port = resolve_port(port)
         dev = Device("rtl", rows=rows, cols=cols, data_width=data_width, depth=depth,
                      block=block, port=port, seed=3, write_ports=write_ports,
-                     read_ports=read_ports)
+                     read_ports=read_ports, **({"k_blocks": True} if k_blocks else {}))
         for m, n, k, ta, tb, side in cases:
-            _run_checked(dev, f"{m}x{n}x{k}", m, n, k, ta, tb,
-                         np.random.default_rng(m * n + k), block=side)
+            if k_blocks:
+                side = dev.driver.info.block
+                _run_kblocks(dev, f"{m}x{n}x{k}", m, n, k, ta, tb,
+                             np.random.default_rng(m * n + k))
+            else:
+                _run_checked(dev, f"{m}x{n}x{k}", m, n, k, ta, tb,
+                             np.random.default_rng(m * n + k), block=side)
             measured = dev.stats["cycles"]
             predicted = predict(m, n, k, ta, tb, rows=rows, cols=cols, depth=depth,
                                 block=side, data_width=data_width, port=port,
-                                write_ports=write_ports, read_ports=read_ports)["cycles"]
+                                write_ports=write_ports, read_ports=read_ports,
+                                k_blocks=k_blocks)["cycles"]
             out.append({"port": port["name"],
                         "port_spec": _port_spec(port),
                         "rows": rows, "cols": cols,
                         "data_width": data_width, "write_ports": write_ports,
-                        "read_ports": read_ports,
+                        "read_ports": read_ports, "k_blocks": bool(k_blocks),
                         "depth": depth, "block": side, "m": m,
                         "n": n, "k": k, "transpose_a": ta, "transpose_b": tb,
                         "cycles": measured, "predicted_cycles": predicted,
                         "error": round(predicted / measured - 1, 4)})
     return out
+
+
+def _run_kblocks(dev, label, m, n, k, ta, tb, rng) -> None:
+    """One BFP8 GEMM with tile exponents along K on ``dev`` (a K-block build), float32 C
+    checked bit for bit against :func:`sim.models.bfp.gemm_kblocks`."""
+    from sim.models import bfp
+    a = rng.standard_normal((k, m) if ta else (m, k)).astype(np.float32)
+    b = rng.standard_normal((n, k) if tb else (k, n)).astype(np.float32)
+    qa, ea = bfp.quantize_tiles(a)
+    qb, eb = bfp.quantize_tiles(b)
+    got = dev.bfp_gemm(dev.bfp_tensor(qa, ea), dev.bfp_tensor(qb, eb), transpose_a=ta,
+                       transpose_b=tb, out="float32").numpy()
+    want = bfp.gemm_kblocks(qa, ea, qb, eb, transpose_a=ta, transpose_b=tb)
+    if not np.array_equal(got.view(np.uint32), want.astype(np.float32).view(np.uint32)):
+        raise AssertionError(f"{label}: the accelerator's result differs from golden")
+    if dev.sim.violations:
+        raise AssertionError(f"{label}: {dev.sim.violations} AXI protocol violations")
 
 
 def model_check_table(results) -> str:

@@ -369,7 +369,8 @@ def walk(desc: dict, rows: int, cols: int, depth: int, block: int, data_width: i
     R, C, D, BL = rows, cols, depth, block
     side = block_side(desc.get("block", 0), BL)
     bpw = data_width // 8
-    tag_width = 1 + max(1, BL.bit_length() - 1) if tag_width is None else tag_width
+    halves = "tiles" in desc and C == 2 * TILE_BLOCK
+    tag_width = (1 + max(1, BL.bit_length() - 1) + halves) if tag_width is None else tag_width
     m, n, k = desc["m"], desc["n"], desc["k"]
     ta, tb = desc["transpose_a"], desc["transpose_b"]
     cmds, loads, writes = [], [], []
@@ -410,6 +411,17 @@ def walk(desc: dict, rows: int, cols: int, depth: int, block: int, data_width: i
                         off = xb * gk + kbi if tb else kbi * gn + xb
                     loads.append({"base": base, "stride": 1, "path": path, "tag": 1 | i << 1,
                                   "row0": 0, "col": off, "rows": 1, "nzero": 0, "nwords": 1,
+                                  "nbeats": 1, "valid": 1, "sel": 0})
+            # a B tile's columns from TILE_BLOCK on, in the next tile block: its exponent
+            # there too, tagged with the top bit
+            for j in range(bn if halves else 0):
+                x0 = n_blk + j * C
+                if n - x0 > T:
+                    xb, kbi = x0 // T + 1, k0 // T
+                    off = xb * gk + kbi if tb else kbi * gn + xb
+                    loads.append({"base": desc["col_exp_addr"], "stride": 1, "path": 1,
+                                  "tag": 1 | j << 1 | 1 << (tag_width - 1), "row0": 0,
+                                  "col": off, "rows": 1, "nzero": 0, "nwords": 1,
                                   "nbeats": 1, "valid": 1, "sel": 0})
         for i in range(bm if desc["row_vec"] and k0 == 0 and not kb else 0):
             x0 = m_blk + i * R
@@ -573,14 +585,15 @@ def issue(program, rows: int, cols: int):
     tile_command)``, each command with its descriptor's :data:`CMD_DESC_FIELDS`. Operand
     vectors pass through unchanged (not modelled here). A command with ``tiles`` (a
     ``CommandIssue(k_blocks=True)``) gives every lane lane 0 of its vectors and sets
-    ``kblock``.
+    ``kblock``; with ``cols == 2 * TILE_BLOCK`` B's lanes from ``TILE_BLOCK`` on take lane 0
+    of the vector of event ``("exp", 1, index, vector, True)`` (tag's top bit set) instead.
     """
-    regs = ({}, {})
+    regs = ({}, {}, {})          # A's, B's, B's second tile block's
     out = []
     for event in program:
         if event[0] == "exp":
-            _, path, index, vector = event
-            regs[path][index] = [int(x) for x in vector]
+            _, path, index, vector, *hi = event
+            regs[2 if hi and hi[0] else path][index] = [int(x) for x in vector]
             continue
         t = desc = event[1]
         row = regs[0].get(t["i"], [0] * rows) if desc["row_vec"] else [desc["row_exp"]] * rows
@@ -588,6 +601,8 @@ def issue(program, rows: int, cols: int):
         if t.get("tiles"):
             row = [regs[0].get(t["i"], [0])[0]] * rows
             col = [regs[1].get(t["j"], [0])[0]] * cols
+            if cols == 2 * TILE_BLOCK:
+                col[TILE_BLOCK:] = [regs[2].get(t["j"], [0])[0]] * TILE_BLOCK
         out.append({"k": t["k"], "a_slot": t["a_slot"], "b_slot": t["b_slot"],
                     "load_a": t["load_a"], "load_b": t["load_b"], "a_extra": t["a_extra"],
                     "b_extra": t["b_extra"], "transpose_a": desc["transpose_a"],
