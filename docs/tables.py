@@ -167,8 +167,8 @@ def t_headline():
             "scaled stand-in array (see the performance page). These GEMMs have a row and a "
             "column exponent; a GEMM whose operands change exponent every tile block of 32 "
             "steps (BFP8, as a training step on the device runs) reads the array out after "
-            "each block, which on arrays whose read-out takes longer (rows + cols - 1 "
-            "cycles: the ZCU104's and the VU9P's) bounds it lower: see 'What bounds the "
+            "each block, which on arrays whose read-out takes longer (a row a cycle: the "
+            "VU9P's 64 rows) bounds it lower: see 'What bounds the "
             "step on the device' on the performance page.")
     return md + "\n\n" + note, [*cmds, command(util), command(direct)]
 
@@ -349,6 +349,8 @@ MODEL_FILES = (
     ("model_check_vu9p.json", "random configurations and shapes"),
     ("model_check.json", "random configurations and shapes behind the ideal port (ideal) and "
                          "a Zynq-like port without pauses (ideal+)"),
+    ("model_check_zcu104_kblocks.json", "the ZCU104's default with --k-blocks: random BFP8 "
+                                        "GEMMs with tile exponents along K"),
 )
 
 
@@ -546,30 +548,31 @@ def t_training_formats():
 
 
 #: The Pynq-Z1 builds of the kblocks-build table: (results file, what, its command's flags).
-KBLOCK_BUILDS = (("build_pynq-z1.json", "default", ""),
-                 ("build_pynq-z1_kblocks.json", "default with `--k-blocks`", " --k-blocks"),
-                 ("build_pynq-z1_epilogue.json",
-                  "default with `--k-blocks --epilogue --write-ports 2`",
+KBLOCK_BUILDS = (("build_pynq-z1.json", "pynq-z1", ""),
+                 ("build_pynq-z1_kblocks.json", "pynq-z1", " --k-blocks"),
+                 ("build_pynq-z1_epilogue.json", "pynq-z1",
                   " --k-blocks --epilogue --write-ports 2"),
-                 ("build_pynq-z1_sgd.json",
-                  "default with `--k-blocks --epilogue --sgd --write-ports 2`",
-                  " --k-blocks --epilogue --sgd --write-ports 2"))
+                 ("build_pynq-z1_sgd.json", "pynq-z1",
+                  " --k-blocks --epilogue --sgd --write-ports 2"),
+                 ("build_zcu104.json", "zcu104", ""),
+                 ("build_zcu104_kblocks.json", "zcu104", " --k-blocks"))
 
 
 def t_kblocks_build():
     rows, cmds = [], []
-    for name, what, flags in KBLOCK_BUILDS:
+    for name, board, flags in KBLOCK_BUILDS:
         if not (RESULTS / name).exists():
             continue
-        cmds.append(f".venv/bin/python build.py --platform pynq-z1{flags}")
+        cmds.append(f".venv/bin/python build.py --platform {board}{flags}")
         r = load(name)
         res, use, t = r["resources"], r["utilization"], r["timing"]
+        what = f"{TITLES[board]} default" + (f" with `{flags.strip()}`" if flags else "")
         rows.append([what, *(f"{res[k]:,g} ({pct(use[k], 0)})" for k in ("LUT", "FF", "DSP",
                                                                          "BRAM36")),
-                     f"{t['max_levels']} of {t['budget_levels']}",
+                     f"{t['max_levels']} of {t['budget_levels']} at {t['target_mhz']:g} MHz",
                      f"{t['max_fanout']} of {t['fanout_budget']}"])
-    md = table(["Pynq-Z1 build", "LUT", "FF", "DSP", "BRAM36", "logic levels at 100 MHz",
-                "largest fan-out"], rows, "lrrrrrr")
+    md = table(["build", "LUT", "FF", "DSP", "BRAM36", "logic levels", "largest fan-out"],
+               rows, "lrrrrrr")
     return md, cmds
 
 

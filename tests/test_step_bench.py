@@ -113,6 +113,18 @@ def test_command_writes_a_record(tmp_path):
     assert f"speedup {r['speedup']:.2f}" in text and f"{100 * r['host_share']:.1f} %" in text
 
 
+def test_plot_draws_every_record(tmp_path):
+    """--plot writes a PNG with a bar group per record; no records is an error."""
+    rec = {"net": "fashion-cnn", "board": "zcu104", "blocks": "resident-sgd", "batch": 128,
+           "host_total": 0.001, "accelerator_seconds": 0.01, "torch_seconds": 0.05,
+           "speedup": 4.5, "utilization": 0.4}
+    out = tmp_path / "step.png"
+    step.plot([rec, {**rec, "net": "vgg11", "speedup": 3.1}], out)
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and out.stat().st_size > 5000
+    with pytest.raises(ValueError, match="records"):
+        step.plot([], out)
+
+
 def test_whole_step_on_the_device_where_the_network_allows(tmp_path, capsys, monkeypatch):
     """resident-sgd: fashion-cnn's and resnet20's steps on the device (a record, host share
     below the host path's; resnet20's shortcuts summed with no descriptor of their own); a
@@ -141,7 +153,7 @@ def test_whole_step_on_the_device_where_the_network_allows(tmp_path, capsys, mon
 
 
 @pytest.mark.parametrize("argv", [["--batch", "0"], ["--net", "alexnet"], ["--blocks", "x"],
-                                  ["--board", "zedboard"]])
+                                  ["--board", "zedboard"], ["--plot", "step.svg"]])
 def test_bad_options_exit_2(argv, capsys):
     with pytest.raises(SystemExit) as e:
         step.main(argv)

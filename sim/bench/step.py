@@ -293,6 +293,42 @@ def table(records) -> str:
     return "\n".join(lines)
 
 
+def plot(records, path: Path) -> None:
+    """Records (with ``torch_seconds``) as a PNG bar chart: per network and board, the step's
+    host and accelerator milliseconds stacked beside PyTorch fp32's, each labelled with its
+    speedup and end-to-end utilisation."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    if not records:
+        raise ValueError("records must not be empty")
+    fig, ax = plt.subplots(figsize=(3.6 + 1.4 * len(records), 3.6))
+    x = np.arange(len(records))
+    host = np.array([1e3 * r["host_total"] for r in records])
+    acc = np.array([1e3 * r["accelerator_seconds"] for r in records])
+    ref = np.array([1e3 * r["torch_seconds"] for r in records])
+    ax.bar(x - 0.2, acc, 0.4, label="accelerator (the model at the board's clock)",
+           color="#3b6ea8")
+    ax.bar(x - 0.2, host, 0.4, bottom=acc, label="host", color="#e0a030")
+    ax.bar(x + 0.2, ref, 0.4, label="PyTorch fp32, one core", color="#999999")
+    for i, r in enumerate(records):
+        ax.annotate(f"{r['speedup']:.1f}x\n{100 * r['utilization']:.0f} %",
+                    (i - 0.2, host[i] + acc[i]), ha="center", va="bottom", fontsize=8)
+    ax.set_xticks(x, [f"{r['net']}\n{r['board']}\n{r['blocks']}" for r in records],
+                  fontsize=8)
+    ax.set_yscale("log")
+    ax.set_ylim(bottom=0.3 * min(acc.min(), ref.min()))
+    ax.set_ylabel("ms per training step (log)")
+    ax.set_title(f"A training step, batch {records[0]['batch']}: speedup over PyTorch and "
+                 f"end-to-end utilisation", fontsize=9)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    ax.margins(y=0.25)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def main(argv=None) -> int:
     """The command line, ``python -m sim.bench step``; the exit status."""
     p = argparse.ArgumentParser(prog="python -m sim.bench step", description=__doc__,
@@ -308,7 +344,10 @@ def main(argv=None) -> int:
     p.add_argument("--batch", type=int, default=128)
     p.add_argument("--steps", type=int, default=1, help="steps measured after a warm-up step")
     p.add_argument("--out", type=Path, default=ROOT / "results" / "step.json")
+    p.add_argument("--plot", type=Path, help="also draw the records as a PNG bar chart here")
     args = p.parse_args(argv)
+    if args.plot is not None and args.plot.suffix != ".png":
+        p.error(f"--plot must name a .png file, not {str(args.plot)!r}")
     if args.batch < 1 or args.steps < 1:
         p.error("--batch and --steps must be at least 1")
     from firmware.ml import nn
@@ -344,6 +383,9 @@ def main(argv=None) -> int:
         "python": platform.python_version(), "torch": torch.__version__,
         "results": records}, indent=2) + "\n")
     print(f"\nwrote {args.out}")
+    if args.plot is not None and records:
+        plot(records, args.plot)
+        print(f"wrote {args.plot}")
     return 0
 
 
