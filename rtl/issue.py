@@ -11,7 +11,7 @@ from .datapath import command_layout
 from .fifo import Fifo
 from .xilinx import lane_copies
 
-__all__ = ["CommandIssue", "DESC_FIELDS", "LANES_PER_SELECT", "exp_tag_width",
+__all__ = ["CommandIssue", "DESC_FIELDS", "LANES_PER_SELECT", "exp_halves", "exp_tag_width",
            "tile_command_layout", "vector_layout"]
 
 #: Lanes of exponents chosen by one copy of the head command's ``i`` / ``j`` (and of its
@@ -25,6 +25,13 @@ LANES_PER_SELECT = 8
 #: The descriptor's fields each tile command carries (:func:`tile_command_layout`), with
 #: their shapes in :func:`rtl.checker.descriptor_layout`.
 DESC_FIELDS = ("transpose_a", "transpose_b", "raw", "row_vec", "col_vec", "row_exp", "col_exp")
+
+
+def exp_halves(cols: int, k_blocks: bool) -> bool:
+    """Whether an engine's B tiles span two tile blocks of columns in the K-block mode
+    (``cols == 2 * TILE_BLOCK``), each taking a second exponent for its lanes from
+    ``TILE_BLOCK`` on."""
+    return bool(k_blocks) and cols == 2 * TILE_BLOCK
 
 
 def exp_tag_width(block: int, cols: int, k_blocks: bool = False) -> int:
@@ -46,7 +53,7 @@ def exp_tag_width(block: int, cols: int, k_blocks: bool = False) -> int:
     -------
     int
     """
-    return 1 + max(1, block.bit_length() - 1) + int(bool(k_blocks) and cols == 2 * TILE_BLOCK)
+    return 1 + max(1, block.bit_length() - 1) + int(exp_halves(cols, k_blocks))
 
 
 def tile_command_layout(block: int, k_blocks: bool = False) -> data.StructLayout:
@@ -135,7 +142,7 @@ class CommandIssue(wiring.Component):
         self.k_blocks = bool(k_blocks)
         #: A B tile's columns span two tile blocks (``cols == 2 * TILE_BLOCK``): lanes from
         #: ``TILE_BLOCK`` on take the exponent of a vector whose tag has its top bit set.
-        self.exp_halves = self.k_blocks and cols == 2 * TILE_BLOCK
+        self.exp_halves = exp_halves(cols, self.k_blocks)
         if self.exp_halves and tag_width < exp_tag_width(block, cols, True):
             raise ValueError(f"tag_width must be at least {exp_tag_width(block, cols, True)}, "
                              f"not {tag_width}")
@@ -174,7 +181,9 @@ class CommandIssue(wiring.Component):
                                       ("b", self.b_vectors, self.b_stream, cexp)):
             is_exp = vin.payload.tag[0]
             index = vin.payload.tag[1:-1] if self.exp_halves else vin.payload.tag[1:]
-            plain = ~vin.payload.tag[-1] if self.exp_halves else 1
+            take_plain = vin.valid & is_exp      # (a vector of the first tile block)
+            if self.exp_halves:
+                take_plain = take_plain & ~vin.payload.tag[-1]
             m.d.comb += [port.payload.eq(vin.payload.data),
                          port.valid.eq(vin.valid & ~is_exp),
                          vin.ready.eq(Mux(is_exp, 1, port.ready))]
@@ -185,9 +194,7 @@ class CommandIssue(wiring.Component):
             m.d.sync += take.eq(vin.valid & is_exp)
             written.append(take)
             for reg, reg_value in enumerate(regs):
-                ens = lane_copies(m, vin.valid & is_exp & (index == reg)
-                                  if not self.exp_halves else
-                                  vin.valid & is_exp & plain & (index == reg), lanes,
+                ens = lane_copies(m, take_plain & (index == reg), lanes,
                                   LANES_PER_SELECT, primitive=self.primitive,
                                   name=f"{side}_exp_en{reg}_")
                 for lane in range(lanes):

@@ -9,7 +9,7 @@ from amaranth.lib.wiring import In, Out
 from firmware.spec.regmap import TILE_BLOCK
 
 from .checker import descriptor_layout
-from .issue import DESC_FIELDS, exp_tag_width, tile_command_layout
+from .issue import DESC_FIELDS, exp_halves, exp_tag_width, tile_command_layout
 from .loader import load_job_layout
 from .writeback import write_job_layout
 
@@ -109,7 +109,7 @@ class Walker(wiring.Component):
         #: K blocks over two tile blocks of columns (``cols == 2 * TILE_BLOCK``): each tile
         #: of B takes a second exponent byte per chunk, for its columns from ``TILE_BLOCK``
         #: on, tagged with the top bit of ``tag_width`` set (:func:`exp_tag_width`).
-        self.exp_halves = self.k_blocks and cols == 2 * TILE_BLOCK
+        self.exp_halves = exp_halves(cols, self.k_blocks)
         if self.exp_halves and tag_width < exp_tag_width(block, cols, self.k_blocks):
             raise ValueError(f"tag_width must be at least "
                              f"{exp_tag_width(block, cols, self.k_blocks)}, not {tag_width}")
@@ -364,10 +364,10 @@ class Walker(wiring.Component):
                          for g, x in ((gm, d.m), (gn, d.n), (gk, d.k))]
             kb = s.k0 >> lg
             mb, nb = Signal(12, name="kb_mb"), Signal(12, name="kb_nb")
-            m.d.sync += [mb.eq((m_blk + (eidx << _log2(R))) >> lg),
-                         nb.eq((n_blk + (cidx << _log2(C))
-                                + Mux(e_hi_now, TILE_BLOCK, 0) if halves
-                                else n_blk + (cidx << _log2(C))) >> lg)]
+            col0 = n_blk + (cidx << _log2(C))
+            if halves:
+                col0 = col0 + Mux(e_hi_now, TILE_BLOCK, 0)
+            m.d.sync += [mb.eq((m_blk + (eidx << _log2(R))) >> lg), nb.eq(col0 >> lg)]
             kb_a_off = (Signal(24, name="kb_a_prod"), Signal(12, name="kb_a_add"))
             kb_b_off = (Signal(24, name="kb_b_prod"), Signal(12, name="kb_b_add"))
             ta, tb = d.transpose_a, d.transpose_b

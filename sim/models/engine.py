@@ -401,28 +401,26 @@ def walk(desc: dict, rows: int, cols: int, depth: int, block: int, data_width: i
         bm = min(-(-(m - m_blk) // R), side)
         bn = min(-(-(n - n_blk) // C), side)
         if kb:
-            for path, count, base, x_blk, lanes in ((0, bm, desc["row_exp_addr"], m_blk, R),
-                                                    (1, bn, desc["col_exp_addr"], n_blk, C)):
+            def grid_byte(path, xb, tag, kbi=k0 // T):
+                """The one-byte load of grid byte (tile block xb, K block kbi)."""
+                if path == 0:
+                    off = kbi * gm + xb if ta else xb * gk + kbi
+                else:
+                    off = xb * gk + kbi if tb else kbi * gn + xb
+                loads.append({"base": desc["row_exp_addr" if path == 0 else "col_exp_addr"],
+                              "stride": 1, "path": path, "tag": tag, "row0": 0, "col": off,
+                              "rows": 1, "nzero": 0, "nwords": 1, "nbeats": 1, "valid": 1,
+                              "sel": 0})
+
+            for path, count, x_blk, lanes in ((0, bm, m_blk, R), (1, bn, n_blk, C)):
                 for i in range(count):
-                    xb, kbi = (x_blk + i * lanes) // T, k0 // T
-                    if path == 0:
-                        off = kbi * gm + xb if ta else xb * gk + kbi
-                    else:
-                        off = xb * gk + kbi if tb else kbi * gn + xb
-                    loads.append({"base": base, "stride": 1, "path": path, "tag": 1 | i << 1,
-                                  "row0": 0, "col": off, "rows": 1, "nzero": 0, "nwords": 1,
-                                  "nbeats": 1, "valid": 1, "sel": 0})
+                    grid_byte(path, (x_blk + i * lanes) // T, 1 | i << 1)
             # a B tile's columns from TILE_BLOCK on, in the next tile block: its exponent
             # there too, tagged with the top bit
             for j in range(bn if halves else 0):
                 x0 = n_blk + j * C
                 if n - x0 > T:
-                    xb, kbi = x0 // T + 1, k0 // T
-                    off = xb * gk + kbi if tb else kbi * gn + xb
-                    loads.append({"base": desc["col_exp_addr"], "stride": 1, "path": 1,
-                                  "tag": 1 | j << 1 | 1 << (tag_width - 1), "row0": 0,
-                                  "col": off, "rows": 1, "nzero": 0, "nwords": 1,
-                                  "nbeats": 1, "valid": 1, "sel": 0})
+                    grid_byte(1, x0 // T + 1, 1 | j << 1 | 1 << (tag_width - 1))
         for i in range(bm if desc["row_vec"] and k0 == 0 and not kb else 0):
             x0 = m_blk + i * R
             load(0, R, False, min(m - x0, R), x0, desc["row_exp_addr"], 0, 0, 0,
