@@ -55,8 +55,8 @@ from sim.models.golden import MAX_K
 
 __all__ = ["LAYOUT", "ConvGeometry", "pool_geometry", "activation_matrix", "activation_tensor",
            "weight_stack", "weight_tensor", "conv2d_forward", "conv2d_backward_data",
-           "conv2d_weight_grad", "position_runs", "weight_grad_offset", "max_pool",
-           "max_pool_backward", "avg_pool", "avg_pool_backward", "global_avg_pool",
+           "conv2d_weight_grad", "position_runs", "tile_columns", "weight_grad_offset",
+           "max_pool", "max_pool_backward", "avg_pool", "avg_pool_backward", "global_avg_pool",
            "global_avg_pool_backward", "ARGMAX_DTYPE", "POOL_KINDS", "Pooling", "pool",
            "unpool", "ConvEpilogue", "conv_epilogue", "quantize_stack", "dequantize_stack"]
 
@@ -356,6 +356,57 @@ def position_runs(index: np.ndarray, *, block: int = 32) -> list[tuple[int, int,
     ends = last[stops - 1]
     run_tiles = np.where(ends >= starts, tiles[np.maximum(ends, 0)], -1)
     return [(int(a), int(b), int(t)) for a, b, t in zip(starts, stops, run_tiles, strict=True)]
+
+
+def tile_columns(geometry: ConvGeometry, mode: int, cols: int) -> np.ndarray:
+    """Where each tile of an implicit GEMM's C columns reads B at each kernel offset: the
+    addresses :class:`rtl.convcursor.ConvCursor` generates.
+
+    With the batch a multiple of ``cols``, a tile of ``cols`` consecutive columns of C holds
+    one image position's images, so at each kernel offset it reads ``cols`` consecutive
+    columns of B, or only padding.
+
+    Parameters
+    ----------
+    geometry : ConvGeometry
+    mode : {1, 2}
+        Forward (C's columns the output positions, B the input; :meth:`ConvGeometry.input_index`)
+        or backward-data (C's columns the input positions, B the deltas;
+        :meth:`ConvGeometry.output_index`).
+    cols : int
+        The tile's columns (the array's), dividing the batch.
+
+    Returns
+    -------
+    numpy.ndarray of int64, shape (tiles, offsets)
+        Row ``t`` for the tile of C's columns ``t * cols`` on, column ``i`` for the ``i``-th
+        kernel offset in K order (forward: row-major; backward-data: reversed, the rotated
+        kernel's row-major order): B's column read by the tile's first lane, the others
+        following it; -1 where the tile reads only padding (forward) or no output position
+        reads its columns (backward-data).
+
+    Raises
+    ------
+    TypeError, ValueError
+        ``mode`` is not 1 or 2, ``cols`` is not a positive int or does not divide the batch.
+    """
+    g = _check_geometry(geometry)
+    if mode not in (1, 2) or isinstance(mode, bool):
+        raise ValueError(f"mode must be 1 or 2, not {mode!r}")
+    cols = _positive("cols", cols)
+    if g.batch % cols:
+        raise ValueError(f"cols {cols} must divide the batch ({g.batch})")
+    index = g.input_index if mode == 1 else g.output_index
+    order = g.offsets if mode == 1 else g.offsets[::-1]
+    out = []
+    for dy, dx in order:
+        tiles = index(dy, dx).reshape(-1, cols)
+        first = tiles[:, 0]
+        # (one position's images: all read, consecutive, or none)
+        expect = np.where(first[:, None] >= 0, first[:, None] + np.arange(cols), -1)
+        assert (tiles == expect).all()
+        out.append(first)
+    return np.stack(out, axis=1)
 
 
 def pool_geometry(batch: int, channels: int, height: int, width: int, kernel,

@@ -1,0 +1,433 @@
+"""A convolution's implicit-GEMM addresses: the column of B each tile of C reads."""
+
+from amaranth import Cat, Const, Module, Mux, Signal, signed, unsigned
+from amaranth.lib import data, wiring
+from amaranth.lib.wiring import In, Out
+
+from ._util import carry_select_add
+
+__all__ = ["ConvCursor", "conv_geometry_layout", "PosOp", "OffOp"]
+
+
+def _Reg(*args, **kwargs):
+    """A register with no reset: the set-up, or the first tile and offset, sets it."""
+    return Signal(*args, reset_less=True, **kwargs)
+
+
+def conv_geometry_layout() -> data.StructLayout:
+    """A convolution's geometry as ``DESC_CONV``, ``DESC_CONV_IMAGE`` and ``DESC_CONV_BATCH``
+    give it: ``mode`` 1 (forward) or 2 (backward-data), the kernel, stride, padding and
+    dilation of each axis (``_h`` vertical, ``_w`` horizontal), the input image and the
+    batch."""
+    return data.StructLayout({
+        "mode": unsigned(2), "kernel_h": unsigned(4), "kernel_w": unsigned(4),
+        "stride_h": unsigned(3), "stride_w": unsigned(3), "pad_h": unsigned(4),
+        "pad_w": unsigned(4), "dilation_h": unsigned(3), "dilation_w": unsigned(3),
+        "height": unsigned(16), "width": unsigned(16), "batch": unsigned(16),
+    })
+
+
+class PosOp:
+    """:attr:`ConvCursor.pos_op`: how the tile of C's columns moves."""
+    HOLD = 0
+    #: The next tile: ``cols`` columns on.
+    NEXT = 1
+    #: Back to the marked tile (a block's first: the next row of its tiles, or its next
+    #: K chunk).
+    BACK = 2
+    #: The next tile, marked (the next block's first, from the block's last tile).
+    ADVANCE = 3
+    #: The first tile, marked.
+    ZERO = 4
+
+
+class OffOp:
+    """:attr:`ConvCursor.off_op`: how the kernel offset moves."""
+    HOLD = 0
+    #: The next offset in K order.
+    NEXT = 1
+    #: The first offset in K order.
+    ZERO = 2
+
+
+class ConvCursor(wiring.Component):
+    """Where a tile of an implicit GEMM's C columns reads B at a kernel offset.
+
+    The activations are ``C x (H * W * N)`` matrices, column ``(h * W + w) * N + n`` (the
+    ``CHWN`` layout of :mod:`sim.models.conv`). With the batch ``N`` a multiple of ``cols``,
+    a tile of ``cols`` columns of C is one image position's images, so at a kernel offset it
+    reads ``cols`` consecutive columns of B, or none. The cursor follows a tile and an
+    offset, moved by :attr:`pos_op` and :attr:`off_op`, and gives B's first column and
+    whether the tile reads B at all, with no division or multiplication after its set-up:
+    every term of the address is a register stepped by a constant.
+
+    * forward (``mode`` 1): C's columns are the output positions ``(oh, ow, n)``, offsets in
+      row-major order; B's column is ``(h * W + w) * N + n`` with ``h = oh * sy + dy * ry -
+      py`` (and so for ``w``), inside when ``0 <= h < H`` and ``0 <= w < W``.
+    * backward-data (``mode`` 2): C's columns are the input positions ``(h, w, n)``, offsets
+      in the rotated kernel's row-major order (the forward order reversed); B (the deltas)
+      is read at ``(oh * OW + ow) * N + n`` with ``oh * sy = h + py - dy * ry`` where that is
+      a multiple of ``sy`` and ``0 <= oh < OH`` (and so for ``w``), else not at all. Each of
+      ``h + py`` and ``dy * ry`` is kept as a quotient and remainder by ``sy``.
+
+    Set-up (:attr:`start`, then :attr:`ready`): eight small divisions, two at a time
+    (restoring, a bit a cycle: ``OH - 1``, ``py``, ``(kh - 1) * ry`` and ``ry`` by ``sy``, and
+    so for the width), then the products of the steps, in registered stages. It ends with
+    the first tile and offset (both marked). The numpy model is
+    :func:`sim.models.conv.tile_columns`.
+
+    Parameters
+    ----------
+    cols : int
+        Columns of a tile (the array's), a power of two; the batch must be a multiple of it.
+
+    Attributes
+    ----------
+    geometry : In(conv_geometry_layout())
+        Read when :attr:`start` is asserted.
+    start : In(1)
+        Starts the set-up (a pulse while :attr:`ready`, or at any time: it restarts).
+    ready : Out(1)
+        The set-up is done; the ops act.
+    pos_op : In(3)
+        A :class:`PosOp`, acting at the clock edge.
+    off_op : In(2)
+        An :class:`OffOp`.
+    column : Out(32)
+        B's column read by the tile's first lane at the offset (modulo ``2**32``; valid when
+        :attr:`inside`).
+    inside : Out(1)
+        The tile reads B at the offset (else its operand is zeros).
+    offset : Out(8)
+        The offset's matrix in the weight stack (``dy * kw + dx``).
+    last_offset : Out(1)
+        The offset is the last in K order.
+    positions : Out(48)
+        C's columns: ``OH * OW * N`` (forward) or ``H * W * N`` (backward-data), valid with
+        :attr:`ready`.
+
+    Latency
+    -------
+    :attr:`column`, :attr:`inside`, :attr:`offset` and :attr:`last_offset` follow an op
+    :data:`LATENCY` cycles later (the op acts at the edge, then three registered stages).
+    :attr:`ready` rises :data:`SETUP_CYCLES` cycles after :attr:`start`.
+
+    Throughput
+    ----------
+    An op a cycle.
+    """
+
+    #: Cycles from an op to the outputs that follow it.
+    LATENCY = 4
+    #: Bits of a division's numerator: ``H + 2 * py - span`` (17 bits) and the small ones.
+    _DIV_BITS = 17
+    #: Divisions per axis.
+    _DIVS = 4
+    #: Cycles after the divisions for the products' stages to settle: the sizes, W N and
+    #: OW N, the unit terms, seven stages of shift-and-add, the negation, a spare one.
+    _SETTLE = 13
+    #: Cycles from :attr:`start` to :attr:`ready`: the small products, the first
+    #: numerators, the divisions (a bit a cycle, and a cycle to keep each), the products and
+    #: the first tile and offset.
+    SETUP_CYCLES = 2 + _DIVS * (_DIV_BITS + 1) + _SETTLE + 2
+
+    def __init__(self, cols: int):
+        if not isinstance(cols, int) or cols < 1 or cols & (cols - 1):
+            raise ValueError(f"cols must be a power of two, not {cols!r}")
+        self.cols = cols
+        super().__init__({
+            "geometry": In(conv_geometry_layout()),
+            "start": In(1), "ready": Out(1),
+            "pos_op": In(3), "off_op": In(2),
+            "column": Out(32), "inside": Out(1), "offset": Out(8), "last_offset": Out(1),
+            "positions": Out(48),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        C = self.cols
+        g = _Reg(conv_geometry_layout())          # the geometry, latched at start
+        bwd = _Reg()
+        n = g.batch
+        axes = {"h": (g.height, g.kernel_h, g.stride_h, g.pad_h, g.dilation_h),
+                "w": (g.width, g.kernel_w, g.stride_w, g.pad_w, g.dilation_w)}
+
+        # ---- set-up ----------------------------------------------------------------------
+        step = Signal(range(self.SETUP_CYCLES + 1))
+        busy = Signal()
+        with m.If(self.start):
+            m.d.sync += [g.eq(self.geometry), bwd.eq(self.geometry.mode == 2), step.eq(0),
+                         busy.eq(1), self.ready.eq(0)]
+        with m.Elif(busy):
+            m.d.sync += step.eq(step + 1)
+        span_m1 = {a: _Reg(7, name=f"span_m1_{a}") for a in axes}   # (k - 1) * r
+        with m.If(busy & (step == 0)):
+            m.d.sync += [span_m1[a].eq((k - 1) * r) for a, (_, k, _, _, r) in axes.items()]
+
+        # the divisions, a restoring divider per axis: ``num`` by the axis's stride
+        DB, ND = self._DIV_BITS, self._DIVS
+        quot = {a: [_Reg(DB, name=f"q{i}_{a}") for i in range(ND)] for a in axes}
+        rem = {a: [_Reg(3, name=f"r{i}_{a}") for i in range(ND)] for a in axes}
+        div_i = Signal(range(ND + 1))
+        div_bit = Signal(range(DB + 1))
+        dividing = Signal()
+        for a, (size, _k, s, p, r) in axes.items():
+            nums = [size + 2 * p - span_m1[a] - 1, p, span_m1[a], r]
+            shift = _Reg(DB, name=f"div_num_{a}")
+            acc = _Reg(3, name=f"div_rem_{a}")
+            q = _Reg(DB, name=f"div_q_{a}")
+            t = Cat(shift[-1], acc)                  # the remainder so far, the next bit in
+            ge = t >= s
+            with m.If(busy & (step == 1)):
+                m.d.sync += [shift.eq(nums[0]), acc.eq(0)]
+            with m.Elif(dividing):
+                with m.If(div_bit == DB):            # a division done: keep it, load the next
+                    m.d.sync += acc.eq(0)
+                    with m.Switch(div_i):
+                        for i in range(ND):
+                            with m.Case(i):
+                                m.d.sync += [quot[a][i].eq(q), rem[a][i].eq(acc)]
+                                if i + 1 < ND:
+                                    m.d.sync += shift.eq(nums[i + 1])
+                with m.Else():
+                    m.d.sync += [shift.eq(shift << 1), q.eq(Cat(ge, q)),
+                                 acc.eq(Mux(ge, t - s, t))]
+        m.d.comb += dividing.eq(busy & (step >= 2) & (div_i < ND))
+        with m.If(busy & (step == 1)):
+            m.d.sync += [div_i.eq(0), div_bit.eq(0)]
+        with m.Elif(dividing):
+            with m.If(div_bit == DB):
+                m.d.sync += [div_i.eq(div_i + 1), div_bit.eq(0)]
+            with m.Else():
+                m.d.sync += div_bit.eq(div_bit + 1)
+
+        # The products, in free-running registered stages behind the quotients (which hold
+        # once the divisions end): the sizes out; W N and OW N (a DSP each); the unit term of
+        # each axis; its products with the small factors, shift-and-add a bit a stage (no
+        # multiplier wider than a DSP's); the negated first terms. C's columns from two
+        # 16 x 16 halves and their sum.
+        div_end = 2 + ND * (DB + 1)
+        first_step = div_end + self._SETTLE
+        W32 = 32
+        out = {a: _Reg(17, name=f"out_{a}") for a in axes}      # OH, OW
+        m.d.sync += [out[a].eq(quot[a][0] + 1) for a in axes]
+        n_last = _Reg(16)                    # N - cols: the last tile's image
+        n_one = _Reg()                       # one tile a position: N == cols
+        m.d.sync += [n_last.eq(n - C), n_one.eq(n_last == 0)]
+        wn = _Reg(W32)                       # W * N
+        own = _Reg(W32)                      # OW * N
+        m.d.sync += [wn.eq(g.width * n), own.eq(out["w"][:16] * n)]
+
+        def times(name, small, big, bits):
+            """``small * big`` (``small`` of ``bits`` bits) modulo 2**32, ``bits`` stages."""
+            acc = Const(0, W32)
+            for i in range(bits):
+                nxt = _Reg(W32, name=f"{name}_{i}")
+                m.d.sync += nxt.eq(carry_select_add(acc, Mux(small[i], big << i, 0), W32))
+                acc = nxt
+            return acc
+
+        # per axis: the position's step (forward: stride, backward: 1 on the remainder's
+        # wrap), its term's step, its first value and term, its limit; the offset's step,
+        # its term's step (and on a borrow), its first value and term
+        ax = {}
+        for a, (size, k, s, p, r) in axes.items():
+            x = dict(
+                pos_inc=_Reg(signed(18), name=f"pos_inc_{a}"),
+                pos_first=_Reg(signed(18), name=f"pos_first_{a}"),
+                pos_mod=_Reg(3, name=f"pos_mod_{a}"),          # the remainder's modulus
+                pos_wrap=_Reg(3, name=f"pos_wrap_{a}"),        # ... less one
+                pos_first_rem=_Reg(3, name=f"pos_first_rem_{a}"),
+                limit=_Reg(17, name=f"limit_{a}"),              # H, or OH
+                off_inc=_Reg(signed(18), name=f"off_inc_{a}"),
+                off_first=_Reg(signed(18), name=f"off_first_{a}"),
+                off_first_rem=_Reg(3, name=f"off_first_rem_{a}"),
+                off_rem_step=_Reg(3, name=f"off_rem_step_{a}"),
+                count=_Reg(16, name=f"count_{a}"),              # positions along the axis - 1
+                kmax=_Reg(4, name=f"kmax_{a}"),                 # kernel - 1
+                off_bterm=_Reg(W32, name=f"off_bterm_{a}"),
+                pos_first_term=_Reg(W32, name=f"pos_first_term_{a}"),
+                off_first_term=_Reg(W32, name=f"off_first_term_{a}"),
+                first_wrap=_Reg(name=f"first_wrap_{a}"),          # the first remainder's
+                one=_Reg(name=f"one_{a}"),                        # one position on the axis
+            )
+            ax[a] = x
+            pd, pm = quot[a][1], rem[a][1]
+            kd, km = quot[a][2], rem[a][2]
+            rd, rm = quot[a][3], rem[a][3]
+            m.d.sync += [
+                x["kmax"].eq(k - 1),
+                x["count"].eq(Mux(bwd, size - 1, quot[a][0])),
+                x["limit"].eq(Mux(bwd, out[a], size)),
+                x["pos_inc"].eq(Mux(bwd, 1, s)),
+                x["pos_first"].eq(Mux(bwd, pd, -p)),
+                x["pos_mod"].eq(Mux(bwd, s, 1)),
+                x["pos_wrap"].eq(Mux(bwd, s - 1, 0)),
+                x["pos_first_rem"].eq(Mux(bwd, pm, 0)),
+                x["off_inc"].eq(Mux(bwd, rd, r)),
+                x["off_first"].eq(Mux(bwd, -kd, 0)),
+                x["off_first_rem"].eq(Mux(bwd, km, 0)),
+                x["off_rem_step"].eq(Mux(bwd, rm, 0)),
+                x["first_wrap"].eq(x["pos_first_rem"] == x["pos_wrap"]),
+                x["one"].eq(x["count"] == 0),
+            ]
+            # the term of one step along the axis: N (w) or W N, OW N (h)
+            unit = _Reg(W32, name=f"unit_{a}")
+            m.d.sync += unit.eq(Mux(bwd, own, wn) if a == "h" else n)
+            x["pos_term"] = times(f"pos_term_{a}", Mux(bwd, 1, s), unit, 3)
+            first_term = times(f"first_term_{a}", Mux(bwd, pd[:4], p), unit, 4)
+            x["off_term"] = times(f"off_term_{a}", Mux(bwd, rd[:3], r), unit, 3)
+            kd_term = times(f"kd_term_{a}", kd[:7], unit, 7)
+            m.d.sync += [
+                x["off_bterm"].eq(carry_select_add(x["off_term"], unit, W32)),
+                x["pos_first_term"].eq(Mux(bwd, first_term,
+                                           carry_select_add(~first_term, 1, W32))),
+                x["off_first_term"].eq(Mux(bwd, carry_select_add(~kd_term, 1, W32), 0)),
+            ]
+        kk = _Reg(8)
+        big = _Reg(W32)
+        small = _Reg(16)
+        halves = _Reg(33), _Reg(33)
+        m.d.sync += [kk.eq(g.kernel_h * g.kernel_w),
+                     big.eq(Mux(bwd, wn, own)), small.eq(Mux(bwd, g.height, out["h"][:16])),
+                     halves[0].eq(small * big[:16]), halves[1].eq(small * big[16:]),
+                     self.positions.eq(carry_select_add(halves[0], halves[1] << 16, 48))]
+        first = Signal()                       # the last set-up cycle: the first tile
+        m.d.comb += first.eq(busy & (step == first_step))
+        with m.If(first):
+            m.d.sync += [busy.eq(0), self.ready.eq(1)]
+
+        # ---- the tile (position) and the offset ---------------------------------------------
+        # A position: the image (n, a multiple of cols), and per axis its value (forward: the
+        # window's top row h0 = oh * sy - py; backward: the quotient of h + py by sy), the
+        # remainder (backward), the column term and the positions left along the axis.
+        # (and, as registers beside them, whether the image is the last, the remainder
+        # the last before the quotient steps, the position the axis's last)
+        def pos_state(name):
+            st = {"n": _Reg(16, name=f"{name}_n"), "n_end": _Reg(name=f"{name}_n_end")}
+            for a in axes:
+                st[a] = dict(v=_Reg(signed(18), name=f"{name}_{a}_v"),
+                             rem=_Reg(3, name=f"{name}_{a}_rem"),
+                             term=_Reg(W32, name=f"{name}_{a}_term"),
+                             left=_Reg(16, name=f"{name}_{a}_left"),
+                             wrap=_Reg(name=f"{name}_{a}_wrap"),
+                             end=_Reg(name=f"{name}_{a}_end"))
+            return st
+
+        def flat(st):
+            return [st["n"], st["n_end"]] + [x for a in axes for x in st[a].values()]
+
+        pos, mark = pos_state("pos"), pos_state("mark")
+
+        def first_pos():
+            st = {"n": Const(0, 16), "n_end": n_one}
+            for a in axes:
+                x = ax[a]
+                st[a] = dict(v=x["pos_first"], rem=x["pos_first_rem"],
+                             term=x["pos_first_term"], left=x["count"],
+                             wrap=x["first_wrap"], end=x["one"])
+            return st
+
+        def step_axis(cur, a):
+            """The axis's next position (forward: ``h0 + sy``; backward: ``h + 1``)."""
+            x = ax[a]
+            wrap = cur["wrap"]
+            return dict(v=cur["v"] + Mux(wrap, x["pos_inc"], 0),
+                        rem=Mux(wrap, 0, cur["rem"] + 1),
+                        term=carry_select_add(cur["term"], Mux(wrap, x["pos_term"], 0), W32),
+                        left=cur["left"] - 1,
+                        wrap=Mux(wrap, x["pos_wrap"] == 0, cur["rem"] + 1 == x["pos_wrap"]),
+                        end=cur["left"] == 1)
+
+        def next_pos(cur):
+            nn_wrap = cur["n_end"]
+            w_wrap = cur["w"]["end"]
+            fp = first_pos()
+            nxt = {"n": Mux(nn_wrap, 0, cur["n"] + C),
+                   "n_end": Mux(nn_wrap, n_one, cur["n"] + C == n_last)}
+            sw, sh = step_axis(cur["w"], "w"), step_axis(cur["h"], "h")
+            nxt["w"] = {f: Mux(nn_wrap, Mux(w_wrap, fp["w"][f], sw[f]), cur["w"][f])
+                        for f in cur["w"]}
+            nxt["h"] = {f: Mux(nn_wrap & w_wrap, sh[f], cur["h"][f]) for f in cur["h"]}
+            return nxt
+
+        def assign(dst, src):
+            return [d.eq(s) for d, s in zip(flat(dst), flat(src), strict=True)]
+
+        nxt = next_pos(pos)
+        with m.If(first):
+            m.d.sync += assign(pos, first_pos()) + assign(mark, first_pos())
+        with m.Elif(self.ready):
+            with m.Switch(self.pos_op):
+                with m.Case(PosOp.NEXT):
+                    m.d.sync += assign(pos, nxt)
+                with m.Case(PosOp.BACK):
+                    m.d.sync += assign(pos, mark)
+                with m.Case(PosOp.ADVANCE):
+                    m.d.sync += assign(pos, nxt) + assign(mark, nxt)
+                with m.Case(PosOp.ZERO):
+                    m.d.sync += assign(pos, first_pos()) + assign(mark, first_pos())
+
+        # The offset: per axis its value (forward: dy * ry; backward: minus the quotient of
+        # dy * ry by sy), the remainder (backward), the column term and the steps left in the
+        # kernel's row (w) or the kernel (h); the stack's matrix and whether it is the last.
+        off = {a: dict(v=_Reg(signed(18), name=f"off_{a}_v"),
+                       rem=_Reg(3, name=f"off_{a}_rem"),
+                       term=_Reg(W32, name=f"off_{a}_term"),
+                       left=_Reg(4, name=f"off_{a}_left")) for a in axes}
+        index = _Reg(8)
+        left = _Reg(8)                       # offsets after this one
+
+        def first_off(a):
+            x = ax[a]
+            return dict(v=x["off_first"], rem=x["off_first_rem"], term=x["off_first_term"],
+                        left=x["kmax"])
+
+        def step_off(a):
+            """Forward: ``dy * ry`` up by ``ry``; backward: ``dy`` down by one, ``dy * ry``
+            down by ``ry``, whose remainder by ``sy`` may borrow."""
+            x, cur = ax[a], off[a]
+            borrow = cur["rem"] < x["off_rem_step"]
+            return dict(v=cur["v"] + x["off_inc"] + borrow,
+                        rem=Mux(borrow, cur["rem"] + ax[a]["pos_mod"], cur["rem"])
+                        - x["off_rem_step"],
+                        term=carry_select_add(cur["term"], Mux(borrow, x["off_bterm"],
+                                                               x["off_term"]), W32),
+                        left=cur["left"] - 1)
+
+        def assign_off(a, src):
+            return [off[a][f].eq(src[f]) for f in off[a]]
+
+        with m.If(first | (self.ready & (self.off_op == OffOp.ZERO))):
+            m.d.sync += assign_off("h", first_off("h")) + assign_off("w", first_off("w"))
+            m.d.sync += [index.eq(Mux(bwd, kk - 1, 0)), left.eq(kk - 1)]
+        with m.Elif(self.ready & (self.off_op == OffOp.NEXT)):
+            m.d.sync += [index.eq(Mux(bwd, index - 1, index + 1)), left.eq(left - 1)]
+            with m.If(off["w"]["left"] == 0):
+                m.d.sync += assign_off("w", first_off("w")) + assign_off("h", step_off("h"))
+            with m.Else():
+                m.d.sync += assign_off("w", step_off("w"))
+
+        # ---- the outputs: three registered stages ---------------------------------------------
+        s1_h, s1_w = _Reg(signed(19)), _Reg(signed(19))      # oh or h, ow or w
+        s1_mods = _Reg()
+        s1_th, s1_tw, s1_n = _Reg(W32), _Reg(W32), _Reg(16)
+        s1_index, s1_last = _Reg(8), _Reg()
+        m.d.sync += [s1_h.eq(pos["h"]["v"] + off["h"]["v"]), s1_w.eq(pos["w"]["v"] + off["w"]["v"]),
+                     s1_mods.eq((pos["h"]["rem"] == off["h"]["rem"])
+                                & (pos["w"]["rem"] == off["w"]["rem"])),
+                     s1_th.eq(carry_select_add(pos["h"]["term"], off["h"]["term"], W32)),
+                     s1_tw.eq(carry_select_add(pos["w"]["term"], off["w"]["term"], W32)),
+                     s1_n.eq(pos["n"]),
+                     s1_index.eq(index), s1_last.eq(left == 0)]
+        s2_in = _Reg(4)
+        s2_mods, s2_index, s2_last = _Reg(), _Reg(8), _Reg()
+        s2_sum, s2_n = _Reg(W32), _Reg(16)
+        m.d.sync += [s2_in.eq(Cat(s1_h >= 0, s1_h < ax["h"]["limit"], s1_w >= 0,
+                                  s1_w < ax["w"]["limit"])),
+                     s2_mods.eq(s1_mods), s2_sum.eq(carry_select_add(s1_th, s1_tw, W32)),
+                     s2_n.eq(s1_n), s2_index.eq(s1_index), s2_last.eq(s1_last)]
+        m.d.sync += [self.inside.eq(s2_in.all() & s2_mods),
+                     self.column.eq(carry_select_add(s2_sum, s2_n, W32)),
+                     self.offset.eq(s2_index), self.last_offset.eq(s2_last)]
+        return m

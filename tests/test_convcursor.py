@@ -1,0 +1,180 @@
+"""rtl.convcursor.ConvCursor against sim.models.conv.tile_columns (itself against loops over
+the image): random geometries in both modes, random walks of tiles and offsets."""
+
+import random
+
+import numpy as np
+import pytest
+
+from rtl.convcursor import ConvCursor, OffOp, PosOp
+from sim.models.conv import ConvGeometry, tile_columns
+from sim.testbenches.harness import run
+
+
+def loop_columns(g, mode, cols):
+    """tile_columns by loops over positions and the kernel, as the textbook writes them."""
+    kh, kw = g.kernel
+    order = [(dy, dx) for dy in range(kh) for dx in range(kw)]
+    if mode == 2:
+        order = order[::-1]
+    if mode == 1:
+        positions = [(a, b, n) for a in range(g.out_height) for b in range(g.out_width)
+                     for n in range(g.batch)]
+    else:
+        positions = [(a, b, n) for a in range(g.height) for b in range(g.width)
+                     for n in range(g.batch)]
+    out = np.full((len(positions) // cols, len(order)), -1, np.int64)
+    for t in range(len(positions) // cols):
+        a, b, n = positions[t * cols]
+        for i, (dy, dx) in enumerate(order):
+            if mode == 1:      # output (a, b) reads input (h, w)
+                h = a * g.stride[0] + dy * g.dilation[0] - g.padding[0]
+                w = b * g.stride[1] + dx * g.dilation[1] - g.padding[1]
+                if 0 <= h < g.height and 0 <= w < g.width:
+                    out[t, i] = (h * g.width + w) * g.batch + n
+            else:              # input (a, b) is read by output (oh, ow), if any
+                for oh in range(g.out_height):
+                    for ow in range(g.out_width):
+                        if (oh * g.stride[0] + dy * g.dilation[0] - g.padding[0] == a
+                                and ow * g.stride[1] + dx * g.dilation[1] - g.padding[1] == b):
+                            out[t, i] = (oh * g.out_width + ow) * g.batch + n
+    return out
+
+
+def random_geometry(rng, cols):
+    while True:
+        k = (rng.randint(1, 5), rng.randint(1, 5))
+        try:
+            return ConvGeometry(cols * rng.randint(1, 3), rng.randint(1, 3), rng.randint(1, 9),
+                                rng.randint(1, 9), rng.randint(1, 3), k,
+                                stride=(rng.randint(1, 3), rng.randint(1, 3)),
+                                padding=(rng.randint(0, 2), rng.randint(0, 2)),
+                                dilation=(rng.randint(1, 2), rng.randint(1, 2)))
+        except ValueError:
+            continue
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_model_matches_loops(seed):
+    rng = random.Random(seed)
+    cols = rng.choice([1, 2, 4])
+    g = random_geometry(rng, cols)
+    for mode in (1, 2):
+        np.testing.assert_array_equal(tile_columns(g, mode, cols), loop_columns(g, mode, cols))
+
+
+def test_model_refuses():
+    g = ConvGeometry(6, 1, 4, 4, 1, 3, padding=1)
+    with pytest.raises(ValueError, match="cols 4 must divide the batch"):
+        tile_columns(g, 1, 4)
+    with pytest.raises(ValueError, match="mode must be 1 or 2"):
+        tile_columns(g, 3, 2)
+
+
+def sweep(rng, tiles, kk):
+    """Every tile at every offset, in order: ``(pos_op, off_op, tile, offset)``."""
+    for t in range(tiles):
+        for k in range(kk):
+            yield (PosOp.NEXT if t and not k else PosOp.HOLD,
+                   OffOp.NEXT if k else OffOp.ZERO if t else OffOp.HOLD, t, k)
+
+
+def random_walk(rng, tiles, kk, ops=300):
+    """Tiles forward, back to the mark, on to the next block (marked) or to the first;
+    offsets forward or back to the first: ``(pos_op, off_op, tile, offset)``."""
+    t = mark = k = 0
+    for _ in range(ops):
+        pos_op, off_op = PosOp.HOLD, OffOp.HOLD
+        r = rng.random()
+        if r < 0.55 and t + 1 < tiles:
+            pos_op, t = PosOp.NEXT, t + 1
+        elif r < 0.65:
+            pos_op, t = PosOp.BACK, mark
+        elif r < 0.75 and t + 1 < tiles:
+            pos_op, t = PosOp.ADVANCE, t + 1
+            mark = t
+        elif r < 0.78:
+            pos_op, t, mark = PosOp.ZERO, 0, 0
+        r = rng.random()
+        if r < 0.5 and k + 1 < kk:
+            off_op, k = OffOp.NEXT, k + 1
+        elif r < 0.6:
+            off_op, k = OffOp.ZERO, 0
+        yield pos_op, off_op, t, k
+
+
+def simulate(g, mode, cols, seed, walk=random_walk):
+    """Sets the cursor up for ``g`` and moves it by ``walk``, checking every cycle's outputs
+    ``LATENCY`` cycles after its ops against the model; returns the (tile, offset) pairs
+    checked."""
+    want = tile_columns(g, mode, cols)
+    tiles, kk = want.shape
+    dut = ConvCursor(cols)
+    ops = list(walk(random.Random(seed), tiles, kk))
+    fields = dict(mode=mode, kernel_h=g.kernel[0], kernel_w=g.kernel[1], stride_h=g.stride[0],
+                  stride_w=g.stride[1], pad_h=g.padding[0], pad_w=g.padding[1],
+                  dilation_h=g.dilation[0], dilation_w=g.dilation[1], height=g.height,
+                  width=g.width, batch=g.batch)
+    checked = []
+
+    def check(ctx, tt, kt):
+        col = int(want[tt, kt])
+        got = (ctx.get(dut.inside), ctx.get(dut.offset), ctx.get(dut.last_offset))
+        assert got == (int(col >= 0), kt if mode == 1 else kk - 1 - kt,
+                       int(kt == kk - 1)), (tt, kt)
+        if col >= 0:
+            assert ctx.get(dut.column) == col, (tt, kt)
+        checked.append((tt, kt))
+
+    async def bench(ctx):
+        for name, v in fields.items():
+            ctx.set(getattr(dut.geometry, name), v)
+        ctx.set(dut.start, 1)
+        await ctx.tick()
+        ctx.set(dut.start, 0)
+        cycles = 1
+        while not ctx.get(dut.ready):
+            await ctx.tick()
+            cycles += 1
+        assert cycles == ConvCursor.SETUP_CYCLES
+        assert ctx.get(dut.positions) == (g.out_positions if mode == 1 else g.positions)
+        history = []                       # the (tile, offset) each cycle's ops lead to
+        for pos_op, off_op, t, k in ops + [(PosOp.HOLD, OffOp.HOLD, None, None)] * 3:
+            ctx.set(dut.pos_op, pos_op)
+            ctx.set(dut.off_op, off_op)
+            history.append((t, k) if t is not None else history[-1])
+            await ctx.tick()
+            if len(history) >= ConvCursor.LATENCY:
+                check(ctx, *history[-ConvCursor.LATENCY])
+
+    run(dut, bench, deadline_cycles=len(ops) + 400)
+    return checked
+
+
+@pytest.mark.parametrize("mode", [1, 2])
+@pytest.mark.parametrize("seed", range(6))
+def test_cursor_random(mode, seed):
+    rng = random.Random(100 * mode + seed)
+    cols = rng.choice([1, 2, 4, 8])
+    g = random_geometry(rng, cols)
+    checked = simulate(g, mode, cols, seed)
+    assert len(checked) == 300
+
+
+@pytest.mark.parametrize("mode", [1, 2])
+def test_cursor_edges(mode):
+    """Stride 2 with padding 2 and dilation 2 on an odd image, a 1 x 1 kernel with stride 2
+    (a quarter of the input read), and one input channel: every tile at every offset."""
+    for g, cols in ((ConvGeometry(4, 1, 7, 5, 2, (3, 5), stride=2, padding=2, dilation=(2, 1)),
+                     4),
+                    (ConvGeometry(2, 3, 6, 6, 2, 1, stride=2), 2),
+                    (ConvGeometry(8, 1, 5, 5, 1, 5, padding=2), 8)):
+        want = tile_columns(g, mode, cols)
+        checked = simulate(g, mode, cols, seed=7, walk=sweep)
+        assert set(checked) == {(t, k) for t in range(want.shape[0])
+                                for k in range(want.shape[1])}
+
+
+def test_cursor_refuses():
+    with pytest.raises(ValueError, match="cols must be a power of two"):
+        ConvCursor(6)
