@@ -1,5 +1,6 @@
 """rtl.convcursor.ConvCursor against sim.models.conv.tile_columns (itself against loops over
-the image): random geometries in both modes, random walks of tiles and offsets."""
+the image): random geometries in both modes, random walks of tiles and offsets, in the
+Amaranth simulator and under cocotb on Icarus and Verilator (sim.testbenches.convcursor)."""
 
 import random
 
@@ -8,7 +9,9 @@ import pytest
 
 from rtl.convcursor import ConvCursor, OffOp, PosOp
 from sim.models.conv import ConvGeometry, tile_columns
+from sim.testbenches.convcursor import geometry_fields, random_walk, sweep
 from sim.testbenches.harness import run
+from sim.testbenches.runner import run_component
 
 
 def loop_columns(g, mode, cols):
@@ -71,38 +74,6 @@ def test_model_refuses():
         tile_columns(g, 3, 2)
 
 
-def sweep(rng, tiles, kk):
-    """Every tile at every offset, in order: ``(pos_op, off_op, tile, offset)``."""
-    for t in range(tiles):
-        for k in range(kk):
-            yield (PosOp.NEXT if t and not k else PosOp.HOLD,
-                   OffOp.NEXT if k else OffOp.ZERO if t else OffOp.HOLD, t, k)
-
-
-def random_walk(rng, tiles, kk, ops=300):
-    """Tiles forward, back to the mark, on to the next block (marked) or to the first;
-    offsets forward or back to the first: ``(pos_op, off_op, tile, offset)``."""
-    t = mark = k = 0
-    for _ in range(ops):
-        pos_op, off_op = PosOp.HOLD, OffOp.HOLD
-        r = rng.random()
-        if r < 0.55 and t + 1 < tiles:
-            pos_op, t = PosOp.NEXT, t + 1
-        elif r < 0.65:
-            pos_op, t = PosOp.BACK, mark
-        elif r < 0.75 and t + 1 < tiles:
-            pos_op, t = PosOp.ADVANCE, t + 1
-            mark = t
-        elif r < 0.78:
-            pos_op, t, mark = PosOp.ZERO, 0, 0
-        r = rng.random()
-        if r < 0.5 and k + 1 < kk:
-            off_op, k = OffOp.NEXT, k + 1
-        elif r < 0.6:
-            off_op, k = OffOp.ZERO, 0
-        yield pos_op, off_op, t, k
-
-
 def simulate(g, mode, cols, seed, walk=random_walk):
     """Sets the cursor up for ``g`` and moves it by ``walk``, checking every cycle's outputs
     ``LATENCY`` cycles after its ops against the model; returns the (tile, offset) pairs
@@ -111,10 +82,7 @@ def simulate(g, mode, cols, seed, walk=random_walk):
     tiles, kk = want.shape
     dut = ConvCursor(cols)
     ops = list(walk(random.Random(seed), tiles, kk))
-    fields = dict(mode=mode, kernel_h=g.kernel[0], kernel_w=g.kernel[1], stride_h=g.stride[0],
-                  stride_w=g.stride[1], pad_h=g.padding[0], pad_w=g.padding[1],
-                  dilation_h=g.dilation[0], dilation_w=g.dilation[1], height=g.height,
-                  width=g.width, batch=g.batch)
+    fields = geometry_fields(g, mode)
     checked = []
 
     def check(ctx, tt, kt):
@@ -178,3 +146,18 @@ def test_cursor_edges(mode):
 def test_cursor_refuses():
     with pytest.raises(ValueError, match="cols must be a power of two"):
         ConvCursor(6)
+
+
+@pytest.mark.parametrize("simulator", ["icarus", "verilator"])
+@pytest.mark.parametrize("mode", [1, 2])
+def test_cursor_cocotb(simulator, mode):
+    """The generated Verilog: a random walk and a full sweep of stride 2, padding 2 and
+    dilation 2 on an odd image with a non-square kernel."""
+    g = (8, 1, 7, 5, 2, 3, 5, 2, 2, 2, 2, 2, 1)
+    for ops in (300, 0):
+        tests, failed = run_component(simulator, ConvCursor(4), "conv_cursor_4",
+                                      "sim.testbenches.convcursor", "cursor_random",
+                                      CONV_COLS=4, CONV_MODE=mode,
+                                      CONV_GEOMETRY=",".join(map(str, g)), CONV_SEED=mode,
+                                      CONV_OPS=ops)
+        assert tests == 1 and failed == 0, f"{failed} of {tests} cocotb tests failed"
