@@ -3,7 +3,7 @@
 estimate, bitstream, programming.
 
     python build.py --platform {pynq-z1,zcu104,vu9p} [--rows R --cols C --depth D --block B
-                    --dsp-rows N] [--k-blocks] [--epilogue] [--out DIR]
+                    --dsp-rows N] [--k-blocks] [--epilogue] [--conv] [--out DIR]
                     [--synth {yosys,vivado,none}] [--timing] [--[no-]timing-strict]
                     [--program [--host HOST]] [--dry-run] [--list]
 
@@ -31,6 +31,9 @@ as the ZCU104 and VU9P defaults) exits with status 2 saying which.
 ``--epilogue`` builds BFP8 output (``CONFIG_FEATURES.OPS``), for square arrays whose side
 divides 32 (the Pynq-Z1's), and exits with status 2 elsewhere; ``--sgd`` (with it) adds the
 optimiser's step of BFP8 weights (``DESC_EPILOGUE.SGD``).
+``--conv`` (with ``--k-blocks``) adds forward convolutions as implicit GEMMs
+(``CONFIG_FEATURES.CONV_FORWARD``), for arrays of at most 32 columns (the Pynq-Z1's), and
+exits with status 2 elsewhere.
 ``--synth vivado`` runs ``build.tcl`` when Vivado is on PATH. ``--program`` loads the
 bitstream (openFPGALoader over JTAG, or a copy of the ``.bit``, ``.hwh`` and ``report.json``
 to a PYNQ board with ``--host``; Vivado's hardware manager for the VCU118); ``--dry-run``
@@ -192,6 +195,10 @@ def parse_args(argv):
     parser.add_argument("--sgd", action="store_true",
                         help="with --epilogue: build the optimiser's step of BFP8 weights "
                              "(DESC_EPILOGUE.SGD)")
+    parser.add_argument("--conv", action="store_true",
+                        help="with --k-blocks: build forward convolutions as implicit GEMMs "
+                             "(DESC_CONV.MODE 1, CONFIG_FEATURES.CONV_FORWARD); needs at most "
+                             f"{regmap.TILE_BLOCK} columns")
     parser.add_argument("--out", type=Path, help="output directory (default build/<platform>)")
     parser.add_argument("--synth", choices=["yosys", "vivado", "none"], default="yosys",
                         help="yosys: a resource estimate and timing report (default); vivado: "
@@ -223,7 +230,7 @@ def parse_args(argv):
                            write_ports=args.write_ports, read_ports=args.read_ports,
                            slr_groups=args.slr_groups, burst_beats=args.burst_beats,
                            k_blocks=args.k_blocks or None, epilogue=args.epilogue or None,
-                           sgd=args.sgd or None)
+                           sgd=args.sgd or None, conv=args.conv or None)
     except ValueError as e:
         parser.error(f"--burst-beats: {e}")
     if cfg.get("slr_groups", 1) == 1:
@@ -251,6 +258,8 @@ def parse_args(argv):
                      "over JTAG")
     if args.sgd and not args.epilogue:
         parser.error("--sgd needs --epilogue (the step is the BFP8 write-back's)")
+    if args.conv and not args.k_blocks:
+        parser.error("--conv needs --k-blocks (a convolution's operands have tile exponents)")
     from rtl.accelerator import Accelerator
     try:
         Accelerator(**cfg)
@@ -258,6 +267,8 @@ def parse_args(argv):
         if cfg.get("epilogue") and "epilogue" in str(e):
             parser.error(f"--epilogue is not available for this {board.name} configuration: "
                          f"{e}")
+        if cfg.get("conv") and "conv" in str(e):
+            parser.error(f"--conv is not available for this {board.name} configuration: {e}")
         parser.error(f"unsupported configuration for the RTL: {e}")
     if cfg.get("k_blocks"):
         # what the mode asks of the shape, which the walker checks (at elaboration)
@@ -385,11 +396,11 @@ def estimate(board, cfg, out: Path, whole: bool = False) -> tuple[dict, bool]:
 
     # first: the timing report (its own ABC9 netlist of the design the estimate synthesizes)
     work = ROOT / "build" / "estimates"
-    if cfg.get("k_blocks") or cfg.get("epilogue") or cfg.get("sgd"):
+    if cfg.get("k_blocks") or cfg.get("epilogue") or cfg.get("sgd") or cfg.get("conv"):
         # the cached designs are named by shape and bus (platforms.estimate.design_tag): the
         # K-block mode's and the epilogue's go apart, so that the same shape's without them
         # stay cached
-        work = work / "_".join(name for name in ("k_blocks", "epilogue", "sgd")
+        work = work / "_".join(name for name in ("k_blocks", "epilogue", "sgd", "conv")
                                if cfg.get(name))
     parts = cfg["rows"] * cfg["cols"] > WHOLE_LIMIT
     with step(f"timing report from Yosys for {board.family} at {board.clock_mhz:g} MHz"):

@@ -107,6 +107,12 @@ class Accelerator(wiring.Component):
         is whole bus words (the engine's ``fp32``, ``CONFIG_FEATURES.FP32``), ``RELU``,
         ``BIAS``, ``MASK_IN`` and ``SGD`` of one row (M = 1, a bias vector) run on a float32
         C too: written as float32 rows through the first write port.
+    conv : bool
+        With ``k_blocks`` and at most ``TILE_BLOCK`` columns, also forward convolutions
+        (``DESC_CONV.MODE`` 1, ``CONFIG_FEATURES.CONV_FORWARD``) with ``A_TILES`` and
+        ``B_TILES``, the batch a multiple of ``cols``, without transposes, pooling, a
+        residual sum, ``QUANTIZE_ONLY`` or ``SGD`` (those are refused with ``UNSUPPORTED``,
+        as are the other modes): the engine's ``conv``.
 
     Attributes
     ----------
@@ -126,7 +132,7 @@ class Accelerator(wiring.Component):
                  outstanding: int = 8, dsp_rows: int | None = None, acc_ram: str = "auto",
                  write_ports: int = 1, slr_groups: int = 1, read_ports: int = 1,
                  dsp_slice: str = "DSP48E2", k_blocks: bool = False, epilogue: bool = False,
-                 sgd: bool = False):
+                 sgd: bool = False, conv: bool = False):
         # (+ the two the engine may hold: QUEUE_LEVEL's 8 bits)
         if not isinstance(queue, int) or not 1 <= queue <= 253:
             raise ValueError(f"queue must be an integer in 1..253, not {queue!r}")
@@ -136,8 +142,9 @@ class Accelerator(wiring.Component):
                                  primitive=primitive, dsp_rows=dsp_rows, acc_ram=acc_ram,
                                  write_ports=write_ports, slr_groups=slr_groups,
                                  read_ports=read_ports, dsp_slice=dsp_slice,
-                                 k_blocks=k_blocks, epilogue=epilogue, sgd=sgd)
+                                 k_blocks=k_blocks, epilogue=epilogue, sgd=sgd, conv=conv)
         self.k_blocks, self.epilogue, self.sgd = bool(k_blocks), bool(epilogue), bool(sgd)
+        self.conv = bool(conv)
         #: ``CONFIG_FEATURES.OPS``: the ``DESC_EPILOGUE`` bits 7..0 this build runs
         self.ops = regmap.pack("DESC_EPILOGUE", BFP8=1, STOCHASTIC=1, BIAS=3, MASK_IN=1,
                                RELU=int(self.engine.relu),
@@ -234,6 +241,7 @@ class Accelerator(wiring.Component):
             # DESC_EPILOGUE bits are refused
             *_pack(csr, "CONFIG_FEATURES", EPILOGUE=0, K_BLOCKS=int(self.k_blocks),
                    FP32=int(self.epilogue and self.engine.fp32),
+                   CONV_FORWARD=int(self.conv),
                    TILE_LOG2=regmap.TILE_BLOCK.bit_length() - 1, OPS=self.ops),
         ]
 
@@ -242,7 +250,7 @@ class Accelerator(wiring.Component):
         into."""
         m, queue_rst, csr = s.m, s.queue_rst, s.csr
         # ---- descriptor queue -------------------------------------------------------------
-        layout = descriptor_layout(self.k_blocks, self.epilogue)
+        layout = descriptor_layout(self.k_blocks, self.epilogue, self.conv)
         m.submodules.queue = q = ResetInserter(queue_rst)(
             Fifo(width=layout.size, depth=self.queue))
         staged = Signal(layout)
@@ -315,10 +323,34 @@ class Accelerator(wiring.Component):
                          | (sgd & relu_etc))
         # (and, as the functional model, any epilogue bit on a RAW descriptor)
         raw_epi = _field(csr, "DESC_FLAGS", "RAW") & (e != 0)
-        # (no convolution descriptors, pooling stages or residual sums on this RTL:
-        # CONFIG_FEATURES.CONV, POOL and ADD are 0)
-        conv = ((_field(csr, "DESC_CONV", "MODE") != 0) | _field(csr, "DESC_CONV", "ADD")
+        # (no pooling stages, residual sums, backward-data or weight-gradient convolutions
+        # on this RTL: CONFIG_FEATURES.CONV, POOL and ADD are 0; with ``conv`` forward
+        # ones, CONFIG_FEATURES.CONV_FORWARD, with tile exponents and without transposes,
+        # quantise-only or SGD, the batch a multiple of the columns)
+        mode = _field(csr, "DESC_CONV", "MODE")
+        conv = ((mode != 0) | _field(csr, "DESC_CONV", "ADD")
                 | (_field(csr, "DESC_POOL", "MODE") != 0))
+        if self.conv:
+            batch = csr.desc_conv_batch[:16]
+            forward = ((mode == 1) & ((e & tiles) == tiles)
+                       & ~_field(csr, "DESC_FLAGS", "TRANSPOSE_A")
+                       & ~_field(csr, "DESC_FLAGS", "TRANSPOSE_B")
+                       & ~_field(csr, "DESC_CONV", "ADD") & (_field(csr, "DESC_POOL", "MODE") == 0)
+                       & ((batch & (self.cols - 1)) == 0))
+            if self.epilogue:
+                forward = forward & ~_field(csr, "DESC_EPILOGUE", "QUANTIZE_ONLY") \
+                    & ~_field(csr, "DESC_EPILOGUE", "SGD")
+            conv = conv & ~forward
+            m.d.comb += [staged.conv.eq(mode == 1),
+                         staged.cin.eq(_field(csr, "DESC_CONV_CHANNELS", "IN")),
+                         staged.cout.eq(_field(csr, "DESC_CONV_CHANNELS", "OUT")),
+                         *(getattr(staged.geometry, f.lower()).eq(_field(csr, "DESC_CONV", f))
+                           for f in ("KERNEL_H", "KERNEL_W", "STRIDE_H", "STRIDE_W", "PAD_H",
+                                     "PAD_W", "DILATION_H", "DILATION_W")),
+                         staged.geometry.mode.eq(mode),
+                         staged.geometry.height.eq(_field(csr, "DESC_CONV_IMAGE", "HEIGHT")),
+                         staged.geometry.width.eq(_field(csr, "DESC_CONV_IMAGE", "WIDTH")),
+                         staged.geometry.batch.eq(batch)]
         m.d.comb += unsupported.eq((rest != 0) | bad_tiles | side_fp32 | raw_epi | conv)
         if self.k_blocks:
             m.d.comb += staged.tiles.eq((e & tiles) == tiles)

@@ -7,11 +7,13 @@ from amaranth.lib.wiring import In, Out
 from firmware.spec.regmap import TILE_BLOCK, ErrorCode
 
 from ._util import delay
+from .convcursor import conv_geometry_layout
 
 __all__ = ["DescriptorChecker", "descriptor_layout", "verdict_layout"]
 
 
-def descriptor_layout(k_blocks: bool = False, epilogue: bool = False) -> data.StructLayout:
+def descriptor_layout(k_blocks: bool = False, epilogue: bool = False,
+                      conv: bool = False) -> data.StructLayout:
     """One GEMM as the host describes it (the ``DESC_*`` registers). With ``k_blocks``, a
     field ``tiles``: A's and B's exponents are their tile grids at ``row_exp_addr`` /
     ``col_exp_addr`` (``DESC_EPILOGUE.A_TILES`` and ``B_TILES``). With ``epilogue``, the
@@ -22,7 +24,13 @@ def descriptor_layout(k_blocks: bool = False, epilogue: bool = False) -> data.St
     (``DESC_EPILOGUE.QUANTIZE_ONLY``: no GEMM, the M x N float32 matrix at ``a_addr`` with
     ``a_stride`` goes through the epilogue; K, B and the exponent vectors unused), and
     ``sgd`` with ``lr`` and ``decay`` (``DESC_EPILOGUE.SGD``, ``DESC_LR``, ``DESC_DECAY``:
-    the stored BFP8 weights at C stepped by this GEMM's result)."""
+    the stored BFP8 weights at C stepped by this GEMM's result). With ``conv`` (its fields
+    before the epilogue's, so that the walker's layout is a prefix of the engine's), a forward
+    convolution (``conv``; ``DESC_CONV`` and its geometry, ``cin``, ``cout``) and what the
+    engine derives from it before the checks (:class:`rtl.engine.GemmEngine`): M, N and K of
+    its implicit GEMM, the weight stack's rows ``a_rows`` and its exponent grid's
+    ``a_grid_rows``, the input's columns ``b_cols``, and the steps from one kernel offset's
+    matrix to the next, ``a_step`` bytes and ``a_grid_step`` exponent bytes."""
     return data.StructLayout({
         "m": unsigned(32), "n": unsigned(32), "k": unsigned(32),
         "transpose_a": 1, "transpose_b": 1, "raw": 1, "row_vec": 1, "col_vec": 1,
@@ -33,6 +41,10 @@ def descriptor_layout(k_blocks: bool = False, epilogue: bool = False) -> data.St
         "row_exp_addr": unsigned(64), "col_exp_addr": unsigned(64),
         "overlap": 1, "chunk": unsigned(2),
         **({"tiles": 1} if k_blocks else {}),
+        **({"conv": 1, "geometry": conv_geometry_layout(), "cin": unsigned(16),
+            "cout": unsigned(16), "a_rows": unsigned(32), "a_grid_rows": unsigned(32),
+            "b_cols": unsigned(48), "a_step": unsigned(48), "a_grid_step": unsigned(32)}
+           if conv else {}),
         **({"bfp8": 1, "stochastic": 1, "c_exp_addr": unsigned(64), "seed": unsigned(64),
             "relu": 1, "mask_addr": unsigned(64), "mask_stride": unsigned(32),
             "bias": 2, "bias_addr": unsigned(64), "mask_in": 1, "quantize_only": 1,
@@ -124,18 +136,21 @@ class DescriptorChecker(wiring.Component):
     LATENCY = DIMENSION_LATENCY + REGIONS + REGION_STAGES
 
     def __init__(self, data_width: int = 128, addr_width: int = 32, *, k_blocks: bool = False,
-                 epilogue: bool = False):
+                 epilogue: bool = False, conv: bool = False):
         if data_width not in (64, 128, 256, 512):
             raise ValueError(f"data_width must be 64, 128, 256 or 512, not {data_width!r}")
         if addr_width not in (32, 40, 64):
             raise ValueError(f"addr_width must be 32, 40 or 64, not {addr_width!r}")
         self.data_width, self.addr_width = data_width, addr_width
-        self.k_blocks, self.epilogue = bool(k_blocks), bool(epilogue)
+        self.k_blocks, self.epilogue, self.conv = bool(k_blocks), bool(epilogue), bool(conv)
+        if self.conv and not self.k_blocks:
+            raise ValueError("conv needs k_blocks: a convolution's operands have tile exponents")
         if self.epilogue:                 # (C's tile grid, the mask, the bias)
             self.REGIONS = type(self).REGIONS + 3
             self.LATENCY = self.DIMENSION_LATENCY + self.REGIONS + self.REGION_STAGES
         super().__init__({
-            "i_stream": In(stream.Signature(descriptor_layout(self.k_blocks, self.epilogue))),
+            "i_stream": In(stream.Signature(descriptor_layout(self.k_blocks, self.epilogue,
+                                                              self.conv))),
             "window_base": In(64),
             "window_limit": In(64),
             "o_stream": Out(stream.Signature(verdict_layout())),
@@ -173,11 +188,25 @@ class DescriptorChecker(wiring.Component):
             regions[0] = (a[0], Mux(qo, d.m, a[1]), a[2], Mux(qo, d.n << 2, a[3]), 1, ~qo)
             regions[1] = (*regions[1][:4], ~qo, 1)
             regions[3:5] = [(*r[:4], r[4] & ~qo, r[5]) for r in regions[3:5]]
+        if self.conv:
+            # a forward convolution: A the weight stack (a_rows of Cin bytes), B the input
+            # (Cin rows of b_cols bytes)
+            cv = d.conv
+            a, b = regions[0], regions[1]
+            regions[0] = (a[0], Mux(cv, d.a_rows[:16], a[1]), a[2], Mux(cv, d.cin, a[3]),
+                          *a[4:])
+            regions[1] = (b[0], Mux(cv, d.cin, b[1]), b[2], Mux(cv, d.b_cols[:18], b[3]),
+                          *b[4:])
         if self.k_blocks:
             # the tile grids: ceil(M / T) rows of ceil(K / T) bytes, ceil(K / T) of
             # ceil(N / T), each row right after the one before (``free``: no stride alignment)
             lg = TILE_BLOCK.bit_length() - 1
             gm, gn, gk = ((x + TILE_BLOCK - 1) >> lg for x in (d.m, d.n, d.k))
+            if self.conv:
+                # (each kernel offset's matrix its own grid rows; the input's columns)
+                gm = Mux(d.conv, d.a_grid_rows, gm)
+                gk = Mux(d.conv, (d.cin + TILE_BLOCK - 1) >> lg, gk)
+                gn = Mux(d.conv, (d.b_cols[:18] + TILE_BLOCK - 1) >> lg, gn)
             grids = [(d.row_exp_addr, gm, gk, gk), (d.col_exp_addr, gk, gn, gn)]
             regions = [(*r, 0) for r in regions[:3]] + [
                 (Mux(d.tiles, g[0], r[0]), Mux(d.tiles, g[1], r[1]), Mux(d.tiles, g[2], r[2]),
@@ -297,11 +326,14 @@ class DescriptorChecker(wiring.Component):
                          hi["k"].eq(d.k[16:].any() & ~d.quantize_only)]
         else:
             m.d.sync += [lo["k"].eq(d.k[:16].any()), hi["k"].eq(d.k[16:].any())]
+        conv_big = Signal()       # a convolution's stack rows or input columns beyond 65535
+        if self.conv:
+            m.d.sync += conv_big.eq(d.conv & (d.a_rows[16:].any() | d.b_cols[16:].any()))
         zero = Signal()
         too_large = Signal()
         k_too_large = Signal()
         m.d.comb += [zero.eq(Cat(*(~(lo[f] | hi[f]) for f in "mnk")).any()),
-                     too_large.eq(hi["m"] | hi["n"]),
+                     too_large.eq(hi["m"] | hi["n"] | conv_big),
                      k_too_large.eq(hi["k"])]
 
         with m.FSM(name="check"):

@@ -11,6 +11,7 @@ from firmware.spec import regmap
 from ._util import SLICE_BITS, own_reset
 from .bfpwrite import BfpWriteBack
 from .checker import DescriptorChecker, descriptor_layout
+from .convcursor import ConvCursor
 from .datapath import GemmDatapath
 from .dma import dma_command_layout, dma_write_layout
 from .fifo import Fifo
@@ -98,6 +99,15 @@ class GemmEngine(wiring.Component):
         BFP8 weights stored at C: the side loader reads each unit's exponent and mantissa
         rows before the unit is written, and the BFP8 write-back writes ``decay * w - lr *
         g`` quantised over them (:class:`rtl.bfpwrite.BfpWriteBack`).
+    conv : bool
+        With ``k_blocks`` and at most ``TILE_BLOCK`` columns: run ``conv`` descriptors, a
+        forward convolution as an implicit GEMM (:func:`rtl.checker.descriptor_layout`). The
+        front first sets a :class:`rtl.convcursor.ConvCursor` up for its geometry and
+        derives the GEMM (M the output channels, N the output positions, K the kernel
+        offsets times the input channels) and the operands' extents for the checks; the
+        walker then walks it as a K-block GEMM whose K chunks are (kernel offset, tile block
+        of input channels), reading each B tile where the cursor says, or zeros for
+        padding. The batch must be a multiple of ``cols`` (the accelerator refuses others).
 
     Attributes
     ----------
@@ -149,9 +159,14 @@ class GemmEngine(wiring.Component):
                  packing: int = 1, primitive: bool = False, dsp_rows: int | None = None,
                  acc_ram: str = "auto", write_ports: int = 1, slr_groups: int = 1,
                  read_ports: int = 1, dsp_slice: str = "DSP48E2", k_blocks: bool = False,
-                 epilogue: bool = False, sgd: bool = False):
+                 epilogue: bool = False, sgd: bool = False, conv: bool = False):
         self.write_ports = regmap.check_write_ports(write_ports, rows)
         self.k_blocks, self.epilogue = bool(k_blocks), bool(epilogue)
+        #: Runs forward convolutions (``conv`` descriptors): see the ``conv`` parameter.
+        self.conv = bool(conv)
+        if self.conv and (not self.k_blocks or cols > regmap.TILE_BLOCK):
+            raise ValueError(f"conv needs k_blocks and cols at most {regmap.TILE_BLOCK}, not "
+                             f"k_blocks={k_blocks}, cols={cols}")
         if sgd and not epilogue:
             raise ValueError("sgd needs epilogue (the step is the BFP8 write-back's)")
         #: The BFP8 write-back runs ``sgd`` descriptors: the optimiser's step of the stored
@@ -199,7 +214,7 @@ class GemmEngine(wiring.Component):
         super().__init__({
             "soft_reset": In(1),
             "start": In(1),
-            "desc": In(descriptor_layout(self.k_blocks, self.epilogue)),
+            "desc": In(descriptor_layout(self.k_blocks, self.epilogue, self.conv)),
             "window_base": In(64),
             "window_limit": In(64),
             "busy": Out(1), "ready": Out(1), "done": Out(1), "fail": Out(1), "code": Out(8),
@@ -266,7 +281,7 @@ class GemmEngine(wiring.Component):
         sl = slices.submodules
 
         # the front's descriptor (data)
-        layout = descriptor_layout(self.k_blocks, self.epilogue)
+        layout = descriptor_layout(self.k_blocks, self.epilogue, self.conv)
         d = Signal(layout, reset_less=True)
         # Two descriptors may be in flight: the back, walked, its C still being written
         # (b_valid; d_back, b_gen, macs_back), and the front, being checked or walked (d,
@@ -286,7 +301,8 @@ class GemmEngine(wiring.Component):
         self._connect_reads(m, p, sl, mid_names)
         self._connect_writes(m, p, sl)
         exp_job = Signal()                       # an exponent vector load is issued
-        macs_ready, macs = self._macs_counter(m, d, macs_back)
+        shaped = Signal()                        # a convolution's GEMM is derived (front)
+        macs_ready, macs = self._macs_counter(m, d, macs_back, shaped)
         self._announce_exponents(m, p, exp_job)
         wb_idle = Signal()               # every write-back is idle
         m.d.comb += wb_idle.eq(p.writeback.idle & (p.bfpwb.idle if self.epilogue else 1))
@@ -326,7 +342,9 @@ class GemmEngine(wiring.Component):
         with m.If(handoff):          # (only with the back empty: never with the above)
             m.d.sync += [b_valid.eq(1), macs_back.eq(macs)]
 
-        fsm = self._front(m, p, d, f_gen, b_valid, macs_ready, handoff)
+        if self.conv:
+            self._conv_shape(m, p, d)
+        fsm = self._front(m, p, d, f_gen, b_valid, macs_ready, handoff, shaped)
         m.d.comb += [self.busy.eq((~fsm.ongoing("IDLE") & ~fsm.ongoing("FAIL")) | b_valid
                                   | sl.wjobs.r_rdy | ~p.issue.drained | p.dp.busy
                                   | ~wb_idle | (~p.side.idle if self.epilogue else 0)
@@ -342,9 +360,10 @@ class GemmEngine(wiring.Component):
         dp = self.datapath
         kb = self.k_blocks
         checker = DescriptorChecker(self.data_width, self.addr_width, k_blocks=kb,
-                                    epilogue=self.epilogue)
+                                    epilogue=self.epilogue, conv=self.conv)
         walker = Walker(R, C, depth=self.depth, block=BL, data_width=self.data_width,
-                        tag_width=tag_width, k_blocks=kb)
+                        tag_width=tag_width, k_blocks=kb, conv=self.conv)
+        cursor = ConvCursor(C) if self.conv else None
         loader = LoadSequencer(self.data_width, self.addr_width, a_lanes=R, b_lanes=C,
                                tag_width=tag_width)
         RP = self.read_ports
@@ -393,6 +412,7 @@ class GemmEngine(wiring.Component):
                                 addr_width=self.addr_width) if self.quantize else None
         return SimpleNamespace(
             bfpwb=bfpwb, side=side, share=share, fpread=fpread, dp=dp, checker=checker,
+            cursor=cursor,
             walker=walker, loader=loader, router=router,
             loader1=loader1, loader2=loader2, loader3=loader3, b_loaders=b_loaders,
             gb_a=gb_a, gb_b=gb_b, gb_b2=gb_b2, gb_b3=gb_b3, b_gearboxes=b_gearboxes,
@@ -473,6 +493,8 @@ class GemmEngine(wiring.Component):
             parts.update(bfpwb=p.bfpwb, side=p.side, share=p.share)
         if self.quantize:
             parts.update(fpread=p.fpread)
+        if self.conv:
+            parts.update(cursor=p.cursor)
 
         def reset_copy(name):
             copy = Signal(init=1, name=f"rst_{name}", attrs={"keep": "true"})
@@ -738,7 +760,7 @@ class GemmEngine(wiring.Component):
             wiring.connect(m, sl[f"wr_cmd{suffix}"].o_stream,
                            wiring.flipped(getattr(self, f"wr_cmd{suffix}")))
 
-    def _macs_counter(self, m, d, macs_back):
+    def _macs_counter(self, m, d, macs_back, shaped):
         """``m * n * k`` of the descriptor started (for :attr:`macs`, which shows
         ``macs_back``). Returns the signal that it is ready and its value."""
         # By shift and add: no DSP slice (the Pynq-Z1 needs its slices for the array and the
@@ -756,9 +778,16 @@ class GemmEngine(wiring.Component):
                      self.macs.eq(macs_back)]
         macs_ready = Signal()
         m.d.comb += macs_ready.eq(mul_step == self.MACS_CYCLES)
+        shaped_q = Signal()
+        if self.conv:
+            m.d.sync += shaped_q.eq(shaped)
         with m.If(self.start & self.ready):
             m.d.sync += [mul_a.eq(self.desc.m[:W]), mul_hi.eq(0), mul_lo.eq(self.desc.n[:W]),
                          mul_step.eq(0)]
+        if self.conv:
+            with m.Elif(shaped_q):                   # a convolution's M, N and K are in d
+                m.d.sync += [mul_a.eq(d.m[:W]), mul_hi.eq(0), mul_lo.eq(d.n[:W]),
+                             mul_step.eq(0)]
         with m.Elif(mul_step == W):                  # m * n is in: times k next
             m.d.sync += [mul_a.eq(Cat(mul_lo, mul_hi[:W])), mul_hi.eq(0),
                          mul_lo.eq(Mux(d.quantize_only, 0, d.k[:W]) if self.quantize
@@ -781,9 +810,44 @@ class GemmEngine(wiring.Component):
             o_load = p.walker.o_load
             m.d.comb += exp_job.eq(o_load.valid & o_load.ready & o_load.payload.tag[0])
 
-    def _front(self, m, p, d, f_gen, b_valid, macs_ready, handoff):
-        """The front's sequence: take a descriptor, check it, wait for the back where it
-        must, walk it, hand it to the back. Returns the FSM."""
+    def _conv_shape(self, m, p, d):
+        """A convolution's implicit GEMM and extents from its geometry, in free-running
+        registered stages behind the front's descriptor (settled long before the cursor's
+        set-up ends): the cursor follows the walker's ops."""
+        cur, walker = p.cursor, p.walker
+        lg = regmap.TILE_BLOCK.bit_length() - 1
+        g = d.geometry
+        r = {name: Signal(width, name=f"conv_{name}", reset_less=True) for name, width in (
+            ("kk", 8), ("gm", 12), ("gk", 12), ("k", 24), ("a_rows", 24), ("a_grid_rows", 20),
+            ("a_grid_step", 24), ("hw", 32), ("bc_lo", 32), ("bc_hi", 32), ("b_cols", 48),
+            ("as_lo", 32), ("as_hi", 32), ("a_step", 48), ("zero", 1), ("fits", 1))}
+        m.d.sync += [
+            r["kk"].eq(g.kernel_h * g.kernel_w),
+            r["gm"].eq((d.cout + regmap.TILE_BLOCK - 1) >> lg),
+            r["gk"].eq((d.cin + regmap.TILE_BLOCK - 1) >> lg),
+            r["k"].eq(r["kk"] * d.cin), r["a_rows"].eq(r["kk"] * d.cout),
+            r["a_grid_rows"].eq(r["kk"] * r["gm"]), r["a_grid_step"].eq(r["gm"] * r["gk"]),
+            r["hw"].eq(g.height * g.width),
+            r["bc_lo"].eq(r["hw"][:16] * g.batch), r["bc_hi"].eq(r["hw"][16:] * g.batch),
+            r["b_cols"].eq(r["bc_lo"] + (r["bc_hi"] << 16)),
+            r["as_lo"].eq(d.cout * d.a_stride[:16]), r["as_hi"].eq(d.cout * d.a_stride[16:]),
+            r["a_step"].eq(r["as_lo"] + (r["as_hi"] << 16)),
+            # (a zero stride, dilation or image size, as a zero dimension; a dilated kernel
+            # beyond the padded image: refused)
+            r["zero"].eq((g.stride_h == 0) | (g.stride_w == 0) | (g.dilation_h == 0)
+                         | (g.dilation_w == 0) | (g.height == 0) | (g.width == 0)),
+            r["fits"].eq((g.dilation_h * (g.kernel_h - 1) < g.height + 2 * g.pad_h)
+                         & (g.dilation_w * (g.kernel_w - 1) < g.width + 2 * g.pad_w)),
+        ]
+        m.d.comb += [cur.geometry.eq(g),
+                     cur.pos_op.eq(walker.cur_pos_op), cur.off_op.eq(walker.cur_off_op),
+                     walker.cur_column.eq(cur.column), walker.cur_inside.eq(cur.inside)]
+        self._conv_regs = r
+
+    def _front(self, m, p, d, f_gen, b_valid, macs_ready, handoff, shaped):
+        """The front's sequence: take a descriptor, (a convolution: derive its GEMM,) check
+        it, wait for the back where it must, walk it, hand it to the back. Returns the
+        FSM."""
         checker, walker = p.checker, p.walker
         # a quantise-only descriptor, or any after one, waits for the one before: the reader
         # and the load sequencer share the first read port's side
@@ -803,6 +867,29 @@ class GemmEngine(wiring.Component):
                         with m.If(self._epi(self.desc)):
                             m.d.sync += d.block.eq(regmap.TILE_BLOCK // self.rows)
                     m.next = "CHECK"
+                    if self.conv:
+                        with m.If(self.desc.conv):
+                            m.next = "SHAPE_START"
+            if self.conv:
+                r, g = self._conv_regs, d.geometry
+                with m.State("SHAPE_START"):     # the cursor's set-up, from d's geometry
+                    m.d.comb += p.cursor.start.eq(1)
+                    m.next = "SHAPE"
+                with m.State("SHAPE"):           # the implicit GEMM into d, then the checks
+                    with m.If(p.cursor.ready & ~r["zero"] & ~r["fits"] & (g.kernel_h != 0)
+                              & (g.kernel_w != 0)):
+                        m.d.sync += self.code.eq(int(regmap.ErrorCode.UNSUPPORTED))
+                        m.next = "FAILING"
+                    with m.Elif(p.cursor.ready):
+                        pos = p.cursor.positions
+                        m.d.comb += shaped.eq(1)
+                        m.d.sync += [d.m.eq(d.cout), d.k.eq(Mux(r["zero"], 0, r["k"])),
+                                     d.n.eq(Mux(pos[32:].any(), 0xFFFFFFFF, pos[:32])),
+                                     d.a_rows.eq(r["a_rows"]),
+                                     d.a_grid_rows.eq(r["a_grid_rows"]),
+                                     d.a_grid_step.eq(r["a_grid_step"]),
+                                     d.b_cols.eq(r["b_cols"]), d.a_step.eq(r["a_step"])]
+                        m.next = "CHECK"
             with m.State("CHECK"):
                 m.d.comb += [checker.i_stream.valid.eq(1), checker.o_stream.ready.eq(1)]
                 with m.If(checker.o_stream.valid):

@@ -1,5 +1,6 @@
 """A checked descriptor -> tile commands, load jobs and write-back jobs, block by block."""
 
+from contextlib import nullcontext
 from types import SimpleNamespace
 
 from amaranth import Cat, Const, Module, Mux, Signal
@@ -8,7 +9,9 @@ from amaranth.lib.wiring import In, Out
 
 from firmware.spec.regmap import TILE_BLOCK
 
+from ._util import carry_select_add
 from .checker import descriptor_layout
+from .convcursor import ConvCursor, OffOp, PosOp
 from .issue import DESC_FIELDS, exp_halves, exp_tag_width, tile_command_layout
 from .loader import load_job_layout
 from .writeback import write_job_layout
@@ -95,10 +98,14 @@ class Walker(wiring.Component):
     CUT_WAIT = 3
 
     def __init__(self, rows: int = 8, cols: int = 8, *, depth: int = 512, block: int = 4,
-                 data_width: int = 128, tag_width: int = 2, k_blocks: bool = False):
+                 data_width: int = 128, tag_width: int = 2, k_blocks: bool = False,
+                 conv: bool = False):
         self.rows, self.cols, self.depth, self.block = rows, cols, depth, block
         self.data_width, self.tag_width = data_width, tag_width
-        self.k_blocks = bool(k_blocks)
+        self.k_blocks, self.conv = bool(k_blocks), bool(conv)
+        if self.conv and (not self.k_blocks or cols > TILE_BLOCK):
+            raise ValueError(f"conv needs k_blocks and cols at most {TILE_BLOCK}, not "
+                             f"k_blocks={k_blocks}, cols={cols}")
         if self.k_blocks and (depth < TILE_BLOCK
                               or TILE_BLOCK % max(rows, data_width // 8)
                               or (TILE_BLOCK % cols and cols != 2 * TILE_BLOCK)):
@@ -114,11 +121,14 @@ class Walker(wiring.Component):
             raise ValueError(f"tag_width must be at least "
                              f"{exp_tag_width(block, cols, self.k_blocks)}, not {tag_width}")
         super().__init__({
-            "i_stream": In(stream.Signature(descriptor_layout(self.k_blocks))),
+            "i_stream": In(stream.Signature(descriptor_layout(self.k_blocks,
+                                                              conv=self.conv))),
             "o_cmd": Out(stream.Signature(tile_command_layout(block, self.k_blocks))),
             "o_load": Out(stream.Signature(load_job_layout(tag_width))),
             "o_write": Out(stream.Signature(write_job_layout())),
             "drained": In(1),
+            **({"cur_pos_op": Out(3), "cur_off_op": Out(2), "cur_column": In(32),
+                "cur_inside": In(1)} if self.conv else {}),
         })
 
     def elaborate(self, platform):
@@ -128,6 +138,7 @@ class Walker(wiring.Component):
         s = SimpleNamespace(m=m, R=R, C=C, D=D, BL=BL, bpw=bpw, wlog=_log2(bpw),
                             tag_width=self.tag_width, d=self.i_stream.payload)
         self._walk_state(s)
+        self._conv_state(s)
         self._chunks(s)
         self._load_geometry(s)
         self._jobs(s)
@@ -175,6 +186,33 @@ class Walker(wiring.Component):
         vars(s).update(m_blk=m_blk, n_blk=n_blk, k0=k0, ti=ti, tj=tj, bm=bm, bn=bn, a_par=a_par,
                        b_par=b_par, keep_a=keep_a, keep_b=keep_b, col_order=col_order,
                        k_fits=k_fits, wider=wider, multi=multi, blk=blk, blk_r=blk_r, blk_c=blk_c)
+
+    def _conv_state(self, s):
+        """A forward convolution's registers (``conv``): the kernel offsets left after this
+        one, the offset's matrix of A and its exponent grid, whether the chunk is the offset's
+        last, and the wait for the cursor's outputs after each op. ``cur_op`` moves the
+        cursor (comb, in the cycle of a state's decision)."""
+        m, d = s.m, s.d
+        if not self.conv:
+            vars(s).update(conv=Const(0, 1), cur_ok=Const(1, 1), cur_op=None)
+            return
+        offs_left = Signal(8)
+        kk = Signal(8)
+        a_base = Signal(64)
+        a_gbase = Signal(24)
+        ochunk_last = Signal()
+        cur_wait = Signal(range(ConvCursor.LATENCY))
+        cur_ok = Signal()
+        m.d.sync += kk.eq(d.geometry.kernel_h * d.geometry.kernel_w)
+        m.d.comb += cur_ok.eq(cur_wait == 0)
+        with m.If(~cur_ok):
+            m.d.sync += cur_wait.eq(cur_wait - 1)
+
+        def cur_op(pos=PosOp.HOLD, off=OffOp.HOLD):
+            m.d.comb += [self.cur_pos_op.eq(pos), self.cur_off_op.eq(off)]
+            m.d.sync += cur_wait.eq(ConvCursor.LATENCY - 1)
+        vars(s).update(conv=d.conv, offs_left=offs_left, kk=kk, a_base=a_base, a_gbase=a_gbase,
+                       ochunk_last=ochunk_last, cur_ok=cur_ok, cur_op=cur_op)
 
     def _chunks(self, s):
         """The K chunks: ``kc`` steps in this chunk, ``k_after`` after it, the first block's
@@ -270,7 +308,9 @@ class Walker(wiring.Component):
                         Signal(name="kb_first_last"))
             kb_next = (Signal(17, name="kb_next_kc"), Signal(17, name="kb_next_after"),
                        Signal(name="kb_next_last"))
-            for (kc_r, after_r, last_r), rest in ((kb_first, d.k), (kb_next, k_after)):
+            # (a convolution's first chunk of each kernel offset from Cin)
+            k_first = Mux(d.conv, d.cin, d.k) if self.conv else d.k
+            for (kc_r, after_r, last_r), rest in ((kb_first, k_first), (kb_next, k_after)):
                 big = rest > T
                 m.d.sync += [kc_r.eq(Mux(big, T, rest)), after_r.eq(Mux(big, rest - T, 0)),
                              last_r.eq(~big)]
@@ -360,19 +400,27 @@ class Walker(wiring.Component):
             # (EXP): no product and carry chain in one cycle
             lg = _log2(TILE_BLOCK)
             gm, gn, gk = (Signal(12, name=f"grid_{x}") for x in "mnk")
+            # (a convolution's A grid per kernel offset is Cout x Cin; B's the input's)
+            g_n = Mux(d.conv, d.b_cols[:17], d.n) if self.conv else d.n
+            g_k = Mux(d.conv, d.cin, d.k) if self.conv else d.k
             m.d.sync += [g.eq((x + TILE_BLOCK - 1) >> lg)
-                         for g, x in ((gm, d.m), (gn, d.n), (gk, d.k))]
+                         for g, x in ((gm, d.m), (gn, g_n), (gk, g_k))]
             kb = s.k0 >> lg
             mb, nb = Signal(12, name="kb_mb"), Signal(12, name="kb_nb")
             col0 = n_blk + (cidx << _log2(C))
             if halves:
                 col0 = col0 + Mux(e_hi_now, TILE_BLOCK, 0)
             m.d.sync += [mb.eq((m_blk + (eidx << _log2(R))) >> lg), nb.eq(col0 >> lg)]
-            kb_a_off = (Signal(24, name="kb_a_prod"), Signal(12, name="kb_a_add"))
+            if self.conv:
+                # (a convolution's B tile: the input's column block the cursor reads)
+                with m.If(d.conv):
+                    m.d.sync += nb.eq(self.cur_column >> lg)
+            kb_a_off = (Signal(24, name="kb_a_prod"), Signal(24, name="kb_a_add"))
             kb_b_off = (Signal(24, name="kb_b_prod"), Signal(12, name="kb_b_add"))
             ta, tb = d.transpose_a, d.transpose_b
             m.d.sync += [kb_a_off[0].eq(Mux(ta, kb, mb) * Mux(ta, gm, gk)),
-                         kb_a_off[1].eq(Mux(ta, mb, kb)),
+                         kb_a_off[1].eq(Mux(ta, mb, kb) + (Mux(d.conv, s.a_gbase, 0)
+                                                           if self.conv else 0)),
                          kb_b_off[0].eq(Mux(tb, nb, kb) * Mux(tb, gk, gn)),
                          kb_b_off[1].eq(Mux(tb, kb, nb))]
             vars(s).update(kb_a_off=kb_a_off, kb_b_off=kb_b_off)
@@ -427,8 +475,11 @@ class Walker(wiring.Component):
         first_cmd = (ti == 0) & (tj == 0)
         load_a = Signal()
         load_b = Signal()
+        # (a convolution's B tiles each where the cursor says: one job each, with the tile's
+        # first command)
+        b_each = (d.transpose_b | s.conv) if self.conv else d.transpose_b
         m.d.comb += [load_a.eq(Mux(d.transpose_a, first_cmd, tj == 0) & ~keep_a),
-                     load_b.eq(Mux(d.transpose_b, ti == 0, first_cmd) & ~keep_b)]
+                     load_b.eq(Mux(b_each, ti == 0, first_cmd) & ~keep_b)]
         # A command's loads go out A's first, or B's where B alone is stored packed
         # (sim.models.engine.b_first): its gearbox, a row a cycle, is slower than the bus, and
         # behind A's words it would start last.
@@ -437,13 +488,26 @@ class Walker(wiring.Component):
                                & ~(d.transpose_a & (d.a_stride[wlog:] == 0)))
 
         def load_a_job():
-            setup_load(0, R, ~d.transpose_a, v_a, m0, d.a_addr, d.a_stride, span=bm,
+            # (a convolution's A: the kernel offset's matrix of the stack)
+            base = Mux(s.conv, s.a_base, d.a_addr) if self.conv else d.a_addr
+            setup_load(0, R, ~d.transpose_a, v_a, m0, base, d.a_stride, span=bm,
                        v_span=v_as)
             m.next = "LOAD"
 
         def load_b_job():
-            setup_load(1, C, d.transpose_b, v_b, n0, d.b_addr, d.b_stride, span=bn,
-                       v_span=v_bs)
+            if self.conv:
+                with m.If(s.conv):
+                    # the tile's columns of the input at the kernel offset (k-major, C
+                    # bytes a row), or zero rows where it reads only padding
+                    setup_load(1, C, Const(0, 1), C, self.cur_column, d.b_addr, d.b_stride)
+                    with m.If(~self.cur_inside):
+                        m.d.sync += [ld.rows.eq(0), ld.nzero.eq(kc)]
+                with m.Else():
+                    setup_load(1, C, d.transpose_b, v_b, n0, d.b_addr, d.b_stride, span=bn,
+                               v_span=v_bs)
+            else:
+                setup_load(1, C, d.transpose_b, v_b, n0, d.b_addr, d.b_stride, span=bn,
+                           v_span=v_bs)
             m.next = "LOAD"
 
         cmd = self.o_cmd.payload
@@ -451,9 +515,10 @@ class Walker(wiring.Component):
                      cmd.b_slot.eq(Cat(tj, b_par) if BL > 1 else b_par),
                      cmd.load_a.eq(load_a), cmd.load_b.eq(load_b),
                      cmd.a_extra.eq(Mux(d.transpose_a, bm - 1, 0)),
-                     cmd.b_extra.eq(Mux(d.transpose_b, 0, bn - 1)),
+                     cmd.b_extra.eq(Mux(b_each, 0, bn - 1)),
                      cmd.emit.eq(last_chunk), cmd.store.eq(~last_chunk),
-                     cmd.add.eq(k0 != 0), cmd.acc_slot.eq(ti * BL + tj),
+                     cmd.add.eq(Mux(s.conv, s.multi, k0 != 0) if self.conv else k0 != 0),
+                     cmd.acc_slot.eq(ti * BL + tj),
                      cmd.i.eq(ti), cmd.j.eq(tj),
                      *(getattr(cmd, f).eq(getattr(d, f)) for f in DESC_FIELDS),
                      self.o_write.payload.m0.eq(m0), self.o_write.payload.n0.eq(n0)]
@@ -558,6 +623,14 @@ class Walker(wiring.Component):
                 kb_kc, kb_after, kb_last = s.kb_first
                 with m.If(d.tiles):
                     m.d.sync += [kc.eq(kb_kc), k_after.eq(kb_after), last_chunk.eq(kb_last)]
+            if self.conv:
+                # a convolution: the first kernel offset (A's first matrix), its first
+                # chunk; the cursor back at the block's first tile
+                with m.If(s.conv):
+                    m.d.sync += [s.offs_left.eq(s.kk - 1), s.a_base.eq(d.a_addr),
+                                 s.a_gbase.eq(0), s.ochunk_last.eq(kb_last),
+                                 last_chunk.eq(kb_last & (s.kk == 1))]
+                    s.cur_op(PosOp.BACK, OffOp.ZERO)
             with m.If(d.row_vec | d.col_vec | d.tiles if self.k_blocks
                       else d.row_vec | d.col_vec):
                 m.next = "EXP_WAIT"
@@ -578,6 +651,10 @@ class Walker(wiring.Component):
             if self.k_blocks:
                 with m.If(d.tiles):
                     m.next = "EXP_PREP2"
+            if self.conv:
+                # (a convolution's column vectors: once the cursor is at ei's tile)
+                with m.If(~s.cur_ok):
+                    m.next = "EXP_PREP"
         if self.k_blocks:
             with m.State("EXP_PREP2"):     # K blocks: the grid offset follows ei's block
                 m.next = "EXP"
@@ -594,11 +671,19 @@ class Walker(wiring.Component):
                                  ld.nwords.eq(1), ld.nbeats.eq(1), ld.valid.eq(1),
                                  ld.sel.eq(0)]
         with m.State("EXP"):
+            # (a convolution: the cursor at the block's first tile for the first column
+            # vector and for the commands, at the next tile for each next column vector)
             with m.If(e_end):
                 m.next = "CMD"
+                if self.conv:
+                    with m.If(s.conv):
+                        s.cur_op(PosOp.BACK)
             with m.Elif(e_row):
                 m.d.sync += ei.eq(ei + 1)
                 m.next = "EXP_PREP"
+                if self.conv:
+                    with m.If(s.conv & (ei == BL - 1)):
+                        s.cur_op(PosOp.BACK)
                 with m.If(e_load_row):
                     setup_load(0, R, 0, v_re, ex_m0, d.row_exp_addr, 0,
                                tag=Cat(Const(1, 1), ei[:tag_width - 1]), exp=True)
@@ -615,6 +700,11 @@ class Walker(wiring.Component):
                 else:
                     load_col = e_load_col
                     tag = Cat(Const(1, 1), (ei - BL)[:tag_width - 1])
+                if self.conv:
+                    # (a tile that reads only padding has no exponent to load)
+                    load_col = load_col & (~s.conv | self.cur_inside)
+                    with m.If(s.conv):
+                        s.cur_op(PosOp.NEXT)
                 with m.If(load_col):
                     setup_load(1, C, 0, v_ce, ex_n0, d.col_exp_addr, 0, tag=tag, exp=True)
                     kb_load(d.col_exp_addr, s.kb_b_off if self.k_blocks else None)
@@ -635,12 +725,14 @@ class Walker(wiring.Component):
                 with m.If(cmd_out & write_out):
                     m.d.sync += [phase.eq(1), cmd_sent.eq(0), write_sent.eq(0)]
             with m.Elif(phase == 1):      # the first operand's load (A's, or B's)
-                m.d.sync += phase.eq(2)
-                with m.If(b_first):
-                    with m.If(load_b):
-                        load_b_job()
-                with m.Elif(load_a):
-                    load_a_job()
+                # (a convolution's: once the cursor is at the tile)
+                with m.If(s.cur_ok) if self.conv else nullcontext():
+                    m.d.sync += phase.eq(2)
+                    with m.If(b_first):
+                        with m.If(load_b):
+                            load_b_job()
+                    with m.Elif(load_a):
+                        load_a_job()
             with m.Elif(phase == 2):      # the other's
                 m.d.sync += phase.eq(3)
                 with m.If(b_first):
@@ -665,12 +757,19 @@ class Walker(wiring.Component):
         with m.State("NEXT"):
             # the block's next tile (sim.models.engine.tile_order): j inner, or i inner
             # where B is transposed
+            # (a convolution's cursor follows the tile and the kernel offset)
+            def conv_op(*ops):
+                if self.conv:
+                    with m.If(s.conv):
+                        s.cur_op(*ops)
             with m.If(more_tj & ~d.transpose_b):
                 m.d.sync += [tj.eq(tj + 1), n0.eq(n0 + C)]
                 m.next = "CMD"
+                conv_op(PosOp.NEXT)
             with m.Elif(more_ti & ~d.transpose_b):
                 m.d.sync += [tj.eq(0), ti.eq(ti + 1), m0.eq(m0 + R), n0.eq(n_blk)]
                 m.next = "CMD"
+                conv_op(PosOp.BACK)
             with m.Elif(more_ti & d.transpose_b):
                 m.d.sync += [ti.eq(ti + 1), m0.eq(m0 + R)]
                 m.next = "CMD"
@@ -695,6 +794,23 @@ class Walker(wiring.Component):
                         m.d.sync += [kc.eq(kb_kc), k_after.eq(kb_after),
                                      last_chunk.eq(kb_last), s.ei.eq(0)]
                         m.next = "EXP_WAIT"
+                if self.conv:
+                    # a convolution: the kernel offset's next chunk, or the next offset's
+                    # first (A's next matrix and exponent grid)
+                    with m.If(s.conv):
+                        with m.If(s.ochunk_last):
+                            f_kc, f_after, f_last = s.kb_first
+                            m.d.sync += [kc.eq(f_kc), k_after.eq(f_after), k0.eq(0),
+                                         s.offs_left.eq(s.offs_left - 1),
+                                         s.ochunk_last.eq(f_last),
+                                         last_chunk.eq(f_last & (s.offs_left == 1)),
+                                         s.a_base.eq(carry_select_add(s.a_base, d.a_step, 64)),
+                                         s.a_gbase.eq(s.a_gbase + d.a_grid_step)]
+                            conv_op(PosOp.BACK, OffOp.NEXT)
+                        with m.Else():
+                            m.d.sync += [s.ochunk_last.eq(kb_last),
+                                         last_chunk.eq(kb_last & (s.offs_left == 0))]
+                            conv_op(PosOp.BACK)
             with m.Else():
                 # The next block along the walk's inner direction keeps the operand
                 # they share (A along a row of blocks, B down a column) if this block
@@ -712,15 +828,20 @@ class Walker(wiring.Component):
                 with m.Else():
                     m.d.comb += self.i_stream.ready.eq(1)
                     m.next = "IDLE"
+                # (a convolution's cursor: on past the block's last tile to the next
+                # block's first, or back to the first block's)
                 with m.If(col_order):
                     with m.If(more_m):
                         m.d.sync += [m_blk.eq(m_blk + blk_r), tiles_m.eq(tiles_m - blk)]
                     with m.Elif(more_n):
                         m.d.sync += [m_blk.eq(0), n_blk.eq(n_blk + blk_c),
                                      tiles_m.eq(tiles_m0), tiles_n.eq(tiles_n - blk)]
+                        conv_op(PosOp.ADVANCE)
                 with m.Else():
                     with m.If(more_n):
                         m.d.sync += [n_blk.eq(n_blk + blk_c), tiles_n.eq(tiles_n - blk)]
+                        conv_op(PosOp.ADVANCE)
                     with m.Elif(more_m):
                         m.d.sync += [n_blk.eq(0), m_blk.eq(m_blk + blk_r),
                                      tiles_n.eq(tiles_n0), tiles_m.eq(tiles_m - blk)]
+                        conv_op(PosOp.ZERO)

@@ -194,6 +194,10 @@ def test_repeated_generation_is_cached(generated):
                                              "configuration: epilogue (BFP8 output) needs "
                                              "rows == cols"),
     (["--platform", "pynq-z1", "--epilogue", "--block", "1"], "block >= 32 / rows, not 16x16"),
+    (["--platform", "pynq-z1", "--conv"], "--conv needs --k-blocks"),
+    (["--platform", "zcu104", "--k-blocks", "--conv"],
+     "--conv is not available for this zcu104 configuration: conv needs k_blocks and cols at "
+     "most 32"),
 ])
 def test_bad_arguments_exit_2_with_the_choices(args, message):
     proc = run_build(*args)
@@ -401,3 +405,15 @@ def test_bfp8_output_is_built_and_recorded(tmp_path):
     assert report["config"]["epilogue"] is True
     assert "quantizer" in (tmp_path / "bfp_accel.v").read_text()
     assert all("epilogue" not in board.config() for board in PLATFORMS.values())
+
+
+def test_forward_convolutions_are_built_and_recorded(tmp_path):
+    """``--conv`` builds the convolution cursor and the report's configuration says so; no
+    board's default has it."""
+    proc = run_build("--platform", "pynq-z1", "--rows", "8", "--cols", "8", "--k-blocks",
+                     "--conv", "--synth", "none", "--out", str(tmp_path))
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert report["config"]["conv"] is True
+    assert "div_num_h" in (tmp_path / "bfp_accel.v").read_text()
+    assert all("conv" not in board.config() for board in PLATFORMS.values())

@@ -141,8 +141,18 @@ def _check_operands(dev, x, w, g, x_rows, x_cols):
                          f"{(len(g.offsets), g.out_channels, g.channels)}")
 
 
-def _require_conv(dev) -> None:
-    if dev.driver is not None and not dev.driver.info.conv:
+def _require_conv(dev, mode: int = 3, g=None) -> None:
+    """Whether ``dev`` runs convolution descriptors of ``mode`` on ``g``: all of them
+    (``CONFIG_FEATURES.CONV``), or forward ones alone with the batch a multiple of the
+    array's columns (``CONV_FORWARD``)."""
+    info = dev.driver.info if dev.driver is not None else None
+    if info is not None and not info.conv and mode == 1 and info.conv_forward:
+        if g.batch % info.cols:
+            raise ValueError(f"batch {g.batch}: this {dev.backend} accelerator runs forward "
+                             f"convolutions on batches of a multiple of its {info.cols} "
+                             f"columns (CONFIG_FEATURES.CONV_FORWARD)")
+        return
+    if info is not None and not info.conv:
         raise RuntimeError(f"this {dev.backend} accelerator has no convolution descriptors "
                            f"(CONFIG_FEATURES.CONV): use Device('model') or the host's im2col "
                            f"(firmware.ml.nn.Conv2d)")
@@ -229,7 +239,7 @@ def _check_add(dev, add, shape):
 
 def _run_conv(dev, mode, x, w, g, m, n, golden, *, bias, relu, mask_in, out, rounding,
               seed, stage=None, add=None):
-    _require_conv(dev)
+    _require_conv(dev, mode, g)
     _require(dev, BFP8=int(out == "bfp8"),
              STOCHASTIC=int(out == "bfp8" and rounding == "stochastic"),
              BIAS=0 if bias is None else 1, RELU=int(relu), MASK_IN=int(mask_in is not None))

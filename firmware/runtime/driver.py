@@ -82,6 +82,9 @@ class HardwareInfo:
         self.chain = bool(field_value("CONFIG_FEATURES", "CHAIN", features))
         #: a residual's sum on a convolution's write path (``DESC_CONV.ADD``; 0 before 1.15)
         self.add = bool(field_value("CONFIG_FEATURES", "ADD", features))
+        #: where ``conv`` is 0: forward convolutions with the batch a multiple of ``cols``
+        #: (``CONFIG_FEATURES.CONV_FORWARD``; 0 before 1.16)
+        self.conv_forward = bool(field_value("CONFIG_FEATURES", "CONV_FORWARD", features))
         self.tile_block = 1 << field_value("CONFIG_FEATURES", "TILE_LOG2", features)
 
     def __repr__(self):
@@ -339,9 +342,28 @@ class Driver:
     def cycle_bound(self, descs) -> int:
         """A generous bound on the cycles ``descs`` take (from their sizes): how long
         :meth:`run` waits by default."""
+        def mnk(d):
+            conv = d.get("conv")
+            if conv and conv["fields"].get("MODE"):
+                # a convolution's implicit GEMM, padding's products counted
+                from sim.models.conv import ConvGeometry
+                f = conv["fields"]
+                try:
+                    g = ConvGeometry(conv["batch"], conv["channels"], conv["height"],
+                                     conv["width"], conv["out_channels"],
+                                     (f["KERNEL_H"], f["KERNEL_W"]),
+                                     stride=(f["STRIDE_H"], f["STRIDE_W"]),
+                                     padding=(f.get("PAD_H", 0), f.get("PAD_W", 0)),
+                                     dilation=(f["DILATION_H"], f["DILATION_W"]))
+                except (TypeError, ValueError):
+                    return d["m"], d["n"], d["k"]
+                m, n, k, _ = g.implicit_gemm(f["MODE"])
+                kk = len(g.offsets)
+                return m, n, {1: kk * g.channels, 2: kk * g.out_channels}.get(f["MODE"], k)
+            return d["m"], d["n"], d["k"]
         return 64 * 256 + sum(
-            20 * ((-(-d["m"] // self.info.rows)) * (-(-d["n"] // self.info.cols))
-                  * (d["k"] + 256) + d["m"] * d["n"] // 4) for d in descs)
+            20 * ((-(-m // self.info.rows)) * (-(-n // self.info.cols)) * (k + 256)
+                  + m * n // 4) for m, n, k in map(mnk, descs))
 
     def run(self, *descs: dict, max_cycles: int | None = None, profile=None) -> dict:
         """Run descriptors to completion, queued back to back.

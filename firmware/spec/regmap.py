@@ -33,7 +33,7 @@ __all__ = ["Field", "Register", "REGISTERS", "ErrorCode", "MAGIC", "VERSION", "T
 #: ``ID`` register contents: ASCII "BFP8".
 MAGIC = 0x42465038
 #: Register map version (major << 16 | minor): changes when the map does.
-VERSION = 0x0001_000F
+VERSION = 0x0001_0010
 
 #: Side of the number format's square tile blocks (``CONFIG_FEATURES.TILE_LOG2``): BFP8 tile
 #: blocks, :mod:`sim.models.bfp`.
@@ -221,6 +221,9 @@ REGISTERS: tuple[Register, ...] = tuple([
          ("POOL", 4, 1, "pooling on a convolution's write path (DESC_POOL)"),
          ("CHAIN", 5, 1, "descriptor chains in memory (CTRL.RUN_CHAIN)"),
          ("ADD", 6, 1, "a residual's sum on a convolution's write path (DESC_CONV.ADD)"),
+         ("CONV_FORWARD", 7, 1, "where CONV is 0: forward convolutions (DESC_CONV.MODE 1) "
+                                "with tile exponents, no pooling stage or residual sum, "
+                                "and the batch a multiple of CONFIG_ARRAY.COLS"),
          ("TILE_LOG2", 8, 4, "log2 of the side of the number format's tile blocks"),
          ("OPS", 16, 8, "the DESC_EPILOGUE bits 7..0 this build runs, each as in "
                         "DESC_EPILOGUE (all of them where EPILOGUE is 1). RELU, BIAS, "

@@ -1,0 +1,124 @@
+"""Forward convolutions on the RTL (``Accelerator(conv=True)``, ``Device("rtl")``): bit for
+bit :func:`sim.models.conv.conv2d_forward` through :func:`sim.models.bfp.epilogue` on random
+shapes (strides 1 and 2, padding 0 to 2, kernels 1 x 1 to 5 x 5, dilation 2, odd sizes,
+one input channel, several tile blocks of channels); the descriptors it refuses, in the
+runtime and in the hardware."""
+
+import numpy as np
+import pytest
+
+from firmware import Device
+from firmware.runtime.device import AcceleratorError
+from firmware.spec.regmap import ErrorCode
+from sim.models import bfp
+from sim.models import conv as convm
+from tests.test_conv_device import _geometry
+
+GEOMETRIES = [
+    # batch, Cin, H, W, Cout, kernel, stride, padding, dilation
+    (8, 1, 9, 7, 8, 3, 1, 1, 1), (8, 5, 8, 8, 6, 3, 2, 1, 1), (16, 40, 5, 3, 33, 1, 1, 0, 1),
+    (8, 3, 11, 9, 4, 5, 2, 2, 1), (8, 7, 7, 7, 9, (3, 2), (1, 2), (0, 1), 1),
+    (8, 2, 9, 9, 5, 3, 1, 2, 2), (24, 2, 4, 4, 3, 2, 2, 0, 1)]
+
+
+def _operands(rng, g):
+    w = (rng.standard_normal((g.out_channels, g.channels, *g.kernel)) * 0.3).astype(
+        np.float32)
+    qs, es = zip(*(bfp.quantize_tiles(m) for m in convm.weight_stack(w)), strict=True)
+    x = (rng.standard_normal((g.channels, g.positions))
+         * 2.0 ** rng.integers(-3, 3, (g.channels, 1))).astype(np.float32)
+    return (np.stack(qs), np.stack(es)), bfp.quantize_tiles(x)
+
+
+@pytest.fixture(scope="module")
+def rtl():
+    return Device("rtl", rows=8, cols=8, data_width=64, depth=64, block=4, k_blocks=True,
+                  epilogue=True, conv=True)
+
+
+def test_features(rtl):
+    info = rtl.driver.info
+    assert info.conv_forward and not info.conv and not info.pool and not info.add
+
+
+@pytest.mark.parametrize("spec", GEOMETRIES)
+def test_forward_float32_bit_exact(rtl, spec):
+    """A float32 C: the reference's bits."""
+    g = _geometry(spec)
+    rng = np.random.default_rng(sum(map(hash, map(str, spec))) % 2**32)
+    (qw, ew), (qx, ex) = _operands(rng, g)
+    want = convm.conv2d_forward(qx, ex, qw, ew, g)
+    got = rtl.conv2d(rtl.bfp_tensor(qx, ex), rtl.bfp_stack(qw, ew), g, out="float32")
+    np.testing.assert_array_equal(got.numpy().view(np.uint32), want.view(np.uint32))
+
+
+@pytest.mark.parametrize("spec", GEOMETRIES[:3])
+def test_forward_epilogue_matches_golden(rtl, spec):
+    """A bias per output channel and ReLU, quantised stochastically: the golden backend's
+    mantissas, exponents and mask."""
+    g = _geometry(spec)
+    rng = np.random.default_rng(sum(map(hash, map(str, spec))) % 2**32 + 1)
+    (qw, ew), (qx, ex) = _operands(rng, g)
+    bias = rng.standard_normal(g.out_channels).astype(np.float32)
+    gold = Device("golden")
+    out = []
+    for dev in (rtl, gold):
+        y, mask = dev.conv2d(dev.bfp_tensor(qx, ex), dev.bfp_stack(qw, ew), g, bias=bias,
+                             relu=True, rounding="stochastic", seed=5)
+        out.append((y.mantissas(), y.exponents(), mask.numpy()))
+    for got, want in zip(*out, strict=True):
+        np.testing.assert_array_equal(got, want)
+
+
+def test_runtime_refuses_what_the_build_lacks(rtl):
+    """A batch not a multiple of the columns, backward-data and weight-gradient
+    convolutions: named before anything runs."""
+    g = _geometry((4, 2, 5, 5, 3, 3, 1, 1, 1))
+    rng = np.random.default_rng(3)
+    (qw, ew), (qx, ex) = _operands(rng, g)
+    x, w = rtl.bfp_tensor(qx, ex), rtl.bfp_stack(qw, ew)
+    with pytest.raises(ValueError, match="batch 4: .* multiple of its 8 columns"):
+        rtl.conv2d(x, w, g)
+    g8 = _geometry((8, 2, 5, 5, 3, 3, 1, 1, 1))
+    (qw, ew), (qx, ex) = _operands(rng, g8)
+    qd, ed = bfp.quantize_tiles(rng.standard_normal((3, g8.out_positions)).astype(np.float32))
+    d, x, w = rtl.bfp_tensor(qd, ed), rtl.bfp_tensor(qx, ex), rtl.bfp_stack(qw, ew)
+    with pytest.raises(RuntimeError, match="CONFIG_FEATURES.CONV"):
+        rtl.conv2d_backward_data(d, w, g8)
+    with pytest.raises(RuntimeError, match="CONFIG_FEATURES.CONV"):
+        rtl.conv2d_weight_grad(d, x, g8)
+
+
+def test_hardware_refuses(rtl):
+    """Descriptors the runtime would not send: other modes, a batch not a multiple of the
+    columns, no tile exponents, a transpose, a pooling stage, SGD (UNSUPPORTED at enqueue);
+    a dilated kernel beyond the padded image (UNSUPPORTED once derived); a zero stride
+    (ZERO_DIMENSION)."""
+    conv = {"fields": {"MODE": 1, "KERNEL_H": 3, "KERNEL_W": 3, "STRIDE_H": 1,
+                       "STRIDE_W": 1, "DILATION_H": 1, "DILATION_W": 1},
+            "height": 5, "width": 5, "channels": 2, "out_channels": 3, "batch": 8}
+    tiles = {"A_TILES": 1, "B_TILES": 1}
+    pool = {"fields": {"MODE": 1, "KERNEL_H": 2, "KERNEL_W": 2, "STRIDE_H": 2,
+                       "STRIDE_W": 2}, "height": 3, "width": 3}
+    for code, fields, extra, flags, epi in (
+            (ErrorCode.UNSUPPORTED, {"MODE": 2}, {}, {}, tiles),
+            (ErrorCode.UNSUPPORTED, {"MODE": 3}, {}, {}, tiles),
+            (ErrorCode.UNSUPPORTED, {}, {"batch": 12}, {}, tiles),
+            (ErrorCode.UNSUPPORTED, {}, {}, {}, {}),
+            (ErrorCode.UNSUPPORTED, {}, {}, {"TRANSPOSE_B": 1}, tiles),
+            (ErrorCode.UNSUPPORTED, {}, {}, {}, dict(tiles, SGD=1, BFP8=1)),
+            (ErrorCode.UNSUPPORTED, {"ADD": 1}, {}, {}, tiles),
+            (ErrorCode.UNSUPPORTED, {"DILATION_H": 3}, {}, {}, tiles),
+            (ErrorCode.ZERO_DIMENSION, {"STRIDE_H": 0}, {}, {}, tiles)):
+        c = dict(conv, fields=dict(conv["fields"], **fields), **extra)
+        with pytest.raises(AcceleratorError) as e:
+            rtl.driver.run(dict(m=1, n=1, k=1, flags=flags, epilogue=epi, conv=c))
+        assert e.value.code is code, (fields, extra, flags, epi)
+    with pytest.raises(AcceleratorError) as e:
+        rtl.driver.run(dict(m=1, n=1, k=1, flags={}, epilogue=tiles, conv=conv, pool=pool))
+    assert e.value.code is ErrorCode.UNSUPPORTED
+    # and the engine runs again afterwards
+    g = _geometry(GEOMETRIES[0])
+    (qw, ew), (qx, ex) = _operands(np.random.default_rng(9), g)
+    got = rtl.conv2d(rtl.bfp_tensor(qx, ex), rtl.bfp_stack(qw, ew), g, out="float32")
+    np.testing.assert_array_equal(got.numpy(), convm.conv2d_forward(qx, ex, qw, ew, g))
