@@ -25,12 +25,15 @@ def descriptor_layout(k_blocks: bool = False, epilogue: bool = False,
     ``a_stride`` goes through the epilogue; K, B and the exponent vectors unused), and
     ``sgd`` with ``lr`` and ``decay`` (``DESC_EPILOGUE.SGD``, ``DESC_LR``, ``DESC_DECAY``:
     the stored BFP8 weights at C stepped by this GEMM's result). With ``conv`` (its fields
-    before the epilogue's, so that the walker's layout is a prefix of the engine's), a forward
-    convolution (``conv``; ``DESC_CONV`` and its geometry, ``cin``, ``cout``) and what the
-    engine derives from it before the checks (:class:`rtl.engine.GemmEngine`): M, N and K of
-    its implicit GEMM, the weight stack's rows ``a_rows`` and its exponent grid's
-    ``a_grid_rows``, the input's columns ``b_cols``, and the steps from one kernel offset's
-    matrix to the next, ``a_step`` bytes and ``a_grid_step`` exponent bytes."""
+    before the epilogue's, so that the walker's layout is a prefix of the engine's), a
+    forward or backward-data convolution (``conv``; ``DESC_CONV`` and its geometry, ``cin``,
+    ``cout``) and what the engine derives from it before the checks
+    (:class:`rtl.engine.GemmEngine`): M, N and K of its implicit GEMM (and ``transpose_a``
+    for backward-data), the weight stack's rows ``a_rows`` and its exponent grid's
+    ``a_grid_rows``, B's rows ``b_rows`` (the input's channels, or the deltas') and columns
+    ``b_cols``, and where the first kernel offset's matrix in K order lies in the stack and
+    its grid (``a_first``, ``a_grid_first``, bytes) and the steps to the next (``a_step``,
+    ``a_grid_step``, modulo 2**64 and 2**32: backward-data walks the stack backwards)."""
     return data.StructLayout({
         "m": unsigned(32), "n": unsigned(32), "k": unsigned(32),
         "transpose_a": 1, "transpose_b": 1, "raw": 1, "row_vec": 1, "col_vec": 1,
@@ -43,7 +46,8 @@ def descriptor_layout(k_blocks: bool = False, epilogue: bool = False,
         **({"tiles": 1} if k_blocks else {}),
         **({"conv": 1, "geometry": conv_geometry_layout(), "cin": unsigned(16),
             "cout": unsigned(16), "a_rows": unsigned(32), "a_grid_rows": unsigned(32),
-            "b_cols": unsigned(48), "a_step": unsigned(48), "a_grid_step": unsigned(32)}
+            "b_rows": unsigned(16), "b_cols": unsigned(48), "a_first": unsigned(64),
+            "a_step": unsigned(64), "a_grid_first": unsigned(32), "a_grid_step": unsigned(32)}
            if conv else {}),
         **({"bfp8": 1, "stochastic": 1, "c_exp_addr": unsigned(64), "seed": unsigned(64),
             "relu": 1, "mask_addr": unsigned(64), "mask_stride": unsigned(32),
@@ -104,6 +108,13 @@ class DescriptorChecker(wiring.Component):
         ``bias_addr``. With ``quantize_only``, K is not checked, A is ``M`` rows of ``4 N``
         bytes (base and stride multiples of the bus width, as C's) and neither B nor an
         exponent vector is checked.
+    conv : bool
+        With ``k_blocks``: descriptors may have ``conv`` (a convolution, its M, N, K and
+        extents derived by the engine): A is then ``a_rows`` rows of ``cin`` bytes (the
+        weight stack), B ``b_rows`` rows of ``b_cols`` bytes (the input, or the deltas), A's
+        tile grid ``a_grid_rows x ceil(cin / T)`` bytes and B's ``ceil(b_rows / T) x
+        ceil(b_cols / T)``; ``a_rows`` or ``b_cols`` over 65535 is
+        ``DIMENSION_TOO_LARGE``.
 
     Attributes
     ----------
@@ -195,7 +206,7 @@ class DescriptorChecker(wiring.Component):
             a, b = regions[0], regions[1]
             regions[0] = (a[0], Mux(cv, d.a_rows[:16], a[1]), a[2], Mux(cv, d.cin, a[3]),
                           *a[4:])
-            regions[1] = (b[0], Mux(cv, d.cin, b[1]), b[2], Mux(cv, d.b_cols[:18], b[3]),
+            regions[1] = (b[0], Mux(cv, d.b_rows, b[1]), b[2], Mux(cv, d.b_cols[:18], b[3]),
                           *b[4:])
         if self.k_blocks:
             # the tile grids: ceil(M / T) rows of ceil(K / T) bytes, ceil(K / T) of
@@ -205,9 +216,12 @@ class DescriptorChecker(wiring.Component):
             if self.conv:
                 # (each kernel offset's matrix its own grid rows; the input's columns)
                 gm = Mux(d.conv, d.a_grid_rows, gm)
-                gk = Mux(d.conv, (d.cin + TILE_BLOCK - 1) >> lg, gk)
+                gk_a = Mux(d.conv, (d.cin + TILE_BLOCK - 1) >> lg, gk)
+                gk = Mux(d.conv, (d.b_rows + TILE_BLOCK - 1) >> lg, gk)
                 gn = Mux(d.conv, (d.b_cols[:18] + TILE_BLOCK - 1) >> lg, gn)
-            grids = [(d.row_exp_addr, gm, gk, gk), (d.col_exp_addr, gk, gn, gn)]
+                grids = [(d.row_exp_addr, gm, gk_a, gk_a), (d.col_exp_addr, gk, gn, gn)]
+            else:
+                grids = [(d.row_exp_addr, gm, gk, gk), (d.col_exp_addr, gk, gn, gn)]
             regions = [(*r, 0) for r in regions[:3]] + [
                 (Mux(d.tiles, g[0], r[0]), Mux(d.tiles, g[1], r[1]), Mux(d.tiles, g[2], r[2]),
                  Mux(d.tiles, g[3], r[3]), r[4] | d.tiles, r[5], d.tiles)

@@ -105,6 +105,8 @@ class ConvCursor(wiring.Component):
     positions : Out(48)
         C's columns: ``OH * OW * N`` (forward) or ``H * W * N`` (backward-data), valid with
         :attr:`ready`.
+    out_positions : Out(48)
+        The output positions ``OH * OW * N`` (in either mode), valid with :attr:`ready`.
 
     Latency
     -------
@@ -140,7 +142,7 @@ class ConvCursor(wiring.Component):
             "start": In(1), "ready": Out(1),
             "pos_op": In(3), "off_op": In(2),
             "column": Out(32), "inside": Out(1), "offset": Out(8), "last_offset": Out(1),
-            "positions": Out(48),
+            "positions": Out(48), "out_positions": Out(48),
         })
 
     def elaborate(self, platform):
@@ -292,6 +294,11 @@ class ConvCursor(wiring.Component):
                      big.eq(Mux(bwd, wn, own)), small.eq(Mux(bwd, g.height, out["h"][:16])),
                      halves[0].eq(small * big[:16]), halves[1].eq(small * big[16:]),
                      self.positions.eq(carry_select_add(halves[0], halves[1] << 16, 48))]
+        o_halves = _Reg(33), _Reg(33)
+        m.d.sync += [o_halves[0].eq(out["h"][:16] * own[:16]),
+                     o_halves[1].eq(out["h"][:16] * own[16:]),
+                     self.out_positions.eq(carry_select_add(o_halves[0], o_halves[1] << 16,
+                                                            48))]
         first = Signal()                       # the last set-up cycle: the first tile
         m.d.comb += first.eq(busy & (step == first_step))
         with m.If(first):

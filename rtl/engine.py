@@ -820,18 +820,27 @@ class GemmEngine(wiring.Component):
         r = {name: Signal(width, name=f"conv_{name}", reset_less=True) for name, width in (
             ("kk", 8), ("gm", 12), ("gk", 12), ("k", 24), ("a_rows", 24), ("a_grid_rows", 20),
             ("a_grid_step", 24), ("hw", 32), ("bc_lo", 32), ("bc_hi", 32), ("b_cols", 48),
-            ("as_lo", 32), ("as_hi", 32), ("a_step", 48), ("zero", 1), ("fits", 1))}
+            ("as_lo", 32), ("as_hi", 32), ("a_step", 64), ("a_back", 64), ("kk1c", 24),
+            ("af_lo", 40), ("af_hi", 40), ("a_first", 64), ("a_grid_first", 32),
+            ("a_grid_back", 32), ("zero", 1), ("fits", 1))}
+        bwd = g.mode == 2
         m.d.sync += [
             r["kk"].eq(g.kernel_h * g.kernel_w),
             r["gm"].eq((d.cout + regmap.TILE_BLOCK - 1) >> lg),
             r["gk"].eq((d.cin + regmap.TILE_BLOCK - 1) >> lg),
-            r["k"].eq(r["kk"] * d.cin), r["a_rows"].eq(r["kk"] * d.cout),
+            r["k"].eq(r["kk"] * Mux(bwd, d.cout, d.cin)), r["a_rows"].eq(r["kk"] * d.cout),
             r["a_grid_rows"].eq(r["kk"] * r["gm"]), r["a_grid_step"].eq(r["gm"] * r["gk"]),
             r["hw"].eq(g.height * g.width),
             r["bc_lo"].eq(r["hw"][:16] * g.batch), r["bc_hi"].eq(r["hw"][16:] * g.batch),
             r["b_cols"].eq(r["bc_lo"] + (r["bc_hi"] << 16)),
             r["as_lo"].eq(d.cout * d.a_stride[:16]), r["as_hi"].eq(d.cout * d.a_stride[16:]),
             r["a_step"].eq(r["as_lo"] + (r["as_hi"] << 16)),
+            # (backward-data: from the stack's last matrix back to its first)
+            r["a_back"].eq(-r["a_step"]), r["kk1c"].eq(r["a_rows"] - d.cout),
+            r["af_lo"].eq(r["kk1c"] * d.a_stride[:16]), r["af_hi"].eq(r["kk1c"] * d.a_stride[16:]),
+            r["a_first"].eq(r["af_lo"] + (r["af_hi"] << 16)),
+            r["a_grid_first"].eq((r["kk"] - 1) * r["a_grid_step"]),
+            r["a_grid_back"].eq(-r["a_grid_step"]),
             # (a zero stride, dilation or image size, as a zero dimension; a dilated kernel
             # beyond the padded image: refused)
             r["zero"].eq((g.stride_h == 0) | (g.stride_w == 0) | (g.dilation_h == 0)
@@ -883,12 +892,23 @@ class GemmEngine(wiring.Component):
                     with m.Elif(p.cursor.ready):
                         pos = p.cursor.positions
                         m.d.comb += shaped.eq(1)
-                        m.d.sync += [d.m.eq(d.cout), d.k.eq(Mux(r["zero"], 0, r["k"])),
+                        # (backward-data: M the input channels, the stack read transposed
+                        # from its last matrix back, B the deltas)
+                        bwd = g.mode == 2
+                        m.d.sync += [d.m.eq(Mux(bwd, d.cin, d.cout)),
+                                     d.k.eq(Mux(r["zero"], 0, r["k"])),
                                      d.n.eq(Mux(pos[32:].any(), 0xFFFFFFFF, pos[:32])),
+                                     d.transpose_a.eq(bwd),
                                      d.a_rows.eq(r["a_rows"]),
                                      d.a_grid_rows.eq(r["a_grid_rows"]),
-                                     d.a_grid_step.eq(r["a_grid_step"]),
-                                     d.b_cols.eq(r["b_cols"]), d.a_step.eq(r["a_step"])]
+                                     d.b_rows.eq(Mux(bwd, d.cout, d.cin)),
+                                     d.b_cols.eq(Mux(bwd, p.cursor.out_positions,
+                                                     r["b_cols"])),
+                                     d.a_first.eq(Mux(bwd, r["a_first"], 0)),
+                                     d.a_step.eq(Mux(bwd, r["a_back"], r["a_step"])),
+                                     d.a_grid_first.eq(Mux(bwd, r["a_grid_first"], 0)),
+                                     d.a_grid_step.eq(Mux(bwd, r["a_grid_back"],
+                                                          r["a_grid_step"]))]
                         m.next = "CHECK"
             with m.State("CHECK"):
                 m.d.comb += [checker.i_stream.valid.eq(1), checker.o_stream.ready.eq(1)]

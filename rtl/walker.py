@@ -69,6 +69,18 @@ class Walker(wiring.Component):
         twice it; with ``cols == 2 * TILE_BLOCK`` a B tile whose columns reach past the
         first ``TILE_BLOCK`` takes a second byte, of the next tile block of columns, after
         the block's first ones (indices ``2 * block`` on, the tag's top bit set).
+    conv : bool
+        With ``k_blocks`` and at most ``TILE_BLOCK`` columns: descriptors may have ``conv``,
+        a forward or backward-data convolution whose M, N and K (and, backward, A's
+        transpose) the engine has derived. Its K chunks are (kernel offset, tile block of
+        B's rows): A's loads read the offset's matrix of the stack (``a_first`` bytes in,
+        ``a_step`` on per offset) and its exponent grid (``a_grid_first``,
+        ``a_grid_step``), B's each tile on its own, at the column a
+        :class:`rtl.convcursor.ConvCursor` gives through :attr:`cur_pos_op` /
+        :attr:`cur_off_op` (moved with the tile and the offset; the walker waits its
+        latency before a load or exponent that reads it), as zero rows where it reads
+        nothing (and no exponent then); a command adds to the accumulator after the block's
+        first chunk.
 
     Attributes
     ----------
@@ -78,6 +90,10 @@ class Walker(wiring.Component):
     o_write : Out(stream.Signature(rtl.writeback.write_job_layout()))
     drained : In(1)
         No command is queued and no exponent vector is awaited downstream.
+    cur_pos_op, cur_off_op : Out(3), Out(2)
+        With ``conv``: the cursor's ops (:class:`rtl.convcursor.PosOp`, ``OffOp``).
+    cur_column, cur_inside : In(32), In(1)
+        With ``conv``: the cursor's outputs.
 
     Latency
     -------
@@ -309,7 +325,7 @@ class Walker(wiring.Component):
             kb_next = (Signal(17, name="kb_next_kc"), Signal(17, name="kb_next_after"),
                        Signal(name="kb_next_last"))
             # (a convolution's first chunk of each kernel offset from Cin)
-            k_first = Mux(d.conv, d.cin, d.k) if self.conv else d.k
+            k_first = Mux(d.conv, d.b_rows, d.k) if self.conv else d.k
             for (kc_r, after_r, last_r), rest in ((kb_first, k_first), (kb_next, k_after)):
                 big = rest > T
                 m.d.sync += [kc_r.eq(Mux(big, T, rest)), after_r.eq(Mux(big, rest - T, 0)),
@@ -402,7 +418,7 @@ class Walker(wiring.Component):
             gm, gn, gk = (Signal(12, name=f"grid_{x}") for x in "mnk")
             # (a convolution's A grid per kernel offset is Cout x Cin; B's the input's)
             g_n = Mux(d.conv, d.b_cols[:17], d.n) if self.conv else d.n
-            g_k = Mux(d.conv, d.cin, d.k) if self.conv else d.k
+            g_k = Mux(d.conv, d.b_rows, d.k) if self.conv else d.k
             m.d.sync += [g.eq((x + TILE_BLOCK - 1) >> lg)
                          for g, x in ((gm, d.m), (gn, g_n), (gk, g_k))]
             kb = s.k0 >> lg
@@ -627,8 +643,9 @@ class Walker(wiring.Component):
                 # a convolution: the first kernel offset (A's first matrix), its first
                 # chunk; the cursor back at the block's first tile
                 with m.If(s.conv):
-                    m.d.sync += [s.offs_left.eq(s.kk - 1), s.a_base.eq(d.a_addr),
-                                 s.a_gbase.eq(0), s.ochunk_last.eq(kb_last),
+                    m.d.sync += [s.offs_left.eq(s.kk - 1),
+                                 s.a_base.eq(carry_select_add(d.a_addr, d.a_first, 64)),
+                                 s.a_gbase.eq(d.a_grid_first), s.ochunk_last.eq(kb_last),
                                  last_chunk.eq(kb_last & (s.kk == 1))]
                     s.cur_op(PosOp.BACK, OffOp.ZERO)
             with m.If(d.row_vec | d.col_vec | d.tiles if self.k_blocks

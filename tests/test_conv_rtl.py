@@ -1,8 +1,9 @@
-"""Forward convolutions on the RTL (``Accelerator(conv=True)``, ``Device("rtl")``): bit for
-bit :func:`sim.models.conv.conv2d_forward` through :func:`sim.models.bfp.epilogue` on random
-shapes (strides 1 and 2, padding 0 to 2, kernels 1 x 1 to 5 x 5, dilation 2, odd sizes,
-one input channel, several tile blocks of channels); the descriptors it refuses, in the
-runtime and in the hardware."""
+"""Forward and backward-data convolutions on the RTL (``Accelerator(conv=True)``,
+``Device("rtl")``): bit for bit :func:`sim.models.conv.conv2d_forward` and
+:func:`sim.models.conv.conv2d_backward_data` through :func:`sim.models.bfp.epilogue` on
+random shapes (strides 1 and 2, padding 0 to 2, kernels 1 x 1 to 5 x 5, dilation 2, odd
+sizes, one input channel, several tile blocks of channels); the descriptors it refuses, in
+the runtime and in the hardware."""
 
 import numpy as np
 import pytest
@@ -30,6 +31,18 @@ def _operands(rng, g):
     return (np.stack(qs), np.stack(es)), bfp.quantize_tiles(x)
 
 
+def _deltas(rng, g):
+    return bfp.quantize_tiles(rng.standard_normal((g.out_channels, g.out_positions))
+                              .astype(np.float32))
+
+
+def _stored_mask(dev, stored):
+    """A ReLU mask on ``dev`` that is ``stored``: ReLU's of (+-1) @ I."""
+    _, mask = dev.bfp_gemm(dev.quantize(np.where(stored, 1.0, -1.0).astype(np.float32)),
+                           dev.quantize(np.eye(stored.shape[1], dtype=np.float32)), relu=True)
+    return mask
+
+
 @pytest.fixture(scope="module")
 def rtl():
     return Device("rtl", rows=8, cols=8, data_width=64, depth=64, block=4, k_blocks=True,
@@ -38,7 +51,8 @@ def rtl():
 
 def test_features(rtl):
     info = rtl.driver.info
-    assert info.conv_forward and not info.conv and not info.pool and not info.add
+    assert info.conv_forward and info.conv_backward_data
+    assert not info.conv and not info.pool and not info.add
 
 
 @pytest.mark.parametrize("spec", GEOMETRIES)
@@ -50,6 +64,38 @@ def test_forward_float32_bit_exact(rtl, spec):
     want = convm.conv2d_forward(qx, ex, qw, ew, g)
     got = rtl.conv2d(rtl.bfp_tensor(qx, ex), rtl.bfp_stack(qw, ew), g, out="float32")
     np.testing.assert_array_equal(got.numpy().view(np.uint32), want.view(np.uint32))
+
+
+@pytest.mark.parametrize("spec", GEOMETRIES)
+def test_backward_data_float32_bit_exact(rtl, spec):
+    """The deltas through the rotated kernel, as float32: the reference's bits."""
+    g = _geometry(spec)
+    rng = np.random.default_rng(sum(map(hash, map(str, spec))) % 2**32 + 2)
+    (qw, ew), _ = _operands(rng, g)
+    qd, ed = _deltas(rng, g)
+    want = convm.conv2d_backward_data(qd, ed, qw, ew, g)
+    got = rtl.conv2d_backward_data(rtl.bfp_tensor(qd, ed), rtl.bfp_stack(qw, ew), g,
+                                   out="float32")
+    np.testing.assert_array_equal(got.numpy().view(np.uint32), want.view(np.uint32))
+
+
+@pytest.mark.parametrize("spec", GEOMETRIES[1:3])
+def test_backward_data_through_a_mask_matches_golden(rtl, spec):
+    """Backward-data through a stored ReLU mask, quantised to BFP8: the golden backend's
+    mantissas and exponents."""
+    g = _geometry(spec)
+    rng = np.random.default_rng(sum(map(hash, map(str, spec))) % 2**32 + 3)
+    (qw, ew), _ = _operands(rng, g)
+    qd, ed = _deltas(rng, g)
+    stored = rng.random((g.channels, g.positions)) < 0.5
+    out = []
+    for dev in (rtl, Device("golden")):
+        mask = _stored_mask(dev, stored)
+        y = dev.conv2d_backward_data(dev.bfp_tensor(qd, ed), dev.bfp_stack(qw, ew), g,
+                                     mask_in=mask)
+        out.append((y.mantissas(), y.exponents()))
+    for got, want in zip(*out, strict=True):
+        np.testing.assert_array_equal(got, want)
 
 
 @pytest.mark.parametrize("spec", GEOMETRIES[:3])
@@ -71,8 +117,8 @@ def test_forward_epilogue_matches_golden(rtl, spec):
 
 
 def test_runtime_refuses_what_the_build_lacks(rtl):
-    """A batch not a multiple of the columns, backward-data and weight-gradient
-    convolutions: named before anything runs."""
+    """A batch not a multiple of the columns, weight-gradient convolutions: named before
+    anything runs."""
     g = _geometry((4, 2, 5, 5, 3, 3, 1, 1, 1))
     rng = np.random.default_rng(3)
     (qw, ew), (qx, ex) = _operands(rng, g)
@@ -83,14 +129,15 @@ def test_runtime_refuses_what_the_build_lacks(rtl):
     (qw, ew), (qx, ex) = _operands(rng, g8)
     qd, ed = bfp.quantize_tiles(rng.standard_normal((3, g8.out_positions)).astype(np.float32))
     d, x, w = rtl.bfp_tensor(qd, ed), rtl.bfp_tensor(qx, ex), rtl.bfp_stack(qw, ew)
-    with pytest.raises(RuntimeError, match="CONFIG_FEATURES.CONV"):
-        rtl.conv2d_backward_data(d, w, g8)
+    with pytest.raises(ValueError, match="batch 4: .* backward-data .* multiple of its 8"):
+        rtl.conv2d_backward_data(rtl.bfp_tensor(*bfp.quantize_tiles(
+            rng.standard_normal((3, g.out_positions)).astype(np.float32))), w, g)
     with pytest.raises(RuntimeError, match="CONFIG_FEATURES.CONV"):
         rtl.conv2d_weight_grad(d, x, g8)
 
 
 def test_hardware_refuses(rtl):
-    """Descriptors the runtime would not send: other modes, a batch not a multiple of the
+    """Descriptors the runtime would not send: a weight gradient, a batch not a multiple of the
     columns, no tile exponents, a transpose, a pooling stage, SGD (UNSUPPORTED at enqueue);
     a dilated kernel beyond the padded image (UNSUPPORTED once derived); a zero stride
     (ZERO_DIMENSION)."""
@@ -101,7 +148,6 @@ def test_hardware_refuses(rtl):
     pool = {"fields": {"MODE": 1, "KERNEL_H": 2, "KERNEL_W": 2, "STRIDE_H": 2,
                        "STRIDE_W": 2}, "height": 3, "width": 3}
     for code, fields, extra, flags, epi in (
-            (ErrorCode.UNSUPPORTED, {"MODE": 2}, {}, {}, tiles),
             (ErrorCode.UNSUPPORTED, {"MODE": 3}, {}, {}, tiles),
             (ErrorCode.UNSUPPORTED, {}, {"batch": 12}, {}, tiles),
             (ErrorCode.UNSUPPORTED, {}, {}, {}, {}),

@@ -106,6 +106,7 @@ def simulate(g, mode, cols, seed, walk=random_walk):
             cycles += 1
         assert cycles == ConvCursor.SETUP_CYCLES
         assert ctx.get(dut.positions) == (g.out_positions if mode == 1 else g.positions)
+        assert ctx.get(dut.out_positions) == g.out_positions
         history = []                       # the (tile, offset) each cycle's ops lead to
         for pos_op, off_op, t, k in ops + [(PosOp.HOLD, OffOp.HOLD, None, None)] * 3:
             ctx.set(dut.pos_op, pos_op)

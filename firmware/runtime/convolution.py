@@ -143,14 +143,17 @@ def _check_operands(dev, x, w, g, x_rows, x_cols):
 
 def _require_conv(dev, mode: int = 3, g=None) -> None:
     """Whether ``dev`` runs convolution descriptors of ``mode`` on ``g``: all of them
-    (``CONFIG_FEATURES.CONV``), or forward ones alone with the batch a multiple of the
-    array's columns (``CONV_FORWARD``)."""
+    (``CONFIG_FEATURES.CONV``), or forward (``CONV_FORWARD``) and backward-data ones
+    (``CONV_BACKWARD_DATA``) with the batch a multiple of the array's columns."""
     info = dev.driver.info if dev.driver is not None else None
-    if info is not None and not info.conv and mode == 1 and info.conv_forward:
+    if info is not None and not info.conv and (
+            (mode == 1 and info.conv_forward) or (mode == 2 and info.conv_backward_data)):
         if g.batch % info.cols:
-            raise ValueError(f"batch {g.batch}: this {dev.backend} accelerator runs forward "
-                             f"convolutions on batches of a multiple of its {info.cols} "
-                             f"columns (CONFIG_FEATURES.CONV_FORWARD)")
+            field = "CONV_FORWARD" if mode == 1 else "CONV_BACKWARD_DATA"
+            raise ValueError(f"batch {g.batch}: this {dev.backend} accelerator runs "
+                             f"{'forward' if mode == 1 else 'backward-data'} convolutions on "
+                             f"batches of a multiple of its {info.cols} columns "
+                             f"(CONFIG_FEATURES.{field})")
         return
     if info is not None and not info.conv:
         raise RuntimeError(f"this {dev.backend} accelerator has no convolution descriptors "

@@ -85,6 +85,9 @@ class HardwareInfo:
         #: where ``conv`` is 0: forward convolutions with the batch a multiple of ``cols``
         #: (``CONFIG_FEATURES.CONV_FORWARD``; 0 before 1.16)
         self.conv_forward = bool(field_value("CONFIG_FEATURES", "CONV_FORWARD", features))
+        #: ... and backward-data ones (``CONFIG_FEATURES.CONV_BACKWARD_DATA``; 0 before 1.16)
+        self.conv_backward_data = bool(field_value("CONFIG_FEATURES", "CONV_BACKWARD_DATA",
+                                                   features))
         self.tile_block = 1 << field_value("CONFIG_FEATURES", "TILE_LOG2", features)
 
     def __repr__(self):

@@ -224,6 +224,8 @@ REGISTERS: tuple[Register, ...] = tuple([
          ("CONV_FORWARD", 7, 1, "where CONV is 0: forward convolutions (DESC_CONV.MODE 1) "
                                 "with tile exponents, no pooling stage or residual sum, "
                                 "and the batch a multiple of CONFIG_ARRAY.COLS"),
+         ("CONV_BACKWARD_DATA", 12, 1, "where CONV is 0: backward-data convolutions "
+                                       "(DESC_CONV.MODE 2) likewise"),
          ("TILE_LOG2", 8, 4, "log2 of the side of the number format's tile blocks"),
          ("OPS", 16, 8, "the DESC_EPILOGUE bits 7..0 this build runs, each as in "
                         "DESC_EPILOGUE (all of them where EPILOGUE is 1). RELU, BIAS, "
