@@ -108,12 +108,14 @@ class Accelerator(wiring.Component):
         ``BIAS``, ``MASK_IN`` and ``SGD`` of one row (M = 1, a bias vector) run on a float32
         C too: written as float32 rows through the first write port.
     conv : bool
-        With ``k_blocks`` and at most ``TILE_BLOCK`` columns, also forward and
-        backward-data convolutions (``DESC_CONV.MODE`` 1 and 2,
-        ``CONFIG_FEATURES.CONV_FORWARD`` and ``CONV_BACKWARD_DATA``) with ``A_TILES`` and
-        ``B_TILES``, the batch a multiple of ``cols``, without transposes, pooling, a
-        residual sum, ``QUANTIZE_ONLY`` or ``SGD`` (those are refused with ``UNSUPPORTED``,
-        as are the other modes): the engine's ``conv``.
+        With ``k_blocks`` and at most ``TILE_BLOCK`` columns, also convolutions: forward
+        and backward-data (``DESC_CONV.MODE`` 1 and 2, ``CONFIG_FEATURES.CONV_FORWARD`` and
+        ``CONV_BACKWARD_DATA``) with ``A_TILES`` and ``B_TILES``, the batch a multiple of
+        ``cols``, without transposes, pooling, a residual sum, ``QUANTIZE_ONLY`` or ``SGD``;
+        weight gradients (mode 3, ``CONV_WEIGHT_GRAD``) with ``A_TILES`` and ``B_TILES``
+        alone (a float32 stack), the batch a multiple of ``TILE_BLOCK`` and the output
+        channels of ``rows``. Others are refused with ``UNSUPPORTED``. The engine's
+        ``conv``.
 
     Attributes
     ----------
@@ -243,6 +245,7 @@ class Accelerator(wiring.Component):
             *_pack(csr, "CONFIG_FEATURES", EPILOGUE=0, K_BLOCKS=int(self.k_blocks),
                    FP32=int(self.epilogue and self.engine.fp32),
                    CONV_FORWARD=int(self.conv), CONV_BACKWARD_DATA=int(self.conv),
+                   CONV_WEIGHT_GRAD=int(self.conv),
                    TILE_LOG2=regmap.TILE_BLOCK.bit_length() - 1, OPS=self.ops),
         ]
 
@@ -324,25 +327,35 @@ class Accelerator(wiring.Component):
                          | (sgd & relu_etc))
         # (and, as the functional model, any epilogue bit on a RAW descriptor)
         raw_epi = _field(csr, "DESC_FLAGS", "RAW") & (e != 0)
-        # (no pooling stages, residual sums or weight-gradient convolutions on this RTL:
-        # CONFIG_FEATURES.CONV, POOL and ADD are 0; with ``conv`` forward and backward-data
-        # ones, CONFIG_FEATURES.CONV_FORWARD and CONV_BACKWARD_DATA, with tile exponents and
-        # without transposes, quantise-only or SGD, the batch a multiple of the columns)
+        # (no pooling stages or residual sums on this RTL: CONFIG_FEATURES.CONV, POOL and
+        # ADD are 0; with ``conv`` forward, backward-data and weight-gradient convolutions,
+        # CONFIG_FEATURES.CONV_FORWARD, CONV_BACKWARD_DATA and CONV_WEIGHT_GRAD, with tile
+        # exponents and without transposes, quantise-only or SGD, the batch a multiple of
+        # the columns; a weight gradient's as a float32 stack, the batch a multiple of
+        # TILE_BLOCK and Cout of the rows)
         mode = _field(csr, "DESC_CONV", "MODE")
         conv = ((mode != 0) | _field(csr, "DESC_CONV", "ADD")
                 | (_field(csr, "DESC_POOL", "MODE") != 0))
         if self.conv:
             batch = csr.desc_conv_batch[:16]
-            forward = (((mode == 1) | (mode == 2)) & ((e & tiles) == tiles)
-                       & ~_field(csr, "DESC_FLAGS", "TRANSPOSE_A")
-                       & ~_field(csr, "DESC_FLAGS", "TRANSPOSE_B")
-                       & ~_field(csr, "DESC_CONV", "ADD") & (_field(csr, "DESC_POOL", "MODE") == 0)
-                       & ((batch & (self.cols - 1)) == 0))
+            cout = _field(csr, "DESC_CONV_CHANNELS", "OUT")
+            common = (((e & tiles) == tiles)
+                      & ~_field(csr, "DESC_FLAGS", "TRANSPOSE_A")
+                      & ~_field(csr, "DESC_FLAGS", "TRANSPOSE_B")
+                      & ~_field(csr, "DESC_CONV", "ADD")
+                      & (_field(csr, "DESC_POOL", "MODE") == 0)
+                      & ((batch & (self.cols - 1)) == 0))
+            data_ok = (mode == 1) | (mode == 2)
             if self.epilogue:
-                forward = forward & ~_field(csr, "DESC_EPILOGUE", "QUANTIZE_ONLY") \
+                data_ok = data_ok & ~_field(csr, "DESC_EPILOGUE", "QUANTIZE_ONLY") \
                     & ~_field(csr, "DESC_EPILOGUE", "SGD")
+            # (a weight gradient: a float32 stack, the batch whole K runs, Cout whole tiles)
+            grad_ok = ((mode == 3) & (e == tiles)
+                       & ((batch & (regmap.TILE_BLOCK - 1)) == 0)
+                       & ((cout & (self.rows - 1)) == 0))
+            forward = common & (data_ok | grad_ok)
             conv = conv & ~forward
-            m.d.comb += [staged.conv.eq((mode == 1) | (mode == 2)),
+            m.d.comb += [staged.conv.eq(mode != 0),
                          staged.cin.eq(_field(csr, "DESC_CONV_CHANNELS", "IN")),
                          staged.cout.eq(_field(csr, "DESC_CONV_CHANNELS", "OUT")),
                          *(getattr(staged.geometry, f.lower()).eq(_field(csr, "DESC_CONV", f))

@@ -30,7 +30,9 @@ def descriptor_layout(k_blocks: bool = False, epilogue: bool = False,
     ``cout``) and what the engine derives from it before the checks
     (:class:`rtl.engine.GemmEngine`): M, N and K of its implicit GEMM (and ``transpose_a``
     for backward-data), the weight stack's rows ``a_rows`` and its exponent grid's
-    ``a_grid_rows``, B's rows ``b_rows`` (the input's channels, or the deltas') and columns
+    ``a_grid_rows`` (a weight gradient's: the deltas'), A's row bytes ``a_bytes`` (Cin, or
+    a weight gradient's output positions), B's rows ``b_rows`` (the input's channels, or the
+    deltas') and columns
     ``b_cols``, and where the first kernel offset's matrix in K order lies in the stack and
     its grid (``a_first``, ``a_grid_first``, bytes) and the steps to the next (``a_step``,
     ``a_grid_step``, modulo 2**64 and 2**32: backward-data walks the stack backwards)."""
@@ -46,7 +48,8 @@ def descriptor_layout(k_blocks: bool = False, epilogue: bool = False,
         **({"tiles": 1} if k_blocks else {}),
         **({"conv": 1, "geometry": conv_geometry_layout(), "cin": unsigned(16),
             "cout": unsigned(16), "a_rows": unsigned(32), "a_grid_rows": unsigned(32),
-            "b_rows": unsigned(16), "b_cols": unsigned(48), "a_first": unsigned(64),
+            "a_bytes": unsigned(32), "b_rows": unsigned(16), "b_cols": unsigned(48),
+            "a_first": unsigned(64),
             "a_step": unsigned(64), "a_grid_first": unsigned(32), "a_grid_step": unsigned(32)}
            if conv else {}),
         **({"bfp8": 1, "stochastic": 1, "c_exp_addr": unsigned(64), "seed": unsigned(64),
@@ -110,11 +113,11 @@ class DescriptorChecker(wiring.Component):
         exponent vector is checked.
     conv : bool
         With ``k_blocks``: descriptors may have ``conv`` (a convolution, its M, N, K and
-        extents derived by the engine): A is then ``a_rows`` rows of ``cin`` bytes (the
-        weight stack), B ``b_rows`` rows of ``b_cols`` bytes (the input, or the deltas), A's
-        tile grid ``a_grid_rows x ceil(cin / T)`` bytes and B's ``ceil(b_rows / T) x
-        ceil(b_cols / T)``; ``a_rows`` or ``b_cols`` over 65535 is
-        ``DIMENSION_TOO_LARGE``.
+        extents derived by the engine): A is then ``a_rows`` rows of ``a_bytes`` bytes (the
+        weight stack, or a weight gradient's deltas), B ``b_rows`` rows of ``b_cols`` bytes
+        (the input, or the deltas), A's tile grid ``a_grid_rows x ceil(a_bytes / T)`` bytes
+        and B's ``ceil(b_rows / T) x ceil(b_cols / T)``; ``a_rows``, ``a_bytes`` or
+        ``b_cols`` over 65535 is ``DIMENSION_TOO_LARGE``.
 
     Attributes
     ----------
@@ -204,8 +207,8 @@ class DescriptorChecker(wiring.Component):
             # (Cin rows of b_cols bytes)
             cv = d.conv
             a, b = regions[0], regions[1]
-            regions[0] = (a[0], Mux(cv, d.a_rows[:16], a[1]), a[2], Mux(cv, d.cin, a[3]),
-                          *a[4:])
+            regions[0] = (a[0], Mux(cv, d.a_rows[:16], a[1]), a[2],
+                          Mux(cv, d.a_bytes[:18], a[3]), *a[4:])
             regions[1] = (b[0], Mux(cv, d.b_rows, b[1]), b[2], Mux(cv, d.b_cols[:18], b[3]),
                           *b[4:])
         if self.k_blocks:
@@ -216,7 +219,7 @@ class DescriptorChecker(wiring.Component):
             if self.conv:
                 # (each kernel offset's matrix its own grid rows; the input's columns)
                 gm = Mux(d.conv, d.a_grid_rows, gm)
-                gk_a = Mux(d.conv, (d.cin + TILE_BLOCK - 1) >> lg, gk)
+                gk_a = Mux(d.conv, (d.a_bytes[:18] + TILE_BLOCK - 1) >> lg, gk)
                 gk = Mux(d.conv, (d.b_rows + TILE_BLOCK - 1) >> lg, gk)
                 gn = Mux(d.conv, (d.b_cols[:18] + TILE_BLOCK - 1) >> lg, gn)
                 grids = [(d.row_exp_addr, gm, gk_a, gk_a), (d.col_exp_addr, gk, gn, gn)]
@@ -342,7 +345,8 @@ class DescriptorChecker(wiring.Component):
             m.d.sync += [lo["k"].eq(d.k[:16].any()), hi["k"].eq(d.k[16:].any())]
         conv_big = Signal()       # a convolution's stack rows or input columns beyond 65535
         if self.conv:
-            m.d.sync += conv_big.eq(d.conv & (d.a_rows[16:].any() | d.b_cols[16:].any()))
+            m.d.sync += conv_big.eq(d.conv & (d.a_rows[16:].any() | d.b_cols[16:].any()
+                                              | d.a_bytes[16:].any()))
         zero = Signal()
         too_large = Signal()
         k_too_large = Signal()

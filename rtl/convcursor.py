@@ -4,6 +4,8 @@ from amaranth import Cat, Const, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
+from firmware.spec.regmap import TILE_BLOCK
+
 from ._util import carry_select_add
 
 __all__ = ["ConvCursor", "conv_geometry_layout", "PosOp", "OffOp"]
@@ -16,7 +18,8 @@ def _Reg(*args, **kwargs):
 
 def conv_geometry_layout() -> data.StructLayout:
     """A convolution's geometry as ``DESC_CONV``, ``DESC_CONV_IMAGE`` and ``DESC_CONV_BATCH``
-    give it: ``mode`` 1 (forward) or 2 (backward-data), the kernel, stride, padding and
+    give it: ``mode`` 1 (forward), 2 (backward-data) or 3 (weight gradient: the forward's
+    index map, a tile of ``TILE_BLOCK`` positions a K run), the kernel, stride, padding and
     dilation of each axis (``_h`` vertical, ``_w`` horizontal), the input image and the
     batch."""
     return data.StructLayout({
@@ -79,7 +82,9 @@ class ConvCursor(wiring.Component):
     Parameters
     ----------
     cols : int
-        Columns of a tile (the array's), a power of two; the batch must be a multiple of it.
+        Columns of a tile (the array's), a power of two; the batch must be a multiple of it
+        (in mode 3 a tile is ``TILE_BLOCK`` output positions, a K run of the weight
+        gradient's, and the batch a multiple of that).
 
     Attributes
     ----------
@@ -147,9 +152,10 @@ class ConvCursor(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        C = self.cols
         g = _Reg(conv_geometry_layout())          # the geometry, latched at start
         bwd = _Reg()
+        # a tile's columns: cols, or with mode 3 (a weight gradient's K runs) TILE_BLOCK
+        C = _Reg(range(max(self.cols, TILE_BLOCK) + 1))
         n = g.batch
         axes = {"h": (g.height, g.kernel_h, g.stride_h, g.pad_h, g.dilation_h),
                 "w": (g.width, g.kernel_w, g.stride_w, g.pad_w, g.dilation_w)}
@@ -159,7 +165,8 @@ class ConvCursor(wiring.Component):
         busy = Signal()
         with m.If(self.start):
             m.d.sync += [g.eq(self.geometry), bwd.eq(self.geometry.mode == 2), step.eq(0),
-                         busy.eq(1), self.ready.eq(0)]
+                         busy.eq(1), self.ready.eq(0),
+                         C.eq(Mux(self.geometry.mode == 3, TILE_BLOCK, self.cols))]
         with m.Elif(busy):
             m.d.sync += step.eq(step + 1)
         span_m1 = {a: _Reg(7, name=f"span_m1_{a}") for a in axes}   # (k - 1) * r

@@ -895,20 +895,30 @@ class GemmEngine(wiring.Component):
                         # (backward-data: M the input channels, the stack read transposed
                         # from its last matrix back, B the deltas)
                         bwd = g.mode == 2
-                        m.d.sync += [d.m.eq(Mux(bwd, d.cin, d.cout)),
-                                     d.k.eq(Mux(r["zero"], 0, r["k"])),
-                                     d.n.eq(Mux(pos[32:].any(), 0xFFFFFFFF, pos[:32])),
-                                     d.transpose_a.eq(bwd),
-                                     d.a_rows.eq(r["a_rows"]),
-                                     d.a_grid_rows.eq(r["a_grid_rows"]),
+                        # (a weight gradient: M the stack's rows, N Cin, K the output
+                        # positions; A the deltas, B the input read transposed, each K run
+                        # of TILE_BLOCK positions where the cursor says)
+                        wg = g.mode == 3
+                        outs = p.cursor.out_positions
+                        m.d.sync += [d.m.eq(Mux(wg, r["a_rows"], Mux(bwd, d.cin, d.cout))),
+                                     d.k.eq(Mux(r["zero"], 0,
+                                                Mux(wg, Mux(outs[32:].any(), 0xFFFFFFFF,
+                                                            outs[:32]), r["k"]))),
+                                     d.n.eq(Mux(wg, d.cin,
+                                                Mux(pos[32:].any(), 0xFFFFFFFF, pos[:32]))),
+                                     d.transpose_a.eq(bwd), d.transpose_b.eq(wg),
+                                     d.a_rows.eq(Mux(wg, d.cout, r["a_rows"])),
+                                     d.a_bytes.eq(Mux(wg, Mux(outs[32:].any(), 0xFFFFFFFF,
+                                                              outs[:32]), d.cin)),
+                                     d.a_grid_rows.eq(Mux(wg, r["gm"], r["a_grid_rows"])),
                                      d.b_rows.eq(Mux(bwd, d.cout, d.cin)),
-                                     d.b_cols.eq(Mux(bwd, p.cursor.out_positions,
-                                                     r["b_cols"])),
+                                     d.b_cols.eq(Mux(bwd, outs, r["b_cols"])),
                                      d.a_first.eq(Mux(bwd, r["a_first"], 0)),
-                                     d.a_step.eq(Mux(bwd, r["a_back"], r["a_step"])),
+                                     d.a_step.eq(Mux(bwd, r["a_back"],
+                                                     Mux(wg, 0, r["a_step"]))),
                                      d.a_grid_first.eq(Mux(bwd, r["a_grid_first"], 0)),
                                      d.a_grid_step.eq(Mux(bwd, r["a_grid_back"],
-                                                          r["a_grid_step"]))]
+                                                          Mux(wg, 0, r["a_grid_step"])))]
                         m.next = "CHECK"
             with m.State("CHECK"):
                 m.d.comb += [checker.i_stream.valid.eq(1), checker.o_stream.ready.eq(1)]

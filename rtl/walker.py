@@ -210,8 +210,16 @@ class Walker(wiring.Component):
         cursor (comb, in the cycle of a state's decision)."""
         m, d = s.m, s.d
         if not self.conv:
-            vars(s).update(conv=Const(0, 1), cur_ok=Const(1, 1), cur_op=None)
+            vars(s).update(conv=Const(0, 1), wg=Const(0, 1), cur_ok=Const(1, 1), cur_op=None,
+                           dm=d.m)
             return
+        # forward and backward-data (K chunks per offset, a B tile per C tile), or a weight
+        # gradient (the offsets an outer loop of GEMMs of Cout x Cin, B a K run per chunk)
+        conv = Signal()
+        wg = Signal()
+        m.d.comb += [conv.eq(d.conv & (d.geometry.mode != 3)),
+                     wg.eq(d.conv & (d.geometry.mode == 3))]
+        c_row = Signal(24)                 # a weight gradient's offset's first row of C
         offs_left = Signal(8)
         kk = Signal(8)
         a_base = Signal(64)
@@ -227,7 +235,8 @@ class Walker(wiring.Component):
         def cur_op(pos=PosOp.HOLD, off=OffOp.HOLD):
             m.d.comb += [self.cur_pos_op.eq(pos), self.cur_off_op.eq(off)]
             m.d.sync += cur_wait.eq(ConvCursor.LATENCY - 1)
-        vars(s).update(conv=d.conv, offs_left=offs_left, kk=kk, a_base=a_base, a_gbase=a_gbase,
+        vars(s).update(conv=conv, wg=wg, c_row=c_row, dm=Mux(wg, d.cout, d.m),
+                       offs_left=offs_left, kk=kk, a_base=a_base, a_gbase=a_gbase,
                        ochunk_last=ochunk_last, cur_ok=cur_ok, cur_op=cur_op)
 
     def _chunks(self, s):
@@ -325,7 +334,7 @@ class Walker(wiring.Component):
             kb_next = (Signal(17, name="kb_next_kc"), Signal(17, name="kb_next_after"),
                        Signal(name="kb_next_last"))
             # (a convolution's first chunk of each kernel offset from Cin)
-            k_first = Mux(d.conv, d.b_rows, d.k) if self.conv else d.k
+            k_first = Mux(s.conv, d.b_rows, d.k) if self.conv else d.k
             for (kc_r, after_r, last_r), rest in ((kb_first, k_first), (kb_next, k_after)):
                 big = rest > T
                 m.d.sync += [kc_r.eq(Mux(big, T, rest)), after_r.eq(Mux(big, rest - T, 0)),
@@ -385,7 +394,7 @@ class Walker(wiring.Component):
         # CMD phase 0 -> phase 1; BLOCK -> EXP_WAIT -> EXP_PREP -> EXP).
         rem_m = Signal(18)                   # rows and columns from the block's corner on
         rem_n = Signal(18)
-        m.d.sync += [rem_m.eq(d.m - m_blk), rem_n.eq(d.n - n_blk)]
+        m.d.sync += [rem_m.eq(s.dm - m_blk), rem_n.eq(d.n - n_blk)]
 
         def lanes_valid(name, lanes, rest):
             v = Signal(range(lanes + 1), name=name)      # narrow: the sums below stay short
@@ -418,9 +427,9 @@ class Walker(wiring.Component):
             gm, gn, gk = (Signal(12, name=f"grid_{x}") for x in "mnk")
             # (a convolution's A grid per kernel offset is Cout x Cin; B's the input's)
             g_n = Mux(d.conv, d.b_cols[:17], d.n) if self.conv else d.n
-            g_k = Mux(d.conv, d.b_rows, d.k) if self.conv else d.k
+            g_k = Mux(s.conv, d.b_rows, d.k) if self.conv else d.k
             m.d.sync += [g.eq((x + TILE_BLOCK - 1) >> lg)
-                         for g, x in ((gm, d.m), (gn, g_n), (gk, g_k))]
+                         for g, x in ((gm, s.dm), (gn, g_n), (gk, g_k))]
             kb = s.k0 >> lg
             mb, nb = Signal(12, name="kb_mb"), Signal(12, name="kb_nb")
             col0 = n_blk + (cidx << _log2(C))
@@ -429,16 +438,22 @@ class Walker(wiring.Component):
             m.d.sync += [mb.eq((m_blk + (eidx << _log2(R))) >> lg), nb.eq(col0 >> lg)]
             if self.conv:
                 # (a convolution's B tile: the input's column block the cursor reads)
-                with m.If(d.conv):
+                with m.If(s.conv):
                     m.d.sync += nb.eq(self.cur_column >> lg)
             kb_a_off = (Signal(24, name="kb_a_prod"), Signal(24, name="kb_a_add"))
             kb_b_off = (Signal(24, name="kb_b_prod"), Signal(12, name="kb_b_add"))
             ta, tb = d.transpose_a, d.transpose_b
             m.d.sync += [kb_a_off[0].eq(Mux(ta, kb, mb) * Mux(ta, gm, gk)),
-                         kb_a_off[1].eq(Mux(ta, mb, kb) + (Mux(d.conv, s.a_gbase, 0)
+                         kb_a_off[1].eq(Mux(ta, mb, kb) + (Mux(s.conv, s.a_gbase, 0)
                                                            if self.conv else 0)),
                          kb_b_off[0].eq(Mux(tb, nb, kb) * Mux(tb, gk, gn)),
                          kb_b_off[1].eq(Mux(tb, kb, nb))]
+            if self.conv:
+                # (a weight gradient's B is the input read transposed: its grid's row nb,
+                # the column block of the K run's first position's column)
+                with m.If(s.wg):
+                    m.d.sync += [kb_b_off[0].eq(nb * gn),
+                                 kb_b_off[1].eq(self.cur_column >> lg)]
             vars(s).update(kb_a_off=kb_a_off, kb_b_off=kb_b_off)
         vars(s).update(e_hi=e_hi, cidx=cidx)
         vars(s).update(m0=m0, n0=n0, ei=ei, e_end=e_end, e_row=e_row, e_load_row=e_load_row,
@@ -521,6 +536,12 @@ class Walker(wiring.Component):
                 with m.Else():
                     setup_load(1, C, d.transpose_b, v_b, n0, d.b_addr, d.b_stride, span=bn,
                                v_span=v_bs)
+                    with m.If(s.wg):
+                        # a weight gradient's K run: each lane (an input channel) reads the
+                        # run's positions from the column the cursor gives, or zeros
+                        m.d.sync += ld.col.eq(self.cur_column)
+                        with m.If(~self.cur_inside):
+                            m.d.sync += [ld.rows.eq(0), ld.nzero.eq(C)]
             else:
                 setup_load(1, C, d.transpose_b, v_b, n0, d.b_addr, d.b_stride, span=bn,
                            v_span=v_bs)
@@ -537,7 +558,8 @@ class Walker(wiring.Component):
                      cmd.acc_slot.eq(ti * BL + tj),
                      cmd.i.eq(ti), cmd.j.eq(tj),
                      *(getattr(cmd, f).eq(getattr(d, f)) for f in DESC_FIELDS),
-                     self.o_write.payload.m0.eq(m0), self.o_write.payload.n0.eq(n0)]
+                     self.o_write.payload.m0.eq(m0 + s.c_row if self.conv else m0),
+                     self.o_write.payload.n0.eq(n0)]
         if self.k_blocks:
             m.d.comb += cmd.tiles.eq(d.tiles)
         vars(s).update(setup_load=setup_load, load_a_job=load_a_job, load_b_job=load_b_job,
@@ -599,12 +621,14 @@ class Walker(wiring.Component):
                 side = Mux((d.block == 0) | (d.block > BL), BL, d.block)
                 m.d.sync += [blk.eq(side), blk_r.eq(side << _log2(R)),
                              blk_c.eq(side << _log2(C))]
-                m_tiles = (d.m + R - 1) >> _log2(R)
+                m_tiles = (s.dm + R - 1) >> _log2(R)
+                if self.conv:
+                    m.d.sync += [s.offs_left.eq(s.kk - 1), s.c_row.eq(0)]
                 m.d.sync += [m_blk.eq(0), n_blk.eq(0), k0.eq(0), first_block.eq(1),
                              tiles_m.eq(m_tiles), tiles_m0.eq(m_tiles),
                              tiles_n.eq(n_tiles), tiles_n0.eq(n_tiles),
                              keep_a.eq(0), keep_b.eq(0),
-                             wider.eq(1 if C > R else (d.m > d.n) if C == R else 0)]
+                             wider.eq(1 if C > R else (s.dm > d.n) if C == R else 0)]
                 with m.Switch(d.chunk):
                     for c, dc in enumerate(depths):
                         with m.Case(c):
@@ -648,6 +672,8 @@ class Walker(wiring.Component):
                                  s.a_gbase.eq(d.a_grid_first), s.ochunk_last.eq(kb_last),
                                  last_chunk.eq(kb_last & (s.kk == 1))]
                     s.cur_op(PosOp.BACK, OffOp.ZERO)
+                with m.If(s.wg):             # (a weight gradient's K from its first run)
+                    s.cur_op(PosOp.ZERO)
             with m.If(d.row_vec | d.col_vec | d.tiles if self.k_blocks
                       else d.row_vec | d.col_vec):
                 m.next = "EXP_WAIT"
@@ -719,7 +745,7 @@ class Walker(wiring.Component):
                     tag = Cat(Const(1, 1), (ei - BL)[:tag_width - 1])
                 if self.conv:
                     # (a tile that reads only padding has no exponent to load)
-                    load_col = load_col & (~s.conv | self.cur_inside)
+                    load_col = load_col & (~(s.conv | s.wg) | self.cur_inside)
                     with m.If(s.conv):
                         s.cur_op(PosOp.NEXT)
                 with m.If(load_col):
@@ -812,6 +838,8 @@ class Walker(wiring.Component):
                                      last_chunk.eq(kb_last), s.ei.eq(0)]
                         m.next = "EXP_WAIT"
                 if self.conv:
+                    with m.If(s.wg):         # (a weight gradient: the next K run)
+                        s.cur_op(PosOp.NEXT)
                     # a convolution: the kernel offset's next chunk, or the next offset's
                     # first (A's next matrix and exponent grid)
                     with m.If(s.conv):
@@ -842,6 +870,16 @@ class Walker(wiring.Component):
                              b_par.eq(b_par ^ ~(keep & col_order))]
                 with m.If(inner | outer):
                     m.next = "BLOCK"
+                if self.conv:
+                    # a weight gradient's next kernel offset: its GEMM from the first block,
+                    # its C rows Cout further on
+                    with m.Elif(s.wg & (s.offs_left != 0)):
+                        m.d.sync += [m_blk.eq(0), n_blk.eq(0), first_block.eq(1),
+                                     tiles_m.eq(tiles_m0), tiles_n.eq(tiles_n0),
+                                     s.offs_left.eq(s.offs_left - 1),
+                                     s.c_row.eq(s.c_row + d.cout)]
+                        s.cur_op(PosOp.HOLD, OffOp.NEXT)
+                        m.next = "BLOCK"
                 with m.Else():
                     m.d.comb += self.i_stream.ready.eq(1)
                     m.next = "IDLE"

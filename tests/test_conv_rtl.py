@@ -1,6 +1,6 @@
-"""Forward and backward-data convolutions on the RTL (``Accelerator(conv=True)``,
-``Device("rtl")``): bit for bit :func:`sim.models.conv.conv2d_forward` and
-:func:`sim.models.conv.conv2d_backward_data` through :func:`sim.models.bfp.epilogue` on
+"""Convolutions on the RTL (``Accelerator(conv=True)``, ``Device("rtl")``): bit for bit
+:func:`sim.models.conv.conv2d_forward`, :func:`sim.models.conv.conv2d_backward_data` and
+:func:`sim.models.conv.conv2d_weight_grad` through :func:`sim.models.bfp.epilogue` on
 random shapes (strides 1 and 2, padding 0 to 2, kernels 1 x 1 to 5 x 5, dilation 2, odd
 sizes, one input channel, several tile blocks of channels); the descriptors it refuses, in
 the runtime and in the hardware."""
@@ -51,7 +51,7 @@ def rtl():
 
 def test_features(rtl):
     info = rtl.driver.info
-    assert info.conv_forward and info.conv_backward_data
+    assert info.conv_forward and info.conv_backward_data and info.conv_weight_grad
     assert not info.conv and not info.pool and not info.add
 
 
@@ -98,6 +98,26 @@ def test_backward_data_through_a_mask_matches_golden(rtl, spec):
         np.testing.assert_array_equal(got, want)
 
 
+#: Weight gradients: batches of a multiple of the tile size, output channels of the rows.
+WG_GEOMETRIES = [
+    (32, 1, 5, 5, 8, 3, 1, 1, 1), (32, 5, 6, 6, 8, 3, 2, 1, 1), (64, 40, 3, 3, 16, 1, 1, 0, 1),
+    (32, 3, 7, 5, 8, 5, 2, 2, 1), (32, 7, 5, 5, 24, (3, 2), (1, 2), (0, 1), 1),
+    (32, 2, 6, 6, 8, 3, 1, 2, 2)]
+
+
+@pytest.mark.parametrize("spec", WG_GEOMETRIES)
+def test_weight_grad_float32_bit_exact(rtl, spec):
+    """D * im2col(X)^T as a float32 stack: the reference's bits."""
+    g = _geometry(spec)
+    rng = np.random.default_rng(sum(map(hash, map(str, spec))) % 2**32 + 4)
+    _, (qx, ex) = _operands(rng, g)
+    qd, ed = _deltas(rng, g)
+    want = convm.conv2d_weight_grad(qd, ed, qx, ex, g)
+    got = rtl.conv2d_weight_grad(rtl.bfp_tensor(qd, ed), rtl.bfp_tensor(qx, ex), g)
+    np.testing.assert_array_equal(got.numpy().view(np.uint32),
+                                  want.reshape(got.shape).view(np.uint32))
+
+
 @pytest.mark.parametrize("spec", GEOMETRIES[:3])
 def test_forward_epilogue_matches_golden(rtl, spec):
     """A bias per output channel and ReLU, quantised stochastically: the golden backend's
@@ -117,27 +137,36 @@ def test_forward_epilogue_matches_golden(rtl, spec):
 
 
 def test_runtime_refuses_what_the_build_lacks(rtl):
-    """A batch not a multiple of the columns, weight-gradient convolutions: named before
-    anything runs."""
-    g = _geometry((4, 2, 5, 5, 3, 3, 1, 1, 1))
+    """Batches not a multiple of the columns (forward, backward-data) or of the tile size
+    (weight gradient), output channels not a multiple of the rows (weight gradient), SGD on
+    a stack: named before anything runs."""
     rng = np.random.default_rng(3)
-    (qw, ew), (qx, ex) = _operands(rng, g)
-    x, w = rtl.bfp_tensor(qx, ex), rtl.bfp_stack(qw, ew)
-    with pytest.raises(ValueError, match="batch 4: .* multiple of its 8 columns"):
+
+    def tensors(spec):
+        g = _geometry(spec)
+        (qw, ew), (qx, ex) = _operands(rng, g)
+        d = rtl.bfp_tensor(*_deltas(rng, g))
+        return g, d, rtl.bfp_tensor(qx, ex), rtl.bfp_stack(qw, ew)
+
+    g, d, x, w = tensors((4, 2, 5, 5, 3, 3, 1, 1, 1))
+    with pytest.raises(ValueError, match="batch 4: .* forward .* multiple of its 8 columns"):
         rtl.conv2d(x, w, g)
-    g8 = _geometry((8, 2, 5, 5, 3, 3, 1, 1, 1))
-    (qw, ew), (qx, ex) = _operands(rng, g8)
-    qd, ed = bfp.quantize_tiles(rng.standard_normal((3, g8.out_positions)).astype(np.float32))
-    d, x, w = rtl.bfp_tensor(qd, ed), rtl.bfp_tensor(qx, ex), rtl.bfp_stack(qw, ew)
     with pytest.raises(ValueError, match="batch 4: .* backward-data .* multiple of its 8"):
-        rtl.conv2d_backward_data(rtl.bfp_tensor(*bfp.quantize_tiles(
-            rng.standard_normal((3, g.out_positions)).astype(np.float32))), w, g)
-    with pytest.raises(RuntimeError, match="CONFIG_FEATURES.CONV"):
-        rtl.conv2d_weight_grad(d, x, g8)
+        rtl.conv2d_backward_data(d, w, g)
+    g, d, x, w = tensors((8, 2, 5, 5, 8, 3, 1, 1, 1))
+    with pytest.raises(ValueError, match="batch 8, out_channels 8: .* multiple of 32"):
+        rtl.conv2d_weight_grad(d, x, g)
+    g, d, x, w = tensors((32, 2, 3, 3, 3, 3, 1, 1, 1))
+    with pytest.raises(ValueError, match="out_channels 3: .* multiple of its 8 rows"):
+        rtl.conv2d_weight_grad(d, x, g)
+    g, d, x, w = tensors((32, 2, 3, 3, 8, 3, 1, 1, 1))
+    with pytest.raises(RuntimeError, match="float32 stacks"):
+        rtl.conv2d_sgd_update(d, x, w, g, lr=0.1)
 
 
 def test_hardware_refuses(rtl):
-    """Descriptors the runtime would not send: a weight gradient, a batch not a multiple of the
+    """Descriptors the runtime would not send: a weight gradient to BFP8, of a batch not a
+    multiple of the tile size or output channels not of the rows, a batch not a multiple of the
     columns, no tile exponents, a transpose, a pooling stage, SGD (UNSUPPORTED at enqueue);
     a dilated kernel beyond the padded image (UNSUPPORTED once derived); a zero stride
     (ZERO_DIMENSION)."""
@@ -148,7 +177,9 @@ def test_hardware_refuses(rtl):
     pool = {"fields": {"MODE": 1, "KERNEL_H": 2, "KERNEL_W": 2, "STRIDE_H": 2,
                        "STRIDE_W": 2}, "height": 3, "width": 3}
     for code, fields, extra, flags, epi in (
-            (ErrorCode.UNSUPPORTED, {"MODE": 3}, {}, {}, tiles),
+            (ErrorCode.UNSUPPORTED, {"MODE": 3}, {}, {}, dict(tiles, BFP8=1)),
+            (ErrorCode.UNSUPPORTED, {"MODE": 3}, {"batch": 16, "out_channels": 8}, {}, tiles),
+            (ErrorCode.UNSUPPORTED, {"MODE": 3}, {"batch": 32, "out_channels": 4}, {}, tiles),
             (ErrorCode.UNSUPPORTED, {}, {"batch": 12}, {}, tiles),
             (ErrorCode.UNSUPPORTED, {}, {}, {}, {}),
             (ErrorCode.UNSUPPORTED, {}, {}, {"TRANSPOSE_B": 1}, tiles),

@@ -7,6 +7,7 @@ import random
 import numpy as np
 import pytest
 
+from firmware.spec.regmap import TILE_BLOCK
 from rtl.convcursor import ConvCursor, OffOp, PosOp
 from sim.models.conv import ConvGeometry, tile_columns
 from sim.testbenches.convcursor import geometry_fields, random_walk, sweep
@@ -78,7 +79,8 @@ def simulate(g, mode, cols, seed, walk=random_walk):
     """Sets the cursor up for ``g`` and moves it by ``walk``, checking every cycle's outputs
     ``LATENCY`` cycles after its ops against the model; returns the (tile, offset) pairs
     checked."""
-    want = tile_columns(g, mode, cols)
+    # (mode 3: the forward map, TILE_BLOCK positions a tile)
+    want = tile_columns(g, 1, TILE_BLOCK) if mode == 3 else tile_columns(g, mode, cols)
     tiles, kk = want.shape
     dut = ConvCursor(cols)
     ops = list(walk(random.Random(seed), tiles, kk))
@@ -88,7 +90,7 @@ def simulate(g, mode, cols, seed, walk=random_walk):
     def check(ctx, tt, kt):
         col = int(want[tt, kt])
         got = (ctx.get(dut.inside), ctx.get(dut.offset), ctx.get(dut.last_offset))
-        assert got == (int(col >= 0), kt if mode == 1 else kk - 1 - kt,
+        assert got == (int(col >= 0), kk - 1 - kt if mode == 2 else kt,
                        int(kt == kk - 1)), (tt, kt)
         if col >= 0:
             assert ctx.get(dut.column) == col, (tt, kt)
@@ -105,7 +107,7 @@ def simulate(g, mode, cols, seed, walk=random_walk):
             await ctx.tick()
             cycles += 1
         assert cycles == ConvCursor.SETUP_CYCLES
-        assert ctx.get(dut.positions) == (g.out_positions if mode == 1 else g.positions)
+        assert ctx.get(dut.positions) == (g.positions if mode == 2 else g.out_positions)
         assert ctx.get(dut.out_positions) == g.out_positions
         history = []                       # the (tile, offset) each cycle's ops lead to
         for pos_op, off_op, t, k in ops + [(PosOp.HOLD, OffOp.HOLD, None, None)] * 3:
@@ -162,3 +164,21 @@ def test_cursor_cocotb(simulator, mode):
                                       CONV_GEOMETRY=",".join(map(str, g)), CONV_SEED=mode,
                                       CONV_OPS=ops)
         assert tests == 1 and failed == 0, f"{failed} of {tests} cocotb tests failed"
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_cursor_weight_gradient_runs(seed):
+    """Mode 3: a tile is a K run of TILE_BLOCK output positions (the batch a multiple of
+    it), read through the forward map."""
+    rng = random.Random(300 + seed)
+    while True:
+        try:
+            g = ConvGeometry(TILE_BLOCK * rng.randint(1, 2), 2, rng.randint(2, 6),
+                             rng.randint(2, 6), 3, (rng.randint(1, 3), rng.randint(1, 3)),
+                             stride=rng.randint(1, 2), padding=rng.randint(0, 1))
+            break
+        except ValueError:
+            continue
+    want = tile_columns(g, 1, TILE_BLOCK)
+    checked = simulate(g, 3, 8, seed, walk=sweep)
+    assert set(checked) == {(t, k) for t in range(want.shape[0]) for k in range(want.shape[1])}

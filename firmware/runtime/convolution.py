@@ -141,10 +141,12 @@ def _check_operands(dev, x, w, g, x_rows, x_cols):
                          f"{(len(g.offsets), g.out_channels, g.channels)}")
 
 
-def _require_conv(dev, mode: int = 3, g=None) -> None:
+def _require_conv(dev, mode: int = 3, g=None, sgd: bool = False) -> None:
     """Whether ``dev`` runs convolution descriptors of ``mode`` on ``g``: all of them
     (``CONFIG_FEATURES.CONV``), or forward (``CONV_FORWARD``) and backward-data ones
-    (``CONV_BACKWARD_DATA``) with the batch a multiple of the array's columns."""
+    (``CONV_BACKWARD_DATA``) with the batch a multiple of the array's columns, and weight
+    gradients (``CONV_WEIGHT_GRAD``, without ``sgd``: a float32 stack) with the batch a
+    multiple of the tile size and the output channels of the array's rows."""
     info = dev.driver.info if dev.driver is not None else None
     if info is not None and not info.conv and (
             (mode == 1 and info.conv_forward) or (mode == 2 and info.conv_backward_data)):
@@ -154,6 +156,18 @@ def _require_conv(dev, mode: int = 3, g=None) -> None:
                              f"{'forward' if mode == 1 else 'backward-data'} convolutions on "
                              f"batches of a multiple of its {info.cols} columns "
                              f"(CONFIG_FEATURES.{field})")
+        return
+    if info is not None and not info.conv and mode == 3 and info.conv_weight_grad:
+        if sgd:
+            raise RuntimeError(f"this {dev.backend} accelerator's weight gradients are "
+                               f"float32 stacks (CONFIG_FEATURES.CONV_WEIGHT_GRAD): step the "
+                               f"weights with conv2d_weight_grad and an SGD descriptor")
+        if g.batch % info.tile_block or g.out_channels % info.rows:
+            raise ValueError(f"batch {g.batch}, out_channels {g.out_channels}: this "
+                             f"{dev.backend} accelerator runs weight gradients on batches of "
+                             f"a multiple of {info.tile_block} and output channels of a "
+                             f"multiple of its {info.rows} rows "
+                             f"(CONFIG_FEATURES.CONV_WEIGHT_GRAD)")
         return
     if info is not None and not info.conv:
         raise RuntimeError(f"this {dev.backend} accelerator has no convolution descriptors "
@@ -340,7 +354,7 @@ def _weight_grad(dev, d, x, geometry, target, *, lr=None, weight_decay=0.0,
                         f"{type(target).__name__} {getattr(target, 'shape', '')}")
     if target is not None:
         _check_rates(lr, weight_decay)
-    _require_conv(dev)
+    _require_conv(dev, 3, g, sgd=target is not None)
     ops = {"SGD": 1} if target is not None else {}
     _require(dev, rows=m, BFP8=int(bfp8), STOCHASTIC=int(bfp8 and rounding == "stochastic"),
              **ops)

@@ -88,6 +88,9 @@ class HardwareInfo:
         #: ... and backward-data ones (``CONFIG_FEATURES.CONV_BACKWARD_DATA``; 0 before 1.16)
         self.conv_backward_data = bool(field_value("CONFIG_FEATURES", "CONV_BACKWARD_DATA",
                                                    features))
+        #: ... and weight gradients (``CONFIG_FEATURES.CONV_WEIGHT_GRAD``; 0 before 1.16)
+        self.conv_weight_grad = bool(field_value("CONFIG_FEATURES", "CONV_WEIGHT_GRAD",
+                                                 features))
         self.tile_block = 1 << field_value("CONFIG_FEATURES", "TILE_LOG2", features)
 
     def __repr__(self):
