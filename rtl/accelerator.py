@@ -350,7 +350,16 @@ class Accelerator(wiring.Component):
                 data_ok = data_ok & ~_field(csr, "DESC_EPILOGUE", "QUANTIZE_ONLY") \
                     & ~_field(csr, "DESC_EPILOGUE", "SGD")
             # (a weight gradient: a float32 stack, the batch whole K runs, Cout whole tiles)
-            grad_ok = ((mode == 3) & (e == tiles)
+            grad_out = e == tiles
+            if self.epilogue:
+                # (and, with Cout a multiple of TILE_BLOCK, so that each offset's tile grid
+                # is the stack's rows of grid, BFP8 output and SGD on a BFP8 stack)
+                bfp = regmap.pack("DESC_EPILOGUE", BFP8=1, STOCHASTIC=1,
+                                  SGD=int(self.sgd))
+                grad_out = grad_out | (((e & ~(tiles | bfp)) == 0)
+                                       & _field(csr, "DESC_EPILOGUE", "BFP8")
+                                       & ((cout & (regmap.TILE_BLOCK - 1)) == 0))
+            grad_ok = ((mode == 3) & grad_out
                        & ((batch & (regmap.TILE_BLOCK - 1)) == 0)
                        & ((cout & (self.rows - 1)) == 0))
             forward = common & (data_ok | grad_ok)

@@ -46,7 +46,7 @@ def _stored_mask(dev, stored):
 @pytest.fixture(scope="module")
 def rtl():
     return Device("rtl", rows=8, cols=8, data_width=64, depth=64, block=4, k_blocks=True,
-                  epilogue=True, conv=True)
+                  epilogue=True, sgd=True, conv=True)
 
 
 def test_features(rtl):
@@ -118,6 +118,25 @@ def test_weight_grad_float32_bit_exact(rtl, spec):
                                   want.reshape(got.shape).view(np.uint32))
 
 
+@pytest.mark.parametrize("spec", [(32, 1, 5, 5, 32, 3, 1, 1, 1), (32, 5, 6, 6, 32, 3, 2, 1, 1),
+                                  (32, 40, 3, 3, 64, 1, 1, 0, 1)])
+def test_sgd_update_of_a_stack_matches_golden(rtl, spec):
+    """conv2d_sgd_update (output channels a multiple of 32: each offset's tile grid is rows
+    of the stack's), stochastic: the golden backend's mantissas and exponents."""
+    g = _geometry(spec)
+    rng = np.random.default_rng(sum(map(hash, map(str, spec))) % 2**32 + 5)
+    (qw, ew), (qx, ex) = _operands(rng, g)
+    qd, ed = _deltas(rng, g)
+    out = []
+    for dev in (rtl, Device("golden")):
+        stack = dev.bfp_stack(qw, ew)
+        dev.conv2d_sgd_update(dev.bfp_tensor(qd, ed), dev.bfp_tensor(qx, ex), stack, g,
+                              lr=0.05, weight_decay=1e-3, rounding="stochastic", seed=7)
+        out.append((stack.mantissas(), stack.exponents()))
+    for got, want in zip(*out, strict=True):
+        np.testing.assert_array_equal(got, want)
+
+
 @pytest.mark.parametrize("spec", GEOMETRIES[:3])
 def test_forward_epilogue_matches_golden(rtl, spec):
     """A bias per output channel and ReLU, quantised stochastically: the golden backend's
@@ -160,7 +179,7 @@ def test_runtime_refuses_what_the_build_lacks(rtl):
     with pytest.raises(ValueError, match="out_channels 3: .* multiple of its 8 rows"):
         rtl.conv2d_weight_grad(d, x, g)
     g, d, x, w = tensors((32, 2, 3, 3, 8, 3, 1, 1, 1))
-    with pytest.raises(RuntimeError, match="float32 stacks"):
+    with pytest.raises(RuntimeError, match="out_channels 8: .* multiple of 32"):
         rtl.conv2d_sgd_update(d, x, w, g, lr=0.1)
 
 

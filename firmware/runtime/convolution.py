@@ -145,8 +145,9 @@ def _require_conv(dev, mode: int = 3, g=None, sgd: bool = False) -> None:
     """Whether ``dev`` runs convolution descriptors of ``mode`` on ``g``: all of them
     (``CONFIG_FEATURES.CONV``), or forward (``CONV_FORWARD``) and backward-data ones
     (``CONV_BACKWARD_DATA``) with the batch a multiple of the array's columns, and weight
-    gradients (``CONV_WEIGHT_GRAD``, without ``sgd``: a float32 stack) with the batch a
-    multiple of the tile size and the output channels of the array's rows."""
+    gradients (``CONV_WEIGHT_GRAD``) with the batch a multiple of the tile size and the
+    output channels of the array's rows (with ``sgd``, the step of a BFP8 stack, of the tile
+    size)."""
     info = dev.driver.info if dev.driver is not None else None
     if info is not None and not info.conv and (
             (mode == 1 and info.conv_forward) or (mode == 2 and info.conv_backward_data)):
@@ -158,10 +159,12 @@ def _require_conv(dev, mode: int = 3, g=None, sgd: bool = False) -> None:
                              f"(CONFIG_FEATURES.{field})")
         return
     if info is not None and not info.conv and mode == 3 and info.conv_weight_grad:
-        if sgd:
-            raise RuntimeError(f"this {dev.backend} accelerator's weight gradients are "
-                               f"float32 stacks (CONFIG_FEATURES.CONV_WEIGHT_GRAD): step the "
-                               f"weights with conv2d_weight_grad and an SGD descriptor")
+        if sgd and g.out_channels % info.tile_block:
+            raise RuntimeError(f"out_channels {g.out_channels}: this {dev.backend} "
+                               f"accelerator steps a weight stack only where each offset's "
+                               f"tile grid is whole rows of the stack's, output channels of "
+                               f"a multiple of {info.tile_block} "
+                               f"(CONFIG_FEATURES.CONV_WEIGHT_GRAD)")
         if g.batch % info.tile_block or g.out_channels % info.rows:
             raise ValueError(f"batch {g.batch}, out_channels {g.out_channels}: this "
                              f"{dev.backend} accelerator runs weight gradients on batches of "

@@ -226,10 +226,10 @@ REGISTERS: tuple[Register, ...] = tuple([
                                 "and the batch a multiple of CONFIG_ARRAY.COLS"),
          ("CONV_BACKWARD_DATA", 12, 1, "where CONV is 0: backward-data convolutions "
                                        "(DESC_CONV.MODE 2) likewise"),
-         ("CONV_WEIGHT_GRAD", 13, 1, "where CONV is 0: weight gradients (DESC_CONV.MODE 3) "
-                                     "as a float32 stack, with tile exponents alone, the "
-                                     "batch a multiple of 2**TILE_LOG2 and the output "
-                                     "channels of CONFIG_ARRAY.ROWS"),
+         ("CONV_WEIGHT_GRAD", 13, 1, "where CONV is 0: weight gradients (DESC_CONV.MODE 3), "
+                                     "the batch a multiple of 2**TILE_LOG2 and the output "
+                                     "channels of CONFIG_ARRAY.ROWS: a float32 stack, or "
+                                     "with output channels of 2**TILE_LOG2 BFP8 and SGD"),
          ("TILE_LOG2", 8, 4, "log2 of the side of the number format's tile blocks"),
          ("OPS", 16, 8, "the DESC_EPILOGUE bits 7..0 this build runs, each as in "
                         "DESC_EPILOGUE (all of them where EPILOGUE is 1). RELU, BIAS, "
