@@ -576,6 +576,29 @@ def t_kblocks_build():
     return md, cmds
 
 
+def t_conv_rtl():
+    data = load("conv_rtl.json")
+    c = data["config"]
+    rows = []
+    for r in data["results"]:
+        macs = c["array_macs"]
+        rows.append([r["layer"], r["mode"], f"{r['m']}×{r['n']}×{r['k']}",
+                     f"{r['rtl_cycles']:,}", f"{r['model_cycles']:,}",
+                     f"{r['rtl_cycles'] / r['model_cycles']:.2f}",
+                     pct(r["macs"] / macs / r["rtl_cycles"], 0),
+                     pct(r["macs"] / macs / r["model_cycles"], 0)])
+    r0 = data["results"][0]
+    md = table(["layer", "descriptor", "M×N×K", "RTL cycles", "model cycles", "RTL / model",
+                "RTL utilisation", "model utilisation"], rows, "llrrrrrr")
+    note = (f"fashion-cnn's 3×3 convolutions (padding 1) at batch {r0['batch']}, the first "
+            f"on a {r0['height']}×{r0['width']} input (fashion-cnn's is 28×28) and the "
+            f"second on half its side, on `Device(\"rtl\")` built with "
+            f"convolutions ({c['rows']}x{c['cols']} array, {c['data_width']}-bit bus, depth "
+            f"{c['depth']}, block {c['block']}, {c['port']} port) and the performance "
+            f"model of the same configuration.")
+    return md + "\n\n" + note, [command(data)]
+
+
 def t_conv_layouts():
     data = load("conv_format.json")
     rows = []
@@ -678,6 +701,7 @@ TABLES = {
     "regmap": t_regmap,
     "formats": t_formats,
     "kblocks-build": t_kblocks_build,
+    "conv-rtl": t_conv_rtl,
     "boards": t_boards,
     "port-presets": t_port_presets,
     "utilization": t_utilization,

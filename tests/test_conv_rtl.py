@@ -218,3 +218,15 @@ def test_hardware_refuses(rtl):
     (qw, ew), (qx, ex) = _operands(np.random.default_rng(9), g)
     got = rtl.conv2d(rtl.bfp_tensor(qx, ex), rtl.bfp_stack(qw, ew), g, out="float32")
     np.testing.assert_array_equal(got.numpy(), convm.conv2d_forward(qx, ex, qw, ew, g))
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--batch", "16"], "--batch must be a multiple of 32"),
+    (["--size", "5"], "--size must be even"),
+])
+def test_conv_rtl_bench_bad_options_exit_2(argv, message, capsys):
+    from sim.bench.conv_rtl import main
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    assert e.value.code == 2
+    assert message in capsys.readouterr().err

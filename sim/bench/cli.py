@@ -99,6 +99,9 @@ def main(argv=None) -> int:
     if argv[:1] == ["convs"]:
         from sim.bench.conv_layers import main as convs
         return convs(argv[1:])
+    if argv[:1] == ["conv-rtl"]:
+        from sim.bench.conv_rtl import main as conv_rtl
+        return conv_rtl(argv[1:])
     parser = argparse.ArgumentParser(prog="python -m sim.bench",
                                      description=sys.modules[__package__].__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -110,6 +113,8 @@ def main(argv=None) -> int:
                                    "(python -m sim.bench formats -h)")
     sub.add_parser("convs", help="every convolution's descriptors against their bounds "
                                  "(python -m sim.bench convs -h)")
+    sub.add_parser("conv-rtl", help="fashion-cnn's convolutions on the RTL against the "
+                                    "model (python -m sim.bench conv-rtl -h)")
     p = sub.add_parser("resources", help="Yosys resource estimates of the systolic array")
     p.add_argument("--sizes", type=_size, nargs="+", default=[(8, 8), (16, 16)])
     p.add_argument("--families", nargs="+", choices=["xc7", "xcup"], default=["xc7", "xcup"])

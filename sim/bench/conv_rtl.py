@@ -1,0 +1,95 @@
+"""``python -m sim.bench conv-rtl``: a network's convolutions on the RTL against the model.
+
+Runs each convolution of fashion-cnn (its two 3 x 3 layers, padding 1) in its three modes
+on ``Device("rtl")`` built with convolutions (a small array, so that Verilator runs the
+layers in minutes) and on ``Device("model")`` of the same configuration, and records the
+RTL's cycles, the performance model's and the utilisation of each (the MACs without
+padding's over the array's MACs a cycle). Writes JSON (default
+``results/conv_rtl.json``), the docs' *convolutions on the RTL* table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[2]
+
+#: The RTL's configuration: the tests' (tests/test_conv_rtl.py), on the ideal port.
+CONFIG = {"rows": 8, "cols": 8, "data_width": 64, "depth": 64, "block": 4}
+#: fashion-cnn's convolutions: (name, Cin, H, W, Cout) of 3 x 3, padding 1.
+LAYERS = (("conv1", 1, 28, 28, 16), ("conv2", 16, 14, 14, 32))
+MODES = {1: "forward", 2: "backward-data", 3: "weight gradient"}
+
+
+def measure(batch: int, size: int) -> list[dict]:
+    """The records of every layer and mode: ``layer``, ``mode``, ``m``, ``n``, ``k``,
+    ``macs``, ``rtl_cycles``, ``model_cycles``."""
+    from firmware import Device
+    from sim.models import bfp
+    from sim.models import conv as convm
+    rtl = Device("rtl", **CONFIG, k_blocks=True, epilogue=True, conv=True)
+    model = Device("model", **CONFIG, epilogue=True)
+    out = []
+    for name, cin, h, w, cout in LAYERS:
+        h, w = (h * size) // 28, (w * size) // 28
+        g = convm.ConvGeometry(batch, cin, h, w, cout, 3, padding=1)
+        rng = np.random.default_rng(1)
+        wt = (rng.standard_normal((cout, cin, 3, 3)) * 0.3).astype(np.float32)
+        qs, es = zip(*(bfp.quantize_tiles(m) for m in convm.weight_stack(wt)), strict=True)
+        qw, ew = np.stack(qs), np.stack(es)
+        qx, ex = bfp.quantize_tiles(rng.standard_normal((cin, g.positions)).astype(np.float32))
+        qd, ed = bfp.quantize_tiles(rng.standard_normal((cout, g.out_positions))
+                                    .astype(np.float32))
+        for mode in MODES:
+            cycles = []
+            for dev in (rtl, model):
+                if mode == 1:
+                    dev.conv2d(dev.bfp_tensor(qx, ex), dev.bfp_stack(qw, ew), g, out="float32")
+                elif mode == 2:
+                    dev.conv2d_backward_data(dev.bfp_tensor(qd, ed), dev.bfp_stack(qw, ew), g,
+                                             out="float32")
+                else:
+                    dev.conv2d_weight_grad(dev.bfp_tensor(qd, ed), dev.bfp_tensor(qx, ex), g)
+                cycles.append(int(dev.stats["cycles"]))
+            m, n, k, macs = g.implicit_gemm(mode)
+            out.append({"layer": name, "mode": MODES[mode], "batch": batch, "height": h,
+                        "width": w, "m": m, "n": n, "k": k, "macs": int(macs),
+                        "rtl_cycles": cycles[0], "model_cycles": cycles[1]})
+            print(f"  {name} {MODES[mode]}: RTL {cycles[0]} cycles, model {cycles[1]}",
+                  file=sys.stderr)
+    return out
+
+
+def main(argv=None) -> int:
+    """The command line, ``python -m sim.bench conv-rtl``; the exit status."""
+    p = argparse.ArgumentParser(prog="python -m sim.bench conv-rtl", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--batch", type=int, default=32,
+                   help="images (a multiple of 32: the RTL's weight gradient; default 32)")
+    p.add_argument("--size", type=int, default=14,
+                   help="the input image's side (fashion-cnn's is 28; default 14, a quarter "
+                        "of the positions, for simulation time)")
+    p.add_argument("--out", type=Path, default=ROOT / "results" / "conv_rtl.json")
+    args = p.parse_args(argv)
+    if args.batch < 32 or args.batch % 32 or args.batch > 0xFFFF:
+        p.error(f"--batch must be a multiple of 32 up to 65535, not {args.batch}")
+    if not 4 <= args.size <= 28 or args.size % 2:
+        p.error(f"--size must be even, in [4, 28], not {args.size}")
+    records = measure(args.batch, args.size)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps({
+        "command": "python -m sim.bench conv-rtl " + " ".join(argv if argv is not None
+                                                              else sys.argv[1:]),
+        "config": {**CONFIG, "port": "ideal", "array_macs": CONFIG["rows"] * CONFIG["cols"]},
+        "results": records}, indent=1) + "\n")
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
