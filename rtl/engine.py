@@ -101,13 +101,14 @@ class GemmEngine(wiring.Component):
         g`` quantised over them (:class:`rtl.bfpwrite.BfpWriteBack`).
     conv : bool
         With ``k_blocks`` and at most ``TILE_BLOCK`` columns: run ``conv`` descriptors, a
-        forward convolution as an implicit GEMM (:func:`rtl.checker.descriptor_layout`). The
-        front first sets a :class:`rtl.convcursor.ConvCursor` up for its geometry and
-        derives the GEMM (M the output channels, N the output positions, K the kernel
-        offsets times the input channels) and the operands' extents for the checks; the
-        walker then walks it as a K-block GEMM whose K chunks are (kernel offset, tile block
-        of input channels), reading each B tile where the cursor says, or zeros for
-        padding. The batch must be a multiple of ``cols`` (the accelerator refuses others).
+        convolution's forward, backward-data or weight-gradient GEMM
+        (:func:`rtl.checker.descriptor_layout`). The front first sets a
+        :class:`rtl.convcursor.ConvCursor` up for its geometry and derives the implicit GEMM
+        (M, N, K, backward-data's transposed A, the weight gradient's transposed B) and the
+        operands' extents for the checks; the walker then walks it
+        (:class:`rtl.walker.Walker`'s ``conv``), reading B where the cursor says, or zeros.
+        The accelerator refuses batches the walk cannot take
+        (:class:`rtl.accelerator.Accelerator`'s ``conv``).
 
     Attributes
     ----------

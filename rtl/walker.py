@@ -80,7 +80,11 @@ class Walker(wiring.Component):
         :attr:`cur_off_op` (moved with the tile and the offset; the walker waits its
         latency before a load or exponent that reads it), as zero rows where it reads
         nothing (and no exponent then); a command adds to the accumulator after the block's
-        first chunk.
+        first chunk. A weight gradient (``geometry.mode`` 3; M the stack's rows, B the input
+        transposed) is walked as one GEMM of Cout x Cin per kernel offset, its write jobs
+        Cout rows further on each time; its K chunks are plain K blocks of output
+        positions, each lane of B reading the chunk's run at the column the cursor gives
+        (moved per chunk), or zeros.
 
     Attributes
     ----------
@@ -204,10 +208,11 @@ class Walker(wiring.Component):
                        k_fits=k_fits, wider=wider, multi=multi, blk=blk, blk_r=blk_r, blk_c=blk_c)
 
     def _conv_state(self, s):
-        """A forward convolution's registers (``conv``): the kernel offsets left after this
-        one, the offset's matrix of A and its exponent grid, whether the chunk is the offset's
-        last, and the wait for the cursor's outputs after each op. ``cur_op`` moves the
-        cursor (comb, in the cycle of a state's decision)."""
+        """A convolution's registers (``conv``): the kernel offsets left after this one, the
+        offset's matrix of A and its exponent grid, whether the chunk is the offset's last
+        (forward, backward-data), a weight gradient's first row of C, and the wait for the
+        cursor's outputs after each op. ``cur_op`` moves the cursor (comb, in the cycle of a
+        state's decision); ``dm`` is the M walked (a weight gradient's: Cout)."""
         m, d = s.m, s.d
         if not self.conv:
             vars(s).update(conv=Const(0, 1), wg=Const(0, 1), cur_ok=Const(1, 1), cur_op=None,
