@@ -8,7 +8,7 @@ from amaranth.lib.wiring import In, Out
 
 from firmware.spec import regmap
 
-from ._util import SLICE_BITS, own_reset
+from ._util import SLICE_BITS, carry_select_add, own_reset
 from .bfpwrite import BfpWriteBack
 from .checker import DescriptorChecker, descriptor_layout
 from .convcursor import ConvCursor
@@ -833,15 +833,16 @@ class GemmEngine(wiring.Component):
             r["a_grid_rows"].eq(r["kk"] * r["gm"]), r["a_grid_step"].eq(r["gm"] * r["gk"]),
             r["hw"].eq(g.height * g.width),
             r["bc_lo"].eq(r["hw"][:16] * g.batch), r["bc_hi"].eq(r["hw"][16:] * g.batch),
-            r["b_cols"].eq(r["bc_lo"] + (r["bc_hi"] << 16)),
+            r["b_cols"].eq(carry_select_add(r["bc_lo"], r["bc_hi"] << 16, 48)),
             r["as_lo"].eq(d.cout * d.a_stride[:16]), r["as_hi"].eq(d.cout * d.a_stride[16:]),
-            r["a_step"].eq(r["as_lo"] + (r["as_hi"] << 16)),
+            r["a_step"].eq(carry_select_add(r["as_lo"], r["as_hi"] << 16, 48)),
             # (backward-data: from the stack's last matrix back to its first)
-            r["a_back"].eq(-r["a_step"]), r["kk1c"].eq(r["a_rows"] - d.cout),
+            r["a_back"].eq(carry_select_add(~r["a_step"], 1, 64)),
+            r["kk1c"].eq(r["a_rows"] - d.cout),
             r["af_lo"].eq(r["kk1c"] * d.a_stride[:16]), r["af_hi"].eq(r["kk1c"] * d.a_stride[16:]),
-            r["a_first"].eq(r["af_lo"] + (r["af_hi"] << 16)),
+            r["a_first"].eq(carry_select_add(r["af_lo"], r["af_hi"] << 16, 64)),
             r["a_grid_first"].eq((r["kk"] - 1) * r["a_grid_step"]),
-            r["a_grid_back"].eq(-r["a_grid_step"]),
+            r["a_grid_back"].eq(carry_select_add(~Cat(r["a_grid_step"], Const(0, 8)), 1, 32)),
             # (a zero stride, dilation or image size, as a zero dimension; a dilated kernel
             # beyond the padded image: refused)
             r["zero"].eq((g.stride_h == 0) | (g.stride_w == 0) | (g.dilation_h == 0)
