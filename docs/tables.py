@@ -554,6 +554,7 @@ KBLOCK_BUILDS = (("build_pynq-z1.json", "pynq-z1", ""),
                   " --k-blocks --epilogue --write-ports 2"),
                  ("build_pynq-z1_sgd.json", "pynq-z1",
                   " --k-blocks --epilogue --sgd --write-ports 2"),
+                 ("build_pynq-z1_conv.json", "pynq-z1", " --k-blocks --conv"),
                  ("build_zcu104.json", "zcu104", ""),
                  ("build_zcu104_kblocks.json", "zcu104", " --k-blocks"))
 
