@@ -366,7 +366,7 @@ class Accelerator(wiring.Component):
             conv = conv & ~forward
             m.d.comb += [staged.conv.eq(mode != 0),
                          staged.cin.eq(_field(csr, "DESC_CONV_CHANNELS", "IN")),
-                         staged.cout.eq(_field(csr, "DESC_CONV_CHANNELS", "OUT")),
+                         staged.cout.eq(cout),
                          *(getattr(staged.geometry, f.lower()).eq(_field(csr, "DESC_CONV", f))
                            for f in ("KERNEL_H", "KERNEL_W", "STRIDE_H", "STRIDE_W", "PAD_H",
                                      "PAD_W", "DILATION_H", "DILATION_W")),

@@ -26,16 +26,16 @@ def descriptor_layout(k_blocks: bool = False, epilogue: bool = False,
     ``sgd`` with ``lr`` and ``decay`` (``DESC_EPILOGUE.SGD``, ``DESC_LR``, ``DESC_DECAY``:
     the stored BFP8 weights at C stepped by this GEMM's result). With ``conv`` (its fields
     before the epilogue's, so that the walker's layout is a prefix of the engine's), a
-    forward or backward-data convolution (``conv``; ``DESC_CONV`` and its geometry, ``cin``,
-    ``cout``) and what the engine derives from it before the checks
-    (:class:`rtl.engine.GemmEngine`): M, N and K of its implicit GEMM (and ``transpose_a``
-    for backward-data), the weight stack's rows ``a_rows`` and its exponent grid's
-    ``a_grid_rows`` (a weight gradient's: the deltas'), A's row bytes ``a_bytes`` (Cin, or
-    a weight gradient's output positions), B's rows ``b_rows`` (the input's channels, or the
-    deltas') and columns
-    ``b_cols``, and where the first kernel offset's matrix in K order lies in the stack and
-    its grid (``a_first``, ``a_grid_first``, bytes) and the steps to the next (``a_step``,
-    ``a_grid_step``, modulo 2**64 and 2**32: backward-data walks the stack backwards)."""
+    convolution (``conv``; ``DESC_CONV`` and its geometry, ``cin``, ``cout``) and what the
+    engine derives from it before the checks (:class:`rtl.engine.GemmEngine`): M, N and K of
+    its implicit GEMM (and ``transpose_a`` for backward-data, ``transpose_b`` for a weight
+    gradient), the weight stack's rows ``a_rows`` and its exponent grid's ``a_grid_rows`` (a
+    weight gradient's: the deltas'), A's row bytes ``a_bytes`` (Cin, or a weight gradient's
+    output positions), B's rows ``b_rows`` (the input's channels, or the deltas') and
+    columns ``b_cols``, and where the first kernel offset's matrix in K order lies in the
+    stack and its grid (``a_first``, ``a_grid_first``, bytes) and the steps to the next
+    (``a_step``, ``a_grid_step``, modulo 2**64 and 2**32: backward-data walks the stack
+    backwards)."""
     return data.StructLayout({
         "m": unsigned(32), "n": unsigned(32), "k": unsigned(32),
         "transpose_a": 1, "transpose_b": 1, "raw": 1, "row_vec": 1, "col_vec": 1,
@@ -203,8 +203,8 @@ class DescriptorChecker(wiring.Component):
             regions[1] = (*regions[1][:4], ~qo, 1)
             regions[3:5] = [(*r[:4], r[4] & ~qo, r[5]) for r in regions[3:5]]
         if self.conv:
-            # a forward convolution: A the weight stack (a_rows of Cin bytes), B the input
-            # (Cin rows of b_cols bytes)
+            # a convolution: A the weight stack or the deltas (a_rows of a_bytes), B the
+            # input or the deltas (b_rows of b_cols bytes)
             cv = d.conv
             a, b = regions[0], regions[1]
             regions[0] = (a[0], Mux(cv, d.a_rows[:16], a[1]), a[2],
@@ -343,15 +343,17 @@ class DescriptorChecker(wiring.Component):
                          hi["k"].eq(d.k[16:].any() & ~d.quantize_only)]
         else:
             m.d.sync += [lo["k"].eq(d.k[:16].any()), hi["k"].eq(d.k[16:].any())]
-        conv_big = Signal()       # a convolution's stack rows or input columns beyond 65535
-        if self.conv:
+        big = hi["m"] | hi["n"]
+        if self.conv:             # (a convolution's A or B extents beyond 65535)
+            conv_big = Signal()
             m.d.sync += conv_big.eq(d.conv & (d.a_rows[16:].any() | d.b_cols[16:].any()
                                               | d.a_bytes[16:].any()))
+            big = big | conv_big
         zero = Signal()
         too_large = Signal()
         k_too_large = Signal()
         m.d.comb += [zero.eq(Cat(*(~(lo[f] | hi[f]) for f in "mnk")).any()),
-                     too_large.eq(hi["m"] | hi["n"] | conv_big),
+                     too_large.eq(big),
                      k_too_large.eq(hi["k"])]
 
         with m.FSM(name="check"):

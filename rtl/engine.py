@@ -163,7 +163,7 @@ class GemmEngine(wiring.Component):
                  epilogue: bool = False, sgd: bool = False, conv: bool = False):
         self.write_ports = regmap.check_write_ports(write_ports, rows)
         self.k_blocks, self.epilogue = bool(k_blocks), bool(epilogue)
-        #: Runs forward convolutions (``conv`` descriptors): see the ``conv`` parameter.
+        #: Runs convolution descriptors (``conv``): see the ``conv`` parameter.
         self.conv = bool(conv)
         if self.conv and (not self.k_blocks or cols > regmap.TILE_BLOCK):
             raise ValueError(f"conv needs k_blocks and cols at most {regmap.TILE_BLOCK}, not "
@@ -892,7 +892,9 @@ class GemmEngine(wiring.Component):
                         m.d.sync += self.code.eq(int(regmap.ErrorCode.UNSUPPORTED))
                         m.next = "FAILING"
                     with m.Elif(p.cursor.ready):
-                        pos = p.cursor.positions
+                        def saturated(x):     # (over 32 bits: refused as too large)
+                            return Mux(x[32:].any(), 0xFFFFFFFF, x[:32])
+                        pos = saturated(p.cursor.positions)
                         m.d.comb += shaped.eq(1)
                         # (backward-data: M the input channels, the stack read transposed
                         # from its last matrix back, B the deltas)
@@ -901,20 +903,17 @@ class GemmEngine(wiring.Component):
                         # positions; A the deltas, B the input read transposed, each K run
                         # of TILE_BLOCK positions where the cursor says)
                         wg = g.mode == 3
-                        outs = p.cursor.out_positions
+                        outs = saturated(p.cursor.out_positions)
                         m.d.sync += [d.m.eq(Mux(wg, r["a_rows"], Mux(bwd, d.cin, d.cout))),
-                                     d.k.eq(Mux(r["zero"], 0,
-                                                Mux(wg, Mux(outs[32:].any(), 0xFFFFFFFF,
-                                                            outs[:32]), r["k"]))),
-                                     d.n.eq(Mux(wg, d.cin,
-                                                Mux(pos[32:].any(), 0xFFFFFFFF, pos[:32]))),
+                                     d.k.eq(Mux(r["zero"], 0, Mux(wg, outs, r["k"]))),
+                                     d.n.eq(Mux(wg, d.cin, pos)),
                                      d.transpose_a.eq(bwd), d.transpose_b.eq(wg),
                                      d.a_rows.eq(Mux(wg, d.cout, r["a_rows"])),
-                                     d.a_bytes.eq(Mux(wg, Mux(outs[32:].any(), 0xFFFFFFFF,
-                                                              outs[:32]), d.cin)),
+                                     d.a_bytes.eq(Mux(wg, outs, d.cin)),
                                      d.a_grid_rows.eq(Mux(wg, r["gm"], r["a_grid_rows"])),
                                      d.b_rows.eq(Mux(bwd, d.cout, d.cin)),
-                                     d.b_cols.eq(Mux(bwd, outs, r["b_cols"])),
+                                     d.b_cols.eq(Mux(bwd, p.cursor.out_positions,
+                                                     r["b_cols"])),
                                      d.a_first.eq(Mux(bwd, r["a_first"], 0)),
                                      d.a_step.eq(Mux(bwd, r["a_back"],
                                                      Mux(wg, 0, r["a_step"]))),

@@ -445,12 +445,16 @@ class Walker(wiring.Component):
                 # (a convolution's B tile: the input's column block the cursor reads)
                 with m.If(s.conv):
                     m.d.sync += nb.eq(self.cur_column >> lg)
-            kb_a_off = (Signal(24, name="kb_a_prod"), Signal(24, name="kb_a_add"))
+            # (a convolution's addend also steps over the stack's grids: wider)
+            kb_a_off = (Signal(24, name="kb_a_prod"),
+                        Signal(24 if self.conv else 12, name="kb_a_add"))
             kb_b_off = (Signal(24, name="kb_b_prod"), Signal(12, name="kb_b_add"))
             ta, tb = d.transpose_a, d.transpose_b
+            a_add = Mux(ta, mb, kb)
+            if self.conv:
+                a_add = a_add + Mux(s.conv, s.a_gbase, 0)
             m.d.sync += [kb_a_off[0].eq(Mux(ta, kb, mb) * Mux(ta, gm, gk)),
-                         kb_a_off[1].eq(Mux(ta, mb, kb) + (Mux(s.conv, s.a_gbase, 0)
-                                                           if self.conv else 0)),
+                         kb_a_off[1].eq(a_add),
                          kb_b_off[0].eq(Mux(tb, nb, kb) * Mux(tb, gk, gn)),
                          kb_b_off[1].eq(Mux(tb, kb, nb))]
             if self.conv:
@@ -856,11 +860,11 @@ class Walker(wiring.Component):
                                          last_chunk.eq(f_last & (s.offs_left == 1)),
                                          s.a_base.eq(carry_select_add(s.a_base, d.a_step, 64)),
                                          s.a_gbase.eq(s.a_gbase + d.a_grid_step)]
-                            conv_op(PosOp.BACK, OffOp.NEXT)
+                            s.cur_op(PosOp.BACK, OffOp.NEXT)
                         with m.Else():
                             m.d.sync += [s.ochunk_last.eq(kb_last),
                                          last_chunk.eq(kb_last & (s.offs_left == 0))]
-                            conv_op(PosOp.BACK)
+                            s.cur_op(PosOp.BACK)
             with m.Else():
                 # The next block along the walk's inner direction keeps the operand
                 # they share (A along a row of blocks, B down a column) if this block
