@@ -331,8 +331,8 @@ class Accelerator(wiring.Component):
         # ADD are 0; with ``conv`` forward, backward-data and weight-gradient convolutions,
         # CONFIG_FEATURES.CONV_FORWARD, CONV_BACKWARD_DATA and CONV_WEIGHT_GRAD, with tile
         # exponents and without transposes, quantise-only or SGD, the batch a multiple of
-        # the columns; a weight gradient's as a float32 stack, the batch a multiple of
-        # TILE_BLOCK and Cout of the rows)
+        # the columns; a weight gradient's, the batch a multiple of TILE_BLOCK, as a float32
+        # or BFP8 stack, SGD of a BFP8 stack, or of a float32 row from a 1 x 1 one)
         mode = _field(csr, "DESC_CONV", "MODE")
         conv = ((mode != 0) | _field(csr, "DESC_CONV", "ADD")
                 | (_field(csr, "DESC_POOL", "MODE") != 0))
@@ -349,19 +349,23 @@ class Accelerator(wiring.Component):
             if self.epilogue:
                 data_ok = data_ok & ~_field(csr, "DESC_EPILOGUE", "QUANTIZE_ONLY") \
                     & ~_field(csr, "DESC_EPILOGUE", "SGD")
-            # (a weight gradient: a float32 stack, the batch whole K runs, Cout whole tiles)
+            # (a weight gradient: a float32 stack, the batch whole K runs)
             grad_out = e == tiles
             if self.epilogue:
-                # (and, with Cout a multiple of TILE_BLOCK, so that each offset's tile grid
-                # is the stack's rows of grid, BFP8 output and SGD on a BFP8 stack)
+                # (or a BFP8 stack, each offset's matrix with its own tile grid, and SGD on
+                # one; or SGD on a float32 row: a bias)
                 bfp = regmap.pack("DESC_EPILOGUE", BFP8=1, STOCHASTIC=1,
                                   SGD=int(self.sgd))
                 grad_out = grad_out | (((e & ~(tiles | bfp)) == 0)
-                                       & _field(csr, "DESC_EPILOGUE", "BFP8")
-                                       & ((cout & (regmap.TILE_BLOCK - 1)) == 0))
+                                       & _field(csr, "DESC_EPILOGUE", "BFP8"))
+                if self.sgd and self.engine.fp32:
+                    # (a 1 x 1 weight gradient of one row: a bias's, from a row of ones)
+                    f32_sgd = regmap.pack("DESC_EPILOGUE", SGD=1)
+                    grad_out = grad_out | ((e == (tiles | f32_sgd)) & (cout == 1)
+                                           & (_field(csr, "DESC_CONV", "KERNEL_H") == 1)
+                                           & (_field(csr, "DESC_CONV", "KERNEL_W") == 1))
             grad_ok = ((mode == 3) & grad_out
-                       & ((batch & (regmap.TILE_BLOCK - 1)) == 0)
-                       & ((cout & (self.rows - 1)) == 0))
+                       & ((batch & (regmap.TILE_BLOCK - 1)) == 0))
             forward = common & (data_ok | grad_ok)
             conv = conv & ~forward
             m.d.comb += [staged.conv.eq(mode != 0),

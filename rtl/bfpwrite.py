@@ -15,7 +15,7 @@ from .fp32 import Fp32Add, Fp32Mul
 from .prng import RandomLanes
 from .rescale import rescale_output_layout
 from .sideload import side_job_layout
-from .writeback import write_job_layout
+from .writeback import job_grid_row, job_row, write_job_layout
 
 __all__ = ["BfpWriteBack", "bfp_desc_layout"]
 
@@ -165,7 +165,8 @@ class BfpWriteBack(wiring.Component):
     a time. Such rows take ``4 * cols / bus bytes`` cycles each at the port.
 
     A unit's base address ``c_addr + m0 * c_stride + n0`` and exponent address
-    ``c_exp_addr + (m0 / T) * ceil(N / T) + n0 / T`` are computed in registered stages (a
+    ``c_exp_addr + (m0 / T) * ceil(N / T) + n0 / T`` (with ``conv``, the job's grid row
+    ``er`` for ``m0 / T``) are computed in registered stages (a
     17 x 32 product) while its first tile waits. ``c_addr`` and ``c_stride`` are multiples
     of the bus width (the checker's rule for C), so a beat's bytes start at ``(n0 + seg *
     cols) mod (bus bytes)`` within a bus word.
@@ -188,10 +189,14 @@ class BfpWriteBack(wiring.Component):
     fp32 : bool
         Build the float32 rows' writes (the descriptor's ``f32``; needs ``side`` and ``4 *
         cols`` a multiple of the bus's bytes).
+    conv : bool
+        Jobs of :func:`rtl.writeback.write_job_layout` with ``conv``: C may be a stack of
+        matrices of ``desc.m`` rows each, with a tile grid each; a unit is clipped by its
+        matrix's edges and its exponent written at its row of the stack's grid.
 
     Attributes
     ----------
-    jobs : In(stream.Signature(rtl.writeback.write_job_layout()))
+    jobs : In(stream.Signature(rtl.writeback.write_job_layout(``conv``)))
     i_stream : In(stream.Signature(rtl.rescale.rescale_output_layout(cols)))
     desc : In(bfp_desc_layout(addr_width))
         Held while the descriptor's tiles pass.
@@ -205,7 +210,7 @@ class BfpWriteBack(wiring.Component):
         Sticky: a block held inf or NaN (written as zeros with exponent 0). Cleared by
         :attr:`clear`.
     clear : In(1)
-    side_unit : In(stream.Signature(rtl.sideload.side_job_layout()))
+    side_unit : In(stream.Signature(rtl.sideload.side_job_layout(``conv``)))
         With ``side``: the side loader's units, one taken per unit with a bias or
         ``mask_in``.
     side_row, side_seg : Out
@@ -252,7 +257,7 @@ class BfpWriteBack(wiring.Component):
 
     def __init__(self, rows: int, cols: int, *, data_width: int = 128, addr_width: int = 32,
                  relu: bool = False, side: bool = False, sgd: bool = False,
-                 fp32: bool = False):
+                 fp32: bool = False, conv: bool = False):
         T = TILE_BLOCK
         if rows != cols or cols < 4 or T % cols:
             raise ValueError(f"BFP8 output needs a square array of 4 to {T} lanes dividing "
@@ -266,7 +271,7 @@ class BfpWriteBack(wiring.Component):
             raise ValueError(f"fp32 needs side and a float32 tile row of whole bus words, "
                              f"not {cols} lanes on a {data_width}-bit bus")
         self.relu, self.side, self.sgd = bool(relu), bool(side), bool(sgd)
-        self.fp32 = bool(fp32)
+        self.fp32, self.conv = bool(fp32), bool(conv)
         self.rows, self.cols = rows, cols
         self.data_width, self.addr_width = data_width, addr_width
         self.segs = T // cols
@@ -275,7 +280,7 @@ class BfpWriteBack(wiring.Component):
         #: cycles, so that neither outpaces the port.
         self.fold = max(1, cols // (data_width // 8))
         super().__init__({
-            "jobs": In(stream.Signature(write_job_layout())),
+            "jobs": In(stream.Signature(write_job_layout(conv))),
             "i_stream": In(stream.Signature(rescale_output_layout(cols))),
             "desc": In(bfp_desc_layout(addr_width)),
             "wr_cmd": Out(stream.Signature(dma_command_layout(addr_width))),
@@ -284,7 +289,7 @@ class BfpWriteBack(wiring.Component):
             "idle": Out(1),
             "nonfinite": Out(1),
             "clear": In(1),
-            **({"side_unit": In(stream.Signature(side_job_layout())),
+            **({"side_unit": In(stream.Signature(side_job_layout(conv))),
                 "side_row": Out(range(T)), "side_seg": Out(range(T // cols)),
                 "bias_row": In(32), "bias_lanes": In(data.ArrayLayout(32, cols)),
                 "mask_lanes": In(cols), "release": Out(1)} if self.side else {}),
@@ -486,7 +491,11 @@ class BfpWriteBack(wiring.Component):
         lr, lt = R.bit_length() - 1, T.bit_length() - 1
         AW = self.addr_width
         d, job, i = self.desc, self.jobs.payload, self.i_stream
-        m0 = Signal(17, reset_less=True)
+        m0 = Signal(17, reset_less=True)     # the tile's row in C (a stack's row)
+        # (with ``conv``: its row in its matrix, and its tile block's row of the exponent
+        # grid; else m0 and m0 / T)
+        mr = Signal(17, reset_less=True) if self.conv else m0
+        er = Signal(17, reset_less=True) if self.conv else m0 >> lt
         n0 = Signal(17, reset_less=True)
         rows_in = Signal(range(T + 1), reset_less=True)
         cols_in = Signal(range(T + 1), reset_less=True)
@@ -531,23 +540,26 @@ class BfpWriteBack(wiring.Component):
                 with m.If(self.jobs.valid):
                     rem_m = Signal(18)
                     rem_n = Signal(18)
-                    m.d.comb += [rem_m.eq(d.m[:17] - job.m0), rem_n.eq(d.n[:17] - job.n0)]
+                    jr = job_row(job)
+                    m.d.comb += [rem_m.eq(d.m[:17] - jr), rem_n.eq(d.n[:17] - job.n0)]
+                    if self.conv:
+                        m.d.sync += [mr.eq(jr), er.eq(job_grid_row(job))]
                     m.d.sync += [m0.eq(job.m0), n0.eq(job.n0), r.eq(0),
-                                 row0.eq(job.m0[:lt]), seg.eq(job.n0[:lt] >> lr),
+                                 row0.eq(jr[:lt]), seg.eq(job.n0[:lt] >> lr),
                                  t_rows.eq(Mux(rem_m >= R, R, rem_m)),
                                  t_cols.eq(Mux(rem_n >= C, C, rem_n))]
-                    with m.If((job.m0[:lt] == 0) & (job.n0[:lt] == 0)):
+                    with m.If((jr[:lt] == 0) & (job.n0[:lt] == 0)):
                         m.next = "GEOMETRY"
                     with m.Else():
                         m.next = "ROWS"
             with m.State("GEOMETRY"):        # the unit's extent and its products
                 rem_m = Signal(18)
                 rem_n = Signal(18)
-                m.d.comb += [rem_m.eq(d.m[:17] - m0), rem_n.eq(d.n[:17] - n0)]
+                m.d.comb += [rem_m.eq(d.m[:17] - mr), rem_n.eq(d.n[:17] - n0)]
                 m.d.sync += [rows_in.eq(Mux(rem_m >= T, T, rem_m)),
                              cols_in.eq(Mux(rem_n >= T, T, rem_n)),
                              prod.eq(m0 * d.c_stride),
-                             eprod.eq((m0 >> lt) * gn)]
+                             eprod.eq(er * gn)]
                 m.next = "COUNT"
             with m.State("COUNT"):
                 m.d.sync += [bm.eq((rows_in + (R - 1)) >> lr), bn.eq((cols_in + (C - 1)) >> lr)]

@@ -25,7 +25,7 @@ from .router import ReadRouter
 from .sideload import UnitSideLoader
 from .stripe import LoadStriper, VectorInterleave
 from .walker import Walker
-from .writeback import WriteBack, WriteBackPorts
+from .writeback import WriteBack, WriteBackPorts, job_row
 
 __all__ = ["GemmEngine", "descriptor_layout"]
 
@@ -309,7 +309,8 @@ class GemmEngine(wiring.Component):
         m.d.comb += wb_idle.eq(p.writeback.idle & (p.bfpwb.idle if self.epilogue else 1))
         if self.epilogue:
             bd = p.bfpwb.desc
-            m.d.comb += [bd.m.eq(d_back.m), bd.n.eq(d_back.n), bd.c_addr.eq(d_back.c_addr),
+            m.d.comb += [bd.m.eq(self._matrix_rows(d_back)), bd.n.eq(d_back.n),
+                         bd.c_addr.eq(d_back.c_addr),
                          bd.c_stride.eq(d_back.c_stride), bd.c_exp_addr.eq(d_back.c_exp_addr),
                          bd.stochastic.eq(d_back.stochastic), bd.seed.eq(d_back.seed),
                          bd.relu.eq(d_back.relu), bd.mask_addr.eq(d_back.mask_addr),
@@ -323,6 +324,7 @@ class GemmEngine(wiring.Component):
             p.issue.exp_issued.eq(exp_job),
             p.walker.drained.eq(p.issue.drained),
             p.writeback.desc.eq(d_back),
+            *([p.writeback.desc.m.eq(self._matrix_rows(d_back))] if self.conv else []),
             p.checker.i_stream.payload.eq(d), p.walker.i_stream.payload.eq(d),
             p.checker.window_base.eq(self.window_base),
             p.checker.window_limit.eq(self.window_limit),
@@ -392,21 +394,22 @@ class GemmEngine(wiring.Component):
         if WP == 1:
             writeback = WriteBack(R, C, data_width=self.data_width,
                                   addr_width=self.addr_width, queue=max(4, BL * BL),
-                                  primitive=self.primitive)
+                                  primitive=self.primitive, conv=self.conv)
             wb_cmd, wb_data, wb_done = [writeback.wr_cmd], [writeback.wr_data], \
                 [writeback.wr_done]
         else:
             writeback = WriteBackPorts(R, C, data_width=self.data_width,
                                        addr_width=self.addr_width, queue=max(4, BL * BL),
-                                       ports=WP, primitive=self.primitive, part_resets=True)
+                                       ports=WP, primitive=self.primitive, part_resets=True,
+                                       conv=self.conv)
             wb_cmd, wb_data, wb_done = writeback.wr_cmd, writeback.wr_data, writeback.wr_done
         bfpwb = BfpWriteBack(R, C, data_width=self.data_width, addr_width=self.addr_width,
                              relu=self.relu, side=True, sgd=self.sgd,
-                             fp32=self.fp32) if self.epilogue else None
+                             fp32=self.fp32, conv=self.conv) if self.epilogue else None
         # the BFP8 output's side data (bias, stored mask, stored weights), read through the
         # first reader
         side = UnitSideLoader(C, self.data_width, self.addr_width,
-                              sgd=self.sgd) if self.epilogue else None
+                              sgd=self.sgd, conv=self.conv) if self.epilogue else None
         share = ReadShare(self.data_width, self.addr_width) if self.epilogue else None
         # a quantise-only descriptor's float32 tiles, read through the first reader
         fpread = Fp32TileReader(R, C, data_width=self.data_width,
@@ -557,7 +560,23 @@ class GemmEngine(wiring.Component):
         walker = p.walker
         if not self.quantize:
             return walker.o_write
-        return _either(m, walker.o_write, p.fpread.o_write, "front_write")
+        reader = p.fpread.o_write
+        if self.conv:                 # (a reader's job is of a matrix: its rows in it)
+            reader = stream.Signature(walker.o_write.payload.shape()).create(
+                path=("fpread_write",))
+            job, lt = p.fpread.o_write.payload, _log2(regmap.TILE_BLOCK)
+            m.d.comb += [reader.valid.eq(p.fpread.o_write.valid),
+                         p.fpread.o_write.ready.eq(reader.ready),
+                         reader.payload.m0.eq(job.m0), reader.payload.n0.eq(job.n0),
+                         reader.payload.mr.eq(job.m0), reader.payload.er.eq(job.m0 >> lt)]
+        return _either(m, walker.o_write, reader, "front_write")
+
+    def _matrix_rows(self, d):
+        """The rows of each matrix of descriptor ``d``'s C: M, or a weight gradient's Cout
+        (its C a stack of Cout x Cin matrices, one per kernel offset)."""
+        if not self.conv:
+            return d.m
+        return Mux(d.conv & (d.geometry.mode == 3), d.cout, d.m)
 
     def _epi(self, d):
         """Whether descriptor ``d`` goes through the BFP8 write-back: a BFP8 C, or (with
@@ -588,14 +607,18 @@ class GemmEngine(wiring.Component):
         T = regmap.TILE_BLOCK
         lt = _log2(T)
         job = side.jobs.payload
-        first = (w.payload.m0[:lt] == 0) & (w.payload.n0[:lt] == 0)
+        row = job_row(w.payload)
+        first = (row[:lt] == 0) & (w.payload.n0[:lt] == 0)
         sgd = d.sgd if self.sgd else 0
         need = first & self._epi(d) & ((d.bias != 0) | d.mask_in | sgd)
         # (an SGD step of a float32 row reads its stored values as the column biases)
         f32_sgd = sgd & ~d.bfp8
         rem_m, rem_n = Signal(18), Signal(18)
         ready = Signal()
-        m.d.comb += [rem_m.eq(d.m[:17] - w.payload.m0), rem_n.eq(d.n[:17] - w.payload.n0),
+        if self.conv:
+            m.d.comb += job.er.eq(w.payload.er)
+        m.d.comb += [rem_m.eq(self._matrix_rows(d)[:17] - row),
+                     rem_n.eq(d.n[:17] - w.payload.n0),
                      job.m0.eq(w.payload.m0), job.n0.eq(w.payload.n0),
                      job.rows_in.eq(Mux(rem_m >= T, T, rem_m)),
                      job.cols_in.eq(Mux(rem_n >= T, T, rem_n)),

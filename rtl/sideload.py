@@ -13,12 +13,15 @@ from .readshare import read_word_layout
 __all__ = ["UnitSideLoader", "side_desc_layout", "side_job_layout"]
 
 
-def side_job_layout() -> data.StructLayout:
+def side_job_layout(conv: bool = False) -> data.StructLayout:
     """A unit (a tile block of C): its first element (``m0``, ``n0``, multiples of the tile
-    block) and its rows and columns inside the matrix (1 to the tile block)."""
+    block) and its rows and columns inside the matrix (1 to the tile block). With ``conv``
+    (C a stack of matrices, :func:`rtl.writeback.write_job_layout`) ``m0`` is the unit's
+    row in the stack, any row, and ``er`` its row of the stack's exponent grid."""
     T = TILE_BLOCK
     return data.StructLayout({"m0": unsigned(17), "n0": unsigned(17),
-                              "rows_in": range(T + 1), "cols_in": range(T + 1)})
+                              "rows_in": range(T + 1), "cols_in": range(T + 1),
+                              **({"er": unsigned(17)} if conv else {})})
 
 
 def side_desc_layout(addr_width: int = 32) -> data.StructLayout:
@@ -33,10 +36,11 @@ def side_desc_layout(addr_width: int = 32) -> data.StructLayout:
                               "n": unsigned(17)})
 
 
-def _info_layout() -> data.StructLayout:
+def _info_layout(conv: bool = False) -> data.StructLayout:
     """A held unit: its job and what it loads (``bias`` 0, 1 per row or 2 per column; the
     mask rows; the weights)."""
-    return data.StructLayout({"job": side_job_layout(), "bias": 2, "mask_in": 1, "sgd": 1})
+    return data.StructLayout({"job": side_job_layout(conv), "bias": 2, "mask_in": 1,
+                              "sgd": 1})
 
 
 # a buffer slot's state; each moves on in this order, by its own pointer
@@ -58,7 +62,8 @@ class UnitSideLoader(wiring.Component):
     the checker's rule, so a unit's bias starts a word and a mask row never spans two.)
     With ``sgd`` built and the descriptor's ``sgd`` (the optimiser's step, whose C is the
     stored BFP8 weights, read before they are written): one command of one word for the
-    unit's exponent at ``w_exp_addr + (m0 / T) * ceil(n / T) + n0 / T``, then one command a
+    unit's exponent at ``w_exp_addr + (m0 / T) * ceil(n / T) + n0 / T`` (with ``conv``
+    the job's ``er`` for ``m0 / T``), then one command a
     row ``r < rows_in`` of the ``ceil(cols_in / bus bytes)`` words at ``w_addr + (m0 + r) *
     w_stride + n0`` (the row's ``T`` bytes lie in the word's lane ``(n0 / T) mod (bus bytes
     / T)`` where a word holds more). A
@@ -88,15 +93,18 @@ class UnitSideLoader(wiring.Component):
         Units held (a power of two, at least 2: one read while the next loads).
     sgd : bool
         Build the stored weights' loads and lookups (the descriptor's ``sgd``).
+    conv : bool
+        Jobs of :func:`side_job_layout` with ``conv``: a unit of a stack of matrices, its
+        first row any row, its exponent's row in the job.
 
     Attributes
     ----------
-    jobs : In(stream.Signature(side_job_layout()))
+    jobs : In(stream.Signature(side_job_layout(``conv``)))
     desc : In(side_desc_layout(addr_width))
         Held while the descriptor's units pass.
     rd_cmd : Out(stream.Signature(rtl.dma.dma_command_layout(addr_width)))
     rd_words : In(stream.Signature(rtl.readshare.read_word_layout(data_width)))
-    o_unit : Out(stream.Signature(side_job_layout()))
+    o_unit : Out(stream.Signature(side_job_layout(``conv``)))
     row : In(range(T))
     seg : In(range(T // cols))
     bias_row : Out(32)
@@ -130,7 +138,7 @@ class UnitSideLoader(wiring.Component):
     """
 
     def __init__(self, cols: int, data_width: int = 128, addr_width: int = 32, *,
-                 slots: int = 2, sgd: bool = False):
+                 slots: int = 2, sgd: bool = False, conv: bool = False):
         T = TILE_BLOCK
         if not isinstance(cols, int) or cols < 4 or cols > T or T % cols:
             raise ValueError(f"cols must be 4 to {T} and divide {T}, not {cols!r}")
@@ -140,13 +148,13 @@ class UnitSideLoader(wiring.Component):
             raise ValueError(f"slots must be a power of two of at least 2, not {slots!r}")
         self.cols, self.data_width, self.addr_width, self.slots = cols, data_width, \
             addr_width, slots
-        self.sgd = bool(sgd)
+        self.sgd, self.conv = bool(sgd), bool(conv)
         super().__init__({
-            "jobs": In(stream.Signature(side_job_layout())),
+            "jobs": In(stream.Signature(side_job_layout(conv))),
             "desc": In(side_desc_layout(addr_width)),
             "rd_cmd": Out(stream.Signature(dma_command_layout(addr_width))),
             "rd_words": In(stream.Signature(read_word_layout(data_width))),
-            "o_unit": Out(stream.Signature(side_job_layout())),
+            "o_unit": Out(stream.Signature(side_job_layout(conv))),
             "row": In(range(T)),
             "seg": In(range(T // cols)),
             "bias_row": Out(32),
@@ -164,7 +172,7 @@ class UnitSideLoader(wiring.Component):
         T, NS = TILE_BLOCK, self.slots
         F = self.data_width // 32            # floats a bus word
         L = max(self.cols, F)                # floats a row of the lanes' copy of the bias
-        m.submodules.info = info = memory.Memory(shape=_info_layout(), depth=NS, init=[])
+        m.submodules.info = info = memory.Memory(shape=_info_layout(self.conv), depth=NS, init=[])
         # The bias twice, each copy read with one memory read and a small multiplexer:
         # ``brow`` a bus word a row (the rows' lookup), ``blanes`` L floats a row, a
         # segment's floats side by side (the lanes' lookup, a word written into its lanes).
@@ -207,16 +215,18 @@ class UnitSideLoader(wiring.Component):
         d, job = self.desc, self.jobs.payload
         AW = self.addr_width
         F = self.data_width // 32
-        j = Signal(side_job_layout(), reset_less=True)
+        j = Signal(side_job_layout(self.conv), reset_less=True)
         has_bias = Signal()
         mask_in = Signal()
         per_row = Signal()
         # m0 * mask_stride as (m0 / T) * stride, in halves of the stride: two small products
         # from registers into registers (a DSP slice each), then their sum
-        mul_i = Signal(17 - 5, reset_less=True)
+        # (with ``conv`` m0 is any row of a stack: the whole product, and the exponent's
+        # row from the job)
+        mul_i = Signal(17 if self.conv else 17 - 5, reset_less=True)
         mul_s = Signal(32, reset_less=True)
-        p_lo = Signal(28, reset_less=True)
-        p_hi = Signal(28, reset_less=True)
+        p_lo = Signal(33 if self.conv else 28, reset_less=True)
+        p_hi = Signal(33 if self.conv else 28, reset_less=True)
         prod = Signal(AW, reset_less=True)                        # m0 * mask_stride
         mbase = Signal(AW, reset_less=True)                       # mask_addr + n0 / 8
         baddr = Signal(AW, reset_less=True)                       # the bias command's address
@@ -232,7 +242,8 @@ class UnitSideLoader(wiring.Component):
         j_eaddr = Signal(AW, reset_less=True)
         j_waddr = Signal(AW, reset_less=True)
         gn = Signal(12, reset_less=True)
-        eprod = Signal(24, reset_less=True)
+        eprod = Signal(29 if self.conv else 24, reset_less=True)
+        erow = Signal(17, reset_less=True) if self.conv else mul_i
         eaddr = Signal(AW, reset_less=True)
         wbeats = Signal(range(T + 1), reset_less=True)
         lb = (self.data_width // 8).bit_length() - 1
@@ -246,13 +257,15 @@ class UnitSideLoader(wiring.Component):
                 with m.If(self.jobs.valid & self.jobs.ready):
                     m.d.comb += info_w.en.eq(1)
                     m.d.sync += [state[slot].eq(LOADING), slot.eq(slot + 1), j.eq(job),
-                                 mul_i.eq(job.m0 >> 5), mul_s.eq(d.mask_stride),
+                                 mul_i.eq(job.m0 if self.conv else job.m0 >> 5),
+                                 mul_s.eq(d.mask_stride),
                                  j_baddr.eq(d.bias_addr), j_maddr.eq(d.mask_addr),
                                  has_bias.eq((d.bias == 1) | (d.bias == 2)),
                                  per_row.eq(d.bias == 1), mask_in.eq(d.mask_in)]
                     if self.sgd:
                         m.d.sync += [wsgd.eq(d.sgd), j_waddr.eq(d.w_addr + job.n0),
                                      j_eaddr.eq(d.w_exp_addr + (job.n0 >> 5)),
+                                     *([erow.eq(job.er)] if self.conv else []),
                                      gn.eq((d.n + (T - 1)) >> 5)]
                         with m.If(d.sgd):
                             m.d.sync += mul_s.eq(d.w_stride)
@@ -264,13 +277,13 @@ class UnitSideLoader(wiring.Component):
                              baddr.eq(j_baddr + (Mux(per_row, j.m0, j.n0) << 2)),
                              bwords.eq((count + F - 1) >> (F.bit_length() - 1))]
                 if self.sgd:
-                    m.d.sync += [eprod.eq(mul_i * gn),
+                    m.d.sync += [eprod.eq(erow * gn),
                                  wbeats.eq((j.cols_in + (1 << lb) - 1) >> lb)]
                     with m.If(wsgd):
                         m.d.sync += mbase.eq(j_waddr)
                 m.next = "PRODUCT"
             with m.State("PRODUCT"):
-                m.d.sync += prod.eq((p_lo + (p_hi << 16)) << 5)
+                m.d.sync += prod.eq((p_lo + (p_hi << 16)) << (0 if self.conv else 5))
                 if self.sgd:
                     m.d.sync += eaddr.eq(j_eaddr + eprod)
                 m.next = "BASE"

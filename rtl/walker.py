@@ -82,7 +82,9 @@ class Walker(wiring.Component):
         nothing (and no exponent then); a command adds to the accumulator after the block's
         first chunk. A weight gradient (``geometry.mode`` 3; M the stack's rows, B the input
         transposed) is walked as one GEMM of Cout x Cin per kernel offset, its write jobs
-        Cout rows further on each time; its K chunks are plain K blocks of output
+        (:func:`rtl.writeback.write_job_layout` with ``conv``) Cout rows of the stack
+        further on each time, and ``ceil(Cout / TILE_BLOCK)`` rows of its exponent grid, a
+        tile's row in its matrix beside; its K chunks are plain K blocks of output
         positions, each lane of B reading the chunk's run at the column the cursor gives
         (moved per chunk), or zeros.
 
@@ -91,7 +93,7 @@ class Walker(wiring.Component):
     i_stream : In(stream.Signature(descriptor_layout(k_blocks)))
     o_cmd : Out(stream.Signature(rtl.issue.tile_command_layout(block, k_blocks)))
     o_load : Out(stream.Signature(rtl.loader.load_job_layout(tag_width)))
-    o_write : Out(stream.Signature(rtl.writeback.write_job_layout()))
+    o_write : Out(stream.Signature(rtl.writeback.write_job_layout(``conv``)))
     drained : In(1)
         No command is queued and no exponent vector is awaited downstream.
     cur_pos_op, cur_off_op : Out(3), Out(2)
@@ -145,7 +147,7 @@ class Walker(wiring.Component):
                                                               conv=self.conv))),
             "o_cmd": Out(stream.Signature(tile_command_layout(block, self.k_blocks))),
             "o_load": Out(stream.Signature(load_job_layout(tag_width))),
-            "o_write": Out(stream.Signature(write_job_layout())),
+            "o_write": Out(stream.Signature(write_job_layout(self.conv))),
             "drained": In(1),
             **({"cur_pos_op": Out(3), "cur_off_op": Out(2), "cur_column": In(32),
                 "cur_inside": In(1)} if self.conv else {}),
@@ -225,6 +227,7 @@ class Walker(wiring.Component):
         m.d.comb += [conv.eq(d.conv & (d.geometry.mode != 3)),
                      wg.eq(d.conv & (d.geometry.mode == 3))]
         c_row = Signal(24)                 # a weight gradient's offset's first row of C
+        c_erow = Signal(17)                # ... and of C's exponent grid
         offs_left = Signal(8)
         kk = Signal(8)
         a_base = Signal(64)
@@ -240,7 +243,7 @@ class Walker(wiring.Component):
         def cur_op(pos=PosOp.HOLD, off=OffOp.HOLD):
             m.d.comb += [self.cur_pos_op.eq(pos), self.cur_off_op.eq(off)]
             m.d.sync += cur_wait.eq(ConvCursor.LATENCY - 1)
-        vars(s).update(conv=conv, wg=wg, c_row=c_row, dm=Mux(wg, d.cout, d.m),
+        vars(s).update(conv=conv, wg=wg, c_row=c_row, c_erow=c_erow, dm=Mux(wg, d.cout, d.m),
                        offs_left=offs_left, kk=kk, a_base=a_base, a_gbase=a_gbase,
                        ochunk_last=ochunk_last, cur_ok=cur_ok, cur_op=cur_op)
 
@@ -569,6 +572,10 @@ class Walker(wiring.Component):
                      *(getattr(cmd, f).eq(getattr(d, f)) for f in DESC_FIELDS),
                      self.o_write.payload.m0.eq(m0 + s.c_row if self.conv else m0),
                      self.o_write.payload.n0.eq(n0)]
+        if self.conv:
+            lt = _log2(TILE_BLOCK)
+            m.d.comb += [self.o_write.payload.mr.eq(m0),
+                         self.o_write.payload.er.eq(s.c_erow + (m0 >> lt))]
         if self.k_blocks:
             m.d.comb += cmd.tiles.eq(d.tiles)
         vars(s).update(setup_load=setup_load, load_a_job=load_a_job, load_b_job=load_b_job,
@@ -632,7 +639,7 @@ class Walker(wiring.Component):
                              blk_c.eq(side << _log2(C))]
                 m_tiles = (s.dm + R - 1) >> _log2(R)
                 if self.conv:
-                    m.d.sync += [s.offs_left.eq(s.kk - 1), s.c_row.eq(0)]
+                    m.d.sync += [s.offs_left.eq(s.kk - 1), s.c_row.eq(0), s.c_erow.eq(0)]
                 m.d.sync += [m_blk.eq(0), n_blk.eq(0), k0.eq(0), first_block.eq(1),
                              tiles_m.eq(m_tiles), tiles_m0.eq(m_tiles),
                              tiles_n.eq(n_tiles), tiles_n0.eq(n_tiles),
@@ -886,7 +893,9 @@ class Walker(wiring.Component):
                         m.d.sync += [m_blk.eq(0), n_blk.eq(0), first_block.eq(1),
                                      tiles_m.eq(tiles_m0), tiles_n.eq(tiles_n0),
                                      s.offs_left.eq(s.offs_left - 1),
-                                     s.c_row.eq(s.c_row + d.cout)]
+                                     s.c_row.eq(s.c_row + d.cout),
+                                     s.c_erow.eq(s.c_erow + ((d.cout + (TILE_BLOCK - 1))
+                                                             >> _log2(TILE_BLOCK)))]
                         s.cur_op(PosOp.HOLD, OffOp.NEXT)
                         m.next = "BLOCK"
                 with m.Else():

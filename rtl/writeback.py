@@ -6,6 +6,8 @@ from amaranth import Array, Cat, Const, Module, Mux, Signal, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from firmware.spec.regmap import TILE_BLOCK
+
 from ._util import SLICE_BITS, delay, occupancy, own_reset
 from .checker import descriptor_layout
 from .dma import dma_command_layout, dma_write_layout
@@ -14,8 +16,8 @@ from .pipe import RegisterSlice
 from .rescale import rescale_output_layout
 from .xilinx import register_copies
 
-__all__ = ["WORD_BITS_PER_SELECT", "WriteBack", "WriteBackPorts", "phase_rows", "select_bits",
-           "tile_phase", "write_job_layout"]
+__all__ = ["WORD_BITS_PER_SELECT", "WriteBack", "WriteBackPorts", "job_grid_row", "job_row",
+           "phase_rows", "select_bits", "tile_phase", "write_job_layout"]
 
 #: Bits of a write word one copy of the word select chooses where a row is at most eight
 #: words (two LUT6s a bit: 256 loads a copy bit); where a row has more, proportionally fewer
@@ -47,9 +49,29 @@ def tile_phase(tile: int, rows: int, ports: int, phase: int) -> int:
     return (phase - tile * rows) % ports
 
 
-def write_job_layout() -> data.StructLayout:
-    """A C tile to write: its first row and column in the matrix."""
-    return data.StructLayout({"m0": unsigned(17), "n0": unsigned(17)})
+def write_job_layout(conv: bool = False) -> data.StructLayout:
+    """A C tile to write: its first row and column in the matrix.
+
+    With ``conv`` (a convolution's engine) C may be a stack of matrices (a weight
+    gradient's, one per kernel offset, each with its own tile grid), and a job says more:
+    ``m0`` is the tile's row in the stack (its address, its random bits' row), ``mr`` its
+    row in its matrix (the matrix's edges clip it: ``M`` is a matrix's rows) and ``er`` the
+    row of the matrix's tile block in the stack's exponent grid (``eb + mr / T``, ``eb`` the
+    matrix's first). Without a stack ``mr`` is ``m0`` and ``er`` is ``m0 / T``
+    (:func:`job_row`, :func:`job_grid_row`)."""
+    return data.StructLayout({"m0": unsigned(17), "n0": unsigned(17),
+                              **({"mr": unsigned(17), "er": unsigned(17)} if conv else {})})
+
+
+def job_row(job):
+    """A write job's row in its matrix (:func:`write_job_layout`)."""
+    return job.mr if "mr" in job.shape().members else job.m0
+
+
+def job_grid_row(job):
+    """A write job's tile block row in C's exponent grid (:func:`write_job_layout`)."""
+    lt = TILE_BLOCK.bit_length() - 1
+    return job.er if "er" in job.shape().members else job.m0 >> lt
 
 
 def _queue_layout(rows: int, cols: int, addr_width: int, words: int, bpw: int,
@@ -102,10 +124,13 @@ class WriteBack(wiring.Component):
         The rows this write-back takes: ``phase`` modulo ``ports`` (1 to ``rows``; where
         ``ports`` does not divide ``rows`` a tile's rows here are a row more or fewer as the
         tiles' first rows rotate over the ports, the same over ``ports`` tiles).
+    conv : bool
+        Jobs of :func:`write_job_layout` with ``conv``: a tile's rows are clipped by its
+        matrix's ``M`` (``desc.m``) at its row in the matrix, and written at its row in C.
 
     Attributes
     ----------
-    jobs : In(stream.Signature(write_job_layout()))
+    jobs : In(stream.Signature(write_job_layout(``conv``)))
     i_stream : In(stream.Signature(rtl.rescale.rescale_output_layout(cols)))
     desc : In(descriptor_layout())
         The running descriptor (``m``, ``n``, ``c_addr``, ``c_stride``); held while its tiles
@@ -134,7 +159,7 @@ class WriteBack(wiring.Component):
 
     def __init__(self, rows: int = 8, cols: int = 8, *, data_width: int = 128,
                  addr_width: int = 32, queue: int = 16, phase: int = 0, ports: int = 1,
-                 primitive: bool = False):
+                 primitive: bool = False, conv: bool = False):
         if (not isinstance(ports, int) or isinstance(ports, bool) or not 1 <= ports <= rows
                 or not isinstance(phase, int) or not 0 <= phase < ports):
             raise ValueError(f"ports must be 1 .. rows ({rows}) and phase in 0 .. ports - 1, "
@@ -143,7 +168,7 @@ class WriteBack(wiring.Component):
         self.rows, self.cols, self.queue = rows, cols, queue
         self.data_width, self.addr_width = data_width, addr_width
         super().__init__({
-            "jobs": In(stream.Signature(write_job_layout())),
+            "jobs": In(stream.Signature(write_job_layout(conv))),
             "i_stream": In(stream.Signature(rescale_output_layout(cols))),
             "desc": In(descriptor_layout()),
             "wr_cmd": Out(stream.Signature(dma_command_layout(addr_width))),
@@ -207,7 +232,7 @@ class WriteBack(wiring.Component):
         m.d.comb += take.eq(self.jobs.valid & self.jobs.ready)
         m.d.sync += [pv[0].eq(take)] + [pv[i].eq(pv[i - 1]) for i in range(1, PS)]
         m.d.sync += in_prep.eq(in_prep + take - pv[-1])
-        # 0: the job (m0: its first row; mp: this phase's first row)
+        # 0: the job (m0: its first row in its matrix; mp: this phase's first row in C)
         p0_m0, p0_n0 = _reg("p0_m0", 17), _reg("p0_n0", 17)
         p0_mp = _reg("p0_mp", 17)
         if rotate:
@@ -222,7 +247,7 @@ class WriteBack(wiring.Component):
                          p0_mp.eq(self.jobs.payload.m0 + tph)]
         else:
             m.d.sync += p0_mp.eq(self.jobs.payload.m0 + ph if ph else self.jobs.payload.m0)
-        m.d.sync += [p0_m0.eq(self.jobs.payload.m0), p0_n0.eq(self.jobs.payload.n0)]
+        m.d.sync += [p0_m0.eq(job_row(self.jobs.payload)), p0_n0.eq(self.jobs.payload.n0)]
         # 1: distances to the edges; m0 * c_stride as two 16 x 16 products; the column offset
         p1_left_n, p1_left_m = _reg("p1_left_n", 17), _reg("p1_left_m", 17)
         p1_plo, p1_phi = _reg("p1_plo", 32), _reg("p1_phi", 32)
@@ -431,7 +456,7 @@ class WriteBackPorts(wiring.Component):
 
     Parameters
     ----------
-    rows, cols, data_width, addr_width, queue :
+    rows, cols, data_width, addr_width, queue, conv :
         As :class:`WriteBack`.
     ports : int
         Write-backs (and writers): 2 to ``rows``. Where ``ports`` does not divide ``rows``
@@ -463,15 +488,16 @@ class WriteBackPorts(wiring.Component):
 
     def __init__(self, rows: int = 8, cols: int = 8, *, data_width: int = 128,
                  addr_width: int = 32, queue: int = 16, ports: int = 2,
-                 primitive: bool = False, part_resets: bool = False):
+                 primitive: bool = False, part_resets: bool = False, conv: bool = False):
         if not isinstance(ports, int) or isinstance(ports, bool) or not 2 <= ports <= rows:
             raise ValueError(f"ports must be 2 .. rows ({rows}), not {ports!r}")
         self.parts = [WriteBack(rows, cols, data_width=data_width, addr_width=addr_width,
-                                queue=queue, phase=p, ports=ports, primitive=primitive)
+                                queue=queue, phase=p, ports=ports, primitive=primitive,
+                                conv=conv)
                       for p in range(ports)]
         self.rows, self.cols, self.ports = rows, cols, ports
         super().__init__({
-            "jobs": In(stream.Signature(write_job_layout())),
+            "jobs": In(stream.Signature(write_job_layout(conv))),
             "i_stream": In(stream.Signature(rescale_output_layout(cols))),
             "desc": In(descriptor_layout()),
             "wr_cmd": Out(stream.Signature(dma_command_layout(addr_width))).array(ports),

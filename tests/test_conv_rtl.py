@@ -98,11 +98,14 @@ def test_backward_data_through_a_mask_matches_golden(rtl, spec):
         np.testing.assert_array_equal(got, want)
 
 
-#: Weight gradients: batches of a multiple of the tile size, output channels of the rows.
+#: Weight gradients: batches of a multiple of the tile size; output channels of the rows,
+#: and not (3, 10: a tile of each offset's matrix cut by its edge; 40: its tile grid two
+#: rows, the second cut).
 WG_GEOMETRIES = [
     (32, 1, 5, 5, 8, 3, 1, 1, 1), (32, 5, 6, 6, 8, 3, 2, 1, 1), (64, 40, 3, 3, 16, 1, 1, 0, 1),
     (32, 3, 7, 5, 8, 5, 2, 2, 1), (32, 7, 5, 5, 24, (3, 2), (1, 2), (0, 1), 1),
-    (32, 2, 6, 6, 8, 3, 1, 2, 2)]
+    (32, 2, 6, 6, 8, 3, 1, 2, 2), (32, 3, 5, 5, 3, 3, 1, 1, 1), (32, 4, 4, 4, 10, 3, 1, 1, 1),
+    (32, 2, 4, 4, 40, 3, 1, 1, 1)]
 
 
 @pytest.mark.parametrize("spec", WG_GEOMETRIES)
@@ -119,10 +122,12 @@ def test_weight_grad_float32_bit_exact(rtl, spec):
 
 
 @pytest.mark.parametrize("spec", [(32, 1, 5, 5, 32, 3, 1, 1, 1), (32, 5, 6, 6, 32, 3, 2, 1, 1),
-                                  (32, 40, 3, 3, 64, 1, 1, 0, 1)])
+                                  (32, 40, 3, 3, 64, 1, 1, 0, 1), (32, 1, 6, 6, 16, 3, 1, 1, 1),
+                                  (32, 12, 3, 3, 10, 1, 1, 0, 1), (32, 3, 4, 4, 40, 3, 1, 1, 1)])
 def test_sgd_update_of_a_stack_matches_golden(rtl, spec):
-    """conv2d_sgd_update (output channels a multiple of 32: each offset's tile grid is rows
-    of the stack's), stochastic: the golden backend's mantissas and exponents."""
+    """conv2d_sgd_update, stochastic (each offset's matrix its own tile grid, whether or not
+    the output channels are a multiple of 32): the golden backend's mantissas and
+    exponents."""
     g = _geometry(spec)
     rng = np.random.default_rng(sum(map(hash, map(str, spec))) % 2**32 + 5)
     (qw, ew), (qx, ex) = _operands(rng, g)
@@ -135,6 +140,25 @@ def test_sgd_update_of_a_stack_matches_golden(rtl, spec):
         out.append((stack.mantissas(), stack.exponents()))
     for got, want in zip(*out, strict=True):
         np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("cout, size", [(16, 5), (10, 3), (40, 2)])
+def test_sgd_update_of_a_bias_matches_golden(rtl, cout, size):
+    """A bias's step (a float32 row): the weight gradient of a row of ones against the
+    deltas, a 1 x 1 convolution with one output channel, as ResidentConvNet runs it."""
+    rng = np.random.default_rng(cout)
+    g = convm.ConvGeometry(32, cout, size, size, 1, 1)
+    qd, ed = bfp.quantize_tiles(rng.standard_normal((cout, g.positions)).astype(np.float32))
+    ones = (np.full((1, g.positions), 64, np.int8),
+            np.full(bfp.tile_grid((1, g.positions)), -6, np.int8))
+    bias = rng.standard_normal((1, cout)).astype(np.float32)
+    out = []
+    for dev in (rtl, Device("golden")):
+        b = dev.tensor(bias)
+        dev.conv2d_sgd_update(dev.bfp_tensor(*ones), dev.bfp_tensor(qd, ed), b, g, lr=0.05,
+                              weight_decay=1e-3)
+        out.append(b.numpy())
+    np.testing.assert_array_equal(out[0].view(np.uint32), out[1].view(np.uint32))
 
 
 @pytest.mark.parametrize("spec", GEOMETRIES[:3])
@@ -157,8 +181,8 @@ def test_forward_epilogue_matches_golden(rtl, spec):
 
 def test_runtime_refuses_what_the_build_lacks(rtl):
     """Batches not a multiple of the columns (forward, backward-data) or of the tile size
-    (weight gradient), output channels not a multiple of the rows (weight gradient), SGD on
-    a stack: named before anything runs."""
+    (weight gradient), SGD of a float32 C of more than one row: named before anything
+    runs."""
     rng = np.random.default_rng(3)
 
     def tensors(spec):
@@ -173,20 +197,18 @@ def test_runtime_refuses_what_the_build_lacks(rtl):
     with pytest.raises(ValueError, match="batch 4: .* backward-data .* multiple of its 8"):
         rtl.conv2d_backward_data(d, w, g)
     g, d, x, w = tensors((8, 2, 5, 5, 8, 3, 1, 1, 1))
-    with pytest.raises(ValueError, match="batch 8, out_channels 8: .* multiple of 32"):
+    with pytest.raises(ValueError, match="batch 8: .* weight gradients .* multiple of 32"):
         rtl.conv2d_weight_grad(d, x, g)
-    g, d, x, w = tensors((32, 2, 3, 3, 3, 3, 1, 1, 1))
-    with pytest.raises(ValueError, match="out_channels 3: .* multiple of its 8 rows"):
-        rtl.conv2d_weight_grad(d, x, g)
-    g, d, x, w = tensors((32, 2, 3, 3, 8, 3, 1, 1, 1))
-    with pytest.raises(RuntimeError, match="out_channels 8: .* multiple of 32"):
-        rtl.conv2d_sgd_update(d, x, w, g, lr=0.1)
+    g, d, x, w = tensors((32, 2, 3, 3, 1, 3, 1, 1, 1))
+    with pytest.raises(RuntimeError, match="float32 C of one row .* not 9 rows"):
+        rtl.conv2d_sgd_update(d, x, rtl.tensor(np.zeros((9, 2), np.float32)), g, lr=0.1)
 
 
 def test_hardware_refuses(rtl):
-    """Descriptors the runtime would not send: a weight gradient to BFP8, of a batch not a
-    multiple of the tile size or output channels not of the rows, a batch not a multiple of the
-    columns, no tile exponents, a transpose, a pooling stage, SGD (UNSUPPORTED at enqueue);
+    """Descriptors the runtime would not send: a weight gradient of a batch not a multiple
+    of the tile size, or with SGD of a float32 stack of more than one row (a 3 x 3 kernel),
+    a batch not a multiple of the columns, no tile exponents, a transpose, a pooling stage,
+    SGD of a forward convolution (UNSUPPORTED at enqueue);
     a dilated kernel beyond the padded image (UNSUPPORTED once derived); a zero stride
     (ZERO_DIMENSION)."""
     conv = {"fields": {"MODE": 1, "KERNEL_H": 3, "KERNEL_W": 3, "STRIDE_H": 1,
@@ -196,9 +218,9 @@ def test_hardware_refuses(rtl):
     pool = {"fields": {"MODE": 1, "KERNEL_H": 2, "KERNEL_W": 2, "STRIDE_H": 2,
                        "STRIDE_W": 2}, "height": 3, "width": 3}
     for code, fields, extra, flags, epi in (
-            (ErrorCode.UNSUPPORTED, {"MODE": 3}, {}, {}, dict(tiles, BFP8=1)),
             (ErrorCode.UNSUPPORTED, {"MODE": 3}, {"batch": 16, "out_channels": 8}, {}, tiles),
-            (ErrorCode.UNSUPPORTED, {"MODE": 3}, {"batch": 32, "out_channels": 4}, {}, tiles),
+            (ErrorCode.UNSUPPORTED, {"MODE": 3}, {"batch": 32, "out_channels": 1}, {},
+             dict(tiles, SGD=1)),
             (ErrorCode.UNSUPPORTED, {}, {"batch": 12}, {}, tiles),
             (ErrorCode.UNSUPPORTED, {}, {}, {}, {}),
             (ErrorCode.UNSUPPORTED, {}, {}, {"TRANSPOSE_B": 1}, tiles),

@@ -141,13 +141,11 @@ def _check_operands(dev, x, w, g, x_rows, x_cols):
                          f"{(len(g.offsets), g.out_channels, g.channels)}")
 
 
-def _require_conv(dev, mode: int = 3, g=None, sgd: bool = False) -> None:
+def _require_conv(dev, mode: int = 3, g=None) -> None:
     """Whether ``dev`` runs convolution descriptors of ``mode`` on ``g``: all of them
     (``CONFIG_FEATURES.CONV``), or forward (``CONV_FORWARD``) and backward-data ones
     (``CONV_BACKWARD_DATA``) with the batch a multiple of the array's columns, and weight
-    gradients (``CONV_WEIGHT_GRAD``) with the batch a multiple of the tile size and the
-    output channels of the array's rows (with ``sgd``, the step of a BFP8 stack, of the tile
-    size)."""
+    gradients (``CONV_WEIGHT_GRAD``) with the batch a multiple of the tile size."""
     info = dev.driver.info if dev.driver is not None else None
     if info is not None and not info.conv and (
             (mode == 1 and info.conv_forward) or (mode == 2 and info.conv_backward_data)):
@@ -159,17 +157,9 @@ def _require_conv(dev, mode: int = 3, g=None, sgd: bool = False) -> None:
                              f"(CONFIG_FEATURES.{field})")
         return
     if info is not None and not info.conv and mode == 3 and info.conv_weight_grad:
-        if sgd and g.out_channels % info.tile_block:
-            raise RuntimeError(f"out_channels {g.out_channels}: this {dev.backend} "
-                               f"accelerator steps a weight stack only where each offset's "
-                               f"tile grid is whole rows of the stack's, output channels of "
-                               f"a multiple of {info.tile_block} "
-                               f"(CONFIG_FEATURES.CONV_WEIGHT_GRAD)")
-        if g.batch % info.tile_block or g.out_channels % info.rows:
-            raise ValueError(f"batch {g.batch}, out_channels {g.out_channels}: this "
-                             f"{dev.backend} accelerator runs weight gradients on batches of "
-                             f"a multiple of {info.tile_block} and output channels of a "
-                             f"multiple of its {info.rows} rows "
+        if g.batch % info.tile_block:
+            raise ValueError(f"batch {g.batch}: this {dev.backend} accelerator runs weight "
+                             f"gradients on batches of a multiple of {info.tile_block} "
                              f"(CONFIG_FEATURES.CONV_WEIGHT_GRAD)")
         return
     if info is not None and not info.conv:
@@ -357,7 +347,7 @@ def _weight_grad(dev, d, x, geometry, target, *, lr=None, weight_decay=0.0,
                         f"{type(target).__name__} {getattr(target, 'shape', '')}")
     if target is not None:
         _check_rates(lr, weight_decay)
-    _require_conv(dev, 3, g, sgd=target is not None)
+    _require_conv(dev, 3, g)
     ops = {"SGD": 1} if target is not None else {}
     _require(dev, rows=m, BFP8=int(bfp8), STOCHASTIC=int(bfp8 and rounding == "stochastic"),
              **ops)

@@ -33,7 +33,7 @@ __all__ = ["Field", "Register", "REGISTERS", "ErrorCode", "MAGIC", "VERSION", "T
 #: ``ID`` register contents: ASCII "BFP8".
 MAGIC = 0x42465038
 #: Register map version (major << 16 | minor): changes when the map does.
-VERSION = 0x0001_0010
+VERSION = 0x0001_0011
 
 #: Side of the number format's square tile blocks (``CONFIG_FEATURES.TILE_LOG2``): BFP8 tile
 #: blocks, :mod:`sim.models.bfp`.
@@ -227,9 +227,9 @@ REGISTERS: tuple[Register, ...] = tuple([
          ("CONV_BACKWARD_DATA", 12, 1, "where CONV is 0: backward-data convolutions "
                                        "(DESC_CONV.MODE 2) likewise"),
          ("CONV_WEIGHT_GRAD", 13, 1, "where CONV is 0: weight gradients (DESC_CONV.MODE 3), "
-                                     "the batch a multiple of 2**TILE_LOG2 and the output "
-                                     "channels of CONFIG_ARRAY.ROWS: a float32 stack, or "
-                                     "with output channels of 2**TILE_LOG2 BFP8 and SGD"),
+                                     "the batch a multiple of 2**TILE_LOG2: a float32 or "
+                                     "BFP8 stack, SGD of a BFP8 stack, or SGD of a float32 "
+                                     "row (one output channel, a 1 x 1 kernel: a bias's)"),
          ("TILE_LOG2", 8, 4, "log2 of the side of the number format's tile blocks"),
          ("OPS", 16, 8, "the DESC_EPILOGUE bits 7..0 this build runs, each as in "
                         "DESC_EPILOGUE (all of them where EPILOGUE is 1). RELU, BIAS, "
