@@ -21,12 +21,14 @@ def conv_geometry_layout() -> data.StructLayout:
     give it: ``mode`` 1 (forward), 2 (backward-data) or 3 (weight gradient: the forward's
     index map, a tile of ``TILE_BLOCK`` positions a K run), the kernel, stride, padding and
     dilation of each axis (``_h`` vertical, ``_w`` horizontal), the input image and the
-    batch."""
+    batch; and a forward convolution's pooling windows over its output (``pool_h`` x
+    ``pool_w``, their stride the same; 0 or 1: none)."""
     return data.StructLayout({
         "mode": unsigned(2), "kernel_h": unsigned(4), "kernel_w": unsigned(4),
         "stride_h": unsigned(3), "stride_w": unsigned(3), "pad_h": unsigned(4),
         "pad_w": unsigned(4), "dilation_h": unsigned(3), "dilation_w": unsigned(3),
         "height": unsigned(16), "width": unsigned(16), "batch": unsigned(16),
+        "pool_h": unsigned(4), "pool_w": unsigned(4),
     })
 
 
@@ -45,12 +47,15 @@ class PosOp:
 
 
 class OffOp:
-    """:attr:`ConvCursor.off_op`: how the kernel offset moves."""
+    """:attr:`ConvCursor.off_op`: how the kernel offset (and the pooling phase) moves."""
     HOLD = 0
     #: The next offset in K order.
     NEXT = 1
     #: The first offset in K order.
     ZERO = 2
+    #: The next pooling phase (after the last, the first again), at its first offset;
+    #: without pooling the same as :data:`ZERO`.
+    PHASE = 3
 
 
 class ConvCursor(wiring.Component):
@@ -73,11 +78,18 @@ class ConvCursor(wiring.Component):
       a multiple of ``sy`` and ``0 <= oh < OH`` (and so for ``w``), else not at all. Each of
       ``h + py`` and ``dy * ry`` is kept as a quotient and remainder by ``sy``.
 
-    Set-up (:attr:`start`, then :attr:`ready`): eight small divisions, two at a time
-    (restoring, a bit a cycle: ``OH - 1``, ``py``, ``(kh - 1) * ry`` and ``ry`` by ``sy``, and
-    so for the width), then the products of the steps, in registered stages. It ends with
-    the first tile and offset (both marked). The numpy model is
-    :func:`sim.models.conv.tile_columns`.
+    * forward with pooling (``pool_h`` x ``pool_w`` windows, their stride the same): C's
+      columns are the pool's output positions ``(poh, pow, n)``, each walked once per
+      *phase* ``(a, b)`` of the window (:data:`OffOp.PHASE`), a phase reading the
+      convolution's output position ``(poh * pool_h + a, pow * pool_w + b)`` as above, whose
+      column of the convolution's C (the pool's input) is :attr:`c_column`.
+
+    Set-up (:attr:`start`, then :attr:`ready`): ten small divisions, two at a time
+    (restoring, a bit a cycle: ``OH - 1``, ``py``, ``(kh - 1) * ry`` and ``ry`` by ``sy``,
+    ``OH`` by ``pool_h``, and so for the width), then the products of the steps, in
+    registered stages. It ends with the first tile, offset and phase (the tile marked). The
+    numpy models are :func:`sim.models.conv.tile_columns` and
+    :func:`sim.models.conv.pool_tile_columns`.
 
     Parameters
     ----------
@@ -108,15 +120,26 @@ class ConvCursor(wiring.Component):
     last_offset : Out(1)
         The offset is the last in K order.
     positions : Out(48)
-        C's columns: ``OH * OW * N`` (forward) or ``H * W * N`` (backward-data), valid with
-        :attr:`ready`.
+        C's columns: ``OH * OW * N`` (forward; pooled, ``(OH / pool_h) * (OW / pool_w) *
+        N``) or ``H * W * N`` (backward-data), valid with :attr:`ready`.
     out_positions : Out(48)
         The output positions ``OH * OW * N`` (in either mode), valid with :attr:`ready`.
+    pool_exact : Out(1)
+        The pooling windows tile the output exactly (``pool_h`` divides ``OH`` and
+        ``pool_w`` ``OW``), valid with :attr:`ready`.
+    phase : Out(8)
+        The pooling phase ``a * pool_w + b`` (0 without pooling).
+    last_phase : Out(1)
+        The phase is the last.
+    c_column : Out(32)
+        Forward: the column of the convolution's C that the tile's first lane is at the
+        phase (without pooling, the tile's first column; modulo ``2**32``).
 
     Latency
     -------
-    :attr:`column`, :attr:`inside`, :attr:`offset` and :attr:`last_offset` follow an op
-    :data:`LATENCY` cycles later (the op acts at the edge, then three registered stages).
+    :attr:`column`, :attr:`inside`, :attr:`offset`, :attr:`last_offset`, :attr:`phase`,
+    :attr:`last_phase` and :attr:`c_column` follow an op :data:`LATENCY` cycles later (the op
+    acts at the edge, then three registered stages).
     :attr:`ready` rises :data:`SETUP_CYCLES` cycles after :attr:`start`.
 
     Throughput
@@ -129,7 +152,7 @@ class ConvCursor(wiring.Component):
     #: Bits of a division's numerator: ``H + 2 * py - span`` (17 bits) and the small ones.
     _DIV_BITS = 17
     #: Divisions per axis.
-    _DIVS = 4
+    _DIVS = 5
     #: Cycles after the divisions for the products' stages to settle: the sizes, W N and
     #: OW N, the unit terms, seven stages of shift-and-add, the negation, a spare one.
     _SETTLE = 13
@@ -147,7 +170,8 @@ class ConvCursor(wiring.Component):
             "start": In(1), "ready": Out(1),
             "pos_op": In(3), "off_op": In(2),
             "column": Out(32), "inside": Out(1), "offset": Out(8), "last_offset": Out(1),
-            "positions": Out(48), "out_positions": Out(48),
+            "positions": Out(48), "out_positions": Out(48), "pool_exact": Out(1),
+            "phase": Out(8), "last_phase": Out(1), "c_column": Out(32),
         })
 
     def elaborate(self, platform):
@@ -159,12 +183,15 @@ class ConvCursor(wiring.Component):
         n = g.batch
         axes = {"h": (g.height, g.kernel_h, g.stride_h, g.pad_h, g.dilation_h),
                 "w": (g.width, g.kernel_w, g.stride_w, g.pad_w, g.dilation_w)}
+        pool = {"h": g.pool_h, "w": g.pool_w}
 
         # ---- set-up ----------------------------------------------------------------------
         step = Signal(range(self.SETUP_CYCLES + 1))
         busy = Signal()
         with m.If(self.start):
             m.d.sync += [g.eq(self.geometry), bwd.eq(self.geometry.mode == 2), step.eq(0),
+                         g.pool_h.eq(Mux(self.geometry.pool_h == 0, 1, self.geometry.pool_h)),
+                         g.pool_w.eq(Mux(self.geometry.pool_w == 0, 1, self.geometry.pool_w)),
                          busy.eq(1), self.ready.eq(0),
                          C.eq(Mux(self.geometry.mode == 3, TILE_BLOCK, self.cols))]
         with m.Elif(busy):
@@ -173,20 +200,22 @@ class ConvCursor(wiring.Component):
         with m.If(busy & (step == 0)):
             m.d.sync += [span_m1[a].eq((k - 1) * r) for a, (_, k, _, _, r) in axes.items()]
 
-        # the divisions, a restoring divider per axis: ``num`` by the axis's stride
+        # the divisions, a restoring divider per axis: ``num`` by the axis's stride (the last
+        # by its pooling window)
         DB, ND = self._DIV_BITS, self._DIVS
         quot = {a: [_Reg(DB, name=f"q{i}_{a}") for i in range(ND)] for a in axes}
-        rem = {a: [_Reg(3, name=f"r{i}_{a}") for i in range(ND)] for a in axes}
+        rem = {a: [_Reg(4, name=f"r{i}_{a}") for i in range(ND)] for a in axes}
         div_i = Signal(range(ND + 1))
         div_bit = Signal(range(DB + 1))
         dividing = Signal()
         for a, (size, _k, s, p, r) in axes.items():
-            nums = [size + 2 * p - span_m1[a] - 1, p, span_m1[a], r]
+            nums = [size + 2 * p - span_m1[a] - 1, p, span_m1[a], r, quot[a][0] + 1]
             shift = _Reg(DB, name=f"div_num_{a}")
-            acc = _Reg(3, name=f"div_rem_{a}")
+            acc = _Reg(4, name=f"div_rem_{a}")
             q = _Reg(DB, name=f"div_q_{a}")
             t = Cat(shift[-1], acc)                  # the remainder so far, the next bit in
-            ge = t >= s
+            by = Mux(div_i == ND - 1, pool[a], s)
+            ge = t >= by
             with m.If(busy & (step == 1)):
                 m.d.sync += [shift.eq(nums[0]), acc.eq(0)]
             with m.Elif(dividing):
@@ -200,7 +229,7 @@ class ConvCursor(wiring.Component):
                                     m.d.sync += shift.eq(nums[i + 1])
                 with m.Else():
                     m.d.sync += [shift.eq(shift << 1), q.eq(Cat(ge, q)),
-                                 acc.eq(Mux(ge, t - s, t))]
+                                 acc.eq(Mux(ge, t - by, t))]
         m.d.comb += dividing.eq(busy & (step >= 2) & (div_i < ND))
         with m.If(busy & (step == 1)):
             m.d.sync += [div_i.eq(0), div_bit.eq(0)]
@@ -220,12 +249,16 @@ class ConvCursor(wiring.Component):
         W32 = 32
         out = {a: _Reg(17, name=f"out_{a}") for a in axes}      # OH, OW
         m.d.sync += [out[a].eq(quot[a][0] + 1) for a in axes]
+        pout = {a: quot[a][ND - 1] for a in axes}               # OH / pool_h, OW / pool_w
+        m.d.sync += self.pool_exact.eq((rem["h"][ND - 1] == 0) & (rem["w"][ND - 1] == 0))
         n_last = _Reg(16)                    # N - cols: the last tile's image
         n_one = _Reg()                       # one tile a position: N == cols
         m.d.sync += [n_last.eq(n - C), n_one.eq(n_last == 0)]
         wn = _Reg(W32)                       # W * N
         own = _Reg(W32)                      # OW * N
-        m.d.sync += [wn.eq(g.width * n), own.eq(out["w"][:16] * n)]
+        pown = _Reg(W32)                     # (OW / pool_w) * N
+        m.d.sync += [wn.eq(g.width * n), own.eq(out["w"][:16] * n),
+                     pown.eq(pout["w"][:16] * n)]
 
         def times(name, small, big, bits):
             """``small * big`` (``small`` of ``bits`` bits) modulo 2**32, ``bits`` stages."""
@@ -253,6 +286,7 @@ class ConvCursor(wiring.Component):
                 off_first_rem=_Reg(3, name=f"off_first_rem_{a}"),
                 off_rem_step=_Reg(3, name=f"off_rem_step_{a}"),
                 count=_Reg(16, name=f"count_{a}"),              # positions along the axis - 1
+                sp=_Reg(7, name=f"sp_{a}"),                     # stride * pooling window
                 kmax=_Reg(4, name=f"kmax_{a}"),                 # kernel - 1
                 off_bterm=_Reg(W32, name=f"off_bterm_{a}"),
                 pos_first_term=_Reg(W32, name=f"pos_first_term_{a}"),
@@ -266,9 +300,10 @@ class ConvCursor(wiring.Component):
             rd, rm = quot[a][3], rem[a][3]
             m.d.sync += [
                 x["kmax"].eq(k - 1),
-                x["count"].eq(Mux(bwd, size - 1, quot[a][0])),
+                x["count"].eq(Mux(bwd, size - 1, pout[a] - 1)),
                 x["limit"].eq(Mux(bwd, out[a], size)),
-                x["pos_inc"].eq(Mux(bwd, 1, s)),
+                x["sp"].eq(s * pool[a]),
+                x["pos_inc"].eq(Mux(bwd, 1, x["sp"])),
                 x["pos_first"].eq(Mux(bwd, pd, -p)),
                 x["pos_mod"].eq(Mux(bwd, s, 1)),
                 x["pos_wrap"].eq(Mux(bwd, s - 1, 0)),
@@ -283,7 +318,14 @@ class ConvCursor(wiring.Component):
             # the term of one step along the axis: N (w) or W N, OW N (h)
             unit = _Reg(W32, name=f"unit_{a}")
             m.d.sync += unit.eq(Mux(bwd, own, wn) if a == "h" else n)
-            x["pos_term"] = times(f"pos_term_{a}", Mux(bwd, 1, s), unit, 3)
+            x["pos_term"] = times(f"pos_term_{a}", Mux(bwd, 1, x["sp"]), unit, 7)
+            # a pooling phase's steps: the window's first row by sy (and its term), C's
+            # column by OW N (h) or N (w); a pooled position's step of C's column
+            x["ph_term"] = times(f"ph_term_{a}", s, unit, 3)
+            cunit = _Reg(W32, name=f"cunit_{a}")
+            m.d.sync += cunit.eq(own if a == "h" else n)
+            x["cunit"] = cunit
+            x["ct_step"] = times(f"ct_step_{a}", pool[a], cunit, 4)
             first_term = times(f"first_term_{a}", Mux(bwd, pd[:4], p), unit, 4)
             x["off_term"] = times(f"off_term_{a}", Mux(bwd, rd[:3], r), unit, 3)
             kd_term = times(f"kd_term_{a}", kd[:7], unit, 7)
@@ -298,7 +340,7 @@ class ConvCursor(wiring.Component):
         small = _Reg(16)
         halves = _Reg(33), _Reg(33)
         m.d.sync += [kk.eq(g.kernel_h * g.kernel_w),
-                     big.eq(Mux(bwd, wn, own)), small.eq(Mux(bwd, g.height, out["h"][:16])),
+                     big.eq(Mux(bwd, wn, pown)), small.eq(Mux(bwd, g.height, pout["h"][:16])),
                      halves[0].eq(small * big[:16]), halves[1].eq(small * big[16:]),
                      self.positions.eq(carry_select_add(halves[0], halves[1] << 16, 48))]
         o_halves = _Reg(33), _Reg(33)
@@ -323,6 +365,7 @@ class ConvCursor(wiring.Component):
                 st[a] = dict(v=_Reg(signed(18), name=f"{name}_{a}_v"),
                              rem=_Reg(3, name=f"{name}_{a}_rem"),
                              term=_Reg(W32, name=f"{name}_{a}_term"),
+                             ct=_Reg(W32, name=f"{name}_{a}_ct"),
                              left=_Reg(16, name=f"{name}_{a}_left"),
                              wrap=_Reg(name=f"{name}_{a}_wrap"),
                              end=_Reg(name=f"{name}_{a}_end"))
@@ -338,7 +381,7 @@ class ConvCursor(wiring.Component):
             for a in axes:
                 x = ax[a]
                 st[a] = dict(v=x["pos_first"], rem=x["pos_first_rem"],
-                             term=x["pos_first_term"], left=x["count"],
+                             term=x["pos_first_term"], ct=Const(0, W32), left=x["count"],
                              wrap=x["first_wrap"], end=x["one"])
             return st
 
@@ -349,6 +392,7 @@ class ConvCursor(wiring.Component):
             return dict(v=cur["v"] + Mux(wrap, x["pos_inc"], 0),
                         rem=Mux(wrap, 0, cur["rem"] + 1),
                         term=carry_select_add(cur["term"], Mux(wrap, x["pos_term"], 0), W32),
+                        ct=carry_select_add(cur["ct"], Mux(wrap, x["ct_step"], 0), W32),
                         left=cur["left"] - 1,
                         wrap=Mux(wrap, x["pos_wrap"] == 0, cur["rem"] + 1 == x["pos_wrap"]),
                         end=cur["left"] == 1)
@@ -391,11 +435,32 @@ class ConvCursor(wiring.Component):
                        left=_Reg(4, name=f"off_{a}_left")) for a in axes}
         index = _Reg(8)
         left = _Reg(8)                       # offsets after this one
+        # The pooling phase: per axis the first offset's value and term at the phase (the
+        # window's row a: a * sy on, and its term), the phase's C column term (a * OW N, or
+        # b * N) and the phases left along the axis; the phase's index and those after it.
+        ph = {a: dict(v=_Reg(signed(18), name=f"ph_{a}_v"), term=_Reg(W32, name=f"ph_{a}_term"),
+                      ct=_Reg(W32, name=f"ph_{a}_ct"), left=_Reg(4, name=f"ph_{a}_left"))
+              for a in axes}
+        ph_index = _Reg(8)
+        ph_after = _Reg(8)
+        ph_count = _Reg(8)                   # phases - 1
+        m.d.sync += ph_count.eq(g.pool_h * g.pool_w - 1)
 
-        def first_off(a):
+        def first_ph(a):
             x = ax[a]
-            return dict(v=x["off_first"], rem=x["off_first_rem"], term=x["off_first_term"],
-                        left=x["kmax"])
+            return dict(v=x["off_first"], term=x["off_first_term"], ct=Const(0, W32),
+                        left=pool[a] - 1)
+
+        def step_ph(a):
+            x, cur = ax[a], ph[a]
+            return dict(v=cur["v"] + axes[a][2], term=carry_select_add(cur["term"],
+                                                                       x["ph_term"], W32),
+                        ct=carry_select_add(cur["ct"], x["cunit"], W32), left=cur["left"] - 1)
+
+        def first_off(a, at=None):
+            at = ph[a] if at is None else at
+            return dict(v=at["v"], rem=ax[a]["off_first_rem"], term=at["term"],
+                        left=ax[a]["kmax"])
 
         def step_off(a):
             """Forward: ``dy * ry`` up by ``ry``; backward: ``dy`` down by one, ``dy * ry``
@@ -412,7 +477,25 @@ class ConvCursor(wiring.Component):
         def assign_off(a, src):
             return [off[a][f].eq(src[f]) for f in off[a]]
 
-        with m.If(first | (self.ready & (self.off_op == OffOp.ZERO))):
+        def assign_ph(a, src):
+            return [ph[a][f].eq(src[f]) for f in ph[a]]
+
+        with m.If(first | (self.ready & (self.off_op == OffOp.PHASE))):
+            # the next phase (from the last, or at the set-up, the first), at its first
+            # offset
+            wrap = first | (ph_after == 0)
+            w_wrap = wrap | (ph["w"]["left"] == 0)
+            nph = {"h": {f: Mux(wrap, first_ph("h")[f], Mux(w_wrap, step_ph("h")[f],
+                                                               ph["h"][f]))
+                         for f in ph["h"]},
+                   "w": {f: Mux(w_wrap, first_ph("w")[f], step_ph("w")[f]) for f in ph["w"]}}
+            m.d.sync += assign_ph("h", nph["h"]) + assign_ph("w", nph["w"])
+            m.d.sync += assign_off("h", first_off("h", nph["h"]))
+            m.d.sync += assign_off("w", first_off("w", nph["w"]))
+            m.d.sync += [index.eq(Mux(bwd, kk - 1, 0)), left.eq(kk - 1),
+                         ph_index.eq(Mux(wrap, 0, ph_index + 1)),
+                         ph_after.eq(Mux(wrap, ph_count, ph_after - 1))]
+        with m.Elif(self.ready & (self.off_op == OffOp.ZERO)):
             m.d.sync += assign_off("h", first_off("h")) + assign_off("w", first_off("w"))
             m.d.sync += [index.eq(Mux(bwd, kk - 1, 0)), left.eq(kk - 1)]
         with m.Elif(self.ready & (self.off_op == OffOp.NEXT)):
@@ -444,4 +527,14 @@ class ConvCursor(wiring.Component):
         m.d.sync += [self.inside.eq(s2_in.all() & s2_mods),
                      self.column.eq(carry_select_add(s2_sum, s2_n, W32)),
                      self.offset.eq(s2_index), self.last_offset.eq(s2_last)]
+        s1_ct, s1_pct = _Reg(W32), _Reg(W32)
+        s1_phase, s1_plast = _Reg(8), _Reg()
+        m.d.sync += [s1_ct.eq(carry_select_add(pos["h"]["ct"], pos["w"]["ct"], W32)),
+                     s1_pct.eq(carry_select_add(ph["h"]["ct"], ph["w"]["ct"], W32)),
+                     s1_phase.eq(ph_index), s1_plast.eq(ph_after == 0)]
+        s2_ct, s2_phase, s2_plast = _Reg(W32), _Reg(8), _Reg()
+        m.d.sync += [s2_ct.eq(carry_select_add(s1_ct, s1_pct, W32)), s2_phase.eq(s1_phase),
+                     s2_plast.eq(s1_plast)]
+        m.d.sync += [self.c_column.eq(carry_select_add(s2_ct, s2_n, W32)),
+                     self.phase.eq(s2_phase), self.last_phase.eq(s2_plast)]
         return m

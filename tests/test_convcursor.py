@@ -1,6 +1,7 @@
-"""rtl.convcursor.ConvCursor against sim.models.conv.tile_columns (itself against loops over
-the image): random geometries in both modes, random walks of tiles and offsets, in the
-Amaranth simulator and under cocotb on Icarus and Verilator (sim.testbenches.convcursor)."""
+"""rtl.convcursor.ConvCursor against sim.models.conv.tile_columns and pool_tile_columns
+(themselves against loops over the image): random geometries in both modes, with and
+without pooling phases, random walks of tiles, offsets and phases, in the Amaranth
+simulator and under cocotb on Icarus and Verilator (sim.testbenches.convcursor)."""
 
 import random
 
@@ -9,8 +10,8 @@ import pytest
 
 from firmware.spec.regmap import TILE_BLOCK
 from rtl.convcursor import ConvCursor, OffOp, PosOp
-from sim.models.conv import ConvGeometry, tile_columns
-from sim.testbenches.convcursor import geometry_fields, random_walk, sweep
+from sim.models.conv import ConvGeometry, pool_tile_columns, tile_columns
+from sim.testbenches.convcursor import geometry_fields, pool_walk, random_walk, sweep
 from sim.testbenches.harness import run
 from sim.testbenches.runner import run_component
 
@@ -166,6 +167,21 @@ def test_cursor_cocotb(simulator, mode):
         assert tests == 1 and failed == 0, f"{failed} of {tests} cocotb tests failed"
 
 
+@pytest.mark.parametrize("simulator", ["icarus", "verilator"])
+def test_cursor_pool_cocotb(simulator):
+    """The generated Verilog with pooling phases: a random walk over a 2 x 3 window of a
+    strided, padded, dilated convolution."""
+    g = (8, 1, 9, 9, 2, 3, 2, 2, 1, 2, 1, 1, 2)
+    conv = ConvGeometry(*g[:5], kernel=g[5:7], stride=g[7:9], padding=g[9:11],
+                        dilation=g[11:13])
+    assert (conv.out_height, conv.out_width) == (6, 9)
+    tests, failed = run_component(simulator, ConvCursor(4), "conv_cursor_4",
+                                  "sim.testbenches.convcursor", "cursor_pool", CONV_COLS=4,
+                                  CONV_GEOMETRY=",".join(map(str, g)), CONV_POOL="2,3",
+                                  CONV_SEED=3, CONV_OPS=300)
+    assert tests == 1 and failed == 0, f"{failed} of {tests} cocotb tests failed"
+
+
 @pytest.mark.parametrize("seed", range(3))
 def test_cursor_weight_gradient_runs(seed):
     """Mode 3: a tile is a K run of TILE_BLOCK output positions (the batch a multiple of
@@ -182,3 +198,119 @@ def test_cursor_weight_gradient_runs(seed):
     want = tile_columns(g, 1, TILE_BLOCK)
     checked = simulate(g, 3, 8, seed, walk=sweep)
     assert set(checked) == {(t, k) for t in range(want.shape[0]) for k in range(want.shape[1])}
+
+
+def loop_pool_columns(g, pool, cols):
+    """pool_tile_columns by loops: each pooled position's window, phase by phase."""
+    ph, pw = pool
+    kh, kw = g.kernel
+    b, c = [], []
+    for poh in range(g.out_height // ph):
+        for pw_ in range(g.out_width // pw):
+            for n in range(0, g.batch, cols):
+                tb, tc = [], []
+                for a in range(ph):
+                    for bb in range(pw):
+                        oh, ow = poh * ph + a, pw_ * pw + bb
+                        tc.append((oh * g.out_width + ow) * g.batch + n)
+                        row = []
+                        for dy in range(kh):
+                            for dx in range(kw):
+                                h = oh * g.stride[0] + dy * g.dilation[0] - g.padding[0]
+                                w = ow * g.stride[1] + dx * g.dilation[1] - g.padding[1]
+                                inside = 0 <= h < g.height and 0 <= w < g.width
+                                row.append((h * g.width + w) * g.batch + n if inside else -1)
+                        tb.append(row)
+                b.append(tb)
+                c.append(tc)
+    return np.array(b, np.int64), np.array(c, np.int64)
+
+
+def random_pooled(rng, cols):
+    """A random convolution whose output a random window divides."""
+    while True:
+        g = random_geometry(rng, cols)
+        pool = (rng.randint(1, 3), rng.randint(1, 3))
+        if g.out_height % pool[0] == 0 and g.out_width % pool[1] == 0 and pool != (1, 1):
+            return g, pool
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_pool_model_matches_loops(seed):
+    rng = random.Random(50 + seed)
+    cols = rng.choice([1, 2, 4])
+    g, pool = random_pooled(rng, cols)
+    for got, want in zip(pool_tile_columns(g, pool, cols), loop_pool_columns(g, pool, cols),
+                         strict=True):
+        np.testing.assert_array_equal(got, want)
+    with pytest.raises(ValueError, match="must divide the output"):
+        pool_tile_columns(ConvGeometry(2, 1, 5, 5, 1, 1), 2, 2)
+
+
+def simulate_pool(g, pool, cols, seed, ops=300, exact=True):
+    """As :func:`simulate` with pooling phases: every output against
+    :func:`pool_tile_columns` ``LATENCY`` cycles after its ops."""
+    want_b, want_c = pool_tile_columns(g, pool, cols)
+    tiles, phases, kk = want_b.shape
+    dut = ConvCursor(cols)
+    walk = list(pool_walk(random.Random(seed), tiles, phases, kk, ops))
+    checked = []
+
+    async def bench(ctx):
+        for name, v in geometry_fields(g, 1, pool).items():
+            ctx.set(getattr(dut.geometry, name), v)
+        ctx.set(dut.start, 1)
+        await ctx.tick()
+        ctx.set(dut.start, 0)
+        while not ctx.get(dut.ready):
+            await ctx.tick()
+        assert ctx.get(dut.pool_exact) == 1
+        assert ctx.get(dut.positions) == g.out_positions // (pool[0] * pool[1])
+        assert ctx.get(dut.out_positions) == g.out_positions
+        history = []
+        for pos_op, off_op, *state in walk + [(PosOp.HOLD, OffOp.HOLD, None)] * 3:
+            ctx.set(dut.pos_op, pos_op)
+            ctx.set(dut.off_op, off_op)
+            history.append(tuple(state) if state[0] is not None else history[-1])
+            await ctx.tick()
+            if len(history) < ConvCursor.LATENCY:
+                continue
+            t, p, k = history[-ConvCursor.LATENCY]
+            col = int(want_b[t, p, k])
+            got = (ctx.get(dut.inside), ctx.get(dut.offset), ctx.get(dut.last_offset),
+                   ctx.get(dut.phase), ctx.get(dut.last_phase), ctx.get(dut.c_column))
+            assert got == (int(col >= 0), k, int(k == kk - 1), p, int(p == phases - 1),
+                           int(want_c[t, p])), (t, p, k, got)
+            if col >= 0:
+                assert ctx.get(dut.column) == col, (t, p, k)
+            checked.append((t, p, k))
+
+    run(dut, bench, deadline_cycles=len(walk) + 400)
+    return checked
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_cursor_pool_phases(seed):
+    """Forward with pooling windows of 1 to 3 a side: random walks of tiles, offsets and
+    phases, every output (C's column at the phase too)."""
+    rng = random.Random(400 + seed)
+    cols = rng.choice([1, 2, 4, 8])
+    g, pool = random_pooled(rng, cols)
+    assert len(simulate_pool(g, pool, cols, seed)) == 300
+
+
+def test_cursor_pool_not_exact():
+    """A window that does not divide the output: pool_exact low."""
+    g, dut = ConvGeometry(2, 1, 5, 4, 1, 1), ConvCursor(2)
+
+    async def bench(ctx):
+        for name, v in geometry_fields(g, 1, (2, 2)).items():
+            ctx.set(getattr(dut.geometry, name), v)
+        ctx.set(dut.start, 1)
+        await ctx.tick()
+        ctx.set(dut.start, 0)
+        while not ctx.get(dut.ready):
+            await ctx.tick()
+        assert ctx.get(dut.pool_exact) == 0
+
+    run(dut, bench, deadline_cycles=400)

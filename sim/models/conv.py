@@ -53,7 +53,8 @@ from sim.models import bfp
 from sim.models.bfp import _check_block, gemm_kruns, tile_grid
 from sim.models.golden import MAX_K
 
-__all__ = ["LAYOUT", "ConvGeometry", "pool_geometry", "activation_matrix", "activation_tensor",
+__all__ = ["LAYOUT", "ConvGeometry", "pool_geometry", "pool_tile_columns", "activation_matrix",
+           "activation_tensor",
            "weight_stack", "weight_tensor", "conv2d_forward", "conv2d_backward_data",
            "conv2d_weight_grad", "position_runs", "tile_columns", "weight_grad_offset",
            "max_pool", "max_pool_backward", "avg_pool", "avg_pool_backward", "global_avg_pool",
@@ -407,6 +408,54 @@ def tile_columns(geometry: ConvGeometry, mode: int, cols: int) -> np.ndarray:
         assert (tiles == expect).all()
         out.append(first)
     return np.stack(out, axis=1)
+
+
+def pool_tile_columns(geometry: ConvGeometry, pool, cols: int) -> tuple[np.ndarray,
+                                                                          np.ndarray]:
+    """The addresses :class:`rtl.convcursor.ConvCursor` generates for a forward convolution
+    whose output a pool of ``pool`` windows (their stride the same) reads on the write path:
+    C's columns are the pool's output positions, each tile walked once per *phase* ``(a,
+    b)`` of the window, in row-major order, a phase reading the convolution's output
+    position ``(poh * ph + a, pow * pw + b)``.
+
+    Parameters
+    ----------
+    geometry : ConvGeometry
+        The convolution.
+    pool : int or (int, int)
+        The window ``(ph, pw)``, dividing the output's height and width.
+    cols : int
+        The tile's columns, dividing the batch.
+
+    Returns
+    -------
+    b_columns : numpy.ndarray of int64, shape (tiles, phases, offsets)
+        As :func:`tile_columns` (mode 1) for each tile of the pool's output and phase.
+    c_columns : numpy.ndarray of int64, shape (tiles, phases)
+        The column of the convolution's C (the pool's input) of the tile's first lane at
+        the phase.
+
+    Raises
+    ------
+    TypeError, ValueError
+        As :func:`tile_columns`; a window that does not divide the output.
+    """
+    g = _check_geometry(geometry)
+    ph, pw = _pair("pool", pool, 1)
+    if g.out_height % ph or g.out_width % pw:
+        raise ValueError(f"pool {(ph, pw)} must divide the output ({g.out_height} x "
+                         f"{g.out_width})")
+    conv = tile_columns(g, 1, cols)               # a tile per (oh, ow, images)
+    per = g.batch // cols
+    b, c = [], []
+    for poh in range(g.out_height // ph):
+        for pow_ in range(g.out_width // pw):
+            for k in range(per):
+                tiles = [((poh * ph + a) * g.out_width + pow_ * pw + bb) * per + k
+                         for a in range(ph) for bb in range(pw)]
+                b.append(conv[tiles])
+                c.append([t * cols for t in tiles])
+    return np.stack(b), np.array(c, np.int64)
 
 
 def pool_geometry(batch: int, channels: int, height: int, width: int, kernel,

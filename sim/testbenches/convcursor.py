@@ -5,7 +5,8 @@ test move the cursor by.
 Parameters come from the environment (set by ``tests/test_convcursor.py``): ``CONV_COLS``
 (the cursor's ``cols``), ``CONV_MODE`` (1 or 2), ``CONV_GEOMETRY`` (``batch, channels,
 height, width, out_channels, kh, kw, sy, sx, py, px, ry, rx``), ``CONV_SEED`` and
-``CONV_OPS`` (the random walk's length; 0 sweeps every tile at every offset in order).
+``CONV_OPS`` (the random walk's length; 0 sweeps every tile at every offset in order), and
+for :func:`cursor_pool` ``CONV_POOL`` (the pooling window, ``ph,pw``).
 """
 
 from __future__ import annotations
@@ -18,9 +19,9 @@ from cocotb.clock import Clock
 from cocotb.triggers import ClockCycles, FallingEdge, RisingEdge
 
 from rtl.convcursor import ConvCursor, OffOp, PosOp, conv_geometry_layout
-from sim.models.conv import ConvGeometry, tile_columns
+from sim.models.conv import ConvGeometry, pool_tile_columns, tile_columns
 
-__all__ = ["sweep", "random_walk", "geometry_fields", "cursor_walk"]
+__all__ = ["sweep", "random_walk", "pool_walk", "geometry_fields", "cursor_walk"]
 
 
 def sweep(rng, tiles, kk):
@@ -55,12 +56,39 @@ def random_walk(rng, tiles, kk, ops=300):
         yield pos_op, off_op, t, k
 
 
-def geometry_fields(g: ConvGeometry, mode: int) -> dict:
-    """The cursor's :func:`rtl.convcursor.conv_geometry_layout` fields for ``g``."""
+def geometry_fields(g: ConvGeometry, mode: int, pool=(1, 1)) -> dict:
+    """The cursor's :func:`rtl.convcursor.conv_geometry_layout` fields for ``g`` (and a
+    forward convolution's pooling windows ``pool``)."""
     return dict(mode=mode, kernel_h=g.kernel[0], kernel_w=g.kernel[1], stride_h=g.stride[0],
                 stride_w=g.stride[1], pad_h=g.padding[0], pad_w=g.padding[1],
                 dilation_h=g.dilation[0], dilation_w=g.dilation[1], height=g.height,
-                width=g.width, batch=g.batch)
+                width=g.width, batch=g.batch, pool_h=pool[0], pool_w=pool[1])
+
+
+def pool_walk(rng, tiles, phases, kk, ops=300):
+    """As :func:`random_walk`, with the pooling phase moved on (:data:`OffOp.PHASE`, back to
+    the first offset) now and then: ``(pos_op, off_op, tile, phase, offset)`` a cycle."""
+    t = mark = k = p = 0
+    for _ in range(ops):
+        pos_op, off_op = PosOp.HOLD, OffOp.HOLD
+        r = rng.random()
+        if r < 0.5 and t + 1 < tiles:
+            pos_op, t = PosOp.NEXT, t + 1
+        elif r < 0.6:
+            pos_op, t = PosOp.BACK, mark
+        elif r < 0.7 and t + 1 < tiles:
+            pos_op, t = PosOp.ADVANCE, t + 1
+            mark = t
+        elif r < 0.73:
+            pos_op, t, mark = PosOp.ZERO, 0, 0
+        r = rng.random()
+        if r < 0.45 and k + 1 < kk:
+            off_op, k = OffOp.NEXT, k + 1
+        elif r < 0.55:
+            off_op, k = OffOp.ZERO, 0
+        elif r < 0.7:
+            off_op, k, p = OffOp.PHASE, 0, (p + 1) % phases
+        yield pos_op, off_op, t, p, k
 
 
 def cursor_walk(want, ops):
@@ -119,3 +147,53 @@ async def cursor_random(dut):
         assert got == (inside, stack, last), (j, ops[j], got)
         if inside:
             assert int(dut.column.value) == column, (j, int(dut.column.value), column)
+
+
+@cocotb.test()
+async def cursor_pool(dut):
+    """A forward convolution with pooling windows ``CONV_POOL`` (``ph,pw``): a random walk
+    of tiles, offsets and phases, each cycle's outputs (C's column at the phase too)
+    checked ``LATENCY`` cycles after its ops against
+    :func:`~sim.models.conv.pool_tile_columns`."""
+    cols = int(os.environ["CONV_COLS"])
+    v = [int(x) for x in os.environ["CONV_GEOMETRY"].split(",")]
+    g = ConvGeometry(*v[:5], kernel=tuple(v[5:7]), stride=tuple(v[7:9]),
+                     padding=tuple(v[9:11]), dilation=tuple(v[11:13]))
+    pool = tuple(int(x) for x in os.environ["CONV_POOL"].split(","))
+    want_b, want_c = pool_tile_columns(g, pool, cols)
+    tiles, phases, kk = want_b.shape
+    ops = list(pool_walk(random.Random(int(os.environ.get("CONV_SEED", 1))), tiles, phases,
+                         kk, int(os.environ.get("CONV_OPS", 300))))
+    cocotb.start_soon(Clock(dut.clk, 10, unit="ns").start())
+    dut.rst.value = 1
+    dut.start.value = 0
+    dut.pos_op.value = PosOp.HOLD
+    dut.off_op.value = OffOp.HOLD
+    dut.geometry.value = conv_geometry_layout().const(
+        geometry_fields(g, 1, pool)).as_bits()
+    await ClockCycles(dut.clk, 3)
+    dut.rst.value = 0
+    await FallingEdge(dut.clk)
+    dut.start.value = 1
+    await FallingEdge(dut.clk)
+    dut.start.value = 0
+    while str(dut.ready.value) != "1":
+        await FallingEdge(dut.clk)
+    assert int(dut.pool_exact.value) == 1
+    tail = [(PosOp.HOLD, OffOp.HOLD)] * (ConvCursor.LATENCY - 1)
+    for i, (pos_op, off_op, *_) in enumerate(ops + tail):
+        dut.pos_op.value = pos_op
+        dut.off_op.value = off_op
+        await RisingEdge(dut.clk)
+        await FallingEdge(dut.clk)
+        j = min(i + 1 - ConvCursor.LATENCY, len(ops) - 1)
+        if j < 0:
+            continue
+        _, _, t, p, k = ops[j]
+        col = int(want_b[t, p, k])
+        got = (int(dut.inside.value), int(dut.offset.value), int(dut.last_offset.value),
+               int(dut.phase.value), int(dut.last_phase.value), int(dut.c_column.value))
+        assert got == (int(col >= 0), k, int(k == kk - 1), p, int(p == phases - 1),
+                       int(want_c[t, p])), (j, ops[j], got)
+        if col >= 0:
+            assert int(dut.column.value) == col, (j, int(dut.column.value), col)
