@@ -245,7 +245,7 @@ class Accelerator(wiring.Component):
             *_pack(csr, "CONFIG_FEATURES", EPILOGUE=0, K_BLOCKS=int(self.k_blocks),
                    FP32=int(self.epilogue and self.engine.fp32),
                    CONV_FORWARD=int(self.conv), CONV_BACKWARD_DATA=int(self.conv),
-                   CONV_WEIGHT_GRAD=int(self.conv),
+                   CONV_WEIGHT_GRAD=int(self.conv), POOL_FORWARD=int(self.engine.pool),
                    TILE_LOG2=regmap.TILE_BLOCK.bit_length() - 1, OPS=self.ops),
         ]
 
@@ -343,7 +343,7 @@ class Accelerator(wiring.Component):
                       & ~_field(csr, "DESC_FLAGS", "TRANSPOSE_A")
                       & ~_field(csr, "DESC_FLAGS", "TRANSPOSE_B")
                       & ~_field(csr, "DESC_CONV", "ADD")
-                      & (_field(csr, "DESC_POOL", "MODE") == 0)
+                      & self._pool_ok(csr, mode)
                       & ((batch & (self.cols - 1)) == 0))
             data_ok = (mode == 1) | (mode == 2)
             if self.epilogue:
@@ -375,6 +375,7 @@ class Accelerator(wiring.Component):
                            for f in ("KERNEL_H", "KERNEL_W", "STRIDE_H", "STRIDE_W", "PAD_H",
                                      "PAD_W", "DILATION_H", "DILATION_W")),
                          staged.geometry.mode.eq(mode),
+                         *self._pool_staging(csr, staged),
                          staged.geometry.height.eq(_field(csr, "DESC_CONV_IMAGE", "HEIGHT")),
                          staged.geometry.width.eq(_field(csr, "DESC_CONV_IMAGE", "WIDTH")),
                          staged.geometry.batch.eq(batch)]
@@ -382,6 +383,32 @@ class Accelerator(wiring.Component):
         if self.k_blocks:
             m.d.comb += staged.tiles.eq((e & tiles) == tiles)
         vars(s).update(q=q, enqueue=enqueue, soft_reset=soft_reset, unsupported=unsupported)
+
+    def _pool_ok(self, csr, mode):
+        """Whether this build runs the descriptor's pooling stage (``DESC_POOL``): none, or
+        with ``pool`` built a max pool after a forward convolution, its windows as their
+        stride, written as BFP8 without a stored mask or a bias per column."""
+        pool = _field(csr, "DESC_POOL", "MODE")
+        if not self.engine.pool:
+            return pool == 0
+        kh, kw = _field(csr, "DESC_POOL", "KERNEL_H"), _field(csr, "DESC_POOL", "KERNEL_W")
+        return (pool == 0) | ((pool == 1) & (mode == 1) & ~_field(csr, "DESC_POOL", "KIND")
+                              & (kh == _field(csr, "DESC_POOL", "STRIDE_H"))
+                              & (kw == _field(csr, "DESC_POOL", "STRIDE_W"))
+                              & (kh != 0) & (kw != 0)
+                              & _field(csr, "DESC_EPILOGUE", "BFP8")
+                              & ~_field(csr, "DESC_EPILOGUE", "MASK_IN")
+                              & (_field(csr, "DESC_EPILOGUE", "BIAS") != 2))
+
+    def _pool_staging(self, csr, staged):
+        """A convolution's pooling fields as staged (``pool``, the windows in the cursor's
+        geometry, the argmax), and the mask's columns (N; the engine derives a pool's)."""
+        on = (_field(csr, "DESC_POOL", "MODE") == 1) if self.engine.pool else 0
+        return [staged.pool.eq(on), staged.mask_n.eq(csr.desc_n),
+                staged.geometry.pool_h.eq(Mux(on, _field(csr, "DESC_POOL", "KERNEL_H"), 0)),
+                staged.geometry.pool_w.eq(Mux(on, _field(csr, "DESC_POOL", "KERNEL_W"), 0)),
+                staged.argmax_addr.eq(csr.desc_argmax_addr_hi << 32 | csr.desc_argmax_addr_lo),
+                staged.argmax_stride.eq(csr.desc_argmax_stride)]
 
     def _control(self, s):
         """Starts the engine on the queue's descriptors; aborts on an error or a soft reset,

@@ -3,7 +3,7 @@
 from types import SimpleNamespace
 
 from amaranth import Cat, Const, Module, Mux, Signal, signed, unsigned
-from amaranth.lib import data, stream, wiring
+from amaranth.lib import data, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from firmware.spec.regmap import TILE_BLOCK
@@ -20,10 +20,12 @@ from .writeback import job_grid_row, job_row, write_job_layout
 __all__ = ["BfpWriteBack", "bfp_desc_layout"]
 
 
-def bfp_desc_layout(addr_width: int = 64) -> data.StructLayout:
+def bfp_desc_layout(addr_width: int = 64, pool: bool = False) -> data.StructLayout:
     """What :class:`BfpWriteBack` reads of the running descriptor (held while its tiles
-    pass)."""
+    pass); with ``pool``, a max pool's (``pool``, the argmax's address and stride)."""
     return data.StructLayout({
+        **({"pool": 1, "argmax_addr": unsigned(addr_width), "argmax_stride": unsigned(32)}
+           if pool else {}),
         "m": unsigned(32), "n": unsigned(32),
         "c_addr": unsigned(addr_width), "c_stride": unsigned(32),
         "c_exp_addr": unsigned(addr_width), "stochastic": 1, "seed": unsigned(64),
@@ -44,21 +46,42 @@ def _unit_layout(addr_width: int) -> data.StructLayout:
     })
 
 
-def _mask_row_layout(cols: int) -> data.StructLayout:
+def _mask_row_layout(cols: int, byte_bits: int = 14) -> data.StructLayout:
     """A C tile row's ReLU mask bits as the tagger queues them: matrix row ``m``, byte
     ``byte`` of the mask row (``n0 / 8``), ``bits`` (0 beyond N) and a strobe a byte."""
-    return data.StructLayout({"m": unsigned(17), "byte": unsigned(14), "bits": cols,
+    return data.StructLayout({"m": unsigned(17), "byte": unsigned(byte_bits), "bits": cols,
                               "strb": cols // 8})
 
 
-def _row_tag_layout(cols: int, segs: int) -> data.StructLayout:
+def _argmax_row_layout(cols: int) -> data.StructLayout:
+    """A pooled tile row's argmax as the pool stage queues it: matrix row ``m``, its first
+    column ``col``, a byte a lane and a strobe a lane (0 beyond N)."""
+    return data.StructLayout({"m": unsigned(17), "col": unsigned(17),
+                              "bytes": data.ArrayLayout(8, cols), "strb": cols})
+
+
+def _row_tag_layout(cols: int, segs: int, pool: bool = False,
+                    byte_bits: int = 14) -> data.StructLayout:
     """What travels beside a row through the bias adder: its place in the unit (``row``,
     ``seg``), its mask row's (``m``, ``byte``; ``mask_en``: the row lies inside the
     matrix), the lanes inside the matrix and the stored mask bits (``mask_in``, ones where
-    none is used)."""
+    none is used); with ``pool``, its pool phase (``ph``, first ``pf``, last ``pl``) and its
+    tile's first column ``col`` (the argmax's)."""
     return data.StructLayout({"row": range(TILE_BLOCK), "seg": range(max(2, segs)),
-                              "m": unsigned(17), "byte": unsigned(14), "lanes": cols,
-                              "mask_en": 1, "mask_in": cols})
+                              "m": unsigned(17), "byte": unsigned(byte_bits), "lanes": cols,
+                              "mask_en": 1, "mask_in": cols,
+                              **({"ph": 8, "pf": 1, "pl": 1, "col": 17} if pool else {})})
+
+
+def float32_greater(a, b):
+    """IEEE ``a > b`` of two float32 bit patterns: false where either is a NaN or both
+    are zeros (``-0 == +0``). Combinational."""
+    def nan(x):
+        return (x[23:31] == 0xFF) & (x[:23] != 0)
+    ma, mb = a[:31], b[:31]
+    zeros = (ma == 0) & (mb == 0)
+    gt = Mux(a[31] != b[31], ~a[31] & ~zeros, Mux(a[31], ma < mb, ma > mb))
+    return gt & ~nan(a) & ~nan(b)
 
 
 def _pick(lanes, part, lane: int, width: int, parts: int):
@@ -193,6 +216,15 @@ class BfpWriteBack(wiring.Component):
         Jobs of :func:`rtl.writeback.write_job_layout` with ``conv``: C may be a stack of
         matrices of ``desc.m`` rows each, with a tile grid each; a unit is clipped by its
         matrix's edges and its exponent written at its row of the stack's grid.
+    pool : bool
+        With ``conv`` and a tile row's ``cols`` bytes within a bus word: a descriptor with
+        ``pool`` (a forward convolution's max pool) comes as each unit once per window
+        phase (the jobs' ``ph``, ``pf``, ``pl``, ``mc``): a register stage after ReLU keeps
+        the unit's running maximum and argmax in a memory (:meth:`_pool_stage`), the
+        phases before the last make no quantiser job or unit record, and the last phase's
+        rows go to the quantiser as their maxima and, inside the matrix, as one write
+        command of their argmax bytes at ``argmax_addr + m * argmax_stride + n0``. ReLU's
+        mask rows are written at the job's column ``mc`` (the pool's input's).
 
     Attributes
     ----------
@@ -257,7 +289,7 @@ class BfpWriteBack(wiring.Component):
 
     def __init__(self, rows: int, cols: int, *, data_width: int = 128, addr_width: int = 32,
                  relu: bool = False, side: bool = False, sgd: bool = False,
-                 fp32: bool = False, conv: bool = False):
+                 fp32: bool = False, conv: bool = False, pool: bool = False):
         T = TILE_BLOCK
         if rows != cols or cols < 4 or T % cols:
             raise ValueError(f"BFP8 output needs a square array of 4 to {T} lanes dividing "
@@ -271,7 +303,12 @@ class BfpWriteBack(wiring.Component):
             raise ValueError(f"fp32 needs side and a float32 tile row of whole bus words, "
                              f"not {cols} lanes on a {data_width}-bit bus")
         self.relu, self.side, self.sgd = bool(relu), bool(side), bool(sgd)
-        self.fp32, self.conv = bool(fp32), bool(conv)
+        if pool and (not conv or cols > data_width // 8):
+            raise ValueError(f"pool needs conv and a tile row's argmax ({cols} bytes) within a "
+                             f"bus word ({data_width // 8} bytes)")
+        self.fp32, self.conv, self.pool = bool(fp32), bool(conv), bool(pool)
+        #: Bits of a mask row's byte offset: a pool's input has up to 2**20 columns.
+        self.byte_bits = 18 if self.conv else 14
         self.rows, self.cols = rows, cols
         self.data_width, self.addr_width = data_width, addr_width
         self.segs = T // cols
@@ -282,7 +319,7 @@ class BfpWriteBack(wiring.Component):
         super().__init__({
             "jobs": In(stream.Signature(write_job_layout(conv))),
             "i_stream": In(stream.Signature(rescale_output_layout(cols))),
-            "desc": In(bfp_desc_layout(addr_width)),
+            "desc": In(bfp_desc_layout(addr_width, pool)),
             "wr_cmd": Out(stream.Signature(dma_command_layout(addr_width))),
             "wr_data": Out(stream.Signature(dma_write_layout(data_width))),
             "wr_done": In(1),
@@ -315,13 +352,13 @@ class BfpWriteBack(wiring.Component):
         ulay, rlay = _unit_layout(AW), _random_job_layout()
         m.submodules.units = units = Fifo(width=ulay.size, depth=8)
         m.submodules.rjobs = rjobs = Fifo(width=rlay.size, depth=8)
-        tlay = _row_tag_layout(C, self.segs)
+        tlay = _row_tag_layout(C, self.segs, self.pool, self.byte_bits)
 
         mq = None
         if self.relu or self.side:
             m.submodules.relu = ReluMask(C)
         if self.relu:
-            m.submodules.masks = mq = Fifo(width=_mask_row_layout(C).size,
+            m.submodules.masks = mq = Fifo(width=_mask_row_layout(C, self.byte_bits).size,
                                            depth=self.MASK_QUEUE)
         fq = None
         if self.fp32:
@@ -432,10 +469,11 @@ class BfpWriteBack(wiring.Component):
         rnd_idle = self._random(m, rnd, rjobs)
         mk = self._mask_address(m, mq) if self.relu else None
         fr = self._f32_address(m, fq) if self.fp32 else None
-        wr_idle = self._writer(m, qz, units, mk, fr)
-        m.d.comb += self.idle.eq(tag_idle & rnd_idle & wr_idle & qz.idle & ~units.r_rdy
-                                 & ~rjobs.r_rdy & path_idle & (mk.idle if self.relu else 1)
-                                 & (fr.idle if self.fp32 else 1))
+        ak = self._argmax_address(m, self._aq) if self.pool else None
+        wr_idle = self._writer(m, qz, units, mk, fr, ak)
+        idle = (tag_idle & rnd_idle & wr_idle & qz.idle & ~units.r_rdy & ~rjobs.r_rdy
+                & path_idle & (mk.idle if self.relu else 1) & (fr.idle if self.fp32 else 1))
+        m.d.comb += self.idle.eq((idle & ak.idle & self._pool_idle) if self.pool else idle)
         return m
 
     # ---- rows out of the adder -> ReLU and the stored mask -> the quantizer; mask rows -----
@@ -445,24 +483,28 @@ class BfpWriteBack(wiring.Component):
         d, tag = self.desc, out.tag
         f32 = self._f32
         p = qz.i_stream.payload
-        m.d.comb += [p.row.eq(tag.row), p.seg.eq(tag.seg)]
+        if not self.pool:
+            m.d.comb += [p.row.eq(tag.row), p.seg.eq(tag.seg)]
         if not (self.relu or self.side):
             m.d.comb += [p.data.eq(out.data), qz.i_stream.valid.eq(out.valid),
                          out.ready.eq(qz.i_stream.ready)]
             return
         rl = m.submodules.relu
+        # the quantizer, or with ``pool`` the pool stage before it
+        q_ready = Signal()
         m.d.comb += [rl.i_stream.payload.data.eq(out.data),
                      rl.i_stream.payload.relu.eq(d.relu if self.relu else 0),
                      rl.i_stream.payload.backward.eq(d.mask_in if self.side else 0),
                      rl.i_stream.payload.mask_in.eq(tag.mask_in),
-                     rl.i_stream.valid.eq(out.valid), rl.o_stream.ready.eq(qz.i_stream.ready),
-                     p.data.eq(rl.o_stream.payload.data)]
+                     rl.i_stream.valid.eq(out.valid), rl.o_stream.ready.eq(q_ready)]
+        if not self.pool:
+            m.d.comb += [p.data.eq(rl.o_stream.payload.data), q_ready.eq(qz.i_stream.ready)]
         # the row's sink: the quantizer, or with a float32 C the queue of its rows (a row
         # beyond the matrix, or of no column inside it, is dropped)
-        sink_ready = qz.i_stream.ready
+        sink_ready = q_ready
         if self.fp32:
             keep = tag.mask_en & tag.lanes.any()
-            sink_ready = Mux(f32, fq.w_rdy | ~keep, qz.i_stream.ready)
+            sink_ready = Mux(f32, fq.w_rdy | ~keep, q_ready)
             frow = data.View(_f32_row_layout(C), fq.w_data)
             m.d.comb += [frow.m.eq(tag.m),
                          # 4 * n0: the unit's column (n0 / T, from the mask byte) and the
@@ -472,7 +514,7 @@ class BfpWriteBack(wiring.Component):
                          frow.data.eq(rl.o_stream.payload.data), frow.lanes.eq(tag.lanes)]
         mask_ok = 1                          # the mask queue takes the row (or none is due)
         if self.relu:
-            mrow = data.View(_mask_row_layout(C), mq.w_data)
+            mrow = data.View(_mask_row_layout(C, self.byte_bits), mq.w_data)
             m.d.comb += [mrow.m.eq(tag.m), mrow.byte.eq(tag.byte),
                          mrow.bits.eq(rl.o_stream.payload.mask & tag.lanes),
                          mrow.strb.eq(Cat(*(tag.lanes[8 * b] for b in range(C // 8))))]
@@ -481,8 +523,67 @@ class BfpWriteBack(wiring.Component):
                                    & mq.w_rdy)
         if self.fp32:
             m.d.comb += fq.w_en.eq(out.valid & mask_ok & f32 & keep & fq.w_rdy)
-        m.d.comb += [qz.i_stream.valid.eq(out.valid & mask_ok & ~f32),
-                     out.ready.eq(sink_ready & mask_ok)]
+        if self.pool:
+            self._pool_stage(m, qz, out.valid & mask_ok & ~f32, q_ready,
+                             rl.o_stream.payload.data, tag)
+        else:
+            m.d.comb += qz.i_stream.valid.eq(out.valid & mask_ok & ~f32)
+        m.d.comb += out.ready.eq(sink_ready & mask_ok)
+
+    # ---- the pool stage: rows -> their running maximum -> the quantizer; argmax rows ------
+
+    def _pool_stage(self, m, qz, valid, ready, row, tag):
+        """A register stage before the quantizer (``pool``): a row (``valid``, ``row``,
+        ``tag``; ``ready`` out) is taken into it as a memory of the unit's rows (a word per
+        row and segment: the lanes' running maximum and argmax) is read at its place; a
+        cycle later the row leaves for the quantizer (``pool`` 0 or the last phase) or for
+        the memory, as itself at the first phase, else lane by lane the larger
+        (:func:`float32_greater`: a later phase replaces a value only when strictly
+        greater) with its phase as the argmax, and at a max pool's last phase its argmax
+        bytes leave for their queue. A row's place recurs only a unit later, so the read
+        never sees a write in flight."""
+        C, T, S = self.cols, TILE_BLOCK, self.segs
+        d = self.desc
+        vlay = data.StructLayout({"v": data.ArrayLayout(32, C), "a": data.ArrayLayout(8, C)})
+        tlay = tag.shape()
+        m.submodules.pool_rows = mem = memory.Memory(shape=vlay, depth=T * S, init=[])
+        rd = mem.read_port()
+        wr = mem.write_port()
+        m.submodules.argmaxes = aq = Fifo(width=_argmax_row_layout(C).size,
+                                          depth=self.MASK_QUEUE)
+        self._aq = aq
+        s_valid = Signal()
+        s_row = Signal(data.ArrayLayout(32, C), reset_less=True)
+        s_tag = Signal(tlay, reset_less=True)
+        pooling = d.pool
+        emit = ~pooling | s_tag.pl                       # to the quantizer
+        arg = pooling & s_tag.pl & s_tag.mask_en         # an argmax row (inside the matrix)
+        leave = Signal()
+        m.d.comb += leave.eq(s_valid & (~emit | qz.i_stream.ready) & (~arg | aq.w_rdy))
+        m.d.comb += ready.eq(~s_valid | leave)
+        take = valid & ready
+        def place(t):                     # (a row's word: its row and segment)
+            return Cat(t.seg[:(S - 1).bit_length()], t.row) if S > 1 else t.row
+        m.d.comb += [rd.addr.eq(place(tag)), rd.en.eq(take)]
+        with m.If(ready):
+            m.d.sync += [s_valid.eq(valid), s_row.eq(row), s_tag.eq(tag)]
+        old = data.View(vlay, rd.data)
+        new = Signal(vlay)
+        for lane in range(C):
+            better = s_tag.pf | float32_greater(s_row[lane], old.v[lane])
+            m.d.comb += [new.v[lane].eq(Mux(better, s_row[lane], old.v[lane])),
+                         new.a[lane].eq(Mux(better, s_tag.ph, old.a[lane]))]
+        p = qz.i_stream.payload
+        m.d.comb += [wr.addr.eq(place(s_tag)), wr.data.eq(new),
+                     wr.en.eq(leave & pooling & ~s_tag.pl),
+                     p.row.eq(s_tag.row), p.seg.eq(s_tag.seg),
+                     p.data.eq(Mux(pooling, new.v, s_row)),
+                     qz.i_stream.valid.eq(s_valid & emit & (~arg | aq.w_rdy))]
+        e = data.View(_argmax_row_layout(C), aq.w_data)
+        m.d.comb += [e.m.eq(s_tag.m), e.col.eq(s_tag.col), e.bytes.eq(new.a),
+                     e.strb.eq(s_tag.lanes),
+                     aq.w_en.eq(s_valid & arg & aq.w_rdy & qz.i_stream.ready)]
+        self._pool_idle = ~s_valid & aq.empty
 
     # ---- jobs and rows -> quantizer jobs and tagged beats; unit records --------------------
 
@@ -496,6 +597,13 @@ class BfpWriteBack(wiring.Component):
         # grid; else m0 and m0 / T)
         mr = Signal(17, reset_less=True) if self.conv else m0
         er = Signal(17, reset_less=True) if self.conv else m0 >> lt
+        # (with ``conv``: its column of the mask, the pool's input's; with ``pool``, its
+        # phase, and whether the phase is the first and the last)
+        mc = Signal(21, reset_less=True) if self.conv else None
+        ph = Signal(8, reset_less=True)
+        pf = Signal(reset_less=True)
+        pl = Signal(reset_less=True)
+        pooled = (d.pool & ~pl) if self.pool else 0      # a phase before the last
         n0 = Signal(17, reset_less=True)
         rows_in = Signal(range(T + 1), reset_less=True)
         cols_in = Signal(range(T + 1), reset_less=True)
@@ -529,7 +637,9 @@ class BfpWriteBack(wiring.Component):
             row_mask = Mux(d.mask_in, self.mask_lanes, ones)
         else:
             lane_bias, row_mask = [0] * C, ones
-        m.d.comb += [tag.m.eq(m0 + r), tag.byte.eq(n0 >> 3)]
+        m.d.comb += [tag.m.eq(m0 + r), tag.byte.eq((mc if self.conv else n0) >> 3)]
+        if self.pool:
+            m.d.comb += [tag.ph.eq(ph), tag.pf.eq(pf), tag.pl.eq(pl), tag.col.eq(n0)]
 
         qjob = qz.jobs.payload
         unit = data.View(_unit_layout(self.addr_width), units.w_data)
@@ -543,7 +653,9 @@ class BfpWriteBack(wiring.Component):
                     jr = job_row(job)
                     m.d.comb += [rem_m.eq(d.m[:17] - jr), rem_n.eq(d.n[:17] - job.n0)]
                     if self.conv:
-                        m.d.sync += [mr.eq(jr), er.eq(job_grid_row(job))]
+                        m.d.sync += [mr.eq(jr), er.eq(job_grid_row(job)), mc.eq(job.mc)]
+                    if self.pool:
+                        m.d.sync += [ph.eq(job.ph), pf.eq(job.pf), pl.eq(job.pl)]
                     m.d.sync += [m0.eq(job.m0), n0.eq(job.n0), r.eq(0),
                                  row0.eq(jr[:lt]), seg.eq(job.n0[:lt] >> lr),
                                  t_rows.eq(Mux(rem_m >= R, R, rem_m)),
@@ -574,7 +686,9 @@ class BfpWriteBack(wiring.Component):
                 side_ok = 1
                 if self.side:
                     side_ok = self.side_unit.valid | ~need_side
-                f32 = self._f32                  # (no quantiser job, no unit record)
+                # (a float32 C, or a pool's phase before the last: no quantiser job, no unit
+                # record)
+                f32 = (self._f32 | pooled) if self.pool else self._f32
                 room = units.w_rdy & (rjobs.w_rdy | ~d.stochastic | f32) & side_ok
                 can = (qz.jobs.ready | f32) & room
                 m.d.comb += [qz.jobs.valid.eq(room & ~f32), units.w_en.eq(can & ~f32),
@@ -673,10 +787,10 @@ class BfpWriteBack(wiring.Component):
         cycle) and ``idle``."""
         C, AW = self.cols, self.addr_width
         d = self.desc
-        e = data.View(_mask_row_layout(C), mq.r_data)
+        e = data.View(_mask_row_layout(C, self.byte_bits), mq.r_data)
         a_valid = Signal()
         a_prod = Signal(AW, reset_less=True)
-        a_byte = Signal(14, reset_less=True)
+        a_byte = Signal(self.byte_bits, reset_less=True)
         a_bits = Signal(C, reset_less=True)
         a_strb = Signal(C // 8, reset_less=True)
         mk = SimpleNamespace(valid=Signal(name="mk_valid"), done=Signal(name="mk_done"),
@@ -695,6 +809,35 @@ class BfpWriteBack(wiring.Component):
                          mk.bits.eq(a_bits), mk.strb.eq(a_strb)]
         m.d.comb += mk.idle.eq(mq.empty & ~a_valid & ~mk.valid)
         return mk
+
+    def _argmax_address(self, m, aq):
+        """Two registered stages after the argmax queue, as :meth:`_mask_address`: ``m *
+        argmax_stride``, then ``argmax_addr + that + col``. Returns the command held for
+        the writer: ``valid``, ``addr``, ``bytes``, ``strb``, ``done`` and ``idle``."""
+        C, AW = self.cols, self.addr_width
+        d = self.desc
+        e = data.View(_argmax_row_layout(C), aq.r_data)
+        a_valid = Signal()
+        a_prod = Signal(AW, reset_less=True)
+        a_col = Signal(17, reset_less=True)
+        a_bytes = Signal(8 * C, reset_less=True)
+        a_strb = Signal(C, reset_less=True)
+        ak = SimpleNamespace(valid=Signal(name="ak_valid"), done=Signal(name="ak_done"),
+                             addr=Signal(AW, name="ak_addr", reset_less=True),
+                             bytes=Signal(8 * C, name="ak_bytes", reset_less=True),
+                             strb=Signal(C, name="ak_strb", reset_less=True),
+                             idle=Signal(name="ak_idle"))
+        b_free = ~ak.valid | ak.done
+        a_free = ~a_valid | b_free
+        m.d.comb += aq.r_en.eq(aq.r_rdy & a_free)
+        with m.If(a_free):
+            m.d.sync += [a_valid.eq(aq.r_rdy), a_prod.eq(e.m * d.argmax_stride),
+                         a_col.eq(e.col), a_bytes.eq(e.bytes), a_strb.eq(e.strb)]
+        with m.If(b_free):
+            m.d.sync += [ak.valid.eq(a_valid), ak.addr.eq(d.argmax_addr + a_prod + a_col),
+                         ak.bytes.eq(a_bytes), ak.strb.eq(a_strb)]
+        m.d.comb += ak.idle.eq(aq.empty & ~a_valid & ~ak.valid)
+        return ak
 
     # ---- float32 rows -> their write commands' addresses -------------------------------------
 
@@ -740,7 +883,7 @@ class BfpWriteBack(wiring.Component):
 
     # ---- quantised beats (and masks) -> DMA write commands and words ------------------------
 
-    def _writer(self, m, qz, units, mk, fr):
+    def _writer(self, m, qz, units, mk, fr, ak=None):
         C, S = self.cols, self.segs
         bpw = self.data_width // 8
         AW = self.addr_width
@@ -796,10 +939,20 @@ class BfpWriteBack(wiring.Component):
         fr_word = Signal(range(4 * C // bpw + 1))
         if fr is None:
             fr = SimpleNamespace(valid=Const(0), done=Signal(name="fr_done"))
+        # a pooled row's argmax command (``pool``): as a mask's, after the mask's
+        ak_go = Signal()
+        ak_cmd_out = Signal()
+        ak_word_out = Signal()
+        if ak is None:
+            ak = SimpleNamespace(valid=Const(0), done=Signal(name="ak_done"))
         started = ((held & (cmd_out | (word != 0)))
                    | (~held & exp_pending & (exp_cmd_out | exp_word_out))
                    | (fr.valid & (fr_cmd_out | (fr_word != 0))))
+        if self.pool:
+            started = started | ak_cmd_out | ak_word_out
         m.d.comb += mk_go.eq(mk.valid & (mk_cmd_out | mk_word_out | ~started))
+        if self.pool:
+            m.d.comb += ak_go.eq(ak.valid & ~mk_go & (ak_cmd_out | ak_word_out | ~started))
         with m.If(mk_go):
             # the mask bytes, repeated over the word (their offset in it is a multiple of
             # their count), strobes on those inside the matrix
@@ -816,6 +969,23 @@ class BfpWriteBack(wiring.Component):
                                    & (mk_word_out | self.wr_data.ready))
             with m.If(mk.done):
                 m.d.sync += [mk_cmd_out.eq(0), mk_word_out.eq(0)]
+        if self.pool:
+            with m.Elif(ak_go):
+                # the argmax bytes, repeated over the word (their offset in it a multiple
+                # of their count), strobes on those inside the matrix
+                m.d.comb += [cmd.addr.eq(ak.addr), cmd.beats.eq(1),
+                             self.wr_cmd.valid.eq(~ak_cmd_out),
+                             self.wr_data.valid.eq(~ak_word_out),
+                             wd.data.eq(Cat(*(ak.bytes for _ in range(bpw // C)))),
+                             wd.strb.eq(ak.strb << ak.addr[:lb])]
+                with m.If(self.wr_cmd.ready):
+                    m.d.sync += ak_cmd_out.eq(1)
+                with m.If(self.wr_data.ready):
+                    m.d.sync += ak_word_out.eq(1)
+                m.d.comb += ak.done.eq((ak_cmd_out | self.wr_cmd.ready)
+                                       & (ak_word_out | self.wr_data.ready))
+                with m.If(ak.done):
+                    m.d.sync += [ak_cmd_out.eq(0), ak_word_out.eq(0)]
         with m.Elif(held):
             m.d.comb += [cmd.addr.eq(h_addr), cmd.beats.eq(nwords),
                          self.wr_cmd.valid.eq(~cmd_out),

@@ -35,7 +35,10 @@ def descriptor_layout(k_blocks: bool = False, epilogue: bool = False,
     columns ``b_cols``, and where the first kernel offset's matrix in K order lies in the
     stack and its grid (``a_first``, ``a_grid_first``, bytes) and the steps to the next
     (``a_step``, ``a_grid_step``, modulo 2**64 and 2**32: backward-data walks the stack
-    backwards)."""
+    backwards); and a forward convolution's max pool on the write path (``pool``;
+    ``DESC_POOL``, its windows in ``geometry``): the ReLU mask's columns ``mask_n`` (the
+    pool's input's, else N) and the argmax (``DESC_ARGMAX_ADDR``, ``DESC_ARGMAX_STRIDE``:
+    a byte per element of C)."""
     return data.StructLayout({
         "m": unsigned(32), "n": unsigned(32), "k": unsigned(32),
         "transpose_a": 1, "transpose_b": 1, "raw": 1, "row_vec": 1, "col_vec": 1,
@@ -50,7 +53,9 @@ def descriptor_layout(k_blocks: bool = False, epilogue: bool = False,
             "cout": unsigned(16), "a_rows": unsigned(32), "a_grid_rows": unsigned(32),
             "a_bytes": unsigned(32), "b_rows": unsigned(16), "b_cols": unsigned(48),
             "a_first": unsigned(64),
-            "a_step": unsigned(64), "a_grid_first": unsigned(32), "a_grid_step": unsigned(32)}
+            "a_step": unsigned(64), "a_grid_first": unsigned(32), "a_grid_step": unsigned(32),
+            "pool": 1, "mask_n": unsigned(32), "argmax_addr": unsigned(64),
+            "argmax_stride": unsigned(32)}
            if conv else {}),
         **({"bfp8": 1, "stochastic": 1, "c_exp_addr": unsigned(64), "seed": unsigned(64),
             "relu": 1, "mask_addr": unsigned(64), "mask_stride": unsigned(32),
@@ -117,7 +122,10 @@ class DescriptorChecker(wiring.Component):
         weight stack, or a weight gradient's deltas), B ``b_rows`` rows of ``b_cols`` bytes
         (the input, or the deltas), A's tile grid ``a_grid_rows x ceil(a_bytes / T)`` bytes
         and B's ``ceil(b_rows / T) x ceil(b_cols / T)``; ``a_rows``, ``a_bytes`` or
-        ``b_cols`` over 65535 is ``DIMENSION_TOO_LARGE``.
+        ``b_cols`` over 65535 is ``DIMENSION_TOO_LARGE``. With ``epilogue`` too, the mask's
+        rows are ``ceil(mask_n / 8)`` bytes, and with ``pool`` a ninth region, the argmax:
+        ``M`` rows of ``N`` bytes at ``argmax_addr``, ``argmax_stride`` apart (base and
+        stride multiples of the bus width, as C's).
 
     Attributes
     ----------
@@ -160,7 +168,7 @@ class DescriptorChecker(wiring.Component):
         if self.conv and not self.k_blocks:
             raise ValueError("conv needs k_blocks: a convolution's operands have tile exponents")
         if self.epilogue:                 # (C's tile grid, the mask, the bias)
-            self.REGIONS = type(self).REGIONS + 3
+            self.REGIONS = type(self).REGIONS + 3 + (1 if self.conv else 0)   # (the argmax)
             self.LATENCY = self.DIMENSION_LATENCY + self.REGIONS + self.REGION_STAGES
         super().__init__({
             "i_stream": In(stream.Signature(descriptor_layout(self.k_blocks, self.epilogue,
@@ -235,10 +243,14 @@ class DescriptorChecker(wiring.Component):
             if not self.k_blocks:
                 regions = [(*r, 0) for r in regions]
             regions.append((d.c_exp_addr, gm, gn, gn, d.bfp8, 0, 1))
-            regions.append((d.mask_addr, d.m, d.mask_stride, (d.n + 7) >> 3,
+            # (the mask's columns: a pool's input's, where C is the pool's output)
+            mask_n = d.mask_n if self.conv else d.n
+            regions.append((d.mask_addr, d.m, d.mask_stride, (mask_n + 7) >> 3,
                             d.relu | d.mask_in, 0, 0))
             regions.append((d.bias_addr, 1, 0, Mux(d.bias == 1, d.m << 2, d.n << 2),
                             d.bias != 0, 0, 0))
+            if self.conv:                 # a max pool's argmax: a byte per element of C
+                regions.append((d.argmax_addr, d.m, d.argmax_stride, d.n, d.pool, 0, 0))
         assert len(regions) == self.REGIONS
         dims_code = Signal(8)
         region = Signal(range(self.REGIONS + 1))

@@ -108,7 +108,12 @@ class GemmEngine(wiring.Component):
         operands' extents for the checks; the walker then walks it
         (:class:`rtl.walker.Walker`'s ``conv``), reading B where the cursor says, or zeros.
         The accelerator refuses batches the walk cannot take
-        (:class:`rtl.accelerator.Accelerator`'s ``conv``).
+        (:class:`rtl.accelerator.Accelerator`'s ``conv``). With ``epilogue`` too and a tile
+        row's ``cols`` bytes within a bus word (:attr:`pool`), a forward convolution may
+        max-pool on the write path (``pool``): the walker walks each block of the pool's
+        output once per window phase and the BFP8 write-back keeps the running maximum and
+        argmax (:class:`rtl.bfpwrite.BfpWriteBack`'s ``pool``); windows that do not tile
+        the output exactly are ``UNSUPPORTED``.
 
     Attributes
     ----------
@@ -196,6 +201,9 @@ class GemmEngine(wiring.Component):
         #: The BFP8 write-back applies ReLU and writes its mask (``epilogue`` with at least 8
         #: columns: a tile row's mask in whole bytes).
         self.relu = self.epilogue and cols >= 8
+        #: Forward convolutions may max-pool on the write path (``conv`` and ``epilogue``,
+        #: with a tile row's argmax, ``cols`` bytes, within a bus word): see ``conv``.
+        self.pool = self.conv and self.epilogue and cols <= data_width // 8
         #: The BFP8 write-back also takes quantise-only descriptors (``epilogue`` with a tile
         #: row of whole bus words).
         self.quantize = self.epilogue and (4 * cols) % (data_width // 8) == 0
@@ -318,6 +326,9 @@ class GemmEngine(wiring.Component):
                          bd.mask_in.eq(d_back.mask_in),
                          bd.sgd.eq(d_back.sgd if self.sgd else 0), bd.lr.eq(d_back.lr),
                          bd.decay.eq(d_back.decay), bd.f32.eq(~d_back.bfp8),
+                         *([bd.pool.eq(d_back.conv & d_back.pool),
+                            bd.argmax_addr.eq(d_back.argmax_addr),
+                            bd.argmax_stride.eq(d_back.argmax_stride)] if self.pool else []),
                          p.bfpwb.clear.eq(self.soft_reset),
                          self.nonfinite.eq(p.bfpwb.nonfinite)]
         m.d.comb += [
@@ -405,7 +416,8 @@ class GemmEngine(wiring.Component):
             wb_cmd, wb_data, wb_done = writeback.wr_cmd, writeback.wr_data, writeback.wr_done
         bfpwb = BfpWriteBack(R, C, data_width=self.data_width, addr_width=self.addr_width,
                              relu=self.relu, side=True, sgd=self.sgd,
-                             fp32=self.fp32, conv=self.conv) if self.epilogue else None
+                             fp32=self.fp32, conv=self.conv,
+                             pool=self.pool) if self.epilogue else None
         # the BFP8 output's side data (bias, stored mask, stored weights), read through the
         # first reader
         side = UnitSideLoader(C, self.data_width, self.addr_width,
@@ -568,7 +580,9 @@ class GemmEngine(wiring.Component):
             m.d.comb += [reader.valid.eq(p.fpread.o_write.valid),
                          p.fpread.o_write.ready.eq(reader.ready),
                          reader.payload.m0.eq(job.m0), reader.payload.n0.eq(job.n0),
-                         reader.payload.mr.eq(job.m0), reader.payload.er.eq(job.m0 >> lt)]
+                         reader.payload.mr.eq(job.m0), reader.payload.er.eq(job.m0 >> lt),
+                         reader.payload.mc.eq(job.n0), reader.payload.pf.eq(1),
+                         reader.payload.pl.eq(1)]
         return _either(m, walker.o_write, reader, "front_write")
 
     def _matrix_rows(self, d):
@@ -875,7 +889,9 @@ class GemmEngine(wiring.Component):
         ]
         m.d.comb += [cur.geometry.eq(g),
                      cur.pos_op.eq(walker.cur_pos_op), cur.off_op.eq(walker.cur_off_op),
-                     walker.cur_column.eq(cur.column), walker.cur_inside.eq(cur.inside)]
+                     walker.cur_column.eq(cur.column), walker.cur_inside.eq(cur.inside),
+                     walker.cur_phase.eq(cur.phase), walker.cur_last_phase.eq(cur.last_phase),
+                     walker.cur_c_column.eq(cur.c_column)]
         self._conv_regs = r
 
     def _front(self, m, p, d, f_gen, b_valid, macs_ready, handoff, shaped):
@@ -910,8 +926,13 @@ class GemmEngine(wiring.Component):
                     m.d.comb += p.cursor.start.eq(1)
                     m.next = "SHAPE"
                 with m.State("SHAPE"):           # the implicit GEMM into d, then the checks
-                    with m.If(p.cursor.ready & ~r["zero"] & ~r["fits"] & (g.kernel_h != 0)
-                              & (g.kernel_w != 0)):
+                    # (a pool's windows must tile the output exactly, and its input's mask
+                    # rows stay within the checker's reach: at most 2**20 columns)
+                    bad_pool = (d.pool & (~p.cursor.pool_exact
+                                          | (p.cursor.out_positions[20:] != 0))
+                                if self.pool else 0)
+                    with m.If(p.cursor.ready & ((~r["zero"] & ~r["fits"] & (g.kernel_h != 0)
+                                                 & (g.kernel_w != 0)) | bad_pool)):
                         m.d.sync += self.code.eq(int(regmap.ErrorCode.UNSUPPORTED))
                         m.next = "FAILING"
                     with m.Elif(p.cursor.ready):
@@ -942,7 +963,8 @@ class GemmEngine(wiring.Component):
                                                      Mux(wg, 0, r["a_step"]))),
                                      d.a_grid_first.eq(Mux(bwd, r["a_grid_first"], 0)),
                                      d.a_grid_step.eq(Mux(bwd, r["a_grid_back"],
-                                                          Mux(wg, 0, r["a_grid_step"])))]
+                                                          Mux(wg, 0, r["a_grid_step"]))),
+                                     d.mask_n.eq(Mux(d.pool, outs, Mux(wg, d.cin, pos)))]
                         m.next = "CHECK"
             with m.State("CHECK"):
                 m.d.comb += [checker.i_stream.valid.eq(1), checker.o_stream.ready.eq(1)]

@@ -86,7 +86,11 @@ class Walker(wiring.Component):
         further on each time, and ``ceil(Cout / TILE_BLOCK)`` rows of its exponent grid, a
         tile's row in its matrix beside; its K chunks are plain K blocks of output
         positions, each lane of B reading the chunk's run at the column the cursor gives
-        (moved per chunk), or zeros.
+        (moved per chunk), or zeros. A forward convolution with ``pool`` (a max pool on the
+        write path) walks each block once per window phase (:data:`OffOp.PHASE
+        <rtl.convcursor.OffOp.PHASE>` at each block's end; the next block after the last),
+        its write jobs offered once the cursor is at their tile and carrying the phase and
+        the tile's column of the pool's input.
 
     Attributes
     ----------
@@ -98,7 +102,7 @@ class Walker(wiring.Component):
         No command is queued and no exponent vector is awaited downstream.
     cur_pos_op, cur_off_op : Out(3), Out(2)
         With ``conv``: the cursor's ops (:class:`rtl.convcursor.PosOp`, ``OffOp``).
-    cur_column, cur_inside : In(32), In(1)
+    cur_column, cur_inside, cur_phase, cur_last_phase, cur_c_column : In
         With ``conv``: the cursor's outputs.
 
     Latency
@@ -150,7 +154,8 @@ class Walker(wiring.Component):
             "o_write": Out(stream.Signature(write_job_layout(self.conv))),
             "drained": In(1),
             **({"cur_pos_op": Out(3), "cur_off_op": Out(2), "cur_column": In(32),
-                "cur_inside": In(1)} if self.conv else {}),
+                "cur_inside": In(1), "cur_phase": In(8), "cur_last_phase": In(1),
+                "cur_c_column": In(32)} if self.conv else {}),
         })
 
     def elaborate(self, platform):
@@ -217,15 +222,17 @@ class Walker(wiring.Component):
         state's decision); ``dm`` is the M walked (a weight gradient's: Cout)."""
         m, d = s.m, s.d
         if not self.conv:
-            vars(s).update(conv=Const(0, 1), wg=Const(0, 1), cur_ok=Const(1, 1), cur_op=None,
-                           dm=d.m)
+            vars(s).update(conv=Const(0, 1), wg=Const(0, 1), pool=Const(0, 1),
+                           cur_ok=Const(1, 1), cur_op=None, dm=d.m)
             return
         # forward and backward-data (K chunks per offset, a B tile per C tile), or a weight
         # gradient (the offsets an outer loop of GEMMs of Cout x Cin, B a K run per chunk)
         conv = Signal()
         wg = Signal()
+        pool = Signal()                    # a forward convolution's max pool: phases
         m.d.comb += [conv.eq(d.conv & (d.geometry.mode != 3)),
-                     wg.eq(d.conv & (d.geometry.mode == 3))]
+                     wg.eq(d.conv & (d.geometry.mode == 3)),
+                     pool.eq(d.conv & d.pool & (d.geometry.mode == 1))]
         c_row = Signal(24)                 # a weight gradient's offset's first row of C
         c_erow = Signal(17)                # ... and of C's exponent grid
         offs_left = Signal(8)
@@ -243,9 +250,15 @@ class Walker(wiring.Component):
         def cur_op(pos=PosOp.HOLD, off=OffOp.HOLD):
             m.d.comb += [self.cur_pos_op.eq(pos), self.cur_off_op.eq(off)]
             m.d.sync += cur_wait.eq(ConvCursor.LATENCY - 1)
-        vars(s).update(conv=conv, wg=wg, c_row=c_row, c_erow=c_erow, dm=Mux(wg, d.cout, d.m),
+
+        def cur_phase_next():              # (with the position's op, if any)
+            m.d.comb += self.cur_off_op.eq(OffOp.PHASE)
+            m.d.sync += cur_wait.eq(ConvCursor.LATENCY - 1)
+        vars(s).update(conv=conv, wg=wg, pool=pool, c_row=c_row, c_erow=c_erow,
+                       dm=Mux(wg, d.cout, d.m),
                        offs_left=offs_left, kk=kk, a_base=a_base, a_gbase=a_gbase,
-                       ochunk_last=ochunk_last, cur_ok=cur_ok, cur_op=cur_op)
+                       ochunk_last=ochunk_last, cur_ok=cur_ok, cur_op=cur_op,
+                       cur_phase_next=cur_phase_next)
 
     def _chunks(self, s):
         """The K chunks: ``kc`` steps in this chunk, ``k_after`` after it, the first block's
@@ -574,8 +587,13 @@ class Walker(wiring.Component):
                      self.o_write.payload.n0.eq(n0)]
         if self.conv:
             lt = _log2(TILE_BLOCK)
-            m.d.comb += [self.o_write.payload.mr.eq(m0),
-                         self.o_write.payload.er.eq(s.c_erow + (m0 >> lt))]
+            w = self.o_write.payload
+            m.d.comb += [w.mr.eq(m0), w.er.eq(s.c_erow + (m0 >> lt)),
+                         # (a pool's: the phase, the column of the pool's input)
+                         w.mc.eq(Mux(s.pool, self.cur_c_column, n0)),
+                         w.ph.eq(Mux(s.pool, self.cur_phase, 0)),
+                         w.pf.eq(~s.pool | (self.cur_phase == 0)),
+                         w.pl.eq(~s.pool | self.cur_last_phase)]
         if self.k_blocks:
             m.d.comb += cmd.tiles.eq(d.tiles)
         vars(s).update(setup_load=setup_load, load_a_job=load_a_job, load_b_job=load_b_job,
@@ -776,10 +794,15 @@ class Walker(wiring.Component):
         last_chunk = s.last_chunk
         with m.State("CMD"):
             with m.If(phase == 0):
-                m.d.comb += [self.o_cmd.valid.eq(~cmd_sent),
-                             self.o_write.valid.eq(last_chunk & ~write_sent)]
+                # (a pool's write job once the cursor is at the tile: its phase and column)
+                w_valid = last_chunk & ~write_sent
+                w_ready = self.o_write.ready
+                if self.conv:
+                    w_ok = s.cur_ok | ~s.pool
+                    w_valid, w_ready = w_valid & w_ok, w_ready & w_ok
+                m.d.comb += [self.o_cmd.valid.eq(~cmd_sent), self.o_write.valid.eq(w_valid)]
                 cmd_out = cmd_sent | self.o_cmd.ready
-                write_out = ~last_chunk | write_sent | self.o_write.ready
+                write_out = ~last_chunk | write_sent | w_ready
                 m.d.sync += [cmd_sent.eq(cmd_out), write_sent.eq(write_out)]
                 with m.If(cmd_out & write_out):
                     m.d.sync += [phase.eq(1), cmd_sent.eq(0), write_sent.eq(0)]
@@ -872,6 +895,13 @@ class Walker(wiring.Component):
                             m.d.sync += [s.ochunk_last.eq(kb_last),
                                          last_chunk.eq(kb_last & (s.offs_left == 0))]
                             s.cur_op(PosOp.BACK)
+            if self.conv:
+                with m.Elif(s.pool & ~self.cur_last_phase):
+                    # a pool's block again, at the window's next phase (its operands anew)
+                    m.d.sync += [first_block.eq(0), keep_a.eq(0), keep_b.eq(0),
+                                 a_par.eq(~a_par), b_par.eq(~b_par)]
+                    s.cur_op(PosOp.HOLD, OffOp.PHASE)
+                    m.next = "BLOCK"
             with m.Else():
                 # The next block along the walk's inner direction keeps the operand
                 # they share (A along a row of blocks, B down a column) if this block
@@ -918,3 +948,7 @@ class Walker(wiring.Component):
                         m.d.sync += [n_blk.eq(0), m_blk.eq(m_blk + blk_r),
                                      tiles_n.eq(tiles_n0), tiles_m.eq(tiles_m - blk)]
                         conv_op(PosOp.ZERO)
+                if self.conv:
+                    # (a pool's last phase: the next block's first, or the walk's end)
+                    with m.If(s.pool):
+                        s.cur_phase_next()

@@ -58,9 +58,13 @@ def write_job_layout(conv: bool = False) -> data.StructLayout:
     row in its matrix (the matrix's edges clip it: ``M`` is a matrix's rows) and ``er`` the
     row of the matrix's tile block in the stack's exponent grid (``eb + mr / T``, ``eb`` the
     matrix's first). Without a stack ``mr`` is ``m0`` and ``er`` is ``m0 / T``
-    (:func:`job_row`, :func:`job_grid_row`)."""
+    (:func:`job_row`, :func:`job_grid_row`). A forward convolution's max pool walks each
+    tile of its output once per window phase: ``ph`` is the phase, ``pf`` and ``pl`` say
+    it is the first and the last, and ``mc`` is the tile's column in the pool's input (its
+    ReLU mask's); without one ``ph`` is 0, ``pf`` and ``pl`` are 1 and ``mc`` is ``n0``."""
     return data.StructLayout({"m0": unsigned(17), "n0": unsigned(17),
-                              **({"mr": unsigned(17), "er": unsigned(17)} if conv else {})})
+                              **({"mr": unsigned(17), "er": unsigned(17), "mc": unsigned(21),
+                                  "ph": unsigned(8), "pf": 1, "pl": 1} if conv else {})})
 
 
 def job_row(job):

@@ -2,8 +2,9 @@
 :func:`sim.models.conv.conv2d_forward`, :func:`sim.models.conv.conv2d_backward_data` and
 :func:`sim.models.conv.conv2d_weight_grad` through :func:`sim.models.bfp.epilogue` on
 random shapes (strides 1 and 2, padding 0 to 2, kernels 1 x 1 to 5 x 5, dilation 2, odd
-sizes, one input channel, several tile blocks of channels); the descriptors it refuses, in
-the runtime and in the hardware."""
+sizes, one input channel, several tile blocks of channels), and forward convolutions
+max-pooled on the write path through :func:`sim.models.conv.conv_epilogue`; the
+descriptors it refuses, in the runtime and in the hardware."""
 
 import numpy as np
 import pytest
@@ -52,6 +53,7 @@ def rtl():
 def test_features(rtl):
     info = rtl.driver.info
     assert info.conv_forward and info.conv_backward_data and info.conv_weight_grad
+    assert info.pool_forward
     assert not info.conv and not info.pool and not info.add
 
 
@@ -179,10 +181,39 @@ def test_forward_epilogue_matches_golden(rtl, spec):
         np.testing.assert_array_equal(got, want)
 
 
+#: Forward convolutions max-pooled on the write path: (convolution, window); the batch
+#: of one tile (8) or two (16); square and oblong windows; 40 channels (two tile blocks of
+#: rows, the second cut).
+POOL_GEOMETRIES = [
+    ((8, 1, 8, 8, 8, 3, 1, 1, 1), 2), ((16, 3, 6, 6, 5, 3, 1, 1, 1), 2),
+    ((8, 2, 6, 9, 12, 3, 1, 1, 1), (2, 3)), ((8, 4, 9, 9, 40, 3, 1, 1, 1), 3),
+    ((8, 3, 7, 6, 6, 3, 2, 2, 1), (1, 2))]
+
+
+@pytest.mark.parametrize("spec, window", POOL_GEOMETRIES)
+def test_forward_max_pool_matches_golden(rtl, spec, window):
+    """Bias, ReLU and a max pool, quantised stochastically: the golden backend's mantissas,
+    exponents, mask (at the pool's input) and argmax."""
+    g = _geometry(spec)
+    rng = np.random.default_rng(sum(map(hash, map(str, spec))) % 2**32 + 6)
+    (qw, ew), (qx, ex) = _operands(rng, g)
+    bias = rng.standard_normal(g.out_channels).astype(np.float32)
+    pool = convm.Pooling("max", convm.pool_geometry(g.batch, g.out_channels, g.out_height,
+                                                    g.out_width, window))
+    out = []
+    for dev in (rtl, Device("golden")):
+        y, mask, arg = dev.conv2d(dev.bfp_tensor(qx, ex), dev.bfp_stack(qw, ew), g,
+                                  bias=bias, relu=True, pool=pool, rounding="stochastic",
+                                  seed=5)
+        out.append((y.mantissas(), y.exponents(), mask.numpy(), arg.numpy()))
+    for got, want in zip(*out, strict=True):
+        np.testing.assert_array_equal(got, want)
+
+
 def test_runtime_refuses_what_the_build_lacks(rtl):
     """Batches not a multiple of the columns (forward, backward-data) or of the tile size
-    (weight gradient), SGD of a float32 C of more than one row: named before anything
-    runs."""
+    (weight gradient), SGD of a float32 C of more than one row, pools the write path does
+    not take: named before anything runs."""
     rng = np.random.default_rng(3)
 
     def tensors(spec):
@@ -199,6 +230,14 @@ def test_runtime_refuses_what_the_build_lacks(rtl):
     g, d, x, w = tensors((8, 2, 5, 5, 8, 3, 1, 1, 1))
     with pytest.raises(ValueError, match="batch 8: .* weight gradients .* multiple of 32"):
         rtl.conv2d_weight_grad(d, x, g)
+    g, d, x, w = tensors((8, 2, 5, 5, 3, 3, 1, 1, 1))
+    for kind, window, stride in (("avg", 2, 2), ("max", 2, 1), ("max", 3, 3)):
+        pool = convm.Pooling(kind, convm.pool_geometry(8, 3, 5, 5, window, stride))
+        with pytest.raises(RuntimeError, match="max pool after a forward convolution"):
+            rtl.conv2d(x, w, g, relu=True, pool=pool)
+    pool = convm.Pooling("max", convm.pool_geometry(8, 3, 5, 5, 5))
+    with pytest.raises(RuntimeError, match="only into a BFP8 output"):
+        rtl.conv2d(x, w, g, relu=True, pool=pool, out="float32")
     g, d, x, w = tensors((32, 2, 3, 3, 1, 3, 1, 1, 1))
     with pytest.raises(RuntimeError, match="float32 C of one row .* not 9 rows"):
         rtl.conv2d_sgd_update(d, x, rtl.tensor(np.zeros((9, 2), np.float32)), g, lr=0.1)
@@ -207,8 +246,9 @@ def test_runtime_refuses_what_the_build_lacks(rtl):
 def test_hardware_refuses(rtl):
     """Descriptors the runtime would not send: a weight gradient of a batch not a multiple
     of the tile size, or with SGD of a float32 stack of more than one row (a 3 x 3 kernel),
-    a batch not a multiple of the columns, no tile exponents, a transpose, a pooling stage,
-    SGD of a forward convolution (UNSUPPORTED at enqueue);
+    a batch not a multiple of the columns, no tile exponents, a transpose, SGD of a forward
+    convolution, a pool into a float32 C, an average pool, windows not their stride or with
+    a stored mask (UNSUPPORTED at enqueue), windows not tiling the output;
     a dilated kernel beyond the padded image (UNSUPPORTED once derived); a zero stride
     (ZERO_DIMENSION)."""
     conv = {"fields": {"MODE": 1, "KERNEL_H": 3, "KERNEL_W": 3, "STRIDE_H": 1,
@@ -232,9 +272,15 @@ def test_hardware_refuses(rtl):
         with pytest.raises(AcceleratorError) as e:
             rtl.driver.run(dict(m=1, n=1, k=1, flags=flags, epilogue=epi, conv=c))
         assert e.value.code is code, (fields, extra, flags, epi)
-    with pytest.raises(AcceleratorError) as e:
-        rtl.driver.run(dict(m=1, n=1, k=1, flags={}, epilogue=tiles, conv=conv, pool=pool))
-    assert e.value.code is ErrorCode.UNSUPPORTED
+    # pooling: a float32 C, an average pool, windows not their stride, windows not tiling
+    # the output (3 x 3), a stored mask
+    bfp8 = dict(tiles, BFP8=1)
+    for fields, epi in (({}, tiles), ({"KIND": 1}, bfp8), ({"STRIDE_H": 1}, bfp8),
+                        ({}, bfp8), ({}, dict(bfp8, MASK_IN=1))):
+        with pytest.raises(AcceleratorError) as e:
+            rtl.driver.run(dict(m=1, n=1, k=1, flags={}, epilogue=epi, conv=conv,
+                                pool=dict(pool, fields=dict(pool["fields"], **fields))))
+        assert e.value.code is ErrorCode.UNSUPPORTED, (fields, epi)
     # and the engine runs again afterwards
     g = _geometry(GEOMETRIES[0])
     (qw, ew), (qx, ex) = _operands(np.random.default_rng(9), g)

@@ -179,11 +179,21 @@ def _check_pooling(dev, pooling, mode, g, argmax):
     if not isinstance(pooling, convm.Pooling):
         raise TypeError(f"{'pool' if mode == 1 else 'unpool'} must be a "
                         f"sim.models.conv.Pooling, not {type(pooling).__name__}")
-    if dev.driver is not None and not dev.driver.info.pool:
-        raise RuntimeError(f"this {dev.backend} accelerator has no pooling stage "
-                           f"(CONFIG_FEATURES.POOL): use Device('model') or the host's "
-                           f"pooling (firmware.ml.nn.MaxPool2d)")
     p = pooling.geometry
+    info = dev.driver.info if dev.driver is not None else None
+    if info is not None and not info.pool:
+        if not info.pool_forward:
+            raise RuntimeError(f"this {dev.backend} accelerator has no pooling stage "
+                               f"(CONFIG_FEATURES.POOL): use Device('model') or the host's "
+                               f"pooling (firmware.ml.nn.MaxPool2d)")
+        if (mode != 1 or pooling.kind != "max" or p.stride != p.kernel
+                or p.height % p.kernel[0] or p.width % p.kernel[1]):
+            raise RuntimeError(f"this {dev.backend} accelerator pools on the write path only "
+                               f"with a max pool after a forward convolution, windows as "
+                               f"their stride tiling the output (CONFIG_FEATURES."
+                               f"POOL_FORWARD), not a {pooling.kind} pool "
+                               f"{'after' if mode == 1 else 'before'} it, kernel {p.kernel}, "
+                               f"stride {p.stride} on {p.height} x {p.width}")
     for name, top in POOL_LIMITS.items():
         if max(getattr(p, name)) > top:
             raise ValueError(f"pool: {name} {getattr(p, name)} exceeds {top} "
@@ -284,6 +294,11 @@ def _pass(dev, mode, x, w, geometry, *, bias, relu, mask_in, out, rounding, seed
     _check_rounding(rounding, seed)
     m, n = (g.out_channels, g.out_positions) if forward else (g.channels, g.positions)
     stage = _check_pooling(dev, pooling, mode, g, argmax)
+    if stage is not None and dev.driver is not None and not dev.driver.info.pool and (
+            out != "bfp8" or mask_in is not None):
+        raise RuntimeError(f"this {dev.backend} accelerator pools only into a BFP8 output "
+                           f"without a stored mask (CONFIG_FEATURES.POOL_FORWARD), not "
+                           f"out={out!r}{' with mask_in' if mask_in is not None else ''}")
     # (ReLU and the masks see the pool's input)
     mid = n if stage is None or mode == 1 else pooling.geometry.positions
     _check_output(dev, m, mid, bias, "row", relu, mask_in, out)

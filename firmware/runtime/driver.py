@@ -91,6 +91,9 @@ class HardwareInfo:
         #: ... and weight gradients (``CONFIG_FEATURES.CONV_WEIGHT_GRAD``; 0 before 1.16)
         self.conv_weight_grad = bool(field_value("CONFIG_FEATURES", "CONV_WEIGHT_GRAD",
                                                  features))
+        #: where ``pool`` is 0: max pooling after forward convolutions, windows as their
+        #: stride tiling the output (``CONFIG_FEATURES.POOL_FORWARD``; 0 before 1.18)
+        self.pool_forward = bool(field_value("CONFIG_FEATURES", "POOL_FORWARD", features))
         self.tile_block = 1 << field_value("CONFIG_FEATURES", "TILE_LOG2", features)
 
     def __repr__(self):

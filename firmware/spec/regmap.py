@@ -33,7 +33,7 @@ __all__ = ["Field", "Register", "REGISTERS", "ErrorCode", "MAGIC", "VERSION", "T
 #: ``ID`` register contents: ASCII "BFP8".
 MAGIC = 0x42465038
 #: Register map version (major << 16 | minor): changes when the map does.
-VERSION = 0x0001_0011
+VERSION = 0x0001_0012
 
 #: Side of the number format's square tile blocks (``CONFIG_FEATURES.TILE_LOG2``): BFP8 tile
 #: blocks, :mod:`sim.models.bfp`.
@@ -230,6 +230,10 @@ REGISTERS: tuple[Register, ...] = tuple([
                                      "the batch a multiple of 2**TILE_LOG2: a float32 or "
                                      "BFP8 stack, SGD of a BFP8 stack, or SGD of a float32 "
                                      "row (one output channel, a 1 x 1 kernel: a bias's)"),
+         ("POOL_FORWARD", 14, 1, "where POOL is 0: max pooling (DESC_POOL.MODE 1, KIND 0) "
+                                 "on CONV_FORWARD's convolutions, windows as their stride "
+                                 "tiling the output exactly, C BFP8 without MASK_IN or BIAS "
+                                 "2, at most 2**20 positions in the pool's input"),
          ("TILE_LOG2", 8, 4, "log2 of the side of the number format's tile blocks"),
          ("OPS", 16, 8, "the DESC_EPILOGUE bits 7..0 this build runs, each as in "
                         "DESC_EPILOGUE (all of them where EPILOGUE is 1). RELU, BIAS, "
