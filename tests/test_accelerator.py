@@ -588,10 +588,11 @@ def test_chunk_field_reaches_the_walker():
 
 # (rows, cols, data_width): lanes below and equal to the bus width, each dividing the tile
 # block of 32; and a tile of 64 columns, over two tile blocks of B's exponents
-KB_CONFIGS = [(4, 8, 64), (8, 8, 128), (4, 64, 128)]
+# (the 64 columns' elaboration and walk take minutes: slow)
+KB_CONFIGS = [(4, 8, 64), (8, 8, 128), pytest.param((4, 64, 128), marks=pytest.mark.slow)]
 
 
-@pytest.fixture(scope="module", params=KB_CONFIGS, ids=lambda c: "x".join(map(str, c)))
+@pytest.fixture(scope="module", params=KB_CONFIGS, ids=["4x8x64", "8x8x128", "4x64x128"])
 def kb_dev(request):
     """A Device("rtl") whose model is built with ``k_blocks``."""
     rows, cols, width = request.param

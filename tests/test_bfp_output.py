@@ -16,10 +16,12 @@ from sim.models import bfp, golden
 
 # (rows = cols, data_width, options): lanes above and below the bus width; the Pynq-Z1's
 # shape, bus and ports (BFP8 C through the first of its four write ports)
-CONFIGS = [(8, 128, {}), (16, 64, {"block": 8, "write_ports": 4, "read_ports": 3})]
+# (the latter's elaboration and runs take minutes: slow)
+CONFIGS = [(8, 128, {}), pytest.param((16, 64, {"block": 8, "write_ports": 4,
+                                                "read_ports": 3}), marks=pytest.mark.slow)]
 
 
-@pytest.fixture(scope="module", params=CONFIGS, ids=lambda c: f"{c[0]}x{c[0]}@{c[1]}")
+@pytest.fixture(scope="module", params=CONFIGS, ids=["8x8@128", "16x16@64"])
 def dev(request):
     rows, width, options = request.param
     device = Device("rtl", rows=rows, cols=rows, data_width=width, depth=64, latency=24,

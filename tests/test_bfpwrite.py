@@ -76,9 +76,10 @@ def _apply(mem, cmds, words, bpw):
     (8, 128, 40, 70, "nearest", 0, False), (8, 128, 33, 20, "stochastic", 1, False),
     (16, 64, 70, 45, "stochastic", 2, False), (16, 64, 32, 32, "nearest", 3, False),
     (8, 64, 5, 7, "stochastic", 4, False), (4, 128, 37, 9, "nearest", 5, False),
-    (16, 128, 64, 100, "stochastic", 6, False),
+    pytest.param(16, 128, 64, 100, "stochastic", 6, False, marks=pytest.mark.slow),
     (8, 128, 40, 70, "stochastic", 7, True), (16, 64, 45, 37, "nearest", 8, True),
-    (32, 128, 33, 100, "nearest", 9, True), (8, 64, 3, 5, "stochastic", 10, True)])
+    pytest.param(32, 128, 33, 100, "nearest", 9, True, marks=pytest.mark.slow),
+    (8, 64, 3, 5, "stochastic", 10, True)])
 def test_matches_quantize_tiles(rows, data_width, m, n, rounding, seed, relu):
     """Mantissa rows, the exponent grid and, with ``relu``, the ReLU'd values' blocks and
     the mask rows (:func:`sim.models.bfp.epilogue`, :func:`sim.models.bfp.pack_mask`) in
@@ -246,10 +247,11 @@ class _WithSide(Elaboratable):
 
 
 @pytest.mark.parametrize("rows,data_width,m,n,bias,mask_in,seed,sgd", [
-    (8, 128, 40, 70, 2, False, 0, False), (16, 64, 45, 37, 1, True, 1, False),
+    pytest.param(8, 128, 40, 70, 2, False, 0, False, marks=pytest.mark.slow),
+    (16, 64, 45, 37, 1, True, 1, False),
     (4, 128, 37, 9, 0, True, 2, False), (4, 64, 33, 40, 2, True, 3, False),
     pytest.param(32, 128, 33, 100, 1, False, 4, False, marks=pytest.mark.slow),
-    (8, 64, 5, 7, 0, True, 5, False),
+    pytest.param(8, 64, 5, 7, 0, True, 5, False, marks=pytest.mark.slow),
     pytest.param(16, 64, 45, 37, 1, True, 6, True, marks=pytest.mark.slow),
     pytest.param(8, 128, 40, 70, 2, False, 7, True, marks=pytest.mark.slow)])
 def test_bias_and_mask_in(rows, data_width, m, n, bias, mask_in, seed, sgd):

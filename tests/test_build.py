@@ -36,7 +36,9 @@ def test_platform_defaults_meet_the_mac_targets():
         assert dsps <= 0.8 * board.capacity["DSP"], name
 
 
-@pytest.fixture(scope="module", params=sorted(PLATFORMS))
+# (the VU9P's larger build, generated and linted, takes minutes: slow)
+@pytest.fixture(scope="module", params=[pytest.param(p, marks=pytest.mark.slow)
+                                        if p == "vu9p" else p for p in sorted(PLATFORMS)])
 def generated(request, tmp_path_factory):
     out = tmp_path_factory.mktemp(request.param)
     proc = run_build("--platform", request.param, "--rows", "8", "--cols", "8", "--synth",
@@ -314,6 +316,7 @@ def test_default_configuration_builds_and_fits_with_headroom(name):
     assert report["fits"] and report["within_headroom"]
 
 
+@pytest.mark.slow
 def test_one_slr_group_drops_the_pblocks(tmp_path):
     from platforms import vivado
     proc = run_build("--platform", "vu9p", "--rows", "8", "--cols", "8", "--slr-groups", "1",

@@ -546,6 +546,7 @@ def test_bench_sweep_bad_arguments_exit_2(argv, capsys):
 SWEEPS = sorted((Path(__file__).parents[1] / "results").glob("sweep_*.json"))
 
 
+@pytest.mark.slow
 def test_model_on_every_swept_schedule():
     """The model against every schedule of the committed sweeps (``python -m sim.bench
     sweep``: each benchmark GEMM, and 16 random ones on the Pynq-Z1 and the VU9P stand-in,
