@@ -246,6 +246,7 @@ class Accelerator(wiring.Component):
                    FP32=int(self.epilogue and self.engine.fp32),
                    CONV_FORWARD=int(self.conv), CONV_BACKWARD_DATA=int(self.conv),
                    CONV_WEIGHT_GRAD=int(self.conv), POOL_FORWARD=int(self.engine.pool),
+                   POOL_BACKWARD=int(self.engine.pool),
                    TILE_LOG2=regmap.TILE_BLOCK.bit_length() - 1, OPS=self.ops),
         ]
 
@@ -386,25 +387,32 @@ class Accelerator(wiring.Component):
 
     def _pool_ok(self, csr, mode):
         """Whether this build runs the descriptor's pooling stage (``DESC_POOL``): none, or
-        with ``pool`` built a max pool after a forward convolution, its windows as their
-        stride, written as BFP8 without a stored mask or a bias per column."""
+        with ``pool`` built a max pool, its windows as their stride, into a BFP8 C: after a
+        forward convolution without a stored mask or a bias per column, or its backward
+        pass before a backward-data one's write path, the batch whole tile blocks."""
         pool = _field(csr, "DESC_POOL", "MODE")
         if not self.engine.pool:
             return pool == 0
         kh, kw = _field(csr, "DESC_POOL", "KERNEL_H"), _field(csr, "DESC_POOL", "KERNEL_W")
-        return (pool == 0) | ((pool == 1) & (mode == 1) & ~_field(csr, "DESC_POOL", "KIND")
-                              & (kh == _field(csr, "DESC_POOL", "STRIDE_H"))
-                              & (kw == _field(csr, "DESC_POOL", "STRIDE_W"))
-                              & (kh != 0) & (kw != 0)
-                              & _field(csr, "DESC_EPILOGUE", "BFP8")
-                              & ~_field(csr, "DESC_EPILOGUE", "MASK_IN")
-                              & (_field(csr, "DESC_EPILOGUE", "BIAS") != 2))
+        windows = (~_field(csr, "DESC_POOL", "KIND")
+                   & (kh == _field(csr, "DESC_POOL", "STRIDE_H"))
+                   & (kw == _field(csr, "DESC_POOL", "STRIDE_W"))
+                   & (kh != 0) & (kw != 0) & _field(csr, "DESC_EPILOGUE", "BFP8"))
+        forward = ((pool == 1) & (mode == 1) & ~_field(csr, "DESC_EPILOGUE", "MASK_IN")
+                   & (_field(csr, "DESC_EPILOGUE", "BIAS") != 2))
+        # (backward: a unit of the pool's output is one position's images, and so is the
+        # pool's input's it is written to, with the batch a multiple of TILE_BLOCK)
+        backward = ((pool == 2) & (mode == 2) & (_field(csr, "DESC_EPILOGUE", "BIAS") == 0)
+                    & ((csr.desc_conv_batch[:16] & (regmap.TILE_BLOCK - 1)) == 0))
+        return (pool == 0) | (windows & (forward | backward))
 
     def _pool_staging(self, csr, staged):
         """A convolution's pooling fields as staged (``pool``, the windows in the cursor's
         geometry, the argmax), and the mask's columns (N; the engine derives a pool's)."""
-        on = (_field(csr, "DESC_POOL", "MODE") == 1) if self.engine.pool else 0
-        return [staged.pool.eq(on), staged.mask_n.eq(csr.desc_n),
+        mode = _field(csr, "DESC_POOL", "MODE")
+        on = (mode != 0) if self.engine.pool else 0
+        return [staged.pool.eq(on), staged.unpool.eq(on & (mode == 2)),
+                staged.mask_n.eq(csr.desc_n),
                 staged.geometry.pool_h.eq(Mux(on, _field(csr, "DESC_POOL", "KERNEL_H"), 0)),
                 staged.geometry.pool_w.eq(Mux(on, _field(csr, "DESC_POOL", "KERNEL_W"), 0)),
                 staged.argmax_addr.eq(csr.desc_argmax_addr_hi << 32 | csr.desc_argmax_addr_lo),

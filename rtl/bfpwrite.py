@@ -22,10 +22,11 @@ __all__ = ["BfpWriteBack", "bfp_desc_layout"]
 
 def bfp_desc_layout(addr_width: int = 64, pool: bool = False) -> data.StructLayout:
     """What :class:`BfpWriteBack` reads of the running descriptor (held while its tiles
-    pass); with ``pool``, a max pool's (``pool``, the argmax's address and stride)."""
+    pass); with ``pool``, a max pool's (``pool``, the argmax's address and stride) or its
+    backward pass's (``unpool``: C written at the pool's input, ``c_n`` columns)."""
     return data.StructLayout({
-        **({"pool": 1, "argmax_addr": unsigned(addr_width), "argmax_stride": unsigned(32)}
-           if pool else {}),
+        **({"pool": 1, "unpool": 1, "c_n": unsigned(32), "argmax_addr": unsigned(addr_width),
+            "argmax_stride": unsigned(32)} if pool else {}),
         "m": unsigned(32), "n": unsigned(32),
         "c_addr": unsigned(addr_width), "c_stride": unsigned(32),
         "c_exp_addr": unsigned(addr_width), "stochastic": 1, "seed": unsigned(64),
@@ -332,6 +333,7 @@ class BfpWriteBack(wiring.Component):
                 "mask_lanes": In(cols), "release": Out(1)} if self.side else {}),
             **({"w_lanes": In(data.ArrayLayout(signed(8), cols)), "w_exp": In(signed(8))}
                if self.sgd else {}),
+            **({"a_lanes": In(data.ArrayLayout(8, cols))} if pool else {}),
         })
         #: Rows the tag FIFO and the sums FIFO hold: enough for those in the arithmetic
         #: (with ``sgd`` the decoding register and :class:`rtl.fp32.Fp32Mul` too) at a row
@@ -494,7 +496,9 @@ class BfpWriteBack(wiring.Component):
         q_ready = Signal()
         m.d.comb += [rl.i_stream.payload.data.eq(out.data),
                      rl.i_stream.payload.relu.eq(d.relu if self.relu else 0),
-                     rl.i_stream.payload.backward.eq(d.mask_in if self.side else 0),
+                     rl.i_stream.payload.backward.eq(
+                         ((d.mask_in | d.unpool) if self.pool else d.mask_in)
+                         if self.side else 0),
                      rl.i_stream.payload.mask_in.eq(tag.mask_in),
                      rl.i_stream.valid.eq(out.valid), rl.o_stream.ready.eq(q_ready)]
         if not self.pool:
@@ -617,8 +621,13 @@ class BfpWriteBack(wiring.Component):
         seg = Signal(range(S), reset_less=True)    # its segment
         zrow = Signal(range(T))              # zero beats of the missing segments
         zseg = Signal(range(S))
+        # (a pool's backward pass writes C at the pool's input: its columns, and the tile's
+        # column there)
+        unpool = d.unpool if self.pool else 0
+        c_n = Mux(unpool, d.c_n, d.n) if self.pool else d.n
+        wc = Mux(unpool, mc, n0) if self.pool else n0
         gn = Signal(17)                      # ceil(N / T)
-        m.d.comb += gn.eq((d.n[:17] + (T - 1)) >> lt)
+        m.d.comb += gn.eq((c_n[:17] + (T - 1)) >> lt)
         t_rows = Signal(range(R + 1), reset_less=True)   # the tile's rows and columns
         t_cols = Signal(range(C + 1), reset_less=True)   # inside the matrix
 
@@ -628,13 +637,18 @@ class BfpWriteBack(wiring.Component):
         ones = (1 << C) - 1
         need_side = 0                        # the unit has side data: wait for it
         if self.side:
-            need_side = (d.bias != 0) | d.mask_in | (d.sgd if self.sgd else 0)
+            need_side = (d.bias != 0) | d.mask_in | (d.sgd if self.sgd else 0) | unpool
             # (an SGD of a float32 C: its stored weights come as the column biases)
             bias_on = (d.bias == 1) | (d.bias == 2) | ((d.sgd if self.sgd else 0) & self._f32)
             m.d.comb += [self.side_row.eq(row0 + r), self.side_seg.eq(seg)]
             lane_bias = [Mux(bias_on, self.bias_row | self.bias_lanes[lane], 0)
                          for lane in range(C)]
             row_mask = Mux(d.mask_in, self.mask_lanes, ones)
+            if self.pool:
+                # (a pool's backward pass: a lane passes where its window's argmax is this
+                # phase)
+                match = Cat(*(self.a_lanes[lane] == ph for lane in range(C)))
+                row_mask = row_mask & Mux(unpool, match, ones)
         else:
             lane_bias, row_mask = [0] * C, ones
         m.d.comb += [tag.m.eq(m0 + r), tag.byte.eq((mc if self.conv else n0) >> 3)]
@@ -651,7 +665,8 @@ class BfpWriteBack(wiring.Component):
                     rem_m = Signal(18)
                     rem_n = Signal(18)
                     jr = job_row(job)
-                    m.d.comb += [rem_m.eq(d.m[:17] - jr), rem_n.eq(d.n[:17] - job.n0)]
+                    jc = Mux(unpool, job.mc, job.n0) if self.pool else job.n0
+                    m.d.comb += [rem_m.eq(d.m[:17] - jr), rem_n.eq(c_n[:17] - jc)]
                     if self.conv:
                         m.d.sync += [mr.eq(jr), er.eq(job_grid_row(job)), mc.eq(job.mc)]
                     if self.pool:
@@ -667,7 +682,7 @@ class BfpWriteBack(wiring.Component):
             with m.State("GEOMETRY"):        # the unit's extent and its products
                 rem_m = Signal(18)
                 rem_n = Signal(18)
-                m.d.comb += [rem_m.eq(d.m[:17] - mr), rem_n.eq(d.n[:17] - n0)]
+                m.d.comb += [rem_m.eq(d.m[:17] - mr), rem_n.eq(c_n[:17] - wc)]
                 m.d.sync += [rows_in.eq(Mux(rem_m >= T, T, rem_m)),
                              cols_in.eq(Mux(rem_n >= T, T, rem_n)),
                              prod.eq(m0 * d.c_stride),
@@ -679,10 +694,10 @@ class BfpWriteBack(wiring.Component):
             with m.State("ISSUE"):           # the quantizer's job, the unit's records
                 m.d.comb += [qjob.rows.eq(bm * R), qjob.rows_valid.eq(rows_in),
                              qjob.cols_valid.eq(cols_in), qjob.stochastic.eq(d.stochastic),
-                             unit.base.eq(d.c_addr + prod + n0),
-                             unit.exp_addr.eq(d.c_exp_addr + eprod + (n0 >> lt)),
+                             unit.base.eq(d.c_addr + prod + wc),
+                             unit.exp_addr.eq(d.c_exp_addr + eprod + (wc >> lt)),
                              unit.rows_in.eq(rows_in), unit.cols_in.eq(cols_in),
-                             rjob.m0.eq(m0), rjob.n0.eq(n0), rjob.rows.eq(bm * R)]
+                             rjob.m0.eq(m0), rjob.n0.eq(wc), rjob.rows.eq(bm * R)]
                 side_ok = 1
                 if self.side:
                     side_ok = self.side_unit.valid | ~need_side

@@ -35,10 +35,11 @@ def descriptor_layout(k_blocks: bool = False, epilogue: bool = False,
     columns ``b_cols``, and where the first kernel offset's matrix in K order lies in the
     stack and its grid (``a_first``, ``a_grid_first``, bytes) and the steps to the next
     (``a_step``, ``a_grid_step``, modulo 2**64 and 2**32: backward-data walks the stack
-    backwards); and a forward convolution's max pool on the write path (``pool``;
-    ``DESC_POOL``, its windows in ``geometry``): the ReLU mask's columns ``mask_n`` (the
-    pool's input's, else N) and the argmax (``DESC_ARGMAX_ADDR``, ``DESC_ARGMAX_STRIDE``:
-    a byte per element of C)."""
+    backwards); and a max pool on the write path (``pool``; ``DESC_POOL``, its windows in
+    ``geometry``): a forward convolution's, or with ``unpool`` its backward pass on a
+    backward-data convolution's (C written at the pool's input); the ReLU mask's columns
+    ``mask_n`` (the pool's input's, else N) and the argmax (``DESC_ARGMAX_ADDR``,
+    ``DESC_ARGMAX_STRIDE``: a byte per element of the pool's output, the GEMM's C)."""
     return data.StructLayout({
         "m": unsigned(32), "n": unsigned(32), "k": unsigned(32),
         "transpose_a": 1, "transpose_b": 1, "raw": 1, "row_vec": 1, "col_vec": 1,
@@ -54,7 +55,7 @@ def descriptor_layout(k_blocks: bool = False, epilogue: bool = False,
             "a_bytes": unsigned(32), "b_rows": unsigned(16), "b_cols": unsigned(48),
             "a_first": unsigned(64),
             "a_step": unsigned(64), "a_grid_first": unsigned(32), "a_grid_step": unsigned(32),
-            "pool": 1, "mask_n": unsigned(32), "argmax_addr": unsigned(64),
+            "pool": 1, "unpool": 1, "mask_n": unsigned(32), "argmax_addr": unsigned(64),
             "argmax_stride": unsigned(32)}
            if conv else {}),
         **({"bfp8": 1, "stochastic": 1, "c_exp_addr": unsigned(64), "seed": unsigned(64),
@@ -219,6 +220,11 @@ class DescriptorChecker(wiring.Component):
                           Mux(cv, d.a_bytes[:18], a[3]), *a[4:])
             regions[1] = (b[0], Mux(cv, d.b_rows, b[1]), b[2], Mux(cv, d.b_cols[:18], b[3]),
                           *b[4:])
+        if self.conv and self.epilogue:
+            # (a pool's backward pass writes C at the pool's input: mask_n columns)
+            c = regions[2]
+            regions[2] = (c[0], c[1], c[2], Mux(d.unpool, Mux(d.bfp8, d.mask_n, d.mask_n << 2),
+                                                c[3]), *c[4:])
         if self.k_blocks:
             # the tile grids: ceil(M / T) rows of ceil(K / T) bytes, ceil(K / T) of
             # ceil(N / T), each row right after the one before (``free``: no stride alignment)
@@ -239,7 +245,8 @@ class DescriptorChecker(wiring.Component):
                 for g, r in zip(grids, regions[3:], strict=True)]
         if self.epilogue:
             lg = TILE_BLOCK.bit_length() - 1
-            gm, gn = ((x + TILE_BLOCK - 1) >> lg for x in (d.m, d.n))
+            c_n = Mux(d.unpool, d.mask_n, d.n) if self.conv else d.n
+            gm, gn = ((x + TILE_BLOCK - 1) >> lg for x in (d.m, c_n))
             if not self.k_blocks:
                 regions = [(*r, 0) for r in regions]
             regions.append((d.c_exp_addr, gm, gn, gn, d.bfp8, 0, 1))

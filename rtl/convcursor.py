@@ -170,7 +170,8 @@ class ConvCursor(wiring.Component):
             "start": In(1), "ready": Out(1),
             "pos_op": In(3), "off_op": In(2),
             "column": Out(32), "inside": Out(1), "offset": Out(8), "last_offset": Out(1),
-            "positions": Out(48), "out_positions": Out(48), "pool_exact": Out(1),
+            "positions": Out(48), "out_positions": Out(48), "c_positions": Out(48),
+            "pool_exact": Out(1),
             "phase": Out(8), "last_phase": Out(1), "c_column": Out(32),
         })
 
@@ -269,6 +270,19 @@ class ConvCursor(wiring.Component):
                 acc = nxt
             return acc
 
+        # backward-data under a pool's backward pass: C is written at the pool's input,
+        # pool_h H x pool_w W positions: a row of them pool_w W N columns, and in all
+        # (H pool_h) (pool_w W N), saturated to 48 bits
+        pwn = times("pwn", g.pool_w, wn, 4)
+        hph = _Reg(20)
+        m.d.sync += hph.eq(g.height * g.pool_h)
+        c_lo, c_hi = _Reg(38), _Reg(38)
+        c_all = _Reg(57)
+        m.d.sync += [c_lo.eq(hph * pwn[:18]), c_hi.eq(hph * pwn[18:]),
+                     c_all.eq(c_lo + (c_hi << 18)),
+                     self.c_positions.eq(Mux(bwd, Mux(c_all[48:].any(), (1 << 48) - 1,
+                                                      c_all[:48]), self.out_positions))]
+
         # per axis: the position's step (forward: stride, backward: 1 on the remainder's
         # wrap), its term's step, its first value and term, its limit; the offset's step,
         # its term's step (and on a borrow), its first value and term
@@ -323,7 +337,7 @@ class ConvCursor(wiring.Component):
             # column by OW N (h) or N (w); a pooled position's step of C's column
             x["ph_term"] = times(f"ph_term_{a}", s, unit, 3)
             cunit = _Reg(W32, name=f"cunit_{a}")
-            m.d.sync += cunit.eq(own if a == "h" else n)
+            m.d.sync += cunit.eq(Mux(bwd, pwn, own) if a == "h" else n)
             x["cunit"] = cunit
             x["ct_step"] = times(f"ct_step_{a}", pool[a], cunit, 4)
             first_term = times(f"first_term_{a}", Mux(bwd, pd[:4], p), unit, 4)
@@ -392,7 +406,7 @@ class ConvCursor(wiring.Component):
             return dict(v=cur["v"] + Mux(wrap, x["pos_inc"], 0),
                         rem=Mux(wrap, 0, cur["rem"] + 1),
                         term=carry_select_add(cur["term"], Mux(wrap, x["pos_term"], 0), W32),
-                        ct=carry_select_add(cur["ct"], Mux(wrap, x["ct_step"], 0), W32),
+                        ct=carry_select_add(cur["ct"], x["ct_step"], W32),
                         left=cur["left"] - 1,
                         wrap=Mux(wrap, x["pos_wrap"] == 0, cur["rem"] + 1 == x["pos_wrap"]),
                         end=cur["left"] == 1)
@@ -453,8 +467,8 @@ class ConvCursor(wiring.Component):
 
         def step_ph(a):
             x, cur = ax[a], ph[a]
-            return dict(v=cur["v"] + axes[a][2], term=carry_select_add(cur["term"],
-                                                                       x["ph_term"], W32),
+            return dict(v=cur["v"] + Mux(bwd, 0, axes[a][2]),
+                        term=carry_select_add(cur["term"], Mux(bwd, 0, x["ph_term"]), W32),
                         ct=carry_select_add(cur["ct"], x["cunit"], W32), left=cur["left"] - 1)
 
         def first_off(a, at=None):

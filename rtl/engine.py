@@ -326,7 +326,10 @@ class GemmEngine(wiring.Component):
                          bd.mask_in.eq(d_back.mask_in),
                          bd.sgd.eq(d_back.sgd if self.sgd else 0), bd.lr.eq(d_back.lr),
                          bd.decay.eq(d_back.decay), bd.f32.eq(~d_back.bfp8),
-                         *([bd.pool.eq(d_back.conv & d_back.pool),
+                         *([bd.pool.eq(d_back.conv & d_back.pool & ~d_back.unpool),
+                            bd.unpool.eq(d_back.conv & d_back.unpool),
+                            bd.c_n.eq(Mux(d_back.conv & d_back.unpool, d_back.mask_n,
+                                          d_back.n)),
                             bd.argmax_addr.eq(d_back.argmax_addr),
                             bd.argmax_stride.eq(d_back.argmax_stride)] if self.pool else []),
                          p.bfpwb.clear.eq(self.soft_reset),
@@ -421,7 +424,8 @@ class GemmEngine(wiring.Component):
         # the BFP8 output's side data (bias, stored mask, stored weights), read through the
         # first reader
         side = UnitSideLoader(C, self.data_width, self.addr_width,
-                              sgd=self.sgd, conv=self.conv) if self.epilogue else None
+                              sgd=self.sgd, conv=self.conv,
+                              argmax=self.pool) if self.epilogue else None
         share = ReadShare(self.data_width, self.addr_width) if self.epilogue else None
         # a quantise-only descriptor's float32 tiles, read through the first reader
         fpread = Fp32TileReader(R, C, data_width=self.data_width,
@@ -624,13 +628,14 @@ class GemmEngine(wiring.Component):
         row = job_row(w.payload)
         first = (row[:lt] == 0) & (w.payload.n0[:lt] == 0)
         sgd = d.sgd if self.sgd else 0
-        need = first & self._epi(d) & ((d.bias != 0) | d.mask_in | sgd)
+        unpool = (d.conv & d.unpool) if self.pool else 0
+        need = first & self._epi(d) & ((d.bias != 0) | d.mask_in | sgd | unpool)
         # (an SGD step of a float32 row reads its stored values as the column biases)
         f32_sgd = sgd & ~d.bfp8
         rem_m, rem_n = Signal(18), Signal(18)
         ready = Signal()
         if self.conv:
-            m.d.comb += job.er.eq(w.payload.er)
+            m.d.comb += [job.er.eq(w.payload.er), job.mc.eq(w.payload.mc)]
         m.d.comb += [rem_m.eq(self._matrix_rows(d)[:17] - row),
                      rem_n.eq(d.n[:17] - w.payload.n0),
                      job.m0.eq(w.payload.m0), job.n0.eq(w.payload.n0),
@@ -645,6 +650,10 @@ class GemmEngine(wiring.Component):
                      side.desc.mask_stride.eq(d.mask_stride), side.desc.sgd.eq(sgd & d.bfp8),
                      side.desc.w_addr.eq(d.c_addr), side.desc.w_stride.eq(d.c_stride),
                      side.desc.w_exp_addr.eq(d.c_exp_addr), side.desc.n.eq(d.n)]
+        if self.pool:             # (a pool's backward pass reads the argmax as weights)
+            m.d.comb += [side.desc.unpool.eq(unpool),
+                         side.desc.w_addr.eq(Mux(unpool, d.argmax_addr, d.c_addr)),
+                         side.desc.w_stride.eq(Mux(unpool, d.argmax_stride, d.c_stride))]
         bfpwb = p.bfpwb
         wiring.connect(m, side.o_unit, bfpwb.side_unit)
         m.d.comb += [side.row.eq(bfpwb.side_row), side.seg.eq(bfpwb.side_seg),
@@ -652,6 +661,8 @@ class GemmEngine(wiring.Component):
                      bfpwb.mask_lanes.eq(side.mask_lanes), side.release.eq(bfpwb.release)]
         if self.sgd:
             m.d.comb += [bfpwb.w_lanes.eq(side.w_lanes), bfpwb.w_exp.eq(side.w_exp)]
+        if self.pool:
+            m.d.comb += bfpwb.a_lanes.eq(side.w_lanes)
 
     def _connect_reads(self, m, p, sl, mid_names):
         """Load jobs -> load sequencers -> DMA read commands; the words read -> the
@@ -928,8 +939,8 @@ class GemmEngine(wiring.Component):
                 with m.State("SHAPE"):           # the implicit GEMM into d, then the checks
                     # (a pool's windows must tile the output exactly, and its input's mask
                     # rows stay within the checker's reach: at most 2**20 columns)
-                    bad_pool = (d.pool & (~p.cursor.pool_exact
-                                          | (p.cursor.out_positions[20:] != 0))
+                    bad_pool = (d.pool & ((~p.cursor.pool_exact & ~d.unpool)
+                                          | (p.cursor.c_positions[20:] != 0))
                                 if self.pool else 0)
                     with m.If(p.cursor.ready & ((~r["zero"] & ~r["fits"] & (g.kernel_h != 0)
                                                  & (g.kernel_w != 0)) | bad_pool)):
@@ -964,7 +975,8 @@ class GemmEngine(wiring.Component):
                                      d.a_grid_first.eq(Mux(bwd, r["a_grid_first"], 0)),
                                      d.a_grid_step.eq(Mux(bwd, r["a_grid_back"],
                                                           Mux(wg, 0, r["a_grid_step"]))),
-                                     d.mask_n.eq(Mux(d.pool, outs, Mux(wg, d.cin, pos)))]
+                                     d.mask_n.eq(Mux(d.pool, p.cursor.c_positions[:32],
+                                                     Mux(wg, d.cin, pos)))]
                         m.next = "CHECK"
             with m.State("CHECK"):
                 m.d.comb += [checker.i_stream.valid.eq(1), checker.o_stream.ready.eq(1)]

@@ -17,30 +17,33 @@ def side_job_layout(conv: bool = False) -> data.StructLayout:
     """A unit (a tile block of C): its first element (``m0``, ``n0``, multiples of the tile
     block) and its rows and columns inside the matrix (1 to the tile block). With ``conv``
     (C a stack of matrices, :func:`rtl.writeback.write_job_layout`) ``m0`` is the unit's
-    row in the stack, any row, and ``er`` its row of the stack's exponent grid."""
+    row in the stack, any row, ``er`` its row of the stack's exponent grid and ``mc`` its
+    column of the stored mask (a pool's input's, :func:`rtl.writeback.write_job_layout`)."""
     T = TILE_BLOCK
     return data.StructLayout({"m0": unsigned(17), "n0": unsigned(17),
                               "rows_in": range(T + 1), "cols_in": range(T + 1),
-                              **({"er": unsigned(17)} if conv else {})})
+                              **({"er": unsigned(17), "mc": unsigned(21)} if conv else {})})
 
 
-def side_desc_layout(addr_width: int = 32) -> data.StructLayout:
+def side_desc_layout(addr_width: int = 32, argmax: bool = False) -> data.StructLayout:
     """What :class:`UnitSideLoader` reads of the running descriptor (``DESC_EPILOGUE.BIAS``,
     ``MASK_IN`` and ``SGD``, ``DESC_BIAS_ADDR``, ``DESC_MASK_ADDR``, ``DESC_MASK_STRIDE``;
     for ``SGD`` the stored weights: ``DESC_C_ADDR``, ``DESC_C_STRIDE``, ``DESC_C_EXP_ADDR``
-    and ``DESC_N``)."""
+    and ``DESC_N``; with ``argmax``, a max pool's backward pass, ``unpool``, whose argmax
+    rows are read as the weights' are, from ``w_addr`` and ``w_stride``, without an
+    exponent)."""
     return data.StructLayout({"bias": 2, "bias_addr": unsigned(addr_width), "mask_in": 1,
                               "mask_addr": unsigned(addr_width), "mask_stride": unsigned(32),
                               "sgd": 1, "w_addr": unsigned(addr_width),
                               "w_stride": unsigned(32), "w_exp_addr": unsigned(addr_width),
-                              "n": unsigned(17)})
+                              "n": unsigned(17), **({"unpool": 1} if argmax else {})})
 
 
 def _info_layout(conv: bool = False) -> data.StructLayout:
     """A held unit: its job and what it loads (``bias`` 0, 1 per row or 2 per column; the
-    mask rows; the weights)."""
+    mask rows; the weights; with ``conv`` the argmax rows)."""
     return data.StructLayout({"job": side_job_layout(conv), "bias": 2, "mask_in": 1,
-                              "sgd": 1})
+                              "sgd": 1, **({"unpool": 1} if conv else {})})
 
 
 # a buffer slot's state; each moves on in this order, by its own pointer
@@ -138,7 +141,8 @@ class UnitSideLoader(wiring.Component):
     """
 
     def __init__(self, cols: int, data_width: int = 128, addr_width: int = 32, *,
-                 slots: int = 2, sgd: bool = False, conv: bool = False):
+                 slots: int = 2, sgd: bool = False, conv: bool = False,
+                 argmax: bool = False):
         T = TILE_BLOCK
         if not isinstance(cols, int) or cols < 4 or cols > T or T % cols:
             raise ValueError(f"cols must be 4 to {T} and divide {T}, not {cols!r}")
@@ -148,10 +152,14 @@ class UnitSideLoader(wiring.Component):
             raise ValueError(f"slots must be a power of two of at least 2, not {slots!r}")
         self.cols, self.data_width, self.addr_width, self.slots = cols, data_width, \
             addr_width, slots
-        self.sgd, self.conv = bool(sgd), bool(conv)
+        if argmax and not conv:
+            raise ValueError("argmax needs conv (a pool's backward pass is a convolution's)")
+        self.sgd, self.conv, self.argmax = bool(sgd), bool(conv), bool(argmax)
+        #: Rows of T bytes are loaded: the weights (``sgd``), or the argmax (``argmax``).
+        self.rows8 = self.sgd or self.argmax
         super().__init__({
             "jobs": In(stream.Signature(side_job_layout(conv))),
-            "desc": In(side_desc_layout(addr_width)),
+            "desc": In(side_desc_layout(addr_width, self.argmax)),
             "rd_cmd": Out(stream.Signature(dma_command_layout(addr_width))),
             "rd_words": In(stream.Signature(read_word_layout(data_width))),
             "o_unit": Out(stream.Signature(side_job_layout(conv))),
@@ -160,8 +168,8 @@ class UnitSideLoader(wiring.Component):
             "bias_row": Out(32),
             "bias_lanes": Out(data.ArrayLayout(32, cols)),
             "mask_lanes": Out(cols),
-            **({"w_lanes": Out(data.ArrayLayout(signed(8), cols)), "w_exp": Out(signed(8))}
-               if self.sgd else {}),
+            **({"w_lanes": Out(data.ArrayLayout(signed(8), cols))} if self.rows8 else {}),
+            **({"w_exp": Out(signed(8))} if self.sgd else {}),
             "release": In(1),
             "idle": Out(1),
             "issuing": Out(1),
@@ -184,9 +192,10 @@ class UnitSideLoader(wiring.Component):
         m.submodules.mask = mask = memory.Memory(shape=unsigned(T), depth=NS * T, init=[])
         # the stored weights' mantissa rows (T bytes each) and each slot's exponent
         wmem = wexp = None
-        if self.sgd:
+        if self.rows8:
             m.submodules.wmem = wmem = memory.Memory(shape=unsigned(8 * T), depth=NS * T,
                                                      init=[])
+        if self.sgd:
             wexp = Array(Signal(8, name=f"wexp{s}", reset_less=True) for s in range(NS))
         # the exponent's byte in its word, per slot (written as its command is issued)
         lb = (self.data_width // 8).bit_length() - 1
@@ -198,11 +207,11 @@ class UnitSideLoader(wiring.Component):
         self._fill(m, info.read_port(domain="comb"), brow.write_port(),
                    blanes.write_port(granularity=1), mask.write_port(), state, ptr["fill"],
                    wmem.write_port(granularity=8 * min(T, self.data_width // 8))
-                   if self.sgd else None, wexp)
+                   if self.rows8 else None, wexp)
         self._consume(m, info.read_port(domain="comb"), info.read_port(),
                       brow.read_port(domain="comb"), blanes.read_port(domain="comb"),
                       mask.read_port(domain="comb"), state, ptr["offer"], ptr["read"],
-                      wmem.read_port(domain="comb") if self.sgd else None, wexp)
+                      wmem.read_port(domain="comb") if self.rows8 else None, wexp)
         m.d.comb += self.idle.eq(Cat(s == FREE for s in state).all())
         return m
 
@@ -239,6 +248,10 @@ class UnitSideLoader(wiring.Component):
         # the stored weights (sgd): their rows take the mask rows' path with w_addr and
         # w_stride; the exponent's address is w_exp_addr + n0 / T + (m0 / T) * ceil(n / T)
         wsgd = Signal()
+        # a pool's backward pass (``argmax``): the argmax rows after any mask rows, at
+        # w_addr (the argmax's) + m0 * w_stride + n0
+        unpool = Signal()
+        j_wstride = Signal(32, reset_less=True)
         j_eaddr = Signal(AW, reset_less=True)
         j_waddr = Signal(AW, reset_less=True)
         gn = Signal(12, reset_less=True)
@@ -253,7 +266,9 @@ class UnitSideLoader(wiring.Component):
                              info_w.addr.eq(slot), info_w.data.job.eq(job),
                              info_w.data.bias.eq(Mux(d.bias == 3, 0, d.bias)),
                              info_w.data.mask_in.eq(d.mask_in),
-                             info_w.data.sgd.eq(d.sgd if self.sgd else 0)]
+                             info_w.data.sgd.eq(d.sgd if self.sgd else 0),
+                             *([info_w.data.unpool.eq(d.unpool if self.argmax else 0)]
+                               if self.conv else [])]
                 with m.If(self.jobs.valid & self.jobs.ready):
                     m.d.comb += info_w.en.eq(1)
                     m.d.sync += [state[slot].eq(LOADING), slot.eq(slot + 1), j.eq(job),
@@ -262,8 +277,12 @@ class UnitSideLoader(wiring.Component):
                                  j_baddr.eq(d.bias_addr), j_maddr.eq(d.mask_addr),
                                  has_bias.eq((d.bias == 1) | (d.bias == 2)),
                                  per_row.eq(d.bias == 1), mask_in.eq(d.mask_in)]
+                    if self.rows8:
+                        m.d.sync += j_waddr.eq(d.w_addr + job.n0)
+                    if self.argmax:
+                        m.d.sync += [unpool.eq(d.unpool), j_wstride.eq(d.w_stride)]
                     if self.sgd:
-                        m.d.sync += [wsgd.eq(d.sgd), j_waddr.eq(d.w_addr + job.n0),
+                        m.d.sync += [wsgd.eq(d.sgd),
                                      j_eaddr.eq(d.w_exp_addr + (job.n0 >> 5)),
                                      *([erow.eq(job.er)] if self.conv else []),
                                      gn.eq((d.n + (T - 1)) >> 5)]
@@ -273,12 +292,13 @@ class UnitSideLoader(wiring.Component):
             with m.State("GEOMETRY"):
                 count = Mux(per_row, j.rows_in, j.cols_in)
                 m.d.sync += [p_lo.eq(mul_i * mul_s[:16]), p_hi.eq(mul_i * mul_s[16:]),
-                             mbase.eq(j_maddr + (j.n0 >> 3)),
+                             mbase.eq(j_maddr + ((j.mc if self.conv else j.n0) >> 3)),
                              baddr.eq(j_baddr + (Mux(per_row, j.m0, j.n0) << 2)),
                              bwords.eq((count + F - 1) >> (F.bit_length() - 1))]
+                if self.rows8:
+                    m.d.sync += wbeats.eq((j.cols_in + (1 << lb) - 1) >> lb)
                 if self.sgd:
-                    m.d.sync += [eprod.eq(erow * gn),
-                                 wbeats.eq((j.cols_in + (1 << lb) - 1) >> lb)]
+                    m.d.sync += eprod.eq(erow * gn)
                     with m.If(wsgd):
                         m.d.sync += mbase.eq(j_waddr)
                 m.next = "PRODUCT"
@@ -298,8 +318,31 @@ class UnitSideLoader(wiring.Component):
                         m.next = "WEXP"
                 with m.Elif(mask_in):
                     m.next = "MASK"
+                if self.argmax:
+                    with m.Elif(unpool):
+                        m.next = "AGEO"
                 with m.Else():
                     m.next = "JOB"
+            if self.argmax:
+                # the argmax rows: their stride's product, the first row's address, a
+                # command a row of the unit's T bytes
+                with m.State("AGEO"):
+                    m.d.sync += [p_lo.eq(mul_i * j_wstride[:16]),
+                                 p_hi.eq(mul_i * j_wstride[16:]), r.eq(0)]
+                    m.next = "APROD"
+                with m.State("APROD"):
+                    m.d.sync += prod.eq(p_lo + (p_hi << 16))
+                    m.next = "ABASE"
+                with m.State("ABASE"):
+                    m.d.sync += row_addr.eq(j_waddr + prod)
+                    m.next = "AROWS"
+                with m.State("AROWS"):
+                    m.d.comb += [cmd.valid.eq(1), cmd.payload.addr.eq(row_addr),
+                                 cmd.payload.beats.eq(wbeats)]
+                    with m.If(cmd.ready):
+                        m.d.sync += [row_addr.eq(row_addr + j_wstride), r.eq(r + 1)]
+                        with m.If(r == j.rows_in - 1):
+                            m.next = "JOB"
             if self.sgd:
                 with m.State("WEXP"):
                     m.d.comb += [cmd.valid.eq(1), cmd.payload.addr.eq(eaddr),
@@ -311,6 +354,9 @@ class UnitSideLoader(wiring.Component):
                              cmd.payload.beats.eq(bwords)]
                 with m.If(cmd.ready & mask_in):
                     m.next = "MASK"
+                if self.argmax:
+                    with m.Elif(cmd.ready & unpool):
+                        m.next = "AGEO"
                 with m.Elif(cmd.ready):
                     m.next = "JOB"
             with m.State("MASK"):                    # (the weights' rows with sgd)
@@ -320,6 +366,9 @@ class UnitSideLoader(wiring.Component):
                     m.d.sync += [row_addr.eq(row_addr + mul_s), r.eq(r + 1)]
                     with m.If(r == j.rows_in - 1):
                         m.next = "JOB"
+                        if self.argmax:
+                            with m.If(unpool):
+                                m.next = "AGEO"
         m.d.comb += self.issuing.eq(~fsm.ongoing("JOB"))
 
     # ---- words -> the slot being filled -------------------------------------------------
@@ -333,7 +382,9 @@ class UnitSideLoader(wiring.Component):
         w = self.rd_words
         word = Signal(range(T // F), reset_less=True)    # the bias word
         r = Signal(range(T), reset_less=True)            # the mask row
-        lane = u.job.n0[5:5 + lf]                        # a mask row's 32 bits in the word
+        # a mask row's 32 bits in the word (at the mask's column: with ``conv`` a pool's
+        # input's)
+        lane = (u.job.mc if self.conv else u.job.n0)[5:5 + lf]
         first = Cat(Const(0, lf), word)                  # the word's first float
         took = w.valid & w.ready
         done = Signal()
@@ -346,7 +397,7 @@ class UnitSideLoader(wiring.Component):
                      mask_w.data.eq(w.payload.data.word_select(lane, 32))]
         bpw = self.data_width // 8
         wword = Signal(range(max(2, T // bpw)), reset_less=True)   # a weights row's word
-        if self.sgd:
+        if self.rows8:
             if bpw >= T:          # the row's T bytes: one lane of the word
                 m.d.comb += [wmem_w.addr.eq(Cat(r, slot)),
                              wmem_w.data.eq(w.payload.data.word_select(
@@ -366,6 +417,9 @@ class UnitSideLoader(wiring.Component):
                             m.next = "WEXP"
                     with m.Elif(u.mask_in):
                         m.next = "MASK"
+                    if self.argmax:
+                        with m.Elif(u.unpool):
+                            m.next = "WROWS"
                     with m.Else():
                         m.d.comb += done.eq(1)
             if self.sgd:
@@ -375,6 +429,7 @@ class UnitSideLoader(wiring.Component):
                         m.d.sync += wexp[slot].eq(
                             w.payload.data.word_select(self._woff[slot], 8))
                         m.next = "WROWS"
+            if self.rows8:
                 with m.State("WROWS"):
                     m.d.comb += [w.ready.eq(1),
                                  wmem_w.en.eq(Mux(took, 1 << wword, 0) if bpw < T else took)]
@@ -393,6 +448,9 @@ class UnitSideLoader(wiring.Component):
                     m.d.sync += word.eq(word + 1)
                     with m.If(w.payload.last & u.mask_in):
                         m.next = "MASK"
+                    if self.argmax:
+                        with m.Elif(w.payload.last & u.unpool):
+                            m.next = "WROWS"
                     with m.Elif(w.payload.last):
                         m.d.comb += done.eq(1)
                         m.next = "WAIT"
@@ -401,8 +459,16 @@ class UnitSideLoader(wiring.Component):
                 with m.If(took):
                     m.d.sync += r.eq(r + 1)
                     with m.If(r == u.job.rows_in - 1):
-                        m.d.comb += done.eq(1)
-                        m.next = "WAIT"
+                        if self.argmax:       # (then the argmax rows, from the first)
+                            with m.If(u.unpool):
+                                m.d.sync += r.eq(0)
+                                m.next = "WROWS"
+                            with m.Else():
+                                m.d.comb += done.eq(1)
+                                m.next = "WAIT"
+                        else:
+                            m.d.comb += done.eq(1)
+                            m.next = "WAIT"
         with m.If(done):
             m.d.sync += [state[slot].eq(FULL), slot.eq(slot + 1)]
 
@@ -447,10 +513,13 @@ class UnitSideLoader(wiring.Component):
                                              seg_bias[32 * lane:32 * lane + 32], 0)),
                 self.mask_lanes[lane].eq(inside & row_in & (bits[lane] | ~u.mask_in)),
             ]
-        if self.sgd:
-            m.d.comb += [wmem_r.addr.eq(Cat(row, read)), self.w_exp.eq(wexp[read])]
+        if self.rows8:
+            m.d.comb += wmem_r.addr.eq(Cat(row, read))
+            if self.sgd:
+                m.d.comb += self.w_exp.eq(wexp[read])
             wrow = wmem_r.data.word_select(seg, 8 * C)
+            rows8 = (u.sgd | u.unpool) if self.argmax else u.sgd
             for lane in range(C):
                 inside = Cat(Const(lane, lc), seg) < u.job.cols_in
-                m.d.comb += self.w_lanes[lane].eq(Mux(inside & row_in & u.sgd,
+                m.d.comb += self.w_lanes[lane].eq(Mux(inside & row_in & rows8,
                                                       wrow[8 * lane:8 * lane + 8], 0))

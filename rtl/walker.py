@@ -229,10 +229,10 @@ class Walker(wiring.Component):
         # gradient (the offsets an outer loop of GEMMs of Cout x Cin, B a K run per chunk)
         conv = Signal()
         wg = Signal()
-        pool = Signal()                    # a forward convolution's max pool: phases
+        pool = Signal()                    # a max pool or its backward pass: phases
         m.d.comb += [conv.eq(d.conv & (d.geometry.mode != 3)),
                      wg.eq(d.conv & (d.geometry.mode == 3)),
-                     pool.eq(d.conv & d.pool & (d.geometry.mode == 1))]
+                     pool.eq(d.conv & d.pool)]
         c_row = Signal(24)                 # a weight gradient's offset's first row of C
         c_erow = Signal(17)                # ... and of C's exponent grid
         offs_left = Signal(8)

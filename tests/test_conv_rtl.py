@@ -2,9 +2,10 @@
 :func:`sim.models.conv.conv2d_forward`, :func:`sim.models.conv.conv2d_backward_data` and
 :func:`sim.models.conv.conv2d_weight_grad` through :func:`sim.models.bfp.epilogue` on
 random shapes (strides 1 and 2, padding 0 to 2, kernels 1 x 1 to 5 x 5, dilation 2, odd
-sizes, one input channel, several tile blocks of channels), and forward convolutions
-max-pooled on the write path through :func:`sim.models.conv.conv_epilogue`; the
-descriptors it refuses, in the runtime and in the hardware."""
+sizes, one input channel, several tile blocks of channels), forward convolutions
+max-pooled on the write path and backward-data ones routed back through the pool, through
+:func:`sim.models.conv.conv_epilogue`; the descriptors it refuses, in the runtime and in
+the hardware."""
 
 import numpy as np
 import pytest
@@ -53,7 +54,7 @@ def rtl():
 def test_features(rtl):
     info = rtl.driver.info
     assert info.conv_forward and info.conv_backward_data and info.conv_weight_grad
-    assert info.pool_forward
+    assert info.pool_forward and info.pool_backward
     assert not info.conv and not info.pool and not info.add
 
 
@@ -210,6 +211,39 @@ def test_forward_max_pool_matches_golden(rtl, spec, window):
         np.testing.assert_array_equal(got, want)
 
 
+#: Backward-data convolutions routed back through a max pool: (convolution, window); the
+#: batch one tile block; 40 input channels (the second block of rows cut).
+UNPOOL_GEOMETRIES = [
+    ((32, 8, 4, 4, 6, 3, 1, 1, 1), 2), ((32, 40, 3, 2, 5, 3, 1, 1, 1), (2, 3)),
+    ((32, 3, 2, 2, 12, 1, 1, 0, 1), 3)]
+
+
+@pytest.mark.parametrize("spec, window", UNPOOL_GEOMETRIES)
+def test_backward_data_unpool_matches_golden(rtl, spec, window):
+    """The deltas routed back through a max pool's argmax and masked by ReLU's mask at the
+    pool's input, quantised stochastically there: the golden backend's mantissas and
+    exponents."""
+    from firmware.runtime.epilogue import MaskTensor
+    g = _geometry(spec)
+    rng = np.random.default_rng(sum(map(hash, map(str, spec))) % 2**32 + 7)
+    (qw, ew), _ = _operands(rng, g)
+    qd, ed = _deltas(rng, g)
+    ph, pw = (window, window) if isinstance(window, int) else window
+    pool = convm.Pooling("max", convm.pool_geometry(g.batch, g.channels, g.height * ph,
+                                                    g.width * pw, window))
+    argmax = rng.integers(0, ph * pw, (g.channels, g.positions)).astype(np.uint8)
+    stored = rng.random((g.channels, pool.geometry.positions)) < 0.7
+    out = []
+    for dev in (rtl, Device("golden")):
+        mask = MaskTensor(dev.tensor(bfp.pack_mask(stored)), stored.shape)
+        y = dev.conv2d_backward_data(dev.bfp_tensor(qd, ed), dev.bfp_stack(qw, ew), g,
+                                     mask_in=mask, unpool=pool, argmax=dev.tensor(argmax),
+                                     rounding="stochastic", seed=9)
+        out.append((y.mantissas(), y.exponents()))
+    for got, want in zip(*out, strict=True):
+        np.testing.assert_array_equal(got, want)
+
+
 def test_runtime_refuses_what_the_build_lacks(rtl):
     """Batches not a multiple of the columns (forward, backward-data) or of the tile size
     (weight gradient), SGD of a float32 C of more than one row, pools the write path does
@@ -238,6 +272,9 @@ def test_runtime_refuses_what_the_build_lacks(rtl):
     pool = convm.Pooling("max", convm.pool_geometry(8, 3, 5, 5, 5))
     with pytest.raises(RuntimeError, match="only into a BFP8 output"):
         rtl.conv2d(x, w, g, relu=True, pool=pool, out="float32")
+    unpool = convm.Pooling("max", convm.pool_geometry(8, 2, 10, 10, 2))
+    with pytest.raises(ValueError, match="batch 8: .* back through a max pool .* of 32"):
+        rtl.conv2d_backward_data(d, w, g, unpool=unpool)
     g, d, x, w = tensors((32, 2, 3, 3, 1, 3, 1, 1, 1))
     with pytest.raises(RuntimeError, match="float32 C of one row .* not 9 rows"):
         rtl.conv2d_sgd_update(d, x, rtl.tensor(np.zeros((9, 2), np.float32)), g, lr=0.1)
@@ -275,12 +312,17 @@ def test_hardware_refuses(rtl):
     # pooling: a float32 C, an average pool, windows not their stride, windows not tiling
     # the output (3 x 3), a stored mask
     bfp8 = dict(tiles, BFP8=1)
-    for fields, epi in (({}, tiles), ({"KIND": 1}, bfp8), ({"STRIDE_H": 1}, bfp8),
-                        ({}, bfp8), ({}, dict(bfp8, MASK_IN=1))):
+    # and a pool's backward pass after a forward convolution, or on a batch not a multiple
+    # of 32
+    back = dict(conv, fields=dict(conv["fields"], MODE=2))
+    for fields, epi, c in (({}, tiles, conv), ({"KIND": 1}, bfp8, conv),
+                           ({"STRIDE_H": 1}, bfp8, conv), ({}, bfp8, conv),
+                           ({}, dict(bfp8, MASK_IN=1), conv), ({"MODE": 2}, bfp8, conv),
+                           ({"MODE": 2}, bfp8, back)):
         with pytest.raises(AcceleratorError) as e:
-            rtl.driver.run(dict(m=1, n=1, k=1, flags={}, epilogue=epi, conv=conv,
+            rtl.driver.run(dict(m=1, n=1, k=1, flags={}, epilogue=epi, conv=c,
                                 pool=dict(pool, fields=dict(pool["fields"], **fields))))
-        assert e.value.code is ErrorCode.UNSUPPORTED, (fields, epi)
+        assert e.value.code is ErrorCode.UNSUPPORTED, (fields, epi, c["fields"]["MODE"])
     # and the engine runs again afterwards
     g = _geometry(GEOMETRIES[0])
     (qw, ew), (qx, ex) = _operands(np.random.default_rng(9), g)

@@ -247,25 +247,32 @@ def test_pool_model_matches_loops(seed):
         pool_tile_columns(ConvGeometry(2, 1, 5, 5, 1, 1), 2, 2)
 
 
-def simulate_pool(g, pool, cols, seed, ops=300, exact=True):
-    """As :func:`simulate` with pooling phases: every output against
+def simulate_pool(g, pool, cols, seed, ops=300, mode=1):
+    """As :func:`simulate` with pooling phases (``mode`` 1: a forward convolution's pool;
+    2: a backward-data convolution's deltas routed back through it): every output against
     :func:`pool_tile_columns` ``LATENCY`` cycles after its ops."""
-    want_b, want_c = pool_tile_columns(g, pool, cols)
+    want_b, want_c = pool_tile_columns(g, pool, cols, mode)
     tiles, phases, kk = want_b.shape
     dut = ConvCursor(cols)
     walk = list(pool_walk(random.Random(seed), tiles, phases, kk, ops))
     checked = []
 
     async def bench(ctx):
-        for name, v in geometry_fields(g, 1, pool).items():
+        for name, v in geometry_fields(g, mode, pool).items():
             ctx.set(getattr(dut.geometry, name), v)
         ctx.set(dut.start, 1)
         await ctx.tick()
         ctx.set(dut.start, 0)
         while not ctx.get(dut.ready):
             await ctx.tick()
-        assert ctx.get(dut.pool_exact) == 1
-        assert ctx.get(dut.positions) == g.out_positions // (pool[0] * pool[1])
+        phases_n = pool[0] * pool[1]
+        if mode == 1:
+            assert ctx.get(dut.pool_exact) == 1
+            assert ctx.get(dut.positions) == g.out_positions // phases_n
+            assert ctx.get(dut.c_positions) == g.out_positions
+        else:
+            assert ctx.get(dut.positions) == g.positions
+            assert ctx.get(dut.c_positions) == g.positions * phases_n
         assert ctx.get(dut.out_positions) == g.out_positions
         history = []
         for pos_op, off_op, *state in walk + [(PosOp.HOLD, OffOp.HOLD, None)] * 3:
@@ -279,8 +286,8 @@ def simulate_pool(g, pool, cols, seed, ops=300, exact=True):
             col = int(want_b[t, p, k])
             got = (ctx.get(dut.inside), ctx.get(dut.offset), ctx.get(dut.last_offset),
                    ctx.get(dut.phase), ctx.get(dut.last_phase), ctx.get(dut.c_column))
-            assert got == (int(col >= 0), k, int(k == kk - 1), p, int(p == phases - 1),
-                           int(want_c[t, p])), (t, p, k, got)
+            assert got == (int(col >= 0), kk - 1 - k if mode == 2 else k, int(k == kk - 1),
+                           p, int(p == phases - 1), int(want_c[t, p])), (t, p, k, got)
             if col >= 0:
                 assert ctx.get(dut.column) == col, (t, p, k)
             checked.append((t, p, k))
@@ -297,6 +304,17 @@ def test_cursor_pool_phases(seed):
     cols = rng.choice([1, 2, 4, 8])
     g, pool = random_pooled(rng, cols)
     assert len(simulate_pool(g, pool, cols, seed)) == 300
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_cursor_unpool_phases(seed):
+    """Backward-data under a pool's backward pass (windows of 1 to 3 a side): B as without
+    it, C's column at each phase the pool's input's."""
+    rng = random.Random(500 + seed)
+    cols = rng.choice([1, 2, 4, 8])
+    g = random_geometry(rng, cols)
+    pool = (rng.randint(1, 3), rng.randint(1, 3))
+    assert len(simulate_pool(g, pool, cols, seed, mode=2)) == 300
 
 
 def test_cursor_pool_not_exact():

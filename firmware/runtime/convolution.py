@@ -186,14 +186,20 @@ def _check_pooling(dev, pooling, mode, g, argmax):
             raise RuntimeError(f"this {dev.backend} accelerator has no pooling stage "
                                f"(CONFIG_FEATURES.POOL): use Device('model') or the host's "
                                f"pooling (firmware.ml.nn.MaxPool2d)")
-        if (mode != 1 or pooling.kind != "max" or p.stride != p.kernel
-                or p.height % p.kernel[0] or p.width % p.kernel[1]):
+        ok = (pooling.kind == "max" and p.stride == p.kernel
+              and not (p.height % p.kernel[0] or p.width % p.kernel[1]))
+        if mode == 1 and not ok or mode == 2 and not (ok and info.pool_backward):
             raise RuntimeError(f"this {dev.backend} accelerator pools on the write path only "
-                               f"with a max pool after a forward convolution, windows as "
-                               f"their stride tiling the output (CONFIG_FEATURES."
-                               f"POOL_FORWARD), not a {pooling.kind} pool "
+                               f"with a max pool after a forward convolution, or its "
+                               f"backward pass before a backward-data one, windows as "
+                               f"their stride tiling the image (CONFIG_FEATURES."
+                               f"POOL_FORWARD, POOL_BACKWARD), not a {pooling.kind} pool "
                                f"{'after' if mode == 1 else 'before'} it, kernel {p.kernel}, "
                                f"stride {p.stride} on {p.height} x {p.width}")
+        if mode == 2 and g.batch % info.tile_block:
+            raise ValueError(f"batch {g.batch}: this {dev.backend} accelerator routes deltas "
+                             f"back through a max pool on batches of a multiple of "
+                             f"{info.tile_block} (CONFIG_FEATURES.POOL_BACKWARD)")
     for name, top in POOL_LIMITS.items():
         if max(getattr(p, name)) > top:
             raise ValueError(f"pool: {name} {getattr(p, name)} exceeds {top} "
@@ -295,9 +301,10 @@ def _pass(dev, mode, x, w, geometry, *, bias, relu, mask_in, out, rounding, seed
     m, n = (g.out_channels, g.out_positions) if forward else (g.channels, g.positions)
     stage = _check_pooling(dev, pooling, mode, g, argmax)
     if stage is not None and dev.driver is not None and not dev.driver.info.pool and (
-            out != "bfp8" or mask_in is not None):
-        raise RuntimeError(f"this {dev.backend} accelerator pools only into a BFP8 output "
-                           f"without a stored mask (CONFIG_FEATURES.POOL_FORWARD), not "
+            out != "bfp8" or (mode == 1 and mask_in is not None)):
+        raise RuntimeError(f"this {dev.backend} accelerator pools only into a BFP8 output, "
+                           f"a forward convolution's without a stored mask (CONFIG_FEATURES."
+                           f"POOL_FORWARD, POOL_BACKWARD), not "
                            f"out={out!r}{' with mask_in' if mask_in is not None else ''}")
     # (ReLU and the masks see the pool's input)
     mid = n if stage is None or mode == 1 else pooling.geometry.positions

@@ -94,6 +94,9 @@ class HardwareInfo:
         #: where ``pool`` is 0: max pooling after forward convolutions, windows as their
         #: stride tiling the output (``CONFIG_FEATURES.POOL_FORWARD``; 0 before 1.18)
         self.pool_forward = bool(field_value("CONFIG_FEATURES", "POOL_FORWARD", features))
+        #: ... and its backward pass before backward-data convolutions, the batch a multiple
+        #: of the tile size (``CONFIG_FEATURES.POOL_BACKWARD``; 0 before 1.19)
+        self.pool_backward = bool(field_value("CONFIG_FEATURES", "POOL_BACKWARD", features))
         self.tile_block = 1 << field_value("CONFIG_FEATURES", "TILE_LOG2", features)
 
     def __repr__(self):

@@ -33,7 +33,7 @@ __all__ = ["Field", "Register", "REGISTERS", "ErrorCode", "MAGIC", "VERSION", "T
 #: ``ID`` register contents: ASCII "BFP8".
 MAGIC = 0x42465038
 #: Register map version (major << 16 | minor): changes when the map does.
-VERSION = 0x0001_0012
+VERSION = 0x0001_0013
 
 #: Side of the number format's square tile blocks (``CONFIG_FEATURES.TILE_LOG2``): BFP8 tile
 #: blocks, :mod:`sim.models.bfp`.
@@ -234,6 +234,10 @@ REGISTERS: tuple[Register, ...] = tuple([
                                  "on CONV_FORWARD's convolutions, windows as their stride "
                                  "tiling the output exactly, C BFP8 without MASK_IN or BIAS "
                                  "2, at most 2**20 positions in the pool's input"),
+         ("POOL_BACKWARD", 15, 1, "where POOL is 0: a max pool's backward pass "
+                                  "(DESC_POOL.MODE 2, KIND 0) on CONV_BACKWARD_DATA's "
+                                  "convolutions, windows as their stride, the batch a "
+                                  "multiple of 2**TILE_LOG2, C BFP8 without a bias"),
          ("TILE_LOG2", 8, 4, "log2 of the side of the number format's tile blocks"),
          ("OPS", 16, 8, "the DESC_EPILOGUE bits 7..0 this build runs, each as in "
                         "DESC_EPILOGUE (all of them where EPILOGUE is 1). RELU, BIAS, "

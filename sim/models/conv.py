@@ -410,13 +410,16 @@ def tile_columns(geometry: ConvGeometry, mode: int, cols: int) -> np.ndarray:
     return np.stack(out, axis=1)
 
 
-def pool_tile_columns(geometry: ConvGeometry, pool, cols: int) -> tuple[np.ndarray,
-                                                                          np.ndarray]:
+def pool_tile_columns(geometry: ConvGeometry, pool, cols: int,
+                      mode: int = 1) -> tuple[np.ndarray, np.ndarray]:
     """The addresses :class:`rtl.convcursor.ConvCursor` generates for a forward convolution
     whose output a pool of ``pool`` windows (their stride the same) reads on the write path:
     C's columns are the pool's output positions, each tile walked once per *phase* ``(a,
     b)`` of the window, in row-major order, a phase reading the convolution's output
-    position ``(poh * ph + a, pow * pw + b)``.
+    position ``(poh * ph + a, pow * pw + b)``. With ``mode`` 2, for a backward-data
+    convolution whose C (at its input, the pool's output) is routed back through the pool:
+    each tile is walked once per phase, reading B as :func:`tile_columns` says, and written
+    at the pool's input position ``(h * ph + a, w * pw + b)``.
 
     Parameters
     ----------
@@ -426,14 +429,16 @@ def pool_tile_columns(geometry: ConvGeometry, pool, cols: int) -> tuple[np.ndarr
         The window ``(ph, pw)``, dividing the output's height and width.
     cols : int
         The tile's columns, dividing the batch.
+    mode : {1, 2}
+        Forward, or backward-data.
 
     Returns
     -------
     b_columns : numpy.ndarray of int64, shape (tiles, phases, offsets)
-        As :func:`tile_columns` (mode 1) for each tile of the pool's output and phase.
+        As :func:`tile_columns` for each tile of the pool's output and phase.
     c_columns : numpy.ndarray of int64, shape (tiles, phases)
-        The column of the convolution's C (the pool's input) of the tile's first lane at
-        the phase.
+        The column of the pool's input (forward: the convolution's C; backward-data: where
+        the deltas are written) of the tile's first lane at the phase.
 
     Raises
     ------
@@ -442,6 +447,15 @@ def pool_tile_columns(geometry: ConvGeometry, pool, cols: int) -> tuple[np.ndarr
     """
     g = _check_geometry(geometry)
     ph, pw = _pair("pool", pool, 1)
+    if mode == 2:
+        conv = tile_columns(g, 2, cols)           # a tile per (h, w, images)
+        per = g.batch // cols
+        c = [[((h * ph + a) * g.width * pw + w * pw + bb) * g.batch + k * cols
+              for a in range(ph) for bb in range(pw)]
+             for h in range(g.height) for w in range(g.width) for k in range(per)]
+        return (np.repeat(conv[:, None, :], ph * pw, axis=1), np.array(c, np.int64))
+    if mode != 1:
+        raise ValueError(f"mode must be 1 or 2, not {mode!r}")
     if g.out_height % ph or g.out_width % pw:
         raise ValueError(f"pool {(ph, pw)} must divide the output ({g.out_height} x "
                          f"{g.out_width})")
