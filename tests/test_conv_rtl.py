@@ -244,6 +244,32 @@ def test_backward_data_unpool_matches_golden(rtl, spec, window):
         np.testing.assert_array_equal(got, want)
 
 
+def test_resident_cnn_step_matches_golden(rtl, monkeypatch):
+    """A training step of a fashion-cnn-shaped network (two convolutions with ReLU and 2 x 2
+    max pools, two fully connected layers) on 8 x 8 images, batch 32, with the whole step on
+    the RTL: the golden backend's loss, weights and biases bit for bit; no host im2col,
+    col2im or pooling."""
+    from firmware.ml import nn
+    from firmware.ml.resident_conv import ResidentConvNet
+    from tests.test_resident_conv import _no_host_layout
+    rng = np.random.default_rng(11)
+    net = nn.Network([nn.Conv2d(1, 8, 3, rng, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+                      nn.Conv2d(8, 8, 3, rng, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+                      nn.Flatten(), nn.Linear(8 * 2 * 2, 16, rng), nn.ReLU(),
+                      nn.Linear(16, 10, rng)])
+    x = rng.standard_normal((32, 1, 8, 8)).astype(np.float32)
+    y = rng.integers(0, 10, 32)
+    _no_host_layout(monkeypatch)
+    runs = []
+    for dev in (rtl, Device("golden")):
+        r = ResidentConvNet(net, (1, 8, 8), dev, seed=5, lr=0.05, weight_decay=1e-4)
+        runs.append((r.step(x, y), r.params))
+    (la, pa), (lb, pb) = runs
+    assert la == lb
+    for (name, a), (_, b) in zip(pa, pb, strict=True):
+        np.testing.assert_array_equal(a.view(np.uint32), b.view(np.uint32), err_msg=name)
+
+
 def test_runtime_refuses_what_the_build_lacks(rtl):
     """Batches not a multiple of the columns (forward, backward-data) or of the tile size
     (weight gradient), SGD of a float32 C of more than one row, pools the write path does

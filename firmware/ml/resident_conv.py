@@ -297,11 +297,18 @@ class ResidentConvNet:
     def __init__(self, net, input_shape, device, *, seed: int = 0, lr: float = 0.05,
                  weight_decay: float = 0.0, eval_batch: int = 256, record=None):
         check_device(device)
-        if device.driver is not None and not (device.driver.info.conv
-                                              and device.driver.info.pool):
+        info = device.driver.info if device.driver is not None else None
+        # (all convolution descriptors and pooling stages, or the RTL's kinds of them,
+        # whose limits each descriptor's call names)
+        if info is not None and not (
+                (info.conv or (info.conv_forward and info.conv_backward_data
+                               and info.conv_weight_grad))
+                and (info.pool or (info.pool_forward and info.pool_backward))):
             raise ValueError(f"device: this {device.backend} accelerator has no convolution "
-                             f"descriptors or pooling stages (CONFIG_FEATURES.CONV, POOL): "
-                             f"use Device('model') or firmware.ml.nn on the host")
+                             f"descriptors or pooling stages (CONFIG_FEATURES.CONV, POOL, "
+                             f"or CONV_FORWARD, CONV_BACKWARD_DATA, CONV_WEIGHT_GRAD, "
+                             f"POOL_FORWARD and POOL_BACKWARD): use Device('model') or "
+                             f"firmware.ml.nn on the host")
         check_sgd(device)
         check_seed(seed)
         if not lr > 0 or not weight_decay >= 0:
