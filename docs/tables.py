@@ -593,7 +593,9 @@ def t_conv_rtl():
                 "RTL utilisation", "model utilisation"], rows, "llrrrrrr")
     note = (f"fashion-cnn's 3×3 convolutions (padding 1) at batch {r0['batch']}, the first "
             f"on a {r0['height']}×{r0['width']} input (fashion-cnn's is 28×28) and the "
-            f"second on half its side, on `Device(\"rtl\")` built with "
+            f"second on half its side, alone and with the step's 2×2 max pools (the second "
+            f"layer's backward-data routing its deltas back through the first layer's pool; "
+            f"the RTL computes its GEMM once per window phase), on `Device(\"rtl\")` built with "
             f"convolutions ({c['rows']}x{c['cols']} array, {c['data_width']}-bit bus, depth "
             f"{c['depth']}, block {c['block']}, {c['port']} port) and the performance "
             f"model of the same configuration.")

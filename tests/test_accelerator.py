@@ -18,7 +18,9 @@ from sim.models import golden
 # ports, and B's rows striped
 # over two more, and over three; and the Pynq-Z1 default's shape in small (four write ports,
 # two read ports, two MACs per DSP48E1).
-CONFIGS = [(8, 8, 128, 1, 1), (4, 16, 64, 1, 1), (8, 8, 512, 1, 1), (4, 8, 64, 2, 1),
+# (the widest array and the deepest buffer take minutes each: slow)
+CONFIGS = [(8, 8, 128, 1, 1), pytest.param((4, 16, 64, 1, 1), marks=pytest.mark.slow),
+           pytest.param((8, 8, 512, 1, 1), marks=pytest.mark.slow), (4, 8, 64, 2, 1),
            (4, 4, 128, 4, 1), (4, 8, 64, 2, 2), (4, 8, 64, 2, 3), (4, 8, 64, 2, 4),
            (4, 8, 64, 3, 4),
            (4, 8, 64, 4, 2, "DSP48E1")]
@@ -188,7 +190,8 @@ def test_overlapped_descriptors(dev):
      3),
     ({"write_order": "random", "outstanding_reads": 1, "read_latency": 90, "pause": 0.1}, 3),
     ("zynq7-hp", 3),
-    ({"write_order": "random", "outstanding_reads": 2, "read_latency": 70, "pause": 0.25}, 4)],
+    pytest.param({"write_order": "random", "outstanding_reads": 2, "read_latency": 70,
+                  "pause": 0.25}, 4, marks=pytest.mark.slow)],
     ids=["w-first", "random", "zynq7-hp", "random-4r"])
 def test_overlapped_descriptors_behind_hostile_ports(port, read_ports):
     """Queued descriptors with OVERLAP behind subordinates that order W before AW (or at
@@ -539,7 +542,7 @@ def test_block_argument_is_checked(dev):
             dev.gemm(a, b, block=bad)
 
 
-@pytest.mark.parametrize("packing", [1, 2])
+@pytest.mark.parametrize("packing", [pytest.param(1, marks=pytest.mark.slow), 2])
 def test_slr_groups_bit_exact(packing):
     # The array split into SLR groups (the VU9P default's two, here three) with crossing
     # registers: a longer pipeline, the same results, on a hostile port.

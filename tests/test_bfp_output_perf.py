@@ -29,6 +29,7 @@ def test_block_of_one_tile_block():
     assert bfp8_block(32, 64) is None and bfp8_block(64, 128) is None
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("m,n,k,ta,tb", [(64, 64, 256, False, False),
                                          (128, 128, 128, False, True),
                                          (256, 256, 64, False, False)])

@@ -1,11 +1,13 @@
 """``python -m sim.bench conv-rtl``: a network's convolutions on the RTL against the model.
 
-Runs each convolution of fashion-cnn (its two 3 x 3 layers, padding 1) in its three modes
-on ``Device("rtl")`` built with convolutions (a small array, so that Verilator runs the
-layers in minutes) and on ``Device("model")`` of the same configuration, and records the
-RTL's cycles, the performance model's and the utilisation of each (the MACs without
-padding's over the array's MACs a cycle). Writes JSON (default
-``results/conv_rtl.json``), the docs' *convolutions on the RTL* table.
+Runs each convolution of fashion-cnn (its two 3 x 3 layers, padding 1) in its three modes,
+and as fashion-cnn's step runs them with its 2 x 2 max pools (forward with ReLU and the
+pool into BFP8; the second layer's backward-data routing its deltas back through the first
+layer's pool under ReLU's mask), on ``Device("rtl")`` built with convolutions (a small
+array, so that the simulator runs the layers in minutes) and on ``Device("model")`` of the
+same configuration, and records the RTL's cycles, the performance model's and the
+utilisation of each (the MACs without padding's over the array's MACs a cycle). Writes
+JSON (default ``results/conv_rtl.json``), the docs' *convolutions on the RTL* table.
 """
 
 from __future__ import annotations
@@ -23,19 +25,21 @@ ROOT = Path(__file__).resolve().parents[2]
 CONFIG = {"rows": 8, "cols": 8, "data_width": 64, "depth": 64, "block": 4}
 #: fashion-cnn's convolutions: (name, Cin, H, W, Cout) of 3 x 3, padding 1.
 LAYERS = (("conv1", 1, 28, 28, 16), ("conv2", 16, 14, 14, 32))
-MODES = {1: "forward", 2: "backward-data", 3: "weight gradient"}
+MODES = {1: "forward", 2: "backward-data", 3: "weight gradient",
+         "pool": "forward, ReLU, max pool", "unpool": "backward-data through the pool"}
 
 
 def measure(batch: int, size: int) -> list[dict]:
     """The records of every layer and mode: ``layer``, ``mode``, ``m``, ``n``, ``k``,
     ``macs``, ``rtl_cycles``, ``model_cycles``."""
     from firmware import Device
+    from firmware.runtime.epilogue import MaskTensor
     from sim.models import bfp
     from sim.models import conv as convm
     rtl = Device("rtl", **CONFIG, k_blocks=True, epilogue=True, conv=True)
     model = Device("model", **CONFIG, epilogue=True)
     out = []
-    for name, cin, h, w, cout in LAYERS:
+    for i, (name, cin, h, w, cout) in enumerate(LAYERS):
         h, w = (h * size) // 28, (w * size) // 28
         g = convm.ConvGeometry(batch, cin, h, w, cout, 3, padding=1)
         rng = np.random.default_rng(1)
@@ -45,10 +49,26 @@ def measure(batch: int, size: int) -> list[dict]:
         qx, ex = bfp.quantize_tiles(rng.standard_normal((cin, g.positions)).astype(np.float32))
         qd, ed = bfp.quantize_tiles(rng.standard_normal((cout, g.out_positions))
                                     .astype(np.float32))
-        for mode in MODES:
+        pool = convm.Pooling("max", convm.pool_geometry(batch, cout, h, w, 2))
+        # (the layer before's pool, whose backward pass this layer's backward-data takes)
+        below = convm.Pooling("max", convm.pool_geometry(batch, cin, 2 * h, 2 * w, 2))
+        argmax = rng.integers(0, 4, (cin, g.positions)).astype(np.uint8)
+        stored = rng.random((cin, below.geometry.positions)) < 0.5
+        # (a pool where the windows tile the output; its backward pass above the first)
+        modes = [1, 2, 3] + (["pool"] if h % 2 == 0 and w % 2 == 0 else []) \
+            + (["unpool"] if i else [])
+        for mode in modes:
             cycles = []
             for dev in (rtl, model):
-                if mode == 1:
+                if mode == "pool":
+                    dev.conv2d(dev.bfp_tensor(qx, ex), dev.bfp_stack(qw, ew), g, relu=True,
+                               pool=pool)
+                elif mode == "unpool":
+                    dev.conv2d_backward_data(
+                        dev.bfp_tensor(qd, ed), dev.bfp_stack(qw, ew), g, unpool=below,
+                        argmax=dev.tensor(argmax),
+                        mask_in=MaskTensor(dev.tensor(bfp.pack_mask(stored)), stored.shape))
+                elif mode == 1:
                     dev.conv2d(dev.bfp_tensor(qx, ex), dev.bfp_stack(qw, ew), g, out="float32")
                 elif mode == 2:
                     dev.conv2d_backward_data(dev.bfp_tensor(qd, ed), dev.bfp_stack(qw, ew), g,
@@ -56,7 +76,7 @@ def measure(batch: int, size: int) -> list[dict]:
                 else:
                     dev.conv2d_weight_grad(dev.bfp_tensor(qd, ed), dev.bfp_tensor(qx, ex), g)
                 cycles.append(int(dev.stats["cycles"]))
-            m, n, k, macs = g.implicit_gemm(mode)
+            m, n, k, macs = g.implicit_gemm({"pool": 1, "unpool": 2}.get(mode, mode))
             out.append({"layer": name, "mode": MODES[mode], "batch": batch, "height": h,
                         "width": w, "m": m, "n": n, "k": k, "macs": int(macs),
                         "rtl_cycles": cycles[0], "model_cycles": cycles[1]})
