@@ -53,6 +53,31 @@ def test_fashion_cnn_golden_and_model_bit_identical(monkeypatch):
         assert not np.array_equal(a, w), name
 
 
+@pytest.mark.slow
+def test_fashion_cnn_on_the_board_default_model_bit_identical(monkeypatch):
+    """fashion-cnn itself (firmware.ml.train's) at batch 128, two steps on the functional
+    model as the ZCU104's default and on the golden backend: the same losses, weights and
+    biases bit for bit; no host im2col, col2im or pooling; per step only the input batch,
+    the logits and the loss gradient cross. (About a minute and a half.)"""
+    from sim.bench.host import board_device
+    rng = np.random.default_rng(3)
+    net = train.TASKS["fashion-cnn"].make(rng)
+    x = rng.standard_normal((128, 1, 28, 28)).astype(np.float32)
+    y = rng.integers(0, 10, 128)
+    _no_host_layout(monkeypatch)
+    runs = []
+    for dev in (board_device("zcu104", memory=1 << 30), Device("golden")):
+        r = ResidentConvNet(net, (1, 28, 28), dev, seed=5, lr=0.05, weight_decay=1e-4)
+        losses = [r.step(x, y) for _ in range(2)]
+        assert r.traffic == {"input batch": x.nbytes, "logits": 128 * 10 * 4,
+                             "loss gradient": 128 * 10 * 4}
+        runs.append((losses, r.params))
+    (la, pa), (lb, pb) = runs
+    assert la == lb
+    for (name, a), (_, b) in zip(pa, pb, strict=True):
+        np.testing.assert_array_equal(a.view(np.uint32), b.view(np.uint32), err_msg=name)
+
+
 def test_step_follows_float32_gradients():
     """One step with a large learning rate (so the update dwarfs the weights' quantum): every
     layer's change is the float32 network's gradient step (firmware.ml.nn on the host),
