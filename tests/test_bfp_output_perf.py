@@ -51,6 +51,7 @@ def test_bfp8_cycles_match_the_model(devs, m, n, k, ta, tb):
     assert cycles["model", "float32"] < cycles["model", "bfp8"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("m,n", [(64, 64), (40, 70), (128, 128), (128, 10), (1, 256),
                                  (3, 64)])
 def test_quantize_cycles_match_the_model(devs, m, n):

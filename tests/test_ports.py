@@ -534,6 +534,7 @@ def test_narrow_operands_are_stored_and_read_packed():
         db.free()
 
 
+@pytest.mark.slow
 def test_a_board_build_longer_than_its_port_is_refused(monkeypatch, tmp_path):
     """The pynq backend reads the bitstream's burst length from ``CONFIG_DMA`` and refuses a
     build whose bursts are longer than the board's port takes, naming both lengths, before any
