@@ -244,14 +244,29 @@ def test_backward_data_unpool_matches_golden(rtl, spec, window):
         np.testing.assert_array_equal(got, want)
 
 
+def _step_matches_golden(rtl, net, x, y, monkeypatch):
+    """One ResidentConvNet step of ``net`` on the batch ``x``, ``y`` on the RTL and on the
+    golden backend, with the host's im2col, col2im and pooling refused: the same loss,
+    weights and biases bit for bit."""
+    from firmware.ml.resident_conv import ResidentConvNet
+    from tests.test_resident_conv import _no_host_layout
+    _no_host_layout(monkeypatch)
+    runs = []
+    for dev in (rtl, Device("golden")):
+        r = ResidentConvNet(net, x.shape[1:], dev, seed=5, lr=0.05, weight_decay=1e-4)
+        runs.append((r.step(x, y), r.params))
+    (la, pa), (lb, pb) = runs
+    assert la == lb
+    for (name, a), (_, b) in zip(pa, pb, strict=True):
+        np.testing.assert_array_equal(a.view(np.uint32), b.view(np.uint32), err_msg=name)
+
+
 def test_resident_cnn_step_matches_golden(rtl, monkeypatch):
     """A training step of a fashion-cnn-shaped network (two convolutions with ReLU and 2 x 2
     max pools, two fully connected layers) on 8 x 8 images, batch 32, with the whole step on
     the RTL: the golden backend's loss, weights and biases bit for bit; no host im2col,
     col2im or pooling."""
     from firmware.ml import nn
-    from firmware.ml.resident_conv import ResidentConvNet
-    from tests.test_resident_conv import _no_host_layout
     rng = np.random.default_rng(11)
     net = nn.Network([nn.Conv2d(1, 8, 3, rng, padding=1), nn.ReLU(), nn.MaxPool2d(2),
                       nn.Conv2d(8, 8, 3, rng, padding=1), nn.ReLU(), nn.MaxPool2d(2),
@@ -259,15 +274,7 @@ def test_resident_cnn_step_matches_golden(rtl, monkeypatch):
                       nn.Linear(16, 10, rng)])
     x = rng.standard_normal((32, 1, 8, 8)).astype(np.float32)
     y = rng.integers(0, 10, 32)
-    _no_host_layout(monkeypatch)
-    runs = []
-    for dev in (rtl, Device("golden")):
-        r = ResidentConvNet(net, (1, 8, 8), dev, seed=5, lr=0.05, weight_decay=1e-4)
-        runs.append((r.step(x, y), r.params))
-    (la, pa), (lb, pb) = runs
-    assert la == lb
-    for (name, a), (_, b) in zip(pa, pb, strict=True):
-        np.testing.assert_array_equal(a.view(np.uint32), b.view(np.uint32), err_msg=name)
+    _step_matches_golden(rtl, net, x, y, monkeypatch)
 
 
 @pytest.mark.slow
@@ -275,23 +282,13 @@ def test_fashion_cnn_step_matches_golden(rtl, monkeypatch):
     """A training step of fashion-cnn itself (firmware.ml.train's: 1 x 28 x 28 images,
     convolutions 1 -> 16 and 16 -> 32 with ReLU and 2 x 2 max pools, 1568 -> 64 -> 10), batch
     32, with the whole step on the RTL: the golden backend's loss, weights and biases bit
-    for bit; no host im2col, col2im or pooling. (Tens of minutes in the simulator.)"""
+    for bit; no host im2col, col2im or pooling. (A few minutes in the simulator.)"""
     from firmware.ml import train
-    from firmware.ml.resident_conv import ResidentConvNet
-    from tests.test_resident_conv import _no_host_layout
     rng = np.random.default_rng(12)
     net = train.TASKS["fashion-cnn"].make(rng)
     x = rng.standard_normal((32, 1, 28, 28)).astype(np.float32)
     y = rng.integers(0, 10, 32)
-    _no_host_layout(monkeypatch)
-    runs = []
-    for dev in (rtl, Device("golden")):
-        r = ResidentConvNet(net, (1, 28, 28), dev, seed=5, lr=0.05, weight_decay=1e-4)
-        runs.append((r.step(x, y), r.params))
-    (la, pa), (lb, pb) = runs
-    assert la == lb
-    for (name, a), (_, b) in zip(pa, pb, strict=True):
-        np.testing.assert_array_equal(a.view(np.uint32), b.view(np.uint32), err_msg=name)
+    _step_matches_golden(rtl, net, x, y, monkeypatch)
 
 
 def test_runtime_refuses_what_the_build_lacks(rtl):
