@@ -644,8 +644,9 @@ def t_step_bound():
                 "without the read-out"], rows, "llrrrrrrr")
     note = (f"Batch {data['results'][0]['batch']}, the whole step on the device "
             "(`ResidentConvNet`), every descriptor's cycles from the performance model "
-            "summed; multiply-accumulates as the engine counts them (products with padding "
-            "skipped). Bound: each descriptor at the larger of its K-block compute bound and "
+            "summed; multiply-accumulates as the engine counts them (forward and "
+            "backward-data without the products of padding, the weight gradients with "
+            "them). Bound: each descriptor at the larger of its K-block compute bound and "
             "its compulsory traffic; without the read-out: at the larger of its compute and "
             "traffic bounds.")
     return md + "\n\n" + note, [command(data)]
@@ -677,7 +678,6 @@ STEP_FILES = ("step.json", "step_resident.json")
 
 def t_step():
     files = [load(name) for name in STEP_FILES if (RESULTS / name).exists()]
-    data = files[0]
     rows = []
     for r in (r for d in files for r in d["results"]):
         rows.append([r["net"], f"{TITLES.get(r['board'], r['board'])} ({r['config']}, "
@@ -690,9 +690,11 @@ def t_step():
                 "step (ms)", "host share", "PyTorch fp32, one core (ms)", "speedup",
                 "end-to-end utilisation", "accelerator busy utilisation"], rows,
                "lllrrrrrrrrr")
-    note = (f"Measured on {data['machine']} (Python {data['python']}, torch {data['torch']}). "
-            "End-to-end utilisation: the step's multiply-accumulates over the board's peak in "
-            "the step's time; busy utilisation: over its peak in the accelerator's time alone.")
+    where = sorted({(d["machine"], d["python"], d["torch"]) for d in files})
+    note = ("Measured on " + "; ".join(f"{m} (Python {p}, torch {t})" for m, p, t in where)
+            + ". End-to-end utilisation: the step's multiply-accumulates (without the products "
+            "of zero padding) over the board's peak in the step's time; busy utilisation: over "
+            "its peak in the accelerator's time alone.")
     return md + "\n\n" + note, [command(d) for d in files]
 
 

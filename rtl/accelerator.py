@@ -328,14 +328,16 @@ class Accelerator(wiring.Component):
                          | (sgd & relu_etc))
         # (and, as the functional model, any epilogue bit on a RAW descriptor)
         raw_epi = _field(csr, "DESC_FLAGS", "RAW") & (e != 0)
-        # (no pooling stages or residual sums on this RTL: CONFIG_FEATURES.CONV, POOL and
-        # ADD are 0; with ``conv`` forward, backward-data and weight-gradient convolutions,
-        # CONFIG_FEATURES.CONV_FORWARD, CONV_BACKWARD_DATA and CONV_WEIGHT_GRAD, with tile
-        # exponents and without transposes, quantise-only or SGD, the batch a multiple of
-        # the columns; a weight gradient's, the batch a multiple of TILE_BLOCK, as a float32
-        # or BFP8 stack, SGD of a BFP8 stack, or of a float32 row from a 1 x 1 one)
+        # (no general convolutions, residual sums or bias gradients on this RTL:
+        # CONFIG_FEATURES.CONV, POOL, ADD and BIAS_GRAD are 0; with ``conv`` forward,
+        # backward-data and weight-gradient convolutions, CONFIG_FEATURES.CONV_FORWARD,
+        # CONV_BACKWARD_DATA and CONV_WEIGHT_GRAD, with tile exponents and without
+        # transposes, quantise-only or SGD, the batch a multiple of the columns; a weight
+        # gradient's, the batch a multiple of TILE_BLOCK, as a float32 or BFP8 stack, SGD
+        # of a BFP8 stack, or of a float32 row from a 1 x 1 one)
         mode = _field(csr, "DESC_CONV", "MODE")
         conv = ((mode != 0) | _field(csr, "DESC_CONV", "ADD")
+                | _field(csr, "DESC_CONV", "BIAS_GRAD")
                 | (_field(csr, "DESC_POOL", "MODE") != 0))
         if self.conv:
             batch = csr.desc_conv_batch[:16]
@@ -344,6 +346,7 @@ class Accelerator(wiring.Component):
                       & ~_field(csr, "DESC_FLAGS", "TRANSPOSE_A")
                       & ~_field(csr, "DESC_FLAGS", "TRANSPOSE_B")
                       & ~_field(csr, "DESC_CONV", "ADD")
+                      & ~_field(csr, "DESC_CONV", "BIAS_GRAD")
                       & self._pool_ok(csr, mode)
                       & ((batch & (self.cols - 1)) == 0))
             data_ok = (mode == 1) | (mode == 2)

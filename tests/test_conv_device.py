@@ -135,6 +135,84 @@ def test_bias_step_is_a_1x1_weight_gradient(model):
         np.testing.assert_array_equal(target.numpy(), want, err_msg=dev.backend)
 
 
+@pytest.mark.parametrize("spec", GEOMETRIES[:3])
+def test_bias_stepped_by_the_weight_gradient(model, spec):
+    """DESC_CONV.BIAS_GRAD: one weight-gradient descriptor steps the stack (BFP8 or float32)
+    and the bias row, the bias bit for bit as the 1x1 weight gradient of a row of ones
+    steps it, and the stack as without the bias; one descriptor, no more cycles than the
+    stack's alone and the bias's row."""
+    g = _geometry(spec)
+    rng = np.random.default_rng(len(str(spec)) + 31)
+    qw, ew = _stack(rng, g)
+    qd, ed = _activations(rng, g.out_channels, g.out_positions)
+    qx, ex = _activations(rng, g.channels, g.positions)
+    ones = (np.full((1, g.out_positions), 64, np.int8),
+            np.full(bfp.tile_grid((1, g.out_positions)), -6, np.int8))
+    one = convm.ConvGeometry(g.batch, g.out_channels, g.out_height, g.out_width, 1, 1)
+    db = convm.bias_grad(qd, ed)
+    np.testing.assert_array_equal(
+        db.view(np.uint32), convm.conv2d_weight_grad(*ones, qd, ed, one).reshape(-1)
+        .view(np.uint32))
+    np.testing.assert_allclose(db, bfp.dequantize_tiles(qd, ed).astype(np.float64).sum(1),
+                               rtol=1e-5, atol=1e-6)
+    b = rng.standard_normal((1, g.out_channels)).astype(np.float32)
+    want_b = bfp.sgd_step(b, db[None], 0.05, 1e-3)
+    grad = convm.conv2d_weight_grad(qd, ed, qx, ex, g).reshape(-1, g.channels)
+    w = convm.dequantize_stack(qw, ew)
+    stepped = bfp.sgd_step(w.reshape(-1, g.channels), grad, 0.05, 1e-3)
+    want_q, want_e = convm.quantize_stack(stepped.reshape(w.shape), rounding="stochastic",
+                                          seed=7)
+    for dev in (model, Device("golden")):
+        d, x = dev.bfp_tensor(qd, ed), dev.bfp_tensor(qx, ex)
+        stack, bias = dev.bfp_stack(qw, ew), dev.tensor(b)
+        dev.conv2d_sgd_update(d, x, stack, g, lr=0.05, weight_decay=1e-3,
+                              rounding="stochastic", seed=7, bias=bias)
+        np.testing.assert_array_equal(stack.mantissas(), want_q, err_msg=dev.backend)
+        np.testing.assert_array_equal(stack.exponents(), want_e, err_msg=dev.backend)
+        np.testing.assert_array_equal(bias.numpy().view(np.uint32), want_b.view(np.uint32),
+                                      err_msg=dev.backend)
+        if dev is model:
+            assert model.stats["descriptors"] == 1
+            fused = model.stats["cycles"]
+            model.conv2d_sgd_update(d, x, model.bfp_stack(qw, ew), g, lr=0.05,
+                                    rounding="stochastic", seed=7)
+            assert model.stats["cycles"] <= fused <= model.stats["cycles"] + 1
+        flat, bias = dev.tensor(w.reshape(-1, g.channels)), dev.tensor(b)
+        dev.conv2d_sgd_update(d, x, flat, g, lr=0.05, weight_decay=1e-3, bias=bias)
+        np.testing.assert_array_equal(flat.numpy().view(np.uint32), stepped.view(np.uint32),
+                                      err_msg=dev.backend)
+        np.testing.assert_array_equal(bias.numpy().view(np.uint32), want_b.view(np.uint32),
+                                      err_msg=dev.backend)
+
+
+def test_bias_step_refused(model):
+    """A bad bias row is named; BIAS_GRAD outside a weight gradient stops the engine with
+    UNSUPPORTED."""
+    g = _geometry(GEOMETRIES[1])
+    rng = np.random.default_rng(3)
+    qw, ew = _stack(rng, g)
+    d = model.bfp_tensor(*_activations(rng, g.out_channels, g.out_positions))
+    x = model.bfp_tensor(*_activations(rng, g.channels, g.positions))
+    stack = model.bfp_stack(qw, ew)
+    with pytest.raises(TypeError, match=r"bias must be a float32 1x6 DeviceTensor"):
+        model.conv2d_sgd_update(d, x, stack, g, lr=0.1,
+                                bias=model.tensor(np.zeros((6, 1), np.float32)))
+    with pytest.raises(TypeError, match="bias must be a float32"):
+        model.conv2d_sgd_update(d, x, stack, g, lr=0.1, bias=np.zeros((1, 6), np.float32))
+    with pytest.raises(ValueError, match="bias belongs to another device"):
+        model.conv2d_sgd_update(d, x, stack, g, lr=0.1,
+                                bias=Device("golden").tensor(np.zeros((1, 6), np.float32)))
+    conv = {"fields": {"MODE": 1, "KERNEL_H": 3, "KERNEL_W": 3, "STRIDE_H": 1,
+                       "STRIDE_W": 1, "DILATION_H": 1, "DILATION_W": 1, "BIAS_GRAD": 1},
+            "height": 5, "width": 5, "channels": 2, "out_channels": 3, "batch": 2}
+    for mode, epi in ((0, {}), (1, {"A_TILES": 1, "B_TILES": 1}),
+                      (2, {"A_TILES": 1, "B_TILES": 1})):
+        c = dict(conv, fields=dict(conv["fields"], MODE=mode))
+        with pytest.raises(AcceleratorError) as e:
+            model.driver.run(dict(m=1, n=1, k=1, flags={}, epilogue=epi, conv=c))
+        assert e.value.code is ErrorCode.UNSUPPORTED, mode
+
+
 POOLS = [("max", 2, 2), ("avg", 2, 2), ("max", 3, 2), ("avg", (3, 2), 1)]
 
 
@@ -183,7 +261,7 @@ def test_residual_sum_on_the_write_path(model, spec):
     """DESC_CONV.ADD: a forward convolution with a shortcut added before its bias and ReLU,
     and a backward-data convolution with another path's deltas added before the mask (and
     after an unpool): the model's and the golden backend's outputs and masks are the
-    reference's bit for bit, and the model counts the shortcut's reads."""
+    reference's bit for bit, and the model counts the shortcut's reads in the traffic."""
     g = _geometry(spec)
     rng = np.random.default_rng(len(str(spec)) + 7)
     qw, ew = _stack(rng, g)
@@ -219,7 +297,16 @@ def test_residual_sum_on_the_write_path(model, spec):
             cycles = model.stats["cycles"]
             model.conv2d_backward_data(model.bfp_tensor(qd, ed), model.bfp_stack(qw, ew), g,
                                        mask_in=m_in, out="float32")
-            assert model.stats["cycles"] < cycles
+            assert model.stats["cycles"] <= cycles
+            # (the summand's bytes in the descriptor's traffic floor, read beside the GEMM)
+            a, b, _ = g.compulsory_bytes(1)
+            c = g.out_channels * g.out_positions
+            sim = model.sim
+            for summand in (c, 0):
+                model.conv2d(model.bfp_tensor(qx, ex), model.bfp_stack(qw, ew), g,
+                             add=model.bfp_tensor(qs, es) if summand else None)
+                want = max(a + b + summand, c // sim.write_ports)
+                assert sim.last_floor == -(-want // sim.bpw), summand
 
 
 def test_residual_sum_refused(model):

@@ -294,7 +294,8 @@ def test_fashion_cnn_step_matches_golden(rtl, monkeypatch):
 def test_runtime_refuses_what_the_build_lacks(rtl):
     """Batches not a multiple of the columns (forward, backward-data) or of the tile size
     (weight gradient), SGD of a float32 C of more than one row, pools the write path does
-    not take: named before anything runs."""
+    not take, a bias stepped by the weight gradient's descriptor: named before anything
+    runs."""
     rng = np.random.default_rng(3)
 
     def tensors(spec):
@@ -325,14 +326,18 @@ def test_runtime_refuses_what_the_build_lacks(rtl):
     g, d, x, w = tensors((32, 2, 3, 3, 1, 3, 1, 1, 1))
     with pytest.raises(RuntimeError, match="float32 C of one row .* not 9 rows"):
         rtl.conv2d_sgd_update(d, x, rtl.tensor(np.zeros((9, 2), np.float32)), g, lr=0.1)
+    with pytest.raises(RuntimeError, match=r"does not step a bias .*CONFIG_FEATURES.BIAS_GRAD"):
+        rtl.conv2d_sgd_update(d, x, rtl.tensor(np.zeros((9, 2), np.float32)), g, lr=0.1,
+                              bias=rtl.tensor(np.zeros((1, 1), np.float32)))
 
 
 def test_hardware_refuses(rtl):
     """Descriptors the runtime would not send: a weight gradient of a batch not a multiple
     of the tile size, or with SGD of a float32 stack of more than one row (a 3 x 3 kernel),
     a batch not a multiple of the columns, no tile exponents, a transpose, SGD of a forward
-    convolution, a pool into a float32 C, an average pool, windows not their stride or with
-    a stored mask (UNSUPPORTED at enqueue), windows not tiling the output;
+    convolution, a bias gradient (BIAS_GRAD), a pool into a float32 C, an average pool,
+    windows not their stride or with a stored mask (UNSUPPORTED at enqueue), windows not
+    tiling the output;
     a dilated kernel beyond the padded image (UNSUPPORTED once derived); a zero stride
     (ZERO_DIMENSION)."""
     conv = {"fields": {"MODE": 1, "KERNEL_H": 3, "KERNEL_W": 3, "STRIDE_H": 1,
@@ -350,6 +355,7 @@ def test_hardware_refuses(rtl):
             (ErrorCode.UNSUPPORTED, {}, {}, {"TRANSPOSE_B": 1}, tiles),
             (ErrorCode.UNSUPPORTED, {}, {}, {}, dict(tiles, SGD=1, BFP8=1)),
             (ErrorCode.UNSUPPORTED, {"ADD": 1}, {}, {}, tiles),
+            (ErrorCode.UNSUPPORTED, {"MODE": 3, "BIAS_GRAD": 1}, {"batch": 32}, {}, tiles),
             (ErrorCode.UNSUPPORTED, {"DILATION_H": 3}, {}, {}, tiles),
             (ErrorCode.ZERO_DIMENSION, {"STRIDE_H": 0}, {}, {}, tiles)):
         c = dict(conv, fields=dict(conv["fields"], **fields), **extra)

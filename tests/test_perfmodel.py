@@ -232,6 +232,26 @@ def test_two_write_ports_halve_a_write_bound_gemm():
     assert abs(two / one - 1) < 0.01
 
 
+def test_k_runs_replace_the_tile_blocks_of_k():
+    """A K-block GEMM's chunks are its tile blocks of K, or the runs it is given (a
+    convolution's, one per kernel offset and block of channels): the tile blocks as runs
+    predict the same cycles, and nine runs of 16 steps, each read out on its own in 32
+    cycles, more than the five tile blocks of the same 144 steps."""
+    port = resolve_port("zynqmp-hp")
+    cfg = dict(rows=32, cols=64, depth=256, block=8, data_width=128, port=port,
+               read_ports=4, write_ports=6, k_blocks=True)
+    blocks = predict(16, 2048, 144, **cfg)["cycles"]
+    assert predict(16, 2048, 144, k_runs=(32, 32, 32, 32, 16), **cfg)["cycles"] == blocks
+    runs = predict(16, 2048, 144, k_runs=(16,) * 9, **cfg)["cycles"]
+    # (32 tiles, each nine read-outs of 32 cycles at least)
+    assert runs >= 32 * 9 * 32 > blocks
+    for bad in ((16,) * 8, (48, 48, 48), (0, 144)):
+        with pytest.raises(ValueError, match="k_runs must be"):
+            predict(16, 2048, 144, k_runs=bad, **cfg)
+    with pytest.raises(ValueError, match="k_runs must be"):
+        predict(16, 2048, 144, k_runs=(16,) * 9, **dict(cfg, k_blocks=False))
+
+
 def test_pauses_slow_the_data_channels():
     """A port that holds its channels back 10 % of cycles: a write-bound GEMM (K = 8, C rows
     dominate) takes about 1 / 0.9 as long; a missing ``pause`` means none."""

@@ -78,6 +78,34 @@ def test_fashion_cnn_on_the_board_default_model_bit_identical(monkeypatch):
         np.testing.assert_array_equal(a.view(np.uint32), b.view(np.uint32), err_msg=name)
 
 
+def test_bias_in_the_weight_gradient_or_its_own_descriptor(monkeypatch):
+    """A strided convolution, a pool and a classifier: each bias stepped by its layer's
+    weight-gradient descriptor (DESC_CONV.BIAS_GRAD, where the device offers it) or by a 1 x
+    1 weight gradient of its own (as on the RTL), the same weights and biases bit for bit,
+    one descriptor a layer fewer."""
+    rng = np.random.default_rng(4)
+    net = nn.Network([nn.Conv2d(3, 8, 3, rng, stride=2, padding=1), nn.ReLU(),
+                      nn.MaxPool2d(2), nn.Flatten(), nn.Linear(8 * 3 * 3, 5, rng)])
+    x = rng.standard_normal((8, 3, 12, 12)).astype(np.float32)
+    y = rng.integers(0, 5, 8)
+    _no_host_layout(monkeypatch)
+    runs = []
+    for fused in (True, False):
+        dev = Device("model", rows=4, cols=8)
+        r = ResidentConvNet(net, (3, 12, 12), dev, seed=2, lr=0.1, weight_decay=1e-3,
+                            record=False)
+        assert r.fused_bias
+        r.fused_bias = fused
+        dev.sim.trace = trace = []
+        losses = [r.step(x, y) for _ in range(2)]
+        runs.append((losses, r.params, len(trace), sum(t["cycles"] for t in trace)))
+    (la, pa, da, ca), (lb, pb, db, cb) = runs
+    assert la == lb
+    for (name, a), (_, b) in zip(pa, pb, strict=True):
+        np.testing.assert_array_equal(a.view(np.uint32), b.view(np.uint32), err_msg=name)
+    assert db - da == 2 * 2 and ca < cb
+
+
 def test_step_follows_float32_gradients():
     """One step with a large learning rate (so the update dwarfs the weights' quantum): every
     layer's change is the float32 network's gradient step (firmware.ml.nn on the host),

@@ -90,9 +90,26 @@ def test_global_average_pool():
 
 def test_step_macs_counts_three_gemms_but_the_first_backward_data():
     """fashion-cnn at batch 2, by hand: conv1 2*28*28*32*9, conv2 2*14*14*64*288, fc1
-    2*3136*128, fc2 2*128*10; three times that, less conv1 once."""
+    2*3136*128, fc2 2*128*10; three times that, less conv1 once. Without the padding's
+    products a 3 x 3 kernel with padding 1 on an n x n image has (3n - 2)^2 taps inside it,
+    as the engine counts them."""
     fwd = [2 * 28 * 28 * 32 * 9, 2 * 14 * 14 * 64 * 288, 2 * 3136 * 128, 2 * 128 * 10]
+    assert step.step_macs("fashion-cnn", 2, padding=True) == 3 * sum(fwd) - fwd[0]
+    fwd[:2] = [2 * 82 ** 2 * 32, 2 * 40 ** 2 * 64 * 32]
     assert step.step_macs("fashion-cnn", 2) == 3 * sum(fwd) - fwd[0]
+
+
+@pytest.mark.parametrize("net", ["fashion-cnn", "resnet20"])
+def test_step_macs_are_the_engines_without_the_padding(net):
+    """The step's products without the padding's (counted from PyTorch's layers) are those
+    the engine counts forward and backward-data, and the forward's again for the weight
+    gradients, whose walk also multiplies the padding's zeros."""
+    from sim.bench.conv_layers import trace_step
+    records, _, _ = trace_step("zcu104", net, 8)
+    by = {p: sum(r["macs"] for r in records if r["pass"] == p)
+          for p in ("forward", "backward-data", "weight gradient")}
+    assert step.step_macs(net, 8) == 2 * by["forward"] + by["backward-data"]
+    assert by["forward"] < by["weight gradient"] < step.step_macs(net, 8, padding=True)
 
 
 def test_command_writes_a_record(tmp_path):
@@ -136,12 +153,14 @@ def test_whole_step_on_the_device_where_the_network_allows(tmp_path, capsys, mon
     assert set(recs) == {(net, blocks) for net in ("fashion-cnn", "resnet20")
                          for blocks in ("fox", "resident-sgd")}
     r = recs["fashion-cnn", "resident-sgd"]
-    assert r["descriptors_per_step"] == 2 + 4 + 3 + 4 + 4
+    # the input and loss-gradient quantisations; per layer a forward descriptor and a
+    # weight gradient stepping the weights and the bias, and a backward-data descriptor but
+    # the first layer's
+    assert r["descriptors_per_step"] == 2 + 4 + 3 + 4
     assert r["host_share"] < recs["fashion-cnn", "fox"]["host_share"]
     assert step.line(r).endswith("(resident-sgd)")
-    # 22 layers: the input and loss-gradient quantisations, a forward descriptor, a weight
-    # and a bias step each, and a backward-data descriptor but the first layer's
-    assert recs["resnet20", "resident-sgd"]["descriptors_per_step"] == 2 + 22 + 2 * 22 + 21
+    # 22 layers, likewise
+    assert recs["resnet20", "resident-sgd"]["descriptors_per_step"] == 2 + 22 + 22 + 21
 
     def odd(rng):
         return nn.Network([nn.Residual([nn.Conv2d(3, 3, 3, rng, padding=1), nn.ReLU()]),

@@ -24,8 +24,10 @@ Per step the host converts the input batch to the ``CHWN`` layout (one copy), wr
 the loss gradient (each quantised on the device) and reads the logits; everything else stays
 on the device. The optimiser is the device's (SWALP's 8-bit SGD,
 :meth:`firmware.Device.conv2d_sgd_update`): each layer's weights are a BFP8 stack stepped in
-place by its weight-gradient descriptor, its bias a float32 row stepped by the weight
-gradient of a row of ones against the deltas (a 1 x 1 convolution: the sum over positions).
+place by its weight-gradient descriptor, its bias a float32 row stepped by the same
+descriptor (``DESC_CONV.BIAS_GRAD``: the sums of the deltas' rows, taken as the array reads
+them) or, on an accelerator without it (the RTL), by the weight gradient of a row of ones
+against the deltas (a 1 x 1 convolution: the sum over positions), bit for bit the same.
 
 Layer ``l``'s descriptors take the seeds of :func:`firmware.ml.resident.descriptor_seed`, so
 the ``golden`` backend's weights are the ``model``'s bit for bit.
@@ -49,6 +51,7 @@ from firmware.ml.resident import (
     descriptor_seed,
     ones_row,
 )
+from firmware.runtime.convolution import offers_bias_grad
 from firmware.spec.regmap import TILE_BLOCK
 from sim.models import conv as convm
 
@@ -322,6 +325,9 @@ class ResidentConvNet:
         self.lr, self.weight_decay, self.eval_batch = float(lr), float(weight_decay), eval_batch
         self.steps, self.passes, self.traffic = 0, 0, {}
         self._ones: dict = {}
+        #: whether each weight-gradient descriptor steps its layer's bias too
+        #: (``CONFIG_FEATURES.BIAS_GRAD``), else a descriptor of its own does
+        self.fused_bias = offers_bias_grad(device)
         self._plan = None
         # each output's last reader in the backward pass: it applies the mask to the deltas
         self._last_reader = {j: _consumers(self.stages, j)[-1]
@@ -447,7 +453,10 @@ class ResidentConvNet:
                     (delta if last else pending)[j] = t
                 dev.conv2d_sgd_update(d, saved.acts[st.src], w, g, lr=self.lr,
                                       weight_decay=self.weight_decay, rounding=rounding,
-                                      seed=self._seed(step, i, 1) ^ SGD_SEED)
+                                      seed=self._seed(step, i, 1) ^ SGD_SEED,
+                                      bias=b if self.fused_bias else None)
+                if self.fused_bias:
+                    continue
                 ones = convm.ConvGeometry(batch, st.out_channels, g.out_height, g.out_width,
                                           1, 1)
                 dev.conv2d_sgd_update(self._ones_row(g.out_positions), d, b, ones, lr=self.lr,

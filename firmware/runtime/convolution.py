@@ -337,9 +337,10 @@ def conv2d_backward_data(dev, d: BfpTensor, w: BfpStack, geometry, *, mask_in=No
 
 
 def _weight_grad(dev, d, x, geometry, target, *, lr=None, weight_decay=0.0,
-                 rounding="nearest", seed=0):
+                 rounding="nearest", seed=0, bias=None):
     """One weight-gradient descriptor (``DESC_CONV.MODE`` 3): the float32 stack it writes
-    (``target`` None), or the SGD step of ``target`` (a BfpStack, or a float32 stack)."""
+    (``target`` None), or the SGD step of ``target`` (a BfpStack, or a float32 stack), and
+    with ``bias`` (``DESC_CONV.BIAS_GRAD``) the SGD step of that float32 bias row too."""
     from firmware.runtime.device import DeviceTensor
     g = _check_geometry(geometry)
     for name, t, shape in (("d", d, (g.out_channels, g.out_positions)),
@@ -370,6 +371,8 @@ def _weight_grad(dev, d, x, geometry, target, *, lr=None, weight_decay=0.0,
     if target is not None:
         _check_rates(lr, weight_decay)
     _require_conv(dev, 3, g)
+    if bias is not None:
+        _check_bias_row(dev, bias, g.out_channels, target)
     ops = {"SGD": 1} if target is not None else {}
     _require(dev, rows=m, BFP8=int(bfp8), STOCHASTIC=int(bfp8 and rounding == "stochastic"),
              **ops)
@@ -382,11 +385,14 @@ def _weight_grad(dev, d, x, geometry, target, *, lr=None, weight_decay=0.0,
             return dev.tensor(grad)
         w = target.numpy().reshape(m, n) if bfp8 else target.numpy()
         w = bfp.sgd_step(w, grad, lr, weight_decay)
+        if bfp8 and not np.isfinite(w).all():
+            raise ValueError("the updated weights hold inf or NaN: they cannot be quantised")
+        if bias is not None:
+            db = convm.bias_grad(d.mantissas(), d.exponents(), block=regmap.TILE_BLOCK)
+            bias.write(bfp.sgd_step(bias.numpy(), db.reshape(1, -1), lr, weight_decay))
         if not bfp8:
             target.write(w)
             return None
-        if not np.isfinite(w).all():
-            raise ValueError("the updated weights hold inf or NaN: they cannot be quantised")
         q, e = convm.quantize_stack(w.reshape(target.shape), rounding=rounding,
                                     seed=int(seed), block=regmap.TILE_BLOCK)
         target.q.write(q.reshape(m, n))
@@ -402,6 +408,10 @@ def _weight_grad(dev, d, x, geometry, target, *, lr=None, weight_decay=0.0,
         tensors.append(made)
     else:
         _sgd_target(desc, epi, tensors, target, lr, weight_decay, rounding)
+    if bias is not None:
+        desc["conv"]["fields"]["BIAS_GRAD"] = 1
+        desc["bias_addr"] = bias.addr
+        tensors.append(bias)
     desc["epilogue"] = epi
     try:
         _run(dev, desc, tensors)
@@ -418,9 +428,34 @@ def conv2d_weight_grad(dev, d: BfpTensor, x: BfpTensor, geometry):
 
 
 def conv2d_sgd_update(dev, d: BfpTensor, x: BfpTensor, target, geometry, *, lr,
-                      weight_decay=0.0, rounding: str = "nearest", seed: int = 0) -> None:
+                      weight_decay=0.0, rounding: str = "nearest", seed: int = 0,
+                      bias=None) -> None:
     """See :meth:`firmware.Device.conv2d_sgd_update`."""
     if target is None:
         raise TypeError("target must be a BfpStack or a float32 DeviceTensor, not None")
     _weight_grad(dev, d, x, geometry, target, lr=lr, weight_decay=weight_decay,
-                 rounding=rounding, seed=seed)
+                 rounding=rounding, seed=seed, bias=bias)
+
+
+def offers_bias_grad(dev) -> bool:
+    """Whether ``dev`` steps a bias in its weight gradient's descriptor
+    (``CONFIG_FEATURES.BIAS_GRAD``; the golden backend does)."""
+    return dev.driver is None or dev.driver.info.bias_grad
+
+
+def _check_bias_row(dev, bias, cout: int, target) -> None:
+    """``bias`` of :func:`conv2d_sgd_update`: a float32 ``1 x cout`` DeviceTensor on
+    ``dev``, apart from ``target``, on a device that offers ``DESC_CONV.BIAS_GRAD``."""
+    from firmware.runtime.device import DeviceTensor
+    if not isinstance(bias, DeviceTensor) or bias.dtype != np.float32 \
+            or bias.shape != (1, cout):
+        raise TypeError(f"bias must be a float32 1x{cout} DeviceTensor, not "
+                        f"{type(bias).__name__} {getattr(bias, 'shape', '')}")
+    if bias.device is not dev:
+        raise ValueError("bias belongs to another device (or is freed)")
+    if bias is target:
+        raise ValueError("bias must not be the target itself")
+    if not offers_bias_grad(dev):
+        raise RuntimeError(f"this {dev.backend} accelerator does not step a bias in a weight "
+                           f"gradient's descriptor (CONFIG_FEATURES.BIAS_GRAD): step it with "
+                           f"a 1 x 1 weight gradient against a row of ones")

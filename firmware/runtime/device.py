@@ -1128,7 +1128,7 @@ class Device:
         return convolution.conv2d_weight_grad(self, d, x, geometry)
 
     def conv2d_sgd_update(self, d, x, target, geometry, *, lr, weight_decay=0.0,
-                          rounding: str = "nearest", seed: int = 0) -> None:
+                          rounding: str = "nearest", seed: int = 0, bias=None) -> None:
         """One SGD step of a convolution's weights in place, the weight gradient
         (:meth:`conv2d_weight_grad`) never leaving the device (``DESC_CONV`` mode 3 with
         ``DESC_EPILOGUE.SGD``).
@@ -1144,15 +1144,23 @@ class Device:
             matrix (a 1x1 geometry's against a row of ones steps a bias row).
         lr, weight_decay, rounding, seed :
             As :meth:`sgd_update`.
+        bias : DeviceTensor, optional
+            The layer's float32 ``1 x Cout`` bias row, stepped in the same descriptor
+            (``DESC_CONV.BIAS_GRAD``) with the same learning rate and weight decay by its
+            gradient, the sums of ``d``'s rows (:func:`sim.models.conv.bias_grad`): bit for
+            bit the step of a 1 x 1 weight gradient against a row of ones, without reading
+            ``d`` again.
 
         Raises
         ------
         TypeError, ValueError, RuntimeError
-            As :meth:`conv2d` and :meth:`sgd_update`.
+            As :meth:`conv2d` and :meth:`sgd_update`; RuntimeError also for ``bias`` on an
+            accelerator without ``CONFIG_FEATURES.BIAS_GRAD``.
         """
         from firmware.runtime import convolution
         convolution.conv2d_sgd_update(self, d, x, target, geometry, lr=lr,
-                                      weight_decay=weight_decay, rounding=rounding, seed=seed)
+                                      weight_decay=weight_decay, rounding=rounding, seed=seed,
+                                      bias=bias)
 
     def sgd_update(self, a, b, target, *, lr, weight_decay=0.0, transpose_a: bool = False,
                    transpose_b: bool = False, rounding: str = "nearest", seed: int = 0):

@@ -97,6 +97,9 @@ class HardwareInfo:
         #: ... and its backward pass before backward-data convolutions, the batch a multiple
         #: of the tile size (``CONFIG_FEATURES.POOL_BACKWARD``; 0 before 1.19)
         self.pool_backward = bool(field_value("CONFIG_FEATURES", "POOL_BACKWARD", features))
+        #: a weight gradient's bias gradient in the same descriptor (``DESC_CONV.BIAS_GRAD``,
+        #: ``CONFIG_FEATURES.BIAS_GRAD``; 0 before 1.20)
+        self.bias_grad = bool(field_value("CONFIG_FEATURES", "BIAS_GRAD", features))
         self.tile_block = 1 << field_value("CONFIG_FEATURES", "TILE_LOG2", features)
 
     def __repr__(self):

@@ -188,7 +188,8 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
             rows: int, cols: int, depth: int, block: int, data_width: int, port: dict,
             read_ports: int = 1, write_ports: int = 1,
             dma_outstanding: int = hw.DMA_OUTSTANDING, dma_burst: int = hw.DMA_BURST,
-            copies: int = 1, chunk: int = 0, k_blocks: bool = False) -> dict:
+            copies: int = 1, chunk: int = 0, k_blocks: bool = False,
+            k_runs: tuple[int, ...] | None = None) -> dict:
     """Predicted cycles of one GEMM descriptor, from its start to its last C row in memory.
 
     Parameters
@@ -226,6 +227,11 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
         (emitted or stored) at least ``GemmDatapath.kb_interval`` after the one before, its
         C rows ``KB_ADD_LATENCY`` cycles later. The per-chunk exponent loads (a byte a tile)
         are not modelled: they run while the datapath's queued commands compute.
+    k_runs : tuple of int, optional
+        With ``k_blocks``, the K chunks of every tile in order, in place of tile blocks of
+        K (:func:`sim.models.engine.array_block_chunks`): a convolution's runs, one per kernel
+        offset and block of at most ``TILE_BLOCK`` channels, each its own read-out
+        (:meth:`sim.models.conv.ConvGeometry.k_runs`). Their sum is ``k``.
     copies : int
         The GEMM queued this many times back to back, each after the first with
         ``DESC_FLAGS.OVERLAP`` (its chunks walked after the one before's, the slot parities
@@ -242,6 +248,10 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
     """
     regmap.check_read_ports(read_ports)
     regmap.check_write_ports(write_ports, rows)
+    if k_runs is not None and (not k_blocks or sum(k_runs) != k
+                               or not all(0 < r <= regmap.TILE_BLOCK for r in k_runs)):
+        raise ValueError(f"k_runs must be K-block runs of 1..{regmap.TILE_BLOCK} steps summing "
+                         f"to k = {k}, with k_blocks")
     bpw = data_width // 8
     burst, o_rd, o_wr, keep, dram = _port_rates(port, bpw, dma_burst, dma_outstanding)
     read_fifo = dma_burst * dma_outstanding
@@ -329,7 +339,7 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
     walked, parity = [], (0, 0)
     for _ in range(copies):
         more, parity = walk_chunks(m, n, k, rows, cols, depth, data_width, block, parity,
-                                   chunk=chunk, k_blocks=k_blocks)
+                                   chunk=chunk, k_blocks=k_blocks, k_runs=k_runs)
         walked += more
     for m_blk, n_blk, keep_a, keep_b, k0, kc, a_par, b_par in walked:
         bm = min(block, _cdiv(m - m_blk, rows))

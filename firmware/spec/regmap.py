@@ -33,7 +33,7 @@ __all__ = ["Field", "Register", "REGISTERS", "ErrorCode", "MAGIC", "VERSION", "T
 #: ``ID`` register contents: ASCII "BFP8".
 MAGIC = 0x42465038
 #: Register map version (major << 16 | minor): changes when the map does.
-VERSION = 0x0001_0013
+VERSION = 0x0001_0014
 
 #: Side of the number format's square tile blocks (``CONFIG_FEATURES.TILE_LOG2``): BFP8 tile
 #: blocks, :mod:`sim.models.bfp`.
@@ -242,7 +242,8 @@ REGISTERS: tuple[Register, ...] = tuple([
          ("OPS", 16, 8, "the DESC_EPILOGUE bits 7..0 this build runs, each as in "
                         "DESC_EPILOGUE (all of them where EPILOGUE is 1). RELU, BIAS, "
                         "MASK_IN, QUANTIZE_ONLY and SGD only with BFP8 where EPILOGUE is "
-                        "0")),
+                        "0"),
+         ("BIAS_GRAD", 24, 1, "a weight gradient's bias gradient (DESC_CONV.BIAS_GRAD)")),
     _reg("CTRL", 0x020, "w1p", "Control pulses",
          ("ENQUEUE", 0, 1, "copy the staged descriptor into the queue (starts the engine)"),
          ("SOFT_RESET", 1, 1, "abort everything, drain the bus, return to idle"),
@@ -348,7 +349,13 @@ REGISTERS: tuple[Register, ...] = tuple([
          ("ADD", 30, 1, "MODE 1 or 2 only (else UNSUPPORTED; CONFIG_FEATURES.ADD): add the "
                         "BFP8 matrix at DESC_ADD_ADDR, of the shape ReLU's mask has (a "
                         "pool's input, an unpool's output), to C before the bias: a "
-                        "residual connection, or its backward pass's sum of deltas")),
+                        "residual connection, or its backward pass's sum of deltas"),
+         ("BIAS_GRAD", 31, 1, "MODE 3 only (else UNSUPPORTED; CONFIG_FEATURES.BIAS_GRAD): "
+                              "also the bias gradient, the sums of the deltas' rows (each "
+                              "tile block's exact sum rescaled by its exponent, added in "
+                              "float32 in K's order), for the Cout float32 biases at "
+                              "DESC_BIAS_ADDR: stepped as the stack with SGD, else "
+                              "written there")),
     _reg("DESC_CONV_IMAGE", 0x18C, "rw", "The convolution's input image",
          ("HEIGHT", 0, 16, "H, 1..65535"), ("WIDTH", 16, 16, "W, 1..65535")),
     _reg("DESC_CONV_CHANNELS", 0x190, "rw", "The convolution's channels",

@@ -6,18 +6,22 @@ For each network (``--net``: fashion-cnn, and VGG-11 and ResNet-20 on 3x32x32 as
 ``Device("model")`` configured as the board's default on its memory port, with the
 functional model's trace on (:attr:`sim.models.functional.FunctionalAccelerator.trace`).
 Each descriptor is recorded with the layer and pass it belongs to (the input's and the loss
-gradient's quantisation; per layer its forward, backward-data, weight-gradient and bias
-descriptors), the GEMM the engine schedules (:meth:`sim.models.conv.ConvGeometry.
+gradient's quantisation; per layer its forward, backward-data and weight-gradient
+descriptors, the last stepping the bias too where the device offers it, else a bias
+descriptor of its own), the GEMM the engine schedules (:meth:`sim.models.conv.ConvGeometry.
 implicit_gemm`), its multiply-accumulates and the performance model's cycles, and three
 bounds on its cycles:
 
 * **compute**: ``ceil(M / rows) * ceil(N / cols) * K`` (``K`` the mean reduction length);
-* **K blocks**: the same with every tile block of ``T`` steps (:data:`firmware.spec.regmap.
-  TILE_BLOCK`) a read-out of the array, which takes the datapath's K-block interval
-  (:func:`firmware.runtime.perfmodel.kblock_interval`): ``tiles * max(K, ceil(K / T) *
-  interval)``. On an array whose interval exceeds ``T`` (the VU9P's 64 x 128: 64 cycles)
-  this, not the MACs, bounds a BFP8 GEMM, and on every array it bounds a layer whose K
-  blocks are shorter than ``T`` (few input channels);
+* **K blocks**: the same with every K block a read-out of the array, which takes the
+  datapath's K-block interval (:func:`firmware.runtime.perfmodel.kblock_interval`) however
+  short the block: a weight gradient's blocks are tile blocks of ``T`` output positions
+  (:data:`firmware.spec.regmap.TILE_BLOCK`), ``tiles * max(K, ceil(K / T) * interval)``;
+  forward and backward-data each kernel offset's blocks of at most ``T`` channels are
+  rescaled on their own (:meth:`sim.models.conv.ConvGeometry.k_runs`), ``tiles * sum(max(run,
+  interval))``. On an array whose interval exceeds ``T`` (the VU9P's 64 x 128: 64 cycles)
+  this, not the MACs, bounds a BFP8 GEMM, and on every array it bounds a layer of fewer
+  channels than ``T``;
 * **traffic**: the compulsory bytes (each operand read once, int8, the input only where a
   kernel offset reads it; C written once, int8, or
   float32 for a float32 C; an SGD target read and written; masks, argmax and exponents
@@ -54,8 +58,13 @@ def bounds(rec: dict, cfg: dict, port: dict) -> dict:
     m, n, k = rec["m"], rec["n"], rec["k"]
     tiles = -(-m // rows) * -(-n // cols)
     compute = tiles * k
-    kb = tiles * max(k, -(-k // TILE_BLOCK) * kblock_interval(rows, cols,
-                                                              cfg.get("packing", 1)))
+    interval = kblock_interval(rows, cols, cfg.get("packing", 1))
+    runs = rec.get("k_runs")
+    if runs:
+        # (a convolution's runs, each a read-out however short)
+        kb = tiles * max(k, sum(max(r, interval) for r in runs))
+    else:
+        kb = tiles * max(k, -(-k // TILE_BLOCK) * interval)
     rd, wr = rec["bytes_read"], rec["bytes_written"]
     traffic = max(rd / bus, wr / (bus * cfg.get("write_ports", 1)))
     dram = dram_bytes_per_cycle(port, bus)
@@ -70,8 +79,9 @@ def bounds(rec: dict, cfg: dict, port: dict) -> dict:
             "ideal": rec["macs"] / (pes * ideal) if ideal else None}
 
 
-def _traffic(pass_: str, g, st, last: bool) -> tuple[int, int]:
-    """Compulsory bytes read and written by one descriptor (module documentation)."""
+def _traffic(pass_: str, g, st, last: bool, bias: bool = False) -> tuple[int, int]:
+    """Compulsory bytes read and written by one descriptor (module documentation);
+    ``bias``: a weight gradient's that steps the float32 bias row too."""
     if pass_ == "bias":
         # a row of ones against the deltas, a float32 row read and written
         d = g.out_channels * g.out_positions
@@ -79,7 +89,9 @@ def _traffic(pass_: str, g, st, last: bool) -> tuple[int, int]:
     mode = {"forward": 1, "backward-data": 2, "weight gradient": 3}[pass_]
     a, b, c = g.compulsory_bytes(mode)
     if mode == 3:
-        return a + b + c, c                  # (the stack stepped in place)
+        # (the stack stepped in place, and the float32 bias row)
+        row = 4 * g.out_channels if bias else 0
+        return a + b + c + row, c + row
     if mode == 2:
         return a + b, c
     p = st.pooling(g.batch)
@@ -114,7 +126,9 @@ def trace_step(board: str, net_name: str, batch: int = 128) -> tuple[list, dict,
     for i in reversed(range(n)):
         st = stages[i]
         plan += [(i, "backward-data", st)] if st.src >= 0 else []
-        plan += [(i, "weight gradient", st), (i, "bias", st)]
+        # (the bias stepped by the weight gradient's descriptor, DESC_CONV.BIAS_GRAD, or by
+        # its own)
+        plan += [(i, "weight gradient", st)] + ([] if r.fused_bias else [(i, "bias", st)])
     if len(plan) != len(trace):
         raise RuntimeError(f"{net_name}: traced {len(trace)} descriptors, expected "
                            f"{len(plan)}")
@@ -122,6 +136,8 @@ def trace_step(board: str, net_name: str, batch: int = 128) -> tuple[list, dict,
     for (layer, pass_, st), t in zip(plan, trace, strict=True):
         rec = {"layer": layer, "pass": pass_, "m": t["m"], "n": t["n"], "k": t["k"],
                "macs": t["macs"], "cycles": t["cycles"]}
+        if t.get("k_runs"):
+            rec["k_runs"] = list(t["k_runs"])
         if st is None:
             rec.update(bytes_read=4 * t["m"] * t["n"], bytes_written=t["m"] * t["n"])
         else:
@@ -130,7 +146,7 @@ def trace_step(board: str, net_name: str, batch: int = 128) -> tuple[list, dict,
             if t["mode"] != want or (pass_ != "bias" and t["geometry"] != g):
                 raise RuntimeError(f"{net_name}: descriptor {len(records)} is not layer "
                                    f"{layer}'s {pass_}")
-            rd, wr = _traffic(pass_, g, st, layer == n - 1)
+            rd, wr = _traffic(pass_, g, st, layer == n - 1, r.fused_bias)
             rec.update(layer_shape=_shape(st), bytes_read=rd, bytes_written=wr)
         records.append(rec)
     return records, cfg, resolve_port(BOARD_PORTS[board])

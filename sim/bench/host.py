@@ -29,7 +29,21 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[2]
 
-__all__ = ["fashion_cnn", "board_device", "measure", "table", "main"]
+__all__ = ["fashion_cnn", "machine", "board_device", "measure", "table", "main"]
+
+
+def machine() -> str:
+    """This machine as the benchmarks' JSON names it: its architecture and, where Linux
+    says, its processor's model name (host and PyTorch times depend on it)."""
+    name = ""
+    try:
+        with open("/proc/cpuinfo") as f:
+            name = next((line.split(":", 1)[1].strip() for line in f
+                         if line.startswith("model name")), "")
+    except OSError:
+        pass
+    name = name or platform.processor()
+    return f"{platform.machine()} ({name})" if name else platform.machine()
 
 
 def fashion_cnn(rng):
@@ -251,7 +265,7 @@ def main(argv=None) -> int:
     args.out.write_text(json.dumps({
         "command": "python -m sim.bench host " + " ".join(argv if argv is not None
                                                           else sys.argv[1:]),
-        "machine": f"{platform.machine()} {platform.processor() or ''}".strip(),
+        "machine": machine(),
         "python": platform.python_version(), "fp32_step_seconds": fp32,
         "results": results}, indent=2) + "\n")
     print(f"\nwrote {args.out}")

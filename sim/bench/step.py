@@ -40,7 +40,7 @@ from pathlib import Path
 import numpy as np
 
 # (the --blocks value of the whole step on the device, as python -m sim.bench host names it)
-from sim.bench.host import RESIDENT_SGD
+from sim.bench.host import RESIDENT_SGD, machine
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -134,19 +134,31 @@ def _data(shape, batch, seed=0):
     return x, rng.integers(0, 10, batch)
 
 
-def step_macs(net_name: str, batch: int = 128) -> int:
+def step_macs(net_name: str, batch: int = 128, padding: bool = False) -> int:
     """Multiply-accumulates of one training step: the forward GEMMs' (every convolution's
     and linear layer's ``outputs x fan-in``), as many for the weight gradients, and as many
-    for the backward-data GEMMs but the first layer's (nobody needs the input's gradient)."""
+    for the backward-data GEMMs but the first layer's (nobody needs the input's gradient).
+
+    Without ``padding`` a convolution's products with its zero padding are left out (the
+    work there is to do, and what the engine's ``MACS`` counter counts: the utilisation
+    never exceeds 1); with it they are in, as the usual operation counts have them."""
     import torch
     build, shape = NETS[net_name]
     model = to_torch(build(np.random.default_rng(0)))
     macs = []
 
     def hook(mod, inp, out):
-        fan_in = (mod.in_channels * mod.kernel_size[0] * mod.kernel_size[1]
-                  if isinstance(mod, torch.nn.Conv2d) else mod.in_features)
-        macs.append(out.numel() * fan_in)
+        if not isinstance(mod, torch.nn.Conv2d):
+            macs.append(out.numel() * mod.in_features)
+            return
+        taps = mod.kernel_size[0] * mod.kernel_size[1] * out.shape[2] * out.shape[3]
+        if not padding:
+            # (the kernel taps inside the image, summed over the output positions)
+            ones = torch.ones(1, 1, *inp[0].shape[2:])
+            taps = int(torch.nn.functional.conv2d(
+                ones, torch.ones(1, 1, *mod.kernel_size), stride=mod.stride,
+                padding=mod.padding).sum())
+        macs.append(out.shape[0] * mod.out_channels * mod.in_channels * taps)
 
     for mod in model.modules():
         if isinstance(mod, (torch.nn.Conv2d, torch.nn.Linear)):
@@ -246,6 +258,7 @@ def measure(board: str, net_name: str, blocks: str = "fox", batch: int = 128,
     host = s["host_seconds"] / steps
     acc = s["accelerator_seconds"] / steps
     macs = step_macs(net_name, batch)
+    dense = step_macs(net_name, batch, padding=True)
     peak = cfg["rows"] * cfg["cols"]
     if eng is not None:
         eng.close()
@@ -257,6 +270,7 @@ def measure(board: str, net_name: str, blocks: str = "fox", batch: int = 128,
             "host_total": host, "accelerator_cycles": s["accelerator_cycles"] / steps,
             "accelerator_seconds": acc, "step_seconds": host + acc,
             "host_share": host / (host + acc), "macs_per_step": macs,
+            "macs_per_step_with_padding": dense,
             "peak_macs_per_cycle": peak,
             "accelerator_utilization": macs / (peak * s["accelerator_cycles"] / steps),
             "utilization": macs / (peak * clock * (host + acc))}
@@ -379,7 +393,7 @@ def main(argv=None) -> int:
     args.out.write_text(json.dumps({
         "command": "python -m sim.bench step " + " ".join(argv if argv is not None
                                                           else sys.argv[1:]),
-        "machine": f"{platform.machine()} {platform.processor() or ''}".strip(),
+        "machine": machine(),
         "python": platform.python_version(), "torch": torch.__version__,
         "results": records}, indent=2) + "\n")
     print(f"\nwrote {args.out}")

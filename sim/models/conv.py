@@ -56,7 +56,7 @@ from sim.models.golden import MAX_K
 __all__ = ["LAYOUT", "ConvGeometry", "pool_geometry", "pool_tile_columns", "activation_matrix",
            "activation_tensor",
            "weight_stack", "weight_tensor", "conv2d_forward", "conv2d_backward_data",
-           "conv2d_weight_grad", "position_runs", "tile_columns", "weight_grad_offset",
+           "conv2d_weight_grad", "bias_grad", "position_runs", "tile_columns", "weight_grad_offset",
            "max_pool", "max_pool_backward", "avg_pool", "avg_pool_backward", "global_avg_pool",
            "global_avg_pool_backward", "ARGMAX_DTYPE", "POOL_KINDS", "Pooling", "pool",
            "unpool", "ConvEpilogue", "conv_epilogue", "quantize_stack", "dequantize_stack"]
@@ -208,6 +208,28 @@ class ConvGeometry:
             m, n, per = self.channels, self.positions, self.out_channels
         macs = m * per * pairs * self.batch
         return m, n, -(-macs // (m * n)), macs
+
+    def k_runs(self, mode: int, *, block: int = 32) -> tuple[int, ...]:
+        """The K runs of a tile of a forward (``mode`` 1) or backward-data (2) descriptor,
+        each rescaled on its own (the datapath's K blocks): one per kernel offset and block
+        of at most ``block`` channels it reduces over (forward the input's, backward-data
+        the output's), for the mean number of offsets a tile reads (those over padding
+        skipped, :meth:`implicit_gemm`; rounded to the nearest, at least one). A layer of
+        fewer channels than ``block`` has runs shorter than a tile block.
+
+        Raises
+        ------
+        ValueError
+            ``mode`` is not 1 or 2.
+        """
+        if mode not in (1, 2):
+            raise ValueError(f"mode must be 1 or 2, not {mode!r}")
+        block = _check_block(block)
+        per = self.channels if mode == 1 else self.out_channels
+        m, n, _, macs = self.implicit_gemm(mode)
+        offsets = max(1, round(macs / (m * n * per)))
+        one = (block,) * (per // block) + ((per % block,) if per % block else ())
+        return one * offsets
 
     def compulsory_bytes(self, mode: int) -> tuple[int, int, int]:
         """The int8 operand bytes a descriptor of ``mode`` must read at least, and C's
@@ -841,6 +863,39 @@ def weight_grad_offset(d: np.ndarray, d_exp: np.ndarray, x: np.ndarray, x_exp: n
                      0)                                                          # (R, C)
     return _sum_runs(d, a_exp.astype(np.int8), cols.astype(np.int8), b_exp.astype(np.int8),
                      [r[1] for r in runs])
+
+
+def bias_grad(d: np.ndarray, d_exp: np.ndarray, *, block: int = 32) -> np.ndarray:
+    """The bias gradient of a weight-gradient descriptor (``DESC_CONV.BIAS_GRAD``): the
+    sums of the deltas' rows.
+
+    Per row ``r``: ``S = +0``; for each tile column ``t`` of ``d`` in order ``S =
+    float32(S + rescale(P, E))``, ``P`` the exact int32 sum of ``d[r, t*T:(t+1)*T]`` and
+    ``E = d_exp[r // T, t]``. This is :func:`weight_grad_offset` of a row of ones
+    (mantissa 64, exponent -6) against ``d``, a 1 x 1 kernel's weight gradient, bit for bit.
+
+    Parameters
+    ----------
+    d, d_exp : numpy.ndarray of int8
+        The deltas (``Cout x K``, K the output positions) and their tile exponents.
+    block : int
+
+    Returns
+    -------
+    numpy.ndarray of float32, shape (Cout,)
+
+    Raises
+    ------
+    TypeError, ValueError
+        As :func:`weight_grad_offset`.
+    """
+    block = _check_block(block)
+    if not isinstance(d, np.ndarray) or d.ndim != 2:
+        raise ValueError("d must be a 2-D matrix")
+    k = d.shape[1]
+    ones = np.full((1, k), 64, np.int8)
+    ones_exp = np.full(bfp.tile_grid((1, k), block=block), -6, np.int8)
+    return weight_grad_offset(ones, ones_exp, d, d_exp, np.arange(k), block=block)[0]
 
 
 # --------------------------------------------------------------------------- pooling

@@ -228,8 +228,8 @@ def block_chunks(k: int, depth: int, align: int, first: bool,
 
 
 def array_block_chunks(k: int, rows: int, cols: int, depth: int, data_width: int,
-                       first: bool, chunk: int = 0,
-                       k_blocks: bool = False) -> list[tuple[int, int]]:
+                       first: bool, chunk: int = 0, k_blocks: bool = False,
+                       k_runs: tuple[int, ...] | None = None) -> list[tuple[int, int]]:
     """:func:`block_chunks` as the walker of a ``rows x cols`` array on a ``data_width``-bit
     bus cuts a block: aligned to :func:`chunk_align`, its ramp from :func:`ramp_start`.
     With ``chunk`` (``DESC_FLAGS.CHUNK``) not 0, no ramp: every block is cut balanced into
@@ -238,7 +238,13 @@ def array_block_chunks(k: int, rows: int, cols: int, depth: int, data_width: int
     steps on an 8 x 16 array at depth 512 as 128 + 128, not the ramp's 32, 64 and 160,
     whose last chunk computes alone). With ``k_blocks`` (a descriptor with tile exponents
     on an ``Accelerator(k_blocks=True)``), one chunk per tile block of K
-    (:data:`firmware.spec.regmap.TILE_BLOCK` steps, the last one shorter)."""
+    (:data:`firmware.spec.regmap.TILE_BLOCK` steps, the last one shorter), or with
+    ``k_runs`` one per run of K (a convolution's: a kernel offset's block of at most
+    ``TILE_BLOCK`` channels, :meth:`sim.models.conv.ConvGeometry.k_runs`; their sum is
+    ``k``)."""
+    if k_blocks and k_runs is not None:
+        starts = np.cumsum((0, *k_runs[:-1])).tolist()
+        return list(zip(starts, k_runs, strict=True))
     if k_blocks:
         return [(k0, min(TILE_BLOCK, k - k0)) for k0 in range(0, k, TILE_BLOCK)]
     align = chunk_align(rows, cols, data_width)
@@ -269,20 +275,21 @@ def column_order(m: int, n: int, k: int, rows: int, cols: int, depth: int,
 
 
 def block_order(m: int, n: int, k: int, rows: int, cols: int, depth: int, data_width: int,
-                side: int, chunk: int = 0,
-                k_blocks: bool = False) -> list[tuple[int, int, bool, bool]]:
+                side: int, chunk: int = 0, k_blocks: bool = False,
+                k_runs: tuple[int, ...] | None = None) -> list[tuple[int, int, bool, bool]]:
     """The blocks of a GEMM in :class:`rtl.walker.Walker`'s order: ``(m_blk, n_blk, keep_a,
     keep_b)``, the block's first row and column and whether it keeps the A (B) tiles of
     the block before it instead of loading them — when that block was one K chunk and shares
     its rows of blocks (columns, in :func:`column_order`). ``k_blocks``: K cut into tile
-    blocks (:func:`array_block_chunks`)."""
+    blocks, or ``k_runs`` (:func:`array_block_chunks`)."""
     ms, ns = range(0, m, side * rows), range(0, n, side * cols)
     down = column_order(m, n, k, rows, cols, TILE_BLOCK if k_blocks else
                         chunk_depth(depth, chunk, rows, cols, data_width), side)
     order = [(mb, nb) for nb in ns for mb in ms] if down else [(mb, nb) for mb in ms for nb in ns]
     # whether the first block, and those after it, are one K chunk
     one = [len(array_block_chunks(k, rows, cols, depth, data_width, first=f, chunk=chunk,
-                                  k_blocks=k_blocks)) == 1 for f in (True, False)]
+                                  k_blocks=k_blocks, k_runs=k_runs)) == 1
+           for f in (True, False)]
     out = [(*order[0], False, False)] if order else []
     for idx in range(1, len(order)):
         (pm_, pn_), (mb, nb) = order[idx - 1], order[idx]
@@ -308,21 +315,23 @@ def tile_order(bm: int, bn: int, transpose_b: bool) -> list[tuple[int, int]]:
 
 def walk_chunks(m: int, n: int, k: int, rows: int, cols: int, depth: int, data_width: int,
                 side: int, parity: tuple[int, int] = (0, 0), chunk: int = 0,
-                k_blocks: bool = False):
+                k_blocks: bool = False, k_runs: tuple[int, ...] | None = None):
     """The K chunks of a GEMM in :class:`rtl.walker.Walker`'s order, each with its block and
     the buffer slot parities of its operands: ``(m_blk, n_blk, keep_a, keep_b, k0, kc,
     a_par, b_par)`` (:func:`block_order`, :func:`array_block_chunks`, ``chunk`` its
     ``DESC_FLAGS.CHUNK``). Each operand goes to the other set of slots from chunk to chunk,
-    but stays in its set for a block that keeps it. ``k_blocks``: K cut into tile blocks.
+    but stays in its set for a block that keeps it. ``k_blocks``: K cut into tile blocks,
+    or into ``k_runs``.
 
     Returns the chunks and the parities ``(A's, B's)`` after the last one.
     """
     a_par, b_par = parity
-    blocks = block_order(m, n, k, rows, cols, depth, data_width, side, chunk, k_blocks)
+    blocks = block_order(m, n, k, rows, cols, depth, data_width, side, chunk, k_blocks,
+                         k_runs)
     out = []
     for idx, (m_blk, n_blk, keep_a, keep_b) in enumerate(blocks):
         for k0, kc in array_block_chunks(k, rows, cols, depth, data_width, first=idx == 0,
-                                         chunk=chunk, k_blocks=k_blocks):
+                                         chunk=chunk, k_blocks=k_blocks, k_runs=k_runs):
             out.append((m_blk, n_blk, keep_a, keep_b, k0, kc, a_par, b_par))
             nxt = blocks[idx + 1] if k0 + kc == k and idx + 1 < len(blocks) else None
             a_par ^= not (nxt and nxt[2])

@@ -155,7 +155,7 @@ class FunctionalAccelerator:
             offset("CONFIG_FEATURES"): regmap.pack(
                 "CONFIG_FEATURES", EPILOGUE=int(self.epilogue), K_BLOCKS=int(self.epilogue),
                 CONV=int(self.epilogue), POOL=int(self.epilogue), CHAIN=int(self.epilogue),
-                ADD=int(self.epilogue),
+                ADD=int(self.epilogue), BIAS_GRAD=int(self.epilogue),
                 TILE_LOG2=regmap.TILE_BLOCK.bit_length() - 1,
                 OPS=_ALL_OPS if self.epilogue else 0),
             offset("STATUS"): regmap.pack(
@@ -269,13 +269,18 @@ class FunctionalAccelerator:
                 return code
             tiles = all(field_value("DESC_EPILOGUE", name, epi) for name in ("A_TILES",
                                                                               "B_TILES"))
-            # (a convolution's implicit GEMM: its own M, N and K)
+            # (a convolution's implicit GEMM: its own M, N and K; forward and backward-data
+            # its K runs, a kernel offset's block of channels each)
+            runs = None
+            if tiles and self.last_conv is not None and self.last_conv[0] in (1, 2):
+                runs = self.last_conv[1].k_runs(self.last_conv[0], block=regmap.TILE_BLOCK)
             self._count(*self.last_mnk, f, k_blocks=tiles,
                         bfp8=bool(field_value("DESC_EPILOGUE", "BFP8", epi)),
-                        macs=self.last_macs, extra=self.last_extra, floor=self.last_floor)
+                        macs=self.last_macs, floor=self.last_floor, k_runs=runs)
             return ErrorCode.NONE
         if field_value("DESC_CONV", "MODE", self._reg("DESC_CONV")) \
                 or field_value("DESC_CONV", "ADD", self._reg("DESC_CONV")) \
+                or field_value("DESC_CONV", "BIAS_GRAD", self._reg("DESC_CONV")) \
                 or field_value("DESC_POOL", "MODE", self._reg("DESC_POOL")):
             return ErrorCode.UNSUPPORTED           # (a convolution needs tile exponents)
         ta, tb = bool(f["TRANSPOSE_A"]), bool(f["TRANSPOSE_B"])
@@ -316,15 +321,16 @@ class FunctionalAccelerator:
         return ErrorCode.NONE
 
     def _count(self, m: int, n: int, k: int, f: dict, k_blocks: bool = False,
-               bfp8: bool = False, macs: int | None = None, extra: int = 0,
-               floor: int = 0) -> None:
+               bfp8: bool = False, macs: int | None = None, floor: int = 0,
+               k_runs: tuple[int, ...] | None = None) -> None:
         """Advance the counters by a descriptor's predicted cycles (``k = 0``: a
         quantise-only descriptor, ``predict_quantize``'s cycles, or a row a cycle without it;
         ``k_blocks``: tile exponents along K, the datapath's K-block mode; ``bfp8``: a BFP8
         C, walked in blocks of one tile block, :func:`bfp8_block`; ``macs``: the
-        multiply-accumulates where they are not ``m * n * k``, a convolution's; ``extra``:
-        cycles on top of the prediction, a stall, such as a residual's reads; ``floor``:
-        the least cycles of the prediction, a convolution's compulsory traffic)."""
+        multiply-accumulates where they are not ``m * n * k``, a convolution's; ``floor``:
+        the least cycles of the prediction, a convolution's compulsory traffic, a residual's
+        summand included; ``k_runs``: with ``k_blocks``, a convolution's K runs, each its
+        own K block)."""
         ta, tb = bool(f["TRANSPOSE_A"]), bool(f["TRANSPOSE_B"])
         side = block_side(f["BLOCK"], self.cfg["block"])
         unit = bfp8_block(self.cfg["rows"], self.cfg["cols"]) if bfp8 else None
@@ -340,13 +346,18 @@ class FunctionalAccelerator:
             p = {"cycles": compute, "compute_cycles": compute}
         else:
             kb = {"k_blocks": True} if k_blocks else {}
-            p = self.predict(m, n, k, ta, tb, port=self.port, write_ports=self.write_ports,
+            if k_blocks and k_runs is not None:
+                # (the runs walked: the mean kernel offsets a tile reads, rounded)
+                kb["k_runs"] = tuple(k_runs)
+            walked = sum(kb["k_runs"]) if "k_runs" in kb else k
+            p = self.predict(m, n, walked, ta, tb, port=self.port, write_ports=self.write_ports,
                              read_ports=self.read_ports, chunk=f["CHUNK"], **cfg, **kb)
         self.descriptors += 1
-        cycles = max(p["cycles"], floor) + extra
+        cycles = max(p["cycles"], floor)
         if self.trace is not None:
             mode, g = self.last_conv or (0, None)
             self.trace.append({"mode": mode, "geometry": g, "m": m, "n": n, "k": k,
+                               "k_runs": None if k_runs is None else tuple(k_runs),
                                "macs": m * n * k if macs is None else macs,
                                "cycles": int(cycles)})
         for name, v in (("CYCLES", cycles), ("BUSY_CYCLES", cycles),
@@ -375,7 +386,7 @@ class FunctionalAccelerator:
         code = check_dimensions(m, min(n, 0xFFFF) if only else n, 1 if only else k)
         if code:
             return ErrorCode(code)
-        self.last_mnk, self.last_macs, self.last_extra = (m, n, 0 if only else k), None, 0
+        self.last_mnk, self.last_macs = (m, n, 0 if only else k), None
         self.last_floor = 0
         if e["BIAS"] == 3 or (only and (e["A_TILES"] or e["B_TILES"])) or (
                 e["SGD"] and (e["BIAS"] or e["RELU"] or e["MASK_IN"] or only)):
@@ -504,7 +515,7 @@ class FunctionalAccelerator:
         v = self._fields("DESC_CONV")
         mode = v["MODE"]
         if not mode:
-            return ErrorCode.UNSUPPORTED if v["ADD"] else None
+            return ErrorCode.UNSUPPORTED if v["ADD"] or v["BIAS_GRAD"] else None
         image, chans = self._fields("DESC_CONV_IMAGE"), self._fields("DESC_CONV_CHANNELS")
         h, w, cin, cout = image["HEIGHT"], image["WIDTH"], chans["IN"], chans["OUT"]
         batch = self._reg("DESC_CONV_BATCH") & 0xFFFF
@@ -513,7 +524,8 @@ class FunctionalAccelerator:
             return ErrorCode.ZERO_DIMENSION
         if not (e["A_TILES"] and e["B_TILES"]) or f["TRANSPOSE_A"] or f["TRANSPOSE_B"] \
                 or e["QUANTIZE_ONLY"] or (e["SGD"] and mode != 3) \
-                or (mode == 3 and (e["BIAS"] or e["RELU"] or e["MASK_IN"] or v["ADD"])):
+                or (mode == 3 and (e["BIAS"] or e["RELU"] or e["MASK_IN"] or v["ADD"])) \
+                or (mode != 3 and v["BIAS_GRAD"]):
             return ErrorCode.UNSUPPORTED
         try:
             g = convm.ConvGeometry(batch, cin, h, w, cout, (v["KERNEL_H"], v["KERNEL_W"]),
@@ -575,7 +587,7 @@ class FunctionalAccelerator:
         g, kk, mode = conv["geometry"], conv["offsets"], conv["mode"]
         # (the GEMM the engine schedules: offsets over padding skipped)
         *self.last_mnk, self.last_macs = g.implicit_gemm(mode)
-        self.last_extra, self.last_conv = 0, (mode, g)
+        self.last_conv = (mode, g)
         pooling = None if stage is None else stage[1]
         # C as written, and the shape the bias, ReLU and masks see
         mid = conv["c"]
@@ -588,6 +600,17 @@ class FunctionalAccelerator:
         rd_a, rd_b, _ = g.compulsory_bytes(mode)
         wr = out[0] * out[1] * (1 if e["BFP8"] else 4)
         rd = rd_a + rd_b + (wr if e["SGD"] else 0)
+        add = self._fields("DESC_CONV")["ADD"]
+        if add:
+            # (the summand's bytes, read per unit by the side loader as a stored mask's rows
+            # are, while the array computes: in the traffic, not after the GEMM)
+            rd += mid[0] * mid[1]
+        bias_grad = mode == 3 and self._fields("DESC_CONV")["BIAS_GRAD"]
+        if bias_grad:
+            # (the biases' float32 read for SGD and written: the row sums come from an adder
+            # per row beside the array, taking A's tiles as the stack's first matrix does)
+            wr += 4 * conv["a"][0]
+            rd += 4 * conv["a"][0] if e["SGD"] else 0
         self.last_floor = -(-max(rd, wr // self.write_ports) // self.bpw)
         a_addr, a_stride = self._reg64("DESC_A_ADDR"), self._reg("DESC_A_STRIDE")
         b_addr, b_stride = self._reg64("DESC_B_ADDR"), self._reg("DESC_B_STRIDE")
@@ -609,14 +632,13 @@ class FunctionalAccelerator:
             if e["BIAS"] != 1:
                 return ErrorCode.UNSUPPORTED         # (a channel's bias: one per row)
             regions.append((self._reg64("DESC_BIAS_ADDR"), 1, 0, 4 * mid[0], 0))
+        if bias_grad:
+            regions.append((self._reg64("DESC_BIAS_ADDR"), 1, 0, 4 * conv["a"][0], 0))
         mask_addr, mask_stride = self._reg64("DESC_MASK_ADDR"), self._reg("DESC_MASK_STRIDE")
         if e["RELU"] or e["MASK_IN"]:
             regions.append((mask_addr, mid[0], mask_stride, -(-mid[1] // 8), 0))
-        add = self._fields("DESC_CONV")["ADD"]
         add_addr, add_stride = self._reg64("DESC_ADD_ADDR"), self._reg("DESC_ADD_STRIDE")
         if add:
-            # (its bus words counted a cycle each after the GEMM's, not overlapped)
-            self.last_extra = -(-mid[0] * mid[1] // self.bpw)
             grids["add"] = (self._reg64("DESC_ADD_EXP_ADDR"), grid_shape(mid, False))
             regions += [(add_addr, mid[0], add_stride, mid[1], 1),
                         (grids["add"][0], 1, 0, grids["add"][1][0] * grids["add"][1][1], 0)]
@@ -649,6 +671,9 @@ class FunctionalAccelerator:
         rounding = "stochastic" if e["STOCHASTIC"] else "nearest"
         if mode == 3:
             stack = (kk, conv["c"][0] // kk, conv["c"][1])
+            bias_at, bias = self._reg64("DESC_BIAS_ADDR"), None
+            if bias_grad:
+                bias = convm.bias_grad(a, ga, block=tile)
             if e["SGD"]:
                 if e["BFP8"]:
                     q = self._matrix(c_addr, *conv["c"], c_stride).view(np.int8)
@@ -660,6 +685,11 @@ class FunctionalAccelerator:
                 lr, decay = (np.array([self._reg(r)], np.uint32).view(np.float32)[0]
                              for r in ("DESC_LR", "DESC_DECAY"))
                 c = bfp.sgd_step(w, c, lr, decay=decay)
+                if bias is not None:
+                    old = self.memory[bias_at:bias_at + bias.nbytes].view(np.float32)
+                    bias = bfp.sgd_step(old.copy(), bias, lr, decay=decay)
+            if bias is not None and not (e["BFP8"] and not np.isfinite(c).all()):
+                self.memory[bias_at:bias_at + bias.nbytes] = bias.view(np.uint8)
             if not e["BFP8"]:
                 self._matrix(c_addr, *conv["c"], c_stride, np.int32)[...] = c.view(np.int32)
                 return ErrorCode.NONE
