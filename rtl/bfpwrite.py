@@ -796,63 +796,52 @@ class BfpWriteBack(wiring.Component):
     # ---- mask rows -> their write commands' addresses ---------------------------------------
 
     def _mask_address(self, m, mq):
-        """Two registered stages after the mask queue: ``m * mask_stride``, then ``mask_addr
-        + that + byte``. Returns the command held for the writer: ``valid``, ``addr``,
-        ``bits``, ``strb``, ``done`` (the writer's: its command and word are out this
-        cycle) and ``idle``."""
-        C, AW = self.cols, self.addr_width
-        d = self.desc
+        """:meth:`_row_address` for the mask queue: ``m * mask_stride``, then ``mask_addr +
+        that + byte``, with the row's ``bits`` and ``strb``."""
+        C = self.cols
         e = data.View(_mask_row_layout(C, self.byte_bits), mq.r_data)
-        a_valid = Signal()
-        a_prod = Signal(AW, reset_less=True)
-        a_byte = Signal(self.byte_bits, reset_less=True)
-        a_bits = Signal(C, reset_less=True)
-        a_strb = Signal(C // 8, reset_less=True)
-        mk = SimpleNamespace(valid=Signal(name="mk_valid"), done=Signal(name="mk_done"),
-                             addr=Signal(AW, name="mk_addr", reset_less=True),
-                             bits=Signal(C, name="mk_bits", reset_less=True),
-                             strb=Signal(C // 8, name="mk_strb", reset_less=True),
-                             idle=Signal(name="mk_idle"))
-        b_free = ~mk.valid | mk.done
-        a_free = ~a_valid | b_free
-        m.d.comb += mq.r_en.eq(mq.r_rdy & a_free)
-        with m.If(a_free):
-            m.d.sync += [a_valid.eq(mq.r_rdy), a_prod.eq(e.m * d.mask_stride),
-                         a_byte.eq(e.byte), a_bits.eq(e.bits), a_strb.eq(e.strb)]
-        with m.If(b_free):
-            m.d.sync += [mk.valid.eq(a_valid), mk.addr.eq(d.mask_addr + a_prod + a_byte),
-                         mk.bits.eq(a_bits), mk.strb.eq(a_strb)]
-        m.d.comb += mk.idle.eq(mq.empty & ~a_valid & ~mk.valid)
-        return mk
+        return self._row_address(m, mq, "mk", e.m, self.desc.mask_stride, self.desc.mask_addr,
+                                 ("byte", self.byte_bits, e.byte),
+                                 bits=(C, e.bits), strb=(C // 8, e.strb))
 
     def _argmax_address(self, m, aq):
-        """Two registered stages after the argmax queue, as :meth:`_mask_address`: ``m *
-        argmax_stride``, then ``argmax_addr + that + col``. Returns the command held for
-        the writer: ``valid``, ``addr``, ``bytes``, ``strb``, ``done`` and ``idle``."""
-        C, AW = self.cols, self.addr_width
-        d = self.desc
+        """:meth:`_row_address` for the argmax queue: ``m * argmax_stride``, then
+        ``argmax_addr + that + col``, with the row's ``bytes`` and ``strb``."""
+        C = self.cols
         e = data.View(_argmax_row_layout(C), aq.r_data)
+        return self._row_address(m, aq, "ak", e.m, self.desc.argmax_stride,
+                                 self.desc.argmax_addr, ("col", 17, e.col),
+                                 bytes=(8 * C, e.bytes), strb=(C, e.strb))
+
+    def _row_address(self, m, q, prefix, row, stride, base, offset, **payload):
+        """Two registered stages after a queue of side rows (a mask's, an argmax's): ``row *
+        stride``, then ``base + that + offset`` (``offset``: its name, width and value).
+        Returns the command held for the writer: ``valid``, ``addr``, each ``payload``
+        entry's value (name: width and value), ``done`` (the writer's: its command and word
+        are out this cycle) and ``idle``; signals named ``prefix_...``."""
+        AW = self.addr_width
+        off_name, off_width, off_value = offset
         a_valid = Signal()
         a_prod = Signal(AW, reset_less=True)
-        a_col = Signal(17, reset_less=True)
-        a_bytes = Signal(8 * C, reset_less=True)
-        a_strb = Signal(C, reset_less=True)
-        ak = SimpleNamespace(valid=Signal(name="ak_valid"), done=Signal(name="ak_done"),
-                             addr=Signal(AW, name="ak_addr", reset_less=True),
-                             bytes=Signal(8 * C, name="ak_bytes", reset_less=True),
-                             strb=Signal(C, name="ak_strb", reset_less=True),
-                             idle=Signal(name="ak_idle"))
-        b_free = ~ak.valid | ak.done
+        a_off = Signal(off_width, name=f"a_{off_name}", reset_less=True)
+        a_pay = {k: Signal(w, name=f"a_{k}", reset_less=True) for k, (w, _) in payload.items()}
+        cmd = SimpleNamespace(valid=Signal(name=f"{prefix}_valid"),
+                              done=Signal(name=f"{prefix}_done"),
+                              addr=Signal(AW, name=f"{prefix}_addr", reset_less=True),
+                              idle=Signal(name=f"{prefix}_idle"),
+                              **{k: Signal(w, name=f"{prefix}_{k}", reset_less=True)
+                                 for k, (w, _) in payload.items()})
+        b_free = ~cmd.valid | cmd.done
         a_free = ~a_valid | b_free
-        m.d.comb += aq.r_en.eq(aq.r_rdy & a_free)
+        m.d.comb += q.r_en.eq(q.r_rdy & a_free)
         with m.If(a_free):
-            m.d.sync += [a_valid.eq(aq.r_rdy), a_prod.eq(e.m * d.argmax_stride),
-                         a_col.eq(e.col), a_bytes.eq(e.bytes), a_strb.eq(e.strb)]
+            m.d.sync += [a_valid.eq(q.r_rdy), a_prod.eq(row * stride), a_off.eq(off_value),
+                         *(a_pay[k].eq(v) for k, (_, v) in payload.items())]
         with m.If(b_free):
-            m.d.sync += [ak.valid.eq(a_valid), ak.addr.eq(d.argmax_addr + a_prod + a_col),
-                         ak.bytes.eq(a_bytes), ak.strb.eq(a_strb)]
-        m.d.comb += ak.idle.eq(aq.empty & ~a_valid & ~ak.valid)
-        return ak
+            m.d.sync += [cmd.valid.eq(a_valid), cmd.addr.eq(base + a_prod + a_off),
+                         *(getattr(cmd, k).eq(a_pay[k]) for k in payload)]
+        m.d.comb += cmd.idle.eq(q.empty & ~a_valid & ~cmd.valid)
+        return cmd
 
     # ---- float32 rows -> their write commands' addresses -------------------------------------
 

@@ -11,7 +11,7 @@ import pytest
 from firmware.spec.regmap import TILE_BLOCK
 from rtl.convcursor import ConvCursor, OffOp, PosOp
 from sim.models.conv import ConvGeometry, pool_tile_columns, tile_columns
-from sim.testbenches.convcursor import geometry_fields, pool_walk, random_walk, sweep
+from sim.testbenches.convcursor import geometry_fields, random_walk, sweep
 from sim.testbenches.harness import run
 from sim.testbenches.runner import run_component
 
@@ -76,6 +76,34 @@ def test_model_refuses():
         tile_columns(g, 3, 2)
 
 
+async def _set_up(ctx, dut, fields) -> int:
+    """Set the cursor's geometry ``fields`` and start it; the cycles until it is ready."""
+    for name, v in fields.items():
+        ctx.set(getattr(dut.geometry, name), v)
+    ctx.set(dut.start, 1)
+    await ctx.tick()
+    ctx.set(dut.start, 0)
+    cycles = 1
+    while not ctx.get(dut.ready):
+        await ctx.tick()
+        cycles += 1
+    return cycles
+
+
+async def _drive(ctx, dut, ops, check):
+    """Apply each of ``ops`` (``(pos_op, off_op, *state)``, ``state`` where the ops lead) a
+    cycle, then three holds; ``check(ctx, *state)`` each cycle ``LATENCY`` cycles after."""
+    history = []
+    hold = (PosOp.HOLD, OffOp.HOLD, None)
+    for pos_op, off_op, *state in list(ops) + [hold] * 3:
+        ctx.set(dut.pos_op, pos_op)
+        ctx.set(dut.off_op, off_op)
+        history.append(tuple(state) if state[0] is not None else history[-1])
+        await ctx.tick()
+        if len(history) >= ConvCursor.LATENCY:
+            check(ctx, *history[-ConvCursor.LATENCY])
+
+
 def simulate(g, mode, cols, seed, walk=random_walk):
     """Sets the cursor up for ``g`` and moves it by ``walk``, checking every cycle's outputs
     ``LATENCY`` cycles after its ops against the model; returns the (tile, offset) pairs
@@ -98,26 +126,10 @@ def simulate(g, mode, cols, seed, walk=random_walk):
         checked.append((tt, kt))
 
     async def bench(ctx):
-        for name, v in fields.items():
-            ctx.set(getattr(dut.geometry, name), v)
-        ctx.set(dut.start, 1)
-        await ctx.tick()
-        ctx.set(dut.start, 0)
-        cycles = 1
-        while not ctx.get(dut.ready):
-            await ctx.tick()
-            cycles += 1
-        assert cycles == ConvCursor.SETUP_CYCLES
+        assert await _set_up(ctx, dut, fields) == ConvCursor.SETUP_CYCLES
         assert ctx.get(dut.positions) == (g.positions if mode == 2 else g.out_positions)
         assert ctx.get(dut.out_positions) == g.out_positions
-        history = []                       # the (tile, offset) each cycle's ops lead to
-        for pos_op, off_op, t, k in ops + [(PosOp.HOLD, OffOp.HOLD, None, None)] * 3:
-            ctx.set(dut.pos_op, pos_op)
-            ctx.set(dut.off_op, off_op)
-            history.append((t, k) if t is not None else history[-1])
-            await ctx.tick()
-            if len(history) >= ConvCursor.LATENCY:
-                check(ctx, *history[-ConvCursor.LATENCY])
+        await _drive(ctx, dut, ops, check)
 
     run(dut, bench, deadline_cycles=len(ops) + 400)
     return checked
@@ -254,17 +266,21 @@ def simulate_pool(g, pool, cols, seed, ops=300, mode=1):
     want_b, want_c = pool_tile_columns(g, pool, cols, mode)
     tiles, phases, kk = want_b.shape
     dut = ConvCursor(cols)
-    walk = list(pool_walk(random.Random(seed), tiles, phases, kk, ops))
+    walk = list(random_walk(random.Random(seed), tiles, kk, ops, phases))
     checked = []
 
+    def check(ctx, t, p, k):
+        col = int(want_b[t, p, k])
+        got = (ctx.get(dut.inside), ctx.get(dut.offset), ctx.get(dut.last_offset),
+               ctx.get(dut.phase), ctx.get(dut.last_phase), ctx.get(dut.c_column))
+        assert got == (int(col >= 0), kk - 1 - k if mode == 2 else k, int(k == kk - 1),
+                       p, int(p == phases - 1), int(want_c[t, p])), (t, p, k, got)
+        if col >= 0:
+            assert ctx.get(dut.column) == col, (t, p, k)
+        checked.append((t, p, k))
+
     async def bench(ctx):
-        for name, v in geometry_fields(g, mode, pool).items():
-            ctx.set(getattr(dut.geometry, name), v)
-        ctx.set(dut.start, 1)
-        await ctx.tick()
-        ctx.set(dut.start, 0)
-        while not ctx.get(dut.ready):
-            await ctx.tick()
+        await _set_up(ctx, dut, geometry_fields(g, mode, pool))
         phases_n = pool[0] * pool[1]
         if mode == 1:
             assert ctx.get(dut.pool_exact) == 1
@@ -274,23 +290,7 @@ def simulate_pool(g, pool, cols, seed, ops=300, mode=1):
             assert ctx.get(dut.positions) == g.positions
             assert ctx.get(dut.c_positions) == g.positions * phases_n
         assert ctx.get(dut.out_positions) == g.out_positions
-        history = []
-        for pos_op, off_op, *state in walk + [(PosOp.HOLD, OffOp.HOLD, None)] * 3:
-            ctx.set(dut.pos_op, pos_op)
-            ctx.set(dut.off_op, off_op)
-            history.append(tuple(state) if state[0] is not None else history[-1])
-            await ctx.tick()
-            if len(history) < ConvCursor.LATENCY:
-                continue
-            t, p, k = history[-ConvCursor.LATENCY]
-            col = int(want_b[t, p, k])
-            got = (ctx.get(dut.inside), ctx.get(dut.offset), ctx.get(dut.last_offset),
-                   ctx.get(dut.phase), ctx.get(dut.last_phase), ctx.get(dut.c_column))
-            assert got == (int(col >= 0), kk - 1 - k if mode == 2 else k, int(k == kk - 1),
-                           p, int(p == phases - 1), int(want_c[t, p])), (t, p, k, got)
-            if col >= 0:
-                assert ctx.get(dut.column) == col, (t, p, k)
-            checked.append((t, p, k))
+        await _drive(ctx, dut, walk, check)
 
     run(dut, bench, deadline_cycles=len(walk) + 400)
     return checked

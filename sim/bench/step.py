@@ -44,6 +44,10 @@ from sim.bench.host import RESIDENT_SGD, machine
 
 ROOT = Path(__file__).resolve().parents[2]
 
+#: The learning rate of every measured step: a step's time does not depend on it, and it is
+#: small enough that the synthetic data does not drive the weights to inf over the steps.
+LR = 1e-3
+
 __all__ = ["NETS", "vgg11", "resnet20", "to_torch", "step_macs", "measure", "torch_step", "table",
            "main"]
 
@@ -168,9 +172,9 @@ def step_macs(net_name: str, batch: int = 128, padding: bool = False) -> int:
     return 3 * sum(macs) - macs[0]
 
 
-def torch_step(net_name: str, batch: int = 128, steps: int = 2) -> float:
-    """Seconds of one training step in PyTorch fp32 on one core of this machine (after a
-    warm-up step)."""
+def torch_step(net_name: str, batch: int = 128, steps: int = 5) -> float:
+    """Seconds of one training step in PyTorch fp32 on one core of this machine: the median
+    of ``steps`` steps, each timed on its own, after a warm-up step."""
     import torch
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
@@ -178,7 +182,7 @@ def torch_step(net_name: str, batch: int = 128, steps: int = 2) -> float:
         build, shape = NETS[net_name]
         torch.manual_seed(0)
         model = to_torch(build(np.random.default_rng(0)))
-        opt = torch.optim.SGD(model.parameters(), lr=0.01)
+        opt = torch.optim.SGD(model.parameters(), lr=LR)
         x, y = (torch.from_numpy(a) for a in _data(shape, batch))
         loss_fn = torch.nn.CrossEntropyLoss()
 
@@ -188,10 +192,12 @@ def torch_step(net_name: str, batch: int = 128, steps: int = 2) -> float:
             opt.step()
 
         step()
-        t0 = time.perf_counter()
+        times = []
         for _ in range(steps):
+            t0 = time.perf_counter()
             step()
-        return (time.perf_counter() - t0) / steps
+            times.append(time.perf_counter() - t0)
+        return float(np.median(times))
     finally:
         torch.set_num_threads(threads)
 
@@ -213,7 +219,8 @@ def measure(board: str, net_name: str, blocks: str = "fox", batch: int = 128,
             steps: int = 1) -> dict:
     """The int8 step of ``net_name`` through ``Device("model")`` as ``board``'s default:
     host seconds by kind, accelerator cycles and seconds, multiply-accumulates (a warm-up
-    step first, then the mean over ``steps``). ``blocks``: the host path's exponent blocks,
+    step first, then of ``steps`` steps the one of the median host time). ``blocks``: the
+    host path's exponent blocks,
     or :data:`RESIDENT_SGD`, the whole step on the device."""
     from firmware.ml import nn
     from firmware.ml.optim import SGD
@@ -229,7 +236,7 @@ def measure(board: str, net_name: str, blocks: str = "fox", batch: int = 128,
     eng = None
     if blocks == RESIDENT_SGD:
         from firmware.ml.resident_conv import ResidentConvNet
-        resident = ResidentConvNet(net, shape, dev, seed=0, lr=0.01)
+        resident = ResidentConvNet(net, shape, dev, seed=0, lr=LR)
         profile = dev.profile
 
         def step():
@@ -238,7 +245,7 @@ def measure(board: str, net_name: str, blocks: str = "fox", batch: int = 128,
     else:
         eng = nn.Engine("int8", dev, rng=np.random.default_rng(1),
                         blocks=nn.Blocks.parse(blocks))
-        opt = SGD(net.parameters(), lr=0.01)
+        opt = SGD(net.parameters(), lr=LR)
         profile = eng.profile
 
         def step():
@@ -249,14 +256,17 @@ def measure(board: str, net_name: str, blocks: str = "fox", batch: int = 128,
                 opt.step(net.gradients())
 
     step()
-    profile.reset()
     desc0 = dev.sim.descriptors
-    for _ in range(steps):
-        step()
+    # (each step on its own: the one of the median host time)
     clock = b.clock_mhz * 1e6
-    s = profile.summary(clock)
-    host = s["host_seconds"] / steps
-    acc = s["accelerator_seconds"] / steps
+    summaries = []
+    for _ in range(steps):
+        profile.reset()
+        step()
+        summaries.append(profile.summary(clock))
+    summaries.sort(key=lambda x: x["host_seconds"])
+    s = summaries[len(summaries) // 2]
+    host, acc = s["host_seconds"], s["accelerator_seconds"]
     macs = step_macs(net_name, batch)
     dense = step_macs(net_name, batch, padding=True)
     peak = cfg["rows"] * cfg["cols"]
@@ -266,13 +276,13 @@ def measure(board: str, net_name: str, blocks: str = "fox", batch: int = 128,
             "port": BOARD_PORTS[board], "clock_mhz": b.clock_mhz, "net": net_name,
             "blocks": blocks, "batch": batch, "steps": steps,
             "descriptors_per_step": (dev.sim.descriptors - desc0) / steps,
-            "host_seconds": {k: v / steps for k, v in s["seconds"].items()},
-            "host_total": host, "accelerator_cycles": s["accelerator_cycles"] / steps,
+            "host_seconds": dict(s["seconds"]),
+            "host_total": host, "accelerator_cycles": s["accelerator_cycles"],
             "accelerator_seconds": acc, "step_seconds": host + acc,
             "host_share": host / (host + acc), "macs_per_step": macs,
             "macs_per_step_with_padding": dense,
             "peak_macs_per_cycle": peak,
-            "accelerator_utilization": macs / (peak * s["accelerator_cycles"] / steps),
+            "accelerator_utilization": macs / (peak * s["accelerator_cycles"]),
             "utilization": macs / (peak * clock * (host + acc))}
 
 
@@ -356,7 +366,9 @@ def main(argv=None) -> int:
                         "resident-sgd: the whole step on the device, for the networks it "
                         "runs (default: fox)")
     p.add_argument("--batch", type=int, default=128)
-    p.add_argument("--steps", type=int, default=1, help="steps measured after a warm-up step")
+    p.add_argument("--steps", type=int, default=3,
+                   help="steps measured after a warm-up step, the median's reported (PyTorch's "
+                        "median of at least 5)")
     p.add_argument("--out", type=Path, default=ROOT / "results" / "step.json")
     p.add_argument("--plot", type=Path, help="also draw the records as a PNG bar chart here")
     args = p.parse_args(argv)
@@ -381,7 +393,7 @@ def main(argv=None) -> int:
                 print(f"  {net}: not {blocks}: {why}", file=sys.stderr)
             else:
                 runs.append(blocks)
-        t = torch_step(net, args.batch, max(2, args.steps)) if runs else None
+        t = torch_step(net, args.batch, max(5, args.steps)) if runs else None
         for blocks in runs:
             for board in args.board:
                 r = compare(board, net, t, blocks, args.batch, args.steps)

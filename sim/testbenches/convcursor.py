@@ -21,7 +21,7 @@ from cocotb.triggers import ClockCycles, FallingEdge, RisingEdge
 from rtl.convcursor import ConvCursor, OffOp, PosOp, conv_geometry_layout
 from sim.models.conv import ConvGeometry, pool_tile_columns, tile_columns
 
-__all__ = ["sweep", "random_walk", "pool_walk", "geometry_fields", "cursor_walk"]
+__all__ = ["sweep", "random_walk", "geometry_fields", "cursor_walk"]
 
 
 def sweep(rng, tiles, kk):
@@ -32,28 +32,37 @@ def sweep(rng, tiles, kk):
                    OffOp.NEXT if k else OffOp.ZERO if t else OffOp.HOLD, t, k)
 
 
-def random_walk(rng, tiles, kk, ops=300):
+def random_walk(rng, tiles, kk, ops=300, phases=None):
     """Tiles forward, back to the mark, on to the next block (marked) or to the first;
-    offsets forward or back to the first: ``(pos_op, off_op, tile, offset)`` a cycle."""
-    t = mark = k = 0
+    offsets forward or back to the first: ``(pos_op, off_op, tile, offset)`` a cycle. With
+    ``phases``, the pooling phase moved on now and then too (:data:`OffOp.PHASE`, back to
+    the first offset): ``(pos_op, off_op, tile, phase, offset)``."""
+    pooled = phases is not None
+    # (the chances of the moves, each the first where the draw is below it; a pooled walk
+    # leaves room for the phase's)
+    nxt, back, adv, zero = (0.5, 0.6, 0.7, 0.73) if pooled else (0.55, 0.65, 0.75, 0.78)
+    o_next, o_zero = (0.45, 0.55) if pooled else (0.5, 0.6)
+    t = mark = k = p = 0
     for _ in range(ops):
         pos_op, off_op = PosOp.HOLD, OffOp.HOLD
         r = rng.random()
-        if r < 0.55 and t + 1 < tiles:
+        if r < nxt and t + 1 < tiles:
             pos_op, t = PosOp.NEXT, t + 1
-        elif r < 0.65:
+        elif r < back:
             pos_op, t = PosOp.BACK, mark
-        elif r < 0.75 and t + 1 < tiles:
+        elif r < adv and t + 1 < tiles:
             pos_op, t = PosOp.ADVANCE, t + 1
             mark = t
-        elif r < 0.78:
+        elif r < zero:
             pos_op, t, mark = PosOp.ZERO, 0, 0
         r = rng.random()
-        if r < 0.5 and k + 1 < kk:
+        if r < o_next and k + 1 < kk:
             off_op, k = OffOp.NEXT, k + 1
-        elif r < 0.6:
+        elif r < o_zero:
             off_op, k = OffOp.ZERO, 0
-        yield pos_op, off_op, t, k
+        elif pooled and r < 0.7:
+            off_op, k, p = OffOp.PHASE, 0, (p + 1) % phases
+        yield (pos_op, off_op, t, p, k) if pooled else (pos_op, off_op, t, k)
 
 
 def geometry_fields(g: ConvGeometry, mode: int, pool=(1, 1)) -> dict:
@@ -63,32 +72,6 @@ def geometry_fields(g: ConvGeometry, mode: int, pool=(1, 1)) -> dict:
                 stride_w=g.stride[1], pad_h=g.padding[0], pad_w=g.padding[1],
                 dilation_h=g.dilation[0], dilation_w=g.dilation[1], height=g.height,
                 width=g.width, batch=g.batch, pool_h=pool[0], pool_w=pool[1])
-
-
-def pool_walk(rng, tiles, phases, kk, ops=300):
-    """As :func:`random_walk`, with the pooling phase moved on (:data:`OffOp.PHASE`, back to
-    the first offset) now and then: ``(pos_op, off_op, tile, phase, offset)`` a cycle."""
-    t = mark = k = p = 0
-    for _ in range(ops):
-        pos_op, off_op = PosOp.HOLD, OffOp.HOLD
-        r = rng.random()
-        if r < 0.5 and t + 1 < tiles:
-            pos_op, t = PosOp.NEXT, t + 1
-        elif r < 0.6:
-            pos_op, t = PosOp.BACK, mark
-        elif r < 0.7 and t + 1 < tiles:
-            pos_op, t = PosOp.ADVANCE, t + 1
-            mark = t
-        elif r < 0.73:
-            pos_op, t, mark = PosOp.ZERO, 0, 0
-        r = rng.random()
-        if r < 0.45 and k + 1 < kk:
-            off_op, k = OffOp.NEXT, k + 1
-        elif r < 0.55:
-            off_op, k = OffOp.ZERO, 0
-        elif r < 0.7:
-            off_op, k, p = OffOp.PHASE, 0, (p + 1) % phases
-        yield pos_op, off_op, t, p, k
 
 
 def cursor_walk(want, ops):
@@ -162,8 +145,8 @@ async def cursor_pool(dut):
     pool = tuple(int(x) for x in os.environ["CONV_POOL"].split(","))
     want_b, want_c = pool_tile_columns(g, pool, cols)
     tiles, phases, kk = want_b.shape
-    ops = list(pool_walk(random.Random(int(os.environ.get("CONV_SEED", 1))), tiles, phases,
-                         kk, int(os.environ.get("CONV_OPS", 300))))
+    ops = list(random_walk(random.Random(int(os.environ.get("CONV_SEED", 1))), tiles, kk,
+                           int(os.environ.get("CONV_OPS", 300)), phases))
     cocotb.start_soon(Clock(dut.clk, 10, unit="ns").start())
     dut.rst.value = 1
     dut.start.value = 0
