@@ -249,7 +249,7 @@ def _step_matches_golden(rtl, net, x, y, monkeypatch):
     golden backend, with the host's im2col, col2im and pooling refused: the same loss,
     weights and biases bit for bit."""
     from firmware.ml.resident_conv import ResidentConvNet
-    from tests.test_resident_conv import _no_host_layout
+    from tests.test_resident_conv import _no_host_layout, _same_params
     _no_host_layout(monkeypatch)
     runs = []
     for dev in (rtl, Device("golden")):
@@ -257,8 +257,7 @@ def _step_matches_golden(rtl, net, x, y, monkeypatch):
         runs.append((r.step(x, y), r.params))
     (la, pa), (lb, pb) = runs
     assert la == lb
-    for (name, a), (_, b) in zip(pa, pb, strict=True):
-        np.testing.assert_array_equal(a.view(np.uint32), b.view(np.uint32), err_msg=name)
+    _same_params(pa, pb)
 
 
 def test_resident_cnn_step_matches_golden(rtl, monkeypatch):

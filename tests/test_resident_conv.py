@@ -19,6 +19,12 @@ def _fashion_like(rng):
                        nn.Linear(16, 10, rng)])
 
 
+def _same_params(pa, pb):
+    """Two runs' parameters (``(name, array)`` pairs) the same bit for bit."""
+    for (name, a), (_, b) in zip(pa, pb, strict=True):
+        np.testing.assert_array_equal(a.view(np.uint32), b.view(np.uint32), err_msg=name)
+
+
 def _no_host_layout(monkeypatch):
     def refuse(*_args, **_kw):
         raise AssertionError("the host ran a layer's layout or pooling")
@@ -45,8 +51,7 @@ def test_fashion_cnn_golden_and_model_bit_identical(monkeypatch):
         runs[dev.backend] = (losses, r.params)
     (la, pa), (lb, pb) = runs["golden"], runs["model"]
     assert la == lb
-    for (name, a), (_, b) in zip(pa, pb, strict=True):
-        np.testing.assert_array_equal(a.view(np.uint32), b.view(np.uint32), err_msg=name)
+    _same_params(pa, pb)
     # and the step changed every layer
     for (name, a), (_, w) in zip(pa, [(n, p) for layer in net.layers
                                       for n, p in layer.params.items()], strict=True):
@@ -74,8 +79,7 @@ def test_fashion_cnn_on_the_board_default_model_bit_identical(monkeypatch):
         runs.append((losses, r.params))
     (la, pa), (lb, pb) = runs
     assert la == lb
-    for (name, a), (_, b) in zip(pa, pb, strict=True):
-        np.testing.assert_array_equal(a.view(np.uint32), b.view(np.uint32), err_msg=name)
+    _same_params(pa, pb)
 
 
 def test_bias_in_the_weight_gradient_or_its_own_descriptor(monkeypatch):
@@ -101,8 +105,7 @@ def test_bias_in_the_weight_gradient_or_its_own_descriptor(monkeypatch):
         runs.append((losses, r.params, len(trace), sum(t["cycles"] for t in trace)))
     (la, pa, da, ca), (lb, pb, db, cb) = runs
     assert la == lb
-    for (name, a), (_, b) in zip(pa, pb, strict=True):
-        np.testing.assert_array_equal(a.view(np.uint32), b.view(np.uint32), err_msg=name)
+    _same_params(pa, pb)
     assert db - da == 2 * 2 and ca < cb
 
 
@@ -148,8 +151,7 @@ def test_global_average_pool_and_strides_bit_identical(monkeypatch):
         r = ResidentConvNet(net, (3, 9, 9), dev, seed=2, lr=0.1)
         r.step(x, y)
         got.append(r.params)
-    for (name, a), (_, b) in zip(*got, strict=True):
-        np.testing.assert_array_equal(a.view(np.uint32), b.view(np.uint32), err_msg=name)
+    _same_params(*got)
 
 
 def _resnet_like(rng):
@@ -185,8 +187,7 @@ def test_residual_blocks_bit_identical(monkeypatch):
         runs[dev.backend] = (losses, r.params)
     (la, pa), (lb, pb) = runs["golden"], runs["model"]
     assert la == lb
-    for (name, a), (_, b) in zip(pa, pb, strict=True):
-        np.testing.assert_array_equal(a.view(np.uint32), b.view(np.uint32), err_msg=name)
+    _same_params(pa, pb)
 
 
 def test_residual_step_follows_float32_gradients():

@@ -87,12 +87,10 @@ def check_sgd(device, hint: str = "") -> None:
 
 
 def ones_row(device, cache: dict, columns: int):
-    """A ``1 x columns`` BfpTensor of ones on ``device`` (mantissa 64, exponent -6), kept in
-    ``cache``: ``1^T d`` sums a delta's rows exactly."""
+    """A ``1 x columns`` BfpTensor of ones on ``device`` (:func:`sim.models.bfp.ones_row`),
+    kept in ``cache``: ``1^T d`` sums a delta's rows exactly."""
     if columns not in cache:
-        grid = bfp.tile_grid((1, columns), block=TILE_BLOCK)
-        cache[columns] = device.bfp_tensor(np.full((1, columns), 64, np.int8),
-                                           np.full(grid, -6, np.int8))
+        cache[columns] = device.bfp_tensor(*bfp.ones_row(columns, block=TILE_BLOCK))
     return cache[columns]
 
 

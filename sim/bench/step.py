@@ -48,8 +48,8 @@ ROOT = Path(__file__).resolve().parents[2]
 #: small enough that the synthetic data does not drive the weights to inf over the steps.
 LR = 1e-3
 
-__all__ = ["NETS", "vgg11", "resnet20", "to_torch", "step_macs", "measure", "torch_step", "table",
-           "main"]
+__all__ = ["NETS", "vgg11", "resnet20", "to_torch", "step_macs", "step_macs_both", "measure",
+           "torch_step", "table", "main"]
 
 
 def vgg11(rng):
@@ -146,30 +146,35 @@ def step_macs(net_name: str, batch: int = 128, padding: bool = False) -> int:
     Without ``padding`` a convolution's products with its zero padding are left out (the
     work there is to do, and what the engine's ``MACS`` counter counts: the utilisation
     never exceeds 1); with it they are in, as the usual operation counts have them."""
+    return step_macs_both(net_name, batch)[1 if padding else 0]
+
+
+def step_macs_both(net_name: str, batch: int = 128) -> tuple[int, int]:
+    """:func:`step_macs` without and with the padding's products, from one forward pass of
+    one image (every count is the batch's multiple)."""
     import torch
     build, shape = NETS[net_name]
     model = to_torch(build(np.random.default_rng(0)))
-    macs = []
+    macs = []                               # (without padding, with it), a layer each
 
     def hook(mod, inp, out):
         if not isinstance(mod, torch.nn.Conv2d):
-            macs.append(out.numel() * mod.in_features)
+            macs.append((out.numel() * mod.in_features,) * 2)
             return
+        per_tap = mod.out_channels * mod.in_channels
+        # (the kernel taps inside the image, summed over the output positions)
+        inside = torch.nn.functional.conv2d(
+            torch.ones(1, 1, *inp[0].shape[2:]), torch.ones(1, 1, *mod.kernel_size),
+            stride=mod.stride, padding=mod.padding).sum()
         taps = mod.kernel_size[0] * mod.kernel_size[1] * out.shape[2] * out.shape[3]
-        if not padding:
-            # (the kernel taps inside the image, summed over the output positions)
-            ones = torch.ones(1, 1, *inp[0].shape[2:])
-            taps = int(torch.nn.functional.conv2d(
-                ones, torch.ones(1, 1, *mod.kernel_size), stride=mod.stride,
-                padding=mod.padding).sum())
-        macs.append(out.shape[0] * mod.out_channels * mod.in_channels * taps)
+        macs.append((per_tap * int(inside), per_tap * taps))
 
     for mod in model.modules():
         if isinstance(mod, (torch.nn.Conv2d, torch.nn.Linear)):
             mod.register_forward_hook(hook)
     with torch.no_grad():
-        model(torch.zeros(batch, *shape))
-    return 3 * sum(macs) - macs[0]
+        model(torch.zeros(1, *shape))
+    return tuple(batch * (3 * sum(col) - col[0]) for col in zip(*macs, strict=True))
 
 
 def torch_step(net_name: str, batch: int = 128, steps: int = 5) -> float:
@@ -267,8 +272,7 @@ def measure(board: str, net_name: str, blocks: str = "fox", batch: int = 128,
     summaries.sort(key=lambda x: x["host_seconds"])
     s = summaries[len(summaries) // 2]
     host, acc = s["host_seconds"], s["accelerator_seconds"]
-    macs = step_macs(net_name, batch)
-    dense = step_macs(net_name, batch, padding=True)
+    macs, dense = step_macs_both(net_name, batch)
     peak = cfg["rows"] * cfg["cols"]
     if eng is not None:
         eng.close()

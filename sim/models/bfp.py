@@ -47,7 +47,7 @@ from sim.models.golden import EXP_MAX, EXP_MIN, gemm, gemm_shape, rescale
 from sim.models.prng import random_matrix
 
 __all__ = ["FORMAT_NAME", "BLOCKS", "ROUNDING", "FRACTION_BITS", "MX_BLOCK", "MX_SCALE_BIAS",
-           "quantize_tiles", "dequantize_tiles", "tile_exponents", "tile_grid",
+           "quantize_tiles", "dequantize_tiles", "tile_exponents", "tile_grid", "ones_row",
            "gemm_kblocks", "gemm_kruns", "Epilogue", "epilogue", "add_float32", "BIAS_AXES",
            "OUTPUTS", "CANONICAL_NAN", "pack_mask", "unpack_mask", "to_mxint8", "from_mxint8",
            "sgd_decay", "sgd_step"]
@@ -143,6 +143,19 @@ def tile_grid(shape, *, block: int = 32) -> tuple[int, int]:
     if m < 1 or n < 1:
         raise ValueError(f"shape must be positive, not {shape!r}")
     return -(-m // block), -(-n // block)
+
+
+def ones_row(columns: int, *, block: int = 32) -> tuple[np.ndarray, np.ndarray]:
+    """A ``1 x columns`` row of ones in BFP8 tile blocks: mantissas 64, exponents -6 (each
+    exactly 1), so that ``1^T d`` sums a matrix's rows exactly.
+
+    Returns
+    -------
+    (numpy.ndarray of int8, numpy.ndarray of int8)
+        The mantissas and their tile exponents (:func:`tile_grid`).
+    """
+    return (np.full((1, columns), 64, np.int8),
+            np.full(tile_grid((1, columns), block=block), -6, np.int8))
 
 
 def _check_exp(name: str, exp, shape, block: int) -> np.ndarray:

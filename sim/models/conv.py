@@ -872,7 +872,8 @@ def bias_grad(d: np.ndarray, d_exp: np.ndarray, *, block: int = 32) -> np.ndarra
     Per row ``r``: ``S = +0``; for each tile column ``t`` of ``d`` in order ``S =
     float32(S + rescale(P, E))``, ``P`` the exact int32 sum of ``d[r, t*T:(t+1)*T]`` and
     ``E = d_exp[r // T, t]``. This is :func:`weight_grad_offset` of a row of ones
-    (mantissa 64, exponent -6) against ``d``, a 1 x 1 kernel's weight gradient, bit for bit.
+    (:func:`sim.models.bfp.ones_row`) against ``d``, a 1 x 1 kernel's weight gradient, bit
+    for bit.
 
     Parameters
     ----------
@@ -893,9 +894,8 @@ def bias_grad(d: np.ndarray, d_exp: np.ndarray, *, block: int = 32) -> np.ndarra
     if not isinstance(d, np.ndarray) or d.ndim != 2:
         raise ValueError("d must be a 2-D matrix")
     k = d.shape[1]
-    ones = np.full((1, k), 64, np.int8)
-    ones_exp = np.full(bfp.tile_grid((1, k), block=block), -6, np.int8)
-    return weight_grad_offset(ones, ones_exp, d, d_exp, np.arange(k), block=block)[0]
+    return weight_grad_offset(*bfp.ones_row(k, block=block), d, d_exp, np.arange(k),
+                              block=block)[0]
 
 
 # --------------------------------------------------------------------------- pooling

@@ -345,11 +345,10 @@ class FunctionalAccelerator:
             compute = -(-m // cfg["rows"]) * -(-n // cfg["cols"]) * k
             p = {"cycles": compute, "compute_cycles": compute}
         else:
-            kb = {"k_blocks": True} if k_blocks else {}
+            kb, walked = ({"k_blocks": True} if k_blocks else {}), k
             if k_blocks and k_runs is not None:
                 # (the runs walked: the mean kernel offsets a tile reads, rounded)
-                kb["k_runs"] = tuple(k_runs)
-            walked = sum(kb["k_runs"]) if "k_runs" in kb else k
+                kb["k_runs"], walked = tuple(k_runs), sum(k_runs)
             p = self.predict(m, n, walked, ta, tb, port=self.port, write_ports=self.write_ports,
                              read_ports=self.read_ports, chunk=f["CHUNK"], **cfg, **kb)
         self.descriptors += 1
@@ -600,12 +599,12 @@ class FunctionalAccelerator:
         rd_a, rd_b, _ = g.compulsory_bytes(mode)
         wr = out[0] * out[1] * (1 if e["BFP8"] else 4)
         rd = rd_a + rd_b + (wr if e["SGD"] else 0)
-        add = self._fields("DESC_CONV")["ADD"]
+        fields = self._fields("DESC_CONV")
+        add, bias_grad = fields["ADD"], mode == 3 and fields["BIAS_GRAD"]
         if add:
             # (the summand's bytes, read per unit by the side loader as a stored mask's rows
             # are, while the array computes: in the traffic, not after the GEMM)
             rd += mid[0] * mid[1]
-        bias_grad = mode == 3 and self._fields("DESC_CONV")["BIAS_GRAD"]
         if bias_grad:
             # (the biases' float32 read for SGD and written: the row sums come from an adder
             # per row beside the array, taking A's tiles as the stack's first matrix does)
@@ -615,6 +614,7 @@ class FunctionalAccelerator:
         a_addr, a_stride = self._reg64("DESC_A_ADDR"), self._reg("DESC_A_STRIDE")
         b_addr, b_stride = self._reg64("DESC_B_ADDR"), self._reg("DESC_B_STRIDE")
         c_addr, c_stride = self._reg64("DESC_C_ADDR"), self._reg("DESC_C_STRIDE")
+        bias_addr = self._reg64("DESC_BIAS_ADDR")
 
         def grid_shape(shape, stack):
             gm, gn = bfp.tile_grid((shape[0] // kk, shape[1]) if stack else shape, block=tile)
@@ -631,9 +631,9 @@ class FunctionalAccelerator:
         if e["BIAS"]:
             if e["BIAS"] != 1:
                 return ErrorCode.UNSUPPORTED         # (a channel's bias: one per row)
-            regions.append((self._reg64("DESC_BIAS_ADDR"), 1, 0, 4 * mid[0], 0))
+            regions.append((bias_addr, 1, 0, 4 * mid[0], 0))
         if bias_grad:
-            regions.append((self._reg64("DESC_BIAS_ADDR"), 1, 0, 4 * conv["a"][0], 0))
+            regions.append((bias_addr, 1, 0, 4 * conv["a"][0], 0))
         mask_addr, mask_stride = self._reg64("DESC_MASK_ADDR"), self._reg("DESC_MASK_STRIDE")
         if e["RELU"] or e["MASK_IN"]:
             regions.append((mask_addr, mid[0], mask_stride, -(-mid[1] // 8), 0))
@@ -671,9 +671,7 @@ class FunctionalAccelerator:
         rounding = "stochastic" if e["STOCHASTIC"] else "nearest"
         if mode == 3:
             stack = (kk, conv["c"][0] // kk, conv["c"][1])
-            bias_at, bias = self._reg64("DESC_BIAS_ADDR"), None
-            if bias_grad:
-                bias = convm.bias_grad(a, ga, block=tile)
+            bias = convm.bias_grad(a, ga, block=tile) if bias_grad else None
             if e["SGD"]:
                 if e["BFP8"]:
                     q = self._matrix(c_addr, *conv["c"], c_stride).view(np.int8)
@@ -686,15 +684,15 @@ class FunctionalAccelerator:
                              for r in ("DESC_LR", "DESC_DECAY"))
                 c = bfp.sgd_step(w, c, lr, decay=decay)
                 if bias is not None:
-                    old = self.memory[bias_at:bias_at + bias.nbytes].view(np.float32)
+                    old = self.memory[bias_addr:bias_addr + bias.nbytes].view(np.float32)
                     bias = bfp.sgd_step(old.copy(), bias, lr, decay=decay)
-            if bias is not None and not (e["BFP8"] and not np.isfinite(c).all()):
-                self.memory[bias_at:bias_at + bias.nbytes] = bias.view(np.uint8)
+            if e["BFP8"] and not np.isfinite(c).all():
+                return ErrorCode.NONFINITE
+            if bias is not None:
+                self.memory[bias_addr:bias_addr + bias.nbytes] = bias.view(np.uint8)
             if not e["BFP8"]:
                 self._matrix(c_addr, *conv["c"], c_stride, np.int32)[...] = c.view(np.int32)
                 return ErrorCode.NONE
-            if not np.isfinite(c).all():
-                return ErrorCode.NONFINITE
             q, exp = convm.quantize_stack(c.reshape(stack), block=tile, rounding=rounding,
                                           seed=seed)
             self._matrix(c_addr, *conv["c"], c_stride).view(np.int8)[...] = \
@@ -704,8 +702,7 @@ class FunctionalAccelerator:
             return ErrorCode.NONE
         bias = None
         if e["BIAS"]:
-            at = self._reg64("DESC_BIAS_ADDR")
-            bias = self.memory[at:at + 4 * mid[0]].view(np.float32).copy()
+            bias = self.memory[bias_addr:bias_addr + 4 * mid[0]].view(np.float32).copy()
         mask_in = argmax = None
         if e["MASK_IN"]:
             bits = self._matrix(mask_addr, mid[0], -(-mid[1] // 8), mask_stride)
