@@ -556,7 +556,9 @@ KBLOCK_BUILDS = (("build_pynq-z1.json", "pynq-z1", ""),
                   " --k-blocks --epilogue --sgd --write-ports 2"),
                  ("build_pynq-z1_conv.json", "pynq-z1", " --k-blocks --conv"),
                  ("build_zcu104.json", "zcu104", ""),
-                 ("build_zcu104_kblocks.json", "zcu104", " --k-blocks"))
+                 ("build_zcu104_kblocks.json", "zcu104", " --k-blocks"),
+                 ("build_zcu104_step.json", "zcu104",
+                  " --cols 32 --k-blocks --epilogue --sgd --conv"))
 
 
 def t_kblocks_build():
@@ -672,21 +674,27 @@ def t_layers(net: str, board: str = "zcu104"):
     return md + "\n\n" + note, [command(data)]
 
 
-#: The step benchmark's records: the host path's, and the whole step on the device.
-STEP_FILES = ("step.json", "step_resident.json")
+#: The step benchmark's records: the host path's, the whole step on the device, and that
+#: on the ZCU104 with the 32 x 32 array its build of the whole step has.
+STEP_FILES = ("step.json", "step_resident.json", "step_resident_zcu104_32x32.json")
 
 
 def t_step():
+    from firmware.spec.boards import config
     files = [load(name) for name in STEP_FILES if (RESULTS / name).exists()]
     rows = []
     for r in (r for d in files for r in d["results"]):
+        cfg = config(r["board"])
+        default = r["config"] == f"{cfg['rows']}x{cfg['cols']}@{cfg['data_width']}"
         rows.append([r["net"], f"{TITLES.get(r['board'], r['board'])} ({r['config']}, "
-                     f"{r['clock_mhz']:g} MHz)", r["blocks"], r["batch"],
+                     f"{r['clock_mhz']:g} MHz{'' if default else ', not the default'})",
+                     r["blocks"], r["batch"],
                      f"{1000 * r['host_total']:,.0f}", f"{1000 * r['accelerator_seconds']:,.1f}",
                      f"{1000 * r['step_seconds']:,.0f}", pct(r["host_share"], 1),
                      f"{1000 * r['torch_seconds']:,.0f}", f"{r['speedup']:.2f}×",
                      pct(r["utilization"], 2), pct(r["accelerator_utilization"], 0)])
-    md = table(["network", "board default", "blocks", "batch", "host (ms)", "accelerator (ms)",
+    md = table(["network", "board (array@bus)", "blocks", "batch", "host (ms)",
+                "accelerator (ms)",
                 "step (ms)", "host share", "PyTorch fp32, one core (ms)", "speedup",
                 "end-to-end utilisation", "accelerator busy utilisation"], rows,
                "lllrrrrrrrrr")

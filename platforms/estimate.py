@@ -189,6 +189,9 @@ FIT_POINTS = ((4, 4), (4, 8), (8, 4), (8, 8))
 #: fitted: 8 to 16 lanes, as the per-lane parts (rescaler, write-back, operand buffers) cost
 #: more per lane at 32 to 64 lanes than a fit from 4 to 8 lanes extrapolates.
 REST_POINTS = ((8, 8), (8, 16), (16, 8), (16, 16))
+#: The same for a build with the BFP8 write-back (``epilogue``), which needs a square array:
+#: the square points alone, the fit a line along the diagonal.
+SQUARE_REST_POINTS = ((8, 8), (16, 16))
 #: The systolic array's instance in the accelerator: what the rest's synthesis empties
 #: (Yosys ``blackbox``, its ports kept).
 ARRAY_MODULE = "engine.datapath.array"
@@ -355,8 +358,8 @@ def estimate_accelerator(params: dict, family: str, work_dir: Path, progress=Non
     Arrays up to :data:`FULL_LIMIT` PEs are synthesized whole. Larger ones are estimated
     hierarchically: the array, synthesized alone at :data:`ARRAY_POINTS`, fitted as
     ``a + b·R + c·C + d·R·C``; the rest of the accelerator (synthesized with its array
-    emptied at :data:`REST_POINTS`, everything else as configured) fitted as
-    ``a + b·R + c·C``; block
+    emptied at :data:`REST_POINTS`, or :data:`SQUARE_REST_POINTS` with ``epilogue``,
+    everything else as configured) fitted as ``a + b·R + c·C``; block
     RAM counted from the shapes of the large memories (:func:`bram_model`) plus the average
     rest at the fit points; PEs that multiply in LUTs (``dsp_rows``) add the measured
     difference between a LUT PE and a DSP PE.
@@ -370,9 +373,13 @@ def estimate_accelerator(params: dict, family: str, work_dir: Path, progress=Non
         return ({k: res.get(k, 0) for k in keys},
                 f"full: Yosys synth_xilinx -family {family} of the whole accelerator")
     base = {k: v for k, v in params.items() if k != "dsp_rows"}
+    points = SQUARE_REST_POINTS if params.get("epilogue") else REST_POINTS
+    if params.get("epilogue") and rows != cols:
+        raise ValueError(f"the BFP8 write-back (epilogue) needs a square array, not "
+                         f"{rows}x{cols}")
     rests = {(r, c): _cached_rest({**base, "rows": r, "cols": c}, family, work_dir,
                                   f"accel_{r}x{c}_{tag}_noarray", progress)
-             for r, c in REST_POINTS}
+             for r, c in points}
     arrays = {(r, c): _cached_array(r, c, base, family, work_dir, progress)
               for r, c in ARRAY_POINTS}
     res = {}
@@ -393,7 +400,7 @@ def estimate_accelerator(params: dict, family: str, work_dir: Path, progress=Non
               f"a + b*R + c*C + d*R*C on arrays synthesized alone at "
               f"{', '.join(f'{r}x{c}' for r, c in ARRAY_POINTS)}; the rest of the accelerator "
               f"(synthesized with its array emptied at "
-              f"{', '.join(f'{r}x{c}' for r, c in REST_POINTS)}, bus, depth, block, packing as "
+              f"{', '.join(f'{r}x{c}' for r, c in points)}, bus, depth, block, packing as "
               f"configured) fitted as a + b*R + c*C; both evaluated at {rows}x{cols}; BRAM36 "
               f"counted from the large memories' shapes plus the average rest seen at the fit "
               f"points, URAM from the accumulation slots' shape")

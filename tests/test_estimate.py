@@ -54,3 +54,32 @@ def test_uram_and_bram_models_of_the_accumulation_slots():
     assert uram_model(cfg) == 0
     assert uram_model({**cfg, "acc_ram": "ultra"}) == 1 * 29          # 2048 deep, 2048 / 72
     assert bram_model(cfg) - bram_model({**cfg, "acc_ram": "ultra"}) == 114   # 2048 x 18
+
+
+def test_a_write_back_build_is_fitted_on_square_rest_points(tmp_path, monkeypatch):
+    # the BFP8 write-back builds on square arrays alone: its rest is synthesized at 8x8 and
+    # 16x16 and extrapolated along the diagonal; a non-square array is refused
+    import platforms.estimate as est
+    seen = []
+
+    def rest(params, family, work_dir, name, progress=None):
+        r, c = params["rows"], params["cols"]
+        seen.append((r, c))
+        if params.get("epilogue") and r != c:
+            raise ValueError("not square")
+        return {"LUT": 1000 + 30 * r + 20 * c, "BRAM36": 10}
+
+    monkeypatch.setattr(est, "_cached_rest", rest)
+    monkeypatch.setattr(est, "_cached_array",
+                        lambda r, c, *a, **k: {"LUT": 5 * r * c})
+    cfg = {"rows": 32, "cols": 32, "data_width": 128, "depth": 256, "block": 8,
+           "k_blocks": True, "epilogue": True}
+    res, method = est.estimate_accelerator(cfg, "xcup", tmp_path)
+    assert seen == [(8, 8), (16, 16)]
+    assert res["LUT"] == 1000 + 50 * 32 + 5 * 32 * 32
+    assert "8x8, 16x16, bus" in method
+    seen.clear()
+    est.estimate_accelerator({**cfg, "epilogue": False}, "xcup", tmp_path)
+    assert seen == list(est.REST_POINTS)
+    with pytest.raises(ValueError, match="square"):
+        est.estimate_accelerator({**cfg, "cols": 64}, "xcup", tmp_path)

@@ -171,8 +171,26 @@ def test_whole_step_on_the_device_where_the_network_allows(tmp_path, capsys, mon
     assert "odd: not resident-sgd: layer 0 (Residual): its body" in capsys.readouterr().err
 
 
+def test_the_array_can_be_other_than_the_default(tmp_path):
+    """--rows and --cols configure the model's array in place of the board default's: the
+    record names it, and the peak and the cycles are that array's."""
+    out = tmp_path / "step.json"
+    records = []
+    for argv in ([], ["--cols", "32"]):
+        assert step.main(["--board", "zcu104", "--net", "fashion-cnn", "--blocks",
+                          "resident-sgd", "--batch", "4", "--steps", "1", "--out", str(out),
+                          *argv]) == 0
+        records += json.loads(out.read_text())["results"]
+    wide, narrow = records
+    assert (wide["config"], narrow["config"]) == ("32x64@128", "32x32@128")
+    assert (wide["peak_macs_per_cycle"], narrow["peak_macs_per_cycle"]) == (2048, 1024)
+    assert narrow["macs_per_step"] == wide["macs_per_step"]
+    assert narrow["accelerator_cycles"] != wide["accelerator_cycles"]
+
+
 @pytest.mark.parametrize("argv", [["--batch", "0"], ["--net", "alexnet"], ["--blocks", "x"],
-                                  ["--board", "zedboard"], ["--plot", "step.svg"]])
+                                  ["--board", "zedboard"], ["--plot", "step.svg"],
+                                  ["--cols", "0"], ["--rows", "-8"]])
 def test_bad_options_exit_2(argv, capsys):
     with pytest.raises(SystemExit) as e:
         step.main(argv)

@@ -172,13 +172,14 @@ def measure(board: str, blocks: str, batch: int = 128, steps: int = 3,
             "accelerator_seconds": acc, "host_share": host / (host + acc)}
 
 
-def board_device(board: str, memory: int = 512 << 20):
+def board_device(board: str, memory: int = 512 << 20, **overrides):
     """``Device("model")`` configured as ``board``'s default on its memory port: its array,
-    bus, buffers, reuse block, packing and write and read ports."""
+    bus, buffers, reuse block, packing and write and read ports, with ``overrides`` (not
+    None) of the default (``rows=32, cols=32``, as ``build.py --rows --cols`` takes them)."""
     from firmware import Device
     from firmware.spec.ports import BOARD_PORTS
     from platforms import PLATFORMS
-    cfg = PLATFORMS[board].config()
+    cfg = PLATFORMS[board].config(**overrides)
     return Device("model", rows=cfg["rows"], cols=cfg["cols"], data_width=cfg["data_width"],
                   depth=cfg["depth"], block=cfg["block"], packing=cfg["packing"],
                   queue=cfg["queue"], port=BOARD_PORTS[board], memory=memory,

@@ -40,7 +40,7 @@ from pathlib import Path
 import numpy as np
 
 # (the --blocks value of the whole step on the device, as python -m sim.bench host names it)
-from sim.bench.host import RESIDENT_SGD, machine
+from sim.bench.host import RESIDENT_SGD, board_device, machine
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -221,20 +221,19 @@ def resident_refusal(net_name: str) -> str | None:
 
 
 def measure(board: str, net_name: str, blocks: str = "fox", batch: int = 128,
-            steps: int = 1) -> dict:
-    """The int8 step of ``net_name`` through ``Device("model")`` as ``board``'s default:
-    host seconds by kind, accelerator cycles and seconds, multiply-accumulates (a warm-up
-    step first, then of ``steps`` steps the one of the median host time). ``blocks``: the
-    host path's exponent blocks,
-    or :data:`RESIDENT_SGD`, the whole step on the device."""
+            steps: int = 1, **overrides) -> dict:
+    """The int8 step of ``net_name`` through ``Device("model")`` as ``board``'s default
+    (with ``overrides`` of its array's ``rows`` and ``cols``): host seconds by kind,
+    accelerator cycles and seconds, multiply-accumulates (a warm-up step first, then of
+    ``steps`` steps the one of the median host time). ``blocks``: the host path's exponent
+    blocks, or :data:`RESIDENT_SGD`, the whole step on the device."""
     from firmware.ml import nn
     from firmware.ml.optim import SGD
     from firmware.spec.ports import BOARD_PORTS
     from platforms import PLATFORMS
-    from sim.bench.host import board_device
     b = PLATFORMS[board]
-    cfg = b.config()
-    dev = board_device(board, memory=1 << 30)
+    cfg = b.config(**overrides)
+    dev = board_device(board, memory=1 << 30, **overrides)
     build, shape = NETS[net_name]
     net = build(np.random.default_rng(0))
     x, y = _data(shape, batch)
@@ -291,10 +290,10 @@ def measure(board: str, net_name: str, blocks: str = "fox", batch: int = 128,
 
 
 def compare(board: str, net_name: str, torch_seconds: float, blocks: str = "fox",
-            batch: int = 128, steps: int = 1) -> dict:
+            batch: int = 128, steps: int = 1, **overrides) -> dict:
     """:func:`measure`'s record with ``torch_seconds`` (:func:`torch_step`) and the
     ``speedup`` over it."""
-    r = measure(board, net_name, blocks, batch, steps)
+    r = measure(board, net_name, blocks, batch, steps, **overrides)
     r["torch_seconds"] = torch_seconds
     r["speedup"] = torch_seconds / r["step_seconds"]
     return r
@@ -369,6 +368,11 @@ def main(argv=None) -> int:
                    help="the host path's exponent blocks (fox, tensor, W,x,d or tile), or "
                         "resident-sgd: the whole step on the device, for the networks it "
                         "runs (default: fox)")
+    p.add_argument("--rows", type=int,
+                   help="the array's rows instead of the board default's (as build.py takes "
+                        "them)")
+    p.add_argument("--cols", type=int,
+                   help="the array's columns instead of the board default's")
     p.add_argument("--batch", type=int, default=128)
     p.add_argument("--steps", type=int, default=3,
                    help="steps measured after a warm-up step, the median's reported (PyTorch's "
@@ -380,6 +384,12 @@ def main(argv=None) -> int:
         p.error(f"--plot must name a .png file, not {str(args.plot)!r}")
     if args.batch < 1 or args.steps < 1:
         p.error("--batch and --steps must be at least 1")
+    overrides = {k: v for k, v in (("rows", args.rows), ("cols", args.cols)) if v is not None}
+    for board in args.board:
+        try:
+            board_device(board, memory=1 << 20, **overrides)
+        except (TypeError, ValueError) as e:
+            p.error(f"--rows/--cols on the {board}: {e}")
     from firmware.ml import nn
     for blocks in args.blocks:
         if blocks == RESIDENT_SGD:
@@ -400,7 +410,7 @@ def main(argv=None) -> int:
         t = torch_step(net, args.batch, max(5, args.steps)) if runs else None
         for blocks in runs:
             for board in args.board:
-                r = compare(board, net, t, blocks, args.batch, args.steps)
+                r = compare(board, net, t, blocks, args.batch, args.steps, **overrides)
                 print(f"  {line(r)}", file=sys.stderr)
                 records.append(r)
     print(table(records))
