@@ -39,8 +39,23 @@ def test_every_descriptor_labelled_and_within_its_bound(tmp_path):
     assert data["command"].startswith("python -m sim.bench convs")
 
 
+def test_another_array_is_measured_as_configured(tmp_path):
+    """--cols 32: the ZCU104's step on a 32 x 32 array, its configuration named and its
+    utilisation over that array's peak; the same products in more cycles than on 32 x 64."""
+    out = tmp_path / "convs.json"
+    runs = []
+    for argv in ([], ["--cols", "32"]):
+        assert conv_layers.main(["--net", "fashion-cnn", "--board", "zcu104", "--batch", "8",
+                                 "--out", str(out), *argv]) == 0
+        runs += json.loads(out.read_text())["results"]
+    wide, narrow = runs
+    assert (wide["config"], narrow["config"]) == ("32x64@128", "32x32@128")
+    assert narrow["macs"] == wide["macs"] and narrow["cycles"] > wide["cycles"]
+    assert narrow["utilization"] == pytest.approx(narrow["macs"] / (1024 * narrow["cycles"]))
+
+
 @pytest.mark.parametrize("argv", [["--batch", "0"], ["--net", "alexnet"],
-                                  ["--board", "zedboard"]])
+                                  ["--board", "zedboard"], ["--cols", "0"]])
 def test_bad_options_exit_2(argv):
     with pytest.raises(SystemExit) as e:
         conv_layers.main(argv)

@@ -43,6 +43,8 @@ from pathlib import Path
 
 import numpy as np
 
+from sim.bench.host import add_array_options, array_overrides
+
 ROOT = Path(__file__).resolve().parents[2]
 
 __all__ = ["bounds", "trace_step", "measure", "main"]
@@ -100,17 +102,19 @@ def _traffic(pass_: str, g, st, last: bool, bias: bool = False) -> tuple[int, in
     return a + b + extra, 4 * out if last else out
 
 
-def trace_step(board: str, net_name: str, batch: int = 128) -> tuple[list, dict, dict]:
+def trace_step(board: str, net_name: str, batch: int = 128,
+               **overrides) -> tuple[list, dict, dict]:
     """One traced training step of ``net_name`` on ``board``'s default (module
-    documentation): the records (layer, pass, shape, MACs, cycles, bytes), the board's
-    configuration and its resolved port."""
+    documentation; ``overrides``: its array's ``rows`` and ``cols`` instead): the records
+    (layer, pass, shape, MACs, cycles, bytes), the board's configuration and its resolved
+    port."""
     from firmware.ml.resident_conv import ResidentConvNet
     from firmware.spec.ports import BOARD_PORTS, resolve_port
     from platforms import PLATFORMS
     from sim.bench.host import board_device
     from sim.bench.step import NETS, _data
-    cfg = PLATFORMS[board].config()
-    dev = board_device(board, memory=1 << 30)
+    cfg = PLATFORMS[board].config(**overrides)
+    dev = board_device(board, memory=1 << 30, **overrides)
     build, shape = NETS[net_name]
     r = ResidentConvNet(build(np.random.default_rng(0)), shape, dev, seed=0, lr=0.01,
                         record=False)
@@ -160,12 +164,12 @@ def _shape(st) -> str:
             + (", +shortcut" if st.add is not None else ""))
 
 
-def measure(board: str, net_name: str, batch: int = 128) -> dict:
+def measure(board: str, net_name: str, batch: int = 128, **overrides) -> dict:
     """:func:`trace_step`'s records with their :func:`bounds`, and the step's sums."""
     from firmware.runtime.perfmodel import kblock_interval
     from firmware.spec.ports import BOARD_PORTS
     from platforms import PLATFORMS
-    records, cfg, port = trace_step(board, net_name, batch)
+    records, cfg, port = trace_step(board, net_name, batch, **overrides)
     for rec in records:
         rec.update(bounds(rec, cfg, port))
         rec["utilization"] = rec["macs"] / (cfg["rows"] * cfg["cols"] * rec["cycles"]) \
@@ -196,15 +200,17 @@ def main(argv=None) -> int:
                    choices=["pynq-z1", "zcu104", "vu9p"], help="board defaults (default: all)")
     p.add_argument("--net", nargs="+", default=list(NETS), choices=list(NETS),
                    help="networks (default: all)")
+    add_array_options(p)
     p.add_argument("--batch", type=int, default=128)
     p.add_argument("--out", type=Path, default=ROOT / "results" / "conv_layers.json")
     args = p.parse_args(argv)
     if not 1 <= args.batch <= 0xFFFF:
         p.error("--batch must be in [1, 65535]")
+    overrides = array_overrides(p, args, args.board)
     results = []
     for net in args.net:
         for board in args.board:
-            r = measure(board, net, args.batch)
+            r = measure(board, net, args.batch, **overrides)
             print(f"  {net} on {board}: {r['step_ms']:.1f} ms, utilisation "
                   f"{100 * r['utilization']:.1f} %, bound {100 * r['bound']:.1f} % "
                   f"({r['bound_ms']:.1f} ms), without the K-block read-out "

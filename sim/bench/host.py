@@ -172,6 +172,27 @@ def measure(board: str, blocks: str, batch: int = 128, steps: int = 3,
             "accelerator_seconds": acc, "host_share": host / (host + acc)}
 
 
+def add_array_options(parser) -> None:
+    """``--rows`` and ``--cols``: the array's, in place of the board default's."""
+    parser.add_argument("--rows", type=int,
+                        help="the array's rows instead of the board default's (as build.py "
+                             "takes them)")
+    parser.add_argument("--cols", type=int,
+                        help="the array's columns instead of the board default's")
+
+
+def array_overrides(parser, args, boards) -> dict:
+    """The ``--rows`` and ``--cols`` given (:func:`add_array_options`), checked on each of
+    ``boards`` by configuring its model: a bad value exits 2 through ``parser.error``."""
+    overrides = {k: v for k, v in (("rows", args.rows), ("cols", args.cols)) if v is not None}
+    for board in boards:
+        try:
+            board_device(board, memory=1 << 20, **overrides)
+        except (TypeError, ValueError) as e:
+            parser.error(f"--rows/--cols on the {board}: {e}")
+    return overrides
+
+
 def board_device(board: str, memory: int = 512 << 20, **overrides):
     """``Device("model")`` configured as ``board``'s default on its memory port: its array,
     bus, buffers, reuse block, packing and write and read ports, with ``overrides`` (not

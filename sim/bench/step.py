@@ -40,7 +40,7 @@ from pathlib import Path
 import numpy as np
 
 # (the --blocks value of the whole step on the device, as python -m sim.bench host names it)
-from sim.bench.host import RESIDENT_SGD, board_device, machine
+from sim.bench.host import RESIDENT_SGD, add_array_options, array_overrides, board_device, machine
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -368,11 +368,7 @@ def main(argv=None) -> int:
                    help="the host path's exponent blocks (fox, tensor, W,x,d or tile), or "
                         "resident-sgd: the whole step on the device, for the networks it "
                         "runs (default: fox)")
-    p.add_argument("--rows", type=int,
-                   help="the array's rows instead of the board default's (as build.py takes "
-                        "them)")
-    p.add_argument("--cols", type=int,
-                   help="the array's columns instead of the board default's")
+    add_array_options(p)
     p.add_argument("--batch", type=int, default=128)
     p.add_argument("--steps", type=int, default=3,
                    help="steps measured after a warm-up step, the median's reported (PyTorch's "
@@ -384,12 +380,7 @@ def main(argv=None) -> int:
         p.error(f"--plot must name a .png file, not {str(args.plot)!r}")
     if args.batch < 1 or args.steps < 1:
         p.error("--batch and --steps must be at least 1")
-    overrides = {k: v for k, v in (("rows", args.rows), ("cols", args.cols)) if v is not None}
-    for board in args.board:
-        try:
-            board_device(board, memory=1 << 20, **overrides)
-        except (TypeError, ValueError) as e:
-            p.error(f"--rows/--cols on the {board}: {e}")
+    overrides = array_overrides(p, args, args.board)
     from firmware.ml import nn
     for blocks in args.blocks:
         if blocks == RESIDENT_SGD:
