@@ -43,7 +43,7 @@ from pathlib import Path
 
 import numpy as np
 
-from sim.bench.host import add_array_options, array_overrides
+from sim.bench.host import add_array_options, array_overrides, board_device
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -111,7 +111,6 @@ def trace_step(board: str, net_name: str, batch: int = 128,
     from firmware.ml.resident_conv import ResidentConvNet
     from firmware.spec.ports import BOARD_PORTS, resolve_port
     from platforms import PLATFORMS
-    from sim.bench.host import board_device
     from sim.bench.step import NETS, _data
     cfg = PLATFORMS[board].config(**overrides)
     dev = board_device(board, memory=1 << 30, **overrides)
