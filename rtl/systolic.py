@@ -31,13 +31,17 @@ def pair_result_layout(dsp_slice: str = "DSP48E2") -> data.StructLayout:
 PAIR_RESULT = pair_result_layout("DSP48E2")
 
 
-def array_input_layout(rows: int, cols: int) -> data.StructLayout:
-    """One reduction step: a column of op(A) (``rows`` values) and a row of op(B)."""
+def array_input_layout(rows: int, cols: int, partial: bool = False) -> data.StructLayout:
+    """One reduction step: a column of op(A) (``rows`` values) and a row of op(B); with
+    ``partial``, a last field ``rows``: with ``last``, the tile's rows read out (see
+    :class:`SystolicArray`)."""
     return data.StructLayout({
         "a":     data.ArrayLayout(signed(8), rows),
         "b":     data.ArrayLayout(signed(8), cols),
         "first": 1,   # this step starts a new accumulation (the accumulators are cleared)
         "last":  1,   # this step ends the tile: capture the sums and stream them out
+        # rows 0 .. rows - 1 of the tile read out (0: all of them)
+        **({"rows": range(rows + 1)} if partial else {}),
     })
 
 
@@ -322,6 +326,10 @@ class SystolicArray(wiring.Component):
     so the next ``last`` may come :attr:`min_emit_interval` cycles later (``rows``: a
     row's read-out a cycle), which :class:`rtl.datapath.GemmDatapath` guarantees.
 
+    With ``partial``, a ``last`` step also says how many of the tile's rows to read out
+    (``rows``, 1 to ``rows``; 0: all): rows 0 to ``rows - 1`` leave, the tile's last row
+    marked, and the next ``last`` may come :meth:`emit_interval` ``(rows)`` cycles later.
+
     Parameters
     ----------
     rows, cols : int
@@ -337,6 +345,8 @@ class SystolicArray(wiring.Component):
         Instantiate Xilinx primitives (for synthesis) instead of plain RTL (for simulation):
         the read-out multiplexers as LUT6/MUXF7/MUXF8 (:mod:`rtl.xilinx`) and, with
         ``packing=2``, the DSP slices.
+    partial : bool
+        Build the partial read-out: the ``rows`` field of :func:`array_input_layout`.
     slr_cols : tuple of int
         Columns that begin a new super logic region (SLR) of a stacked-silicon device, in
         increasing order (empty: one region). The columns from one such index to the next
@@ -353,7 +363,7 @@ class SystolicArray(wiring.Component):
 
     Attributes
     ----------
-    i_stream : In(stream.Signature(array_input_layout(rows, cols), always_ready=True))
+    i_stream : In(stream.Signature(array_input_layout(rows, cols, partial), always_ready=True))
     o_stream : Out(stream.Signature(array_output_layout(rows, cols), always_ready=True))
 
     Latency
@@ -383,7 +393,8 @@ class SystolicArray(wiring.Component):
     SLR_ATTRS = {"shreg_extract": "no"}
 
     def __init__(self, rows: int, cols: int, *, packing: int = 1, primitive: bool = False,
-                 dsp_rows: int | None = None, slr_cols=(), dsp_slice: str = "DSP48E2"):
+                 dsp_rows: int | None = None, slr_cols=(), dsp_slice: str = "DSP48E2",
+                 partial: bool = False):
         for name, v in (("rows", rows), ("cols", cols)):
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
                 raise ValueError(f"{name} must be a positive integer, not {v!r}")
@@ -411,8 +422,10 @@ class SystolicArray(wiring.Component):
         #: cell instead of one per cell) and registered here as ``name -> factory``; the
         #: exporter (:mod:`rtl.export`) emits each module once. ``None``: cells inline.
         self.cell_modules = None
+        self.partial = bool(partial)
         super().__init__({
-            "i_stream": In(stream.Signature(array_input_layout(rows, cols), always_ready=True)),
+            "i_stream": In(stream.Signature(array_input_layout(rows, cols, self.partial),
+                                            always_ready=True)),
             "o_stream": Out(stream.Signature(array_output_layout(rows, cols),
                                              always_ready=True)),
         })
@@ -511,8 +524,19 @@ class SystolicArray(wiring.Component):
         1``: ``rows``; ``max(rows, ceil(rows / 2) + 1)`` packed; the same with SLR groups.
         The read-out, not the array's skew, sets it.
         """
-        s, q = self._read_cycles, self._cell_rows
-        return max(self.rows, self.readout_delay - self.INPUT_STAGES
+        return self.emit_interval(self.rows)
+
+    def emit_interval(self, rows: int) -> int:
+        """Least number of cycles from a ``last`` step whose tile reads out ``rows`` rows (1
+        to :attr:`rows`; with ``partial``) to the next ``last`` step: as
+        :attr:`min_emit_interval`, over the cell rows read (``ceil(rows / s)``): the larger
+        of ``rows`` and ``readout_delay - INPUT_STAGES - OVERWRITE_LATENCY + (s - 1)
+        (ceil(rows / s) - 1) + 1``."""
+        if not isinstance(rows, int) or isinstance(rows, bool) or not 1 <= rows <= self.rows:
+            raise ValueError(f"rows must be an integer in 1..{self.rows}, not {rows!r}")
+        s = self._read_cycles
+        q = -(-rows // s)
+        return max(rows, self.readout_delay - self.INPUT_STAGES
                    - self._cell_kind.OVERWRITE_LATENCY + (s - 1) * (q - 1) + 1)
 
     def _cross(self, mods, value, src: int, dst: int, name: str):
@@ -532,10 +556,12 @@ class SystolicArray(wiring.Component):
             value = rx
         return value
 
-    def _sequencer(self, m, start_pre):
+    def _sequencer(self, m, start_pre, end=None):
         """The read-out's sequence in module ``m``, from ``start_pre`` (high the cycle before
         the tile's first read-out cycle): ``(start, reading, count, count_next)``, the count
-        being the read-out cycle (one per row; two per pair packed)."""
+        being the read-out cycle (one per row; two per pair packed). With ``end`` (the
+        partial read-out: the tile's last row, set from the cycle after ``start_pre``), the
+        count ends there, the row being the count in either mapping."""
         n = self.rows if self.packing == 1 else 2 * self.pair_rows
         start = delay(m, start_pre, 1, "readout_start")
         count = Signal(range(n), name="readout_count")
@@ -545,10 +571,10 @@ class SystolicArray(wiring.Component):
         with m.If(start):
             if n > 1:
                 m.d.comb += count_n.eq(1)
-                m.d.sync += reading.eq(1)
+                m.d.sync += reading.eq(1 if end is None else end != 0)
         with m.Elif(reading):
             m.d.comb += count_n.eq(count + 1)
-            with m.If(count == n - 1):
+            with m.If(count == (n - 1 if end is None else end)):
                 m.d.sync += reading.eq(0)
         m.d.sync += count.eq(count_n)
         return start, reading, count, count_n
@@ -648,7 +674,18 @@ class SystolicArray(wiring.Component):
             m.d.sync += settle.eq(settle - 1)
         chain = delay(m, trigger, longest, "readout", reset_less=True)
         start_pre = chain & (settle == 0)
-        start, reading, count, count_n = self._sequencer(m, start_pre)
+        end = None
+        if self.partial:
+            # The tile's last row read out (``rows - 1``; ``R - 1`` for 0), beside the start
+            # chain, held from the cycle after its start_pre: the next tile's comes at least
+            # emit_interval(rows) >= rows cycles later, after this tile's last count.
+            last_row = Signal(range(R), name="readout_rows_in")
+            m.d.comb += last_row.eq(Mux(inp.rows == 0, R - 1, inp.rows - 1))
+            end_chain = delay(m, last_row, longest, "readout_end", reset_less=True)
+            end = Signal(range(R), name="readout_end")
+            with m.If(start_pre):
+                m.d.sync += end.eq(end_chain)
+        start, reading, count, count_n = self._sequencer(m, start_pre, end)
         ahead = Mux(start_pre, 0, count_n)
 
         def column_copies(value, name):
@@ -679,7 +716,8 @@ class SystolicArray(wiring.Component):
             valid_q = Signal(name="readout_valid")
             row_q = Signal(range(R), name="readout_row")
             last_q = Signal(name="readout_last")
-            m.d.sync += [valid_q.eq(start | reading), row_q.eq(sel), last_q.eq(sel == R - 1)]
+            m.d.sync += [valid_q.eq(start | reading), row_q.eq(sel),
+                         last_q.eq(sel == (R - 1 if end is None else end))]
         else:
             # Packed: read pair q on cycle 2q after the pair's first column captured (stage
             # A); unpack its high row on the next cycle and its low row on the one after, with
@@ -708,14 +746,25 @@ class SystolicArray(wiring.Component):
             pair = Signal(range(Q), name="readout_pair")
             with m.If((start | reading) & ~cur[0]):
                 m.d.sync += pair.eq(cur >> 1)
-            m.d.sync += [hi_phase.eq((start | reading) & ~cur[0]),
-                         lo_phase.eq(hi_phase & (pair * 2 + 1 < R))]
             row = Mux(lo_phase, pair * 2 + 1, pair * 2)
             valid_q = Signal(name="readout_valid")
             row_q = Signal(range(R), name="readout_row")
             last_q = Signal(name="readout_last")
-            m.d.sync += [valid_q.eq(hi_phase | lo_phase), row_q.eq(row),
-                         last_q.eq(row == R - 1)]
+            m.d.sync += [hi_phase.eq((start | reading) & ~cur[0]), valid_q.eq(hi_phase | lo_phase),
+                         row_q.eq(row)]
+            if end is None:
+                m.d.sync += [lo_phase.eq(hi_phase & (pair * 2 + 1 < R)),
+                             last_q.eq(row == R - 1)]
+            else:
+                # whether the pair's low row is read and which of its rows is the tile's
+                # last, registered with the pair (the next tile's ``end`` may follow)
+                lo_ok, hi_last, lo_last = (Signal(name=f"readout_{n}")
+                                           for n in ("lo_ok", "hi_last", "lo_last"))
+                with m.If((start | reading) & ~cur[0]):
+                    m.d.sync += [lo_ok.eq(cur != end), hi_last.eq(cur == end),
+                                 lo_last.eq(cur + 1 == end)]
+                m.d.sync += [lo_phase.eq(hi_phase & lo_ok),
+                             last_q.eq(Mux(lo_phase, lo_last, hi_last))]
 
         # Each column's data back in group 0, every column waiting for the last one's.
         far = self._deskew

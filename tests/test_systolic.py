@@ -11,17 +11,21 @@ from sim.models import golden
 from sim.testbenches.harness import run
 
 
-def simulate(rows, cols, schedule, packing=1, dsp_rows=None, slr_cols=(), dsp_slice="DSP48E2"):
-    """``schedule``: per cycle, ``None`` (bubble) or ``(a_col, b_row, first, last)``.
+def simulate(rows, cols, schedule, packing=1, dsp_rows=None, slr_cols=(), dsp_slice="DSP48E2",
+             partial=False):
+    """``schedule``: per cycle, ``None`` (bubble) or ``(a_col, b_row, first, last)``, with
+    ``partial`` ``(a_col, b_row, first, last, read_rows)`` (0: all rows).
 
     Returns the tiles seen on ``o_stream`` (rows checked to arrive in order) and asserts the
-    output protocol: rows 0..R-1 of a tile on consecutive cycles, ``last`` on row R-1, row 0
-    exactly :attr:`SystolicArray.latency` cycles after the tile's ``last`` step.
+    output protocol: rows 0..R-1 of a tile (0..read_rows - 1) on consecutive cycles,
+    ``last`` on the last, row 0 exactly :attr:`SystolicArray.latency` cycles after the
+    tile's ``last`` step.
     """
     dut = SystolicArray(rows, cols, packing=packing, dsp_rows=dsp_rows, slr_cols=slr_cols,
-                        dsp_slice=dsp_slice)
+                        dsp_slice=dsp_slice, partial=partial)
     tiles, current = [], []
     last_steps = [c for c, s in enumerate(schedule) if s is not None and s[3]]
+    read = [(s[4] or rows) if partial else rows for s in schedule if s is not None and s[3]]
     n_emit = len(last_steps)
     done = {"cycles": 0}
 
@@ -30,11 +34,12 @@ def simulate(rows, cols, schedule, packing=1, dsp_rows=None, slr_cols=(), dsp_sl
             if step is None:
                 ctx.set(dut.i_stream.valid, 0)
             else:
-                a, b, first, last = step
+                a, b, first, last = step[:4]
                 ctx.set(dut.i_stream.valid, 1)
                 ctx.set(dut.i_stream.payload,
                         {"a": [int(x) for x in a], "b": [int(x) for x in b],
-                         "first": first, "last": last})
+                         "first": first, "last": last,
+                         **({"rows": step[4]} if partial else {})})
             await ctx.tick()
         ctx.set(dut.i_stream.valid, 0)
 
@@ -52,7 +57,7 @@ def simulate(rows, cols, schedule, packing=1, dsp_rows=None, slr_cols=(), dsp_sl
                 else:
                     assert prev_valid, "a tile's rows are not on consecutive cycles"
                 current.append([int(x) for x in p.data])
-                assert p.last == (len(current) == rows)
+                assert p.last == (len(current) == read[len(tiles)])
                 if p.last:
                     tiles.append(np.array(current, dtype=np.int32))
                     current.clear()
@@ -64,11 +69,15 @@ def simulate(rows, cols, schedule, packing=1, dsp_rows=None, slr_cols=(), dsp_sl
 
 
 def random_schedule(rng, rows, cols, ks, *, bubbles=0.0, accumulate=(), interval=None,
-                    packing=1, slr_cols=()):
-    """Tiles of reduction lengths ``ks`` (tile t continues tile t-1 if t in ``accumulate``)."""
-    if interval is None:
-        interval = SystolicArray(rows, cols, packing=packing,
-                                 slr_cols=slr_cols).min_emit_interval
+                    packing=1, slr_cols=(), read_rows=None):
+    """Tiles of reduction lengths ``ks`` (tile t continues tile t-1 if t in ``accumulate``);
+    with ``read_rows``, each tile's rows read out (0: all; steps of five fields), each
+    ``last`` step the emit interval of the tile before it after that tile's (``interval``:
+    one for all)."""
+    array = SystolicArray(rows, cols, packing=packing, slr_cols=slr_cols, partial=True)
+    gaps = [interval if interval is not None else
+            array.emit_interval((read_rows[t - 1] if read_rows and t else 0) or rows)
+            for t in range(len(ks))]
     schedule, last_emit = [], -10**9
     extreme = rng.random() < 0.3
     for t, k in enumerate(ks):
@@ -85,18 +94,22 @@ def random_schedule(rng, rows, cols, ks, *, bubbles=0.0, accumulate=(), interval
             first = s == 0 and t not in accumulate
             last = s == k - 1 and emit
             if last:
-                while len(schedule) - last_emit < interval:
+                while len(schedule) - last_emit < gaps[t]:
                     schedule.append(None)
                 last_emit = len(schedule)
-            schedule.append((a, b, first, last))
+            step = (a, b, first, last)
+            schedule.append(step + (read_rows[t] if last else 0,) if read_rows else step)
     return schedule
 
 
 def check(rows, cols, schedule, packing=1, slr_cols=(), dsp_slice="DSP48E2"):
-    want = models.systolic_array([s for s in schedule if s is not None], rows, cols)
-    got = simulate(rows, cols, schedule, packing, slr_cols=slr_cols, dsp_slice=dsp_slice)
-    for t, (g, w) in enumerate(zip(got, want, strict=True)):
-        np.testing.assert_array_equal(g, w, err_msg=f"tile {t}")
+    partial = any(s is not None and len(s) == 5 for s in schedule)
+    want = models.systolic_array([s[:4] for s in schedule if s is not None], rows, cols)
+    read = [(s[4] or rows) if partial else rows for s in schedule if s is not None and s[3]]
+    got = simulate(rows, cols, schedule, packing, slr_cols=slr_cols, dsp_slice=dsp_slice,
+                   partial=partial)
+    for t, (g, w, r) in enumerate(zip(got, want, read, strict=True)):
+        np.testing.assert_array_equal(g, w[:r], err_msg=f"tile {t}")
 
 
 #: The MAC mappings: one per DSP48E1 (or LUTs), two per DSP48E2, two per DSP48E1.
@@ -111,6 +124,51 @@ def test_back_to_back_tiles(rows, cols, packing, dsp_slice):
     ks = [1, 1, rows + cols, 5, 2 * (rows + cols)]
     check(rows, cols, random_schedule(rng, rows, cols, ks, packing=packing), packing,
           dsp_slice=dsp_slice)
+
+
+@pytest.mark.parametrize("packing,dsp_slice", MAPPINGS)
+@pytest.mark.parametrize("rows,cols", [(1, 3), (4, 4), (5, 3), (8, 8)])
+def test_partial_read_out(rows, cols, packing, dsp_slice):
+    # Tiles reading out 1..R rows (0: all), odd and even counts, back to back at each
+    # tile's emit interval after the one before: the rows read equal the model's first
+    # rows, the last one marked; a partial tile's interval is no more than a full one's.
+    rng = np.random.default_rng(rows * 10 + cols + packing)
+    read = [int(r) for r in rng.integers(0, rows + 1, 10)] + [1, rows, 1, 0]
+    ks = [int(k) for k in rng.integers(1, 4, len(read))]
+    array = SystolicArray(rows, cols, packing=packing, dsp_slice=dsp_slice, partial=True)
+    assert all(array.emit_interval(r) <= array.min_emit_interval for r in range(1, rows + 1))
+    assert array.emit_interval(rows) == array.min_emit_interval
+    check(rows, cols, random_schedule(rng, rows, cols, ks, packing=packing, read_rows=read),
+          packing, dsp_slice=dsp_slice)
+
+
+@pytest.mark.parametrize("packing", [1, 2])
+@pytest.mark.parametrize("rows,cols", [(4, 4), (5, 3), (8, 2)])
+def test_partial_emit_interval_is_tight(rows, cols, packing):
+    # One cycle under a partial tile's emit interval corrupts a later result for some data
+    array = SystolicArray(rows, cols, packing=packing, partial=True)
+    for r in range(1, rows):
+        iv = array.emit_interval(r)
+        if iv < 2:              # (one cycle apart is the least there is)
+            continue
+        failures = 0
+        for seed in range(3):
+            rng = np.random.default_rng(seed)
+            read = [r, r, r, r]
+            sched = random_schedule(rng, rows, cols, [1, 1, 1, 1], packing=packing,
+                                    read_rows=read, interval=iv - 1)
+            try:
+                check(rows, cols, sched, packing)
+            except AssertionError:
+                failures += 1
+        assert failures, f"packing={packing}, rows={r}: interval {iv} is not tight"
+
+
+def test_partial_rows_refused():
+    array = SystolicArray(4, 4, partial=True)
+    for bad in (0, 5, 1.0, True):
+        with pytest.raises(ValueError, match="rows must be an integer in 1..4"):
+            array.emit_interval(bad)
 
 
 @pytest.mark.parametrize("packing", [1, 2])
