@@ -19,8 +19,9 @@ __all__ = ["ACC_RAMS", "GemmDatapath", "command_layout", "slr_cols"]
 
 def command_layout(rows: int, cols: int, slots: int = 2,
                    acc_slots: int = 2, k_blocks: bool = False) -> data.StructLayout:
-    """Payload of :attr:`GemmDatapath.cmd`: one tile GEMM (with ``k_blocks``, a last field
-    ``kblock``: the command is one K block, see :class:`GemmDatapath`)."""
+    """Payload of :attr:`GemmDatapath.cmd`: one tile GEMM (with ``k_blocks``, two last fields:
+    ``kblock``, the command is one K block, and ``read_rows``, the rows of a stored K-block
+    tile read out; see :class:`GemmDatapath`)."""
     return data.StructLayout({
         "k":           unsigned(16),   # reduction length of this tile, 1..depth
         "a_slot":      range(slots),   # A buffer slot the tile is read from
@@ -39,7 +40,9 @@ def command_layout(rows: int, cols: int, slots: int = 2,
         "raw":         1,              # send int32 sums instead of rescaled float32
         "row_exp":     data.ArrayLayout(signed(8), rows),
         "col_exp":     data.ArrayLayout(signed(8), cols),
-        **({"kblock": 1} if k_blocks else {}),   # rescale this tile, then add in float32
+        **({"kblock": 1,                # rescale this tile, then add in float32
+            # a K-block tile stored, not emitted: only its rows 0 .. read_rows - 1 (0: all)
+            "read_rows": range(rows + 1)} if k_blocks else {}),
     })
 
 
@@ -123,7 +126,11 @@ class GemmDatapath(wiring.Component):
         without; the sum is stored in the slot (``store``, as float32 bits) and/or emitted
         (``emit``), not rescaled again. This is :func:`sim.models.bfp.gemm_kruns`, one K run
         per command in order. Without it (the default) the datapath has neither the field nor
-        the adder.
+        the adder. A K-block command that stores and does not emit may also read out only
+        its first ``read_rows`` rows (1 to ``rows``; 0: all): the slot's other rows keep
+        what they hold, and the next tile read out may come :meth:`kb_interval_after`
+        ``(read_rows)`` cycles later (``SystolicArray(partial=True)``) — sooner where few of
+        a tile's rows lie inside C.
 
     Attributes
     ----------
@@ -179,7 +186,7 @@ class GemmDatapath(wiring.Component):
         # validates rows, cols, packing, dsp_rows
         self.array = SystolicArray(rows, cols, packing=packing, primitive=primitive,
                                    dsp_rows=dsp_rows, slr_cols=slr_cols(cols, slr_groups),
-                                   dsp_slice=dsp_slice)
+                                   dsp_slice=dsp_slice, partial=k_blocks)
         self.a_buf = TransposableBuffer(rows, depth, slots,   # validates depth and slots
                                         primitive=primitive)
         self.b_buf = TransposableBuffer(cols, depth, slots, primitive=primitive)
@@ -241,6 +248,28 @@ class GemmDatapath(wiring.Component):
         rescaler's output, written ``Fp32Add.LATENCY`` cycles after it) lands before the next
         tile's read of that row."""
         return max(self.interval, Fp32Add.LATENCY + self.KB_READ_AHEAD + 1)
+
+    def kb_interval_after(self, read_rows: int) -> int:
+        """K-block mode: least cycles from the last step of a K-block tile that read out
+        ``read_rows`` rows (1 to ``rows``) to the next K-block tile's: :attr:`kb_interval`
+        with the array's ``emit_interval(read_rows)`` for its ``min_emit_interval``
+        (:attr:`kb_interval` for ``rows``)."""
+        return max(self.array.emit_interval(read_rows), self.ACCUMULATE_STAGES + 1,
+                   Fp32Add.LATENCY + self.KB_READ_AHEAD + 1)
+
+    @property
+    def info_depth(self) -> int:
+        """Depth of the FIFO of the tiles' exponents and flags, one entry a tile from its
+        start to its last row out of the array: 4, and in K-block mode as many as tiles of
+        ``k`` steps reading out ``r`` rows can have in flight at their least spacing,
+        ``max(k, kb_interval_after(r))``, whatever ``k`` and ``r`` — so that the FIFO never
+        holds a tile back."""
+        if not self.k_blocks:
+            return 4
+        span = TransposableBuffer.READ_LATENCY + self.array.latency + 1
+        return max(4, max(-(-(k + span + r) // max(k, self.kb_interval_after(r))) + 1
+                          for r in range(1, self.rows + 1)
+                          for k in range(1, 2 * self.kb_interval + 1)))
 
     @property
     def kb_switch_interval(self) -> int:
@@ -309,7 +338,7 @@ class GemmDatapath(wiring.Component):
             **({"kblock": 1} if self.k_blocks else {}),
         })
         info_fifo = add("info_fifo", Fifo(      # (sliced: the exponents are wide)
-            width=info_layout.size, depth=4, slice_bits=FIFO_SLICE_BITS))
+            width=info_layout.size, depth=self.info_depth, slice_bits=FIFO_SLICE_BITS))
         out_fifo = add("out_fifo", Fifo(
             width=rescale_output_layout(C).size, depth=self.out_rows,
             slice_bits=FIFO_SLICE_BITS))
@@ -330,7 +359,8 @@ class GemmDatapath(wiring.Component):
             "clear": 1, "readout": 1, "info": info_layout,
             "a_slot": range(self.slots), "b_slot": range(self.slots),
             "load_a": 1, "load_b": 1,
-            **({"gap_k": range(kb_max), "gap_k_z": 1} if self.k_blocks else {})})
+            **({"gap_k": range(kb_max), "gap_k_z": 1, "read_rows": range(s.R + 1)}
+               if self.k_blocks else {})})
         jobs = add("jobs", (
             fifo.SyncFIFO(width=job_layout.size, depth=2) if self.lookahead == 2 else
             Fifo(width=job_layout.size, depth=self.lookahead, slice_bits=FIFO_SLICE_BITS)))
@@ -506,6 +536,12 @@ class GemmDatapath(wiring.Component):
         b_span, take, a_buf, b_buf, cmd, a_fl = s.b_span, s.take, s.a_buf, s.b_buf, s.cmd, s.a_fl
         b_fl, jobs, job_pending, job, accepted = s.b_fl, s.jobs, s.job_pending, s.job, s.accepted
         bad, a_busy, b_busy, interval, cur = s.bad, s.a_busy, s.b_busy, s.interval, s.cur
+        if self.k_blocks:
+            # kb_interval_after of each read_rows (0: all rows), and its value for the last
+            # tile taken that reads out
+            after_table = Array(Const(self.kb_interval_after(r or s.R), range(s.kb_max + 1))
+                                for r in range(s.R + 1))
+            kb_after = Signal(range(s.kb_max + 1), init=self.kb_interval)
         # A load's slots still have readers: from registers, set for the command staged next
         # cycle from the readers left after this cycle's last steps (registers only), and,
         # for a command moving up, the staged one's slots (it leaves as the other moves:
@@ -583,10 +619,18 @@ class GemmDatapath(wiring.Component):
                     job.info.raw.eq(cmd.raw),
                 ]
                 if self.k_blocks:
-                    need = Mux(cmd.kblock, self.kb_interval, self.kb_switch_interval)
+                    # after a K-block tile, a K-block tile keeps that tile's interval (its
+                    # rows read out: ``kb_after``, set as each tile that reads out is
+                    # taken), any other tile kb_switch_interval
+                    need = Mux(cmd.kblock, kb_after, self.kb_switch_interval)
+                    partial = cmd.kblock & cmd.store & ~cmd.emit
+                    read = Mux(partial, cmd.read_rows, 0)
                     m.d.sync += [job.info.kblock.eq(cmd.kblock),
                                  job.gap_k.eq(Mux(cmd.k >= need, 0, need - cmd.k)),
-                                 job.gap_k_z.eq(cmd.k >= need)]
+                                 job.gap_k_z.eq(cmd.k >= need),
+                                 job.read_rows.eq(read)]
+                    with m.If(cmd.emit | cmd.store):
+                        m.d.sync += kb_after.eq(after_table[read])
         for s_ in range(self.slots):
             for q, nz, one, slot_in, slot_out in (
                     (pend_a[s_], pend_a_nz[s_], pend_a_one[s_], cmd.a_slot, cur.a_slot),
@@ -719,6 +763,9 @@ class GemmDatapath(wiring.Component):
         m.d.comb += [first.eq(fresh & cur.clear), last.eq(emit_last)]
         first = delay(m, first, TransposableBuffer.READ_LATENCY, "first")
         last = delay(m, last, TransposableBuffer.READ_LATENCY, "last")
+        if self.k_blocks:
+            m.d.comb += array.i_stream.payload.rows.eq(delay(
+                m, cur.read_rows, TransposableBuffer.READ_LATENCY, "read_rows", reset_less=True))
         m.d.comb += [
             array.i_stream.valid.eq(a_buf.r_valid),
             array.i_stream.payload.a.eq(a_buf.r_data),

@@ -56,14 +56,17 @@ def exp_tag_width(block: int, cols: int, k_blocks: bool = False) -> int:
     return 1 + max(1, block.bit_length() - 1) + int(exp_halves(cols, k_blocks))
 
 
-def tile_command_layout(block: int, k_blocks: bool = False) -> data.StructLayout:
+def tile_command_layout(block: int, k_blocks: bool = False,
+                        rows: int | None = None) -> data.StructLayout:
     """One tile GEMM as the walker issues it: C tile ``(i, j)`` of the block, one K chunk.
 
     The fields are those of :func:`rtl.datapath.command_layout` that change from tile to tile,
     and the descriptor's own (:data:`DESC_FIELDS`: the transposes, ``raw``, the exponents),
     which travel with each command, so that the next descriptor's commands may queue behind
     the last ones of the descriptor before it; the exponent vectors come from the block's.
-    With ``k_blocks`` the descriptor's ``tiles`` too (the command is one K block).
+    With ``k_blocks`` the descriptor's ``tiles`` too (the command is one K block), and for
+    an array of ``rows`` rows ``read_rows``, the rows of a stored K-block tile read out
+    (:func:`rtl.datapath.command_layout`).
     """
     slots = max(2, 2 * block)
     desc = descriptor_layout(k_blocks).members
@@ -72,7 +75,8 @@ def tile_command_layout(block: int, k_blocks: bool = False) -> data.StructLayout
         "load_a": 1, "load_b": 1, "a_extra": range(slots), "b_extra": range(slots),
         "emit": 1, "store": 1, "add": 1, "acc_slot": range(block * block),
         "i": range(block), "j": range(block), **{f: desc[f] for f in DESC_FIELDS},
-        **({"tiles": 1} if k_blocks else {})})
+        **({"tiles": 1} if k_blocks else {}),
+        **({"read_rows": range(rows + 1)} if k_blocks and rows else {})})
 
 
 
@@ -148,7 +152,7 @@ class CommandIssue(wiring.Component):
                              f"not {tag_width}")
         slots = max(2, 2 * block)
         super().__init__({
-            "i_cmd": In(stream.Signature(tile_command_layout(block, self.k_blocks))),
+            "i_cmd": In(stream.Signature(tile_command_layout(block, self.k_blocks, rows))),
             "a_vectors": In(stream.Signature(vector_layout(rows, tag_width))),
             "b_vectors": In(stream.Signature(vector_layout(cols, tag_width))),
             "exp_issued": In(1),
@@ -209,7 +213,7 @@ class CommandIssue(wiring.Component):
         m.d.comb += exp_written.eq(written[0] + written[1])
         m.d.sync += exp_pending.eq(exp_pending + self.exp_issued - exp_written)
 
-        layout = tile_command_layout(BL, self.k_blocks)
+        layout = tile_command_layout(BL, self.k_blocks, R)
         m.submodules.queue = queue = Fifo(width=layout.size, depth=max(4, BL * BL),
                                           lookahead=True)
         m.d.comb += [queue.w_data.eq(self.i_cmd.payload), queue.w_en.eq(self.i_cmd.valid),
@@ -250,5 +254,5 @@ class CommandIssue(wiring.Component):
                 else:
                     m.d.comb += outs[lane].eq(Mux(copy[-1], chosen, scalar))
         if self.k_blocks:
-            m.d.comb += out.kblock.eq(d.tiles)
+            m.d.comb += [out.kblock.eq(d.tiles), out.read_rows.eq(head.read_rows)]
         return m

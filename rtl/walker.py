@@ -149,7 +149,7 @@ class Walker(wiring.Component):
         super().__init__({
             "i_stream": In(stream.Signature(descriptor_layout(self.k_blocks,
                                                               conv=self.conv))),
-            "o_cmd": Out(stream.Signature(tile_command_layout(block, self.k_blocks))),
+            "o_cmd": Out(stream.Signature(tile_command_layout(block, self.k_blocks, rows))),
             "o_load": Out(stream.Signature(load_job_layout(tag_width))),
             "o_write": Out(stream.Signature(write_job_layout(self.conv))),
             "drained": In(1),
@@ -595,7 +595,14 @@ class Walker(wiring.Component):
                          w.pf.eq(~s.pool | (self.cur_phase == 0)),
                          w.pl.eq(~s.pool | self.cur_last_phase)]
         if self.k_blocks:
-            m.d.comb += cmd.tiles.eq(d.tiles)
+            # a middle K block of a tile (stored, added to): only A's rows inside M read out
+            # where they are fewer than R (the first and the last read out every row: the
+            # slot's other rows stay +0). (From m0, which is the tile's when the command
+            # is: not v_a, which follows the tile a cycle later.)
+            middle = d.tiles & ~last_chunk & cmd.add
+            left = Signal(18, name="rows_left")
+            m.d.comb += [left.eq(s.dm - m0), cmd.tiles.eq(d.tiles),
+                         cmd.read_rows.eq(Mux(middle & (left < R), left, 0))]
         vars(s).update(setup_load=setup_load, load_a_job=load_a_job, load_b_job=load_b_job,
                        ld_exp=ld_exp, load_a=load_a, load_b=load_b, b_first=b_first)
 

@@ -412,6 +412,60 @@ def test_k_blocks_full_rate_from_kb_interval():
     assert np.diff(stats["last_steps"]).tolist()[1:] == [k] * 4   # (after the loads)
 
 
+@pytest.mark.parametrize("rows,cols,packing", [(4, 3, 1), (5, 2, 2), (3, 3, 2), (1, 2, 1)])
+def test_k_blocks_partial_read_out_against_model(rows, cols, packing):
+    """Stored K-block tiles that read out only their first rows (random counts, 0 for all)
+    between full ones: what the model says, bit for bit — the slot's other rows keep the
+    sum before — where A's rows beyond those read are not zero (so a row read or left out
+    changes the result), stalled streams and unstalled."""
+    rng = np.random.default_rng(rows * 5 + cols + packing)
+    bl = 2
+    stops = [int(x) for x in np.cumsum(rng.integers(1, 6, 5))]
+    a = rng.integers(-128, 128, (bl * rows, stops[-1])).astype(np.int8)
+    b = rng.integers(-128, 128, (stops[-1], bl * cols)).astype(np.int8)
+    a_exp = rng.integers(-20, 21, (bl * rows, len(stops))).astype(np.int8)
+    b_exp = rng.integers(-20, 21, (len(stops), bl * cols)).astype(np.int8)
+    cmds = kblock_commands(rng, rows, cols, a, b, a_exp, b_exp, stops, bl)
+    for c in cmds:
+        if c.store and not c.emit:
+            c.read_rows = int(rng.integers(0, rows + 1))
+    assert any(0 < c.read_rows < rows for c in cmds) or rows == 1
+    want = models.datapath(cmds, rows, cols)
+    full = models.datapath([models.TileCommand(**{**vars(c), "read_rows": 0}) for c in cmds],
+                           rows, cols)
+    if rows > 1:      # (the partial tiles make a difference)
+        assert any(not np.array_equal(w, f) for w, f in zip(want, full, strict=True))
+    for stall in (0.0, 0.3):
+        tiles, _, _ = simulate(rows, cols, cmds, slots=2 * bl, acc_slots=bl * bl, stall=stall,
+                               packing=packing, k_blocks=True)
+        assert [t.tolist() for t in tiles] == [t.tolist() for t in want]
+
+
+@pytest.mark.parametrize("rows,cols,packing", [(16, 2, 1), (15, 3, 2), (4, 4, 1)])
+def test_k_blocks_partial_tiles_keep_their_own_interval(rows, cols, packing):
+    """K-block tiles of one step, back to back on one slot, each reading out a random count
+    of rows: each last step follows the one before exactly ``kb_interval_after`` its rows
+    later (no sooner: the model's results hold; no later: the info FIFO never holds a
+    tile back), and the results are the model's."""
+    rng = np.random.default_rng(rows + 10 * cols + packing)
+    read = [int(x) for x in rng.integers(1, rows + 1, 12)]
+    cmds = []
+    for t, r in enumerate(read):
+        cmds.append(random_command(rng, rows, cols, 1, ta=False, tb=False, emit=t == 11,
+                                   exp_range=(-3, 3)))
+        c = cmds[-1]
+        c.store, c.add, c.kblock, c.read_rows = t < 11, t > 0, True, r if t < 11 else 0
+        c.a_slot = c.b_slot = 0
+        c.load_a = c.load_b = t == 0
+    stats, dut = check(rows, cols, cmds, stall=0.0, packing=packing, k_blocks=True,
+                       with_dut=True)
+    gaps = np.diff(stats["last_steps"]).tolist()
+    assert gaps == [dut.kb_interval_after(r) for r in read[:-1]]
+    # (under the float32 add's floor, reading fewer rows gains nothing)
+    floor = dut.kb_interval_after(1)
+    assert min(gaps) < dut.kb_interval or floor == dut.kb_interval
+
+
 def test_k_blocks_only_when_built():
     from rtl.datapath import command_layout
     assert "kblock" not in command_layout(4, 4).members

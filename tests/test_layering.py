@@ -200,6 +200,13 @@ def test_latencies_equal_the_rtls(rows, cols, quiet):
             assert hw.fill_latency(*args) == dut.fill_latency, args
             assert hw.accumulate_interval(*args) == max(dut.array.min_emit_interval,
                                                         GemmDatapath.ACCUMULATE_STAGES + 1)
+            kb = GemmDatapath(rows, cols, packing=packing, slr_groups=groups, k_blocks=True)
+            for r in sorted({1, 2, rows // 2 or 1, rows - 1 or 1, rows} & set(range(1, rows + 1))):
+                assert hw.emit_interval(rows, cols, r, packing, groups) \
+                    == kb.array.emit_interval(r), (args, r)
+                assert hw.kblock_interval(rows, cols, r, packing, groups) \
+                    == kb.kb_interval_after(r), (args, r)
+            assert hw.kblock_interval(rows, cols, None, packing, groups) == kb.kb_interval
         assert GemmDatapath(rows, cols, packing=packing).out_rows == hw.OUT_FIFO_TILES * rows
 
 

@@ -236,15 +236,21 @@ def test_k_runs_replace_the_tile_blocks_of_k():
     """A K-block GEMM's chunks are its tile blocks of K, or the runs it is given (a
     convolution's, one per kernel offset and block of channels): the tile blocks as runs
     predict the same cycles, and nine runs of 16 steps, each read out on its own in 32
-    cycles, more than the five tile blocks of the same 144 steps."""
+    cycles, more than the five tile blocks of the same 144 steps. Where the tiles hold 16
+    of the array's 32 rows, the seven runs between a tile's first and last read out in 16
+    cycles."""
     port = resolve_port("zynqmp-hp")
     cfg = dict(rows=32, cols=64, depth=256, block=8, data_width=128, port=port,
                read_ports=4, write_ports=6, k_blocks=True)
     blocks = predict(16, 2048, 144, **cfg)["cycles"]
     assert predict(16, 2048, 144, k_runs=(32, 32, 32, 32, 16), **cfg)["cycles"] == blocks
-    runs = predict(16, 2048, 144, k_runs=(16,) * 9, **cfg)["cycles"]
+    full = predict(32, 2048, 144, k_runs=(16,) * 9, **cfg)["cycles"]
     # (32 tiles, each nine read-outs of 32 cycles at least)
-    assert runs >= 32 * 9 * 32 > blocks
+    assert full >= 32 * 9 * 32 > predict(32, 2048, 144, **cfg)["cycles"]
+    runs = predict(16, 2048, 144, k_runs=(16,) * 9, **cfg)["cycles"]
+    # (two of 32 and seven of 16 at least, or the loads; not nine of 32)
+    assert 32 * (2 * 32 + 7 * 16) <= runs < 32 * 9 * 32 <= full
+    assert runs > blocks
     for bad in ((16,) * 8, (48, 48, 48), (0, 144)):
         with pytest.raises(ValueError, match="k_runs must be"):
             predict(16, 2048, 144, k_runs=bad, **cfg)

@@ -40,7 +40,8 @@ def simulate(descs, rows, cols, depth, block, data_width, seed, stall=0.3, k_blo
             await ctx.tick()
 
     run(dut, send,
-        receiver("cmds", dut.o_cmd, tile_command_layout(block, k_blocks), len(want[0]), 1),
+        receiver("cmds", dut.o_cmd, tile_command_layout(block, k_blocks, rows), len(want[0]),
+                 1),
         receiver("loads", dut.o_load, load_job_layout(tag_width), len(want[1]), 2),
         receiver("writes", dut.o_write, write_job_layout(), len(want[2]), 3),
         processes=[drained], deadline_cycles=60 * sum(map(len, want)) + 200)
@@ -304,6 +305,22 @@ def test_k_blocks_walk_matches_model(rows, cols, depth, block, data_width, seed)
         d["k"] = rng.choice([1, 32, 33, 64, rng.randint(1, 200)])
         descs.append(d)
     simulate(descs, rows, cols, depth, block, data_width, seed, k_blocks=True)
+
+
+@pytest.mark.parametrize("rows,cols,depth,block,data_width", [
+    (8, 8, 32, 4, 256), (4, 64, 64, 2, 128)])
+@pytest.mark.parametrize("ta", [0, 1])
+def test_k_blocks_middle_blocks_read_out_a_tiles_rows(rows, cols, depth, block, data_width,
+                                                      ta):
+    """K blocks between a tile's first and last (stored and added to) name the rows of A's
+    tile inside M (``read_rows``, the datapath reads out only those); the first and the
+    last, and tiles full of rows, name none (0)."""
+    rng = random.Random(rows + ta)
+    d = random_desc(rng, rows, cols, depth, block)
+    d.update(m=rows * block + 3, k=100, tiles=1, transpose_a=ta, block=0)
+    cmds = simulate([d], rows, cols, depth, block, data_width, 0, k_blocks=True)[0]
+    assert {c["read_rows"] for c in cmds} == {0, 3}
+    assert all(c["read_rows"] == 0 for c in cmds if c["emit"] or not c["add"])
 
 
 def test_k_blocks_needs_the_tile_block_to_fit():

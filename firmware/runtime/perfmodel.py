@@ -176,12 +176,12 @@ def _port_rates(port: dict, bpw: int, dma_burst: int, dma_outstanding: int) -> t
     return burst, o_rd, o_wr, keep, dram
 
 
-def kblock_interval(rows: int, cols: int, packing: int = 1) -> int:
-    """The least cycles between two K-block read-outs of the datapath
-    (``GemmDatapath.kb_interval``): :func:`firmware.spec.hw.accumulate_interval`, and at
-    least the float32 add's read-modify-write, ``KB_ADD_LATENCY + KB_READ_AHEAD + 1``."""
-    return max(hw.accumulate_interval(rows, cols, packing),
-               KB_ADD_LATENCY + KB_READ_AHEAD + 1)
+def kblock_interval(rows: int, cols: int, packing: int = 1,
+                    read_rows: int | None = None) -> int:
+    """The least cycles from a K-block read-out of the datapath to the next
+    (``GemmDatapath.kb_interval``, or after a tile that read out ``read_rows`` rows
+    ``kb_interval_after``): :func:`firmware.spec.hw.kblock_interval`."""
+    return hw.kblock_interval(rows, cols, read_rows, packing)
 
 
 def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool = False, *,
@@ -225,7 +225,9 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
         ``Accelerator(k_blocks=True)``: K chunks of one tile block each
         (:func:`sim.models.engine.array_block_chunks`), every tile of a chunk read out
         (emitted or stored) at least ``GemmDatapath.kb_interval`` after the one before, its
-        C rows ``KB_ADD_LATENCY`` cycles later. The per-chunk exponent loads (a byte a tile)
+        C rows ``KB_ADD_LATENCY`` cycles later; a tile's middle K blocks (neither its first
+        nor its last) read out only A's rows inside M, and the next tile follows
+        :func:`kblock_interval` of those rows after it. The per-chunk exponent loads (a byte a tile)
         are not modelled: they run while the datapath's queued commands compute.
     k_runs : tuple of int, optional
         With ``k_blocks``, the K chunks of every tile in order, in place of tile blocks of
@@ -381,7 +383,12 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
         after = [None if kept else last_use[x].get(par)
                  for x, par, kept in ((0, a_par, keep_a), (1, b_par, keep_b))]
         last_use[0][a_par] = last_use[1][b_par] = len(chunks)
-        chunks.append({"compute": bm * bn * kc, "kc": kc, "loads": loads,
+        # each tile's read-out interval to the next tile: K blocks between a tile's first
+        # and last read out only its rows inside M (the walker's read_rows)
+        middle = k_blocks and 0 < k0 and k0 + kc < k
+        gaps = [kblock_interval(rows, cols, read_rows=rows_in[i] if middle else None)
+                if k_blocks else interval for i, _ in tile_order(bm, bn, transpose_b)]
+        chunks.append({"compute": bm * bn * kc, "kc": kc, "loads": loads, "gaps": gaps,
                        "after": after,
                        "tiles": tiles, "write": write,
                        "write_words": sum(runs) if write else 0})
@@ -409,6 +416,7 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
         votes = {"compute": 0, "reads": 0, "writes": 0}
         wclock = 0.0
         last_end = -float(interval)        # the last tile's last step
+        last_gap = interval                # and its read-out interval to the next
         # when the last job's vectors are made: through one router to both gearboxes in read
         # order, or with two read ports, each gearbox from its own reader (and each buffer
         # taking its loads independently of the other's)
@@ -468,7 +476,7 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
             waited = stalled = 0.0
             per_tile = c["write"] / len(c["tiles"])
             tile_bytes = c["write_words"] * bpw / len(c["tiles"])
-            for a_l, b_l in c["tiles"]:
+            for (a_l, b_l), gap in zip(c["tiles"], c["gaps"], strict=True):
                 ready = max(0.0 if a_l is None else done[a_l],
                             0.0 if b_l is None else done[b_l])
                 if ready > t:
@@ -481,8 +489,8 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
                     t = wends[-hw.OUT_FIFO_TILES]
                 # a tile read out (every tile: stored, or emitted) ends at least the array's
                 # read-out interval after the one before
-                t = max(t + c["kc"], last_end + interval)
-                last_end = t
+                t = max(t + c["kc"], last_end + last_gap)
+                last_end, last_gap = t, gap
                 if per_tile:
                     # the tile's C rows go out once it has computed, after those before it
                     wclock = ledger.move(max(wclock, t), per_tile, tile_bytes, 1)

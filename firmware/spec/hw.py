@@ -13,8 +13,8 @@ __all__ = ["CHECK_LATENCY", "WALK_START_DELAY", "CUT_WAIT", "BUFFER_READ_LATENCY
            "ACCUMULATE_STAGES", "RESCALER_LATENCY", "OUT_FIFO_LATENCY", "OUT_FIFO_TILES",
            "WORD_FIFO", "DMA_OUTSTANDING", "DMA_BURST", "WRITE_FORM_LATENCY",
            "SLR_STAGES", "KB_ADD_LATENCY", "KB_READ_AHEAD", "QUANTIZER_DRAIN_LATENCY",
-           "array_latency", "min_emit_interval", "fill_latency", "accumulate_interval",
-           "quantizer_fill_latency"]
+           "array_latency", "min_emit_interval", "emit_interval", "fill_latency",
+           "accumulate_interval", "kblock_interval", "quantizer_fill_latency"]
 
 #: Cycles from a descriptor with good dimensions to the checker's verdict
 #: (:attr:`rtl.checker.DescriptorChecker.LATENCY`).
@@ -121,8 +121,45 @@ def min_emit_interval(rows: int, cols: int, packing: int = 1, slr_groups: int = 
         ``rows`` (the read-out of the tile before, a row a cycle); packed, ``max(rows,
         ceil(rows / 2) + 1)``; the same with SLR groups.
     """
+    return emit_interval(rows, cols, rows, packing, slr_groups)
+
+
+def emit_interval(rows: int, cols: int, read_rows: int, packing: int = 1,
+                  slr_groups: int = 1) -> int:
+    """The least cycles from the last step of a tile that reads out ``read_rows`` of its
+    rows to the next tile's (:meth:`rtl.systolic.SystolicArray.emit_interval`, built with
+    ``partial``).
+
+    Parameters
+    ----------
+    rows, cols, packing, slr_groups :
+        As :func:`array_latency` takes them.
+    read_rows : int
+        1 to ``rows``.
+
+    Returns
+    -------
+    int
+        ``read_rows``; packed, ``max(read_rows, ceil(read_rows / 2) + 1)``.
+    """
     _check(rows, cols, packing, slr_groups)
-    return rows if packing == 1 else max(rows, -(-rows // 2) + 1)
+    if not isinstance(read_rows, int) or isinstance(read_rows, bool) \
+            or not 1 <= read_rows <= rows:
+        raise ValueError(f"read_rows must be an integer in 1..{rows}, not {read_rows!r}")
+    return read_rows if packing == 1 else max(read_rows, -(-read_rows // 2) + 1)
+
+
+def kblock_interval(rows: int, cols: int, read_rows: int | None = None, packing: int = 1,
+                    slr_groups: int = 1) -> int:
+    """The least cycles from a K-block tile's last step to the next K-block tile's
+    (:meth:`rtl.datapath.GemmDatapath.kb_interval_after`): the array's
+    :func:`emit_interval` for the ``read_rows`` read out (``None``: all), at least
+    ``ACCUMULATE_STAGES + 1`` and the float32 add's read-modify-write of a slot's row,
+    ``KB_ADD_LATENCY + KB_READ_AHEAD + 1``.
+    """
+    read = rows if read_rows is None else read_rows
+    return max(emit_interval(rows, cols, read, packing, slr_groups), ACCUMULATE_STAGES + 1,
+               KB_ADD_LATENCY + KB_READ_AHEAD + 1)
 
 
 def accumulate_interval(rows: int, cols: int, packing: int = 1, slr_groups: int = 1) -> int:

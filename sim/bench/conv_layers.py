@@ -16,12 +16,13 @@ bounds on its cycles:
 * **K blocks**: the same with every K block a read-out of the array, which takes the
   datapath's K-block interval (:func:`firmware.runtime.perfmodel.kblock_interval`) however
   short the block: a weight gradient's blocks are tile blocks of ``T`` output positions
-  (:data:`firmware.spec.regmap.TILE_BLOCK`), ``tiles * max(K, ceil(K / T) * interval)``;
-  forward and backward-data each kernel offset's blocks of at most ``T`` channels are
-  rescaled on their own (:meth:`sim.models.conv.ConvGeometry.k_runs`), ``tiles * sum(max(run,
-  interval))``. On an array whose interval exceeds ``T`` (the VU9P's 64 x 128: 64 cycles)
-  this, not the MACs, bounds a BFP8 GEMM, and on every array it bounds a layer of fewer
-  channels than ``T``;
+  (:data:`firmware.spec.regmap.TILE_BLOCK`); forward and backward-data each kernel offset's
+  blocks of at most ``T`` channels are rescaled on their own
+  (:meth:`sim.models.conv.ConvGeometry.k_runs`): each tile ``sum(max(run, interval))`` over
+  its runs, a run between the tile's first and last read out over only the tile's rows
+  inside M (the interval of those rows). On an array whose interval exceeds ``T`` (the
+  VU9P's 64 x 128: 64 cycles) this, not the MACs, bounds a BFP8 GEMM, and on every array it
+  bounds a layer of fewer channels than ``T``;
 * **traffic**: the compulsory bytes (each operand read once, int8, the input only where a
   kernel offset reads it; C written once, int8, or
   float32 for a float32 C; an SGD target read and written; masks, argmax and exponents
@@ -60,13 +61,17 @@ def bounds(rec: dict, cfg: dict, port: dict) -> dict:
     m, n, k = rec["m"], rec["n"], rec["k"]
     tiles = -(-m // rows) * -(-n // cols)
     compute = tiles * k
-    interval = kblock_interval(rows, cols, cfg.get("packing", 1))
-    runs = rec.get("k_runs")
-    if runs:
-        # (a convolution's runs, each a read-out however short)
-        kb = tiles * max(k, sum(max(r, interval) for r in runs))
-    else:
-        kb = tiles * max(k, -(-k // TILE_BLOCK) * interval)
+    packing = cfg.get("packing", 1)
+    # (a convolution's runs, or tile blocks of K: each a read-out however short, those
+    # between a tile's first and last of only the tile's rows inside M)
+    runs = rec.get("k_runs") or [min(TILE_BLOCK, k - k0) for k0 in range(0, k, TILE_BLOCK)]
+    kb = 0
+    for i in range(-(-m // rows)):
+        read = min(rows, m - i * rows)
+        kb += -(-n // cols) * max(k, sum(
+            max(r, kblock_interval(rows, cols, packing,
+                                   read if 0 < j < len(runs) - 1 else None))
+            for j, r in enumerate(runs)))
     rd, wr = rec["bytes_read"], rec["bytes_written"]
     traffic = max(rd / bus, wr / (bus * cfg.get("write_ports", 1)))
     dram = dram_bytes_per_cycle(port, bus)

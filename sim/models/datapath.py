@@ -83,7 +83,8 @@ class TileCommand:
     accumulation; ``emit`` sends the C tile out, rescaled by ``row_exp``/``col_exp`` (int8
     vectors) unless ``raw``. ``kblock`` (a datapath built with ``k_blocks``): the tile is
     rescaled and added in float32 to the accumulation slot (``add``) or to +0.0, then stored
-    and/or emitted as float32.
+    and/or emitted as float32; one that stores and does not emit may read out only its
+    first ``read_rows`` rows (0: all), leaving the slot's other rows as they are.
     """
 
     a: np.ndarray
@@ -112,6 +113,8 @@ class TileCommand:
     acc_slot: int = 0
     #: One K block: rescale the tile, add it in float32 to ``acc_slot`` (``add``) or +0.0.
     kblock: bool = False
+    #: A stored, not emitted, K-block tile: the rows read out (0: all).
+    read_rows: int = 0
 
     @property
     def k(self) -> int:
@@ -135,7 +138,7 @@ class TileCommand:
                 "clear": self.clear, "emit": self.emit, "raw": self.raw,
                 "store": self.store, "add": self.add, "acc_slot": self.acc_slot,
                 "row_exp": [int(x) for x in re], "col_exp": [int(x) for x in ce],
-                **({"kblock": 1} if self.kblock else {})}
+                **({"kblock": 1, "read_rows": self.read_rows} if self.kblock else {})}
 
 
 def _wrap32(x: np.ndarray) -> np.ndarray:
@@ -149,7 +152,9 @@ def datapath(commands, rows: int, cols: int) -> list[np.ndarray]:
     command that reuses a slot reads its first ``k`` steps. A ``kblock`` command's tile (the
     array's sums since its ``clear``) is rescaled (:func:`sim.models.golden.rescale`) and
     added to the slot's float32 with ``add``, else to +0.0
-    (:func:`sim.models.fp32.fp32_add`); the sum is what it stores and emits.
+    (:func:`sim.models.fp32.fp32_add`); the sum is what it stores and emits. One that
+    stores and does not emit with ``read_rows`` stores that many of the sum's first rows;
+    the slot's other rows keep what they held (+0.0 in a slot never stored).
     """
     acc = np.zeros((rows, cols), dtype=np.int32)
     slot_a, slot_b, partial = {}, {}, {}
@@ -174,7 +179,11 @@ def datapath(commands, rows: int, cols: int) -> list[np.ndarray]:
             term = golden.float32_bits(golden.rescale(acc, re, ce))
             prev = partial[cmd.acc_slot] if cmd.add else np.zeros((rows, cols), np.uint32)
             total = fp32.fp32_add(prev.view(np.uint32), term).astype(np.uint32)
-            if cmd.store:
+            if cmd.store and cmd.read_rows and not cmd.emit:
+                kept = partial.get(cmd.acc_slot, np.zeros((rows, cols), np.uint32)).copy()
+                kept[:cmd.read_rows] = total[:cmd.read_rows]
+                partial[cmd.acc_slot] = kept
+            elif cmd.store:
                 partial[cmd.acc_slot] = total.copy()
             if cmd.emit:
                 out.append(total.copy())

@@ -451,7 +451,11 @@ def walk(desc: dict, rows: int, cols: int, depth: int, block: int, data_width: i
                 "emit": int(last), "store": int(not last), "add": int(k0 != 0),
                 "acc_slot": i * BL + j, "i": i, "j": j,
                 **{f: desc[f] for f in CMD_DESC_FIELDS},
-                **({"tiles": desc["tiles"]} if tiles else {})})
+                **({"tiles": desc["tiles"]} if tiles else {}),
+                # a middle K block: A's rows inside M read out where fewer than R (the
+                # datapath's read_rows; 0: all)
+                **({"read_rows": m - m0 if desc["tiles"] and not last and k0 != 0
+                    and m - m0 < R else 0} if tiles else {})})
             if last:
                 writes.append({"m0": m0, "n0": n0})
             jobs = []                 # (A's, then B's; B's first where b_first)
@@ -616,7 +620,8 @@ def issue(program, rows: int, cols: int):
                     "transpose_b": desc["transpose_b"], "clear": 1, "emit": t["emit"],
                     "store": t["store"], "add": t["add"], "acc_slot": t["acc_slot"],
                     "raw": desc["raw"], "row_exp": row, "col_exp": col,
-                    **({"kblock": t["tiles"]} if "tiles" in t else {})})
+                    **({"kblock": t["tiles"], "read_rows": t.get("read_rows", 0)}
+                       if "tiles" in t else {})})
     return out
 
 
