@@ -746,15 +746,8 @@ class SystolicArray(wiring.Component):
             pair = Signal(range(Q), name="readout_pair")
             with m.If((start | reading) & ~cur[0]):
                 m.d.sync += pair.eq(cur >> 1)
-            row = Mux(lo_phase, pair * 2 + 1, pair * 2)
-            valid_q = Signal(name="readout_valid")
-            row_q = Signal(range(R), name="readout_row")
-            last_q = Signal(name="readout_last")
-            m.d.sync += [hi_phase.eq((start | reading) & ~cur[0]), valid_q.eq(hi_phase | lo_phase),
-                         row_q.eq(row)]
             if end is None:
-                m.d.sync += [lo_phase.eq(hi_phase & (pair * 2 + 1 < R)),
-                             last_q.eq(row == R - 1)]
+                lo_next, hi_last, lo_last = pair * 2 + 1 < R, None, None
             else:
                 # whether the pair's low row is read and which of its rows is the tile's
                 # last, registered with the pair (the next tile's ``end`` may follow)
@@ -763,8 +756,16 @@ class SystolicArray(wiring.Component):
                 with m.If((start | reading) & ~cur[0]):
                     m.d.sync += [lo_ok.eq(cur != end), hi_last.eq(cur == end),
                                  lo_last.eq(cur + 1 == end)]
-                m.d.sync += [lo_phase.eq(hi_phase & lo_ok),
-                             last_q.eq(Mux(lo_phase, lo_last, hi_last))]
+                lo_next = lo_ok
+            m.d.sync += [hi_phase.eq((start | reading) & ~cur[0]),
+                         lo_phase.eq(hi_phase & lo_next)]
+            row = Mux(lo_phase, pair * 2 + 1, pair * 2)
+            valid_q = Signal(name="readout_valid")
+            row_q = Signal(range(R), name="readout_row")
+            last_q = Signal(name="readout_last")
+            m.d.sync += [valid_q.eq(hi_phase | lo_phase), row_q.eq(row),
+                         last_q.eq(row == R - 1 if end is None
+                                   else Mux(lo_phase, lo_last, hi_last))]
 
         # Each column's data back in group 0, every column waiting for the last one's.
         far = self._deskew
