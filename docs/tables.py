@@ -583,16 +583,18 @@ def t_conv_rtl():
     data = load("conv_rtl.json")
     c = data["config"]
     rows = []
+    small = f"{c['rows']}x{c['cols']}@{c['data_width']}, {c['port']}"
     for r in data["results"]:
-        macs = c["array_macs"]
-        rows.append([r["layer"], r["mode"], f"{r['m']}×{r['n']}×{r['k']}",
+        macs = r.get("array_macs", c["array_macs"])
+        rows.append([r.get("array", small), r["layer"], r["mode"],
+                     f"{r['m']}×{r['n']}×{r['k']}",
                      f"{r['rtl_cycles']:,}", f"{r['model_cycles']:,}",
                      f"{r['rtl_cycles'] / r['model_cycles']:.2f}",
                      pct(r["macs"] / macs / r["rtl_cycles"], 0),
                      pct(r["macs"] / macs / r["model_cycles"], 0)])
     r0 = data["results"][0]
-    md = table(["layer", "descriptor", "M×N×K", "RTL cycles", "model cycles", "RTL / model",
-                "RTL utilisation", "model utilisation"], rows, "llrrrrrr")
+    md = table(["array", "layer", "descriptor", "M×N×K", "RTL cycles", "model cycles",
+                "RTL / model", "RTL utilisation", "model utilisation"], rows, "lllrrrrrr")
     note = (f"fashion-cnn's 3×3 convolutions (padding 1) at batch {r0['batch']}, the first "
             f"on a {r0['height']}×{r0['width']} input (fashion-cnn's is 28×28) and the "
             f"second on half its side, alone and with the step's 2×2 max pools (the second "
@@ -600,7 +602,11 @@ def t_conv_rtl():
             f"the RTL computes its GEMM once per window phase), on `Device(\"rtl\")` built with "
             f"convolutions ({c['rows']}x{c['cols']} array, {c['data_width']}-bit bus, depth "
             f"{c['depth']}, block {c['block']}, {c['port']} port) and the performance "
-            f"model of the same configuration.")
+            f"model of the same configuration"
+            + ("; last, ResNet-20's 16-channel convolution forward (16 -> 16 channels, "
+               "32×32 input) on the ZCU104's whole-step shape, its default with 32 columns "
+               "behind its port model (its depth, block, packing and ports), likewise."
+               if any("array" in r for r in data["results"]) else "."))
     return md + "\n\n" + note, [command(data)]
 
 

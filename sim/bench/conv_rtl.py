@@ -6,8 +6,11 @@ pool into BFP8; the second layer's backward-data routing its deltas back through
 layer's pool under ReLU's mask), on ``Device("rtl")`` built with convolutions (a small
 array, so that the simulator runs the layers in minutes) and on ``Device("model")`` of the
 same configuration, and records the RTL's cycles, the performance model's and the
-utilisation of each (the MACs without padding's over the array's MACs a cycle). Writes
-JSON (default ``results/conv_rtl.json``), the docs' *convolutions on the RTL* table.
+utilisation of each (the MACs without padding's over the array's MACs a cycle). Then
+ResNet-20's 16-channel convolution forward (:data:`BOARD_LAYER`) on the ZCU104's
+whole-step shape (its default with 32 columns, behind its port model, :data:`BOARD`),
+likewise. Writes JSON (default ``results/conv_rtl.json``), the docs' *convolutions on the
+RTL* table.
 """
 
 from __future__ import annotations
@@ -25,6 +28,13 @@ ROOT = Path(__file__).resolve().parents[2]
 CONFIG = {"rows": 8, "cols": 8, "data_width": 64, "depth": 64, "block": 4}
 #: fashion-cnn's convolutions: (name, Cin, H, W, Cout) of 3 x 3, padding 1.
 LAYERS = (("conv1", 1, 28, 28, 16), ("conv2", 16, 14, 14, 32))
+#: The board shape of the last record: the ZCU104's default with these overrides (the
+#: shape whose build holds the whole step), behind its port model.
+BOARD = ("zcu104", {"cols": 32})
+
+#: ResNet-20's 16-channel convolution on its 32 x 32 input: (name, Cin, H, W, Cout).
+BOARD_LAYER = ("resnet20 16-ch", 16, 32, 32, 16)
+
 MODES = {1: "forward", 2: "backward-data", 3: "weight gradient",
          "pool": "forward, ReLU, max pool", "unpool": "backward-data through the pool"}
 
@@ -36,6 +46,14 @@ def measure(batch: int, size: int) -> list[dict]:
     from firmware.runtime.epilogue import MaskTensor
     from sim.models import bfp
     from sim.models import conv as convm
+
+    def operands(rng, g):
+        wt = (rng.standard_normal((g.out_channels, g.channels, 3, 3)) * 0.3).astype(np.float32)
+        qs, es = zip(*(bfp.quantize_tiles(m) for m in convm.weight_stack(wt)), strict=True)
+        qx, ex = bfp.quantize_tiles(rng.standard_normal((g.channels, g.positions))
+                                    .astype(np.float32))
+        return (np.stack(qs), np.stack(es)), (qx, ex)
+
     rtl = Device("rtl", **CONFIG, k_blocks=True, epilogue=True, conv=True)
     model = Device("model", **CONFIG, epilogue=True)
     out = []
@@ -43,10 +61,7 @@ def measure(batch: int, size: int) -> list[dict]:
         h, w = (h * size) // 28, (w * size) // 28
         g = convm.ConvGeometry(batch, cin, h, w, cout, 3, padding=1)
         rng = np.random.default_rng(1)
-        wt = (rng.standard_normal((cout, cin, 3, 3)) * 0.3).astype(np.float32)
-        qs, es = zip(*(bfp.quantize_tiles(m) for m in convm.weight_stack(wt)), strict=True)
-        qw, ew = np.stack(qs), np.stack(es)
-        qx, ex = bfp.quantize_tiles(rng.standard_normal((cin, g.positions)).astype(np.float32))
+        (qw, ew), (qx, ex) = operands(rng, g)
         qd, ed = bfp.quantize_tiles(rng.standard_normal((cout, g.out_positions))
                                     .astype(np.float32))
         pool = convm.Pooling("max", convm.pool_geometry(batch, cout, h, w, 2))
@@ -82,7 +97,47 @@ def measure(batch: int, size: int) -> list[dict]:
                         "rtl_cycles": cycles[0], "model_cycles": cycles[1]})
             print(f"  {name} {MODES[mode]}: RTL {cycles[0]} cycles, model {cycles[1]}",
                   file=sys.stderr)
+    out.append(_board_layer(batch, operands))
     return out
+
+
+def board_config() -> dict:
+    """The configuration of :data:`BOARD`, as the last record's ``array`` names it."""
+    from firmware.spec.ports import BOARD_PORTS
+    from platforms import PLATFORMS
+    board, overrides = BOARD
+    cfg = PLATFORMS[board].config(**overrides)
+    keys = ("rows", "cols", "data_width", "depth", "block", "packing", "write_ports",
+            "read_ports")
+    return {**{k: cfg[k] for k in keys}, "port": BOARD_PORTS[board], "board": board}
+
+
+def _board_layer(batch: int, operands) -> dict:
+    """:data:`BOARD_LAYER` forward (float32 out) on the RTL and the model of
+    :func:`board_config`, bit for bit."""
+    from firmware import Device
+    from sim.models import conv as convm
+    cfg = board_config()
+    opts = {k: v for k, v in cfg.items() if k != "board"}
+    name, cin, h, w, cout = BOARD_LAYER
+    g = convm.ConvGeometry(batch, cin, h, w, cout, 3, padding=1)
+    (qw, ew), (qx, ex) = operands(np.random.default_rng(1), g)
+    cycles, results = [], []
+    for dev in (Device("rtl", **opts, k_blocks=True, conv=True), Device("model", **opts)):
+        y = dev.conv2d(dev.bfp_tensor(qx, ex), dev.bfp_stack(qw, ew), g, out="float32")
+        results.append(y.numpy().view(np.uint32).copy())
+        cycles.append(int(dev.stats["cycles"]))
+    if not np.array_equal(*results):
+        raise AssertionError(f"{name}: the RTL's result differs from the model's")
+    m, n, k, macs = g.implicit_gemm(1)
+    array = (f"{cfg['rows']}x{cfg['cols']}@{cfg['data_width']}, {cfg['port']} "
+             f"({cfg['board']}, {cfg['write_ports']}w {cfg['read_ports']}r)")
+    print(f"  {name} forward on {array}: RTL {cycles[0]} cycles, model {cycles[1]}",
+          file=sys.stderr)
+    return {"layer": name, "mode": MODES[1], "batch": batch, "height": h, "width": w,
+            "m": m, "n": n, "k": k, "macs": int(macs), "rtl_cycles": cycles[0],
+            "model_cycles": cycles[1], "array": array,
+            "array_macs": cfg["rows"] * cfg["cols"]}
 
 
 def main(argv=None) -> int:
@@ -106,6 +161,7 @@ def main(argv=None) -> int:
         "command": "python -m sim.bench conv-rtl " + " ".join(argv if argv is not None
                                                               else sys.argv[1:]),
         "config": {**CONFIG, "port": "ideal", "array_macs": CONFIG["rows"] * CONFIG["cols"]},
+        "board_config": board_config(),
         "results": records}, indent=1) + "\n")
     print(f"wrote {args.out}")
     return 0
