@@ -246,8 +246,8 @@ class GemmDatapath(wiring.Component):
         """K-block mode: least cycles between the last steps of two K-block tiles read out: a
         slot row's float32 read-modify-write (read ``KB_READ_AHEAD`` cycles before the
         rescaler's output, written ``Fp32Add.LATENCY`` cycles after it) lands before the next
-        tile's read of that row."""
-        return max(self.interval, Fp32Add.LATENCY + self.KB_READ_AHEAD + 1)
+        tile's read of that row: :meth:`kb_interval_after` a tile of all its rows."""
+        return self.kb_interval_after(self.rows)
 
     def kb_interval_after(self, read_rows: int) -> int:
         """K-block mode: least cycles from the last step of a K-block tile that read out

@@ -386,8 +386,9 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
         # each tile's read-out interval to the next tile: K blocks between a tile's first
         # and last read out only its rows inside M (the walker's read_rows)
         middle = k_blocks and 0 < k0 and k0 + kc < k
-        gaps = [kblock_interval(rows, cols, read_rows=rows_in[i] if middle else None)
-                if k_blocks else interval for i, _ in tile_order(bm, bn, transpose_b)]
+        # (``interval`` is the K-block one for a tile of all its rows)
+        gaps = [kblock_interval(rows, cols, read_rows=rows_in[i]) if middle else interval
+                for i, _ in tile_order(bm, bn, transpose_b)]
         chunks.append({"compute": bm * bn * kc, "kc": kc, "loads": loads, "gaps": gaps,
                        "after": after,
                        "tiles": tiles, "write": write,
