@@ -189,7 +189,7 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
             read_ports: int = 1, write_ports: int = 1,
             dma_outstanding: int = hw.DMA_OUTSTANDING, dma_burst: int = hw.DMA_BURST,
             copies: int = 1, chunk: int = 0, k_blocks: bool = False,
-            k_runs: tuple[int, ...] | None = None) -> dict:
+            k_runs: tuple[int, ...] | None = None, b_per_tile: bool = False) -> dict:
     """Predicted cycles of one GEMM descriptor, from its start to its last C row in memory.
 
     Parameters
@@ -234,6 +234,13 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
         K (:func:`sim.models.engine.array_block_chunks`): a convolution's runs, one per kernel
         offset and block of at most ``TILE_BLOCK`` channels, each its own read-out
         (:meth:`sim.models.conv.ConvGeometry.k_runs`). Their sum is ``k``.
+    b_per_tile : bool
+        B (k-major) read a job per tile, as a convolution's forward and backward-data B is:
+        each tile's ``cols`` bytes a step from the column the walker's cursor gives, taken
+        as not aligned to a bus word (a 3 x 3 kernel's side offsets), so a row of
+        ``ceil((1 + cols) / bus bytes)`` words, one burst; striped over the B ports like
+        any job (:data:`firmware.spec.regmap.STRIPE_MIN_WORDS`). Without it a k-major B is
+        one job for the block, a run of its tiles' bytes a step.
     copies : int
         The GEMM queued this many times back to back, each after the first with
         ``DESC_FLAGS.OVERLAP`` (its chunks walked after the one before's, the slot parities
@@ -280,13 +287,22 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
         return ("stripe", *(job_cycles(p, v, lanes)
                             for p, v in zip(parts, shares, strict=True)), vectors)
 
-    def operand_jobs(k_major, lanes, x_blk, limit, tiles, kc, stripe=False):
+    def operand_jobs(k_major, lanes, x_blk, limit, tiles, kc, stripe=False, per_tile=False):
         """The load jobs of one operand in a chunk, each as its read and gearbox cycles: a
         k-major operand is one job for the block (a run of bus words per step), a lane-run
         one a job per tile (a run per lane inside the matrix). A gearbox makes one vector a
         cycle: a k-major step a vector per tile, a lane run one per ``lanes`` steps. With
         ``stripe`` (B with three or four read ports) a job of ``ways`` or more runs of at
         least :data:`firmware.spec.regmap.STRIPE_MIN_WORDS` words is striped over ``ways`` ports."""
+        if k_major and per_tile:
+            # a job per tile: its rows at an unaligned column (b_per_tile)
+            jobs = []
+            for t in range(tiles):
+                words = _cdiv(1 + min(lanes, limit - x_blk - t * lanes), bpw)
+                jobs.append(striped([words] * kc, kc, lanes)
+                            if stripe and kc >= ways and words >= STRIPE_MIN_WORDS
+                            else job_cycles([words] * kc, kc, lanes))
+            return jobs
         if k_major:
             v = min(tiles * lanes, limit - x_blk)
             if regmap.stored_packed(limit, 1, bpw):
@@ -350,7 +366,7 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
         # a block that keeps an operand's tiles (block_order) loads none of them
         a_jobs = [] if keep_a else operand_jobs(transpose_a, rows, m_blk, m, bm, kc)
         b_jobs = [] if keep_b else operand_jobs(not transpose_b, cols, n_blk, n, bn, kc,
-                                                read_ports >= 3)
+                                                read_ports >= 3, b_per_tile)
         # The walker's order (tile_order); each command's A load, then B — or B's first
         # where B alone is stored packed (sim.models.engine.b_first)
         loads, tiles = [], []

@@ -349,6 +349,7 @@ class FunctionalAccelerator:
             if k_blocks and k_runs is not None:
                 # (the runs walked: the mean kernel offsets a tile reads, rounded)
                 kb["k_runs"], walked = tuple(k_runs), sum(k_runs)
+                kb["b_per_tile"] = True        # (a convolution's B: a job per tile)
             p = self.predict(m, n, walked, ta, tb, port=self.port, write_ports=self.write_ports,
                              read_ports=self.read_ports, chunk=f["CHUNK"], **cfg, **kb)
         self.descriptors += 1
