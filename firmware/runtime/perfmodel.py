@@ -294,15 +294,16 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
         cycle: a k-major step a vector per tile, a lane run one per ``lanes`` steps. With
         ``stripe`` (B with three or four read ports) a job of ``ways`` or more runs of at
         least :data:`firmware.spec.regmap.STRIPE_MIN_WORDS` words is striped over ``ways`` ports."""
+        def stripes(runs, words):
+            """LoadStriper's rule: ``runs`` rows of ``words`` words are striped."""
+            return stripe and runs >= ways and words >= STRIPE_MIN_WORDS
+
         if k_major and per_tile:
             # a job per tile: its rows at an unaligned column (b_per_tile)
-            jobs = []
-            for t in range(tiles):
-                words = _cdiv(1 + min(lanes, limit - x_blk - t * lanes), bpw)
-                jobs.append(striped([words] * kc, kc, lanes)
-                            if stripe and kc >= ways and words >= STRIPE_MIN_WORDS
-                            else job_cycles([words] * kc, kc, lanes))
-            return jobs
+            tile_words = [_cdiv(1 + min(lanes, limit - x_blk - t * lanes), bpw)
+                          for t in range(tiles)]
+            return [striped([w] * kc, kc, lanes) if stripes(kc, w)
+                    else job_cycles([w] * kc, kc, lanes) for w in tile_words]
         if k_major:
             v = min(tiles * lanes, limit - x_blk)
             if regmap.stored_packed(limit, 1, bpw):
@@ -313,7 +314,7 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
                                    packed=True)]
             offset = x_blk % bpw if lanes <= bpw else 0
             words = _cdiv(offset + v, bpw)
-            if stripe and kc >= ways and words >= STRIPE_MIN_WORDS:
+            if stripes(kc, words):
                 return [striped([words] * kc, kc * tiles, lanes)]
             # the run is a whole stored row of a packed matrix: the rows follow one another
             runs = [words * kc] if words == _cdiv(limit, bpw) else [words] * kc
@@ -326,10 +327,9 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
             return [job_cycles([_cdiv((x_blk + t * lanes) * k % bpw + r * k, bpw)], vectors,
                                lanes, packed=True) for t, r in enumerate(rows_in)]
         words = _cdiv(kc, bpw)
-        stripe = stripe and words >= STRIPE_MIN_WORDS
         # striped where a tile has two rows or more; else a tile's rows of one chunk are
         # whole rows (kc == k): one run
-        return [striped([words] * r, vectors, lanes, lanes - r) if stripe and r >= ways else
+        return [striped([words] * r, vectors, lanes, lanes - r) if stripes(r, words) else
                 job_cycles([words * r] if kc == k else [words] * r, vectors, lanes,
                            zero=(lanes - r) * _cdiv(kc, lanes))
                 for r in rows_in]
