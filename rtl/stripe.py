@@ -1,7 +1,7 @@
-"""One operand over two or three read ports: load jobs striped by row, and their vectors
-interleaved."""
+"""One operand over two, three or four read ports: load jobs striped by row, and their
+vectors interleaved."""
 
-from amaranth import Array, Cat, Module, Mux, Signal, unsigned
+from amaranth import Array, Cat, Const, Module, Mux, Signal, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -15,13 +15,13 @@ __all__ = ["LoadStriper", "VectorInterleave", "interleave_job_layout", "STRIPE_M
            "STRIPE_WAYS", "div3"]
 
 #: The ways an operand's rows may be striped over (``Accelerator(read_ports=3)``: 2,
-#: ``read_ports=4``: 3).
-STRIPE_WAYS = (2, 3)
+#: ``read_ports=4``: 3, ``read_ports=5``: 4).
+STRIPE_WAYS = (2, 3, 4)
 
 
 def _check_ways(ways) -> int:
     if ways not in STRIPE_WAYS or isinstance(ways, bool):
-        raise ValueError(f"ways must be 2 or 3, not {ways!r}")
+        raise ValueError(f"ways must be 2, 3 or 4, not {ways!r}")
     return ways
 
 
@@ -58,20 +58,22 @@ class LoadStriper(wiring.Component):
     Attributes
     ----------
     i_stream : In(stream.Signature(load_job_layout(tag_width)))
-    o_job0, o_job1 (, o_job2) : Out(stream.Signature(load_job_layout(tag_width)))
+    o_job0, o_job1 (, o_job2, o_job3) : Out(stream.Signature(load_job_layout(tag_width)))
     o_merge : Out(stream.Signature(interleave_job_layout()))
 
     Latency
     -------
     The outputs are registers: ``LATENCY`` cycles from a job to its outputs (1 with two ways;
-    3 with three: the job registered, then ``row0`` and ``rows`` divided by 3 -- :func:`div3`
-    -- and the base plus 0, 1 and 2 strides into registers, then the outputs, which only
-    select among them).
+    3 with three or four: the job registered (with four, its stride times three beside it),
+    then ``row0`` and ``rows`` divided by the ways -- :func:`div3`, or a shift -- and the
+    base plus 0 to ``ways - 1`` strides into registers, then the outputs, which only select
+    among them).
 
     Throughput
     ----------
     Two ways: a job taken when all outputs are empty (one every two cycles at most). Three
-    ways: the next job is taken and divided while the outputs wait for the load sequencers.
+    or four ways: the next job is taken and divided while the outputs wait for the load
+    sequencers.
     """
 
     def __init__(self, tag_width: int = 1, ways: int = 2):
@@ -112,10 +114,11 @@ class LoadStriper(wiring.Component):
             # the way's first row is r rows into the base: base + r * stride
             bases = Array([job.base, carry_select_add(job.base, job.stride, 64)])
         else:
-            # The job is registered (held), then divided into registers: row0 and rows by 3,
-            # three times its stride, whether it is striped, and its base plus 0, 1 and 2
-            # strides. The outputs then only select and increment (no compare or 64-bit add
-            # after the division's product).
+            # The job is registered (held; with four ways its stride times three beside it),
+            # then divided into registers: row0 and rows by the ways, the ways times its
+            # stride, whether it is striped, and its base plus 0 to ways - 1 strides. The
+            # outputs then only select and increment (no compare or 64-bit add after the
+            # division's product).
             # (data registers without reset: only the valid flags need one, and the part's
             # reset copy would otherwise drive a thousand flip-flops)
             layout = load_job_layout(self.tag_width)
@@ -132,25 +135,40 @@ class LoadStriper(wiring.Component):
             m.d.comb += [fire.eq(d_valid & ~busy),
                          advance.eq(h_valid & (~d_valid | fire)),
                          self.i_stream.ready.eq(~h_valid | advance)]
+            thrice = Signal(34, reset_less=True)     # (four ways) the held stride * 3
             with m.If(self.i_stream.valid & self.i_stream.ready):
                 m.d.sync += [held.eq(self.i_stream.payload), h_valid.eq(1)]
+                if S == 4:
+                    pay = self.i_stream.payload
+                    m.d.sync += thrice.eq(carry_select_add(Cat(pay.stride, Const(0, 2)),
+                                                           Cat(Const(0, 1), pay.stride,
+                                                               Const(0, 1)), 34))
             with m.Elif(advance):
                 m.d.sync += h_valid.eq(0)
             with m.If(advance):
-                (hq0, hr0), (hnq, hnr) = div3(held.row0), div3(held.rows)
+                if S == 3:
+                    (hq0, hr0), (hnq, hnr) = div3(held.row0), div3(held.rows)
+                else:
+                    (hq0, hr0), (hnq, hnr) = ((held.row0 >> 2, held.row0[:2]),
+                                              (held.rows >> 2, held.rows[:2]))
                 twice = held.stride << 1
+                # (three: the stride plus twice it; four: four times it)
+                times = (carry_select_add(held.stride, twice, 32) if S == 3
+                         else held.stride << 2)
                 m.d.sync += [job.eq(held), d_valid.eq(1), q0.eq(hq0), r0.eq(hr0),
                              nq.eq(hnq), nr.eq(hnr),
                              # the quotients plus one, for the ways whose first row wraps
                              # (and those that get one row more)
                              q0p1.eq(carry_select_add(hq0, 1, 17)),
                              nqp1.eq(carry_select_add(hnq, 1, 17)),
-                             stride_s.eq(carry_select_add(held.stride, twice, 32)),
+                             stride_s.eq(times),
                              stripe.eq((held.rows >= S) & (held.nwords >= STRIPE_MIN_WORDS)
                                        & (held.stride <= (2**32 - 1) // S)),
                              base_r[0].eq(held.base),
                              base_r[1].eq(carry_select_add(held.base, held.stride, 64)),
-                             base_r[2].eq(carry_select_add(held.base, twice, 64))]
+                             base_r[2].eq(carry_select_add(held.base, twice, 64)),
+                             *([base_r[3].eq(carry_select_add(held.base, thrice, 64))]
+                               if S == 4 else [])]
             with m.Elif(fire):
                 m.d.sync += d_valid.eq(0)
         # each output's payload from a register without reset (valid has one)
@@ -196,7 +214,7 @@ class VectorInterleave(wiring.Component):
     Attributes
     ----------
     jobs : In(stream.Signature(interleave_job_layout()))
-    i_stream0, i_stream1 (, i_stream2) : In(stream.Signature(shape))
+    i_stream0, i_stream1 (, i_stream2, i_stream3) : In(stream.Signature(shape))
     o_stream : Out(stream.Signature(shape))
 
     Latency

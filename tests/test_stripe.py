@@ -1,5 +1,5 @@
 """rtl.stripe: LoadStriper against sim.models.engine.stripe and VectorInterleave against
-sim.models.engine.interleave, over two and three ways, random stalls on every stream; the
+sim.models.engine.interleave, over two, three and four ways, random stalls on every stream; the
 model's striped rows are the job's rows (each row's address, in order once interleaved); and
 div3 is exact on every 17- and 18-bit value."""
 
@@ -26,7 +26,8 @@ from sim.testbenches.harness import layout_fields, run, stream_collect, stream_r
 def random_job(rng, tag_width=3):
     return {"base": rng.getrandbits(rng.choice([32, 64])),
             "stride": rng.choice([rng.getrandbits(20), rng.getrandbits(32), 64, 128,
-                                  (1 << 32) // 3, (1 << 32) // 3 + 1]),
+                                  (1 << 32) // 3, (1 << 32) // 3 + 1, (1 << 32) // 4,
+                                  (1 << 32) // 4 + 1]),
             "row0": rng.choice([rng.getrandbits(rng.choice([4, 17])), (1 << 17) - 1]),
             "col": rng.getrandbits(rng.choice([16, 64])),
             "rows": rng.choice([0, 1, 2, 3, 4, rng.randint(1, 11)]), "nzero": rng.randint(0, 5),
@@ -95,14 +96,14 @@ def test_model_stripes_rows_in_place(ways):
             assert part["nzero"] == (job["nzero"] if w == 0 else 0)
             assert part["nwords"] == job["nwords"] and part["row0"] < 1 << 17
             assert part["stride"] < 1 << 32
-    assert striped > 300
+    assert striped > 150
 
 
 @pytest.mark.parametrize("ways", STRIPE_WAYS)
 @pytest.mark.parametrize("seed", range(3))
 def test_striper_matches_model(seed, ways):
     rng = random.Random(seed)
-    jobs = [random_job(rng) for _ in range(16)]
+    jobs = [random_job(rng) for _ in range(24)]
     model = [em.stripe(j, ways=ways) for j in jobs]
     want = [[parts[w] for parts, _ in model if w < len(parts)] for w in range(ways)]
     want_merge = [g for _, g in model]

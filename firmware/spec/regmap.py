@@ -60,9 +60,10 @@ def check_write_ports(write_ports, rows: int | None = None) -> int:
 #: The AXI read port counts a build may have (``CONFIG_BUS.READ_PORTS``): with 2, A is read
 #: through ``mem_r`` and B through ``mem_r1``, each with a DMA reader of its own; with 3, B's
 #: rows are striped over ``mem_r1`` (even rows) and ``mem_r2`` (odd rows); with 4, over
-#: ``mem_r1``, ``mem_r2`` and ``mem_r3`` (rows 0, 1, 2 mod 3).
-READ_PORTS = (1, 2, 3, 4)
-#: With 3 or 4 read ports, a B load job is striped only when each of its rows is at least this many
+#: ``mem_r1``, ``mem_r2`` and ``mem_r3`` (rows 0, 1, 2 mod 3); with 5, over ``mem_r1`` to
+#: ``mem_r4`` (rows 0 to 3 mod 4).
+READ_PORTS = (1, 2, 3, 4, 5)
+#: With 3 to 5 read ports, a B load job is striped only when each of its rows is at least this many
 #: bus words. A row is one read burst, and a port's bursts in flight bound how many it reads
 #: a cycle however short they are: rows of two or three words (a convolution's B tile, 32
 #: bytes at an unaligned column on a 16-byte bus) striped over three ports are read about
@@ -92,7 +93,7 @@ def stored_packed(row_bytes: int, itemsize: int, bus_bytes: int) -> bool:
 def check_read_ports(read_ports) -> int:
     """``read_ports`` if it is one of :data:`READ_PORTS`, else ValueError naming it."""
     if read_ports not in READ_PORTS or isinstance(read_ports, bool):
-        raise ValueError(f"read_ports must be 1, 2, 3 or 4, not {read_ports!r}")
+        raise ValueError(f"read_ports must be 1, 2, 3, 4 or 5, not {read_ports!r}")
     return read_ports
 
 
@@ -207,8 +208,8 @@ REGISTERS: tuple[Register, ...] = tuple([
          ("ADDR_WIDTH", 16, 8, "AXI address width in bits"),
          ("WRITE_PORTS", 24, 4, "AXI4 write ports C rows are dealt to (mem_w, mem_w1, ...)"),
          ("READ_PORTS", 28, 4, "AXI4 read ports: 1 (mem_r reads A and B), 2 (mem_r1 reads B) "
-                                "3 (B's rows striped over mem_r1 and mem_r2) or 4 (over "
-                                "mem_r1, mem_r2 and mem_r3)")),
+                                "3 (B's rows striped over mem_r1 and mem_r2), 4 (over "
+                                "mem_r1, mem_r2 and mem_r3) or 5 (over mem_r1 to mem_r4)")),
     _reg("CONFIG_DMA", 0x014, "ro", "DMA bursts",
          ("BURST_BEATS", 0, 9, "longest burst each DMA master issues, in beats (the memory "
                                "port's limit: 16 on AXI3 ports)"),
