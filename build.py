@@ -172,7 +172,7 @@ def parse_args(argv):
                         help="AXI write ports C rows are dealt to (default: the platform's)")
     parser.add_argument("--read-ports", type=int, choices=list(regmap.READ_PORTS),
                         help="AXI read ports: 2 reads B through a port of its own, 3 "
-                             "or 4 stripe B's rows over two or three (default: the "
+                             "to 5 stripe B's rows over two to four (default: the "
                              "platform's)")
     parser.add_argument("--slr-groups", type=_positive,
                         help="the array's columns in this many groups, one per SLR, with "

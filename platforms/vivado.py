@@ -155,7 +155,8 @@ connect_bd_net [get_bd_pins accel/interrupt] [get_bd_pins ps/pl_ps_irq0]
 
 # The other memory ports (m_axi_mem1 ...: with ``write_ports`` 2 to 6 the write channels of
 # C's rows p mod P, with ``read_ports`` 2 m_axi_mem1's read channels reading B, with 3 also
-# m_axi_mem2's reading its odd rows, with 4 m_axi_mem1 .. 3's its rows 0, 1, 2 mod 3), each on
+# m_axi_mem2's reading its odd rows, with 4 m_axi_mem1 .. 3's its rows 0, 1, 2 mod 3, with 5
+# m_axi_mem1 .. 4's its rows 0 to 3 mod 4), each on
 # the PS's HP port of its number ({p}; on the PS8, S_AXI_HPn_FPD is S_AXI_GP(n + 2)), and on
 # the PS8 m_axi_mem4 and 5 on S_AXI_HPC0_FPD and S_AXI_HPC1_FPD (S_AXI_GP0 and 1: the
 # coherent ports, used here without coherence: AxCACHE 0, through the CCI to the DDR
@@ -259,7 +260,7 @@ def check_memory_ports(board: str, write_ports: int, read_ports: int) -> int:
 
 def build_tcl(board: Board, write_ports: int = 1, read_ports: int = 1) -> str:
     """The Vivado script: block design, implementation, bitstream. With ``write_ports`` 2 to 6
-    (or ``read_ports`` 2 to 4) the accelerator's memory interface ``p`` goes to the PS's HP port
+    (or ``read_ports`` 2 to 5) the accelerator's memory interface ``p`` goes to the PS's HP port
     ``p`` (S_AXI_HPp on the Zynq-7000, S_AXI_HPp_FPD on the Zynq UltraScale+, then
     S_AXI_HPC0_FPD and S_AXI_HPC1_FPD for interfaces 4 and 5; on the VCU118 to the same DDR4
     interconnect). ValueError if the board's PS has fewer ports (the Zynq-7000: four)."""

@@ -52,7 +52,8 @@ class Accelerator(wiring.Component):
     at up to two bus words a cycle. With ``read_ports`` 3, B's rows are striped over
     :attr:`mem_r1` (even rows) and :attr:`mem_r2` (odd rows; :mod:`rtl.stripe`): B arrives
     at up to two bus words a cycle, A at one; with 4, over :attr:`mem_r1`, :attr:`mem_r2`
-    and :attr:`mem_r3` (rows 0, 1 and 2 mod 3): B at up to three.
+    and :attr:`mem_r3` (rows 0, 1 and 2 mod 3): B at up to three; with 5, over :attr:`mem_r1`
+    to :attr:`mem_r4` (rows 0 to 3 mod 4): B at up to four.
 
     Errors stop the engine with ``STATUS.ERROR`` and a code: a rejected descriptor (nothing
     touched), SLVERR/DECERR on a read or a write, or an ENQUEUE into a full queue. After a bus
@@ -74,7 +75,7 @@ class Accelerator(wiring.Component):
         DMA bursts (see :class:`rtl.dma.DmaReader`).
     write_ports : {1, 2, 3, 4, 5, 6}
         AXI4 write managers (``CONFIG_BUS.WRITE_PORTS``); at most ``rows``.
-    read_ports : {1, 2, 3, 4}
+    read_ports : {1, 2, 3, 4, 5}
         AXI4 read managers (``CONFIG_BUS.READ_PORTS``).
     k_blocks : bool
         Offer tile exponents along K (``CONFIG_FEATURES.K_BLOCKS``): a descriptor whose
@@ -124,8 +125,8 @@ class Accelerator(wiring.Component):
     mem_w : Out(AXI4WriteSignature(addr_width, data_width))
     mem_w1 ... mem_w5 : Out(AXI4WriteSignature(addr_width, data_width))
         With ``write_ports`` 2 (``mem_w1``) to 6.
-    mem_r1, mem_r2, mem_r3 : Out(AXI4ReadSignature(addr_width, data_width))
-        With ``read_ports`` 2 (``mem_r1``), 3 (and ``mem_r2``) or 4.
+    mem_r1, mem_r2, mem_r3, mem_r4 : Out(AXI4ReadSignature(addr_width, data_width))
+        With ``read_ports`` 2 (``mem_r1``), 3 (and ``mem_r2``), 4 (and ``mem_r3``) or 5.
     irq : Out(1)
     """
 

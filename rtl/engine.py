@@ -66,7 +66,7 @@ class GemmEngine(wiring.Component):
         DMA writers C rows are written through (at most ``rows``): row ``i`` of the
         datapath's stream of C rows through writer ``i % write_ports``
         (:class:`rtl.writeback.WriteBackPorts`).
-    read_ports : {1, 2, 3, 4}
+    read_ports : {1, 2, 3, 4, 5}
         DMA readers: one for A and B, one for A and one for B, or one for A and two or three
         for B.
     k_blocks : bool
@@ -249,9 +249,10 @@ class GemmEngine(wiring.Component):
     #: a step per bit of K).
     MACS_CYCLES = 2 * MACS_OPERAND_BITS + 1
     #: The parts with their own registered copy of :attr:`soft_reset`. With two or more read
-    #: ports the router is not there and B's load sequencer, ``loader1``, is; with three or
-    #: four also ``loader2``, ``gb_b2``, the ``striper`` and the ``interleave``, and with
-    #: four ``loader3`` and ``gb_b3``. The datapath's buffers and FIFOs
+    #: ports the router is not there and B's load sequencer, ``loader1``, is; with three to
+    #: five also ``loader2``, ``gb_b2``, the ``striper`` and the ``interleave``, with four
+    #: or five ``loader3`` and ``gb_b3``, and with five ``loader4`` and ``gb_b4``. The
+    #: datapath's buffers and FIFOs
     #: (``GemmDatapath.RESET_SUBPARTS``) and, with two or more write ports, each write port's
     #: write-back (``writeback_0`` ...) have copies of their own beside these.
     RESET_PARTS = ("datapath", "checker", "walker", "loader", "router", "gb_a", "gb_b", "issue",
@@ -389,16 +390,15 @@ class GemmEngine(wiring.Component):
         # with three, two: B's jobs striped by row (LoadStriper), loader1 and its reader the
         # even rows into gb_b, loader2 and its reader the odd rows into gb_b2, and the two
         # gearboxes' vectors interleaved back in order
-        # (with four, three: the rows dealt in turn to loader1, loader2 and loader3)
-        loader1, loader2, loader3 = (
-            LoadSequencer(self.data_width, self.addr_width, a_lanes=R, b_lanes=C,
-                          tag_width=tag_width) if RP > p else None for p in (1, 2, 3))
-        b_loaders = [ld for ld in (loader1, loader2, loader3) if ld is not None]
-        gb_a, gb_b, gb_b2, gb_b3 = (
-            Gearbox(self.data_width, lanes, tag_width, primitive=self.primitive)
-            if RP > p else None for lanes, p in ((R, 0), (C, 0), (C, 2), (C, 3)))
-        b_gearboxes = [gb for gb in (gb_b, gb_b2, gb_b3) if gb is not None]
-        WAYS = RP - 1                # B's ways with three or four read ports
+        # (with four, three: the rows dealt in turn to loader1, loader2 and loader3; with
+        # five, four: to loader1 ... loader4)
+        b_loaders = [LoadSequencer(self.data_width, self.addr_width, a_lanes=R, b_lanes=C,
+                                   tag_width=tag_width) for _ in range(1, RP)]
+        gb_a, gb_b = (Gearbox(self.data_width, lanes, tag_width, primitive=self.primitive)
+                      for lanes in (R, C))
+        b_gearboxes = [gb_b] + [Gearbox(self.data_width, C, tag_width,
+                                        primitive=self.primitive) for _ in range(2, RP)]
+        WAYS = RP - 1                # B's ways with three to five read ports
         striper = LoadStriper(tag_width, ways=WAYS) if RP >= 3 else None
         interleave = VectorInterleave(gb_b.o_stream.payload.shape(),
                                       ways=WAYS) if RP >= 3 else None
@@ -434,14 +434,14 @@ class GemmEngine(wiring.Component):
             bfpwb=bfpwb, side=side, share=share, fpread=fpread, dp=dp, checker=checker,
             cursor=cursor,
             walker=walker, loader=loader, router=router,
-            loader1=loader1, loader2=loader2, loader3=loader3, b_loaders=b_loaders,
-            gb_a=gb_a, gb_b=gb_b, gb_b2=gb_b2, gb_b3=gb_b3, b_gearboxes=b_gearboxes,
+            loader1=b_loaders[0] if b_loaders else None, b_loaders=b_loaders,
+            gb_a=gb_a, gb_b=gb_b, b_gearboxes=b_gearboxes,
             ways=WAYS, striper=striper, interleave=interleave, issue=issue,
             writeback=writeback, wb_cmd=wb_cmd, wb_data=wb_data, wb_done=wb_done)
 
     def _slices(self, p):
         """The register slices and FIFOs between the parts, in a module of their own (the
-        ``slices`` part), and the names of B's vector FIFOs (three or four read ports)."""
+        ``slices`` part), and the names of B's vector FIFOs (three to five read ports)."""
         BL, C = self.block, self.cols
         RP, WP = self.read_ports, self.write_ports
         slice_shapes = dict(a_in=self.data_width, b_in=self.data_width,
@@ -455,7 +455,7 @@ class GemmEngine(wiring.Component):
         for q in range(1, RP):
             slice_shapes[f"rd_cmd{q}"] = dma_command_layout(self.addr_width)
         for q in range(2, RP):
-            # B's second (third) reader's words -> gb_b2 (gb_b3), as gb_b's
+            # B's second (third, fourth) reader's words -> gb_b2 (gb_b3, gb_b4), as gb_b's
             slice_shapes[f"b_in{q}"] = self.data_width
         slices = Module()
         for name, shape in slice_shapes.items():
@@ -473,7 +473,8 @@ class GemmEngine(wiring.Component):
                 slices.submodules[name] = Fifo(width=self.data_width, depth=self.WORD_FIFO,
                                                slice_bits=256)
         # each B gearbox's vector FIFO, by way
-        mid_names = ("b_mid", "b_mid2", "b_mid3")[:p.ways] if RP >= 3 else ()
+        mid_names = tuple(f"b_mid{w + 1 if w else ''}" for w in range(p.ways)) if RP >= 3 \
+            else ()
         if RP >= 3:
             # each B gearbox's vectors queued for the interleave: while it takes a row from
             # one, the others make their next rows' (a row is up to `block` vectors, or
@@ -505,10 +506,10 @@ class GemmEngine(wiring.Component):
             del parts["router"]
             parts["loader1"] = p.loader1
         if RP >= 3:
-            parts.update(loader2=p.loader2, gb_b2=p.gb_b2, striper=p.striper,
-                         interleave=p.interleave)
-        if RP == 4:
-            parts.update(loader3=p.loader3, gb_b3=p.gb_b3)
+            parts.update(striper=p.striper, interleave=p.interleave)
+            for q in range(2, RP):
+                parts.update({f"loader{q}": p.b_loaders[q - 1],
+                              f"gb_b{q}": p.b_gearboxes[q - 1]})
         if self.epilogue:
             parts.update(bfpwb=p.bfpwb, side=p.side, share=p.share)
         if self.quantize:
@@ -718,8 +719,8 @@ class GemmEngine(wiring.Component):
                          queues[0].w_en.eq(job.valid & ~path),
                          queues[1].w_en.eq(job.valid & path),
                          job.ready.eq(Mux(path, queues[1].w_rdy, queues[0].w_rdy))]
-            # (with three or four read ports B's queue feeds the striper, which feeds
-            # loader1, loader2 (and loader3))
+            # (with three to five read ports B's queue feeds the striper, which feeds
+            # loader1, loader2 (and loader3, loader4))
             takers = (loader.i_stream,
                       p.loader1.i_stream if RP == 2 else p.striper.i_stream)
             for q, into in zip(queues, takers, strict=True):

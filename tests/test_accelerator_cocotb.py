@@ -21,7 +21,7 @@ BUILD = ROOT / "build" / "cocotb"
     ("icarus", 4, 4, 64, 4, "random-pause", 4, 1),
     ("icarus", 4, 8, 64, 5, "zynq7-hp;narrow-w-first", 2, 2),
     ("icarus", 4, 16, 64, 6, "random-pause", 2, 3),
-    ("icarus", 4, 16, 64, 7, "zynq7-hp;narrow-w-first", 2, 4),
+    ("icarus", 4, 16, 64, 7, "zynq7-hp;narrow-w-first", 2, 5),
     # three write ports over four rows (two, one and one of each tile's)
     ("icarus", 4, 16, 64, 8, "deep;random-pause", 3, 4),
     # minutes to verilate; `pytest -m slow`

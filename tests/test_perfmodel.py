@@ -196,7 +196,7 @@ def test_cli_prints_the_chosen_sides(capsys):
 def test_bad_ports_argument():
     with pytest.raises(ValueError, match="read_ports"):
         predict(8, 8, 8, rows=8, cols=8, depth=512, block=4, data_width=128,
-                port=resolve_port("ideal"), read_ports=5)
+                port=resolve_port("ideal"), read_ports=6)
     with pytest.raises(ValueError, match="write_ports must be one of"):
         predict(8, 8, 8, rows=8, cols=8, depth=512, block=4, data_width=128,
                 port=resolve_port("ideal"), write_ports=7)

@@ -203,9 +203,9 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
         ``read_latency``, ``write_latency``, ``max_burst``, ``pause`` (0 if absent) and the
         DRAM (``dram_gbps`` with ``clock_mhz`` and ``data_width``; absent: unlimited) — as
         :func:`firmware.spec.ports.resolve_port` returns.
-    read_ports : {1, 2, 3, 4}
-        AXI read ports (``Accelerator(read_ports=...)``): 2 reads A and B in parallel, 3 and
-        4 stripe B's rows over two and three.
+    read_ports : {1, 2, 3, 4, 5}
+        AXI read ports (``Accelerator(read_ports=...)``): 2 reads A and B in parallel, 3, 4
+        and 5 stripe B's rows over two, three and four.
     write_ports : {1, 2, 3, 4, 5, 6}
         AXI write ports C rows are dealt to in turn (``Accelerator(write_ports=...)``), each
         with the port's limits of its own; where they do not divide ``rows`` the deal runs
@@ -292,7 +292,7 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
         k-major operand is one job for the block (a run of bus words per step), a lane-run
         one a job per tile (a run per lane inside the matrix). A gearbox makes one vector a
         cycle: a k-major step a vector per tile, a lane run one per ``lanes`` steps. With
-        ``stripe`` (B with three or four read ports) a job of ``ways`` or more runs of at
+        ``stripe`` (B with three to five read ports) a job of ``ways`` or more runs of at
         least :data:`firmware.spec.regmap.STRIPE_MIN_WORDS` words is striped over ``ways`` ports."""
         def stripes(runs, words):
             """LoadStriper's rule: ``runs`` rows of ``words`` words are striped."""
@@ -428,7 +428,8 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
         steps += nxt + [("compute", i)] if ahead else [("compute", i)] + nxt
 
     def schedule(ledger):
-        read_end = [[0.0] * 4 for _ in chunks]     # each port's (one: all the same)
+        nports = max(read_ports, 2)
+        read_end = [[0.0] * nports for _ in chunks]     # each port's (one: all the same)
         comp_end = [0.0] * len(chunks)
         votes = {"compute": 0, "reads": 0, "writes": 0}
         wclock = 0.0
@@ -437,7 +438,7 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
         # when the last job's vectors are made: through one router to both gearboxes in read
         # order, or with two read ports, each gearbox from its own reader (and each buffer
         # taking its loads independently of the other's)
-        gearbox = [0.0] * 4
+        gearbox = [0.0] * nports
         # with two read ports: when the last load began into its buffer (the datapath takes
         # commands in order, so a load begins once its buffer has taken the load before it
         # and the load before it, of either operand, has begun)
@@ -447,11 +448,11 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
         for kind, i in steps:
             c = chunks[i]
             if kind == "load":
-                clock = list(read_end[i - 1]) if i else [0.0] * 4
+                clock = list(read_end[i - 1]) if i else [0.0] * nports
                 done = []
                 for path, job in c["loads"]:
                     # the ports (and gearbox clocks) the job's rows go through: one, or with three
-                    # (four) read ports B's rows dealt to ports 1 and 2 (and 3) in turn
+                    # to five read ports B's rows dealt to ports 1, 2 ... in turn
                     subs = [(1 + w, job[1 + w]) for w in range(ways)] if job[0] == "stripe" else \
                         [(path if read_ports >= 2 else 0, job)]
                     j = c["after"][path]
@@ -485,7 +486,7 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
                             gearbox[1 + w] = merged
                         ends.append(merged)
                     done.append(max(ends))
-                read_end[i] = clock if read_ports >= 2 else [max(clock)] * 4
+                read_end[i] = clock if read_ports >= 2 else [max(clock)] * nports
                 dones[i] = done
                 continue
             done = dones[i]

@@ -149,8 +149,8 @@ def main(argv=None) -> int:
                    help="AXI write ports C rows are dealt to (default: BENCH_CONFIGS's, or 1 "
                         "with --sizes)")
     p.add_argument("--read-ports", type=int, choices=list(regmap.READ_PORTS), default=None,
-                   help="AXI read ports (2: A and B each through its own; 3 or 4: B's rows "
-                        "striped over two or three; default: BENCH_CONFIGS's, or 1 with "
+                   help="AXI read ports (2: A and B each through its own; 3 to 5: B's rows "
+                        "striped over two to four; default: BENCH_CONFIGS's, or 1 with "
                         "--sizes)")
     p.add_argument("--quick", action="store_true",
                    help="smaller square GEMMs and one layer (256->10, batch 64) only")

@@ -4,9 +4,10 @@
 // Compiled with -DMODEL=<Verilated class> -DMODEL_H="<header>" -DDW=<AXI data width in bits>.
 //
 // Memory model: a flat byte array at address 0 behind one AXI subordinate port (with
-// -DWRITE_PORTS=2 .. 6 more write ports, mem_w1 ... mem_w5, and with -DREAD_PORTS=2, 3 or 4 a second,
-// third and fourth read port, mem_r1 ... mem_r3, on the same memory, each port with the knobs below of its own) whose timing is set by a few knobs (sim_configure; firmware/spec/ports.py has
-// the boards' presets):
+// -DWRITE_PORTS=2 .. 6 more write ports, mem_w1 ... mem_w5, and with -DREAD_PORTS=2 .. 5 more
+// read ports, mem_r1 ... mem_r4, on the same memory, each port with the knobs below of its
+// own) whose timing is set by a few knobs (sim_configure; firmware/spec/ports.py has the
+// boards' presets):
 //
 // * outstanding_reads: AR bursts accepted and not yet fully returned; ARREADY is low at the
 //   limit (0 = unlimited). Reads return in order, the first beat `read_latency` cycles after
@@ -226,6 +227,9 @@ struct Sim {
 #endif
 #if READ_PORTS > 3
         rports.push_back(ReadState{READ_PINS(top, mem_r3__)});
+#endif
+#if READ_PORTS > 4
+        rports.push_back(ReadState{READ_PINS(top, mem_r4__)});
 #endif
         wports.push_back(WriteState{WRITE_PINS(top, mem_w__)});
 #if WRITE_PORTS > 1
