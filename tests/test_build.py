@@ -61,16 +61,18 @@ def test_generates_verilog_top_constraints_and_scripts(generated):
     assert PLATFORMS[name].part in tcl and "write_bitstream" in tcl
     # write port p on the PS's HP port p (Pynq-Z1: 4; ZCU104: 6, the last two on its HPC
     # ports); the VU9P has one; the second and third read ports (Pynq-Z1, ZCU104) are
-    # m_axi_mem1's and m_axi_mem2's read channels, the fourth (ZCU104) m_axi_mem3's
+    # m_axi_mem1's and m_axi_mem2's read channels, the fourth and fifth (ZCU104) m_axi_mem3's
+    # and m_axi_mem4's
     ports = PLATFORMS[name].config().get("write_ports", 1)
     read_ports = PLATFORMS[name].config().get("read_ports", 1)
     assert ("m_axi_mem1_awaddr" in top) == (ports > 1)
     assert ("m_axi_mem1_araddr" in top) == (read_ports > 1) == (name != "vu9p")
     assert ("m_axi_mem2_araddr" in top) == (read_ports >= 3) == (name != "vu9p")
-    assert ("m_axi_mem3_araddr" in top) == (read_ports == 4) == (name == "zcu104")
+    assert ("m_axi_mem3_araddr" in top) == (read_ports >= 4) == (name == "zcu104")
+    assert ("m_axi_mem4_araddr" in top) == (read_ports == 5) == (name == "zcu104")
     assert ("m_axi_mem3_awaddr" in top) == (ports >= 4)
     assert ("m_axi_mem5_awaddr" in top) == (ports == 6) == (name == "zcu104")
-    assert "m_axi_mem4_araddr" not in top and "m_axi_mem6" not in top
+    assert "m_axi_mem5_araddr" not in top and "m_axi_mem6" not in top
     assert ('/ps/S_AXI_HPC1_FPD" Clk' in tcl) == (name == "zcu104")
     assert ("accel/m_axi_mem1" in tcl) == (ports > 1)
     assert ("S_AXI_HP3_FPD" in tcl) == (name == "zcu104")

@@ -100,7 +100,7 @@ BOARDS: dict[str, BoardInfo] = {b.name: b for b in (
     BoardInfo("zcu104", "xcup", base_addr=0xA000_0000, address_space="ps/Data",
               clock_mhz=200.0, data_width=128, addr_width=40,
               default={"rows": 32, "cols": 64, "depth": 256, "block": 8,
-                       "acc_ram": "ultra", "write_ports": 6, "read_ports": 4}),
+                       "acc_ram": "ultra", "write_ports": 6, "read_ports": 5}),
     BoardInfo("vu9p", "xcup", base_addr=0x0000_0000, address_space="xdma/M_AXI_LITE",
               clock_mhz=250.0, data_width=512, addr_width=64,
               default={"rows": 64, "cols": 128, "depth": 512, "block": 8, "acc_ram": "ultra",
