@@ -531,11 +531,26 @@ class Walker(wiring.Component):
         first_cmd = (ti == 0) & (tj == 0)
         load_a = Signal()
         load_b = Signal()
-        # (a convolution's B tiles each where the cursor says: one job each, with the tile's
-        # first command)
+        # (a convolution's B tiles where the cursor says: one job for each group of `grp`
+        # tiles, with the group's first command. A group's tiles are one position's images
+        # -- the batch is a multiple of the columns -- so they read consecutive columns, or
+        # all only padding: `grp` is the largest power of two dividing both the tiles of a
+        # position, batch / C, and the block's side)
         b_each = (d.transpose_b | s.conv) if self.conv else d.transpose_b
+        b_tile = ti == 0
+        grp = Const(1, range(BL + 1))
+        if self.conv:
+            grp = Signal(range(BL + 1))
+            per_pos = Signal(16)
+            low_pos = Signal(16)
+            low_side = Signal(range(BL + 1))
+            m.d.sync += [per_pos.eq(d.geometry.batch >> _log2(C)),
+                         low_pos.eq(per_pos & (~per_pos + 1)),
+                         low_side.eq(s.blk & (~s.blk + 1)),
+                         grp.eq(Mux(low_pos < low_side, low_pos, low_side))]
+            b_tile = (ti == 0) & ~(s.conv & ((tj & (grp - 1)) != 0))
         m.d.comb += [load_a.eq(Mux(d.transpose_a, first_cmd, tj == 0) & ~keep_a),
-                     load_b.eq(Mux(b_each, ti == 0, first_cmd) & ~keep_b)]
+                     load_b.eq(Mux(b_each, b_tile, first_cmd) & ~keep_b)]
         # A command's loads go out A's first, or B's where B alone is stored packed
         # (sim.models.engine.b_first): its gearbox, a row a cycle, is slower than the bus, and
         # behind A's words it would start last.
@@ -553,9 +568,11 @@ class Walker(wiring.Component):
         def load_b_job():
             if self.conv:
                 with m.If(s.conv):
-                    # the tile's columns of the input at the kernel offset (k-major, C
-                    # bytes a row), or zero rows where it reads only padding
-                    setup_load(1, C, Const(0, 1), C, self.cur_column, d.b_addr, d.b_stride)
+                    # the group's columns of the input at the kernel offset (k-major,
+                    # grp * C bytes a row, a vector a tile), or zero rows where it reads
+                    # only padding
+                    setup_load(1, C, Const(0, 1), C, self.cur_column, d.b_addr, d.b_stride,
+                               span=grp, v_span=grp << _log2(C))
                     with m.If(~self.cur_inside):
                         m.d.sync += [ld.rows.eq(0), ld.nzero.eq(kc)]
                 with m.Else():
@@ -577,7 +594,7 @@ class Walker(wiring.Component):
                      cmd.b_slot.eq(Cat(tj, b_par) if BL > 1 else b_par),
                      cmd.load_a.eq(load_a), cmd.load_b.eq(load_b),
                      cmd.a_extra.eq(Mux(d.transpose_a, bm - 1, 0)),
-                     cmd.b_extra.eq(Mux(b_each, 0, bn - 1)),
+                     cmd.b_extra.eq(Mux(b_each, Mux(s.conv, grp - 1, 0), bn - 1)),
                      cmd.emit.eq(last_chunk), cmd.store.eq(~last_chunk),
                      cmd.add.eq(Mux(s.conv, s.multi, k0 != 0) if self.conv else k0 != 0),
                      cmd.acc_slot.eq(ti * BL + tj),

@@ -250,6 +250,34 @@ def test_weight_grad_runs_cut_at_straddles():
     assert all(a[1] == b[0] for a, b in zip(runs, runs[1:], strict=False))
 
 
+@pytest.mark.parametrize("batch, cols, side, want", [
+    (128, 32, 8, 4), (128, 64, 8, 2), (32, 32, 8, 1), (96, 32, 8, 1), (64, 8, 4, 4),
+    (32, 8, 3, 1), (16, 8, 6, 2), (256, 8, 8, 8), (8, 64, 8, 1), (100, 32, 8, 1)])
+def test_b_group_is_a_positions_tiles_within_a_block(batch, cols, side, want):
+    """The walker's B jobs of a convolution: a power of two dividing the tiles of one
+    position's images and the block's side; every group's tiles read consecutive columns
+    (the tile columns of a group are its first's plus cols each) or all only padding."""
+    g = conv.b_group(batch, cols, side)
+    assert g == want and side % g == 0
+    if batch % cols:
+        return
+    assert (batch // cols) % g == 0
+    geo = ConvGeometry(batch, 2, 5, 4, 3, 3, stride=1, padding=1)
+    cols_of = conv.tile_columns(geo, 1, cols)
+    for t0 in range(0, len(cols_of), g):
+        group = cols_of[t0:t0 + g]
+        for off in range(group.shape[1]):
+            c = group[:, off]
+            assert (c == -1).all() or (c == c[0] + cols * np.arange(len(c))).all()
+
+
+@pytest.mark.parametrize("args, error", [((0, 8, 8), ValueError), ((8, -8, 8), ValueError),
+                                         ((32, 8, 1.5), TypeError)])
+def test_b_group_refuses(args, error):
+    with pytest.raises(error):
+        conv.b_group(*args)
+
+
 def test_position_runs_random():
     rng = np.random.default_rng(11)
     for _ in range(200):

@@ -21,7 +21,9 @@ GEOMETRIES = [
     # batch, Cin, H, W, Cout, kernel, stride, padding, dilation
     (8, 1, 9, 7, 8, 3, 1, 1, 1), (8, 5, 8, 8, 6, 3, 2, 1, 1), (16, 40, 5, 3, 33, 1, 1, 0, 1),
     (8, 3, 11, 9, 4, 5, 2, 2, 1), (8, 7, 7, 7, 9, (3, 2), (1, 2), (0, 1), 1),
-    (8, 2, 9, 9, 5, 3, 1, 2, 2), (24, 2, 4, 4, 3, 2, 2, 0, 1)]
+    (8, 2, 9, 9, 5, 3, 1, 2, 2), (24, 2, 4, 4, 3, 2, 2, 0, 1),
+    # four tiles of a position's images, B read as one job a group (sim.models.conv.b_group)
+    (32, 3, 6, 5, 6, 3, 2, 1, 1)]
 
 
 def _operands(rng, g):

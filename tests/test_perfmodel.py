@@ -258,25 +258,35 @@ def test_k_runs_replace_the_tile_blocks_of_k():
         predict(16, 2048, 144, k_runs=(16,) * 9, **dict(cfg, k_blocks=False))
 
 
-def test_a_convolutions_b_is_read_a_job_per_tile():
-    """``b_per_tile`` (a convolution's B): each tile's 32-byte rows at an unaligned column,
-    three words a row on a 16-byte bus, one burst each. Read that way a 16-channel layer's B
-    takes longer than as the block's spans of 256 bytes a row; striped over three B ports it
-    takes under half of one port's time (rows of two words or more are striped,
-    :data:`firmware.spec.regmap.STRIPE_MIN_WORDS`)."""
+def test_a_convolutions_b_is_read_a_job_per_group_of_tiles():
+    """``b_per_tile`` (a convolution's B): each group of ``b_group`` tiles' rows (32 bytes a
+    tile, aligned: two words a row on a 16-byte bus) a burst. Read a tile a job, a
+    16-channel layer's B takes longer than as the block's spans of 256 bytes a row; striped
+    over three B ports it takes under half of one port's time (rows of two words or more
+    are striped, :data:`firmware.spec.regmap.STRIPE_MIN_WORDS`), and over four less than
+    over three; groups of four tiles (a position's 128 images) take fewer bursts than single
+    tiles and no more than the spans' time on one port."""
     from firmware.spec.regmap import STRIPE_MIN_WORDS
-    assert STRIPE_MIN_WORDS <= 3
+    assert STRIPE_MIN_WORDS <= 2
     port = resolve_port("zynqmp-hp")
     cfg = dict(rows=32, cols=32, depth=256, block=8, data_width=128, port=port,
                write_ports=6, k_blocks=True, k_runs=(16,) * 9)
     span = predict(16, 2048, 144, read_ports=4, **cfg)
     tiles = predict(16, 2048, 144, read_ports=4, b_per_tile=True, **cfg)
+    four_ways = predict(16, 2048, 144, read_ports=5, b_per_tile=True, **cfg)
     one_port = predict(16, 2048, 144, read_ports=2, b_per_tile=True, **cfg)
     assert span["cycles"] < tiles["cycles"] < one_port["cycles"]
-    assert tiles["read_words"] > span["read_words"]          # (3 words a row, not 2)
+    assert four_ways["cycles"] < 0.9 * tiles["cycles"]
+    assert tiles["read_words"] == span["read_words"]         # (aligned: 2 words a row)
     # one port: 16 bursts a tile, 8 in flight, 40 cycles each, for 64 tiles and 9 offsets
     assert one_port["cycles"] >= 64 * 9 * 16 * 40 / 8
     assert one_port["cycles"] > 2 * tiles["cycles"]
+    grouped = predict(16, 2048, 144, read_ports=2, b_per_tile=True, b_group=4, **cfg)
+    assert grouped["cycles"] < 0.5 * one_port["cycles"]
+    assert grouped["read_words"] == span["read_words"]
+    for bad in (0, 1.5, True):
+        with pytest.raises(ValueError, match="b_group"):
+            predict(16, 2048, 144, b_per_tile=True, b_group=bad, **cfg)
 
 
 def test_pauses_slow_the_data_channels():

@@ -189,7 +189,8 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
             read_ports: int = 1, write_ports: int = 1,
             dma_outstanding: int = hw.DMA_OUTSTANDING, dma_burst: int = hw.DMA_BURST,
             copies: int = 1, chunk: int = 0, k_blocks: bool = False,
-            k_runs: tuple[int, ...] | None = None, b_per_tile: bool = False) -> dict:
+            k_runs: tuple[int, ...] | None = None, b_per_tile: bool = False,
+            b_group: int = 1) -> dict:
     """Predicted cycles of one GEMM descriptor, from its start to its last C row in memory.
 
     Parameters
@@ -235,12 +236,15 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
         offset and block of at most ``TILE_BLOCK`` channels, each its own read-out
         (:meth:`sim.models.conv.ConvGeometry.k_runs`). Their sum is ``k``.
     b_per_tile : bool
-        B (k-major) read a job per tile, as a convolution's forward and backward-data B is:
-        each tile's ``cols`` bytes a step from the column the walker's cursor gives, taken
-        as not aligned to a bus word (a 3 x 3 kernel's side offsets), so a row of
-        ``ceil((1 + cols) / bus bytes)`` words, one burst; striped over the B ports like
-        any job (:data:`firmware.spec.regmap.STRIPE_MIN_WORDS`). Without it a k-major B is
-        one job for the block, a run of its tiles' bytes a step.
+        B (k-major) read a job per group of ``b_group`` tiles, as a convolution's forward
+        and backward-data B is: each group's ``b_group * cols`` bytes a step from the
+        column the walker's cursor gives (a multiple of ``cols``: aligned to a bus word),
+        one burst a row, striped over the B ports like any job
+        (:data:`firmware.spec.regmap.STRIPE_MIN_WORDS`). Without it a k-major B is one job
+        for the block, a run of its tiles' bytes a step.
+    b_group : int
+        With ``b_per_tile``, the tiles of a job (:func:`sim.models.conv.b_group`: the
+        tiles of one position's images that the block holds together).
     copies : int
         The GEMM queued this many times back to back, each after the first with
         ``DESC_FLAGS.OVERLAP`` (its chunks walked after the one before's, the slot parities
@@ -257,6 +261,8 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
     """
     regmap.check_read_ports(read_ports)
     regmap.check_write_ports(write_ports, rows)
+    if not isinstance(b_group, int) or isinstance(b_group, bool) or b_group < 1:
+        raise ValueError(f"b_group must be a positive integer, not {b_group!r}")
     if k_runs is not None and (not k_blocks or sum(k_runs) != k
                                or not all(0 < r <= regmap.TILE_BLOCK for r in k_runs)):
         raise ValueError(f"k_runs must be K-block runs of 1..{regmap.TILE_BLOCK} steps summing "
@@ -299,11 +305,15 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
             return stripe and runs >= ways and words >= STRIPE_MIN_WORDS
 
         if k_major and per_tile:
-            # a job per tile: its rows at an unaligned column (b_per_tile)
-            tile_words = [_cdiv(1 + min(lanes, limit - x_blk - t * lanes), bpw)
-                          for t in range(tiles)]
-            return [striped([w] * kc, kc, lanes) if stripes(kc, w)
-                    else job_cycles([w] * kc, kc, lanes) for w in tile_words]
+            # a job per group of b_group tiles (b_per_tile): its rows at an aligned column,
+            # a vector a tile a step
+            jobs = []
+            for t in range(0, tiles, b_group):
+                n_in = min(b_group, tiles - t)
+                w = _cdiv(min(n_in * lanes, limit - x_blk - t * lanes), bpw)
+                jobs.append(striped([w] * kc, kc * n_in, lanes) if stripes(kc, w)
+                            else job_cycles([w] * kc, kc * n_in, lanes))
+            return jobs
         if k_major:
             v = min(tiles * lanes, limit - x_blk)
             if regmap.stored_packed(limit, 1, bpw):
@@ -373,7 +383,7 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
         a_at, b_at = {}, {}
         for i, j in tile_order(bm, bn, transpose_b):
             ai = 0 if len(a_jobs) == 1 else i
-            bi = 0 if len(b_jobs) == 1 else j
+            bi = j // b_group if b_per_tile else 0 if len(b_jobs) == 1 else j
             for x in ((1, 0) if first_b else (0, 1)):
                 jobs, at, idx = (a_jobs, a_at, ai) if x == 0 else (b_jobs, b_at, bi)
                 if jobs and idx not in at:

@@ -53,8 +53,8 @@ from sim.models import bfp
 from sim.models.bfp import _check_block, gemm_kruns, tile_grid
 from sim.models.golden import MAX_K
 
-__all__ = ["LAYOUT", "ConvGeometry", "pool_geometry", "pool_tile_columns", "activation_matrix",
-           "activation_tensor",
+__all__ = ["LAYOUT", "ConvGeometry", "pool_geometry", "pool_tile_columns", "b_group",
+           "activation_matrix", "activation_tensor",
            "weight_stack", "weight_tensor", "conv2d_forward", "conv2d_backward_data",
            "conv2d_weight_grad", "bias_grad", "position_runs", "tile_columns", "weight_grad_offset",
            "max_pool", "max_pool_backward", "avg_pool", "avg_pool_backward", "global_avg_pool",
@@ -430,6 +430,28 @@ def tile_columns(geometry: ConvGeometry, mode: int, cols: int) -> np.ndarray:
         assert (tiles == expect).all()
         out.append(first)
     return np.stack(out, axis=1)
+
+
+def b_group(batch: int, cols: int, side: int) -> int:
+    """The tiles of C's columns whose B the walker (:class:`rtl.walker.Walker`) loads as one
+    job in a forward or backward-data convolution: the largest power of two dividing both
+    ``batch // cols`` (the tiles of one position's images, which read consecutive columns
+    of B at every kernel offset, or only padding) and the block's side ``side`` (so that
+    no group straddles two blocks). 1 where ``cols`` does not divide ``batch`` (a tile's
+    columns then span positions: the RTL refuses such a convolution, the functional model
+    counts its B a tile a job).
+
+    Raises
+    ------
+    TypeError, ValueError
+        An argument is not a positive int.
+    """
+    batch, cols, side = (_positive(n, v) for n, v in (("batch", batch), ("cols", cols),
+                                                       ("side", side)))
+    if batch % cols:
+        return 1
+    per_pos = batch // cols
+    return min(per_pos & -per_pos, side & -side)
 
 
 def pool_tile_columns(geometry: ConvGeometry, pool, cols: int,

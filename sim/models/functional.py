@@ -271,12 +271,14 @@ class FunctionalAccelerator:
                                                                               "B_TILES"))
             # (a convolution's implicit GEMM: its own M, N and K; forward and backward-data
             # its K runs, a kernel offset's block of channels each)
-            runs = None
+            runs = batch = None
             if tiles and self.last_conv is not None and self.last_conv[0] in (1, 2):
                 runs = self.last_conv[1].k_runs(self.last_conv[0], block=regmap.TILE_BLOCK)
+                batch = self.last_conv[1].batch
             self._count(*self.last_mnk, f, k_blocks=tiles,
                         bfp8=bool(field_value("DESC_EPILOGUE", "BFP8", epi)),
-                        macs=self.last_macs, floor=self.last_floor, k_runs=runs)
+                        macs=self.last_macs, floor=self.last_floor, k_runs=runs,
+                        batch=batch)
             return ErrorCode.NONE
         if field_value("DESC_CONV", "MODE", self._reg("DESC_CONV")) \
                 or field_value("DESC_CONV", "ADD", self._reg("DESC_CONV")) \
@@ -322,7 +324,7 @@ class FunctionalAccelerator:
 
     def _count(self, m: int, n: int, k: int, f: dict, k_blocks: bool = False,
                bfp8: bool = False, macs: int | None = None, floor: int = 0,
-               k_runs: tuple[int, ...] | None = None) -> None:
+               k_runs: tuple[int, ...] | None = None, batch: int | None = None) -> None:
         """Advance the counters by a descriptor's predicted cycles (``k = 0``: a
         quantise-only descriptor, ``predict_quantize``'s cycles, or a row a cycle without it;
         ``k_blocks``: tile exponents along K, the datapath's K-block mode; ``bfp8``: a BFP8
@@ -330,7 +332,7 @@ class FunctionalAccelerator:
         multiply-accumulates where they are not ``m * n * k``, a convolution's; ``floor``:
         the least cycles of the prediction, a convolution's compulsory traffic, a residual's
         summand included; ``k_runs``: with ``k_blocks``, a convolution's K runs, each its
-        own K block)."""
+        own K block, and ``batch`` its batch)."""
         ta, tb = bool(f["TRANSPOSE_A"]), bool(f["TRANSPOSE_B"])
         side = block_side(f["BLOCK"], self.cfg["block"])
         unit = bfp8_block(self.cfg["rows"], self.cfg["cols"]) if bfp8 else None
@@ -349,7 +351,9 @@ class FunctionalAccelerator:
             if k_blocks and k_runs is not None:
                 # (the runs walked: the mean kernel offsets a tile reads, rounded)
                 kb["k_runs"], walked = tuple(k_runs), sum(k_runs)
-                kb["b_per_tile"] = True        # (a convolution's B: a job per tile)
+                # (a convolution's B: a job per group of a position's tiles)
+                kb["b_per_tile"] = True
+                kb["b_group"] = convm.b_group(batch, cfg["cols"], side)
             p = self.predict(m, n, walked, ta, tb, port=self.port, write_ports=self.write_ports,
                              read_ports=self.read_ports, chunk=f["CHUNK"], **cfg, **kb)
         self.descriptors += 1
