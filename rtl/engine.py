@@ -310,7 +310,8 @@ class GemmEngine(wiring.Component):
         wq_back = self._connect_jobs(m, p, sl, f_gen, b_gen)
         self._connect_reads(m, p, sl, mid_names)
         self._connect_writes(m, p, sl)
-        exp_job = Signal()                       # an exponent vector load is issued
+        # an exponent vector load is issued (with K blocks: one bit per bank)
+        exp_job = Signal(2 if self.k_blocks else 1)
         shaped = Signal()                        # a convolution's GEMM is derived (front)
         macs_ready, macs = self._macs_counter(m, d, macs_back, shaped)
         self._announce_exponents(m, p, exp_job)
@@ -338,6 +339,7 @@ class GemmEngine(wiring.Component):
         m.d.comb += [
             p.issue.exp_issued.eq(exp_job),
             p.walker.drained.eq(p.issue.drained),
+            *([p.walker.bank_free.eq(p.issue.free)] if self.k_blocks else []),
             p.writeback.desc.eq(d_back),
             *([p.writeback.desc.m.eq(self._matrix_rows(d_back))] if self.conv else []),
             p.checker.i_stream.payload.eq(d), p.walker.i_stream.payload.eq(d),
@@ -848,17 +850,20 @@ class GemmEngine(wiring.Component):
         return macs_ready, Cat(mul_lo, mul_hi)
 
     def _announce_exponents(self, m, p, exp_job):
-        """``exp_job``: an exponent vector load is issued (for the issue's count)."""
+        """``exp_job``: an exponent vector load is issued (for the issue's count; with K
+        blocks, bit ``b`` for one of bank ``b``, the tag's top bit)."""
+        def announce(job):
+            tag = job.payload.tag
+            take = job.valid & job.ready & tag[0]
+            if self.k_blocks:
+                return Cat(take & ~tag[-1], take & tag[-1])
+            return take
         if self.read_ports == 1:
-            a_jobs, b_jobs = p.loader.a_jobs, p.loader.b_jobs
-            m.d.comb += exp_job.eq(
-                (a_jobs.valid & a_jobs.ready & a_jobs.payload.tag[0])
-                | (b_jobs.valid & b_jobs.ready & b_jobs.payload.tag[0]))
+            m.d.comb += exp_job.eq(announce(p.loader.a_jobs) | announce(p.loader.b_jobs))
         else:
             # announced as the walker hands the job to its queue: before any command after
             # it (a load sequencer takes the job from its queue cycles later)
-            o_load = p.walker.o_load
-            m.d.comb += exp_job.eq(o_load.valid & o_load.ready & o_load.payload.tag[0])
+            m.d.comb += exp_job.eq(announce(p.walker.o_load))
 
     def _conv_shape(self, m, p, d):
         """A convolution's implicit GEMM and extents from its geometry, in free-running

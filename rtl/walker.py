@@ -61,14 +61,18 @@ class Walker(wiring.Component):
     k_blocks : bool
         Descriptors may have ``tiles`` (:func:`rtl.checker.descriptor_layout`): then every K
         chunk is one tile block of :data:`firmware.spec.regmap.TILE_BLOCK` steps (the last
-        one shorter; no ramp), and before each chunk, once :attr:`drained`, the walker loads
-        per tile of the block the one exponent of A's grid (row ``i``) and of B's (column
-        ``j``) that the chunk uses, a byte each, into lane 0 of the exponent vector (a packed
-        job of one row; 3 cycles an index, the grid offset a cycle more). Needs ``depth``
+        one shorter; no ramp), and before each chunk the walker loads per tile of the block
+        the one exponent of A's grid (row ``i``) and of B's (column ``j``) that the chunk
+        uses, a byte each, into lane 0 of the exponent vector (a packed job of one row; 3
+        cycles an index, the grid offset a cycle more). Exponents (a K chunk's, or a block's
+        vectors) go to the other of the issue stage's two banks of exponent registers each
+        time (the tag's top bit, and each command's ``bank``), once :attr:`bank_free` says
+        no command reads it: the chunk before's commands may still be queued. Needs ``depth``
         >= ``TILE_BLOCK``, ``max(rows, bus bytes)`` dividing it and ``cols`` dividing it or
         twice it; with ``cols == 2 * TILE_BLOCK`` a B tile whose columns reach past the
         first ``TILE_BLOCK`` takes a second byte, of the next tile block of columns, after
-        the block's first ones (indices ``2 * block`` on, the tag's top bit set).
+        the block's first ones (indices ``2 * block`` on, the tag's bit below the bank's
+        set).
     conv : bool
         With ``k_blocks`` and at most ``TILE_BLOCK`` columns: descriptors may have ``conv``,
         a forward or backward-data convolution whose M, N and K (and, backward, A's
@@ -99,7 +103,11 @@ class Walker(wiring.Component):
     o_load : Out(stream.Signature(rtl.loader.load_job_layout(tag_width)))
     o_write : Out(stream.Signature(rtl.writeback.write_job_layout(``conv``)))
     drained : In(1)
-        No command is queued and no exponent vector is awaited downstream.
+        No command is queued and no exponent vector is awaited downstream (without
+        ``k_blocks``: the cue for a block's exponent vectors).
+    bank_free : In(2)
+        With ``k_blocks``: per bank of exponent registers, no command of it is queued and no
+        vector of it awaited (:attr:`rtl.issue.CommandIssue.free`).
     cur_pos_op, cur_off_op : Out(3), Out(2)
         With ``conv``: the cursor's ops (:class:`rtl.convcursor.PosOp`, ``OffOp``).
     cur_column, cur_inside, cur_phase, cur_last_phase, cur_c_column : In
@@ -109,7 +117,8 @@ class Walker(wiring.Component):
     -------
     A block's first command is offered 2 cycles after the descriptor arrives
     (:data:`CUT_WAIT` more with ``chunk``) or after the previous block's last command (its
-    first exponent load 4 cycles after, once drained).
+    first exponent load 4 cycles after, once drained, or with ``k_blocks`` once the bank
+    is free).
 
     Throughput
     ----------
@@ -141,9 +150,9 @@ class Walker(wiring.Component):
                              f"{data_width // 8} bus bytes")
         #: K blocks over two tile blocks of columns (``cols == 2 * TILE_BLOCK``): each tile
         #: of B takes a second exponent byte per chunk, for its columns from ``TILE_BLOCK``
-        #: on, tagged with the top bit of ``tag_width`` set (:func:`exp_tag_width`).
+        #: on, tagged with the bit below the bank's (:func:`exp_tag_width`).
         self.exp_halves = exp_halves(cols, self.k_blocks)
-        if self.exp_halves and tag_width < exp_tag_width(block, cols, self.k_blocks):
+        if self.k_blocks and tag_width < exp_tag_width(block, cols, self.k_blocks):
             raise ValueError(f"tag_width must be at least "
                              f"{exp_tag_width(block, cols, self.k_blocks)}, not {tag_width}")
         super().__init__({
@@ -153,6 +162,7 @@ class Walker(wiring.Component):
             "o_load": Out(stream.Signature(load_job_layout(tag_width))),
             "o_write": Out(stream.Signature(write_job_layout(self.conv))),
             "drained": In(1),
+            **({"bank_free": In(2)} if self.k_blocks else {}),
             **({"cur_pos_op": Out(3), "cur_off_op": Out(2), "cur_column": In(32),
                 "cur_inside": In(1), "cur_phase": In(8), "cur_last_phase": In(1),
                 "cur_c_column": In(32)} if self.conv else {}),
@@ -210,7 +220,11 @@ class Walker(wiring.Component):
         blk = Signal(range(BL + 1))
         blk_r = Signal(range(BL * R + 1))
         blk_c = Signal(range(BL * C + 1))
+        # K blocks: the bank of exponent registers the last exponents went to (and the
+        # commands since read): the next chunk's go to the other
+        bank = Signal()
         vars(s).update(m_blk=m_blk, n_blk=n_blk, k0=k0, ti=ti, tj=tj, bm=bm, bn=bn, a_par=a_par,
+                       bank=bank,
                        b_par=b_par, keep_a=keep_a, keep_b=keep_b, col_order=col_order,
                        k_fits=k_fits, wider=wider, multi=multi, blk=blk, blk_r=blk_r, blk_c=blk_c)
 
@@ -618,7 +632,7 @@ class Walker(wiring.Component):
             # is: not v_a, which follows the tile a cycle later.)
             middle = d.tiles & ~last_chunk & cmd.add
             left = Signal(18, name="rows_left")
-            m.d.comb += [left.eq(s.dm - m0), cmd.tiles.eq(d.tiles),
+            m.d.comb += [left.eq(s.dm - m0), cmd.tiles.eq(d.tiles), cmd.bank.eq(s.bank),
                          cmd.read_rows.eq(Mux(middle & (left < R), left, 0))]
         vars(s).update(setup_load=setup_load, load_a_job=load_a_job, load_b_job=load_b_job,
                        ld_exp=ld_exp, load_a=load_a, load_b=load_b, b_first=b_first)
@@ -744,9 +758,17 @@ class Walker(wiring.Component):
         m, e_end, e_row, ei, e_load_row = s.m, s.e_end, s.e_row, s.ei, s.e_load_row
         setup_load, R, v_re, ex_m0, e_load_col = s.setup_load, s.R, s.v_re, s.ex_m0, s.e_load_col
         C, v_ce, ex_n0, d, BL, tag_width = s.C, s.v_ce, s.ex_n0, s.d, s.BL, s.tag_width
-        with m.State("EXP_WAIT"):      # the previous block's commands have taken theirs
-            with m.If(self.drained):
-                m.next = "EXP_PREP"
+        if self.k_blocks:
+            # K blocks: the exponents go to the other bank of registers, once no command
+            # reads it (those of the chunk before last) and none of its vectors is awaited
+            with m.State("EXP_WAIT"):
+                with m.If(Mux(s.bank, self.bank_free[0], self.bank_free[1])):
+                    m.d.sync += s.bank.eq(~s.bank)
+                    m.next = "EXP_PREP"
+        else:
+            with m.State("EXP_WAIT"):      # the previous block's commands have taken theirs
+                with m.If(self.drained):
+                    m.next = "EXP_PREP"
         with m.State("EXP_PREP"):      # the registers above follow ei
             m.next = "EXP"
             if self.k_blocks:
@@ -760,6 +782,15 @@ class Walker(wiring.Component):
             with m.State("EXP_PREP2"):     # K blocks: the grid offset follows ei's block
                 m.next = "EXP"
         ld = self.o_load.payload
+
+        def exp_tag(index, hi=None):
+            """An exponent vector's tag (:func:`rtl.issue.exp_tag_width`): bit 0 set, the
+            index, [the second tile block's bit], [the bank] at the top."""
+            extra = [] if hi is None else [hi]
+            if self.k_blocks:
+                extra.append(s.bank)
+            width = tag_width - 1 - len(extra)
+            return Cat(Const(1, 1), index[:width], Const(0, max(0, width - len(index))), *extra)
 
         def kb_load(base, off):
             """K blocks: the grid's byte ``off`` (a product and its addend) as a packed job
@@ -787,7 +818,7 @@ class Walker(wiring.Component):
                         s.cur_op(PosOp.BACK)
                 with m.If(e_load_row):
                     setup_load(0, R, 0, v_re, ex_m0, d.row_exp_addr, 0,
-                               tag=Cat(Const(1, 1), ei[:tag_width - 1]), exp=True)
+                               tag=exp_tag(ei), exp=True)
                     kb_load(d.row_exp_addr, s.kb_a_off if self.k_blocks else None)
                     m.next = "LOAD"
             with m.Else():
@@ -796,11 +827,10 @@ class Walker(wiring.Component):
                 if self.exp_halves:
                     # (a tile's second exponent only where its columns reach the next block)
                     load_col = e_load_col & (~s.e_hi | (v_ce > TILE_BLOCK))
-                    tag = Cat(Const(1, 1), s.cidx, Const(0, tag_width - 2 - len(s.cidx)),
-                              s.e_hi)
+                    tag = exp_tag(s.cidx, s.e_hi)
                 else:
                     load_col = e_load_col
-                    tag = Cat(Const(1, 1), (ei - BL)[:tag_width - 1])
+                    tag = exp_tag((ei - BL)[:len(ei)])
                 if self.conv:
                     # (a tile that reads only padding has no exponent to load)
                     load_col = load_col & (~(s.conv | s.wg) | self.cur_inside)

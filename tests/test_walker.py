@@ -18,10 +18,10 @@ def simulate(descs, rows, cols, depth, block, data_width, seed, stall=0.3, k_blo
     dut = Walker(rows, cols, depth=depth, block=block, data_width=data_width,
                  tag_width=tag_width, k_blocks=k_blocks)
     want = ([], [], [])
-    parity = 0
+    parity = bank = 0
     for d in descs:
-        cmds, loads, writes, parity = em.walk(d, rows, cols, depth, block, data_width,
-                                              tag_width, parity)
+        cmds, loads, writes, parity, bank = em.walk(d, rows, cols, depth, block, data_width,
+                                                    tag_width, parity, bank)
         for acc, part in zip(want, (cmds, loads, writes), strict=True):
             acc += part
     got = {}
@@ -33,10 +33,12 @@ def simulate(descs, rows, cols, depth, block, data_width, seed, stall=0.3, k_blo
         return stream_collect(got, name, stream, count, rng=random.Random(seed + salt),
                               stall=stall, convert=layout_fields(layout))
 
-    async def drained(ctx):       # downstream drains now and then
+    async def drained(ctx):       # downstream drains (or frees a bank) now and then
         rng = random.Random(seed + 9)
         while True:
             ctx.set(dut.drained, rng.random() < 0.5)
+            if k_blocks:
+                ctx.set(dut.bank_free, rng.randrange(4))
             await ctx.tick()
 
     run(dut, send,
@@ -102,7 +104,7 @@ def test_model_spans():
     """k-major A (transposed) loads the block's tiles with the first command, as one span."""
     d = em.descriptor(m=20, n=8, k=5, transpose_a=1, a_addr=0x1000, a_stride=0x40,
                       b_stride=0x40)
-    cmds, loads, _, _ = em.walk(d, 8, 8, 16, 4, 128)
+    cmds, loads, _, _, _ = em.walk(d, 8, 8, 16, 4, 128)
     assert [c["load_a"] for c in cmds] == [1, 0, 0]
     assert [c["a_extra"] for c in cmds] == [2, 2, 2]
     a = loads[0]
@@ -136,7 +138,7 @@ def test_model_block_side(side, want):
     """A descriptor's ``block`` sets the reuse blocks' side (1..the buffers' 4; 0 or more: 4):
     a 10 x 10-tile GEMM walks ceil(10 / side)**2 blocks, each tile once per K chunk."""
     d = em.descriptor(m=40, n=40, k=3, a_stride=0x10, b_stride=0x40, block=side)
-    cmds, _, writes, _ = em.walk(d, 4, 4, 16, 4, 128)
+    cmds, _, writes, _, _ = em.walk(d, 4, 4, 16, 4, 128)
     assert len(cmds) == len(writes) == 100
     corners = {(w["m0"] // (4 * want), w["n0"] // (4 * want)) for w in writes}
     assert len(corners) == (-(-10 // want)) ** 2
@@ -228,7 +230,7 @@ def test_blocks_keep_the_shared_operand(rows, cols, m, n, down):
     d = em.descriptor(m=m, n=n, k=k, transpose_a=1, a_addr=0x100, a_stride=0x100,
                       b_addr=0x4000, b_stride=0x100, block=block)
     assert em.column_order(m, n, k, rows, cols, depth, block) == down
-    cmds, loads, writes, _ = em.walk(d, rows, cols, depth, block, 128)
+    cmds, loads, writes, _, _ = em.walk(d, rows, cols, depth, block, 128)
     order = em.block_order(m, n, k, rows, cols, depth, 128, block)
     blocks_m, blocks_n = -(-m // (block * rows)), -(-n // (block * cols))
     assert [b[3 if down else 2] for b in order] == [
@@ -281,7 +283,7 @@ def test_packed_b_loads_first():
     for (ta, sa, tb, sb), first in cases:
         d = em.descriptor(**base, transpose_a=ta, a_stride=sa, transpose_b=tb, b_stride=sb)
         assert em.b_first(d, 128) == first
-        _, loads, _, _ = em.walk(d, 4, 4, 64, 2, 128)
+        _, loads, _, _, _ = em.walk(d, 4, 4, 64, 2, 128)
         assert [j["path"] for j in loads[:2]] == ([1, 0] if first else [0, 1])
         descs.append(d)
     simulate(descs, 4, 4, 64, 2, 128, seed=5)
@@ -323,6 +325,60 @@ def test_k_blocks_middle_blocks_read_out_a_tiles_rows(rows, cols, depth, block, 
     assert all(c["read_rows"] == 0 for c in cmds if c["emit"] or not c["add"])
 
 
+def test_k_blocks_exponents_wait_for_their_bank():
+    """Walker(k_blocks=True): each K chunk's exponent loads go to the other bank than the
+    chunk before's, and wait until ``bank_free`` says that bank is free, whatever the other
+    bank says; its commands carry the bank."""
+    rows = cols = 4
+    block, depth = 2, 64
+    tag_width = exp_tag_width(block, cols, True)
+    dut = Walker(rows, cols, depth=depth, block=block, data_width=64, tag_width=tag_width,
+                 k_blocks=True)
+    d = random_desc(random.Random(3), rows, cols, depth, block)
+    d.update(m=8, n=8, k=96, tiles=1, row_vec=0, col_vec=0, block=0)
+    cmds, loads, _, _, _ = em.walk(d, rows, cols, depth, block, 64, tag_width)
+    hold = 40                  # cycles each bank is held busy before it is freed
+    seen = []                  # (cycle, tag) of each exponent load; (cycle, bank) of commands
+    freed, clock = [], [0]     # the cycles each bank was freed; the cycle
+
+    async def send(ctx):
+        await stream_send(ctx, dut.i_stream, [d])
+
+    async def banks(ctx):
+        # chunk 1 loads bank 1, chunk 2 bank 0, chunk 3 bank 1: each held busy for `hold`
+        # cycles once the chunk before's loads are out (the other bank free all along)
+        for n, free in enumerate((0b01, 0b10, 0b01)):
+            while sum(kind == "exp" for kind, _, _ in seen) < 4 * n:
+                await ctx.tick()
+            ctx.set(dut.bank_free, free)
+            await ctx.tick().repeat(hold)
+            freed.append(clock[0])
+            ctx.set(dut.bank_free, 0b11)
+
+    async def collect(ctx):
+        ctx.set(dut.o_load.ready, 1)
+        ctx.set(dut.o_cmd.ready, 1)
+        ctx.set(dut.o_write.ready, 1)
+        while True:
+            _, _, lv, lp, cv, cp = await ctx.tick().sample(
+                dut.o_load.valid, dut.o_load.payload, dut.o_cmd.valid, dut.o_cmd.payload)
+            clock[0] += 1
+            if lv and lp.tag & 1:
+                seen.append(("exp", clock[0], int(lp.tag)))
+            if cv:
+                seen.append(("cmd", clock[0], int(cp.bank)))
+
+    run(dut, send, processes=[banks, collect], deadline_cycles=2000)
+    exps = [(c, t >> (tag_width - 1)) for kind, c, t in seen if kind == "exp"]
+    assert len(exps) == sum(j["tag"] & 1 for j in loads) == 3 * 4
+    assert [b for _, b in exps] == [1] * 4 + [0] * 4 + [1] * 4
+    # each chunk's first exponent load only after its bank was freed
+    assert len(freed) == 3
+    assert all(exps[4 * n][0] >= freed[n] for n in range(3))
+    assert [b for kind, _, b in seen if kind == "cmd"] == [c["bank"] for c in cmds] == (
+        [1] * 4 + [0] * 4 + [1] * 4)
+
+
 def test_k_blocks_needs_the_tile_block_to_fit():
     with pytest.raises(ValueError, match="k_blocks needs depth"):
         Walker(8, 8, depth=16, block=2, data_width=64, k_blocks=True)
@@ -332,5 +388,7 @@ def test_k_blocks_needs_the_tile_block_to_fit():
         Walker(8, 128, depth=64, block=2, data_width=64, k_blocks=True)
     with pytest.raises(ValueError, match="cols dividing 32 or 64"):
         Walker(8, 48, depth=64, block=2, data_width=64, k_blocks=True)
+    with pytest.raises(ValueError, match="tag_width must be at least 4"):
+        Walker(8, 64, depth=64, block=2, data_width=64, k_blocks=True, tag_width=3)
     with pytest.raises(ValueError, match="tag_width must be at least 3"):
-        Walker(8, 64, depth=64, block=2, data_width=64, k_blocks=True, tag_width=2)
+        Walker(8, 8, depth=64, block=2, data_width=64, k_blocks=True, tag_width=2)

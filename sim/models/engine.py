@@ -358,7 +358,7 @@ def b_first(desc: dict, data_width: int) -> bool:
 
 
 def walk(desc: dict, rows: int, cols: int, depth: int, block: int, data_width: int,
-         tag_width: int | None = None, parity: int | tuple[int, int] = 0):
+         tag_width: int | None = None, parity: int | tuple[int, int] = 0, bank: int = 0):
     """What :class:`rtl.walker.Walker` issues for one (checked) descriptor.
 
     Blocks of ``b x b`` tiles, ``b`` the descriptor's ``block`` (if present and in
@@ -369,17 +369,23 @@ def walk(desc: dict, rows: int, cols: int, depth: int, block: int, data_width: i
     With ``tiles`` (a descriptor of a ``Walker(k_blocks=True)``; its commands then carry
     ``tiles`` too): K chunks of one tile block, and before each chunk, for each tile ``i``
     (``j``) of the block, a packed one-byte load of the exponent in A's (B's) grid that the
-    chunk uses.
+    chunk uses. Each time it loads exponents (before each chunk, or a block's vectors) it
+    loads them into the other bank of exponent registers than the last time: the tags'
+    top bit and the ``bank`` of every command after them (``bank``: the bank of the last
+    exponents before this descriptor).
 
-    Returns ``(commands, loads, writes, parity)``: the payloads on ``o_cmd``, ``o_load`` and
-    ``o_write`` in order, and the slot parities ``(A's, B's)`` the next descriptor starts with
-    (``parity``: both, or such a pair).
+    Returns ``(commands, loads, writes, parity, bank)``: the payloads on ``o_cmd``,
+    ``o_load`` and ``o_write`` in order, the slot parities ``(A's, B's)`` the next
+    descriptor starts with (``parity``: both, or such a pair) and the bank of its last
+    exponents.
     """
     R, C, D, BL = rows, cols, depth, block
     side = block_side(desc.get("block", 0), BL)
     bpw = data_width // 8
-    halves = "tiles" in desc and C == 2 * TILE_BLOCK
-    tag_width = (1 + max(1, BL.bit_length() - 1) + halves) if tag_width is None else tag_width
+    banked = "tiles" in desc          # (a walker of K blocks: two banks of exponents)
+    halves = banked and C == 2 * TILE_BLOCK
+    tag_width = ((1 + max(1, BL.bit_length() - 1) + halves + banked) if tag_width is None
+                 else tag_width)
     m, n, k = desc["m"], desc["n"], desc["k"]
     ta, tb = desc["transpose_a"], desc["transpose_b"]
     cmds, loads, writes = [], [], []
@@ -409,6 +415,9 @@ def walk(desc: dict, rows: int, cols: int, depth: int, block: int, data_width: i
     for m_blk, n_blk, keep_a, keep_b, k0, kc, a_par, b_par in chunks:
         bm = min(-(-(m - m_blk) // R), side)
         bn = min(-(-(n - n_blk) // C), side)
+        if banked and (kb or ((desc["row_vec"] or desc["col_vec"]) and k0 == 0)):
+            bank ^= 1
+        top = bank << (tag_width - 1) if banked else 0       # (an exponent's bank)
         if kb:
             def grid_byte(path, xb, tag, kbi=k0 // T):
                 """The one-byte load of grid byte (tile block xb, K block kbi)."""
@@ -423,21 +432,21 @@ def walk(desc: dict, rows: int, cols: int, depth: int, block: int, data_width: i
 
             for path, count, x_blk, lanes in ((0, bm, m_blk, R), (1, bn, n_blk, C)):
                 for i in range(count):
-                    grid_byte(path, (x_blk + i * lanes) // T, 1 | i << 1)
+                    grid_byte(path, (x_blk + i * lanes) // T, 1 | i << 1 | top)
             # a B tile's columns from TILE_BLOCK on, in the next tile block: its exponent
             # there too, tagged with the top bit
             for j in range(bn if halves else 0):
                 x0 = n_blk + j * C
                 if n - x0 > T:
-                    grid_byte(1, x0 // T + 1, 1 | j << 1 | 1 << (tag_width - 1))
+                    grid_byte(1, x0 // T + 1, 1 | j << 1 | 1 << (tag_width - 2) | top)
         for i in range(bm if desc["row_vec"] and k0 == 0 and not kb else 0):
             x0 = m_blk + i * R
             load(0, R, False, min(m - x0, R), x0, desc["row_exp_addr"], 0, 0, 0,
-                 tag=1 | i << 1, exp=True)
+                 tag=1 | i << 1 | top, exp=True)
         for j in range(bn if desc["col_vec"] and k0 == 0 and not kb else 0):
             x0 = n_blk + j * C
             load(1, C, False, min(n - x0, C), x0, desc["col_exp_addr"], 0, 0, 0,
-                 tag=1 | j << 1, exp=True)
+                 tag=1 | j << 1 | top, exp=True)
         last = k0 + kc == k
         for i, j in tile_order(bm, bn, tb):
             m0, n0 = m_blk + i * R, n_blk + j * C
@@ -451,7 +460,7 @@ def walk(desc: dict, rows: int, cols: int, depth: int, block: int, data_width: i
                 "emit": int(last), "store": int(not last), "add": int(k0 != 0),
                 "acc_slot": i * BL + j, "i": i, "j": j,
                 **{f: desc[f] for f in CMD_DESC_FIELDS},
-                **({"tiles": desc["tiles"]} if tiles else {}),
+                **({"tiles": desc["tiles"], "bank": bank} if tiles else {}),
                 # a middle K block: A's rows inside M read out where fewer than R (the
                 # datapath's read_rows; 0: all)
                 **({"read_rows": m - m0 if desc["tiles"] and not last and k0 != 0
@@ -467,7 +476,7 @@ def walk(desc: dict, rows: int, cols: int, depth: int, block: int, data_width: i
                               desc["b_stride"], k0, kc), min(n - n_blk, side * C), bn))
             for args, v_span, span in (jobs[::-1] if first_b else jobs):
                 load(*args, span=span, v_span=v_span)
-    return cmds, loads, writes, parity
+    return cmds, loads, writes, parity, bank
 
 
 def _sel_bits(data_width: int, lanes: int) -> int:
@@ -597,23 +606,29 @@ def issue(program, rows: int, cols: int):
     vectors pass through unchanged (not modelled here). A command with ``tiles`` (a
     ``CommandIssue(k_blocks=True)``) gives every lane lane 0 of its vectors and sets
     ``kblock``; with ``cols == 2 * TILE_BLOCK`` B's lanes from ``TILE_BLOCK`` on take lane 0
-    of the vector of event ``("exp", 1, index, vector, True)`` (tag's top bit set) instead.
+    of the vector of event ``("exp", 1, index, vector, True)`` (the tag's bit below the
+    bank's set) instead. With ``k_blocks`` the registers are two banks: an event
+    ``("exp", path, index, vector, hi, bank)`` writes bank ``bank`` (0 where not given),
+    and a command reads its ``bank``'s.
     """
-    regs = ({}, {}, {})          # A's, B's, B's second tile block's
+    regs = {}                    # (bank, A's / B's / B's second tile block's) -> registers
     out = []
     for event in program:
         if event[0] == "exp":
-            _, path, index, vector, *hi = event
-            regs[2 if hi and hi[0] else path][index] = [int(x) for x in vector]
+            _, path, index, vector, *more = event
+            hi, bank = (list(more) + [False, 0])[:2]
+            regs.setdefault((bank, 2 if hi else path), {})[index] = [int(x) for x in vector]
             continue
         t = desc = event[1]
-        row = regs[0].get(t["i"], [0] * rows) if desc["row_vec"] else [desc["row_exp"]] * rows
-        col = regs[1].get(t["j"], [0] * cols) if desc["col_vec"] else [desc["col_exp"]] * cols
+        bank = t.get("bank", 0)
+        regs_a, regs_b, regs_hi = (regs.get((bank, p), {}) for p in (0, 1, 2))
+        row = regs_a.get(t["i"], [0] * rows) if desc["row_vec"] else [desc["row_exp"]] * rows
+        col = regs_b.get(t["j"], [0] * cols) if desc["col_vec"] else [desc["col_exp"]] * cols
         if t.get("tiles"):
-            row = [regs[0].get(t["i"], [0])[0]] * rows
-            col = [regs[1].get(t["j"], [0])[0]] * cols
+            row = [regs_a.get(t["i"], [0])[0]] * rows
+            col = [regs_b.get(t["j"], [0])[0]] * cols
             if cols == 2 * TILE_BLOCK:
-                col[TILE_BLOCK:] = [regs[2].get(t["j"], [0])[0]] * TILE_BLOCK
+                col[TILE_BLOCK:] = [regs_hi.get(t["j"], [0])[0]] * TILE_BLOCK
         out.append({"k": t["k"], "a_slot": t["a_slot"], "b_slot": t["b_slot"],
                     "load_a": t["load_a"], "load_b": t["load_b"], "a_extra": t["a_extra"],
                     "b_extra": t["b_extra"], "transpose_a": desc["transpose_a"],
