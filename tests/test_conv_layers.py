@@ -60,3 +60,32 @@ def test_bad_options_exit_2(argv):
     with pytest.raises(SystemExit) as e:
         conv_layers.main(argv)
     assert e.value.code == 2
+
+
+@pytest.mark.parametrize("mode", [1, 2])
+def test_a_convolution_takes_at_least_its_products(mode):
+    """The functional model walks a whole number of kernel offsets (the mean a tile reads,
+    rounded) and scales its cycles to the mean: a compute-bound convolution (B a job per
+    four tiles on the ideal port) never takes fewer cycles than its exact products over
+    the array's PEs."""
+    import numpy as np
+
+    from firmware import Device
+    from sim.models import bfp
+    from sim.models import conv as convm
+    g = convm.ConvGeometry(32, 16, 7, 7, 32, 3, padding=1)
+    dev = Device("model", rows=8, cols=8, data_width=64, depth=64, block=4, epilogue=True)
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((32, 16, 3, 3)).astype(np.float32)
+    qs, es = zip(*(bfp.quantize_tiles(m) for m in convm.weight_stack(w)), strict=True)
+    stack = dev.bfp_stack(np.stack(qs), np.stack(es))
+    if mode == 1:
+        x = dev.bfp_tensor(*bfp.quantize_tiles(
+            rng.standard_normal((16, g.positions)).astype(np.float32)))
+        dev.conv2d(x, stack, g, out="float32")
+    else:
+        d = dev.bfp_tensor(*bfp.quantize_tiles(
+            rng.standard_normal((32, g.out_positions)).astype(np.float32)))
+        dev.conv2d_backward_data(d, stack, g, out="float32")
+    _, _, _, macs = g.implicit_gemm(mode)
+    assert dev.stats["cycles"] >= macs / 64

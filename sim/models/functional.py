@@ -357,6 +357,12 @@ class FunctionalAccelerator:
             p = self.predict(m, n, walked, ta, tb, port=self.port, write_ports=self.write_ports,
                              read_ports=self.read_ports, chunk=f["CHUNK"], **cfg, **kb)
         self.descriptors += 1
+        if k_runs is not None and macs:
+            # the runs walk a whole number of kernel offsets, the mean a tile reads rounded:
+            # the cycles scaled to the mean itself (the exact products over M x N)
+            scale = macs / (m * n * sum(k_runs))
+            p = {**p, "cycles": p["cycles"] * scale,
+                 "compute_cycles": p["compute_cycles"] * scale}
         cycles = max(p["cycles"], floor)
         if self.trace is not None:
             mode, g = self.last_conv or (0, None)
