@@ -566,8 +566,12 @@ def t_kblocks_build():
     for name, board, flags in KBLOCK_BUILDS:
         if not (RESULTS / name).exists():
             continue
-        cmds.append(f".venv/bin/python build.py --platform {board}{flags}")
         r = load(name)
+        # (a build recorded with other read ports than the default's now names them)
+        rp = r["config"].get("read_ports", 1)
+        if "--read-ports" not in flags and rp != board_default(board).get("read_ports", 1):
+            flags += f" --read-ports {rp}"
+        cmds.append(f".venv/bin/python build.py --platform {board}{flags}")
         res, use, t = r["resources"], r["utilization"], r["timing"]
         what = f"{TITLES[board]} default" + (f" with `{flags.strip()}`" if flags else "")
         rows.append([what, *(f"{res[k]:,g} ({pct(use[k], 0)})" for k in ("LUT", "FF", "DSP",
