@@ -93,7 +93,7 @@ def test_generates_verilog_top_constraints_and_scripts(generated):
 
 def test_four_write_ports_go_to_four_hp_ports(tmp_path):
     proc = run_build("--platform", "zcu104", "--rows", "8", "--cols", "8", "--write-ports", "4",
-                     "--synth", "none", "--out", str(tmp_path))
+                     "--read-ports", "4", "--synth", "none", "--out", str(tmp_path))
     assert proc.returncode == 0, proc.stderr
     top = (tmp_path / "bfp_accel_top.v").read_text()
     tcl = (tmp_path / "build.tcl").read_text()
