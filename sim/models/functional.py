@@ -348,7 +348,8 @@ class FunctionalAccelerator:
             p = {"cycles": compute, "compute_cycles": compute}
         else:
             kb, walked = ({"k_blocks": True} if k_blocks else {}), k
-            if k_blocks and k_runs is not None:
+            runs = k_blocks and k_runs is not None
+            if runs:
                 # (the runs walked: the mean kernel offsets a tile reads, rounded)
                 kb["k_runs"], walked = tuple(k_runs), sum(k_runs)
                 # (a convolution's B: a job per group of a position's tiles)
@@ -356,13 +357,14 @@ class FunctionalAccelerator:
                 kb["b_group"] = convm.b_group(batch, cfg["cols"], side)
             p = self.predict(m, n, walked, ta, tb, port=self.port, write_ports=self.write_ports,
                              read_ports=self.read_ports, chunk=f["CHUNK"], **cfg, **kb)
+            if runs and macs:
+                # the runs walk a whole number of kernel offsets, the mean a tile reads
+                # rounded: the cycles scaled to the mean itself (the exact products over
+                # M x N)
+                scale = macs / (m * n * walked)
+                p = {**p, "cycles": p["cycles"] * scale,
+                     "compute_cycles": p["compute_cycles"] * scale}
         self.descriptors += 1
-        if k_runs is not None and macs:
-            # the runs walk a whole number of kernel offsets, the mean a tile reads rounded:
-            # the cycles scaled to the mean itself (the exact products over M x N)
-            scale = macs / (m * n * sum(k_runs))
-            p = {**p, "cycles": p["cycles"] * scale,
-                 "compute_cycles": p["compute_cycles"] * scale}
         cycles = max(p["cycles"], floor)
         if self.trace is not None:
             mode, g = self.last_conv or (0, None)
