@@ -135,10 +135,10 @@ class LoadStriper(wiring.Component):
             m.d.comb += [fire.eq(d_valid & ~busy),
                          advance.eq(h_valid & (~d_valid | fire)),
                          self.i_stream.ready.eq(~h_valid | advance)]
-            thrice = Signal(34, reset_less=True)     # (four ways) the held stride * 3
             with m.If(self.i_stream.valid & self.i_stream.ready):
                 m.d.sync += [held.eq(self.i_stream.payload), h_valid.eq(1)]
                 if S == 4:
+                    thrice = Signal(34, reset_less=True)     # the held stride * 3
                     pay = self.i_stream.payload
                     m.d.sync += thrice.eq(carry_select_add(Cat(pay.stride, Const(0, 2)),
                                                            Cat(Const(0, 1), pay.stride,
