@@ -67,7 +67,7 @@ class GemmEngine(wiring.Component):
         datapath's stream of C rows through writer ``i % write_ports``
         (:class:`rtl.writeback.WriteBackPorts`).
     read_ports : {1, 2, 3, 4, 5}
-        DMA readers: one for A and B, one for A and one for B, or one for A and two or three
+        DMA readers: one for A and B, one for A and one for B, or one for A and two to four
         for B.
     k_blocks : bool
         Run descriptors with ``tiles`` (A's and B's exponents their tile grids, changing

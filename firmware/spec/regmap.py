@@ -63,11 +63,11 @@ def check_write_ports(write_ports, rows: int | None = None) -> int:
 #: ``mem_r1``, ``mem_r2`` and ``mem_r3`` (rows 0, 1, 2 mod 3); with 5, over ``mem_r1`` to
 #: ``mem_r4`` (rows 0 to 3 mod 4).
 READ_PORTS = (1, 2, 3, 4, 5)
-#: With 3 to 5 read ports, a B load job is striped only when each of its rows is at least this many
-#: bus words. A row is one read burst, and a port's bursts in flight bound how many it reads
-#: a cycle however short they are: rows of two or three words (a convolution's B tile, 32
-#: bytes at an unaligned column on a 16-byte bus) striped over three ports are read about
-#: three times as fast as on one. A row of one word is not striped (a job of rows that follow
+#: With 3 to 5 read ports, a B load job is striped only when each of its rows is at least
+#: this many bus words. A row is one read burst, and a port's bursts in flight bound how many
+#: it reads a cycle however short they are: rows of two words (a convolution's B tile, 32
+#: bytes on a 16-byte bus) striped over three ports are read about three times as fast as
+#: on one. A row of one word is not striped (a job of rows that follow
 #: one another in memory is read as one long command on one port instead). Stated here,
 #: without Amaranth, for the RTL and the performance model alike.
 STRIPE_MIN_WORDS = 2
