@@ -36,6 +36,7 @@ def _above(x, lim):
     return (x[w:] != 0) | (x[:w] > lim)
 
 
+
 class Walker(wiring.Component):
     """Walks a checked descriptor: tile commands, load jobs and write jobs, block by block.
 
@@ -85,12 +86,19 @@ class Walker(wiring.Component):
         latency before a load or exponent that reads it), as zero rows where it reads
         nothing (and no exponent then); a command adds to the accumulator after the block's
         first chunk. A weight gradient (``geometry.mode`` 3; M the stack's rows, B the input
-        transposed) is walked as one GEMM of Cout x Cin per kernel offset, its write jobs
+        transposed) is a GEMM of Cout x Cin per kernel offset, its write jobs
         (:func:`rtl.writeback.write_job_layout` with ``conv``) Cout rows of the stack
-        further on each time, and ``ceil(Cout / TILE_BLOCK)`` rows of its exponent grid, a
+        further on each offset, and ``ceil(Cout / TILE_BLOCK)`` rows of its exponent grid, a
         tile's row in its matrix beside; its K chunks are plain K blocks of output
         positions, each lane of B reading the chunk's run at the column the cursor gives
-        (moved per chunk), or zeros. A forward convolution with ``pool`` (a max pool on the
+        (moved per chunk and offset), or zeros. Where one block holds the offset's GEMM and
+        the accumulation slots hold every offset's tiles (``ceil(Cout / rows) *
+        ceil(Cin / cols) * offsets <= block ** 2``,
+        :func:`firmware.spec.hw.wg_offsets_inner`) the offsets are walked inside each K
+        chunk: A's tiles are loaded once a chunk and kept for every
+        offset, B's and the exponents loaded per offset, each offset's tiles in their own
+        accumulation slots. Else the offsets are an outer loop of GEMMs, each loading A.
+        A forward convolution with ``pool`` (a max pool on the
         write path) walks each block once per window phase (:data:`OffOp.PHASE
         <rtl.convcursor.OffOp.PHASE>` at each block's end; the next block after the last),
         its write jobs offered once the cursor is at their tile and carrying the phase and
@@ -237,6 +245,7 @@ class Walker(wiring.Component):
         m, d = s.m, s.d
         if not self.conv:
             vars(s).update(conv=Const(0, 1), wg=Const(0, 1), pool=Const(0, 1),
+                           wg_in=Const(0, 1), a_held=Const(0, 1),
                            cur_ok=Const(1, 1), cur_op=None, dm=d.m)
             return
         # forward and backward-data (K chunks per offset, a B tile per C tile), or a weight
@@ -268,7 +277,15 @@ class Walker(wiring.Component):
         def cur_phase_next():              # (with the position's op, if any)
             m.d.comb += self.cur_off_op.eq(OffOp.PHASE)
             m.d.sync += cur_wait.eq(ConvCursor.LATENCY - 1)
+        # a weight gradient's offsets walked inside each K chunk (wg_offsets_inner, from
+        # the counts _counts keeps, three registered stages behind them): A's tiles kept
+        # after the chunk's first offset (a_held), each offset's tiles their own
+        # accumulation slots (wslot, counted over the chunk's commands)
+        wg_in = Signal()
+        a_held = Signal()
+        wslot = Signal(range(s.BL * s.BL))
         vars(s).update(conv=conv, wg=wg, pool=pool, c_row=c_row, c_erow=c_erow,
+                       wg_in=wg_in, a_held=a_held, wslot=wslot,
                        dm=Mux(wg, d.cout, d.m),
                        offs_left=offs_left, kk=kk, a_base=a_base, a_gbase=a_gbase,
                        ochunk_last=ochunk_last, cur_ok=cur_ok, cur_op=cur_op,
@@ -563,7 +580,8 @@ class Walker(wiring.Component):
                          low_side.eq(s.blk & (~s.blk + 1)),
                          grp.eq(Mux(low_pos < low_side, low_pos, low_side))]
             b_tile = (ti == 0) & ~(s.conv & ((tj & (grp - 1)) != 0))
-        m.d.comb += [load_a.eq(Mux(d.transpose_a, first_cmd, tj == 0) & ~keep_a),
+        m.d.comb += [load_a.eq(Mux(d.transpose_a, first_cmd, tj == 0) & ~keep_a
+                               & ~s.a_held),
                      load_b.eq(Mux(b_each, b_tile, first_cmd) & ~keep_b)]
         # A command's loads go out A's first, or B's where B alone is stored packed
         # (sim.models.engine.b_first): its gearbox, a row a cycle, is slower than the bus, and
@@ -611,7 +629,8 @@ class Walker(wiring.Component):
                      cmd.b_extra.eq(Mux(b_each, Mux(s.conv, grp - 1, 0), bn - 1)),
                      cmd.emit.eq(last_chunk), cmd.store.eq(~last_chunk),
                      cmd.add.eq(Mux(s.conv, s.multi, k0 != 0) if self.conv else k0 != 0),
-                     cmd.acc_slot.eq(ti * BL + tj),
+                     cmd.acc_slot.eq(Mux(s.wg_in, s.wslot, ti * BL + tj) if self.conv
+                                     else ti * BL + tj),
                      cmd.i.eq(ti), cmd.j.eq(tj),
                      *(getattr(cmd, f).eq(getattr(d, f)) for f in DESC_FIELDS),
                      self.o_write.payload.m0.eq(m0 + s.c_row if self.conv else m0),
@@ -665,6 +684,18 @@ class Walker(wiring.Component):
         # registers that hold for all of it (its more_m and more_n: whole M and N).
         with m.If(first_block):
             m.d.sync += col_order.eq(k_fits & more_m & (~more_n | wider))
+        if self.conv:
+            # wg_offsets_inner: the GEMM one block (both counts at most the side) and its
+            # tiles times the offsets at most the slots -- the product of two counts below
+            # the block, then with the offsets, each registered
+            BL = s.BL
+            small = Signal()
+            mn = Signal(range(BL * BL + 1))
+            mnk = Signal(range(BL * BL * 256))
+            m.d.sync += [small.eq(~_above(tiles_m0, blk) & ~_above(tiles_n0, blk)),
+                         mn.eq(tiles_m0[:_log2(BL) + 1] * tiles_n0[:_log2(BL) + 1]),
+                         mnk.eq(mn * s.kk),
+                         s.wg_in.eq(s.wg & small & (mnk <= BL * BL))]
 
         phase = Signal(2)        # CMD: 0 issue, 1 load A (or B), 2 load B (or A), 3 next
         cut_wait = Signal(range(max(2, self.CUT_WAIT)))
@@ -746,6 +777,7 @@ class Walker(wiring.Component):
                     s.cur_op(PosOp.BACK, OffOp.ZERO)
                 with m.If(s.wg):             # (a weight gradient's K from its first run)
                     s.cur_op(PosOp.ZERO)
+                m.d.sync += [s.wslot.eq(0), s.a_held.eq(0)]
             with m.If(d.row_vec | d.col_vec | d.tiles if self.k_blocks
                       else d.row_vec | d.col_vec):
                 m.next = "EXP_WAIT"
@@ -816,6 +848,13 @@ class Walker(wiring.Component):
                 if self.conv:
                     with m.If(s.conv & (ei == BL - 1)):
                         s.cur_op(PosOp.BACK)
+                # (past the block's rows, or none wanted: on to the column vectors -- the
+                # rows loaded are the first bm, so none after this one is)
+                with m.If(~e_load_row):
+                    m.d.sync += ei.eq(BL)
+                    if self.conv:
+                        with m.If(s.conv):
+                            s.cur_op(PosOp.BACK)
                 with m.If(e_load_row):
                     setup_load(0, R, 0, v_re, ex_m0, d.row_exp_addr, 0,
                                tag=exp_tag(ei), exp=True)
@@ -824,6 +863,11 @@ class Walker(wiring.Component):
             with m.Else():
                 m.d.sync += ei.eq(ei + 1)
                 m.next = "EXP_PREP"
+                if not self.exp_halves:
+                    # (past the block's columns, or none wanted: the end; the commands'
+                    # cursor goes back to the block's first tile at the end)
+                    with m.If(~e_load_col):
+                        m.d.sync += ei.eq(2 * BL)
                 if self.exp_halves:
                     # (a tile's second exponent only where its columns reach the next block)
                     load_col = e_load_col & (~s.e_hi | (v_ce > TILE_BLOCK))
@@ -898,6 +942,9 @@ class Walker(wiring.Component):
                 if self.conv:
                     with m.If(s.conv):
                         s.cur_op(*ops)
+            if self.conv:
+                # (a weight gradient's offsets inside the chunk: a slot a command)
+                m.d.sync += s.wslot.eq(s.wslot + 1)
             with m.If(more_tj & ~d.transpose_b):
                 m.d.sync += [tj.eq(tj + 1), n0.eq(n0 + C)]
                 m.next = "CMD"
@@ -912,6 +959,18 @@ class Walker(wiring.Component):
             with m.Elif(more_tj & d.transpose_b):
                 m.d.sync += [ti.eq(0), tj.eq(tj + 1), n0.eq(n0 + C), m0.eq(m_blk)]
                 m.next = "CMD"
+            if self.conv:
+                # a weight gradient's offsets inside the chunk: its next offset, A's tiles
+                # kept, B's to the other slots, its exponents, its C rows Cout further on
+                with m.Elif(s.wg_in & (s.offs_left != 0)):
+                    m.d.sync += [tj.eq(0), ti.eq(0), m0.eq(m_blk), n0.eq(n_blk),
+                                 b_par.eq(~b_par), s.a_held.eq(1), s.ei.eq(0),
+                                 s.offs_left.eq(s.offs_left - 1),
+                                 s.c_row.eq(s.c_row + d.cout),
+                                 s.c_erow.eq(s.c_erow + ((d.cout + (TILE_BLOCK - 1))
+                                                         >> _log2(TILE_BLOCK)))]
+                    s.cur_op(PosOp.HOLD, OffOp.NEXT)
+                    m.next = "EXP_WAIT"
             with m.Elif(~last_chunk):
                 m.d.sync += [tj.eq(0), ti.eq(0), m0.eq(m_blk), n0.eq(n_blk),
                              k0.eq(k0 + kc), a_par.eq(~a_par), b_par.eq(~b_par),
@@ -931,7 +990,13 @@ class Walker(wiring.Component):
                                      last_chunk.eq(kb_last), s.ei.eq(0)]
                         m.next = "EXP_WAIT"
                 if self.conv:
-                    with m.If(s.wg):         # (a weight gradient: the next K run)
+                    with m.If(s.wg_in):
+                        # (a weight gradient's offsets inside the chunk: the next K run at
+                        # the first offset, A's tiles loaded again, the slots from the first)
+                        m.d.sync += [s.offs_left.eq(s.kk - 1), s.c_row.eq(0),
+                                     s.c_erow.eq(0), s.a_held.eq(0), s.wslot.eq(0)]
+                        s.cur_op(PosOp.NEXT, OffOp.ZERO)
+                    with m.Elif(s.wg):       # (a weight gradient: the next K run)
                         s.cur_op(PosOp.NEXT)
                     # a convolution: the kernel offset's next chunk, or the next offset's
                     # first (A's next matrix and exponent grid)

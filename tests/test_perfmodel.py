@@ -258,6 +258,61 @@ def test_k_runs_replace_the_tile_blocks_of_k():
         predict(16, 2048, 144, k_runs=(16,) * 9, **dict(cfg, k_blocks=False))
 
 
+def test_a_weight_gradients_offsets_inside_the_chunk_read_a_once():
+    """``offsets`` (a weight gradient's kernel offsets walked inside each K chunk): A's
+    words are read once a chunk, not once an offset as the outer loop of GEMMs
+    (``copies``) reads them; the array computes every offset's tiles; the utilisation
+    counts every offset's MACs. On ResNet-20's 64-channel layer behind ``zynqmp-hp``
+    (A's rows 32 bytes a chunk, a burst each, on one port) the outer loop is bound by A's
+    reads and the inner walk by the array."""
+    port = resolve_port("zynqmp-hp")
+    cfg = dict(rows=32, cols=32, depth=256, block=8, data_width=128, port=port,
+               write_ports=6, read_ports=5, k_blocks=True)
+    inner = predict(64, 64, 2048, offsets=9, **cfg)
+    outer = predict(64, 64, 2048, copies=9, **cfg)
+    a_words = 64 * 2048 // 16
+    assert outer["read_words"] - inner["read_words"] == 8 * a_words
+    assert inner["compute_cycles"] == outer["compute_cycles"] == 9 * 2 * 2 * 2048
+    assert inner["cycles"] < 0.5 * outer["cycles"]
+    assert inner["bound_by"] == "compute" and outer["bound_by"] == "reads"
+    assert inner["utilization"] == pytest.approx(
+        9 * 64 * 64 * 2048 / (32 * 32 * inner["cycles"]), rel=1e-4)
+    for bad in (0, 1.5, True):
+        with pytest.raises(ValueError, match="offsets"):
+            predict(64, 64, 2048, offsets=bad, **cfg)
+    with pytest.raises(ValueError, match="offsets"):
+        predict(64, 64, 2048, offsets=9, **dict(cfg, k_blocks=False))
+
+
+def test_k_block_chunks_wait_for_their_exponents():
+    """K blocks: a chunk's exponents go to the bank the chunk before last used, once its
+    commands have left, so chunks of one tile (a 16-channel weight gradient's, an offset
+    each) take at least half the read latency and ``EXP_TRIP`` each, more than their 32
+    steps."""
+    port = resolve_port("zynqmp-hp")
+    cfg = dict(rows=32, cols=32, depth=256, block=8, data_width=128, port=port,
+               write_ports=6, read_ports=5, k_blocks=True)
+    p = predict(16, 16, 2048, offsets=9, **cfg)
+    chunks = 9 * 2048 // 32
+    assert p["cycles"] >= (chunks - 2) / 2 * (port["read_latency"] + perfmodel.EXP_TRIP)
+    assert p["compute_cycles"] == chunks * 32 < 0.8 * p["cycles"]
+
+
+def test_wg_offsets_inner_follows_the_slots():
+    """:func:`firmware.spec.hw.wg_offsets_inner`: the GEMM of an offset one block, and its
+    tiles times the offsets no more than the block's slots."""
+    from firmware.spec.hw import wg_offsets_inner
+    kw = dict(rows=32, cols=32, block=8)
+    assert wg_offsets_inner(64, 64, 9, **kw)           # 2 x 2 tiles x 9 = 36
+    assert wg_offsets_inner(16, 1, 49, **kw)
+    assert not wg_offsets_inner(128, 128, 9, **kw)     # 16 x 9 = 144 > 64
+    assert not wg_offsets_inner(16, 16, 81, **kw)
+    assert not wg_offsets_inner(288, 32, 1, **kw)      # 9 tiles down: more than a block
+    assert wg_offsets_inner(64, 64, 9, **kw, side=2)
+    assert not wg_offsets_inner(96, 32, 1, **kw, side=2)
+    assert wg_offsets_inner(96, 32, 1, **kw, side=0)   # (0: the build's block)
+
+
 def test_a_convolutions_b_is_read_a_job_per_group_of_tiles():
     """``b_per_tile`` (a convolution's B): each group of ``b_group`` tiles' rows (32 bytes a
     tile, aligned: two words a row on a 16-byte bus) a burst. Read a tile a job, a

@@ -60,6 +60,15 @@ READ_FIFO = hw.DMA_BURST * hw.DMA_OUTSTANDING
 #: 1`` cycles apart at least (``GemmDatapath.kb_interval``; :mod:`firmware.spec.hw`).
 KB_ADD_LATENCY = hw.KB_ADD_LATENCY
 KB_READ_AHEAD = hw.KB_READ_AHEAD
+#: K-block descriptors: cycles besides the port's read latency from one K chunk's exponents
+#: in the issue stage to the chunk after next's (the walker's exponent states and their
+#: one-byte loads, the loader, the gearbox and the issue stage's write): a chunk's exponents
+#: load into the bank the chunk before last used once its commands have left (two banks,
+#: :class:`rtl.issue.CommandIssue`), so a chunk of few tiles waits for them. Measured on
+#: weight gradients of one tile a kernel offset (``rtl.walker.Walker``'s offsets inside
+#: the chunk): 84 cycles a pair of chunks behind the ideal port (read latency 32), 88 behind
+#: ``zynqmp-hp`` (40).
+EXP_TRIP = 48
 
 
 def read_rate(beats: float, outstanding: int, latency: int, keep: float = 1.0) -> float:
@@ -190,7 +199,7 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
             dma_outstanding: int = hw.DMA_OUTSTANDING, dma_burst: int = hw.DMA_BURST,
             copies: int = 1, chunk: int = 0, k_blocks: bool = False,
             k_runs: tuple[int, ...] | None = None, b_per_tile: bool = False,
-            b_group: int = 1) -> dict:
+            b_group: int = 1, offsets: int = 1) -> dict:
     """Predicted cycles of one GEMM descriptor, from its start to its last C row in memory.
 
     Parameters
@@ -245,6 +254,12 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
     b_group : int
         With ``b_per_tile``, the tiles of a job (:func:`sim.models.conv.b_group`: the
         tiles of one position's images that the block holds together).
+    offsets : int
+        With ``k_blocks``, a weight gradient's kernel offsets walked inside each K chunk
+        (:func:`rtl.walker.wg_offsets_inner`: the GEMM of one offset is one block): every
+        chunk's A loaded once, then for each offset B's tiles, into the other set of B's
+        slots each time, and the block's tiles computed and read out as a chunk of their
+        own. The MACs are the ``offsets`` GEMMs'.
     copies : int
         The GEMM queued this many times back to back, each after the first with
         ``DESC_FLAGS.OVERLAP`` (its chunks walked after the one before's, the slot parities
@@ -263,6 +278,10 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
     regmap.check_write_ports(write_ports, rows)
     if not isinstance(b_group, int) or isinstance(b_group, bool) or b_group < 1:
         raise ValueError(f"b_group must be a positive integer, not {b_group!r}")
+    if not isinstance(offsets, int) or isinstance(offsets, bool) or offsets < 1 \
+            or (offsets > 1 and not k_blocks):
+        raise ValueError(f"offsets must be a positive integer (more than 1 with k_blocks), "
+                         f"not {offsets!r}")
     if k_runs is not None and (not k_blocks or sum(k_runs) != k
                                or not all(0 < r <= regmap.TILE_BLOCK for r in k_runs)):
         raise ValueError(f"k_runs must be K-block runs of 1..{regmap.TILE_BLOCK} steps summing "
@@ -369,6 +388,14 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
         more, parity = walk_chunks(m, n, k, rows, cols, depth, data_width, block, parity,
                                    chunk=chunk, k_blocks=k_blocks, k_runs=k_runs)
         walked += more
+    if offsets > 1:
+        # each chunk once per offset: A kept after the first, B to the other slots each time
+        inner, b_next = [], walked[0][7] if walked else 0
+        for m_blk, n_blk, keep_a, keep_b, k0, kc, a_par, _ in walked:
+            for o in range(offsets):
+                inner.append((m_blk, n_blk, keep_a or o > 0, keep_b, k0, kc, a_par, b_next))
+                b_next ^= 1
+        walked = inner
     for m_blk, n_blk, keep_a, keep_b, k0, kc, a_par, b_par in walked:
         bm = min(block, _cdiv(m - m_blk, rows))
         rows_in = [min(rows, m - m_blk - i * rows) for i in range(bm)]
@@ -455,6 +482,9 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
         begin = 0.0
         dones = [None] * len(chunks)
         wends = []
+        # (K blocks: when each chunk's exponents are in, EXP_TRIP and the read latency after
+        # the chunk before last's)
+        exps = [0.0] * len(chunks)
         for kind, i in steps:
             c = chunks[i]
             if kind == "load":
@@ -502,6 +532,11 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
             done = dones[i]
             t = comp_end[i - 1] if i else 0.0
             waited = stalled = 0.0
+            if k_blocks and i >= 2:
+                exps[i] = exps[i - 2] + lat_r + EXP_TRIP
+                if exps[i] > t:
+                    waited += exps[i] - t
+                    t = exps[i]
             per_tile = c["write"] / len(c["tiles"])
             tile_bytes = c["write_words"] * bpw / len(c["tiles"])
             for (a_l, b_l), gap in zip(c["tiles"], c["gaps"], strict=True):
@@ -545,7 +580,7 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
         total = max(total, sum(traffic) * bpw / dram + lat_r + lat_w)
     compute = sum(c["compute"] for c in chunks)
     return {"cycles": int(round(total)), "compute_cycles": compute,
-            "utilization": m * n * k / (rows * cols * total),
+            "utilization": offsets * m * n * k / (rows * cols * total),
             "bound_by": max(votes, key=votes.get), "chunks": len(chunks),
             "read_words": traffic[0], "write_words": traffic[1]}
 

@@ -14,7 +14,8 @@ __all__ = ["CHECK_LATENCY", "WALK_START_DELAY", "CUT_WAIT", "BUFFER_READ_LATENCY
            "WORD_FIFO", "DMA_OUTSTANDING", "DMA_BURST", "WRITE_FORM_LATENCY",
            "SLR_STAGES", "KB_ADD_LATENCY", "KB_READ_AHEAD", "QUANTIZER_DRAIN_LATENCY",
            "array_latency", "min_emit_interval", "emit_interval", "fill_latency",
-           "accumulate_interval", "kblock_interval", "quantizer_fill_latency"]
+           "accumulate_interval", "kblock_interval", "quantizer_fill_latency",
+           "wg_offsets_inner"]
 
 #: Cycles from a descriptor with good dimensions to the checker's verdict
 #: (:attr:`rtl.checker.DescriptorChecker.LATENCY`).
@@ -215,3 +216,28 @@ def quantizer_fill_latency(cols: int, tile_block: int = 32) -> int:
     int
     """
     return (min(cols, tile_block) - 1).bit_length() + 4
+
+
+def wg_offsets_inner(cout: int, cin: int, offsets: int, *, rows: int, cols: int,
+                     block: int, side: int | None = None) -> bool:
+    """Whether :class:`rtl.walker.Walker` walks a weight gradient's kernel offsets inside
+    each K chunk (A loaded once a chunk for all of them): its GEMM of ``cout`` x ``cin`` is
+    one block of the descriptor's ``side`` (None or out of range: ``block``) and every
+    offset's tiles have an accumulation slot of the ``block ** 2``.
+
+    Parameters
+    ----------
+    cout, cin, offsets : int
+        The weight gradient's output and input channels and kernel offsets.
+    rows, cols, block : int
+        The accelerator's array and reuse block.
+    side : int, optional
+        The descriptor's block side (``DESC_FLAGS.BLOCK``).
+
+    Returns
+    -------
+    bool
+    """
+    side = block if side is None or not 1 <= side <= block else side
+    tm, tn = -(-cout // rows), -(-cin // cols)
+    return tm <= side and tn <= side and tm * tn * offsets <= block * block

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from firmware.spec import regmap
+from firmware.spec import hw, regmap
 from firmware.spec.ports import resolve_port
 from firmware.spec.regmap import ErrorCode, field_value, offset
 from sim.models import bfp, golden
@@ -271,14 +271,16 @@ class FunctionalAccelerator:
                                                                               "B_TILES"))
             # (a convolution's implicit GEMM: its own M, N and K; forward and backward-data
             # its K runs, a kernel offset's block of channels each)
-            runs = batch = None
+            runs = batch = offsets = None
             if tiles and self.last_conv is not None and self.last_conv[0] in (1, 2):
                 runs = self.last_conv[1].k_runs(self.last_conv[0], block=regmap.TILE_BLOCK)
                 batch = self.last_conv[1].batch
+            if tiles and self.last_conv is not None and self.last_conv[0] == 3:
+                offsets = len(self.last_conv[1].offsets)
             self._count(*self.last_mnk, f, k_blocks=tiles,
                         bfp8=bool(field_value("DESC_EPILOGUE", "BFP8", epi)),
                         macs=self.last_macs, floor=self.last_floor, k_runs=runs,
-                        batch=batch)
+                        batch=batch, offsets=offsets)
             return ErrorCode.NONE
         if field_value("DESC_CONV", "MODE", self._reg("DESC_CONV")) \
                 or field_value("DESC_CONV", "ADD", self._reg("DESC_CONV")) \
@@ -324,7 +326,8 @@ class FunctionalAccelerator:
 
     def _count(self, m: int, n: int, k: int, f: dict, k_blocks: bool = False,
                bfp8: bool = False, macs: int | None = None, floor: int = 0,
-               k_runs: tuple[int, ...] | None = None, batch: int | None = None) -> None:
+               k_runs: tuple[int, ...] | None = None, batch: int | None = None,
+               offsets: int | None = None) -> None:
         """Advance the counters by a descriptor's predicted cycles (``k = 0``: a
         quantise-only descriptor, ``predict_quantize``'s cycles, or a row a cycle without it;
         ``k_blocks``: tile exponents along K, the datapath's K-block mode; ``bfp8``: a BFP8
@@ -332,7 +335,9 @@ class FunctionalAccelerator:
         multiply-accumulates where they are not ``m * n * k``, a convolution's; ``floor``:
         the least cycles of the prediction, a convolution's compulsory traffic, a residual's
         summand included; ``k_runs``: with ``k_blocks``, a convolution's K runs, each its
-        own K block, and ``batch`` its batch)."""
+        own K block, and ``batch`` its batch; ``offsets``: a weight gradient's kernel
+        offsets, ``n`` theirs together, walked as the engine walks them,
+        :func:`firmware.spec.hw.wg_offsets_inner`)."""
         ta, tb = bool(f["TRANSPOSE_A"]), bool(f["TRANSPOSE_B"])
         side = block_side(f["BLOCK"], self.cfg["block"])
         unit = bfp8_block(self.cfg["rows"], self.cfg["cols"]) if bfp8 else None
@@ -355,6 +360,14 @@ class FunctionalAccelerator:
                 # (a convolution's B: a job per group of a position's tiles)
                 kb["b_per_tile"] = True
                 kb["b_group"] = convm.b_group(batch, cfg["cols"], side)
+            if offsets:
+                # a weight gradient: a GEMM of Cout x Cin per kernel offset, the offsets
+                # inside each K chunk (A loaded once a chunk) or an outer loop of GEMMs
+                n //= offsets
+                inner = hw.wg_offsets_inner(m, n, offsets, rows=cfg["rows"],
+                                            cols=cfg["cols"], block=self.cfg["block"],
+                                            side=side)
+                kb["offsets" if inner else "copies"] = offsets
             p = self.predict(m, n, walked, ta, tb, port=self.port, write_ports=self.write_ports,
                              read_ports=self.read_ports, chunk=f["CHUNK"], **cfg, **kb)
             if runs and macs:
