@@ -607,9 +607,10 @@ def t_conv_rtl():
             f"convolutions ({c['rows']}x{c['cols']} array, {c['data_width']}-bit bus, depth "
             f"{c['depth']}, block {c['block']}, {c['port']} port) and the performance "
             f"model of the same configuration"
-            + ("; last, ResNet-20's 16-channel convolution forward (16 -> 16 channels, "
-               "32×32 input) on the ZCU104's whole-step shape, its default with 32 columns "
-               "behind its port model (its depth, block, packing and ports), likewise."
+            + ("; last, ResNet-20's 16-channel convolution forward and weight gradient "
+               "(16 -> 16 channels, 32×32 input) on the ZCU104's whole-step shape, its "
+               "default with 32 columns behind its port model (its depth, block, packing "
+               "and ports), likewise."
                if any("array" in r for r in data["results"]) else "."))
     return md + "\n\n" + note, [command(data)]
 

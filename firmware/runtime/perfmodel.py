@@ -69,6 +69,9 @@ KB_READ_AHEAD = hw.KB_READ_AHEAD
 #: the chunk): 84 cycles a pair of chunks behind the ideal port (read latency 32), 88 behind
 #: ``zynqmp-hp`` (40).
 EXP_TRIP = 48
+#: K-block descriptors: the banks of exponent registers (:class:`rtl.issue.CommandIssue`),
+#: a K chunk's exponents loading into the bank of the chunk this many before.
+EXP_BANKS = 2
 
 
 def read_rate(beats: float, outstanding: int, latency: int, keep: float = 1.0) -> float:
@@ -483,7 +486,7 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
         dones = [None] * len(chunks)
         wends = []
         # (K blocks: when each chunk's exponents are in, EXP_TRIP and the read latency after
-        # the chunk before last's)
+        # those of the chunk EXP_BANKS before)
         exps = [0.0] * len(chunks)
         for kind, i in steps:
             c = chunks[i]
@@ -532,8 +535,8 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
             done = dones[i]
             t = comp_end[i - 1] if i else 0.0
             waited = stalled = 0.0
-            if k_blocks and i >= 2:
-                exps[i] = exps[i - 2] + lat_r + EXP_TRIP
+            if k_blocks and i >= EXP_BANKS:
+                exps[i] = exps[i - EXP_BANKS] + lat_r + EXP_TRIP
                 if exps[i] > t:
                     waited += exps[i] - t
                     t = exps[i]

@@ -12,7 +12,9 @@ descriptor of its own), the GEMM the engine schedules (:meth:`sim.models.conv.Co
 implicit_gemm`), its multiply-accumulates and the performance model's cycles, and three
 bounds on its cycles:
 
-* **compute**: ``ceil(M / rows) * ceil(N / cols) * K`` (``K`` the mean reduction length);
+* **compute**: ``ceil(M / rows) * ceil(N / cols) * K`` (``K`` the mean reduction length;
+  a weight gradient's ``N`` is its kernel offsets' GEMMs of ``Cin`` columns each, as the
+  engine walks them: ``offsets * ceil(Cin / cols)`` tiles across);
 * **K blocks**: the same with every K block a read-out of the array, which takes the
   datapath's K-block interval (:func:`firmware.runtime.perfmodel.kblock_interval`) however
   short the block: a weight gradient's blocks are tile blocks of ``T`` output positions
@@ -59,7 +61,10 @@ def bounds(rec: dict, cfg: dict, port: dict) -> dict:
     from firmware.spec.regmap import TILE_BLOCK
     rows, cols, bus = cfg["rows"], cfg["cols"], cfg["data_width"] // 8
     m, n, k = rec["m"], rec["n"], rec["k"]
-    tiles = -(-m // rows) * -(-n // cols)
+    # (a weight gradient: a GEMM of Cin columns per kernel offset)
+    offsets = rec.get("offsets") or 1
+    across = offsets * -(-(n // offsets) // cols)
+    tiles = -(-m // rows) * across
     compute = tiles * k
     packing = cfg.get("packing", 1)
     # (a convolution's runs, or tile blocks of K: each a read-out however short, those
@@ -68,7 +73,7 @@ def bounds(rec: dict, cfg: dict, port: dict) -> dict:
     kb = 0
     for i in range(-(-m // rows)):
         read = min(rows, m - i * rows)
-        kb += -(-n // cols) * max(k, sum(
+        kb += across * max(k, sum(
             max(r, kblock_interval(rows, cols, packing,
                                    read if 0 < j < len(runs) - 1 else None))
             for j, r in enumerate(runs)))
@@ -146,6 +151,8 @@ def trace_step(board: str, net_name: str, batch: int = 128,
                "macs": t["macs"], "cycles": t["cycles"]}
         if t.get("k_runs"):
             rec["k_runs"] = list(t["k_runs"])
+        if t.get("offsets"):
+            rec["offsets"] = t["offsets"]
         if st is None:
             rec.update(bytes_read=4 * t["m"] * t["n"], bytes_written=t["m"] * t["n"])
         else:

@@ -7,10 +7,10 @@ layer's pool under ReLU's mask), on ``Device("rtl")`` built with convolutions (a
 array, so that the simulator runs the layers in minutes) and on ``Device("model")`` of the
 same configuration, and records the RTL's cycles, the performance model's and the
 utilisation of each (the MACs without padding's over the array's MACs a cycle). Then
-ResNet-20's 16-channel convolution forward (:data:`BOARD_LAYER`) on the ZCU104's
-whole-step shape (its default with 32 columns, behind its port model, :data:`BOARD`),
-likewise. Writes JSON (default ``results/conv_rtl.json``), the docs' *convolutions on the
-RTL* table.
+ResNet-20's 16-channel convolution forward and weight gradient (:data:`BOARD_LAYER`) on
+the ZCU104's whole-step shape (its default with 32 columns, behind its port model,
+:data:`BOARD`), likewise. Writes JSON (default ``results/conv_rtl.json``), the docs'
+*convolutions on the RTL* table.
 """
 
 from __future__ import annotations
@@ -97,7 +97,7 @@ def measure(batch: int, size: int) -> list[dict]:
                         "rtl_cycles": cycles[0], "model_cycles": cycles[1]})
             print(f"  {name} {MODES[mode]}: RTL {cycles[0]} cycles, model {cycles[1]}",
                   file=sys.stderr)
-    out.append(_board_layer(batch, operands))
+    out += _board_layer(batch, operands)
     return out
 
 
@@ -112,32 +112,44 @@ def board_config() -> dict:
     return {**{k: cfg[k] for k in keys}, "port": BOARD_PORTS[board], "board": board}
 
 
-def _board_layer(batch: int, operands) -> dict:
-    """:data:`BOARD_LAYER` forward (float32 out) on the RTL and the model of
-    :func:`board_config`, bit for bit."""
+def _board_layer(batch: int, operands) -> list[dict]:
+    """:data:`BOARD_LAYER` forward and weight gradient (float32 out) on the RTL and the
+    model of :func:`board_config`, bit for bit: their two records."""
     from firmware import Device
+    from sim.models import bfp
     from sim.models import conv as convm
     cfg = board_config()
     opts = {k: v for k, v in cfg.items() if k != "board"}
     name, cin, h, w, cout = BOARD_LAYER
     g = convm.ConvGeometry(batch, cin, h, w, cout, 3, padding=1)
     (qw, ew), (qx, ex) = operands(np.random.default_rng(1), g)
-    cycles, results = [], []
-    for dev in (Device("rtl", **opts, k_blocks=True, conv=True), Device("model", **opts)):
-        y = dev.conv2d(dev.bfp_tensor(qx, ex), dev.bfp_stack(qw, ew), g, out="float32")
-        results.append(y.numpy().view(np.uint32).copy())
-        cycles.append(int(dev.stats["cycles"]))
-    if not np.array_equal(*results):
-        raise AssertionError(f"{name}: the RTL's result differs from the model's")
-    m, n, k, macs = g.implicit_gemm(1)
+    qd, ed = bfp.quantize_tiles(np.random.default_rng(2).standard_normal(
+        (cout, g.out_positions)).astype(np.float32))
     array = (f"{cfg['rows']}x{cfg['cols']}@{cfg['data_width']}, {cfg['port']} "
              f"({cfg['board']}, {cfg['write_ports']}w {cfg['read_ports']}r)")
-    print(f"  {name} forward on {array}: RTL {cycles[0]} cycles, model {cycles[1]}",
-          file=sys.stderr)
-    return {"layer": name, "mode": MODES[1], "batch": batch, "height": h, "width": w,
-            "m": m, "n": n, "k": k, "macs": int(macs), "rtl_cycles": cycles[0],
-            "model_cycles": cycles[1], "array": array,
-            "array_macs": cfg["rows"] * cfg["cols"]}
+    devs = (Device("rtl", **opts, k_blocks=True, conv=True), Device("model", **opts))
+    out = []
+    for mode in (1, 3):
+        cycles, results = [], []
+        for dev in devs:
+            if mode == 1:
+                y = dev.conv2d(dev.bfp_tensor(qx, ex), dev.bfp_stack(qw, ew), g,
+                               out="float32")
+            else:
+                y = dev.conv2d_weight_grad(dev.bfp_tensor(qd, ed), dev.bfp_tensor(qx, ex), g)
+            results.append(y.numpy().view(np.uint32).copy())
+            cycles.append(int(dev.stats["cycles"]))
+        if not np.array_equal(*results):
+            raise AssertionError(f"{name} {MODES[mode]}: the RTL's result differs from the "
+                                 f"model's")
+        m, n, k, macs = g.implicit_gemm(mode)
+        print(f"  {name} {MODES[mode]} on {array}: RTL {cycles[0]} cycles, model "
+              f"{cycles[1]}", file=sys.stderr)
+        out.append({"layer": name, "mode": MODES[mode], "batch": batch, "height": h,
+                    "width": w, "m": m, "n": n, "k": k, "macs": int(macs),
+                    "rtl_cycles": cycles[0], "model_cycles": cycles[1], "array": array,
+                    "array_macs": cfg["rows"] * cfg["cols"]})
+    return out
 
 
 def main(argv=None) -> int:

@@ -363,13 +363,13 @@ class FunctionalAccelerator:
             if offsets:
                 # a weight gradient: a GEMM of Cout x Cin per kernel offset, the offsets
                 # inside each K chunk (A loaded once a chunk) or an outer loop of GEMMs
-                n //= offsets
-                inner = hw.wg_offsets_inner(m, n, offsets, rows=cfg["rows"],
+                inner = hw.wg_offsets_inner(m, n // offsets, offsets, rows=cfg["rows"],
                                             cols=cfg["cols"], block=self.cfg["block"],
                                             side=side)
                 kb["offsets" if inner else "copies"] = offsets
-            p = self.predict(m, n, walked, ta, tb, port=self.port, write_ports=self.write_ports,
-                             read_ports=self.read_ports, chunk=f["CHUNK"], **cfg, **kb)
+            p = self.predict(m, n // (offsets or 1), walked, ta, tb, port=self.port,
+                             write_ports=self.write_ports, read_ports=self.read_ports,
+                             chunk=f["CHUNK"], **cfg, **kb)
             if runs and macs:
                 # the runs walk a whole number of kernel offsets, the mean a tile reads
                 # rounded: the cycles scaled to the mean itself (the exact products over
@@ -383,6 +383,7 @@ class FunctionalAccelerator:
             mode, g = self.last_conv or (0, None)
             self.trace.append({"mode": mode, "geometry": g, "m": m, "n": n, "k": k,
                                "k_runs": None if k_runs is None else tuple(k_runs),
+                               "offsets": offsets,
                                "macs": m * n * k if macs is None else macs,
                                "cycles": int(cycles)})
         for name, v in (("CYCLES", cycles), ("BUSY_CYCLES", cycles),
