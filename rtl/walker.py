@@ -934,6 +934,14 @@ class Walker(wiring.Component):
         bnext_last, first_block, keep_a, keep_b = s.bnext_last, s.first_block, s.keep_a, s.keep_b
         k_after, ramping, tiles_m0, tiles_n0 = s.k_after, s.ramping, s.tiles_m0, s.tiles_n0
         blk_r, tiles_m, blk, blk_c, tiles_n = s.blk_r, s.tiles_m, s.blk, s.blk_c, s.tiles_n
+        def next_offset():
+            # a weight gradient's next kernel offset: the cursor on to it, its C rows (and
+            # rows of C's exponent grid) Cout further on
+            m.d.sync += [s.offs_left.eq(s.offs_left - 1), s.c_row.eq(s.c_row + d.cout),
+                         s.c_erow.eq(s.c_erow + ((d.cout + (TILE_BLOCK - 1))
+                                                 >> _log2(TILE_BLOCK)))]
+            s.cur_op(PosOp.HOLD, OffOp.NEXT)
+
         with m.State("NEXT"):
             # the block's next tile (sim.models.engine.tile_order): j inner, or i inner
             # where B is transposed
@@ -964,12 +972,8 @@ class Walker(wiring.Component):
                 # kept, B's to the other slots, its exponents, its C rows Cout further on
                 with m.Elif(s.wg_in & (s.offs_left != 0)):
                     m.d.sync += [tj.eq(0), ti.eq(0), m0.eq(m_blk), n0.eq(n_blk),
-                                 b_par.eq(~b_par), s.a_held.eq(1), s.ei.eq(0),
-                                 s.offs_left.eq(s.offs_left - 1),
-                                 s.c_row.eq(s.c_row + d.cout),
-                                 s.c_erow.eq(s.c_erow + ((d.cout + (TILE_BLOCK - 1))
-                                                         >> _log2(TILE_BLOCK)))]
-                    s.cur_op(PosOp.HOLD, OffOp.NEXT)
+                                 b_par.eq(~b_par), s.a_held.eq(1), s.ei.eq(0)]
+                    next_offset()
                     m.next = "EXP_WAIT"
             with m.Elif(~last_chunk):
                 m.d.sync += [tj.eq(0), ti.eq(0), m0.eq(m_blk), n0.eq(n_blk),
@@ -1040,12 +1044,8 @@ class Walker(wiring.Component):
                     # its C rows Cout further on
                     with m.Elif(s.wg & (s.offs_left != 0)):
                         m.d.sync += [m_blk.eq(0), n_blk.eq(0), first_block.eq(1),
-                                     tiles_m.eq(tiles_m0), tiles_n.eq(tiles_n0),
-                                     s.offs_left.eq(s.offs_left - 1),
-                                     s.c_row.eq(s.c_row + d.cout),
-                                     s.c_erow.eq(s.c_erow + ((d.cout + (TILE_BLOCK - 1))
-                                                             >> _log2(TILE_BLOCK)))]
-                        s.cur_op(PosOp.HOLD, OffOp.NEXT)
+                                     tiles_m.eq(tiles_m0), tiles_n.eq(tiles_n0)]
+                        next_offset()
                         m.next = "BLOCK"
                 with m.Else():
                     m.d.comb += self.i_stream.ready.eq(1)
