@@ -12,7 +12,8 @@ descriptor of its own), the GEMM the engine schedules (:meth:`sim.models.conv.Co
 implicit_gemm`), its multiply-accumulates and the performance model's cycles, and three
 bounds on its cycles:
 
-* **compute**: ``ceil(M / rows) * ceil(N / cols) * K`` (``K`` the mean reduction length;
+* **compute**: ``ceil(M / rows) * ceil(N / cols) * K`` (``K`` the steps the engine walks:
+  forward and backward-data every kernel offset's runs, over padding on zero rows;
   a weight gradient's ``N`` is its kernel offsets' GEMMs of ``Cin`` columns each, as the
   engine walks them: ``offsets * ceil(Cin / cols)`` tiles across);
 * **K blocks**: the same with every K block a read-out of the array, which takes the
@@ -65,11 +66,13 @@ def bounds(rec: dict, cfg: dict, port: dict) -> dict:
     offsets = rec.get("offsets") or 1
     across = offsets * -(-(n // offsets) // cols)
     tiles = -(-m // rows) * across
-    compute = tiles * k
     packing = cfg.get("packing", 1)
     # (a convolution's runs, or tile blocks of K: each a read-out however short, those
     # between a tile's first and last of only the tile's rows inside M)
     runs = rec.get("k_runs") or [min(TILE_BLOCK, k - k0) for k0 in range(0, k, TILE_BLOCK)]
+    # (the steps walked: a convolution's every kernel offset, over padding too)
+    k = sum(runs)
+    compute = tiles * k
     kb = 0
     for i in range(-(-m // rows)):
         read = min(rows, m - i * rows)

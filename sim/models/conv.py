@@ -175,11 +175,13 @@ class ConvGeometry:
     def implicit_gemm(self, mode: int) -> tuple[int, int, int, int]:
         """The GEMM a descriptor of ``mode`` runs, as the engine schedules it.
 
-        Kernel offsets whose reads are all padding (forward) or that no output reads
-        (backward-data) are skipped per image position: with the batch innermost a tile of
-        columns holds one position's images, so when the batch fills the tiles nothing else
-        is computed. The weight gradient is ``D * im2col(X)^T``: ``Cout`` rows, one column
-        per (kernel offset, input channel), K the output positions.
+        The multiply-accumulates leave out the kernel offsets whose reads are all padding
+        (forward) or that no output reads (backward-data), per image position: with the
+        batch innermost a tile of columns holds one position's images, so when the batch
+        fills the tiles nothing else is a product. The engine still steps the array through
+        those offsets, on zero rows (:meth:`k_runs`). The weight gradient is
+        ``D * im2col(X)^T``: ``Cout`` rows, one column per (kernel offset, input channel), K
+        the output positions.
 
         Parameters
         ----------
@@ -210,12 +212,12 @@ class ConvGeometry:
         return m, n, -(-macs // (m * n)), macs
 
     def k_runs(self, mode: int, *, block: int = 32) -> tuple[int, ...]:
-        """The K runs of a tile of a forward (``mode`` 1) or backward-data (2) descriptor,
-        each rescaled on its own (the datapath's K blocks): one per kernel offset and block
-        of at most ``block`` channels it reduces over (forward the input's, backward-data
-        the output's), for the mean number of offsets a tile reads (those over padding
-        skipped, :meth:`implicit_gemm`; rounded to the nearest, at least one). A layer of
-        fewer channels than ``block`` has runs shorter than a tile block.
+        """The K runs of a tile of a forward (``mode`` 1) or backward-data (2) descriptor
+        as the engine walks them, each rescaled on its own (the datapath's K blocks): one
+        per kernel offset and block of at most ``block`` channels it reduces over (forward
+        the input's, backward-data the output's), for every kernel offset -- where a tile
+        reads only padding the walker loads zero rows and the array computes them. A layer
+        of fewer channels than ``block`` has runs shorter than a tile block.
 
         Raises
         ------
@@ -226,10 +228,8 @@ class ConvGeometry:
             raise ValueError(f"mode must be 1 or 2, not {mode!r}")
         block = _check_block(block)
         per = self.channels if mode == 1 else self.out_channels
-        m, n, _, macs = self.implicit_gemm(mode)
-        offsets = max(1, round(macs / (m * n * per)))
         one = (block,) * (per // block) + ((per % block,) if per % block else ())
-        return one * offsets
+        return one * len(self.offsets)
 
     def compulsory_bytes(self, mode: int) -> tuple[int, int, int]:
         """The int8 operand bytes a descriptor of ``mode`` must read at least, and C's

@@ -355,7 +355,7 @@ class FunctionalAccelerator:
             kb, walked = ({"k_blocks": True} if k_blocks else {}), k
             runs = k_blocks and k_runs is not None
             if runs:
-                # (the runs walked: the mean kernel offsets a tile reads, rounded)
+                # (the runs walked: every kernel offset, over padding on zero rows)
                 kb["k_runs"], walked = tuple(k_runs), sum(k_runs)
                 # (a convolution's B: a job per group of a position's tiles)
                 kb["b_per_tile"] = True
@@ -370,13 +370,6 @@ class FunctionalAccelerator:
             p = self.predict(m, n // (offsets or 1), walked, ta, tb, port=self.port,
                              write_ports=self.write_ports, read_ports=self.read_ports,
                              chunk=f["CHUNK"], **cfg, **kb)
-            if runs and macs:
-                # the runs walk a whole number of kernel offsets, the mean a tile reads
-                # rounded: the cycles scaled to the mean itself (the exact products over
-                # M x N)
-                scale = macs / (m * n * walked)
-                p = {**p, "cycles": p["cycles"] * scale,
-                     "compute_cycles": p["compute_cycles"] * scale}
         self.descriptors += 1
         cycles = max(p["cycles"], floor)
         if self.trace is not None:
