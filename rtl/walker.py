@@ -36,7 +36,6 @@ def _above(x, lim):
     return (x[w:] != 0) | (x[:w] > lim)
 
 
-
 class Walker(wiring.Component):
     """Walks a checked descriptor: tile commands, load jobs and write jobs, block by block.
 
@@ -843,18 +842,13 @@ class Walker(wiring.Component):
                     with m.If(s.conv):
                         s.cur_op(PosOp.BACK)
             with m.Elif(e_row):
-                m.d.sync += ei.eq(ei + 1)
-                m.next = "EXP_PREP"
-                if self.conv:
-                    with m.If(s.conv & (ei == BL - 1)):
-                        s.cur_op(PosOp.BACK)
                 # (past the block's rows, or none wanted: on to the column vectors -- the
                 # rows loaded are the first bm, so none after this one is)
-                with m.If(~e_load_row):
-                    m.d.sync += ei.eq(BL)
-                    if self.conv:
-                        with m.If(s.conv):
-                            s.cur_op(PosOp.BACK)
+                m.d.sync += ei.eq(Mux(e_load_row, ei + 1, BL))
+                m.next = "EXP_PREP"
+                if self.conv:
+                    with m.If(s.conv & ((ei == BL - 1) | ~e_load_row)):
+                        s.cur_op(PosOp.BACK)
                 with m.If(e_load_row):
                     setup_load(0, R, 0, v_re, ex_m0, d.row_exp_addr, 0,
                                tag=exp_tag(ei), exp=True)
@@ -863,16 +857,15 @@ class Walker(wiring.Component):
             with m.Else():
                 m.d.sync += ei.eq(ei + 1)
                 m.next = "EXP_PREP"
-                if not self.exp_halves:
-                    # (past the block's columns, or none wanted: the end; the commands'
-                    # cursor goes back to the block's first tile at the end)
-                    with m.If(~e_load_col):
-                        m.d.sync += ei.eq(2 * BL)
                 if self.exp_halves:
                     # (a tile's second exponent only where its columns reach the next block)
                     load_col = e_load_col & (~s.e_hi | (v_ce > TILE_BLOCK))
                     tag = exp_tag(s.cidx, s.e_hi)
                 else:
+                    # (past the block's columns, or none wanted: the end; the commands'
+                    # cursor goes back to the block's first tile at the end)
+                    with m.If(~e_load_col):
+                        m.d.sync += ei.eq(2 * BL)
                     load_col = e_load_col
                     tag = exp_tag((ei - BL)[:len(ei)])
                 if self.conv:
@@ -934,6 +927,7 @@ class Walker(wiring.Component):
         bnext_last, first_block, keep_a, keep_b = s.bnext_last, s.first_block, s.keep_a, s.keep_b
         k_after, ramping, tiles_m0, tiles_n0 = s.k_after, s.ramping, s.tiles_m0, s.tiles_n0
         blk_r, tiles_m, blk, blk_c, tiles_n = s.blk_r, s.tiles_m, s.blk, s.blk_c, s.tiles_n
+
         def next_offset():
             # a weight gradient's next kernel offset: the cursor on to it, its C rows (and
             # rows of C's exponent grid) Cout further on

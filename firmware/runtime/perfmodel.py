@@ -259,7 +259,7 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
         tiles of one position's images that the block holds together).
     offsets : int
         With ``k_blocks``, a weight gradient's kernel offsets walked inside each K chunk
-        (:func:`rtl.walker.wg_offsets_inner`: the GEMM of one offset is one block): every
+        (:func:`firmware.spec.hw.wg_offsets_inner`: the GEMM of one offset is one block): every
         chunk's A loaded once, then for each offset B's tiles, into the other set of B's
         slots each time, and the block's tiles computed and read out as a chunk of their
         own. The MACs are the ``offsets`` GEMMs'.

@@ -353,8 +353,7 @@ class FunctionalAccelerator:
             p = {"cycles": compute, "compute_cycles": compute}
         else:
             kb, walked = ({"k_blocks": True} if k_blocks else {}), k
-            runs = k_blocks and k_runs is not None
-            if runs:
+            if k_blocks and k_runs is not None:
                 # (the runs walked: every kernel offset, over padding on zero rows)
                 kb["k_runs"], walked = tuple(k_runs), sum(k_runs)
                 # (a convolution's B: a job per group of a position's tiles)
