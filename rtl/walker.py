@@ -192,6 +192,8 @@ class Walker(wiring.Component):
             self._walk_exponents(s)
             self._walk_command(s)
             self._walk_next(s)
+            if self.conv:
+                self._walk_probe(s)
             with m.State("LOAD"):
                 m.d.comb += self.o_load.valid.eq(1)
                 with m.If(self.o_load.ready):
@@ -255,13 +257,15 @@ class Walker(wiring.Component):
         m.d.comb += [conv.eq(d.conv & (d.geometry.mode != 3)),
                      wg.eq(d.conv & (d.geometry.mode == 3)),
                      pool.eq(d.conv & d.pool)]
-        c_row = Signal(24)                 # a weight gradient's offset's first row of C
-        c_erow = Signal(17)                # ... and of C's exponent grid
-        offs_left = Signal(8)
-        kk = Signal(8)
-        a_base = Signal(64)
-        a_gbase = Signal(24)
-        ochunk_last = Signal()
+        # (reset-less: IDLE and BLOCK set each before its use, kk every cycle -- off the
+        # walker's reset, whose fan-out the timing budget bounds)
+        c_row = Signal(24, reset_less=True)    # a weight gradient's offset's first row of C
+        c_erow = Signal(17, reset_less=True)   # ... and of C's exponent grid
+        offs_left = Signal(8, reset_less=True)
+        kk = Signal(8, reset_less=True)
+        a_base = Signal(64, reset_less=True)
+        a_gbase = Signal(24, reset_less=True)
+        ochunk_last = Signal(reset_less=True)
         cur_wait = Signal(range(ConvCursor.LATENCY))
         cur_ok = Signal()
         m.d.sync += kk.eq(d.geometry.kernel_h * d.geometry.kernel_w)
@@ -280,11 +284,32 @@ class Walker(wiring.Component):
         # the counts _counts keeps, three registered stages behind them): A's tiles kept
         # after the chunk's first offset (a_held), each offset's tiles their own
         # accumulation slots (wslot, counted over the chunk's commands)
-        wg_in = Signal()
-        a_held = Signal()
-        wslot = Signal(range(s.BL * s.BL))
+        # (reset-less as above: wg_in is recomputed every cycle, BLOCK sets a_held and wslot)
+        wg_in = Signal(reset_less=True)
+        a_held = Signal(reset_less=True)
+        wslot = Signal(range(s.BL * s.BL), reset_less=True)
+        # a forward (without pooling phases) or backward-data offset between the first and
+        # the last: probed (PROBE: the cursor over the block's tiles, pj the tile) before its
+        # exponents, and skipped where no tile reads B at it (pj reset-less as above: each
+        # offset's set-up clears it)
+        pj = Signal(range(max(2, s.BL)), reset_less=True)
+        skippable = Signal()
+        m.d.comb += skippable.eq(conv & ~(pool & (d.geometry.mode == 1)))
+
+        def conv_next_offset():
+            # a convolution's next kernel offset: its first K run, A's next matrix and
+            # exponent grid, the cursor back at the block's first tile at the offset
+            f_kc, f_after, f_last = s.kb_first
+            m.d.sync += [s.kc.eq(f_kc), s.k_after.eq(f_after), s.k0.eq(0),
+                         offs_left.eq(offs_left - 1), ochunk_last.eq(f_last),
+                         s.last_chunk.eq(f_last & (offs_left == 1)),
+                         a_base.eq(carry_select_add(a_base, d.a_step, 64)),
+                         a_gbase.eq(a_gbase + d.a_grid_step),
+                         pj.eq(0)]
+            cur_op(PosOp.BACK, OffOp.NEXT)
         vars(s).update(conv=conv, wg=wg, pool=pool, c_row=c_row, c_erow=c_erow,
-                       wg_in=wg_in, a_held=a_held, wslot=wslot,
+                       wg_in=wg_in, a_held=a_held, wslot=wslot, pj=pj, skippable=skippable,
+                       conv_next_offset=conv_next_offset,
                        dm=Mux(wg, d.cout, d.m),
                        offs_left=offs_left, kk=kk, a_base=a_base, a_gbase=a_gbase,
                        ochunk_last=ochunk_last, cur_ok=cur_ok, cur_op=cur_op,
@@ -688,9 +713,9 @@ class Walker(wiring.Component):
             # tiles times the offsets at most the slots -- the product of two counts below
             # the block, then with the offsets, each registered
             BL = s.BL
-            small = Signal()
-            mn = Signal(range(BL * BL + 1))
-            mnk = Signal(range(BL * BL * 256))
+            small = Signal(reset_less=True)      # (all recomputed every cycle)
+            mn = Signal(range(BL * BL + 1), reset_less=True)
+            mnk = Signal(range(BL * BL * 256), reset_less=True)
             m.d.sync += [small.eq(~_above(tiles_m0, blk) & ~_above(tiles_n0, blk)),
                          mn.eq(tiles_m0[:_log2(BL) + 1] * tiles_n0[:_log2(BL) + 1]),
                          mnk.eq(mn * s.kk),
@@ -917,6 +942,28 @@ class Walker(wiring.Component):
                 m.d.sync += phase.eq(0)
                 m.next = "NEXT"
 
+    def _walk_probe(self, s):
+        """State PROBE: a convolution's kernel offset between its first and last, set up by
+        :meth:`_walk_next` with the cursor at the block's first tile: the cursor steps over
+        the block's tiles (``bn``, ``pj`` the tile) until one reads B at the offset, then the
+        offset's exponents and commands (EXP_WAIT); where none does, the next offset,
+        probed the same way unless it is the last (:func:`sim.models.conv.walked_offsets`).
+        Each tile takes the cursor's latency; the walk is ahead of the array while it
+        probes (a chunk's exponents wait for the chunk before last to compute)."""
+        m = s.m
+        with m.State("PROBE"):
+            with m.If(s.cur_ok):
+                with m.If(self.cur_inside):
+                    s.cur_op(PosOp.BACK)
+                    m.next = "EXP_WAIT"
+                with m.Elif(s.pj + 1 < s.bn):
+                    m.d.sync += s.pj.eq(s.pj + 1)
+                    s.cur_op(PosOp.NEXT)
+                with m.Else():
+                    s.conv_next_offset()
+                    with m.If(s.offs_left == 1):         # (the next one is the last)
+                        m.next = "EXP_WAIT"
+
     def _walk_next(self, s):
         """State NEXT: the block's next tile, the next K chunk or the next block."""
         m, col_order, more_m, more_n, more_tj = s.m, s.col_order, s.more_m, s.more_n, s.more_tj
@@ -1000,14 +1047,9 @@ class Walker(wiring.Component):
                     # first (A's next matrix and exponent grid)
                     with m.If(s.conv):
                         with m.If(s.ochunk_last):
-                            f_kc, f_after, f_last = s.kb_first
-                            m.d.sync += [kc.eq(f_kc), k_after.eq(f_after), k0.eq(0),
-                                         s.offs_left.eq(s.offs_left - 1),
-                                         s.ochunk_last.eq(f_last),
-                                         last_chunk.eq(f_last & (s.offs_left == 1)),
-                                         s.a_base.eq(carry_select_add(s.a_base, d.a_step, 64)),
-                                         s.a_gbase.eq(s.a_gbase + d.a_grid_step)]
-                            s.cur_op(PosOp.BACK, OffOp.NEXT)
+                            s.conv_next_offset()
+                            with m.If(s.skippable & (s.offs_left != 1)):
+                                m.next = "PROBE"
                         with m.Else():
                             m.d.sync += [s.ochunk_last.eq(kb_last),
                                          last_chunk.eq(kb_last & (s.offs_left == 0))]

@@ -627,6 +627,38 @@ def test_k_runs_are_the_golden_models_rescales():
         g.k_runs(3)
 
 
+def test_walked_offsets_skip_what_no_tile_of_a_block_reads():
+    """The kernel offsets a block walks: the first and the last always, and each between
+    them where a tile of the block reads B. A fully connected layer over a 5 x 5 image
+    backward (a 1 x 1 image of deltas under a 5 x 5 kernel, padded by 4) reads B at one
+    offset per position, the first position's the last offset and the last one's the
+    first: a block of one position walks three of 25, one of two positions four (the last
+    block holds one). A 3 x 3 layer on 8 x 8 skips offsets only at the image's edge."""
+    from sim.models.conv import tile_columns, walked_offsets
+    fc = ConvGeometry(32, 8, 5, 5, 16, 5)
+    w = walked_offsets(fc, 2, 8, 4)
+    assert [sum(b) for b in w] == [2] + [3] * 23 + [2]
+    w = walked_offsets(fc, 2, 8, 8)
+    assert [sum(b) for b in w] == [3] + [4] * 11 + [2]
+    assert all(b[0] and b[-1] for b in w)
+    assert walked_offsets(fc, 1, 8, 4) == ((True,) * 25,)      # (its forward: all inside)
+    g = ConvGeometry(16, 4, 8, 8, 4, 3, padding=1)
+    for mode in (1, 2):
+        w = walked_offsets(g, mode, 8, 2)
+        inside = tile_columns(g, mode, 8) >= 0
+        for b, flags in enumerate(w):
+            want = inside[2 * b:2 * b + 2].any(axis=0)
+            want[0] = want[-1] = True
+            assert flags == tuple(want)
+        # (a block a position: the 28 at the edge skip two offsets each, the first and the
+        # last walked always; the corners one or two more)
+        assert sum(f.count(False) for f in w) == 28 * 2 + 2 + 1 + 1 + 2
+    with pytest.raises(ValueError, match="side"):
+        walked_offsets(g, 1, 8, 0)
+    with pytest.raises(ValueError, match="mode"):
+        walked_offsets(g, 3, 8, 2)
+
+
 def test_weight_grad_beyond_max_k_continues_one_float32_sum():
     """A weight gradient over more output positions than one int32 partial may take
     (MAX_K): computed in calls of whole runs, the float32 sum continued from call to call,

@@ -237,6 +237,34 @@ def test_forward_max_pool_matches_golden(rtl, spec, window):
 
 #: Backward-data convolutions routed back through a max pool: (convolution, window); the
 #: batch one tile block; 40 input channels (the second block of rows cut).
+@pytest.mark.parametrize("spec, mode", [((32, 8, 5, 5, 16, 5, 1, 0, 1), 2),
+                                        ((32, 16, 4, 4, 16, 3, 1, 1, 1), 1),
+                                        ((32, 8, 2, 2, 8, 3, 1, 1, 1), 2),
+                                        ((32, 6, 6, 5, 8, 3, 2, 1, 1), 2)])
+def test_skipped_offsets_follow_the_model(rtl, spec, mode):
+    """The kernel offsets no tile of a block reads B at are skipped (a fully connected
+    layer's backward-data descriptor walks three of its 25 offsets): the array's active
+    cycles on the RTL are the performance model's compute cycles
+    (:func:`sim.models.conv.walked_offsets`), fewer than every offset's, and the results
+    are the golden model's."""
+    g = _geometry(spec)
+    rng = np.random.default_rng(3)
+    (qw, ew), (qx, ex) = _operands(rng, g)
+    qd, ed = _deltas(rng, g)
+    active, results = [], []
+    for dev in (rtl, Device("model", rows=8, cols=8, data_width=64, depth=64, block=4,
+                            epilogue=True)):
+        w = dev.bfp_stack(qw, ew)
+        y = (dev.conv2d(dev.bfp_tensor(qx, ex), w, g, out="float32") if mode == 1 else
+             dev.conv2d_backward_data(dev.bfp_tensor(qd, ed), w, g, out="float32"))
+        active.append(dev.stats["active_cycles"])
+        results.append(y.numpy().view(np.uint32))
+    m, n, _, _ = g.implicit_gemm(mode)
+    every = -(-m // 8) * (n // 8) * sum(g.k_runs(mode))
+    assert active[0] == active[1] < every
+    np.testing.assert_array_equal(*results)
+
+
 UNPOOL_GEOMETRIES = [
     ((32, 8, 4, 4, 6, 3, 1, 1, 1), 2), ((32, 40, 3, 2, 5, 3, 1, 1, 1), (2, 3)),
     ((32, 3, 2, 2, 12, 1, 1, 0, 1), 3)]

@@ -258,6 +258,29 @@ def test_k_runs_replace_the_tile_blocks_of_k():
         predict(16, 2048, 144, k_runs=(16,) * 9, **dict(cfg, k_blocks=False))
 
 
+def test_skipped_offsets_take_no_compute():
+    """``k_walked`` (the kernel offsets a convolution's block walks): the runs of a skipped
+    offset take no compute and no loads, only the probe; walking every offset predicts the
+    same as no ``k_walked``; a malformed one is refused."""
+    port = resolve_port("zynqmp-hp")
+    cfg = dict(rows=32, cols=32, depth=256, block=8, data_width=128, port=port,
+               read_ports=5, write_ports=6, k_blocks=True, k_runs=(32, 32) * 9,
+               b_per_tile=True, b_group=4)
+    # (a backward-data GEMM of 64 x 1024 columns: four blocks of eight tiles)
+    full = predict(64, 1024, 576, **cfg)
+    assert predict(64, 1024, 576, k_walked=((True,) * 9,) * 4, **cfg) == full
+    some = ((True,) + (False,) * 3 + (True,) * 5,) * 4
+    part = predict(64, 1024, 576, k_walked=some, **cfg)
+    assert part["compute_cycles"] == full["compute_cycles"] * 6 // 9
+    assert part["cycles"] < full["cycles"] * 0.8
+    assert part["read_words"] < full["read_words"]
+    for bad in (((True,) * 9,) * 3, ((True,) * 7,) * 4, ((),) * 4):
+        with pytest.raises(ValueError, match="k_walked must"):
+            predict(64, 1024, 576, k_walked=bad, **cfg)
+    with pytest.raises(ValueError, match="k_walked must"):
+        predict(64, 1024, 576, k_walked=some, **dict(cfg, k_runs=None))
+
+
 def test_a_weight_gradients_offsets_inside_the_chunk_read_a_once():
     """``offsets`` (a weight gradient's kernel offsets walked inside each K chunk): A's
     words are read once a chunk, not once an offset as the outer loop of GEMMs

@@ -73,6 +73,10 @@ EXP_TRIP = 48
 #: a K chunk's exponents loading into the bank of the chunk this many before.
 EXP_BANKS = 2
 
+#: Cycles the walker takes to probe a tile of a block at a kernel offset it may skip (the
+#: convolution cursor's latency, ``rtl.convcursor.ConvCursor.LATENCY``).
+PROBE_TILE = 4
+
 
 def read_rate(beats: float, outstanding: int, latency: int, keep: float = 1.0) -> float:
     """Words per cycle on a channel that keeps bursts in flight.
@@ -202,7 +206,8 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
             dma_outstanding: int = hw.DMA_OUTSTANDING, dma_burst: int = hw.DMA_BURST,
             copies: int = 1, chunk: int = 0, k_blocks: bool = False,
             k_runs: tuple[int, ...] | None = None, b_per_tile: bool = False,
-            b_group: int = 1, offsets: int = 1) -> dict:
+            b_group: int = 1, offsets: int = 1,
+            k_walked: tuple[tuple[bool, ...], ...] | None = None) -> dict:
     """Predicted cycles of one GEMM descriptor, from its start to its last C row in memory.
 
     Parameters
@@ -257,6 +262,13 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
     b_group : int
         With ``b_per_tile``, the tiles of a job (:func:`sim.models.conv.b_group`: the
         tiles of one position's images that the block holds together).
+    k_walked : tuple of tuple of bool, optional
+        With ``k_runs``, per block of ``block`` tiles of columns, the kernel offsets the
+        walker walks, each an equal share of the runs (:func:`sim.models.conv.
+        walked_offsets`: a forward or backward-data convolution skips the offsets between
+        its first and last that no tile of the block reads B at). Each skipped offset
+        delays the next chunk's exponents by the probe, :data:`PROBE_TILE` a tile of the
+        block.
     offsets : int
         With ``k_blocks``, a weight gradient's kernel offsets walked inside each K chunk
         (:func:`firmware.spec.hw.wg_offsets_inner`: the GEMM of one offset is one block): every
@@ -387,9 +399,18 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
     first_b = loads_b_first(transpose_a, regmap.stored_packed(m, 1, bpw), transpose_b,
                             regmap.stored_packed(n, 1, bpw))
     walked, parity = [], (0, 0)
+    if k_walked is not None and (
+            k_runs is None or len(k_walked) != _cdiv(n, block * cols)
+            or any(not w or len(w) != len(k_walked[0]) for w in k_walked)
+            or len(k_runs) % len(k_walked[0])):
+        raise ValueError("k_walked must give, with k_runs, each block of columns a flag per "
+                         "kernel offset, each offset as many K runs")
+    skips = []
     for _ in range(copies):
         more, parity = walk_chunks(m, n, k, rows, cols, depth, data_width, block, parity,
-                                   chunk=chunk, k_blocks=k_blocks, k_runs=k_runs)
+                                   chunk=chunk, k_blocks=k_blocks, k_runs=k_runs,
+                                   k_walked=k_walked,
+                                   skips=None if k_walked is None else skips)
         walked += more
     if offsets > 1:
         # each chunk once per offset: A kept after the first, B to the other slots each time
@@ -399,7 +420,7 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
                 inner.append((m_blk, n_blk, keep_a or o > 0, keep_b, k0, kc, a_par, b_next))
                 b_next ^= 1
         walked = inner
-    for m_blk, n_blk, keep_a, keep_b, k0, kc, a_par, b_par in walked:
+    for ci, (m_blk, n_blk, keep_a, keep_b, k0, kc, a_par, b_par) in enumerate(walked):
         bm = min(block, _cdiv(m - m_blk, rows))
         rows_in = [min(rows, m - m_blk - i * rows) for i in range(bm)]
         bn = min(block, _cdiv(n - n_blk, cols))
@@ -447,6 +468,7 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
                 for i, _ in tile_order(bm, bn, transpose_b)]
         chunks.append({"compute": bm * bn * kc, "kc": kc, "loads": loads, "gaps": gaps,
                        "after": after,
+                       "probe": skips[ci] * bn * PROBE_TILE if skips else 0,
                        "tiles": tiles, "write": write,
                        "write_words": sum(runs) if write else 0})
     # The schedule: a chunk's load jobs one after the other (with two ports, A's and B's
@@ -537,7 +559,11 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
             waited = stalled = 0.0
             if k_blocks and i >= EXP_BANKS:
                 exps[i] = exps[i - EXP_BANKS] + lat_r + EXP_TRIP
-                if exps[i] > t:
+            if c["probe"]:
+                # (the walker probes the offsets it skips before it loads the exponents)
+                exps[i] = max(exps[i], (exps[i - 1] if i else 0.0) + c["probe"] + lat_r
+                              + EXP_TRIP)
+            if exps[i] > t:
                     waited += exps[i] - t
                     t = exps[i]
             per_tile = c["write"] / len(c["tiles"])

@@ -54,6 +54,7 @@ from sim.models.bfp import _check_block, gemm_kruns, tile_grid
 from sim.models.golden import MAX_K
 
 __all__ = ["LAYOUT", "ConvGeometry", "pool_geometry", "pool_tile_columns", "b_group",
+           "walked_offsets",
            "activation_matrix", "activation_tensor",
            "weight_stack", "weight_tensor", "conv2d_forward", "conv2d_backward_data",
            "conv2d_weight_grad", "bias_grad", "position_runs", "tile_columns", "weight_grad_offset",
@@ -430,6 +431,36 @@ def tile_columns(geometry: ConvGeometry, mode: int, cols: int) -> np.ndarray:
         assert (tiles == expect).all()
         out.append(first)
     return np.stack(out, axis=1)
+
+
+def walked_offsets(geometry: ConvGeometry, mode: int, cols: int,
+                   side: int) -> tuple[tuple[bool, ...], ...]:
+    """The kernel offsets the walker (:class:`rtl.walker.Walker`) walks (their K runs,
+    :meth:`ConvGeometry.k_runs`) in each block of ``side`` tiles of C's columns of a
+    forward (without pooling phases) or backward-data descriptor: the first and the last,
+    and each between them where a tile of the block reads B (:func:`tile_columns`); an
+    offset that no tile of the block reads B at is probed and skipped.
+
+    Returns
+    -------
+    tuple of tuple of bool
+        One per block of columns (``side * cols`` columns each, in order), one per kernel
+        offset in K order.
+
+    Raises
+    ------
+    TypeError, ValueError
+        As :func:`tile_columns`; ``side`` not a positive int.
+    """
+    g = _check_geometry(geometry)
+    side = _positive("side", side)
+    inside = tile_columns(g, mode, cols) >= 0          # (tiles, offsets)
+    out = []
+    for t in range(0, inside.shape[0], side):
+        walk = inside[t:t + side].any(axis=0)
+        walk[0] = walk[-1] = True
+        out.append(tuple(bool(v) for v in walk))
+    return tuple(out)
 
 
 def b_group(batch: int, cols: int, side: int) -> int:

@@ -315,13 +315,18 @@ def tile_order(bm: int, bn: int, transpose_b: bool) -> list[tuple[int, int]]:
 
 def walk_chunks(m: int, n: int, k: int, rows: int, cols: int, depth: int, data_width: int,
                 side: int, parity: tuple[int, int] = (0, 0), chunk: int = 0,
-                k_blocks: bool = False, k_runs: tuple[int, ...] | None = None):
+                k_blocks: bool = False, k_runs: tuple[int, ...] | None = None,
+                k_walked: tuple[tuple[bool, ...], ...] | None = None,
+                skips: list | None = None):
     """The K chunks of a GEMM in :class:`rtl.walker.Walker`'s order, each with its block and
     the buffer slot parities of its operands: ``(m_blk, n_blk, keep_a, keep_b, k0, kc,
     a_par, b_par)`` (:func:`block_order`, :func:`array_block_chunks`, ``chunk`` its
     ``DESC_FLAGS.CHUNK``). Each operand goes to the other set of slots from chunk to chunk,
     but stays in its set for a block that keeps it. ``k_blocks``: K cut into tile blocks,
-    or into ``k_runs``.
+    or into ``k_runs``; ``k_walked`` (with ``k_runs``, per block of columns: which kernel
+    offsets it walks, each an equal share of the runs, :func:`sim.models.conv.
+    walked_offsets`) leaves out the runs of the offsets a block skips, which take no
+    slots; ``skips``, a list, is given per chunk the offsets skipped just before it.
 
     Returns the chunks and the parities ``(A's, B's)`` after the last one.
     """
@@ -329,9 +334,18 @@ def walk_chunks(m: int, n: int, k: int, rows: int, cols: int, depth: int, data_w
     blocks = block_order(m, n, k, rows, cols, depth, data_width, side, chunk, k_blocks,
                          k_runs)
     out = []
+    per = len(k_runs) // len(k_walked[0]) if k_walked else 1
+    skipped = 0
     for idx, (m_blk, n_blk, keep_a, keep_b) in enumerate(blocks):
-        for k0, kc in array_block_chunks(k, rows, cols, depth, data_width, first=idx == 0,
-                                         chunk=chunk, k_blocks=k_blocks, k_runs=k_runs):
+        for r, (k0, kc) in enumerate(array_block_chunks(
+                k, rows, cols, depth, data_width, first=idx == 0, chunk=chunk,
+                k_blocks=k_blocks, k_runs=k_runs)):
+            if k_walked is not None and not k_walked[n_blk // (side * cols)][r // per]:
+                skipped += r % per == 0
+                continue
+            if skips is not None:
+                skips.append(skipped)
+            skipped = 0
             out.append((m_blk, n_blk, keep_a, keep_b, k0, kc, a_par, b_par))
             nxt = blocks[idx + 1] if k0 + kc == k and idx + 1 < len(blocks) else None
             a_par ^= not (nxt and nxt[2])

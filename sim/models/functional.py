@@ -25,6 +25,8 @@ measurement of cycles (those are the model's, within its stated accuracy).
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 import numpy as np
 
 from firmware.spec import hw, regmap
@@ -63,6 +65,12 @@ _CHAIN_REGISTERS = frozenset(r.offset for r in regmap.REGISTERS if r.name.starts
 
 def _signed8(v: int) -> int:
     return v - 256 if v & 0x80 else v
+
+
+@lru_cache(maxsize=256)
+def _walked_offsets(geometry, mode: int, cols: int, side: int):
+    """:func:`sim.models.conv.walked_offsets` of a descriptor, kept for the next step's."""
+    return convm.walked_offsets(geometry, mode, cols, side)
 
 
 class FunctionalAccelerator:
@@ -271,16 +279,21 @@ class FunctionalAccelerator:
                                                                               "B_TILES"))
             # (a convolution's implicit GEMM: its own M, N and K; forward and backward-data
             # its K runs, a kernel offset's block of channels each)
-            runs = batch = offsets = None
+            runs = batch = offsets = walk = None
             if tiles and self.last_conv is not None and self.last_conv[0] in (1, 2):
                 runs = self.last_conv[1].k_runs(self.last_conv[0], block=regmap.TILE_BLOCK)
                 batch = self.last_conv[1].batch
+                # (the offsets a block's tiles read B at, but a forward one's walked once
+                # per pooling phase)
+                if self.last_conv[0] == 2 or not field_value(
+                        "DESC_POOL", "MODE", self._reg("DESC_POOL")):
+                    walk = self.last_conv
             if tiles and self.last_conv is not None and self.last_conv[0] == 3:
                 offsets = len(self.last_conv[1].offsets)
             self._count(*self.last_mnk, f, k_blocks=tiles,
                         bfp8=bool(field_value("DESC_EPILOGUE", "BFP8", epi)),
                         macs=self.last_macs, floor=self.last_floor, k_runs=runs,
-                        batch=batch, offsets=offsets)
+                        batch=batch, offsets=offsets, walk=walk)
             return ErrorCode.NONE
         if field_value("DESC_CONV", "MODE", self._reg("DESC_CONV")) \
                 or field_value("DESC_CONV", "ADD", self._reg("DESC_CONV")) \
@@ -327,7 +340,7 @@ class FunctionalAccelerator:
     def _count(self, m: int, n: int, k: int, f: dict, k_blocks: bool = False,
                bfp8: bool = False, macs: int | None = None, floor: int = 0,
                k_runs: tuple[int, ...] | None = None, batch: int | None = None,
-               offsets: int | None = None) -> None:
+               offsets: int | None = None, walk: tuple | None = None) -> None:
         """Advance the counters by a descriptor's predicted cycles (``k = 0``: a
         quantise-only descriptor, ``predict_quantize``'s cycles, or a row a cycle without it;
         ``k_blocks``: tile exponents along K, the datapath's K-block mode; ``bfp8``: a BFP8
@@ -337,7 +350,9 @@ class FunctionalAccelerator:
         summand included; ``k_runs``: with ``k_blocks``, a convolution's K runs, each its
         own K block, and ``batch`` its batch; ``offsets``: a weight gradient's kernel
         offsets, ``n`` theirs together, walked as the engine walks them,
-        :func:`firmware.spec.hw.wg_offsets_inner`)."""
+        :func:`firmware.spec.hw.wg_offsets_inner`; ``walk``: with ``k_runs``, the
+        convolution's ``(mode, geometry)`` whose blocks skip the kernel offsets their tiles
+        do not read B at, :func:`sim.models.conv.walked_offsets`)."""
         ta, tb = bool(f["TRANSPOSE_A"]), bool(f["TRANSPOSE_B"])
         side = block_side(f["BLOCK"], self.cfg["block"])
         unit = bfp8_block(self.cfg["rows"], self.cfg["cols"]) if bfp8 else None
@@ -359,6 +374,8 @@ class FunctionalAccelerator:
                 # (a convolution's B: a job per group of a position's tiles)
                 kb["b_per_tile"] = True
                 kb["b_group"] = convm.b_group(batch, cfg["cols"], side)
+                if walk is not None:
+                    kb["k_walked"] = _walked_offsets(walk[1], walk[0], cfg["cols"], side)
             if offsets:
                 # a weight gradient: a GEMM of Cout x Cin per kernel offset, the offsets
                 # inside each K chunk (A loaded once a chunk) or an outer loop of GEMMs
