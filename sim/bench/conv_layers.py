@@ -13,7 +13,9 @@ implicit_gemm`), its multiply-accumulates and the performance model's cycles, an
 bounds on its cycles:
 
 * **compute**: ``ceil(M / rows) * ceil(N / cols) * K`` (``K`` the steps the engine walks:
-  forward and backward-data every kernel offset's runs, over padding on zero rows;
+  forward and backward-data, in each block of tiles, the runs of the kernel offsets the
+  block walks (:func:`sim.models.conv.walked_offsets`: the first, the last and each one
+  between that a tile of the block reads B at), over padding on zero rows;
   a weight gradient's ``N`` is its kernel offsets' GEMMs of ``Cin`` columns each, as the
   engine walks them: ``offsets * ceil(Cin / cols)`` tiles across);
 * **K blocks**: the same with every K block a read-out of the array, which takes the
@@ -65,21 +67,27 @@ def bounds(rec: dict, cfg: dict, port: dict) -> dict:
     # (a weight gradient: a GEMM of Cin columns per kernel offset)
     offsets = rec.get("offsets") or 1
     across = offsets * -(-(n // offsets) // cols)
-    tiles = -(-m // rows) * across
     packing = cfg.get("packing", 1)
     # (a convolution's runs, or tile blocks of K: each a read-out however short, those
     # between a tile's first and last of only the tile's rows inside M)
     runs = rec.get("k_runs") or [min(TILE_BLOCK, k - k0) for k0 in range(0, k, TILE_BLOCK)]
-    # (the steps walked: a convolution's every kernel offset, over padding too)
-    k = sum(runs)
-    compute = tiles * k
+    # (the steps walked: a convolution's kernel offsets each block of tiles walks, over
+    # padding too; as (tiles across, runs) per block)
+    walked = rec.get("_walked")
+    if walked:
+        side, per = -(-across // len(walked)), len(runs) // len(walked[0])
+        blocks = [(min(side, across - b * side), [r for j, r in enumerate(runs) if w[j // per]])
+                  for b, w in enumerate(walked)]
+    else:
+        blocks = [(across, runs)]
+    compute = -(-m // rows) * sum(t * sum(rs) for t, rs in blocks)
     kb = 0
     for i in range(-(-m // rows)):
         read = min(rows, m - i * rows)
-        kb += across * max(k, sum(
+        kb += sum(t * max(sum(rs), sum(
             max(r, kblock_interval(rows, cols, packing,
-                                   read if 0 < j < len(runs) - 1 else None))
-            for j, r in enumerate(runs)))
+                                   read if 0 < j < len(rs) - 1 else None))
+            for j, r in enumerate(rs))) for t, rs in blocks)
     rd, wr = rec["bytes_read"], rec["bytes_written"]
     traffic = max(rd / bus, wr / (bus * cfg.get("write_ports", 1)))
     dram = dram_bytes_per_cycle(port, bus)
@@ -156,6 +164,8 @@ def trace_step(board: str, net_name: str, batch: int = 128,
             rec["k_runs"] = list(t["k_runs"])
         if t.get("offsets"):
             rec["offsets"] = t["offsets"]
+        if t.get("k_walked"):
+            rec["_walked"] = t["k_walked"]      # (for bounds; not recorded)
         if st is None:
             rec.update(bytes_read=4 * t["m"] * t["n"], bytes_written=t["m"] * t["n"])
         else:
@@ -186,6 +196,7 @@ def measure(board: str, net_name: str, batch: int = 128, **overrides) -> dict:
     records, cfg, port = trace_step(board, net_name, batch, **overrides)
     for rec in records:
         rec.update(bounds(rec, cfg, port))
+        rec.pop("_walked", None)
         rec["utilization"] = rec["macs"] / (cfg["rows"] * cfg["cols"] * rec["cycles"]) \
             if rec["cycles"] else None
     pes = cfg["rows"] * cfg["cols"]

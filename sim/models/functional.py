@@ -355,6 +355,7 @@ class FunctionalAccelerator:
         do not read B at, :func:`sim.models.conv.walked_offsets`)."""
         ta, tb = bool(f["TRANSPOSE_A"]), bool(f["TRANSPOSE_B"])
         side = block_side(f["BLOCK"], self.cfg["block"])
+        flags = None
         unit = bfp8_block(self.cfg["rows"], self.cfg["cols"]) if bfp8 else None
         if unit is not None:
             side = min(side, unit)
@@ -374,8 +375,11 @@ class FunctionalAccelerator:
                 # (a convolution's B: a job per group of a position's tiles)
                 kb["b_per_tile"] = True
                 kb["b_group"] = convm.b_group(batch, cfg["cols"], side)
-                if walk is not None:
-                    kb["k_walked"] = _walked_offsets(walk[1], walk[0], cfg["cols"], side)
+                if walk is not None and batch % cfg["cols"] == 0:
+                    # (the walker's cursor, a position's images a tile: the batch a
+                    # multiple of the columns)
+                    kb["k_walked"] = flags = _walked_offsets(walk[1], walk[0], cfg["cols"],
+                                                              side)
             if offsets:
                 # a weight gradient: a GEMM of Cout x Cin per kernel offset, the offsets
                 # inside each K chunk (A loaded once a chunk) or an outer loop of GEMMs
@@ -392,7 +396,7 @@ class FunctionalAccelerator:
             mode, g = self.last_conv or (0, None)
             self.trace.append({"mode": mode, "geometry": g, "m": m, "n": n, "k": k,
                                "k_runs": None if k_runs is None else tuple(k_runs),
-                               "offsets": offsets,
+                               "offsets": offsets, "k_walked": flags,
                                "macs": m * n * k if macs is None else macs,
                                "cycles": int(cycles)})
         for name, v in (("CYCLES", cycles), ("BUSY_CYCLES", cycles),
