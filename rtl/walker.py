@@ -246,7 +246,8 @@ class Walker(wiring.Component):
         m, d = s.m, s.d
         if not self.conv:
             vars(s).update(conv=Const(0, 1), wg=Const(0, 1), pool=Const(0, 1),
-                           wg_in=Const(0, 1), a_held=Const(0, 1),
+                           wg_in=Const(0, 1), a_held=Const(0, 1), unpool=Const(0, 1),
+                           replay=Const(0, 1),
                            cur_ok=Const(1, 1), cur_op=None, dm=d.m)
             return
         # forward and backward-data (K chunks per offset, a B tile per C tile), or a weight
@@ -295,6 +296,12 @@ class Walker(wiring.Component):
         pj = Signal(range(max(2, s.BL)), reset_less=True)
         skippable = Signal()
         m.d.comb += skippable.eq(conv & ~(pool & (d.geometry.mode == 1)))
+        # a pool's backward pass (backward-data through a max pool's argmax): the block's
+        # GEMM computed at the window's first phase, its sums kept in their slots; at each
+        # phase after (replay) a step of zeros added to them, emitted at that phase
+        unpool = Signal()
+        replay = Signal()
+        m.d.comb += unpool.eq(pool & (d.geometry.mode == 2))
 
         def conv_next_offset():
             # a convolution's next kernel offset: its first K run, A's next matrix and
@@ -309,6 +316,7 @@ class Walker(wiring.Component):
             cur_op(PosOp.BACK, OffOp.NEXT)
         vars(s).update(conv=conv, wg=wg, pool=pool, c_row=c_row, c_erow=c_erow,
                        wg_in=wg_in, a_held=a_held, wslot=wslot, pj=pj, skippable=skippable,
+                       unpool=unpool, replay=replay,
                        conv_next_offset=conv_next_offset,
                        dm=Mux(wg, d.cout, d.m),
                        offs_left=offs_left, kk=kk, a_base=a_base, a_gbase=a_gbase,
@@ -629,7 +637,7 @@ class Walker(wiring.Component):
                     # only padding
                     setup_load(1, C, Const(0, 1), C, self.cur_column, d.b_addr, d.b_stride,
                                span=grp, v_span=grp << _log2(C))
-                    with m.If(~self.cur_inside):
+                    with m.If(~self.cur_inside | s.replay):
                         m.d.sync += [ld.rows.eq(0), ld.nzero.eq(kc)]
                 with m.Else():
                     setup_load(1, C, d.transpose_b, v_b, n0, d.b_addr, d.b_stride, span=bn,
@@ -651,7 +659,10 @@ class Walker(wiring.Component):
                      cmd.load_a.eq(load_a), cmd.load_b.eq(load_b),
                      cmd.a_extra.eq(Mux(d.transpose_a, bm - 1, 0)),
                      cmd.b_extra.eq(Mux(b_each, Mux(s.conv, grp - 1, 0), bn - 1)),
-                     cmd.emit.eq(last_chunk), cmd.store.eq(~last_chunk),
+                     cmd.emit.eq(last_chunk),
+                     # (a pool's backward pass keeps its sums for the window's next phase)
+                     cmd.store.eq(~last_chunk | (s.unpool & ~self.cur_last_phase)
+                                  if self.conv else ~last_chunk),
                      cmd.add.eq(Mux(s.conv, s.multi, k0 != 0) if self.conv else k0 != 0),
                      cmd.acc_slot.eq(Mux(s.wg_in, s.wslot, ti * BL + tj) if self.conv
                                      else ti * BL + tj),
@@ -750,7 +761,8 @@ class Walker(wiring.Component):
                              blk_c.eq(side << _log2(C))]
                 m_tiles = (s.dm + R - 1) >> _log2(R)
                 if self.conv:
-                    m.d.sync += [s.offs_left.eq(s.kk - 1), s.c_row.eq(0), s.c_erow.eq(0)]
+                    m.d.sync += [s.offs_left.eq(s.kk - 1), s.c_row.eq(0), s.c_erow.eq(0),
+                                 s.replay.eq(0)]
                 m.d.sync += [m_blk.eq(0), n_blk.eq(0), k0.eq(0), first_block.eq(1),
                              tiles_m.eq(m_tiles), tiles_m0.eq(m_tiles),
                              tiles_n.eq(n_tiles), tiles_n0.eq(n_tiles),
@@ -807,6 +819,14 @@ class Walker(wiring.Component):
                 m.next = "EXP_WAIT"
             with m.Else():
                 m.next = "CMD"
+            if self.conv:
+                # (a pool's backward pass after its first phase: one chunk of one step, B
+                # zeros, added to the kept sums and emitted; no exponents: zero sums
+                # rescale to zero)
+                with m.If(s.replay):
+                    m.d.sync += [kc.eq(1), k_after.eq(0), last_chunk.eq(1), multi.eq(1),
+                                 s.offs_left.eq(0), s.ochunk_last.eq(1)]
+                    m.next = "CMD"
 
     def _walk_exponents(self, s):
         """States EXP_WAIT, EXP_PREP and EXP: load the block's exponent vectors once the
@@ -1058,7 +1078,7 @@ class Walker(wiring.Component):
                 with m.Elif(s.pool & ~self.cur_last_phase):
                     # a pool's block again, at the window's next phase (its operands anew)
                     m.d.sync += [first_block.eq(0), keep_a.eq(0), keep_b.eq(0),
-                                 a_par.eq(~a_par), b_par.eq(~b_par)]
+                                 a_par.eq(~a_par), b_par.eq(~b_par), s.replay.eq(s.unpool)]
                     s.cur_op(PosOp.HOLD, OffOp.PHASE)
                     m.next = "BLOCK"
             with m.Else():
@@ -1073,6 +1093,8 @@ class Walker(wiring.Component):
                              keep_b.eq(keep & col_order),
                              a_par.eq(a_par ^ ~(keep & ~col_order)),
                              b_par.eq(b_par ^ ~(keep & col_order))]
+                if self.conv:
+                    m.d.sync += s.replay.eq(0)
                 with m.If(inner | outer):
                     m.next = "BLOCK"
                 if self.conv:

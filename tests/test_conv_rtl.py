@@ -296,6 +296,38 @@ def test_backward_data_unpool_matches_golden(rtl, spec, window):
         np.testing.assert_array_equal(got, want)
 
 
+@pytest.mark.parametrize("spec, window", [((32, 8, 4, 4, 6, 3, 1, 1, 1), 2),
+                                          ((32, 40, 3, 2, 5, 3, 1, 1, 1), (2, 3))])
+def test_backward_data_unpool_computes_once(rtl, spec, window):
+    """A backward-data convolution through a max pool computes its GEMM once: each block's
+    sums are kept, and each phase of the window after the first adds one step of zeros a
+    tile and writes them. The RTL's active cycles are the performance model's compute
+    cycles (the GEMM's and a step a tile a phase after the first), its cycles within a
+    third of the model's and under twice those of the same GEMM without the pool."""
+    g = _geometry(spec)
+    rng = np.random.default_rng(7)
+    (qw, ew), _ = _operands(rng, g)
+    qd, ed = _deltas(rng, g)
+    ph, pw = (window, window) if isinstance(window, int) else window
+    pool = convm.Pooling("max", convm.pool_geometry(g.batch, g.channels, g.height * ph,
+                                                    g.width * pw, window))
+    argmax = rng.integers(0, ph * pw, (g.channels, g.positions)).astype(np.uint8)
+    runs = []
+    for dev in (rtl, Device("model", rows=8, cols=8, data_width=64, depth=64, block=4,
+                            epilogue=True)):
+        w, d = dev.bfp_stack(qw, ew), dev.bfp_tensor(qd, ed)
+        dev.conv2d_backward_data(d, w, g, unpool=pool, argmax=dev.tensor(argmax),
+                                 rounding="stochastic", seed=9)
+        pooled = (dev.stats["cycles"], dev.stats["active_cycles"])
+        dev.conv2d_backward_data(d, w, g, out="float32")
+        runs.append((*pooled, dev.stats["cycles"], dev.stats["active_cycles"]))
+    (rc, ra, plain, plain_a), (mc, ma, _, _) = runs
+    tiles = -(-g.channels // 8) * (g.positions // 8)
+    assert ra == ma == plain_a + (ph * pw - 1) * tiles
+    assert mc == pytest.approx(rc, rel=1 / 3)
+    assert rc < 2 * plain
+
+
 def _step_matches_golden(rtl, net, x, y, monkeypatch):
     """One ResidentConvNet step of ``net`` on the batch ``x``, ``y`` on the RTL and on the
     golden backend, with the host's im2col, col2im and pooling refused: the same loss,

@@ -281,6 +281,27 @@ def test_skipped_offsets_take_no_compute():
         predict(64, 1024, 576, k_walked=some, **dict(cfg, k_runs=None))
 
 
+def test_replays_add_a_step_a_tile_a_phase():
+    """``replays`` (a backward-data convolution through a max pool): the GEMM's compute once
+    and a step a tile for each phase after the first, each phase's C written; cheaper than
+    computing the GEMM again a phase; a negative count, or one without runs, refused."""
+    port = resolve_port("zynqmp-hp")
+    cfg = dict(rows=32, cols=32, depth=256, block=8, data_width=128, port=port,
+               read_ports=5, write_ports=6, k_blocks=True, k_runs=(32, 32) * 9,
+               b_per_tile=True, b_group=4)
+    once = predict(64, 1024, 576, **cfg)
+    four = predict(64, 1024, 576, replays=3, **cfg)
+    tiles = 2 * 32
+    assert four["compute_cycles"] == once["compute_cycles"] + 3 * tiles
+    assert four["write_words"] == 4 * once["write_words"]
+    assert once["cycles"] < four["cycles"] < predict(64, 1024, 576, copies=4, **cfg)["cycles"]
+    for bad in (-1, 1.0):
+        with pytest.raises(ValueError, match="replays must"):
+            predict(64, 1024, 576, replays=bad, **cfg)
+    with pytest.raises(ValueError, match="replays must"):
+        predict(64, 1024, 576, replays=3, **dict(cfg, k_runs=None))
+
+
 def test_a_weight_gradients_offsets_inside_the_chunk_read_a_once():
     """``offsets`` (a weight gradient's kernel offsets walked inside each K chunk): A's
     words are read once a chunk, not once an offset as the outer loop of GEMMs

@@ -207,7 +207,7 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
             copies: int = 1, chunk: int = 0, k_blocks: bool = False,
             k_runs: tuple[int, ...] | None = None, b_per_tile: bool = False,
             b_group: int = 1, offsets: int = 1,
-            k_walked: tuple[tuple[bool, ...], ...] | None = None) -> dict:
+            k_walked: tuple[tuple[bool, ...], ...] | None = None, replays: int = 0) -> dict:
     """Predicted cycles of one GEMM descriptor, from its start to its last C row in memory.
 
     Parameters
@@ -269,6 +269,11 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
         its first and last that no tile of the block reads B at). Each skipped offset
         delays the next chunk's exponents by the probe, :data:`PROBE_TILE` a tile of the
         block.
+    replays : int
+        With ``k_runs``, a backward-data convolution through a max pool's argmax: its
+        window's phases less one. Each block's sums are kept after its last chunk, and for
+        each further phase a chunk of one step (B zeros: no reads, no exponents) adds to
+        them and writes them (:func:`sim.models.engine.walk_chunks`).
     offsets : int
         With ``k_blocks``, a weight gradient's kernel offsets walked inside each K chunk
         (:func:`firmware.spec.hw.wg_offsets_inner`: the GEMM of one offset is one block): every
@@ -405,12 +410,15 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
             or len(k_runs) % len(k_walked[0])):
         raise ValueError("k_walked must give, with k_runs, each block of columns a flag per "
                          "kernel offset, each offset as many K runs")
+    if not isinstance(replays, int) or replays < 0 or (replays and k_runs is None):
+        raise ValueError(f"replays must be a non-negative integer, with k_runs, not "
+                         f"{replays!r}")
     skips = []
     for _ in range(copies):
         more, parity = walk_chunks(m, n, k, rows, cols, depth, data_width, block, parity,
                                    chunk=chunk, k_blocks=k_blocks, k_runs=k_runs,
-                                   k_walked=k_walked,
-                                   skips=None if k_walked is None else skips)
+                                   k_walked=k_walked, replays=replays,
+                                   skips=None if k_walked is None and not replays else skips)
         walked += more
     if offsets > 1:
         # each chunk once per offset: A kept after the first, B to the other slots each time
@@ -426,8 +434,10 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
         bn = min(block, _cdiv(n - n_blk, cols))
         # a block that keeps an operand's tiles (block_order) loads none of them
         a_jobs = [] if keep_a else operand_jobs(transpose_a, rows, m_blk, m, bm, kc)
-        b_jobs = [] if keep_b else operand_jobs(not transpose_b, cols, n_blk, n, bn, kc,
-                                                read_ports >= 3, b_per_tile)
+        # (a replay's B: zero rows, no reads)
+        replay = bool(skips) and skips[ci] < 0
+        b_jobs = [] if keep_b or replay else operand_jobs(
+            not transpose_b, cols, n_blk, n, bn, kc, read_ports >= 3, b_per_tile)
         # The walker's order (tile_order); each command's A load, then B — or B's first
         # where B alone is stored packed (sim.models.engine.b_first)
         loads, tiles = [], []
@@ -468,7 +478,8 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
                 for i, _ in tile_order(bm, bn, transpose_b)]
         chunks.append({"compute": bm * bn * kc, "kc": kc, "loads": loads, "gaps": gaps,
                        "after": after,
-                       "probe": skips[ci] * bn * PROBE_TILE if skips else 0,
+                       "probe": max(0, skips[ci]) * bn * PROBE_TILE if skips else 0,
+                       "replay": replay,
                        "tiles": tiles, "write": write,
                        "write_words": sum(runs) if write else 0})
     # The schedule: a chunk's load jobs one after the other (with two ports, A's and B's
@@ -557,7 +568,9 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
             done = dones[i]
             t = comp_end[i - 1] if i else 0.0
             waited = stalled = 0.0
-            if k_blocks and i >= EXP_BANKS:
+            if c["replay"]:
+                exps[i] = exps[i - 1]        # (no exponents: its sums are zeros)
+            elif k_blocks and i >= EXP_BANKS:
                 exps[i] = exps[i - EXP_BANKS] + lat_r + EXP_TRIP
             if c["probe"]:
                 # (the walker probes the offsets it skips before it loads the exponents)

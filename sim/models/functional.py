@@ -288,12 +288,18 @@ class FunctionalAccelerator:
                 if self.last_conv[0] == 2 or not field_value(
                         "DESC_POOL", "MODE", self._reg("DESC_POOL")):
                     walk = self.last_conv
+            replays = 0
+            if runs is not None and field_value("DESC_POOL", "MODE", self._reg("DESC_POOL")) == 2:
+                # (a backward-data convolution through a max pool's argmax: its sums
+                # written once per window phase, the phases after the first replayed)
+                pv = self._fields("DESC_POOL")
+                replays = pv["KERNEL_H"] * pv["KERNEL_W"] - 1
             if tiles and self.last_conv is not None and self.last_conv[0] == 3:
                 offsets = len(self.last_conv[1].offsets)
             self._count(*self.last_mnk, f, k_blocks=tiles,
                         bfp8=bool(field_value("DESC_EPILOGUE", "BFP8", epi)),
                         macs=self.last_macs, floor=self.last_floor, k_runs=runs,
-                        batch=batch, offsets=offsets, walk=walk)
+                        batch=batch, offsets=offsets, walk=walk, replays=replays)
             return ErrorCode.NONE
         if field_value("DESC_CONV", "MODE", self._reg("DESC_CONV")) \
                 or field_value("DESC_CONV", "ADD", self._reg("DESC_CONV")) \
@@ -340,7 +346,8 @@ class FunctionalAccelerator:
     def _count(self, m: int, n: int, k: int, f: dict, k_blocks: bool = False,
                bfp8: bool = False, macs: int | None = None, floor: int = 0,
                k_runs: tuple[int, ...] | None = None, batch: int | None = None,
-               offsets: int | None = None, walk: tuple | None = None) -> None:
+               offsets: int | None = None, walk: tuple | None = None,
+               replays: int = 0) -> None:
         """Advance the counters by a descriptor's predicted cycles (``k = 0``: a
         quantise-only descriptor, ``predict_quantize``'s cycles, or a row a cycle without it;
         ``k_blocks``: tile exponents along K, the datapath's K-block mode; ``bfp8``: a BFP8
@@ -352,7 +359,9 @@ class FunctionalAccelerator:
         offsets, ``n`` theirs together, walked as the engine walks them,
         :func:`firmware.spec.hw.wg_offsets_inner`; ``walk``: with ``k_runs``, the
         convolution's ``(mode, geometry)`` whose blocks skip the kernel offsets their tiles
-        do not read B at, :func:`sim.models.conv.walked_offsets`)."""
+        do not read B at, :func:`sim.models.conv.walked_offsets`; ``replays``: a
+        backward-data convolution's pooling phases after the first, each a chunk of one
+        step a block, :func:`firmware.runtime.perfmodel.predict`)."""
         ta, tb = bool(f["TRANSPOSE_A"]), bool(f["TRANSPOSE_B"])
         side = block_side(f["BLOCK"], self.cfg["block"])
         flags = None
@@ -375,6 +384,8 @@ class FunctionalAccelerator:
                 # (a convolution's B: a job per group of a position's tiles)
                 kb["b_per_tile"] = True
                 kb["b_group"] = convm.b_group(batch, cfg["cols"], side)
+                if replays:
+                    kb["replays"] = replays
                 if walk is not None and batch % cfg["cols"] == 0:
                     # (the walker's cursor, a position's images a tile: the batch a
                     # multiple of the columns)
