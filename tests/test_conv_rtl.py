@@ -270,6 +270,18 @@ UNPOOL_GEOMETRIES = [
     ((32, 3, 2, 2, 12, 1, 1, 0, 1), 3)]
 
 
+def _unpool_operands(rng, g, window):
+    """A backward-data convolution's weights and deltas, a max pool of ``window`` whose
+    output is its input, and the pool's argmax."""
+    (qw, ew), _ = _operands(rng, g)
+    qd, ed = _deltas(rng, g)
+    ph, pw = (window, window) if isinstance(window, int) else window
+    pool = convm.Pooling("max", convm.pool_geometry(g.batch, g.channels, g.height * ph,
+                                                    g.width * pw, window))
+    argmax = rng.integers(0, ph * pw, (g.channels, g.positions)).astype(np.uint8)
+    return (qw, ew), (qd, ed), pool, argmax
+
+
 @pytest.mark.parametrize("spec, window", UNPOOL_GEOMETRIES)
 def test_backward_data_unpool_matches_golden(rtl, spec, window):
     """The deltas routed back through a max pool's argmax and masked by ReLU's mask at the
@@ -278,12 +290,7 @@ def test_backward_data_unpool_matches_golden(rtl, spec, window):
     from firmware.runtime.epilogue import MaskTensor
     g = _geometry(spec)
     rng = np.random.default_rng(sum(map(hash, map(str, spec))) % 2**32 + 7)
-    (qw, ew), _ = _operands(rng, g)
-    qd, ed = _deltas(rng, g)
-    ph, pw = (window, window) if isinstance(window, int) else window
-    pool = convm.Pooling("max", convm.pool_geometry(g.batch, g.channels, g.height * ph,
-                                                    g.width * pw, window))
-    argmax = rng.integers(0, ph * pw, (g.channels, g.positions)).astype(np.uint8)
+    (qw, ew), (qd, ed), pool, argmax = _unpool_operands(rng, g, window)
     stored = rng.random((g.channels, pool.geometry.positions)) < 0.7
     out = []
     for dev in (rtl, Device("golden")):
@@ -305,13 +312,8 @@ def test_backward_data_unpool_computes_once(rtl, spec, window):
     cycles (the GEMM's and a step a tile a phase after the first), its cycles within a
     third of the model's and under twice those of the same GEMM without the pool."""
     g = _geometry(spec)
-    rng = np.random.default_rng(7)
-    (qw, ew), _ = _operands(rng, g)
-    qd, ed = _deltas(rng, g)
-    ph, pw = (window, window) if isinstance(window, int) else window
-    pool = convm.Pooling("max", convm.pool_geometry(g.batch, g.channels, g.height * ph,
-                                                    g.width * pw, window))
-    argmax = rng.integers(0, ph * pw, (g.channels, g.positions)).astype(np.uint8)
+    (qw, ew), (qd, ed), pool, argmax = _unpool_operands(np.random.default_rng(7), g, window)
+    phases = pool.geometry.kernel[0] * pool.geometry.kernel[1]
     runs = []
     for dev in (rtl, Device("model", rows=8, cols=8, data_width=64, depth=64, block=4,
                             epilogue=True)):
@@ -323,7 +325,7 @@ def test_backward_data_unpool_computes_once(rtl, spec, window):
         runs.append((*pooled, dev.stats["cycles"], dev.stats["active_cycles"]))
     (rc, ra, plain, plain_a), (mc, ma, _, _) = runs
     tiles = -(-g.channels // 8) * (g.positions // 8)
-    assert ra == ma == plain_a + (ph * pw - 1) * tiles
+    assert ra == ma == plain_a + (phases - 1) * tiles
     assert mc == pytest.approx(rc, rel=1 / 3)
     assert rc < 2 * plain
 
