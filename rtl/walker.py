@@ -101,7 +101,13 @@ class Walker(wiring.Component):
         write path) walks each block once per window phase (:data:`OffOp.PHASE
         <rtl.convcursor.OffOp.PHASE>` at each block's end; the next block after the last),
         its write jobs offered once the cursor is at their tile and carrying the phase and
-        the tile's column of the pool's input.
+        the tile's column of the pool's input. A backward-data convolution through a max
+        pool's argmax walks each block's GEMM at the window's first phase, keeping its sums
+        in their slots, and at each later phase replays it: a chunk of one step a tile, B
+        zeros and no exponents, adding nothing and emitting the sums at that phase.
+        Between a forward (without pooling phases) or backward-data block's first and last
+        kernel offsets, an offset that no tile of the block reads B at is probed (state
+        PROBE, the cursor's latency a tile) and skipped.
 
     Attributes
     ----------
@@ -1076,7 +1082,8 @@ class Walker(wiring.Component):
                             s.cur_op(PosOp.BACK)
             if self.conv:
                 with m.Elif(s.pool & ~self.cur_last_phase):
-                    # a pool's block again, at the window's next phase (its operands anew)
+                    # a pool's block again, at the window's next phase (its operands anew;
+                    # a pool's backward pass replays its kept sums)
                     m.d.sync += [first_block.eq(0), keep_a.eq(0), keep_b.eq(0),
                                  a_par.eq(~a_par), b_par.eq(~b_par), s.replay.eq(s.unpool)]
                     s.cur_op(PosOp.HOLD, OffOp.PHASE)
