@@ -830,8 +830,7 @@ class Walker(wiring.Component):
                 # zeros, added to the kept sums and emitted; no exponents: zero sums
                 # rescale to zero)
                 with m.If(s.replay):
-                    m.d.sync += [kc.eq(1), k_after.eq(0), last_chunk.eq(1), multi.eq(1),
-                                 s.offs_left.eq(0), s.ochunk_last.eq(1)]
+                    m.d.sync += [kc.eq(1), k_after.eq(0), last_chunk.eq(1), multi.eq(1)]
                     m.next = "CMD"
 
     def _walk_exponents(self, s):

@@ -577,8 +577,8 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
                 exps[i] = max(exps[i], (exps[i - 1] if i else 0.0) + c["probe"] + lat_r
                               + EXP_TRIP)
             if exps[i] > t:
-                    waited += exps[i] - t
-                    t = exps[i]
+                waited += exps[i] - t
+                t = exps[i]
             per_tile = c["write"] / len(c["tiles"])
             tile_bytes = c["write_words"] * bpw / len(c["tiles"])
             for (a_l, b_l), gap in zip(c["tiles"], c["gaps"], strict=True):

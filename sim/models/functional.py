@@ -280,20 +280,20 @@ class FunctionalAccelerator:
             # (a convolution's implicit GEMM: its own M, N and K; forward and backward-data
             # its K runs, a kernel offset's block of channels each)
             runs = batch = offsets = walk = None
+            replays = 0
+            pool_mode = field_value("DESC_POOL", "MODE", self._reg("DESC_POOL"))
             if tiles and self.last_conv is not None and self.last_conv[0] in (1, 2):
                 runs = self.last_conv[1].k_runs(self.last_conv[0], block=regmap.TILE_BLOCK)
                 batch = self.last_conv[1].batch
                 # (the offsets a block's tiles read B at, but a forward one's walked once
                 # per pooling phase)
-                if self.last_conv[0] == 2 or not field_value(
-                        "DESC_POOL", "MODE", self._reg("DESC_POOL")):
+                if self.last_conv[0] == 2 or not pool_mode:
                     walk = self.last_conv
-            replays = 0
-            if runs is not None and field_value("DESC_POOL", "MODE", self._reg("DESC_POOL")) == 2:
-                # (a backward-data convolution through a max pool's argmax: its sums
-                # written once per window phase, the phases after the first replayed)
-                pv = self._fields("DESC_POOL")
-                replays = pv["KERNEL_H"] * pv["KERNEL_W"] - 1
+                if pool_mode == 2:
+                    # (a backward-data convolution through a max pool's argmax: its sums
+                    # written once per window phase, the phases after the first replayed)
+                    pv = self._fields("DESC_POOL")
+                    replays = pv["KERNEL_H"] * pv["KERNEL_W"] - 1
             if tiles and self.last_conv is not None and self.last_conv[0] == 3:
                 offsets = len(self.last_conv[1].offsets)
             self._count(*self.last_mnk, f, k_blocks=tiles,
@@ -379,7 +379,7 @@ class FunctionalAccelerator:
         else:
             kb, walked = ({"k_blocks": True} if k_blocks else {}), k
             if k_blocks and k_runs is not None:
-                # (the runs walked: every kernel offset, over padding on zero rows)
+                # (the runs walked: each block's kernel offsets, over padding on zero rows)
                 kb["k_runs"], walked = tuple(k_runs), sum(k_runs)
                 # (a convolution's B: a job per group of a position's tiles)
                 kb["b_per_tile"] = True
