@@ -703,3 +703,57 @@ def test_k_blocks_cycles_match_the_performance_model(kb_dev, m, n, k, ta, tb):
                           block=info.block, data_width=info.data_width, port=dev.sim.port,
                           dma_burst=dev.sim.params["burst_beats"], k_blocks=True)
     assert abs(p["cycles"] / dev.stats["cycles"] - 1) < 0.05
+
+
+def test_native_vcd_needs_a_model_built_to_trace(tmp_path):
+    """A model loaded as a library writes no waveforms: asking for them is a ValueError
+    naming ``vcd``."""
+    from sim.native import NativeSim, build
+    lib = build(rows=8, cols=8, data_width=128, burst_beats=16)
+    with pytest.raises(ValueError, match="vcd"):
+        NativeSim(rows=8, cols=8, data_width=128, library=lib, vcd=tmp_path / "x.vcd")
+
+
+def _vcd_high_cycles(path, name):
+    """The rising edges at which the VCD's signal ``name`` (dotted from the top) is 1."""
+    ident, scope = None, []
+    with open(path) as f:
+        for line in f:
+            t = line.split()
+            if line.startswith("$enddefinitions"):
+                break
+            if t[:1] == ["$scope"]:
+                scope.append(t[2])
+            elif t[:1] == ["$upscope"]:
+                scope.pop()
+            elif t[:1] == ["$var"] and ".".join(scope[1:] + [t[4]]) == name:
+                ident = t[3]
+        assert ident is not None, f"{name} is not in the VCD"
+        value, time, high = 0, 0, 0
+        for line in f:
+            if line.startswith("#"):
+                high += value and time % 2 == 1       # (odd times: after the rising edge)
+                time = int(line[1:])
+            elif line[1:].strip() == ident and line[0] in "01":
+                value = int(line[0])
+    return high
+
+
+@pytest.mark.slow
+def test_native_vcd_records_the_run(tmp_path, monkeypatch):
+    """``BFP_NATIVE_VCD`` writes the run's waveforms: the engine's ``step`` is high in as
+    many cycles as the accelerator's active-cycle counter says (compiles a traced model,
+    about two minutes)."""
+    path = tmp_path / "run.vcd"
+    monkeypatch.setenv("BFP_NATIVE_VCD", str(path))
+    monkeypatch.setenv("BFP_NATIVE_VCD_DEPTH", "3")
+    dev = Device("rtl", rows=4, cols=4, data_width=64)
+    rng = np.random.default_rng(2)
+    a, b = _operands(rng, 9, 10, 37, False, False)
+    np.testing.assert_array_equal(dev.gemm(a, b, out="int32"), golden.gemm(a, b))
+    active = dev.stats["active_cycles"]
+    del dev
+    import gc
+    gc.collect()                                    # (the VCD is closed with the model)
+    assert active > 0
+    assert _vcd_high_cycles(path, "bfp_accel.engine.step") == active

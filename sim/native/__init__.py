@@ -58,6 +58,8 @@ TOP = "bfp_accel"
 CXXFLAGS = ("-O1", "-fPIC", "-std=c++17", "-w")
 #: Verilator's runtime, compiled once per Verilator and flags and linked into every model.
 RUNTIME = ("verilated.cpp", "verilated_threads.cpp")
+#: ... and its VCD writer, in a model that writes waveforms (``BFP_NATIVE_VCD``).
+TRACE_RUNTIME = ("verilated_vcd_c.cpp",)
 _DEFINES = ("-DVM_TRACE=0", "-DVM_COVERAGE=0", "-DVM_SC=0")
 
 
@@ -76,24 +78,27 @@ def _verilator() -> tuple[Path, Path]:
 _BUILT: dict[tuple, Path] = {}
 
 
-def build(**params) -> Path:
-    """Compile (or find in the cache) the native model of ``Accelerator(**params)``."""
-    key = tuple(sorted(params.items()))
+def build(*, trace: int = 0, **params) -> Path:
+    """Compile (or find in the cache) the native model of ``Accelerator(**params)``; with
+    ``trace`` (a depth of the hierarchy, 1 the top's ports), one that writes a VCD of the
+    signals that deep (:class:`NativeSim`'s ``vcd``)."""
+    key = (trace, *sorted(params.items()))
     lib = _BUILT.get(key)
     if lib is not None and lib.exists():
         return lib
-    lib = _BUILT[key] = _build(**params)
+    lib = _BUILT[key] = _build(trace, **params)
     return lib
 
 
-def _build(**params) -> Path:
+def _build(trace: int, **params) -> Path:
     from rtl.accelerator import Accelerator
     from rtl.export import to_verilog
 
     component = Accelerator(**params)
     verilog = to_verilog(component, TOP)
     flags = [*CXXFLAGS, "-shared", f"-DWRITE_PORTS={params.get('write_ports', 1)}",
-             f"-DREAD_PORTS={params.get('read_ports', 1)}"]
+             f"-DREAD_PORTS={params.get('read_ports', 1)}",
+             *([f"-DTRACE={trace}"] if trace else [])]
     key = hashlib.sha256(verilog.encode() + HARNESS.read_bytes()
                          + " ".join(flags).encode()).hexdigest()[:16]
     out = BUILD_ROOT / f"{TOP}-{key}"
@@ -105,7 +110,7 @@ def _build(**params) -> Path:
     with open(BUILD_ROOT / f".{key}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not lib.exists():
-            _compile(verilog, out, lib, params.get("data_width", 128), flags)
+            _compile(verilog, out, lib, params.get("data_width", 128), flags, trace)
     return lib
 
 
@@ -115,26 +120,33 @@ def harness_source() -> str:
     return re.sub(r"\b(ctrl|mem_[rw]\d*)__", r"\1___05F", HARNESS.read_text())
 
 
-def _runtime(exe: Path, inc: Path) -> list[Path]:
-    """The object files of Verilator's runtime (:data:`RUNTIME`), compiled on first use into
-    ``BUILD_ROOT`` by a digest of the Verilator, its headers' directory and the flags: about
-    ten seconds that every model build would otherwise spend again."""
+def _defines(trace: bool) -> tuple[str, ...]:
+    return ("-DVM_TRACE=1", *_DEFINES[1:]) if trace else _DEFINES
+
+
+def _runtime(exe: Path, inc: Path, trace: bool = False) -> list[Path]:
+    """The object files of Verilator's runtime (:data:`RUNTIME`, and its VCD writer with
+    ``trace``), compiled on first use into ``BUILD_ROOT`` by a digest of the Verilator, its
+    headers' directory and the flags: about ten seconds that every model build would
+    otherwise spend again."""
     version = subprocess.run([str(exe), "--version"], capture_output=True, text=True).stdout
-    key = hashlib.sha256(" ".join([version, str(inc), *CXXFLAGS, *_DEFINES]).encode())
+    runtime = RUNTIME + (TRACE_RUNTIME if trace else ())
+    key = hashlib.sha256(" ".join([version, str(inc), *CXXFLAGS, *_defines(trace),
+                                   *runtime]).encode())
     out = BUILD_ROOT / f"verilated-{key.hexdigest()[:16]}"
-    objs = [out / (Path(src).stem + ".o") for src in RUNTIME]
+    objs = [out / (Path(src).stem + ".o") for src in runtime]
     if all(o.exists() for o in objs):
         return objs
     BUILD_ROOT.mkdir(parents=True, exist_ok=True)
     with open(BUILD_ROOT / f".{out.name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         out.mkdir(exist_ok=True)
-        for src, obj in zip(RUNTIME, objs, strict=True):
+        for src, obj in zip(runtime, objs, strict=True):
             if obj.exists():
                 continue
             tmp = obj.with_name(obj.name + f".tmp{os.getpid()}")
             result = subprocess.run(["g++", *CXXFLAGS, f"-I{inc}", f"-I{inc / 'vltstd'}",
-                                     *_DEFINES, "-c", str(inc / src), "-o", str(tmp)],
+                                     *_defines(trace), "-c", str(inc / src), "-o", str(tmp)],
                                     capture_output=True, text=True)
             if result.returncode:
                 raise RuntimeError(f"compiling Verilator's {src} failed:\n"
@@ -143,7 +155,8 @@ def _runtime(exe: Path, inc: Path) -> list[Path]:
     return objs
 
 
-def _compile(verilog: str, out: Path, lib: Path, dw: int, flags: list[str]) -> None:
+def _compile(verilog: str, out: Path, lib: Path, dw: int, flags: list[str],
+             trace: int) -> None:
     exe, root = _verilator()
     tmp = out.with_name(out.name + f".tmp{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
@@ -152,7 +165,8 @@ def _compile(verilog: str, out: Path, lib: Path, dw: int, flags: list[str]) -> N
     result = subprocess.run(
         [str(exe), "--cc", f"{TOP}.v", "--top-module", TOP, "--prefix", "Vtop", "--Mdir", "obj",
          "--output-split", "0", "--no-timing", "-Wno-fatal", "-Wno-lint", "-Wno-style", "-O3",
-         "--x-assign", "fast", "--x-initial", "fast", "--noassert"],
+         "--x-assign", "fast", "--x-initial", "fast", "--noassert",
+         *(["--trace", "--trace-depth", str(trace)] if trace else [])],
         cwd=tmp, capture_output=True, text=True)
     if result.returncode:
         raise RuntimeError(f"verilating the accelerator failed:\n{result.stderr[-4000:]}")
@@ -161,8 +175,9 @@ def _compile(verilog: str, out: Path, lib: Path, dw: int, flags: list[str]) -> N
     harness = tmp / "harness.cpp"
     harness.write_text(harness_source())
     cmd = ["g++", *flags, f"-I{inc}", f"-I{inc / 'vltstd'}", f"-I{tmp / 'obj'}",
-           "-DMODEL=Vtop", '-DMODEL_H="Vtop.h"', f"-DDW={dw}", *_DEFINES, str(harness),
-           *sources, *map(str, _runtime(exe, inc)), "-o", str(tmp / lib.name), "-pthread"]
+           "-DMODEL=Vtop", '-DMODEL_H="Vtop.h"', f"-DDW={dw}", *_defines(trace), str(harness),
+           *sources, *map(str, _runtime(exe, inc, trace)), "-o", str(tmp / lib.name),
+           "-pthread"]
     result = subprocess.run(cmd, capture_output=True, text=True)
     if result.returncode:
         raise RuntimeError(f"building the native model failed:\n{result.stderr[-4000:]}")
@@ -189,6 +204,13 @@ class NativeSim:
     library : str or Path, optional
         A model :func:`build` compiled for the same ``params``, loaded as it is: nothing is
         generated or compiled, so neither Amaranth nor Verilator is needed.
+    vcd : str or Path, optional
+        Write the signals' waveforms there, a VCD, from reset to this object's end (a model
+        built with ``trace``, cached beside the others). Default: ``BFP_NATIVE_VCD`` from the
+        environment, else none. ``BFP_NATIVE_VCD_DEPTH`` bounds the hierarchy traced (1: the
+        top's ports, 3: the engine's blocks' ports and registers; default all): a VCD of
+        everything grows by some 5 megabytes every thousand cycles of an 8 x 8 array, so
+        trace short runs.
     **params
         The accelerator's parameters (:class:`rtl.accelerator.Accelerator`); ``burst_beats``
         defaults to the port's (:func:`firmware.spec.ports.burst_beats`).
@@ -208,7 +230,8 @@ class NativeSim:
 
     def __init__(self, *, memory: int = 64 << 20, port: str | dict = "ideal",
                  latency: int | None = None, pause: float | None = None, seed: int = 1,
-                 library: str | Path | None = None, **params):
+                 library: str | Path | None = None, vcd: str | Path | None = None,
+                 **params):
         from firmware.spec.ports import resolve_port
 
         overrides = {k: v for k, v in (("read_latency", latency), ("pause", pause))
@@ -224,7 +247,12 @@ class NativeSim:
         self.params = params
         if library is not None and not Path(library).is_file():
             raise FileNotFoundError(f"library: no compiled model at {library}")
-        lib = ctypes.CDLL(str(build(**params) if library is None else library))
+        vcd = vcd if vcd is not None else os.environ.get("BFP_NATIVE_VCD") or None
+        if vcd is not None and library is not None:
+            raise ValueError("vcd: a model given as library= writes no waveforms")
+        depth = int(os.environ.get("BFP_NATIVE_VCD_DEPTH", "99")) if vcd is not None else 0
+        lib = ctypes.CDLL(str(build(trace=depth, **params) if library is None
+                              else library))
         for name, res, args in (
                 ("sim_new", ctypes.c_void_p, [ctypes.c_uint64, ctypes.c_uint, ctypes.c_double,
                                               ctypes.c_uint64]),
@@ -251,6 +279,9 @@ class NativeSim:
             fn.restype, fn.argtypes = res, args
         self._lib = lib
         p = self.port
+        if vcd is not None:
+            lib.sim_trace.restype, lib.sim_trace.argtypes = None, [ctypes.c_char_p]
+            lib.sim_trace(os.fsencode(vcd))       # (before the reset's cycles, in sim_new)
         self._h = lib.sim_new(memory, p["read_latency"], p["pause"], seed)
         lib.sim_configure(self._h, p["outstanding_reads"] or 0, p["outstanding_writes"] or 0,
                           p["read_latency"], p["write_latency"], p["max_burst"],

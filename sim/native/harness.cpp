@@ -53,6 +53,12 @@
 
 #include "verilated.h"
 #include MODEL_H
+#if TRACE
+#include <string>
+#include "verilated_vcd_c.h"
+// The VCD the next Sim writes (sim_trace), set before sim_new.
+static std::string trace_path;
+#endif
 
 #ifndef DW
 #error "DW (AXI data width) must be defined"
@@ -197,6 +203,9 @@ struct WriteState {
 struct Sim {
     VerilatedContext ctx;
     MODEL *top;
+#if TRACE
+    VerilatedVcdC *vcd = nullptr;
+#endif
     std::vector<uint8_t> mem;
     uint64_t cycle = 0;
     unsigned outstanding_reads = 0, outstanding_writes = 0;   // 0: unlimited
@@ -217,6 +226,9 @@ struct Sim {
     Sim(size_t bytes, unsigned latency_, double pause_, uint64_t seed)
         : mem(bytes, 0), read_latency(latency_), write_latency(latency_ / 4 + 1),
           pause(pause_), rng(seed * 2654435761u + 1), order_rng(seed * 40503u + 7) {
+#if TRACE
+        if (!trace_path.empty()) ctx.traceEverOn(true);
+#endif
         top = new MODEL{&ctx};
         rports.push_back(ReadState{READ_PINS(top, mem_r__)});
 #if READ_PORTS > 1
@@ -247,6 +259,13 @@ struct Sim {
 #if WRITE_PORTS > 5
         wports.push_back(WriteState{WRITE_PINS(top, mem_w5__)});
 #endif
+#if TRACE
+        if (!trace_path.empty()) {
+            vcd = new VerilatedVcdC;
+            top->trace(vcd, 99);
+            vcd->open(trace_path.c_str());
+        }
+#endif
         top->clk = 0;
         top->rst = 1;
         for (int i = 0; i < 4; i++) tick();
@@ -254,6 +273,9 @@ struct Sim {
         tick();
     }
     ~Sim() {
+#if TRACE
+        if (vcd) { vcd->close(); delete vcd; }
+#endif
         top->final();
         delete top;
     }
@@ -511,6 +533,9 @@ struct Sim {
             drive_write(wports[(i + cycle) % wports.size()]);
         top->clk = 0;
         top->eval();
+#if TRACE
+        if (vcd) vcd->dump(2 * cycle);
+#endif
 
         // ---- sample handshakes ----
         for (auto &p : rports) sample_read(p);
@@ -519,6 +544,9 @@ struct Sim {
         // ---- clock edge ----
         top->clk = 1;
         top->eval();
+#if TRACE
+        if (vcd) vcd->dump(2 * cycle + 1);
+#endif
         cycle++;
 
         // ---- update the model ----
@@ -569,6 +597,9 @@ struct Sim {
 }  // namespace
 
 extern "C" {
+#if TRACE
+void sim_trace(const char *path) { trace_path = path; }
+#endif
 void *sim_new(uint64_t bytes, unsigned latency, double pause, uint64_t seed) {
     return new Sim(bytes, latency, pause, seed);
 }
