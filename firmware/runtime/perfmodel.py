@@ -76,6 +76,22 @@ EXP_BANKS = 2
 #: Cycles the walker takes to probe a tile of a block at a kernel offset it may skip (the
 #: convolution cursor's latency, ``rtl.convcursor.ConvCursor.LATENCY``).
 PROBE_TILE = 4
+#: K-block descriptors: the walker's cycles (``rtl.walker.Walker``'s states), by which it
+#: issues a chunk's exponents, commands and load jobs one after another, the next chunk's
+#: once the bank of the chunk before last is free. A tile's command: CMD's four phases
+#: and NEXT. A load job: a cycle in LOAD where a queue takes it (two read ports or more);
+#: behind one read port the load sequencer takes a job with its last read command,
+#: :data:`WALK_LOADER` cycles on. An exponent byte: EXP_PREP, EXP_PREP2, EXP and LOAD. A
+#: convolution (forward, backward-data) moves its cursor before each tile's B load and each
+#: column exponent and waits :data:`WALK_CURSOR` of its latency more. A tile's command
+#: reaches the array :data:`WALK_ISSUE` cycles after the walker offers it.
+WALK_TILE = 5
+WALK_LOAD = 1
+WALK_LOADER = 4
+WALK_EXP = 4
+WALK_CURSOR = 2
+WALK_EXP_CURSOR = 3
+WALK_ISSUE = 2
 
 
 def read_rate(beats: float, outstanding: int, latency: int, keep: float = 1.0) -> float:
@@ -207,7 +223,8 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
             copies: int = 1, chunk: int = 0, k_blocks: bool = False,
             k_runs: tuple[int, ...] | None = None, b_per_tile: bool = False,
             b_group: int = 1, offsets: int = 1,
-            k_walked: tuple[tuple[bool, ...], ...] | None = None, replays: int = 0) -> dict:
+            k_walked: tuple[tuple[bool, ...], ...] | None = None, replays: int = 0,
+            c_bytes: int = 4) -> dict:
     """Predicted cycles of one GEMM descriptor, from its start to its last C row in memory.
 
     Parameters
@@ -274,6 +291,10 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
         window's phases less one. Each block's sums are kept after its last chunk, and for
         each further phase a chunk of one step (B zeros: no reads, no exponents) adds to
         them and writes them (:func:`sim.models.engine.walk_chunks`).
+    c_bytes : {4, 1}
+        Bytes an element of C takes on the bus: 4 (float32, int32), or 1 (a BFP8 C's
+        mantissas, ``DESC_EPILOGUE.BFP8``: the write-back takes a row a cycle and makes a
+        beat of a row's bytes; each tile block's exponent byte is not counted).
     offsets : int
         With ``k_blocks``, a weight gradient's kernel offsets walked inside each K chunk
         (:func:`firmware.spec.hw.wg_offsets_inner`: the GEMM of one offset is one block): every
@@ -410,6 +431,8 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
             or len(k_runs) % len(k_walked[0])):
         raise ValueError("k_walked must give, with k_runs, each block of columns a flag per "
                          "kernel offset, each offset as many K runs")
+    if c_bytes not in (1, 4) or isinstance(c_bytes, bool):
+        raise ValueError(f"c_bytes must be 4 or 1, not {c_bytes!r}")
     if not isinstance(replays, int) or replays < 0 or (replays and k_runs is None):
         raise ValueError(f"replays must be a non-negative integer, with k_runs, not "
                          f"{replays!r}")
@@ -456,7 +479,7 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
             runs = []
             for j in range(bn):
                 cols_in = min(cols, n - n_blk - j * cols)
-                words = _cdiv(4 * cols_in, bpw) if 4 * cols > bpw else 1
+                words = _cdiv(c_bytes * cols_in, bpw) if c_bytes * cols > bpw else 1
                 runs += [words] * sum(rows_in)
             beats = sum(runs) / len(runs)
             # the rows dealt to the write ports in turn, across tiles: each takes every P-th
@@ -476,7 +499,21 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
         # (``interval`` is the K-block one for a tile of all its rows)
         gaps = [kblock_interval(rows, cols, read_rows=rows_in[i]) if middle else interval
                 for i, _ in tile_order(bm, bn, transpose_b)]
+        # the walker's cycles for the chunk (K blocks): its exponents, then per tile its
+        # command and the load jobs it offers with it (job_tile: the tile of each load)
+        job_tile = [0] * len(loads)
+        for t, (a_l, b_l) in reversed(list(enumerate(tiles))):
+            for x in (a_l, b_l):
+                if x is not None:
+                    job_tile[x] = t
+        cursor = WALK_CURSOR if b_per_tile and k_runs is not None else 0
+        load_cost = WALK_LOAD if read_ports >= 2 else WALK_LOAD + WALK_LOADER
+        exps_n = 0 if replay else bm + bn * (2 if cols == 2 * regmap.TILE_BLOCK else 1)
+        walk = (1 + exps_n * (WALK_EXP + (load_cost - WALK_LOAD)) + (0 if replay else
+                bn * (cursor and WALK_EXP_CURSOR))) if k_blocks else 0
         chunks.append({"compute": bm * bn * kc, "kc": kc, "loads": loads, "gaps": gaps,
+                       "walk_exps": walk, "walk_tile": WALK_TILE + cursor,
+                       "walk_load": load_cost, "job_tile": job_tile,
                        "after": after,
                        "probe": max(0, skips[ci]) * bn * PROBE_TILE if skips else 0,
                        "replay": replay,
@@ -521,18 +558,39 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
         # (K blocks: when each chunk's exponents are in, EXP_TRIP and the read latency after
         # those of the chunk EXP_BANKS before)
         exps = [0.0] * len(chunks)
+        # (K blocks: the walker's clock, when it has offered each chunk's last job; each
+        # chunk's commands' and load jobs' times; each chunk's last tile's start)
+        walk_end, cmd_at, job_at = 0.0, [None] * len(chunks), [None] * len(chunks)
+        last_start = [0.0] * len(chunks)
         for kind, i in steps:
             c = chunks[i]
+            if kind == "load" and k_blocks:
+                # the walker offers the chunk's exponents once the bank of the chunk before
+                # last is free (its last command taken), then each tile's command and loads
+                free = last_start[i - EXP_BANKS] if i >= EXP_BANKS and not c["replay"] else 0
+                at = max(walk_end, free) + c["probe"] + c["walk_exps"]
+                cmd_at[i], job_at[i], jobs = [], [0.0] * len(c["loads"]), 0
+                for t in range(len(c["tiles"])):
+                    cmd_at[i].append(at + 1)
+                    at += c["walk_tile"]
+                    for x, jt in enumerate(c["job_tile"]):
+                        if jt == t:
+                            job_at[i][x] = at
+                            at += c["walk_load"]
+                            jobs += 1
+                walk_end = at
             if kind == "load":
                 clock = list(read_end[i - 1]) if i else [0.0] * nports
                 done = []
-                for path, job in c["loads"]:
+                for x_job, (path, job) in enumerate(c["loads"]):
                     # the ports (and gearbox clocks) the job's rows go through: one, or with three
                     # to five read ports B's rows dealt to ports 1, 2 ... in turn
                     subs = [(1 + w, job[1 + w]) for w in range(ways)] if job[0] == "stripe" else \
                         [(path if read_ports >= 2 else 0, job)]
                     j = c["after"][path]
                     free = 0.0 if j is None else comp_end[j]
+                    # (its job is offered when the walker is at its tile)
+                    offered = job_at[i][x_job] if k_blocks else 0.0
                     if read_ports >= 2:
                         free = begin = max(begin, *(gearbox[p] for p, _ in subs), free)
                     ends = []
@@ -542,7 +600,7 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
                         # the job's words wait in the DMA's FIFO for its slots: its reads may
                         # begin up to a FIFO's worth of words before they free
                         lead = cycles * min(1.0, read_fifo / words) if words else 0.0
-                        start = max(clock[p], free - lead - lat_r)
+                        start = max(clock[p], free - lead - lat_r, offered)
                         clock[p] = ledger.move(start, cycles, words * bpw)
                         # a job's vectors follow its gearbox's previous job's and its own words
                         # (reads run on meanwhile, into the FIFO), once its slots are free
@@ -581,9 +639,10 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
                 t = exps[i]
             per_tile = c["write"] / len(c["tiles"])
             tile_bytes = c["write_words"] * bpw / len(c["tiles"])
-            for (a_l, b_l), gap in zip(c["tiles"], c["gaps"], strict=True):
+            for x_t, ((a_l, b_l), gap) in enumerate(zip(c["tiles"], c["gaps"], strict=True)):
                 ready = max(0.0 if a_l is None else done[a_l],
-                            0.0 if b_l is None else done[b_l])
+                            0.0 if b_l is None else done[b_l],
+                            cmd_at[i][x_t] + WALK_ISSUE if k_blocks else 0.0)
                 if ready > t:
                     waited += ready - t
                     t = ready
@@ -596,6 +655,7 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
                 # read-out interval after the one before
                 t = max(t + c["kc"], last_end + last_gap)
                 last_end, last_gap = t, gap
+                last_start[i] = t - c["kc"]
                 if per_tile:
                     # the tile's C rows go out once it has computed, after those before it
                     wclock = ledger.move(max(wclock, t), per_tile, tile_bytes, 1)
@@ -612,7 +672,7 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
     # goes out, and its response comes back. The writes booked on the channel (wclock, from
     # each tile's last step) are shifted by the same fill and forming latencies; all of it
     # after the descriptor's check (START_LATENCY).
-    words = _cdiv(4 * min(cols, n), bpw)
+    words = _cdiv(c_bytes * min(cols, n), bpw)
     fill = hw.fill_latency(rows, cols) + (KB_ADD_LATENCY if k_blocks else 0)
     last_rows = _cdiv(rows, write_ports) * words / keep
     start = START_LATENCY + (hw.CUT_WAIT if chunk else 0)

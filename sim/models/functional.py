@@ -400,7 +400,7 @@ class FunctionalAccelerator:
                 kb["offsets" if inner else "copies"] = offsets
             p = self.predict(m, n // (offsets or 1), walked, ta, tb, port=self.port,
                              write_ports=self.write_ports, read_ports=self.read_ports,
-                             chunk=f["CHUNK"], **cfg, **kb)
+                             chunk=f["CHUNK"], c_bytes=1 if bfp8 else 4, **cfg, **kb)
         self.descriptors += 1
         cycles = max(p["cycles"], floor)
         if self.trace is not None:
