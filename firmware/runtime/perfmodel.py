@@ -537,6 +537,8 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
         ahead = nxt and not rr and all(j is None or j < i for j in chunks[i + 1]["after"])
         steps += nxt + [("compute", i)] if ahead else [("compute", i)] + nxt
 
+    walker = k_blocks and offsets == 1
+
     def schedule(ledger):
         nports = max(read_ports, 2)
         read_end = [[0.0] * nports for _ in chunks]     # each port's (one: all the same)
@@ -558,13 +560,15 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
         # (K blocks: when each chunk's exponents are in, EXP_TRIP and the read latency after
         # those of the chunk EXP_BANKS before)
         exps = [0.0] * len(chunks)
-        # (K blocks: the walker's clock, when it has offered each chunk's last job; each
-        # chunk's commands' and load jobs' times; each chunk's last tile's start)
+        # (K blocks, but for a weight gradient's offsets inside its chunks, whose pace
+        # EXP_TRIP was measured on: the walker's clock, when it has offered each chunk's
+        # last job; each chunk's commands' and load jobs' times; each chunk's last tile's
+        # start)
         walk_end, cmd_at, job_at = 0.0, [None] * len(chunks), [None] * len(chunks)
         last_start = [0.0] * len(chunks)
         for kind, i in steps:
             c = chunks[i]
-            if kind == "load" and k_blocks:
+            if kind == "load" and walker:
                 # the walker offers the chunk's exponents once the bank of the chunk before
                 # last is free (its last command taken), then each tile's command and loads
                 free = last_start[i - EXP_BANKS] if i >= EXP_BANKS and not c["replay"] else 0
@@ -590,7 +594,7 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
                     j = c["after"][path]
                     free = 0.0 if j is None else comp_end[j]
                     # (its job is offered when the walker is at its tile)
-                    offered = job_at[i][x_job] if k_blocks else 0.0
+                    offered = job_at[i][x_job] if walker else 0.0
                     if read_ports >= 2:
                         free = begin = max(begin, *(gearbox[p] for p, _ in subs), free)
                     ends = []
@@ -642,7 +646,7 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
             for x_t, ((a_l, b_l), gap) in enumerate(zip(c["tiles"], c["gaps"], strict=True)):
                 ready = max(0.0 if a_l is None else done[a_l],
                             0.0 if b_l is None else done[b_l],
-                            cmd_at[i][x_t] + WALK_ISSUE if k_blocks else 0.0)
+                            cmd_at[i][x_t] + WALK_ISSUE if walker else 0.0)
                 if ready > t:
                     waited += ready - t
                     t = ready
