@@ -296,6 +296,46 @@ def test_skipped_offsets_follow_the_model(rtl, spec, mode):
     np.testing.assert_array_equal(*results)
 
 
+def _random_geometry(rng):
+    """A small convolution whose output has positions: batch a multiple of the columns."""
+    while True:
+        k, s, p = int(rng.integers(1, 4)), int(rng.integers(1, 3)), int(rng.integers(0, 3))
+        h, w = int(rng.integers(2, 8)), int(rng.integers(2, 8))
+        if p < k and h + 2 * p >= k and w + 2 * p >= k:
+            return convm.ConvGeometry(32 * int(rng.integers(1, 3)), int(rng.integers(1, 13)),
+                                      h, w, int(rng.integers(1, 13)), k, stride=s, padding=p)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_walks_match_the_model_on_random_convolutions(rtl, seed):
+    """Which kernel offsets a forward or backward-data block walks is decided twice, by
+    the walker's probe and by the model (:func:`sim.models.conv.walked_offsets`): on random
+    geometries, in each mode (a weight gradient's too), the array's active cycles on the
+    RTL are the model's compute cycles, and the results agree. (A weight gradient's
+    offsets inside each chunk or as GEMMs compute alike; their cycles differ, which
+    :func:`test_weight_grad_cycles_follow_the_model` holds.)"""
+    rng = np.random.default_rng(100 + seed)
+    g = _random_geometry(rng)
+    (qw, ew), (qx, ex) = _operands(rng, g)
+    qd, ed = _deltas(rng, g)
+    model = Device("model", rows=8, cols=8, data_width=64, depth=64, block=4, epilogue=True)
+    for mode in (1, 2, 3):
+        active, results = [], []
+        for dev in (rtl, model):
+            if mode == 1:
+                y = dev.conv2d(dev.bfp_tensor(qx, ex), dev.bfp_stack(qw, ew), g,
+                               out="float32")
+            elif mode == 2:
+                y = dev.conv2d_backward_data(dev.bfp_tensor(qd, ed), dev.bfp_stack(qw, ew),
+                                             g, out="float32")
+            else:
+                y = dev.conv2d_weight_grad(dev.bfp_tensor(qd, ed), dev.bfp_tensor(qx, ex), g)
+            active.append(dev.stats["active_cycles"])
+            results.append(np.asarray(y.numpy() if hasattr(y, "numpy") else y))
+        assert active[0] == active[1], (g, mode, active)
+        np.testing.assert_array_equal(*results)
+
+
 UNPOOL_GEOMETRIES = [
     ((32, 8, 4, 4, 6, 3, 1, 1, 1), 2), ((32, 40, 3, 2, 5, 3, 1, 1, 1), (2, 3)),
     ((32, 3, 2, 2, 12, 1, 1, 0, 1), 3)]
