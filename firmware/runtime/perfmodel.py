@@ -436,12 +436,12 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
     if not isinstance(replays, int) or replays < 0 or (replays and k_runs is None):
         raise ValueError(f"replays must be a non-negative integer, with k_runs, not "
                          f"{replays!r}")
-    skips = []
+    marks = []                  # (offsets skipped before, a replay) per chunk, where walked
     for _ in range(copies):
         more, parity = walk_chunks(m, n, k, rows, cols, depth, data_width, block, parity,
                                    chunk=chunk, k_blocks=k_blocks, k_runs=k_runs,
                                    k_walked=k_walked, replays=replays,
-                                   skips=None if k_walked is None and not replays else skips)
+                                   marks=None if k_walked is None and not replays else marks)
         walked += more
     if offsets > 1:
         # each chunk once per offset: A kept after the first, B to the other slots each time
@@ -458,7 +458,7 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
         # a block that keeps an operand's tiles (block_order) loads none of them
         a_jobs = [] if keep_a else operand_jobs(transpose_a, rows, m_blk, m, bm, kc)
         # (a replay's B: zero rows, no reads)
-        replay = bool(skips) and skips[ci] < 0
+        replay = bool(marks) and marks[ci][1]
         b_jobs = [] if keep_b or replay else operand_jobs(
             not transpose_b, cols, n_blk, n, bn, kc, read_ports >= 3, b_per_tile)
         # The walker's order (tile_order); each command's A load, then B — or B's first
@@ -515,7 +515,7 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
                        "walk_exps": walk, "walk_tile": WALK_TILE + cursor,
                        "walk_load": load_cost, "job_tile": job_tile,
                        "after": after,
-                       "probe": max(0, skips[ci]) * bn * PROBE_TILE if skips else 0,
+                       "probe": marks[ci][0] * bn * PROBE_TILE if marks else 0,
                        "replay": replay,
                        "tiles": tiles, "write": write,
                        "write_words": sum(runs) if write else 0})

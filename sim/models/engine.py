@@ -317,7 +317,7 @@ def walk_chunks(m: int, n: int, k: int, rows: int, cols: int, depth: int, data_w
                 side: int, parity: tuple[int, int] = (0, 0), chunk: int = 0,
                 k_blocks: bool = False, k_runs: tuple[int, ...] | None = None,
                 k_walked: tuple[tuple[bool, ...], ...] | None = None,
-                skips: list | None = None, replays: int = 0):
+                marks: list | None = None, replays: int = 0):
     """The K chunks of a GEMM in :class:`rtl.walker.Walker`'s order, each with its block and
     the buffer slot parities of its operands: ``(m_blk, n_blk, keep_a, keep_b, k0, kc,
     a_par, b_par)`` (:func:`block_order`, :func:`array_block_chunks`, ``chunk`` its
@@ -326,11 +326,11 @@ def walk_chunks(m: int, n: int, k: int, rows: int, cols: int, depth: int, data_w
     or into ``k_runs``; ``k_walked`` (with ``k_runs``, per block of columns: which kernel
     offsets it walks, each an equal share of the runs, :func:`sim.models.conv.
     walked_offsets`) leaves out the runs of the offsets a block skips, which take no
-    slots; ``skips``, a list, is given per chunk the offsets skipped just before it (-1
-    for a replay). ``replays`` (a backward-data convolution through a max pool's argmax,
-    its window's phases less one): after each block's last chunk as many chunks of one
-    step (``k0 = k - 1``, zeros in B), which add to the kept sums and write them at the
-    next phase; no block then keeps an operand.
+    slots; ``marks``, a list, is given per chunk a pair: the offsets skipped just before
+    it, and whether it is a replay. ``replays`` (a backward-data convolution through a max
+    pool's argmax, its window's phases less one): after each block's last chunk as many
+    chunks of one step (``k0 = k - 1``, zeros in B), which add to the kept sums and write
+    them at the next phase; no block then keeps an operand.
 
     Returns the chunks and the parities ``(A's, B's)`` after the last one.
     """
@@ -347,19 +347,17 @@ def walk_chunks(m: int, n: int, k: int, rows: int, cols: int, depth: int, data_w
             if k_walked is not None and not k_walked[n_blk // (side * cols)][r // per]:
                 skipped += r % per == 0
                 continue
-            if skips is not None:
-                skips.append(skipped)
-            skipped = 0
             last = k0 + kc == k
             for rep in range(1 + replays * last):
-                if rep and skips is not None:
-                    skips.append(-1)
+                if marks is not None:
+                    marks.append((0 if rep else skipped, bool(rep)))
                 out.append((m_blk, n_blk, keep_a and not replays, keep_b and not replays,
                             k - 1 if rep else k0, 1 if rep else kc, a_par, b_par))
                 nxt = (blocks[idx + 1] if last and rep == replays and idx + 1 < len(blocks)
                        and not replays else None)
                 a_par ^= not (nxt and nxt[2])
                 b_par ^= not (nxt and nxt[3])
+            skipped = 0
     return out, (a_par, b_par)
 
 
