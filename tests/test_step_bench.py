@@ -105,7 +105,7 @@ def test_step_macs_are_the_engines_without_the_padding(net):
     the engine counts forward and backward-data, and the forward's again for the weight
     gradients, whose walk also multiplies the padding's zeros."""
     from sim.bench.conv_layers import trace_step
-    records, _, _ = trace_step("zcu104", net, 8)
+    records, _, _, _ = trace_step("zcu104", net, 8)
     by = {p: sum(r["macs"] for r in records if r["pass"] == p)
           for p in ("forward", "backward-data", "weight gradient")}
     assert step.step_macs(net, 8) == 2 * by["forward"] + by["backward-data"]

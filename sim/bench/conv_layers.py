@@ -56,9 +56,11 @@ ROOT = Path(__file__).resolve().parents[2]
 __all__ = ["bounds", "trace_step", "measure", "main"]
 
 
-def bounds(rec: dict, cfg: dict, port: dict) -> dict:
+def bounds(rec: dict, cfg: dict, port: dict, walked: tuple | None = None) -> dict:
     """The bounds (module documentation) of one traced descriptor ``rec`` (with its
-    ``bytes_read`` and ``bytes_written``) on configuration ``cfg`` and resolved ``port``."""
+    ``bytes_read`` and ``bytes_written``) on configuration ``cfg`` and resolved ``port``;
+    ``walked``, a convolution's kernel offsets each block of tiles walks
+    (:func:`sim.models.conv.walked_offsets`, :func:`trace_step`'s), else every offset."""
     from firmware.runtime.perfmodel import kblock_interval
     from firmware.spec.ports import dram_bytes_per_cycle
     from firmware.spec.regmap import TILE_BLOCK
@@ -73,7 +75,6 @@ def bounds(rec: dict, cfg: dict, port: dict) -> dict:
     runs = rec.get("k_runs") or [min(TILE_BLOCK, k - k0) for k0 in range(0, k, TILE_BLOCK)]
     # (the steps walked: a convolution's kernel offsets each block of tiles walks, over
     # padding too; as (tiles across, runs) per block)
-    walked = rec.get("_walked")
     if walked:
         side, per = -(-across // len(walked)), len(runs) // len(walked[0])
         blocks = [(min(side, across - b * side), [r for j, r in enumerate(runs) if w[j // per]])
@@ -124,11 +125,12 @@ def _traffic(pass_: str, g, st, last: bool, bias: bool = False) -> tuple[int, in
 
 
 def trace_step(board: str, net_name: str, batch: int = 128,
-               **overrides) -> tuple[list, dict, dict]:
+               **overrides) -> tuple[list, dict, dict, list]:
     """One traced training step of ``net_name`` on ``board``'s default (module
     documentation; ``overrides``: its array's ``rows`` and ``cols`` instead): the records
-    (layer, pass, shape, MACs, cycles, bytes), the board's configuration and its resolved
-    port."""
+    (layer, pass, shape, MACs, cycles, bytes), the board's configuration, its resolved
+    port, and per record the kernel offsets each block walks (``None``: every one), which
+    :func:`bounds` takes."""
     from firmware.ml.resident_conv import ResidentConvNet
     from firmware.spec.ports import BOARD_PORTS, resolve_port
     from platforms import PLATFORMS
@@ -156,7 +158,7 @@ def trace_step(board: str, net_name: str, batch: int = 128,
     if len(plan) != len(trace):
         raise RuntimeError(f"{net_name}: traced {len(trace)} descriptors, expected "
                            f"{len(plan)}")
-    records = []
+    records, walks = [], []
     for (layer, pass_, st), t in zip(plan, trace, strict=True):
         rec = {"layer": layer, "pass": pass_, "m": t["m"], "n": t["n"], "k": t["k"],
                "macs": t["macs"], "cycles": t["cycles"]}
@@ -164,8 +166,7 @@ def trace_step(board: str, net_name: str, batch: int = 128,
             rec["k_runs"] = list(t["k_runs"])
         if t.get("offsets"):
             rec["offsets"] = t["offsets"]
-        if t.get("k_walked"):
-            rec["_walked"] = t["k_walked"]      # (for bounds; not recorded)
+        walks.append(t.get("k_walked") or None)
         if st is None:
             rec.update(bytes_read=4 * t["m"] * t["n"], bytes_written=t["m"] * t["n"])
         else:
@@ -177,7 +178,7 @@ def trace_step(board: str, net_name: str, batch: int = 128,
             rd, wr = _traffic(pass_, g, st, layer == n - 1, r.fused_bias)
             rec.update(layer_shape=_shape(st), bytes_read=rd, bytes_written=wr)
         records.append(rec)
-    return records, cfg, resolve_port(BOARD_PORTS[board])
+    return records, cfg, resolve_port(BOARD_PORTS[board]), walks
 
 
 def _shape(st) -> str:
@@ -193,10 +194,9 @@ def measure(board: str, net_name: str, batch: int = 128, **overrides) -> dict:
     from firmware.runtime.perfmodel import kblock_interval
     from firmware.spec.ports import BOARD_PORTS
     from platforms import PLATFORMS
-    records, cfg, port = trace_step(board, net_name, batch, **overrides)
-    for rec in records:
-        rec.update(bounds(rec, cfg, port))
-        rec.pop("_walked", None)
+    records, cfg, port, walks = trace_step(board, net_name, batch, **overrides)
+    for rec, walked in zip(records, walks, strict=True):
+        rec.update(bounds(rec, cfg, port, walked))
         rec["utilization"] = rec["macs"] / (cfg["rows"] * cfg["cols"] * rec["cycles"]) \
             if rec["cycles"] else None
     pes = cfg["rows"] * cfg["cols"]
