@@ -714,31 +714,6 @@ def test_native_vcd_needs_a_model_built_to_trace(tmp_path):
         NativeSim(rows=8, cols=8, data_width=128, library=lib, vcd=tmp_path / "x.vcd")
 
 
-def _vcd_high_cycles(path, name):
-    """The rising edges at which the VCD's signal ``name`` (dotted from the top) is 1."""
-    ident, scope = None, []
-    with open(path) as f:
-        for line in f:
-            t = line.split()
-            if line.startswith("$enddefinitions"):
-                break
-            if t[:1] == ["$scope"]:
-                scope.append(t[2])
-            elif t[:1] == ["$upscope"]:
-                scope.pop()
-            elif t[:1] == ["$var"] and ".".join(scope[1:] + [t[4]]) == name:
-                ident = t[3]
-        assert ident is not None, f"{name} is not in the VCD"
-        value, time, high = 0, 0, 0
-        for line in f:
-            if line.startswith("#"):
-                high += value and time % 2 == 1       # (odd times: after the rising edge)
-                time = int(line[1:])
-            elif line[1:].strip() == ident and line[0] in "01":
-                value = int(line[0])
-    return high
-
-
 @pytest.mark.slow
 def test_native_vcd_records_the_run(tmp_path, monkeypatch):
     """``BFP_NATIVE_VCD`` writes the run's waveforms: the engine's ``step`` is high in as
@@ -756,4 +731,51 @@ def test_native_vcd_records_the_run(tmp_path, monkeypatch):
     import gc
     gc.collect()                                    # (the VCD is closed with the model)
     assert active > 0
-    assert _vcd_high_cycles(path, "bfp_accel.engine.step") == active
+    from sim.native.vcd import STEP, sample
+    assert sum(step for step, in sample(path, [STEP])) == active
+
+
+VCD = """$timescale 1ps $end
+$scope module TOP $end
+$scope module bfp_accel $end
+$var wire 1 ! clk $end
+$scope module engine $end
+$var wire 1 " step $end
+$var wire 4 # walk_state $end
+$upscope $end
+$upscope $end
+$upscope $end
+$enddefinitions $end
+#0
+0"
+b0 #
+#1
+#2
+1"
+b101 #
+#3
+#4
+#5
+0"
+b1001 #
+#6
+#7
+"""
+
+
+def test_vcd_samples_each_rising_edge(tmp_path, capsys):
+    """:func:`sim.native.vcd.sample` reads each rising edge's values (odd times); a name
+    not traced is a ValueError naming it; the command line exits 2 without a VCD."""
+    from sim.native import vcd
+    path = tmp_path / "run.vcd"
+    path.write_text(VCD)
+    got = list(vcd.sample(path, ["bfp_accel.engine.step", "bfp_accel.engine.walk_state"]))
+    assert got == [(0, 0), (1, 5), (0, 9), (0, 9)]
+    with pytest.raises(ValueError, match="walker.walk_state"):
+        list(vcd.sample(path, [vcd.WALK_STATE]))
+    states = vcd.walker_states(k_blocks=True, conv=True)
+    assert states[0] == "IDLE" and "PROBE" in states.values()
+    assert "PROBE" not in vcd.walker_states().values()
+    with pytest.raises(SystemExit) as e:
+        vcd.main([str(tmp_path / "none.vcd")])
+    assert e.value.code == 2 and "no VCD" in capsys.readouterr().err
