@@ -500,20 +500,22 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
         gaps = [kblock_interval(rows, cols, read_rows=rows_in[i]) if middle else interval
                 for i, _ in tile_order(bm, bn, transpose_b)]
         # the walker's cycles for the chunk (K blocks): its exponents, then per tile its
-        # command and the load jobs it offers with it (job_tile: the tile of each load)
-        job_tile = [0] * len(loads)
-        for t, (a_l, b_l) in reversed(list(enumerate(tiles))):
-            for x in (a_l, b_l):
-                if x is not None:
-                    job_tile[x] = t
+        # command and the load jobs it offers with it (tile_jobs: each tile's new loads, in
+        # the order they were booked); behind one read port it waits for the load
+        # sequencer to take each job
+        tile_jobs, seen = [], set()
+        for a_l, b_l in tiles:
+            new = sorted({a_l, b_l} - {None} - seen)
+            tile_jobs.append(new)
+            seen.update(new)
         cursor = WALK_CURSOR if b_per_tile and k_runs is not None else 0
-        load_cost = WALK_LOAD if read_ports >= 2 else WALK_LOAD + WALK_LOADER
+        loader = 0 if read_ports >= 2 else WALK_LOADER
         exps_n = 0 if replay else bm + bn * (2 if cols == 2 * regmap.TILE_BLOCK else 1)
-        walk = (1 + exps_n * (WALK_EXP + (load_cost - WALK_LOAD)) + (0 if replay else
-                bn * (cursor and WALK_EXP_CURSOR))) if k_blocks else 0
+        walk = 1 + exps_n * (WALK_EXP + loader) + (bn * WALK_EXP_CURSOR
+                                                    if cursor and not replay else 0)
         chunks.append({"compute": bm * bn * kc, "kc": kc, "loads": loads, "gaps": gaps,
                        "walk_exps": walk, "walk_tile": WALK_TILE + cursor,
-                       "walk_load": load_cost, "job_tile": job_tile,
+                       "walk_load": WALK_LOAD + loader, "tile_jobs": tile_jobs,
                        "after": after,
                        "probe": marks[ci][0] * bn * PROBE_TILE if marks else 0,
                        "replay": replay,
@@ -573,15 +575,13 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
                 # last is free (its last command taken), then each tile's command and loads
                 free = last_start[i - EXP_BANKS] if i >= EXP_BANKS and not c["replay"] else 0
                 at = max(walk_end, free) + c["probe"] + c["walk_exps"]
-                cmd_at[i], job_at[i], jobs = [], [0.0] * len(c["loads"]), 0
-                for t in range(len(c["tiles"])):
+                cmd_at[i], job_at[i] = [], [0.0] * len(c["loads"])
+                for jobs in c["tile_jobs"]:
                     cmd_at[i].append(at + 1)
                     at += c["walk_tile"]
-                    for x, jt in enumerate(c["job_tile"]):
-                        if jt == t:
-                            job_at[i][x] = at
-                            at += c["walk_load"]
-                            jobs += 1
+                    for x in jobs:
+                        job_at[i][x] = at
+                        at += c["walk_load"]
                 walk_end = at
             if kind == "load":
                 clock = list(read_end[i - 1]) if i else [0.0] * nports
