@@ -718,7 +718,7 @@ def test_native_vcd_needs_a_model_built_to_trace(tmp_path):
 def test_native_vcd_records_the_run(tmp_path, monkeypatch):
     """``BFP_NATIVE_VCD`` writes the run's waveforms: the engine's ``step`` is high in as
     many cycles as the accelerator's active-cycle counter says (compiles a traced model,
-    about two minutes)."""
+    about a minute)."""
     path = tmp_path / "run.vcd"
     monkeypatch.setenv("BFP_NATIVE_VCD", str(path))
     monkeypatch.setenv("BFP_NATIVE_VCD_DEPTH", "3")

@@ -120,11 +120,11 @@ def harness_source() -> str:
     return re.sub(r"\b(ctrl|mem_[rw]\d*)__", r"\1___05F", HARNESS.read_text())
 
 
-def _defines(trace: bool) -> tuple[str, ...]:
+def _defines(trace: int) -> tuple[str, ...]:
     return ("-DVM_TRACE=1", *_DEFINES[1:]) if trace else _DEFINES
 
 
-def _runtime(exe: Path, inc: Path, trace: bool = False) -> list[Path]:
+def _runtime(exe: Path, inc: Path, trace: int = 0) -> list[Path]:
     """The object files of Verilator's runtime (:data:`RUNTIME`, and its VCD writer with
     ``trace``), compiled on first use into ``BUILD_ROOT`` by a digest of the Verilator, its
     headers' directory and the flags: about ten seconds that every model build would
@@ -208,7 +208,8 @@ class NativeSim:
         Write the signals' waveforms there, a VCD, from reset to this object's end (a model
         built with ``trace``, cached beside the others). Default: ``BFP_NATIVE_VCD`` from the
         environment, else none. ``BFP_NATIVE_VCD_DEPTH`` bounds the hierarchy traced (1: the
-        top's ports, 3: the engine's blocks' ports and registers; default all): a VCD of
+        top's ports, 3: the engine's signals and its blocks' ports, 4: the blocks' registers,
+        the walker's state among them; default all): a VCD of
         everything grows by some 5 megabytes every thousand cycles of an 8 x 8 array, so
         trace short runs.
     **params
