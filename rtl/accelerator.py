@@ -11,7 +11,7 @@ from amaranth.lib.wiring import In, Out
 from firmware.spec import regmap
 from firmware.spec.regmap import ErrorCode
 
-from ._util import own_reset, wide_accumulator
+from ._util import FIFO_SLICE_BITS, own_reset, wide_accumulator
 from .csr import AXI4LiteSignature, RegisterBlock
 from .dma import AXI4ReadSignature, AXI4WriteSignature, DmaReader, DmaWriter
 from .engine import GemmEngine, descriptor_layout
@@ -257,8 +257,9 @@ class Accelerator(wiring.Component):
         m, queue_rst, csr = s.m, s.queue_rst, s.csr
         # ---- descriptor queue -------------------------------------------------------------
         layout = descriptor_layout(self.k_blocks, self.epilogue, self.conv)
+        # (in slices, each with its own read enable: one would drive every bit's)
         m.submodules.queue = q = ResetInserter(queue_rst)(
-            Fifo(width=layout.size, depth=self.queue))
+            Fifo(width=layout.size, depth=self.queue, slice_bits=FIFO_SLICE_BITS))
         staged = Signal(layout)
 
         def addr(name):

@@ -93,16 +93,20 @@ def _pick(lanes, part, lane: int, width: int, parts: int):
     return value
 
 
-def bfp8_to_float32(q, e):
-    """The float32 bit pattern of ``q * 2**e`` (int8 ``q`` and ``e``), as
-    :func:`sim.models.bfp.dequantize_tiles` computes it: exact, +-inf from ``2**128`` up
-    (no quantised block reaches it), subnormal below ``2**-126``. Combinational: the
-    magnitude's leading one, an 8-bit shift and the exponent's sum."""
+def bfp8_lead(q):
+    """The first half of :func:`bfp8_to_float32`: int8 ``q``'s sign, magnitude (0 to 128)
+    and the place of the magnitude's leading one (0 for a magnitude of 0 or 1)."""
     sign = q[7]
     mag = Mux(sign, -q, q)[:8]                  # 1 .. 128 (0: zero)
     p = Const(0, 3)                             # the leading one's place
     for i in range(1, 8):
         p = Mux(mag[i], i, p)
+    return sign, mag, p
+
+
+def bfp8_assemble(sign, mag, p, e):
+    """The second half of :func:`bfp8_to_float32`: the float32 bit pattern of ``q * 2**e``
+    from :func:`bfp8_lead`'s parts of ``q`` and the int8 exponent ``e``."""
     big = e.as_signed() + p                     # the value's binary exponent
     norm = (mag << (~p)[:3])[:8]                # the leading one at bit 7 (7 - p)
     field = (big + 127)[:8]
@@ -110,6 +114,15 @@ def bfp8_to_float32(q, e):
     tiny = Cat((Cat(Const(0, 22), mag, Const(0, 1)) >> ~e[0])[:31], sign)    # e is -128 or -127
     inf = Cat(Const(0x7F800000, 31), sign)
     return Mux(mag == 0, 0, Mux(big >= 128, inf, Mux(big >= -126, normal, tiny)))
+
+
+def bfp8_to_float32(q, e):
+    """The float32 bit pattern of ``q * 2**e`` (int8 ``q`` and ``e``), as
+    :func:`sim.models.bfp.dequantize_tiles` computes it: exact, +-inf from ``2**128`` up
+    (no quantised block reaches it), subnormal below ``2**-126``. Combinational: the
+    magnitude's leading one (:func:`bfp8_lead`), an 8-bit shift and the exponent's sum
+    (:func:`bfp8_assemble`); the write-back registers the parts between the two."""
+    return bfp8_assemble(*bfp8_lead(q), e)
 
 
 def _f32_row_layout(cols: int) -> data.StructLayout:
@@ -169,11 +182,11 @@ class BfpWriteBack(wiring.Component):
     pulses with the unit's last row. The order is :func:`sim.models.bfp.epilogue`'s: bias,
     ReLU and its mask, stored mask, quantiser.
 
-    With ``sgd`` built in (and ``side``), each row's parts pass two registers (the part as
-    picked, then the weight decoded) and an :class:`rtl.fp32.Fp32Mul` of ``2 * cols /
-    fold`` lanes before the adder. For a descriptor with ``sgd`` (``DESC_EPILOGUE.SGD``)
-    the GEMM's value is multiplied by ``-lr`` and the stored weight by ``decay``, and the
-    adder sums them
+    With ``sgd`` built in (and ``side``), each row's parts pass three registers (the part as
+    picked, the weight's sign, magnitude and leading one, then the weight decoded) and an
+    :class:`rtl.fp32.Fp32Mul` of ``2 * cols / fold`` lanes before the adder. For a
+    descriptor with ``sgd`` (``DESC_EPILOGUE.SGD``) the GEMM's value is multiplied by
+    ``-lr`` and the stored weight by ``decay``, and the adder sums them
     (:func:`sim.models.bfp.sgd_step`): the weight is the unit's stored BFP8 mantissa and
     exponent from the side loader (:attr:`w_lanes`, :attr:`w_exp`), decoded exactly by
     :func:`bfp8_to_float32`, or for a float32 C of one row its stored value, which the side
@@ -256,16 +269,20 @@ class BfpWriteBack(wiring.Component):
         With ``sgd``: the side loader's lookup of the stored mantissas.
     w_exp : In(signed(8))
         With ``sgd``: their unit's exponent.
+    side_phase : Out(8)
+        With ``pool``: the tile's window phase, for the side loader's comparison.
+    a_match : In(cols)
+        With ``pool``: per lane, whether the argmax the side loader looked up is
+        :attr:`side_phase` (a pool's backward pass writes the lanes where it is).
 
     Latency
     -------
-    A unit's first mantissa write command is offered about ``fill_latency +
-    DRAIN_LATENCY + 2`` cycles (:class:`rtl.epilogue.TileQuantizer`) after its last row is
-    taken (with ``side``, :data:`rtl.fp32.Fp32Add.LATENCY` + ``fold - 1`` more; with ``sgd``
-    :data:`rtl.fp32.Fp32Mul.LATENCY` + 2 more again); its
-    exponent's after its
-    last beat's words. A row's mask command is offered 4 cycles after the row reaches the
-    ReLU stage (the FIFO's 2, the two address stages), when the port is free.
+    A unit's first mantissa write command is offered about ``fill_latency + DRAIN_LATENCY +
+    2`` cycles (:class:`rtl.epilogue.TileQuantizer`) after its last row is taken (with
+    ``side``, :data:`rtl.fp32.Fp32Add.LATENCY` + ``fold - 1`` more; with ``sgd``
+    :data:`rtl.fp32.Fp32Mul.LATENCY` + 3 more again); its exponent's after its last beat's
+    words. A row's mask command is offered 4 cycles after the row reaches the ReLU stage
+    (the FIFO's 2, the two address stages), when the port is free.
 
     Throughput
     ----------
@@ -333,10 +350,10 @@ class BfpWriteBack(wiring.Component):
                 "mask_lanes": In(cols), "release": Out(1)} if self.side else {}),
             **({"w_lanes": In(data.ArrayLayout(signed(8), cols)), "w_exp": In(signed(8))}
                if self.sgd else {}),
-            **({"a_lanes": In(data.ArrayLayout(8, cols))} if pool else {}),
+            **({"side_phase": Out(8), "a_match": In(cols)} if pool else {}),
         })
         #: Rows the tag FIFO and the sums FIFO hold: enough for those in the arithmetic
-        #: (with ``sgd`` the decoding register and :class:`rtl.fp32.Fp32Mul` too) at a row
+        #: (with ``sgd`` the decoding registers and :class:`rtl.fp32.Fp32Mul` too) at a row
         #: every :attr:`fold` cycles.
         self.tag_queue = self.TAG_QUEUE
         if self.sgd and self.fold == 1:
@@ -408,24 +425,36 @@ class BfpWriteBack(wiring.Component):
                 one = Const(0x3F800000, 32)
                 fa = Mux(sgd, Cat(self.desc.lr[:31], ~self.desc.lr[31]), one)
                 fb = Mux(sgd, self.desc.decay, one)
-                # two registers: the part as picked (the side loader's lookups end there),
-                # then the stored weight decoded
-                p_valid, d_valid = Signal(), Signal()
+                # three registers: the part as picked (the side loader's lookups end there),
+                # the stored weight's sign, magnitude and leading one, then the weight
+                # decoded (one stage of the decoding is deeper than the 200 MHz budget)
+                p_valid, q_valid, d_valid = Signal(), Signal(), Signal()
                 p_a = Signal(data.ArrayLayout(32, L), reset_less=True)
                 p_b = Signal(data.ArrayLayout(32, L), reset_less=True)
                 p_w = Signal(data.ArrayLayout(8, L), reset_less=True)
                 p_e = Signal(8, reset_less=True)
+                q_a = Signal(data.ArrayLayout(32, L), reset_less=True)
+                q_b = Signal(data.ArrayLayout(32, L), reset_less=True)
+                q_s = Signal(L, reset_less=True)
+                q_m = Signal(data.ArrayLayout(8, L), reset_less=True)
+                q_p = Signal(data.ArrayLayout(3, L), reset_less=True)
+                q_e = Signal(8, reset_less=True)
                 d_a = Signal(data.ArrayLayout(32, L), reset_less=True)
                 d_b = Signal(data.ArrayLayout(32, L), reset_less=True)
-                m.d.sync += [p_valid.eq(feed), d_valid.eq(p_valid), p_e.eq(rs.wexp)]
+                m.d.sync += [p_valid.eq(feed), q_valid.eq(p_valid), d_valid.eq(q_valid),
+                             p_e.eq(rs.wexp), q_e.eq(p_e)]
                 for lane in range(L):
+                    sign, mag, lead = bfp8_lead(p_w[lane])
                     m.d.sync += [p_a[lane].eq(_pick(rs.data, part, lane, L, F)),
                                  p_b[lane].eq(_pick(rs.bias, part, lane, L, F)),
                                  p_w[lane].eq(_pick(rs.w, part, lane, L, F)),
-                                 d_a[lane].eq(p_a[lane]),
+                                 q_a[lane].eq(p_a[lane]), q_b[lane].eq(p_b[lane]),
+                                 q_s[lane].eq(sign), q_m[lane].eq(mag), q_p[lane].eq(lead),
+                                 d_a[lane].eq(q_a[lane]),
                                  d_b[lane].eq(Mux(sgd & ~self._f32,
-                                                  bfp8_to_float32(p_w[lane], p_e),
-                                                  p_b[lane]))]
+                                                  bfp8_assemble(q_s[lane], q_m[lane],
+                                                                q_p[lane], q_e),
+                                                  q_b[lane]))]
                     m.d.comb += [mul.i_stream.payload.a[lane].eq(d_a[lane]),
                                  mul.i_stream.payload.a[L + lane].eq(d_b[lane]),
                                  mul.i_stream.payload.b[lane].eq(fa),
@@ -616,8 +645,14 @@ class BfpWriteBack(wiring.Component):
         tiles_left = Signal(range(S * S + 1))
         prod = Signal(AW + 17, reset_less=True)
         eprod = Signal(AW, reset_less=True)
+        base = Signal(AW, reset_less=True)       # the unit's C and exponent addresses
+        ebase = Signal(AW, reset_less=True)
+        wcol = Signal(17, reset_less=True)       # its column where C is written
         r = Signal(range(R))                 # the tile's row being passed
         row0 = Signal(range(T), reset_less=True)   # the tile's first row in the unit
+        # ... and row0 + r, the row being passed, in a register of its own: the side
+        # loader's lookups start from it (a carry chain in front of them is too deep)
+        srow = Signal(range(T), reset_less=True)
         seg = Signal(range(S), reset_less=True)    # its segment
         zrow = Signal(range(T))              # zero beats of the missing segments
         zseg = Signal(range(S))
@@ -640,14 +675,15 @@ class BfpWriteBack(wiring.Component):
             need_side = (d.bias != 0) | d.mask_in | (d.sgd if self.sgd else 0) | unpool
             # (an SGD of a float32 C: its stored weights come as the column biases)
             bias_on = (d.bias == 1) | (d.bias == 2) | ((d.sgd if self.sgd else 0) & self._f32)
-            m.d.comb += [self.side_row.eq(row0 + r), self.side_seg.eq(seg)]
+            m.d.comb += [self.side_row.eq(srow), self.side_seg.eq(seg)]
             lane_bias = [Mux(bias_on, self.bias_row | self.bias_lanes[lane], 0)
                          for lane in range(C)]
             row_mask = Mux(d.mask_in, self.mask_lanes, ones)
             if self.pool:
                 # (a pool's backward pass: a lane passes where its window's argmax is this
                 # phase)
-                match = Cat(*(self.a_lanes[lane] == ph for lane in range(C)))
+                m.d.comb += self.side_phase.eq(ph)
+                match = self.a_match
                 row_mask = row_mask & Mux(unpool, match, ones)
         else:
             lane_bias, row_mask = [0] * C, ones
@@ -672,7 +708,7 @@ class BfpWriteBack(wiring.Component):
                     if self.pool:
                         m.d.sync += [ph.eq(job.ph), pf.eq(job.pf), pl.eq(job.pl)]
                     m.d.sync += [m0.eq(job.m0), n0.eq(job.n0), r.eq(0),
-                                 row0.eq(jr[:lt]), seg.eq(job.n0[:lt] >> lr),
+                                 row0.eq(jr[:lt]), srow.eq(jr[:lt]), seg.eq(job.n0[:lt] >> lr),
                                  t_rows.eq(Mux(rem_m >= R, R, rem_m)),
                                  t_cols.eq(Mux(rem_n >= C, C, rem_n))]
                     with m.If((jr[:lt] == 0) & (job.n0[:lt] == 0)):
@@ -686,16 +722,19 @@ class BfpWriteBack(wiring.Component):
                 m.d.sync += [rows_in.eq(Mux(rem_m >= T, T, rem_m)),
                              cols_in.eq(Mux(rem_n >= T, T, rem_n)),
                              prod.eq(m0 * d.c_stride),
-                             eprod.eq(er * gn)]
+                             eprod.eq(er * gn), wcol.eq(wc)]
                 m.next = "COUNT"
             with m.State("COUNT"):
-                m.d.sync += [bm.eq((rows_in + (R - 1)) >> lr), bn.eq((cols_in + (C - 1)) >> lr)]
+                # (the addresses' sums registered here, not in ISSUE: the descriptor's
+                # multiplexers and a carry chain of the address's width are one path)
+                m.d.sync += [bm.eq((rows_in + (R - 1)) >> lr), bn.eq((cols_in + (C - 1)) >> lr),
+                             base.eq(d.c_addr + prod + wcol),
+                             ebase.eq(d.c_exp_addr + eprod + (wcol >> lt))]
                 m.next = "ISSUE"
             with m.State("ISSUE"):           # the quantizer's job, the unit's records
                 m.d.comb += [qjob.rows.eq(bm * R), qjob.rows_valid.eq(rows_in),
                              qjob.cols_valid.eq(cols_in), qjob.stochastic.eq(d.stochastic),
-                             unit.base.eq(d.c_addr + prod + wc),
-                             unit.exp_addr.eq(d.c_exp_addr + eprod + (wc >> lt)),
+                             unit.base.eq(base), unit.exp_addr.eq(ebase),
                              unit.rows_in.eq(rows_in), unit.cols_in.eq(cols_in),
                              rjob.m0.eq(m0), rjob.n0.eq(wc), rjob.rows.eq(bm * R)]
                 side_ok = 1
@@ -714,7 +753,7 @@ class BfpWriteBack(wiring.Component):
                     m.d.sync += tiles_left.eq(bm * bn)
                     m.next = "ROWS"
             with m.State("ROWS"):
-                m.d.comb += [rs.data.eq(i.payload.data), tag.row.eq(row0 + r), tag.seg.eq(seg),
+                m.d.comb += [rs.data.eq(i.payload.data), tag.row.eq(srow), tag.seg.eq(seg),
                              tag.lanes.eq(Cat(*(lane < t_cols for lane in range(C)))),
                              tag.mask_en.eq(r < t_rows), tag.mask_in.eq(row_mask),
                              *(rs.bias[lane].eq(lane_bias[lane]) for lane in range(C)),
@@ -722,7 +761,7 @@ class BfpWriteBack(wiring.Component):
                 if self.sgd:
                     m.d.comb += [rs.w.eq(self.w_lanes), rs.wexp.eq(self.w_exp)]
                 with m.If(i.valid & rs.ready):
-                    m.d.sync += r.eq(r + 1)
+                    m.d.sync += [r.eq(r + 1), srow.eq(Mux(r == R - 1, row0, srow + 1))]
                     with m.If(r == R - 1):
                         m.d.sync += tiles_left.eq(tiles_left - 1)
                         if self.side:

@@ -92,7 +92,9 @@ class DescriptorChecker(wiring.Component):
     (one DSP slice each, inputs and outputs registered); their sum; ``+`` those row bytes,
     rounded down to a bus word (so the sum is the last byte's offset rounded up), then ``+``
     the base, each in two 32-bit halves; the window comparisons in 32-bit halves; their
-    combination into the sticky flags.
+    combination into the sticky flags. The sizes that are sums of the payload's fields (the
+    tile grids' ``ceil(x / T)``, the mask's bytes a row) are registered from the payload,
+    which is held until the verdict, before the first region is selected.
 
     The descriptor on :attr:`i_stream` stays there (not ready) while it is checked; it is
     taken in the cycle its verdict is taken from :attr:`o_stream`.
@@ -190,6 +192,14 @@ class DescriptorChecker(wiring.Component):
         def stage(name, shape):
             return Signal(shape, name=name, reset_less=True)
 
+        def early(value, name):
+            """``value`` of the payload, registered: the regions are fed from the third
+            cycle of a descriptor on (after IDLE and DIMS), and the payload is held until
+            the verdict, so a sum of its fields need not be in the regions' path."""
+            r = Signal(value.shape(), name=name, reset_less=True)
+            m.d.sync += r.eq(value)
+            return r
+
         # ---- dimensions, then the regions one a cycle --------------------------------------
         # After the dimension check every M, N, K is in 1..65535: a region's rows fit 16 bits
         # and its row bytes (at most 4 N) 18.
@@ -229,13 +239,14 @@ class DescriptorChecker(wiring.Component):
             # the tile grids: ceil(M / T) rows of ceil(K / T) bytes, ceil(K / T) of
             # ceil(N / T), each row right after the one before (``free``: no stride alignment)
             lg = TILE_BLOCK.bit_length() - 1
-            gm, gn, gk = ((x + TILE_BLOCK - 1) >> lg for x in (d.m, d.n, d.k))
+            gm, gn, gk = (early((x + TILE_BLOCK - 1) >> lg, f"g{f}")
+                          for f, x in (("m", d.m), ("n", d.n), ("k", d.k)))
             if self.conv:
                 # (each kernel offset's matrix its own grid rows; the input's columns)
                 gm = Mux(d.conv, d.a_grid_rows, gm)
-                gk_a = Mux(d.conv, (d.a_bytes[:18] + TILE_BLOCK - 1) >> lg, gk)
-                gk = Mux(d.conv, (d.b_rows + TILE_BLOCK - 1) >> lg, gk)
-                gn = Mux(d.conv, (d.b_cols[:18] + TILE_BLOCK - 1) >> lg, gn)
+                gk_a = Mux(d.conv, early((d.a_bytes[:18] + TILE_BLOCK - 1) >> lg, "gk_a"), gk)
+                gk = Mux(d.conv, early((d.b_rows + TILE_BLOCK - 1) >> lg, "gk_b"), gk)
+                gn = Mux(d.conv, early((d.b_cols[:18] + TILE_BLOCK - 1) >> lg, "gn_b"), gn)
                 grids = [(d.row_exp_addr, gm, gk_a, gk_a), (d.col_exp_addr, gk, gn, gn)]
             else:
                 grids = [(d.row_exp_addr, gm, gk, gk), (d.col_exp_addr, gk, gn, gn)]
@@ -246,13 +257,14 @@ class DescriptorChecker(wiring.Component):
         if self.epilogue:
             lg = TILE_BLOCK.bit_length() - 1
             c_n = Mux(d.unpool, d.mask_n, d.n) if self.conv else d.n
-            gm, gn = ((x + TILE_BLOCK - 1) >> lg for x in (d.m, c_n))
+            gm, gn = (early((x + TILE_BLOCK - 1) >> lg, f"c_g{f}")
+                      for f, x in (("m", d.m), ("n", c_n)))
             if not self.k_blocks:
                 regions = [(*r, 0) for r in regions]
             regions.append((d.c_exp_addr, gm, gn, gn, d.bfp8, 0, 1))
             # (the mask's columns: a pool's input's, where C is the pool's output)
             mask_n = d.mask_n if self.conv else d.n
-            regions.append((d.mask_addr, d.m, d.mask_stride, (mask_n + 7) >> 3,
+            regions.append((d.mask_addr, d.m, d.mask_stride, early((mask_n + 7) >> 3, "mask_b"),
                             d.relu | d.mask_in, 0, 0))
             regions.append((d.bias_addr, 1, 0, Mux(d.bias == 1, d.m << 2, d.n << 2),
                             d.bias != 0, 0, 0))

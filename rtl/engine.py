@@ -2,13 +2,13 @@
 
 from types import SimpleNamespace
 
-from amaranth import Cat, ClockSignal, Const, Instance, Module, Mux, ResetSignal, Signal
+from amaranth import Cat, ClockSignal, Const, Instance, Module, Mux, ResetSignal, Signal, signed
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from firmware.spec import regmap
 
-from ._util import SLICE_BITS, carry_select_add, own_reset
+from ._util import SLICE_BITS, bit_slices, carry_select_add, own_reset
 from .bfpwrite import BfpWriteBack
 from .checker import DescriptorChecker, descriptor_layout
 from .convcursor import ConvCursor
@@ -26,6 +26,7 @@ from .sideload import UnitSideLoader
 from .stripe import LoadStriper, VectorInterleave
 from .walker import Walker
 from .writeback import WriteBack, WriteBackPorts, job_row
+from .xilinx import lut_copies
 
 __all__ = ["GemmEngine", "descriptor_layout"]
 
@@ -317,9 +318,19 @@ class GemmEngine(wiring.Component):
         self._announce_exponents(m, p, exp_job)
         wb_idle = Signal()               # every write-back is idle
         m.d.comb += wb_idle.eq(p.writeback.idle & (p.bfpwb.idle if self.epilogue else 1))
+        # (the back's fields that the write-backs would read through the descriptor's
+        # multiplexers, registered beside d_back: loaded from d as it is, below)
+        back = SimpleNamespace(rows=Signal(32, reset_less=True), unpool=Signal(reset_less=True),
+                               pool=Signal(reset_less=True), c_n=Signal(32, reset_less=True))
+        with m.If(~b_valid):
+            m.d.sync += back.rows.eq(self._matrix_rows(d))
+            if self.pool:
+                m.d.sync += [back.unpool.eq(d.conv & d.unpool),
+                             back.pool.eq(d.conv & d.pool & ~d.unpool),
+                             back.c_n.eq(Mux(d.conv & d.unpool, d.mask_n, d.n))]
         if self.epilogue:
             bd = p.bfpwb.desc
-            m.d.comb += [bd.m.eq(self._matrix_rows(d_back)), bd.n.eq(d_back.n),
+            m.d.comb += [bd.m.eq(back.rows), bd.n.eq(d_back.n),
                          bd.c_addr.eq(d_back.c_addr),
                          bd.c_stride.eq(d_back.c_stride), bd.c_exp_addr.eq(d_back.c_exp_addr),
                          bd.stochastic.eq(d_back.stochastic), bd.seed.eq(d_back.seed),
@@ -328,10 +339,8 @@ class GemmEngine(wiring.Component):
                          bd.mask_in.eq(d_back.mask_in),
                          bd.sgd.eq(d_back.sgd if self.sgd else 0), bd.lr.eq(d_back.lr),
                          bd.decay.eq(d_back.decay), bd.f32.eq(~d_back.bfp8),
-                         *([bd.pool.eq(d_back.conv & d_back.pool & ~d_back.unpool),
-                            bd.unpool.eq(d_back.conv & d_back.unpool),
-                            bd.c_n.eq(Mux(d_back.conv & d_back.unpool, d_back.mask_n,
-                                          d_back.n)),
+                         *([bd.pool.eq(back.pool), bd.unpool.eq(back.unpool),
+                            bd.c_n.eq(back.c_n),
                             bd.argmax_addr.eq(d_back.argmax_addr),
                             bd.argmax_stride.eq(d_back.argmax_stride)] if self.pool else []),
                          p.bfpwb.clear.eq(self.soft_reset),
@@ -341,7 +350,7 @@ class GemmEngine(wiring.Component):
             p.walker.drained.eq(p.issue.drained),
             *([p.walker.bank_free.eq(p.issue.free)] if self.k_blocks else []),
             p.writeback.desc.eq(d_back),
-            *([p.writeback.desc.m.eq(self._matrix_rows(d_back))] if self.conv else []),
+            *([p.writeback.desc.m.eq(back.rows)] if self.conv else []),
             p.checker.i_stream.payload.eq(d), p.walker.i_stream.payload.eq(d),
             p.checker.window_base.eq(self.window_base),
             p.checker.window_limit.eq(self.window_limit),
@@ -635,15 +644,24 @@ class GemmEngine(wiring.Component):
         need = first & self._epi(d) & ((d.bias != 0) | d.mask_in | sgd | unpool)
         # (an SGD step of a float32 row reads its stored values as the column biases)
         f32_sgd = sgd & ~d.bfp8
-        rem_m, rem_n = Signal(18), Signal(18)
         ready = Signal()
+        # The unit's rows and columns inside its matrix, at most T: ``min(T, rows - row)``
+        # as ``row <= rows - T`` or the low bits of the difference (the job is inside the
+        # matrix), with ``rows - T`` and ``rows``' low bits registered from d, as for N: the
+        # geometry's decoding, the multiplexer and a carry chain of the matrix's width are
+        # then no part of the job's path. (d is set at least two cycles before its first
+        # write job: in IDLE or SHAPE, then CHECK.)
+        rows_t, n_t = Signal(signed(18), reset_less=True), Signal(signed(18), reset_less=True)
+        rows_lo, n_lo = Signal(lt + 1, reset_less=True), Signal(lt + 1, reset_less=True)
+        rows = self._matrix_rows(d)[:17]
+        m.d.sync += [rows_t.eq(rows - T), n_t.eq(d.n[:17] - T),
+                     rows_lo.eq(rows[:lt + 1]), n_lo.eq(d.n[:lt + 1])]
+        n0 = w.payload.n0
         if self.conv:
             m.d.comb += [job.er.eq(w.payload.er), job.mc.eq(w.payload.mc)]
-        m.d.comb += [rem_m.eq(self._matrix_rows(d)[:17] - row),
-                     rem_n.eq(d.n[:17] - w.payload.n0),
-                     job.m0.eq(w.payload.m0), job.n0.eq(w.payload.n0),
-                     job.rows_in.eq(Mux(rem_m >= T, T, rem_m)),
-                     job.cols_in.eq(Mux(rem_n >= T, T, rem_n)),
+        m.d.comb += [job.m0.eq(w.payload.m0), job.n0.eq(n0),
+                     job.rows_in.eq(Mux(row <= rows_t, T, (rows_lo - row[:lt + 1])[:lt + 1])),
+                     job.cols_in.eq(Mux(n0 <= n_t, T, (n_lo - n0[:lt + 1])[:lt + 1])),
                      ready.eq(wq.w_rdy & (~need | side.jobs.ready)),
                      w.ready.eq(ready), wq.w_en.eq(w.valid & ready),
                      side.jobs.valid.eq(w.valid & need & wq.w_rdy),
@@ -665,7 +683,7 @@ class GemmEngine(wiring.Component):
         if self.sgd:
             m.d.comb += [bfpwb.w_lanes.eq(side.w_lanes), bfpwb.w_exp.eq(side.w_exp)]
         if self.pool:
-            m.d.comb += bfpwb.a_lanes.eq(side.w_lanes)
+            m.d.comb += [side.phase.eq(bfpwb.side_phase), bfpwb.a_match.eq(side.a_match)]
 
     def _connect_reads(self, m, p, sl, mid_names):
         """Load jobs -> load sequencers -> DMA read commands; the words read -> the
@@ -877,7 +895,8 @@ class GemmEngine(wiring.Component):
             ("a_grid_step", 24), ("hw", 32), ("bc_lo", 32), ("bc_hi", 32), ("b_cols", 48),
             ("as_lo", 32), ("as_hi", 32), ("a_step", 64), ("a_back", 64), ("kk1c", 24),
             ("af_lo", 40), ("af_hi", 40), ("a_first", 64), ("a_grid_first", 32),
-            ("a_grid_back", 32), ("zero", 1), ("fits", 1))}
+            ("a_grid_back", 32), ("zero", 1), ("span_h", signed(16)), ("span_w", signed(16)),
+            ("fits", 1))}
         bwd = g.mode == 2
         m.d.sync += [
             r["kk"].eq(g.kernel_h * g.kernel_w),
@@ -901,8 +920,11 @@ class GemmEngine(wiring.Component):
             # beyond the padded image: refused)
             r["zero"].eq((g.stride_h == 0) | (g.stride_w == 0) | (g.dilation_h == 0)
                          | (g.dilation_w == 0) | (g.height == 0) | (g.width == 0)),
-            r["fits"].eq((g.dilation_h * (g.kernel_h - 1) < g.height + 2 * g.pad_h)
-                         & (g.dilation_w * (g.kernel_w - 1) < g.width + 2 * g.pad_w)),
+            # (the dilated kernels' spans a stage before their comparison)
+            r["span_h"].eq(g.dilation_h * (g.kernel_h - 1)),
+            r["span_w"].eq(g.dilation_w * (g.kernel_w - 1)),
+            r["fits"].eq((r["span_h"] < g.height + 2 * g.pad_h)
+                         & (r["span_w"] < g.width + 2 * g.pad_w)),
         ]
         m.d.comb += [cur.geometry.eq(g),
                      cur.pos_op.eq(walker.cur_pos_op), cur.off_op.eq(walker.cur_off_op),
@@ -927,12 +949,7 @@ class GemmEngine(wiring.Component):
         with m.FSM(name="engine") as fsm:
             with m.State("IDLE"):
                 with m.If(self.start):
-                    m.d.sync += [d.eq(self.desc), f_gen.eq(~f_gen)]
-                    if self.epilogue:
-                        # a BFP8 output (or a float32 one through the epilogue) is walked
-                        # in blocks of one tile block
-                        with m.If(self._epi(self.desc)):
-                            m.d.sync += d.block.eq(regmap.TILE_BLOCK // self.rows)
+                    m.d.sync += f_gen.eq(~f_gen)         # (d is taken below)
                     m.next = "CHECK"
                     if self.conv:
                         with m.If(self.desc.conv):
@@ -1021,6 +1038,19 @@ class GemmEngine(wiring.Component):
                 with m.If(macs_ready & ~b_valid):
                     m.d.comb += handoff.eq(1)
                     m.next = "IDLE"
+        # The descriptor is taken in IDLE at start, in slices of SLICE_BITS, each under its
+        # own copy of that enable (one net would drive the enable of every bit).
+        slices = bit_slices(len(d.as_value()), SLICE_BITS)
+        take = lut_copies(m, lambda idle, start: idle & start, [fsm.ongoing("IDLE"), self.start],
+                          len(slices), 1, primitive=self.primitive, name="take_desc")
+        for (lo, hi), en in zip(slices, take, strict=True):
+            with m.If(en):
+                m.d.sync += d.as_value()[lo:hi].eq(self.desc.as_value()[lo:hi])
+        if self.epilogue:
+            # a BFP8 output (or a float32 one through the epilogue) is walked in blocks of
+            # one tile block
+            with m.If(take[0] & self._epi(self.desc)):
+                m.d.sync += d.block.eq(regmap.TILE_BLOCK // self.rows)
         return fsm
 
 

@@ -1,6 +1,6 @@
 """A float32 matrix read from memory as C tiles: the quantise-only descriptor's source."""
 
-from amaranth import Cat, Module, Mux, Signal, unsigned
+from amaranth import Cat, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -139,7 +139,6 @@ class Fp32TileReader(wiring.Component):
     def _jobs(self, m, tq):
         R, C, T = self.rows, self.cols, TILE_BLOCK
         lt = T.bit_length() - 1
-        d = self._held
         run = Signal()                           # jobs are still to be handed out
         um, un = Signal(17), Signal(17)          # the unit's first row and column
         m0, n0 = Signal(17), Signal(17)          # the tile's
@@ -148,22 +147,25 @@ class Fp32TileReader(wiring.Component):
         m.d.comb += [o.payload.m0.eq(m0), o.payload.n0.eq(n0), o.valid.eq(run & tq.w_rdy),
                      tq.w_data.eq(Cat(m0, n0)), tq.w_en.eq(o.valid & o.ready),
                      self.walking.eq(run)]
-        next_n, next_m = Signal(18), Signal(18)
-        next_un, next_um = Signal(18), Signal(18)
-        mm, nn = d.m[:17], d.n[:17]
-        m.d.comb += [next_n.eq(n0 + C), next_m.eq(m0 + R), next_un.eq(un + T),
-                     next_um.eq(um + T)]
+        # (``x + step < extent`` as ``x < extent - step``, the differences registered with
+        # the descriptor: no adder in front of the comparisons)
+        n_c, m_r = Signal(signed(18), reset_less=True), Signal(signed(18), reset_less=True)
+        n_t, m_t = Signal(signed(18), reset_less=True), Signal(signed(18), reset_less=True)
         with m.If(self.start & ~run):
-            m.d.sync += [um.eq(0), un.eq(0), m0.eq(0), n0.eq(0), run.eq(1)]
+            mm, nn = self.desc.m[:17], self.desc.n[:17]
+            m.d.sync += [n_c.eq(nn - C), m_r.eq(mm - R), n_t.eq(nn - T), m_t.eq(mm - T),
+                         um.eq(0), un.eq(0), m0.eq(0), n0.eq(0), run.eq(1)]
         with m.If(o.valid & o.ready):
-            with m.If((next_n < nn) & (next_n[:lt] != 0)):
-                m.d.sync += n0.eq(next_n)                 # the next tile of the row
-            with m.Elif((next_m < mm) & (next_m[:lt] != 0)):
-                m.d.sync += [n0.eq(un), m0.eq(next_m)]    # the unit's next tile row
-            with m.Elif(next_un < nn):
-                m.d.sync += [un.eq(next_un), n0.eq(next_un), m0.eq(um)]   # the next unit
-            with m.Elif(next_um < mm):
-                m.d.sync += [un.eq(0), n0.eq(0), um.eq(next_um), m0.eq(next_um)]
+            # (the next tile's corner is inside its unit unless this one ends its row, or its
+            # column, of the unit)
+            with m.If((n0 < n_c) & (n0[:lt] != T - C)):
+                m.d.sync += n0.eq(n0 + C)                 # the next tile of the row
+            with m.Elif((m0 < m_r) & (m0[:lt] != T - R)):
+                m.d.sync += [n0.eq(un), m0.eq(m0 + R)]    # the unit's next tile row
+            with m.Elif(un < n_t):
+                m.d.sync += [un.eq(un + T), n0.eq(un + T), m0.eq(um)]   # the next unit
+            with m.Elif(um < m_t):
+                m.d.sync += [un.eq(0), n0.eq(0), um.eq(um + T), m0.eq(um + T)]
             with m.Else():
                 m.d.sync += run.eq(0)
         return ~run

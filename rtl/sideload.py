@@ -117,6 +117,12 @@ class UnitSideLoader(wiring.Component):
         With ``sgd``.
     w_exp : Out(signed(8))
         With ``sgd``.
+    phase : In(8)
+        With ``argmax``: the pool's window phase a lane's argmax is compared with.
+    a_match : Out(cols)
+        With ``argmax``: per lane, whether :attr:`w_lanes` equals :attr:`phase` (compared
+        before the segment's lanes are picked from the row: the comparison and the pick are
+        one level of logic less deep than the pick and the comparison).
     release : In(1)
     idle : Out(1)
         No unit is held.
@@ -170,6 +176,7 @@ class UnitSideLoader(wiring.Component):
             "mask_lanes": Out(cols),
             **({"w_lanes": Out(data.ArrayLayout(signed(8), cols))} if self.rows8 else {}),
             **({"w_exp": Out(signed(8))} if self.sgd else {}),
+            **({"phase": In(8), "a_match": Out(cols)} if self.argmax else {}),
             "release": In(1),
             "idle": Out(1),
             "issuing": Out(1),
@@ -519,7 +526,15 @@ class UnitSideLoader(wiring.Component):
                 m.d.comb += self.w_exp.eq(wexp[read])
             wrow = wmem_r.data.word_select(seg, 8 * C)
             rows8 = (u.sgd | u.unpool) if self.argmax else u.sgd
+            if self.argmax:
+                # each of the row's T bytes against the phase, then the segment's lanes
+                hits = Cat(*(wmem_r.data[8 * i:8 * i + 8] == self.phase for i in range(T)))
+                seg_hits = hits.word_select(seg, C)
             for lane in range(C):
                 inside = Cat(Const(lane, lc), seg) < u.job.cols_in
                 m.d.comb += self.w_lanes[lane].eq(Mux(inside & row_in & rows8,
                                                       wrow[8 * lane:8 * lane + 8], 0))
+                if self.argmax:
+                    # (w_lanes == phase, w_lanes 0 where the lane reads nothing)
+                    m.d.comb += self.a_match[lane].eq(Mux(inside & row_in & rows8,
+                                                          seg_hits[lane], self.phase == 0))

@@ -254,7 +254,7 @@ class Walker(wiring.Component):
             vars(s).update(conv=Const(0, 1), wg=Const(0, 1), pool=Const(0, 1),
                            wg_in=Const(0, 1), a_held=Const(0, 1), unpool=Const(0, 1),
                            replay=Const(0, 1),
-                           cur_ok=Const(1, 1), cur_op=None, dm=d.m)
+                           cur_ok=Const(1, 1), cur_op=None, dm=d.m, dm_now=d.m)
             return
         # forward and backward-data (K chunks per offset, a B tile per C tile), or a weight
         # gradient (the offsets an outer loop of GEMMs of Cout x Cin, B a K run per chunk)
@@ -264,8 +264,14 @@ class Walker(wiring.Component):
         m.d.comb += [conv.eq(d.conv & (d.geometry.mode != 3)),
                      wg.eq(d.conv & (d.geometry.mode == 3)),
                      pool.eq(d.conv & d.pool)]
-        # (reset-less: IDLE and BLOCK set each before its use, kk every cycle -- off the
-        # walker's reset, whose fan-out the timing budget bounds)
+        # (reset-less: IDLE and BLOCK set each before its use, kk and dm every cycle -- off
+        # the walker's reset, whose fan-out the timing budget bounds)
+        # (the M walked, and registered: the descriptor is held while it is walked, and IDLE,
+        # which takes it, reads dm_now; the decoding and multiplexer are then no part of the
+        # later paths that subtract from it)
+        dm_now = Mux(wg, d.cout, d.m)
+        dm = Signal(32, reset_less=True)
+        m.d.sync += dm.eq(dm_now)
         c_row = Signal(24, reset_less=True)    # a weight gradient's offset's first row of C
         c_erow = Signal(17, reset_less=True)   # ... and of C's exponent grid
         offs_left = Signal(8, reset_less=True)
@@ -324,7 +330,7 @@ class Walker(wiring.Component):
                        wg_in=wg_in, a_held=a_held, wslot=wslot, pj=pj, skippable=skippable,
                        unpool=unpool, replay=replay,
                        conv_next_offset=conv_next_offset,
-                       dm=Mux(wg, d.cout, d.m),
+                       dm=dm, dm_now=dm_now,
                        offs_left=offs_left, kk=kk, a_base=a_base, a_gbase=a_gbase,
                        ochunk_last=ochunk_last, cur_ok=cur_ok, cur_op=cur_op,
                        cur_phase_next=cur_phase_next)
@@ -519,7 +525,7 @@ class Walker(wiring.Component):
             g_n = Mux(d.conv, d.b_cols[:17], d.n) if self.conv else d.n
             g_k = Mux(s.conv, d.b_rows, d.k) if self.conv else d.k
             m.d.sync += [g.eq((x + TILE_BLOCK - 1) >> lg)
-                         for g, x in ((gm, s.dm), (gn, g_n), (gk, g_k))]
+                         for g, x in ((gm, s.dm_now), (gn, g_n), (gk, g_k))]
             kb = s.k0 >> lg
             mb, nb = Signal(12, name="kb_mb"), Signal(12, name="kb_nb")
             col0 = n_blk + (cidx << _log2(C))
@@ -765,7 +771,7 @@ class Walker(wiring.Component):
                 side = Mux((d.block == 0) | (d.block > BL), BL, d.block)
                 m.d.sync += [blk.eq(side), blk_r.eq(side << _log2(R)),
                              blk_c.eq(side << _log2(C))]
-                m_tiles = (s.dm + R - 1) >> _log2(R)
+                m_tiles = (s.dm_now + R - 1) >> _log2(R)
                 if self.conv:
                     m.d.sync += [s.offs_left.eq(s.kk - 1), s.c_row.eq(0), s.c_erow.eq(0),
                                  s.replay.eq(0)]
@@ -773,7 +779,7 @@ class Walker(wiring.Component):
                              tiles_m.eq(m_tiles), tiles_m0.eq(m_tiles),
                              tiles_n.eq(n_tiles), tiles_n0.eq(n_tiles),
                              keep_a.eq(0), keep_b.eq(0),
-                             wider.eq(1 if C > R else (s.dm > d.n) if C == R else 0)]
+                             wider.eq(1 if C > R else (s.dm_now > d.n) if C == R else 0)]
                 with m.Switch(d.chunk):
                     for c, dc in enumerate(depths):
                         with m.Case(c):
