@@ -23,7 +23,7 @@ BUILD = ROOT / "build" / "cocotb"
     ("icarus", 4, 16, 64, 6, "random-pause", 2, 3),
     ("icarus", 4, 16, 64, 7, "zynq7-hp;narrow-w-first", 2, 5),
     # three write ports over four rows (two, one and one of each tile's)
-    ("icarus", 4, 16, 64, 8, "deep;random-pause", 3, 4),
+    pytest.param("icarus", 4, 16, 64, 8, "deep;random-pause", 3, 4, marks=pytest.mark.slow),
     # minutes to verilate; `pytest -m slow`
     pytest.param("verilator", 2, 8, 128, 2, "random-pause", 1, 1, marks=pytest.mark.slow),
     pytest.param("verilator", 4, 4, 64, 3, "random-pause", 2, 1, marks=pytest.mark.slow),

@@ -74,7 +74,8 @@ def _apply(mem, cmds, words, bpw):
 
 @pytest.mark.parametrize("rows,data_width,m,n,rounding,seed,relu", [
     (8, 128, 40, 70, "nearest", 0, False), (8, 128, 33, 20, "stochastic", 1, False),
-    (16, 64, 70, 45, "stochastic", 2, False), (16, 64, 32, 32, "nearest", 3, False),
+    pytest.param(16, 64, 70, 45, "stochastic", 2, False, marks=pytest.mark.slow),
+    pytest.param(16, 64, 32, 32, "nearest", 3, False, marks=pytest.mark.slow),
     (8, 64, 5, 7, "stochastic", 4, False), (4, 128, 37, 9, "nearest", 5, False),
     pytest.param(16, 128, 64, 100, "stochastic", 6, False, marks=pytest.mark.slow),
     (8, 128, 40, 70, "stochastic", 7, True), (16, 64, 45, 37, "nearest", 8, True),
