@@ -473,3 +473,21 @@ def test_cached_only_never_synthesizes(tmp_path):
         assert accelerator_timing(board.config(), board.family, board.clock_mhz, tmp_path,
                                   cached_only=True, **kw) is None
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.slow
+def test_whole_step_build_is_within_budget_at_its_fit_point(tmp_path):
+    """The ZCU104's whole-step configuration (``build.py --platform zcu104 --cols 32
+    --k-blocks --epilogue --sgd --conv``) at the 8x8 fit point its build reports timing on
+    (about 12 minutes of synthesis): every path within the 200 MHz logic-level budget and
+    every net within the fan-out budget."""
+    from platforms import PLATFORMS
+    from platforms.timing import accelerator_timing
+    board = PLATFORMS["zcu104"]
+    cfg = board.config(cols=32, k_blocks=True, epilogue=True, sgd=True, conv=True)
+    report = accelerator_timing(cfg, board.family, board.clock_mhz, tmp_path)
+    assert report["measured_on"].startswith("8x8"), report["measured_on"]
+    assert report["budget_levels"] == 8
+    over = [p for p in report["deepest_paths"] if p["levels"] > report["budget_levels"]]
+    assert report["max_levels"] <= report["budget_levels"], over
+    assert report["max_fanout"] <= report["fanout_budget"], report["high_fanout_nets"][:3]
