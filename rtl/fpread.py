@@ -1,11 +1,14 @@
 """A float32 matrix read from memory as C tiles: the quantise-only descriptor's source."""
 
+from types import SimpleNamespace
+
 from amaranth import Cat, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from firmware.spec.regmap import TILE_BLOCK
 
+from .convcursor import conv_geometry_layout
 from .dma import dma_command_layout
 from .fifo import Fifo
 from .readshare import read_word_layout
@@ -15,11 +18,16 @@ from .writeback import write_job_layout
 __all__ = ["Fp32TileReader", "fpread_desc_layout"]
 
 
-def fpread_desc_layout(addr_width: int = 32) -> data.StructLayout:
+def fpread_desc_layout(addr_width: int = 32, unfold: bool = False) -> data.StructLayout:
     """What :class:`Fp32TileReader` reads of the running descriptor (held while it runs):
-    the matrix's shape, its address and the bytes between its rows."""
-    return data.StructLayout({"m": unsigned(32), "n": unsigned(32),
-                              "a_addr": unsigned(addr_width), "a_stride": unsigned(32)})
+    the matrix's shape, its address and the bytes between its rows; with ``unfold``, also
+    whether to unfold a convolution's input and that convolution's geometry
+    (:func:`rtl.convcursor.conv_geometry_layout`)."""
+    fields = {"m": unsigned(32), "n": unsigned(32), "a_addr": unsigned(addr_width),
+              "a_stride": unsigned(32)}
+    if unfold:
+        fields.update(unfold=1, geometry=conv_geometry_layout())
+    return data.StructLayout(fields)
 
 
 def _row_layout(cols: int, words: int) -> data.StructLayout:
@@ -53,16 +61,28 @@ class Fp32TileReader(wiring.Component):
     the word side (a slot a bus word; its elements beyond N zeroed as it comes in), a row
     beyond M one cycle.
 
+    With ``unfold`` (a build option) and the descriptor's ``unfold`` set, the matrix walked is
+    a convolution's input unfolded, :func:`sim.models.conv.unfold` of the ``Cin x H * W *
+    batch`` float32 input at ``a_addr`` (rows ``a_stride`` apart) under ``geometry`` (its
+    ``mode`` unused): M is ``Cin * kh * kw``, N the output positions ``OH * OW * batch``.
+    The batch must be a multiple of T, so that a unit is one output position's images: a
+    tile row is then one read of ``cols`` floats, or none where its kernel offset reads
+    padding (a zero row, as beyond M). The walk's addresses come from registers stepped by
+    constants derived in a set-up of 6 cycles at :attr:`start`: a kernel column, row or
+    input channel on from row to row, images, an output column or row on from unit to unit.
+
     Parameters
     ----------
     rows, cols : int
         Array shape (a tile's rows and lanes): powers of two dividing T.
     data_width, addr_width : int
         AXI bus; ``4 * cols`` a multiple of ``data_width / 8``.
+    unfold : bool
+        Build the unfolding walk.
 
     Attributes
     ----------
-    desc : In(fpread_desc_layout(addr_width))
+    desc : In(fpread_desc_layout(addr_width, unfold))
         Taken at :attr:`start`.
     start : In(1)
         Pulse: walk :attr:`desc` (only while :attr:`idle`: the commands of a walk read the
@@ -94,7 +114,8 @@ class Fp32TileReader(wiring.Component):
     #: Rows whose commands are out and whose words have not all come.
     ROW_QUEUE = 16
 
-    def __init__(self, rows: int, cols: int, *, data_width: int = 128, addr_width: int = 32):
+    def __init__(self, rows: int, cols: int, *, data_width: int = 128, addr_width: int = 32,
+                 unfold: bool = False):
         T = TILE_BLOCK
         for name, v in (("rows", rows), ("cols", cols)):
             if not isinstance(v, int) or v < 1 or v & (v - 1) or T % v:
@@ -104,11 +125,11 @@ class Fp32TileReader(wiring.Component):
             raise ValueError(f"a tile row of {cols} float32 words must be whole words of a "
                              f"{data_width}-bit bus (64, 128, 256 or 512 bits, 4 * cols a "
                              f"multiple of its bytes)")
-        self.rows, self.cols = rows, cols
+        self.rows, self.cols, self.unfold = rows, cols, bool(unfold)
         self.data_width, self.addr_width = data_width, addr_width
         self.words = 4 * cols // bpw                  # bus words a tile row
         super().__init__({
-            "desc": In(fpread_desc_layout(addr_width)),
+            "desc": In(fpread_desc_layout(addr_width, self.unfold)),
             "start": In(1),
             "walking": Out(1),
             "idle": Out(1),
@@ -125,7 +146,8 @@ class Fp32TileReader(wiring.Component):
         rl = _row_layout(self.cols, self.words)
         m.submodules.rows = rq = Fifo(width=rl.size, depth=self.ROW_QUEUE)
         # the descriptor, taken at start: the engine may take the next one meanwhile
-        self._held = Signal(fpread_desc_layout(self.addr_width), reset_less=True)
+        self._held = Signal(fpread_desc_layout(self.addr_width, self.unfold),
+                            reset_less=True)
         with m.If(self.start & ~self.walking):
             m.d.sync += self._held.eq(self.desc)
         jobs_idle = self._jobs(m, tq)
@@ -187,6 +209,7 @@ class Fp32TileReader(wiring.Component):
         n_bytes = Signal(19, reset_less=True)
         addr = Signal(AW, reset_less=True)
         words_m1 = Signal(range(max(2, self.words)), reset_less=True)
+        u = self._unfold_regs(m) if self.unfold else None
         with m.FSM(name="commands") as fsm:
             with m.State("TILE"):
                 m.d.comb += tq.r_en.eq(1)
@@ -196,16 +219,36 @@ class Fp32TileReader(wiring.Component):
                     m.d.sync += [m0.eq(tile.m0), n_bytes.eq(tile.n0 << 2), r.eq(0),
                                  lanes.eq(Mux(rem_n >= C, C, rem_n)),
                                  rows_in.eq(Mux(rem_m >= R, R, rem_m))]
+                    if u is not None:
+                        with m.If(d.unfold):
+                            self._unfold_tile(m, u, tile, m0)
                     m.next = "PRODUCT"
+                if u is not None:
+                    with m.If(self.start & self.desc.unfold):
+                        m.next = "SETUP"
+            if u is not None:
+                with m.State("SETUP"):               # the unfold's steps, from the geometry
+                    with m.If(u.setup_done):
+                        m.next = "TILE"
             with m.State("PRODUCT"):                  # the tile's first row's address
                 m.d.sync += [prod.eq(m0 * d.a_stride),
                              words_m1.eq(((lanes + F - 1) >> lf) - 1)]
+                if u is not None:
+                    m.d.sync += [u.hi.eq(u.hbase + u.row.dyh), u.wi.eq(u.wbase + u.row.dxw),
+                                 u.first.eq(u.unit_addr + n_bytes[:TILE_BLOCK.bit_length() + 1])]
                 m.next = "BASE"
             with m.State("BASE"):
-                m.d.sync += addr.eq(d.a_addr + prod + n_bytes)
+                if u is not None:
+                    m.d.sync += addr.eq(Mux(d.unfold, u.first + u.row.off,
+                                            d.a_addr + prod + n_bytes))
+                else:
+                    m.d.sync += addr.eq(d.a_addr + prod + n_bytes)
                 m.next = "ROWS"
             with m.State("ROWS"):                     # a row's command and its record
                 inside = r < rows_in
+                if u is not None:
+                    # (an unfolded row reads nothing where its kernel offset is in padding)
+                    inside = inside & (~d.unfold | u.in_image)
                 m.d.comb += [cmd.payload.addr.eq(addr), cmd.payload.beats.eq(words_m1 + 1),
                              row.inside.eq(inside), row.words_m1.eq(words_m1),
                              row.lanes.eq(lanes),
@@ -213,10 +256,138 @@ class Fp32TileReader(wiring.Component):
                 go = rq.w_rdy & (cmd.ready | ~inside)
                 m.d.comb += rq.w_en.eq(go)
                 with m.If(go):
-                    m.d.sync += [r.eq(r + 1), addr.eq(addr + d.a_stride)]
+                    m.d.sync += r.eq(r + 1)
+                    if u is not None:
+                        with m.If(d.unfold):
+                            m.d.sync += addr.eq(addr + u.step)
+                            self._unfold_row_step(m, u)
+                        with m.Else():
+                            m.d.sync += addr.eq(addr + d.a_stride)
+                    else:
+                        m.d.sync += addr.eq(addr + d.a_stride)
                     with m.If(r == R - 1):
                         m.next = "TILE"
         return fsm.ongoing("TILE")
+
+    # ---- unfolding a convolution's input ------------------------------------------------
+
+    def _unfold_regs(self, m):
+        """The unfold's registers and its set-up: steps derived from the held geometry in
+        registered stages (``setup_done`` once they have settled)."""
+        AW, T = self.addr_width, TILE_BLOCK
+        g, d = self._held.geometry, self._held
+
+        def reg(width, name):
+            return Signal(width, name=f"uf_{name}", reset_less=True)
+
+        u = SimpleNamespace()
+        # a row's place in the unfolded matrix: kernel column and row, their dilated
+        # offsets, and its address less the unit's (the input channel's row and offset)
+        row_layout = data.StructLayout({"dx": 4, "dy": 4, "dxw": 8, "dyh": 8,
+                                        "off": unsigned(AW)})
+        u.row, u.tile_row, u.unit_row = (Signal(row_layout, name=f"uf_{n}", reset_less=True)
+                                         for n in ("row", "tile_row", "unit_row"))
+        u.prev_m0 = reg(17, "prev_m0")
+        # the unit's image position: its top-left input pixel (padding less), its first
+        # image, its address, and that of its output row's first unit
+        u.hbase, u.wbase = reg(signed(18), "hbase"), reg(signed(18), "wbase")
+        u.nb = reg(16, "nb")
+        u.unit = reg(17 - (T.bit_length() - 1), "unit")
+        u.unit_addr, u.line_addr = reg(AW, "unit_addr"), reg(AW, "line_addr")
+        u.first = reg(AW, "first")
+        u.hi, u.wi = reg(signed(18), "hi"), reg(signed(18), "wi")
+        # steps, from the geometry: a kernel column (step_j), row (step_i) and input
+        # channel (step_c) on in the rows; an image, position and output row on in the units
+        nb4 = reg(22, "nb4")                     # 4 N: an image position's bytes
+        line = reg(AW, "line")                   # 4 N W: an image row's
+        u.step_j, u.step_i, u.step_c = reg(AW, "step_j"), reg(AW, "step_i"), reg(AW, "step_c")
+        u.step_w, u.step_h = reg(AW, "step_w"), reg(AW, "step_h")
+        u.origin = reg(AW, "origin")
+        u.wlim = reg(signed(18), "wlim")
+        back_j, back_i, full_i = reg(AW, "back_j"), reg(AW, "back_i"), reg(AW, "full_i")
+        ph, pw = reg(AW, "ph"), reg(AW, "pw")
+        stage = Signal(range(6), name="uf_stage")
+        u.setup_done = stage == 5
+        with m.If(self.start & ~self.walking):
+            m.d.sync += stage.eq(0)
+        with m.Elif(~u.setup_done):
+            m.d.sync += stage.eq(stage + 1)
+        m.d.sync += [
+            nb4.eq(g.batch << 2),
+            line.eq(nb4 * g.width),
+            u.step_j.eq(nb4 * g.dilation_w),
+            full_i.eq(line * g.dilation_h),
+            back_j.eq(u.step_j * (g.kernel_w - 1)),
+            back_i.eq(full_i * (g.kernel_h - 1)),
+            u.step_i.eq(full_i - back_j),
+            u.step_c.eq(d.a_stride - back_i - back_j),
+            u.step_w.eq(nb4 * g.stride_w - nb4 + 4 * T),
+            u.step_h.eq(line * g.stride_h),
+            ph.eq(line * g.pad_h), pw.eq(nb4 * g.pad_w),
+            u.origin.eq(d.a_addr - ph - pw),
+            u.wlim.eq(g.width - 1 + g.pad_w - g.dilation_w * (g.kernel_w - 1)),
+        ]
+        # a row inside the image: its input pixel is not padding
+        u.in_image = (u.hi >= 0) & (u.hi < g.height) & (u.wi >= 0) & (u.wi < g.width)
+        # the row step's address increment
+        u.step = Signal(AW, name="uf_step")
+        last_x, last_y = u.row.dx == g.kernel_w - 1, u.row.dy == g.kernel_h - 1
+        m.d.comb += u.step.eq(Mux(~last_x, u.step_j, Mux(~last_y, u.step_i, u.step_c)))
+        u.last_x, u.last_y = last_x, last_y
+        return u
+
+    def _unfold_tile(self, m, u, tile, m0):
+        """At a tile: its rows' kernel offsets and channel (from 0 at the matrix's first
+        row; again the tile before's at the same rows; on from the tile before's last row;
+        else, a unit's first tile, the unit row's first), and its unit's image position
+        (from the image's origin at column 0; one unit on at a new unit)."""
+        T, R = TILE_BLOCK, self.rows
+        g = self._held.geometry
+        lt = T.bit_length() - 1
+        zero = 0
+        m.d.sync += u.prev_m0.eq(tile.m0)
+        with m.If(tile.m0 == 0):
+            m.d.sync += [u.row.eq(zero), u.tile_row.eq(zero), u.unit_row.eq(zero)]
+        with m.Elif(tile.m0 == u.prev_m0):
+            m.d.sync += u.row.eq(u.tile_row)
+        with m.Elif(tile.m0 == u.prev_m0 + R):
+            m.d.sync += u.tile_row.eq(u.row)
+            with m.If(tile.m0[:lt] == 0):
+                m.d.sync += u.unit_row.eq(u.row)
+        with m.Else():
+            m.d.sync += [u.row.eq(u.unit_row), u.tile_row.eq(u.unit_row)]
+        un = tile.n0[lt:17]
+        with m.If(tile.n0 == 0):
+            m.d.sync += [u.unit.eq(0), u.nb.eq(0), u.hbase.eq(-g.pad_h), u.wbase.eq(-g.pad_w),
+                         u.unit_addr.eq(u.origin), u.line_addr.eq(u.origin)]
+        with m.Elif(un != u.unit):
+            m.d.sync += u.unit.eq(un)
+            with m.If(u.nb + T != g.batch):           # the next images, same position
+                m.d.sync += [u.nb.eq(u.nb + T), u.unit_addr.eq(u.unit_addr + 4 * T)]
+            with m.Elif(u.wbase + g.stride_w <= u.wlim):   # the next output column
+                m.d.sync += [u.nb.eq(0), u.wbase.eq(u.wbase + g.stride_w),
+                             u.unit_addr.eq(u.unit_addr + u.step_w)]
+            with m.Else():                                 # the next output row
+                m.d.sync += [u.nb.eq(0), u.wbase.eq(-g.pad_w), u.hbase.eq(u.hbase + g.stride_h),
+                             u.unit_addr.eq(u.line_addr + u.step_h),
+                             u.line_addr.eq(u.line_addr + u.step_h)]
+
+    def _unfold_row_step(self, m, u):
+        """A row on: the next kernel column, else the next kernel row, else the next input
+        channel; the pixel it reads moves with it."""
+        g = self._held.geometry
+        r = u.row
+        m.d.sync += r.off.eq(r.off + u.step)
+        with m.If(~u.last_x):
+            m.d.sync += [r.dx.eq(r.dx + 1), r.dxw.eq(r.dxw + g.dilation_w),
+                         u.wi.eq(u.wi + g.dilation_w)]
+        with m.Else():
+            m.d.sync += [r.dx.eq(0), r.dxw.eq(0), u.wi.eq(u.wbase)]
+            with m.If(~u.last_y):
+                m.d.sync += [r.dy.eq(r.dy + 1), r.dyh.eq(r.dyh + g.dilation_h),
+                             u.hi.eq(u.hi + g.dilation_h)]
+            with m.Else():
+                m.d.sync += [r.dy.eq(0), r.dyh.eq(0), u.hi.eq(u.hbase)]
 
     # ---- words -> a beat a row ------------------------------------------------------------
 

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from rtl.fpread import Fp32TileReader
-from sim.models import fpread
+from sim.models import conv, fpread
 from sim.testbenches.harness import run, stream_recv
 
 from .test_sideload import memory_reader
@@ -96,3 +96,92 @@ def test_one_element():
 def test_arguments_checked(kwargs, message):
     with pytest.raises(ValueError, match=message):
         Fp32TileReader(**kwargs)
+
+
+# ---- unfolding a convolution's input (im2col in the CHWN layout) ---------------------------
+
+def check_unfold(rows, cols, data_width, geometry, seed, stall=0.3):
+    """The reader with ``unfold``: the beats of :func:`sim.models.conv.unfold`'s matrix in
+    walk order, a read command for each of its rows whose pixel is inside the image (none
+    for padding or rows beyond M), each inside the input's rows."""
+    g = geometry
+    rng = random.Random(seed)
+    bpw = data_width // 8
+    row_bytes = 4 * g.positions
+    stride = _ceil_to(row_bytes, bpw) + bpw * rng.randint(0, 2)
+    size = g.channels * stride + 4 * bpw
+    memory = np.frombuffer(rng.randbytes(size), np.uint8).copy()
+    base = _ceil_to(rng.randrange(0, 2 * bpw), bpw)
+    x = np.random.default_rng(seed).standard_normal((g.channels, g.positions)).astype(
+        np.float32)
+    x.flat[::11] = np.resize(np.array([np.inf, np.nan, -0.0], np.float32), x.flat[::11].shape)
+    for c in range(g.channels):
+        memory[base + c * stride:base + c * stride + row_bytes] = x[c].view(np.uint8)
+    u = conv.unfold(x, g)
+    m, n = u.shape
+    jobs = fpread.tile_jobs(m, n, rows, cols)
+    want = fpread.tile_rows(u, rows, cols).view(np.uint32)
+    index = {off: g.input_index(*off) for off in g.offsets}
+    reads = sum(1 for m0, n0 in jobs for r in range(min(rows, m - m0))
+                if index[g.offsets[(m0 + r) % len(g.offsets)]][n0] >= 0)
+    dut = Fp32TileReader(rows, cols, data_width=data_width, addr_width=32, unfold=True)
+    regions = [(base + c * stride, base + c * stride + row_bytes) for c in range(g.channels)]
+    log, got_jobs, got_rows = [], [], []
+    geo = {"mode": 1, "kernel_h": g.kernel[0], "kernel_w": g.kernel[1],
+           "stride_h": g.stride[0], "stride_w": g.stride[1], "pad_h": g.padding[0],
+           "pad_w": g.padding[1], "dilation_h": g.dilation[0], "dilation_w": g.dilation[1],
+           "height": g.height, "width": g.width, "batch": g.batch}
+
+    async def drive(ctx):
+        ctx.set(dut.desc, {"m": m, "n": n, "a_addr": base, "a_stride": stride, "unfold": 1,
+                           "geometry": geo})
+        ctx.set(dut.start, 1)
+        await ctx.tick()
+        ctx.set(dut.start, 0)
+        ctx.set(dut.desc, {"m": 3, "n": 5, "a_addr": 0, "a_stride": 0, "unfold": 0})
+
+    async def take_jobs(ctx):
+        got_jobs.extend(await stream_recv(ctx, dut.o_write, len(jobs),
+                                          rng=random.Random(seed + 1), stall=stall))
+
+    async def take_rows(ctx):
+        got_rows.extend(await stream_recv(ctx, dut.o_stream, len(jobs) * rows,
+                                          rng=random.Random(seed + 2), stall=stall))
+        for _ in range(4):
+            await ctx.tick()
+        assert ctx.get(dut.idle) and not ctx.get(dut.walking)
+
+    run(dut, drive, take_jobs, take_rows,
+        processes=[memory_reader(dut, memory, bpw, regions, log, rng=random.Random(seed + 3),
+                                 stall=stall)],
+        deadline_cycles=400 + 40 * len(jobs) * rows * max(1, 4 * cols // bpw))
+    assert [(int(j.m0), int(j.n0)) for j in got_jobs] == jobs
+    beats = np.array([[int(v) for v in b.data] for b in got_rows], np.uint32)
+    np.testing.assert_array_equal(beats.reshape(want.shape), want)
+    assert len(log) == reads
+
+
+UNFOLDS = {
+    # (the first layers this is for: one and three channels, 3 x 3, padding 1)
+    "fashion": conv.ConvGeometry(32, 1, 5, 4, 8, 3, padding=1),
+    "cifar": conv.ConvGeometry(32, 3, 3, 4, 8, 3, padding=1),
+    # strides, dilations, rectangular kernels, no padding, two images a unit
+    "strided": conv.ConvGeometry(64, 2, 7, 6, 4, (3, 2), stride=(2, 3), padding=(1, 2)),
+    "dilated": conv.ConvGeometry(32, 2, 6, 7, 4, (2, 3), dilation=(2, 2), padding=(0, 1)),
+    # more than a unit of rows: 5 * 9 = 45 rows, units re-entered in each unit row
+    "rows": conv.ConvGeometry(32, 5, 3, 3, 4, 3, padding=1),
+}
+
+
+@pytest.mark.parametrize(("rows", "cols", "data_width", "name"), [
+    (8, 8, 128, "fashion"), (8, 8, 128, "cifar"), (4, 8, 64, "strided"),
+    (16, 16, 256, "dilated"), (8, 4, 64, "rows"), (32, 32, 512, "rows"),
+])
+def test_unfold_matches_numpy(rows, cols, data_width, name):
+    check_unfold(rows, cols, data_width, UNFOLDS[name], seed=rows + cols + len(name))
+
+
+def test_unfold_unstalled_and_plain_after():
+    """No stalls; and the same reader walks a plain matrix after an unfold."""
+    check_unfold(8, 8, 128, UNFOLDS["strided"], seed=9, stall=0.0)
+    check(8, 8, 128, 13, 21, seed=4)

@@ -55,7 +55,7 @@ from sim.models.golden import MAX_K
 
 __all__ = ["LAYOUT", "ConvGeometry", "pool_geometry", "pool_tile_columns", "b_group",
            "walked_offsets",
-           "activation_matrix", "activation_tensor",
+           "activation_matrix", "activation_tensor", "unfold",
            "weight_stack", "weight_tensor", "conv2d_forward", "conv2d_backward_data",
            "conv2d_weight_grad", "bias_grad", "position_runs", "tile_columns", "weight_grad_offset",
            "max_pool", "max_pool_backward", "avg_pool", "avg_pool_backward", "global_avg_pool",
@@ -588,6 +588,40 @@ def activation_matrix(x: np.ndarray) -> np.ndarray:
         raise ValueError(f"x must be a 4-D (N, C, H, W) array, not {getattr(x, 'shape', x)!r}")
     n, c, h, w = x.shape
     return np.ascontiguousarray(x.transpose(1, 2, 3, 0).reshape(c, h * w * n))
+
+
+def unfold(x: np.ndarray, geometry: ConvGeometry) -> np.ndarray:
+    """A convolution's input unfolded (im2col in the CHWN layout): the matrix that makes the
+    convolution a plain GEMM of the weights as one ``Cout x (Cin * kh * kw)`` matrix
+    (``weight.reshape(Cout, -1)`` of an ``(Cout, Cin, kh, kw)`` tensor).
+
+    Parameters
+    ----------
+    x : numpy.ndarray, shape (Cin, H * W * N)
+        The input as an activation matrix.
+    geometry : ConvGeometry
+
+    Returns
+    -------
+    numpy.ndarray, shape (Cin * kh * kw, OH * OW * N), x's dtype
+        Row ``(ci * kh + dy) * kw + dx`` is ``x``'s row ``ci`` read at
+        :meth:`ConvGeometry.input_index` ``(dy, dx)``: zero where that is padding.
+
+    Raises
+    ------
+    TypeError, ValueError
+        ``geometry`` is not a :class:`ConvGeometry`; ``x`` is not its input's matrix.
+    """
+    g = _check_geometry(geometry)
+    if not isinstance(x, np.ndarray) or x.shape != (g.channels, g.positions):
+        raise ValueError(f"x must be the {g.channels} x {g.positions} input matrix, not "
+                         f"{getattr(x, 'shape', type(x).__name__)}")
+    out = np.zeros((g.channels, len(g.offsets), g.out_positions), x.dtype)
+    for k, (dy, dx) in enumerate(g.offsets):
+        idx = g.input_index(dy, dx)
+        inside = idx >= 0
+        out[:, k, inside] = x[:, idx[inside]]
+    return out.reshape(-1, g.out_positions)
 
 
 def activation_tensor(m: np.ndarray, batch: int, height: int, width: int) -> np.ndarray:
