@@ -93,7 +93,9 @@ class Accelerator(wiring.Component):
         ReLU) and ``MASK_IN`` (C zeroed where the mask stored at ``DESC_MASK_ADDR`` is 0) on
         a BFP8 C. Where a tile row is whole bus words (the engine's ``quantize`` and
         ``fp32``), also ``QUANTIZE_ONLY`` with ``BFP8``: the M x N float32 matrix at
-        ``DESC_A_ADDR`` quantised (with the options above) instead of a GEMM's C; and
+        ``DESC_A_ADDR`` quantised (with the options above) instead of a GEMM's C, and with
+        ``conv`` a convolution's input unfolded (``DESC_CONV.MODE`` 1,
+        ``CONFIG_FEATURES.UNFOLD``: BFP8 alone, the batch whole tile blocks); and
         ``RELU``, ``BIAS`` and ``MASK_IN`` on a float32 C (``CONFIG_FEATURES.FP32``).
         ``RELU``, ``BIAS`` or ``MASK_IN`` without ``BFP8`` elsewhere, ``QUANTIZE_ONLY``
         without ``BFP8`` or with ``A_TILES`` or ``B_TILES``, ``BIAS`` 3, and any epilogue
@@ -247,6 +249,7 @@ class Accelerator(wiring.Component):
                    FP32=int(self.epilogue and self.engine.fp32),
                    CONV_FORWARD=int(self.conv), CONV_BACKWARD_DATA=int(self.conv),
                    CONV_WEIGHT_GRAD=int(self.conv), POOL_FORWARD=int(self.engine.pool),
+                   UNFOLD=int(self.conv and self.engine.quantize),
                    POOL_BACKWARD=int(self.engine.pool),
                    TILE_LOG2=regmap.TILE_BLOCK.bit_length() - 1, OPS=self.ops),
         ]
@@ -373,6 +376,19 @@ class Accelerator(wiring.Component):
             grad_ok = ((mode == 3) & grad_out
                        & ((batch & (regmap.TILE_BLOCK - 1)) == 0))
             forward = common & (data_ok | grad_ok)
+            if self.engine.quantize:
+                # (quantise-only: a forward convolution's input unfolded, BFP8 alone, the
+                # batch whole tile blocks)
+                qo = regmap.pack("DESC_EPILOGUE", QUANTIZE_ONLY=1, BFP8=1)
+                unfold = ((mode == 1) & ((e & ~regmap.pack("DESC_EPILOGUE", STOCHASTIC=1))
+                                         == qo)
+                          & ~_field(csr, "DESC_FLAGS", "TRANSPOSE_A")
+                          & ~_field(csr, "DESC_FLAGS", "TRANSPOSE_B")
+                          & ~_field(csr, "DESC_CONV", "ADD")
+                          & ~_field(csr, "DESC_CONV", "BIAS_GRAD")
+                          & (_field(csr, "DESC_POOL", "MODE") == 0)
+                          & ((batch & (regmap.TILE_BLOCK - 1)) == 0))
+                forward = forward | unfold
             conv = conv & ~forward
             m.d.comb += [staged.conv.eq(mode != 0),
                          staged.cin.eq(_field(csr, "DESC_CONV_CHANNELS", "IN")),

@@ -125,9 +125,10 @@ class DescriptorChecker(wiring.Component):
         weight stack, or a weight gradient's deltas), B ``b_rows`` rows of ``b_cols`` bytes
         (the input, or the deltas), A's tile grid ``a_grid_rows x ceil(a_bytes / T)`` bytes
         and B's ``ceil(b_rows / T) x ceil(b_cols / T)``; ``a_rows``, ``a_bytes`` or
-        ``b_cols`` over 65535 is ``DIMENSION_TOO_LARGE``. With ``epilogue`` too, the mask's
-        rows are ``ceil(mask_n / 8)`` bytes, and with ``pool`` a ninth region, the argmax:
-        ``M`` rows of ``N`` bytes at ``argmax_addr``, ``argmax_stride`` apart (base and
+        ``b_cols`` over 65535 is ``DIMENSION_TOO_LARGE``. With ``quantize_only`` too (an
+        input unfolded), A is ``a_rows`` rows of ``4 b_cols`` bytes. With ``epilogue`` too,
+        the mask's rows are ``ceil(mask_n / 8)`` bytes, and with ``pool`` a ninth region,
+        the argmax: ``M`` rows of ``N`` bytes at ``argmax_addr``, ``argmax_stride`` apart (base and
         stride multiples of the bus width, as C's).
 
     Attributes
@@ -226,8 +227,11 @@ class DescriptorChecker(wiring.Component):
             # input or the deltas (b_rows of b_cols bytes)
             cv = d.conv
             a, b = regions[0], regions[1]
+            # (quantise-only: the input unfolded, b_cols float32 a row)
+            a_bytes = (Mux(d.quantize_only, Cat(Const(0, 2), d.b_cols[:16]), d.a_bytes[:18])
+                       if self.epilogue else d.a_bytes[:18])
             regions[0] = (a[0], Mux(cv, d.a_rows[:16], a[1]), a[2],
-                          Mux(cv, d.a_bytes[:18], a[3]), *a[4:])
+                          Mux(cv, a_bytes, a[3]), *a[4:])
             regions[1] = (b[0], Mux(cv, d.b_rows, b[1]), b[2], Mux(cv, d.b_cols[:18], b[3]),
                           *b[4:])
         if self.conv and self.epilogue:

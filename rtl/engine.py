@@ -95,6 +95,9 @@ class GemmEngine(wiring.Component):
         through the first read port as the C tiles the BFP8 write-back takes. Such a
         descriptor starts only once the one before is written, and the one after it only
         once it is written (the reader and the load sequencer share the port's side).
+        With ``conv`` too, a quantise-only descriptor with ``conv`` (``DESC_CONV.MODE``
+        1) reads the convolution's input unfolded: its M and N are derived in the shape
+        stage (``Cin * kh * kw``, the output positions), A is the input's ``Cin`` rows.
     sgd : bool
         With ``epilogue``: run ``sgd`` descriptors with ``bfp8``, the optimiser's step of the
         BFP8 weights stored at C: the side loader reads each unit's exponent and mantissa
@@ -439,8 +442,9 @@ class GemmEngine(wiring.Component):
                               argmax=self.pool) if self.epilogue else None
         share = ReadShare(self.data_width, self.addr_width) if self.epilogue else None
         # a quantise-only descriptor's float32 tiles, read through the first reader
-        fpread = Fp32TileReader(R, C, data_width=self.data_width,
-                                addr_width=self.addr_width) if self.quantize else None
+        # (with convolutions, also a convolution's input unfolded)
+        fpread = Fp32TileReader(R, C, data_width=self.data_width, addr_width=self.addr_width,
+                                unfold=self.conv) if self.quantize else None
         return SimpleNamespace(
             bfpwb=bfpwb, side=side, share=share, fpread=fpread, dp=dp, checker=checker,
             cursor=cursor,
@@ -946,6 +950,8 @@ class GemmEngine(wiring.Component):
             fd = p.fpread.desc
             m.d.comb += [fd.m.eq(d.m), fd.n.eq(d.n), fd.a_addr.eq(d.a_addr),
                          fd.a_stride.eq(d.a_stride)]
+            if self.conv:        # (a convolution's input, unfolded as it is read)
+                m.d.comb += [fd.unfold.eq(d.conv), fd.geometry.eq(d.geometry)]
         with m.FSM(name="engine") as fsm:
             with m.State("IDLE"):
                 with m.If(self.start):
@@ -982,11 +988,16 @@ class GemmEngine(wiring.Component):
                         # of TILE_BLOCK positions where the cursor says)
                         wg = g.mode == 3
                         outs = saturated(p.cursor.out_positions)
-                        m.d.sync += [d.m.eq(Mux(wg, r["a_rows"], Mux(bwd, d.cin, d.cout))),
+                        # (a quantise-only one unfolds the input: M its Cin * kh * kw rows,
+                        # N the output positions, A the input's Cin rows)
+                        qo = d.quantize_only if self.quantize else 0
+                        m.d.sync += [d.m.eq(Mux(wg, r["a_rows"],
+                                                Mux(bwd, d.cin, Mux(qo, Mux(r["zero"], 0, r["k"]),
+                                                                      d.cout)))),
                                      d.k.eq(Mux(r["zero"], 0, Mux(wg, outs, r["k"]))),
                                      d.n.eq(Mux(wg, d.cin, pos)),
                                      d.transpose_a.eq(bwd), d.transpose_b.eq(wg),
-                                     d.a_rows.eq(Mux(wg, d.cout, r["a_rows"])),
+                                     d.a_rows.eq(Mux(wg, d.cout, Mux(qo, d.cin, r["a_rows"]))),
                                      d.a_bytes.eq(Mux(wg, outs, d.cin)),
                                      d.a_grid_rows.eq(Mux(wg, r["gm"], r["a_grid_rows"])),
                                      d.b_rows.eq(Mux(bwd, d.cout, d.cin)),

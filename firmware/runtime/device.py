@@ -884,11 +884,15 @@ class Device:
         return y
 
     # -- BFP8 tile blocks, kept on the device ---------------------------------------------------
-    def quantize(self, x, *, rounding: str = "nearest", seed: int = 0):
+    def quantize(self, x, *, rounding: str = "nearest", seed: int = 0, unfold=None):
         """Quantise a float32 matrix to BFP8 tile blocks on the device.
 
         One quantise-only descriptor (``DESC_EPILOGUE.QUANTIZE_ONLY``): the input batch or
         the loss gradient enters the device's number format without host quantisation.
+        With ``unfold``, the matrix quantised is the convolution's input unfolded
+        (:func:`sim.models.conv.unfold`, read so by the device: ``DESC_CONV.MODE`` 1,
+        ``CONFIG_FEATURES.UNFOLD``), which makes a layer of few input channels one plain
+        GEMM of ``Cin * kh * kw`` reduction rows instead of ``kh * kw`` short K runs.
 
         Parameters
         ----------
@@ -898,26 +902,33 @@ class Device:
             :func:`sim.models.bfp.quantize_tiles`'s rounding.
         seed : int
             The 64-bit seed of stochastic rounding (``DESC_SEED``).
+        unfold : sim.models.conv.ConvGeometry, optional
+            ``x`` is this convolution's ``Cin x H*W*batch`` input; its batch a multiple of
+            :data:`firmware.spec.regmap.TILE_BLOCK`.
 
         Returns
         -------
         firmware.runtime.epilogue.BfpTensor
-            Bit for bit :func:`sim.models.bfp.quantize_tiles` of ``x``.
+            Bit for bit :func:`sim.models.bfp.quantize_tiles` of ``x`` (with ``unfold``, of
+            ``sim.models.conv.unfold(x, unfold)``: ``Cin * kh * kw x OH*OW*batch``).
 
         Raises
         ------
         TypeError
-            ``x`` is not a float32 matrix.
+            ``x`` is not a float32 matrix (with ``unfold``, the geometry's input);
+            ``unfold`` is not a :class:`sim.models.conv.ConvGeometry`.
         ValueError
             ``rounding`` or ``seed`` is out of range; a dimension above :data:`MAX_DIM`; on
-            the golden backend, ``x`` holds inf or NaN.
+            the golden backend, ``x`` holds inf or NaN; ``unfold``'s batch is not whole
+            tile blocks or a field exceeds ``DESC_CONV``'s.
         RuntimeError
-            The accelerator has no epilogue (``CONFIG_FEATURES``).
+            The accelerator has no epilogue (``CONFIG_FEATURES``), or with ``unfold`` does
+            not unfold (``CONFIG_FEATURES.UNFOLD``).
         AcceleratorError
             The hardware reported an error (``NONFINITE`` for inf or NaN in ``x``).
         """
         from firmware.runtime import epilogue
-        return epilogue.quantize(self, x, rounding=rounding, seed=seed)
+        return epilogue.quantize(self, x, rounding=rounding, seed=seed, unfold=unfold)
 
     def bfp_tensor(self, q: np.ndarray, exp: np.ndarray):
         """Copy a matrix already in BFP8 tile blocks (mantissas and exponent grid) to the

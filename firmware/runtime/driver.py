@@ -100,6 +100,9 @@ class HardwareInfo:
         #: a weight gradient's bias gradient in the same descriptor (``DESC_CONV.BIAS_GRAD``,
         #: ``CONFIG_FEATURES.BIAS_GRAD``; 0 before 1.20)
         self.bias_grad = bool(field_value("CONFIG_FEATURES", "BIAS_GRAD", features))
+        #: quantise-only descriptors that unfold a convolution's input (``DESC_CONV.MODE``
+        #: 1 with ``DESC_EPILOGUE.QUANTIZE_ONLY``, ``CONFIG_FEATURES.UNFOLD``; 0 before 1.21)
+        self.unfold = bool(field_value("CONFIG_FEATURES", "UNFOLD", features))
         self.tile_block = 1 << field_value("CONFIG_FEATURES", "TILE_LOG2", features)
 
     def __repr__(self):

@@ -19,6 +19,7 @@ import numpy as np
 
 from firmware.spec import regmap
 from sim.models import bfp
+from sim.models import conv as convm
 
 __all__ = ["BfpTensor", "MaskTensor", "quantize", "upload", "bfp_gemm", "offers", "ROUNDINGS"]
 
@@ -225,11 +226,14 @@ def upload(dev, q, exp) -> BfpTensor:
     return t
 
 
-def quantize(dev, x, *, rounding: str = "nearest", seed: int = 0) -> BfpTensor:
+def quantize(dev, x, *, rounding: str = "nearest", seed: int = 0,
+             unfold=None) -> BfpTensor:
     """See :meth:`firmware.Device.quantize`."""
     from firmware.runtime.device import DeviceTensor
     _check_rounding(rounding, seed)
     _require(dev, QUANTIZE_ONLY=1, BFP8=1, STOCHASTIC=int(rounding == "stochastic"))
+    if unfold is not None:
+        return _quantize_unfolded(dev, x, unfold, rounding, seed)
     if isinstance(x, DeviceTensor):
         x._live()
         if x.device is not dev:
@@ -258,6 +262,59 @@ def quantize(dev, x, *, rounding: str = "nearest", seed: int = 0) -> BfpTensor:
         _run(dev, dict(m=m, n=n, k=1, flags={}, a_addr=x.addr, a_stride=x.stride,
                        c_addr=out.q.addr, c_stride=out.q.stride, c_exp_addr=out.exp.addr,
                        seed=int(seed),
+                       epilogue={"QUANTIZE_ONLY": 1, "BFP8": 1,
+                                 "STOCHASTIC": int(rounding == "stochastic")}),
+             [x, out.q, out.exp])
+    except BaseException:
+        out.free()
+        raise
+    finally:
+        if temp is not None:
+            temp.free()
+    return out
+
+
+def _quantize_unfolded(dev, x, g, rounding, seed) -> BfpTensor:
+    """:func:`quantize` of a convolution's input unfolded (``unfold=g``): one quantise-only
+    descriptor with ``DESC_CONV.MODE`` 1."""
+    from firmware.runtime.convolution import _check_geometry, _conv_fields
+    from firmware.runtime.device import DeviceTensor
+    g = _check_geometry(g)
+    if dev.driver is not None and not dev.driver.info.unfold:
+        raise RuntimeError(f"this {dev.backend} accelerator does not unfold a convolution's "
+                           f"input (CONFIG_FEATURES.UNFOLD)")
+    if g.batch % regmap.TILE_BLOCK:
+        raise ValueError(f"unfold: the batch ({g.batch}) must be a multiple of "
+                         f"{regmap.TILE_BLOCK}, a tile block a position's images")
+    shape = (g.channels, g.positions)
+    if isinstance(x, DeviceTensor):
+        x._live()
+        if x.device is not dev:
+            raise ValueError("x is a DeviceTensor of another device")
+        ok = x.dtype == np.float32 and x.shape == shape
+    else:
+        ok = isinstance(x, np.ndarray) and x.dtype == np.float32 and x.shape == shape
+    if not ok:
+        raise TypeError(f"x must be the float32 {shape[0]}x{shape[1]} input matrix of unfold's "
+                        f"geometry, not {getattr(x, 'dtype', type(x).__name__)} "
+                        f"{getattr(x, 'shape', '')}")
+    m, n = g.channels * len(g.offsets), g.out_positions
+    _check_dims(("M", m))
+    _begin(dev, m, n, 0)
+    if dev.driver is None:
+        host = x.numpy() if isinstance(x, DeviceTensor) else x
+        if not np.isfinite(host).all():
+            raise ValueError("x must be finite to quantise (it holds inf or NaN)")
+        return _golden_bfp(dev, *bfp.quantize_tiles(convm.unfold(host, g), rounding=rounding,
+                                                    seed=int(seed)))
+    temp = None
+    if not isinstance(x, DeviceTensor):
+        x = temp = dev.tensor(x)
+    out = _empty_bfp(dev, (m, n))
+    try:
+        _run(dev, dict(m=1, n=1, k=1, flags={}, a_addr=x.addr, a_stride=x.stride,
+                       c_addr=out.q.addr, c_stride=out.q.stride, c_exp_addr=out.exp.addr,
+                       seed=int(seed), conv=_conv_fields(g, 1),
                        epilogue={"QUANTIZE_ONLY": 1, "BFP8": 1,
                                  "STOCHASTIC": int(rounding == "stochastic")}),
              [x, out.q, out.exp])

@@ -39,6 +39,7 @@ import sys
 from firmware.spec import hw, regmap
 from firmware.spec.ports import dram_bytes_per_cycle
 from firmware.spec.regmap import STRIPE_MIN_WORDS
+from sim.models.conv import ConvGeometry
 from sim.models.engine import CHUNK_CHOICES, loads_b_first, tile_order, walk_chunks
 
 __all__ = ["predict", "predict_quantize", "predict_queued", "predict_cycles", "best_block",
@@ -693,7 +694,7 @@ def predict(m: int, n: int, k: int, transpose_a: bool = False, transpose_b: bool
 
 def predict_quantize(m: int, n: int, *, rows: int, cols: int, data_width: int, port: dict,
                      dma_outstanding: int = hw.DMA_OUTSTANDING,
-                     dma_burst: int = hw.DMA_BURST, **_config) -> dict:
+                     dma_burst: int = hw.DMA_BURST, unfold=None, **_config) -> dict:
     """Predicted cycles of one quantise-only descriptor (``DESC_EPILOGUE.QUANTIZE_ONLY``):
     the ``m x n`` float32 matrix read a tile row at a time (:class:`rtl.fpread.Fp32TileReader`:
     one burst of the row's bus words inside the matrix a ``cols``-wide tile row) through the
@@ -710,6 +711,11 @@ def predict_quantize(m: int, n: int, *, rows: int, cols: int, data_width: int, p
         The matrix.
     rows, cols, data_width, port, dma_outstanding, dma_burst :
         As :func:`predict` takes them (other configuration keys are ignored).
+    unfold : sim.models.conv.ConvGeometry, optional
+        The matrix is this convolution's input unfolded (``m`` and ``n`` its
+        :func:`sim.models.conv.unfold`'s, the batch whole units): a tile row is one burst
+        of the tile's bus words where its pixel is inside the image, else one zero slot
+        and no read.
 
     Returns
     -------
@@ -725,10 +731,22 @@ def predict_quantize(m: int, n: int, *, rows: int, cols: int, data_width: int, p
     runs = [_cdiv(cols, F)] * full + ([_cdiv(rest, F)] if rest else [])
     bursts = [b for w in runs for b in _bursts(w, burst)]
     words = m * sum(runs)
-    rate = read_rate(sum(bursts) / len(bursts), o_rd, port["read_latency"], keep)
     # every tile row inside M is `4 * cols / bus bytes` slots on the reader's word side, a
     # read word or a zero (beyond N), a slot a cycle; a row beyond M is one slot
     slots = _cdiv(n, cols) * (m * _cdiv(cols, F) + _cdiv(m, rows) * rows - m)
+    if unfold is not None:
+        # (the tile rows whose pixel is inside the image: a kernel offset's valid output
+        # positions, a tile of each position's images; the others one zero slot each)
+        g = unfold
+        one = ConvGeometry(1, 1, g.height, g.width, 1, g.kernel, g.stride, g.padding,
+                           g.dilation)
+        inside = g.channels * sum(int((one.input_index(dy, dx) >= 0).sum())
+                                  for dy, dx in one.offsets) * _cdiv(g.batch, cols)
+        per = _cdiv(cols, F)
+        bursts = _bursts(per, burst)
+        words = inside * per
+        slots -= (m * _cdiv(n, cols) - inside) * (per - 1)
+    rate = read_rate(sum(bursts) / len(bursts), o_rd, port["read_latency"], keep)
     # the write-back takes a unit's T rows a cycle each (rows beyond M as zeros), and the
     # quantiser its exponents and drain after them: with few rows, that and not the reads
     units = _cdiv(m, T) * _cdiv(n, T)

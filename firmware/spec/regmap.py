@@ -33,7 +33,7 @@ __all__ = ["Field", "Register", "REGISTERS", "ErrorCode", "MAGIC", "VERSION", "T
 #: ``ID`` register contents: ASCII "BFP8".
 MAGIC = 0x42465038
 #: Register map version (major << 16 | minor): changes when the map does.
-VERSION = 0x0001_0014
+VERSION = 0x0001_0015
 
 #: Side of the number format's square tile blocks (``CONFIG_FEATURES.TILE_LOG2``): BFP8 tile
 #: blocks, :mod:`sim.models.bfp`.
@@ -247,7 +247,10 @@ REGISTERS: tuple[Register, ...] = tuple([
                         "DESC_EPILOGUE (all of them where EPILOGUE is 1). RELU, BIAS, "
                         "MASK_IN, QUANTIZE_ONLY and SGD only with BFP8 where EPILOGUE is "
                         "0"),
-         ("BIAS_GRAD", 24, 1, "a weight gradient's bias gradient (DESC_CONV.BIAS_GRAD)")),
+         ("BIAS_GRAD", 24, 1, "a weight gradient's bias gradient (DESC_CONV.BIAS_GRAD)"),
+         ("UNFOLD", 25, 1, "quantise-only descriptors with DESC_CONV.MODE 1: a "
+                           "convolution's float32 input unfolded (DESC_EPILOGUE."
+                           "QUANTIZE_ONLY)")),
     _reg("CTRL", 0x020, "w1p", "Control pulses",
          ("ENQUEUE", 0, 1, "copy the staged descriptor into the queue (starts the engine)"),
          ("SOFT_RESET", 1, 1, "abort everything, drain the bus, return to idle"),
@@ -313,7 +316,13 @@ REGISTERS: tuple[Register, ...] = tuple([
          ("QUANTIZE_ONLY", 6, 1, "no GEMM: the M x N float32 matrix at DESC_A_ADDR (rows "
                                  "DESC_A_STRIDE bytes apart, both multiples of the bus "
                                  "word) goes through the epilogue; DESC_K, B and the "
-                                 "exponent vectors unused"),
+                                 "exponent vectors unused. With DESC_CONV.MODE 1 "
+                                 "(CONFIG_FEATURES.UNFOLD) the matrix is the convolution's "
+                                 "Cin x H*W*batch input there unfolded, Cin*kh*kw x "
+                                 "OH*OW*batch (row (ci*kh + dy)*kw + dx, zeros at padding), "
+                                 "DESC_M and DESC_N unused, the batch a multiple of "
+                                 "2**TILE_LOG2, with BFP8 (and STOCHASTIC) alone, no "
+                                 "pooling, ADD or BIAS_GRAD (else UNSUPPORTED)"),
          ("SGD", 7, 1, "an optimiser step in place of C: C = DESC_DECAY * C - DESC_LR * "
                        "G, each product and the sum rounded to float32, G this GEMM's "
                        "result, C the stored weights "

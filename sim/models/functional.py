@@ -143,7 +143,7 @@ class FunctionalAccelerator:
         #: :class:`sim.models.conv.ConvGeometry`, else None), ``m``, ``n``, ``k`` (0:
         #: quantise-only), ``macs`` and ``cycles``
         self.trace: list | None = None
-        self.last_conv = None
+        self.last_conv = self.last_unfold = None
 
     # -- the register block --------------------------------------------------------------------
     def read32(self, off: int) -> int:
@@ -164,6 +164,7 @@ class FunctionalAccelerator:
                 "CONFIG_FEATURES", EPILOGUE=int(self.epilogue), K_BLOCKS=int(self.epilogue),
                 CONV=int(self.epilogue), POOL=int(self.epilogue), CHAIN=int(self.epilogue),
                 ADD=int(self.epilogue), BIAS_GRAD=int(self.epilogue),
+                UNFOLD=int(self.epilogue),
                 TILE_LOG2=regmap.TILE_BLOCK.bit_length() - 1,
                 OPS=_ALL_OPS if self.epilogue else 0),
             offset("STATUS"): regmap.pack(
@@ -266,7 +267,7 @@ class FunctionalAccelerator:
 
     def _execute(self) -> ErrorCode:
         m, n, k = self._reg("DESC_M"), self._reg("DESC_N"), self._reg("DESC_K")
-        self.last_conv = None
+        self.last_conv = self.last_unfold = None
         f = self._fields("DESC_FLAGS")
         epi = self._reg("DESC_EPILOGUE")
         if epi:
@@ -299,7 +300,8 @@ class FunctionalAccelerator:
             self._count(*self.last_mnk, f, k_blocks=tiles,
                         bfp8=bool(field_value("DESC_EPILOGUE", "BFP8", epi)),
                         macs=self.last_macs, floor=self.last_floor, k_runs=runs,
-                        batch=batch, offsets=offsets, walk=walk, replays=replays)
+                        batch=batch, offsets=offsets, walk=walk, replays=replays,
+                        unfold=self.last_unfold)
             return ErrorCode.NONE
         if field_value("DESC_CONV", "MODE", self._reg("DESC_CONV")) \
                 or field_value("DESC_CONV", "ADD", self._reg("DESC_CONV")) \
@@ -347,7 +349,7 @@ class FunctionalAccelerator:
                bfp8: bool = False, macs: int | None = None, floor: int = 0,
                k_runs: tuple[int, ...] | None = None, batch: int | None = None,
                offsets: int | None = None, walk: tuple | None = None,
-               replays: int = 0) -> None:
+               replays: int = 0, unfold=None) -> None:
         """Advance the counters by a descriptor's predicted cycles (``k = 0``: a
         quantise-only descriptor, ``predict_quantize``'s cycles, or a row a cycle without it;
         ``k_blocks``: tile exponents along K, the datapath's K-block mode; ``bfp8``: a BFP8
@@ -361,7 +363,8 @@ class FunctionalAccelerator:
         convolution's ``(mode, geometry)`` whose blocks skip the kernel offsets their tiles
         do not read B at, :func:`sim.models.conv.walked_offsets`; ``replays``: a
         backward-data convolution's pooling phases after the first, each a chunk of one
-        step a block, :func:`firmware.runtime.perfmodel.predict`)."""
+        step a block, :func:`firmware.runtime.perfmodel.predict`; ``unfold``: a quantise-only
+        descriptor's convolution geometry, its input unfolded)."""
         ta, tb = bool(f["TRANSPOSE_A"]), bool(f["TRANSPOSE_B"])
         side = block_side(f["BLOCK"], self.cfg["block"])
         flags = None
@@ -372,7 +375,7 @@ class FunctionalAccelerator:
         if k == 0 and self.predict_quantize is None:
             p = {"cycles": m * -(-n // cfg["cols"]), "compute_cycles": 0}
         elif k == 0:
-            p = self.predict_quantize(m, n, port=self.port, **cfg)
+            p = self.predict_quantize(m, n, port=self.port, unfold=unfold, **cfg)
         elif self.predict is None:
             compute = -(-m // cfg["rows"]) * -(-n // cfg["cols"]) * k
             p = {"cycles": compute, "compute_cycles": compute}
@@ -424,7 +427,15 @@ class FunctionalAccelerator:
         tile = regmap.TILE_BLOCK
         ta, tb = bool(f["TRANSPOSE_A"]), bool(f["TRANSPOSE_B"])
         only = bool(e["QUANTIZE_ONLY"])
-        conv = self._conv(f, e)
+        unfold = None
+        if only and self._fields("DESC_CONV")["MODE"]:
+            # a convolution's input unfolded: M and N its own
+            unfold = self._unfold(f, epi)
+            if isinstance(unfold, ErrorCode):
+                return unfold
+            m, n = len(unfold.offsets) * unfold.channels, unfold.out_positions
+            self.last_unfold = unfold
+        conv = None if unfold else self._conv(f, e)
         if isinstance(conv, ErrorCode):
             return conv
         if conv is not None:
@@ -448,7 +459,9 @@ class FunctionalAccelerator:
         b_shape = (n, k) if tb else (k, n)
         regions = []     # (base, rows, stride, bytes a row, may be packed)
         grids = {}
-        if only:
+        if unfold is not None:
+            regions.append((a_addr, unfold.channels, a_stride, 4 * unfold.positions, 0))
+        elif only:
             regions.append((a_addr, m, a_stride, 4 * n, 0))
         else:
             regions += [(a_addr, a_shape[0], a_stride, a_shape[1], 1),
@@ -479,7 +492,10 @@ class FunctionalAccelerator:
         def grid(name):
             return self._grid(*grids[name])
 
-        if only:
+        if unfold is not None:
+            c = convm.unfold(self._matrix(a_addr, unfold.channels, unfold.positions, a_stride,
+                                          np.float32).copy(), unfold)
+        elif only:
             c = self._matrix(a_addr, m, n, a_stride, np.float32).copy()
         else:
             am = self._matrix(a_addr, *a_shape, a_stride).view(np.int8)
@@ -596,6 +612,34 @@ class FunctionalAccelerator:
                     "c_stack": False}
         return {"mode": 3, "geometry": g, "m": kk * cout, "n": cin, "k": g.out_positions,
                 "offsets": kk, "a": d, "b": x, "c": stack, "a_stack": False, "c_stack": True}
+
+    def _unfold(self, f: dict, epi: int):
+        """A quantise-only descriptor's convolution (``DESC_CONV.MODE`` 1: its input
+        unfolded), or the error that stops it: ``ZERO_DIMENSION`` for a zero size;
+        ``UNSUPPORTED`` for another mode, transposes, pooling, ``ADD`` or ``BIAS_GRAD``, any
+        ``DESC_EPILOGUE`` bit but ``QUANTIZE_ONLY``, ``BFP8`` and ``STOCHASTIC`` (``BFP8``
+        set), a batch not a multiple of ``TILE_BLOCK``, or a geometry that does not fit."""
+        v = self._fields("DESC_CONV")
+        image, chans = self._fields("DESC_CONV_IMAGE"), self._fields("DESC_CONV_CHANNELS")
+        h, w, cin = image["HEIGHT"], image["WIDTH"], chans["IN"]
+        batch = self._reg("DESC_CONV_BATCH") & 0xFFFF
+        if 0 in (h, w, cin, batch, v["KERNEL_H"], v["KERNEL_W"], v["STRIDE_H"],
+                 v["STRIDE_W"], v["DILATION_H"], v["DILATION_W"]):
+            return ErrorCode.ZERO_DIMENSION
+        allowed = regmap.pack("DESC_EPILOGUE", QUANTIZE_ONLY=1, BFP8=1, STOCHASTIC=1)
+        if v["MODE"] != 1 or v["ADD"] or v["BIAS_GRAD"] or f["TRANSPOSE_A"] \
+                or f["TRANSPOSE_B"] or (epi & ~allowed) \
+                or not field_value("DESC_EPILOGUE", "BFP8", epi) \
+                or field_value("DESC_POOL", "MODE", self._reg("DESC_POOL")) \
+                or batch % regmap.TILE_BLOCK:
+            return ErrorCode.UNSUPPORTED
+        try:
+            return convm.ConvGeometry(batch, cin, h, w, 1, (v["KERNEL_H"], v["KERNEL_W"]),
+                                      stride=(v["STRIDE_H"], v["STRIDE_W"]),
+                                      padding=(v["PAD_H"], v["PAD_W"]),
+                                      dilation=(v["DILATION_H"], v["DILATION_W"]))
+        except ValueError:
+            return ErrorCode.UNSUPPORTED
 
     def _pool(self, conv: dict):
         """The pooling stage of a convolution descriptor (``DESC_POOL``): None, or ``(mode,
