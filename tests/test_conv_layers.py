@@ -45,7 +45,7 @@ def test_another_array_is_measured_as_configured(tmp_path):
     out = tmp_path / "convs.json"
     runs = []
     for argv in ([], ["--cols", "32"]):
-        assert conv_layers.main(["--net", "fashion-cnn", "--board", "zcu104", "--batch", "8",
+        assert conv_layers.main(["--net", "fashion-cnn", "--board", "zcu104", "--batch", "64",
                                  "--out", str(out), *argv]) == 0
         runs += json.loads(out.read_text())["results"]
     wide, narrow = runs

@@ -36,7 +36,8 @@ def _no_host_layout(monkeypatch):
 def test_fashion_cnn_golden_and_model_bit_identical(monkeypatch):
     """Two steps of a fashion-cnn-shaped network on 28 x 28 images (batch 8): the same
     weights and biases bit for bit on both backends, the same losses; per step only the
-    input batch, the logits and the loss gradient cross."""
+    input batch, the logits and the loss gradient cross (the first layer runs over its
+    input unfolded, so the batch is padded to a tile block of 32 images)."""
     rng = np.random.default_rng(0)
     net = _fashion_like(rng)
     x = rng.standard_normal((8, 1, 28, 28)).astype(np.float32)
@@ -46,8 +47,9 @@ def test_fashion_cnn_golden_and_model_bit_identical(monkeypatch):
     for dev in (Device("golden"), Device("model", rows=8, cols=8)):
         r = ResidentConvNet(net, (1, 28, 28), dev, seed=5, lr=0.05, weight_decay=1e-4)
         losses = [r.step(x, y) for _ in range(2)]
-        assert r.traffic == {"input batch": x.nbytes, "logits": 8 * 10 * 4,
-                             "loss gradient": 8 * 10 * 4}
+        assert r.stages[0].unfold is not None
+        assert r.traffic == {"input batch": 4 * x.nbytes, "logits": 32 * 10 * 4,
+                             "loss gradient": 32 * 10 * 4}
         runs[dev.backend] = (losses, r.params)
     (la, pa), (lb, pb) = runs["golden"], runs["model"]
     assert la == lb

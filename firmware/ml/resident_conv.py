@@ -55,7 +55,7 @@ from firmware.runtime.convolution import offers_bias_grad
 from firmware.spec.regmap import TILE_BLOCK
 from sim.models import conv as convm
 
-__all__ = ["ConvStage", "stages_of", "ResidentConvNet"]
+__all__ = ["ConvStage", "stages_of", "unfolded", "ResidentConvNet"]
 
 
 @dataclass(frozen=True)
@@ -77,6 +77,10 @@ class ConvStage:
     add : int or None
         The stage whose output (-1: the input) this one adds before its bias and ReLU
         (``DESC_CONV.ADD``: a residual block's sum), or None.
+    unfold : ConvStage or None
+        This stage is that first layer's convolution over its input unfolded
+        (:func:`unfolded`), a 1 x 1 convolution of ``Cin * kh * kw`` channels over the
+        output image; or None.
     """
 
     channels: int
@@ -90,6 +94,7 @@ class ConvStage:
     pool: tuple | None = None
     src: int = -1
     add: int | None = None
+    unfold: ConvStage | None = None
 
     def geometry(self, batch: int) -> convm.ConvGeometry:
         return convm.ConvGeometry(batch, self.channels, self.height, self.width,
@@ -242,6 +247,27 @@ def _pair(v):
     return tuple(v) if isinstance(v, tuple) else (v, v)
 
 
+def unfolded(stages: list[ConvStage], device) -> list[ConvStage]:
+    """``stages`` with the first one over its input unfolded where that pays and the device
+    can: the input's only reader, a convolution of fewer than ``TILE_BLOCK`` input channels
+    and a kernel above 1 x 1 (whose ``kh * kw`` K runs of ``Cin`` rows each take an array
+    pass), on a device with ``CONFIG_FEATURES.UNFOLD``. The input is then quantised
+    unfolded (:meth:`firmware.Device.quantize` with ``unfold``) and the layer is one 1 x 1
+    convolution over ``Cin * kh * kw`` channels: K runs of up to ``TILE_BLOCK`` rows,
+    forward and weight gradient. Its weights' BFP8 tiles then span kernel offsets (a
+    ``Cout x Cin * kh * kw`` matrix) where a stack's span one offset each."""
+    st = stages[0]
+    info = device.driver.info if device.driver is not None else None
+    if (info is not None and not info.unfold) or st.src != -1 \
+            or _consumers(stages, -1) != [(0, "src")] or st.channels >= TILE_BLOCK \
+            or st.kernel == (1, 1):
+        return stages
+    g = st.geometry(1)
+    one = replace(st, channels=st.channels * len(g.offsets), height=g.out_height,
+                  width=g.out_width, kernel=(1, 1), stride=(1, 1), padding=(0, 0), unfold=st)
+    return [one, *stages[1:]]
+
+
 def _to_stack(st: ConvStage, w: np.ndarray) -> np.ndarray:
     """A layer's float32 weights ``W`` (``Cin*kh*kw x Cout``, as firmware.ml.nn keeps them)
     as a stack (kh*kw, Cout, Cin)."""
@@ -277,6 +303,10 @@ class ResidentConvNet:
     record : bool, optional
         Record the training step's descriptors once and replay them
         (:meth:`firmware.Device.record`); default where the device runs descriptor chains.
+    unfold : bool, optional
+        Run the first layer over its input unfolded (:func:`unfolded`); default where that
+        pays and the device can. Its batches are then padded with zero images to whole
+        tile blocks (the padding's loss gradient 0: it steps nothing).
 
     Attributes
     ----------
@@ -298,7 +328,8 @@ class ResidentConvNet:
     """
 
     def __init__(self, net, input_shape, device, *, seed: int = 0, lr: float = 0.05,
-                 weight_decay: float = 0.0, eval_batch: int = 256, record=None):
+                 weight_decay: float = 0.0, eval_batch: int = 256, record=None,
+                 unfold=None):
         check_device(device)
         info = device.driver.info if device.driver is not None else None
         # (all convolution descriptors and pooling stages, or the RTL's kinds of them,
@@ -320,6 +351,15 @@ class ResidentConvNet:
             raise ValueError(f"eval_batch must be an int in [1, 65535], not {eval_batch!r}")
         pairs = stages_of(net, input_shape)
         self.stages = [st for st, _ in pairs]
+        if unfold is None or unfold:
+            stages = unfolded(self.stages, device)
+            if unfold and stages is self.stages:
+                raise ValueError("unfold: the first layer is not a convolution of fewer than "
+                                 f"{TILE_BLOCK} channels and a kernel above 1 x 1 read by no "
+                                 f"other layer, or the device does not unfold "
+                                 f"(CONFIG_FEATURES.UNFOLD)")
+            self.stages = stages
+            pairs = [(st, layer) for st, (_, layer) in zip(stages, pairs, strict=True)]
         self.input_shape = tuple(int(v) for v in input_shape)
         self.device, self.seed = device, int(seed)
         self.lr, self.weight_decay, self.eval_batch = float(lr), float(weight_decay), eval_batch
@@ -397,7 +437,9 @@ class ResidentConvNet:
         (:class:`_Pass`: every stage's input, ReLU mask and argmax)."""
         dev = self.device
         saved = _Pass(self.layers)
-        saved.acts[-1] = dev.quantize(x_dev, rounding=rounding, seed=self._seed(step, 0, 2))
+        first = self.stages[0].unfold
+        saved.acts[-1] = dev.quantize(x_dev, rounding=rounding, seed=self._seed(step, 0, 2),
+                                      unfold=None if first is None else first.geometry(batch))
         try:
             for i, (st, (w, b)) in enumerate(zip(self.stages, self._weights, strict=True)):
                 g = st.geometry(batch)
@@ -471,6 +513,14 @@ class ResidentConvNet:
             return []
         return made
 
+    def _pad(self, x: np.ndarray) -> np.ndarray:
+        """``x`` with zero images up to whole tile blocks where the input is unfolded (its
+        quantise-only descriptor's rule), else ``x``."""
+        extra = -x.shape[0] % TILE_BLOCK if self.stages[0].unfold is not None else 0
+        if not extra:
+            return x
+        return np.concatenate([x, np.zeros((extra, *x.shape[1:]), x.dtype)])
+
     def _layout(self, x: np.ndarray) -> np.ndarray:
         with self.device.profile.time("layout"):
             xm = convm.activation_matrix(x)
@@ -494,6 +544,8 @@ class ResidentConvNet:
         rounding) also what the backward pass needs (else None). Each call runs its
         descriptors one by one (:meth:`step` replays a recorded step where it can)."""
         self._check_x(x)
+        n = x.shape[0]
+        x = self._pad(x)
         dev, batch = self.device, x.shape[0]
         rounding = "stochastic" if train else "nearest"
         step = self.passes
@@ -504,22 +556,22 @@ class ResidentConvNet:
             out, saved = self._forward_on_device(x_dev, batch, rounding, step)
         finally:
             x_dev.free()
-        logits = self._logits(out)
+        logits = self._logits(out)[:n]
         out.free()
         if not train:
             saved.free()
             return logits, None
-        return logits, (step, batch, saved)
+        return logits, (step, batch, saved, n)
 
     def backward(self, saved, grad: np.ndarray) -> None:
         """Step every layer's weights and bias with the gradient of a kept forward pass
         (its tensors are freed)."""
-        step, batch, layers = saved
-        shape = (batch, self.stages[-1].out_channels)
+        step, batch, layers, n = saved
+        shape = (n, self.stages[-1].out_channels)
         if not isinstance(grad, np.ndarray) or grad.dtype != np.float32 or grad.shape != shape:
             layers.free()
             raise TypeError(f"grad must be a float32 {shape[0]}x{shape[1]} matrix")
-        g_dev = self.device.tensor(self._loss_gradient(grad))
+        g_dev = self.device.tensor(self._loss_gradient(self._pad(grad)))
         try:
             self._backward_on_device(g_dev, layers, batch, step)
         finally:
@@ -532,8 +584,8 @@ class ResidentConvNet:
         if plan is not None and plan["key"] == (batch, self.lr, self.weight_decay):
             return plan
         self.free_recording()
-        dev, st0 = self.device, self.stages[0]
-        x_dev = dev.empty((st0.channels, st0.height * st0.width * batch), np.float32)
+        dev, (c, h, w) = self.device, self.input_shape
+        x_dev = dev.empty((c, h * w * batch), np.float32)
         g_dev = dev.empty((self.stages[-1].out_channels, batch), np.float32)
         with dev.record() as fwd:
             logits, saved = self._forward_on_device(x_dev, batch, "stochastic", 0)
@@ -565,14 +617,16 @@ class ResidentConvNet:
             self.steps += 1
             return loss
         self._check_x(x)
+        n = x.shape[0]
+        x = self._pad(x)
         plan = self._recorded(x.shape[0])
         # pass 0's seeds recorded: this pass's bits XORed in (descriptor_seed)
         seed = (self.passes & 0xFFFFFF) << 8
         self.passes += 1
         plan["x"].write(self._layout(x))
         plan["forward"].run(seed=seed)
-        loss, grad = softmax_cross_entropy(self._logits(plan["logits"]), labels)
-        plan["g"].write(self._loss_gradient(grad.astype(np.float32)))
+        loss, grad = softmax_cross_entropy(self._logits(plan["logits"])[:n], labels)
+        plan["g"].write(self._loss_gradient(self._pad(grad.astype(np.float32))))
         plan["backward"].run(seed=seed)
         self.steps += 1
         return loss

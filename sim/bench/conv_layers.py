@@ -49,6 +49,7 @@ from pathlib import Path
 
 import numpy as np
 
+from firmware.spec.regmap import TILE_BLOCK
 from sim.bench.host import add_array_options, array_overrides, board_device
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -144,6 +145,9 @@ def trace_step(board: str, net_name: str, batch: int = 128,
     dev.sim.trace = trace = []
     r.step(x, y)
     dev.sim.trace = None
+    # (a first layer over its input unfolded runs the batch padded to whole tile blocks)
+    if r.stages[0].unfold is not None:
+        batch += -batch % TILE_BLOCK
     # what ran, in the order ResidentConvNet runs it
     stages, n = r.stages, len(r.stages)
     plan = [("input", "quantise", None)]
@@ -182,6 +186,8 @@ def trace_step(board: str, net_name: str, batch: int = 128,
 
 
 def _shape(st) -> str:
+    if st.unfold is not None:      # (a first layer over its input unfolded)
+        return _shape(st.unfold) + ", unfolded"
     k = "x".join(map(str, st.kernel))
     s = f", stride {st.stride[0]}" if st.stride != (1, 1) else ""
     p = f", pad {st.padding[0]}" if st.padding != (0, 0) else ""
