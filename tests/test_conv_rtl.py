@@ -608,6 +608,18 @@ def test_unfold_refused(rtl):
                 dev.driver.run(dict(m=1, n=1, k=1, flags={}, epilogue=epi, conv=c,
                                     **({"pool": pooled} if pooled else {})))
             assert e.value.code is ErrorCode.UNSUPPORTED, (dev.backend, fields, extra, epi)
+    # more than 65535 positions, the checker's limit on the RTL: named before anything runs
+    # (the hardware's DIMENSION_TOO_LARGE otherwise), a forward convolution's too
+    wide = _geometry((128, 1, 24, 24, 8, 3, 1, 1, 1))
+    with pytest.raises(ValueError, match="73728 image positions .* at most 113 images"):
+        rtl.quantize(np.zeros((1, wide.positions), np.float32), unfold=wide)
+    (qw, ew), (qx, ex) = _operands(np.random.default_rng(1), wide)
+    with pytest.raises(ValueError, match="exceed 65535"):
+        rtl.conv2d(rtl.bfp_tensor(qx, ex), rtl.bfp_stack(qw, ew), wide, out="float32")
+    with pytest.raises(AcceleratorError) as e:
+        rtl.driver.run(dict(m=1, n=1, k=1, flags={}, epilogue=only,
+                            conv=dict(conv, height=24, width=24, batch=128)))
+    assert e.value.code is ErrorCode.DIMENSION_TOO_LARGE
     # the input's extent, Cin rows of 4 H*W*batch bytes, is checked: one float short of it
     # at the window's end is OUT_OF_WINDOW
     from firmware.runtime.convolution import _conv_fields

@@ -141,12 +141,33 @@ def _check_operands(dev, x, w, g, x_rows, x_cols):
                          f"{(len(g.offsets), g.out_channels, g.channels)}")
 
 
+def check_positions(dev, g: convm.ConvGeometry) -> None:
+    """On an accelerator with only the kinds of convolution descriptors
+    (``CONFIG_FEATURES.CONV`` 0: the RTL) a convolution's input and output positions
+    (``H * W * batch``, ``OH * OW * batch``) are at most 65535, its checker's limit on a
+    GEMM's N and K and on B's columns; ValueError naming the batch otherwise."""
+    info = dev.driver.info if dev.driver is not None else None
+    if info is None or info.conv:
+        return
+    most = max(g.positions, g.out_positions)
+    if most > 0xFFFF:
+        top = g.batch * 0xFFFF // most
+        raise ValueError(f"batch {g.batch}: {most} image positions (H*W*batch) exceed 65535, "
+                         f"this {dev.backend} accelerator's limit on a convolution "
+                         f"(CONFIG_FEATURES.CONV 0); at most {top} images of "
+                         f"{g.height}x{g.width}")
+
+
 def _require_conv(dev, mode: int = 3, g=None) -> None:
     """Whether ``dev`` runs convolution descriptors of ``mode`` on ``g``: all of them
     (``CONFIG_FEATURES.CONV``), or forward (``CONV_FORWARD``) and backward-data ones
     (``CONV_BACKWARD_DATA``) with the batch a multiple of the array's columns, and weight
     gradients (``CONV_WEIGHT_GRAD``) with the batch a multiple of the tile size."""
     info = dev.driver.info if dev.driver is not None else None
+    if info is not None and not info.conv and (
+            (mode == 1 and info.conv_forward) or (mode == 2 and info.conv_backward_data)
+            or (mode == 3 and info.conv_weight_grad)):
+        check_positions(dev, g)
     if info is not None and not info.conv and (
             (mode == 1 and info.conv_forward) or (mode == 2 and info.conv_backward_data)):
         if g.batch % info.cols:

@@ -277,12 +277,13 @@ def quantize(dev, x, *, rounding: str = "nearest", seed: int = 0,
 def _quantize_unfolded(dev, x, g, rounding, seed) -> BfpTensor:
     """:func:`quantize` of a convolution's input unfolded (``unfold=g``): one quantise-only
     descriptor with ``DESC_CONV.MODE`` 1."""
-    from firmware.runtime.convolution import _check_geometry, _conv_fields
+    from firmware.runtime.convolution import _check_geometry, _conv_fields, check_positions
     from firmware.runtime.device import DeviceTensor
     g = _check_geometry(g)
     if dev.driver is not None and not dev.driver.info.unfold:
         raise RuntimeError(f"this {dev.backend} accelerator does not unfold a convolution's "
                            f"input (CONFIG_FEATURES.UNFOLD)")
+    check_positions(dev, g)
     if g.batch % regmap.TILE_BLOCK:
         raise ValueError(f"unfold: the batch ({g.batch}) must be a multiple of "
                          f"{regmap.TILE_BLOCK}, a tile block a position's images")
