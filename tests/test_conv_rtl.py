@@ -447,6 +447,20 @@ def test_fashion_cnn_step_matches_golden(rtl, monkeypatch):
     _step_matches_golden(rtl, net, x, y, monkeypatch)
 
 
+def test_padded_batch_beyond_the_positions_is_named(rtl):
+    """A first layer over its input unfolded pads 80 images of 28 x 28 to 96: 75264
+    positions, beyond the RTL's 65535; refused naming the padding, before anything runs."""
+    from firmware.ml import nn
+    from firmware.ml.resident_conv import ResidentConvNet
+    rng = np.random.default_rng(2)
+    net = nn.Network([nn.Conv2d(1, 8, 3, rng, padding=1), nn.ReLU(), nn.MaxPool2d(4),
+                      nn.Flatten(), nn.Linear(8 * 7 * 7, 10, rng)])
+    r = ResidentConvNet(net, (1, 28, 28), rtl, record=False)
+    assert r.stages[0].unfold is not None
+    with pytest.raises(ValueError, match="x: 80 images, padded to 96 .* 75264 input positions"):
+        r.forward(np.zeros((80, 1, 28, 28), np.float32))
+
+
 def test_runtime_refuses_what_the_build_lacks(rtl):
     """Batches not a multiple of the columns (forward, backward-data) or of the tile size
     (weight gradient), SGD of a float32 C of more than one row, pools the write path does
@@ -611,7 +625,7 @@ def test_unfold_refused(rtl):
     # more than 65535 positions, the checker's limit on the RTL: named before anything runs
     # (the hardware's DIMENSION_TOO_LARGE otherwise), a forward convolution's too
     wide = _geometry((128, 1, 24, 24, 8, 3, 1, 1, 1))
-    with pytest.raises(ValueError, match="73728 image positions .* at most 113 images"):
+    with pytest.raises(ValueError, match=r"73728 input positions .* at most 113 images"):
         rtl.quantize(np.zeros((1, wide.positions), np.float32), unfold=wide)
     (qw, ew), (qx, ex) = _operands(np.random.default_rng(1), wide)
     with pytest.raises(ValueError, match="exceed 65535"):

@@ -283,3 +283,23 @@ def test_training_harness_runs_the_step_on_the_device(tmp_path):
     with pytest.raises(ValueError, match="classifiers of images"):
         run(TrainConfig(task="digits-mlp", precision="int8", blocks="device", momentum=0.0,
                         epochs=1), quiet=True)
+
+
+def test_unfolded_batches_padded_within_the_limits():
+    """The first layer over its input unfolded pads batches to whole tile blocks: a batch or
+    eval_batch whose padding would exceed 65535 images is refused naming the padding;
+    unfold=False keeps the stacked layer and pads nothing; unfold=True where the first
+    layer does not qualify (32 input channels) is refused."""
+    rng = np.random.default_rng(1)
+    net = _fashion_like(rng)
+    with pytest.raises(ValueError, match="eval_batch: 65530 images, padded to whole tile"):
+        ResidentConvNet(net, (1, 28, 28), Device("golden"), eval_batch=65530)
+    r = ResidentConvNet(net, (1, 28, 28), Device("golden"), unfold=False)
+    assert r.stages[0].unfold is None and r.stages[0].kernel == (3, 3)
+    x = rng.standard_normal((8, 1, 28, 28)).astype(np.float32)
+    r.step(x, rng.integers(0, 10, 8))
+    assert r.traffic["input batch"] == x.nbytes
+    wide = nn.Network([nn.Conv2d(32, 4, 3, rng, padding=1), nn.ReLU(), nn.Flatten(),
+                       nn.Linear(4 * 4 * 4, 10, rng)])
+    with pytest.raises(ValueError, match="unfold: the first layer"):
+        ResidentConvNet(wide, (32, 4, 4), Device("golden"), unfold=True)

@@ -51,7 +51,7 @@ from firmware.ml.resident import (
     descriptor_seed,
     ones_row,
 )
-from firmware.runtime.convolution import offers_bias_grad
+from firmware.runtime.convolution import check_positions, offers_bias_grad
 from firmware.spec.regmap import TILE_BLOCK
 from sim.models import conv as convm
 
@@ -304,9 +304,13 @@ class ResidentConvNet:
         Record the training step's descriptors once and replay them
         (:meth:`firmware.Device.record`); default where the device runs descriptor chains.
     unfold : bool, optional
-        Run the first layer over its input unfolded (:func:`unfolded`); default where that
-        pays and the device can. Its batches are then padded with zero images to whole
-        tile blocks (the padding's loss gradient 0: it steps nothing).
+        Run the first layer over its input unfolded (:func:`unfolded`); default where the
+        layer qualifies and the device can. Its batches are then padded with zero images to
+        whole tile blocks: the padding's loss gradient is 0, so it steps nothing, but every
+        layer computes it, and its activations share BFP8 tile blocks with the real
+        images' (a block's exponent may rise), so a padded batch's bits differ from an
+        unpadded run's. Batches of whole tile blocks (the RTL's weight gradients need them)
+        are not padded.
 
     Attributes
     ----------
@@ -347,7 +351,8 @@ class ResidentConvNet:
         check_seed(seed)
         if not lr > 0 or not weight_decay >= 0:
             raise ValueError(f"need lr > 0 and weight_decay >= 0, not {lr}, {weight_decay}")
-        if not isinstance(eval_batch, int) or not 1 <= eval_batch <= 0xFFFF:
+        if not isinstance(eval_batch, int) or isinstance(eval_batch, bool) \
+                or not 1 <= eval_batch <= 0xFFFF:
             raise ValueError(f"eval_batch must be an int in [1, 65535], not {eval_batch!r}")
         pairs = stages_of(net, input_shape)
         self.stages = [st for st, _ in pairs]
@@ -360,6 +365,9 @@ class ResidentConvNet:
                                  f"(CONFIG_FEATURES.UNFOLD)")
             self.stages = stages
             pairs = [(st, layer) for st, (_, layer) in zip(stages, pairs, strict=True)]
+            if eval_batch + -eval_batch % TILE_BLOCK > 0xFFFF:
+                raise ValueError(f"eval_batch: {eval_batch} images, padded to whole tile "
+                                 f"blocks (the first layer's input unfolded), exceed 65535")
         self.input_shape = tuple(int(v) for v in input_shape)
         self.device, self.seed = device, int(seed)
         self.lr, self.weight_decay, self.eval_batch = float(lr), float(weight_decay), eval_batch
@@ -430,6 +438,22 @@ class ResidentConvNet:
             raise TypeError(f"x must be a float32 (N, {', '.join(map(str, self.input_shape))}) "
                             f"array with 1 <= N <= 65535, not "
                             f"{getattr(x, 'dtype', type(x).__name__)} {getattr(x, 'shape', '')}")
+        self._check_padded(x.shape[0], "x")
+
+    def _check_padded(self, n: int, name: str) -> None:
+        """A batch of ``n`` images, padded where the input is unfolded, within the batch
+        field and the device's positions (ValueError naming ``name`` and the padding)."""
+        first = self.stages[0].unfold
+        if first is None:
+            return
+        padded = n + -n % TILE_BLOCK
+        what = f"{name}: {n} images, padded to {padded} (the first layer's input unfolded)"
+        if padded > 0xFFFF:
+            raise ValueError(f"{what} exceed 65535")
+        try:
+            check_positions(self.device, first.geometry(padded))
+        except ValueError as e:
+            raise ValueError(f"{what}: {e}") from None
 
     def _forward_on_device(self, x_dev, batch: int, rounding: str, step: int):
         """The forward descriptors from the float32 ``CHWN`` input on the device: the

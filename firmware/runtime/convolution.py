@@ -149,10 +149,11 @@ def check_positions(dev, g: convm.ConvGeometry) -> None:
     info = dev.driver.info if dev.driver is not None else None
     if info is None or info.conv:
         return
-    most = max(g.positions, g.out_positions)
+    most, what = max(((g.positions, "input positions (H*W*batch)"),
+                      (g.out_positions, "output positions (OH*OW*batch)")), key=lambda t: t[0])
     if most > 0xFFFF:
         top = g.batch * 0xFFFF // most
-        raise ValueError(f"batch {g.batch}: {most} image positions (H*W*batch) exceed 65535, "
+        raise ValueError(f"batch {g.batch}: {most} {what} exceed 65535, "
                          f"this {dev.backend} accelerator's limit on a convolution "
                          f"(CONFIG_FEATURES.CONV 0); at most {top} images of "
                          f"{g.height}x{g.width}")

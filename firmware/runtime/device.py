@@ -920,7 +920,8 @@ class Device:
         ValueError
             ``rounding`` or ``seed`` is out of range; a dimension above :data:`MAX_DIM`; on
             the golden backend, ``x`` holds inf or NaN; ``unfold``'s batch is not whole
-            tile blocks or a field exceeds ``DESC_CONV``'s.
+            tile blocks or a field exceeds ``DESC_CONV``'s, or on the RTL its input or
+            output positions exceed 65535.
         RuntimeError
             The accelerator has no epilogue (``CONFIG_FEATURES``), or with ``unfold`` does
             not unfold (``CONFIG_FEATURES.UNFOLD``).

@@ -97,7 +97,8 @@ class FunctionalAccelerator:
     predict_quantize : callable, optional
         ``predict_quantize(m, n, *, rows, cols, depth, block, data_width, port)`` for a
         quantise-only descriptor, likewise
-        (:func:`firmware.runtime.perfmodel.predict_quantize`). Default: a row a cycle,
+        (:func:`firmware.runtime.perfmodel.predict_quantize`), and ``unfold=`` the
+        convolution's geometry for one that unfolds its input. Default: a row a cycle,
         ``m * ceil(n / cols)``.
     """
 
@@ -375,7 +376,8 @@ class FunctionalAccelerator:
         if k == 0 and self.predict_quantize is None:
             p = {"cycles": m * -(-n // cfg["cols"]), "compute_cycles": 0}
         elif k == 0:
-            p = self.predict_quantize(m, n, port=self.port, unfold=unfold, **cfg)
+            extra = {} if unfold is None else {"unfold": unfold}
+            p = self.predict_quantize(m, n, port=self.port, **extra, **cfg)
         elif self.predict is None:
             compute = -(-m // cfg["rows"]) * -(-n // cfg["cols"]) * k
             p = {"cycles": compute, "compute_cycles": compute}
