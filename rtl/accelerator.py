@@ -94,7 +94,7 @@ class Accelerator(wiring.Component):
         a BFP8 C. Where a tile row is whole bus words (the engine's ``quantize`` and
         ``fp32``), also ``QUANTIZE_ONLY`` with ``BFP8``: the M x N float32 matrix at
         ``DESC_A_ADDR`` quantised (with the options above) instead of a GEMM's C, and with
-        ``conv`` a convolution's input unfolded (``DESC_CONV.MODE`` 1,
+        ``conv`` and ``unfold`` a convolution's input unfolded (``DESC_CONV.MODE`` 1,
         ``CONFIG_FEATURES.UNFOLD``: BFP8 alone, the batch whole tile blocks); and
         ``RELU``, ``BIAS`` and ``MASK_IN`` on a float32 C (``CONFIG_FEATURES.FP32``).
         ``RELU``, ``BIAS`` or ``MASK_IN`` without ``BFP8`` elsewhere, ``QUANTIZE_ONLY``
@@ -119,6 +119,11 @@ class Accelerator(wiring.Component):
         alone (a float32 stack), the batch a multiple of ``TILE_BLOCK`` and the output
         channels of ``rows``. Others are refused with ``UNSUPPORTED``. The engine's
         ``conv``.
+    unfold : bool
+        With ``conv`` and the epilogue's quantiser: quantise-only descriptors that unfold a
+        convolution's input (``CONFIG_FEATURES.UNFOLD``). Not in the boards' builds: the
+        float32 reader's unfolding walk is deeper than the 200 MHz logic-level budget
+        (:doc:`architecture`, "A first layer over its input unfolded").
 
     Attributes
     ----------
@@ -138,7 +143,7 @@ class Accelerator(wiring.Component):
                  outstanding: int = 8, dsp_rows: int | None = None, acc_ram: str = "auto",
                  write_ports: int = 1, slr_groups: int = 1, read_ports: int = 1,
                  dsp_slice: str = "DSP48E2", k_blocks: bool = False, epilogue: bool = False,
-                 sgd: bool = False, conv: bool = False):
+                 sgd: bool = False, conv: bool = False, unfold: bool = False):
         # (+ the two the engine may hold: QUEUE_LEVEL's 8 bits)
         if not isinstance(queue, int) or not 1 <= queue <= 253:
             raise ValueError(f"queue must be an integer in 1..253, not {queue!r}")
@@ -148,7 +153,8 @@ class Accelerator(wiring.Component):
                                  primitive=primitive, dsp_rows=dsp_rows, acc_ram=acc_ram,
                                  write_ports=write_ports, slr_groups=slr_groups,
                                  read_ports=read_ports, dsp_slice=dsp_slice,
-                                 k_blocks=k_blocks, epilogue=epilogue, sgd=sgd, conv=conv)
+                                 k_blocks=k_blocks, epilogue=epilogue, sgd=sgd, conv=conv,
+                                 unfold=unfold)
         self.k_blocks, self.epilogue, self.sgd = bool(k_blocks), bool(epilogue), bool(sgd)
         self.conv = bool(conv)
         #: ``CONFIG_FEATURES.OPS``: the ``DESC_EPILOGUE`` bits 7..0 this build runs
@@ -249,7 +255,7 @@ class Accelerator(wiring.Component):
                    FP32=int(self.epilogue and self.engine.fp32),
                    CONV_FORWARD=int(self.conv), CONV_BACKWARD_DATA=int(self.conv),
                    CONV_WEIGHT_GRAD=int(self.conv), POOL_FORWARD=int(self.engine.pool),
-                   UNFOLD=int(self.conv and self.engine.quantize),
+                   UNFOLD=int(self.engine.unfold),
                    POOL_BACKWARD=int(self.engine.pool),
                    TILE_LOG2=regmap.TILE_BLOCK.bit_length() - 1, OPS=self.ops),
         ]
@@ -376,7 +382,7 @@ class Accelerator(wiring.Component):
             grad_ok = ((mode == 3) & grad_out
                        & ((batch & (regmap.TILE_BLOCK - 1)) == 0))
             forward = common & (data_ok | grad_ok)
-            if self.engine.quantize:
+            if self.engine.unfold:
                 # (quantise-only: a forward convolution's input unfolded, BFP8 alone, the
                 # batch whole tile blocks)
                 qo = regmap.pack("DESC_EPILOGUE", QUANTIZE_ONLY=1, BFP8=1)

@@ -125,11 +125,13 @@ class DescriptorChecker(wiring.Component):
         weight stack, or a weight gradient's deltas), B ``b_rows`` rows of ``b_cols`` bytes
         (the input, or the deltas), A's tile grid ``a_grid_rows x ceil(a_bytes / T)`` bytes
         and B's ``ceil(b_rows / T) x ceil(b_cols / T)``; ``a_rows``, ``a_bytes`` or
-        ``b_cols`` over 65535 is ``DIMENSION_TOO_LARGE``. With ``quantize_only`` too (an
-        input unfolded), A is ``a_rows`` rows of ``4 b_cols`` bytes. With ``epilogue`` too,
+        ``b_cols`` over 65535 is ``DIMENSION_TOO_LARGE``. With ``epilogue`` too,
         the mask's rows are ``ceil(mask_n / 8)`` bytes, and with ``pool`` a ninth region,
-        the argmax: ``M`` rows of ``N`` bytes at ``argmax_addr``, ``argmax_stride`` apart (base and
-        stride multiples of the bus width, as C's).
+        the argmax: ``M`` rows of ``N`` bytes at ``argmax_addr``, ``argmax_stride`` apart
+        (base and stride multiples of the bus width, as C's).
+    unfold : bool
+        With ``conv`` and ``epilogue``: a ``quantize_only`` descriptor with ``conv`` (an
+        input unfolded) has A ``a_rows`` rows of ``4 b_cols`` bytes.
 
     Attributes
     ----------
@@ -162,13 +164,14 @@ class DescriptorChecker(wiring.Component):
     LATENCY = DIMENSION_LATENCY + REGIONS + REGION_STAGES
 
     def __init__(self, data_width: int = 128, addr_width: int = 32, *, k_blocks: bool = False,
-                 epilogue: bool = False, conv: bool = False):
+                 epilogue: bool = False, conv: bool = False, unfold: bool = False):
         if data_width not in (64, 128, 256, 512):
             raise ValueError(f"data_width must be 64, 128, 256 or 512, not {data_width!r}")
         if addr_width not in (32, 40, 64):
             raise ValueError(f"addr_width must be 32, 40 or 64, not {addr_width!r}")
         self.data_width, self.addr_width = data_width, addr_width
         self.k_blocks, self.epilogue, self.conv = bool(k_blocks), bool(epilogue), bool(conv)
+        self.unfold = self.conv and self.epilogue and bool(unfold)
         if self.conv and not self.k_blocks:
             raise ValueError("conv needs k_blocks: a convolution's operands have tile exponents")
         if self.epilogue:                 # (C's tile grid, the mask, the bias)
@@ -229,7 +232,7 @@ class DescriptorChecker(wiring.Component):
             a, b = regions[0], regions[1]
             # (quantise-only: the input unfolded, b_cols float32 a row)
             a_bytes = (Mux(d.quantize_only, Cat(Const(0, 2), d.b_cols[:16]), d.a_bytes[:18])
-                       if self.epilogue else d.a_bytes[:18])
+                       if self.unfold else d.a_bytes[:18])
             regions[0] = (a[0], Mux(cv, d.a_rows[:16], a[1]), a[2],
                           Mux(cv, a_bytes, a[3]), *a[4:])
             regions[1] = (b[0], Mux(cv, d.b_rows, b[1]), b[2], Mux(cv, d.b_cols[:18], b[3]),

@@ -95,9 +95,10 @@ class GemmEngine(wiring.Component):
         through the first read port as the C tiles the BFP8 write-back takes. Such a
         descriptor starts only once the one before is written, and the one after it only
         once it is written (the reader and the load sequencer share the port's side).
-        With ``conv`` too, a quantise-only descriptor with ``conv`` (``DESC_CONV.MODE``
-        1) reads the convolution's input unfolded: its M and N are derived in the shape
-        stage (``Cin * kh * kw``, the output positions), A is the input's ``Cin`` rows.
+        With ``conv`` and ``unfold`` too, a quantise-only descriptor with ``conv``
+        (``DESC_CONV.MODE`` 1) reads the convolution's input unfolded: its M and N are
+        derived in the shape stage (``Cin * kh * kw``, the output positions), A is the
+        input's ``Cin`` rows.
     sgd : bool
         With ``epilogue``: run ``sgd`` descriptors with ``bfp8``, the optimiser's step of the
         BFP8 weights stored at C: the side loader reads each unit's exponent and mantissa
@@ -118,6 +119,9 @@ class GemmEngine(wiring.Component):
         output once per window phase and the BFP8 write-back keeps the running maximum and
         argmax (:class:`rtl.bfpwrite.BfpWriteBack`'s ``pool``); windows that do not tile
         the output exactly are ``UNSUPPORTED``.
+    unfold : bool
+        With ``conv`` and :attr:`quantize`: the float32 reader also unfolds a
+        convolution's input (see ``epilogue``).
 
     Attributes
     ----------
@@ -169,7 +173,8 @@ class GemmEngine(wiring.Component):
                  packing: int = 1, primitive: bool = False, dsp_rows: int | None = None,
                  acc_ram: str = "auto", write_ports: int = 1, slr_groups: int = 1,
                  read_ports: int = 1, dsp_slice: str = "DSP48E2", k_blocks: bool = False,
-                 epilogue: bool = False, sgd: bool = False, conv: bool = False):
+                 epilogue: bool = False, sgd: bool = False, conv: bool = False,
+                 unfold: bool = False):
         self.write_ports = regmap.check_write_ports(write_ports, rows)
         self.k_blocks, self.epilogue = bool(k_blocks), bool(epilogue)
         #: Runs convolution descriptors (``conv``): see the ``conv`` parameter.
@@ -211,6 +216,9 @@ class GemmEngine(wiring.Component):
         #: The BFP8 write-back also takes quantise-only descriptors (``epilogue`` with a tile
         #: row of whole bus words).
         self.quantize = self.epilogue and (4 * cols) % (data_width // 8) == 0
+        #: Quantise-only descriptors unfold a convolution's input (``unfold``, with ``conv``
+        #: and :attr:`quantize`).
+        self.unfold = bool(unfold) and self.conv and self.quantize
         #: The BFP8 write-back also writes a float32 C through the epilogue (bias, ReLU and
         #: its mask, a stored mask; with ``sgd`` the step of a float32 row): ``epilogue``
         #: with a tile row of whole bus words, as :attr:`quantize`.
@@ -392,7 +400,8 @@ class GemmEngine(wiring.Component):
         dp = self.datapath
         kb = self.k_blocks
         checker = DescriptorChecker(self.data_width, self.addr_width, k_blocks=kb,
-                                    epilogue=self.epilogue, conv=self.conv)
+                                    epilogue=self.epilogue, conv=self.conv,
+                                    unfold=self.unfold)
         walker = Walker(R, C, depth=self.depth, block=BL, data_width=self.data_width,
                         tag_width=tag_width, k_blocks=kb, conv=self.conv)
         cursor = ConvCursor(C) if self.conv else None
@@ -444,7 +453,7 @@ class GemmEngine(wiring.Component):
         # a quantise-only descriptor's float32 tiles, read through the first reader
         # (with convolutions, also a convolution's input unfolded)
         fpread = Fp32TileReader(R, C, data_width=self.data_width, addr_width=self.addr_width,
-                                unfold=self.conv) if self.quantize else None
+                                unfold=self.unfold) if self.quantize else None
         return SimpleNamespace(
             bfpwb=bfpwb, side=side, share=share, fpread=fpread, dp=dp, checker=checker,
             cursor=cursor,
@@ -950,7 +959,7 @@ class GemmEngine(wiring.Component):
             fd = p.fpread.desc
             m.d.comb += [fd.m.eq(d.m), fd.n.eq(d.n), fd.a_addr.eq(d.a_addr),
                          fd.a_stride.eq(d.a_stride)]
-            if self.conv:        # (a convolution's input, unfolded as it is read)
+            if self.unfold:      # (a convolution's input, unfolded as it is read)
                 m.d.comb += [fd.unfold.eq(d.conv), fd.geometry.eq(d.geometry)]
         with m.FSM(name="engine") as fsm:
             with m.State("IDLE"):
@@ -990,7 +999,7 @@ class GemmEngine(wiring.Component):
                         outs = saturated(p.cursor.out_positions)
                         # (a quantise-only one unfolds the input: M its Cin * kh * kw rows,
                         # N the output positions, A the input's Cin rows)
-                        qo = d.quantize_only if self.quantize else 0
+                        qo = d.quantize_only if self.unfold else 0
                         m.d.sync += [d.m.eq(Mux(wg, r["a_rows"],
                                                 Mux(bwd, d.cin, Mux(qo, Mux(r["zero"], 0, r["k"]),
                                                                       d.cout)))),

@@ -206,6 +206,17 @@ def test_quantize_only_matches_golden(dev, m, n, rounding):
     np.testing.assert_array_equal(c.numpy(), bfp.gemm_kblocks(want_q, want_e, qb, eb))
 
 
+def test_unfold_needs_the_build_option(dev):
+    """A build without ``unfold`` (or convolutions) does not offer it
+    (``CONFIG_FEATURES.UNFOLD`` 0): Device.quantize(unfold=...) is refused naming the
+    feature before anything runs."""
+    from sim.models import conv as convm
+    g = convm.ConvGeometry(32, 1, 4, 4, 8, 3, padding=1)
+    assert not dev.driver.info.unfold
+    with pytest.raises(RuntimeError, match="CONFIG_FEATURES.UNFOLD"):
+        dev.quantize(np.zeros((1, g.positions), np.float32), unfold=g)
+
+
 def test_quantize_only_queued_between_gemms_with_side_data(dev):
     """Four descriptors queued back to back with OVERLAP: a GEMM, a quantise-only one with
     a column bias and ReLU, a GEMM, a quantise-only one with the stored mask applied. Each

@@ -50,7 +50,7 @@ def _stored_mask(dev, stored):
 @pytest.fixture(scope="module")
 def rtl():
     return Device("rtl", rows=8, cols=8, data_width=64, depth=64, block=4, k_blocks=True,
-                  epilogue=True, sgd=True, conv=True)
+                  epilogue=True, sgd=True, conv=True, unfold=True)
 
 
 def test_features(rtl):

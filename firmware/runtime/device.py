@@ -522,7 +522,8 @@ class Device:
         if backend == "rtl":
             allowed = {"depth", "block", "packing", "port", "latency", "pause", "memory",
                        "seed", "write_ports", "read_ports", "slr_groups", "dsp_slice",
-                       "burst_beats", "k_blocks", "epilogue", "sgd", "conv"}
+                       "burst_beats", "k_blocks", "epilogue", "sgd", "conv",
+                       "unfold"}
             unknown = set(options) - allowed
             if unknown:
                 raise TypeError(f"unknown option(s) for the rtl backend: {sorted(unknown)}; "
