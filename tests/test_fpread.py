@@ -175,7 +175,8 @@ UNFOLDS = {
 
 @pytest.mark.parametrize(("rows", "cols", "data_width", "name"), [
     (8, 8, 128, "fashion"), (8, 8, 128, "cifar"), (4, 8, 64, "strided"),
-    (16, 16, 256, "dilated"), (8, 4, 64, "rows"), (32, 32, 512, "rows"),
+    (16, 16, 256, "dilated"), pytest.param(8, 4, 64, "rows", marks=pytest.mark.slow),
+    (32, 32, 512, "rows"),
 ])
 def test_unfold_matches_numpy(rows, cols, data_width, name):
     check_unfold(rows, cols, data_width, UNFOLDS[name], seed=rows + cols + len(name))

@@ -254,24 +254,7 @@ def quantize(dev, x, *, rounding: str = "nearest", seed: int = 0,
         if not np.isfinite(host).all():
             raise ValueError("x must be finite to quantise (it holds inf or NaN)")
         return _golden_bfp(dev, *bfp.quantize_tiles(host, rounding=rounding, seed=int(seed)))
-    temp = None
-    if not isinstance(x, DeviceTensor):
-        x = temp = dev.tensor(x)
-    out = _empty_bfp(dev, (m, n))
-    try:
-        _run(dev, dict(m=m, n=n, k=1, flags={}, a_addr=x.addr, a_stride=x.stride,
-                       c_addr=out.q.addr, c_stride=out.q.stride, c_exp_addr=out.exp.addr,
-                       seed=int(seed),
-                       epilogue={"QUANTIZE_ONLY": 1, "BFP8": 1,
-                                 "STOCHASTIC": int(rounding == "stochastic")}),
-             [x, out.q, out.exp])
-    except BaseException:
-        out.free()
-        raise
-    finally:
-        if temp is not None:
-            temp.free()
-    return out
+    return _quantize_on_device(dev, x, (m, n), rounding, seed, dict(m=m, n=n))
 
 
 def _quantize_unfolded(dev, x, g, rounding, seed) -> BfpTensor:
@@ -308,16 +291,25 @@ def _quantize_unfolded(dev, x, g, rounding, seed) -> BfpTensor:
             raise ValueError("x must be finite to quantise (it holds inf or NaN)")
         return _golden_bfp(dev, *bfp.quantize_tiles(convm.unfold(host, g), rounding=rounding,
                                                     seed=int(seed)))
+    return _quantize_on_device(dev, x, (m, n), rounding, seed,
+                               dict(m=1, n=1, conv=_conv_fields(g, 1)))
+
+
+def _quantize_on_device(dev, x, shape, rounding, seed, fields) -> BfpTensor:
+    """One quantise-only descriptor (``fields`` its own: M, N, a convolution's geometry)
+    from the float32 ``x`` (copied to the device for the run if it is not there) into a
+    new BFP8 tensor of ``shape``."""
+    from firmware.runtime.device import DeviceTensor
     temp = None
     if not isinstance(x, DeviceTensor):
         x = temp = dev.tensor(x)
-    out = _empty_bfp(dev, (m, n))
+    out = _empty_bfp(dev, shape)
     try:
-        _run(dev, dict(m=1, n=1, k=1, flags={}, a_addr=x.addr, a_stride=x.stride,
+        _run(dev, dict(k=1, flags={}, a_addr=x.addr, a_stride=x.stride,
                        c_addr=out.q.addr, c_stride=out.q.stride, c_exp_addr=out.exp.addr,
-                       seed=int(seed), conv=_conv_fields(g, 1),
+                       seed=int(seed),
                        epilogue={"QUANTIZE_ONLY": 1, "BFP8": 1,
-                                 "STOCHASTIC": int(rounding == "stochastic")}),
+                                 "STOCHASTIC": int(rounding == "stochastic")}, **fields),
              [x, out.q, out.exp])
     except BaseException:
         out.free()
