@@ -238,11 +238,9 @@ class Fp32TileReader(wiring.Component):
                                  u.first.eq(u.unit_addr + n_bytes[:TILE_BLOCK.bit_length() + 1])]
                 m.next = "BASE"
             with m.State("BASE"):
-                if u is not None:
-                    m.d.sync += addr.eq(Mux(d.unfold, u.first + u.row.off,
-                                            d.a_addr + prod + n_bytes))
-                else:
-                    m.d.sync += addr.eq(d.a_addr + prod + n_bytes)
+                base = d.a_addr + prod + n_bytes
+                m.d.sync += addr.eq(base if u is None else
+                                    Mux(d.unfold, u.first + u.row.off, base))
                 m.next = "ROWS"
             with m.State("ROWS"):                     # a row's command and its record
                 inside = r < rows_in
@@ -256,15 +254,11 @@ class Fp32TileReader(wiring.Component):
                 go = rq.w_rdy & (cmd.ready | ~inside)
                 m.d.comb += rq.w_en.eq(go)
                 with m.If(go):
-                    m.d.sync += r.eq(r + 1)
+                    step = d.a_stride if u is None else Mux(d.unfold, u.step, d.a_stride)
+                    m.d.sync += [r.eq(r + 1), addr.eq(addr + step)]
                     if u is not None:
                         with m.If(d.unfold):
-                            m.d.sync += addr.eq(addr + u.step)
                             self._unfold_row_step(m, u)
-                        with m.Else():
-                            m.d.sync += addr.eq(addr + d.a_stride)
-                    else:
-                        m.d.sync += addr.eq(addr + d.a_stride)
                     with m.If(r == R - 1):
                         m.next = "TILE"
         return fsm.ongoing("TILE")
@@ -344,10 +338,9 @@ class Fp32TileReader(wiring.Component):
         T, R = TILE_BLOCK, self.rows
         g = self._held.geometry
         lt = T.bit_length() - 1
-        zero = 0
         m.d.sync += u.prev_m0.eq(tile.m0)
         with m.If(tile.m0 == 0):
-            m.d.sync += [u.row.eq(zero), u.tile_row.eq(zero), u.unit_row.eq(zero)]
+            m.d.sync += [u.row.eq(0), u.tile_row.eq(0), u.unit_row.eq(0)]
         with m.Elif(tile.m0 == u.prev_m0):
             m.d.sync += u.row.eq(u.tile_row)
         with m.Elif(tile.m0 == u.prev_m0 + R):

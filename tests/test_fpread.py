@@ -19,6 +19,44 @@ def _ceil_to(x: int, a: int) -> int:
     return -(-x // a) * a
 
 
+def walk(dut, desc, next_desc, jobs, want, rows, memory, bpw, regions, seed, stall, slack):
+    """Start ``dut`` on ``desc`` (``next_desc`` set the cycle after: taken at start, the
+    engine goes on to the next descriptor meanwhile), answer its reads from ``memory``
+    (each within ``regions``) and take its jobs and beats under random stalls: the jobs
+    are ``jobs``, the beats ``want`` bit for bit, ``last`` on each tile's last row, and it
+    ends idle. Returns the read commands' log."""
+    log, got_jobs, got_rows = [], [], []
+
+    async def drive(ctx):
+        ctx.set(dut.desc, desc)
+        ctx.set(dut.start, 1)
+        await ctx.tick()
+        ctx.set(dut.start, 0)
+        ctx.set(dut.desc, next_desc)
+
+    async def take_jobs(ctx):
+        got_jobs.extend(await stream_recv(ctx, dut.o_write, len(jobs),
+                                          rng=random.Random(seed + 1), stall=stall))
+
+    async def take_rows(ctx):
+        got_rows.extend(await stream_recv(ctx, dut.o_stream, len(jobs) * rows,
+                                          rng=random.Random(seed + 2), stall=stall))
+        for _ in range(4):
+            await ctx.tick()
+        assert ctx.get(dut.idle) and not ctx.get(dut.walking)
+
+    run(dut, drive, take_jobs, take_rows,
+        processes=[memory_reader(dut, memory, bpw, regions, log, rng=random.Random(seed + 3),
+                                 stall=stall)],
+        deadline_cycles=slack + 40 * len(jobs) * rows * max(1, 4 * dut.cols // bpw))
+    assert [(int(j.m0), int(j.n0)) for j in got_jobs] == jobs
+    beats = np.array([[int(v) for v in b.data] for b in got_rows], np.uint32)
+    np.testing.assert_array_equal(beats.reshape(want.shape), want)
+    assert [int(b.last) for b in got_rows] == [int(i % rows == rows - 1)
+                                              for i in range(len(got_rows))]
+    return log
+
+
 def check(rows, cols, data_width, m, n, seed, stall=0.3):
     rng = random.Random(seed)
     bpw = data_width // 8
@@ -35,36 +73,9 @@ def check(rows, cols, data_width, m, n, seed, stall=0.3):
     dut = Fp32TileReader(rows, cols, data_width=data_width, addr_width=32)
     # a read may touch the row's words up to its last element's, never beyond
     regions = [(base + r * stride, base + r * stride + _ceil_to(4 * n, bpw)) for r in range(m)]
-    log, got_jobs, got_rows = [], [], []
-
-    async def drive(ctx):
-        ctx.set(dut.desc, {"m": m, "n": n, "a_addr": base, "a_stride": stride})
-        ctx.set(dut.start, 1)
-        await ctx.tick()
-        ctx.set(dut.start, 0)
-        # (taken at start: the engine goes on to the next descriptor meanwhile)
-        ctx.set(dut.desc, {"m": 3, "n": 5, "a_addr": 0, "a_stride": 0})
-
-    async def take_jobs(ctx):
-        got_jobs.extend(await stream_recv(ctx, dut.o_write, len(jobs),
-                                          rng=random.Random(seed + 1), stall=stall))
-
-    async def take_rows(ctx):
-        got_rows.extend(await stream_recv(ctx, dut.o_stream, len(jobs) * rows,
-                                          rng=random.Random(seed + 2), stall=stall))
-        for _ in range(4):
-            await ctx.tick()
-        assert ctx.get(dut.idle) and not ctx.get(dut.walking)
-
-    run(dut, drive, take_jobs, take_rows,
-        processes=[memory_reader(dut, memory, bpw, regions, log, rng=random.Random(seed + 3),
-                                 stall=stall)],
-        deadline_cycles=200 + 40 * len(jobs) * rows * max(1, 4 * cols // bpw))
-    assert [(int(j.m0), int(j.n0)) for j in got_jobs] == jobs
-    beats = np.array([[int(v) for v in b.data] for b in got_rows], np.uint32)
-    np.testing.assert_array_equal(beats.reshape(want.shape), want)
-    assert [int(b.last) for b in got_rows] == [int(i % rows == rows - 1)
-                                              for i in range(len(got_rows))]
+    log = walk(dut, {"m": m, "n": n, "a_addr": base, "a_stride": stride},
+               {"m": 3, "n": 5, "a_addr": 0, "a_stride": 0}, jobs, want, rows, memory, bpw,
+               regions, seed, stall, 200)
     # a command a row inside the matrix, none for the rows beyond
     assert len(log) == sum(min(rows, m - m0) for m0, _ in jobs)
 
@@ -126,38 +137,14 @@ def check_unfold(rows, cols, data_width, geometry, seed, stall=0.3):
                 if index[g.offsets[(m0 + r) % len(g.offsets)]][n0] >= 0)
     dut = Fp32TileReader(rows, cols, data_width=data_width, addr_width=32, unfold=True)
     regions = [(base + c * stride, base + c * stride + row_bytes) for c in range(g.channels)]
-    log, got_jobs, got_rows = [], [], []
     geo = {"mode": 1, "kernel_h": g.kernel[0], "kernel_w": g.kernel[1],
            "stride_h": g.stride[0], "stride_w": g.stride[1], "pad_h": g.padding[0],
            "pad_w": g.padding[1], "dilation_h": g.dilation[0], "dilation_w": g.dilation[1],
            "height": g.height, "width": g.width, "batch": g.batch}
-
-    async def drive(ctx):
-        ctx.set(dut.desc, {"m": m, "n": n, "a_addr": base, "a_stride": stride, "unfold": 1,
-                           "geometry": geo})
-        ctx.set(dut.start, 1)
-        await ctx.tick()
-        ctx.set(dut.start, 0)
-        ctx.set(dut.desc, {"m": 3, "n": 5, "a_addr": 0, "a_stride": 0, "unfold": 0})
-
-    async def take_jobs(ctx):
-        got_jobs.extend(await stream_recv(ctx, dut.o_write, len(jobs),
-                                          rng=random.Random(seed + 1), stall=stall))
-
-    async def take_rows(ctx):
-        got_rows.extend(await stream_recv(ctx, dut.o_stream, len(jobs) * rows,
-                                          rng=random.Random(seed + 2), stall=stall))
-        for _ in range(4):
-            await ctx.tick()
-        assert ctx.get(dut.idle) and not ctx.get(dut.walking)
-
-    run(dut, drive, take_jobs, take_rows,
-        processes=[memory_reader(dut, memory, bpw, regions, log, rng=random.Random(seed + 3),
-                                 stall=stall)],
-        deadline_cycles=400 + 40 * len(jobs) * rows * max(1, 4 * cols // bpw))
-    assert [(int(j.m0), int(j.n0)) for j in got_jobs] == jobs
-    beats = np.array([[int(v) for v in b.data] for b in got_rows], np.uint32)
-    np.testing.assert_array_equal(beats.reshape(want.shape), want)
+    log = walk(dut, {"m": m, "n": n, "a_addr": base, "a_stride": stride, "unfold": 1,
+                     "geometry": geo},
+               {"m": 3, "n": 5, "a_addr": 0, "a_stride": 0, "unfold": 0}, jobs, want, rows,
+               memory, bpw, regions, seed, stall, 400)
     assert len(log) == reads
 
 

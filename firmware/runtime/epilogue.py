@@ -232,8 +232,7 @@ def quantize(dev, x, *, rounding: str = "nearest", seed: int = 0,
     from firmware.runtime.device import DeviceTensor
     _check_rounding(rounding, seed)
     _require(dev, QUANTIZE_ONLY=1, BFP8=1, STOCHASTIC=int(rounding == "stochastic"))
-    if unfold is not None:
-        return _quantize_unfolded(dev, x, unfold, rounding, seed)
+    g = None if unfold is None else _unfold_geometry(dev, unfold)
     if isinstance(x, DeviceTensor):
         x._live()
         if x.device is not dev:
@@ -243,25 +242,36 @@ def quantize(dev, x, *, rounding: str = "nearest", seed: int = 0,
     elif not isinstance(x, np.ndarray) or x.dtype != np.float32 or x.ndim != 2 or not x.size:
         raise TypeError(f"x must be a non-empty float32 matrix (numpy or DeviceTensor), not "
                         f"{getattr(x, 'dtype', type(x).__name__)} {getattr(x, 'shape', '')}")
-    m, n = x.shape
-    # (a device with convolution descriptors quantises an activation matrix's H*W*batch
-    # columns in one descriptor: DESC_N)
-    wide = dev.driver is None or dev.driver.info.conv
-    _check_dims(("M", m), ("N", min(n, 0xFFFF) if wide else n))
+    if g is None:
+        m, n = x.shape
+        # (a device with convolution descriptors quantises an activation matrix's H*W*batch
+        # columns in one descriptor: DESC_N)
+        wide = dev.driver is None or dev.driver.info.conv
+        _check_dims(("M", m), ("N", min(n, 0xFFFF) if wide else n))
+        fields = dict(m=m, n=n)
+    else:
+        if x.shape != (g.channels, g.positions):
+            raise TypeError(f"x must be the float32 {g.channels}x{g.positions} input matrix "
+                            f"of unfold's geometry, not {x.dtype} {x.shape}")
+        m, n = g.channels * len(g.offsets), g.out_positions
+        _check_dims(("M", m))
+        from firmware.runtime.convolution import _conv_fields
+        fields = dict(m=1, n=1, conv=_conv_fields(g, 1))
     _begin(dev, m, n, 0)
     if dev.driver is None:
         host = x.numpy() if isinstance(x, DeviceTensor) else x
         if not np.isfinite(host).all():
             raise ValueError("x must be finite to quantise (it holds inf or NaN)")
+        host = host if g is None else convm.unfold(host, g)
         return _golden_bfp(dev, *bfp.quantize_tiles(host, rounding=rounding, seed=int(seed)))
-    return _quantize_on_device(dev, x, (m, n), rounding, seed, dict(m=m, n=n))
+    return _quantize_on_device(dev, x, (m, n), rounding, seed, fields)
 
 
-def _quantize_unfolded(dev, x, g, rounding, seed) -> BfpTensor:
-    """:func:`quantize` of a convolution's input unfolded (``unfold=g``): one quantise-only
-    descriptor with ``DESC_CONV.MODE`` 1."""
-    from firmware.runtime.convolution import _check_geometry, _conv_fields, check_positions
-    from firmware.runtime.device import DeviceTensor
+def _unfold_geometry(dev, g):
+    """``unfold``'s geometry, checked: a :class:`sim.models.conv.ConvGeometry` within
+    ``DESC_CONV``'s fields and the device's positions, its batch whole tile blocks, on a
+    device that unfolds (``CONFIG_FEATURES.UNFOLD``)."""
+    from firmware.runtime.convolution import _check_geometry, check_positions
     g = _check_geometry(g)
     if dev.driver is not None and not dev.driver.info.unfold:
         raise RuntimeError(f"this {dev.backend} accelerator does not unfold a convolution's "
@@ -270,29 +280,7 @@ def _quantize_unfolded(dev, x, g, rounding, seed) -> BfpTensor:
     if g.batch % regmap.TILE_BLOCK:
         raise ValueError(f"unfold: the batch ({g.batch}) must be a multiple of "
                          f"{regmap.TILE_BLOCK}, a tile block a position's images")
-    shape = (g.channels, g.positions)
-    if isinstance(x, DeviceTensor):
-        x._live()
-        if x.device is not dev:
-            raise ValueError("x is a DeviceTensor of another device")
-        ok = x.dtype == np.float32 and x.shape == shape
-    else:
-        ok = isinstance(x, np.ndarray) and x.dtype == np.float32 and x.shape == shape
-    if not ok:
-        raise TypeError(f"x must be the float32 {shape[0]}x{shape[1]} input matrix of unfold's "
-                        f"geometry, not {getattr(x, 'dtype', type(x).__name__)} "
-                        f"{getattr(x, 'shape', '')}")
-    m, n = g.channels * len(g.offsets), g.out_positions
-    _check_dims(("M", m))
-    _begin(dev, m, n, 0)
-    if dev.driver is None:
-        host = x.numpy() if isinstance(x, DeviceTensor) else x
-        if not np.isfinite(host).all():
-            raise ValueError("x must be finite to quantise (it holds inf or NaN)")
-        return _golden_bfp(dev, *bfp.quantize_tiles(convm.unfold(host, g), rounding=rounding,
-                                                    seed=int(seed)))
-    return _quantize_on_device(dev, x, (m, n), rounding, seed,
-                               dict(m=1, n=1, conv=_conv_fields(g, 1)))
+    return g
 
 
 def _quantize_on_device(dev, x, shape, rounding, seed, fields) -> BfpTensor:

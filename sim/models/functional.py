@@ -584,24 +584,18 @@ class FunctionalAccelerator:
         mode = v["MODE"]
         if not mode:
             return ErrorCode.UNSUPPORTED if v["ADD"] or v["BIAS_GRAD"] else None
-        image, chans = self._fields("DESC_CONV_IMAGE"), self._fields("DESC_CONV_CHANNELS")
-        h, w, cin, cout = image["HEIGHT"], image["WIDTH"], chans["IN"], chans["OUT"]
-        batch = self._reg("DESC_CONV_BATCH") & 0xFFFF
-        if 0 in (h, w, cin, cout, batch, v["KERNEL_H"], v["KERNEL_W"], v["STRIDE_H"],
-                 v["STRIDE_W"], v["DILATION_H"], v["DILATION_W"]):
+        sizes = self._conv_sizes(v)
+        if 0 in sizes.values():
             return ErrorCode.ZERO_DIMENSION
         if not (e["A_TILES"] and e["B_TILES"]) or f["TRANSPOSE_A"] or f["TRANSPOSE_B"] \
                 or e["QUANTIZE_ONLY"] or (e["SGD"] and mode != 3) \
                 or (mode == 3 and (e["BIAS"] or e["RELU"] or e["MASK_IN"] or v["ADD"])) \
                 or (mode != 3 and v["BIAS_GRAD"]):
             return ErrorCode.UNSUPPORTED
-        try:
-            g = convm.ConvGeometry(batch, cin, h, w, cout, (v["KERNEL_H"], v["KERNEL_W"]),
-                                   stride=(v["STRIDE_H"], v["STRIDE_W"]),
-                                   padding=(v["PAD_H"], v["PAD_W"]),
-                                   dilation=(v["DILATION_H"], v["DILATION_W"]))
-        except ValueError:
-            return ErrorCode.UNSUPPORTED
+        g = self._conv_geometry(v, sizes)
+        if isinstance(g, ErrorCode):
+            return g
+        cin, cout = g.channels, g.out_channels
         kk = len(g.offsets)
         x, d, stack = (cin, g.positions), (cout, g.out_positions), (kk * cout, cin)
         if mode == 1:
@@ -622,21 +616,35 @@ class FunctionalAccelerator:
         ``DESC_EPILOGUE`` bit but ``QUANTIZE_ONLY``, ``BFP8`` and ``STOCHASTIC`` (``BFP8``
         set), a batch not a multiple of ``TILE_BLOCK``, or a geometry that does not fit."""
         v = self._fields("DESC_CONV")
-        image, chans = self._fields("DESC_CONV_IMAGE"), self._fields("DESC_CONV_CHANNELS")
-        h, w, cin = image["HEIGHT"], image["WIDTH"], chans["IN"]
-        batch = self._reg("DESC_CONV_BATCH") & 0xFFFF
-        if 0 in (h, w, cin, batch, v["KERNEL_H"], v["KERNEL_W"], v["STRIDE_H"],
-                 v["STRIDE_W"], v["DILATION_H"], v["DILATION_W"]):
+        # (Cout unused: not checked)
+        sizes = dict(self._conv_sizes(v), cout=1)
+        if 0 in sizes.values():
             return ErrorCode.ZERO_DIMENSION
         allowed = regmap.pack("DESC_EPILOGUE", QUANTIZE_ONLY=1, BFP8=1, STOCHASTIC=1)
         if v["MODE"] != 1 or v["ADD"] or v["BIAS_GRAD"] or f["TRANSPOSE_A"] \
                 or f["TRANSPOSE_B"] or (epi & ~allowed) \
                 or not field_value("DESC_EPILOGUE", "BFP8", epi) \
                 or field_value("DESC_POOL", "MODE", self._reg("DESC_POOL")) \
-                or batch % regmap.TILE_BLOCK:
+                or sizes["batch"] % regmap.TILE_BLOCK:
             return ErrorCode.UNSUPPORTED
+        return self._conv_geometry(v, sizes)
+
+    def _conv_sizes(self, v: dict) -> dict:
+        """A convolution descriptor's sizes, each 0 where unset (``ZERO_DIMENSION``): the
+        image, channels and batch registers and ``DESC_CONV``'s (``v``) kernel, stride and
+        dilation."""
+        image, chans = self._fields("DESC_CONV_IMAGE"), self._fields("DESC_CONV_CHANNELS")
+        return {"h": image["HEIGHT"], "w": image["WIDTH"], "cin": chans["IN"],
+                "cout": chans["OUT"], "batch": self._reg("DESC_CONV_BATCH") & 0xFFFF,
+                **{k: v[k] for k in ("KERNEL_H", "KERNEL_W", "STRIDE_H", "STRIDE_W",
+                                     "DILATION_H", "DILATION_W")}}
+
+    def _conv_geometry(self, v: dict, sizes: dict):
+        """The :class:`sim.models.conv.ConvGeometry` of :meth:`_conv_sizes` and ``v``'s
+        padding, or ``UNSUPPORTED`` where the dilated kernel does not fit."""
         try:
-            return convm.ConvGeometry(batch, cin, h, w, 1, (v["KERNEL_H"], v["KERNEL_W"]),
+            return convm.ConvGeometry(sizes["batch"], sizes["cin"], sizes["h"], sizes["w"],
+                                      sizes["cout"], (v["KERNEL_H"], v["KERNEL_W"]),
                                       stride=(v["STRIDE_H"], v["STRIDE_W"]),
                                       padding=(v["PAD_H"], v["PAD_W"]),
                                       dilation=(v["DILATION_H"], v["DILATION_W"]))
