@@ -253,8 +253,9 @@ class ConvCursor(wiring.Component):
         pout = {a: quot[a][ND - 1] for a in axes}               # OH / pool_h, OW / pool_w
         m.d.sync += self.pool_exact.eq((rem["h"][ND - 1] == 0) & (rem["w"][ND - 1] == 0))
         n_last = _Reg(16)                    # N - cols: the last tile's image
+        n_before = _Reg(16)                  # N - 2 cols: the one before it
         n_one = _Reg()                       # one tile a position: N == cols
-        m.d.sync += [n_last.eq(n - C), n_one.eq(n_last == 0)]
+        m.d.sync += [n_last.eq(n - C), n_before.eq(n - 2 * C), n_one.eq(n_last == 0)]
         wn = _Reg(W32)                       # W * N
         own = _Reg(W32)                      # OW * N
         pown = _Reg(W32)                     # (OW / pool_w) * N
@@ -416,7 +417,7 @@ class ConvCursor(wiring.Component):
             w_wrap = cur["w"]["end"]
             fp = first_pos()
             nxt = {"n": Mux(nn_wrap, 0, cur["n"] + C),
-                   "n_end": Mux(nn_wrap, n_one, cur["n"] + C == n_last)}
+                   "n_end": Mux(nn_wrap, n_one, cur["n"] == n_before)}
             sw, sh = step_axis(cur["w"], "w"), step_axis(cur["h"], "h")
             nxt["w"] = {f: Mux(nn_wrap, Mux(w_wrap, fp["w"][f], sw[f]), cur["w"][f])
                         for f in cur["w"]}
@@ -443,8 +444,11 @@ class ConvCursor(wiring.Component):
         # The offset: per axis its value (forward: dy * ry; backward: minus the quotient of
         # dy * ry by sy), the remainder (backward), the column term and the steps left in the
         # kernel's row (w) or the kernel (h); the stack's matrix and whether it is the last.
+        # (and, beside the remainder, whether the next step borrows: no comparison in front
+        # of the term's sum)
         off = {a: dict(v=_Reg(signed(18), name=f"off_{a}_v"),
                        rem=_Reg(3, name=f"off_{a}_rem"),
+                       borrow=_Reg(name=f"off_{a}_borrow"),
                        term=_Reg(W32, name=f"off_{a}_term"),
                        left=_Reg(4, name=f"off_{a}_left")) for a in axes}
         index = _Reg(8)
@@ -473,17 +477,21 @@ class ConvCursor(wiring.Component):
 
         def first_off(a, at=None):
             at = ph[a] if at is None else at
-            return dict(v=at["v"], rem=ax[a]["off_first_rem"], term=at["term"],
-                        left=ax[a]["kmax"])
+            x = ax[a]
+            return dict(v=at["v"], rem=x["off_first_rem"],
+                        borrow=x["off_first_rem"] < x["off_rem_step"], term=at["term"],
+                        left=x["kmax"])
 
         def step_off(a):
             """Forward: ``dy * ry`` up by ``ry``; backward: ``dy`` down by one, ``dy * ry``
             down by ``ry``, whose remainder by ``sy`` may borrow."""
             x, cur = ax[a], off[a]
-            borrow = cur["rem"] < x["off_rem_step"]
-            return dict(v=cur["v"] + x["off_inc"] + borrow,
-                        rem=Mux(borrow, cur["rem"] + ax[a]["pos_mod"], cur["rem"])
-                        - x["off_rem_step"],
+            borrow = cur["borrow"]
+            rem = Signal(3, name=f"off_{a}_next_rem")
+            m.d.comb += rem.eq(Mux(borrow, cur["rem"] + x["pos_mod"], cur["rem"])
+                               - x["off_rem_step"])
+            return dict(v=cur["v"] + x["off_inc"] + borrow, rem=rem,
+                        borrow=rem < x["off_rem_step"],
                         term=carry_select_add(cur["term"], Mux(borrow, x["off_bterm"],
                                                                x["off_term"]), W32),
                         left=cur["left"] - 1)

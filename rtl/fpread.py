@@ -235,7 +235,9 @@ class Fp32TileReader(wiring.Component):
                              words_m1.eq(((lanes + F - 1) >> lf) - 1)]
                 if u is not None:
                     m.d.sync += [u.hi.eq(u.hbase + u.row.dyh), u.wi.eq(u.wbase + u.row.dxw),
-                                 u.first.eq(u.unit_addr + n_bytes[:TILE_BLOCK.bit_length() + 1])]
+                                 u.first.eq(u.unit_addr + n_bytes[:TILE_BLOCK.bit_length() + 1]),
+                                 u.step.eq(Mux(d.unfold, u.choose(u.row.fx, u.row.fy),
+                                               d.a_stride))]
                 m.next = "BASE"
             with m.State("BASE"):
                 base = d.a_addr + prod + n_bytes
@@ -254,7 +256,7 @@ class Fp32TileReader(wiring.Component):
                 go = rq.w_rdy & (cmd.ready | ~inside)
                 m.d.comb += rq.w_en.eq(go)
                 with m.If(go):
-                    step = d.a_stride if u is None else Mux(d.unfold, u.step, d.a_stride)
+                    step = d.a_stride if u is None else u.step
                     m.d.sync += [r.eq(r + 1), addr.eq(addr + step)]
                     if u is not None:
                         with m.If(d.unfold):
@@ -275,10 +277,11 @@ class Fp32TileReader(wiring.Component):
             return Signal(width, name=f"uf_{name}", reset_less=True)
 
         u = SimpleNamespace()
-        # a row's place in the unfolded matrix: kernel column and row, their dilated
-        # offsets, and its address less the unit's (the input channel's row and offset)
-        row_layout = data.StructLayout({"dx": 4, "dy": 4, "dxw": 8, "dyh": 8,
-                                        "off": unsigned(AW)})
+        # a row's place in the unfolded matrix: kernel column and row, whether each is the
+        # kernel's last, their dilated offsets, and its address less the unit's (the input
+        # channel's row and offset)
+        row_layout = data.StructLayout({"dx": 4, "dy": 4, "fx": 1, "fy": 1, "dxw": 8,
+                                        "dyh": 8, "off": unsigned(AW)})
         u.row, u.tile_row, u.unit_row = (Signal(row_layout, name=f"uf_{n}", reset_less=True)
                                          for n in ("row", "tile_row", "unit_row"))
         u.prev_m0 = reg(17, "prev_m0")
@@ -290,44 +293,64 @@ class Fp32TileReader(wiring.Component):
         u.unit_addr, u.line_addr = reg(AW, "unit_addr"), reg(AW, "line_addr")
         u.first = reg(AW, "first")
         u.hi, u.wi = reg(signed(18), "hi"), reg(signed(18), "wi")
+        # the kernel's last column and row, the ones before them, and whether it has one
+        kw_m1, kh_m1 = reg(4, "kw_m1"), reg(4, "kh_m1")
+        kw_m2, kh_m2 = reg(4, "kw_m2"), reg(4, "kh_m2")
+        u.kw1, u.kh1 = reg(1, "kw1"), reg(1, "kh1")
         # steps, from the geometry: a kernel column (step_j), row (step_i) and input
         # channel (step_c) on in the rows; an image, position and output row on in the units
         nb4 = reg(22, "nb4")                     # 4 N: an image position's bytes
+        nb4_less = reg(23, "nb4_less")           # 4 N - 4 T
         line = reg(AW, "line")                   # 4 N W: an image row's
+        sw = reg(AW, "sw")                       # 4 N stride_w
         u.step_j, u.step_i, u.step_c = reg(AW, "step_j"), reg(AW, "step_i"), reg(AW, "step_c")
         u.step_w, u.step_h = reg(AW, "step_w"), reg(AW, "step_h")
         u.origin = reg(AW, "origin")
         u.wlim = reg(signed(18), "wlim")
+        wl0, dkw = reg(signed(18), "wl0"), reg(12, "dkw")
         back_j, back_i, full_i = reg(AW, "back_j"), reg(AW, "back_i"), reg(AW, "full_i")
         ph, pw = reg(AW, "ph"), reg(AW, "pw")
+        origin_w, step_c0 = reg(AW, "origin_w"), reg(AW, "step_c0")
         stage = Signal(range(6), name="uf_stage")
         u.setup_done = stage == 5
         with m.If(self.start & ~self.walking):
             m.d.sync += stage.eq(0)
         with m.Elif(~u.setup_done):
             m.d.sync += stage.eq(stage + 1)
+        # (one operation a register, a product or a sum: each settles in a cycle; the
+        # longest chain, nb4 -> line -> full_i -> back_i -> step_c, in 5)
         m.d.sync += [
+            kw_m1.eq(g.kernel_w - 1), kh_m1.eq(g.kernel_h - 1),
+            kw_m2.eq(g.kernel_w - 2), kh_m2.eq(g.kernel_h - 2),
+            u.kw1.eq(g.kernel_w == 1), u.kh1.eq(g.kernel_h == 1),
             nb4.eq(g.batch << 2),
+            wl0.eq(g.width - 1 + g.pad_w),
+            nb4_less.eq(nb4 - 4 * T),
+            dkw.eq(g.dilation_w * kw_m1),
             line.eq(nb4 * g.width),
             u.step_j.eq(nb4 * g.dilation_w),
+            sw.eq(nb4 * g.stride_w),
+            pw.eq(nb4 * g.pad_w),
             full_i.eq(line * g.dilation_h),
-            back_j.eq(u.step_j * (g.kernel_w - 1)),
-            back_i.eq(full_i * (g.kernel_h - 1)),
-            u.step_i.eq(full_i - back_j),
-            u.step_c.eq(d.a_stride - back_i - back_j),
-            u.step_w.eq(nb4 * g.stride_w - nb4 + 4 * T),
+            back_j.eq(u.step_j * kw_m1),
+            u.step_w.eq(sw - nb4_less),
             u.step_h.eq(line * g.stride_h),
-            ph.eq(line * g.pad_h), pw.eq(nb4 * g.pad_w),
-            u.origin.eq(d.a_addr - ph - pw),
-            u.wlim.eq(g.width - 1 + g.pad_w - g.dilation_w * (g.kernel_w - 1)),
+            ph.eq(line * g.pad_h),
+            origin_w.eq(d.a_addr - pw),
+            u.wlim.eq(wl0 - dkw),
+            back_i.eq(full_i * kh_m1),
+            u.step_i.eq(full_i - back_j),
+            step_c0.eq(d.a_stride - back_j),
+            u.origin.eq(origin_w - ph),
+            u.step_c.eq(step_c0 - back_i),
         ]
         # a row inside the image: its input pixel is not padding
         u.in_image = (u.hi >= 0) & (u.hi < g.height) & (u.wi >= 0) & (u.wi < g.width)
-        # the row step's address increment
-        u.step = Signal(AW, name="uf_step")
-        last_x, last_y = u.row.dx == g.kernel_w - 1, u.row.dy == g.kernel_h - 1
-        m.d.comb += u.step.eq(Mux(~last_x, u.step_j, Mux(~last_y, u.step_i, u.step_c)))
-        u.last_x, u.last_y = last_x, last_y
+        # the row step's address increment, registered with the row (``choose``: the
+        # increment out of a row with these flags)
+        u.step = reg(AW, "step")
+        u.kw_m2, u.kh_m2 = kw_m2, kh_m2
+        u.choose = lambda fx, fy: Mux(~fx, u.step_j, Mux(~fy, u.step_i, u.step_c))
         return u
 
     def _unfold_tile(self, m, u, tile, m0):
@@ -340,7 +363,8 @@ class Fp32TileReader(wiring.Component):
         lt = T.bit_length() - 1
         m.d.sync += u.prev_m0.eq(tile.m0)
         with m.If(tile.m0 == 0):
-            m.d.sync += [u.row.eq(0), u.tile_row.eq(0), u.unit_row.eq(0)]
+            for r in (u.row, u.tile_row, u.unit_row):
+                m.d.sync += [r.eq(0), r.fx.eq(u.kw1), r.fy.eq(u.kh1)]
         with m.Elif(tile.m0 == u.prev_m0):
             m.d.sync += u.row.eq(u.tile_row)
         with m.Elif(tile.m0 == u.prev_m0 + R):
@@ -367,19 +391,26 @@ class Fp32TileReader(wiring.Component):
 
     def _unfold_row_step(self, m, u):
         """A row on: the next kernel column, else the next kernel row, else the next input
-        channel; the pixel it reads moves with it."""
+        channel; the pixel it reads moves with it, and the next row's flags and increment
+        are set from its kernel offsets (no comparison in front of the address sum)."""
         g = self._held.geometry
         r = u.row
-        m.d.sync += r.off.eq(r.off + u.step)
-        with m.If(~u.last_x):
+        fx, fy = Signal(name="uf_next_fx"), Signal(name="uf_next_fy")
+        m.d.sync += [r.off.eq(r.off + u.step), r.fx.eq(fx), r.fy.eq(fy),
+                     u.step.eq(u.choose(fx, fy))]
+        with m.If(~r.fx):
+            m.d.comb += [fx.eq(r.dx == u.kw_m2), fy.eq(r.fy)]
             m.d.sync += [r.dx.eq(r.dx + 1), r.dxw.eq(r.dxw + g.dilation_w),
                          u.wi.eq(u.wi + g.dilation_w)]
         with m.Else():
+            m.d.comb += fx.eq(u.kw1)
             m.d.sync += [r.dx.eq(0), r.dxw.eq(0), u.wi.eq(u.wbase)]
-            with m.If(~u.last_y):
+            with m.If(~r.fy):
+                m.d.comb += fy.eq(r.dy == u.kh_m2)
                 m.d.sync += [r.dy.eq(r.dy + 1), r.dyh.eq(r.dyh + g.dilation_h),
                              u.hi.eq(u.hi + g.dilation_h)]
             with m.Else():
+                m.d.comb += fy.eq(u.kh1)
                 m.d.sync += [r.dy.eq(0), r.dyh.eq(0), u.hi.eq(u.hbase)]
 
     # ---- words -> a beat a row ------------------------------------------------------------

@@ -157,13 +157,16 @@ UNFOLDS = {
     "dilated": conv.ConvGeometry(32, 2, 6, 7, 4, (2, 3), dilation=(2, 2), padding=(0, 1)),
     # more than a unit of rows: 5 * 9 = 45 rows, units re-entered in each unit row
     "rows": conv.ConvGeometry(32, 5, 3, 3, 4, 3, padding=1),
+    # a kernel one row high, and one column wide (a kernel offset each row or column)
+    "one-row": conv.ConvGeometry(32, 2, 4, 5, 4, (1, 3), padding=(0, 1)),
+    "one-column": conv.ConvGeometry(32, 3, 5, 3, 4, (3, 1), stride=(2, 1), padding=(1, 0)),
 }
 
 
 @pytest.mark.parametrize(("rows", "cols", "data_width", "name"), [
     (8, 8, 128, "fashion"), (8, 8, 128, "cifar"), (4, 8, 64, "strided"),
     (16, 16, 256, "dilated"), pytest.param(8, 4, 64, "rows", marks=pytest.mark.slow),
-    (32, 32, 512, "rows"),
+    (32, 32, 512, "rows"), (8, 8, 128, "one-row"), (8, 8, 64, "one-column"),
 ])
 def test_unfold_matches_numpy(rows, cols, data_width, name):
     check_unfold(rows, cols, data_width, UNFOLDS[name], seed=rows + cols + len(name))
