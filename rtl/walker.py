@@ -275,6 +275,9 @@ class Walker(wiring.Component):
         c_row = Signal(24, reset_less=True)    # a weight gradient's offset's first row of C
         c_erow = Signal(17, reset_less=True)   # ... and of C's exponent grid
         offs_left = Signal(8, reset_less=True)
+        # (whether none or one is left, set with it: no comparison in front of the
+        # decisions that read them, and the cursor's operations after those)
+        offs_zero, offs_one = Signal(reset_less=True), Signal(reset_less=True)
         kk = Signal(8, reset_less=True)
         a_base = Signal(64, reset_less=True)
         a_gbase = Signal(24, reset_less=True)
@@ -285,6 +288,13 @@ class Walker(wiring.Component):
         m.d.comb += cur_ok.eq(cur_wait == 0)
         with m.If(~cur_ok):
             m.d.sync += cur_wait.eq(cur_wait - 1)
+
+        def offs_first():                  # (the first kernel offset: kk - 1 after it)
+            m.d.sync += [offs_left.eq(kk - 1), offs_zero.eq(kk == 1), offs_one.eq(kk == 2)]
+
+        def offs_step():                   # (the next one)
+            m.d.sync += [offs_left.eq(offs_left - 1), offs_zero.eq(offs_one),
+                         offs_one.eq(offs_left == 2)]
 
         def cur_op(pos=PosOp.HOLD, off=OffOp.HOLD):
             m.d.comb += [self.cur_pos_op.eq(pos), self.cur_off_op.eq(off)]
@@ -319,9 +329,9 @@ class Walker(wiring.Component):
             # a convolution's next kernel offset: its first K run, A's next matrix and
             # exponent grid, the cursor back at the block's first tile at the offset
             f_kc, f_after, f_last = s.kb_first
+            offs_step()
             m.d.sync += [s.kc.eq(f_kc), s.k_after.eq(f_after), s.k0.eq(0),
-                         offs_left.eq(offs_left - 1), ochunk_last.eq(f_last),
-                         s.last_chunk.eq(f_last & (offs_left == 1)),
+                         ochunk_last.eq(f_last), s.last_chunk.eq(f_last & offs_one),
                          a_base.eq(carry_select_add(a_base, d.a_step, 64)),
                          a_gbase.eq(a_gbase + d.a_grid_step),
                          pj.eq(0)]
@@ -331,7 +341,9 @@ class Walker(wiring.Component):
                        unpool=unpool, replay=replay,
                        conv_next_offset=conv_next_offset,
                        dm=dm, dm_now=dm_now,
-                       offs_left=offs_left, kk=kk, a_base=a_base, a_gbase=a_gbase,
+                       offs_left=offs_left, offs_zero=offs_zero, offs_one=offs_one,
+                       offs_first=offs_first, offs_step=offs_step,
+                       kk=kk, a_base=a_base, a_gbase=a_gbase,
                        ochunk_last=ochunk_last, cur_ok=cur_ok, cur_op=cur_op,
                        cur_phase_next=cur_phase_next)
 
@@ -773,8 +785,8 @@ class Walker(wiring.Component):
                              blk_c.eq(side << _log2(C))]
                 m_tiles = (s.dm_now + R - 1) >> _log2(R)
                 if self.conv:
-                    m.d.sync += [s.offs_left.eq(s.kk - 1), s.c_row.eq(0), s.c_erow.eq(0),
-                                 s.replay.eq(0)]
+                    s.offs_first()
+                    m.d.sync += [s.c_row.eq(0), s.c_erow.eq(0), s.replay.eq(0)]
                 m.d.sync += [m_blk.eq(0), n_blk.eq(0), k0.eq(0), first_block.eq(1),
                              tiles_m.eq(m_tiles), tiles_m0.eq(m_tiles),
                              tiles_n.eq(n_tiles), tiles_n0.eq(n_tiles),
@@ -818,8 +830,8 @@ class Walker(wiring.Component):
                 # a convolution: the first kernel offset (A's first matrix), its first
                 # chunk; the cursor back at the block's first tile
                 with m.If(s.conv):
-                    m.d.sync += [s.offs_left.eq(s.kk - 1),
-                                 s.a_base.eq(carry_select_add(d.a_addr, d.a_first, 64)),
+                    s.offs_first()
+                    m.d.sync += [s.a_base.eq(carry_select_add(d.a_addr, d.a_first, 64)),
                                  s.a_gbase.eq(d.a_grid_first), s.ochunk_last.eq(kb_last),
                                  last_chunk.eq(kb_last & (s.kk == 1))]
                     s.cur_op(PosOp.BACK, OffOp.ZERO)
@@ -992,7 +1004,7 @@ class Walker(wiring.Component):
                     s.cur_op(PosOp.NEXT)
                 with m.Else():
                     s.conv_next_offset()
-                    with m.If(s.offs_left == 1):         # (the next one is the last)
+                    with m.If(s.offs_one):               # (the next one is the last)
                         m.next = "EXP_WAIT"
 
     def _walk_next(self, s):
@@ -1009,7 +1021,8 @@ class Walker(wiring.Component):
         def next_offset():
             # a weight gradient's next kernel offset: the cursor on to it, its C rows (and
             # rows of C's exponent grid) Cout further on
-            m.d.sync += [s.offs_left.eq(s.offs_left - 1), s.c_row.eq(s.c_row + d.cout),
+            s.offs_step()
+            m.d.sync += [s.c_row.eq(s.c_row + d.cout),
                          s.c_erow.eq(s.c_erow + ((d.cout + (TILE_BLOCK - 1))
                                                  >> _log2(TILE_BLOCK)))]
             s.cur_op(PosOp.HOLD, OffOp.NEXT)
@@ -1042,7 +1055,7 @@ class Walker(wiring.Component):
             if self.conv:
                 # a weight gradient's offsets inside the chunk: its next offset, A's tiles
                 # kept, B's to the other slots, its exponents, its C rows Cout further on
-                with m.Elif(s.wg_in & (s.offs_left != 0)):
+                with m.Elif(s.wg_in & ~s.offs_zero):
                     m.d.sync += [tj.eq(0), ti.eq(0), m0.eq(m_blk), n0.eq(n_blk),
                                  b_par.eq(~b_par), s.a_held.eq(1), s.ei.eq(0)]
                     next_offset()
@@ -1069,8 +1082,9 @@ class Walker(wiring.Component):
                     with m.If(s.wg_in):
                         # (a weight gradient's offsets inside the chunk: the next K run at
                         # the first offset, A's tiles loaded again, the slots from the first)
-                        m.d.sync += [s.offs_left.eq(s.kk - 1), s.c_row.eq(0),
-                                     s.c_erow.eq(0), s.a_held.eq(0), s.wslot.eq(0)]
+                        s.offs_first()
+                        m.d.sync += [s.c_row.eq(0), s.c_erow.eq(0), s.a_held.eq(0),
+                                     s.wslot.eq(0)]
                         s.cur_op(PosOp.NEXT, OffOp.ZERO)
                     with m.Elif(s.wg):       # (a weight gradient: the next K run)
                         s.cur_op(PosOp.NEXT)
@@ -1079,11 +1093,11 @@ class Walker(wiring.Component):
                     with m.If(s.conv):
                         with m.If(s.ochunk_last):
                             s.conv_next_offset()
-                            with m.If(s.skippable & (s.offs_left != 1)):
+                            with m.If(s.skippable & ~s.offs_one):
                                 m.next = "PROBE"
                         with m.Else():
                             m.d.sync += [s.ochunk_last.eq(kb_last),
-                                         last_chunk.eq(kb_last & (s.offs_left == 0))]
+                                         last_chunk.eq(kb_last & s.offs_zero)]
                             s.cur_op(PosOp.BACK)
             if self.conv:
                 with m.Elif(s.pool & ~self.cur_last_phase):
@@ -1112,7 +1126,7 @@ class Walker(wiring.Component):
                 if self.conv:
                     # a weight gradient's next kernel offset: its GEMM from the first block,
                     # its C rows Cout further on
-                    with m.Elif(s.wg & (s.offs_left != 0)):
+                    with m.Elif(s.wg & ~s.offs_zero):
                         m.d.sync += [m_blk.eq(0), n_blk.eq(0), first_block.eq(1),
                                      tiles_m.eq(tiles_m0), tiles_n.eq(tiles_n0)]
                         next_offset()
