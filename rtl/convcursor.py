@@ -487,9 +487,7 @@ class ConvCursor(wiring.Component):
             down by ``ry``, whose remainder by ``sy`` may borrow."""
             x, cur = ax[a], off[a]
             borrow = cur["borrow"]
-            rem = Signal(3, name=f"off_{a}_next_rem")
-            m.d.comb += rem.eq(Mux(borrow, cur["rem"] + x["pos_mod"], cur["rem"])
-                               - x["off_rem_step"])
+            rem = (Mux(borrow, cur["rem"] + x["pos_mod"], cur["rem"]) - x["off_rem_step"])[:3]
             return dict(v=cur["v"] + x["off_inc"] + borrow, rem=rem,
                         borrow=rem < x["off_rem_step"],
                         term=carry_select_add(cur["term"], Mux(borrow, x["off_bterm"],

@@ -295,7 +295,7 @@ class Fp32TileReader(wiring.Component):
         u.hi, u.wi = reg(signed(18), "hi"), reg(signed(18), "wi")
         # the kernel's last column and row, the ones before them, and whether it has one
         kw_m1, kh_m1 = reg(4, "kw_m1"), reg(4, "kh_m1")
-        kw_m2, kh_m2 = reg(4, "kw_m2"), reg(4, "kh_m2")
+        u.kw_m2, u.kh_m2 = reg(4, "kw_m2"), reg(4, "kh_m2")
         u.kw1, u.kh1 = reg(1, "kw1"), reg(1, "kh1")
         # steps, from the geometry: a kernel column (step_j), row (step_i) and input
         # channel (step_c) on in the rows; an image, position and output row on in the units
@@ -321,7 +321,7 @@ class Fp32TileReader(wiring.Component):
         # longest chain, nb4 -> line -> full_i -> back_i -> step_c, in 5)
         m.d.sync += [
             kw_m1.eq(g.kernel_w - 1), kh_m1.eq(g.kernel_h - 1),
-            kw_m2.eq(g.kernel_w - 2), kh_m2.eq(g.kernel_h - 2),
+            u.kw_m2.eq(g.kernel_w - 2), u.kh_m2.eq(g.kernel_h - 2),
             u.kw1.eq(g.kernel_w == 1), u.kh1.eq(g.kernel_h == 1),
             nb4.eq(g.batch << 2),
             wl0.eq(g.width - 1 + g.pad_w),
@@ -349,7 +349,6 @@ class Fp32TileReader(wiring.Component):
         # the row step's address increment, registered with the row (``choose``: the
         # increment out of a row with these flags)
         u.step = reg(AW, "step")
-        u.kw_m2, u.kh_m2 = kw_m2, kh_m2
         u.choose = lambda fx, fy: Mux(~fx, u.step_j, Mux(~fy, u.step_i, u.step_c))
         return u
 

@@ -341,9 +341,8 @@ class Walker(wiring.Component):
                        unpool=unpool, replay=replay,
                        conv_next_offset=conv_next_offset,
                        dm=dm, dm_now=dm_now,
-                       offs_left=offs_left, offs_zero=offs_zero, offs_one=offs_one,
-                       offs_first=offs_first, offs_step=offs_step,
-                       kk=kk, a_base=a_base, a_gbase=a_gbase,
+                       offs_zero=offs_zero, offs_one=offs_one, offs_first=offs_first,
+                       offs_step=offs_step, kk=kk, a_base=a_base, a_gbase=a_gbase,
                        ochunk_last=ochunk_last, cur_ok=cur_ok, cur_op=cur_op,
                        cur_phase_next=cur_phase_next)
 

@@ -8,6 +8,7 @@ import pytest
 
 from rtl.fpread import Fp32TileReader
 from sim.models import conv, fpread
+from sim.testbenches.convcursor import geometry_fields
 from sim.testbenches.harness import run, stream_recv
 
 from .test_sideload import memory_reader
@@ -137,12 +138,8 @@ def check_unfold(rows, cols, data_width, geometry, seed, stall=0.3):
                 if index[g.offsets[(m0 + r) % len(g.offsets)]][n0] >= 0)
     dut = Fp32TileReader(rows, cols, data_width=data_width, addr_width=32, unfold=True)
     regions = [(base + c * stride, base + c * stride + row_bytes) for c in range(g.channels)]
-    geo = {"mode": 1, "kernel_h": g.kernel[0], "kernel_w": g.kernel[1],
-           "stride_h": g.stride[0], "stride_w": g.stride[1], "pad_h": g.padding[0],
-           "pad_w": g.padding[1], "dilation_h": g.dilation[0], "dilation_w": g.dilation[1],
-           "height": g.height, "width": g.width, "batch": g.batch}
     log = walk(dut, {"m": m, "n": n, "a_addr": base, "a_stride": stride, "unfold": 1,
-                     "geometry": geo},
+                     "geometry": geometry_fields(g, 1)},
                {"m": 3, "n": 5, "a_addr": 0, "a_stride": 0, "unfold": 0}, jobs, want, rows,
                memory, bpw, regions, seed, stall, 400)
     assert len(log) == reads
