@@ -33,7 +33,8 @@ divides 32 (the Pynq-Z1's), and exits with status 2 elsewhere; ``--sgd`` (with i
 optimiser's step of BFP8 weights (``DESC_EPILOGUE.SGD``).
 ``--conv`` (with ``--k-blocks``) adds forward convolutions as implicit GEMMs
 (``CONFIG_FEATURES.CONV_FORWARD``), for arrays of at most 32 columns (the Pynq-Z1's), and
-exits with status 2 elsewhere.
+exits with status 2 elsewhere; with ``--epilogue`` too, the quantiser also reads a first
+layer's float32 input unfolded (``CONFIG_FEATURES.UNFOLD``).
 ``--synth vivado`` runs ``build.tcl`` when Vivado is on PATH. ``--program`` loads the
 bitstream (openFPGALoader over JTAG, or a copy of the ``.bit``, ``.hwh`` and ``report.json``
 to a PYNQ board with ``--host``; Vivado's hardware manager for the VCU118); ``--dry-run``
@@ -197,7 +198,9 @@ def parse_args(argv):
                              "(DESC_EPILOGUE.SGD)")
     parser.add_argument("--conv", action="store_true",
                         help="with --k-blocks: build forward convolutions as implicit GEMMs "
-                             "(DESC_CONV.MODE 1, CONFIG_FEATURES.CONV_FORWARD); needs at most "
+                             "(DESC_CONV.MODE 1, CONFIG_FEATURES.CONV_FORWARD), and with "
+                             "--epilogue a first layer's input unfolded by the quantiser "
+                             "(CONFIG_FEATURES.UNFOLD); needs at most "
                              f"{regmap.TILE_BLOCK} columns")
     parser.add_argument("--out", type=Path, help="output directory (default build/<platform>)")
     parser.add_argument("--synth", choices=["yosys", "vivado", "none"], default="yosys",
@@ -230,7 +233,8 @@ def parse_args(argv):
                            write_ports=args.write_ports, read_ports=args.read_ports,
                            slr_groups=args.slr_groups, burst_beats=args.burst_beats,
                            k_blocks=args.k_blocks or None, epilogue=args.epilogue or None,
-                           sgd=args.sgd or None, conv=args.conv or None)
+                           sgd=args.sgd or None, conv=args.conv or None,
+                           unfold=(args.conv and args.epilogue) or None)
     except ValueError as e:
         parser.error(f"--burst-beats: {e}")
     if cfg.get("slr_groups", 1) == 1:
@@ -400,8 +404,8 @@ def estimate(board, cfg, out: Path, whole: bool = False) -> tuple[dict, bool]:
         # the cached designs are named by shape and bus (platforms.estimate.design_tag): the
         # K-block mode's and the epilogue's go apart, so that the same shape's without them
         # stay cached
-        work = work / "_".join(name for name in ("k_blocks", "epilogue", "sgd", "conv")
-                               if cfg.get(name))
+        work = work / "_".join(name for name in ("k_blocks", "epilogue", "sgd", "conv",
+                                                 "unfold") if cfg.get(name))
     parts = cfg["rows"] * cfg["cols"] > WHOLE_LIMIT
     with step(f"timing report from Yosys for {board.family} at {board.clock_mhz:g} MHz"):
         # the configured design's report if it was measured before (whole or by parts),

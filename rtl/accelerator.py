@@ -121,10 +121,8 @@ class Accelerator(wiring.Component):
         ``conv``.
     unfold : bool
         With ``conv`` and the epilogue's quantiser: quantise-only descriptors that unfold a
-        convolution's input (``CONFIG_FEATURES.UNFOLD``). Not in the boards' builds: in
-        the ZCU104's whole-step configuration it takes one path outside the reader past the
-        200 MHz logic-level budget (:doc:`architecture`, "A first layer over its input
-        unfolded").
+        convolution's input (``CONFIG_FEATURES.UNFOLD``; ``build.py --conv --epilogue``
+        builds it, :doc:`architecture`, "A first layer over its input unfolded").
 
     Attributes
     ----------

@@ -456,6 +456,7 @@ class GemmEngine(wiring.Component):
                                 unfold=self.unfold) if self.quantize else None
         return SimpleNamespace(
             bfpwb=bfpwb, side=side, share=share, fpread=fpread, dp=dp, checker=checker,
+            side_held=Signal() if self.epilogue else None,
             cursor=cursor,
             walker=walker, loader=loader, router=router,
             loader1=b_loaders[0] if b_loaders else None, b_loaders=b_loaders,
@@ -649,7 +650,7 @@ class GemmEngine(wiring.Component):
         d, side = self._d_front, p.side
         T = regmap.TILE_BLOCK
         lt = _log2(T)
-        job = side.jobs.payload
+        job = Signal(side.jobs.payload.shape())
         row = job_row(w.payload)
         first = (row[:lt] == 0) & (w.payload.n0[:lt] == 0)
         sgd = d.sgd if self.sgd else 0
@@ -658,6 +659,19 @@ class GemmEngine(wiring.Component):
         # (an SGD step of a float32 row reads its stored values as the column biases)
         f32_sgd = sgd & ~d.bfp8
         ready = Signal()
+        # The job waits a cycle in a register (p.side_held) on its way to the side loader,
+        # so that the walker's state and the job's decoding end there, not in the loader's
+        # slot states. It is taken only while the loader is ready for it, and stays so
+        # until the next cycle (only a job it takes uses up its slot), so the walker still
+        # waits for a slot as above; the first reader holds back the loads while the
+        # register is full as while the loader issues (_connect_reads), so the unit's side
+        # commands still come first there.
+        held = p.side_held
+        held_ok = ~held & side.jobs.ready
+        m.d.sync += held.eq(Mux(held, ~side.jobs.ready, w.valid & need & wq.w_rdy & held_ok))
+        with m.If(~held):
+            m.d.sync += side.jobs.payload.eq(job)
+        m.d.comb += side.jobs.valid.eq(held)
         # The unit's rows and columns inside its matrix, at most T: ``min(T, rows - row)``
         # as ``row <= rows - T`` or the low bits of the difference (the job is inside the
         # matrix), with ``rows - T`` and ``rows``' low bits registered from d, as for N: the
@@ -675,9 +689,8 @@ class GemmEngine(wiring.Component):
         m.d.comb += [job.m0.eq(w.payload.m0), job.n0.eq(n0),
                      job.rows_in.eq(Mux(row <= rows_t, T, (rows_lo - row[:lt + 1])[:lt + 1])),
                      job.cols_in.eq(Mux(n0 <= n_t, T, (n_lo - n0[:lt + 1])[:lt + 1])),
-                     ready.eq(wq.w_rdy & (~need | side.jobs.ready)),
+                     ready.eq(wq.w_rdy & (~need | held_ok)),
                      w.ready.eq(ready), wq.w_en.eq(w.valid & ready),
-                     side.jobs.valid.eq(w.valid & need & wq.w_rdy),
                      side.desc.bias.eq(Mux(f32_sgd, 2, d.bias)),
                      side.desc.bias_addr.eq(Mux(f32_sgd, d.c_addr, d.bias_addr)),
                      side.desc.mask_in.eq(d.mask_in), side.desc.mask_addr.eq(d.mask_addr),
@@ -714,9 +727,10 @@ class GemmEngine(wiring.Component):
                 # the load sequencer's commands, or a quantise-only descriptor's reader's:
                 # never both at once (see the docstring)
                 a_cmd = _either(m, loader.rd_cmd, p.fpread.rd_cmd, "a_cmd")
+            hold = side.issuing | p.side_held
             m.d.comb += [share.a_cmd.payload.eq(a_cmd.payload),
-                         share.a_cmd.valid.eq(a_cmd.valid & ~side.issuing),
-                         a_cmd.ready.eq(share.a_cmd.ready & ~side.issuing)]
+                         share.a_cmd.valid.eq(a_cmd.valid & ~hold),
+                         a_cmd.ready.eq(share.a_cmd.ready & ~hold)]
             wiring.connect(m, side.rd_cmd, share.b_cmd)
             wiring.connect(m, share.b_words, side.rd_words)
             wiring.connect(m, wiring.flipped(self.rd_data), share.words)

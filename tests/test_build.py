@@ -420,5 +420,18 @@ def test_forward_convolutions_are_built_and_recorded(tmp_path):
     assert proc.returncode == 0, proc.stderr
     report = json.loads((tmp_path / "report.json").read_text())
     assert report["config"]["conv"] is True
-    assert "div_num_h" in (tmp_path / "bfp_accel.v").read_text()
+    assert "unfold" not in report["config"]
+    verilog = (tmp_path / "bfp_accel.v").read_text()
+    assert "div_num_h" in verilog and "uf_nb" not in verilog
     assert all("conv" not in board.config() for board in PLATFORMS.values())
+
+
+def test_convolutions_with_the_epilogue_build_the_unfolding_reader(tmp_path):
+    """``--conv`` with ``--epilogue`` also builds the quantiser's unfolding reader (a first
+    layer's float32 input unfolded), recorded in the report's configuration."""
+    proc = run_build("--platform", "pynq-z1", "--rows", "8", "--cols", "8", "--k-blocks",
+                     "--epilogue", "--conv", "--synth", "none", "--out", str(tmp_path))
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert report["config"]["conv"] is True and report["config"]["unfold"] is True
+    assert "uf_nb" in (tmp_path / "bfp_accel.v").read_text()

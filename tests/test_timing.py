@@ -484,7 +484,8 @@ def test_whole_step_build_is_within_budget_at_its_fit_point(tmp_path):
     from platforms import PLATFORMS
     from platforms.timing import accelerator_timing
     board = PLATFORMS["zcu104"]
-    cfg = board.config(cols=32, k_blocks=True, epilogue=True, sgd=True, conv=True)
+    cfg = board.config(cols=32, k_blocks=True, epilogue=True, sgd=True, conv=True,
+                       unfold=True)
     report = accelerator_timing(cfg, board.family, board.clock_mhz, tmp_path)
     assert report["measured_on"].startswith("8x8"), report["measured_on"]
     assert report["budget_levels"] == 8
