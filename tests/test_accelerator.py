@@ -707,6 +707,22 @@ def test_k_blocks_cycles_match_the_performance_model(kb_dev, m, n, k, ta, tb):
     assert abs(p["cycles"] / dev.stats["cycles"] - 1) < 0.05
 
 
+def test_native_model_found_again_without_generating_verilog(monkeypatch):
+    """A model built before from the same RTL sources and parameters is found without
+    generating the Verilog again; with the sources changed it is generated (and, the
+    Verilog being the same, the model found by its digest)."""
+    import rtl.export
+    import sim.native
+    params = dict(rows=8, cols=8, data_width=128, burst_beats=16)
+    lib = sim.native._build(0, **params)
+    made = []
+    real = rtl.export.to_verilog
+    monkeypatch.setattr(rtl.export, "to_verilog", lambda *a: made.append(a) or real(*a))
+    assert sim.native._build(0, **params) == lib and made == []
+    monkeypatch.setattr(rtl.export, "source_digest", lambda: "changed")
+    assert sim.native._build(0, **params) == lib and len(made) == 1
+
+
 def test_native_vcd_needs_a_model_built_to_trace(tmp_path):
     """A model loaded as a library writes no waveforms: asking for them is a ValueError
     naming ``vcd``."""
