@@ -249,7 +249,7 @@ class _WithSide(Elaboratable):
 
 @pytest.mark.parametrize("rows,data_width,m,n,bias,mask_in,seed,sgd", [
     pytest.param(8, 128, 40, 70, 2, False, 0, False, marks=pytest.mark.slow),
-    (16, 64, 45, 37, 1, True, 1, False),
+    pytest.param(16, 64, 45, 37, 1, True, 1, False, marks=pytest.mark.slow),
     (4, 128, 37, 9, 0, True, 2, False), (4, 64, 33, 40, 2, True, 3, False),
     pytest.param(32, 128, 33, 100, 1, False, 4, False, marks=pytest.mark.slow),
     pytest.param(8, 64, 5, 7, 0, True, 5, False, marks=pytest.mark.slow),
