@@ -4,9 +4,9 @@
 (the AXI4 memory model and an AXI4-Lite host, in C++) and links one shared library, cached
 under ``build/native/`` by a digest of the Verilog, the harness and the flags: the first build
 of a configuration takes a minute or two, later ones are instant (found by a digest of the
-RTL's sources and the parameters, without generating the Verilog again). :class:`NativeSim` loads it
-through ``ctypes`` (given ``library=``, a model already built, with neither Amaranth nor
-Verilator installed); :class:`firmware.runtime.device.Device` drives it with the same
+RTL's sources and the parameters, without generating the Verilog again). :class:`NativeSim`
+loads it through ``ctypes`` (given ``library=``, a model already built, with neither Amaranth
+nor Verilator installed); :class:`firmware.runtime.device.Device` drives it with the same
 register-level driver that drives a board.
 
 The memory behind the accelerator's AXI port (and its other write ports, ``mem_w1`` ..., with
