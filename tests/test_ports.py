@@ -65,7 +65,10 @@ def _check_port_kept(dev):
         assert limit is None or c[f"max_{way}_in_flight"] <= limit, (way, c)
 
 
-@pytest.mark.parametrize("write_ports", [1, 2, 4, "2r", "3r", "3w"])
+# (two write ports with one read port with -m slow: "2r" and "3r" have two write ports, 1
+# and 4 the single read port)
+@pytest.mark.parametrize("write_ports", [1, pytest.param(2, marks=pytest.mark.slow), 4, "2r",
+                                         "3r", "3w"])
 @pytest.mark.parametrize("order", WRITE_ORDERS)
 @pytest.mark.parametrize("preset", sorted(PORTS))
 def test_every_preset_and_write_order_is_exact(preset, order, write_ports):
@@ -89,7 +92,7 @@ def test_every_preset_and_write_order_is_exact(preset, order, write_ports):
        m=st.integers(1, 50), n=st.integers(1, 50), k=st.integers(1, 200),
        ta=st.booleans(), tb=st.booleans(), seed=st.integers(0, 2**16),
        order=st.sampled_from(WRITE_ORDERS),
-       write_ports=st.sampled_from([1, 2, 4, "2r", "3r", "3w"]),
+       write_ports=st.sampled_from([1, 4, "2r", "3r", "3w"]),
        arbitration=st.sampled_from(DRAM_ARBITRATIONS))
 def test_random_knobs(preset, order, outstanding, latency, pause, m, n, k, ta, tb, seed,
                       write_ports, arbitration):
