@@ -21,7 +21,7 @@ from .dma import DmaReader, DmaWriter
 from .systolic import SystolicArray
 
 __all__ = ["COMPONENTS", "FAMILY_DSP", "make", "generate_verilog", "verilog_key", "to_verilog",
-           "to_rtlil", "source_digest"]
+           "to_rtlil"]
 
 #: Components that can be generated on their own, by name.
 COMPONENTS = {
@@ -138,7 +138,7 @@ def to_verilog(component, name: str) -> str:
                   text, flags=re.MULTILINE)
 
 
-def source_digest() -> str:
+def _source_digest() -> str:
     """A digest of what the generated RTL is made from: ``rtl/`` and the register map and
     hardware constants in ``firmware/spec/`` (a new register changes the CSR block)."""
     h = hashlib.sha256()
@@ -153,7 +153,7 @@ def verilog_key(kind: str, name: str, **params) -> str:
     """What :func:`generate_verilog` stores beside a file (``.digest``) and compares to reuse
     it: a digest of the RTL sources (and ``firmware/spec``), the component, its parameters
     and its name."""
-    return json.dumps({"src": source_digest(), "kind": kind, "params": params, "name": name},
+    return json.dumps({"src": _source_digest(), "kind": kind, "params": params, "name": name},
                       sort_keys=True)
 
 

@@ -719,7 +719,7 @@ def test_native_model_found_again_without_generating_verilog(monkeypatch):
     real = rtl.export.to_verilog
     monkeypatch.setattr(rtl.export, "to_verilog", lambda *a: made.append(a) or real(*a))
     assert sim.native._build(0, **params) == lib and made == []
-    monkeypatch.setattr(rtl.export, "source_digest", lambda: "changed")
+    monkeypatch.setattr(rtl.export, "_source_digest", lambda: "changed")
     assert sim.native._build(0, **params) == lib and len(made) == 1
 
 

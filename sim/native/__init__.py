@@ -95,24 +95,25 @@ def _build(trace: int, **params) -> Path:
     from importlib.metadata import version
 
     from rtl.accelerator import Accelerator
-    from rtl.export import source_digest, to_verilog
+    from rtl.export import to_verilog, verilog_key
 
     flags = [*CXXFLAGS, "-shared", f"-DWRITE_PORTS={params.get('write_ports', 1)}",
              f"-DREAD_PORTS={params.get('read_ports', 1)}",
              *([f"-DTRACE={trace}"] if trace else [])]
-    # The model built before from the same sources, parameters and flags, found without
-    # generating the Verilog again (10 to 20 seconds for a 16 x 16 with the epilogue): a
-    # stamp named by a digest of those, naming the model's directory.
-    made_of = repr((source_digest(), version("amaranth"), sorted(params.items()), flags))
-    stamp = BUILD_ROOT / (".source-" + hashlib.sha256(
-        made_of.encode() + HARNESS.read_bytes()).hexdigest()[:16])
+    harness = HARNESS.read_bytes() + " ".join(flags).encode()
+    # The model built before from the same sources and parameters (rtl.export's key for the
+    # Verilog), Amaranth, harness and flags, found without generating the Verilog again (10
+    # to 20 seconds for a 16 x 16 with the epilogue): a stamp named by a digest of those,
+    # naming the model's directory.
+    made_of = verilog_key("accelerator", TOP, **params) + version("amaranth")
+    stamp = BUILD_ROOT / (".source-" + hashlib.sha256(made_of.encode()
+                                                      + harness).hexdigest()[:16])
     if stamp.exists():
         lib = BUILD_ROOT / stamp.read_text().strip() / "libaccel.so"
         if lib.exists():
             return lib
     verilog = to_verilog(Accelerator(**params), TOP)
-    key = hashlib.sha256(verilog.encode() + HARNESS.read_bytes()
-                         + " ".join(flags).encode()).hexdigest()[:16]
+    key = hashlib.sha256(verilog.encode() + harness).hexdigest()[:16]
     out = BUILD_ROOT / f"{TOP}-{key}"
     lib = out / "libaccel.so"
     BUILD_ROOT.mkdir(parents=True, exist_ok=True)
