@@ -72,13 +72,18 @@ def _apply(mem, cmds, words, bpw):
     assert next(it, None) is None
 
 
+# (four rows to sixteen, both buses, both roundings and ReLU by default; the other cases,
+# each a minute of Amaranth's simulator, slow)
 @pytest.mark.parametrize("rows,data_width,m,n,rounding,seed,relu", [
-    (8, 128, 40, 70, "nearest", 0, False), (8, 128, 33, 20, "stochastic", 1, False),
+    pytest.param(8, 128, 40, 70, "nearest", 0, False, marks=pytest.mark.slow),
+    pytest.param(8, 128, 33, 20, "stochastic", 1, False, marks=pytest.mark.slow),
     pytest.param(16, 64, 70, 45, "stochastic", 2, False, marks=pytest.mark.slow),
     pytest.param(16, 64, 32, 32, "nearest", 3, False, marks=pytest.mark.slow),
-    (8, 64, 5, 7, "stochastic", 4, False), (4, 128, 37, 9, "nearest", 5, False),
+    pytest.param(8, 64, 5, 7, "stochastic", 4, False, marks=pytest.mark.slow),
+    (4, 128, 37, 9, "nearest", 5, False),
     pytest.param(16, 128, 64, 100, "stochastic", 6, False, marks=pytest.mark.slow),
-    (8, 128, 40, 70, "stochastic", 7, True), (16, 64, 45, 37, "nearest", 8, True),
+    pytest.param(8, 128, 40, 70, "stochastic", 7, True, marks=pytest.mark.slow),
+    (16, 64, 45, 37, "nearest", 8, True),
     pytest.param(32, 128, 33, 100, "nearest", 9, True, marks=pytest.mark.slow),
     (8, 64, 3, 5, "stochastic", 10, True)])
 def test_matches_quantize_tiles(rows, data_width, m, n, rounding, seed, relu):
@@ -247,10 +252,13 @@ class _WithSide(Elaboratable):
         return m
 
 
+# (the bias on either axis and the stored mask run bit for bit through the whole RTL in
+# tests/test_bfp_output.py by default; here, under random stalls, one case by default)
 @pytest.mark.parametrize("rows,data_width,m,n,bias,mask_in,seed,sgd", [
     pytest.param(8, 128, 40, 70, 2, False, 0, False, marks=pytest.mark.slow),
     pytest.param(16, 64, 45, 37, 1, True, 1, False, marks=pytest.mark.slow),
-    (4, 128, 37, 9, 0, True, 2, False), (4, 64, 33, 40, 2, True, 3, False),
+    pytest.param(4, 128, 37, 9, 0, True, 2, False, marks=pytest.mark.slow),
+    (4, 64, 33, 40, 2, True, 3, False),
     pytest.param(32, 128, 33, 100, 1, False, 4, False, marks=pytest.mark.slow),
     pytest.param(8, 64, 5, 7, 0, True, 5, False, marks=pytest.mark.slow),
     pytest.param(16, 64, 45, 37, 1, True, 6, True, marks=pytest.mark.slow),
@@ -384,10 +392,13 @@ def test_bfp8_to_float32_every_pattern():
     assert bad.size == 0, [(i, j, hex(got[i, j]), hex(want[i, j])) for i, j in bad[:5]]
 
 
+# (a float32 C through the bias, ReLU and a stored mask runs bit for bit through the whole
+# RTL in tests/test_sgd_rtl.py by default, as does a float32 row's SGD step; here, under
+# random stalls, slow)
 @pytest.mark.parametrize("rows,data_width,m,n,bias,relu,sgd,seed", [
     pytest.param(8, 128, 40, 70, 2, True, False, 0, marks=pytest.mark.slow),
     pytest.param(16, 64, 5, 37, 1, False, False, 1, marks=pytest.mark.slow),
-    (4, 64, 5, 22, 2, False, False, 4),
+    pytest.param(4, 64, 5, 22, 2, False, False, 4, marks=pytest.mark.slow),
     pytest.param(16, 64, 1, 45, 0, False, True, 2, marks=pytest.mark.slow),
     pytest.param(8, 128, 1, 10, 0, False, True, 3, marks=pytest.mark.slow)])
 def test_float32_output(rows, data_width, m, n, bias, relu, sgd, seed):
