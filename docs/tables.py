@@ -652,17 +652,21 @@ def t_step_bound():
                      f"{r['clock_mhz']:g} MHz)", r["kblock_interval"],
                      f"{r['step_ms']:,.1f}", pct(r["utilization"], 1),
                      f"{r['bound_ms']:,.1f}", pct(r["bound"], 1),
-                     f"{r['ideal_ms']:,.1f}", pct(r["ideal"], 1)])
+                     f"{r['ideal_ms']:,.1f}", pct(r["ideal"], 1),
+                     f"{r['any_mapping_ms']:,.1f}", pct(r["any_mapping"], 1)])
     md = table(["network", "board default", "K-block read-out (cycles)", "accelerator (ms)",
                 "utilisation", "bound (ms)", "bound", "without the read-out (ms)",
-                "without the read-out"], rows, "llrrrrrrr")
+                "without the read-out", "any mapping (ms)", "any mapping"], rows,
+               "llrrrrrrrrr")
     note = (f"Batch {data['results'][0]['batch']}, the whole step on the device "
             "(`ResidentConvNet`), every descriptor's cycles from the performance model "
             "summed; multiply-accumulates as the engine counts them (forward and "
             "backward-data without the products of padding, the weight gradients with "
             "them). Bound: each descriptor at the larger of its K-block compute bound and "
             "its compulsory traffic; without the read-out: at the larger of its compute and "
-            "traffic bounds.")
+            "traffic bounds; any mapping: at the larger of its products that are not "
+            "padding's over the array's peak and its compulsory traffic, and the "
+            "utilisation over those products (the step benchmark's).")
     return md + "\n\n" + note, [command(data)]
 
 
@@ -677,12 +681,15 @@ def t_layers(net: str, board: str = "zcu104"):
                      f"{d['cycles'] / 1e3:,.1f}",
                      pct(d["utilization"], 1) if macs else "—",
                      pct(d["bound"], 1) if macs else "—", d["bound_by"],
-                     pct(d["ideal"], 1) if macs else "—"])
+                     pct(d["ideal"], 1) if macs else "—",
+                     pct(d["any_mapping"], 1) if macs else "—"])
     md = table(["layer", "pass", "input -> output channels, kernel", "M×N×K (mean K)",
                 "MACs (M)", "cycles (k)", "utilisation", "bound", "bound by",
-                "without the read-out"], rows, "lllrrrrrlr")
+                "without the read-out", "any mapping"], rows, "lllrrrrrlrr")
     note = (f"{TITLES.get(board, board)} default ({r['config']}, {r['port']}, "
-            f"{r['clock_mhz']:g} MHz), batch {r['batch']}, in the order the step runs them.")
+            f"{r['clock_mhz']:g} MHz), batch {r['batch']}, in the order the step runs them. "
+            "Any mapping: the descriptor's products that are not padding's over the array's "
+            "peak in the larger of their cycles on every PE and its compulsory traffic's.")
     return md + "\n\n" + note, [command(data)]
 
 

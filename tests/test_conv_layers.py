@@ -13,12 +13,17 @@ def test_every_descriptor_labelled_and_within_its_bound(tmp_path):
     forward and weight-gradient descriptors (the latter stepping the bias too) and a
     backward-data one but the first;
     the model's cycles are never below a descriptor's bound, nor is the bound below the
-    bound without the K-block read-out; the step's sums are the descriptors'."""
+    bound without the K-block read-out, nor that below the bound of any mapping; the
+    step's sums are the descriptors', and its products that are not padding's are the
+    network's (the step benchmark's count)."""
+    from sim.bench.step import step_macs
     out = tmp_path / "convs.json"
     assert conv_layers.main(["--net", "fashion-cnn", "resnet20", "--board", "zcu104",
                              "--batch", "8", "--out", str(out)]) == 0
     data = json.loads(out.read_text())
     assert [r["net"] for r in data["results"]] == ["fashion-cnn", "resnet20"]
+    assert [len({d["layer"] for d in r["descriptors"]}) - 2 for r in data["results"]] \
+        == [4, 22]
     for r in data["results"]:
         descs = r["descriptors"]
         layers = sorted({d["layer"] for d in descs if isinstance(d["layer"], int)})
@@ -27,11 +32,21 @@ def test_every_descriptor_labelled_and_within_its_bound(tmp_path):
             want = ["forward", "weight gradient"] + (["backward-data"] if i else [])
             assert passes == sorted(want), (r["net"], i)
         for d in descs:
-            assert d["cycles"] >= d["bound_cycles"] >= d["ideal_cycles"] > 0, d
+            assert d["cycles"] >= d["bound_cycles"] >= d["ideal_cycles"] \
+                >= d["any_mapping_cycles"] > 0, d
             assert d["kblock_cycles"] >= d["compute_cycles"], d
+            assert d["macs_made"] <= d["macs"], d
         assert r["cycles"] == sum(d["cycles"] for d in descs)
         assert r["bound_cycles"] == sum(d["bound_cycles"] for d in descs)
+        assert r["any_mapping_cycles"] == sum(d["any_mapping_cycles"] for d in descs)
         assert r["utilization"] <= r["bound"] <= r["ideal"]
+        assert r["macs_made"] == step_macs(r["net"], 8)
+        # the input's and the loss gradient's quantisations, and per layer a forward and a
+        # weight-gradient descriptor (the latter stepping the bias) and a backward-data one
+        # but the first layer's; ResNet-20's shortcuts summed with none of their own
+        assert len(descs) == 2 + 3 * len(layers) - 1
+        # (a weight gradient's padding products left out: fewer than the engine makes)
+        assert r["macs_made"] < r["macs"]
         # the 32 x 64 array reads out a row a cycle: 32 cycles, and a layer of few input
         # channels (K blocks shorter than 32 steps) is bound by it
         assert r["kblock_interval"] == 32
