@@ -37,12 +37,12 @@ bounds on its cycles:
 ``bound = MACs / (PEs * max(K blocks, traffic))``; ``ideal`` leaves the K-block read-out
 out (``max(compute, traffic)``): what an array that reads out while it computes would
 reach. ``any_mapping`` drops the mapping too: each descriptor at the larger of its
-products that are not padding's (``made``, the forward convolution's for a weight gradient,
-the layer's before it was unfolded for an unfolded one) over the array's PEs, and its
-compulsory traffic -- what any schedule of these descriptors on this array and port takes
-at least, whichever of its operands it puts on the rows and the columns, so long as each
-descriptor reads its operands from memory and writes its result there. The step's rows
-sum them over its descriptors. JSON to ``--out``; the docs' tables
+products that are not padding's (``macs_made``: a weight gradient's are the forward
+convolution's, an unfolded first layer's those before its input was unfolded) over the
+array's PEs, and its compulsory traffic -- what any schedule of these descriptors on this
+array and port takes at least, whichever of its operands it puts on the rows and the
+columns, so long as each descriptor reads its operands from memory and writes its result
+there. The step's rows sum them over its descriptors. JSON to ``--out``; the docs' tables
 (``docs/layers.md``, the step bound in ``docs/performance.md``) come from it.
 """
 
